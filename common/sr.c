@@ -1,0 +1,97 @@
+/*
+ * sr.c — result codes, assertion failure and allocation helpers shared by every module.
+ */
+#include "common/sr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sr_strerror(int rc)
+{
+    switch (rc) {
+    case SR_OK: return "ok";
+    case SR_EINVAL: return "invalid argument";
+    case SR_ENOMEM: return "out of memory";
+    case SR_EIO: return "i/o error";
+    case SR_ETIMEDOUT: return "timed out";
+    case SR_EPROTO: return "malformed message";
+    case SR_ETOOBIG: return "too big";
+    case SR_ENOTFOUND: return "not found";
+    case SR_ECONFLICT: return "state conflict";
+    case SR_EREDIS: return "redis error";
+    case SR_EFULL: return "full";
+    case SR_ECLOSED: return "closed";
+    case SR_EAGAIN: return "try again";
+    case SR_EHTTP: return "http error";
+    case SR_EUNSUPPORTED: return "unsupported";
+    default: return "unknown error";
+    }
+}
+
+int sr_from_errno(int err)
+{
+    switch (err) {
+    case 0: return SR_OK;
+    case ENOMEM: return SR_ENOMEM;
+    case EINVAL: return SR_EINVAL;
+    case ETIMEDOUT: return SR_ETIMEDOUT;
+    case EAGAIN: return SR_EAGAIN;
+    case EMSGSIZE: return SR_ETOOBIG;
+    case ENOENT: return SR_ENOTFOUND;
+    case EPIPE:
+    case ECONNRESET: return SR_ECLOSED;
+    default: return SR_EIO;
+    }
+}
+
+void sr_assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "selroll: assertion failed: %s (%s:%d)\n", expr, file, line);
+    fflush(stderr);
+    abort();
+}
+
+static void s_oom(size_t n)
+{
+    fprintf(stderr, "selroll: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *sr_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        s_oom(n);
+    return p;
+}
+
+void *sr_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        s_oom(n * size);
+    return p;
+}
+
+void *sr_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        s_oom(n);
+    return q;
+}
+
+char *sr_xstrdup(const char *s)
+{
+    return sr_xstrndup(s, strlen(s));
+}
+
+char *sr_xstrndup(const char *s, size_t n)
+{
+    char *d = sr_xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}

@@ -1,0 +1,59 @@
+/*
+ * sr.h — the few things every selroll module shares: the result type and its error codes,
+ * assertions for invariants, and small helpers.
+ *
+ * Every function that can fail returns int: 0 = OK, negative = an SR_E* code. errno is translated
+ * at the system-call edge with sr_from_errno(). Bad input from the network is never an assertion:
+ * it is an error path with a message and a counter. SR_ASSERT is for our own invariants only.
+ */
+#ifndef SR_H
+#define SR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+enum {
+    SR_OK = 0,
+    SR_EINVAL = -1,    /* bad argument or bad input */
+    SR_ENOMEM = -2,    /* allocation failed */
+    SR_EIO = -3,       /* system call or socket error */
+    SR_ETIMEDOUT = -4, /* deadline passed */
+    SR_EPROTO = -5,    /* malformed protocol message */
+    SR_ETOOBIG = -6,   /* a size or length limit was exceeded */
+    SR_ENOTFOUND = -7, /* no such key, session, group, ... */
+    SR_ECONFLICT = -8, /* state transition refused (already done / cancelled ...) */
+    SR_EREDIS = -9,    /* Redis refused, or is unreachable */
+    SR_EFULL = -10,    /* queue or capacity full */
+    SR_ECLOSED = -11,  /* peer or object closed */
+    SR_EAGAIN = -12,   /* try again later */
+    SR_EHTTP = -13,    /* HTTP-level failure */
+    SR_EUNSUPPORTED = -14,
+};
+
+/* sr_strerror returns a static string describing an SR_E* code (or "unknown error"). */
+const char *sr_strerror(int rc);
+
+/* sr_from_errno maps an errno value to the closest SR_E* code. */
+int sr_from_errno(int err);
+
+/* sr_assert_fail prints file, line and the expression, then aborts. Use SR_ASSERT. */
+void sr_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define SR_ASSERT(e) ((e) ? (void)0 : sr_assert_fail(#e, __FILE__, __LINE__))
+
+#define SR_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define SR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SR_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* sr_xmalloc / sr_xcalloc / sr_xrealloc / sr_xstrdup abort with a message when memory is exhausted;
+ * they are for small internal allocations where recovery is impossible anyway. */
+void *sr_xmalloc(size_t n);
+void *sr_xcalloc(size_t n, size_t size);
+void *sr_xrealloc(void *p, size_t n);
+char *sr_xstrdup(const char *s);
+char *sr_xstrndup(const char *s, size_t n);
+
+#define SELROLL_VERSION "0.1.0"
+#define SELROLL_PROTO_VERSION 1
+
+#endif

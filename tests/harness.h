@@ -1,0 +1,41 @@
+/*
+ * harness.h — what every cmocka test binary shares: a main that accepts a test-name filter
+ * (argv[1] or SR_TEST_FILTER, glob as cmocka understands it), and a throwaway redis-server on a
+ * free loopback port in a mktemp -d folder.
+ */
+#ifndef SR_TEST_HARNESS_H
+#define SR_TEST_HARNESS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <sys/types.h>
+
+/* harness_run runs a cmocka group after applying the optional filter from argv[1]/SR_TEST_FILTER. */
+int harness_run_(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
+#define HARNESS_MAIN(name, tests) \
+    int main(int argc, char **argv) { return harness_run_(name, tests, sizeof(tests) / sizeof((tests)[0]), argc, argv); }
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char url[64]; /* redis://127.0.0.1:PORT */
+} harness_redis_t;
+
+/* harness_free_port returns a TCP port on 127.0.0.1 that was free a moment ago (0 on failure). */
+int harness_free_port(void);
+
+/* harness_redis_start starts redis-server on a free loopback port in a new temporary folder and
+ * waits until it answers PING (up to 10 s). Returns 0 on success. */
+int harness_redis_start(harness_redis_t *r);
+
+/* harness_redis_stop stops the server, waits for it and removes its folder. Safe to call twice. */
+void harness_redis_stop(harness_redis_t *r);
+
+/* harness_now_ms: monotonic milliseconds, for test timeouts. */
+int64_t harness_now_ms(void);
+
+#endif

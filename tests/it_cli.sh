@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# it_cli.sh: every subcommand listed by `selroll --help` answers --help with exit 0 and a usage line;
+# an unknown command and no command exit 2 with a one-line error.
+set -u
+cd "$(dirname "$0")/.."
+S=bin/selroll
+fail=0
+$S --help >/dev/null || { echo "selroll --help failed"; fail=1; }
+cmds=$($S --help | awk '/^commands:/{f=1;next} f && NF {print $1}')
+[ -n "$cmds" ] || { echo "no commands listed"; exit 1; }
+for c in $cmds; do
+  [ "$c" = version ] && continue
+  out=$($S "$c" --help 2>&1); rc=$?
+  if [ $rc -ne 0 ] || ! grep -qi '^usage' <<<"$out"; then echo "selroll $c --help: rc=$rc"; fail=1; fi
+done
+$S no-such-command 2>/dev/null; [ $? -eq 2 ] || { echo "unknown command must exit 2"; fail=1; }
+$S 2>/dev/null; [ $? -eq 2 ] || { echo "no command must exit 2"; fail=1; }
+exit $fail

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# run_integration.sh: runs every tests/it_*.sh (real processes, real sockets, private redis-server)
+# with a time limit each. Each script exits 0 on success and prints what it checked.
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0; failed=()
+limit=${SELROLL_IT_TIMEOUT:-300}
+for t in tests/it_*.sh; do
+  [ -e "$t" ] || continue
+  name=$(basename "$t" .sh)
+  echo "== $name"
+  timeout "$limit" bash "$t"
+  rc=$?
+  if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "ok $name"; else fail=$((fail + 1)); failed+=("$name(rc=$rc)"); echo "FAIL $name (rc=$rc)"; fi
+done
+echo "integration: $pass passed, $fail failed"
+[ $fail -eq 0 ] || { echo "failed: ${failed[*]}"; exit 1; }
