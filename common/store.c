@@ -85,6 +85,9 @@ static const char s_group_lua[] =
     "  redis.call('HSET', key, 'status', 'cancelled', 'step', ARGV[2], 'd', ARGV[3],\n"
     "             'decision', ARGV[4], 'ended_ms', now_ms())\n"
     "  return {'OK', 'cancelled', fin}\n"
+    "elseif op == 'decide' then\n"
+    "  redis.call('HSET', key, 'step', ARGV[2], 'd', ARGV[3], 'decision', ARGV[4])\n"
+    "  return {'OK', st, fin}\n"
     "elseif op == 'filter' then\n"
     "  if st ~= 'done' then return {'CONFLICT', st, fin} end\n"
     "  redis.call('HSET', key, 'status', 'filtered')\n"
@@ -1046,24 +1049,36 @@ int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward
     return rc;
 }
 
-int store_group_cancel(store_t *s, const char *gid, int step, double d, const char *decision)
+/* s_group_decision runs "cancel" or "decide" with the gate's step, d and decision text. */
+static int s_group_decision(store_t *s, const char *op, const char *gid, int step, double d,
+                            const char *decision, store_group_status_t *st, bool *retried)
 {
     if (!s)
         return SR_EINVAL;
     if (!s_id_ok(gid, STORE_GID_MAX) || (decision && strlen(decision) >= STORE_DECISION_MAX)) {
-        s_set_err(s, "store: bad cancel (gid '%.60s')", gid ? gid : "(null)");
+        s_set_err(s, "store: bad %s (gid '%.60s')", op, gid ? gid : "(null)");
         return SR_EINVAL;
     }
     char st_s[16], d_s[40];
     snprintf(st_s, sizeof st_s, "%d", step);
     snprintf(d_s, sizeof d_s, "%.17g", d);
-    const char *args[] = {"cancel", st_s, d_s, decision ? decision : ""};
+    const char *args[] = {op, st_s, d_s, decision ? decision : ""};
+    return s_group_op(s, true, gid, 0, 4, args, NULL, st, NULL, retried);
+}
+
+int store_group_cancel(store_t *s, const char *gid, int step, double d, const char *decision)
+{
     store_group_status_t st = STORE_GROUP_RUNNING;
     bool retried = false;
-    int rc = s_group_op(s, true, gid, 0, 4, args, NULL, &st, NULL, &retried);
+    int rc = s_group_decision(s, "cancel", gid, step, d, decision, &st, &retried);
     if (rc == SR_ECONFLICT && retried && st == STORE_GROUP_CANCELLED)
         rc = SR_OK; /* the first attempt went through before the connection broke */
     return rc;
+}
+
+int store_group_decide(store_t *s, const char *gid, int step, double d, const char *decision)
+{
+    return s_group_decision(s, "decide", gid, step, d, decision, NULL, NULL);
 }
 
 int store_group_filter(store_t *s, const char *gid)

@@ -157,8 +157,8 @@ typedef struct {
     store_group_status_t status;
     int64_t created_ms;          /* Redis server time at creation */
     int64_t ended_ms;            /* server time of the transition to done/cancelled, else 0 */
-    int gate_step;               /* step at which the gate cancelled, -1 if it did not */
-    double divergence;           /* the gate's d at that step, -1 if it did not cancel */
+    int gate_step;               /* step of the gate's decision (cancel or recorded), else -1 */
+    double divergence;           /* the gate's d at that step, else -1 */
     char decision[STORE_DECISION_MAX];
     uint64_t reward_mask;        /* bit i set when rewards[i] was recorded */
     double rewards[STORE_G_MAX];
@@ -185,6 +185,11 @@ int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward
  * already cancelled), SR_ENOTFOUND if unknown. Retried after a reconnect; a retry that finds the
  * group already cancelled counts as success. */
 int store_group_cancel(store_t *s, const char *gid, int step, double d, const char *decision);
+
+/* store_group_decide records the gate's step, d and decision text without changing the status
+ * (shadow mode, audited groups); a later decision overwrites an earlier one. SR_ENOTFOUND if the
+ * group is unknown. Idempotent. */
+int store_group_decide(store_t *s, const char *gid, int step, double d, const char *decision);
 
 /* store_group_filter moves a done group to filtered (zero-variance post-filter). SR_ECONFLICT
  * unless the group is done, SR_ENOTFOUND if unknown. Retried like store_group_cancel. */

@@ -431,6 +431,27 @@ static void transition_table_allows_and_refuses_exactly_as_documented(void **sta
     assert_string_equal(store_group_status_name((store_group_status_t)42), "unknown");
 }
 
+static void shadow_decision_is_recorded_without_changing_status(void **state)
+{
+    fixture_t *f = *state;
+    store_group_t g;
+    assert_int_equal(store_group_create(f->s, "g", "t", 0, 1), SR_OK);
+    assert_int_equal(store_group_decide(f->s, "g", 10, 0.04, "shadow: would cancel"), SR_OK);
+    assert_int_equal(store_group_get(f->s, "g", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_RUNNING);
+    assert_int_equal(g.gate_step, 10);
+    assert_true(g.divergence == 0.04);
+    assert_string_equal(g.decision, "shadow: would cancel");
+    /* The group still finishes normally, and a decision may be noted on a finished group. */
+    assert_int_equal(store_group_finish_traj(f->s, "g", 0, 1.0, NULL, NULL), SR_OK);
+    assert_int_equal(store_group_decide(f->s, "g", 20, 0.5, "keep"), SR_OK);
+    assert_int_equal(store_group_get(f->s, "g", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_DONE);
+    assert_int_equal(g.gate_step, 20);
+    assert_string_equal(g.decision, "keep");
+    assert_int_equal(store_group_decide(f->s, "nope", 1, 0.0, NULL), SR_ENOTFOUND);
+}
+
 static void group_script_survives_a_script_flush(void **state)
 {
     fixture_t *f = *state;
@@ -817,17 +838,22 @@ static void killed_connection_is_reopened_and_idempotent_calls_retried(void **st
     store_destroy(&admin);
 }
 
-/* s_redis_start_on_port starts redis-server on a given port (the harness picks free ports). */
-static int s_redis_start_on_port(harness_redis_t *r, int port)
+/* s_redis_start_at starts redis-server on a given TCP port, or with port 0 on a unix socket in
+ * its folder when port is 0 (the harness only picks free TCP ports). */
+static int s_redis_start_at(harness_redis_t *r, int port)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->dir, sizeof r->dir, "/tmp/selroll-redis-XXXXXX");
     if (!mkdtemp(r->dir))
         return -1;
-    r->port = port;
-    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", port);
-    char p[16];
+    char p[16], sock[300];
     snprintf(p, sizeof p, "%d", port);
+    snprintf(sock, sizeof sock, "%s/redis.sock", r->dir);
+    r->port = port;
+    if (port)
+        snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", port);
+    else
+        snprintf(r->url, sizeof r->url, "unix://%.50s", sock); /* the folder name is short */
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -837,8 +863,12 @@ static int s_redis_start_on_port(harness_redis_t *r, int port)
             dup2(devnull, 1);
             dup2(devnull, 2);
         }
-        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--dir",
-               r->dir, "--save", "", "--appendonly", "no", (char *)NULL);
+        if (port)
+            execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--dir",
+                   r->dir, "--save", "", "--appendonly", "no", (char *)NULL);
+        else
+            execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", sock, "--dir",
+                   r->dir, "--save", "", "--appendonly", "no", (char *)NULL);
         _exit(127);
     }
     r->pid = pid;
@@ -857,6 +887,35 @@ static int s_redis_start_on_port(harness_redis_t *r, int port)
     return -1;
 }
 
+static void unix_socket_url_connects_and_selects_the_db(void **state)
+{
+    (void)state;
+    harness_redis_t r;
+    if (s_redis_start_at(&r, 0) != 0) {
+        harness_redis_stop(&r);
+        fail_msg("could not start redis-server on a unix socket");
+    }
+    char url[300], err[256];
+    snprintf(url, sizeof url, "%s?db=3", r.url);
+    store_t *s = NULL;
+    int rc = store_connect(&s, url, "t", 1000, err, sizeof err);
+    if (rc == SR_OK) {
+        rc = store_weights_put(s, 5, "w", 1);
+        if (rc == SR_OK)
+            rc = store_command(s, 0, NULL, "SELECT 3");
+    }
+    redisReply *rep = NULL;
+    if (rc == SR_OK)
+        rc = store_command(s, 0, &rep, "EXISTS selroll:t:weights:5");
+    long long exists = rep ? rep->integer : -1;
+    if (rep)
+        freeReplyObject(rep);
+    store_destroy(&s);
+    harness_redis_stop(&r);
+    assert_int_equal(rc, SR_OK);
+    assert_int_equal(exists, 1);
+}
+
 static void restarted_server_is_reached_again(void **state)
 {
     fixture_t *f = *state;
@@ -872,7 +931,7 @@ static void restarted_server_is_reached_again(void **state)
     assert_non_null(strstr(store_errstr(f->s), "unreachable"));
     assert_int_equal(store_ping(f->s), SR_EREDIS);
 
-    if (s_redis_start_on_port(&f->redis, port) != 0) {
+    if (s_redis_start_at(&f->redis, port) != 0) {
         harness_redis_stop(&f->redis);
         skip(); /* someone took the port in between */
     }
@@ -900,6 +959,7 @@ int main(int argc, char **argv)
         T(group_is_created_running_and_read_back),
         T(last_trajectory_makes_the_group_done),
         T(transition_table_allows_and_refuses_exactly_as_documented),
+        T(shadow_decision_is_recorded_without_changing_status),
         T(group_script_survives_a_script_flush),
         T(corrupt_group_hash_is_an_error_not_a_crash),
         T(cancel_and_last_finish_never_both_win),
@@ -911,6 +971,7 @@ int main(int argc, char **argv)
         T(pipeline_of_a_thousand_commands_reads_every_reply_in_order),
         T(killed_connection_is_reopened_and_idempotent_calls_retried),
         T(restarted_server_is_reached_again),
+        cmocka_unit_test(unix_socket_url_connects_and_selects_the_db),
     };
 #undef T
     return harness_run_("store", tests, SR_ARRAY_LEN(tests), argc, argv);
