@@ -811,10 +811,11 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
         void *reply = NULL;
         if (!s->c || redisGetReply(s->c, &reply) != REDIS_OK || !reply) {
             bool timeout = s->c && s_is_timeout_text(s->c->errstr);
-            s_set_err(s, "redis %s: %s during a pipeline of %zu commands (%zu replies read); "
-                         "not retried",
-                      s->where, timeout ? "no answer in time" : (s->c ? s->c->errstr : "closed"),
-                      n, i);
+            s_set_err(s,
+                      "redis %s: %s during a pipeline of %zu commands (%zu replies read); "
+                      "not retried",
+                      s->where, timeout ? "no answer in time" : (s->c ? s->c->errstr : "closed"), n,
+                      i);
             if (reply)
                 freeReplyObject(reply);
             s_sigpipe_restore(&g);
@@ -1026,8 +1027,8 @@ int store_group_create(store_t *s, const char *gid, const char *task, int64_t it
 }
 
 /* Only "create" uses the iteration's group set (KEYS[2]); the other ops pass iteration 0. */
-int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward,
-                            int *out_finished, store_group_status_t *out_status)
+int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward, int *out_finished,
+                            store_group_status_t *out_status)
 {
     if (!s)
         return SR_EINVAL;
@@ -1247,11 +1248,12 @@ int store_register(store_t *s, const char *kind, const char *id, const store_fie
     snprintf(ttl, sizeof ttl, "%" PRId64, ttl_ms);
     /* DEL, HSET and PEXPIRE run as one script: a reader never sees stale fields or an entry
      * without its time to live. */
-    static const char lua[] = "redis.call('DEL', KEYS[1])\n"
-                              "for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end\n"
-                              "redis.call('HSET', KEYS[1], '_registered', '1')\n"
-                              "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
-                              "return 1\n";
+    static const char lua[] =
+        "redis.call('DEL', KEYS[1])\n"
+        "for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end\n"
+        "redis.call('HSET', KEYS[1], '_registered', '1')\n"
+        "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
+        "return 1\n";
     size_t argc = 5 + 2 * n;
     argv = sr_xcalloc(argc, sizeof *argv);
     argv[0] = "EVAL";

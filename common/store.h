@@ -155,12 +155,12 @@ typedef struct {
     int G;
     int finished; /* trajectories that reported an end, cancelled group included */
     store_group_status_t status;
-    int64_t created_ms;          /* Redis server time at creation */
-    int64_t ended_ms;            /* server time of the transition to done/cancelled, else 0 */
-    int gate_step;               /* step of the gate's decision (cancel or recorded), else -1 */
-    double divergence;           /* the gate's d at that step, else -1 */
+    int64_t created_ms; /* Redis server time at creation */
+    int64_t ended_ms;   /* server time of the transition to done/cancelled, else 0 */
+    int gate_step;      /* step of the gate's decision (cancel or recorded), else -1 */
+    double divergence;  /* the gate's d at that step, else -1 */
     char decision[STORE_DECISION_MAX];
-    uint64_t reward_mask;        /* bit i set when rewards[i] was recorded */
+    uint64_t reward_mask; /* bit i set when rewards[i] was recorded */
     double rewards[STORE_G_MAX];
 } store_group_t;
 
@@ -177,8 +177,8 @@ int store_group_create(store_t *s, const char *gid, const char *task, int64_t it
  * state afterwards. Returns SR_OK, SR_ENOTFOUND (unknown group), SR_EINVAL (traj out of range)
  * or SR_ECONFLICT when the group was cancelled: the reward is still recorded, *out_status is
  * then STORE_GROUP_CANCELLED. */
-int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward,
-                            int *out_finished, store_group_status_t *out_status);
+int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward, int *out_finished,
+                            store_group_status_t *out_status);
 
 /* store_group_cancel moves a running group to cancelled and records the gate's step, divergence
  * d and decision text (may be NULL). SR_ECONFLICT if the group is not running (done, filtered or

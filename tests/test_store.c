@@ -103,10 +103,27 @@ static void url_parser_rejects_malformed_urls_with_a_reason(void **state)
 {
     (void)state;
     static const char *bad[] = {
-        "", "http://h:1", "127.0.0.1:6379", "redis://", "redis://:6379", "redis://h:0",
-        "redis://h:65536", "redis://h:12ab", "redis://h:", "redis://h:1/x", "redis://h:1/-1",
-        "unix://", "unix://relative/path", "unix:///p?db=x", "redis://alice@h", "rediss://h:1",
-        "redis://:@h", "redis://[::1", "redis://[::1]x", "redis://:p%zz@h", "redis://:p%4@h",
+        "",
+        "http://h:1",
+        "127.0.0.1:6379",
+        "redis://",
+        "redis://:6379",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h:12ab",
+        "redis://h:",
+        "redis://h:1/x",
+        "redis://h:1/-1",
+        "unix://",
+        "unix://relative/path",
+        "unix:///p?db=x",
+        "redis://alice@h",
+        "rediss://h:1",
+        "redis://:@h",
+        "redis://[::1",
+        "redis://[::1]x",
+        "redis://:p%zz@h",
+        "redis://:p%4@h",
     };
     store_url_t u;
     char err[256];
@@ -143,9 +160,9 @@ static void unreachable_redis_fails_fast_with_a_clear_reason(void **state)
     assert_non_null(strstr(err, "Connection refused"));
     assert_null(store_new(url, "t", 500));
 
-    assert_int_equal(store_connect(&s, "unix:///nonexistent/selroll.sock", "t", 500, err,
-                                   sizeof err),
-                     SR_EREDIS);
+    assert_int_equal(
+        store_connect(&s, "unix:///nonexistent/selroll.sock", "t", 500, err, sizeof err),
+        SR_EREDIS);
     assert_non_null(strstr(err, "redis unix:/nonexistent/selroll.sock unreachable"));
 }
 
@@ -553,8 +570,8 @@ static void cancel_and_last_finish_never_both_win(void **state)
     pthread_join(b, NULL);
     pthread_barrier_destroy(&r.start);
     pthread_barrier_destroy(&r.end);
-    print_message("race: finish won %d, cancel won %d, inconsistent %d\n", finish_won,
-                  cancel_won, bad);
+    print_message("race: finish won %d, cancel won %d, inconsistent %d\n", finish_won, cancel_won,
+                  bad);
     assert_int_equal(bad, 0);
     assert_int_equal(finish_won + cancel_won, r.rounds);
 }
