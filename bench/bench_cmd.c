@@ -6,6 +6,7 @@
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "bench/bench_editdist.h"
+#include "bench/bench_proto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct {
 } s_bench_t;
 
 static const s_bench_t s_benches[] = {
+    {"proto", bench_proto_run, "protocol codec: encode/decode of JOB, STEP, OBS, RESULT(30 steps)"},
     {"editdist", bench_editdist_run, "prefix divergence d_K of G=8 groups at K=10 and K=30"},
 };
 
