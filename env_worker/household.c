@@ -370,6 +370,14 @@ static void s_generate_layout(household_t *h)
             s_add_recep(h, fu->type, i, openable);
         }
     }
+    /* Keep receptacles ordered by type, then number, whatever the order of the furniture table. */
+    for (int i = 1; i < h->n_receps; i++) {
+        s_recep_t r = h->receps[i];
+        int j = i - 1;
+        for (; j >= 0 && (h->receps[j].type > r.type || (h->receps[j].type == r.type && h->receps[j].num > r.num)); j--)
+            h->receps[j + 1] = h->receps[j];
+        h->receps[j + 1] = r;
+    }
     h->lamp_obj = -1;
     if (h->room == HOUSEHOLD_LIVINGROOM || h->room == HOUSEHOLD_BEDROOM) {
         const char *lamp = s_below(&rng, 10) < 6 ? "desklamp" : "floorlamp";

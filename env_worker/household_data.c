@@ -107,7 +107,7 @@ static const household_furniture_t s_livingroom[] = {
 
 static const household_furniture_t s_bedroom[] = {
     {HOUSEHOLD_R_ARMCHAIR, 0, 1},      {HOUSEHOLD_R_BED, 1, 1},   {HOUSEHOLD_R_DESK, 0, 2},
-    {HOUSEHOLD_R_DRESSER, 0, 1},       {HOUSEHOLD_R_DRAWER, 1, 6}, {HOUSEHOLD_R_GARBAGECAN, 1, 1},
+    {HOUSEHOLD_R_DRAWER, 1, 6},        {HOUSEHOLD_R_DRESSER, 0, 1}, {HOUSEHOLD_R_GARBAGECAN, 1, 1},
     {HOUSEHOLD_R_LAUNDRYHAMPER, 0, 1}, {HOUSEHOLD_R_SAFE, 0, 1},  {HOUSEHOLD_R_SHELF, 0, 6},
     {HOUSEHOLD_R_SIDETABLE, 1, 2},
 };
