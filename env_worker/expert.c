@@ -366,7 +366,7 @@ static const char *s_hands_empty(expert_t *e, const env_obs_t *obs)
         const s_obj_t *o = &e->objs[i];
         if (o->type != e->goal_obj || o->loc < 0 || e->receps[o->loc].type == e->goal_recep)
             continue;
-        if (pick < 0 || o->loc == e->cur)
+        if (pick < 0 || (o->loc == e->cur && e->objs[pick].loc != e->cur))
             pick = i;
     }
     if (pick >= 0) {
