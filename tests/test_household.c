@@ -3,6 +3,7 @@
  * tests, step limits, bad input, determinism and the split / floor-plan scheme.
  */
 #include "tests/harness.h"
+#include "bench/bench_env_local.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
 #include "env_worker/household.h"
@@ -872,6 +873,18 @@ static void a_step_takes_well_under_twenty_microseconds(void **state)
     household_destroy(&h);
 }
 
+static void local_benchmark_times_every_step(void **state)
+{
+    (void)state;
+    bench_env_local_result_t r;
+    assert_int_equal(bench_env_local_run(0, &r), SR_EINVAL);
+    assert_int_equal(bench_env_local_run(30, &r), SR_OK);
+    assert_int_equal(r.episodes, 30);
+    assert_true(r.steps >= 30 * 3); /* no task is solved in fewer than three steps */
+    assert_true(r.steps_per_s > 0);
+    assert_true(r.p50_us > 0 && r.p50_us <= r.p99_us);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -889,6 +902,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(splits_partition_floor_plans),
         cmocka_unit_test(ops_table_drives_the_environment),
         cmocka_unit_test(a_step_takes_well_under_twenty_microseconds),
+        cmocka_unit_test(local_benchmark_times_every_step),
     };
     return harness_run_("household", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
