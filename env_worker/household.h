@@ -66,8 +66,9 @@ void household_destroy(household_t **self_p);
 int household_reset(household_t *self, env_obs_t *obs);
 
 /* household_step applies one action (it must equal an admissible command exactly; anything else
- * reads "Nothing happens." and still counts) and fills *obs. Returns 0, SR_EINVAL for a NULL
- * action, or SR_ECONFLICT when the episode is already over (obs untouched). */
+ * reads "Nothing happens." and still counts) and fills *obs. action may point into the previous
+ * observation (an admissible string). Returns 0, SR_EINVAL for a NULL argument, or SR_ECONFLICT
+ * when the episode is already over (obs untouched). */
 int household_step(household_t *self, const char *action, env_obs_t *obs);
 
 /* household_task_type returns the task type of the generated task. */
