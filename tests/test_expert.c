@@ -43,7 +43,7 @@ static void s_solve_split(const char *split, int n)
 
 static int s_count(void)
 {
-    return s_valgrind() ? 100 : 3000;
+    return s_valgrind() ? 300 : 3000;
 }
 
 static void expert_solves_all_train_tasks_within_50_steps(void **state)
