@@ -73,6 +73,7 @@ void transport_opts_init(transport_opts_t *o)
     o->tcp_keepalive = 1;
     o->tcp_keepalive_idle_s = 30;
     o->tcp_keepalive_intvl_s = 10;
+    o->router_handover = 1;
     o->identity = NULL;
 }
 
@@ -109,7 +110,9 @@ static int s_apply_opts(void *zs, int type, const transport_opts_t *o, char *err
                        "ZMQ_TCP_KEEPALIVE_INTVL", err, errlen)))
         return rc;
     if (type == ZMQ_ROUTER &&
-        (rc = s_setint(zs, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY", err, errlen)))
+        ((rc = s_setint(zs, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY", err, errlen)) ||
+         (rc = s_setint(zs, ZMQ_ROUTER_HANDOVER, o->router_handover ? 1 : 0,
+                        "ZMQ_ROUTER_HANDOVER", err, errlen))))
         return rc;
     if (type == ZMQ_DEALER && o->identity) {
         size_t n = strlen(o->identity);

@@ -50,19 +50,25 @@ typedef struct {
     int tcp_keepalive;        /* 1 = on, 0 = off, -1 = OS default */
     int tcp_keepalive_idle_s; /* ZMQ_TCP_KEEPALIVE_IDLE in seconds, -1 = OS default */
     int tcp_keepalive_intvl_s; /* ZMQ_TCP_KEEPALIVE_INTVL in seconds, -1 = OS default */
+    int router_handover;      /* ROUTER: a new peer with a known identity takes it over */
     const char *identity;     /* DEALER routing id (1..255 bytes); NULL = libzmq picks one */
 } transport_opts_t;
 
 /* transport_opts_init fills o with selroll's defaults: 64 MiB messages, linger 100 ms, reconnect
- * 100 ms backing off to 5 s, HWM 10000 both ways, keepalive on (idle 30 s, interval 10 s), no
- * identity. o must not be NULL. */
+ * 100 ms backing off to 5 s, HWM 10000 both ways, keepalive on (idle 30 s, interval 10 s),
+ * ROUTER handover on, no identity. o must not be NULL.
+ *
+ * Handover matters for peers with fixed identities (actors, env clients): when one reconnects
+ * before its ROUTER has noticed that the old connection died, the new connection takes the
+ * identity over instead of being ignored. Stale replies are the protocol's business (leases and
+ * fencing tokens), not the socket's. */
 void transport_opts_init(transport_opts_t *o);
 
 typedef struct transport_sock transport_sock_t;
 
 /* transport_sock_new creates a libzmq socket of `type` (ZMQ_ROUTER, ZMQ_DEALER, ZMQ_PUB, ...) in
- * `ctx` with the options `opts` (NULL = defaults). ROUTER sockets get ZMQ_ROUTER_MANDATORY;
- * the identity is applied to DEALER sockets only. On failure returns NULL and, when err is not
+ * `ctx` with the options `opts` (NULL = defaults). ROUTER sockets get ZMQ_ROUTER_MANDATORY and
+ * ZMQ_ROUTER_HANDOVER (opts->router_handover); the identity is applied to DEALER sockets only. On failure returns NULL and, when err is not
  * NULL, writes one line of explanation into err (errlen bytes). The caller owns the result and
  * frees it with transport_sock_destroy. */
 transport_sock_t *transport_sock_new(void *ctx, int type, const transport_opts_t *opts, char *err,

@@ -220,6 +220,43 @@ static void router_dealer_roundtrip_over_tcp(void **state)
     s_roundtrip("tcp://127.0.0.1:*");
 }
 
+static void reconnecting_identity_takes_over_at_the_router(void **state)
+{
+    (void)state;
+    void *ctx = s_ctx();
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.identity = "actor-9";
+    transport_sock_t *r = s_sock(ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *old = s_sock(ctx, ZMQ_DEALER, &o);
+    transport_sock_t *fresh = s_sock(ctx, ZMQ_DEALER, &o);
+    assert_int_equal(transport_bind(r, "tcp://127.0.0.1:*"), SR_OK);
+    assert_int_equal(transport_connect(old, transport_sock_endpoint(r)), SR_OK);
+    assert_int_equal(transport_send(old, "one", 3), SR_OK);
+    transport_msg_t m;
+    assert_int_equal(transport_recv(r, &m, WAIT_MS), SR_OK);
+    transport_msg_close(&m);
+
+    /* A second connection with the same identity, while the first is still up: the ROUTER hands
+     * the identity over to it instead of ignoring it. */
+    assert_int_equal(transport_connect(fresh, transport_sock_endpoint(r)), SR_OK);
+    assert_int_equal(transport_send(fresh, "two", 3), SR_OK);
+    assert_int_equal(transport_recv(r, &m, WAIT_MS), SR_OK);
+    size_t bl;
+    const void *b = transport_msg_body(&m, &bl);
+    assert_int_equal(bl, 3);
+    assert_memory_equal(b, "two", 3);
+    transport_msg_close(&m);
+    assert_int_equal(transport_send_routed(r, "actor-9", 7, "job", 3), SR_OK);
+    assert_int_equal(transport_recv(fresh, &m, WAIT_MS), SR_OK);
+    transport_msg_close(&m);
+    assert_int_equal(transport_recv(old, &m, 20), SR_EAGAIN);
+    transport_sock_destroy(&old);
+    transport_sock_destroy(&fresh);
+    transport_sock_destroy(&r);
+    zmq_ctx_term(ctx);
+}
+
 static void recv_without_message_times_out_with_eagain(void **state)
 {
     (void)state;
@@ -456,6 +493,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bind_address_in_use_gives_one_line_text),
         cmocka_unit_test(router_dealer_roundtrip_over_inproc),
         cmocka_unit_test(router_dealer_roundtrip_over_tcp),
+        cmocka_unit_test(reconnecting_identity_takes_over_at_the_router),
         cmocka_unit_test(recv_without_message_times_out_with_eagain),
         cmocka_unit_test(router_mandatory_send_to_unknown_identity_fails_and_counts),
         cmocka_unit_test(wrong_frame_count_is_eproto_and_stream_continues),
