@@ -67,6 +67,7 @@ typedef enum {
     PROTO_ERROR,
     PROTO_BATCH,
     PROTO_WEIGHTS_READY,
+    PROTO_RESULT_ACK,
     PROTO_TYPE_COUNT
 } proto_type_t;
 
@@ -187,6 +188,16 @@ typedef struct {
     const char *reason; /* optional */
     bool drain;         /* optional, default false */
 } proto_bye_t;
+
+/* RESULT_ACK, coordinator -> actor: the RESULT of (job_id, epoch) is durably stored (ok) or was
+ * refused (ok false: a stale epoch, an unknown job; reason says which). The actor keeps a RESULT
+ * and sends it again until it is acknowledged either way. */
+typedef struct {
+    const char *job_id;
+    int64_t epoch;
+    bool ok;
+    const char *reason; /* optional */
+} proto_result_ack_t;
 
 /* ACTION, bus topic "act/<run>/<group>": one step of one trajectory. */
 typedef struct {
@@ -326,6 +337,7 @@ typedef struct {
         proto_error_t error;
         proto_batch_t batch;
         proto_weights_ready_t weights_ready;
+        proto_result_ack_t result_ack;
     } u;
     bool owned_; /* set by proto_decode: the pointers inside are heap memory that clear frees */
 } proto_msg_t;
