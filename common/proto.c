@@ -358,7 +358,8 @@ static void s_enc_bye(s_enc_t *e, const proto_bye_t *b)
 
 static void s_enc_action(s_enc_t *e, const proto_action_t *a)
 {
-    s_header(e, PROTO_ACTION, 7 + a->has_won + (a->actor_id != NULL));
+    s_header(e, PROTO_ACTION,
+             7 + a->has_won + (a->actor_id != NULL) + (a->group_size > 0) + (a->task != NULL));
     s_put_str(e, "run", a->run, S_ID);
     s_put_str(e, "group", a->group, S_ID);
     s_put_int(e, "traj", a->traj);
@@ -370,6 +371,10 @@ static void s_enc_action(s_enc_t *e, const proto_action_t *a)
         s_put_bool(e, "won", a->won);
     if (a->actor_id)
         s_put_str(e, "actor_id", a->actor_id, S_ID);
+    if (a->group_size > 0)
+        s_put_int(e, "group_size", a->group_size);
+    if (a->task)
+        s_put_str(e, "task", a->task, S_ID);
 }
 
 static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
@@ -1239,7 +1244,9 @@ static int s_dec_action(s_dec_t *d, const msgpack_object *m, proto_action_t *a)
     S_TRY(s_bool(d, m, "ended", true, NULL, &a->ended));
     S_TRY(s_num(d, m, "reward", S_ANY, true, NULL, &a->reward));
     S_TRY(s_bool(d, m, "won", false, &a->has_won, &a->won));
-    return s_str(d, m, "actor_id", S_ID, false, &a->actor_id);
+    S_TRY(s_str(d, m, "actor_id", S_ID, false, &a->actor_id));
+    S_TRY(s_int(d, m, "group_size", 1, PROTO_MAX_GROUP_SIZE, false, &a->group_size));
+    return s_str(d, m, "task", S_ID, false, &a->task);
 }
 
 static int s_dec_cancel(s_dec_t *d, const msgpack_object *m, proto_cancel_t *c)
@@ -1580,6 +1587,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.action.group);
         S_FREE(m->u.action.action);
         S_FREE(m->u.action.actor_id);
+        S_FREE(m->u.action.task);
         break;
     case PROTO_CANCEL:
         S_FREE(m->u.cancel.run);

@@ -211,6 +211,8 @@ typedef struct {
     bool has_won;
     bool won;             /* optional */
     const char *actor_id; /* optional */
+    int64_t group_size;   /* optional, 0 = not given: G of the group, so a gate needs no lookup */
+    const char *task;     /* optional: the group's task id (for history-aware gates) */
 } proto_action_t;
 
 /* CANCEL, bus topic "ctl/<run>/cancel": the gate stops a group. */

@@ -100,7 +100,8 @@ static void s_sample(proto_msg_t *m, proto_type_t type)
     case PROTO_ACTION:
         m->u.action = (proto_action_t){.run = "run-1", .group = "g-7", .traj = 3, .step = 10,
                                        .action = "open fridge 1", .ended = false, .reward = 0.0,
-                                       .has_won = true, .won = false, .actor_id = "actor-1"};
+                                       .has_won = true, .won = false, .actor_id = "actor-1",
+                                       .group_size = 8, .task = "household/train/17"};
         break;
     case PROTO_CANCEL:
         m->u.cancel = (proto_cancel_t){.run = "run-1", .group = "g-7", .step = 10, .d = 0.0625,
@@ -607,9 +608,17 @@ static void action_round_trips_and_won_is_optional(void **state)
     assert_true(a->has_won);
     assert_false(a->won);
     assert_string_equal(a->actor_id, "actor-1");
+    assert_int_equal(a->group_size, 8);
+    assert_string_equal(a->task, "household/train/17");
     proto_msg_clear(&out);
     s_decode_edit(PROTO_ACTION, "won", s_drop(), &out);
     assert_false(out.u.action.has_won);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "group_size", s_drop(), &out);
+    assert_int_equal(out.u.action.group_size, 0);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "task", s_drop(), &out);
+    assert_null(out.u.action.task);
     proto_msg_clear(&out);
     s_decode_edit(PROTO_ACTION, "actor_id", s_drop(), &out);
     assert_null(out.u.action.actor_id);
