@@ -251,7 +251,8 @@ static bool s_peek_rid(const void *buf, size_t len, uint64_t *rid)
     bool is_uint;
     if (!s_mp_head(&p, end, &payload, &count, &is_uint, &uval))
         return false;
-    for (uint64_t i = 0; i < count / 2; i++) {
+    uint64_t entries = count / 2;
+    for (uint64_t i = 0; i < entries; i++) {
         const uint8_t *k = p;
         if (!s_mp_head(&p, end, &payload, &count, &is_uint, &uval))
             return false;
