@@ -15,6 +15,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/transport.h"
+#include "bench/bench_env.h"
 #include "env_worker/env_worker.h"
 #include "env_worker/household.h"
 
@@ -851,6 +852,19 @@ static void test_new_reports_bad_configuration_and_unreachable_redis(void **stat
     envw_destroy(NULL);
 }
 
+/* ---- the benchmark, with its worker in a thread ------------------------------------------- */
+
+static void test_bench_env_runs_a_short_closed_loop_measurement(void **state)
+{
+    (void)state;
+    char *ok[] = {"env", "--worker", "thread", "--sessions", "1,8", "--seconds", "0.1", NULL};
+    assert_int_equal(bench_env_run(7, ok), 0);
+    char *bad[] = {"env", "--sessions", "1,x", NULL};
+    assert_int_equal(bench_env_run(3, bad), 2);
+    char *flag[] = {"env", "--frobnicate", NULL};
+    assert_int_equal(bench_env_run(2, flag), 2);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_500_concurrent_sessions_match_in_process_transcripts),
     cmocka_unit_test(test_bad_requests_get_the_right_error_and_the_worker_keeps_serving),
@@ -860,6 +874,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
     cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
     cmocka_unit_test(test_new_reports_bad_configuration_and_unreachable_redis),
+    cmocka_unit_test(test_bench_env_runs_a_short_closed_loop_measurement),
 };
 
 HARNESS_MAIN("env_worker", tests)
