@@ -223,7 +223,9 @@ static bool s_next_action(s_sess_t *s, proto_msg_t *m)
     bool more = !m->u.obs.done && m->u.obs.admissible_len > 0;
     if (more) {
         const char *a = m->u.obs.admissible[prng_bounded(&s->rng, m->u.obs.admissible_len)];
-        snprintf(s->action, sizeof s->action, "%s", a);
+        size_t len = strnlen(a, sizeof s->action - 1);
+        memcpy(s->action, a, len);
+        s->action[len] = '\0';
     }
     proto_msg_clear(m);
     return more;
