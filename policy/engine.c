@@ -285,7 +285,7 @@ void engine_destroy(engine_t **ep)
         pthread_join(e->thread, NULL);
     }
     s_free_list(e->q_head);
-    s_free_list(e->done_head);
+    s_deliver(s_take_done(e));
     for (int i = 0; i < e->running; i++)
         free(e->run[i]);
     free(e->run);

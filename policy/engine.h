@@ -64,7 +64,8 @@ engine_t *engine_new(const engine_opts_t *o);
 /* engine_new_manual returns an engine whose simulated time moves only through engine_advance. */
 engine_t *engine_new_manual(const engine_opts_t *o);
 
-/* engine_destroy stops the thread (if any), drops pending requests without calling their callbacks,
+/* engine_destroy stops the thread (if any), runs the callbacks of requests that have completed
+ * but not been delivered yet, drops queued and running requests without calling their callbacks,
  * frees *ep and sets it to NULL. NULL or *ep == NULL is a no-op. */
 void engine_destroy(engine_t **ep);
 

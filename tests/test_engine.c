@@ -15,6 +15,7 @@
 typedef struct {
     int n;
     double last_end;
+    double first_submit; /* of the requests delivered so far; -1 before any */
     double ends[256];
     uint64_t ids[256];
     double starts[256];
@@ -34,6 +35,8 @@ static void s_record(void *arg, const engine_done_t *d)
     r->n++;
     if (d->t_end > r->last_end)
         r->last_end = d->t_end;
+    if (r->first_submit < 0 || d->t_submit < r->first_submit)
+        r->first_submit = d->t_submit;
     r->last_wall_ms = harness_now_ms();
     pthread_mutex_unlock(&r->mu);
 }
@@ -41,6 +44,7 @@ static void s_record(void *arg, const engine_done_t *d)
 static void s_record_init(record_t *r)
 {
     memset(r, 0, sizeof(*r));
+    r->first_submit = -1;
     pthread_mutex_init(&r->mu, NULL);
 }
 
@@ -242,10 +246,10 @@ static void threaded_engine_matches_analytic_makespan_on_the_wall_clock(void **s
     assert_int_equal(r.n, 16);
     double analytic_wall = 2 * 100 / fmin(50.0, 200.0 / 8) / 20 * 1000;
     double wall = (double)(r.last_wall_ms - t0);
-    print_message("threaded makespan %.1f ms (analytic %.1f ms), simulated %.4f s\n", wall, analytic_wall,
-                  r.last_end);
+    double sim = r.last_end - r.first_submit;
+    print_message("threaded makespan %.1f ms (analytic %.1f ms), simulated %.4f s\n", wall, analytic_wall, sim);
     assert_true(fabs(wall - analytic_wall) / analytic_wall < 0.05);
-    assert_true(fabs(r.last_end - 8.0) / 8.0 < 0.05);
+    assert_true(fabs(sim - 8.0) / 8.0 < 0.05);
     engine_destroy(&e);
 }
 
