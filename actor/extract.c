@@ -1,0 +1,235 @@
+/*
+ * extract.c — action extraction from a model's answer; see extract.h for the rules.
+ *
+ * Everything here is a pure function over strings, so each rule is tested on literal answers.
+ * The edit distance is a small two-row Levenshtein over bytes; candidates whose length alone
+ * puts them past the threshold are skipped without computing it.
+ */
+#include "actor/extract.h"
+
+#include "common/sr.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Answers longer than this are cut before normalisation: no admissible action is that long. */
+#define S_MAX_CANDIDATE 4096
+
+static const char S_OPEN[] = "<action>";
+static const char S_CLOSE[] = "</action>";
+
+/* s_find_tag finds the last complete <action>...</action> pair in text (tags in any case). When
+ * there is none but an opening tag exists, it returns the text after the last opening tag and
+ * sets *unclosed. Returns false when there is no opening tag at all. */
+static bool s_find_tag(const char *text, const char **start, size_t *len, bool *unclosed)
+{
+    const char *best = NULL, *best_end = NULL, *last_open = NULL;
+    const char *p = text;
+    const char *open;
+    while ((open = strcasestr(p, S_OPEN)) != NULL) {
+        const char *body = open + sizeof S_OPEN - 1;
+        const char *close = strcasestr(body, S_CLOSE);
+        last_open = body;
+        if (close) {
+            best = body;
+            best_end = close;
+            p = close + sizeof S_CLOSE - 1;
+        } else {
+            break;
+        }
+    }
+    *unclosed = false;
+    if (best) {
+        *start = best;
+        *len = (size_t)(best_end - best);
+        return true;
+    }
+    if (last_open) {
+        *start = last_open;
+        *len = strlen(last_open);
+        *unclosed = true;
+        return true;
+    }
+    return false;
+}
+
+/* s_find_action_line finds the last line whose first non-blank characters are "Action:" (any
+ * case) and returns the rest of that line. */
+static bool s_find_action_line(const char *text, const char **start, size_t *len)
+{
+    bool found = false;
+    const char *line = text;
+    while (*line) {
+        const char *eol = strchr(line, '\n');
+        const char *end = eol ? eol : line + strlen(line);
+        const char *q = line;
+        while (q < end && (*q == ' ' || *q == '\t'))
+            q++;
+        if ((size_t)(end - q) >= 7 && strncasecmp(q, "action:", 7) == 0) {
+            *start = q + 7;
+            *len = (size_t)(end - (q + 7));
+            found = true;
+        }
+        if (!eol)
+            break;
+        line = eol + 1;
+    }
+    return found;
+}
+
+static char *s_normalise_n(const char *s, size_t n)
+{
+    if (n > S_MAX_CANDIDATE)
+        n = S_MAX_CANDIDATE;
+    char *out = sr_xmalloc(n + 1);
+    size_t o = 0;
+    bool pending_space = false;
+    for (size_t i = 0; i < n && s[i]; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (isspace(ch)) {
+            pending_space = o > 0;
+            continue;
+        }
+        if (pending_space) {
+            out[o++] = ' ';
+            pending_space = false;
+        }
+        out[o++] = (char)tolower(ch);
+    }
+    out[o] = '\0';
+    return out;
+}
+
+char *extract_normalise(const char *s)
+{
+    if (!s)
+        s = "";
+    return s_normalise_n(s, strlen(s));
+}
+
+/* s_levenshtein: edit distance between a (la bytes) and b (lb bytes), two rows. */
+static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
+{
+    if (la == 0)
+        return lb;
+    if (lb == 0)
+        return la;
+    size_t *prev = sr_xmalloc((lb + 1) * sizeof *prev);
+    size_t *cur = sr_xmalloc((lb + 1) * sizeof *cur);
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1;
+            size_t ins = cur[j - 1] + 1;
+            size_t m = sub < del ? sub : del;
+            cur[j] = m < ins ? m : ins;
+        }
+        size_t *t = prev;
+        prev = cur;
+        cur = t;
+    }
+    size_t d = prev[lb];
+    free(prev);
+    free(cur);
+    return d;
+}
+
+double extract_distance(const char *a, const char *b)
+{
+    if (!a)
+        a = "";
+    if (!b)
+        b = "";
+    size_t la = strlen(a), lb = strlen(b);
+    size_t longer = la > lb ? la : lb;
+    if (longer == 0)
+        return 0.0;
+    return (double)s_levenshtein(a, la, b, lb) / (double)longer;
+}
+
+int extract_action(const char *text, const char *const *admissible, size_t n, double max_dist,
+                   extract_result_t *out)
+{
+    if (!out)
+        return SR_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->index = -1;
+    if (!text)
+        text = "";
+    if (max_dist < 0)
+        max_dist = EXTRACT_DEFAULT_MAX_DIST;
+
+    const char *start = text;
+    size_t len = strlen(text);
+    bool unclosed = false;
+    if (s_find_tag(text, &start, &len, &unclosed)) {
+        out->source = unclosed ? EXTRACT_SRC_UNCLOSED_TAG : EXTRACT_SRC_TAG;
+    } else if (s_find_action_line(text, &start, &len)) {
+        out->source = EXTRACT_SRC_ACTION_LINE;
+    } else {
+        start = text;
+        len = strlen(text);
+        out->source = EXTRACT_SRC_WHOLE_TEXT;
+    }
+    char *cand = s_normalise_n(start, len);
+    size_t lc = strlen(cand);
+
+    int best = -1;
+    double best_d = 2.0;
+    for (size_t i = 0; i < n && admissible; i++) {
+        if (!admissible[i])
+            continue;
+        char *a = extract_normalise(admissible[i]);
+        size_t la = strlen(a);
+        if (strcmp(a, cand) == 0) {
+            best = (int)i;
+            best_d = 0.0;
+            free(a);
+            break;
+        }
+        size_t longer = la > lc ? la : lc;
+        size_t gap = la > lc ? la - lc : lc - la;
+        /* The distance is at least the length gap: skip what cannot come within the threshold. */
+        if (longer > 0 && (double)gap / (double)longer <= max_dist) {
+            double d = (double)s_levenshtein(a, la, cand, lc) / (double)longer;
+            if (d < best_d) {
+                best_d = d;
+                best = (int)i;
+            }
+        }
+        free(a);
+    }
+
+    if (best >= 0 && best_d == 0.0) {
+        out->match = EXTRACT_MATCH_EXACT;
+    } else if (best >= 0 && best_d <= max_dist) {
+        out->match = EXTRACT_MATCH_FUZZY;
+    } else {
+        best = -1;
+        out->match = EXTRACT_MATCH_NONE;
+    }
+    if (best >= 0) {
+        out->action = sr_xstrdup(admissible[best]);
+        out->index = best;
+        out->distance = best_d;
+        free(cand);
+    } else {
+        out->action = cand;
+        out->distance = best_d > 1.0 ? 1.0 : best_d;
+    }
+    out->format_error = out->source != EXTRACT_SRC_TAG || out->match == EXTRACT_MATCH_NONE;
+    return SR_OK;
+}
+
+void extract_result_clear(extract_result_t *r)
+{
+    if (!r)
+        return;
+    free(r->action);
+    memset(r, 0, sizeof *r);
+    r->index = -1;
+}

@@ -1,0 +1,369 @@
+/*
+ * prompt.c — the step prompt template: checking, loading and rendering; see prompt.h.
+ *
+ * One scanner walks a template for both jobs: when a template is made it only checks (unknown
+ * placeholders, unbalanced sections), and when a step is rendered it appends to a growing buffer.
+ * Sections are one level deep and only about the history, which is all a step prompt needs.
+ */
+#include "actor/prompt.h"
+
+#include "common/sr.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The largest template file read; a prompt template is a few kilobytes. */
+#define S_MAX_FILE (256 * 1024)
+
+const char PROMPT_DEFAULT_SYSTEM[] =
+    "You are an expert agent operating in the ALFRED embodied household environment.";
+
+const char PROMPT_DEFAULT_USER[] =
+    "Your task is to: {goal}\n"
+    "{^history}This is the first step.\n{/history}"
+    "{#history}Prior to this step, you have already taken {n_prev} step(s). Below are the most "
+    "recent {n_hist} observations and the corresponding actions you took:\n{history}\n{/history}"
+    "You are now at step {step} and your current observation is: {current_obs}\n"
+    "Your admissible actions of the current situation are: {admissible}.\n"
+    "\n"
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning process "
+    "MUST be enclosed within <think> </think> tags.\n"
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags.";
+
+struct prompt {
+    char *system;
+    char *user;
+    int history_len;
+};
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} s_buf_t;
+
+static void s_put(s_buf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        b->p = sr_xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void s_puts(s_buf_t *b, const char *s)
+{
+    s_put(b, s ? s : "", strlen(s ? s : ""));
+}
+
+static void s_printf(s_buf_t *b, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        s_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static void s_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+typedef enum { S_PH_GOAL, S_PH_STEP, S_PH_NPREV, S_PH_NHIST, S_PH_HISTORY, S_PH_OBS, S_PH_ADM } s_ph_t;
+
+static const struct {
+    const char *name;
+    s_ph_t ph;
+} S_PLACEHOLDERS[] = {
+    {"goal", S_PH_GOAL},       {"step", S_PH_STEP},       {"n_prev", S_PH_NPREV},
+    {"n_hist", S_PH_NHIST},    {"history", S_PH_HISTORY}, {"current_obs", S_PH_OBS},
+    {"admissible", S_PH_ADM},
+};
+
+/* What a render needs besides the template; NULL when only checking. */
+typedef struct {
+    const prompt_state_t *s;
+    size_t n_prev, n_hist;
+} s_ctx_t;
+
+static void s_render_ph(s_buf_t *b, s_ph_t ph, const s_ctx_t *c)
+{
+    const prompt_state_t *s = c->s;
+    switch (ph) {
+    case S_PH_GOAL: s_puts(b, s->goal); break;
+    case S_PH_STEP: s_printf(b, "%zu", c->n_prev + 1); break;
+    case S_PH_NPREV: s_printf(b, "%zu", c->n_prev); break;
+    case S_PH_NHIST: s_printf(b, "%zu", c->n_hist); break;
+    case S_PH_OBS: s_puts(b, s->current_obs); break;
+    case S_PH_HISTORY:
+        for (size_t i = c->n_prev - c->n_hist; i < c->n_prev; i++) {
+            size_t k = i + 1;
+            if (i > c->n_prev - c->n_hist)
+                s_puts(b, "\n");
+            s_printf(b, "[Observation %zu: '", k);
+            s_puts(b, s->history[i].obs);
+            s_printf(b, "', Action %zu: '", k);
+            s_puts(b, s->history[i].action);
+            s_puts(b, "']");
+        }
+        break;
+    case S_PH_ADM: {
+        s_puts(b, "[");
+        bool first = true;
+        for (size_t i = 0; i < s->n_admissible; i++) {
+            const char *a = s->admissible ? s->admissible[i] : NULL;
+            if (!a || strcmp(a, "help") == 0)
+                continue;
+            s_puts(b, first ? "'" : ", '");
+            s_puts(b, a);
+            s_puts(b, "'");
+            first = false;
+        }
+        s_puts(b, "]");
+        break;
+    }
+    }
+}
+
+/* s_walk checks tmpl and, when ctx is not NULL, renders it into b. Returns 0 or SR_EINVAL with
+ * a reason in err. */
+static int s_walk(const char *tmpl, const s_ctx_t *ctx, s_buf_t *b, char *err, size_t errlen)
+{
+    int section = 0; /* 0 none, 1 inside {#history}, -1 inside {^history} */
+    bool emit = true;
+    const char *p = tmpl;
+    while (*p) {
+        if (p[0] == '{' && p[1] == '{') {
+            if (ctx && emit)
+                s_put(b, "{", 1);
+            p += 2;
+            continue;
+        }
+        if (*p != '{') {
+            const char *q = p;
+            while (*q && *q != '{')
+                q++;
+            if (ctx && emit)
+                s_put(b, p, (size_t)(q - p));
+            p = q;
+            continue;
+        }
+        const char *close = strchr(p + 1, '}');
+        if (!close) {
+            s_err(err, errlen, "unclosed '{' at byte %zu", (size_t)(p - tmpl));
+            return SR_EINVAL;
+        }
+        size_t n = (size_t)(close - (p + 1));
+        const char *name = p + 1;
+        if (n == 8 && (name[0] == '#' || name[0] == '^') && strncmp(name + 1, "history", 7) == 0) {
+            if (section != 0) {
+                s_err(err, errlen, "nested section at byte %zu", (size_t)(p - tmpl));
+                return SR_EINVAL;
+            }
+            section = name[0] == '#' ? 1 : -1;
+            if (ctx)
+                emit = (section == 1) == (ctx->n_hist > 0);
+        } else if (n == 8 && name[0] == '/' && strncmp(name + 1, "history", 7) == 0) {
+            if (section == 0) {
+                s_err(err, errlen, "{/history} without an opening section at byte %zu",
+                      (size_t)(p - tmpl));
+                return SR_EINVAL;
+            }
+            section = 0;
+            emit = true;
+        } else {
+            size_t i;
+            for (i = 0; i < SR_ARRAY_LEN(S_PLACEHOLDERS); i++)
+                if (strlen(S_PLACEHOLDERS[i].name) == n && strncmp(S_PLACEHOLDERS[i].name, name, n) == 0)
+                    break;
+            if (i == SR_ARRAY_LEN(S_PLACEHOLDERS)) {
+                s_err(err, errlen, "unknown placeholder {%.*s} at byte %zu", (int)SR_MIN(n, 40), name,
+                      (size_t)(p - tmpl));
+                return SR_EINVAL;
+            }
+            if (ctx && emit)
+                s_render_ph(b, S_PLACEHOLDERS[i].ph, ctx);
+        }
+        p = close + 1;
+    }
+    if (section != 0) {
+        s_err(err, errlen, "section {%chistory} is not closed", section == 1 ? '#' : '^');
+        return SR_EINVAL;
+    }
+    return SR_OK;
+}
+
+prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history_len, char *err,
+                     size_t errlen)
+{
+    if (!system_tmpl)
+        system_tmpl = PROMPT_DEFAULT_SYSTEM;
+    if (!user_tmpl)
+        user_tmpl = PROMPT_DEFAULT_USER;
+    char why[160] = "";
+    if (s_walk(system_tmpl, NULL, NULL, why, sizeof why) != SR_OK) {
+        s_err(err, errlen, "system template: %s", why);
+        return NULL;
+    }
+    if (s_walk(user_tmpl, NULL, NULL, why, sizeof why) != SR_OK) {
+        s_err(err, errlen, "user template: %s", why);
+        return NULL;
+    }
+    prompt_t *p = sr_xcalloc(1, sizeof *p);
+    p->system = sr_xstrdup(system_tmpl);
+    p->user = sr_xstrdup(user_tmpl);
+    p->history_len = history_len < 0 ? PROMPT_DEFAULT_HISTORY : history_len;
+    return p;
+}
+
+/* s_is_marker tells whether the line at p (up to eol) is exactly `marker`, allowing a '\r'. */
+static bool s_is_marker(const char *p, const char *eol, const char *marker)
+{
+    size_t n = (size_t)(eol - p);
+    if (n > 0 && p[n - 1] == '\r')
+        n--;
+    return n == strlen(marker) && strncmp(p, marker, n) == 0;
+}
+
+/* s_part copies the text [start, stop) without the one line break that ends it. */
+static char *s_part(const char *start, const char *stop)
+{
+    if (stop > start && stop[-1] == '\n')
+        stop--;
+    if (stop > start && stop[-1] == '\r')
+        stop--;
+    return sr_xstrndup(start, (size_t)(stop > start ? stop - start : 0));
+}
+
+prompt_t *prompt_load(const char *path, int history_len, char *err, size_t errlen)
+{
+    prompt_t *result = NULL;
+    char *text = NULL, *sys = NULL, *user = NULL;
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        s_err(err, errlen, "cannot open template %s: %s", path ? path : "(null)",
+              path ? strerror(errno) : "no path");
+        goto cleanup;
+    }
+    text = sr_xmalloc(S_MAX_FILE + 1);
+    size_t n = fread(text, 1, S_MAX_FILE + 1, f);
+    if (n > S_MAX_FILE) {
+        s_err(err, errlen, "template %s is larger than %d bytes", path, S_MAX_FILE);
+        goto cleanup;
+    }
+    text[n] = '\0';
+    if (strlen(text) != n) {
+        s_err(err, errlen, "template %s contains a NUL byte", path);
+        goto cleanup;
+    }
+
+    /* Split into parts at the marker lines. */
+    char **target = NULL;
+    const char *part_start = NULL;
+    const char *line = text;
+    while (*line) {
+        const char *eol = strchr(line, '\n');
+        const char *end = eol ? eol : line + strlen(line);
+        bool is_sys = s_is_marker(line, end, "[system]");
+        bool is_user = !is_sys && s_is_marker(line, end, "[user]");
+        if (is_sys || is_user) {
+            if (target) {
+                *target = s_part(part_start, line);
+            } else {
+                for (const char *q = text; q < line; q++)
+                    if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+                        s_err(err, errlen, "template %s has text before its first section marker", path);
+                        goto cleanup;
+                    }
+            }
+            target = is_sys ? &sys : &user;
+            if (*target) {
+                s_err(err, errlen, "template %s has two %s sections", path, is_sys ? "[system]" : "[user]");
+                goto cleanup;
+            }
+            part_start = eol ? eol + 1 : end;
+        }
+        if (!eol)
+            break;
+        line = eol + 1;
+    }
+    if (target)
+        *target = s_part(part_start, text + n);
+    if (!user) {
+        s_err(err, errlen, "template %s has no [user] section", path);
+        goto cleanup;
+    }
+    result = prompt_new(sys ? sys : PROMPT_DEFAULT_SYSTEM, user, history_len, err, errlen);
+
+cleanup:
+    if (f)
+        fclose(f);
+    free(text);
+    free(sys);
+    free(user);
+    return result;
+}
+
+void prompt_destroy(prompt_t **pp)
+{
+    if (!pp || !*pp)
+        return;
+    prompt_t *p = *pp;
+    free(p->system);
+    free(p->user);
+    free(p);
+    *pp = NULL;
+}
+
+int prompt_history_len(const prompt_t *p)
+{
+    return p ? p->history_len : PROMPT_DEFAULT_HISTORY;
+}
+
+int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t *out)
+{
+    if (!p || !s || !out)
+        return SR_EINVAL;
+    memset(out, 0, sizeof *out);
+    s_ctx_t ctx = {.s = s, .n_prev = s->history ? s->n_history : 0};
+    ctx.n_hist = SR_MIN(ctx.n_prev, (size_t)p->history_len);
+    s_buf_t sys = {0}, user = {0};
+    /* The templates were checked when made, so the walks cannot fail here. */
+    if (p->system[0]) {
+        s_walk(p->system, &ctx, &sys, NULL, 0);
+        s_put(&sys, "", 0);
+    }
+    s_walk(p->user, &ctx, &user, NULL, 0);
+    s_put(&user, "", 0);
+    out->system = sys.p;
+    out->user = user.p;
+    return SR_OK;
+}
+
+void prompt_messages_clear(prompt_messages_t *m)
+{
+    if (!m)
+        return;
+    free(m->system);
+    free(m->user);
+    m->system = NULL;
+    m->user = NULL;
+}

@@ -1,0 +1,76 @@
+/*
+ * prompt.h — renders the chat messages of one agent step from a template.
+ *
+ * A template is a system text and a user text with placeholders in braces: {goal}, {step},
+ * {n_prev}, {n_hist}, {history}, {current_obs}, {admissible}; the sections {#history}...{/history}
+ * (kept only when the step shows at least one past observation/action pair) and
+ * {^history}...{/history} (kept only when it shows none); "{{" stands for a literal "{". The
+ * default template is the shared prompt contract with the policy server's parser (docs/prompt.md
+ * quotes it). Templates are checked once, when made: an unknown placeholder or an unbalanced
+ * section is an error with a message, so rendering never fails on the template.
+ */
+#ifndef SR_PROMPT_H
+#define SR_PROMPT_H
+
+#include <stddef.h>
+
+/* The default history length H: how many past observation/action pairs the prompt shows. */
+#define PROMPT_DEFAULT_HISTORY 2
+
+extern const char PROMPT_DEFAULT_SYSTEM[];
+extern const char PROMPT_DEFAULT_USER[];
+
+typedef struct prompt prompt_t;
+
+/* One past step: the observation the agent saw and the action it then took. */
+typedef struct {
+    const char *obs;
+    const char *action;
+} prompt_turn_t;
+
+/* The state of an episode before its next step. history holds every past step, oldest first
+ * (history[0] is step 1); the prompt shows the last H of them. goal is the goal sentence without
+ * "Your task is to: " and with its final period. admissible is the environment's list; "help" is
+ * left out when rendered. NULL strings render as "". */
+typedef struct {
+    const char *goal;
+    const prompt_turn_t *history;
+    size_t n_history;
+    const char *current_obs;
+    const char *const *admissible;
+    size_t n_admissible;
+} prompt_state_t;
+
+/* The rendered messages, owned by the caller (prompt_messages_clear). system is NULL when the
+ * template's system text is empty: then the request carries the user message only. */
+typedef struct {
+    char *system;
+    char *user;
+} prompt_messages_t;
+
+/* prompt_new makes a template from a system and a user text (NULL selects the default text of
+ * that part) and a history length (negative selects PROMPT_DEFAULT_HISTORY). Returns NULL when a
+ * text is malformed, with a one-line reason in err (when err is not NULL). */
+prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history_len, char *err,
+                     size_t errlen);
+
+/* prompt_load reads a template file: a line "[system]" followed by the system text, then a line
+ * "[user]" followed by the user text (the line break before a marker or the end of the file is
+ * not part of the text; without "[system]" the default system text is used). Returns NULL with a
+ * reason in err when the file cannot be read or is malformed. */
+prompt_t *prompt_load(const char *path, int history_len, char *err, size_t errlen);
+
+/* prompt_destroy frees the template and nulls *p. Accepts NULL and a pointer to NULL. */
+void prompt_destroy(prompt_t **p);
+
+/* prompt_history_len returns the template's H. */
+int prompt_history_len(const prompt_t *p);
+
+/* prompt_render renders the step's messages into *out (which the caller clears with
+ * prompt_messages_clear). Returns 0, or SR_EINVAL when p, s or out is NULL. */
+int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t *out);
+
+/* prompt_messages_clear frees both texts and nulls them. Accepts NULL. */
+void prompt_messages_clear(prompt_messages_t *m);
+
+#endif

@@ -1,0 +1,826 @@
+/*
+ * llm_client.c — OpenAI-compatible chat completions over a libcurl multi handle; see llm_client.h.
+ *
+ * Design: one CURLM per client. In reactor mode curl's socket and timer callbacks are forwarded
+ * to the owner's hooks and the owner drives curl_multi_socket_action through llm_client_on_fd /
+ * llm_client_on_timer; without hooks, llm_client_run_until_idle drives curl_multi_perform and
+ * curl_multi_poll. The single timer the owner gives us is shared between curl's own deadline and
+ * the requests waiting out a retry back-off: s_rearm always asks for the earliest of them.
+ * A request keeps its easy handle across attempts; an aborted request is removed from the multi
+ * handle mid-transfer, which makes curl close that connection instead of caching it.
+ */
+#include "common/llm_client.h"
+
+#include "common/sr.h"
+
+#include <cJSON.h>
+#include <curl/curl.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct llm_parsed {
+    char *content;
+    char *finish_reason;
+    char *model;
+};
+
+struct llm_request {
+    llm_client_t *c;
+    CURL *easy;
+    char *body;
+    char *resp;
+    size_t resp_len, resp_cap;
+    bool too_big;
+    bool in_multi;
+    bool completing;
+    int attempts;
+    int64_t t_start_us;
+    int64_t retry_due_ms; /* -1 when not waiting for a retry */
+    llm_done_cb cb;
+    void *arg;
+    llm_request_t *prev, *next;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+struct llm_client {
+    CURLM *multi;
+    llm_client_cfg_t cfg;
+    char *url;
+    char *auth_header;
+    struct curl_slist *headers;
+    llm_io_hooks_t hooks;
+    bool has_hooks;
+    void *hook_arg;
+    int64_t curl_deadline_ms; /* -1 when curl wants no timer */
+    llm_request_t *head;
+    size_t pending;
+    uint64_t rng;
+    llm_client_stats_t stats;
+};
+
+static bool s_curl_ready;
+
+static int64_t s_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t s_now_ms(void)
+{
+    return s_now_us() / 1000;
+}
+
+static uint64_t s_rand(llm_client_t *c)
+{
+    uint64_t z = (c->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void s_fmt(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- URL and request body ------------------------------------------------------------------ */
+
+static bool s_ends_with(const char *s, size_t len, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    return len >= n && strncmp(s + len - n, suffix, n) == 0;
+}
+
+char *llm_chat_url(const char *base_url)
+{
+    if (!base_url || !*base_url)
+        return NULL;
+    if (strncasecmp(base_url, "http://", 7) != 0 && strncasecmp(base_url, "https://", 8) != 0)
+        return NULL;
+    size_t len = strlen(base_url);
+    if (s_ends_with(base_url, len, "/chat/completions"))
+        return sr_xstrdup(base_url);
+    while (len > 0 && base_url[len - 1] == '/')
+        len--;
+    const char *host = strstr(base_url, "://") + 3;
+    if ((size_t)(host - base_url) >= len)
+        return NULL;
+    bool has_v1 = s_ends_with(base_url, len, "/v1");
+    size_t n = len + sizeof "/v1/chat/completions";
+    char *url = sr_xmalloc(n);
+    snprintf(url, n, "%.*s%s", (int)len, base_url, has_v1 ? "/chat/completions" : "/v1/chat/completions");
+    return url;
+}
+
+char *llm_chat_body(const llm_chat_t *req)
+{
+    if (!req || !req->messages || req->n_messages == 0)
+        return NULL;
+    char *out = NULL;
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    if (req->model && !cJSON_AddStringToObject(root, "model", req->model))
+        goto cleanup;
+    cJSON *msgs = cJSON_AddArrayToObject(root, "messages");
+    if (!msgs)
+        goto cleanup;
+    for (size_t i = 0; i < req->n_messages; i++) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m)
+            goto cleanup;
+        cJSON_AddItemToArray(msgs, m);
+        const llm_message_t *lm = &req->messages[i];
+        if (!cJSON_AddStringToObject(m, "role", lm->role ? lm->role : "user") ||
+            !cJSON_AddStringToObject(m, "content", lm->content ? lm->content : ""))
+            goto cleanup;
+    }
+    if (req->temperature >= 0 && !cJSON_AddNumberToObject(root, "temperature", req->temperature))
+        goto cleanup;
+    if (req->top_p >= 0 && !cJSON_AddNumberToObject(root, "top_p", req->top_p))
+        goto cleanup;
+    if (req->max_tokens > 0 && !cJSON_AddNumberToObject(root, "max_tokens", req->max_tokens))
+        goto cleanup;
+    if (req->n_stop > 0 && req->stop) {
+        cJSON *stop = cJSON_AddArrayToObject(root, "stop");
+        if (!stop)
+            goto cleanup;
+        for (size_t i = 0; i < req->n_stop; i++)
+            if (req->stop[i])
+                cJSON_AddItemToArray(stop, cJSON_CreateString(req->stop[i]));
+    }
+    if (req->has_seed && !cJSON_AddNumberToObject(root, "seed", (double)req->seed))
+        goto cleanup;
+    if (req->logprobs && !cJSON_AddTrueToObject(root, "logprobs"))
+        goto cleanup;
+    if (!cJSON_AddNumberToObject(root, "n", 1) || !cJSON_AddFalseToObject(root, "stream"))
+        goto cleanup;
+    out = cJSON_PrintUnformatted(root);
+
+cleanup:
+    cJSON_Delete(root);
+    return out;
+}
+
+/* ---- response parsing ---------------------------------------------------------------------- */
+
+/* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
+static void s_one_line(const char *s, size_t len, char *buf, size_t n)
+{
+    if (n == 0)
+        return;
+    while (len > 0 && isspace((unsigned char)*s)) {
+        s++;
+        len--;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '\n' && o > 0)
+            break;
+        buf[o++] = ch < 0x20 || ch == 0x7f ? ' ' : (char)ch;
+    }
+    while (o > 0 && buf[o - 1] == ' ')
+        o--;
+    buf[o] = '\0';
+}
+
+static bool s_message_of(const cJSON *root, char *buf, size_t n)
+{
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(root, "error");
+    const cJSON *msg = NULL;
+    if (cJSON_IsObject(err))
+        msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    else if (cJSON_IsString(err))
+        msg = err;
+    if (!cJSON_IsString(msg))
+        msg = cJSON_GetObjectItemCaseSensitive(root, "message");
+    if (!cJSON_IsString(msg))
+        msg = cJSON_GetObjectItemCaseSensitive(root, "detail");
+    if (cJSON_IsString(msg) && msg->valuestring) {
+        s_one_line(msg->valuestring, strlen(msg->valuestring), buf, n);
+        return true;
+    }
+    const cJSON *detail = cJSON_GetObjectItemCaseSensitive(root, "detail");
+    if (detail) {
+        char *txt = cJSON_PrintUnformatted(detail);
+        if (txt) {
+            s_one_line(txt, strlen(txt), buf, n);
+            free(txt);
+            return true;
+        }
+    }
+    return false;
+}
+
+void llm_error_message(const char *body, size_t len, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return;
+    buf[0] = '\0';
+    if (!body || len == 0)
+        return;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    bool done = cJSON_IsObject(root) && s_message_of(root, buf, n);
+    cJSON_Delete(root);
+    if (!done)
+        s_one_line(body, len, buf, SR_MIN(n, (size_t)121));
+}
+
+void llm_parsed_free(llm_parsed_t **store)
+{
+    if (!store || !*store)
+        return;
+    free((*store)->content);
+    free((*store)->finish_reason);
+    free((*store)->model);
+    free(*store);
+    *store = NULL;
+}
+
+static long s_int_field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (long)v->valuedouble : -1;
+}
+
+int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
+{
+    if (!out || !store)
+        return SR_EINVAL;
+    *store = NULL;
+    out->content = NULL;
+    out->finish_reason = NULL;
+    out->model = NULL;
+    out->prompt_tokens = -1;
+    out->completion_tokens = -1;
+    out->has_logprob = false;
+    out->logprob_sum = 0;
+    out->error[0] = '\0';
+    int rc = SR_EPROTO;
+    cJSON *root = NULL;
+    llm_parsed_t *st = NULL;
+
+    if (!body || len == 0) {
+        s_fmt(out->error, sizeof out->error, "empty response body");
+        goto cleanup;
+    }
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        s_fmt(out->error, sizeof out->error, "invalid JSON at byte %zu", at);
+        goto cleanup;
+    }
+    if (!cJSON_IsObject(root)) {
+        s_fmt(out->error, sizeof out->error, "response is not a JSON object");
+        goto cleanup;
+    }
+    const cJSON *err_item = cJSON_GetObjectItemCaseSensitive(root, "error");
+    const cJSON *obj_type = cJSON_GetObjectItemCaseSensitive(root, "object");
+    bool is_error = (err_item && !cJSON_IsNull(err_item)) ||
+                    (cJSON_IsString(obj_type) && strcmp(obj_type->valuestring, "error") == 0);
+    if (is_error) {
+        char msg[200];
+        if (!s_message_of(root, msg, sizeof msg))
+            snprintf(msg, sizeof msg, "no message");
+        s_fmt(out->error, sizeof out->error, "server error: %s", msg);
+        goto cleanup;
+    }
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    if (!cJSON_IsArray(choices) || cJSON_GetArraySize(choices) == 0) {
+        s_fmt(out->error, sizeof out->error, "no choices in response");
+        goto cleanup;
+    }
+    const cJSON *choice = cJSON_GetArrayItem(choices, 0);
+    const cJSON *message = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    if (!cJSON_IsObject(message)) {
+        if (cJSON_GetObjectItemCaseSensitive(choice, "delta"))
+            s_fmt(out->error, sizeof out->error, "streaming chunk where a full response was expected");
+        else
+            s_fmt(out->error, sizeof out->error, "first choice has no message");
+        goto cleanup;
+    }
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(message, "content");
+    if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
+        s_fmt(out->error, sizeof out->error, "message content is not a string");
+        goto cleanup;
+    }
+    st = sr_xcalloc(1, sizeof *st);
+    st->content = sr_xstrdup(cJSON_IsString(content) && content->valuestring ? content->valuestring : "");
+    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    if (cJSON_IsString(finish) && finish->valuestring)
+        st->finish_reason = sr_xstrdup(finish->valuestring);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (cJSON_IsString(model) && model->valuestring)
+        st->model = sr_xstrdup(model->valuestring);
+
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(root, "usage");
+    if (cJSON_IsObject(usage)) {
+        out->prompt_tokens = s_int_field(usage, "prompt_tokens");
+        out->completion_tokens = s_int_field(usage, "completion_tokens");
+    }
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(choice, "logprobs");
+    const cJSON *lpc = cJSON_IsObject(lp) ? cJSON_GetObjectItemCaseSensitive(lp, "content") : NULL;
+    if (cJSON_IsArray(lpc)) {
+        double sum = 0;
+        bool any = false;
+        const cJSON *tok;
+        cJSON_ArrayForEach(tok, lpc)
+        {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(tok, "logprob");
+            if (cJSON_IsNumber(v)) {
+                sum += v->valuedouble;
+                any = true;
+            }
+        }
+        out->has_logprob = any;
+        out->logprob_sum = any ? sum : 0;
+    }
+    out->content = st->content;
+    out->finish_reason = st->finish_reason;
+    out->model = st->model;
+    *store = st;
+    st = NULL;
+    rc = SR_OK;
+
+cleanup:
+    llm_parsed_free(&st);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- request lifecycle --------------------------------------------------------------------- */
+
+static void s_rearm(llm_client_t *c)
+{
+    if (!c->has_hooks || !c->hooks.set_timer)
+        return;
+    int64_t due = c->curl_deadline_ms;
+    for (llm_request_t *r = c->head; r; r = r->next)
+        if (r->retry_due_ms >= 0 && (due < 0 || r->retry_due_ms < due))
+            due = r->retry_due_ms;
+    if (due < 0) {
+        c->hooks.set_timer(-1, c->hook_arg);
+        return;
+    }
+    int64_t now = s_now_ms();
+    c->hooks.set_timer(due > now ? (long)(due - now) : 0, c->hook_arg);
+}
+
+static void s_req_free(llm_request_t *r)
+{
+    llm_client_t *c = r->c;
+    if (r->in_multi)
+        curl_multi_remove_handle(c->multi, r->easy);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    c->pending--;
+    curl_easy_cleanup(r->easy);
+    free(r->body);
+    free(r->resp);
+    free(r);
+}
+
+static size_t s_write_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    llm_request_t *r = userp;
+    size_t n = size * nmemb;
+    size_t limit = r->c->cfg.max_response_bytes;
+    if (r->resp_len + n > limit) {
+        r->too_big = true;
+        return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
+    }
+    if (r->resp_len + n + 1 > r->resp_cap) {
+        size_t cap = r->resp_cap ? r->resp_cap : 4096;
+        while (cap < r->resp_len + n + 1)
+            cap *= 2;
+        r->resp = sr_xrealloc(r->resp, cap);
+        r->resp_cap = cap;
+    }
+    memcpy(r->resp + r->resp_len, data, n);
+    r->resp_len += n;
+    r->resp[r->resp_len] = '\0';
+    return n;
+}
+
+static void s_complete(llm_request_t *r, llm_response_t *resp)
+{
+    llm_client_t *c = r->c;
+    resp->attempts = r->attempts;
+    resp->latency_ms = (double)(s_now_us() - r->t_start_us) / 1000.0;
+    if (resp->rc == SR_OK)
+        c->stats.succeeded++;
+    else
+        c->stats.failed++;
+    r->completing = true;
+    if (r->cb)
+        r->cb(resp, r->arg);
+    s_req_free(r);
+}
+
+/* s_start_attempt hands the request's easy handle to curl. On refusal the request completes
+ * with an error. */
+static void s_start_attempt(llm_request_t *r)
+{
+    r->retry_due_ms = -1;
+    r->resp_len = 0;
+    r->too_big = false;
+    r->errbuf[0] = '\0';
+    r->attempts++;
+    CURLMcode mc = curl_multi_add_handle(r->c->multi, r->easy);
+    if (mc != CURLM_OK) {
+        llm_response_t resp = {.rc = SR_EIO, .prompt_tokens = -1, .completion_tokens = -1};
+        s_fmt(resp.error, sizeof resp.error, "curl refused the request: %s", curl_multi_strerror(mc));
+        s_complete(r, &resp);
+        return;
+    }
+    r->in_multi = true;
+}
+
+static bool s_retryable_curl(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR: return true;
+    default: return false;
+    }
+}
+
+static bool s_is_json_type(const char *ctype)
+{
+    return strcasestr(ctype, "json") != NULL;
+}
+
+/* s_attempt_done judges one finished attempt: complete the request, or schedule a retry. */
+static void s_attempt_done(llm_request_t *r, CURLcode cc)
+{
+    llm_client_t *c = r->c;
+    long http = 0;
+    char *ctype = NULL;
+    long req_bytes = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(r->easy, CURLINFO_CONTENT_TYPE, &ctype);
+    curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &req_bytes);
+    char ctype_copy[96] = "";
+    if (ctype)
+        s_fmt(ctype_copy, sizeof ctype_copy, "%.*s", (int)strcspn(ctype, "; "), ctype);
+    curl_multi_remove_handle(c->multi, r->easy);
+    r->in_multi = false;
+
+    llm_response_t resp = {.rc = SR_OK, .http_status = http, .prompt_tokens = -1, .completion_tokens = -1};
+    llm_parsed_t *store = NULL;
+    bool retry = false;
+    char msg[160];
+    if (cc != CURLE_OK) {
+        if (r->too_big) {
+            resp.rc = SR_ETOOBIG;
+            s_fmt(resp.error, sizeof resp.error, "response larger than %zu bytes", c->cfg.max_response_bytes);
+        } else if (cc == CURLE_OPERATION_TIMEDOUT && req_bytes == 0) {
+            resp.rc = SR_ETIMEDOUT;
+            s_fmt(resp.error, sizeof resp.error, "connect timeout after %ld ms", c->cfg.connect_timeout_ms);
+            retry = true;
+        } else if (cc == CURLE_OPERATION_TIMEDOUT) {
+            resp.rc = SR_ETIMEDOUT;
+            s_fmt(resp.error, sizeof resp.error, "timeout after %ld ms", c->cfg.timeout_ms);
+        } else {
+            resp.rc = SR_EIO;
+            s_one_line(r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc),
+                       strlen(r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc)), msg, sizeof msg);
+            s_fmt(resp.error, sizeof resp.error, "connection error: %s", msg);
+            retry = s_retryable_curl(cc);
+        }
+    } else if (http < 200 || http >= 300) {
+        resp.rc = SR_EHTTP;
+        llm_error_message(r->resp, r->resp_len, msg, sizeof msg);
+        if (msg[0])
+            s_fmt(resp.error, sizeof resp.error, "HTTP %ld: %s", http, msg);
+        else
+            s_fmt(resp.error, sizeof resp.error, "HTTP %ld", http);
+        retry = http >= 500;
+    } else if (ctype && !s_is_json_type(ctype)) {
+        resp.rc = SR_EPROTO;
+        s_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
+    } else {
+        resp.rc = llm_parse_chat_response(r->resp, r->resp_len, &resp, &store);
+    }
+
+    if (retry && c->cfg.max_retries > 0 && r->attempts <= c->cfg.max_retries) {
+        int64_t d = c->cfg.backoff_base_ms;
+        for (int i = 1; i < r->attempts && d < c->cfg.backoff_max_ms; i++)
+            d *= 2;
+        if (d > c->cfg.backoff_max_ms)
+            d = c->cfg.backoff_max_ms;
+        int64_t delay = d / 2 + (int64_t)(s_rand(c) % (uint64_t)(d / 2 + 1));
+        r->retry_due_ms = s_now_ms() + delay;
+        c->stats.retries++;
+        return;
+    }
+    s_complete(r, &resp);
+    llm_parsed_free(&store);
+}
+
+/* s_drain handles every transfer curl reports finished. */
+static void s_drain(llm_client_t *c)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(c->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        llm_request_t *r = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+        if (r)
+            s_attempt_done(r, msg->data.result);
+    }
+}
+
+/* s_run_due_retries starts every request whose back-off has passed. Starting one can complete it
+ * (and run user code), so the scan restarts after each. */
+static void s_run_due_retries(llm_client_t *c)
+{
+    for (;;) {
+        int64_t now = s_now_ms();
+        llm_request_t *due = NULL;
+        for (llm_request_t *r = c->head; r; r = r->next)
+            if (r->retry_due_ms >= 0 && r->retry_due_ms <= now) {
+                due = r;
+                break;
+            }
+        if (!due)
+            return;
+        s_start_attempt(due);
+    }
+}
+
+/* ---- curl callbacks for reactor mode -------------------------------------------------------- */
+
+static int s_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    llm_client_t *c = userp;
+    if (what == CURL_POLL_REMOVE) {
+        if (c->hooks.unwatch_fd)
+            c->hooks.unwatch_fd((int)s, c->hook_arg);
+    } else if (c->hooks.watch_fd) {
+        c->hooks.watch_fd((int)s, (what & CURL_POLL_IN) != 0, (what & CURL_POLL_OUT) != 0, c->hook_arg);
+    }
+    return 0;
+}
+
+static int s_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    llm_client_t *c = userp;
+    c->curl_deadline_ms = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    s_rearm(c);
+    return 0;
+}
+
+/* ---- public API ---------------------------------------------------------------------------- */
+
+llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *hooks, void *hook_arg)
+{
+    if (!cfg)
+        return NULL;
+    char *url = llm_chat_url(cfg->base_url);
+    if (!url)
+        return NULL;
+    if (!s_curl_ready) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+            free(url);
+            return NULL;
+        }
+        s_curl_ready = true;
+    }
+    llm_client_t *c = sr_xcalloc(1, sizeof *c);
+    c->cfg = *cfg;
+    c->cfg.base_url = NULL;
+    c->cfg.api_key = NULL;
+    c->url = url;
+    if (c->cfg.connect_timeout_ms <= 0)
+        c->cfg.connect_timeout_ms = LLM_DEFAULT_CONNECT_TIMEOUT_MS;
+    if (c->cfg.timeout_ms <= 0)
+        c->cfg.timeout_ms = LLM_DEFAULT_TIMEOUT_MS;
+    if (c->cfg.max_retries == 0)
+        c->cfg.max_retries = LLM_DEFAULT_MAX_RETRIES;
+    if (c->cfg.backoff_base_ms <= 0)
+        c->cfg.backoff_base_ms = LLM_DEFAULT_BACKOFF_BASE_MS;
+    if (c->cfg.backoff_max_ms <= 0)
+        c->cfg.backoff_max_ms = LLM_DEFAULT_BACKOFF_MAX_MS;
+    if (c->cfg.backoff_max_ms < c->cfg.backoff_base_ms)
+        c->cfg.backoff_max_ms = c->cfg.backoff_base_ms;
+    if (c->cfg.max_response_bytes == 0)
+        c->cfg.max_response_bytes = LLM_DEFAULT_MAX_RESPONSE_BYTES;
+    c->rng = cfg->jitter_seed ? cfg->jitter_seed : (uint64_t)s_now_us() ^ ((uint64_t)getpid() << 32);
+    c->curl_deadline_ms = -1;
+
+    c->headers = curl_slist_append(NULL, "Content-Type: application/json");
+    c->headers = curl_slist_append(c->headers, "Accept: application/json");
+    c->headers = curl_slist_append(c->headers, "Expect:");
+    if (cfg->api_key && *cfg->api_key) {
+        size_t n = strlen(cfg->api_key) + sizeof "Authorization: Bearer ";
+        c->auth_header = sr_xmalloc(n);
+        snprintf(c->auth_header, n, "Authorization: Bearer %s", cfg->api_key);
+        c->headers = curl_slist_append(c->headers, c->auth_header);
+    }
+    c->multi = curl_multi_init();
+    if (!c->multi || !c->headers) {
+        llm_client_destroy(&c);
+        return NULL;
+    }
+    if (hooks) {
+        c->hooks = *hooks;
+        c->has_hooks = true;
+        c->hook_arg = hook_arg;
+        curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, s_socket_cb);
+        curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+        curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, s_timer_cb);
+        curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    }
+    return c;
+}
+
+void llm_client_destroy(llm_client_t **cp)
+{
+    if (!cp || !*cp)
+        return;
+    llm_client_t *c = *cp;
+    while (c->head)
+        s_req_free(c->head);
+    if (c->multi)
+        curl_multi_cleanup(c->multi);
+    if (c->has_hooks && c->hooks.set_timer)
+        c->hooks.set_timer(-1, c->hook_arg);
+    curl_slist_free_all(c->headers);
+    free(c->auth_header);
+    free(c->url);
+    free(c);
+    *cp = NULL;
+}
+
+const char *llm_client_url(const llm_client_t *c)
+{
+    return c ? c->url : NULL;
+}
+
+llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_cb cb, void *arg)
+{
+    if (!c || !req || !cb)
+        return NULL;
+    char *body = llm_chat_body(req);
+    if (!body)
+        return NULL;
+    CURL *easy = curl_easy_init();
+    if (!easy) {
+        free(body);
+        return NULL;
+    }
+    llm_request_t *r = sr_xcalloc(1, sizeof *r);
+    r->c = c;
+    r->easy = easy;
+    r->body = body;
+    r->cb = cb;
+    r->arg = arg;
+    r->retry_due_ms = -1;
+    r->t_start_us = s_now_us();
+    curl_easy_setopt(easy, CURLOPT_URL, c->url);
+    curl_easy_setopt(easy, CURLOPT_POST, 1L);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)strlen(r->body));
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, (char *)r);
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->cfg.connect_timeout_ms);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, c->cfg.timeout_ms);
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+
+    r->next = c->head;
+    if (c->head)
+        c->head->prev = r;
+    c->head = r;
+    c->pending++;
+    c->stats.started++;
+
+    r->attempts++;
+    if (curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
+        r->cb = NULL;
+        c->stats.started--;
+        s_req_free(r);
+        return NULL;
+    }
+    r->in_multi = true;
+    return r;
+}
+
+void llm_request_abort(llm_request_t *r)
+{
+    if (!r || r->completing)
+        return;
+    llm_client_t *c = r->c;
+    c->stats.aborted++;
+    s_req_free(r);
+    s_rearm(c);
+}
+
+void llm_client_on_fd(llm_client_t *c, int fd, bool readable, bool writable)
+{
+    if (!c)
+        return;
+    int mask = (readable ? CURL_CSELECT_IN : 0) | (writable ? CURL_CSELECT_OUT : 0);
+    int running = 0;
+    curl_multi_socket_action(c->multi, (curl_socket_t)fd, mask, &running);
+    s_drain(c);
+    s_run_due_retries(c);
+    s_rearm(c);
+}
+
+void llm_client_on_timer(llm_client_t *c)
+{
+    if (!c)
+        return;
+    int64_t now = s_now_ms();
+    if (c->curl_deadline_ms >= 0 && now >= c->curl_deadline_ms) {
+        int running = 0;
+        c->curl_deadline_ms = -1;
+        curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        s_drain(c);
+    }
+    s_run_due_retries(c);
+    s_rearm(c);
+}
+
+size_t llm_client_pending(const llm_client_t *c)
+{
+    return c ? c->pending : 0;
+}
+
+int llm_client_run_until_idle(llm_client_t *c, long timeout_ms)
+{
+    if (!c)
+        return SR_EINVAL;
+    if (c->has_hooks)
+        return SR_EUNSUPPORTED;
+    int64_t deadline = timeout_ms < 0 ? -1 : s_now_ms() + timeout_ms;
+    while (c->pending > 0) {
+        int running = 0;
+        curl_multi_perform(c->multi, &running);
+        s_drain(c);
+        s_run_due_retries(c);
+        if (c->pending == 0)
+            break;
+        int64_t now = s_now_ms();
+        if (deadline >= 0 && now >= deadline)
+            return SR_ETIMEDOUT;
+        long wait = 100, t = -1;
+        curl_multi_timeout(c->multi, &t);
+        if (t >= 0 && t < wait)
+            wait = t;
+        for (llm_request_t *r = c->head; r; r = r->next)
+            if (r->retry_due_ms >= 0 && r->retry_due_ms - now < wait)
+                wait = (long)SR_MAX(0, r->retry_due_ms - now);
+        if (deadline >= 0 && deadline - now < wait)
+            wait = (long)(deadline - now);
+        if (wait > 0)
+            curl_multi_poll(c->multi, NULL, 0, (int)wait, NULL);
+    }
+    return SR_OK;
+}
+
+void llm_client_stats(const llm_client_t *c, llm_client_stats_t *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (c)
+        *out = c->stats;
+}
+
+void llm_global_cleanup(void)
+{
+    if (s_curl_ready) {
+        curl_global_cleanup();
+        s_curl_ready = false;
+    }
+}

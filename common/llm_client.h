@@ -1,0 +1,169 @@
+/*
+ * llm_client.h — the actor's client for OpenAI-compatible chat completion servers (the built-in
+ * policy server, vLLM, SGLang, llama.cpp's server, Ollama's /v1 endpoint).
+ *
+ * It is built on a libcurl multi handle and never blocks: the process's reactor owns the file
+ * descriptors and the one timer, and learns about them through llm_io_hooks_t (wired to curl's
+ * socket and timer callbacks); it calls llm_client_on_fd() when a watched descriptor is ready and
+ * llm_client_on_timer() when the timer fires. Each request ends in exactly one call of its done
+ * callback, unless it is aborted first: llm_request_abort() closes its connection at once (the
+ * server sees the disconnect) and the callback is never called for it afterwards.
+ *
+ * Retries: connection errors (refused, reset, nothing received, a connect timeout) and HTTP 5xx
+ * are retried up to max_retries times after an exponential back-off with jitter; 4xx answers,
+ * a total timeout, a malformed body and an oversized body are not. The body parser is a pure
+ * function (llm_parse_chat_response) so each server's documented shapes are tested on bytes.
+ */
+#ifndef SR_LLM_CLIENT_H
+#define SR_LLM_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct llm_client llm_client_t;
+typedef struct llm_request llm_request_t;
+
+/* Client settings. Zero fields take the defaults named beside them. */
+typedef struct {
+    const char *base_url;      /* "http://host:port", ".../v1", or the full .../chat/completions URL */
+    const char *api_key;       /* sent as "Authorization: Bearer KEY"; NULL or "" sends none */
+    long connect_timeout_ms;   /* default 2000 */
+    long timeout_ms;           /* whole attempt, default 30000 */
+    int max_retries;           /* default 3; a negative value means none */
+    long backoff_base_ms;      /* first back-off, default 100; doubles per retry */
+    long backoff_max_ms;       /* cap, default 5000 */
+    size_t max_response_bytes; /* bodies larger than this fail, default 1 MiB */
+    uint64_t jitter_seed;      /* seeds the back-off jitter; 0 picks one from the clock */
+} llm_client_cfg_t;
+
+#define LLM_DEFAULT_CONNECT_TIMEOUT_MS 2000
+#define LLM_DEFAULT_TIMEOUT_MS 30000
+#define LLM_DEFAULT_MAX_RETRIES 3
+#define LLM_DEFAULT_BACKOFF_BASE_MS 100
+#define LLM_DEFAULT_BACKOFF_MAX_MS 5000
+#define LLM_DEFAULT_MAX_RESPONSE_BYTES (1024 * 1024)
+
+/* How the reactor is told what to watch. watch_fd is called whenever the interest set of fd
+ * changes (want_read / want_write), unwatch_fd when curl is done with fd, set_timer with the
+ * delay after which llm_client_on_timer() must be called (0 = as soon as possible, -1 = no
+ * timer; a new call replaces the previous timer). The hooks must not call back into the client. */
+typedef struct {
+    void (*watch_fd)(int fd, bool want_read, bool want_write, void *arg);
+    void (*unwatch_fd)(int fd, void *arg);
+    void (*set_timer)(long ms, void *arg);
+} llm_io_hooks_t;
+
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} llm_message_t;
+
+/* One chat request. Negative temperature / top_p and zero max_tokens are left out of the body
+ * (the server's defaults apply). Strings are copied: they need not outlive llm_client_chat(). */
+typedef struct {
+    const char *model;
+    const llm_message_t *messages;
+    size_t n_messages;
+    double temperature;
+    double top_p;
+    int max_tokens;
+    const char *const *stop;
+    size_t n_stop;
+    bool has_seed;
+    int64_t seed;
+    bool logprobs; /* ask for the chosen tokens' log-probabilities */
+} llm_chat_t;
+
+/* The outcome of a request, valid only during the done callback. */
+typedef struct {
+    int rc;                  /* 0 = OK, else an SR_E* code */
+    char error[256];         /* one line when rc != 0: "HTTP 503: queue full", "timeout after 30000 ms" */
+    long http_status;        /* last HTTP status, 0 when no answer arrived */
+    const char *content;     /* the first choice's message content ("" when null) */
+    const char *finish_reason; /* "stop", "length", ... or NULL */
+    const char *model;       /* the model the server says it used, or NULL */
+    long prompt_tokens;      /* -1 when the server sent no usage */
+    long completion_tokens;  /* -1 when the server sent no usage */
+    bool has_logprob;
+    double logprob_sum;      /* sum of the chosen tokens' logprobs when has_logprob */
+    int attempts;            /* HTTP attempts made, retries included */
+    double latency_ms;       /* from llm_client_chat() to the end of the last attempt */
+} llm_response_t;
+
+/* The done callback. It may start new requests and abort other requests; it must not destroy
+ * the client. The request handle is invalid once the callback returns. */
+typedef void (*llm_done_cb)(const llm_response_t *resp, void *arg);
+
+typedef struct {
+    uint64_t started, succeeded, failed, aborted, retries;
+} llm_client_stats_t;
+
+/* llm_client_new makes a client. hooks NULL selects the blocking driver (llm_client_run_until_idle)
+ * for tools and tests; otherwise the hooks connect it to the caller's reactor and hook_arg is
+ * passed to each hook. cfg is copied. Returns NULL when cfg is NULL, base_url is missing or not
+ * http(s), or libcurl cannot be set up. The first call initialises libcurl for the process. */
+llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *hooks, void *hook_arg);
+
+/* llm_client_destroy aborts every pending request (no callbacks), unwatches its descriptors,
+ * frees the client and nulls *c. Accepts NULL and a pointer to NULL. Not from a done callback. */
+void llm_client_destroy(llm_client_t **c);
+
+/* llm_client_url returns the chat completions URL the client posts to. */
+const char *llm_client_url(const llm_client_t *c);
+
+/* llm_client_chat starts a request. Returns its handle, valid until its callback has returned or
+ * it is aborted; NULL when c, req or cb is NULL, there are no messages, or curl refused (then
+ * the callback is not called). */
+llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_cb cb, void *arg);
+
+/* llm_request_abort ends the request now: its connection is closed (a server that streams or
+ * computes sees the client disconnect), a pending retry is dropped, and its callback will not be
+ * called. Accepts NULL; a no-op on a request whose callback is running. */
+void llm_request_abort(llm_request_t *req);
+
+/* llm_client_on_fd tells the client that fd is readable and/or writable; call it from the
+ * reactor. Completed requests' callbacks run inside it. */
+void llm_client_on_fd(llm_client_t *c, int fd, bool readable, bool writable);
+
+/* llm_client_on_timer tells the client its timer fired; call it from the reactor. */
+void llm_client_on_timer(llm_client_t *c);
+
+/* llm_client_pending returns the number of requests not yet completed or aborted. */
+size_t llm_client_pending(const llm_client_t *c);
+
+/* llm_client_run_until_idle drives a client made without hooks until no request is pending or
+ * timeout_ms passes (negative = no limit). Returns 0 when idle, SR_ETIMEDOUT, or SR_EUNSUPPORTED
+ * for a client driven by hooks. */
+int llm_client_run_until_idle(llm_client_t *c, long timeout_ms);
+
+/* llm_client_stats copies the client's counters into *out. */
+void llm_client_stats(const llm_client_t *c, llm_client_stats_t *out);
+
+/* llm_chat_url builds the chat completions URL from a base URL into a new string: "http://h:p",
+ * "http://h:p/" and "http://h:p/v1[/]" give "http://h:p/v1/chat/completions"; a URL that already
+ * ends in "/chat/completions" is kept. Returns NULL for NULL, an empty or a non-http(s) URL. */
+char *llm_chat_url(const char *base_url);
+
+/* llm_chat_body renders the JSON request body (stream false, n 1) into a new string the caller
+ * frees. Returns NULL when req is NULL or has no messages. */
+char *llm_chat_body(const llm_chat_t *req);
+
+/* llm_parse_chat_response parses a non-streaming chat completion body of len bytes into *out
+ * (content etc. point into *store, which the caller frees with llm_parsed_free). On failure
+ * returns SR_EPROTO (invalid JSON "invalid JSON at byte N", "no choices in response", an error
+ * object in a 200 body, ...) with out->error set. Never crashes on any bytes. */
+typedef struct llm_parsed llm_parsed_t;
+int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+void llm_parsed_free(llm_parsed_t **store);
+
+/* llm_error_message extracts the human message from an error body of any of the documented
+ * shapes ({"error": {"message"}}, {"error": "text"}, {"object": "error", "message"},
+ * {"detail": ...}) or, failing that, the body's first line, into buf (at most n bytes). */
+void llm_error_message(const char *body, size_t len, char *buf, size_t n);
+
+/* llm_global_cleanup releases libcurl's global state; call once at process exit, after every
+ * client is destroyed. */
+void llm_global_cleanup(void);
+
+#endif

@@ -1,0 +1,237 @@
+/*
+ * test_extract.c — action extraction: tags, "Action:" lines, normalisation, fuzzy matching and
+ * format errors, on literal model answers.
+ */
+#include "tests/harness.h"
+
+#include "actor/extract.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const ADM[] = {
+    "go to cabinet 1", "go to countertop 1", "go to fridge 1", "open fridge 1",
+    "take apple 1 from countertop 1", "look", "inventory",
+};
+#define N_ADM (sizeof ADM / sizeof ADM[0])
+
+static void s_extract(const char *text, extract_result_t *r)
+{
+    assert_int_equal(extract_action(text, ADM, N_ADM, -1, r), 0);
+}
+
+static void tag_with_exact_action_is_matched_without_format_error(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<think>The apple is on the countertop.</think><action>go to countertop 1</action>", &r);
+    assert_string_equal(r.action, "go to countertop 1");
+    assert_int_equal(r.index, 1);
+    assert_int_equal(r.source, EXTRACT_SRC_TAG);
+    assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+    assert_false(r.format_error);
+    assert_true(r.distance == 0.0);
+    extract_result_clear(&r);
+}
+
+static void case_and_spaces_are_normalised_before_matching(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<think>x</think><action>  Open\t  FRIDGE\n 1  </action>", &r);
+    assert_string_equal(r.action, "open fridge 1");
+    assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+    assert_false(r.format_error);
+    extract_result_clear(&r);
+
+    char *n = extract_normalise("  Take   Apple 1\tFROM countertop 1 \n");
+    assert_string_equal(n, "take apple 1 from countertop 1");
+    free(n);
+    n = extract_normalise(NULL);
+    assert_string_equal(n, "");
+    free(n);
+}
+
+static void tags_are_found_in_any_case(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<THINK>hm</THINK><Action>look</Action>", &r);
+    assert_string_equal(r.action, "look");
+    assert_int_equal(r.source, EXTRACT_SRC_TAG);
+    assert_false(r.format_error);
+    extract_result_clear(&r);
+}
+
+static void last_of_several_tags_wins(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<think>I could <action>look</action> but better:</think>"
+              "<action>go to fridge 1</action> and then <action>open fridge 1</action>", &r);
+    assert_string_equal(r.action, "open fridge 1");
+    assert_int_equal(r.index, 3);
+    assert_false(r.format_error);
+    extract_result_clear(&r);
+}
+
+static void action_line_is_used_without_tag_and_flagged(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("Thought: the fridge may hold it.\nAction: go to fridge 1\n", &r);
+    assert_string_equal(r.action, "go to fridge 1");
+    assert_int_equal(r.source, EXTRACT_SRC_ACTION_LINE);
+    assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+    assert_true(r.format_error); /* matched, but the tag was missing */
+    extract_result_clear(&r);
+
+    s_extract("Action: look\n  action:   INVENTORY", &r);
+    assert_string_equal(r.action, "inventory");
+    extract_result_clear(&r);
+}
+
+static void close_misspelling_is_fuzzy_matched(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<action>go to fridg 1</action>", &r);
+    assert_string_equal(r.action, "go to fridge 1");
+    assert_int_equal(r.index, 2);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_false(r.format_error);
+    assert_true(r.distance > 0.0 && r.distance <= EXTRACT_DEFAULT_MAX_DIST);
+    extract_result_clear(&r);
+
+    /* One extra word: still the same action. */
+    s_extract("<action>take the apple 1 from countertop 1</action>", &r);
+    assert_string_equal(r.action, "take apple 1 from countertop 1");
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    extract_result_clear(&r);
+}
+
+static void far_action_is_passed_on_as_is_and_flagged(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<think>x</think><action>Put Apple 1 In/On Microwave 1</action>", &r);
+    assert_string_equal(r.action, "put apple 1 in/on microwave 1");
+    assert_int_equal(r.index, -1);
+    assert_int_equal(r.match, EXTRACT_MATCH_NONE);
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+
+    /* "close fridge 1" is not a typo of "open fridge 1". */
+    s_extract("<action>close fridge 1</action>", &r);
+    assert_int_equal(r.match, EXTRACT_MATCH_NONE);
+    assert_string_equal(r.action, "close fridge 1");
+    extract_result_clear(&r);
+}
+
+static void threshold_is_configurable(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    assert_int_equal(extract_action("<action>close fridge 1</action>", ADM, N_ADM, 0.5, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_string_equal(r.action, "open fridge 1");
+    extract_result_clear(&r);
+    assert_int_equal(extract_action("<action>go to fridg 1</action>", ADM, N_ADM, 0.0, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_NONE);
+    extract_result_clear(&r);
+}
+
+static void bare_answer_without_tag_or_line_is_matched_but_flagged(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("  Look \n", &r);
+    assert_int_equal(r.source, EXTRACT_SRC_WHOLE_TEXT);
+    assert_string_equal(r.action, "look");
+    assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+}
+
+static void unclosed_tag_takes_the_rest_and_is_flagged(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("<think>long reasoning</think><action>go to cabinet 1", &r);
+    assert_int_equal(r.source, EXTRACT_SRC_UNCLOSED_TAG);
+    assert_string_equal(r.action, "go to cabinet 1");
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+}
+
+static void empty_and_null_answers_are_format_errors(void **state)
+{
+    (void)state;
+    extract_result_t r;
+    s_extract("", &r);
+    assert_string_equal(r.action, "");
+    assert_int_equal(r.index, -1);
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+
+    s_extract(NULL, &r);
+    assert_string_equal(r.action, "");
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+
+    s_extract("<think>nothing</think><action></action>", &r);
+    assert_string_equal(r.action, "");
+    assert_int_equal(r.match, EXTRACT_MATCH_NONE);
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+
+    /* No admissible list at all: passed on, flagged. */
+    assert_int_equal(extract_action("<action>look</action>", NULL, 0, -1, &r), 0);
+    assert_string_equal(r.action, "look");
+    assert_true(r.format_error);
+    extract_result_clear(&r);
+    extract_result_clear(NULL);
+    assert_int_equal(extract_action("x", ADM, N_ADM, -1, NULL), -1);
+}
+
+static void huge_answer_does_not_blow_up(void **state)
+{
+    (void)state;
+    size_t n = 200000;
+    char *big = malloc(n + 1);
+    memset(big, 'a', n);
+    big[n] = '\0';
+    extract_result_t r;
+    s_extract(big, &r);
+    assert_true(r.format_error);
+    assert_true(strlen(r.action) <= 4096);
+    extract_result_clear(&r);
+    free(big);
+}
+
+static void distance_is_levenshtein_over_longer_length(void **state)
+{
+    (void)state;
+    assert_true(extract_distance("", "") == 0.0);
+    assert_true(extract_distance("abc", "") == 1.0);
+    assert_true(extract_distance("kitten", "sitting") > 0.428 && extract_distance("kitten", "sitting") < 0.429);
+    assert_true(extract_distance("look", "look") == 0.0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(tag_with_exact_action_is_matched_without_format_error),
+    cmocka_unit_test(case_and_spaces_are_normalised_before_matching),
+    cmocka_unit_test(tags_are_found_in_any_case),
+    cmocka_unit_test(last_of_several_tags_wins),
+    cmocka_unit_test(action_line_is_used_without_tag_and_flagged),
+    cmocka_unit_test(close_misspelling_is_fuzzy_matched),
+    cmocka_unit_test(far_action_is_passed_on_as_is_and_flagged),
+    cmocka_unit_test(threshold_is_configurable),
+    cmocka_unit_test(bare_answer_without_tag_or_line_is_matched_but_flagged),
+    cmocka_unit_test(unclosed_tag_takes_the_rest_and_is_flagged),
+    cmocka_unit_test(empty_and_null_answers_are_format_errors),
+    cmocka_unit_test(huge_answer_does_not_blow_up),
+    cmocka_unit_test(distance_is_levenshtein_over_longer_length),
+};
+
+HARNESS_MAIN("extract", tests)

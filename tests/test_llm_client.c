@@ -1,0 +1,1045 @@
+/*
+ * test_llm_client.c — the OpenAI-compatible client: the body parser on the documented response
+ * and error shapes of vLLM, SGLang, llama.cpp's server and Ollama (tests/fixtures/), and real
+ * HTTP round trips against a small libmicrohttpd server in this process on a free loopback port:
+ * status codes, retries, timeouts, wrong content types, oversized bodies and aborts that the
+ * server sees as disconnects. Round trips run through the reactor hooks (a small poll loop here)
+ * and through the blocking driver.
+ */
+#include "tests/harness.h"
+
+#include "common/llm_client.h"
+#include "common/sr.h"
+
+#include <arpa/inet.h>
+#include <cJSON.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FIXTURES "tests/fixtures/"
+
+static char *s_read_file(const char *name, size_t *len)
+{
+    char path[256];
+    snprintf(path, sizeof path, FIXTURES "%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open fixture %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* ---- the test server ----------------------------------------------------------------------- */
+
+typedef struct {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    int hits;
+    int flaky_left;          /* /flaky answers 503 while this is positive */
+    int slow_disconnects;    /* /slow requests that ended because the client went away */
+    char *last_body;
+    char last_auth[256];
+    char last_ctype[128];
+    volatile int stopping;
+} tsrv_t;
+
+typedef struct {
+    char *body;
+    size_t len;
+    bool slow;
+} tconn_t;
+
+typedef struct {
+    tsrv_t *srv;
+    int64_t until_ms;
+    const char *json;
+    size_t json_len;
+    uint64_t spaces;
+} tslow_t;
+
+static const char OK_JSON[] =
+    "{\"id\":\"chatcmpl-t\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"selroll-v0\","
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"<action>look</action>\"},"
+    "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}";
+
+static enum MHD_Result s_queue(struct MHD_Connection *conn, unsigned status, const char *ctype,
+                               const char *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (ctype)
+        MHD_add_response_header(r, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static ssize_t s_slow_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    tslow_t *s = cls;
+    if (s->srv->stopping)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (harness_now_ms() < s->until_ms) {
+        usleep(10000);
+        buf[0] = ' '; /* whitespace before a JSON value keeps the body valid */
+        s->spaces++;
+        return 1;
+    }
+    uint64_t off = pos - s->spaces;
+    if (off >= s->json_len)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = SR_MIN(max, (size_t)(s->json_len - off));
+    memcpy(buf, s->json + off, n);
+    return (ssize_t)n;
+}
+
+static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    tsrv_t *srv = cls;
+    tconn_t *tc = *con_cls;
+    if (!tc) {
+        tc = calloc(1, sizeof *tc);
+        *con_cls = tc;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        tc->body = realloc(tc->body, tc->len + *upload_size + 1);
+        memcpy(tc->body + tc->len, upload, *upload_size);
+        tc->len += *upload_size;
+        tc->body[tc->len] = '\0';
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    /* The whole request is in: record it, then route on the path before /v1/chat/completions. */
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *ctype = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    pthread_mutex_lock(&srv->mu);
+    srv->hits++;
+    free(srv->last_body);
+    srv->last_body = tc->body ? strdup(tc->body) : strdup("");
+    snprintf(srv->last_auth, sizeof srv->last_auth, "%s", auth ? auth : "");
+    snprintf(srv->last_ctype, sizeof srv->last_ctype, "%s", ctype ? ctype : "");
+    bool flaky_fail = false;
+    if (strncmp(url, "/flaky/", 7) == 0 && srv->flaky_left > 0) {
+        srv->flaky_left--;
+        flaky_fail = true;
+    }
+    pthread_mutex_unlock(&srv->mu);
+
+    const char *suffix = "/v1/chat/completions";
+    size_t ul = strlen(url), sl = strlen(suffix);
+    if (strcmp(method, "POST") != 0 || ul < sl || strcmp(url + ul - sl, suffix) != 0)
+        return s_queue(conn, 404, "application/json", "{\"error\":{\"message\":\"no route\"}}", 31);
+    char route[256];
+    snprintf(route, sizeof route, "%.*s", (int)(ul - sl), url);
+
+    unsigned status;
+    char file[128];
+    if (sscanf(route, "/fix/%u/%127s", &status, file) == 2) {
+        size_t len;
+        char *body = s_read_file(file, &len);
+        const char *ct = strstr(file, ".html") ? "text/html; charset=utf-8"
+                         : strstr(file, ".txt") ? "text/event-stream"
+                                                : "application/json";
+        enum MHD_Result ret = s_queue(conn, status, ct, body, len);
+        free(body);
+        return ret;
+    }
+    if (strncmp(route, "/flaky/", 7) == 0) {
+        if (flaky_fail) {
+            const char *e = "{\"error\": {\"message\": \"queue full\", \"type\": \"server_error\", \"code\": 503}}";
+            return s_queue(conn, 503, "application/json", e, strlen(e));
+        }
+        return s_queue(conn, 200, "application/json", OK_JSON, strlen(OK_JSON));
+    }
+    if (strncmp(route, "/slow/", 6) == 0) {
+        tslow_t *s = calloc(1, sizeof *s);
+        s->srv = srv;
+        s->until_ms = harness_now_ms() + atoi(route + 6);
+        s->json = OK_JSON;
+        s->json_len = strlen(OK_JSON);
+        tc->slow = true;
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, s_slow_reader, s, free);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (strcmp(route, "/big") == 0) {
+        size_t n = 2 * 1024 * 1024;
+        char *big = malloc(n);
+        memset(big, ' ', n);
+        memcpy(big, "{\"pad\":\"", 8);
+        memset(big + 8, 'x', n - 10);
+        memcpy(big + n - 2, "\"}", 2);
+        enum MHD_Result ret = s_queue(conn, 200, "application/json", big, n);
+        free(big);
+        return ret;
+    }
+    if (strcmp(route, "/drop") == 0)
+        return MHD_NO; /* closes the connection without an answer */
+    return s_queue(conn, 200, "application/json", OK_JSON, strlen(OK_JSON));
+}
+
+static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                        enum MHD_RequestTerminationCode toe)
+{
+    tsrv_t *srv = cls;
+    tconn_t *tc = *con_cls;
+    if (!tc)
+        return;
+    if (tc->slow && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !srv->stopping) {
+        pthread_mutex_lock(&srv->mu);
+        srv->slow_disconnects++;
+        pthread_mutex_unlock(&srv->mu);
+    }
+    free(tc->body);
+    free(tc);
+    *con_cls = NULL;
+}
+
+static void s_srv_start(tsrv_t *srv)
+{
+    static bool cleanup_registered;
+    if (!cleanup_registered) {
+        atexit(llm_global_cleanup);
+        cleanup_registered = true;
+    }
+    memset(srv, 0, sizeof *srv);
+    pthread_mutex_init(&srv->mu, NULL);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                              NULL, s_handler, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
+                              MHD_OPTION_NOTIFY_COMPLETED, s_completed, srv, MHD_OPTION_END);
+    assert_non_null(srv->d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    srv->port = info->port;
+    assert_true(srv->port > 0);
+}
+
+static void s_srv_stop(tsrv_t *srv)
+{
+    srv->stopping = 1;
+    MHD_stop_daemon(srv->d);
+    free(srv->last_body);
+    pthread_mutex_destroy(&srv->mu);
+}
+
+static int s_srv_get(tsrv_t *srv, int *field)
+{
+    pthread_mutex_lock(&srv->mu);
+    int v = *field;
+    pthread_mutex_unlock(&srv->mu);
+    return v;
+}
+
+/* ---- a small reactor: poll() over the watched descriptors plus one timer ------------------- */
+
+typedef struct {
+    struct pollfd fds[32];
+    int n;
+    int64_t timer_due; /* -1 = none */
+    llm_client_t *c;
+    int watch_calls, timer_calls;
+} rx_t;
+
+static void rx_watch(int fd, bool rd, bool wr, void *arg)
+{
+    rx_t *rx = arg;
+    rx->watch_calls++;
+    short ev = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0));
+    for (int i = 0; i < rx->n; i++)
+        if (rx->fds[i].fd == fd) {
+            rx->fds[i].events = ev;
+            return;
+        }
+    assert_true(rx->n < 32);
+    rx->fds[rx->n++] = (struct pollfd){.fd = fd, .events = ev};
+}
+
+static void rx_unwatch(int fd, void *arg)
+{
+    rx_t *rx = arg;
+    for (int i = 0; i < rx->n; i++)
+        if (rx->fds[i].fd == fd) {
+            rx->fds[i] = rx->fds[--rx->n];
+            return;
+        }
+}
+
+static void rx_timer(long ms, void *arg)
+{
+    rx_t *rx = arg;
+    rx->timer_calls++;
+    rx->timer_due = ms < 0 ? -1 : harness_now_ms() + ms;
+}
+
+static const llm_io_hooks_t RX_HOOKS = {.watch_fd = rx_watch, .unwatch_fd = rx_unwatch, .set_timer = rx_timer};
+
+/* rx_run turns the loop until *done is true or ms pass. */
+static void rx_run(rx_t *rx, const int *done, long ms)
+{
+    int64_t end = harness_now_ms() + ms;
+    while ((!done || !*done) && harness_now_ms() < end) {
+        int64_t now = harness_now_ms();
+        long wait = (long)(end - now);
+        if (rx->timer_due >= 0)
+            wait = (long)SR_MAX(0, SR_MIN((int64_t)wait, rx->timer_due - now));
+        struct pollfd fds[32];
+        int n = rx->n;
+        memcpy(fds, rx->fds, sizeof fds[0] * (size_t)n);
+        int k = poll(fds, (nfds_t)n, (int)wait);
+        for (int i = 0; k > 0 && i < n; i++) {
+            if (!fds[i].revents)
+                continue;
+            bool rd = fds[i].revents & (POLLIN | POLLHUP | POLLERR);
+            bool wr = fds[i].revents & (POLLOUT | POLLERR);
+            llm_client_on_fd(rx->c, fds[i].fd, rd, wr);
+        }
+        if (rx->timer_due >= 0 && harness_now_ms() >= rx->timer_due) {
+            rx->timer_due = -1;
+            llm_client_on_timer(rx->c);
+        }
+    }
+}
+
+/* ---- what a done callback saw -------------------------------------------------------------- */
+
+typedef struct {
+    int calls;
+    int rc;
+    long http;
+    char error[256];
+    char content[512];
+    char finish[32];
+    long pt, ct;
+    bool has_lp;
+    double lp;
+    int attempts;
+    double latency;
+} seen_t;
+
+static void s_done(const llm_response_t *r, void *arg)
+{
+    seen_t *s = arg;
+    s->calls++;
+    s->rc = r->rc;
+    s->http = r->http_status;
+    snprintf(s->error, sizeof s->error, "%s", r->error);
+    snprintf(s->content, sizeof s->content, "%s", r->content ? r->content : "(null)");
+    snprintf(s->finish, sizeof s->finish, "%s", r->finish_reason ? r->finish_reason : "(null)");
+    s->pt = r->prompt_tokens;
+    s->ct = r->completion_tokens;
+    s->has_lp = r->has_logprob;
+    s->lp = r->logprob_sum;
+    s->attempts = r->attempts;
+    s->latency = r->latency_ms;
+}
+
+static const llm_message_t MSGS[] = {
+    {"system", "You are an expert agent operating in the ALFRED embodied household environment."},
+    {"user", "Your task is to: put a clean lettuce in diningtable.\nThis is the first step."},
+};
+
+static llm_chat_t s_chat(void)
+{
+    return (llm_chat_t){.model = "selroll-v0", .messages = MSGS, .n_messages = 2, .temperature = 0.7,
+                        .top_p = -1, .max_tokens = 256};
+}
+
+static llm_client_t *s_client(rx_t *rx, tsrv_t *srv, const char *route, int retries, long timeout_ms)
+{
+    char base[256];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d%s/v1", srv ? srv->port : harness_free_port(), route);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = retries, .backoff_base_ms = 10,
+                            .backoff_max_ms = 40, .timeout_ms = timeout_ms, .jitter_seed = 7,
+                            .api_key = "sk-selroll-test"};
+    llm_client_t *c = llm_client_new(&cfg, rx ? &RX_HOOKS : NULL, rx);
+    assert_non_null(c);
+    if (rx) {
+        memset(rx, 0, sizeof *rx);
+        rx->timer_due = -1;
+        rx->c = c;
+    }
+    return c;
+}
+
+/* s_one runs a single request through the reactor against route and fills *seen. */
+static void s_one(tsrv_t *srv, const char *route, int retries, long timeout_ms, seen_t *seen)
+{
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, srv, route, retries, timeout_ms);
+    llm_chat_t chat = s_chat();
+    memset(seen, 0, sizeof *seen);
+    assert_non_null(llm_client_chat(c, &chat, s_done, seen));
+    rx_run(&rx, &seen->calls, 5000);
+    assert_int_equal(seen->calls, 1);
+    assert_int_equal(llm_client_pending(c), 0);
+    llm_client_destroy(&c);
+    assert_null(c);
+    assert_int_equal(rx.n, 0); /* every descriptor was unwatched */
+}
+
+/* ---- pure tests ---------------------------------------------------------------------------- */
+
+static void base_urls_are_normalised(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"http://127.0.0.1:8000", "http://127.0.0.1:8000/v1/chat/completions"},
+        {"http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1/chat/completions"},
+        {"http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions"},
+        {"http://localhost:11434/v1/", "http://localhost:11434/v1/chat/completions"},
+        {"https://gpu7:30000/v1/chat/completions", "https://gpu7:30000/v1/chat/completions"},
+        {"http://host/prefix/v1", "http://host/prefix/v1/chat/completions"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *u = llm_chat_url(cases[i][0]);
+        assert_non_null(u);
+        assert_string_equal(u, cases[i][1]);
+        free(u);
+    }
+    assert_null(llm_chat_url(NULL));
+    assert_null(llm_chat_url(""));
+    assert_null(llm_chat_url("ftp://x/v1"));
+    assert_null(llm_chat_url("127.0.0.1:8000"));
+    assert_null(llm_chat_url("http://"));
+    llm_client_cfg_t cfg = {.base_url = "redis://127.0.0.1:6379"};
+    assert_null(llm_client_new(&cfg, NULL, NULL));
+    assert_null(llm_client_new(NULL, NULL, NULL));
+}
+
+static void request_body_carries_the_openai_fields(void **state)
+{
+    (void)state;
+    const char *stop[] = {"</action>"};
+    llm_chat_t chat = s_chat();
+    chat.top_p = 0.95;
+    chat.stop = stop;
+    chat.n_stop = 1;
+    chat.has_seed = true;
+    chat.seed = 1234;
+    chat.logprobs = true;
+    char *body = llm_chat_body(&chat);
+    assert_non_null(body);
+    cJSON *j = cJSON_Parse(body);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "selroll-v0");
+    cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    assert_int_equal(cJSON_GetArraySize(msgs), 2);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(msgs, 1), "role")->valuestring, "user");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(msgs, 1), "content")->valuestring, MSGS[1].content);
+    assert_true(cJSON_GetObjectItem(j, "temperature")->valuedouble == 0.7);
+    assert_true(cJSON_GetObjectItem(j, "top_p")->valuedouble == 0.95);
+    assert_int_equal(cJSON_GetObjectItem(j, "max_tokens")->valueint, 256);
+    assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stop"), 0)->valuestring, "</action>");
+    assert_int_equal(cJSON_GetObjectItem(j, "seed")->valueint, 1234);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "logprobs")));
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(j, "stream")));
+    assert_int_equal(cJSON_GetObjectItem(j, "n")->valueint, 1);
+    cJSON_Delete(j);
+    free(body);
+
+    /* Left-out fields stay out. */
+    chat = s_chat();
+    chat.temperature = -1;
+    chat.max_tokens = 0;
+    body = llm_chat_body(&chat);
+    j = cJSON_Parse(body);
+    assert_null(cJSON_GetObjectItem(j, "temperature"));
+    assert_null(cJSON_GetObjectItem(j, "top_p"));
+    assert_null(cJSON_GetObjectItem(j, "max_tokens"));
+    assert_null(cJSON_GetObjectItem(j, "seed"));
+    assert_null(cJSON_GetObjectItem(j, "logprobs"));
+    cJSON_Delete(j);
+    free(body);
+    chat.n_messages = 0;
+    assert_null(llm_chat_body(&chat));
+    assert_null(llm_chat_body(NULL));
+}
+
+static int s_parse_fixture(const char *name, llm_response_t *r, llm_parsed_t **st)
+{
+    size_t len;
+    char *body = s_read_file(name, &len);
+    memset(r, 0, sizeof *r);
+    int rc = llm_parse_chat_response(body, len, r, st);
+    free(body);
+    return rc;
+}
+
+static void each_server_success_shape_parses(void **state)
+{
+    (void)state;
+    const struct {
+        const char *file, *content, *finish, *model;
+        long pt, ct;
+    } cases[] = {
+        {"vllm_chat_ok.json", "<think>The lettuce is probably on the countertop.</think><action>go to countertop 1</action>",
+         "stop", "Qwen/Qwen2.5-7B-Instruct", 412, 19},
+        {"sglang_chat_ok.json", "<think>I hold the lettuce; it must be cleaned.</think><action>go to sinkbasin 1</action>",
+         "stop", "Qwen/Qwen2.5-7B-Instruct", 455, 23},
+        {"llamacpp_chat_ok.json", "<think>The fridge is closed.</think><action>open fridge 1</action>", "stop",
+         "gpt-3.5-turbo", 398, 17},
+        {"ollama_chat_ok.json", "<think>The apple should be heated.</think>\n<action>heat apple 1 with microwave 1</action>",
+         "stop", "qwen2.5:7b", 420, 21},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(s_parse_fixture(cases[i].file, &r, &st), 0);
+        assert_string_equal(r.content, cases[i].content);
+        assert_string_equal(r.finish_reason, cases[i].finish);
+        assert_string_equal(r.model, cases[i].model);
+        assert_int_equal(r.prompt_tokens, cases[i].pt);
+        assert_int_equal(r.completion_tokens, cases[i].ct);
+        assert_false(r.has_logprob);
+        llm_parsed_free(&st);
+        assert_null(st);
+    }
+}
+
+static void logprobs_present_are_summed(void **state)
+{
+    (void)state;
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(s_parse_fixture("vllm_chat_logprobs.json", &r, &st), 0);
+    assert_string_equal(r.content, "<action>look</action>");
+    assert_true(r.has_logprob);
+    assert_true(r.logprob_sum == -1.875);
+    llm_parsed_free(&st);
+}
+
+static void missing_usage_and_null_content_are_not_errors(void **state)
+{
+    (void)state;
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(s_parse_fixture("no_usage.json", &r, &st), 0);
+    assert_int_equal(r.prompt_tokens, -1);
+    assert_int_equal(r.completion_tokens, -1);
+    assert_string_equal(r.finish_reason, "length");
+    llm_parsed_free(&st);
+
+    /* A reasoning model cut off by max_tokens: content null, the answer is simply empty. */
+    assert_int_equal(s_parse_fixture("null_content.json", &r, &st), 0);
+    assert_string_equal(r.content, "");
+    assert_string_equal(r.finish_reason, "length");
+    assert_int_equal(r.completion_tokens, 256);
+    llm_parsed_free(&st);
+}
+
+static void malformed_bodies_give_clear_errors(void **state)
+{
+    (void)state;
+    const struct {
+        const char *file, *error;
+    } cases[] = {
+        {"truncated.json", "invalid JSON at byte "},
+        {"empty_choices.json", "no choices in response"},
+        {"chunk_object.json", "streaming chunk where a full response was expected"},
+        {"stream_chunk.txt", "invalid JSON at byte 0"},
+        {"proxy_502.html", "invalid JSON at byte 0"},
+        {"vllm_error_404.json", "server error: The model `selroll-v9` does not exist."},
+        {"openai_error_503.json", "server error: queue full"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        int rc = s_parse_fixture(cases[i].file, &r, &st);
+        assert_int_equal(rc, SR_EPROTO);
+        assert_null(st);
+        if (strncmp(r.error, cases[i].error, strlen(cases[i].error)) != 0)
+            fail_msg("%s: got \"%s\", want \"%s\"", cases[i].file, r.error, cases[i].error);
+    }
+    const struct {
+        const char *body, *error;
+    } inline_cases[] = {
+        {"", "empty response body"},
+        {"[1,2,3]", "response is not a JSON object"},
+        {"{\"choices\": 7}", "no choices in response"},
+        {"{\"choices\": [{\"index\": 0}]}", "first choice has no message"},
+        {"{\"choices\": [{\"message\": {\"content\": 42}}]}", "message content is not a string"},
+        {"{\"choices\": [{\"message\": {\"content\": \"x\"}}]", "invalid JSON at byte"},
+        {"{\"detail\": \"Not Found\"}", "no choices in response"},
+    };
+    for (size_t i = 0; i < sizeof inline_cases / sizeof inline_cases[0]; i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(inline_cases[i].body, strlen(inline_cases[i].body), &r, &st),
+                         SR_EPROTO);
+        if (strncmp(r.error, inline_cases[i].error, strlen(inline_cases[i].error)) != 0)
+            fail_msg("body %s: got \"%s\"", inline_cases[i].body, r.error);
+    }
+    /* The truncated fixture ends inside a string: the error names the first byte of that
+     * unterminated string. */
+    size_t len;
+    char *t = s_read_file("truncated.json", &len);
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(llm_parse_chat_response(t, len, &r, &st), SR_EPROTO);
+    char want[64];
+    snprintf(want, sizeof want, "invalid JSON at byte %zu", (size_t)(strrchr(t, '"') - t) + 1);
+    assert_string_equal(r.error, want);
+    free(t);
+}
+
+static void random_and_cut_bodies_never_crash(void **state)
+{
+    (void)state;
+    size_t len;
+    char *good = s_read_file("vllm_chat_logprobs.json", &len);
+    uint64_t x = 88172645463325252ull;
+    for (size_t cut = 0; cut <= len; cut++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        int rc = llm_parse_chat_response(good, cut, &r, &st);
+        assert_true(rc == SR_OK || rc == SR_EPROTO);
+        assert_true(rc != SR_OK || st != NULL);
+        llm_parsed_free(&st);
+    }
+    char *buf = malloc(len);
+    for (int round = 0; round < 2000; round++) {
+        memcpy(buf, good, len);
+        for (int k = 0; k < 4; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf[x % len] = (char)(x >> 32);
+        }
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        int rc = llm_parse_chat_response(buf, len, &r, &st);
+        assert_true(rc == SR_OK || rc == SR_EPROTO);
+        assert_true(rc == SR_OK || r.error[0] != '\0');
+        llm_parsed_free(&st);
+    }
+    free(buf);
+    free(good);
+}
+
+static void error_bodies_of_each_server_yield_their_message(void **state)
+{
+    (void)state;
+    const struct {
+        const char *file, *msg;
+    } cases[] = {
+        {"vllm_error_404.json", "The model `selroll-v9` does not exist."},
+        {"vllm_error_nested.json", "The model `selroll-v9` does not exist."},
+        {"sglang_error_400.json", "Requested token count exceeds the model's maximum context length of 32768 tokens."},
+        {"llamacpp_error_503.json", "Loading model"},
+        {"llamacpp_error_400.json", "the request exceeds the available context size, try increasing it"},
+        {"ollama_error_404.json", "model \"qwen2.5:7b\" not found, try pulling it first"},
+        {"openai_error_503.json", "queue full"},
+        {"proxy_502.html", "<html>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len;
+        char *body = s_read_file(cases[i].file, &len);
+        char msg[200];
+        llm_error_message(body, len, msg, sizeof msg);
+        if (strcmp(msg, cases[i].msg) != 0)
+            fail_msg("%s: got \"%s\"", cases[i].file, msg);
+        free(body);
+    }
+    char msg[200];
+    llm_error_message("{\"detail\":[{\"loc\":[\"body\",\"messages\"],\"msg\":\"field required\"}]}", 62, msg, sizeof msg);
+    assert_non_null(strstr(msg, "field required"));
+    llm_error_message("", 0, msg, sizeof msg);
+    assert_string_equal(msg, "");
+    llm_error_message("line one\nline two", 17, msg, sizeof msg);
+    assert_string_equal(msg, "line one");
+}
+
+/* ---- round trips --------------------------------------------------------------------------- */
+
+static void each_server_shape_round_trips_through_reactor_hooks(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    const char *files[] = {"vllm_chat_ok.json", "sglang_chat_ok.json", "llamacpp_chat_ok.json",
+                           "ollama_chat_ok.json", "vllm_chat_logprobs.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char route[128];
+        snprintf(route, sizeof route, "/fix/200/%s", files[i]);
+        seen_t seen;
+        s_one(&srv, route, 0, 5000, &seen);
+        if (seen.rc != 0)
+            fail_msg("%s: %s", files[i], seen.error);
+        assert_int_equal(seen.http, 200);
+        assert_int_equal(seen.attempts, 1);
+        assert_non_null(strstr(seen.content, "<action>"));
+        assert_true(seen.pt > 0 && seen.ct > 0);
+        assert_true(seen.latency > 0);
+        assert_int_equal(seen.has_lp, i == 4);
+    }
+    s_srv_stop(&srv);
+}
+
+static void request_body_and_headers_reach_the_server(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, &srv, "/echo", 0, 5000);
+    llm_chat_t chat = s_chat();
+    chat.has_seed = true;
+    chat.seed = 42;
+    chat.logprobs = true;
+    seen_t seen = {0};
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    rx_run(&rx, &seen.calls, 5000);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.content, "<action>look</action>");
+    assert_true(rx.watch_calls > 0 && rx.timer_calls > 0); /* the hooks were the path */
+    llm_client_destroy(&c);
+
+    assert_string_equal(srv.last_auth, "Bearer sk-selroll-test");
+    assert_string_equal(srv.last_ctype, "application/json");
+    cJSON *j = cJSON_Parse(srv.last_body);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "selroll-v0");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "messages")), 2);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "messages"), 0), "content")->valuestring,
+                        MSGS[0].content);
+    assert_true(cJSON_GetObjectItem(j, "temperature")->valuedouble == 0.7);
+    assert_int_equal(cJSON_GetObjectItem(j, "seed")->valueint, 42);
+    assert_int_equal(cJSON_GetObjectItem(j, "max_tokens")->valueint, 256);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "logprobs")));
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(j, "stream")));
+    cJSON_Delete(j);
+    s_srv_stop(&srv);
+}
+
+static void http_4xx_is_reported_with_the_server_message_and_not_retried(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    const struct {
+        const char *route, *error;
+    } cases[] = {
+        {"/fix/404/vllm_error_404.json", "HTTP 404: The model `selroll-v9` does not exist."},
+        {"/fix/400/sglang_error_400.json",
+         "HTTP 400: Requested token count exceeds the model's maximum context length of 32768 tokens."},
+        {"/fix/400/llamacpp_error_400.json", "HTTP 400: the request exceeds the available context size, try increasing it"},
+        {"/fix/404/ollama_error_404.json", "HTTP 404: model \"qwen2.5:7b\" not found, try pulling it first"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int before = s_srv_get(&srv, &srv.hits);
+        seen_t seen;
+        s_one(&srv, cases[i].route, 3, 5000, &seen);
+        assert_int_equal(seen.rc, SR_EHTTP);
+        assert_string_equal(seen.error, cases[i].error);
+        assert_int_equal(seen.attempts, 1);
+        assert_int_equal(s_srv_get(&srv, &srv.hits) - before, 1);
+    }
+    s_srv_stop(&srv);
+}
+
+static void wrong_content_type_is_rejected(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    seen_t seen;
+    s_one(&srv, "/fix/200/proxy_502.html", 0, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EPROTO);
+    assert_string_equal(seen.error, "unexpected content type text/html");
+    s_one(&srv, "/fix/200/stream_chunk.txt", 0, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EPROTO);
+    assert_string_equal(seen.error, "unexpected content type text/event-stream");
+    /* Right type, bad body. */
+    s_one(&srv, "/fix/200/truncated.json", 0, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EPROTO);
+    assert_non_null(strstr(seen.error, "invalid JSON at byte"));
+    s_one(&srv, "/fix/200/empty_choices.json", 0, 5000, &seen);
+    assert_string_equal(seen.error, "no choices in response");
+    /* A proxy's HTML 502 is retried, then reported with its first line. */
+    s_one(&srv, "/fix/502/proxy_502.html", 1, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EHTTP);
+    assert_int_equal(seen.attempts, 2);
+    assert_string_equal(seen.error, "HTTP 502: <html>");
+    s_srv_stop(&srv);
+}
+
+static void http_503_is_retried_with_backoff_then_succeeds(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    srv.flaky_left = 2;
+    seen_t seen;
+    int64_t t0 = harness_now_ms();
+    s_one(&srv, "/flaky/x", 3, 5000, &seen);
+    int64_t took = harness_now_ms() - t0;
+    assert_int_equal(seen.rc, 0);
+    assert_int_equal(seen.attempts, 3);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 3);
+    assert_string_equal(seen.content, "<action>look</action>");
+    assert_true(took >= 5 + 10); /* two back-offs of at least 5 and 10 ms (half of 10, 20) */
+
+    /* Retries run out: the last error is reported. */
+    srv.flaky_left = 100;
+    s_one(&srv, "/flaky/x", 2, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EHTTP);
+    assert_int_equal(seen.http, 503);
+    assert_int_equal(seen.attempts, 3);
+    assert_string_equal(seen.error, "HTTP 503: queue full");
+
+    /* The llama.cpp "Loading model" 503 is retried the same way. */
+    s_one(&srv, "/fix/503/llamacpp_error_503.json", 1, 5000, &seen);
+    assert_int_equal(seen.attempts, 2);
+    assert_string_equal(seen.error, "HTTP 503: Loading model");
+    s_srv_stop(&srv);
+}
+
+static void connection_errors_are_retried_and_reported(void **state)
+{
+    (void)state;
+    seen_t seen;
+    /* Nobody listens on a fresh free port. */
+    s_one(NULL, "", 2, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EIO);
+    assert_int_equal(seen.attempts, 3);
+    assert_int_equal(seen.http, 0);
+    assert_true(strncmp(seen.error, "connection error: ", 18) == 0);
+
+    /* A server that closes without answering. */
+    tsrv_t srv;
+    s_srv_start(&srv);
+    s_one(&srv, "/drop", 1, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EIO);
+    assert_int_equal(seen.attempts, 2);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 2);
+    s_srv_stop(&srv);
+}
+
+static void slow_response_times_out_without_retry(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    seen_t seen;
+    int64_t t0 = harness_now_ms();
+    s_one(&srv, "/slow/3000", 3, 300, &seen);
+    int64_t took = harness_now_ms() - t0;
+    assert_int_equal(seen.rc, SR_ETIMEDOUT);
+    assert_string_equal(seen.error, "timeout after 300 ms");
+    assert_int_equal(seen.attempts, 1);
+    assert_true(took >= 290 && took < 2500);
+
+    /* Within the timeout, the dribbled answer arrives whole. */
+    s_one(&srv, "/slow/100", 0, 5000, &seen);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.content, "<action>look</action>");
+    s_srv_stop(&srv);
+}
+
+static void abort_closes_the_connection_and_no_callback_follows(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, &srv, "/slow/3000", 0, 10000);
+    llm_chat_t chat = s_chat();
+    seen_t seen = {0};
+    llm_request_t *req = llm_client_chat(c, &chat, s_done, &seen);
+    assert_non_null(req);
+    rx_run(&rx, NULL, 150); /* the server is now generating */
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 1);
+    assert_int_equal(s_srv_get(&srv, &srv.slow_disconnects), 0);
+    llm_request_abort(req);
+    assert_int_equal(llm_client_pending(c), 0);
+    assert_int_equal(rx.n, 0); /* the socket was handed back */
+
+    int64_t end = harness_now_ms() + 2000;
+    while (s_srv_get(&srv, &srv.slow_disconnects) == 0 && harness_now_ms() < end)
+        rx_run(&rx, NULL, 10);
+    assert_int_equal(s_srv_get(&srv, &srv.slow_disconnects), 1);
+    rx_run(&rx, NULL, 50);
+    assert_int_equal(seen.calls, 0);
+    llm_client_stats_t st;
+    llm_client_stats(c, &st);
+    assert_int_equal(st.aborted, 1);
+    assert_int_equal(st.started, 1);
+    assert_int_equal(st.succeeded + st.failed, 0);
+
+    /* The client still works after an abort. */
+    llm_request_abort(NULL);
+    llm_client_destroy(&c);
+    s_one(&srv, "/echo", 0, 5000, &seen);
+    assert_int_equal(seen.rc, 0);
+    s_srv_stop(&srv);
+}
+
+static void abort_during_backoff_drops_the_retry(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    srv.flaky_left = 100;
+    char base[128];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/flaky/y", srv.port);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = 5, .backoff_base_ms = 400, .jitter_seed = 1};
+    rx_t rx = {.timer_due = -1};
+    llm_client_t *c = llm_client_new(&cfg, &RX_HOOKS, &rx);
+    rx.c = c;
+    llm_chat_t chat = s_chat();
+    seen_t seen = {0};
+    llm_request_t *req = llm_client_chat(c, &chat, s_done, &seen);
+    int64_t end = harness_now_ms() + 2000;
+    while (s_srv_get(&srv, &srv.hits) < 1 && harness_now_ms() < end)
+        rx_run(&rx, NULL, 5);
+    rx_run(&rx, NULL, 30); /* the 503 arrived; the retry waits >= 200 ms */
+    assert_int_equal(llm_client_pending(c), 1);
+    assert_true(rx.timer_due >= 0);
+    llm_request_abort(req);
+    assert_int_equal(llm_client_pending(c), 0);
+    rx_run(&rx, NULL, 600);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 1); /* no retry went out */
+    assert_int_equal(seen.calls, 0);
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+}
+
+static void oversized_response_is_refused(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    char base[128];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/big", srv.port);
+    llm_client_cfg_t cfg = {.base_url = base, .max_response_bytes = 64 * 1024, .max_retries = -1};
+    llm_client_t *c = llm_client_new(&cfg, NULL, NULL);
+    llm_chat_t chat = s_chat();
+    seen_t seen = {0};
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(c, 5000), 0);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.rc, SR_ETOOBIG);
+    assert_string_equal(seen.error, "response larger than 65536 bytes");
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+}
+
+static void blocking_driver_runs_concurrent_requests(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    llm_client_t *c = s_client(NULL, &srv, "/fix/200/ollama_chat_ok.json", 0, 5000);
+    assert_int_equal(llm_client_run_until_idle(c, 10), 0); /* nothing pending: idle at once */
+    llm_chat_t chat = s_chat();
+    seen_t seen[8];
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 8; i++)
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen[i]));
+    assert_int_equal(llm_client_pending(c), 8);
+    assert_int_equal(llm_client_run_until_idle(c, 5000), 0);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(seen[i].calls, 1);
+        assert_int_equal(seen[i].rc, 0);
+        assert_string_equal(seen[i].content,
+                            "<think>The apple should be heated.</think>\n<action>heat apple 1 with microwave 1</action>");
+    }
+    llm_client_stats_t st;
+    llm_client_stats(c, &st);
+    assert_int_equal(st.succeeded, 8);
+    llm_client_destroy(&c);
+
+    /* The blocking driver is refused for a client on hooks; its deadline is kept. */
+    rx_t rx;
+    c = s_client(&rx, &srv, "/slow/2000", 0, 5000);
+    assert_int_equal(llm_client_run_until_idle(c, 10), SR_EUNSUPPORTED);
+    llm_client_destroy(&c);
+    c = s_client(NULL, &srv, "/slow/2000", 0, 5000);
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen[0]));
+    assert_int_equal(llm_client_run_until_idle(c, 50), SR_ETIMEDOUT);
+    llm_client_destroy(&c); /* destroy with a request in flight: no callback */
+    s_srv_stop(&srv);
+}
+
+typedef struct {
+    llm_client_t *c;
+    int left;
+    int done;
+    int ok;
+} chain_t;
+
+static void s_chain_done(const llm_response_t *r, void *arg)
+{
+    chain_t *ch = arg;
+    ch->ok += r->rc == 0;
+    if (--ch->left > 0) {
+        llm_chat_t chat = s_chat();
+        assert_non_null(llm_client_chat(ch->c, &chat, s_chain_done, ch));
+    } else {
+        ch->done = 1;
+    }
+}
+
+static void done_callback_may_start_the_next_request(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, &srv, "/echo", 0, 5000);
+    chain_t ch = {.c = c, .left = 5};
+    llm_chat_t chat = s_chat();
+    assert_non_null(llm_client_chat(c, &chat, s_chain_done, &ch));
+    rx_run(&rx, &ch.done, 5000);
+    assert_int_equal(ch.done, 1);
+    assert_int_equal(ch.ok, 5);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 5);
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+    assert_null(llm_client_chat(NULL, &chat, s_chain_done, &ch));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(base_urls_are_normalised),
+    cmocka_unit_test(request_body_carries_the_openai_fields),
+    cmocka_unit_test(each_server_success_shape_parses),
+    cmocka_unit_test(logprobs_present_are_summed),
+    cmocka_unit_test(missing_usage_and_null_content_are_not_errors),
+    cmocka_unit_test(malformed_bodies_give_clear_errors),
+    cmocka_unit_test(random_and_cut_bodies_never_crash),
+    cmocka_unit_test(error_bodies_of_each_server_yield_their_message),
+    cmocka_unit_test(each_server_shape_round_trips_through_reactor_hooks),
+    cmocka_unit_test(request_body_and_headers_reach_the_server),
+    cmocka_unit_test(http_4xx_is_reported_with_the_server_message_and_not_retried),
+    cmocka_unit_test(wrong_content_type_is_rejected),
+    cmocka_unit_test(http_503_is_retried_with_backoff_then_succeeds),
+    cmocka_unit_test(connection_errors_are_retried_and_reported),
+    cmocka_unit_test(slow_response_times_out_without_retry),
+    cmocka_unit_test(abort_closes_the_connection_and_no_callback_follows),
+    cmocka_unit_test(abort_during_backoff_drops_the_retry),
+    cmocka_unit_test(oversized_response_is_refused),
+    cmocka_unit_test(blocking_driver_runs_concurrent_requests),
+    cmocka_unit_test(done_callback_may_start_the_next_request),
+};
+
+HARNESS_MAIN("llm_client", tests)

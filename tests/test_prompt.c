@@ -1,0 +1,296 @@
+/*
+ * test_prompt.c — the step prompt: golden texts of the default template at step 1 and step 5,
+ * history length, custom templates from files, and template errors.
+ */
+#include "tests/harness.h"
+
+#include "actor/prompt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char OPENING[] =
+    "-= Welcome to TextWorld, ALFRED! =-\n\n"
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+    "countertop 1, a diningtable 1, a fridge 1, and a sinkbasin 1.\n\n"
+    "Your task is to: put a clean lettuce in diningtable.";
+
+static const char *const ADM1[] = {"go to cabinet 1", "go to countertop 1", "go to diningtable 1",
+                                   "go to fridge 1", "go to sinkbasin 1", "help", "inventory", "look"};
+
+static const char GOLDEN_STEP1[] =
+    "Your task is to: put a clean lettuce in diningtable.\n"
+    "This is the first step.\n"
+    "You are now at step 1 and your current observation is: -= Welcome to TextWorld, ALFRED! =-\n\n"
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+    "countertop 1, a diningtable 1, a fridge 1, and a sinkbasin 1.\n\n"
+    "Your task is to: put a clean lettuce in diningtable.\n"
+    "Your admissible actions of the current situation are: ['go to cabinet 1', 'go to countertop 1', "
+    "'go to diningtable 1', 'go to fridge 1', 'go to sinkbasin 1', 'inventory', 'look'].\n"
+    "\n"
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning process MUST "
+    "be enclosed within <think> </think> tags.\n"
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags.";
+
+static const prompt_turn_t HIST4[] = {
+    {OPENING, "go to countertop 1"},
+    {"You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a mug 2.",
+     "take lettuce 1 from countertop 1"},
+    {"You pick up the lettuce 1 from the countertop 1.", "go to cabinet 1"},
+    {"You arrive at cabinet 1. The cabinet 1 is closed.", "go to sinkbasin 1"},
+};
+
+static const char *const ADM5[] = {"clean lettuce 1 with sinkbasin 1", "go to cabinet 1",
+                                   "go to diningtable 1", "inventory", "look",
+                                   "move lettuce 1 to sinkbasin 1"};
+
+static const char GOLDEN_STEP5[] =
+    "Your task is to: put a clean lettuce in diningtable.\n"
+    "Prior to this step, you have already taken 4 step(s). Below are the most recent 2 observations "
+    "and the corresponding actions you took:\n"
+    "[Observation 3: 'You pick up the lettuce 1 from the countertop 1.', Action 3: 'go to cabinet 1']\n"
+    "[Observation 4: 'You arrive at cabinet 1. The cabinet 1 is closed.', Action 4: 'go to sinkbasin 1']\n"
+    "You are now at step 5 and your current observation is: You arrive at sinkbasin 1. On the "
+    "sinkbasin 1, you see nothing. There's nothing special about it.\n"
+    "Your admissible actions of the current situation are: ['clean lettuce 1 with sinkbasin 1', "
+    "'go to cabinet 1', 'go to diningtable 1', 'inventory', 'look', 'move lettuce 1 to sinkbasin 1'].\n"
+    "\n"
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning process MUST "
+    "be enclosed within <think> </think> tags.\n"
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags.";
+
+static const char OBS5[] =
+    "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing. There's nothing special about it.";
+
+static void s_state5(prompt_state_t *s)
+{
+    *s = (prompt_state_t){.goal = "put a clean lettuce in diningtable.",
+                          .history = HIST4,
+                          .n_history = 4,
+                          .current_obs = OBS5,
+                          .admissible = ADM5,
+                          .n_admissible = sizeof ADM5 / sizeof ADM5[0]};
+}
+
+static void default_step1_matches_golden_text(void **state)
+{
+    (void)state;
+    prompt_t *p = prompt_new(NULL, NULL, -1, NULL, 0);
+    assert_non_null(p);
+    assert_int_equal(prompt_history_len(p), 2);
+    prompt_state_t s = {.goal = "put a clean lettuce in diningtable.",
+                        .current_obs = OPENING,
+                        .admissible = ADM1,
+                        .n_admissible = sizeof ADM1 / sizeof ADM1[0]};
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.system,
+                        "You are an expert agent operating in the ALFRED embodied household environment.");
+    assert_string_equal(m.user, GOLDEN_STEP1);
+    assert_null(strstr(m.user, "'help'")); /* help is left out */
+    prompt_messages_clear(&m);
+    assert_null(m.user);
+    prompt_destroy(&p);
+    assert_null(p);
+    prompt_destroy(&p);
+    prompt_destroy(NULL);
+}
+
+static void default_step5_shows_last_two_pairs(void **state)
+{
+    (void)state;
+    prompt_t *p = prompt_new(NULL, NULL, -1, NULL, 0);
+    prompt_state_t s;
+    s_state5(&s);
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.user, GOLDEN_STEP5);
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+}
+
+static void history_length_is_configurable(void **state)
+{
+    (void)state;
+    prompt_t *p = prompt_new(NULL, NULL, 3, NULL, 0);
+    prompt_state_t s;
+    s_state5(&s);
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_non_null(strstr(m.user, "Below are the most recent 3 observations"));
+    assert_non_null(strstr(m.user, "[Observation 2: 'You arrive at countertop 1. On the countertop 1, "
+                                   "you see a lettuce 1, and a mug 2.', Action 2: 'take lettuce 1 from "
+                                   "countertop 1']\n[Observation 3:"));
+    assert_null(strstr(m.user, "Observation 1:"));
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+
+    /* H larger than the episode so far: all pairs, numbered from 1, the opening text kept whole. */
+    p = prompt_new(NULL, NULL, 10, NULL, 0);
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_non_null(strstr(m.user, "Below are the most recent 4 observations"));
+    assert_non_null(strstr(m.user, "[Observation 1: '-= Welcome to TextWorld, ALFRED! =-\n\nYou are in"));
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+}
+
+static void custom_template_placeholders_render(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    prompt_t *p = prompt_new("", "G={goal} S={step} P={n_prev} H={n_hist} {{literal}\n"
+                                 "{#history}HIST:\n{history}\n{/history}{^history}none\n{/history}"
+                                 "OBS={current_obs}\nA={admissible}",
+                             1, err, sizeof err);
+    assert_non_null(p);
+    prompt_state_t s;
+    s_state5(&s);
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_null(m.system); /* empty system text: no system message */
+    assert_string_equal(m.user,
+                        "G=put a clean lettuce in diningtable. S=5 P=4 H=1 {literal}\n"
+                        "HIST:\n[Observation 4: 'You arrive at cabinet 1. The cabinet 1 is closed.', "
+                        "Action 4: 'go to sinkbasin 1']\n"
+                        "OBS=You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing. There's "
+                        "nothing special about it.\n"
+                        "A=['clean lettuce 1 with sinkbasin 1', 'go to cabinet 1', 'go to diningtable 1', "
+                        "'inventory', 'look', 'move lettuce 1 to sinkbasin 1']");
+    prompt_messages_clear(&m);
+
+    prompt_state_t empty = {0};
+    assert_int_equal(prompt_render(p, &empty, &m), 0);
+    assert_string_equal(m.user, "G= S=1 P=0 H=0 {literal}\nnone\nOBS=\nA=[]");
+    prompt_messages_clear(&m);
+    assert_int_equal(prompt_render(p, NULL, &m), -1);
+    prompt_destroy(&p);
+}
+
+static void malformed_templates_are_refused_with_reason(void **state)
+{
+    (void)state;
+    char err[200];
+    assert_null(prompt_new(NULL, "Task: {gaol}", -1, err, sizeof err));
+    assert_non_null(strstr(err, "unknown placeholder {gaol}"));
+    assert_null(prompt_new(NULL, "{#history}x", -1, err, sizeof err));
+    assert_non_null(strstr(err, "not closed"));
+    assert_null(prompt_new(NULL, "x{/history}", -1, err, sizeof err));
+    assert_non_null(strstr(err, "without an opening"));
+    assert_null(prompt_new(NULL, "{#history}{^history}{/history}", -1, err, sizeof err));
+    assert_non_null(strstr(err, "nested"));
+    assert_null(prompt_new("sys {", NULL, -1, err, sizeof err));
+    assert_non_null(strstr(err, "system template: unclosed"));
+    assert_null(prompt_new(NULL, "{#foo}{/foo}", -1, NULL, 0)); /* no err buffer: still refused */
+}
+
+static char *s_write_tmp(const char *text)
+{
+    char *path = strdup("/tmp/selroll-prompt-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+static void template_file_loads_system_and_user_parts(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    char *path = s_write_tmp("\n[system]\nYou play a household game.\n[user]\nGoal: {goal}\n"
+                             "Actions: {admissible}\n");
+    prompt_t *p = prompt_load(path, -1, err, sizeof err);
+    assert_non_null(p);
+    prompt_state_t s;
+    s_state5(&s);
+    s.n_admissible = 2;
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.system, "You play a household game.");
+    assert_string_equal(m.user, "Goal: put a clean lettuce in diningtable.\n"
+                                "Actions: ['clean lettuce 1 with sinkbasin 1', 'go to cabinet 1']");
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+    unlink(path);
+    free(path);
+
+    /* Without [system], the default system text. */
+    path = s_write_tmp("[user]\nStep {step}.");
+    p = prompt_load(path, 0, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.system, PROMPT_DEFAULT_SYSTEM);
+    assert_string_equal(m.user, "Step 5.");
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+    unlink(path);
+    free(path);
+}
+
+static void bad_template_files_are_refused_with_reason(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    assert_null(prompt_load("/nonexistent/selroll.tmpl", -1, err, sizeof err));
+    assert_non_null(strstr(err, "cannot open template"));
+
+    char *path = s_write_tmp("[system]\nonly a system part\n");
+    assert_null(prompt_load(path, -1, err, sizeof err));
+    assert_non_null(strstr(err, "no [user] section"));
+    unlink(path);
+    free(path);
+
+    path = s_write_tmp("stray text\n[user]\nx\n");
+    assert_null(prompt_load(path, -1, err, sizeof err));
+    assert_non_null(strstr(err, "before its first section"));
+    unlink(path);
+    free(path);
+
+    path = s_write_tmp("[user]\na\n[user]\nb\n");
+    assert_null(prompt_load(path, -1, err, sizeof err));
+    assert_non_null(strstr(err, "two [user] sections"));
+    unlink(path);
+    free(path);
+
+    path = s_write_tmp("[user]\n{oops}\n");
+    assert_null(prompt_load(path, -1, err, sizeof err));
+    assert_non_null(strstr(err, "unknown placeholder {oops}"));
+    unlink(path);
+    free(path);
+}
+
+static void default_template_file_in_docs_equals_builtin(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    prompt_t *p = prompt_load("docs/prompt_default.tmpl", -1, err, sizeof err);
+    if (!p)
+        fail_msg("docs/prompt_default.tmpl: %s", err);
+    prompt_state_t s;
+    s_state5(&s);
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.system, PROMPT_DEFAULT_SYSTEM);
+    assert_string_equal(m.user, GOLDEN_STEP5);
+    prompt_messages_clear(&m);
+    prompt_destroy(&p);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(default_step1_matches_golden_text),
+    cmocka_unit_test(default_step5_shows_last_two_pairs),
+    cmocka_unit_test(history_length_is_configurable),
+    cmocka_unit_test(custom_template_placeholders_render),
+    cmocka_unit_test(malformed_templates_are_refused_with_reason),
+    cmocka_unit_test(template_file_loads_system_and_user_parts),
+    cmocka_unit_test(bad_template_files_are_refused_with_reason),
+    cmocka_unit_test(default_template_file_in_docs_equals_builtin),
+};
+
+HARNESS_MAIN("prompt", tests)

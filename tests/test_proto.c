@@ -1,0 +1,1274 @@
+/*
+ * test_proto.c — the wire codec: round trips of every message type field by field, defaults of
+ * optional fields, and malformed inputs, each checked for its specific error (field and reason),
+ * plus a seeded random-mutation loop.
+ *
+ * Malformed messages are made from valid ones by s_edit: it unpacks a valid encoding and packs it
+ * again with one field (named by a path such as "steps.1.action") dropped or replaced by another
+ * value, possibly raw bytes. So every case differs from a valid message in exactly one place.
+ */
+#include "tests/harness.h"
+#include "common/proto.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Sample messages
+ * ------------------------------------------------------------------------------------------- */
+
+static void s_sample(proto_msg_t *m, proto_type_t type);
+
+static proto_chat_msg_t s_chat[2] = {
+    {.role = "system", .content = "You are in a house. Goal: put a clean apple in the fridge."},
+    {.role = "user", .content = "You arrive at countertop 1. On the countertop 1, you see an apple 1."},
+};
+
+static proto_result_step_t s_steps[3] = {
+    {.i = 0, .action = "go to countertop 1", .raw = "<think>look</think><action>go to countertop 1</action>",
+     .obs = "You arrive at countertop 1.", .reward = 0.0, .done = false, .prompt_tokens = 120,
+     .completion_tokens = 14, .has_logprob = true, .logprob = -3.25, .format_error = false,
+     .latency_ms = 12.5, .messages = s_chat, .messages_len = 2},
+    {.i = 1, .action = "take apple 1 from countertop 1", .raw = "take apple 1 from countertop 1",
+     .obs = "You pick up the apple 1 from the countertop 1.", .reward = 0.0, .prompt_tokens = 150,
+     .completion_tokens = 9, .format_error = true, .latency_ms = 8.0},
+    {.i = 2, .action = "move apple 1 to fridge 1", .raw = "<action>move apple 1 to fridge 1</action>",
+     .obs = "You move the apple 1 to the fridge 1.", .reward = 1.0, .done = true,
+     .prompt_tokens = 170, .completion_tokens = 11, .has_logprob = true, .logprob = -0.5,
+     .latency_ms = 9.75},
+};
+
+static proto_result_t s_result(void)
+{
+    proto_result_t r = {
+        .job_id = "j-42", .epoch = 3, .run = "run-1", .group = "g-7", .traj = 5,
+        .task = "household/train/17", .status = "done", .reward = 1.0, .won = true, .n_steps = 3,
+        .llm_calls = 3, .prompt_tokens = 440, .completion_tokens = 34, .aborted_tokens = 7,
+        .wall_ms = 1234, .error = NULL, .steps = s_steps, .steps_len = 3};
+    return r;
+}
+
+static const char *s_admissible[3] = {"go to cabinet 1", "go to fridge 1", "look"};
+static const char *s_envw[2] = {"tcp://10.0.0.1:5560", "tcp://10.0.0.2:5560"};
+static proto_lease_t s_leases[2] = {{.job_id = "j-1", .epoch = 0}, {.job_id = "j-2", .epoch = 9}};
+static int64_t s_keep[2] = {2, 6};
+static double s_rewards[2] = {1.0, 0.0};
+static double s_advs[2] = {0.999999, -0.999999};
+static proto_result_t s_trajs[2];
+static proto_group_t s_groups[1];
+static proto_stat_t s_stats[2] = {{.name = "zv_ratio", .value = 0.4}, {.name = "wall_s", .value = 61.5}};
+
+static void s_sample(proto_msg_t *m, proto_type_t type)
+{
+    proto_msg_init(m, type);
+    switch (type) {
+    case PROTO_HELLO:
+        m->u.hello = (proto_hello_t){.actor_id = "actor-1", .role = "actor", .slots = 16,
+                                     .host = "node-3", .pid = 4242,
+                                     .policy = "http://127.0.0.1:8000/v1", .version = "0.1.0"};
+        break;
+    case PROTO_WELCOME:
+        m->u.welcome = (proto_welcome_t){.run = "run-1", .actor_id = "actor-1", .lease_ms = 30000,
+                                         .heartbeat_ms = 1000, .bus_pub = "tcp://coord:5556",
+                                         .bus_sub = "tcp://coord:5557", .policy_version = 4,
+                                         .env_workers = s_envw, .env_workers_len = 2};
+        break;
+    case PROTO_CREDIT: m->u.credit.credits = 8; break;
+    case PROTO_JOB:
+        m->u.job = (proto_job_t){.job_id = "j-42", .epoch = 3, .run = "run-1", .group = "g-7",
+                                 .traj = 5, .group_size = 8, .task = "household/train/17",
+                                 .iteration = 12, .policy_version = 4,
+                                 .seed = 18446744073709551615ull, .temperature = 0.7,
+                                 .top_p = 0.95, .max_steps = 30, .max_tokens = 512, .eval = true,
+                                 .lease_ms = 60000};
+        break;
+    case PROTO_RESULT: m->u.result = s_result(); break;
+    case PROTO_HEARTBEAT:
+        m->u.heartbeat = (proto_heartbeat_t){.actor_id = "actor-1", .running = 2, .free = 14,
+                                             .leases = s_leases, .leases_len = 2};
+        break;
+    case PROTO_BYE:
+        m->u.bye = (proto_bye_t){.actor_id = "actor-1", .reason = "shutdown", .drain = true};
+        break;
+    case PROTO_ACTION:
+        m->u.action = (proto_action_t){.run = "run-1", .group = "g-7", .traj = 3, .step = 10,
+                                       .action = "open fridge 1", .ended = false, .reward = 0.0,
+                                       .has_won = true, .won = false, .actor_id = "actor-1"};
+        break;
+    case PROTO_CANCEL:
+        m->u.cancel = (proto_cancel_t){.run = "run-1", .group = "g-7", .step = 10, .d = 0.0625,
+                                       .reason = "converged", .keep = s_keep, .keep_len = 2};
+        break;
+    case PROTO_POLICY_VERSION:
+        m->u.policy_version = (proto_policy_version_t){.run = "run-1", .version = 5, .iteration = 13};
+        break;
+    case PROTO_RESET:
+        m->u.reset = (proto_reset_t){.rid = 77, .session = "actor-1/3", .task = "household/train/17",
+                                     .has_seed = true, .seed = 99, .max_steps = 30};
+        break;
+    case PROTO_STEP:
+        m->u.step = (proto_step_t){.rid = 78, .session = "actor-1/3", .action = "go to fridge 1"};
+        break;
+    case PROTO_CLOSE: m->u.close = (proto_close_t){.rid = 79, .session = "actor-1/3"}; break;
+    case PROTO_OBS:
+        m->u.obs = (proto_obs_t){.rid = 78, .session = "actor-1/3",
+                                 .obs = "You arrive at fridge 1. The fridge 1 is closed.",
+                                 .admissible = s_admissible, .admissible_len = 3, .reward = 0.0,
+                                 .done = false, .won = false, .step = 4,
+                                 .goal = "Your task is to: put a cool apple in fridge."};
+        break;
+    case PROTO_ERROR:
+        m->u.error = (proto_error_t){.has_rid = true, .rid = 80, .code = "unknown_session",
+                                     .msg = "no session actor-1/9", .session = "actor-1/9"};
+        break;
+    case PROTO_BATCH:
+        s_trajs[0] = s_result();
+        s_trajs[1] = s_result();
+        s_trajs[1].traj = 6;
+        s_trajs[1].status = "cancelled";
+        s_trajs[1].reward = 0.0;
+        s_trajs[1].won = false;
+        s_trajs[1].steps_len = 1;
+        s_trajs[1].error = "cancelled by gate";
+        proto_group_init(&s_groups[0]);
+        s_groups[0].group = "g-7";
+        s_groups[0].task = "household/train/17";
+        s_groups[0].weight = 2.5;
+        s_groups[0].rewards = s_rewards;
+        s_groups[0].rewards_len = 2;
+        s_groups[0].advantages = s_advs;
+        s_groups[0].advantages_len = 2;
+        s_groups[0].trajectories = s_trajs;
+        s_groups[0].trajectories_len = 2;
+        m->u.batch = (proto_batch_t){.run = "run-1", .iteration = 12, .policy_version = 4,
+                                     .groups = s_groups, .groups_len = 1, .stats = s_stats,
+                                     .stats_len = 2};
+        break;
+    case PROTO_WEIGHTS_READY:
+        m->u.weights_ready = (proto_weights_ready_t){.run = "run-1", .version = 5, .iteration = 12,
+                                                     .has_loss = true, .loss = 0.125,
+                                                     .info = "grad_norm=1.2"};
+        break;
+    default: fail();
+    }
+}
+
+/* s_encoded returns a fresh buffer holding the sample of type. */
+static sr_buf_t s_encoded(proto_type_t type)
+{
+    proto_msg_t m;
+    sr_buf_t b = SR_BUF_INIT;
+    s_sample(&m, type);
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    return b;
+}
+
+static void s_roundtrip(proto_type_t type, proto_msg_t *in, proto_msg_t *out)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    proto_err_t err;
+    s_sample(in, type);
+    assert_int_equal(proto_encode(in, &b), SR_OK);
+    assert_int_equal(proto_peek_type(b.data, b.len), type);
+    int rc = proto_decode(b.data, b.len, out, &err);
+    if (rc != SR_OK)
+        fail_msg("decode %s: %s: %s", proto_type_name(type), err.field, err.reason);
+    assert_int_equal(out->type, type);
+    sr_buf_free(&b);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * s_edit: re-pack a valid message with one change
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum { E_DROP, E_INT, E_UINT, E_STR, E_RAW, E_BOOL, E_NIL, E_MAP, E_ARRAY, E_FLOAT } s_op_kind_t;
+
+typedef struct {
+    s_op_kind_t kind;
+    int64_t i;
+    double f;
+    const char *s; /* E_STR body or E_RAW bytes */
+    size_t n;      /* their length */
+} s_op_t;
+
+static s_op_t s_drop(void) { return (s_op_t){.kind = E_DROP}; }
+static s_op_t s_int(int64_t v) { return (s_op_t){.kind = E_INT, .i = v}; }
+static s_op_t s_uint(uint64_t v) { return (s_op_t){.kind = E_UINT, .i = (int64_t)v}; }
+static s_op_t s_float(double v) { return (s_op_t){.kind = E_FLOAT, .f = v}; }
+static s_op_t s_strv(const char *s) { return (s_op_t){.kind = E_STR, .s = s, .n = strlen(s)}; }
+static s_op_t s_strn(const char *s, size_t n) { return (s_op_t){.kind = E_STR, .s = s, .n = n}; }
+static s_op_t s_raw(const char *s, size_t n) { return (s_op_t){.kind = E_RAW, .s = s, .n = n}; }
+static s_op_t s_boolv(bool b) { return (s_op_t){.kind = E_BOOL, .i = b}; }
+static s_op_t s_nil(void) { return (s_op_t){.kind = E_NIL}; }
+static s_op_t s_emptymap(void) { return (s_op_t){.kind = E_MAP}; }
+static s_op_t s_emptyarr(void) { return (s_op_t){.kind = E_ARRAY}; }
+
+static void s_put_op(msgpack_packer *pk, const s_op_t *op)
+{
+    switch (op->kind) {
+    case E_INT: msgpack_pack_int64(pk, op->i); break;
+    case E_UINT: msgpack_pack_uint64(pk, (uint64_t)op->i); break;
+    case E_FLOAT: msgpack_pack_double(pk, op->f); break;
+    case E_STR:
+        msgpack_pack_str(pk, op->n);
+        msgpack_pack_str_body(pk, op->s, op->n);
+        break;
+    case E_RAW: pk->callback(pk->data, op->s, op->n); break;
+    case E_BOOL: op->i ? msgpack_pack_true(pk) : msgpack_pack_false(pk); break;
+    case E_NIL: msgpack_pack_nil(pk); break;
+    case E_MAP: msgpack_pack_map(pk, 0); break;
+    case E_ARRAY: msgpack_pack_array(pk, 0); break;
+    default: break;
+    }
+}
+
+/* s_repack packs o, applying op at the dotted path (map keys, or array indexes as numbers).
+ * A path naming an absent map key adds the key with the op's value. */
+static void s_repack(msgpack_packer *pk, const msgpack_object *o, const char *path,
+                     const s_op_t *op)
+{
+    if (!path) {
+        msgpack_pack_object(pk, *o);
+        return;
+    }
+    const char *dot = strchr(path, '.');
+    size_t seg = dot ? (size_t)(dot - path) : strlen(path);
+    const char *rest = dot ? dot + 1 : NULL;
+    if (o->type == MSGPACK_OBJECT_ARRAY) {
+        size_t idx = (size_t)atol(path);
+        msgpack_pack_array(pk, o->via.array.size);
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            if (i == idx && !rest)
+                s_put_op(pk, op);
+            else
+                s_repack(pk, &o->via.array.ptr[i], i == idx ? rest : NULL, op);
+        }
+        return;
+    }
+    assert_int_equal(o->type, MSGPACK_OBJECT_MAP);
+    int found = -1;
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->via.str.size == seg && memcmp(k->via.str.ptr, path, seg) == 0)
+            found = (int)i;
+    }
+    uint32_t n = o->via.map.size;
+    if (found >= 0 && !rest && op->kind == E_DROP)
+        n--;
+    if (found < 0)
+        n++;
+    msgpack_pack_map(pk, n);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        if ((int)i == found && !rest && op->kind == E_DROP)
+            continue;
+        msgpack_pack_object(pk, o->via.map.ptr[i].key);
+        if ((int)i == found && !rest)
+            s_put_op(pk, op);
+        else
+            s_repack(pk, &o->via.map.ptr[i].val, (int)i == found ? rest : NULL, op);
+    }
+    if (found < 0) {
+        msgpack_pack_str(pk, seg);
+        msgpack_pack_str_body(pk, path, seg);
+        s_put_op(pk, op);
+    }
+}
+
+/* s_edit returns the sample of type with op applied at path (a heap buffer the caller frees). */
+static msgpack_sbuffer s_edit(proto_type_t type, const char *path, s_op_t op)
+{
+    sr_buf_t b = s_encoded(type);
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&up, (const char *)b.data, b.len, &off),
+                     MSGPACK_UNPACK_SUCCESS);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    s_repack(&pk, &up.data, path, &op);
+    msgpack_unpacked_destroy(&up);
+    sr_buf_free(&b);
+    return sb;
+}
+
+/* s_expect decodes buf and checks the error code, the field and the start of the reason; a
+ * failed decode must also leave the message zeroed. */
+static void s_expect(const void *buf, size_t len, int rc, const char *field, const char *reason)
+{
+    proto_msg_t m;
+    proto_err_t err;
+    int got = proto_decode(buf, len, &m, &err);
+    if (got == SR_OK)
+        proto_msg_clear(&m);
+    if (got != rc || strcmp(err.field, field) != 0 || strncmp(err.reason, reason, strlen(reason)) != 0)
+        fail_msg("want rc %d field '%s' reason '%s...'; got rc %d field '%s' reason '%s'", rc, field,
+                 reason, got, err.field, err.reason);
+    assert_int_equal(err.rc, rc);
+    proto_msg_t zero;
+    memset(&zero, 0, sizeof zero);
+    assert_memory_equal(&m, &zero, sizeof m);
+}
+
+/* s_expect_edit: the sample of type with op at path fails with rc, field and reason. */
+static void s_expect_edit(proto_type_t type, const char *path, s_op_t op, int rc,
+                          const char *field, const char *reason)
+{
+    msgpack_sbuffer sb = s_edit(type, path, op);
+    s_expect(sb.data, sb.size, rc, field, reason);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* s_decode_edit: the sample of type with op at path decodes; the caller clears out. */
+static void s_decode_edit(proto_type_t type, const char *path, s_op_t op, proto_msg_t *out)
+{
+    msgpack_sbuffer sb = s_edit(type, path, op);
+    proto_err_t err;
+    int rc = proto_decode(sb.data, sb.size, out, &err);
+    if (rc != SR_OK)
+        fail_msg("decode: %s: %s", err.field, err.reason);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Round trips
+ * ------------------------------------------------------------------------------------------- */
+
+static void hello_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_HELLO, &in, &out);
+    assert_string_equal(out.u.hello.actor_id, "actor-1");
+    assert_string_equal(out.u.hello.role, "actor");
+    assert_int_equal(out.u.hello.slots, 16);
+    assert_string_equal(out.u.hello.host, "node-3");
+    assert_int_equal(out.u.hello.pid, 4242);
+    assert_string_equal(out.u.hello.policy, "http://127.0.0.1:8000/v1");
+    assert_string_equal(out.u.hello.version, "0.1.0");
+    proto_msg_clear(&out);
+    assert_int_equal(out.type, PROTO_NONE);
+    assert_null(out.u.hello.actor_id);
+}
+
+static void hello_optional_fields_absent_are_null(void **state)
+{
+    proto_msg_t m;
+    sr_buf_t b = SR_BUF_INIT;
+    s_sample(&m, PROTO_HELLO);
+    m.u.hello.policy = NULL;
+    m.u.hello.version = NULL;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    proto_msg_t out;
+    assert_int_equal(proto_decode(b.data, b.len, &out, NULL), SR_OK);
+    assert_null(out.u.hello.policy);
+    assert_null(out.u.hello.version);
+    assert_string_equal(out.u.hello.host, "node-3");
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+}
+
+static void welcome_round_trips_with_and_without_env_workers(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_WELCOME, &in, &out);
+    proto_welcome_t *w = &out.u.welcome;
+    assert_string_equal(w->run, "run-1");
+    assert_string_equal(w->actor_id, "actor-1");
+    assert_int_equal(w->lease_ms, 30000);
+    assert_int_equal(w->heartbeat_ms, 1000);
+    assert_string_equal(w->bus_pub, "tcp://coord:5556");
+    assert_string_equal(w->bus_sub, "tcp://coord:5557");
+    assert_int_equal(w->policy_version, 4);
+    assert_int_equal(w->env_workers_len, 2);
+    assert_string_equal(w->env_workers[0], "tcp://10.0.0.1:5560");
+    assert_string_equal(w->env_workers[1], "tcp://10.0.0.2:5560");
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_WELCOME, "env_workers", s_drop(), &out);
+    assert_int_equal(out.u.welcome.env_workers_len, 0);
+    assert_null(out.u.welcome.env_workers);
+    proto_msg_clear(&out);
+}
+
+static void credit_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_CREDIT, &in, &out);
+    assert_int_equal(out.u.credit.credits, 8);
+    proto_msg_clear(&out);
+}
+
+static void job_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_JOB, &in, &out);
+    proto_job_t *j = &out.u.job;
+    assert_string_equal(j->job_id, "j-42");
+    assert_int_equal(j->epoch, 3);
+    assert_string_equal(j->run, "run-1");
+    assert_string_equal(j->group, "g-7");
+    assert_int_equal(j->traj, 5);
+    assert_int_equal(j->group_size, 8);
+    assert_string_equal(j->task, "household/train/17");
+    assert_int_equal(j->iteration, 12);
+    assert_int_equal(j->policy_version, 4);
+    assert_true(j->seed == UINT64_MAX);
+    assert_true(j->temperature == 0.7);
+    assert_true(j->top_p == 0.95);
+    assert_int_equal(j->max_steps, 30);
+    assert_int_equal(j->max_tokens, 512);
+    assert_true(j->eval);
+    assert_int_equal(j->lease_ms, 60000);
+    proto_msg_clear(&out);
+}
+
+static void job_optional_fields_absent_take_defaults(void **state)
+{
+    proto_msg_t out;
+    msgpack_sbuffer a = s_edit(PROTO_JOB, "top_p", s_drop());
+    /* Drop the other two optional fields from the already edited message. */
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&up, a.data, a.size, &off), MSGPACK_UNPACK_SUCCESS);
+    msgpack_sbuffer b, c;
+    msgpack_sbuffer_init(&b);
+    msgpack_sbuffer_init(&c);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+    s_op_t drop = s_drop();
+    s_repack(&pk, &up.data, "max_tokens", &drop);
+    msgpack_unpacked_destroy(&up);
+    msgpack_unpacked_init(&up);
+    off = 0;
+    assert_int_equal(msgpack_unpack_next(&up, b.data, b.size, &off), MSGPACK_UNPACK_SUCCESS);
+    msgpack_packer_init(&pk, &c, msgpack_sbuffer_write);
+    s_op_t nil = s_nil(); /* nil counts as absent */
+    s_repack(&pk, &up.data, "eval", &nil);
+    msgpack_unpacked_destroy(&up);
+
+    assert_int_equal(proto_decode(c.data, c.size, &out, NULL), SR_OK);
+    assert_true(out.u.job.top_p == 1.0);
+    assert_int_equal(out.u.job.max_tokens, 0);
+    assert_false(out.u.job.eval);
+    assert_int_equal(out.u.job.max_steps, 30);
+    proto_msg_clear(&out);
+    msgpack_sbuffer_destroy(&a);
+    msgpack_sbuffer_destroy(&b);
+    msgpack_sbuffer_destroy(&c);
+}
+
+static void s_assert_result(const proto_result_t *r, size_t nsteps)
+{
+    assert_string_equal(r->job_id, "j-42");
+    assert_int_equal(r->epoch, 3);
+    assert_string_equal(r->run, "run-1");
+    assert_string_equal(r->group, "g-7");
+    assert_string_equal(r->task, "household/train/17");
+    assert_int_equal(r->n_steps, 3);
+    assert_int_equal(r->llm_calls, 3);
+    assert_int_equal(r->prompt_tokens, 440);
+    assert_int_equal(r->completion_tokens, 34);
+    assert_int_equal(r->aborted_tokens, 7);
+    assert_int_equal(r->wall_ms, 1234);
+    assert_int_equal(r->steps_len, nsteps);
+    for (size_t i = 0; i < nsteps; i++) {
+        const proto_result_step_t *a = &r->steps[i], *e = &s_steps[i];
+        assert_int_equal(a->i, e->i);
+        assert_string_equal(a->action, e->action);
+        assert_string_equal(a->raw, e->raw);
+        assert_string_equal(a->obs, e->obs);
+        assert_true(a->reward == e->reward);
+        assert_int_equal(a->done, e->done);
+        assert_int_equal(a->prompt_tokens, e->prompt_tokens);
+        assert_int_equal(a->completion_tokens, e->completion_tokens);
+        assert_int_equal(a->has_logprob, e->has_logprob);
+        if (e->has_logprob)
+            assert_true(a->logprob == e->logprob);
+        assert_int_equal(a->format_error, e->format_error);
+        assert_true(a->latency_ms == e->latency_ms);
+        assert_int_equal(a->messages_len, e->messages_len);
+        for (size_t k = 0; k < e->messages_len; k++) {
+            assert_string_equal(a->messages[k].role, e->messages[k].role);
+            assert_string_equal(a->messages[k].content, e->messages[k].content);
+        }
+        if (e->messages_len == 0)
+            assert_null(a->messages);
+    }
+}
+
+static void result_round_trips_with_nested_steps_and_messages(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_RESULT, &in, &out);
+    proto_result_t *r = &out.u.result;
+    s_assert_result(r, 3);
+    assert_int_equal(r->traj, 5);
+    assert_string_equal(r->status, "done");
+    assert_true(r->reward == 1.0);
+    assert_true(r->won);
+    assert_null(r->error);
+    proto_msg_clear(&out);
+}
+
+static void result_optional_fields_absent_vs_present(void **state)
+{
+    proto_msg_t out;
+    s_decode_edit(PROTO_RESULT, "aborted_tokens", s_drop(), &out);
+    assert_int_equal(out.u.result.aborted_tokens, 0);
+    assert_null(out.u.result.error);
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "error", s_strv("policy timed out"), &out);
+    assert_string_equal(out.u.result.error, "policy timed out");
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps.0.logprob", s_drop(), &out);
+    assert_false(out.u.result.steps[0].has_logprob);
+    assert_true(out.u.result.steps[2].has_logprob);
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps.0.messages", s_drop(), &out);
+    assert_int_equal(out.u.result.steps[0].messages_len, 0);
+    assert_null(out.u.result.steps[0].messages);
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps", s_emptyarr(), &out);
+    assert_int_equal(out.u.result.steps_len, 0);
+    proto_msg_clear(&out);
+}
+
+static void heartbeat_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_HEARTBEAT, &in, &out);
+    proto_heartbeat_t *h = &out.u.heartbeat;
+    assert_string_equal(h->actor_id, "actor-1");
+    assert_int_equal(h->running, 2);
+    assert_int_equal(h->free, 14);
+    assert_int_equal(h->leases_len, 2);
+    assert_string_equal(h->leases[0].job_id, "j-1");
+    assert_int_equal(h->leases[0].epoch, 0);
+    assert_string_equal(h->leases[1].job_id, "j-2");
+    assert_int_equal(h->leases[1].epoch, 9);
+    proto_msg_clear(&out);
+}
+
+static void bye_round_trips_and_defaults(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_BYE, &in, &out);
+    assert_string_equal(out.u.bye.actor_id, "actor-1");
+    assert_string_equal(out.u.bye.reason, "shutdown");
+    assert_true(out.u.bye.drain);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_BYE, "drain", s_drop(), &out);
+    assert_false(out.u.bye.drain);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_BYE, "reason", s_drop(), &out);
+    assert_null(out.u.bye.reason);
+    proto_msg_clear(&out);
+}
+
+static void action_round_trips_and_won_is_optional(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_ACTION, &in, &out);
+    proto_action_t *a = &out.u.action;
+    assert_string_equal(a->run, "run-1");
+    assert_string_equal(a->group, "g-7");
+    assert_int_equal(a->traj, 3);
+    assert_int_equal(a->step, 10);
+    assert_string_equal(a->action, "open fridge 1");
+    assert_false(a->ended);
+    assert_true(a->reward == 0.0);
+    assert_true(a->has_won);
+    assert_false(a->won);
+    assert_string_equal(a->actor_id, "actor-1");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "won", s_drop(), &out);
+    assert_false(out.u.action.has_won);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "actor_id", s_drop(), &out);
+    assert_null(out.u.action.actor_id);
+    proto_msg_clear(&out);
+}
+
+static void cancel_round_trips_with_keep(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_CANCEL, &in, &out);
+    proto_cancel_t *c = &out.u.cancel;
+    assert_string_equal(c->run, "run-1");
+    assert_string_equal(c->group, "g-7");
+    assert_int_equal(c->step, 10);
+    assert_true(c->d == 0.0625);
+    assert_string_equal(c->reason, "converged");
+    assert_int_equal(c->keep_len, 2);
+    assert_int_equal(c->keep[0], 2);
+    assert_int_equal(c->keep[1], 6);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_CANCEL, "keep", s_drop(), &out);
+    assert_int_equal(out.u.cancel.keep_len, 0);
+    assert_null(out.u.cancel.keep);
+    proto_msg_clear(&out);
+}
+
+static void policy_version_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_POLICY_VERSION, &in, &out);
+    assert_string_equal(out.u.policy_version.run, "run-1");
+    assert_int_equal(out.u.policy_version.version, 5);
+    assert_int_equal(out.u.policy_version.iteration, 13);
+    proto_msg_clear(&out);
+}
+
+static void reset_round_trips_and_defaults(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_RESET, &in, &out);
+    assert_int_equal(out.u.reset.rid, 77);
+    assert_string_equal(out.u.reset.session, "actor-1/3");
+    assert_string_equal(out.u.reset.task, "household/train/17");
+    assert_true(out.u.reset.has_seed);
+    assert_int_equal(out.u.reset.seed, 99);
+    assert_int_equal(out.u.reset.max_steps, 30);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_RESET, "max_steps", s_drop(), &out);
+    assert_int_equal(out.u.reset.max_steps, 50);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_RESET, "seed", s_drop(), &out);
+    assert_false(out.u.reset.has_seed);
+    proto_msg_clear(&out);
+}
+
+static void step_and_close_round_trip(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_STEP, &in, &out);
+    assert_int_equal(out.u.step.rid, 78);
+    assert_string_equal(out.u.step.session, "actor-1/3");
+    assert_string_equal(out.u.step.action, "go to fridge 1");
+    proto_msg_clear(&out);
+    s_roundtrip(PROTO_CLOSE, &in, &out);
+    assert_int_equal(out.u.close.rid, 79);
+    assert_string_equal(out.u.close.session, "actor-1/3");
+    proto_msg_clear(&out);
+}
+
+static void obs_round_trips(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_OBS, &in, &out);
+    proto_obs_t *o = &out.u.obs;
+    assert_int_equal(o->rid, 78);
+    assert_string_equal(o->session, "actor-1/3");
+    assert_string_equal(o->obs, "You arrive at fridge 1. The fridge 1 is closed.");
+    assert_int_equal(o->admissible_len, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(o->admissible[i], s_admissible[i]);
+    assert_true(o->reward == 0.0);
+    assert_false(o->done);
+    assert_false(o->won);
+    assert_int_equal(o->step, 4);
+    assert_string_equal(o->goal, "Your task is to: put a cool apple in fridge.");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_OBS, "goal", s_drop(), &out);
+    assert_null(out.u.obs.goal);
+    proto_msg_clear(&out);
+}
+
+static void error_round_trips_and_rid_is_optional(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_ERROR, &in, &out);
+    assert_true(out.u.error.has_rid);
+    assert_int_equal(out.u.error.rid, 80);
+    assert_string_equal(out.u.error.code, "unknown_session");
+    assert_string_equal(out.u.error.msg, "no session actor-1/9");
+    assert_string_equal(out.u.error.session, "actor-1/9");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ERROR, "rid", s_drop(), &out);
+    assert_false(out.u.error.has_rid);
+    proto_msg_clear(&out);
+}
+
+static void batch_round_trips_with_groups_trajectories_and_stats(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_BATCH, &in, &out);
+    proto_batch_t *b = &out.u.batch;
+    assert_string_equal(b->run, "run-1");
+    assert_int_equal(b->iteration, 12);
+    assert_int_equal(b->policy_version, 4);
+    assert_int_equal(b->groups_len, 1);
+    proto_group_t *g = &b->groups[0];
+    assert_string_equal(g->group, "g-7");
+    assert_string_equal(g->task, "household/train/17");
+    assert_true(g->weight == 2.5);
+    assert_int_equal(g->rewards_len, 2);
+    assert_true(g->rewards[0] == 1.0 && g->rewards[1] == 0.0);
+    assert_int_equal(g->advantages_len, 2);
+    assert_true(g->advantages[0] == 0.999999 && g->advantages[1] == -0.999999);
+    assert_int_equal(g->trajectories_len, 2);
+    s_assert_result(&g->trajectories[0], 3);
+    s_assert_result(&g->trajectories[1], 1);
+    assert_int_equal(g->trajectories[1].traj, 6);
+    assert_string_equal(g->trajectories[1].status, "cancelled");
+    assert_string_equal(g->trajectories[1].error, "cancelled by gate");
+    assert_int_equal(b->stats_len, 2);
+    assert_string_equal(b->stats[0].name, "zv_ratio");
+    assert_true(b->stats[0].value == 0.4);
+    assert_string_equal(b->stats[1].name, "wall_s");
+    assert_true(b->stats[1].value == 61.5);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_BATCH, "groups.0.weight", s_drop(), &out);
+    assert_true(out.u.batch.groups[0].weight == 1.0);
+    proto_msg_clear(&out);
+}
+
+static void weights_ready_round_trips_and_defaults(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_WEIGHTS_READY, &in, &out);
+    assert_string_equal(out.u.weights_ready.run, "run-1");
+    assert_int_equal(out.u.weights_ready.version, 5);
+    assert_int_equal(out.u.weights_ready.iteration, 12);
+    assert_true(out.u.weights_ready.has_loss);
+    assert_true(out.u.weights_ready.loss == 0.125);
+    assert_string_equal(out.u.weights_ready.info, "grad_norm=1.2");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_WEIGHTS_READY, "loss", s_drop(), &out);
+    assert_false(out.u.weights_ready.has_loss);
+    proto_msg_clear(&out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Accepted variations
+ * ------------------------------------------------------------------------------------------- */
+
+static void unknown_keys_are_ignored(void **state)
+{
+    proto_msg_t out;
+    s_decode_edit(PROTO_STEP, "future_field", s_emptymap(), &out);
+    assert_string_equal(out.u.step.action, "go to fridge 1");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_RESULT, "steps.1.extra", s_strv("x"), &out);
+    assert_int_equal(out.u.result.steps_len, 3);
+    proto_msg_clear(&out);
+}
+
+static void integers_in_any_msgpack_width_and_numbers_as_ints_are_accepted(void **state)
+{
+    proto_msg_t out;
+    /* 5 as signed int8 and as uint64: both are the integer 5. */
+    s_decode_edit(PROTO_JOB, "epoch", s_raw("\xd0\x05", 2), &out);
+    assert_int_equal(out.u.job.epoch, 5);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_JOB, "epoch", s_raw("\xcf\0\0\0\0\0\0\0\x05", 9), &out);
+    assert_int_equal(out.u.job.epoch, 5);
+    proto_msg_clear(&out);
+    /* A float32 and a negative integer where a float is expected. */
+    s_decode_edit(PROTO_OBS, "reward", s_raw("\xca\x3f\x00\x00\x00", 5), &out); /* 0.5f */
+    assert_true(out.u.obs.reward == 0.5);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_OBS, "reward", s_int(-2), &out);
+    assert_true(out.u.obs.reward == -2.0);
+    proto_msg_clear(&out);
+    /* Valid multi-byte UTF-8 passes. */
+    s_decode_edit(PROTO_STEP, "action", s_strv("put the cr\xc3\xa8me br\xc3\xbbl\xc3\xa9\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x8d\x8e"), &out);
+    assert_string_equal(out.u.step.action, "put the cr\xc3\xa8me br\xc3\xbbl\xc3\xa9\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x8d\x8e");
+    proto_msg_clear(&out);
+}
+
+static void strings_exactly_at_their_limit_are_accepted(void **state)
+{
+    char *s = malloc(PROTO_MAX_TEXT + 1);
+    memset(s, 'a', PROTO_MAX_TEXT);
+    proto_msg_t out;
+    s_decode_edit(PROTO_JOB, "job_id", s_strn(s, PROTO_MAX_ID), &out);
+    assert_int_equal(strlen(out.u.job.job_id), PROTO_MAX_ID);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_STEP, "action", s_strn(s, PROTO_MAX_ACTION), &out);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_OBS, "obs", s_strn(s, PROTO_MAX_TEXT), &out);
+    assert_int_equal(strlen(out.u.obs.obs), PROTO_MAX_TEXT);
+    proto_msg_clear(&out);
+    free(s);
+}
+
+static void nesting_at_the_depth_limit_is_accepted(void **state)
+{
+    /* The outer map is level 1; an unknown key holding 15 nested arrays reaches level 16. */
+    char raw[16];
+    memset(raw, 0x91, 14);
+    raw[14] = (char)0x90;
+    proto_msg_t out;
+    s_decode_edit(PROTO_CLOSE, "deep", s_raw(raw, 15), &out);
+    assert_int_equal(out.u.close.rid, 79);
+    proto_msg_clear(&out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Malformed messages, each with its specific error
+ * ------------------------------------------------------------------------------------------- */
+
+static void empty_and_non_map_buffers_are_refused(void **state)
+{
+    s_expect("", 0, SR_EPROTO, "", "empty message");
+    s_expect("\x93\x01\x02\x03", 4, SR_EPROTO, "", "not a map");
+    s_expect("\x05", 1, SR_EPROTO, "", "not a map");
+    s_expect("\xa3JOB", 4, SR_EPROTO, "", "not a map");
+    s_expect("\xc0", 1, SR_EPROTO, "", "not a map");
+    proto_msg_t m;
+    assert_int_equal(proto_decode(NULL, 3, &m, NULL), SR_EINVAL);
+    assert_int_equal(proto_decode("\x80", 1, NULL, NULL), SR_EINVAL);
+}
+
+static void trailing_bytes_after_the_map_are_refused(void **state)
+{
+    sr_buf_t b = s_encoded(PROTO_STEP);
+    assert_int_equal(sr_buf_append(&b, "\x00", 1), SR_OK);
+    s_expect(b.data, b.len, SR_EPROTO, "", "trailing bytes after the map (1)");
+    assert_int_equal(sr_buf_append(&b, "\x81\xa1t\xa3JOB", 7), SR_OK);
+    s_expect(b.data, b.len, SR_EPROTO, "", "trailing bytes after the map (8)");
+    sr_buf_free(&b);
+}
+
+static void every_truncation_of_a_valid_message_is_refused(void **state)
+{
+    proto_type_t types[] = {PROTO_JOB, PROTO_RESULT, PROTO_OBS, PROTO_BATCH};
+    for (size_t t = 0; t < SR_ARRAY_LEN(types); t++) {
+        sr_buf_t b = s_encoded(types[t]);
+        for (size_t len = 1; len < b.len; len++) {
+            proto_msg_t m;
+            proto_err_t err;
+            assert_int_equal(proto_decode(b.data, len, &m, &err), SR_EPROTO);
+            assert_string_equal(err.reason, "truncated message");
+        }
+        sr_buf_free(&b);
+    }
+}
+
+static void type_and_version_errors_are_specific(void **state)
+{
+    s_expect_edit(PROTO_JOB, "t", s_drop(), SR_EPROTO, "t", "missing");
+    s_expect_edit(PROTO_JOB, "t", s_int(4), SR_EPROTO, "t", "not a string");
+    s_expect_edit(PROTO_JOB, "t", s_strv("NOPE"), SR_EPROTO, "t", "unknown type \"NOPE\"");
+    s_expect_edit(PROTO_JOB, "t", s_strv("job"), SR_EPROTO, "t", "unknown type \"job\"");
+    s_expect_edit(PROTO_JOB, "t", s_nil(), SR_EPROTO, "t", "missing");
+    s_expect_edit(PROTO_JOB, "v", s_drop(), SR_EPROTO, "v", "missing");
+    s_expect_edit(PROTO_JOB, "v", s_int(2), SR_EPROTO, "v", "unsupported version 2 (this side speaks 1)");
+    s_expect_edit(PROTO_JOB, "v", s_int(0), SR_EPROTO, "v", "out of range");
+    s_expect_edit(PROTO_JOB, "v", s_strv("1"), SR_EPROTO, "v", "not an integer");
+}
+
+static void each_required_field_missing_is_named(void **state)
+{
+    static const struct {
+        proto_type_t type;
+        const char *path;
+        const char *field;
+    } cases[] = {
+        {PROTO_HELLO, "actor_id", "actor_id"}, {PROTO_HELLO, "role", "role"},
+        {PROTO_HELLO, "slots", "slots"}, {PROTO_HELLO, "host", "host"}, {PROTO_HELLO, "pid", "pid"},
+        {PROTO_WELCOME, "bus_pub", "bus_pub"}, {PROTO_WELCOME, "heartbeat_ms", "heartbeat_ms"},
+        {PROTO_CREDIT, "credits", "credits"},
+        {PROTO_JOB, "job_id", "job_id"}, {PROTO_JOB, "epoch", "epoch"}, {PROTO_JOB, "run", "run"},
+        {PROTO_JOB, "group", "group"}, {PROTO_JOB, "traj", "traj"},
+        {PROTO_JOB, "group_size", "group_size"}, {PROTO_JOB, "task", "task"},
+        {PROTO_JOB, "iteration", "iteration"}, {PROTO_JOB, "policy_version", "policy_version"},
+        {PROTO_JOB, "seed", "seed"}, {PROTO_JOB, "temperature", "temperature"},
+        {PROTO_JOB, "max_steps", "max_steps"}, {PROTO_JOB, "lease_ms", "lease_ms"},
+        {PROTO_RESULT, "status", "status"}, {PROTO_RESULT, "won", "won"},
+        {PROTO_RESULT, "wall_ms", "wall_ms"}, {PROTO_RESULT, "steps", "steps"},
+        {PROTO_RESULT, "steps.1.action", "steps[1].action"},
+        {PROTO_RESULT, "steps.2.format_error", "steps[2].format_error"},
+        {PROTO_RESULT, "steps.0.messages.1.content", "steps[0].messages[1].content"},
+        {PROTO_HEARTBEAT, "leases", "leases"}, {PROTO_HEARTBEAT, "leases.1.epoch", "leases[1].epoch"},
+        {PROTO_BYE, "actor_id", "actor_id"},
+        {PROTO_ACTION, "step", "step"}, {PROTO_ACTION, "ended", "ended"},
+        {PROTO_CANCEL, "d", "d"}, {PROTO_CANCEL, "reason", "reason"},
+        {PROTO_POLICY_VERSION, "version", "version"},
+        {PROTO_RESET, "rid", "rid"}, {PROTO_RESET, "session", "session"}, {PROTO_RESET, "task", "task"},
+        {PROTO_STEP, "action", "action"}, {PROTO_CLOSE, "session", "session"},
+        {PROTO_OBS, "rid", "rid"}, {PROTO_OBS, "obs", "obs"}, {PROTO_OBS, "admissible", "admissible"},
+        {PROTO_OBS, "done", "done"}, {PROTO_OBS, "won", "won"}, {PROTO_OBS, "step", "step"},
+        {PROTO_ERROR, "code", "code"}, {PROTO_ERROR, "msg", "msg"},
+        {PROTO_BATCH, "stats", "stats"}, {PROTO_BATCH, "groups.0.rewards", "groups[0].rewards"},
+        {PROTO_BATCH, "groups.0.trajectories.1.steps.0.obs", "groups[0].trajectories[1].steps[0].obs"},
+        {PROTO_WEIGHTS_READY, "version", "version"},
+    };
+    for (size_t i = 0; i < SR_ARRAY_LEN(cases); i++)
+        s_expect_edit(cases[i].type, cases[i].path, s_drop(), SR_EPROTO, cases[i].field, "missing");
+}
+
+static void wrong_types_are_named(void **state)
+{
+    s_expect_edit(PROTO_JOB, "job_id", s_int(42), SR_EPROTO, "job_id", "not a string");
+    s_expect_edit(PROTO_JOB, "job_id", s_raw("\xc4\x02hi", 4), SR_EPROTO, "job_id", "not a string");
+    s_expect_edit(PROTO_JOB, "epoch", s_strv("3"), SR_EPROTO, "epoch", "not an integer");
+    s_expect_edit(PROTO_JOB, "epoch", s_float(3.0), SR_EPROTO, "epoch", "not an integer");
+    s_expect_edit(PROTO_JOB, "seed", s_strv("9"), SR_EPROTO, "seed", "not an integer");
+    s_expect_edit(PROTO_JOB, "temperature", s_strv("hot"), SR_EPROTO, "temperature", "not a number");
+    s_expect_edit(PROTO_JOB, "eval", s_int(1), SR_EPROTO, "eval", "not a boolean");
+    s_expect_edit(PROTO_RESULT, "steps", s_emptymap(), SR_EPROTO, "steps", "not an array");
+    s_expect_edit(PROTO_RESULT, "steps.1", s_int(7), SR_EPROTO, "steps[1]", "not a map");
+    s_expect_edit(PROTO_RESULT, "steps.1.action", s_int(7), SR_EPROTO, "steps[1].action", "not a string");
+    s_expect_edit(PROTO_RESULT, "steps.0.messages", s_strv("hi"), SR_EPROTO, "steps[0].messages", "not an array");
+    s_expect_edit(PROTO_RESULT, "steps.0.messages.0.role", s_boolv(true), SR_EPROTO,
+                  "steps[0].messages[0].role", "not a string");
+    s_expect_edit(PROTO_OBS, "admissible.2", s_int(1), SR_EPROTO, "admissible[2]", "not a string");
+    s_expect_edit(PROTO_OBS, "admissible", s_strv("look"), SR_EPROTO, "admissible", "not an array");
+    s_expect_edit(PROTO_BATCH, "stats", s_emptyarr(), SR_EPROTO, "stats", "not a map");
+    s_expect_edit(PROTO_BATCH, "stats.wall_s", s_strv("x"), SR_EPROTO, "stats.wall_s", "not a number");
+    s_expect_edit(PROTO_BATCH, "groups.0.rewards.1", s_strv("x"), SR_EPROTO, "groups[0].rewards[1]", "not a number");
+    s_expect_edit(PROTO_BATCH, "groups.0.trajectories.1.steps.0.raw", s_boolv(false), SR_EPROTO,
+                  "groups[0].trajectories[1].steps[0].raw", "not a string");
+    s_expect_edit(PROTO_CANCEL, "keep.1", s_strv("a"), SR_EPROTO, "keep[1]", "not an integer");
+    s_expect_edit(PROTO_ACTION, "won", s_int(0), SR_EPROTO, "won", "not a boolean");
+}
+
+static void out_of_range_and_negative_values_are_refused(void **state)
+{
+    s_expect_edit(PROTO_JOB, "epoch", s_int(-1), SR_EPROTO, "epoch", "negative");
+    s_expect_edit(PROTO_RESET, "rid", s_int(-5), SR_EPROTO, "rid", "negative");
+    s_expect_edit(PROTO_JOB, "seed", s_int(-1), SR_EPROTO, "seed", "negative");
+    s_expect_edit(PROTO_CREDIT, "credits", s_int(-1), SR_EPROTO, "credits", "negative");
+    s_expect_edit(PROTO_CREDIT, "credits", s_int(4097), SR_EPROTO, "credits", "out of range (0..4096)");
+    s_expect_edit(PROTO_HELLO, "slots", s_int(5000), SR_EPROTO, "slots", "out of range (0..4096)");
+    s_expect_edit(PROTO_JOB, "group_size", s_int(0), SR_EPROTO, "group_size", "out of range (1..1024)");
+    s_expect_edit(PROTO_JOB, "traj", s_int(8), SR_EPROTO, "traj", "out of range (0..7)");
+    s_expect_edit(PROTO_JOB, "iteration", s_uint(UINT64_MAX), SR_EPROTO, "iteration", "out of range");
+    s_expect_edit(PROTO_JOB, "top_p", s_float(1.5), SR_EPROTO, "top_p", "out of range");
+    s_expect_edit(PROTO_ACTION, "step", s_int(0), SR_EPROTO, "step", "out of range");
+    s_expect_edit(PROTO_RESULT, "reward", s_float(NAN), SR_EPROTO, "reward", "not a finite number");
+    s_expect_edit(PROTO_RESULT, "steps.2.latency_ms", s_float(-1.0), SR_EPROTO, "steps[2].latency_ms", "out of range");
+    s_expect_edit(PROTO_HELLO, "role", s_strv("robot"), SR_EPROTO, "role", "not one of actor|gate");
+    s_expect_edit(PROTO_RESULT, "status", s_strv("maybe"), SR_EPROTO, "status",
+                  "not one of done|cancelled|failed|truncated");
+    s_expect_edit(PROTO_BATCH, "groups.0.advantages", s_emptyarr(), SR_EPROTO, "groups[0].advantages",
+                  "has 0 entries but rewards has 2");
+}
+
+static void huge_declared_lengths_are_refused_without_allocating(void **state)
+{
+    /* str32, bin32, array32 and map32 headers claiming 4 GiB - 1 with no payload behind them. */
+    s_expect_edit(PROTO_STEP, "action", s_raw("\xdb\xff\xff\xff\xff", 5), SR_ETOOBIG, "action",
+                  "string of 4294967295 bytes exceeds the limit of 65536");
+    s_expect_edit(PROTO_STEP, "extra", s_raw("\xc6\xff\xff\xff\xff", 5), SR_ETOOBIG, "extra",
+                  "binary of 4294967295 bytes");
+    s_expect_edit(PROTO_OBS, "admissible", s_raw("\xdd\xff\xff\xff\xff", 5), SR_ETOOBIG,
+                  "admissible", "array of 4294967295 elements exceeds the limit of 4096");
+    s_expect_edit(PROTO_STEP, "extra", s_raw("\xdf\xff\xff\xff\xff", 5), SR_ETOOBIG, "extra",
+                  "map of 4294967295 entries");
+    s_expect_edit(PROTO_STEP, "extra", s_raw("\xc9\xff\xff\xff\xf0\x01", 6), SR_ETOOBIG, "extra",
+                  "extension of");
+    /* Claims within the limits but beyond the bytes present. */
+    s_expect_edit(PROTO_STEP, "action", s_raw("\xda\x10\x00", 3), SR_EPROTO, "action", "truncated message");
+    s_expect_edit(PROTO_OBS, "admissible", s_raw("\xdc\x0f\xa0", 3), SR_EPROTO, "admissible", "truncated message");
+    /* The outer map itself. */
+    s_expect("\xdf\xff\xff\xff\xff", 5, SR_ETOOBIG, "", "map of 4294967295 entries");
+    s_expect("\xdf\x00\x00\x0f\xff\xa1t", 7, SR_EPROTO, "", "truncated message");
+}
+
+static void nesting_deeper_than_the_limit_is_refused(void **state)
+{
+    char raw[40];
+    memset(raw, 0x91, 30);
+    raw[30] = (char)0x90;
+    msgpack_sbuffer sb = s_edit(PROTO_CLOSE, "deep", s_raw(raw, 31));
+    proto_msg_t m;
+    proto_err_t err;
+    assert_int_equal(proto_decode(sb.data, sb.size, &m, &err), SR_ETOOBIG);
+    assert_string_equal(err.reason, "nesting deeper than 16 levels");
+    assert_string_equal(err.field, "deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]");
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void bad_utf8_and_nul_bytes_are_refused_in_text(void **state)
+{
+    s_expect_edit(PROTO_JOB, "job_id", s_strv("j\xff\xfe"), SR_EPROTO, "job_id", "not valid UTF-8");
+    s_expect_edit(PROTO_STEP, "action", s_strv("\xc0\xaf"), SR_EPROTO, "action", "not valid UTF-8");
+    s_expect_edit(PROTO_STEP, "action", s_strv("\xed\xa0\x80"), SR_EPROTO, "action", "not valid UTF-8");
+    s_expect_edit(PROTO_STEP, "action", s_strv("go \xe2\x82"), SR_EPROTO, "action", "not valid UTF-8");
+    s_expect_edit(PROTO_STEP, "action", s_strv("\xf4\x90\x80\x80"), SR_EPROTO, "action", "not valid UTF-8");
+    s_expect_edit(PROTO_OBS, "admissible.1", s_strv("\x80"), SR_EPROTO, "admissible[1]", "not valid UTF-8");
+    s_expect_edit(PROTO_RESULT, "steps.2.obs", s_strv("ok\xa0"), SR_EPROTO, "steps[2].obs", "not valid UTF-8");
+    s_expect_edit(PROTO_STEP, "action", s_strn("go\0to", 5), SR_EPROTO, "action", "contains a NUL byte");
+}
+
+static void oversize_strings_and_arrays_are_refused(void **state)
+{
+    char *s = malloc(PROTO_MAX_TEXT + 2);
+    memset(s, 'a', PROTO_MAX_TEXT + 1);
+    s_expect_edit(PROTO_JOB, "job_id", s_strn(s, PROTO_MAX_ID + 1), SR_ETOOBIG, "job_id",
+                  "string of 257 bytes exceeds the limit of 256");
+    s_expect_edit(PROTO_STEP, "action", s_strn(s, PROTO_MAX_ACTION + 1), SR_ETOOBIG, "action",
+                  "string of 1025 bytes exceeds the limit of 1024");
+    s_expect_edit(PROTO_OBS, "obs", s_strn(s, PROTO_MAX_TEXT + 1), SR_ETOOBIG, "obs",
+                  "string of 65537 bytes exceeds the limit of 65536");
+    s_expect_edit(PROTO_STEP, "unknown", s_strn(s, PROTO_MAX_TEXT + 1), SR_ETOOBIG, "unknown",
+                  "string of 65537 bytes");
+    free(s);
+
+    /* 1025 steps, 257 chat messages, 4097 admissible actions: each one over its array limit. */
+    char *raw = malloc(8 + 4097);
+    memcpy(raw, "\xdc\x04\x01", 3);
+    memset(raw + 3, 0x80, 1025); /* empty maps: the count is checked before the elements */
+    s_expect_edit(PROTO_RESULT, "steps", s_raw(raw, 3 + 1025), SR_ETOOBIG, "steps",
+                  "array of 1025 elements exceeds the limit of 1024");
+    memcpy(raw, "\xdc\x01\x01", 3);
+    s_expect_edit(PROTO_RESULT, "steps.0.messages", s_raw(raw, 3 + 257), SR_ETOOBIG,
+                  "steps[0].messages", "array of 257 elements exceeds the limit of 256");
+    memcpy(raw, "\xdc\x10\x01", 3);
+    memset(raw + 3, 0xa0, 4097);
+    s_expect_edit(PROTO_OBS, "admissible", s_raw(raw, 3 + 4097), SR_ETOOBIG, "admissible",
+                  "array of 4097 elements exceeds the limit of 4096");
+    free(raw);
+}
+
+static void limits_can_be_tightened_by_the_caller(void **state)
+{
+    sr_buf_t b = s_encoded(PROTO_OBS);
+    proto_limits_t lim = proto_limits_default();
+    proto_msg_t m;
+    proto_err_t err;
+    lim.max_msg_bytes = b.len - 1;
+    assert_int_equal(proto_decode_limits(b.data, b.len, &lim, &m, &err), SR_ETOOBIG);
+    assert_string_equal(err.field, "");
+    assert_true(strncmp(err.reason, "message of", 10) == 0);
+    lim = proto_limits_default();
+    lim.max_text = 10;
+    assert_int_equal(proto_decode_limits(b.data, b.len, &lim, &m, &err), SR_ETOOBIG);
+    assert_string_equal(err.field, "obs");
+    assert_string_equal(err.reason, "string of 47 bytes exceeds the limit of 10");
+    sr_buf_free(&b);
+}
+
+static void invalid_bytes_and_non_string_keys_are_refused(void **state)
+{
+    s_expect_edit(PROTO_STEP, "action", s_raw("\xc1", 1), SR_EPROTO, "action", "invalid msgpack byte 0xc1");
+    s_expect_edit(PROTO_STEP, "extra", s_raw("\x81\x01\x02", 3), SR_EPROTO, "extra", "map key is not a string");
+    s_expect("\x81\x01\x02", 3, SR_EPROTO, "", "map key is not a string");
+    /* A map key of 257 bytes (str16 header) with a nil value. */
+    char msg[300];
+    memcpy(msg, "\x81\xda\x01\x01", 4);
+    memset(msg + 4, 'k', 257);
+    msg[261] = (char)0xc0;
+    s_expect(msg, 262, SR_ETOOBIG, "", "map key of 257 bytes exceeds the limit of 256");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * API behaviour
+ * ------------------------------------------------------------------------------------------- */
+
+static void peek_reads_the_type_without_decoding(void **state)
+{
+    for (int t = PROTO_HELLO; t < PROTO_TYPE_COUNT; t++) {
+        sr_buf_t b = s_encoded((proto_type_t)t);
+        assert_int_equal(proto_peek_type(b.data, b.len), t);
+        assert_int_equal(proto_type_from_name(proto_type_name((proto_type_t)t)), t);
+        sr_buf_free(&b);
+    }
+    /* "t" after another key is found too. */
+    assert_int_equal(proto_peek_type("\x82\xa1x\x91\x01\xa1t\xa4STEP", 12), PROTO_STEP);
+    assert_int_equal(proto_peek_type("\x81\xa1t\xa4NOPE", 7), PROTO_NONE);
+    assert_int_equal(proto_peek_type("\x81\xa1t\x01", 4), PROTO_NONE);
+    assert_int_equal(proto_peek_type("\x91\x01", 2), PROTO_NONE);
+    assert_int_equal(proto_peek_type("\x81\xa1t\xa4ST", 6), PROTO_NONE);
+    assert_int_equal(proto_peek_type(NULL, 0), PROTO_NONE);
+    assert_string_equal(proto_type_name(PROTO_NONE), "?");
+    assert_string_equal(proto_type_name((proto_type_t)99), "?");
+    assert_int_equal(proto_type_from_name("job"), PROTO_NONE);
+    assert_int_equal(proto_type_from_name(NULL), PROTO_NONE);
+}
+
+static void encode_refuses_null_required_strings_and_oversize_values(void **state)
+{
+    proto_msg_t m;
+    sr_buf_t b = SR_BUF_INIT;
+    s_sample(&m, PROTO_JOB);
+    m.u.job.task = NULL;
+    assert_int_equal(proto_encode(&m, &b), SR_EINVAL);
+    s_sample(&m, PROTO_OBS);
+    m.u.obs.admissible = NULL;
+    assert_int_equal(proto_encode(&m, &b), SR_EINVAL);
+    char big[PROTO_MAX_ACTION + 2];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    s_sample(&m, PROTO_STEP);
+    m.u.step.action = big;
+    assert_int_equal(proto_encode(&m, &b), SR_ETOOBIG);
+    proto_msg_init(&m, PROTO_NONE);
+    assert_int_equal(proto_encode(&m, &b), SR_EINVAL);
+    assert_int_equal(proto_encode(NULL, &b), SR_EINVAL);
+    sr_buf_free(&b);
+}
+
+static void encode_appends_and_clear_ignores_built_messages(void **state)
+{
+    proto_msg_t m;
+    s_sample(&m, PROTO_CREDIT);
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    size_t one = b.len;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    assert_int_equal(b.len, 2 * one);
+    assert_memory_equal(b.data, b.data + one, one);
+    /* A built message points at literals: clear must not free them, nor touch it. */
+    s_sample(&m, PROTO_STEP);
+    proto_msg_clear(&m);
+    assert_string_equal(m.u.step.action, "go to fridge 1");
+    proto_msg_clear(NULL);
+    char text[160];
+    proto_err_t err = {.field = "steps[3].action", .reason = "not a string"};
+    assert_string_equal(proto_err_text(&err, text, sizeof text), "steps[3].action: not a string");
+    sr_buf_free(&b);
+    sr_buf_free(&b);
+}
+
+static void encoding_matches_what_other_msgpack_writers_produce(void **state)
+{
+    /* CREDIT {t: "CREDIT", v: 1, credits: 8}, as Python's msgpack.packb would write it. */
+    static const unsigned char want[] = {0x83, 0xa1, 't', 0xa6, 'C', 'R', 'E', 'D', 'I', 'T',
+                                         0xa1, 'v', 0x01, 0xa7, 'c', 'r', 'e', 'd', 'i', 't',
+                                         's', 0x08};
+    sr_buf_t b = s_encoded(PROTO_CREDIT);
+    assert_int_equal(b.len, sizeof want);
+    assert_memory_equal(b.data, want, sizeof want);
+    sr_buf_free(&b);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Random mutations
+ * ------------------------------------------------------------------------------------------- */
+
+static uint64_t s_rng(uint64_t *s)
+{
+    /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void random_mutations_never_crash_and_always_explain(void **state)
+{
+    proto_type_t types[] = {PROTO_JOB, PROTO_RESULT, PROTO_OBS, PROTO_HEARTBEAT, PROTO_CANCEL,
+                            PROTO_BATCH, PROTO_HELLO, PROTO_ERROR};
+    sr_buf_t base[SR_ARRAY_LEN(types)];
+    for (size_t i = 0; i < SR_ARRAY_LEN(types); i++)
+        base[i] = s_encoded(types[i]);
+    uint64_t seed = 20240601;
+    uint8_t *w = malloc(16384);
+    int ok = 0, failed = 0;
+    for (int it = 0; it < 20000; it++) {
+        const sr_buf_t *b = &base[s_rng(&seed) % SR_ARRAY_LEN(types)];
+        size_t len = b->len;
+        memcpy(w, b->data, len);
+        int nmut = 1 + (int)(s_rng(&seed) % 4);
+        for (int k = 0; k < nmut && len > 0; k++) {
+            size_t pos = s_rng(&seed) % len;
+            switch (s_rng(&seed) % 6) {
+            case 0: w[pos] ^= (uint8_t)(1u << (s_rng(&seed) % 8)); break;
+            case 1: w[pos] = (uint8_t)s_rng(&seed); break;
+            case 2: len = pos; break;
+            case 3: /* insert a byte */
+                memmove(w + pos + 1, w + pos, len - pos);
+                w[pos] = (uint8_t)s_rng(&seed);
+                len++;
+                break;
+            case 4: /* delete a byte */
+                memmove(w + pos, w + pos + 1, len - pos - 1);
+                len--;
+                break;
+            default: /* an interesting header byte */
+                w[pos] = (uint8_t)"\xdb\xdd\xdf\xc6\xcf\xd3\xc1\xc0\xff\x7f"[s_rng(&seed) % 10];
+                break;
+            }
+        }
+        proto_msg_t m;
+        proto_err_t err;
+        int rc = proto_decode(w, len, &m, &err);
+        if (rc == SR_OK) {
+            ok++;
+            /* Whatever decodes must encode again, and decode to the same bytes. */
+            sr_buf_t again = SR_BUF_INIT, twice = SR_BUF_INIT;
+            assert_int_equal(proto_encode(&m, &again), SR_OK);
+            proto_msg_t m2;
+            assert_int_equal(proto_decode(again.data, again.len, &m2, &err), SR_OK);
+            assert_int_equal(proto_encode(&m2, &twice), SR_OK);
+            assert_int_equal(again.len, twice.len);
+            assert_memory_equal(again.data, twice.data, again.len);
+            proto_msg_clear(&m2);
+            proto_msg_clear(&m);
+            sr_buf_free(&again);
+            sr_buf_free(&twice);
+        } else {
+            failed++;
+            assert_true(rc == SR_EPROTO || rc == SR_ETOOBIG);
+            assert_int_equal(err.rc, rc);
+            assert_true(err.reason[0] != '\0');
+        }
+    }
+    /* The loop must exercise both paths. */
+    assert_true(ok > 100);
+    assert_true(failed > 10000);
+    free(w);
+    for (size_t i = 0; i < SR_ARRAY_LEN(types); i++)
+        sr_buf_free(&base[i]);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(hello_round_trips),
+        cmocka_unit_test(hello_optional_fields_absent_are_null),
+        cmocka_unit_test(welcome_round_trips_with_and_without_env_workers),
+        cmocka_unit_test(credit_round_trips),
+        cmocka_unit_test(job_round_trips),
+        cmocka_unit_test(job_optional_fields_absent_take_defaults),
+        cmocka_unit_test(result_round_trips_with_nested_steps_and_messages),
+        cmocka_unit_test(result_optional_fields_absent_vs_present),
+        cmocka_unit_test(heartbeat_round_trips),
+        cmocka_unit_test(bye_round_trips_and_defaults),
+        cmocka_unit_test(action_round_trips_and_won_is_optional),
+        cmocka_unit_test(cancel_round_trips_with_keep),
+        cmocka_unit_test(policy_version_round_trips),
+        cmocka_unit_test(reset_round_trips_and_defaults),
+        cmocka_unit_test(step_and_close_round_trip),
+        cmocka_unit_test(obs_round_trips),
+        cmocka_unit_test(error_round_trips_and_rid_is_optional),
+        cmocka_unit_test(batch_round_trips_with_groups_trajectories_and_stats),
+        cmocka_unit_test(weights_ready_round_trips_and_defaults),
+        cmocka_unit_test(unknown_keys_are_ignored),
+        cmocka_unit_test(integers_in_any_msgpack_width_and_numbers_as_ints_are_accepted),
+        cmocka_unit_test(strings_exactly_at_their_limit_are_accepted),
+        cmocka_unit_test(nesting_at_the_depth_limit_is_accepted),
+        cmocka_unit_test(empty_and_non_map_buffers_are_refused),
+        cmocka_unit_test(trailing_bytes_after_the_map_are_refused),
+        cmocka_unit_test(every_truncation_of_a_valid_message_is_refused),
+        cmocka_unit_test(type_and_version_errors_are_specific),
+        cmocka_unit_test(each_required_field_missing_is_named),
+        cmocka_unit_test(wrong_types_are_named),
+        cmocka_unit_test(out_of_range_and_negative_values_are_refused),
+        cmocka_unit_test(huge_declared_lengths_are_refused_without_allocating),
+        cmocka_unit_test(nesting_deeper_than_the_limit_is_refused),
+        cmocka_unit_test(bad_utf8_and_nul_bytes_are_refused_in_text),
+        cmocka_unit_test(oversize_strings_and_arrays_are_refused),
+        cmocka_unit_test(limits_can_be_tightened_by_the_caller),
+        cmocka_unit_test(invalid_bytes_and_non_string_keys_are_refused),
+        cmocka_unit_test(peek_reads_the_type_without_decoding),
+        cmocka_unit_test(encode_refuses_null_required_strings_and_oversize_values),
+        cmocka_unit_test(encode_appends_and_clear_ignores_built_messages),
+        cmocka_unit_test(encoding_matches_what_other_msgpack_writers_produce),
+        cmocka_unit_test(random_mutations_never_crash_and_always_explain),
+    };
+    return harness_run_("proto", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
