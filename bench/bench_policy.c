@@ -8,6 +8,8 @@
  * over --repeats runs: requests/s, round-trip latency percentiles, and the client's CPU time per
  * request (RUSAGE_THREAD of the client threads: what issuing and reading a request costs an actor).
  */
+#include "bench/bench_policy.h"
+
 #include "common/sr.h"
 #include "policy/server.h"
 
@@ -19,8 +21,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-int bench_policy_run(int argc, char **argv);
 
 static const char S_BODY[] =
     "{\"model\":\"selroll-policy\",\"temperature\":0.7,\"logprobs\":true,\"messages\":["

@@ -204,7 +204,7 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
     if (strcmp(verb, "go") == 0 && strncmp(rest, "to ", 3) == 0)
         rest += 3;
 
-    s_emit(&e, "verb=%s|task=%s|hold=%s|proc=%d", verb, task, hold, proc);
+    s_emit(&e, "verb=%s|task=%s|hold=%s", verb, task, hold);
 
     char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
     if (strcmp(verb, "go") == 0) {

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MODEL_NAMED_DIM 16384u
+#define MODEL_NAMED_DIM 262144u
 #define MODEL_STRING_DIM 16384u
 #define MODEL_DIM (MODEL_NAMED_DIM + MODEL_STRING_DIM)
 #define MODEL_MAX_FEATS 24 /* features per candidate action, at most */

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Where things are: receptacle types in decreasing plausibility. */
@@ -123,17 +124,37 @@ double prior_likelihood(const char *obj, const char *recep)
     return 0;
 }
 
-/* s_add adds v to the weight of a named feature. */
-static void s_add(float *w, double v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The weights being written and, when asked, a log of which names went to which index. */
+typedef struct {
+    float *w;
+    bool log;
+    uint32_t *idx;
+    uint64_t *hash;
+    size_t n, cap;
+} s_sink_t;
 
-static void s_add(float *w, double v, const char *fmt, ...)
+/* s_add adds v to the weight of a named feature. */
+static void s_add(s_sink_t *k, double v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void s_add(s_sink_t *k, double v, const char *fmt, ...)
 {
     char name[192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    w[model_feature_index(name)] += (float)v;
+    uint32_t i = model_feature_index(name);
+    k->w[i] += (float)v;
+    if (!k->log || v == 0)
+        return;
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 4096;
+        k->idx = sr_xrealloc(k->idx, k->cap * sizeof(uint32_t));
+        k->hash = sr_xrealloc(k->hash, k->cap * sizeof(uint64_t));
+    }
+    k->idx[k->n] = i;
+    k->hash[k->n] = model_hash64(name, 7);
+    k->n++;
 }
 
 static bool s_processing(const char *task)
@@ -180,17 +201,16 @@ static double s_gauss(model_rng_t *r)
 }
 
 /* s_hand_set writes the common-sense weights (before strength) into w. */
-static void s_hand_set(float *w, const prior_opts_t *o)
+static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
 {
     for (size_t t = 0; t < SR_ARRAY_LEN(S_TASKS); t++) {
         const char *task = S_TASKS[t];
         bool procd = s_processing(task);
         for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++) {
             const char *hold = S_HOLDS[h];
+            for (size_t v = 0; v < SR_ARRAY_LEN(S_VERBS); v++)
+                s_add(w, s_verb_weight(S_VERBS[v], task, hold), "verb=%s|task=%s|hold=%s", S_VERBS[v], task, hold);
             for (int proc = 0; proc < 2; proc++) {
-                for (size_t v = 0; v < SR_ARRAY_LEN(S_VERBS); v++)
-                    s_add(w, s_verb_weight(S_VERBS[v], task, hold), "verb=%s|task=%s|hold=%s|proc=%d",
-                          S_VERBS[v], task, hold, proc);
                 /* Where to bring the goal object once held. */
                 double gr = 0;
                 if (strcmp(hold, "goal") == 0)
@@ -199,25 +219,27 @@ static void s_hand_set(float *w, const prior_opts_t *o)
                 const char *app = s_appliance(task);
                 if (app && strcmp(hold, "goal") == 0 && !proc)
                     s_add(w, 5.0, "go|rt=%s|task=%s|hold=%s|proc=%d", app, task, hold, proc);
-                /* Put the goal object in the goal receptacle (processed first when asked). */
-                double mv = strcmp(task, "look") == 0 ? -3.0 : procd && !proc ? -0.5 : 7.0;
-                s_add(w, mv, "move|goalobj=1|goalrecep=1|task=%s|proc=%d", task, proc);
-                s_add(w, -3.0, "move|goalobj=1|goalrecep=0|task=%s|proc=%d", task, proc);
-                s_add(w, -1.0, "move|goalobj=0|goalrecep=0|task=%s|proc=%d", task, proc);
-                s_add(w, -1.0, "move|goalobj=0|goalrecep=1|task=%s|proc=%d", task, proc);
-                /* Clean, heat or cool: the verb the task asks for, on the goal object, once. */
-                static const char *pverbs[] = {"clean", "heat", "cool"};
-                for (size_t pv = 0; pv < 3; pv++) {
-                    bool match = strcmp(pverbs[pv], task) == 0;
-                    s_add(w, match ? (proc ? -2.0 : 6.0) : -3.0, "proc|verb=%s|task=%s|goalobj=1|proc=%d",
-                          pverbs[pv], task, proc);
-                    s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
-                }
             }
             bool look = strcmp(task, "look") == 0;
             s_add(w, look ? (strcmp(hold, "goal") == 0 ? 7.0 : 0.5) : -3.0, "use|lampmatch=1|task=%s|hold=%s",
                   task, hold);
             s_add(w, -2.0, "use|lampmatch=0|task=%s|hold=%s", task, hold);
+        }
+        for (int proc = 0; proc < 2; proc++) {
+            /* Put the goal object in the goal receptacle (processed first when asked). */
+            double mv = strcmp(task, "look") == 0 ? -3.0 : procd && !proc ? -0.5 : 7.0;
+            s_add(w, mv, "move|goalobj=1|goalrecep=1|task=%s|proc=%d", task, proc);
+            s_add(w, -3.0, "move|goalobj=1|goalrecep=0|task=%s|proc=%d", task, proc);
+            s_add(w, -1.0, "move|goalobj=0|goalrecep=0|task=%s|proc=%d", task, proc);
+            s_add(w, -1.0, "move|goalobj=0|goalrecep=1|task=%s|proc=%d", task, proc);
+            /* Clean, heat or cool: the verb the task asks for, on the goal object, once. */
+            static const char *pverbs[] = {"clean", "heat", "cool"};
+            for (size_t pv = 0; pv < 3; pv++) {
+                bool match = strcmp(pverbs[pv], task) == 0;
+                s_add(w, match ? (proc ? -2.0 : 6.0) : -3.0, "proc|verb=%s|task=%s|goalobj=1|proc=%d",
+                      pverbs[pv], task, proc);
+                s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
+            }
         }
         s_add(w, 8.0, "take|goalobj=1|task=%s", task);
         s_add(w, -1.5, "take|goalobj=0|task=%s", task);
@@ -267,7 +289,8 @@ model_t *prior_build(const prior_opts_t *opts)
     if (!m)
         return NULL;
     float *w = model_weights(m);
-    s_hand_set(w, &o);
+    s_sink_t sink = {.w = w};
+    s_hand_set(&sink, &o);
     for (uint32_t i = 0; i < MODEL_NAMED_DIM; i++)
         w[i] *= (float)o.strength;
     model_rng_t r;
@@ -277,4 +300,35 @@ model_t *prior_build(const prior_opts_t *opts)
         w[i] += (float)(sd * s_gauss(&r));
     }
     return m;
+}
+
+static int s_cmp_u32(const void *a, const void *b, void *arg)
+{
+    const s_sink_t *k = arg;
+    uint32_t x = k->idx[*(const size_t *)a], y = k->idx[*(const size_t *)b];
+    return x < y ? -1 : x > y;
+}
+
+int prior_collisions(void)
+{
+    prior_opts_t o;
+    prior_opts_default(&o);
+    float *w = sr_xcalloc(MODEL_DIM, sizeof(float));
+    s_sink_t k = {.w = w, .log = true};
+    s_hand_set(&k, &o);
+    size_t *order = sr_xmalloc((k.n ? k.n : 1) * sizeof(size_t));
+    for (size_t i = 0; i < k.n; i++)
+        order[i] = i;
+    qsort_r(order, k.n, sizeof(size_t), s_cmp_u32, &k);
+    int clashes = 0;
+    for (size_t i = 1; i < k.n; i++) {
+        size_t a = order[i - 1], b = order[i];
+        if (k.idx[a] == k.idx[b] && k.hash[a] != k.hash[b])
+            clashes++;
+    }
+    free(order);
+    free(k.idx);
+    free(k.hash);
+    free(w);
+    return clashes;
 }

@@ -35,4 +35,8 @@ model_t *prior_build(const prior_opts_t *o);
  * found on or in a receptacle of type recep (0 for unknown pairs). */
 double prior_likelihood(const char *obj, const char *recep);
 
+/* prior_collisions returns how many pairs of distinct hand-set feature names share a weight index
+ * (0 means every common-sense weight has a bucket of its own). */
+int prior_collisions(void);
+
 #endif

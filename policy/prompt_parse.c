@@ -285,6 +285,23 @@ static bool s_list_has_type(const char *list, const char *type)
     return false;
 }
 
+/* s_is_receptacle tells whether a name is of one of ALFWorld's receptacle types. */
+static bool s_is_receptacle(const char *name)
+{
+    static const char *types[] = {
+        "armchair", "bathtubbasin", "bed", "cabinet", "cart", "coffeemachine", "coffeetable", "countertop", "desk",
+        "diningtable", "drawer", "dresser", "fridge", "garbagecan", "handtowelholder", "laundryhamper", "microwave",
+        "ottoman", "safe", "shelf", "sidetable", "sinkbasin", "sofa", "stoveburner", "toaster", "toilet",
+        "toiletpaperhanger", "towelholder", "tvstand", "box",
+    };
+    char t[PPARSE_NAME_MAX];
+    pparse_type_of(name, t, sizeof t);
+    for (size_t i = 0; i < SR_ARRAY_LEN(types); i++)
+        if (strcmp(t, types[i]) == 0)
+            return true;
+    return false;
+}
+
 static bool s_same_type(const char *name, const char *type)
 {
     char t[PPARSE_NAME_MAX];
@@ -326,14 +343,16 @@ static void s_derive(pparse_state_t *st)
 
     /* Closed receptacle in front of the agent: the newest word about its state wins. */
     if (st->location[0]) {
-        char closed[PPARSE_NAME_MAX + 16], opened[PPARSE_NAME_MAX + 16], opening[PPARSE_NAME_MAX + 16];
+        char closed[PPARSE_NAME_MAX + 16], closing[PPARSE_NAME_MAX + 16], opened[PPARSE_NAME_MAX + 16],
+            opening[PPARSE_NAME_MAX + 16];
         snprintf(closed, sizeof closed, "The %s is closed.", st->location);
+        snprintf(closing, sizeof closing, "You close the %s.", st->location);
         snprintf(opened, sizeof opened, "The %s is open.", st->location);
         snprintf(opening, sizeof opening, "You open the %s.", st->location);
         for (int i = 0; i < n; i++) {
             if (strstr(obs[i], opened) || strstr(obs[i], opening))
                 break;
-            if (strstr(obs[i], closed)) {
+            if (strstr(obs[i], closed) || strstr(obs[i], closing)) {
                 st->at_closed = true;
                 break;
             }
@@ -352,6 +371,13 @@ static void s_derive(pparse_state_t *st)
             e = strstr(a + 6, " with "), a += 6;
         if (e)
             s_copy_name(st->holding, a, e);
+    }
+    /* "examine X" for anything but the receptacle in front of the agent: X is in its hands. */
+    for (int i = 0; i < st->n_actions && !st->holding[0]; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "examine ", 8) == 0 && strcmp(a + 8, st->location) != 0 &&
+            strlen(a + 8) < PPARSE_NAME_MAX && !s_is_receptacle(a + 8))
+            s_copy_name(st->holding, a + 8, a + strlen(a));
     }
     bool take_offered = false;
     for (int i = 0; i < st->n_actions; i++)
