@@ -67,6 +67,9 @@ static void s_trace_top(const model_t *m, const pparse_state_t *st, double tempe
 
 /* s_play runs one episode of task_id; its actions are stored in ep (caller frees them). Returns 0
  * or an SR_E* code when the task cannot be made. */
+static double g_fav_sum; /* sum over sampled steps of the favourite's probability */
+static long g_fav_n;
+
 static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, int max_steps, double temperature,
                   uint64_t seed, s_episode_t *ep, long *steps, bool trace)
 {
@@ -98,6 +101,16 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
         model_choice_t ch;
         model_choose(m, &st, temperature, 1.0, &rng, &ch);
         char *action = sr_xstrdup(ch.index >= 0 ? st.actions[ch.index] : "look");
+        if (temperature > 0 && st.n_actions > 0) {
+            double *p = sr_xcalloc((size_t)st.n_actions, sizeof(double));
+            model_probs(m, &st, temperature, p);
+            double best = 0;
+            for (int i = 0; i < st.n_actions; i++)
+                best = p[i] > best ? p[i] : best;
+            g_fav_sum += best;
+            g_fav_n++;
+            free(p);
+        }
         if (trace) {
             printf("> %s   (p = %.2f; at '%s', holding '%s', closed %d, processed %d)\n", action, ch.prob, st.location,
                    st.holding, st.at_closed, st.processed);
@@ -144,16 +157,18 @@ static void s_usage(FILE *out)
 {
     fprintf(out, "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group 8]\n"
                  "       [--temperature 0.7] [--seed 0] [--max-steps 50] [--k 10]\n"
-                 "       [--prior-strength 1] [--prior-search 4] [--prior-noise 0.3] [--prior-idio 0.8] [--trace N]\n"
+                 "       [--prior-strength 1] [--prior-search 4] [--prior-noise 0.3] [--prior-idio 0.8]\n"
+                 "       [--trace N] [--show-groups N]\n"
                  "Plays version 0 of the built-in policy against the household environment in-process and prints\n"
                  "success, zero-variance groups and the d_K distribution (DESIGN section 8). --trace N prints the\n"
-                 "first episode of the first N tasks.\n");
+                 "first episode of the first N tasks; --show-groups N the first K actions of every episode of the\n"
+                 "first N groups.\n");
 }
 
 int bench_calibrate_run(int argc, char **argv)
 {
     const char *split = "valid_unseen";
-    int tasks = 100, first = 0, G = 8, trace = 0, max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS, K = 10;
+    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS, K = 10;
     double temperature = 0.7;
     prior_opts_t po;
     prior_opts_default(&po);
@@ -164,13 +179,14 @@ int bench_calibrate_run(int argc, char **argv)
         {"max-steps", required_argument, NULL, 'm'}, {"k", required_argument, NULL, 'k'},
         {"prior-strength", required_argument, NULL, 1}, {"prior-search", required_argument, NULL, 2},
         {"prior-noise", required_argument, NULL, 3}, {"prior-idio", required_argument, NULL, 4},
-        {"trace", required_argument, NULL, 5}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"trace", required_argument, NULL, 5}, {"show-groups", required_argument, NULL, 6}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case 5: trace = atoi(optarg); break;
+        case 6: show = atoi(optarg); break;
         case 'S': split = optarg; break;
         case 'n': tasks = atoi(optarg); break;
         case 'f': first = atoi(optarg); break;
@@ -202,6 +218,7 @@ int bench_calibrate_run(int argc, char **argv)
         return 1;
     }
     long steps = 0, episodes = 0, wins = 0, zv_fail = 0, zv_win = 0, groups = 0, greedy_wins = 0, low_d = 0;
+    long wins_hist[S_MAX_G + 1] = {0};
     long per_type_tasks[HOUSEHOLD_TASK_COUNT] = {0}, per_type_wins[HOUSEHOLD_TASK_COUNT] = {0};
     static const double edges[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001};
     long hist[SR_ARRAY_LEN(edges) - 1] = {0};
@@ -234,6 +251,7 @@ int bench_calibrate_run(int argc, char **argv)
         episodes += G;
         wins += won;
         groups++;
+        wins_hist[won]++;
         if (won == 0)
             zv_fail++;
         if (won == G)
@@ -245,6 +263,15 @@ int bench_calibrate_run(int argc, char **argv)
             lens[g] = eps[g].n;
         }
         double d = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)K);
+        if (t < show) {
+            printf("== %s: %d of %d won, d_%d = %.3f\n", task_id, won, G, K, d);
+            for (int g = 0; g < G; g++) {
+                printf("  %s", eps[g].won ? "W" : "-");
+                for (size_t i = 0; i < eps[g].n && i < (size_t)K; i++)
+                    printf(" | %s", eps[g].actions[i]);
+                printf("\n");
+            }
+        }
         d_sum += d;
         if (d < 0.12)
             low_d++;
@@ -271,6 +298,12 @@ int bench_calibrate_run(int argc, char **argv)
         printf("  zero-variance groups: %.1f%% (all fail %.1f%%, all succeed %.1f%%)\n",
                100.0 * (double)(zv_fail + zv_win) / (double)groups, 100.0 * (double)zv_fail / (double)groups,
                100.0 * (double)zv_win / (double)groups);
+        printf("  confidence: the favourite action carries %.1f%% of the probability on average at T\n",
+               g_fav_n ? 100.0 * g_fav_sum / (double)g_fav_n : 0);
+        printf("  groups by successes (0..%d of %d):", G, G);
+        for (int k = 0; k <= G; k++)
+            printf(" %ld", wins_hist[k]);
+        printf("\n");
         printf("  d_%d: mean %.3f, share below 0.12: %.1f%% (paper: about 21%%)\n", K, d_sum / (double)groups,
                100.0 * (double)low_d / (double)groups);
         for (size_t b = 0; b + 1 < SR_ARRAY_LEN(edges); b++)

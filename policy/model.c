@@ -223,6 +223,8 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
             s_emit(&e, "go|sametype");
             if (num == loc_num + 1)
                 s_emit(&e, "go|nextnum");
+            else if (num < loc_num)
+                s_emit(&e, "go|sametype|lower");
         }
         if (num == 1)
             s_emit(&e, "go|first");

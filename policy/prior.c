@@ -259,7 +259,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         for (size_t r = 0; r < SR_ARRAY_LEN(S_RECEPS); r++) {
             double l = prior_likelihood(lamps[i], S_RECEPS[r]);
             if (l > 0)
-                s_add(w, 0.9 * o->search * l, "go|lamp=%s|rt=%s|hold=goal", lamps[i], S_RECEPS[r]);
+                s_add(w, 1.5 * o->search * l, "go|lamp=%s|rt=%s|hold=goal", lamps[i], S_RECEPS[r]);
         }
 
     for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++) {
@@ -268,10 +268,11 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         s_add(w, strcmp(S_HOLDS[h], "empty") == 0 ? 4.0 : 0, "go|goalseen|hold=%s", S_HOLDS[h]);
     }
     s_add(w, 0.6, "go|sametype");
-    s_add(w, 1.2, "go|nextnum");
+    s_add(w, 2.0, "go|nextnum");
+    s_add(w, -2.0, "go|sametype|lower");
     s_add(w, 0.6, "go|first");
-    s_add(w, -2.0, "go|prev");
-    s_add(w, -1.2, "go|recent");
+    s_add(w, -3.5, "go|prev");
+    s_add(w, -2.5, "go|recent");
     s_add(w, -2.0, "examine|held=1");
     s_add(w, -0.5, "examine|held=0");
     s_add(w, -2.5, "repeat|last");
