@@ -4,7 +4,9 @@
  */
 #include "tests/harness.h"
 
+#include "actor/prompt.h"
 #include "common/sr.h"
+#include "env_worker/household.h"
 #include "policy/model.h"
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
@@ -535,6 +537,83 @@ static void weight_sources_serve_versions_from_memory_and_files(void **state)
     model_destroy(&m);
 }
 
+
+/* The contract with the actor: prompts rendered by actor/prompt.c for real household episodes
+ * parse back to the goal, the visible history actions, the current observation and the
+ * admissible list (without "help"), step after step. */
+static void actor_rendered_household_prompts_parse_back_exactly(void **state)
+{
+    (void)state;
+    char err[128];
+    prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);
+    assert_non_null(tmpl);
+    model_t *m = s_prior(2);
+    model_rng_t rng;
+    model_rng_seed(&rng, 5);
+    for (int task = 0; task < 12; task++) {
+        char id[64];
+        snprintf(id, sizeof id, "household/train/%d", task);
+        household_t *env = household_new(id, 12, err, sizeof err);
+        assert_non_null(env);
+        env_obs_t obs;
+        household_reset(env, &obs);
+        char *goal = strdup(obs.goal);
+        prompt_turn_t hist[16];
+        size_t nh = 0;
+        char *cur = strdup(obs.text);
+        while (!obs.done) {
+            prompt_state_t ps = {.goal = goal, .history = hist, .n_history = nh, .current_obs = cur,
+                                 .admissible = obs.admissible, .n_admissible = obs.n_admissible};
+            prompt_messages_t msgs = {0};
+            assert_int_equal(prompt_render(tmpl, &ps, &msgs), SR_OK);
+            pparse_state_t st;
+            pparse_user_text(msgs.user, &st);
+            char g[256];
+            snprintf(g, sizeof g, "%s", goal);
+            g[strlen(g) - 1] = '\0'; /* the parser drops the final period */
+            assert_string_equal(st.goal, g);
+            assert_int_not_equal(st.task, PPARSE_TASK_UNKNOWN);
+            assert_string_equal(st.current_obs, cur);
+            assert_int_equal(st.n_prev, (int)nh);
+            size_t shown = nh < 2 ? nh : 2;
+            assert_int_equal(st.n_hist, (int)shown);
+            for (size_t i = 0; i < shown; i++) {
+                assert_string_equal(st.hist[i].action, hist[nh - shown + i].action);
+                assert_string_equal(st.hist[i].obs, hist[nh - shown + i].obs);
+            }
+            size_t k = 0;
+            for (size_t i = 0; i < obs.n_admissible; i++) {
+                if (strcmp(obs.admissible[i], "help") == 0)
+                    continue;
+                assert_true((int)k < st.n_actions);
+                assert_string_equal(st.actions[k], obs.admissible[i]);
+                k++;
+            }
+            assert_int_equal(st.n_actions, (int)k);
+            model_choice_t ch;
+            model_choose(m, &st, 0.7, 1.0, &rng, &ch);
+            assert_true(ch.index >= 0);
+            char *action = strdup(st.actions[ch.index]);
+            pparse_state_clear(&st);
+            prompt_messages_clear(&msgs);
+            hist[nh].obs = cur;
+            hist[nh].action = action;
+            nh++;
+            household_step(env, action, &obs);
+            cur = strdup(obs.text);
+        }
+        for (size_t i = 0; i < nh; i++) {
+            free((char *)hist[i].obs);
+            free((char *)hist[i].action);
+        }
+        free(cur);
+        free(goal);
+        household_destroy(&env);
+    }
+    model_destroy(&m);
+    prompt_destroy(&tmpl);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +629,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(grad_logprob_matches_finite_differences),
         cmocka_unit_test(blob_round_trips_and_corruption_is_refused),
         cmocka_unit_test(weight_sources_serve_versions_from_memory_and_files),
+        cmocka_unit_test(actor_rendered_household_prompts_parse_back_exactly),
     };
     return harness_run_("policy_model", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -5,7 +5,11 @@
  */
 #include "tests/harness.h"
 
+#include "actor/extract.h"
+#include "actor/prompt.h"
+#include "common/llm_client.h"
 #include "common/sr.h"
+#include "env_worker/household.h"
 #include "policy/model.h"
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
@@ -678,6 +682,116 @@ static void client_disconnect_aborts_and_the_queued_request_starts_earlier(void 
     assert_true(lat_cut > a_full - 50);
 }
 
+
+/* ---------------------------------------------------------------- the actor's own client */
+
+typedef struct {
+    int calls;
+    int rc;
+    long status;
+    char content[8192];
+    long prompt_tokens, completion_tokens;
+    bool has_logprob;
+    double logprob;
+} client_seen_t;
+
+static void s_client_done(const llm_response_t *r, void *arg)
+{
+    client_seen_t *c = arg;
+    c->calls++;
+    c->rc = r->rc;
+    c->status = r->http_status;
+    snprintf(c->content, sizeof c->content, "%s", r->content ? r->content : "");
+    c->prompt_tokens = r->prompt_tokens;
+    c->completion_tokens = r->completion_tokens;
+    c->has_logprob = r->has_logprob;
+    c->logprob = r->logprob_sum;
+}
+
+/* The whole actor path: a household opening rendered by actor/prompt.c, sent by the actor's
+ * llm_client, answered by the server, the action extracted by actor/extract.c. */
+static void actor_client_round_trip_yields_an_admissible_action(void **state)
+{
+    (void)state;
+    policy_server_t *s = s_start(true, 100, 8, 8, NULL);
+    char url[64], err[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", policy_server_port(s));
+    llm_client_cfg_t cfg = {.base_url = url, .max_retries = -1};
+    llm_client_t *cl = llm_client_new(&cfg, NULL, NULL);
+    assert_non_null(cl);
+    household_t *env = household_new("household/valid_unseen/4", 0, err, sizeof err);
+    env_obs_t obs;
+    household_reset(env, &obs);
+    prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);
+    prompt_state_t ps = {.goal = obs.goal, .current_obs = obs.text, .admissible = obs.admissible,
+                         .n_admissible = obs.n_admissible};
+    prompt_messages_t msgs = {0};
+    prompt_render(tmpl, &ps, &msgs);
+    llm_message_t m[2] = {{"system", msgs.system}, {"user", msgs.user}};
+    llm_chat_t req = {.model = "selroll-policy", .messages = m, .n_messages = 2, .temperature = 0.7, .top_p = 1,
+                      .has_seed = true, .seed = 9, .logprobs = true};
+    client_seen_t seen = {0};
+    assert_non_null(llm_client_chat(cl, &req, s_client_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(cl, 10000), SR_OK);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.rc, SR_OK);
+    assert_int_equal(seen.status, 200);
+    assert_true(seen.prompt_tokens > 100);
+    assert_int_equal(seen.completion_tokens, policy_tokens(seen.content));
+    assert_true(seen.has_logprob && seen.logprob <= 0);
+    extract_result_t ex;
+    extract_action(seen.content, obs.admissible, obs.n_admissible, -1, &ex);
+    assert_false(ex.format_error);
+    assert_int_equal(ex.match, EXTRACT_MATCH_EXACT);
+    assert_true(ex.index >= 0);
+    extract_result_clear(&ex);
+    prompt_messages_clear(&msgs);
+    prompt_destroy(&tmpl);
+    household_destroy(&env);
+    llm_client_destroy(&cl);
+    policy_server_destroy(&s);
+}
+
+/* llm_request_abort on a request the engine is generating: the server counts it aborted. */
+static void actor_client_abort_is_seen_by_the_server(void **state)
+{
+    (void)state;
+    policy_server_t *s = s_start_fixed(4, 8);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", policy_server_port(s));
+    llm_client_cfg_t cfg = {.base_url = url, .max_retries = -1};
+    llm_client_t *cl = llm_client_new(&cfg, NULL, NULL);
+    llm_message_t m[1] = {{"user", PROMPT}};
+    llm_chat_t req = {.model = "selroll-policy", .messages = m, .n_messages = 1, .temperature = 0.7, .top_p = -1};
+    client_seen_t seen = {0};
+    llm_request_t *r = llm_client_chat(cl, &req, s_client_done, &seen);
+    assert_non_null(r);
+    engine_stats_t es;
+    int64_t t_send = harness_now_ms();
+    do { /* until the engine holds it (for about 370 ms) */
+        llm_client_run_until_idle(cl, 5);
+        policy_server_engine_stats(s, &es);
+    } while (es.running == 0 && harness_now_ms() - t_send < 3000);
+    assert_int_equal(es.running, 1);
+    int64_t t_run = harness_now_ms();
+    while (harness_now_ms() - t_run < 60) /* let it decode for a while: 60 ms x 10 x 30 tokens/s */
+        llm_client_run_until_idle(cl, 5);
+    llm_request_abort(r);
+    int64_t t0 = harness_now_ms();
+    do {
+        policy_server_engine_stats(s, &es);
+        if (es.aborted == 1)
+            break;
+        llm_client_run_until_idle(cl, 5);
+    } while (harness_now_ms() - t0 < 2000);
+    assert_int_equal(es.aborted, 1);
+    assert_int_equal(es.running, 0);
+    assert_true(es.tokens_aborted > 0);
+    assert_int_equal(seen.calls, 0);
+    llm_client_destroy(&cl);
+    policy_server_destroy(&s);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -692,8 +806,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
         cmocka_unit_test(full_queue_answers_503),
         cmocka_unit_test(client_disconnect_aborts_and_the_queued_request_starts_earlier),
+        cmocka_unit_test(actor_client_round_trip_yields_an_admissible_action),
+        cmocka_unit_test(actor_client_abort_is_seen_by_the_server),
     };
     int rc = harness_run_("policy_server", tests, SR_ARRAY_LEN(tests), argc, argv);
+    llm_global_cleanup();
     curl_global_cleanup();
     return rc;
 }
