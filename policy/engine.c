@@ -53,8 +53,8 @@ struct engine {
 
 void engine_opts_default(engine_opts_t *o)
 {
-    o->decode_tps = 2500;
-    o->max_seq_tps = 60;
+    o->decode_tps = 3000;
+    o->max_seq_tps = 75;
     o->prefill_tps = 10000;
     o->max_batch = 64;
     o->max_queue = 1024;
