@@ -237,7 +237,7 @@ static void prior_is_deterministic_per_seed_and_differs_across_seeds(void **stat
     assert_true(prior_likelihood("apple", "fridge") > prior_likelihood("apple", "bed"));
     assert_true(prior_likelihood("mug", "coffeemachine") == 1.0);
     assert_true(prior_likelihood("unobtainium", "shelf") == 0);
-    /* Feature hashing merges a few hand-set weights; keep that rare (about 1,600 names, 2^18 buckets). */
+    /* Feature hashing merges a few hand-set weights; keep that rare (about 700 non-zero names, 2^18 buckets). */
     assert_true(prior_collisions() <= 8);
 }
 
