@@ -70,8 +70,8 @@ static void s_trace_top(const model_t *m, const pparse_state_t *st, double tempe
 static double g_fav_sum; /* sum over sampled steps of the favourite's probability */
 static long g_fav_n;
 
-static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, int max_steps, double temperature,
-                  uint64_t seed, s_episode_t *ep, long *steps, bool trace)
+static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, int max_steps,
+                  double temperature, uint64_t seed, s_episode_t *ep, long *steps, bool trace)
 {
     char err[160];
     household_t *env = household_new(task_id, max_steps, err, sizeof err);
@@ -92,8 +92,12 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
     model_rng_seed(&rng, seed);
     ep->actions = sr_xcalloc((size_t)max_steps + 1, sizeof(char *));
     while (!obs.done) {
-        prompt_state_t ps = {.goal = goal, .history = hist, .n_history = n_hist, .current_obs = cur,
-                             .admissible = obs.admissible, .n_admissible = obs.n_admissible};
+        prompt_state_t ps = {.goal = goal,
+                             .history = hist,
+                             .n_history = n_hist,
+                             .current_obs = cur,
+                             .admissible = obs.admissible,
+                             .n_admissible = obs.n_admissible};
         prompt_messages_t msgs = {0};
         prompt_render(tmpl, &ps, &msgs);
         pparse_state_t st;
@@ -112,8 +116,8 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
             free(p);
         }
         if (trace) {
-            printf("> %s   (p = %.2f; at '%s', holding '%s', closed %d, processed %d)\n", action, ch.prob, st.location,
-                   st.holding, st.at_closed, st.processed);
+            printf("> %s   (p = %.2f; at '%s', holding '%s', closed %d, processed %d)\n", action,
+                   ch.prob, st.location, st.holding, st.at_closed, st.processed);
             s_trace_top(m, &st, temperature);
         }
         pparse_state_clear(&st);
@@ -155,55 +159,104 @@ static void s_episode_free(s_episode_t *ep)
 
 static void s_usage(FILE *out)
 {
-    fprintf(out, "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group 8]\n"
-                 "       [--temperature 0.7] [--seed 0] [--max-steps 50] [--k 10]\n"
-                 "       [--prior-strength 1] [--prior-search 4] [--prior-noise 0.3] [--prior-idio 0.8]\n"
-                 "       [--trace N] [--show-groups N]\n"
-                 "Plays version 0 of the built-in policy against the household environment in-process and prints\n"
-                 "success, zero-variance groups and the d_K distribution (DESIGN section 8). --trace N prints the\n"
-                 "first episode of the first N tasks; --show-groups N the first K actions of every episode of the\n"
-                 "first N groups.\n");
+    fprintf(
+        out,
+        "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group "
+        "8]\n"
+        "       [--temperature 0.7] [--seed 0] [--max-steps 50] [--k 10]\n"
+        "       [--prior-strength 1] [--prior-search 4] [--prior-noise 0.3] [--prior-idio 0.8]\n"
+        "       [--trace N] [--show-groups N]\n"
+        "Plays version 0 of the built-in policy against the household environment in-process and "
+        "prints\n"
+        "success, zero-variance groups and the d_K distribution (DESIGN section 8). --trace N "
+        "prints the\n"
+        "first episode of the first N tasks; --show-groups N the first K actions of every episode "
+        "of the\n"
+        "first N groups.\n");
 }
 
 int bench_calibrate_run(int argc, char **argv)
 {
     const char *split = "valid_unseen";
-    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS, K = 10;
+    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS,
+        K = 10;
     double temperature = 0.7;
     prior_opts_t po;
     prior_opts_default(&po);
     static const struct option longopts[] = {
-        {"split", required_argument, NULL, 'S'}, {"tasks", required_argument, NULL, 'n'},
-        {"first", required_argument, NULL, 'f'}, {"group", required_argument, NULL, 'g'},
-        {"temperature", required_argument, NULL, 'T'}, {"seed", required_argument, NULL, 's'},
-        {"max-steps", required_argument, NULL, 'm'}, {"k", required_argument, NULL, 'k'},
-        {"prior-strength", required_argument, NULL, 1}, {"prior-search", required_argument, NULL, 2},
-        {"prior-noise", required_argument, NULL, 3}, {"prior-idio", required_argument, NULL, 4},
-        {"trace", required_argument, NULL, 5}, {"show-groups", required_argument, NULL, 6}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"split", required_argument, NULL, 'S'},
+        {"tasks", required_argument, NULL, 'n'},
+        {"first", required_argument, NULL, 'f'},
+        {"group", required_argument, NULL, 'g'},
+        {"temperature", required_argument, NULL, 'T'},
+        {"seed", required_argument, NULL, 's'},
+        {"max-steps", required_argument, NULL, 'm'},
+        {"k", required_argument, NULL, 'k'},
+        {"prior-strength", required_argument, NULL, 1},
+        {"prior-search", required_argument, NULL, 2},
+        {"prior-noise", required_argument, NULL, 3},
+        {"prior-idio", required_argument, NULL, 4},
+        {"trace", required_argument, NULL, 5},
+        {"show-groups", required_argument, NULL, 6},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 5: trace = atoi(optarg); break;
-        case 6: show = atoi(optarg); break;
-        case 'S': split = optarg; break;
-        case 'n': tasks = atoi(optarg); break;
-        case 'f': first = atoi(optarg); break;
-        case 'g': G = atoi(optarg); break;
-        case 'T': temperature = atof(optarg); break;
-        case 's': po.seed = strtoull(optarg, NULL, 10); break;
-        case 'm': max_steps = atoi(optarg); break;
-        case 'k': K = atoi(optarg); break;
-        case 1: po.strength = atof(optarg); break;
-        case 2: po.search = atof(optarg); break;
-        case 3: po.noise = atof(optarg); break;
-        case 4: po.idio = atof(optarg); break;
-        case 'h': s_usage(stdout); return 0;
-        default: s_usage(stderr); return 2;
+        case 5:
+            trace = atoi(optarg);
+            break;
+        case 6:
+            show = atoi(optarg);
+            break;
+        case 'S':
+            split = optarg;
+            break;
+        case 'n':
+            tasks = atoi(optarg);
+            break;
+        case 'f':
+            first = atoi(optarg);
+            break;
+        case 'g':
+            G = atoi(optarg);
+            break;
+        case 'T':
+            temperature = atof(optarg);
+            break;
+        case 's':
+            po.seed = strtoull(optarg, NULL, 10);
+            break;
+        case 'm':
+            max_steps = atoi(optarg);
+            break;
+        case 'k':
+            K = atoi(optarg);
+            break;
+        case 1:
+            po.strength = atof(optarg);
+            break;
+        case 2:
+            po.search = atof(optarg);
+            break;
+        case 3:
+            po.noise = atof(optarg);
+            break;
+        case 4:
+            po.idio = atof(optarg);
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        default:
+            s_usage(stderr);
+            return 2;
         }
     }
-    if (tasks < 1 || first < 0 || G < 2 || G > S_MAX_G || max_steps < 1 || K < 1 || temperature < 0) {
+    if (tasks < 1 || first < 0 || G < 2 || G > S_MAX_G || max_steps < 1 || K < 1 ||
+        temperature < 0) {
         s_usage(stderr);
         return 2;
     }
@@ -217,7 +270,8 @@ int bench_calibrate_run(int argc, char **argv)
         prompt_destroy(&tmpl);
         return 1;
     }
-    long steps = 0, episodes = 0, wins = 0, zv_fail = 0, zv_win = 0, groups = 0, greedy_wins = 0, low_d = 0;
+    long steps = 0, episodes = 0, wins = 0, zv_fail = 0, zv_win = 0, groups = 0, greedy_wins = 0,
+         low_d = 0;
     long wins_hist[S_MAX_G + 1] = {0};
     long per_type_tasks[HOUSEHOLD_TASK_COUNT] = {0}, per_type_wins[HOUSEHOLD_TASK_COUNT] = {0};
     static const double edges[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001};
@@ -238,7 +292,8 @@ int bench_calibrate_run(int argc, char **argv)
         int won = 0;
         for (int g = 0; g < G; g++) {
             uint64_t seed = model_hash64(task_id, po.seed * 1000003ULL + (uint64_t)g + 1);
-            if (s_play(m, tmpl, task_id, max_steps, temperature, seed, &eps[g], &steps, g == 0 && t < trace) != SR_OK) {
+            if (s_play(m, tmpl, task_id, max_steps, temperature, seed, &eps[g], &steps,
+                       g == 0 && t < trace) != SR_OK) {
                 code = 1;
                 break;
             }
@@ -289,23 +344,26 @@ int bench_calibrate_run(int argc, char **argv)
     }
     double secs = s_now() - t0;
     if (groups > 0) {
-        printf("calibrate: split %s, %ld tasks from %d, G = %d, T = %.2f, seed %llu (strength %.2f search %.2f noise "
+        printf("calibrate: split %s, %ld tasks from %d, G = %d, T = %.2f, seed %llu (strength %.2f "
+               "search %.2f noise "
                "%.2f idio %.2f)\n",
-               split, groups, first, G, temperature, (unsigned long long)po.seed, po.strength, po.search, po.noise,
-               po.idio);
+               split, groups, first, G, temperature, (unsigned long long)po.seed, po.strength,
+               po.search, po.noise, po.idio);
         printf("  success at T: %.1f%% of %ld episodes; greedy success: %.1f%% of %ld tasks\n",
-               100.0 * (double)wins / (double)episodes, episodes, 100.0 * (double)greedy_wins / (double)groups, groups);
+               100.0 * (double)wins / (double)episodes, episodes,
+               100.0 * (double)greedy_wins / (double)groups, groups);
         printf("  zero-variance groups: %.1f%% (all fail %.1f%%, all succeed %.1f%%)\n",
-               100.0 * (double)(zv_fail + zv_win) / (double)groups, 100.0 * (double)zv_fail / (double)groups,
-               100.0 * (double)zv_win / (double)groups);
-        printf("  confidence: the favourite action carries %.1f%% of the probability on average at T\n",
+               100.0 * (double)(zv_fail + zv_win) / (double)groups,
+               100.0 * (double)zv_fail / (double)groups, 100.0 * (double)zv_win / (double)groups);
+        printf("  confidence: the favourite action carries %.1f%% of the probability on average at "
+               "T\n",
                g_fav_n ? 100.0 * g_fav_sum / (double)g_fav_n : 0);
         printf("  groups by successes (0..%d of %d):", G, G);
         for (int k = 0; k <= G; k++)
             printf(" %ld", wins_hist[k]);
         printf("\n");
-        printf("  d_%d: mean %.3f, share below 0.12: %.1f%% (paper: about 21%%)\n", K, d_sum / (double)groups,
-               100.0 * (double)low_d / (double)groups);
+        printf("  d_%d: mean %.3f, share below 0.12: %.1f%% (paper: about 21%%)\n", K,
+               d_sum / (double)groups, 100.0 * (double)low_d / (double)groups);
         for (size_t b = 0; b + 1 < SR_ARRAY_LEN(edges); b++)
             printf("    [%.2f, %.2f): %5.1f%%\n", edges[b], edges[b + 1] > 1 ? 1.0 : edges[b + 1],
                    100.0 * (double)hist[b] / (double)groups);
@@ -314,8 +372,8 @@ int bench_calibrate_run(int argc, char **argv)
             if (per_type_tasks[ty])
                 printf(" %s %.0f%%", household_task_name((household_task_t)ty),
                        100.0 * (double)per_type_wins[ty] / (double)per_type_tasks[ty]);
-        printf("\n  %ld steps in %.2f s (%.1f us per step, prompt render + parse + model)\n", steps, secs,
-               steps ? secs * 1e6 / (double)steps : 0);
+        printf("\n  %ld steps in %.2f s (%.1f us per step, prompt render + parse + model)\n", steps,
+               secs, steps ? secs * 1e6 / (double)steps : 0);
     }
     model_destroy(&m);
     prompt_destroy(&tmpl);

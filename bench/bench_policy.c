@@ -24,18 +24,29 @@
 
 static const char S_BODY[] =
     "{\"model\":\"selroll-policy\",\"temperature\":0.7,\"logprobs\":true,\"messages\":["
-    "{\"role\":\"system\",\"content\":\"You are an expert agent operating in the ALFRED embodied household "
+    "{\"role\":\"system\",\"content\":\"You are an expert agent operating in the ALFRED embodied "
+    "household "
     "environment.\"},"
-    "{\"role\":\"user\",\"content\":\"Your task is to: put a clean lettuce in diningtable.\\nThis is the first "
-    "step.\\nYou are now at step 1 and your current observation is: -= Welcome to TextWorld, ALFRED! =-\\n\\nYou "
-    "are in the middle of a room. Looking quickly around you, you see a cabinet 3, a cabinet 2, a cabinet 1, a "
-    "countertop 1, a diningtable 1, a drawer 1, a fridge 1, a microwave 1, a sinkbasin 1, and a toaster 1.\\n\\n"
-    "Your task is to: put a clean lettuce in diningtable.\\nYour admissible actions of the current situation are: "
-    "['go to cabinet 1', 'go to cabinet 2', 'go to cabinet 3', 'go to countertop 1', 'go to diningtable 1', 'go to "
-    "drawer 1', 'go to fridge 1', 'go to microwave 1', 'go to sinkbasin 1', 'go to toaster 1', 'inventory', "
-    "'look'].\\n\\nNow it's your turn to take an action.\\nYou should first reason step-by-step about the current "
-    "situation. This reasoning process MUST be enclosed within <think> </think> tags.\\nOnce you've finished your "
-    "reasoning, you should choose an admissible action for current step and present it within <action> </action> "
+    "{\"role\":\"user\",\"content\":\"Your task is to: put a clean lettuce in diningtable.\\nThis "
+    "is the first "
+    "step.\\nYou are now at step 1 and your current observation is: -= Welcome to TextWorld, "
+    "ALFRED! =-\\n\\nYou "
+    "are in the middle of a room. Looking quickly around you, you see a cabinet 3, a cabinet 2, a "
+    "cabinet 1, a "
+    "countertop 1, a diningtable 1, a drawer 1, a fridge 1, a microwave 1, a sinkbasin 1, and a "
+    "toaster 1.\\n\\n"
+    "Your task is to: put a clean lettuce in diningtable.\\nYour admissible actions of the current "
+    "situation are: "
+    "['go to cabinet 1', 'go to cabinet 2', 'go to cabinet 3', 'go to countertop 1', 'go to "
+    "diningtable 1', 'go to "
+    "drawer 1', 'go to fridge 1', 'go to microwave 1', 'go to sinkbasin 1', 'go to toaster 1', "
+    "'inventory', "
+    "'look'].\\n\\nNow it's your turn to take an action.\\nYou should first reason step-by-step "
+    "about the current "
+    "situation. This reasoning process MUST be enclosed within <think> </think> tags.\\nOnce "
+    "you've finished your "
+    "reasoning, you should choose an admissible action for current step and present it within "
+    "<action> </action> "
     "tags.\"}]}";
 
 typedef struct {
@@ -127,8 +138,11 @@ static void *s_client(void *arg)
             curl_multi_poll(mh, NULL, 0, 100, NULL);
     }
     getrusage(RUSAGE_THREAD, &ru1);
-    c->cpu_us = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1e6 +
-                (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
+    c->cpu_us = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
+                         ru0.ru_stime.tv_sec) *
+                    1e6 +
+                (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
+                         ru0.ru_stime.tv_usec);
     for (int i = 0; i < c->inflight; i++)
         curl_easy_cleanup(slots[i].h);
     curl_slist_free_all(hd);
@@ -157,26 +171,42 @@ int bench_policy_run(int argc, char **argv)
     int threads = 2, inflight = 4, repeats = 3, server_threads = 2;
     double seconds = 2;
     static const struct option longopts[] = {
-        {"threads", required_argument, NULL, 't'}, {"inflight", required_argument, NULL, 'c'},
-        {"seconds", required_argument, NULL, 's'}, {"repeats", required_argument, NULL, 'r'},
-        {"server-threads", required_argument, NULL, 'w'}, {"help", no_argument, NULL, 'h'},
+        {"threads", required_argument, NULL, 't'},
+        {"inflight", required_argument, NULL, 'c'},
+        {"seconds", required_argument, NULL, 's'},
+        {"repeats", required_argument, NULL, 'r'},
+        {"server-threads", required_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 't': threads = atoi(optarg); break;
-        case 'c': inflight = atoi(optarg); break;
-        case 's': seconds = atof(optarg); break;
-        case 'r': repeats = atoi(optarg); break;
-        case 'w': server_threads = atoi(optarg); break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'c':
+            inflight = atoi(optarg);
+            break;
+        case 's':
+            seconds = atof(optarg);
+            break;
+        case 'r':
+            repeats = atoi(optarg);
+            break;
+        case 'w':
+            server_threads = atoi(optarg);
+            break;
         case 'h':
-            printf("usage: selroll bench policy [--threads 2] [--inflight 4] [--seconds 2] [--repeats 3] "
+            printf("usage: selroll bench policy [--threads 2] [--inflight 4] [--seconds 2] "
+                   "[--repeats 3] "
                    "[--server-threads 2]\n"
-                   "Requests/s of the policy server (cost model off) on loopback, and client overhead per request.\n");
+                   "Requests/s of the policy server (cost model off) on loopback, and client "
+                   "overhead per request.\n");
             return 0;
-        default: return 2;
+        default:
+            return 2;
         }
     }
     if (threads < 1 || inflight < 1 || repeats < 1 || !(seconds > 0) || server_threads < 1) {
@@ -201,14 +231,16 @@ int bench_policy_run(int argc, char **argv)
     double *p99 = sr_xcalloc((size_t)repeats, sizeof(double));
     double *cpu = sr_xcalloc((size_t)repeats, sizeof(double));
     int code = 0;
-    printf("bench policy: %d client thread(s) x %d in flight, %d server thread(s), %.1f s x %d run(s)\n", threads,
-           inflight, server_threads, seconds, repeats);
+    printf("bench policy: %d client thread(s) x %d in flight, %d server thread(s), %.1f s x %d "
+           "run(s)\n",
+           threads, inflight, server_threads, seconds, repeats);
     for (int r = 0; r < repeats; r++) {
         s_client_t *cl = sr_xcalloc((size_t)threads, sizeof(*cl));
         pthread_t *tid = sr_xcalloc((size_t)threads, sizeof(*tid));
         double t0 = s_now();
         for (int i = 0; i < threads; i++) {
-            cl[i] = (s_client_t){.port = policy_server_port(srv), .inflight = inflight, .seconds = seconds};
+            cl[i] = (s_client_t){
+                .port = policy_server_port(srv), .inflight = inflight, .seconds = seconds};
             pthread_create(&tid[i], NULL, s_client, &cl[i]);
         }
         uint64_t done = 0, failed = 0;
@@ -233,9 +265,11 @@ int bench_policy_run(int argc, char **argv)
         p50[r] = s_pct(all, n, 0.5);
         p99[r] = s_pct(all, n, 0.99);
         cpu[r] = done ? cpu_us / (double)done : 0;
-        printf("  run %d: %llu ok, %llu failed, %.0f requests/s, latency p50 %.0f us p99 %.0f us, client CPU %.1f "
+        printf("  run %d: %llu ok, %llu failed, %.0f requests/s, latency p50 %.0f us p99 %.0f us, "
+               "client CPU %.1f "
                "us/request\n",
-               r + 1, (unsigned long long)done, (unsigned long long)failed, rps[r], p50[r], p99[r], cpu[r]);
+               r + 1, (unsigned long long)done, (unsigned long long)failed, rps[r], p50[r], p99[r],
+               cpu[r]);
         if (failed)
             code = 1;
         free(all);
@@ -244,7 +278,8 @@ int bench_policy_run(int argc, char **argv)
     }
     double m_rps = s_pct(rps, (size_t)repeats, 0.5), m_p50 = s_pct(p50, (size_t)repeats, 0.5),
            m_p99 = s_pct(p99, (size_t)repeats, 0.5), m_cpu = s_pct(cpu, (size_t)repeats, 0.5);
-    printf("policy: median %.0f requests/s (target >= 2000), latency p50 %.0f us, p99 %.0f us, client overhead %.1f "
+    printf("policy: median %.0f requests/s (target >= 2000), latency p50 %.0f us, p99 %.0f us, "
+           "client overhead %.1f "
            "us CPU per request\n",
            m_rps, m_p50, m_p99, m_cpu);
     free(rps);

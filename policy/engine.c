@@ -164,7 +164,10 @@ static void s_deliver(s_req_t *list)
     while (list) {
         s_req_t *r = list;
         list = r->next;
-        engine_done_t d = {.id = r->id, .t_submit = r->t_submit, .t_start = r->t_start, .t_end = r->t_end,
+        engine_done_t d = {.id = r->id,
+                           .t_submit = r->t_submit,
+                           .t_start = r->t_start,
+                           .t_end = r->t_end,
                            .gen_tokens = r->gen};
         r->fn(r->arg, &d);
         free(r);
@@ -222,8 +225,8 @@ static engine_t *s_new(const engine_opts_t *o, bool manual)
         engine_opts_default(&d);
         o = &d;
     }
-    if (!(o->decode_tps > 0) || !(o->max_seq_tps > 0) || !(o->prefill_tps > 0) || o->max_batch < 1 ||
-        o->max_queue < 0 || !(o->time_scale > 0))
+    if (!(o->decode_tps > 0) || !(o->max_seq_tps > 0) || !(o->prefill_tps > 0) ||
+        o->max_batch < 1 || o->max_queue < 0 || !(o->time_scale > 0))
         return NULL;
     engine_t *e = calloc(1, sizeof(*e));
     if (!e)
@@ -295,7 +298,8 @@ void engine_destroy(engine_t **ep)
     *ep = NULL;
 }
 
-int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn fn, void *arg, uint64_t *id_out)
+int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn fn, void *arg,
+                  uint64_t *id_out)
 {
     if (!e || !fn || prompt_tokens < 0 || gen_tokens < 0)
         return SR_EINVAL;

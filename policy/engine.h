@@ -54,7 +54,8 @@ typedef struct {
     double now; /* simulated seconds */
 } engine_stats_t;
 
-/* engine_opts_default fills o with the documented defaults (a 7B model on one GPU, docs/policy.md). */
+/* engine_opts_default fills o with the documented defaults (a 7B model on one GPU, docs/policy.md).
+ */
 void engine_opts_default(engine_opts_t *o);
 
 /* engine_new starts an engine driven by the wall clock on its own thread. Returns NULL for bad
@@ -72,7 +73,8 @@ void engine_destroy(engine_t **ep);
 /* engine_submit enqueues a request of prompt_tokens to prefill and gen_tokens to generate; fn(arg,
  * ...) is called when it completes. *id_out (may be NULL) receives its id (never 0). Returns 0,
  * SR_EFULL when the queue is full, SR_EINVAL for negative token counts or a NULL fn. */
-int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn fn, void *arg, uint64_t *id_out);
+int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn fn, void *arg,
+                  uint64_t *id_out);
 
 /* engine_abort removes a request, queued or running, at once; its callback will not be called.
  * Returns 0, or SR_ENOTFOUND when the request is unknown or has already completed (its callback

@@ -132,7 +132,8 @@ const float *model_weights_const(const model_t *m)
 
 static const char *s_task_short(pparse_task_t t)
 {
-    static const char *names[PPARSE_TASK_COUNT] = {"unk", "pick", "look", "clean", "heat", "cool", "two"};
+    static const char *names[PPARSE_TASK_COUNT] = {"unk",  "pick", "look", "clean",
+                                                   "heat", "cool", "two"};
     return (unsigned)t < PPARSE_TASK_COUNT ? names[t] : "unk";
 }
 
@@ -160,7 +161,8 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
 
 /* s_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ") into a
  * and b. Returns 1 when SEP is found. */
-static int s_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX], char b[PPARSE_NAME_MAX])
+static int s_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
+                    char b[PPARSE_NAME_MAX])
 {
     const char *m = strstr(rest, sep);
     if (!m)
@@ -192,7 +194,9 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
     const char *task = s_task_short(st->task);
     char held_type[PPARSE_NAME_MAX];
     pparse_type_of(st->holding, held_type, sizeof held_type);
-    const char *hold = !st->holding[0] ? "empty" : strcmp(held_type, st->goal_obj) == 0 ? "goal" : "other";
+    const char *hold = !st->holding[0]                        ? "empty"
+                       : strcmp(held_type, st->goal_obj) == 0 ? "goal"
+                                                              : "other";
     int proc = st->processed ? 1 : 0;
     char loc_type[PPARSE_NAME_MAX];
     int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
@@ -247,10 +251,12 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
         pparse_type_of(y, yt, sizeof yt);
         s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", strcmp(xt, st->goal_obj) == 0,
                strcmp(yt, st->goal_recep) == 0, task, proc);
-    } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 || strcmp(verb, "clean") == 0) &&
+    } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
+                strcmp(verb, "clean") == 0) &&
                s_split2(rest, " with ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
-        s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task, strcmp(xt, st->goal_obj) == 0, proc);
+        s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task,
+               strcmp(xt, st->goal_obj) == 0, proc);
     } else if (strcmp(verb, "use") == 0) {
         pparse_type_of(rest, yt, sizeof yt);
         s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", strcmp(yt, st->goal_recep) == 0, task, hold);
@@ -258,7 +264,8 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
         s_emit(&e, "examine|held=%d", st->holding[0] && strcmp(rest, st->holding) == 0);
     }
 
-    if (st->n_hist > 0 && st->hist[st->n_hist - 1].action && strcmp(st->hist[st->n_hist - 1].action, a) == 0)
+    if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
+        strcmp(st->hist[st->n_hist - 1].action, a) == 0)
         s_emit(&e, "repeat|last");
     else if (strcmp(verb, "go") != 0 && s_in_history(st, a, true))
         s_emit(&e, "repeat|window");
@@ -341,7 +348,8 @@ int model_choose(const model_t *m, const pparse_state_t *st, double temperature,
     int rc = SR_OK;
     double *p = NULL;
     int *order = NULL;
-    if (!m || !st || !rng || !out || temperature < 0 || !isfinite(temperature) || !(top_p > 0 && top_p <= 1))
+    if (!m || !st || !rng || !out || temperature < 0 || !isfinite(temperature) ||
+        !(top_p > 0 && top_p <= 1))
         return SR_EINVAL;
     out->index = -1;
     out->logprob = 0;

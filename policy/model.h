@@ -60,7 +60,8 @@ model_t *model_clone(const model_t *m);
 uint32_t model_version(const model_t *m);
 void model_set_version(model_t *m, uint32_t version);
 
-/* model_weights returns the MODEL_DIM weights, owned by m (writable, for the prior and trainers). */
+/* model_weights returns the MODEL_DIM weights, owned by m (writable, for the prior and trainers).
+ */
 float *model_weights(model_t *m);
 const float *model_weights_const(const model_t *m);
 

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,8 +18,10 @@
 
 static const char S_USAGE[] =
     "usage: selroll policy-server [options]\n"
-    "The built-in policy behind an OpenAI-compatible HTTP API, with an inference-engine cost model.\n"
-    "Routes: POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics (docs/policy.md).\n"
+    "The built-in policy behind an OpenAI-compatible HTTP API, with an inference-engine cost "
+    "model.\n"
+    "Routes: POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics "
+    "(docs/policy.md).\n"
     "\n"
     "  --listen HOST:PORT     address to listen on (default 127.0.0.1:8000; port 0 = any)\n"
     "  --seed N               seed of version 0 of the weights (default 0)\n"
@@ -57,22 +60,55 @@ static int s_num(const char *s, double *out)
 int policy_server_main(int argc, char **argv)
 {
     enum {
-        O_LISTEN = 256, O_SEED, O_NAME, O_WDIR, O_VERSION, O_REDIS, O_THREADS, O_NOCOST, O_SCALE, O_DECODE, O_SEQ,
-        O_PREFILL, O_BATCH, O_QUEUE, O_TMEAN, O_TSD, O_TMIN, O_TMAX, O_PSTR, O_PSEARCH, O_PNOISE, O_PIDIO, O_HELP
+        O_LISTEN = 256,
+        O_SEED,
+        O_NAME,
+        O_WDIR,
+        O_VERSION,
+        O_REDIS,
+        O_THREADS,
+        O_NOCOST,
+        O_SCALE,
+        O_DECODE,
+        O_SEQ,
+        O_PREFILL,
+        O_BATCH,
+        O_QUEUE,
+        O_TMEAN,
+        O_TSD,
+        O_TMIN,
+        O_TMAX,
+        O_PSTR,
+        O_PSEARCH,
+        O_PNOISE,
+        O_PIDIO,
+        O_HELP
     };
     static const struct option longopts[] = {
-        {"listen", required_argument, NULL, O_LISTEN}, {"seed", required_argument, NULL, O_SEED},
-        {"model-name", required_argument, NULL, O_NAME}, {"weights-dir", required_argument, NULL, O_WDIR},
-        {"version", required_argument, NULL, O_VERSION}, {"redis", required_argument, NULL, O_REDIS},
-        {"threads", required_argument, NULL, O_THREADS}, {"no-cost-model", no_argument, NULL, O_NOCOST},
-        {"time-scale", required_argument, NULL, O_SCALE}, {"decode-tps", required_argument, NULL, O_DECODE},
-        {"max-seq-tps", required_argument, NULL, O_SEQ}, {"prefill-tps", required_argument, NULL, O_PREFILL},
-        {"max-batch", required_argument, NULL, O_BATCH}, {"max-queue", required_argument, NULL, O_QUEUE},
-        {"think-mean", required_argument, NULL, O_TMEAN}, {"think-sd", required_argument, NULL, O_TSD},
-        {"think-min", required_argument, NULL, O_TMIN}, {"think-max", required_argument, NULL, O_TMAX},
-        {"prior-strength", required_argument, NULL, O_PSTR}, {"prior-search", required_argument, NULL, O_PSEARCH},
-        {"prior-noise", required_argument, NULL, O_PNOISE}, {"prior-idio", required_argument, NULL, O_PIDIO},
-        {"help", no_argument, NULL, O_HELP}, {NULL, 0, NULL, 0},
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"seed", required_argument, NULL, O_SEED},
+        {"model-name", required_argument, NULL, O_NAME},
+        {"weights-dir", required_argument, NULL, O_WDIR},
+        {"version", required_argument, NULL, O_VERSION},
+        {"redis", required_argument, NULL, O_REDIS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"no-cost-model", no_argument, NULL, O_NOCOST},
+        {"time-scale", required_argument, NULL, O_SCALE},
+        {"decode-tps", required_argument, NULL, O_DECODE},
+        {"max-seq-tps", required_argument, NULL, O_SEQ},
+        {"prefill-tps", required_argument, NULL, O_PREFILL},
+        {"max-batch", required_argument, NULL, O_BATCH},
+        {"max-queue", required_argument, NULL, O_QUEUE},
+        {"think-mean", required_argument, NULL, O_TMEAN},
+        {"think-sd", required_argument, NULL, O_TSD},
+        {"think-min", required_argument, NULL, O_TMIN},
+        {"think-max", required_argument, NULL, O_TMAX},
+        {"prior-strength", required_argument, NULL, O_PSTR},
+        {"prior-search", required_argument, NULL, O_PSEARCH},
+        {"prior-noise", required_argument, NULL, O_PNOISE},
+        {"prior-idio", required_argument, NULL, O_PIDIO},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
     };
     policy_server_opts_t o;
     policy_server_opts_default(&o);
@@ -84,19 +120,24 @@ int policy_server_main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         double v = 0;
         int bad = 0;
-        if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS && opt != O_NOCOST && opt != O_HELP &&
-            opt != 'h' && opt != '?')
+        if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS &&
+            opt != O_NOCOST && opt != O_HELP && opt != 'h' && opt != '?')
             bad = s_num(optarg, &v) != SR_OK;
+        if (!bad && (opt == O_SEED || opt == O_VERSION) &&
+            (v < 0 || v != floor(v) || v > (opt == O_SEED ? 9007199254740992.0 : 4294967295.0)))
+            bad = 1;
         if (bad) {
-            fprintf(stderr, "policy-server: --%s needs a number, got '%s'\n", longopts[opt - O_LISTEN].name, optarg);
+            fprintf(stderr,
+                    "policy-server: --%s needs a (non-negative, for ids) number, got '%s'\n",
+                    longopts[opt - O_LISTEN].name, optarg);
             return 2;
         }
         switch (opt) {
         case O_LISTEN: {
             const char *colon = strrchr(optarg, ':');
             double port;
-            if (!colon || (size_t)(colon - optarg) >= sizeof host || s_num(colon + 1, &port) != SR_OK || port < 0 ||
-                port > 65535) {
+            if (!colon || (size_t)(colon - optarg) >= sizeof host ||
+                s_num(colon + 1, &port) != SR_OK || port < 0 || port > 65535) {
                 fprintf(stderr, "policy-server: --listen wants HOST:PORT, got '%s'\n", optarg);
                 return 2;
             }
@@ -104,32 +145,77 @@ int policy_server_main(int argc, char **argv)
             o.port = (int)port;
             break;
         }
-        case O_SEED: o.prior.seed = (uint64_t)v; break;
-        case O_NAME: o.model_name = optarg; break;
-        case O_WDIR: wdir = optarg; break;
-        case O_VERSION: version = v; break;
-        case O_REDIS:
-            fprintf(stderr, "policy-server: --redis is not wired in this build; serving version 0 and --weights-dir\n");
+        case O_SEED:
+            o.prior.seed = (uint64_t)v;
             break;
-        case O_THREADS: o.threads = (int)v; break;
-        case O_NOCOST: o.cost_model = false; break;
-        case O_SCALE: o.engine.time_scale = v; break;
-        case O_DECODE: o.engine.decode_tps = v; break;
-        case O_SEQ: o.engine.max_seq_tps = v; break;
-        case O_PREFILL: o.engine.prefill_tps = v; break;
-        case O_BATCH: o.engine.max_batch = (int)v; break;
-        case O_QUEUE: o.engine.max_queue = (int)v; break;
-        case O_TMEAN: o.think_mean = v; break;
-        case O_TSD: o.think_sd = v; break;
-        case O_TMIN: o.think_min = (int)v; break;
-        case O_TMAX: o.think_max = (int)v; break;
-        case O_PSTR: o.prior.strength = v; break;
-        case O_PSEARCH: o.prior.search = v; break;
-        case O_PNOISE: o.prior.noise = v; break;
-        case O_PIDIO: o.prior.idio = v; break;
+        case O_NAME:
+            o.model_name = optarg;
+            break;
+        case O_WDIR:
+            wdir = optarg;
+            break;
+        case O_VERSION:
+            version = v;
+            break;
+        case O_REDIS:
+            fprintf(stderr, "policy-server: --redis is not wired in this build; serving version 0 "
+                            "and --weights-dir\n");
+            break;
+        case O_THREADS:
+            o.threads = (int)v;
+            break;
+        case O_NOCOST:
+            o.cost_model = false;
+            break;
+        case O_SCALE:
+            o.engine.time_scale = v;
+            break;
+        case O_DECODE:
+            o.engine.decode_tps = v;
+            break;
+        case O_SEQ:
+            o.engine.max_seq_tps = v;
+            break;
+        case O_PREFILL:
+            o.engine.prefill_tps = v;
+            break;
+        case O_BATCH:
+            o.engine.max_batch = (int)v;
+            break;
+        case O_QUEUE:
+            o.engine.max_queue = (int)v;
+            break;
+        case O_TMEAN:
+            o.think_mean = v;
+            break;
+        case O_TSD:
+            o.think_sd = v;
+            break;
+        case O_TMIN:
+            o.think_min = (int)v;
+            break;
+        case O_TMAX:
+            o.think_max = (int)v;
+            break;
+        case O_PSTR:
+            o.prior.strength = v;
+            break;
+        case O_PSEARCH:
+            o.prior.search = v;
+            break;
+        case O_PNOISE:
+            o.prior.noise = v;
+            break;
+        case O_PIDIO:
+            o.prior.idio = v;
+            break;
         case O_HELP:
-        case 'h': fputs(S_USAGE, stdout); return 0;
-        default: fputs(S_USAGE, stderr); return 2;
+        case 'h':
+            fputs(S_USAGE, stdout);
+            return 0;
+        default:
+            fputs(S_USAGE, stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -156,12 +242,14 @@ int policy_server_main(int argc, char **argv)
     if (version > 0) {
         int rc = policy_server_set_version(s, (uint32_t)version);
         if (rc != SR_OK) {
-            fprintf(stderr, "policy-server: cannot load version %u: %s\n", (unsigned)version, sr_strerror(rc));
+            fprintf(stderr, "policy-server: cannot load version %u: %s\n", (unsigned)version,
+                    src ? sr_strerror(rc) : "no weights source (use --weights-dir)");
             goto cleanup;
         }
     }
     printf("policy-server: listening on http://%s:%d/v1 model %s version %u cost model %s\n", host,
-           policy_server_port(s), o.model_name, policy_server_version(s), o.cost_model ? "on" : "off");
+           policy_server_port(s), o.model_name, policy_server_version(s),
+           o.cost_model ? "on" : "off");
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);

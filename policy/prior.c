@@ -62,7 +62,8 @@ static const struct {
     {"pen", "desk drawer sidetable shelf dresser diningtable"},
     {"pencil", "desk drawer sidetable shelf dresser diningtable"},
     {"cd", "desk drawer shelf sidetable safe dresser"},
-    {"creditcard", "desk drawer sidetable dresser coffeetable diningtable armchair sofa countertop shelf"},
+    {"creditcard",
+     "desk drawer sidetable dresser coffeetable diningtable armchair sofa countertop shelf"},
     {"keychain", "sidetable drawer dresser desk coffeetable safe shelf sofa armchair"},
     {"remotecontrol", "sofa coffeetable armchair sidetable tvstand dresser drawer"},
     {"watch", "dresser sidetable drawer desk safe coffeetable shelf"},
@@ -82,16 +83,18 @@ static const struct {
 static const double S_RANK[] = {1.0, 0.75, 0.55, 0.4, 0.3, 0.22, 0.16, 0.12, 0.1, 0.08};
 
 static const char *S_RECEPS[] = {
-    "armchair", "bathtubbasin", "bed", "cabinet", "cart", "coffeemachine", "coffeetable", "countertop",
-    "desk", "diningtable", "drawer", "dresser", "fridge", "garbagecan", "handtowelholder",
-    "laundryhamper", "microwave", "ottoman", "safe", "shelf", "sidetable", "sinkbasin", "sofa",
-    "stoveburner", "toaster", "toilet", "toiletpaperhanger", "towelholder", "tvstand",
+    "armchair",      "bathtubbasin",      "bed",         "cabinet",     "cart",
+    "coffeemachine", "coffeetable",       "countertop",  "desk",        "diningtable",
+    "drawer",        "dresser",           "fridge",      "garbagecan",  "handtowelholder",
+    "laundryhamper", "microwave",         "ottoman",     "safe",        "shelf",
+    "sidetable",     "sinkbasin",         "sofa",        "stoveburner", "toaster",
+    "toilet",        "toiletpaperhanger", "towelholder", "tvstand",
 };
 
 static const char *S_TASKS[] = {"unk", "pick", "look", "clean", "heat", "cool", "two"};
 static const char *S_HOLDS[] = {"empty", "goal", "other"};
-static const char *S_VERBS[] = {"go", "open", "close", "take", "move", "heat", "cool", "clean",
-                                "use", "examine", "inventory", "look", "help"};
+static const char *S_VERBS[] = {"go",    "open", "close",   "take",      "move", "heat", "cool",
+                                "clean", "use",  "examine", "inventory", "look", "help"};
 
 void prior_opts_default(prior_opts_t *o)
 {
@@ -134,7 +137,8 @@ typedef struct {
 } s_sink_t;
 
 /* s_add adds v to the weight of a named feature. */
-static void s_add(s_sink_t *k, double v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void s_add(s_sink_t *k, double v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void s_add(s_sink_t *k, double v, const char *fmt, ...)
 {
@@ -209,7 +213,8 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++) {
             const char *hold = S_HOLDS[h];
             for (size_t v = 0; v < SR_ARRAY_LEN(S_VERBS); v++)
-                s_add(w, s_verb_weight(S_VERBS[v], task, hold), "verb=%s|task=%s|hold=%s", S_VERBS[v], task, hold);
+                s_add(w, s_verb_weight(S_VERBS[v], task, hold), "verb=%s|task=%s|hold=%s",
+                      S_VERBS[v], task, hold);
             for (int proc = 0; proc < 2; proc++) {
                 /* Where to bring the goal object once held. */
                 double gr = 0;
@@ -221,8 +226,8 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                     s_add(w, 5.0, "go|rt=%s|task=%s|hold=%s|proc=%d", app, task, hold, proc);
             }
             bool look = strcmp(task, "look") == 0;
-            s_add(w, look ? (strcmp(hold, "goal") == 0 ? 7.0 : 0.5) : -3.0, "use|lampmatch=1|task=%s|hold=%s",
-                  task, hold);
+            s_add(w, look ? (strcmp(hold, "goal") == 0 ? 7.0 : 0.5) : -3.0,
+                  "use|lampmatch=1|task=%s|hold=%s", task, hold);
             s_add(w, -2.0, "use|lampmatch=0|task=%s|hold=%s", task, hold);
         }
         for (int proc = 0; proc < 2; proc++) {
@@ -236,8 +241,8 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
             static const char *pverbs[] = {"clean", "heat", "cool"};
             for (size_t pv = 0; pv < 3; pv++) {
                 bool match = strcmp(pverbs[pv], task) == 0;
-                s_add(w, match ? (proc ? -2.0 : 6.0) : -3.0, "proc|verb=%s|task=%s|goalobj=1|proc=%d",
-                      pverbs[pv], task, proc);
+                s_add(w, match ? (proc ? -2.0 : 6.0) : -3.0,
+                      "proc|verb=%s|task=%s|goalobj=1|proc=%d", pverbs[pv], task, proc);
                 s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
             }
         }

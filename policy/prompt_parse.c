@@ -47,13 +47,20 @@ static void s_copy_name(char out[PPARSE_NAME_MAX], const char *a, const char *b)
 const char *pparse_task_name(pparse_task_t t)
 {
     switch (t) {
-    case PPARSE_TASK_PICK: return "pick_and_place_simple";
-    case PPARSE_TASK_LOOK: return "look_at_obj_in_light";
-    case PPARSE_TASK_CLEAN: return "pick_clean_then_place_in_recep";
-    case PPARSE_TASK_HEAT: return "pick_heat_then_place_in_recep";
-    case PPARSE_TASK_COOL: return "pick_cool_then_place_in_recep";
-    case PPARSE_TASK_TWO: return "pick_two_obj_and_place";
-    default: return "unknown";
+    case PPARSE_TASK_PICK:
+        return "pick_and_place_simple";
+    case PPARSE_TASK_LOOK:
+        return "look_at_obj_in_light";
+    case PPARSE_TASK_CLEAN:
+        return "pick_clean_then_place_in_recep";
+    case PPARSE_TASK_HEAT:
+        return "pick_heat_then_place_in_recep";
+    case PPARSE_TASK_COOL:
+        return "pick_cool_then_place_in_recep";
+    case PPARSE_TASK_TWO:
+        return "pick_two_obj_and_place";
+    default:
+        return "unknown";
     }
 }
 
@@ -199,7 +206,8 @@ static void s_parse_admissible(pparse_state_t *st, const char *p)
         const char *b = strchr(a, '\'');
         if (!b)
             break;
-        if (b > a && st->n_actions < PPARSE_MAX_ACTIONS && !(b - a == 4 && strncmp(a, "help", 4) == 0))
+        if (b > a && st->n_actions < PPARSE_MAX_ACTIONS &&
+            !(b - a == 4 && strncmp(a, "help", 4) == 0))
             st->actions[st->n_actions++] = s_dup_range(a, b);
         p = b + 1;
         if (*p == ']')
@@ -215,15 +223,9 @@ static int s_obs_location(const char *obs, char out[PPARSE_NAME_MAX])
         const char *lead;
         const char *stop;
     } pats[] = {
-        {"You arrive at ", "."},
-        {"You open the ", "."},
-        {"You close the ", "."},
-        {"You are facing the ", "."},
-        {" from the ", "."},
-        {"You move the ", NULL},
-        {" using the ", "."},
-        {"On the ", ","},
-        {"The ", " is closed."},
+        {"You arrive at ", "."},      {"You open the ", "."}, {"You close the ", "."},
+        {"You are facing the ", "."}, {" from the ", "."},    {"You move the ", NULL},
+        {" using the ", "."},         {"On the ", ","},       {"The ", " is closed."},
         {"The ", " is open."},
     };
     if (!obs)
@@ -289,10 +291,12 @@ static bool s_list_has_type(const char *list, const char *type)
 static bool s_is_receptacle(const char *name)
 {
     static const char *types[] = {
-        "armchair", "bathtubbasin", "bed", "cabinet", "cart", "coffeemachine", "coffeetable", "countertop", "desk",
-        "diningtable", "drawer", "dresser", "fridge", "garbagecan", "handtowelholder", "laundryhamper", "microwave",
-        "ottoman", "safe", "shelf", "sidetable", "sinkbasin", "sofa", "stoveburner", "toaster", "toilet",
-        "toiletpaperhanger", "towelholder", "tvstand", "box",
+        "armchair",      "bathtubbasin",      "bed",         "cabinet",     "cart",
+        "coffeemachine", "coffeetable",       "countertop",  "desk",        "diningtable",
+        "drawer",        "dresser",           "fridge",      "garbagecan",  "handtowelholder",
+        "laundryhamper", "microwave",         "ottoman",     "safe",        "shelf",
+        "sidetable",     "sinkbasin",         "sofa",        "stoveburner", "toaster",
+        "toilet",        "toiletpaperhanger", "towelholder", "tvstand",     "box",
     };
     char t[PPARSE_NAME_MAX];
     pparse_type_of(name, t, sizeof t);
@@ -343,8 +347,8 @@ static void s_derive(pparse_state_t *st)
 
     /* Closed receptacle in front of the agent: the newest word about its state wins. */
     if (st->location[0]) {
-        char closed[PPARSE_NAME_MAX + 16], closing[PPARSE_NAME_MAX + 16], opened[PPARSE_NAME_MAX + 16],
-            opening[PPARSE_NAME_MAX + 16];
+        char closed[PPARSE_NAME_MAX + 16], closing[PPARSE_NAME_MAX + 16],
+            opened[PPARSE_NAME_MAX + 16], opening[PPARSE_NAME_MAX + 16];
         snprintf(closed, sizeof closed, "The %s is closed.", st->location);
         snprintf(closing, sizeof closing, "You close the %s.", st->location);
         snprintf(opened, sizeof opened, "The %s is open.", st->location);
@@ -408,12 +412,13 @@ static void s_derive(pparse_state_t *st)
                     s_copy_name(st->holding, p, e);
             }
         }
-        if (st->holding[0] || strstr(obs[i], "You move the ") || strstr(obs[i], "You are not carrying anything."))
+        if (st->holding[0] || strstr(obs[i], "You move the ") ||
+            strstr(obs[i], "You are not carrying anything."))
             break;
     }
 
     /* The goal object processed within the window. */
-    const char *verb = st->task == PPARSE_TASK_CLEAN ? "You clean the "
+    const char *verb = st->task == PPARSE_TASK_CLEAN  ? "You clean the "
                        : st->task == PPARSE_TASK_HEAT ? "You heat the "
                        : st->task == PPARSE_TASK_COOL ? "You cool the "
                                                       : NULL;
@@ -436,7 +441,8 @@ static void s_derive(pparse_state_t *st)
         const char *list = s_obs_contents(obs[i], recep);
         if (!list)
             continue;
-        if (st->task == PPARSE_TASK_LOOK && !st->lamp_seen_at[0] && s_list_has_type(list, st->goal_recep))
+        if (st->task == PPARSE_TASK_LOOK && !st->lamp_seen_at[0] &&
+            s_list_has_type(list, st->goal_recep))
             memcpy(st->lamp_seen_at, recep, sizeof recep);
         if (!st->goal_seen_at[0] && s_list_has_type(list, st->goal_obj) &&
             !(st->task != PPARSE_TASK_LOOK && s_same_type(recep, st->goal_recep)))

@@ -41,13 +41,13 @@ typedef struct {
 
 typedef struct {
     /* Straight from the text. Strings are owned by the state; NULL when absent. */
-    char *goal;        /* "put a clean lettuce in diningtable" (no final period) */
+    char *goal; /* "put a clean lettuce in diningtable" (no final period) */
     pparse_task_t task;
     char goal_obj[PPARSE_NAME_MAX];   /* object type, e.g. "lettuce"; "" when unknown */
     char goal_recep[PPARSE_NAME_MAX]; /* receptacle type, or the lamp type for look tasks */
     int n_prev;                       /* steps taken before this one (0 at the first step) */
     pparse_hist_t hist[PPARSE_MAX_HIST];
-    int n_hist;                       /* oldest first */
+    int n_hist; /* oldest first */
     char *current_obs;
     char *actions[PPARSE_MAX_ACTIONS];
     int n_actions;

@@ -38,7 +38,8 @@
 #define S_MAX_STOP 4
 #define S_MAX_TOP_LOGPROBS 20
 
-static const double S_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double S_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                   0.5,   1,     2.5,  5,     10,   30,  60};
 #define S_NBUCKETS (sizeof(S_BUCKETS) / sizeof(S_BUCKETS[0]))
 
 typedef enum { S_NEW = 0, S_SUBMITTING, S_EARLY, S_WAITING, S_DONE, S_ABORTED } s_state_t;
@@ -313,7 +314,8 @@ static void s_set_resp(s_conn_t *c, unsigned status, const char *ctype, char *bo
     c->resp_len = body ? strlen(body) : 0;
 }
 
-static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...)
 {
@@ -338,10 +340,12 @@ static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...)
 
 static enum MHD_Result s_queue(struct MHD_Connection *conn, s_conn_t *c)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(c->resp_len, c->resp, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(c->resp_len, c->resp, MHD_RESPMEM_MUST_COPY);
     if (!r)
         return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, c->ctype ? c->ctype : "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            c->ctype ? c->ctype : "application/json");
     if (c->ctype && strncmp(c->ctype, "text/event-stream", 17) == 0)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(conn, c->status, r);
@@ -358,11 +362,21 @@ static enum MHD_Result s_queue(struct MHD_Connection *conn, s_conn_t *c)
     s_add64(&s->lat_count, 1);
     s_add64(&s->lat_sum_ns, (uint64_t)(lat_ns > 0 ? lat_ns : 0));
     switch (c->status) {
-    case 200: s_add64(&s->req_ok, 1); break;
-    case 400: s_add64(&s->req_bad, 1); break;
-    case 404: s_add64(&s->req_notfound, 1); break;
-    case 503: s_add64(&s->req_full, 1); break;
-    default: s_add64(&s->req_other, 1); break;
+    case 200:
+        s_add64(&s->req_ok, 1);
+        break;
+    case 400:
+        s_add64(&s->req_bad, 1);
+        break;
+    case 404:
+        s_add64(&s->req_notfound, 1);
+        break;
+    case 503:
+        s_add64(&s->req_full, 1);
+        break;
+    default:
+        s_add64(&s->req_other, 1);
+        break;
     }
     return ret;
 }
@@ -383,7 +397,7 @@ typedef struct {
     bool logprobs;
     int top_logprobs;
     bool stream, include_usage;
-    char *user;  /* the last user message text (owned) */
+    char *user; /* the last user message text (owned) */
     int prompt_tokens;
 } s_req_t;
 
@@ -426,7 +440,8 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
         size_t nl = strlen(s->name);
         if (strcmp(n, s->name) == 0) {
             rq->use_current = true;
-        } else if (strncmp(n, s->name, nl) == 0 && strncmp(n + nl, "-v", 2) == 0 && isdigit((unsigned char)n[nl + 2])) {
+        } else if (strncmp(n, s->name, nl) == 0 && strncmp(n + nl, "-v", 2) == 0 &&
+                   isdigit((unsigned char)n[nl + 2])) {
             char *end;
             unsigned long v = strtoul(n + nl + 2, &end, 10);
             if (*end || v > UINT32_MAX) {
@@ -453,7 +468,8 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         char *text = cJSON_IsString(role) ? s_content_text(content) : NULL;
         if (!text) {
-            s_error(c, 400, "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
+            s_error(c, 400,
+                    "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
             return SR_EINVAL;
         }
         rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
@@ -489,7 +505,8 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
     if (!mt || cJSON_IsNull(mt))
         mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
     if (mt && !cJSON_IsNull(mt)) {
-        if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e6 || mt->valuedouble != floor(mt->valuedouble)) {
+        if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e6 ||
+            mt->valuedouble != floor(mt->valuedouble)) {
             s_error(c, 400, "'max_tokens' must be a positive integer");
             return SR_EINVAL;
         }
@@ -580,7 +597,8 @@ static const char *s_hold_phrase(const pparse_state_t *st, char *buf, size_t n)
 
 /* s_think writes the reasoning: a summary of the state, the options weighed, the decision;
  * sentences are added while they fit the sampled reasoning length. */
-static void s_think(s_buf_t *b, const pparse_state_t *st, const double *p, const char *action, int target)
+static void s_think(s_buf_t *b, const pparse_state_t *st, const double *p, const char *action,
+                    int target)
 {
     char line[512], hold[128];
     s_buf_add(b, "<think>", 7);
@@ -627,12 +645,17 @@ static void s_think(s_buf_t *b, const pparse_state_t *st, const double *p, const
         }
         order[j] = k;
     }
-    static const char *verdicts[] = {"looks promising", "could work", "seems less useful", "is unlikely to help"};
+    static const char *verdicts[] = {"looks promising", "could work", "seems less useful",
+                                     "is unlikely to help"};
     for (int round = 0; n > 0 && round < 64; round++) {
         int k = order[round % n];
         int pct = (int)lround(p[k] * 100);
         snprintf(line, sizeof line, " Option '%s' %s (%d%%).", st->actions[k],
-                 verdicts[pct >= 50 ? 0 : pct >= 20 ? 1 : pct >= 5 ? 2 : 3], pct);
+                 verdicts[pct >= 50   ? 0
+                          : pct >= 20 ? 1
+                          : pct >= 5  ? 2
+                                      : 3],
+                 pct);
         int t = policy_tokens(line);
         if (used + t > target)
             break;
@@ -662,7 +685,8 @@ static const char *s_cut(s_buf_t *content, const s_req_t *rq)
     return reason;
 }
 
-static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, int chosen, double lp, int top)
+static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, int chosen, double lp,
+                              int top)
 {
     cJSON *lps = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(lps, "content");
@@ -724,7 +748,8 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
     if (rq->has_seed)
         model_rng_seed(&rng, model_hash64(rq->user, (uint64_t)rq->seed));
     else
-        model_rng_seed(&rng, s->o.prior.seed * 0x9E3779B97F4A7C15ULL + __atomic_fetch_add(&s->seq, 1, __ATOMIC_RELAXED));
+        model_rng_seed(&rng, s->o.prior.seed * 0x9E3779B97F4A7C15ULL +
+                                 __atomic_fetch_add(&s->seq, 1, __ATOMIC_RELAXED));
 
     double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
@@ -751,7 +776,8 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         snprintf(model_name, sizeof model_name, "%s", s->name);
     else
         snprintf(model_name, sizeof model_name, "%s-v%u", s->name, rq->version);
-    cJSON *lps = rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
+    cJSON *lps =
+        rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
 
     if (!rq->stream) {
         cJSON *root = cJSON_CreateObject();
@@ -778,7 +804,8 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         s_set_resp(c, 200, "application/json", cJSON_PrintUnformatted(root));
         cJSON_Delete(root);
     } else {
-        /* SSE: the role, the reasoning, the action (with its logprobs), the finish, usage, [DONE]. */
+        /* SSE: the role, the reasoning, the action (with its logprobs), the finish, usage, [DONE].
+         */
         s_buf_t b = {0};
         cJSON *ch0 = s_chunk(id, created, model_name), *choices, *c0, *delta;
         choices = cJSON_AddArrayToObject(ch0, "choices");
@@ -955,7 +982,8 @@ static void *s_watcher(void *arg)
 }
 
 /* s_hold parks a ready response in the engine; returns MHD_YES (suspended or queued). */
-static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c, int prompt_tokens)
+static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c,
+                              int prompt_tokens)
 {
     pthread_mutex_lock(&s->mu);
     c->state = S_SUBMITTING;
@@ -982,7 +1010,8 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
         pthread_mutex_unlock(&s->mu);
         return aborted ? MHD_NO : s_queue(conn, c);
     }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     c->fd = ci ? ci->connect_fd : -1;
     c->state = S_WAITING;
     MHD_suspend_connection(conn);
@@ -1027,43 +1056,57 @@ static void s_metrics(struct policy_server *s, s_conn_t *c)
     engine_stats_t es;
     policy_server_engine_stats(s, &es);
     s_buf_t b = {0};
-    s_buf_printf(&b, "# HELP selroll_policy_requests_total Chat completion requests answered, by outcome.\n"
-                     "# TYPE selroll_policy_requests_total counter\n");
-    static const char *names[] = {"ok", "bad_request", "not_found", "queue_full", "aborted", "other"};
-    uint64_t *vals[] = {&s->req_ok, &s->req_bad, &s->req_notfound, &s->req_full, &s->req_aborted, &s->req_other};
+    s_buf_printf(
+        &b, "# HELP selroll_policy_requests_total Chat completion requests answered, by outcome.\n"
+            "# TYPE selroll_policy_requests_total counter\n");
+    static const char *names[] = {"ok",         "bad_request", "not_found",
+                                  "queue_full", "aborted",     "other"};
+    uint64_t *vals[] = {&s->req_ok,   &s->req_bad,     &s->req_notfound,
+                        &s->req_full, &s->req_aborted, &s->req_other};
     for (size_t i = 0; i < SR_ARRAY_LEN(names); i++)
         s_buf_printf(&b, "selroll_policy_requests_total{outcome=\"%s\"} %llu\n", names[i],
                      (unsigned long long)s_get64(vals[i]));
-    s_buf_printf(&b,
-                 "# HELP selroll_policy_running Requests in the engine's running batch.\n"
-                 "# TYPE selroll_policy_running gauge\nselroll_policy_running %d\n"
-                 "# HELP selroll_policy_queued Requests waiting for the running batch.\n"
-                 "# TYPE selroll_policy_queued gauge\nselroll_policy_queued %d\n"
-                 "# HELP selroll_policy_generated_tokens_total Tokens of completed responses.\n"
-                 "# TYPE selroll_policy_generated_tokens_total counter\nselroll_policy_generated_tokens_total %llu\n"
-                 "# HELP selroll_policy_aborted_tokens_total Tokens decoded for requests aborted before the end.\n"
-                 "# TYPE selroll_policy_aborted_tokens_total counter\nselroll_policy_aborted_tokens_total %llu\n"
-                 "# HELP selroll_policy_prompt_tokens_total Prompt tokens of answered requests.\n"
-                 "# TYPE selroll_policy_prompt_tokens_total counter\nselroll_policy_prompt_tokens_total %llu\n"
-                 "# HELP selroll_policy_weights_version Version served under the plain model name.\n"
-                 "# TYPE selroll_policy_weights_version gauge\nselroll_policy_weights_version %u\n",
-                 es.running, es.queued,
-                 (unsigned long long)(s->o.cost_model ? es.tokens_generated : s_get64(&s->tokens_completion)),
-                 (unsigned long long)es.tokens_aborted, (unsigned long long)s_get64(&s->tokens_prompt),
-                 policy_server_version(s));
-    s_buf_printf(&b, "# HELP selroll_policy_latency_seconds Chat completion time from request to response.\n"
-                     "# TYPE selroll_policy_latency_seconds histogram\n");
+    s_buf_printf(
+        &b,
+        "# HELP selroll_policy_running Requests in the engine's running batch.\n"
+        "# TYPE selroll_policy_running gauge\nselroll_policy_running %d\n"
+        "# HELP selroll_policy_queued Requests waiting for the running batch.\n"
+        "# TYPE selroll_policy_queued gauge\nselroll_policy_queued %d\n"
+        "# HELP selroll_policy_generated_tokens_total Tokens of completed responses.\n"
+        "# TYPE selroll_policy_generated_tokens_total "
+        "counter\nselroll_policy_generated_tokens_total %llu\n"
+        "# HELP selroll_policy_aborted_tokens_total Tokens decoded for requests aborted before the "
+        "end.\n"
+        "# TYPE selroll_policy_aborted_tokens_total counter\nselroll_policy_aborted_tokens_total "
+        "%llu\n"
+        "# HELP selroll_policy_prompt_tokens_total Prompt tokens of answered requests.\n"
+        "# TYPE selroll_policy_prompt_tokens_total counter\nselroll_policy_prompt_tokens_total "
+        "%llu\n"
+        "# HELP selroll_policy_weights_version Version served under the plain model name.\n"
+        "# TYPE selroll_policy_weights_version gauge\nselroll_policy_weights_version %u\n",
+        es.running, es.queued,
+        (unsigned long long)(s->o.cost_model ? es.tokens_generated
+                                             : s_get64(&s->tokens_completion)),
+        (unsigned long long)es.tokens_aborted, (unsigned long long)s_get64(&s->tokens_prompt),
+        policy_server_version(s));
+    s_buf_printf(
+        &b, "# HELP selroll_policy_latency_seconds Chat completion time from request to response.\n"
+            "# TYPE selroll_policy_latency_seconds histogram\n");
     for (size_t i = 0; i < S_NBUCKETS; i++)
         s_buf_printf(&b, "selroll_policy_latency_seconds_bucket{le=\"%g\"} %llu\n", S_BUCKETS[i],
                      (unsigned long long)s_get64(&s->lat_buckets[i]));
     double sum = (double)s_get64(&s->lat_sum_ns) * 1e-9;
-    s_buf_printf(&b, "selroll_policy_latency_seconds_bucket{le=\"+Inf\"} %llu\nselroll_policy_latency_seconds_sum %.6f\n"
-                     "selroll_policy_latency_seconds_count %llu\n",
-                 (unsigned long long)s_get64(&s->lat_count), sum, (unsigned long long)s_get64(&s->lat_count));
+    s_buf_printf(&b,
+                 "selroll_policy_latency_seconds_bucket{le=\"+Inf\"} "
+                 "%llu\nselroll_policy_latency_seconds_sum %.6f\n"
+                 "selroll_policy_latency_seconds_count %llu\n",
+                 (unsigned long long)s_get64(&s->lat_count), sum,
+                 (unsigned long long)s_get64(&s->lat_count));
     s_set_resp(c, 200, "text/plain; version=0.0.4", b.p);
 }
 
-static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c)
+static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connection *conn,
+                                     s_conn_t *c)
 {
     if (c->too_big) {
         s_error(c, 400, "request body larger than %zu bytes", s->o.max_body);
@@ -1082,8 +1125,8 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
         rc = s_model_get(s, rq.use_current, rq.version, &mr);
         pthread_mutex_unlock(&s->mu);
         if (rc != SR_OK) {
-            s_error(c, rc == SR_ENOTFOUND || rc == SR_EPROTO ? 404 : 500, "The model `%s-v%u` does not exist.",
-                    s->name, rq.version);
+            s_error(c, rc == SR_ENOTFOUND || rc == SR_EPROTO ? 404 : 500,
+                    "The model `%s-v%u` does not exist.", s->name, rq.version);
         } else {
             s_answer(s, c, &rq, mr->m);
             s_model_put(s, mr);
@@ -1100,8 +1143,9 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
     return s_hold(s, conn, c, prompt_tokens);
 }
 
-static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                 const char *version, const char *upload, size_t *upload_size, void **con_cls)
+static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
 {
     struct policy_server *s = cls;
     s_conn_t *c = *con_cls;
@@ -1152,7 +1196,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         s_set_resp(c, 200, "application/json", sr_xstrdup("{\"status\":\"ok\"}"));
     } else if (strcmp(url, "/metrics") == 0 && get) {
         s_metrics(s, c);
-    } else if (strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0) {
+    } else if (strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0 ||
+               strcmp(url, "/metrics") == 0) {
         s_error(c, 405, "use GET for %s", url);
     } else {
         s_error(c, 404, "no route for %s %s", method, url);
@@ -1160,7 +1205,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
     return s_queue(conn, c);
 }
 
-static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                        enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
     (void)conn;
@@ -1194,8 +1240,9 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
 {
     struct policy_server *s = NULL;
     const char *why = NULL;
-    if (!o || !o->model_name || !o->model_name[0] || strlen(o->model_name) >= 100 || o->port < 0 || o->port > 65535 ||
-        o->think_min < 0 || o->think_max < o->think_min || o->think_sd < 0 || o->threads < 1 || o->max_body < 64) {
+    if (!o || !o->model_name || !o->model_name[0] || strlen(o->model_name) >= 100 || o->port < 0 ||
+        o->port > 65535 || o->think_min < 0 || o->think_max < o->think_min || o->think_sd < 0 ||
+        o->threads < 1 || o->max_body < 64) {
         why = "bad policy server options";
         goto fail;
     }
@@ -1238,11 +1285,11 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         goto fail;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
-                            (unsigned)(o->threads > 1 ? o->threads : 0), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                            MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-                            MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(o->threads > 1 ? o->threads : 0), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->d) {
         why = "cannot listen on the address (in use?)";
         goto fail;
@@ -1286,7 +1333,8 @@ void policy_server_destroy(policy_server_t **sp)
     if (s->wake_fd >= 0)
         s_wake(s);
     pthread_mutex_unlock(&s->mu);
-    engine_destroy(&s->engine); /* delivers completions still pending: they resume their connections */
+    engine_destroy(
+        &s->engine); /* delivers completions still pending: they resume their connections */
     if (s->watcher_started)
         pthread_join(s->watcher, NULL);
     if (s->d)

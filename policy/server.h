@@ -32,12 +32,12 @@ typedef struct {
     prior_opts_t prior;     /* version-0 weights (seed and knobs) */
     bool cost_model;        /* hold responses per the engine (default true) */
     engine_opts_t engine;
-    double think_mean;      /* reasoning tokens: normal(mean, sd) clamped to [min, max] */
+    double think_mean; /* reasoning tokens: normal(mean, sd) clamped to [min, max] */
     double think_sd;
     int think_min, think_max;
-    wsource_t *source;      /* weights of versions > 0; borrowed, may be NULL */
-    int threads;            /* libmicrohttpd worker threads (default 2) */
-    size_t max_body;        /* largest request body accepted, bytes (default 4 MiB) */
+    wsource_t *source; /* weights of versions > 0; borrowed, may be NULL */
+    int threads;       /* libmicrohttpd worker threads (default 2) */
+    size_t max_body;   /* largest request body accepted, bytes (default 4 MiB) */
 } policy_server_opts_t;
 
 /* policy_server_opts_default fills o with the documented defaults. */

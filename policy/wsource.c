@@ -145,7 +145,8 @@ static void s_mem_destroy(void *ctx)
     free(m);
 }
 
-static const wsource_ops_t S_MEM_OPS = {.name = "mem", .fetch = s_mem_fetch, .destroy = s_mem_destroy};
+static const wsource_ops_t S_MEM_OPS = {
+    .name = "mem", .fetch = s_mem_fetch, .destroy = s_mem_destroy};
 
 wsource_t *wsource_new_mem(void)
 {

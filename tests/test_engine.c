@@ -247,7 +247,8 @@ static void threaded_engine_matches_analytic_makespan_on_the_wall_clock(void **s
     double analytic_wall = 2 * 100 / fmin(50.0, 200.0 / 8) / 20 * 1000;
     double wall = (double)(r.last_wall_ms - t0);
     double sim = r.last_end - r.first_submit;
-    print_message("threaded makespan %.1f ms (analytic %.1f ms), simulated %.4f s\n", wall, analytic_wall, sim);
+    print_message("threaded makespan %.1f ms (analytic %.1f ms), simulated %.4f s\n", wall,
+                  analytic_wall, sim);
     assert_true(fabs(wall - analytic_wall) / analytic_wall < 0.05);
     assert_true(fabs(sim - 8.0) / 8.0 < 0.05);
     engine_destroy(&e);

@@ -29,36 +29,43 @@ static char *s_render(const char *goal, int n_prev, const char **hist, int n_his
     if (n_hist == 0) {
         o += (size_t)snprintf(b + o, cap - o, "This is the first step.\n");
     } else {
-        o += (size_t)snprintf(b + o, cap - o,
-                              "Prior to this step, you have already taken %d step(s). Below are the most recent %d "
-                              "observations and the corresponding actions you took:\n",
-                              n_prev, n_hist);
+        o += (size_t)snprintf(
+            b + o, cap - o,
+            "Prior to this step, you have already taken %d step(s). Below are the most recent %d "
+            "observations and the corresponding actions you took:\n",
+            n_prev, n_hist);
         for (int i = 0; i < n_hist; i++) {
             int k = n_prev - n_hist + i + 1;
-            o += (size_t)snprintf(b + o, cap - o, "[Observation %d: '%s', Action %d: '%s']\n", k, hist[2 * i], k,
-                                  hist[2 * i + 1]);
+            o += (size_t)snprintf(b + o, cap - o, "[Observation %d: '%s', Action %d: '%s']\n", k,
+                                  hist[2 * i], k, hist[2 * i + 1]);
         }
     }
-    o += (size_t)snprintf(b + o, cap - o, "You are now at step %d and your current observation is: %s\n", n_prev + 1,
-                          cur);
-    o += (size_t)snprintf(b + o, cap - o, "Your admissible actions of the current situation are: [");
+    o += (size_t)snprintf(b + o, cap - o,
+                          "You are now at step %d and your current observation is: %s\n",
+                          n_prev + 1, cur);
+    o +=
+        (size_t)snprintf(b + o, cap - o, "Your admissible actions of the current situation are: [");
     for (int i = 0; i < n_acts; i++)
         o += (size_t)snprintf(b + o, cap - o, "%s'%s'", i ? ", " : "", acts[i]);
-    o += (size_t)snprintf(b + o, cap - o,
-                          "].\n\nNow it's your turn to take an action.\nYou should first reason step-by-step about the "
-                          "current situation. This reasoning process MUST be enclosed within <think> </think> tags.\n"
-                          "Once you've finished your reasoning, you should choose an admissible action for current "
-                          "step and present it within <action> </action> tags.");
+    o += (size_t)snprintf(
+        b + o, cap - o,
+        "].\n\nNow it's your turn to take an action.\nYou should first reason step-by-step about "
+        "the "
+        "current situation. This reasoning process MUST be enclosed within <think> </think> tags.\n"
+        "Once you've finished your reasoning, you should choose an admissible action for current "
+        "step and present it within <action> </action> tags.");
     return b;
 }
 
-static const char *OPENING = "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly "
-                             "around you, you see a cabinet 2, a cabinet 1, a countertop 1, a diningtable 1, a "
-                             "fridge 1, a microwave 1, and a sinkbasin 1.\n\nYour task is to: put a clean lettuce in "
-                             "diningtable.";
+static const char *OPENING =
+    "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly "
+    "around you, you see a cabinet 2, a cabinet 1, a countertop 1, a diningtable 1, a "
+    "fridge 1, a microwave 1, and a sinkbasin 1.\n\nYour task is to: put a clean lettuce in "
+    "diningtable.";
 
-static const char *ACTS1[] = {"go to cabinet 1", "go to cabinet 2", "go to countertop 1", "go to diningtable 1",
-                              "go to fridge 1", "go to microwave 1", "go to sinkbasin 1", "inventory", "look"};
+static const char *ACTS1[] = {"go to cabinet 1",     "go to cabinet 2", "go to countertop 1",
+                              "go to diningtable 1", "go to fridge 1",  "go to microwave 1",
+                              "go to sinkbasin 1",   "inventory",       "look"};
 
 static int s_index(const pparse_state_t *st, const char *a)
 {
@@ -145,15 +152,23 @@ static void history_with_apostrophes_and_newlines_parses_by_markers(void **state
 {
     (void)state;
     const char *hist[] = {
-        OPENING, "go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a "
-                                       "tomato 1.",
+        OPENING,
+        "go to countertop 1",
+        "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a "
+        "tomato 1.",
         "take lettuce 1 from countertop 1",
     };
-    const char *acts[] = {"clean lettuce 1 with sinkbasin 1", "examine lettuce 1", "go to cabinet 1",
-                          "go to countertop 1", "move lettuce 1 to sinkbasin 1", "inventory", "look"};
-    char *text = s_render("put a clean lettuce in diningtable.", 5, hist, 2,
-                          "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing. There's a 'quote' here.",
-                          acts, 7);
+    const char *acts[] = {"clean lettuce 1 with sinkbasin 1",
+                          "examine lettuce 1",
+                          "go to cabinet 1",
+                          "go to countertop 1",
+                          "move lettuce 1 to sinkbasin 1",
+                          "inventory",
+                          "look"};
+    char *text = s_render(
+        "put a clean lettuce in diningtable.", 5, hist, 2,
+        "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing. There's a 'quote' here.",
+        acts, 7);
     pparse_state_t st;
     pparse_user_text(text, &st);
     assert_int_equal(st.n_prev, 5);
@@ -175,9 +190,10 @@ static void closed_receptacle_and_processed_object_are_derived(void **state)
 {
     (void)state;
     const char *hist[] = {"You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.",
-                          "clean lettuce 1 with sinkbasin 1", "You clean the lettuce 1 using the sinkbasin 1.",
-                          "go to cabinet 1"};
-    const char *acts[] = {"examine cabinet 1", "go to sinkbasin 1", "open cabinet 1", "inventory", "look"};
+                          "clean lettuce 1 with sinkbasin 1",
+                          "You clean the lettuce 1 using the sinkbasin 1.", "go to cabinet 1"};
+    const char *acts[] = {"examine cabinet 1", "go to sinkbasin 1", "open cabinet 1", "inventory",
+                          "look"};
     char *text = s_render("put a clean lettuce in cabinet.", 7, hist, 2,
                           "You arrive at cabinet 1. The cabinet 1 is closed.", acts, 5);
     pparse_state_t st;
@@ -194,16 +210,18 @@ static void foreign_prompt_yields_empty_state_not_a_crash(void **state)
 {
     (void)state;
     pparse_state_t st;
-    assert_int_equal(pparse_user_text("Hello! What is 2+2? [Observation 3: 'x', Action 9: '", &st), SR_OK);
+    assert_int_equal(pparse_user_text("Hello! What is 2+2? [Observation 3: 'x', Action 9: '", &st),
+                     SR_OK);
     assert_null(st.goal);
     assert_int_equal(st.n_actions, 0);
     assert_false(st.found_admissible);
     pparse_state_clear(&st);
     assert_int_equal(pparse_user_text(NULL, &st), SR_EINVAL);
     /* Truncated admissible list. */
-    pparse_user_text("Your task is to: put a apple in fridge.\nYour admissible actions of the current situation "
-                     "are: ['go to fridge 1', 'loo",
-                     &st);
+    pparse_user_text(
+        "Your task is to: put a apple in fridge.\nYour admissible actions of the current situation "
+        "are: ['go to fridge 1', 'loo",
+        &st);
     assert_int_equal(st.task, PPARSE_TASK_PICK);
     assert_int_equal(st.n_actions, 1);
     pparse_state_clear(&st);
@@ -237,7 +255,8 @@ static void prior_is_deterministic_per_seed_and_differs_across_seeds(void **stat
     assert_true(prior_likelihood("apple", "fridge") > prior_likelihood("apple", "bed"));
     assert_true(prior_likelihood("mug", "coffeemachine") == 1.0);
     assert_true(prior_likelihood("unobtainium", "shelf") == 0);
-    /* Feature hashing merges a few hand-set weights; keep that rare (about 700 non-zero names, 2^18 buckets). */
+    /* Feature hashing merges a few hand-set weights; keep that rare (about 700 non-zero names, 2^18
+     * buckets). */
     assert_true(prior_collisions() <= 8);
 }
 
@@ -251,17 +270,30 @@ static int s_common_sense_hits(const model_t *m)
         pparse_state_t st;
         char *t;
 
-        const char *a1[] = {"go to cabinet 1", "go to fridge 1", "go to sinkbasin 1", "take lettuce 1 from countertop 1",
-                            "take tomato 1 from countertop 1", "examine countertop 1", "inventory", "look"};
-        t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
-                     "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a tomato 1.", a1, 8);
+        const char *a1[] = {"go to cabinet 1",
+                            "go to fridge 1",
+                            "go to sinkbasin 1",
+                            "take lettuce 1 from countertop 1",
+                            "take tomato 1 from countertop 1",
+                            "examine countertop 1",
+                            "inventory",
+                            "look"};
+        t = s_render(
+            "put a clean lettuce in diningtable.", 0, NULL, 0,
+            "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a tomato 1.",
+            a1, 8);
         pparse_user_text(t, &st);
         hits += strcmp(s_greedy(m, &st), "take lettuce 1 from countertop 1") == 0;
         pparse_state_clear(&st);
         free(t);
 
-        const char *a2[] = {"examine cabinet 1", "go to cabinet 2", "go to countertop 1", "go to fridge 1",
-                            "open cabinet 1", "inventory", "look"};
+        const char *a2[] = {"examine cabinet 1",
+                            "go to cabinet 2",
+                            "go to countertop 1",
+                            "go to fridge 1",
+                            "open cabinet 1",
+                            "inventory",
+                            "look"};
         t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
                      "You arrive at cabinet 1. The cabinet 1 is closed.", a2, 7);
         pparse_user_text(t, &st);
@@ -269,10 +301,13 @@ static int s_common_sense_hits(const model_t *m)
         pparse_state_clear(&st);
         free(t);
 
-        const char *hist3[] = {"You arrive at countertop 1. On the countertop 1, you see a lettuce 1.",
-                               "take lettuce 1 from countertop 1"};
-        const char *a3[] = {"examine lettuce 1", "go to cabinet 1", "go to diningtable 1", "go to fridge 1",
-                            "go to sinkbasin 1", "move lettuce 1 to countertop 1", "inventory", "look"};
+        const char *hist3[] = {
+            "You arrive at countertop 1. On the countertop 1, you see a lettuce 1.",
+            "take lettuce 1 from countertop 1"};
+        const char *a3[] = {"examine lettuce 1",   "go to cabinet 1",
+                            "go to diningtable 1", "go to fridge 1",
+                            "go to sinkbasin 1",   "move lettuce 1 to countertop 1",
+                            "inventory",           "look"};
         t = s_render("put a clean lettuce in diningtable.", 3, hist3, 1,
                      "You pick up the lettuce 1 from the countertop 1.", a3, 8);
         pparse_user_text(t, &st);
@@ -281,8 +316,13 @@ static int s_common_sense_hits(const model_t *m)
         pparse_state_clear(&st);
         free(t);
 
-        const char *a4[] = {"clean lettuce 1 with sinkbasin 1", "examine lettuce 1", "go to diningtable 1",
-                            "go to fridge 1", "move lettuce 1 to sinkbasin 1", "inventory", "look"};
+        const char *a4[] = {"clean lettuce 1 with sinkbasin 1",
+                            "examine lettuce 1",
+                            "go to diningtable 1",
+                            "go to fridge 1",
+                            "move lettuce 1 to sinkbasin 1",
+                            "inventory",
+                            "look"};
         t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
                      "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.", a4, 7);
         pparse_user_text(t, &st);
@@ -290,8 +330,13 @@ static int s_common_sense_hits(const model_t *m)
         pparse_state_clear(&st);
         free(t);
 
-        const char *a5[] = {"clean lettuce 1 with sinkbasin 1", "examine lettuce 1", "go to cabinet 1",
-                            "go to diningtable 1", "go to fridge 1", "move lettuce 1 to sinkbasin 1", "inventory",
+        const char *a5[] = {"clean lettuce 1 with sinkbasin 1",
+                            "examine lettuce 1",
+                            "go to cabinet 1",
+                            "go to diningtable 1",
+                            "go to fridge 1",
+                            "move lettuce 1 to sinkbasin 1",
+                            "inventory",
                             "look"};
         t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
                      "You clean the lettuce 1 using the sinkbasin 1.", a5, 8);
@@ -301,9 +346,11 @@ static int s_common_sense_hits(const model_t *m)
         pparse_state_clear(&st);
         free(t);
 
-        const char *a6[] = {"examine diningtable 1", "go to cabinet 1", "go to sinkbasin 1",
-                            "move lettuce 1 to diningtable 1", "inventory", "look"};
-        const char *hist6[] = {"You clean the lettuce 1 using the sinkbasin 1.", "go to diningtable 1"};
+        const char *a6[] = {
+            "examine diningtable 1",           "go to cabinet 1", "go to sinkbasin 1",
+            "move lettuce 1 to diningtable 1", "inventory",       "look"};
+        const char *hist6[] = {"You clean the lettuce 1 using the sinkbasin 1.",
+                               "go to diningtable 1"};
         t = s_render("put a clean lettuce in diningtable.", 6, hist6, 1,
                      "You arrive at diningtable 1. On the diningtable 1, you see a fork 1.", a6, 6);
         pparse_user_text(t, &st);
@@ -342,10 +389,17 @@ static void prior_is_confident_at_temperature_0_7(void **state)
 {
     (void)state;
     model_t *m = s_prior(3);
-    const char *a[] = {"go to cabinet 1", "go to countertop 1", "go to fridge 1", "go to sinkbasin 1",
-                       "take apple 1 from diningtable 1", "examine diningtable 1", "inventory", "look"};
-    char *t = s_render("put a hot apple in countertop.", 0, NULL, 0,
-                       "You arrive at diningtable 1. On the diningtable 1, you see a apple 1.", a, 8);
+    const char *a[] = {"go to cabinet 1",
+                       "go to countertop 1",
+                       "go to fridge 1",
+                       "go to sinkbasin 1",
+                       "take apple 1 from diningtable 1",
+                       "examine diningtable 1",
+                       "inventory",
+                       "look"};
+    char *t =
+        s_render("put a hot apple in countertop.", 0, NULL, 0,
+                 "You arrive at diningtable 1. On the diningtable 1, you see a apple 1.", a, 8);
     pparse_state_t st;
     pparse_user_text(t, &st);
     double p[8];
@@ -359,7 +413,8 @@ static void prior_is_confident_at_temperature_0_7(void **state)
     free(t);
 
     /* Searching for an apple from the middle of the room: fridge or countertop before the bed. */
-    const char *b[] = {"go to bed 1", "go to countertop 1", "go to fridge 1", "go to sofa 1", "inventory", "look"};
+    const char *b[] = {"go to bed 1",  "go to countertop 1", "go to fridge 1",
+                       "go to sofa 1", "inventory",          "look"};
     t = s_render("put a hot apple in countertop.", 0, NULL, 0, OPENING, b, 6);
     pparse_user_text(t, &st);
     assert_int_equal(model_probs(m, &st, 0.7, p), 6);
@@ -537,7 +592,6 @@ static void weight_sources_serve_versions_from_memory_and_files(void **state)
     model_destroy(&m);
 }
 
-
 /* The contract with the actor: prompts rendered by actor/prompt.c for real household episodes
  * parse back to the goal, the visible history actions, the current observation and the
  * admissible list (without "help"), step after step. */
@@ -562,8 +616,12 @@ static void actor_rendered_household_prompts_parse_back_exactly(void **state)
         size_t nh = 0;
         char *cur = strdup(obs.text);
         while (!obs.done) {
-            prompt_state_t ps = {.goal = goal, .history = hist, .n_history = nh, .current_obs = cur,
-                                 .admissible = obs.admissible, .n_admissible = obs.n_admissible};
+            prompt_state_t ps = {.goal = goal,
+                                 .history = hist,
+                                 .n_history = nh,
+                                 .current_obs = cur,
+                                 .admissible = obs.admissible,
+                                 .n_admissible = obs.n_admissible};
             prompt_messages_t msgs = {0};
             assert_int_equal(prompt_render(tmpl, &ps, &msgs), SR_OK);
             pparse_state_t st;

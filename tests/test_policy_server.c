@@ -23,25 +23,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *PROMPT =
-    "Your task is to: put a clean lettuce in diningtable.\n"
-    "Prior to this step, you have already taken 1 step(s). Below are the most recent 1 observations and the "
-    "corresponding actions you took:\n"
-    "[Observation 1: '-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around "
-    "you, you see a cabinet 1, a countertop 1, a diningtable 1, a fridge 1, and a sinkbasin 1.\n\nYour task is to: put "
-    "a clean lettuce in diningtable.', Action 1: 'go to countertop 1']\n"
-    "You are now at step 2 and your current observation is: You arrive at countertop 1. On the countertop 1, you see "
-    "a lettuce 1, and a tomato 1.\n"
-    "Your admissible actions of the current situation are: ['examine countertop 1', 'go to cabinet 1', 'go to "
-    "diningtable 1', 'go to fridge 1', 'go to sinkbasin 1', 'inventory', 'look', 'take lettuce 1 from countertop 1', "
-    "'take tomato 1 from countertop 1'].\n\n"
-    "Now it's your turn to take an action.\n"
-    "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
-    "within <think> </think> tags.\n"
-    "Once you've finished your reasoning, you should choose an admissible action for current step and present it "
-    "within <action> </action> tags.";
+static const char *PROMPT = "Your task is to: put a clean lettuce in diningtable.\n"
+                            "Prior to this step, you have already taken 1 step(s). Below are the "
+                            "most recent 1 observations and the "
+                            "corresponding actions you took:\n"
+                            "[Observation 1: '-= Welcome to TextWorld, ALFRED! =-\n\nYou are in "
+                            "the middle of a room. Looking quickly around "
+                            "you, you see a cabinet 1, a countertop 1, a diningtable 1, a fridge "
+                            "1, and a sinkbasin 1.\n\nYour task is to: put "
+                            "a clean lettuce in diningtable.', Action 1: 'go to countertop 1']\n"
+                            "You are now at step 2 and your current observation is: You arrive at "
+                            "countertop 1. On the countertop 1, you see "
+                            "a lettuce 1, and a tomato 1.\n"
+                            "Your admissible actions of the current situation are: ['examine "
+                            "countertop 1', 'go to cabinet 1', 'go to "
+                            "diningtable 1', 'go to fridge 1', 'go to sinkbasin 1', 'inventory', "
+                            "'look', 'take lettuce 1 from countertop 1', "
+                            "'take tomato 1 from countertop 1'].\n\n"
+                            "Now it's your turn to take an action.\n"
+                            "You should first reason step-by-step about the current situation. "
+                            "This reasoning process MUST be enclosed "
+                            "within <think> </think> tags.\n"
+                            "Once you've finished your reasoning, you should choose an admissible "
+                            "action for current step and present it "
+                            "within <action> </action> tags.";
 
-static const char *SYSTEM = "You are an expert agent operating in the ALFRED embodied household environment.";
+static const char *SYSTEM =
+    "You are an expert agent operating in the ALFRED embodied household environment.";
 
 typedef struct {
     char *p;
@@ -214,7 +222,8 @@ static void completion_is_openai_shaped_with_usage_and_logprobs(void **state)
 {
     (void)state;
     policy_server_t *s = s_start(false, 1, 8, 8, NULL);
-    char *req = s_request("selroll-policy", "\"temperature\":0.7,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3");
+    char *req = s_request("selroll-policy",
+                          "\"temperature\":0.7,\"seed\":5,\"logprobs\":true,\"top_logprobs\":3");
     resp_t r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.ctype, "application/json"));
@@ -225,7 +234,8 @@ static void completion_is_openai_shaped_with_usage_and_logprobs(void **state)
     assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "selroll-policy");
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     assert_int_equal(cJSON_GetObjectItem(c0, "index")->valueint, 0);
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "role")->valuestring, "assistant");
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "role")->valuestring, "assistant");
     assert_string_equal(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "stop");
     const char *content = s_content(j);
     assert_int_equal(strncmp(content, "<think>", 7), 0);
@@ -234,7 +244,8 @@ static void completion_is_openai_shaped_with_usage_and_logprobs(void **state)
     assert_non_null(action);
     assert_non_null(strstr(PROMPT, action)); /* one of the admissible actions */
 
-    cJSON *lp = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), 0);
+    cJSON *lp =
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content"), 0);
     assert_string_equal(cJSON_GetObjectItem(lp, "token")->valuestring, action);
     double logprob = cJSON_GetObjectItem(lp, "logprob")->valuedouble;
     assert_true(logprob <= 0 && logprob > -30);
@@ -341,7 +352,8 @@ static void s_expect_error(int port, const char *body, long status, const char *
     assert_true(cJSON_IsString(cJSON_GetObjectItem(e, "type")));
     assert_int_equal(cJSON_GetObjectItem(e, "code")->valueint, status);
     if (needle && !strstr(cJSON_GetObjectItem(e, "message")->valuestring, needle))
-        fail_msg("error message '%s' lacks '%s'", cJSON_GetObjectItem(e, "message")->valuestring, needle);
+        fail_msg("error message '%s' lacks '%s'", cJSON_GetObjectItem(e, "message")->valuestring,
+                 needle);
     cJSON_Delete(j);
     free(r.body);
 }
@@ -359,9 +371,17 @@ static void bad_requests_get_openai_shaped_errors(void **state)
     s_expect_error(port, "{\"messages\":[{\"role\":\"user\"}]}", 400, "content");
     s_expect_error(port, "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", 400, "user");
     char *req;
-    const char *bad[] = {"\"n\":2", "\"temperature\":5", "\"temperature\":\"hot\"", "\"top_p\":0",
-                         "\"max_tokens\":0", "\"stop\":[1]", "\"stream\":\"yes\"", "\"logprobs\":1",
-                         "\"top_logprobs\":3", "\"seed\":1.5", "\"model\":7"};
+    const char *bad[] = {"\"n\":2",
+                         "\"temperature\":5",
+                         "\"temperature\":\"hot\"",
+                         "\"top_p\":0",
+                         "\"max_tokens\":0",
+                         "\"stop\":[1]",
+                         "\"stream\":\"yes\"",
+                         "\"logprobs\":1",
+                         "\"top_logprobs\":3",
+                         "\"seed\":1.5",
+                         "\"model\":7"};
     for (size_t i = 0; i < SR_ARRAY_LEN(bad); i++) {
         req = s_request(NULL, bad[i]);
         s_expect_error(port, req, 400, NULL);
@@ -393,7 +413,8 @@ static void streaming_sends_sse_chunks_and_done(void **state)
     (void)state;
     policy_server_t *s = s_start(true, 50, 8, 8, NULL);
     int port = policy_server_port(s);
-    char *req = s_request(NULL, "\"seed\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    char *req =
+        s_request(NULL, "\"seed\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     resp_t r = s_http(port, "POST", "/v1/chat/completions", req);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.ctype, "text/event-stream"));
@@ -449,7 +470,8 @@ static void max_tokens_truncates_and_stop_strings_cut(void **state)
     cJSON *j = s_json(&r);
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     assert_string_equal(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "length");
-    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint, 10);
+    assert_int_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint, 10);
     assert_int_equal(policy_tokens(s_content(j)), 10);
     cJSON_Delete(j);
     free(r.body);
@@ -504,7 +526,8 @@ static void versions_come_from_the_source_by_name_and_by_set_version(void **stat
     j = s_json(&r);
     act = s_action_of(s_content(j));
     assert_string_equal(act, "look");
-    assert_string_equal(cJSON_GetObjectItem(j, "system_fingerprint")->valuestring, "selroll-policy-v1");
+    assert_string_equal(cJSON_GetObjectItem(j, "system_fingerprint")->valuestring,
+                        "selroll-policy-v1");
     free(act);
     cJSON_Delete(j);
     free(r.body);
@@ -576,7 +599,8 @@ static void s_land(CURLM *mh, flight_t *f)
 
 static policy_server_t *s_start_fixed(int batch, int queue)
 {
-    /* Every answer has the same length; at 30 tokens/s and time scale 10 it takes a few hundred ms. */
+    /* Every answer has the same length; at 30 tokens/s and time scale 10 it takes a few hundred ms.
+     */
     policy_server_opts_t o;
     policy_server_opts_default(&o);
     o.port = 0;
@@ -650,7 +674,8 @@ static int64_t s_queued_latency(long abort_ms, uint64_t *aborted_tokens, int64_t
     assert_int_equal(es.completed, abort_ms ? 1 : 2);
     resp_t m = s_http(port, "GET", "/metrics", NULL);
     char want[96];
-    snprintf(want, sizeof want, "selroll_policy_aborted_tokens_total %llu\n", (unsigned long long)es.tokens_aborted);
+    snprintf(want, sizeof want, "selroll_policy_aborted_tokens_total %llu\n",
+             (unsigned long long)es.tokens_aborted);
     assert_non_null(strstr(m.body, want));
     assert_non_null(strstr(m.body, abort_ms ? "outcome=\"aborted\"} 1" : "outcome=\"aborted\"} 0"));
     free(m.body);
@@ -670,9 +695,11 @@ static void client_disconnect_aborts_and_the_queued_request_starts_earlier(void 
     int64_t a_full = 0, a_cut = 0;
     int64_t lat_full = s_queued_latency(0, &ab_none, &a_full);
     int64_t lat_cut = s_queued_latency(150, &ab_cut, &a_cut);
-    print_message("A alone %lld ms; B waits behind A: %lld ms, behind an A aborted at 150 ms: %lld ms; aborted "
+    print_message("A alone %lld ms; B waits behind A: %lld ms, behind an A aborted at 150 ms: %lld "
+                  "ms; aborted "
                   "tokens %llu\n",
-                  (long long)a_full, (long long)lat_full, (long long)lat_cut, (unsigned long long)ab_cut);
+                  (long long)a_full, (long long)lat_full, (long long)lat_cut,
+                  (unsigned long long)ab_cut);
     assert_int_equal(ab_none, 0);
     /* A decoded for about 150 ms x 10 (time scale) x 30 tokens/s = 45 tokens before it was cut. */
     assert_true(ab_cut >= 20 && ab_cut <= 70);
@@ -681,7 +708,6 @@ static void client_disconnect_aborts_and_the_queued_request_starts_earlier(void 
     assert_true(lat_cut < lat_full - a_full / 2);
     assert_true(lat_cut > a_full - 50);
 }
-
 
 /* ---------------------------------------------------------------- the actor's own client */
 
@@ -723,13 +749,21 @@ static void actor_client_round_trip_yields_an_admissible_action(void **state)
     env_obs_t obs;
     household_reset(env, &obs);
     prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);
-    prompt_state_t ps = {.goal = obs.goal, .current_obs = obs.text, .admissible = obs.admissible,
+    prompt_state_t ps = {.goal = obs.goal,
+                         .current_obs = obs.text,
+                         .admissible = obs.admissible,
                          .n_admissible = obs.n_admissible};
     prompt_messages_t msgs = {0};
     prompt_render(tmpl, &ps, &msgs);
     llm_message_t m[2] = {{"system", msgs.system}, {"user", msgs.user}};
-    llm_chat_t req = {.model = "selroll-policy", .messages = m, .n_messages = 2, .temperature = 0.7, .top_p = 1,
-                      .has_seed = true, .seed = 9, .logprobs = true};
+    llm_chat_t req = {.model = "selroll-policy",
+                      .messages = m,
+                      .n_messages = 2,
+                      .temperature = 0.7,
+                      .top_p = 1,
+                      .has_seed = true,
+                      .seed = 9,
+                      .logprobs = true};
     client_seen_t seen = {0};
     assert_non_null(llm_client_chat(cl, &req, s_client_done, &seen));
     assert_int_equal(llm_client_run_until_idle(cl, 10000), SR_OK);
@@ -762,7 +796,8 @@ static void actor_client_abort_is_seen_by_the_server(void **state)
     llm_client_cfg_t cfg = {.base_url = url, .max_retries = -1};
     llm_client_t *cl = llm_client_new(&cfg, NULL, NULL);
     llm_message_t m[1] = {{"user", PROMPT}};
-    llm_chat_t req = {.model = "selroll-policy", .messages = m, .n_messages = 1, .temperature = 0.7, .top_p = -1};
+    llm_chat_t req = {
+        .model = "selroll-policy", .messages = m, .n_messages = 1, .temperature = 0.7, .top_p = -1};
     client_seen_t seen = {0};
     llm_request_t *r = llm_client_chat(cl, &req, s_client_done, &seen);
     assert_non_null(r);
