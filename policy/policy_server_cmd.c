@@ -28,7 +28,8 @@ static const char S_USAGE[] =
     "  --model-name NAME      served model name (default selroll-policy; NAME-vN names version N)\n"
     "  --weights-dir DIR      weights of versions > 0 as DIR/weights-v<N>.bin\n"
     "  --version N            version to serve under the plain name at start (default 0)\n"
-    "  --redis URL            weights from Redis (not wired in this build: use --weights-dir)\n"
+    "  --redis URL            weights of versions > 0 from Redis (selroll:<run>:weights:<N>)\n"
+    "  --run NAME             the run whose weights --redis reads (default default)\n"
     "  --threads N            HTTP worker threads (default 2)\n"
     "cost model (an inference engine for a 7B model on one GPU by default):\n"
     "  --no-cost-model        answer at once\n"
@@ -66,6 +67,7 @@ int policy_server_main(int argc, char **argv)
         O_WDIR,
         O_VERSION,
         O_REDIS,
+        O_RUN,
         O_THREADS,
         O_NOCOST,
         O_SCALE,
@@ -91,6 +93,7 @@ int policy_server_main(int argc, char **argv)
         {"weights-dir", required_argument, NULL, O_WDIR},
         {"version", required_argument, NULL, O_VERSION},
         {"redis", required_argument, NULL, O_REDIS},
+        {"run", required_argument, NULL, O_RUN},
         {"threads", required_argument, NULL, O_THREADS},
         {"no-cost-model", no_argument, NULL, O_NOCOST},
         {"time-scale", required_argument, NULL, O_SCALE},
@@ -113,14 +116,14 @@ int policy_server_main(int argc, char **argv)
     policy_server_opts_t o;
     policy_server_opts_default(&o);
     char host[64] = "127.0.0.1";
-    const char *wdir = NULL;
+    const char *wdir = NULL, *redis = NULL, *run = "default";
     double version = 0;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         double v = 0;
         int bad = 0;
-        if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS &&
+        if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS && opt != O_RUN &&
             opt != O_NOCOST && opt != O_HELP && opt != 'h' && opt != '?')
             bad = s_num(optarg, &v) != SR_OK;
         if (!bad && (opt == O_SEED || opt == O_VERSION) &&
@@ -158,8 +161,10 @@ int policy_server_main(int argc, char **argv)
             version = v;
             break;
         case O_REDIS:
-            fprintf(stderr, "policy-server: --redis is not wired in this build; serving version 0 "
-                            "and --weights-dir\n");
+            redis = optarg;
+            break;
+        case O_RUN:
+            run = optarg;
             break;
         case O_THREADS:
             o.threads = (int)v;
@@ -225,14 +230,22 @@ int policy_server_main(int argc, char **argv)
     o.host = host;
 
     int code = 1;
+    if (wdir && redis) {
+        fprintf(stderr, "policy-server: give --weights-dir or --redis, not both\n");
+        return 2;
+    }
+    char err[256];
     wsource_t *src = wdir ? wsource_new_dir(wdir) : NULL;
+    if (redis && !(src = wsource_new_redis(redis, run, err, sizeof err))) {
+        fprintf(stderr, "policy-server: %s\n", err);
+        return 1;
+    }
     o.source = src;
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* threads started below inherit the mask */
-    char err[256];
     policy_server_t *s = policy_server_new(&o, err, sizeof err);
     if (!s) {
         fprintf(stderr, "policy-server: %s\n", err);
@@ -243,7 +256,7 @@ int policy_server_main(int argc, char **argv)
         int rc = policy_server_set_version(s, (uint32_t)version);
         if (rc != SR_OK) {
             fprintf(stderr, "policy-server: cannot load version %u: %s\n", (unsigned)version,
-                    src ? sr_strerror(rc) : "no weights source (use --weights-dir)");
+                    src ? sr_strerror(rc) : "no weights source (use --weights-dir or --redis)");
             goto cleanup;
         }
     }

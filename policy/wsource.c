@@ -4,6 +4,7 @@
 #include "policy/wsource.h"
 
 #include "common/sr.h"
+#include "common/store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -97,6 +98,39 @@ wsource_t *wsource_new_dir(const char *dir)
     wsource_t *s = wsource_new(&S_DIR_OPS, d);
     if (!s)
         free(d);
+    return s;
+}
+
+/* ---------------------------------------------------------------- Redis */
+
+static int s_redis_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
+{
+    void *b = NULL;
+    int rc = store_weights_get(ctx, (int64_t)version, &b, len);
+    *blob = b;
+    return rc;
+}
+
+static void s_redis_destroy(void *ctx)
+{
+    store_t *st = ctx;
+    store_destroy(&st);
+}
+
+static const wsource_ops_t S_REDIS_OPS = {
+    .name = "redis", .fetch = s_redis_fetch, .destroy = s_redis_destroy};
+
+wsource_t *wsource_new_redis(const char *url, const char *run, char *err, size_t errlen)
+{
+    store_t *st = NULL;
+    if (store_connect(&st, url, run, 2000, err, errlen) != SR_OK)
+        return NULL;
+    wsource_t *s = wsource_new(&S_REDIS_OPS, st);
+    if (!s) {
+        store_destroy(&st);
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory");
+    }
     return s;
 }
 

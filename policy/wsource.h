@@ -1,10 +1,10 @@
 /*
  * wsource.h — where the policy server finds weights of versions newer than 0.
  *
- * A weights source is a table of operations (fetch a version's blob) and its context. Production
- * backs it with Redis (the store module's weights key, wired in by whoever owns the store); this
- * module provides the two sources the policy needs without Redis: a directory of files named
- * weights-v<N>.bin and an in-memory map for tests. A blob is what model_to_blob writes.
+ * A weights source is a table of operations (fetch a version's blob) and its context. Three are
+ * provided: Redis (the run's selroll:<run>:weights:<version> keys, through common/store.h), a
+ * directory of files named weights-v<N>.bin, and an in-memory map for tests. A blob is what
+ * model_to_blob writes.
  */
 #ifndef SR_POLICY_WSOURCE_H
 #define SR_POLICY_WSOURCE_H
@@ -29,6 +29,11 @@ wsource_t *wsource_new(const wsource_ops_t *ops, void *ctx);
 
 /* wsource_new_dir returns a source reading <dir>/weights-v<N>.bin, or NULL when dir is NULL. */
 wsource_t *wsource_new_dir(const char *dir);
+
+/* wsource_new_redis connects to Redis at url for run (see store_connect) and returns a source
+ * reading the run's weights keys, or NULL with a one-line reason in err (errlen bytes). The
+ * connection is blocking; the policy server calls fetch from one thread at a time. */
+wsource_t *wsource_new_redis(const char *url, const char *run, char *err, size_t errlen);
 
 /* wsource_new_mem returns an empty in-memory source; fill it with wsource_mem_put. */
 wsource_t *wsource_new_mem(void);

@@ -9,6 +9,7 @@
 #include "actor/prompt.h"
 #include "common/llm_client.h"
 #include "common/sr.h"
+#include "common/store.h"
 #include "env_worker/household.h"
 #include "policy/model.h"
 #include "policy/prior.h"
@@ -542,6 +543,57 @@ static void versions_come_from_the_source_by_name_and_by_set_version(void **stat
     model_destroy(&m);
 }
 
+/* Version 2 written to a real redis-server under the run's weights key is served by name. */
+static void versions_come_from_redis(void **state)
+{
+    (void)state;
+    harness_redis_t rs;
+    assert_int_equal(harness_redis_start(&rs), 0);
+    char err[160];
+    store_t *st = NULL;
+    assert_int_equal(store_connect(&st, rs.url, "polrun", 2000, err, sizeof err), SR_OK);
+    model_t *m = model_new(2);
+    model_weights(m)[model_string_index("inventory")] = 50;
+    uint8_t *blob;
+    size_t len;
+    model_to_blob(m, &blob, &len);
+    assert_int_equal(store_weights_put(st, 2, blob, len), SR_OK);
+    assert_int_equal(store_weights_put(st, 3, "garbage", 7), SR_OK);
+
+    wsource_t *src = wsource_new_redis(rs.url, "polrun", err, sizeof err);
+    assert_non_null(src);
+    policy_server_t *s = s_start(false, 1, 8, 8, src);
+    int port = policy_server_port(s);
+    char *req = s_request("selroll-policy-v2", "\"temperature\":0");
+    resp_t r = s_http(port, "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 200);
+    cJSON *j = s_json(&r);
+    char *act = s_action_of(s_content(j));
+    assert_string_equal(act, "inventory");
+    free(act);
+    cJSON_Delete(j);
+    free(r.body);
+    free(req);
+    req = s_request("selroll-policy-v3", ""); /* a corrupt blob is refused, not served */
+    s_expect_error(port, req, 404, "v3");
+    free(req);
+    req = s_request("selroll-policy-v4", ""); /* no such key */
+    s_expect_error(port, req, 404, "v4");
+    free(req);
+    assert_int_equal(policy_server_set_version(s, 2), SR_OK);
+    assert_int_equal(policy_server_set_version(s, 3), SR_EPROTO);
+    assert_int_equal(policy_server_version(s), 2);
+    assert_null(wsource_new_redis("redis://127.0.0.1:1", "polrun", err, sizeof err));
+    assert_true(strlen(err) > 0);
+
+    policy_server_destroy(&s);
+    wsource_destroy(&src);
+    store_destroy(&st);
+    free(blob);
+    model_destroy(&m);
+    harness_redis_stop(&rs);
+}
+
 /* ---------------------------------------------------------------- the cost model over HTTP */
 
 typedef struct {
@@ -839,6 +891,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(streaming_sends_sse_chunks_and_done),
         cmocka_unit_test(max_tokens_truncates_and_stop_strings_cut),
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
+        cmocka_unit_test(versions_come_from_redis),
         cmocka_unit_test(full_queue_answers_503),
         cmocka_unit_test(client_disconnect_aborts_and_the_queued_request_starts_earlier),
         cmocka_unit_test(actor_client_round_trip_yields_an_admissible_action),
