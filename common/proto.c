@@ -40,6 +40,7 @@ static const char *const s_type_names[PROTO_TYPE_COUNT] = {
     [PROTO_ERROR] = "ERROR",
     [PROTO_BATCH] = "BATCH",
     [PROTO_WEIGHTS_READY] = "WEIGHTS_READY",
+    [PROTO_RESULT_ACK] = "RESULT_ACK",
 };
 
 /* String classes and their limits. */
@@ -357,7 +358,8 @@ static void s_enc_bye(s_enc_t *e, const proto_bye_t *b)
 
 static void s_enc_action(s_enc_t *e, const proto_action_t *a)
 {
-    s_header(e, PROTO_ACTION, 7 + a->has_won + (a->actor_id != NULL));
+    s_header(e, PROTO_ACTION,
+             7 + a->has_won + (a->actor_id != NULL) + (a->group_size > 0) + (a->task != NULL));
     s_put_str(e, "run", a->run, S_ID);
     s_put_str(e, "group", a->group, S_ID);
     s_put_int(e, "traj", a->traj);
@@ -369,6 +371,10 @@ static void s_enc_action(s_enc_t *e, const proto_action_t *a)
         s_put_bool(e, "won", a->won);
     if (a->actor_id)
         s_put_str(e, "actor_id", a->actor_id, S_ID);
+    if (a->group_size > 0)
+        s_put_int(e, "group_size", a->group_size);
+    if (a->task)
+        s_put_str(e, "task", a->task, S_ID);
 }
 
 static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
@@ -452,6 +458,14 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
     case PROTO_RESULT: s_enc_result(&e, &m->u.result, true); break;
     case PROTO_HEARTBEAT: s_enc_heartbeat(&e, &m->u.heartbeat); break;
     case PROTO_BYE: s_enc_bye(&e, &m->u.bye); break;
+    case PROTO_RESULT_ACK:
+        s_header(&e, PROTO_RESULT_ACK, 3 + (m->u.result_ack.reason != NULL));
+        s_put_str(&e, "job_id", m->u.result_ack.job_id, S_ID);
+        s_put_int(&e, "epoch", m->u.result_ack.epoch);
+        s_put_bool(&e, "ok", m->u.result_ack.ok);
+        if (m->u.result_ack.reason)
+            s_put_str(&e, "reason", m->u.result_ack.reason, S_TEXT);
+        break;
     case PROTO_ACTION: s_enc_action(&e, &m->u.action); break;
     case PROTO_CANCEL: s_enc_cancel(&e, &m->u.cancel); break;
     case PROTO_POLICY_VERSION:
@@ -1230,7 +1244,9 @@ static int s_dec_action(s_dec_t *d, const msgpack_object *m, proto_action_t *a)
     S_TRY(s_bool(d, m, "ended", true, NULL, &a->ended));
     S_TRY(s_num(d, m, "reward", S_ANY, true, NULL, &a->reward));
     S_TRY(s_bool(d, m, "won", false, &a->has_won, &a->won));
-    return s_str(d, m, "actor_id", S_ID, false, &a->actor_id);
+    S_TRY(s_str(d, m, "actor_id", S_ID, false, &a->actor_id));
+    S_TRY(s_int(d, m, "group_size", 1, PROTO_MAX_GROUP_SIZE, false, &a->group_size));
+    return s_str(d, m, "task", S_ID, false, &a->task);
 }
 
 static int s_dec_cancel(s_dec_t *d, const msgpack_object *m, proto_cancel_t *c)
@@ -1346,6 +1362,11 @@ static int s_dec_body(s_dec_t *d, const msgpack_object *m, proto_msg_t *out)
     case PROTO_RESULT: return s_dec_result(d, m, &out->u.result);
     case PROTO_HEARTBEAT: return s_dec_heartbeat(d, m, &out->u.heartbeat);
     case PROTO_BYE: return s_dec_bye(d, m, &out->u.bye);
+    case PROTO_RESULT_ACK:
+        S_TRY(s_str(d, m, "job_id", S_ID, true, &out->u.result_ack.job_id));
+        S_TRY(s_int(d, m, "epoch", S_NONNEG, true, &out->u.result_ack.epoch));
+        S_TRY(s_bool(d, m, "ok", true, NULL, &out->u.result_ack.ok));
+        return s_str(d, m, "reason", S_TEXT, false, &out->u.result_ack.reason);
     case PROTO_ACTION: return s_dec_action(d, m, &out->u.action);
     case PROTO_CANCEL: return s_dec_cancel(d, m, &out->u.cancel);
     case PROTO_POLICY_VERSION:
@@ -1557,11 +1578,16 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.bye.actor_id);
         S_FREE(m->u.bye.reason);
         break;
+    case PROTO_RESULT_ACK:
+        S_FREE(m->u.result_ack.job_id);
+        S_FREE(m->u.result_ack.reason);
+        break;
     case PROTO_ACTION:
         S_FREE(m->u.action.run);
         S_FREE(m->u.action.group);
         S_FREE(m->u.action.action);
         S_FREE(m->u.action.actor_id);
+        S_FREE(m->u.action.task);
         break;
     case PROTO_CANCEL:
         S_FREE(m->u.cancel.run);

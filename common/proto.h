@@ -67,6 +67,7 @@ typedef enum {
     PROTO_ERROR,
     PROTO_BATCH,
     PROTO_WEIGHTS_READY,
+    PROTO_RESULT_ACK,
     PROTO_TYPE_COUNT
 } proto_type_t;
 
@@ -188,6 +189,16 @@ typedef struct {
     bool drain;         /* optional, default false */
 } proto_bye_t;
 
+/* RESULT_ACK, coordinator -> actor: the RESULT of (job_id, epoch) is durably stored (ok) or was
+ * refused (ok false: a stale epoch, an unknown job; reason says which). The actor keeps a RESULT
+ * and sends it again until it is acknowledged either way. */
+typedef struct {
+    const char *job_id;
+    int64_t epoch;
+    bool ok;
+    const char *reason; /* optional */
+} proto_result_ack_t;
+
 /* ACTION, bus topic "act/<run>/<group>": one step of one trajectory. */
 typedef struct {
     const char *run;
@@ -200,6 +211,8 @@ typedef struct {
     bool has_won;
     bool won;             /* optional */
     const char *actor_id; /* optional */
+    int64_t group_size;   /* optional, 0 = not given: G of the group, so a gate needs no lookup */
+    const char *task;     /* optional: the group's task id (for history-aware gates) */
 } proto_action_t;
 
 /* CANCEL, bus topic "ctl/<run>/cancel": the gate stops a group. */
@@ -326,6 +339,7 @@ typedef struct {
         proto_error_t error;
         proto_batch_t batch;
         proto_weights_ready_t weights_ready;
+        proto_result_ack_t result_ack;
     } u;
     bool owned_; /* set by proto_decode: the pointers inside are heap memory that clear frees */
 } proto_msg_t;

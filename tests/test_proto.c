@@ -93,10 +93,15 @@ static void s_sample(proto_msg_t *m, proto_type_t type)
     case PROTO_BYE:
         m->u.bye = (proto_bye_t){.actor_id = "actor-1", .reason = "shutdown", .drain = true};
         break;
+    case PROTO_RESULT_ACK:
+        m->u.result_ack = (proto_result_ack_t){.job_id = "j-42", .epoch = 3, .ok = false,
+                                               .reason = "stale epoch 3 (current 4)"};
+        break;
     case PROTO_ACTION:
         m->u.action = (proto_action_t){.run = "run-1", .group = "g-7", .traj = 3, .step = 10,
                                        .action = "open fridge 1", .ended = false, .reward = 0.0,
-                                       .has_won = true, .won = false, .actor_id = "actor-1"};
+                                       .has_won = true, .won = false, .actor_id = "actor-1",
+                                       .group_size = 8, .task = "household/train/17"};
         break;
     case PROTO_CANCEL:
         m->u.cancel = (proto_cancel_t){.run = "run-1", .group = "g-7", .step = 10, .d = 0.0625,
@@ -574,6 +579,20 @@ static void bye_round_trips_and_defaults(void **state)
     proto_msg_clear(&out);
 }
 
+static void result_ack_round_trips_and_reason_is_optional(void **state)
+{
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_RESULT_ACK, &in, &out);
+    assert_string_equal(out.u.result_ack.job_id, "j-42");
+    assert_int_equal(out.u.result_ack.epoch, 3);
+    assert_false(out.u.result_ack.ok);
+    assert_string_equal(out.u.result_ack.reason, "stale epoch 3 (current 4)");
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_RESULT_ACK, "reason", s_drop(), &out);
+    assert_null(out.u.result_ack.reason);
+    proto_msg_clear(&out);
+}
+
 static void action_round_trips_and_won_is_optional(void **state)
 {
     proto_msg_t in, out;
@@ -589,9 +608,17 @@ static void action_round_trips_and_won_is_optional(void **state)
     assert_true(a->has_won);
     assert_false(a->won);
     assert_string_equal(a->actor_id, "actor-1");
+    assert_int_equal(a->group_size, 8);
+    assert_string_equal(a->task, "household/train/17");
     proto_msg_clear(&out);
     s_decode_edit(PROTO_ACTION, "won", s_drop(), &out);
     assert_false(out.u.action.has_won);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "group_size", s_drop(), &out);
+    assert_int_equal(out.u.action.group_size, 0);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_ACTION, "task", s_drop(), &out);
+    assert_null(out.u.action.task);
     proto_msg_clear(&out);
     s_decode_edit(PROTO_ACTION, "actor_id", s_drop(), &out);
     assert_null(out.u.action.actor_id);
@@ -1238,6 +1265,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(result_optional_fields_absent_vs_present),
         cmocka_unit_test(heartbeat_round_trips),
         cmocka_unit_test(bye_round_trips_and_defaults),
+        cmocka_unit_test(result_ack_round_trips_and_reason_is_optional),
         cmocka_unit_test(action_round_trips_and_won_is_optional),
         cmocka_unit_test(cancel_round_trips_with_keep),
         cmocka_unit_test(policy_version_round_trips),

@@ -1,0 +1,626 @@
+/*
+ * reactor.c — the per-process event loop: zmq_poll over ZeroMQ sockets and fds, a min-heap of
+ * timers, a before-sleep hook, and a self-pipe for stops and wake-ups from other threads and
+ * signal handlers.
+ *
+ * One round of the loop: fire the due timers, call the before-sleep hook, rebuild the poll set
+ * if registrations changed, wait in zmq_poll until the first timer deadline, dispatch what became
+ * ready. Registrations live in an array of pointers whose order matches the poll set; removing
+ * one only marks it, and marked entries are dropped (and freed) when the poll set is rebuilt,
+ * which never happens during dispatch. Entries added during dispatch are appended past the end of
+ * the poll set, so they wait for the next round. Timers are found by id through a small chained
+ * hash and ordered by (deadline, sequence) in a binary heap that records each timer's position,
+ * so cancelling is O(log n).
+ */
+#include "common/reactor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+_Static_assert(REACTOR_READ == ZMQ_POLLIN && REACTOR_WRITE == ZMQ_POLLOUT &&
+                   REACTOR_ERROR == ZMQ_POLLERR,
+               "reactor bits must match libzmq's poll bits");
+
+enum { S_ZSOCK, S_FD };
+
+typedef struct {
+    int kind;
+    void *sock;
+    int fd;
+    int events;
+    reactor_zsock_fn *zcb;
+    reactor_fd_fn *fcb;
+    void *arg;
+    int removed;
+} s_item_t;
+
+typedef struct s_timer {
+    int id;
+    int64_t deadline;
+    uint64_t seq;
+    int64_t repeat;
+    reactor_timer_fn *cb;
+    void *arg;
+    size_t heap_idx;
+    struct s_timer *hnext;
+} s_timer_t;
+
+struct reactor {
+    s_item_t **items;
+    size_t nitems, items_cap;
+    zmq_pollitem_t *poll;
+    size_t npoll, poll_cap;
+    int dirty;
+
+    s_timer_t **heap;
+    size_t nheap, heap_cap;
+    s_timer_t **buckets;
+    size_t nbuckets;
+    int next_id;
+    uint64_t next_seq;
+    s_timer_t *firing;    /* repeating timer whose callback is running */
+    int firing_cancelled; /* ... and it was cancelled meanwhile: free it afterwards */
+
+    reactor_hook_fn *before_sleep;
+    void *before_sleep_arg;
+    int budget;
+
+    int wake_rd, wake_wr;
+    atomic_int stop_requested;
+    atomic_int signo;
+    int running;
+    int catching;
+    int64_t now;
+};
+
+/* Signal catching: one reactor per process. The handler touches only atomics and write(). */
+static reactor_t *_Atomic s_signal_reactor;
+static struct sigaction s_old_int, s_old_term;
+
+int64_t reactor_clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the wake-up pipe ---- */
+
+static void s_wake_fd(int fd)
+{
+    int saved = errno;
+    char b = 1;
+    /* A full pipe already holds a wake-up; nothing is lost by ignoring EAGAIN. */
+    ssize_t n = write(fd, &b, 1);
+    (void)n;
+    errno = saved;
+}
+
+static void s_drain_wake(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)revents;
+    (void)arg;
+    char buf[256];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+}
+
+/* ---- registrations ---- */
+
+static s_item_t *s_find(reactor_t *r, int kind, void *sock, int fd)
+{
+    for (size_t i = 0; i < r->nitems; i++) {
+        s_item_t *it = r->items[i];
+        if (it->removed || it->kind != kind)
+            continue;
+        if (kind == S_ZSOCK ? it->sock == sock : it->fd == fd)
+            return it;
+    }
+    return NULL;
+}
+
+static void s_append(reactor_t *r, s_item_t *it)
+{
+    if (r->nitems == r->items_cap) {
+        r->items_cap = r->items_cap ? 2 * r->items_cap : 8;
+        r->items = sr_xrealloc(r->items, r->items_cap * sizeof *r->items);
+    }
+    r->items[r->nitems++] = it;
+    r->dirty = 1;
+}
+
+/* s_rebuild drops removed entries and refreshes the poll set. Never called during dispatch. */
+static void s_rebuild(reactor_t *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->nitems; i++) {
+        if (r->items[i]->removed)
+            free(r->items[i]);
+        else
+            r->items[k++] = r->items[i];
+    }
+    r->nitems = k;
+    if (r->poll_cap < r->nitems) {
+        r->poll_cap = r->items_cap;
+        r->poll = sr_xrealloc(r->poll, r->poll_cap * sizeof *r->poll);
+    }
+    for (size_t i = 0; i < r->nitems; i++) {
+        s_item_t *it = r->items[i];
+        r->poll[i] = (zmq_pollitem_t){.socket = it->kind == S_ZSOCK ? it->sock : NULL,
+                                      .fd = it->kind == S_FD ? it->fd : -1,
+                                      .events = (short)it->events};
+    }
+    r->npoll = r->nitems;
+    r->dirty = 0;
+}
+
+static int s_valid_events(int events)
+{
+    return (events & ~(REACTOR_READ | REACTOR_WRITE)) == 0;
+}
+
+int reactor_add_zsock(reactor_t *r, void *sock, int events, reactor_zsock_fn *cb, void *arg)
+{
+    if (!r || !sock || !cb || events == 0 || !s_valid_events(events))
+        return SR_EINVAL;
+    if (s_find(r, S_ZSOCK, sock, -1))
+        return SR_ECONFLICT;
+    s_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (s_item_t){.kind = S_ZSOCK, .sock = sock, .fd = -1, .events = events, .zcb = cb,
+                     .arg = arg};
+    s_append(r, it);
+    return SR_OK;
+}
+
+int reactor_mod_zsock(reactor_t *r, void *sock, int events)
+{
+    if (!r || !s_valid_events(events))
+        return SR_EINVAL;
+    s_item_t *it = s_find(r, S_ZSOCK, sock, -1);
+    if (!it)
+        return SR_ENOTFOUND;
+    it->events = events;
+    r->dirty = 1;
+    return SR_OK;
+}
+
+int reactor_remove_zsock(reactor_t *r, void *sock)
+{
+    if (!r)
+        return SR_EINVAL;
+    s_item_t *it = s_find(r, S_ZSOCK, sock, -1);
+    if (!it)
+        return SR_ENOTFOUND;
+    it->removed = 1;
+    r->dirty = 1;
+    return SR_OK;
+}
+
+int reactor_add_fd(reactor_t *r, int fd, int events, reactor_fd_fn *cb, void *arg)
+{
+    if (!r || fd < 0 || !cb || !s_valid_events(events))
+        return SR_EINVAL;
+    if (fd == r->wake_rd || s_find(r, S_FD, NULL, fd))
+        return SR_ECONFLICT;
+    s_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (s_item_t){.kind = S_FD, .fd = fd, .events = events, .fcb = cb, .arg = arg};
+    s_append(r, it);
+    return SR_OK;
+}
+
+int reactor_mod_fd(reactor_t *r, int fd, int events)
+{
+    if (!r || !s_valid_events(events))
+        return SR_EINVAL;
+    s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
+    if (!it)
+        return SR_ENOTFOUND;
+    it->events = events;
+    r->dirty = 1;
+    return SR_OK;
+}
+
+int reactor_remove_fd(reactor_t *r, int fd)
+{
+    if (!r)
+        return SR_EINVAL;
+    s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
+    if (!it)
+        return SR_ENOTFOUND;
+    it->removed = 1;
+    r->dirty = 1;
+    return SR_OK;
+}
+
+/* ---- timers: heap ordered by (deadline, seq), hash by id ---- */
+
+static int s_before(const s_timer_t *a, const s_timer_t *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static void s_heap_set(reactor_t *r, size_t i, s_timer_t *t)
+{
+    r->heap[i] = t;
+    t->heap_idx = i;
+}
+
+static void s_heap_up(reactor_t *r, size_t i)
+{
+    s_timer_t *t = r->heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!s_before(t, r->heap[parent]))
+            break;
+        s_heap_set(r, i, r->heap[parent]);
+        i = parent;
+    }
+    s_heap_set(r, i, t);
+}
+
+static void s_heap_down(reactor_t *r, size_t i)
+{
+    s_timer_t *t = r->heap[i];
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        const s_timer_t *best = t;
+        if (l < r->nheap && s_before(r->heap[l], best)) {
+            m = l;
+            best = r->heap[l];
+        }
+        if (l + 1 < r->nheap && s_before(r->heap[l + 1], best))
+            m = l + 1;
+        if (m == i)
+            break;
+        s_heap_set(r, i, r->heap[m]);
+        i = m;
+    }
+    s_heap_set(r, i, t);
+}
+
+static void s_heap_push(reactor_t *r, s_timer_t *t)
+{
+    if (r->nheap == r->heap_cap) {
+        r->heap_cap = r->heap_cap ? 2 * r->heap_cap : 16;
+        r->heap = sr_xrealloc(r->heap, r->heap_cap * sizeof *r->heap);
+    }
+    s_heap_set(r, r->nheap++, t);
+    s_heap_up(r, t->heap_idx);
+}
+
+static void s_heap_remove(reactor_t *r, s_timer_t *t)
+{
+    size_t i = t->heap_idx;
+    SR_ASSERT(i < r->nheap && r->heap[i] == t);
+    s_timer_t *last = r->heap[--r->nheap];
+    if (last != t) {
+        s_heap_set(r, i, last);
+        s_heap_up(r, i);
+        s_heap_down(r, last->heap_idx);
+    }
+}
+
+static size_t s_bucket(const reactor_t *r, int id)
+{
+    return (size_t)(unsigned)id & (r->nbuckets - 1);
+}
+
+static s_timer_t *s_hash_find(const reactor_t *r, int id)
+{
+    for (s_timer_t *t = r->buckets[s_bucket(r, id)]; t; t = t->hnext)
+        if (t->id == id)
+            return t;
+    return NULL;
+}
+
+static void s_hash_insert(reactor_t *r, s_timer_t *t)
+{
+    if (r->nheap > 2 * r->nbuckets) {
+        /* Grow: rehash every chain into twice as many buckets. */
+        size_t old_n = r->nbuckets;
+        s_timer_t **old = r->buckets;
+        r->nbuckets = 2 * old_n;
+        r->buckets = sr_xcalloc(r->nbuckets, sizeof *r->buckets);
+        for (size_t b = 0; b < old_n; b++) {
+            for (s_timer_t *x = old[b], *next; x; x = next) {
+                next = x->hnext;
+                size_t nb = s_bucket(r, x->id);
+                x->hnext = r->buckets[nb];
+                r->buckets[nb] = x;
+            }
+        }
+        free(old);
+    }
+    size_t b = s_bucket(r, t->id);
+    t->hnext = r->buckets[b];
+    r->buckets[b] = t;
+}
+
+static void s_hash_remove(reactor_t *r, s_timer_t *t)
+{
+    s_timer_t **pp = &r->buckets[s_bucket(r, t->id)];
+    while (*pp && *pp != t)
+        pp = &(*pp)->hnext;
+    SR_ASSERT(*pp == t);
+    *pp = t->hnext;
+}
+
+int reactor_timer_add(reactor_t *r, int64_t delay_ms, int64_t repeat_ms, reactor_timer_fn *cb,
+                      void *arg)
+{
+    if (!r || !cb || delay_ms < 0 || repeat_ms < 0)
+        return SR_EINVAL;
+    s_timer_t *t = sr_xcalloc(1, sizeof *t);
+    /* Ids count up and wrap; skip any still in use. */
+    do {
+        r->next_id = r->next_id == INT32_MAX ? 1 : r->next_id + 1;
+    } while (s_hash_find(r, r->next_id));
+    t->id = r->next_id;
+    t->deadline = reactor_clock_ms() + delay_ms;
+    t->seq = r->next_seq++;
+    t->repeat = repeat_ms;
+    t->cb = cb;
+    t->arg = arg;
+    s_heap_push(r, t);
+    s_hash_insert(r, t);
+    return t->id;
+}
+
+int reactor_timer_cancel(reactor_t *r, int id)
+{
+    if (!r)
+        return SR_EINVAL;
+    s_timer_t *t = id > 0 ? s_hash_find(r, id) : NULL;
+    if (!t)
+        return SR_ENOTFOUND;
+    s_hash_remove(r, t);
+    s_heap_remove(r, t);
+    if (t == r->firing)
+        r->firing_cancelled = 1; /* freed once its callback returns */
+    else
+        free(t);
+    return SR_OK;
+}
+
+int reactor_timer_count(const reactor_t *r)
+{
+    return r ? (int)r->nheap : 0;
+}
+
+/* s_fire_timers runs the timers due now that existed when this round began. */
+static void s_fire_timers(reactor_t *r)
+{
+    uint64_t limit = r->next_seq;
+    r->now = reactor_clock_ms();
+    while (r->nheap > 0 && !atomic_load(&r->stop_requested)) {
+        s_timer_t *t = r->heap[0];
+        if (t->deadline > r->now || t->seq >= limit)
+            break;
+        if (t->repeat > 0) {
+            t->deadline += t->repeat;
+            if (t->deadline <= r->now) /* fell behind: do not fire a burst to catch up */
+                t->deadline = r->now + t->repeat;
+            t->seq = r->next_seq++;
+            s_heap_down(r, 0);
+            r->firing = t;
+            r->firing_cancelled = 0;
+            t->cb(r, t->id, t->arg);
+            r->firing = NULL;
+            if (r->firing_cancelled)
+                free(t);
+        } else {
+            s_heap_remove(r, t);
+            s_hash_remove(r, t);
+            t->cb(r, t->id, t->arg);
+            free(t);
+        }
+    }
+}
+
+/* ---- life cycle ---- */
+
+reactor_t *reactor_new(void)
+{
+    reactor_t *r = sr_xcalloc(1, sizeof *r);
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+        free(r);
+        return NULL;
+    }
+    r->wake_rd = p[0];
+    r->wake_wr = p[1];
+    r->budget = REACTOR_DEFAULT_BUDGET;
+    r->nbuckets = 64;
+    r->buckets = sr_xcalloc(r->nbuckets, sizeof *r->buckets);
+    atomic_init(&r->stop_requested, 0);
+    atomic_init(&r->signo, 0);
+    r->now = reactor_clock_ms();
+    s_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (s_item_t){.kind = S_FD, .fd = r->wake_rd, .events = REACTOR_READ, .fcb = s_drain_wake};
+    s_append(r, it);
+    return r;
+}
+
+void reactor_destroy(reactor_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    reactor_t *r = *self_p;
+    SR_ASSERT(!r->running);
+    if (r->catching) {
+        sigaction(SIGINT, &s_old_int, NULL);
+        sigaction(SIGTERM, &s_old_term, NULL);
+        atomic_store(&s_signal_reactor, NULL);
+    }
+    for (size_t i = 0; i < r->nitems; i++)
+        free(r->items[i]);
+    free(r->items);
+    free(r->poll);
+    for (size_t i = 0; i < r->nheap; i++)
+        free(r->heap[i]);
+    free(r->heap);
+    free(r->buckets);
+    close(r->wake_rd);
+    close(r->wake_wr);
+    free(r);
+    *self_p = NULL;
+}
+
+void reactor_set_before_sleep(reactor_t *r, reactor_hook_fn *cb, void *arg)
+{
+    if (!r)
+        return;
+    r->before_sleep = cb;
+    r->before_sleep_arg = arg;
+}
+
+void reactor_set_budget(reactor_t *r, int budget)
+{
+    if (r)
+        r->budget = budget < 1 ? 1 : budget;
+}
+
+static void s_on_signal(int sig)
+{
+    reactor_t *r = atomic_load(&s_signal_reactor);
+    if (!r)
+        return;
+    atomic_store(&r->signo, sig);
+    atomic_store(&r->stop_requested, 1);
+    s_wake_fd(r->wake_wr);
+}
+
+int reactor_catch_signals(reactor_t *r)
+{
+    if (!r)
+        return SR_EINVAL;
+    if (r->catching)
+        return SR_OK;
+    reactor_t *expected = NULL;
+    if (!atomic_compare_exchange_strong(&s_signal_reactor, &expected, r))
+        return SR_ECONFLICT;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGINT, &sa, &s_old_int) != 0) {
+        atomic_store(&s_signal_reactor, NULL);
+        return SR_EIO;
+    }
+    if (sigaction(SIGTERM, &sa, &s_old_term) != 0) {
+        sigaction(SIGINT, &s_old_int, NULL);
+        atomic_store(&s_signal_reactor, NULL);
+        return SR_EIO;
+    }
+    r->catching = 1;
+    return SR_OK;
+}
+
+int reactor_signal(const reactor_t *r)
+{
+    return r ? atomic_load(&((reactor_t *)r)->signo) : 0;
+}
+
+void reactor_stop(reactor_t *r)
+{
+    if (!r)
+        return;
+    atomic_store(&r->stop_requested, 1);
+    s_wake_fd(r->wake_wr);
+}
+
+void reactor_wake(reactor_t *r)
+{
+    if (r)
+        s_wake_fd(r->wake_wr);
+}
+
+int64_t reactor_now(const reactor_t *r)
+{
+    return r ? r->now : reactor_clock_ms();
+}
+
+/* ---- the loop ---- */
+
+static int s_poll_timeout(const reactor_t *r)
+{
+    if (r->nheap == 0)
+        return -1;
+    int64_t wait = r->heap[0]->deadline - reactor_clock_ms();
+    if (wait <= 0)
+        return 0;
+    return wait > INT32_MAX ? INT32_MAX : (int)wait;
+}
+
+static void s_dispatch(reactor_t *r)
+{
+    size_t n = r->npoll;
+    for (size_t i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
+        s_item_t *it = r->items[i];
+        int revents = r->poll[i].revents & (it->events | REACTOR_ERROR);
+        if (it->removed || revents == 0)
+            continue;
+        if (it->kind == S_FD) {
+            it->fcb(r, it->fd, revents, it->arg);
+            continue;
+        }
+        it->zcb(r, it->sock, revents, it->arg);
+        if (!(revents & REACTOR_READ))
+            continue;
+        /* libzmq's readiness is edge-triggered underneath: keep serving a busy socket while it
+         * has input, up to the budget, and let zmq_poll see the rest next round. */
+        for (int k = 1; k < r->budget; k++) {
+            if (it->removed || !(it->events & REACTOR_READ) || atomic_load(&r->stop_requested))
+                break;
+            int ev = 0;
+            size_t sz = sizeof ev;
+            if (zmq_getsockopt(it->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+                break;
+            it->zcb(r, it->sock, REACTOR_READ, it->arg);
+        }
+    }
+}
+
+int reactor_run(reactor_t *r)
+{
+    if (!r)
+        return SR_EINVAL;
+    if (r->running)
+        return SR_ECONFLICT;
+    r->running = 1;
+    int rc = SR_OK;
+    while (!atomic_load(&r->stop_requested)) {
+        s_fire_timers(r);
+        if (atomic_load(&r->stop_requested))
+            break;
+        if (r->before_sleep)
+            r->before_sleep(r, r->before_sleep_arg);
+        if (atomic_load(&r->stop_requested))
+            break;
+        if (r->dirty)
+            s_rebuild(r);
+        int n = zmq_poll(r->poll, (int)r->npoll, s_poll_timeout(r));
+        r->now = reactor_clock_ms();
+        if (n < 0) {
+            int e = errno;
+            if (e == EINTR)
+                continue;
+            rc = e == ETERM ? SR_ECLOSED : e == ENOTSOCK ? SR_EINVAL : sr_from_errno(e);
+            break;
+        }
+        if (n > 0)
+            s_dispatch(r);
+    }
+    atomic_store(&r->stop_requested, 0);
+    r->running = 0;
+    return rc;
+}

@@ -1,0 +1,1000 @@
+/*
+ * test_reactor.c — the per-process event loop with real ZeroMQ sockets (inproc and tcp on
+ * 127.0.0.1) and real pipes: echo traffic, timers, fd readiness, changes to registrations during
+ * dispatch, the budget, and every way to stop the loop.
+ *
+ * Every test arms a safety timer that stops the loop and records a failure, so a broken reactor
+ * fails a test instead of hanging the suite.
+ */
+#include "tests/harness.h"
+#include "common/reactor.h"
+#include "common/transport.h"
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SAFETY_MS 10000
+
+static void s_safety(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    *(int *)arg = 1;
+    reactor_stop(r);
+}
+
+static void s_stop_timer(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    (void)arg;
+    reactor_stop(r);
+}
+
+/* s_stop_after_rounds is a before-sleep hook that stops the loop in its Nth round: a way to let
+ * the loop poll a fixed number of times whatever the speed of the machine. */
+typedef struct {
+    int rounds, stop_at;
+} rounds_t;
+
+static void s_stop_after_rounds(reactor_t *r, void *arg)
+{
+    rounds_t *x = arg;
+    if (++x->rounds >= x->stop_at)
+        reactor_stop(r);
+}
+
+static void s_tick(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    (void)arg;
+}
+
+static transport_sock_t *s_sock(void *ctx, int type, const char *identity)
+{
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.identity = identity;
+    o.linger_ms = 0;
+    char err[TRANSPORT_ERR_LEN] = "";
+    transport_sock_t *s = transport_sock_new(ctx, type, &o, err, sizeof err);
+    if (!s)
+        fail_msg("socket: %s", err);
+    return s;
+}
+
+/* ---- echo ---- */
+
+#define ECHO_N 5000
+#define ECHO_WINDOW 64
+
+typedef struct {
+    transport_sock_t *router;
+    transport_sock_t *dealer;
+    int sent, received, bad;
+} echo_t;
+
+static void s_echo_router(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    echo_t *e = arg;
+    transport_msg_t m;
+    if (transport_recv(e->router, &m, 0) != SR_OK)
+        return;
+    size_t hl, bl;
+    const void *h = transport_msg_head(&m, &hl);
+    const void *b = transport_msg_body(&m, &bl);
+    if (transport_send_routed(e->router, h, hl, b, bl) != SR_OK)
+        e->bad++;
+    transport_msg_close(&m);
+}
+
+static void s_echo_fill(echo_t *e)
+{
+    while (e->sent < ECHO_N && e->sent - e->received < ECHO_WINDOW) {
+        char b[16];
+        int n = snprintf(b, sizeof b, "%d", e->sent);
+        if (transport_send(e->dealer, b, (size_t)n) != SR_OK)
+            break;
+        e->sent++;
+    }
+}
+
+static void s_echo_dealer(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)sock;
+    (void)revents;
+    echo_t *e = arg;
+    transport_msg_t m;
+    if (transport_recv(e->dealer, &m, 0) != SR_OK)
+        return;
+    size_t bl;
+    const char *b = transport_msg_body(&m, &bl);
+    char txt[16];
+    snprintf(txt, sizeof txt, "%.*s", (int)bl, b);
+    if (atoi(txt) != e->received) /* one DEALER, one ROUTER: order is kept */
+        e->bad++;
+    transport_msg_close(&m);
+    e->received++;
+    if (e->received == ECHO_N)
+        reactor_stop(r);
+    else
+        s_echo_fill(e);
+}
+
+static void s_echo(const char *ep)
+{
+    void *ctx = zmq_ctx_new();
+    echo_t e = {0};
+    e.router = s_sock(ctx, ZMQ_ROUTER, NULL);
+    e.dealer = s_sock(ctx, ZMQ_DEALER, "echo-client");
+    assert_int_equal(transport_bind(e.router, ep), SR_OK);
+    assert_int_equal(transport_connect(e.dealer, transport_sock_endpoint(e.router)), SR_OK);
+    reactor_t *r = reactor_new();
+    assert_non_null(r);
+    int timed_out = 0;
+    assert_true(reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out) > 0);
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(e.router), REACTOR_READ,
+                                       s_echo_router, &e),
+                     SR_OK);
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(e.dealer), REACTOR_READ,
+                                       s_echo_dealer, &e),
+                     SR_OK);
+    s_echo_fill(&e);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(e.received, ECHO_N);
+    assert_int_equal(e.bad, 0);
+    reactor_destroy(&r);
+    assert_null(r);
+    transport_sock_destroy(&e.router);
+    transport_sock_destroy(&e.dealer);
+    zmq_ctx_term(ctx);
+}
+
+static void router_dealer_echo_many_messages_over_inproc(void **state)
+{
+    (void)state;
+    s_echo("inproc://echo");
+}
+
+static void router_dealer_echo_many_messages_over_tcp(void **state)
+{
+    (void)state;
+    s_echo("tcp://127.0.0.1:*");
+}
+
+/* ---- timers ---- */
+
+typedef struct {
+    int order[16];
+    int n;
+} log_t;
+
+typedef struct {
+    log_t *log;
+    int tag;
+} tag_t;
+
+static void s_log_timer(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    tag_t *t = arg;
+    t->log->order[t->log->n++] = t->tag;
+}
+
+typedef struct {
+    int64_t delay;
+    int64_t lo, hi;  /* the deadline lies in [lo, hi]: clock before and after the add, + delay */
+    int64_t fired_at;
+    int rank;        /* order of firing, 1-based; 0 = did not fire */
+    int *next_rank;
+} ordered_t;
+
+static void s_ordered_timer(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    ordered_t *o = arg;
+    o->fired_at = reactor_clock_ms();
+    o->rank = ++*o->next_rank;
+}
+
+static void timers_fire_in_deadline_order(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    int next_rank = 0;
+    /* Added out of order; two share a delay (added one after the other). */
+    int64_t delays[] = {30, 10, 20, 0, 10, 5};
+    ordered_t t[SR_ARRAY_LEN(delays)];
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    for (size_t i = 0; i < SR_ARRAY_LEN(delays); i++) {
+        t[i] = (ordered_t){.delay = delays[i], .next_rank = &next_rank};
+        t[i].lo = reactor_clock_ms() + delays[i];
+        assert_true(reactor_timer_add(r, delays[i], 0, s_ordered_timer, &t[i]) > 0);
+        t[i].hi = reactor_clock_ms() + delays[i];
+    }
+    reactor_timer_add(r, 35, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_timer_count(r), 8);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    for (size_t i = 0; i < SR_ARRAY_LEN(delays); i++) {
+        assert_int_not_equal(t[i].rank, 0);
+        assert_true(t[i].fired_at >= t[i].lo); /* never early */
+        /* Whenever i's deadline is surely before j's, i fired first. On an idle machine the adds
+         * take well under a millisecond, so this pins down the whole order 0, 5, 10, 10, 20, 30;
+         * a loaded machine (valgrind) only loosens pairs whose deadlines it really moved. */
+        for (size_t j = 0; j < SR_ARRAY_LEN(delays); j++)
+            if (t[i].hi < t[j].lo)
+                assert_true(t[i].rank < t[j].rank);
+    }
+    /* Equal delays: the one added first has the earlier or equal deadline and fires first. */
+    assert_true(t[1].rank < t[4].rank);
+    assert_int_equal(reactor_timer_count(r), 1); /* only the safety net is left */
+    reactor_destroy(&r);
+}
+
+static void many_timers_with_cancellations_keep_heap_order(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    reactor_t *r = reactor_new();
+    int next_rank = 0;
+    static ordered_t t[N];
+    int ids[N];
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    for (int i = 0; i < N; i++) {
+        int64_t delay = (i * 37) % 50; /* a scrambled spread of deadlines over 50 ms */
+        t[i] = (ordered_t){.delay = delay, .next_rank = &next_rank};
+        t[i].lo = reactor_clock_ms() + delay;
+        ids[i] = reactor_timer_add(r, delay, 0, s_ordered_timer, &t[i]);
+        t[i].hi = reactor_clock_ms() + delay;
+        assert_true(ids[i] > 0);
+    }
+    /* Cancel every third one: removals from the middle of the heap. */
+    for (int i = 0; i < N; i += 3)
+        assert_int_equal(reactor_timer_cancel(r, ids[i]), SR_OK);
+    assert_int_equal(reactor_timer_count(r), 1 + N - (N + 2) / 3);
+    reactor_timer_add(r, 60, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(next_rank, N - (N + 2) / 3);
+    for (int i = 0; i < N; i++) {
+        if (i % 3 == 0) {
+            assert_int_equal(t[i].rank, 0);
+            continue;
+        }
+        assert_int_not_equal(t[i].rank, 0);
+        assert_true(t[i].fired_at >= t[i].lo);
+        for (int j = 0; j < N; j++)
+            if (j % 3 != 0 && t[i].hi < t[j].lo)
+                assert_true(t[i].rank < t[j].rank);
+    }
+    reactor_destroy(&r);
+}
+
+static void cancelled_timer_never_fires(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    log_t log = {0};
+    tag_t a = {&log, 1}, b = {&log, 2};
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    reactor_timer_add(r, 5, 0, s_log_timer, &a);
+    int idb = reactor_timer_add(r, 10, 0, s_log_timer, &b);
+    reactor_timer_add(r, 20, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_timer_cancel(r, idb), SR_OK);
+    assert_int_equal(reactor_timer_cancel(r, idb), SR_ENOTFOUND);
+    assert_int_equal(reactor_timer_cancel(r, 99999), SR_ENOTFOUND);
+    assert_int_equal(reactor_timer_cancel(r, -3), SR_ENOTFOUND);
+    assert_int_equal(reactor_timer_add(r, -1, 0, s_stop_timer, NULL), SR_EINVAL);
+    assert_int_equal(reactor_timer_add(r, 1, -1, s_stop_timer, NULL), SR_EINVAL);
+    assert_int_equal(reactor_timer_add(r, 1, 0, NULL, NULL), SR_EINVAL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.order[0], 1);
+    reactor_destroy(&r);
+}
+
+typedef struct {
+    int self_id, other_id, same_round_id;
+    int fires, other_fired, same_round_fired;
+} self_cancel_t;
+
+static void s_other(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    ((self_cancel_t *)arg)->other_fired++;
+}
+
+static void s_same_round(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    ((self_cancel_t *)arg)->same_round_fired++;
+}
+
+static void s_repeating(reactor_t *r, int id, void *arg)
+{
+    self_cancel_t *s = arg;
+    assert_int_equal(id, s->self_id);
+    s->fires++;
+    if (s->fires == 3) {
+        assert_int_equal(reactor_timer_cancel(r, id), SR_OK);
+        assert_int_equal(reactor_timer_cancel(r, s->other_id), SR_OK);
+        reactor_timer_add(r, 0, 0, s_stop_timer, NULL);
+    }
+}
+
+static void s_cancel_same_round(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    self_cancel_t *s = arg;
+    /* The other timer is due in this very round (same deadline); it must not fire. */
+    assert_int_equal(reactor_timer_cancel(r, s->same_round_id), SR_OK);
+}
+
+static void repeating_timer_cancels_itself_and_another(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    self_cancel_t s = {0};
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    s.self_id = reactor_timer_add(r, 2, 2, s_repeating, &s);
+    s.other_id = reactor_timer_add(r, 1000, 0, s_other, &s);
+    /* Added in this order, equal deadlines: the first fires first and cancels the second. */
+    int64_t d = 1;
+    reactor_timer_add(r, d, 0, s_cancel_same_round, &s);
+    s.same_round_id = reactor_timer_add(r, d, 0, s_same_round, &s);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(s.fires, 3);
+    assert_int_equal(s.other_fired, 0);
+    assert_int_equal(s.same_round_fired, 0);
+    assert_int_equal(reactor_timer_count(r), 1); /* the safety net */
+    reactor_destroy(&r);
+}
+
+static void s_zero_delay_chain(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    int *n = arg;
+    (*n)++;
+    reactor_timer_add(r, 0, 0, s_zero_delay_chain, arg);
+}
+
+static void s_count_rounds(reactor_t *r, void *arg)
+{
+    (void)r;
+    int *rounds = arg;
+    if (++*rounds == 5)
+        reactor_stop(r);
+}
+
+static void timer_added_by_timer_waits_for_next_round(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    int n = 0, rounds = 0;
+    reactor_timer_add(r, 0, 0, s_zero_delay_chain, &n);
+    reactor_set_before_sleep(r, s_count_rounds, &rounds);
+    assert_int_equal(reactor_run(r), SR_OK);
+    /* One link of the chain per round; a zero-delay chain cannot starve the rest of the loop. */
+    assert_int_equal(rounds, 5);
+    assert_int_equal(n, 5);
+    reactor_destroy(&r);
+}
+
+/* ---- fds ---- */
+
+typedef struct {
+    int rd, wr;
+    int reads, writes;
+    char got;
+} pipe_t;
+
+static void s_pipe_write_later(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    pipe_t *p = arg;
+    assert_int_equal(write(p->wr, "x", 1), 1);
+}
+
+static void s_pipe_read(reactor_t *r, int fd, int revents, void *arg)
+{
+    pipe_t *p = arg;
+    assert_true(revents & REACTOR_READ);
+    assert_int_equal(read(fd, &p->got, 1), 1);
+    p->reads++;
+    if (p->writes > 0)
+        reactor_stop(r);
+}
+
+static void s_pipe_writable(reactor_t *r, int fd, int revents, void *arg)
+{
+    pipe_t *p = arg;
+    assert_true(revents & REACTOR_WRITE);
+    p->writes++;
+    /* Writable once is enough: go idle, or the loop would spin on a writable pipe. */
+    assert_int_equal(reactor_mod_fd(r, fd, 0), SR_OK);
+    if (p->reads > 0)
+        reactor_stop(r);
+}
+
+static void fd_readiness_with_a_pipe(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pipe_t p = {.rd = fds[0], .wr = fds[1]};
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    assert_int_equal(reactor_add_fd(r, p.rd, REACTOR_READ, s_pipe_read, &p), SR_OK);
+    assert_int_equal(reactor_add_fd(r, p.rd, REACTOR_READ, s_pipe_read, &p), SR_ECONFLICT);
+    assert_int_equal(reactor_add_fd(r, p.wr, REACTOR_WRITE, s_pipe_writable, &p), SR_OK);
+    assert_int_equal(reactor_add_fd(r, -1, REACTOR_READ, s_pipe_read, &p), SR_EINVAL);
+    assert_int_equal(reactor_mod_fd(r, 12345, REACTOR_READ), SR_ENOTFOUND);
+    int64_t t0 = reactor_clock_ms();
+    reactor_timer_add(r, 5, 0, s_pipe_write_later, &p);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_true(reactor_clock_ms() - t0 >= 5); /* nothing to read before the write */
+    assert_false(timed_out);
+    assert_int_equal(p.reads, 1);
+    assert_int_equal(p.writes, 1);
+    assert_int_equal(p.got, 'x');
+    assert_int_equal(reactor_remove_fd(r, p.rd), SR_OK);
+    assert_int_equal(reactor_remove_fd(r, p.rd), SR_ENOTFOUND);
+    assert_int_equal(reactor_remove_fd(r, p.wr), SR_OK);
+    reactor_destroy(&r);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+typedef struct {
+    int a_fd, b_fd;
+    int a_calls, b_calls;
+} removal_t;
+
+static void s_remove_self_and_peer(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)revents;
+    removal_t *x = arg;
+    x->a_calls++;
+    assert_int_equal(reactor_remove_fd(r, fd), SR_OK);
+    assert_int_equal(reactor_remove_fd(r, x->b_fd), SR_OK);
+}
+
+static void s_peer(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    (void)revents;
+    ((removal_t *)arg)->b_calls++;
+}
+
+static void handler_removing_itself_and_a_ready_peer_during_dispatch(void **state)
+{
+    (void)state;
+    int pa[2], pb[2];
+    assert_int_equal(pipe(pa), 0);
+    assert_int_equal(pipe(pb), 0);
+    /* Both are readable before the loop starts, so both are ready in the same round. */
+    assert_int_equal(write(pa[1], "a", 1), 1);
+    assert_int_equal(write(pb[1], "b", 1), 1);
+    removal_t x = {.a_fd = pa[0], .b_fd = pb[0]};
+    reactor_t *r = reactor_new();
+    reactor_add_fd(r, pa[0], REACTOR_READ, s_remove_self_and_peer, &x);
+    reactor_add_fd(r, pb[0], REACTOR_READ, s_peer, &x);
+    rounds_t rounds = {.stop_at = 4};
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL); /* keeps the rounds coming */
+    assert_int_equal(reactor_run(r), SR_OK);
+    /* Both stay readable for three polls, yet neither is called again after removal. */
+    assert_int_equal(x.a_calls, 1);
+    assert_int_equal(x.b_calls, 0);
+    reactor_destroy(&r);
+    close(pa[0]);
+    close(pa[1]);
+    close(pb[0]);
+    close(pb[1]);
+}
+
+typedef struct {
+    transport_sock_t *router;
+    int calls;
+    int readded;
+} zremove_t;
+
+static void s_zsock_remove_self(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)revents;
+    zremove_t *z = arg;
+    z->calls++;
+    assert_int_equal(reactor_remove_zsock(r, sock), SR_OK);
+    assert_int_equal(reactor_remove_zsock(r, sock), SR_ENOTFOUND);
+}
+
+static void zsock_handler_removing_itself_is_not_called_again(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    zremove_t z = {0};
+    z.router = s_sock(ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *d = s_sock(ctx, ZMQ_DEALER, "d");
+    assert_int_equal(transport_bind(z.router, "inproc://remove-self"), SR_OK);
+    assert_int_equal(transport_connect(d, "inproc://remove-self"), SR_OK);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(transport_send(d, "m", 1), SR_OK);
+    reactor_t *r = reactor_new();
+    void *zs = transport_sock_zmq(z.router);
+    assert_int_equal(reactor_add_zsock(r, zs, REACTOR_READ, s_zsock_remove_self, &z), SR_OK);
+    assert_int_equal(reactor_add_zsock(r, zs, REACTOR_READ, s_zsock_remove_self, &z),
+                     SR_ECONFLICT);
+    assert_int_equal(reactor_add_zsock(r, zs, 0, s_zsock_remove_self, &z), SR_EINVAL);
+    assert_int_equal(reactor_add_zsock(r, NULL, REACTOR_READ, s_zsock_remove_self, &z), SR_EINVAL);
+    rounds_t rounds = {.stop_at = 4};
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL); /* keeps the rounds coming */
+    assert_int_equal(reactor_run(r), SR_OK);
+    /* The handler never received, so input stayed pending: only removal kept it from re-running
+     * within the budget and in later rounds. */
+    assert_int_equal(z.calls, 1);
+    /* It can be added again after removal. */
+    assert_int_equal(reactor_add_zsock(r, zs, REACTOR_READ, s_zsock_remove_self, &z), SR_OK);
+    reactor_destroy(&r);
+    transport_sock_destroy(&d);
+    transport_sock_destroy(&z.router);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- fairness ---- */
+
+typedef struct {
+    transport_sock_t *busy, *quiet;
+    int busy_done;
+    int busy_done_when_quiet_served;
+} fair_t;
+
+static void s_fair_busy(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    fair_t *f = arg;
+    transport_msg_t m;
+    if (transport_recv(f->busy, &m, 0) == SR_OK) {
+        f->busy_done++;
+        transport_msg_close(&m);
+    }
+    if (f->busy_done == 1000)
+        reactor_stop(r);
+}
+
+static void s_fair_quiet(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    fair_t *f = arg;
+    transport_msg_t m;
+    if (transport_recv(f->quiet, &m, 0) == SR_OK) {
+        f->busy_done_when_quiet_served = f->busy_done;
+        transport_msg_close(&m);
+    }
+}
+
+static void busy_socket_yields_to_others_after_budget(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    fair_t f = {.busy_done_when_quiet_served = -1};
+    f.busy = s_sock(ctx, ZMQ_ROUTER, NULL);
+    f.quiet = s_sock(ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *d1 = s_sock(ctx, ZMQ_DEALER, "d1");
+    transport_sock_t *d2 = s_sock(ctx, ZMQ_DEALER, "d2");
+    assert_int_equal(transport_bind(f.busy, "inproc://busy"), SR_OK);
+    assert_int_equal(transport_bind(f.quiet, "inproc://quiet"), SR_OK);
+    assert_int_equal(transport_connect(d1, "inproc://busy"), SR_OK);
+    assert_int_equal(transport_connect(d2, "inproc://quiet"), SR_OK);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(transport_send(d1, "b", 1), SR_OK);
+    assert_int_equal(transport_send(d2, "q", 1), SR_OK);
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    reactor_set_budget(r, 8);
+    reactor_add_zsock(r, transport_sock_zmq(f.busy), REACTOR_READ, s_fair_busy, &f);
+    reactor_add_zsock(r, transport_sock_zmq(f.quiet), REACTOR_READ, s_fair_quiet, &f);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(f.busy_done, 1000);
+    /* The busy socket got exactly one budget's worth before the quiet one was served. */
+    assert_int_equal(f.busy_done_when_quiet_served, 8);
+    reactor_destroy(&r);
+    transport_sock_destroy(&d1);
+    transport_sock_destroy(&d2);
+    transport_sock_destroy(&f.busy);
+    transport_sock_destroy(&f.quiet);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- stopping ---- */
+
+typedef struct {
+    int ran;
+    int nested_rc;
+} stop_t;
+
+static void s_stop_and_nest(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    stop_t *s = arg;
+    s->nested_rc = reactor_run(r);
+    reactor_stop(r);
+}
+
+static void s_must_not_run(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    ((stop_t *)arg)->ran++;
+}
+
+static void stop_from_handler_returns_and_loop_can_run_again(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    stop_t s = {0};
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    reactor_timer_add(r, 0, 0, s_stop_and_nest, &s);
+    /* Due in the same round, after the stopping timer: it waits for the next run. */
+    reactor_timer_add(r, 0, 0, s_must_not_run, &s);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(s.nested_rc, SR_ECONFLICT);
+    assert_int_equal(s.ran, 0);
+    /* The stop was consumed: the loop runs again and fires the pending timer. */
+    reactor_timer_add(r, 5, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(s.ran, 1);
+    assert_false(timed_out);
+    /* A stop requested before the run makes it return at once. */
+    reactor_stop(r);
+    int64_t t0 = reactor_clock_ms();
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_true(reactor_clock_ms() - t0 < 1000);
+    reactor_destroy(&r);
+    reactor_destroy(&r); /* NULL is accepted */
+    reactor_destroy(NULL);
+}
+
+typedef struct {
+    reactor_t *r;
+    atomic_int posted;
+    int mode; /* 0 = stop, 1 = wake */
+} thread_arg_t;
+
+static void *s_other_thread(void *arg)
+{
+    thread_arg_t *t = arg;
+    /* Give the loop a moment to fall asleep in zmq_poll; correctness does not depend on it. */
+    usleep(5000);
+    if (t->mode == 0) {
+        reactor_stop(t->r);
+    } else {
+        atomic_store(&t->posted, 42);
+        reactor_wake(t->r);
+    }
+    return NULL;
+}
+
+static void stop_from_another_thread_wakes_sleeping_loop(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    thread_arg_t t = {.r = r, .mode = 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_other_thread, &t), 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    pthread_join(th, NULL);
+    assert_false(timed_out);
+    reactor_destroy(&r);
+}
+
+static void s_take_posted(reactor_t *r, void *arg)
+{
+    thread_arg_t *t = arg;
+    if (atomic_load(&t->posted) == 42)
+        reactor_stop(r);
+}
+
+static void wake_from_another_thread_runs_before_sleep_hook(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    thread_arg_t t = {.r = r, .mode = 1};
+    atomic_init(&t.posted, 0);
+    reactor_set_before_sleep(r, s_take_posted, &t);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_other_thread, &t), 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    pthread_join(th, NULL);
+    assert_false(timed_out);
+    reactor_set_before_sleep(r, NULL, NULL);
+    reactor_destroy(&r);
+}
+
+static void s_raise_term(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    (void)arg;
+    raise(SIGTERM);
+}
+
+static void sigterm_stops_the_loop_that_catches_signals(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    reactor_t *other = reactor_new();
+    assert_int_equal(reactor_catch_signals(r), SR_OK);
+    assert_int_equal(reactor_catch_signals(other), SR_ECONFLICT);
+    assert_int_equal(reactor_signal(r), 0);
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    reactor_timer_add(r, 2, 0, s_raise_term, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(reactor_signal(r), SIGTERM);
+    reactor_destroy(&r);
+    /* Once the catching reactor is gone, another one may catch signals. */
+    assert_int_equal(reactor_catch_signals(other), SR_OK);
+    reactor_destroy(&other);
+    struct sigaction now;
+    sigaction(SIGTERM, NULL, &now);
+    assert_true(now.sa_handler == SIG_DFL);
+}
+
+typedef struct {
+    void *ctx;
+} term_t;
+
+static void s_shutdown_ctx(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmq_ctx_shutdown(((term_t *)arg)->ctx);
+}
+
+static void s_ignore(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    (void)arg;
+}
+
+static void terminated_context_ends_the_loop_with_eclosed(void **state)
+{
+    (void)state;
+    term_t t = {.ctx = zmq_ctx_new()};
+    transport_sock_t *s = s_sock(t.ctx, ZMQ_ROUTER, NULL);
+    assert_int_equal(transport_bind(s, "inproc://term"), SR_OK);
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    reactor_add_zsock(r, transport_sock_zmq(s), REACTOR_READ, s_ignore, NULL);
+    reactor_timer_add(r, 2, 0, s_shutdown_ctx, &t);
+    assert_int_equal(reactor_run(r), SR_ECLOSED);
+    assert_false(timed_out);
+    reactor_destroy(&r);
+    transport_sock_destroy(&s);
+    zmq_ctx_term(t.ctx);
+}
+
+/* ---- libcurl's multi handle on the reactor ---- */
+
+#define CURL_N 16
+
+typedef struct {
+    reactor_t *r;
+    CURLM *multi;
+    int timer_id;
+    int done, ok;
+} curl_loop_t;
+
+typedef struct {
+    char buf[16];
+    size_t len;
+} reply_t;
+
+static enum MHD_Result s_http_pong(void *cls, struct MHD_Connection *c, const char *url,
+                                   const char *method, const char *version, const char *upload,
+                                   size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)url;
+    (void)method;
+    (void)version;
+    (void)upload;
+    (void)upload_size;
+    (void)con_cls;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(4, (void *)"pong", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static size_t s_curl_write(char *data, size_t size, size_t n, void *arg)
+{
+    reply_t *rep = arg;
+    size_t bytes = size * n;
+    size_t room = sizeof rep->buf - 1 - rep->len;
+    memcpy(rep->buf + rep->len, data, SR_MIN(bytes, room));
+    rep->len += SR_MIN(bytes, room);
+    return bytes;
+}
+
+static void s_curl_collect(curl_loop_t *c)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(c->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        long status = 0;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+        if (msg->data.result == CURLE_OK && status == 200)
+            c->ok++;
+        c->done++;
+        curl_multi_remove_handle(c->multi, msg->easy_handle);
+        curl_easy_cleanup(msg->easy_handle);
+    }
+    if (c->done == CURL_N)
+        reactor_stop(c->r);
+}
+
+static void s_curl_fd(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    curl_loop_t *c = arg;
+    int flags = (revents & REACTOR_READ ? CURL_CSELECT_IN : 0) |
+                (revents & REACTOR_WRITE ? CURL_CSELECT_OUT : 0) |
+                (revents & REACTOR_ERROR ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(c->multi, fd, flags, &running);
+    s_curl_collect(c);
+}
+
+static void s_curl_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    curl_loop_t *c = arg;
+    c->timer_id = 0;
+    int running;
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    s_curl_collect(c);
+}
+
+/* libcurl's socket callback: what it wants to hear about each of its sockets. */
+static int s_curl_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *socketp)
+{
+    (void)easy;
+    (void)socketp;
+    curl_loop_t *c = arg;
+    if (what == CURL_POLL_REMOVE) {
+        reactor_remove_fd(c->r, fd);
+        return 0;
+    }
+    int events = (what & CURL_POLL_IN ? REACTOR_READ : 0) | (what & CURL_POLL_OUT ? REACTOR_WRITE : 0);
+    if (reactor_mod_fd(c->r, fd, events) == SR_ENOTFOUND)
+        reactor_add_fd(c->r, fd, events, s_curl_fd, c);
+    return 0;
+}
+
+/* libcurl's timer callback: at most one pending timeout, replaced on every call. */
+static int s_curl_timer(CURLM *multi, long timeout_ms, void *arg)
+{
+    (void)multi;
+    curl_loop_t *c = arg;
+    if (c->timer_id > 0)
+        reactor_timer_cancel(c->r, c->timer_id);
+    c->timer_id = 0;
+    if (timeout_ms >= 0)
+        c->timer_id = reactor_timer_add(c->r, timeout_ms, 0, s_curl_timeout, c);
+    return 0;
+}
+
+static void curl_multi_requests_complete_on_the_reactor(void **state)
+{
+    (void)state;
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                                            s_http_pong, NULL, MHD_OPTION_END);
+    assert_non_null(d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    int port = info->port;
+    assert_in_range(port, 1, 65535);
+
+    assert_int_equal(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+    curl_loop_t c = {0};
+    reply_t replies[CURL_N];
+    memset(replies, 0, sizeof replies);
+    c.r = reactor_new();
+    c.multi = curl_multi_init();
+    curl_multi_setopt(c.multi, CURLMOPT_SOCKETFUNCTION, s_curl_socket);
+    curl_multi_setopt(c.multi, CURLMOPT_SOCKETDATA, &c);
+    curl_multi_setopt(c.multi, CURLMOPT_TIMERFUNCTION, s_curl_timer);
+    curl_multi_setopt(c.multi, CURLMOPT_TIMERDATA, &c);
+    int timed_out = 0;
+    reactor_timer_add(c.r, SAFETY_MS, 0, s_safety, &timed_out);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/ping", port);
+    for (int i = 0; i < CURL_N; i++) {
+        CURL *e = curl_easy_init();
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s_curl_write);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, &replies[i]);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_multi_add_handle(c.multi, e);
+    }
+    assert_int_equal(reactor_run(c.r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(c.done, CURL_N);
+    assert_int_equal(c.ok, CURL_N);
+    for (int i = 0; i < CURL_N; i++)
+        assert_string_equal(replies[i].buf, "pong");
+    assert_int_equal(reactor_timer_count(c.r), 1); /* curl left no timer behind, only the net */
+    curl_multi_cleanup(c.multi);
+    reactor_destroy(&c.r);
+    curl_global_cleanup();
+    MHD_stop_daemon(d);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(router_dealer_echo_many_messages_over_inproc),
+        cmocka_unit_test(router_dealer_echo_many_messages_over_tcp),
+        cmocka_unit_test(timers_fire_in_deadline_order),
+        cmocka_unit_test(many_timers_with_cancellations_keep_heap_order),
+        cmocka_unit_test(cancelled_timer_never_fires),
+        cmocka_unit_test(repeating_timer_cancels_itself_and_another),
+        cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
+        cmocka_unit_test(fd_readiness_with_a_pipe),
+        cmocka_unit_test(handler_removing_itself_and_a_ready_peer_during_dispatch),
+        cmocka_unit_test(zsock_handler_removing_itself_is_not_called_again),
+        cmocka_unit_test(busy_socket_yields_to_others_after_budget),
+        cmocka_unit_test(stop_from_handler_returns_and_loop_can_run_again),
+        cmocka_unit_test(stop_from_another_thread_wakes_sleeping_loop),
+        cmocka_unit_test(wake_from_another_thread_runs_before_sleep_hook),
+        cmocka_unit_test(sigterm_stops_the_loop_that_catches_signals),
+        cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
+        cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
+    };
+    return harness_run_("reactor", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
