@@ -5,6 +5,7 @@
 
 #include "common/sr.h"
 #include "policy/server.h"
+#include "policy/vfollow.h"
 #include "policy/wsource.h"
 
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <zmq.h>
 
 static const char S_USAGE[] =
     "usage: selroll policy-server [options]\n"
@@ -29,7 +32,10 @@ static const char S_USAGE[] =
     "  --weights-dir DIR      weights of versions > 0 as DIR/weights-v<N>.bin\n"
     "  --version N            version to serve under the plain name at start (default 0)\n"
     "  --redis URL            weights of versions > 0 from Redis (selroll:<run>:weights:<N>)\n"
-    "  --run NAME             the run whose weights --redis reads (default default)\n"
+    "  --run NAME             the run whose weights and POLICY_VERSION messages to follow\n"
+    "                         (default default)\n"
+    "  --bus ENDPOINT         follow POLICY_VERSION on the bus (the subscriber endpoint, e.g.\n"
+    "                         tcp://coordinator:5556)\n"
     "  --threads N            HTTP worker threads (default 2)\n"
     "cost model (an inference engine for a 7B model on one GPU by default):\n"
     "  --no-cost-model        answer at once\n"
@@ -68,6 +74,7 @@ int policy_server_main(int argc, char **argv)
         O_VERSION,
         O_REDIS,
         O_RUN,
+        O_BUS,
         O_THREADS,
         O_NOCOST,
         O_SCALE,
@@ -94,6 +101,7 @@ int policy_server_main(int argc, char **argv)
         {"version", required_argument, NULL, O_VERSION},
         {"redis", required_argument, NULL, O_REDIS},
         {"run", required_argument, NULL, O_RUN},
+        {"bus", required_argument, NULL, O_BUS},
         {"threads", required_argument, NULL, O_THREADS},
         {"no-cost-model", no_argument, NULL, O_NOCOST},
         {"time-scale", required_argument, NULL, O_SCALE},
@@ -116,7 +124,7 @@ int policy_server_main(int argc, char **argv)
     policy_server_opts_t o;
     policy_server_opts_default(&o);
     char host[64] = "127.0.0.1";
-    const char *wdir = NULL, *redis = NULL, *run = "default";
+    const char *wdir = NULL, *redis = NULL, *run = "default", *bus = NULL;
     double version = 0;
     int opt;
     optind = 1;
@@ -124,7 +132,7 @@ int policy_server_main(int argc, char **argv)
         double v = 0;
         int bad = 0;
         if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS && opt != O_RUN &&
-            opt != O_NOCOST && opt != O_HELP && opt != 'h' && opt != '?')
+            opt != O_BUS && opt != O_NOCOST && opt != O_HELP && opt != 'h' && opt != '?')
             bad = s_num(optarg, &v) != SR_OK;
         if (!bad && (opt == O_SEED || opt == O_VERSION) &&
             (v < 0 || v != floor(v) || v > (opt == O_SEED ? 9007199254740992.0 : 4294967295.0)))
@@ -165,6 +173,9 @@ int policy_server_main(int argc, char **argv)
             break;
         case O_RUN:
             run = optarg;
+            break;
+        case O_BUS:
+            bus = optarg;
             break;
         case O_THREADS:
             o.threads = (int)v;
@@ -230,6 +241,8 @@ int policy_server_main(int argc, char **argv)
     o.host = host;
 
     int code = 1;
+    void *zctx = NULL;
+    vfollow_t *follow = NULL;
     if (wdir && redis) {
         fprintf(stderr, "policy-server: give --weights-dir or --redis, not both\n");
         return 2;
@@ -265,11 +278,36 @@ int policy_server_main(int argc, char **argv)
            o.cost_model ? "on" : "off");
     fflush(stdout);
     int sig = 0;
-    sigwait(&sigs, &sig);
+    if (bus) {
+        zctx = zmq_ctx_new();
+        follow = zctx ? vfollow_new(s, zctx, bus, run, err, sizeof err) : NULL;
+        if (!follow) {
+            fprintf(stderr, "policy-server: %s\n", zctx ? err : "cannot make a ZeroMQ context");
+            goto cleanup;
+        }
+        printf("policy-server: following POLICY_VERSION of run %s on %s\n", run, bus);
+        fflush(stdout);
+        const struct timespec now = {0, 0};
+        while ((sig = sigtimedwait(&sigs, NULL, &now)) < 0) {
+            int rc = vfollow_poll(follow, 200);
+            if (rc == 1) {
+                printf("policy-server: now serving version %u\n", policy_server_version(s));
+                fflush(stdout);
+            } else if (rc < 0) {
+                fprintf(stderr, "policy-server: bus: %s\n", sr_strerror(rc));
+                goto cleanup;
+            }
+        }
+    } else {
+        sigwait(&sigs, &sig);
+    }
     printf("policy-server: signal %d, stopping\n", sig);
     code = 0;
 
 cleanup:
+    vfollow_destroy(&follow);
+    if (zctx)
+        zmq_ctx_term(zctx);
     policy_server_destroy(&s);
     wsource_destroy(&src);
     return code;

@@ -9,12 +9,15 @@
 #include "actor/prompt.h"
 #include "common/llm_client.h"
 #include "common/sr.h"
+#include "common/proto.h"
 #include "common/store.h"
+#include "common/transport.h"
 #include "env_worker/household.h"
 #include "policy/model.h"
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
 #include "policy/server.h"
+#include "policy/vfollow.h"
 #include "policy/wsource.h"
 
 #include <cjson/cJSON.h>
@@ -594,6 +597,76 @@ static void versions_come_from_redis(void **state)
     harness_redis_stop(&rs);
 }
 
+static void s_publish_version(transport_sock_t *pub, const char *run, int64_t version)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_POLICY_VERSION);
+    m.u.policy_version.run = run;
+    m.u.policy_version.version = version;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    char topic[96];
+    snprintf(topic, sizeof topic, "ctl/%s/policy", run);
+    transport_send_topic(pub, topic, b.data, b.len);
+    sr_buf_free(&b);
+}
+
+/* POLICY_VERSION on the bus switches the served version; other runs, unknown versions and
+ * garbage are counted and change nothing. */
+static void policy_version_messages_on_the_bus_switch_the_served_version(void **state)
+{
+    (void)state;
+    model_t *m = model_new(1);
+    model_weights(m)[model_string_index("look")] = 50;
+    uint8_t *blob;
+    size_t len;
+    model_to_blob(m, &blob, &len);
+    wsource_t *src = wsource_new_mem();
+    wsource_mem_put(src, 1, blob, len);
+    policy_server_t *s = s_start(false, 1, 8, 8, src);
+
+    void *ctx = zmq_ctx_new();
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(pub);
+    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
+    vfollow_t *f = vfollow_new(s, ctx, transport_sock_endpoint(pub), "runA", err, sizeof err);
+    assert_non_null(f);
+    assert_null(vfollow_new(s, ctx, "bogus://x", "runA", err, sizeof err));
+
+    int64_t t0 = harness_now_ms();
+    int got = 0;
+    while (!got && harness_now_ms() - t0 < 5000) { /* subscriptions take a moment to arrive */
+        s_publish_version(pub, "runA", 1);
+        got = vfollow_poll(f, 20);
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(policy_server_version(s), 1);
+
+    s_publish_version(pub, "runB", 0); /* another run: not even received (topic filter) */
+    s_publish_version(pub, "runA", 7); /* not in the source */
+    transport_send_topic(pub, "ctl/runA/policy", "\xc1garbage", 8);
+    vfollow_stats_t vs = {0};
+    t0 = harness_now_ms();
+    while ((vs.refused < 1 || vs.bad < 1) && harness_now_ms() - t0 < 3000) {
+        vfollow_poll(f, 20);
+        vfollow_stats(f, &vs);
+    }
+    assert_int_equal(vs.applied, 1);
+    assert_int_equal(vs.refused, 1);
+    assert_int_equal(vs.bad, 1);
+    assert_int_equal(policy_server_version(s), 1);
+
+    vfollow_destroy(&f);
+    assert_null(f);
+    transport_sock_destroy(&pub);
+    zmq_ctx_term(ctx);
+    policy_server_destroy(&s);
+    wsource_destroy(&src);
+    free(blob);
+    model_destroy(&m);
+}
+
 /* ---------------------------------------------------------------- the cost model over HTTP */
 
 typedef struct {
@@ -892,6 +965,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(max_tokens_truncates_and_stop_strings_cut),
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
         cmocka_unit_test(versions_come_from_redis),
+        cmocka_unit_test(policy_version_messages_on_the_bus_switch_the_served_version),
         cmocka_unit_test(full_queue_answers_503),
         cmocka_unit_test(client_disconnect_aborts_and_the_queued_request_starts_earlier),
         cmocka_unit_test(actor_client_round_trip_yields_an_admissible_action),
