@@ -164,7 +164,7 @@ static void s_usage(FILE *out)
         "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group "
         "8]\n"
         "       [--temperature 0.7] [--seed 0] [--max-steps 50] [--k 10]\n"
-        "       [--prior-strength 1] [--prior-search 4] [--prior-noise 0.3] [--prior-idio 0.8]\n"
+        "       [--prior-strength 1] [--prior-search 5.5] [--prior-noise 0.3] [--prior-idio 1.4]\n"
         "       [--trace N] [--show-groups N]\n"
         "Plays version 0 of the built-in policy against the household environment in-process and "
         "prints\n"

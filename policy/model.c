@@ -270,6 +270,14 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
     else if (strcmp(verb, "go") != 0 && s_in_history(st, a, true))
         s_emit(&e, "repeat|window");
 
+    /* Loops: the same situation as one or two steps ago, and the same answer as then. */
+    const char *cur = st->current_obs ? st->current_obs : "";
+    for (int back = 1; back <= 2 && back <= st->n_hist; back++) {
+        const pparse_hist_t *h = &st->hist[st->n_hist - back];
+        if (h->obs && h->action && strcmp(h->action, a) == 0 && strcmp(h->obs, cur) == 0)
+            s_emit(&e, "loop|again|back=%d", back);
+    }
+
     if (e.n < e.max) {
         e.out[e.n].idx = model_string_index(a);
         e.out[e.n].val = 1.0f;

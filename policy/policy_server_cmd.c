@@ -49,9 +49,9 @@ static const char S_USAGE[] =
     "                         reasoning tokens per answer ~ normal(120, 40) clamped to [16, 512]\n"
     "model knobs (version 0):\n"
     "  --prior-strength X     confidence: scales the hand-set weights (default 1)\n"
-    "  --prior-search X       weight of the object-in-receptacle table (default 4)\n"
+    "  --prior-search X       weight of the object-in-receptacle table (default 5.5)\n"
     "  --prior-noise X        std dev of seeded noise on named weights (default 0.3)\n"
-    "  --prior-idio X         std dev of per-action-string preferences (default 0.8)\n";
+    "  --prior-idio X         std dev of per-action-string preferences (default 1.4)\n";
 
 static int s_num(const char *s, double *out)
 {

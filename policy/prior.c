@@ -100,9 +100,9 @@ void prior_opts_default(prior_opts_t *o)
 {
     o->seed = 0;
     o->strength = 1.0;
-    o->search = 4.0;
+    o->search = 5.5;
     o->noise = 0.3;
-    o->idio = 0.8;
+    o->idio = 1.4;
 }
 
 double prior_likelihood(const char *obj, const char *recep)
@@ -241,12 +241,12 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
             static const char *pverbs[] = {"clean", "heat", "cool"};
             for (size_t pv = 0; pv < 3; pv++) {
                 bool match = strcmp(pverbs[pv], task) == 0;
-                s_add(w, match ? (proc ? -2.0 : 6.0) : -3.0,
+                s_add(w, match ? (proc ? -2.0 : 8.0) : -3.0,
                       "proc|verb=%s|task=%s|goalobj=1|proc=%d", pverbs[pv], task, proc);
                 s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
             }
         }
-        s_add(w, 8.0, "take|goalobj=1|task=%s", task);
+        s_add(w, 13.5, "take|goalobj=1|task=%s", task);
         s_add(w, -1.5, "take|goalobj=0|task=%s", task);
         s_add(w, -7.0, "take|goalobj|fromgoalrecep|task=%s", task);
     }
@@ -268,19 +268,23 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         }
 
     for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++) {
-        s_add(w, 7.5, "open|here_closed|hold=%s", S_HOLDS[h]);
+        s_add(w, 12.5, "open|here_closed|hold=%s", S_HOLDS[h]);
         s_add(w, strcmp(S_HOLDS[h], "goal") == 0 ? 5.0 : 0, "go|lampseen|hold=%s", S_HOLDS[h]);
         s_add(w, strcmp(S_HOLDS[h], "empty") == 0 ? 4.0 : 0, "go|goalseen|hold=%s", S_HOLDS[h]);
     }
     s_add(w, 0.6, "go|sametype");
-    s_add(w, 2.0, "go|nextnum");
+    s_add(w, 3.0, "go|nextnum");
     s_add(w, -2.0, "go|sametype|lower");
-    s_add(w, 0.6, "go|first");
-    s_add(w, -3.5, "go|prev");
-    s_add(w, -2.5, "go|recent");
+    s_add(w, 3.0, "go|first");
+    s_add(w, -2.0, "go|prev");
+    s_add(w, -1.5, "go|recent");
     s_add(w, -2.0, "examine|held=1");
     s_add(w, -0.5, "examine|held=0");
     s_add(w, -2.5, "repeat|last");
+    /* An LLM that finds itself in the same situation as one or two steps ago tends to answer as it
+     * did then: loops, once entered, hold (the classic failure of LLM agents in ALFWorld). */
+    s_add(w, 12.0, "loop|again|back=1");
+    s_add(w, 12.0, "loop|again|back=2");
     s_add(w, -1.0, "repeat|window");
 }
 

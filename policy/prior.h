@@ -19,9 +19,9 @@
 typedef struct {
     uint64_t seed;   /* the --seed of the policy server */
     double strength; /* multiplies every hand-set weight: the model's confidence (default 1) */
-    double search;   /* weight of the object-in-receptacle-type table when searching (default 4) */
-    double noise;    /* std dev of seeded noise on every named weight (default 0.3) */
-    double idio;     /* std dev of the seeded per-action-string preferences (default 0.8) */
+    double search; /* weight of the object-in-receptacle-type table when searching (default 5.5) */
+    double noise;  /* std dev of seeded noise on every named weight (default 0.3) */
+    double idio;   /* std dev of the seeded per-action-string preferences (default 1.4) */
 } prior_opts_t;
 
 /* prior_opts_default fills o with the documented defaults (seed 0). */
