@@ -105,6 +105,17 @@ static void s_argf(s_argv_t *a, const char *fmt, ...)
     s_arg(a, buf);
 }
 
+/* s_args_split appends the space-separated words of text (may be NULL) as arguments. */
+static void s_args_split(s_argv_t *a, const char *text)
+{
+    if (!text)
+        return;
+    char *copy = sr_xstrdup(text), *save = NULL;
+    for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        s_arg(a, w);
+    free(copy);
+}
+
 static void s_argv_free(s_argv_t *a)
 {
     for (int i = 0; i < a->n; i++)
@@ -116,6 +127,7 @@ static void s_argv_free(s_argv_t *a)
 /* The options of `selroll run`. */
 static struct {
     char *redis, *run, *out, *placement, *gate_mode, *redis_server;
+    char *policy_args, *coordinator_args, *actor_args, *gate_args;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int k, log_level, max_coord_restarts;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms;
@@ -245,6 +257,7 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, r->out);
     if (resume)
         s_arg(&a, "--resume");
+    s_args_split(&a, o.coordinator_args);
     int rc = supervise_add(r->sup, r->coord_name, a.v, false);
     s_argv_free(&a);
     return rc;
@@ -380,8 +393,16 @@ int run_main(int argc, char **argv)
         {.name = "max-coordinator-restarts", .kind = CFG_INT, .dst = &o.max_coord_restarts,
          .def = "5", .min = 0, .max = 1000,
          .help = "a crashed coordinator is started again with --resume this many times"},
+        {.name = "policy-args", .kind = CFG_STRING, .dst = &o.policy_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for the policy server"},
+        {.name = "coordinator-args", .kind = CFG_STRING, .dst = &o.coordinator_args,
+         .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
+        {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for every actor"},
+        {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for the gate"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
-         .def = "info", .help = "most verbose level logged (this process and its children)"},
+         .def = "info", .help = "most verbose level logged by this process"},
         {0},
     };
     cfg_t cfg = {.command = "run",
@@ -512,6 +533,7 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%.17g", o.time_scale);
         if (!o.cost_model)
             s_arg(&a, "--no-cost-model");
+        s_args_split(&a, o.policy_args);
         rc = supervise_add(r.sup, "policy-server", a.v, true);
         s_argv_free(&a);
         if (rc != SR_OK)
@@ -546,6 +568,7 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%.17g", o.t_high);
         s_arg(&a, "--group-size");
         s_argf(&a, "%d", o.group_size);
+        s_args_split(&a, o.gate_args);
         rc = supervise_add(r.sup, "gate", a.v, true);
         s_argv_free(&a);
         if (rc != SR_OK)
@@ -570,6 +593,7 @@ int run_main(int argc, char **argv)
         s_arg(&a, r.policy_url);
         s_arg(&a, "--env-workers");
         s_arg(&a, r.env_list);
+        s_args_split(&a, o.actor_args);
         rc = supervise_add(r.sup, name, a.v, true);
         s_argv_free(&a);
         if (rc != SR_OK)
