@@ -99,40 +99,46 @@ static void s_push(s_job_t **head, s_job_t **tail, s_job_t *j)
     *tail = j;
 }
 
-static void s_record(gate_svc_t *s, s_job_t *j)
+/* s_transition records the decision itself: the cancel transition (enforce) or the decision
+ * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
+ * the store's error. */
+static int s_transition(gate_svc_t *s, s_job_t *j)
 {
     const gate_decision_t *d = &j->d;
-    int rc;
-    if (d->cancel) {
-        rc = store_group_cancel(s->store, d->group, d->step, d->d, "cancel");
-        if (rc == SR_OK) {
-            j->publish = true;
-        } else if (rc == SR_ECONFLICT) {
-            metrics_counter_inc(s->m_too_late);
-            rc = store_group_decide(s->store, d->group, d->step, d->d, "cancel");
-        }
-    } else {
-        rc = store_group_decide(s->store, d->group, d->step, d->d, gate_verdict_name(d->verdict));
-    }
+    if (!d->cancel)
+        return store_group_decide(s->store, d->group, d->step, d->d,
+                                  gate_verdict_name(d->verdict));
+    int rc = store_group_cancel(s->store, d->group, d->step, d->d, "cancel");
     if (rc == SR_OK) {
-        char key[STORE_GID_MAX + 96];
-        if (store_key(s->store, key, sizeof key, "group:%s", d->group) == SR_OK) {
-            char wall[32], share[32];
-            snprintf(wall, sizeof wall, "%lld", (long long)j->wall_ms);
-            snprintf(share, sizeof share, "%.17g", d->ended_share);
-            rc = store_command(s->store, STORE_IDEMPOTENT, NULL,
-                               "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s "
-                               "gate_ended_share %s",
-                               key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
-        }
+        j->publish = true;
+    } else if (rc == SR_ECONFLICT) {
+        /* The group finished first: record what the gate decided, cancel nothing. */
+        metrics_counter_inc(s->m_too_late);
+        rc = store_group_decide(s->store, d->group, d->step, d->d, "cancel");
     }
-    if (rc == SR_OK) {
-        metrics_counter_inc(s->m_recorded);
-    } else {
-        metrics_counter_inc(s->m_redis_err);
-        log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
-                         sr_strerror(rc), store_errstr(s->store));
-    }
+    return rc;
+}
+
+/* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
+static int s_annotate(gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(s->store, key, sizeof key, "group:%s", d->group);
+    if (rc != SR_OK)
+        return rc;
+    char wall[32], share[32];
+    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
+    snprintf(share, sizeof share, "%.17g", d->ended_share);
+    return store_command(s->store, STORE_IDEMPOTENT, NULL,
+                         "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
+                         key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
+}
+
+static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc)
+{
+    metrics_counter_inc(s->m_redis_err);
+    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
+                     sr_strerror(rc), store_errstr(s->store));
 }
 
 static void *s_writer_main(void *arg)
@@ -149,10 +155,22 @@ static void *s_writer_main(void *arg)
         if (!s->todo_head)
             s->todo_tail = NULL;
         pthread_mutex_unlock(&s->mu);
-        s_record(s, j);
+        /* The transition first and the CANCEL handed to the reactor at once; the gate's extra
+         * fields are written afterwards, off the cancel's path. */
+        gate_decision_t d = j->d;
+        int64_t wall_ms = j->wall_ms;
+        int rc = s_transition(s, j);
         pthread_mutex_lock(&s->mu);
-        s_push(&s->done_head, &s->done_tail, j);
+        s_push(&s->done_head, &s->done_tail, j); /* the reactor frees j */
         reactor_wake(s->reactor);
+        pthread_mutex_unlock(&s->mu);
+        if (rc == SR_OK)
+            rc = s_annotate(s, &d, wall_ms);
+        if (rc == SR_OK)
+            metrics_counter_inc(s->m_recorded);
+        else
+            s_record_failed(s, &d, rc);
+        pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

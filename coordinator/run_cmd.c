@@ -127,7 +127,7 @@ static void s_argv_free(s_argv_t *a)
 /* The options of `selroll run`. */
 static struct {
     char *redis, *run, *out, *placement, *gate_mode, *redis_server;
-    char *policy_args, *coordinator_args, *actor_args, *gate_args;
+    char *policy_args, *coordinator_args, *actor_args, *gate_args, *bus_external;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int k, log_level, max_coord_restarts;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms;
@@ -227,10 +227,15 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, o.run);
     s_arg(&a, "--work-bind");
     s_arg(&a, r->work_ep);
-    s_arg(&a, "--bus-pub-bind");
-    s_arg(&a, r->bus_pub_ep);
-    s_arg(&a, "--bus-sub-bind");
-    s_arg(&a, r->bus_sub_ep);
+    if (o.bus_external) {
+        s_arg(&a, "--bus-external");
+        s_argf(&a, "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
+    } else {
+        s_arg(&a, "--bus-pub-bind");
+        s_arg(&a, r->bus_pub_ep);
+        s_arg(&a, "--bus-sub-bind");
+        s_arg(&a, r->bus_sub_ep);
+    }
     s_arg(&a, "--iters");
     s_argf(&a, "%d", o.iters);
     s_arg(&a, "--groups");
@@ -393,6 +398,9 @@ int run_main(int argc, char **argv)
         {.name = "max-coordinator-restarts", .kind = CFG_INT, .dst = &o.max_coord_restarts,
          .def = "5", .min = 0, .max = 1000,
          .help = "a crashed coordinator is started again with --resume this many times"},
+        {.name = "bus-external", .kind = CFG_STRING, .dst = &o.bus_external,
+         .metavar = "PUB,SUB", .help = "use a bus proxy elsewhere (publishers' and subscribers' "
+                                       "endpoints) instead of the coordinator's"},
         {.name = "policy-args", .kind = CFG_STRING, .dst = &o.policy_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for the policy server"},
         {.name = "coordinator-args", .kind = CFG_STRING, .dst = &o.coordinator_args,
@@ -487,8 +495,23 @@ int run_main(int argc, char **argv)
 
     /* Endpoints. */
     snprintf(r.work_ep, sizeof r.work_ep, "tcp://127.0.0.1:%d", s_free_port());
-    snprintf(r.bus_pub_ep, sizeof r.bus_pub_ep, "tcp://127.0.0.1:%d", s_free_port());
-    snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "tcp://127.0.0.1:%d", s_free_port());
+    if (o.bus_external) {
+        const char *comma = strchr(o.bus_external, ',');
+        size_t pl = comma ? (size_t)(comma - o.bus_external) : 0;
+        if (!comma || pl == 0 || pl >= sizeof r.bus_pub_ep || !comma[1] ||
+            strlen(comma + 1) >= sizeof r.bus_sub_ep || strchr(comma + 1, ',')) {
+            fprintf(stderr, "selroll run: --bus-external: '%s' is not PUB,SUB\n",
+                    o.bus_external);
+            code = 2;
+            goto cleanup;
+        }
+        memcpy(r.bus_pub_ep, o.bus_external, pl);
+        r.bus_pub_ep[pl] = '\0';
+        snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "%s", comma + 1);
+    } else {
+        snprintf(r.bus_pub_ep, sizeof r.bus_pub_ep, "tcp://127.0.0.1:%d", s_free_port());
+        snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "tcp://127.0.0.1:%d", s_free_port());
+    }
     int policy_port = s_free_port();
     snprintf(r.policy_url, sizeof r.policy_url, "http://127.0.0.1:%d", policy_port);
     int capacity = o.env_capacity > 0 ? o.env_capacity

@@ -2,9 +2,10 @@
 # it_rollout.sh: the rollout loop end to end with real processes (selroll run: 2 env workers, the
 # policy server with a fast --time-scale, the coordinator, the gate and 3 actors) on a private
 # redis-server, checked by tests/rollout_check.py:
-#   enforce   one round of 16 groups x G=8: every group G results on >1 actor; d_K and decision
-#             in Redis equal the recomputation from the JSONL; cancel latency p99 < 20 ms
-#   shadow    the same decisions recorded, nothing cancelled, no CANCEL on the bus
+#   paper     one round of 16 groups x G=8 at K=10, d_L=0.12: every group G results on >1 actor;
+#             d_K and decision in Redis equal the recomputation from the JSONL
+#   enforce   the same with d_L=0.6 so that many groups are cancelled; cancel latency p99 < 20 ms
+#   shadow    d_L=0.6: cancel decisions recorded, nothing cancelled, no CANCEL on the bus
 #   off       nothing recorded
 #   faults    kill -9 of an actor mid-round plus an actor joining mid-round (it gets work);
 #             kill -9 of the gate; kill -9 of the coordinator (restarted with --resume);
@@ -17,6 +18,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
 S="$ROOT/bin/selroll"
+PY=${SELROLL_PYTHON:-/usr/bin/python3}   # the Debian python with python3-zmq and python3-msgpack
 T=$(mktemp -d /tmp/selroll-it-rollout-XXXXXX)
 fail=0
 pids=()
@@ -30,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 
 only() { [ -z "${IT_ROLLOUT_ONLY:-}" ] || [[ ",$IT_ROLLOUT_ONLY," == *",$1,"* ]]; }
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+free_port() { "$PY" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 say() { echo "-- $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
@@ -43,24 +45,27 @@ RPID=$!
 for _ in $(seq 100); do redis-cli -p "$RPORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 REDIS="redis://127.0.0.1:$RPORT"
 
-# start_run NAME ARGS...: starts `selroll run` in the background (RUN_PID), waits for its
-# endpoints and starts the bus recorder (BUS_PID).
+# start_run NAME ARGS...: starts the bus (a proxy hosted by the recorder, BUS_PID, so no early
+# ACTION is missed), then `selroll run` on it in the background (RUN_PID), and reads its endpoints.
 start_run() {
   local name=$1; shift
   OUT="$T/$name"
+  local pp sp
+  pp=$(free_port); sp=$(free_port)
+  "$PY" tests/rollout_bus.py --proxy "$pp,$sp" --run "$name" --out "$T/$name.bus" \
+    >"$T/$name.busready" 2>&1 &
+  BUS_PID=$!
+  pids+=("$BUS_PID")
+  for _ in $(seq 100); do grep -q ready "$T/$name.busready" 2>/dev/null && break; sleep 0.05; done
   "$S" run --redis "$REDIS" --run "$name" --out "$OUT" --actors 3 --slots 16 --env-workers 2 \
-    --groups 16 --group-size 8 --iters 1 --max-steps 30 --grace-ms 3000 "$@" \
+    --groups 16 --group-size 8 --iters 1 --max-steps 30 --grace-ms 3000 \
+    --bus-external "tcp://127.0.0.1:$pp,tcp://127.0.0.1:$sp" "$@" \
     >"$T/$name.stdout" 2>"$T/$name.stderr" &
   RUN_PID=$!
   pids+=("$RUN_PID")
   for _ in $(seq 200); do [ -f "$OUT/endpoints.env" ] && break; sleep 0.05; done
   # shellcheck disable=SC1090
   . "$OUT/endpoints.env"
-  python3 tests/rollout_bus.py --sub "$BUS_SUB_EP" --run "$name" --out "$T/$name.bus" \
-    >"$T/$name.busready" 2>&1 &
-  BUS_PID=$!
-  pids+=("$BUS_PID")
-  for _ in $(seq 100); do grep -q ready "$T/$name.busready" 2>/dev/null && break; sleep 0.05; done
 }
 
 # wait_run NAME LIMIT_S: waits for the run to end; fails it when it did not exit 0 in time.
@@ -77,7 +82,7 @@ wait_run() {
   say "$name: $(grep '^round 0:' "$T/$name.stdout")"
 }
 
-check() { python3 tests/rollout_check.py --redis "$REDIS" --groups 16 --G 8 "$@" || fail=1; }
+check() { "$PY" tests/rollout_check.py --redis "$REDIS" --groups 16 --G 8 "$@" || fail=1; }
 
 # wait_actions NAME N: waits until the bus recording holds N ACTIONs (mid-round).
 wait_actions() {
@@ -88,18 +93,31 @@ wait_actions() {
 }
 child_pid() { awk -v n="$2" '$1 == n {print $2}' "$T/$1/children.txt"; }
 
+# The paper's threshold (0.12) cancels few of the built-in policy's groups in one round of 16, so
+# the cancel paths (CANCEL, latency, shadow's unenforced cancels) run with d_L = 0.6 as well.
+if only paper; then
+  say "paper settings (K=10, d_L=0.12): 16 groups x G=8, 3 actors, 2 env workers, policy server, gate"
+  start_run pap --time-scale 100 --gate-mode enforce
+  wait_run pap 120
+  check --run pap --jsonl "$T/pap/rounds/round-0.jsonl" --bus "$T/pap.bus" --mode enforce --spread
+fi
+
 if only enforce; then
-  say "enforce: 16 groups x G=8, 3 actors, 2 env workers, policy server, gate"
-  start_run enf --time-scale 100 --gate-mode enforce
+  say "enforce with d_L=0.6: many groups cancelled, cancel latency"
+  start_run enf --time-scale 100 --gate-mode enforce --threshold 0.6
   wait_run enf 120
-  check --run enf --jsonl "$T/enf/rounds/round-0.jsonl" --bus "$T/enf.bus" --mode enforce --spread
+  check --run enf --jsonl "$T/enf/rounds/round-0.jsonl" --bus "$T/enf.bus" --mode enforce --spread \
+    --threshold 0.6
+  grep -q 'cancelled [1-9]' "$T/enf.stdout" || bad "enf: no group was cancelled"
 fi
 
 if only shadow; then
-  say "shadow: same workload, decisions recorded, nothing cancelled"
-  start_run sha --time-scale 100 --gate-mode shadow
+  say "shadow with d_L=0.6: the same decisions recorded, nothing cancelled"
+  start_run sha --time-scale 100 --gate-mode shadow --threshold 0.6
   wait_run sha 120
-  check --run sha --jsonl "$T/sha/rounds/round-0.jsonl" --bus "$T/sha.bus" --mode shadow
+  check --run sha --jsonl "$T/sha/rounds/round-0.jsonl" --bus "$T/sha.bus" --mode shadow \
+    --threshold 0.6
+  grep -q 'cancelled 0' "$T/sha.stdout" || bad "sha: a group was cancelled in shadow mode"
 fi
 
 if only off; then
@@ -155,7 +173,7 @@ if only malformed; then
   say "malformed and oversize messages to every socket while a round runs"
   start_run junk --time-scale 20
   wait_actions junk 30
-  python3 - "$WORK_EP" "$BUS_PUB_EP" "$ENV_WORKERS" "$POLICY_URL" <<'PY'
+  "$PY" - "$WORK_EP" "$BUS_PUB_EP" "$ENV_WORKERS" "$POLICY_URL" <<'PY'
 import sys, time, urllib.request, zmq, msgpack
 work, bus, envs, policy = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
 ctx = zmq.Context()
@@ -192,12 +210,12 @@ fi
 if only python; then
   say "actors against docs/examples/env_worker.py"
   EP_PORT=$(free_port)
-  python3 docs/examples/env_worker.py --bind "tcp://127.0.0.1:$EP_PORT" --capacity 32 >"$T/pyenv.log" 2>&1 &
+  "$PY" docs/examples/env_worker.py --bind "tcp://127.0.0.1:$EP_PORT" --capacity 32 >"$T/pyenv.log" 2>&1 &
   pids+=($!)
   PP=$(free_port)
   "$S" policy-server --listen "127.0.0.1:$PP" --time-scale 100 >"$T/pypolicy.log" 2>&1 &
   pids+=($!)
-  python3 tests/rollout_pycoord.py --env-worker "tcp://127.0.0.1:$EP_PORT" \
+  "$PY" tests/rollout_pycoord.py --env-worker "tcp://127.0.0.1:$EP_PORT" \
     --tasks counter/2,counter/3,counter/1 --jobs 12 --max-steps 10 --timeout 90 >"$T/pyco.out" 2>&1 &
   PYCO=$!; pids+=("$PYCO")
   for _ in $(seq 100); do grep -q '^work=' "$T/pyco.out" && break; sleep 0.05; done
