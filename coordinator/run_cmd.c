@@ -372,7 +372,7 @@ int run_main(int argc, char **argv)
         {.name = "env-workers", .kind = CFG_INT, .dst = &o.env_workers, .def = "2", .min = 1,
          .max = 64, .help = "env-worker processes"},
         {.name = "env-capacity", .kind = CFG_INT, .dst = &o.env_capacity, .def = "0", .min = 0,
-         .max = 100000, .help = "sessions per env worker (0 = enough for every slot)"},
+         .max = 100000, .help = "sessions per env worker (0 = twice all actors' slots, at least 64)"},
         {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.time_scale, .def = "1", .min = 0.001,
          .max = 1e6, .help = "policy server: simulated seconds per wall second"},
         {.name = "cost-model", .kind = CFG_BOOL, .dst = &o.cost_model, .def = "true",
@@ -514,8 +514,9 @@ int run_main(int argc, char **argv)
     }
     int policy_port = s_free_port();
     snprintf(r.policy_url, sizeof r.policy_url, "http://127.0.0.1:%d", policy_port);
-    int capacity = o.env_capacity > 0 ? o.env_capacity
-                                      : (o.actors * o.slots + o.env_workers - 1) / o.env_workers + 8;
+    /* Sessions of an actor that dies stay open on the env workers until their TTL, and actors
+     * may join later: by default each worker can take twice all the slots. */
+    int capacity = o.env_capacity > 0 ? o.env_capacity : SR_MAX(64, 2 * o.actors * o.slots);
 
     /* Env workers. */
     size_t el = 0;
