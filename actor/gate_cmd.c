@@ -39,9 +39,9 @@ int gate_main(int argc, char **argv)
         {.name = "coordinator", .kind = CFG_STRING, .dst = &o.coordinator, .metavar = "EP",
          .help = "coordinator work endpoint: HELLO as role gate, bus endpoints from WELCOME"},
         {.name = "bus-sub", .kind = CFG_STRING, .dst = &o.bus_sub, .metavar = "EP",
-         .help = "bus endpoint for SUB sockets (the proxy's XPUB), instead of --coordinator"},
+         .help = "bus endpoint for SUB sockets (the proxy's XPUB), instead of WELCOME's"},
         {.name = "bus-pub", .kind = CFG_STRING, .dst = &o.bus_pub, .metavar = "EP",
-         .help = "bus endpoint for PUB sockets (the proxy's XSUB), instead of --coordinator"},
+         .help = "bus endpoint for PUB sockets (the proxy's XSUB), instead of WELCOME's"},
         {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .metavar = "URL",
          .help = "Redis URL (required unless --mode off)"},
         {.name = "redis-timeout-ms", .kind = CFG_INT, .dst = &o.redis_timeout_ms, .def = "2000",
@@ -123,7 +123,7 @@ int gate_main(int argc, char **argv)
     c.gate.max_groups = (size_t)o.max_groups;
     c.run = o.run;
     c.id = o.id;
-    c.coordinator = direct ? NULL : o.coordinator;
+    c.coordinator = o.coordinator;
     c.bus_sub = o.bus_sub;
     c.bus_pub = o.bus_pub;
     c.redis = o.redis;

@@ -45,6 +45,7 @@ struct gate_svc {
     reactor_t *reactor;
     transport_sock_t *sub, *pub, *work;
     bool bus_connected;
+    bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
     bool welcomed;
     int hb_timer;
     int64_t hb_period_ms; /* period of hb_timer */
@@ -371,7 +372,7 @@ static void s_on_welcome(gate_svc_t *s, const proto_welcome_t *w)
     metrics_counter_inc(s->m_welcomes);
     if (strcmp(w->run, s->run))
         log_warn("gate: WELCOME names run %s, this gate serves %s", w->run, s->run);
-    if (s_bus_connect(s, w->bus_sub, w->bus_pub) != SR_OK) {
+    if (!s->bus_fixed && s_bus_connect(s, w->bus_sub, w->bus_pub) != SR_OK) {
         log_error("%s", s->err);
         return;
     }
@@ -441,6 +442,10 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     transport_opts_init(&o);
     o.identity = identity;
     o.linger_ms = 200;
+    /* Reconnect fast: a bus (re)bound by the coordinator must see the gate's subscription before
+     * the first ACTIONs of a round, or those groups go undecided. */
+    o.reconnect_ivl_ms = 10;
+    o.reconnect_ivl_max_ms = 1000;
     char err[TRANSPORT_ERR_LEN];
     transport_sock_t *t = transport_sock_new(s->ctx, type, &o, err, sizeof err);
     if (!t)
@@ -552,6 +557,7 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
         goto fail;
     }
     if (direct) {
+        s->bus_fixed = true;
         if (s_bus_connect(s, c->bus_sub, c->bus_pub) != SR_OK)
             goto fail;
     }

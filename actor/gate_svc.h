@@ -5,7 +5,8 @@
  * The service learns the bus endpoints either directly (bus_sub / bus_pub) or from the
  * coordinator: it sends HELLO as role "gate" (0 slots) on a DEALER socket and takes bus_sub and
  * bus_pub from WELCOME; it then heartbeats at the WELCOME's interval and says HELLO again when
- * the coordinator answers ERROR unknown_actor (a restarted coordinator). It subscribes to
+ * the coordinator answers ERROR unknown_actor (a restarted coordinator). With both, the bus is
+ * joined at once from the given endpoints and the coordinator only sees the gate's liveness. It subscribes to
  * `act/<run>/`, decodes each ACTION and hands it to the core.
  *
  * Redis calls block, so they run on a writer thread of their own with its own connection: the
@@ -31,9 +32,9 @@ typedef struct {
     gate_cfg_t gate;          /* the decision core's configuration; gate.run is set from run */
     const char *run;          /* run id ("default") */
     const char *id;           /* identity on the work channel ("<host>-<pid>" when NULL) */
-    const char *coordinator;  /* work endpoint; NULL = use bus_sub / bus_pub as given */
-    const char *bus_sub;      /* where the SUB socket connects (the proxy's XPUB side) */
-    const char *bus_pub;      /* where the PUB socket connects (the proxy's XSUB side) */
+    const char *coordinator;  /* work endpoint (HELLO, heartbeats); NULL = none */
+    const char *bus_sub;      /* SUB connects here (the proxy's XPUB side); NULL = from WELCOME */
+    const char *bus_pub;      /* PUB connects here (the proxy's XSUB side); NULL = from WELCOME */
     const char *redis;        /* Redis URL; required unless the mode is off */
     int redis_timeout_ms;     /* per command (2000) */
     int heartbeat_ms;         /* until WELCOME says otherwise (1000) */

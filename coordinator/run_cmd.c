@@ -565,17 +565,18 @@ int run_main(int argc, char **argv)
         names[nnames++] = sr_xstrdup("policy-server");
     }
 
-    /* Coordinator. */
-    if (s_start_coordinator(&r, false) != SR_OK)
-        goto cleanup;
-
-    /* Gate. */
+    /* Gate: before the coordinator, and on the bus endpoints directly, so that it is subscribed
+     * by the time the first ACTIONs of a round are published. */
     if (!o.no_gate) {
         s_argv_t a = {0};
         s_arg(&a, r.self);
         s_arg(&a, "gate");
         s_arg(&a, "--coordinator");
         s_arg(&a, r.work_ep);
+        s_arg(&a, "--bus-sub");
+        s_arg(&a, r.bus_sub_ep);
+        s_arg(&a, "--bus-pub");
+        s_arg(&a, r.bus_pub_ep);
         s_arg(&a, "--redis");
         s_arg(&a, r.redis_url);
         s_arg(&a, "--run");
@@ -599,6 +600,10 @@ int run_main(int argc, char **argv)
             goto cleanup;
         names[nnames++] = sr_xstrdup("gate");
     }
+
+    /* Coordinator. */
+    if (s_start_coordinator(&r, false) != SR_OK)
+        goto cleanup;
 
     /* Actors. */
     for (int i = 0; i < o.actors; i++) {

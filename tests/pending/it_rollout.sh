@@ -153,7 +153,8 @@ if only actorkill; then
   wait_run akill 180
   kill "$LATE" 2>/dev/null
   check --run akill --jsonl "$T/akill/rounds/round-0.jsonl" --skip-gate --mode enforce
-  grep -Eq "[1-9][0-9]* requeued" "$T/akill/logs/coordinator.log" && say "akill: the killed actor's jobs were re-queued" \
+  grep -Eq "[1-9][0-9]* (requeued|leases expired)" "$T/akill/logs/coordinator.log" \
+    && say "akill: the killed actor's jobs were re-queued" \
     || bad "akill: no job was re-queued after the kill"
   n=$(grep -c '"actor_id": "late-1"' "$T/akill.bus")
   [ "$n" -gt 0 ] && say "akill: the late actor published $n ACTIONs" || bad "akill: the late actor got no work"
