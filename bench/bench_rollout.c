@@ -331,7 +331,7 @@ int bench_rollout_run(int argc, char **argv)
     s_sys_t r;
 
     const char *one[] = {"--actors", "1", "--slots", "1", "--env-workers", "1",
-                         "--groups", quick ? "1" : "2", "--group-size", "8",
+                         "--groups", quick ? "1" : "4", "--group-size", "8",
                          "--no-cost-model", NULL};
     s_system(self, "bench-overhead", one, &r);
     if (r.ok)
@@ -352,12 +352,12 @@ int bench_rollout_run(int argc, char **argv)
     else
         code = 1;
 
-    /* About 50 ms per request: 45 reasoning tokens plus a few action tokens at 1000 tokens/s
+    /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
      * per sequence, capacity and batch far above 256 requests. */
     const char *lat[] = {"--actors", "4", "--slots", "64", "--env-workers", "2",
                          "--groups", quick ? "32" : "64", "--group-size", "8",
                          "--policy-args",
-                         "--think-mean 45 --think-sd 0 --think-min 45 --think-max 45 "
+                         "--think-mean 35 --think-sd 0 --think-min 35 --think-max 35 "
                          "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
                          NULL};
