@@ -651,6 +651,8 @@ metrics_registry_t *gate_svc_metrics(gate_svc_t *s)
 
 void gate_svc_log_summary(const gate_svc_t *s)
 {
+    if (!s)
+        return;
     gate_svc_stats_t st;
     gate_svc_stats(s, &st);
     gate_stats_t gs;

@@ -94,7 +94,7 @@ void gate_svc_stats(const gate_svc_t *s, gate_svc_stats_t *out);
 /* gate_svc_metrics returns the service's metrics registry (owned by s). */
 metrics_registry_t *gate_svc_metrics(gate_svc_t *s);
 
-/* gate_svc_log_summary writes one log line with the counters (at shutdown). */
+/* gate_svc_log_summary writes one log line with the counters (at shutdown); s may be NULL. */
 void gate_svc_log_summary(const gate_svc_t *s);
 
 #endif
