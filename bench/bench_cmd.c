@@ -9,6 +9,7 @@
 #include "bench/bench_editdist.h"
 #include "bench/bench_policy.h"
 #include "bench/bench_proto.h"
+#include "bench/bench_rollout.h"
 #include "bench/bench_env.h"
 
 #include <stdio.h>
@@ -26,6 +27,7 @@ static const s_bench_t s_benches[] = {
     {"editdist", bench_editdist_run, "prefix divergence d_K of G=8 groups at K=10 and K=30"},
     {"policy", bench_policy_run, "policy server requests/s (cost model off) and client CPU per request"},
     {"calibrate", bench_calibrate_run, "built-in policy vs household: success, zero-variance groups, d_10"},
+    {"rollout", bench_rollout_run, "gate core; overhead per step, saturation, 50 ms x 256 slots"},
 };
 
 static void s_usage(FILE *out)
