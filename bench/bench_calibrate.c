@@ -28,6 +28,7 @@
 #include <time.h>
 
 #define S_MAX_G 64
+#define S_TMAX 30 /* steps per episode at most: the paper's T_max, as `selroll run` uses */
 
 typedef struct {
     char **actions;
@@ -157,14 +158,30 @@ static void s_episode_free(s_episode_t *ep)
     memset(ep, 0, sizeof(*ep));
 }
 
+/* s_split_step returns the first step (0-based, below K) at which the G episodes do not all take
+ * the same action (an ended episode counts as taking "<END>"), or K when they agree up to K. */
+static int s_split_step(const s_episode_t *eps, int G, int K)
+{
+    for (int k = 0; k < K; k++) {
+        const char *a0 = (size_t)k < eps[0].n ? eps[0].actions[k] : "<END>";
+        for (int g = 1; g < G; g++) {
+            const char *a = (size_t)k < eps[g].n ? eps[g].actions[k] : "<END>";
+            if (strcmp(a, a0) != 0)
+                return k;
+        }
+    }
+    return K;
+}
+
 static void s_usage(FILE *out)
 {
     fprintf(
         out,
         "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group "
         "8]\n"
-        "       [--temperature 0.7] [--seed 0] [--max-steps 50] [--k 10]\n"
-        "       [--prior-strength 1] [--prior-search 5.5] [--prior-noise 0.3] [--prior-idio 1.4]\n"
+        "       [--temperature 0.7] [--seed 0] [--max-steps 30] [--k 10]\n"
+        "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
+        "       [--prior-first 20]\n"
         "       [--trace N] [--show-groups N]\n"
         "Plays version 0 of the built-in policy against the household environment in-process and "
         "prints\n"
@@ -178,7 +195,7 @@ static void s_usage(FILE *out)
 int bench_calibrate_run(int argc, char **argv)
 {
     const char *split = "valid_unseen";
-    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS,
+    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = S_TMAX,
         K = 10;
     double temperature = 0.7;
     prior_opts_t po;
@@ -196,6 +213,7 @@ int bench_calibrate_run(int argc, char **argv)
         {"prior-search", required_argument, NULL, 2},
         {"prior-noise", required_argument, NULL, 3},
         {"prior-idio", required_argument, NULL, 4},
+        {"prior-first", required_argument, NULL, 7},
         {"trace", required_argument, NULL, 5},
         {"show-groups", required_argument, NULL, 6},
         {"help", no_argument, NULL, 'h'},
@@ -247,6 +265,9 @@ int bench_calibrate_run(int argc, char **argv)
         case 4:
             po.idio = atof(optarg);
             break;
+        case 7:
+            po.first = atof(optarg);
+            break;
         case 'h':
             s_usage(stdout);
             return 0;
@@ -276,6 +297,7 @@ int bench_calibrate_run(int argc, char **argv)
     long per_type_tasks[HOUSEHOLD_TASK_COUNT] = {0}, per_type_wins[HOUSEHOLD_TASK_COUNT] = {0};
     static const double edges[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001};
     long hist[SR_ARRAY_LEN(edges) - 1] = {0};
+    long *split_hist = sr_xcalloc((size_t)K + 1, sizeof(long));
     double d_sum = 0, t0 = s_now();
     s_episode_t eps[S_MAX_G];
     for (int t = 0; t < tasks && code == 0; t++) {
@@ -318,6 +340,7 @@ int bench_calibrate_run(int argc, char **argv)
             lens[g] = eps[g].n;
         }
         double d = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)K);
+        split_hist[s_split_step(eps, G, K)]++;
         if (t < show) {
             printf("== %s: %d of %d won, d_%d = %.3f\n", task_id, won, G, K, d);
             for (int g = 0; g < G; g++) {
@@ -367,6 +390,11 @@ int bench_calibrate_run(int argc, char **argv)
         for (size_t b = 0; b + 1 < SR_ARRAY_LEN(edges); b++)
             printf("    [%.2f, %.2f): %5.1f%%\n", edges[b], edges[b + 1] > 1 ? 1.0 : edges[b + 1],
                    100.0 * (double)hist[b] / (double)groups);
+        printf("  groups by the first step where not all %d agree (steps 1..%d, then agreed to K):",
+               G, K);
+        for (int k = 0; k <= K; k++)
+            printf(" %ld", split_hist[k]);
+        printf("\n");
         printf("  success by task type:");
         for (int ty = 0; ty < HOUSEHOLD_TASK_COUNT; ty++)
             if (per_type_tasks[ty])
@@ -375,6 +403,7 @@ int bench_calibrate_run(int argc, char **argv)
         printf("\n  %ld steps in %.2f s (%.1f us per step, prompt render + parse + model)\n", steps,
                secs, steps ? secs * 1e6 / (double)steps : 0);
     }
+    free(split_hist);
     model_destroy(&m);
     prompt_destroy(&tmpl);
     return code;

@@ -185,6 +185,45 @@ static bool s_in_history(const pparse_state_t *st, const char *action, bool skip
     return false;
 }
 
+/* s_first_take_of_several tells whether action index `action` is the first of at least two
+ * "take TYPE n from ..." actions of the admissible list for the object type: the first such
+ * object an attentive reader meets, when there is a choice. */
+static bool s_first_take_of_several(const pparse_state_t *st, int action, const char *type)
+{
+    size_t tl = strlen(type);
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *b = st->actions[i];
+        if (i == action || strncmp(b, "take ", 5) != 0 || strncmp(b + 5, type, tl) != 0 ||
+            b[5 + tl] != ' ')
+            continue;
+        return i > action;
+    }
+    return false;
+}
+
+/* s_lowest_of_several tells whether "go to TYPE num" is the lowest-numbered of at least two
+ * receptacles of its type among the admissible go-to actions of st. */
+static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int num)
+{
+    if (num <= 0)
+        return false;
+    size_t tl = strlen(type);
+    int others = 0;
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *b = st->actions[i];
+        if (strncmp(b, "go to ", 6) != 0 || strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+            continue;
+        char *end = NULL;
+        long k = strtol(b + 7 + tl, &end, 10);
+        if (!end || *end != '\0' || k <= 0 || k == num)
+            continue;
+        if (k < num)
+            return false;
+        others++;
+    }
+    return others > 0;
+}
+
 int model_features(const pparse_state_t *st, int action, model_feat_t *out, int max)
 {
     if (!st || !out || max < 1 || action < 0 || action >= st->n_actions)
@@ -214,6 +253,9 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
     if (strcmp(verb, "go") == 0) {
         int num = pparse_type_of(rest, yt, sizeof yt);
         s_emit(&e, "go|obj=%s|rt=%s|hold=%s", st->goal_obj, yt, hold);
+        bool start = st->n_prev == 0 && st->n_hist == 0 && !st->location[0];
+        if (start)
+            s_emit(&e, "go|obj=%s|rt=%s|start", st->goal_obj, yt);
         s_emit(&e, "go|rt=%s|task=%s|hold=%s|proc=%d", yt, task, hold, proc);
         if (strcmp(yt, st->goal_recep) == 0)
             s_emit(&e, "go|goalrecep|task=%s|hold=%s|proc=%d", task, hold, proc);
@@ -226,12 +268,16 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
         if (loc_type[0] && strcmp(yt, loc_type) == 0) {
             s_emit(&e, "go|sametype");
             if (num == loc_num + 1)
-                s_emit(&e, "go|nextnum");
+                s_emit(&e, "go|nextnum|hold=%s", hold);
             else if (num < loc_num)
                 s_emit(&e, "go|sametype|lower");
         }
         if (num == 1)
             s_emit(&e, "go|first");
+        else if (s_lowest_of_several(st, yt, num))
+            s_emit(&e, "go|lowest");
+        if (start && (num == 1 || s_lowest_of_several(st, yt, num)))
+            s_emit(&e, "go|lowest|start");
         if (st->prev_location[0] && strcmp(rest, st->prev_location) == 0)
             s_emit(&e, "go|prev");
         else if (s_in_history(st, a, false))
@@ -246,6 +292,8 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
         if (goal_obj && strcmp(yt, st->goal_recep) == 0)
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
+        else if (goal_obj && s_first_take_of_several(st, action, xt))
+            s_emit(&e, "take|goalobj|first");
     } else if (strcmp(verb, "move") == 0 && s_split2(rest, " to ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);

@@ -100,9 +100,10 @@ void prior_opts_default(prior_opts_t *o)
 {
     o->seed = 0;
     o->strength = 1.0;
-    o->search = 5.5;
+    o->search = 2.0;
     o->noise = 0.3;
-    o->idio = 1.4;
+    o->idio = 1.3;
+    o->first = 20.0;
 }
 
 double prior_likelihood(const char *obj, const char *recep)
@@ -219,7 +220,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                 /* Where to bring the goal object once held. */
                 double gr = 0;
                 if (strcmp(hold, "goal") == 0)
-                    gr = procd ? (proc ? 5.0 : -1.0) : (strcmp(task, "look") == 0 ? 0 : 5.0);
+                    gr = procd ? (proc ? 7.0 : -1.0) : (strcmp(task, "look") == 0 ? 0 : 7.0);
                 s_add(w, gr, "go|goalrecep|task=%s|hold=%s|proc=%d", task, hold, proc);
                 const char *app = s_appliance(task);
                 if (app && strcmp(hold, "goal") == 0 && !proc)
@@ -232,7 +233,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         }
         for (int proc = 0; proc < 2; proc++) {
             /* Put the goal object in the goal receptacle (processed first when asked). */
-            double mv = strcmp(task, "look") == 0 ? -3.0 : procd && !proc ? -0.5 : 7.0;
+            double mv = strcmp(task, "look") == 0 ? -3.0 : procd && !proc ? -0.5 : 8.0;
             s_add(w, mv, "move|goalobj=1|goalrecep=1|task=%s|proc=%d", task, proc);
             s_add(w, -3.0, "move|goalobj=1|goalrecep=0|task=%s|proc=%d", task, proc);
             s_add(w, -1.0, "move|goalobj=0|goalrecep=0|task=%s|proc=%d", task, proc);
@@ -246,7 +247,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                 s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
             }
         }
-        s_add(w, 13.5, "take|goalobj=1|task=%s", task);
+        s_add(w, 11.0, "take|goalobj=1|task=%s", task);
         s_add(w, -1.5, "take|goalobj=0|task=%s", task);
         s_add(w, -7.0, "take|goalobj|fromgoalrecep|task=%s", task);
     }
@@ -255,8 +256,10 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     for (size_t i = 0; i < SR_ARRAY_LEN(S_WHERE); i++)
         for (size_t r = 0; r < SR_ARRAY_LEN(S_RECEPS); r++) {
             double l = prior_likelihood(S_WHERE[i].obj, S_RECEPS[r]);
-            if (l > 0)
+            if (l > 0) {
                 s_add(w, o->search * l, "go|obj=%s|rt=%s|hold=empty", S_WHERE[i].obj, S_RECEPS[r]);
+                s_add(w, o->first * l * l, "go|obj=%s|rt=%s|start", S_WHERE[i].obj, S_RECEPS[r]);
+            }
         }
     /* Looking for a lamp with the object in hand. */
     static const char *lamps[] = {"desklamp", "floorlamp"};
@@ -268,16 +271,21 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
         }
 
     for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++) {
-        s_add(w, 12.5, "open|here_closed|hold=%s", S_HOLDS[h]);
+        s_add(w, 16.0, "open|here_closed|hold=%s", S_HOLDS[h]);
         s_add(w, strcmp(S_HOLDS[h], "goal") == 0 ? 5.0 : 0, "go|lampseen|hold=%s", S_HOLDS[h]);
         s_add(w, strcmp(S_HOLDS[h], "empty") == 0 ? 4.0 : 0, "go|goalseen|hold=%s", S_HOLDS[h]);
     }
     s_add(w, 0.6, "go|sametype");
-    s_add(w, 3.0, "go|nextnum");
+    for (size_t h = 0; h < SR_ARRAY_LEN(S_HOLDS); h++)
+        s_add(w, strcmp(S_HOLDS[h], "empty") == 0 ? 7.0 : 1.0,
+              "go|nextnum|hold=%s", S_HOLDS[h]);
     s_add(w, -2.0, "go|sametype|lower");
     s_add(w, 3.0, "go|first");
-    s_add(w, -2.0, "go|prev");
-    s_add(w, -1.5, "go|recent");
+    s_add(w, 4.0, "go|lowest");
+    s_add(w, 4.0, "go|lowest|start");
+    s_add(w, 4.0, "take|goalobj|first");
+    s_add(w, -0.5, "go|prev");
+    s_add(w, -0.5, "go|recent");
     s_add(w, -2.0, "examine|held=1");
     s_add(w, -0.5, "examine|held=0");
     s_add(w, -2.5, "repeat|last");

@@ -19,9 +19,11 @@
 typedef struct {
     uint64_t seed;   /* the --seed of the policy server */
     double strength; /* multiplies every hand-set weight: the model's confidence (default 1) */
-    double search; /* weight of the object-in-receptacle-type table when searching (default 5.5) */
+    double search; /* weight of the object-in-receptacle-type table when searching (default 2) */
     double noise;  /* std dev of seeded noise on every named weight (default 0.3) */
-    double idio;   /* std dev of the seeded per-action-string preferences (default 1.4) */
+    double idio;   /* std dev of the seeded per-action-string preferences (default 1.3) */
+    double first;  /* weight of the table (squared plausibility) at an episode's first step: how
+                      sure the model is of its first guess per goal object type (default 20) */
 } prior_opts_t;
 
 /* prior_opts_default fills o with the documented defaults (seed 0). */

@@ -424,6 +424,64 @@ static void prior_is_confident_at_temperature_0_7(void **state)
     model_destroy(&m);
 }
 
+/* Where prefixes converge: at the first step every seed is sure of its first guess for the goal
+ * object type (the same receptacle type for an apple, number 1 of it), and of several goal objects
+ * in view it takes the first listed one; where they diverge: after a wrong first guess it is less
+ * sure where to look next. */
+static void prior_first_guess_and_look_alike_ties_are_confident(void **state)
+{
+    (void)state;
+    const char *b[] = {"go to cabinet 1",    "go to cabinet 2",   "go to countertop 1",
+                       "go to diningtable 1", "go to fridge 1",   "go to microwave 1",
+                       "go to sinkbasin 1",   "inventory",        "look"};
+    const char *c[] = {"examine countertop 1", "go to cabinet 1", "go to diningtable 1",
+                       "go to fridge 1",       "inventory",       "look",
+                       "take apple 1 from countertop 1", "take apple 2 from countertop 1"};
+    const char *d[] = {"examine countertop 1", "go to cabinet 1",   "go to cabinet 2",
+                       "go to diningtable 1",  "go to fridge 1",    "go to microwave 1",
+                       "go to sinkbasin 1",    "inventory",         "look"};
+    const char *hist[] = {OPENING, "go to countertop 1"};
+    int sure_start = 0, sure_take = 0, unsure_search = 0;
+    for (uint64_t seed = 0; seed < 10; seed++) {
+        model_t *m = s_prior(seed);
+        double p[9];
+        pparse_state_t st;
+        char *t = s_render("put a hot apple in diningtable.", 0, NULL, 0, OPENING, b, 9);
+        pparse_user_text(t, &st);
+        model_probs(m, &st, 0.7, p);
+        sure_start += p[s_index(&st, "go to countertop 1")] > 0.95;
+        pparse_state_clear(&st);
+        free(t);
+
+        t = s_render("put a hot apple in diningtable.", 1, hist, 1,
+                     "You arrive at countertop 1. On the countertop 1, you see a apple 1, and a "
+                     "apple 2.",
+                     c, 8);
+        pparse_user_text(t, &st);
+        model_probs(m, &st, 0.7, p);
+        sure_take += p[s_index(&st, "take apple 1 from countertop 1")] > 0.9;
+        pparse_state_clear(&st);
+        free(t);
+
+        t = s_render("put a hot apple in diningtable.", 1, hist, 1,
+                     "You arrive at countertop 1. On the countertop 1, you see a fork 1.", d, 9);
+        pparse_user_text(t, &st);
+        model_probs(m, &st, 0.7, p);
+        double best = 0;
+        for (int i = 0; i < st.n_actions; i++)
+            best = p[i] > best ? p[i] : best;
+        unsure_search += best < 0.95;
+        pparse_state_clear(&st);
+        free(t);
+        model_destroy(&m);
+    }
+    print_message("sure first guess %d, sure take %d, unsure search %d of 10 seeds\n", sure_start,
+                  sure_take, unsure_search);
+    assert_true(sure_start >= 8);
+    assert_true(sure_take >= 8);
+    assert_true(unsure_search >= 5);
+}
+
 static void sampling_is_reproducible_greedy_at_zero_and_top_p_cuts_the_tail(void **state)
 {
     (void)state;
@@ -683,6 +741,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(prior_is_deterministic_per_seed_and_differs_across_seeds),
         cmocka_unit_test(prior_greedy_choices_follow_common_sense),
         cmocka_unit_test(prior_is_confident_at_temperature_0_7),
+        cmocka_unit_test(prior_first_guess_and_look_alike_ties_are_confident),
         cmocka_unit_test(sampling_is_reproducible_greedy_at_zero_and_top_p_cuts_the_tail),
         cmocka_unit_test(grad_logprob_matches_finite_differences),
         cmocka_unit_test(blob_round_trips_and_corruption_is_refused),
