@@ -23,7 +23,7 @@
  * policy_server_opts_default really sets. */
 static const char *s_def(char *buf, size_t cap, double v)
 {
-    snprintf(buf, cap, "%.17g", v);
+    snprintf(buf, cap, "%.10g", v);
     return buf;
 }
 
@@ -92,6 +92,9 @@ int policy_server_main(int argc, char **argv)
         {.name = "prior-noise", .kind = CFG_DOUBLE, .dst = &o.prior.noise,
          .def = s_def(d[13], 32, o.prior.noise), .min = 0, .max = 1e3,
          .help = "version 0: std dev of seeded noise on named weights"},
+        {.name = "prior-first", .kind = CFG_DOUBLE, .dst = &o.prior.first,
+         .def = s_def(d[15], 32, o.prior.first), .min = 0, .max = 1e3,
+         .help = "version 0: weight of the first guess per goal object type"},
         {.name = "prior-idio", .kind = CFG_DOUBLE, .dst = &o.prior.idio,
          .def = s_def(d[14], 32, o.prior.idio), .min = 0, .max = 1e3,
          .help = "version 0: std dev of per-action-string preferences"},
