@@ -10,6 +10,8 @@
 #include "common/reactor.h"
 #include "common/transport.h"
 
+#include <curl/curl.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -18,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SAFETY_MS 3000
+#define SAFETY_MS 10000
 
 static void s_safety(reactor_t *r, int id, void *arg)
 {
@@ -32,6 +34,26 @@ static void s_stop_timer(reactor_t *r, int id, void *arg)
     (void)id;
     (void)arg;
     reactor_stop(r);
+}
+
+/* s_stop_after_rounds is a before-sleep hook that stops the loop in its Nth round: a way to let
+ * the loop poll a fixed number of times whatever the speed of the machine. */
+typedef struct {
+    int rounds, stop_at;
+} rounds_t;
+
+static void s_stop_after_rounds(reactor_t *r, void *arg)
+{
+    rounds_t *x = arg;
+    if (++x->rounds >= x->stop_at)
+        reactor_stop(r);
+}
+
+static void s_tick(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    (void)arg;
 }
 
 static transport_sock_t *s_sock(void *ctx, int type, const char *identity)
@@ -170,29 +192,96 @@ static void s_log_timer(reactor_t *r, int id, void *arg)
     t->log->order[t->log->n++] = t->tag;
 }
 
+typedef struct {
+    int64_t delay;
+    int64_t lo, hi;  /* the deadline lies in [lo, hi]: clock before and after the add, + delay */
+    int64_t fired_at;
+    int rank;        /* order of firing, 1-based; 0 = did not fire */
+    int *next_rank;
+} ordered_t;
+
+static void s_ordered_timer(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    ordered_t *o = arg;
+    o->fired_at = reactor_clock_ms();
+    o->rank = ++*o->next_rank;
+}
+
 static void timers_fire_in_deadline_order(void **state)
 {
     (void)state;
     reactor_t *r = reactor_new();
-    log_t log = {0};
-    tag_t t30 = {&log, 30}, t10a = {&log, 10}, t20 = {&log, 20}, t0 = {&log, 0}, t10b = {&log, 11};
+    int next_rank = 0;
+    /* Added out of order; two share a delay (added one after the other). */
+    int64_t delays[] = {30, 10, 20, 0, 10, 5};
+    ordered_t t[SR_ARRAY_LEN(delays)];
     int timed_out = 0;
-    int64_t t_start = reactor_clock_ms();
     reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
-    assert_true(reactor_timer_add(r, 30, 0, s_log_timer, &t30) > 0);
-    assert_true(reactor_timer_add(r, 10, 0, s_log_timer, &t10a) > 0);
-    assert_true(reactor_timer_add(r, 20, 0, s_log_timer, &t20) > 0);
-    assert_true(reactor_timer_add(r, 0, 0, s_log_timer, &t0) > 0);
-    assert_true(reactor_timer_add(r, 10, 0, s_log_timer, &t10b) > 0);
-    assert_true(reactor_timer_add(r, 35, 0, s_stop_timer, NULL) > 0);
-    assert_int_equal(reactor_timer_count(r), 7);
+    for (size_t i = 0; i < SR_ARRAY_LEN(delays); i++) {
+        t[i] = (ordered_t){.delay = delays[i], .next_rank = &next_rank};
+        t[i].lo = reactor_clock_ms() + delays[i];
+        assert_true(reactor_timer_add(r, delays[i], 0, s_ordered_timer, &t[i]) > 0);
+        t[i].hi = reactor_clock_ms() + delays[i];
+    }
+    reactor_timer_add(r, 35, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_timer_count(r), 8);
     assert_int_equal(reactor_run(r), SR_OK);
-    assert_true(reactor_clock_ms() - t_start >= 35);
     assert_false(timed_out);
-    assert_int_equal(log.n, 5);
-    int want[] = {0, 10, 11, 20, 30};
-    assert_memory_equal(log.order, want, sizeof want);
+    for (size_t i = 0; i < SR_ARRAY_LEN(delays); i++) {
+        assert_int_not_equal(t[i].rank, 0);
+        assert_true(t[i].fired_at >= t[i].lo); /* never early */
+        /* Whenever i's deadline is surely before j's, i fired first. On an idle machine the adds
+         * take well under a millisecond, so this pins down the whole order 0, 5, 10, 10, 20, 30;
+         * a loaded machine (valgrind) only loosens pairs whose deadlines it really moved. */
+        for (size_t j = 0; j < SR_ARRAY_LEN(delays); j++)
+            if (t[i].hi < t[j].lo)
+                assert_true(t[i].rank < t[j].rank);
+    }
+    /* Equal delays: the one added first has the earlier or equal deadline and fires first. */
+    assert_true(t[1].rank < t[4].rank);
     assert_int_equal(reactor_timer_count(r), 1); /* only the safety net is left */
+    reactor_destroy(&r);
+}
+
+static void many_timers_with_cancellations_keep_heap_order(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    reactor_t *r = reactor_new();
+    int next_rank = 0;
+    static ordered_t t[N];
+    int ids[N];
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    for (int i = 0; i < N; i++) {
+        int64_t delay = (i * 37) % 50; /* a scrambled spread of deadlines over 50 ms */
+        t[i] = (ordered_t){.delay = delay, .next_rank = &next_rank};
+        t[i].lo = reactor_clock_ms() + delay;
+        ids[i] = reactor_timer_add(r, delay, 0, s_ordered_timer, &t[i]);
+        t[i].hi = reactor_clock_ms() + delay;
+        assert_true(ids[i] > 0);
+    }
+    /* Cancel every third one: removals from the middle of the heap. */
+    for (int i = 0; i < N; i += 3)
+        assert_int_equal(reactor_timer_cancel(r, ids[i]), SR_OK);
+    assert_int_equal(reactor_timer_count(r), 1 + N - (N + 2) / 3);
+    reactor_timer_add(r, 60, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(next_rank, N - (N + 2) / 3);
+    for (int i = 0; i < N; i++) {
+        if (i % 3 == 0) {
+            assert_int_equal(t[i].rank, 0);
+            continue;
+        }
+        assert_int_not_equal(t[i].rank, 0);
+        assert_true(t[i].fired_at >= t[i].lo);
+        for (int j = 0; j < N; j++)
+            if (j % 3 != 0 && t[i].hi < t[j].lo)
+                assert_true(t[i].rank < t[j].rank);
+    }
     reactor_destroy(&r);
 }
 
@@ -334,7 +423,8 @@ static void s_pipe_read(reactor_t *r, int fd, int revents, void *arg)
     assert_true(revents & REACTOR_READ);
     assert_int_equal(read(fd, &p->got, 1), 1);
     p->reads++;
-    reactor_stop(r);
+    if (p->writes > 0)
+        reactor_stop(r);
 }
 
 static void s_pipe_writable(reactor_t *r, int fd, int revents, void *arg)
@@ -344,6 +434,8 @@ static void s_pipe_writable(reactor_t *r, int fd, int revents, void *arg)
     p->writes++;
     /* Writable once is enough: go idle, or the loop would spin on a writable pipe. */
     assert_int_equal(reactor_mod_fd(r, fd, 0), SR_OK);
+    if (p->reads > 0)
+        reactor_stop(r);
 }
 
 static void fd_readiness_with_a_pipe(void **state)
@@ -411,9 +503,11 @@ static void handler_removing_itself_and_a_ready_peer_during_dispatch(void **stat
     reactor_t *r = reactor_new();
     reactor_add_fd(r, pa[0], REACTOR_READ, s_remove_self_and_peer, &x);
     reactor_add_fd(r, pb[0], REACTOR_READ, s_peer, &x);
-    reactor_timer_add(r, 10, 0, s_stop_timer, NULL);
+    rounds_t rounds = {.stop_at = 4};
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL); /* keeps the rounds coming */
     assert_int_equal(reactor_run(r), SR_OK);
-    /* Still readable for 10 ms, yet neither is called again after removal. */
+    /* Both stay readable for three polls, yet neither is called again after removal. */
     assert_int_equal(x.a_calls, 1);
     assert_int_equal(x.b_calls, 0);
     reactor_destroy(&r);
@@ -456,7 +550,9 @@ static void zsock_handler_removing_itself_is_not_called_again(void **state)
                      SR_ECONFLICT);
     assert_int_equal(reactor_add_zsock(r, zs, 0, s_zsock_remove_self, &z), SR_EINVAL);
     assert_int_equal(reactor_add_zsock(r, NULL, REACTOR_READ, s_zsock_remove_self, &z), SR_EINVAL);
-    reactor_timer_add(r, 10, 0, s_stop_timer, NULL);
+    rounds_t rounds = {.stop_at = 4};
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL); /* keeps the rounds coming */
     assert_int_equal(reactor_run(r), SR_OK);
     /* The handler never received, so input stayed pending: only removal kept it from re-running
      * within the budget and in later rounds. */
@@ -718,12 +814,174 @@ static void terminated_context_ends_the_loop_with_eclosed(void **state)
     zmq_ctx_term(t.ctx);
 }
 
+/* ---- libcurl's multi handle on the reactor ---- */
+
+#define CURL_N 16
+
+typedef struct {
+    reactor_t *r;
+    CURLM *multi;
+    int timer_id;
+    int done, ok;
+} curl_loop_t;
+
+typedef struct {
+    char buf[16];
+    size_t len;
+} reply_t;
+
+static enum MHD_Result s_http_pong(void *cls, struct MHD_Connection *c, const char *url,
+                                   const char *method, const char *version, const char *upload,
+                                   size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)url;
+    (void)method;
+    (void)version;
+    (void)upload;
+    (void)upload_size;
+    (void)con_cls;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(4, (void *)"pong", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static size_t s_curl_write(char *data, size_t size, size_t n, void *arg)
+{
+    reply_t *rep = arg;
+    size_t bytes = size * n;
+    size_t room = sizeof rep->buf - 1 - rep->len;
+    memcpy(rep->buf + rep->len, data, SR_MIN(bytes, room));
+    rep->len += SR_MIN(bytes, room);
+    return bytes;
+}
+
+static void s_curl_collect(curl_loop_t *c)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(c->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        long status = 0;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+        if (msg->data.result == CURLE_OK && status == 200)
+            c->ok++;
+        c->done++;
+        curl_multi_remove_handle(c->multi, msg->easy_handle);
+        curl_easy_cleanup(msg->easy_handle);
+    }
+    if (c->done == CURL_N)
+        reactor_stop(c->r);
+}
+
+static void s_curl_fd(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    curl_loop_t *c = arg;
+    int flags = (revents & REACTOR_READ ? CURL_CSELECT_IN : 0) |
+                (revents & REACTOR_WRITE ? CURL_CSELECT_OUT : 0) |
+                (revents & REACTOR_ERROR ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(c->multi, fd, flags, &running);
+    s_curl_collect(c);
+}
+
+static void s_curl_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    curl_loop_t *c = arg;
+    c->timer_id = 0;
+    int running;
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    s_curl_collect(c);
+}
+
+/* libcurl's socket callback: what it wants to hear about each of its sockets. */
+static int s_curl_socket(CURL *easy, curl_socket_t fd, int what, void *arg, void *socketp)
+{
+    (void)easy;
+    (void)socketp;
+    curl_loop_t *c = arg;
+    if (what == CURL_POLL_REMOVE) {
+        reactor_remove_fd(c->r, fd);
+        return 0;
+    }
+    int events = (what & CURL_POLL_IN ? REACTOR_READ : 0) | (what & CURL_POLL_OUT ? REACTOR_WRITE : 0);
+    if (reactor_mod_fd(c->r, fd, events) == SR_ENOTFOUND)
+        reactor_add_fd(c->r, fd, events, s_curl_fd, c);
+    return 0;
+}
+
+/* libcurl's timer callback: at most one pending timeout, replaced on every call. */
+static int s_curl_timer(CURLM *multi, long timeout_ms, void *arg)
+{
+    (void)multi;
+    curl_loop_t *c = arg;
+    if (c->timer_id > 0)
+        reactor_timer_cancel(c->r, c->timer_id);
+    c->timer_id = 0;
+    if (timeout_ms >= 0)
+        c->timer_id = reactor_timer_add(c->r, timeout_ms, 0, s_curl_timeout, c);
+    return 0;
+}
+
+static void curl_multi_requests_complete_on_the_reactor(void **state)
+{
+    (void)state;
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                                            s_http_pong, NULL, MHD_OPTION_END);
+    assert_non_null(d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    int port = info->port;
+    assert_in_range(port, 1, 65535);
+
+    assert_int_equal(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+    curl_loop_t c = {0};
+    reply_t replies[CURL_N];
+    memset(replies, 0, sizeof replies);
+    c.r = reactor_new();
+    c.multi = curl_multi_init();
+    curl_multi_setopt(c.multi, CURLMOPT_SOCKETFUNCTION, s_curl_socket);
+    curl_multi_setopt(c.multi, CURLMOPT_SOCKETDATA, &c);
+    curl_multi_setopt(c.multi, CURLMOPT_TIMERFUNCTION, s_curl_timer);
+    curl_multi_setopt(c.multi, CURLMOPT_TIMERDATA, &c);
+    int timed_out = 0;
+    reactor_timer_add(c.r, SAFETY_MS, 0, s_safety, &timed_out);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/ping", port);
+    for (int i = 0; i < CURL_N; i++) {
+        CURL *e = curl_easy_init();
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s_curl_write);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, &replies[i]);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_multi_add_handle(c.multi, e);
+    }
+    assert_int_equal(reactor_run(c.r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(c.done, CURL_N);
+    assert_int_equal(c.ok, CURL_N);
+    for (int i = 0; i < CURL_N; i++)
+        assert_string_equal(replies[i].buf, "pong");
+    assert_int_equal(reactor_timer_count(c.r), 1); /* curl left no timer behind, only the net */
+    curl_multi_cleanup(c.multi);
+    reactor_destroy(&c.r);
+    curl_global_cleanup();
+    MHD_stop_daemon(d);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(router_dealer_echo_many_messages_over_inproc),
         cmocka_unit_test(router_dealer_echo_many_messages_over_tcp),
         cmocka_unit_test(timers_fire_in_deadline_order),
+        cmocka_unit_test(many_timers_with_cancellations_keep_heap_order),
         cmocka_unit_test(cancelled_timer_never_fires),
         cmocka_unit_test(repeating_timer_cancels_itself_and_another),
         cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
@@ -736,6 +994,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(wake_from_another_thread_runs_before_sleep_hook),
         cmocka_unit_test(sigterm_stops_the_loop_that_catches_signals),
         cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
+        cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
     };
     return harness_run_("reactor", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
