@@ -456,22 +456,10 @@ static void s_slot_clear(slot_t *s)
 static void s_env_close(actor_t *a, slot_t *s);
 static void s_slot_start(actor_t *a, slot_t *s, proto_msg_t *job);
 
-/* s_slot_finish ends the slot's episode: stops what is in flight, closes the env session, keeps
- * and sends the RESULT, frees the slot and hands it to the backlog or back as a credit. */
-static void s_slot_finish(slot_t *s, const char *status, const char *error)
+/* s_send_result encodes the RESULT of the slot's episode (its job and the steps so far), keeps it
+ * until acknowledged and sends it. */
+static void s_send_result(actor_t *a, const slot_t *s, const char *status, const char *error)
 {
-    actor_t *a = s->a;
-    if (s->req) {
-        llm_request_abort(s->req);
-        s->req = NULL;
-        ST_INC(a, llm_aborted);
-    }
-    if (s->env_timer > 0)
-        reactor_timer_cancel(a->r, s->env_timer);
-    s->env_timer = 0;
-    if (s->session_open)
-        s_env_close(a, s);
-
     const proto_job_t *j = &s->job.u.job;
     proto_msg_t m;
     proto_msg_init(&m, PROTO_RESULT);
@@ -512,7 +500,27 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
     if (rc == SR_OK)
         s_keep_result(a, j->job_id, j->epoch, &buf);
     sr_buf_free(&buf);
+}
 
+/* s_slot_finish ends the slot's episode: stops what is in flight, closes the env session, keeps
+ * and sends the RESULT, frees the slot and hands it to the backlog or back as a credit. */
+static void s_slot_finish(slot_t *s, const char *status, const char *error)
+{
+    actor_t *a = s->a;
+    if (s->req) {
+        llm_request_abort(s->req);
+        s->req = NULL;
+        ST_INC(a, llm_aborted);
+    }
+    if (s->env_timer > 0)
+        reactor_timer_cancel(a->r, s->env_timer);
+    s->env_timer = 0;
+    if (s->session_open)
+        s_env_close(a, s);
+
+    s_send_result(a, s, status, error);
+
+    const proto_job_t *j = &s->job.u.job;
     if (strcmp(status, "done") == 0)
         ST_INC(a, episodes_done);
     else if (strcmp(status, "truncated") == 0)
@@ -1008,10 +1016,29 @@ static void s_on_job(actor_t *a, proto_msg_t *m)
     memset(m, 0, sizeof *m);
 }
 
-/* s_cancel_backlogged reports backlog jobs of a cancelled group as cancelled without running. */
+/* s_cancel_group ends every episode of a cancelled group that this actor runs or holds. */
 static void s_cancel_group(actor_t *a, const proto_cancel_t *c)
 {
     bool hit = false;
+    /* Jobs of the group still waiting for a slot are reported cancelled without running; first,
+     * so that a slot freed below does not start one of them. */
+    for (size_t i = 0; i < a->n_backlog;) {
+        proto_job_t *bj = &a->backlog[i].u.job;
+        bool keep = false;
+        for (size_t k = 0; k < c->keep_len; k++)
+            keep = keep || c->keep[k] == bj->traj;
+        if (keep || strcmp(bj->group, c->group) != 0 || strcmp(bj->run, c->run) != 0) {
+            i++;
+            continue;
+        }
+        slot_t tmp = {.a = a, .idx = -1, .job = a->backlog[i], .start_ms = clock_mono_ms()};
+        s_send_result(a, &tmp, "cancelled", NULL);
+        ST_INC(a, episodes_cancelled);
+        proto_msg_clear(&tmp.job);
+        memmove(a->backlog + i, a->backlog + i + 1, (a->n_backlog - i - 1) * sizeof *a->backlog);
+        a->n_backlog--;
+        hit = true;
+    }
     for (int i = 0; i < a->slots_n; i++) {
         slot_t *s = &a->slots[i];
         if (s->state == SLOT_FREE || strcmp(s->job.u.job.group, c->group) != 0 ||

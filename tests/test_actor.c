@@ -709,6 +709,52 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
     s_fx_fini(&f);
 }
 
+/* A CANCEL also covers a job of the group that still waits for a slot: it is reported cancelled
+ * with no steps, and never started. */
+static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
+{
+    fx_t f;
+    s_start_welcomed(&f, 1, 30, 10000);
+    s_co_job(&f, "r0000-g0009", 0, 2, 50, 0);
+    s_co_job(&f, "r0000-g0009", 1, 2, 50, 0); /* beyond the credit of 1 */
+    proto_msg_t m;
+    for (int n = 0; n < 3; n++) { /* a few steps: the bus subscriptions are surely up */
+        assert_true(s_recv_action(&f, &m, 3000, NULL, 0));
+        proto_msg_clear(&m);
+    }
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = "t";
+    c.u.cancel.group = "r0000-g0009";
+    c.u.cancel.step = 1;
+    c.u.cancel.reason = "converged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&c, &b), SR_OK);
+    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+    bool seen[2] = {false, false};
+    for (int n = 0; n < 2; n++) {
+        s_co_expect(&f, PROTO_RESULT, 2000, &m);
+        assert_string_equal(m.u.result.status, "cancelled");
+        int t = (int)m.u.result.traj;
+        assert_true(t == 0 || t == 1);
+        seen[t] = true;
+        if (t == 0)
+            assert_true(m.u.result.n_steps >= 1);
+        else
+            assert_int_equal(m.u.result.n_steps, 0);
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    assert_true(seen[0] && seen[1]);
+    assert_int_equal(atomic_load(&f.env.resets), 1);
+    actor_stats_t st;
+    actor_stats(f.a, &st);
+    assert_int_equal(st.episodes_cancelled, 2);
+    assert_int_equal(st.running, 0);
+    s_fx_fini(&f);
+}
+
 /* A RESULT is sent again while no ack comes (after lease_ms), and no more once acked. */
 static void test_result_resent_until_acked(void **state)
 {
@@ -980,6 +1026,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_jobs_run_and_report_every_step_with_actions_in_order),
         cmocka_unit_test(test_credits_never_exceed_slots),
         cmocka_unit_test(test_cancel_stops_the_group_within_milliseconds),
+        cmocka_unit_test(test_cancel_covers_jobs_waiting_for_a_slot),
         cmocka_unit_test(test_result_resent_until_acked),
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
         cmocka_unit_test(test_dead_env_worker_fails_the_episode),
