@@ -16,6 +16,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -969,6 +970,40 @@ static void test_drain_finishes_running_jobs_then_says_bye(void **state)
     s_fx_fini(&f);
 }
 
+/* With drain_on_term, SIGTERM drains: BYE drain=true, the running episode is reported, then BYE
+ * drain=false and actor_run returns SR_OK. */
+static void test_sigterm_with_drain_on_term_drains(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 20);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    c.catch_signals = true;
+    c.drain_on_term = true;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0000", 0, 1, 5, 0);
+    proto_msg_t m;
+    assert_true(s_recv_action(&f, &m, 3000, NULL, 0));
+    proto_msg_clear(&m);
+    kill(getpid(), SIGTERM);
+    s_co_expect(&f, PROTO_BYE, 2000, &m);
+    assert_true(m.u.bye.drain);
+    proto_msg_clear(&m);
+    s_co_expect(&f, PROTO_RESULT, 3000, &m);
+    assert_string_equal(m.u.result.status, "truncated");
+    assert_int_equal(m.u.result.n_steps, 5);
+    s_co_ack(&f, &m.u.result, true);
+    proto_msg_clear(&m);
+    s_co_expect(&f, PROTO_BYE, 2000, &m);
+    assert_false(m.u.bye.drain);
+    proto_msg_clear(&m);
+    s_fx_join(&f);
+    assert_int_equal(f.run_rc, SR_OK);
+    s_fx_fini(&f);
+}
+
 /* actor_stop leaves at once: running episodes are dropped (their sessions closed) and the
  * coordinator is told BYE drain=false. */
 static void test_stop_says_bye_and_closes_sessions(void **state)
@@ -1033,6 +1068,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),
+        cmocka_unit_test(test_sigterm_with_drain_on_term_drains),
         cmocka_unit_test(test_stop_says_bye_and_closes_sessions),
         cmocka_unit_test(test_record_messages_keeps_the_prompt_of_each_step),
     };
