@@ -518,8 +518,7 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
     if (s->session_open)
         s_env_close(a, s);
 
-    s_send_result(a, s, status, error);
-
+    /* Counted before the RESULT leaves, so whoever reacts to it sees the counters updated. */
     const proto_job_t *j = &s->job.u.job;
     if (strcmp(status, "done") == 0)
         ST_INC(a, episodes_done);
@@ -529,6 +528,7 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
         ST_INC(a, episodes_cancelled);
     else
         ST_INC(a, episodes_failed);
+    s_send_result(a, s, status, error);
     if (error)
         log_info("actor %s: job %s#%lld %s: %s", a->id, j->job_id, (long long)j->epoch, status, error);
     else
@@ -1032,8 +1032,8 @@ static void s_cancel_group(actor_t *a, const proto_cancel_t *c)
             continue;
         }
         slot_t tmp = {.a = a, .idx = -1, .job = a->backlog[i], .start_ms = clock_mono_ms()};
-        s_send_result(a, &tmp, "cancelled", NULL);
         ST_INC(a, episodes_cancelled);
+        s_send_result(a, &tmp, "cancelled", NULL);
         proto_msg_clear(&tmp.job);
         memmove(a->backlog + i, a->backlog + i + 1, (a->n_backlog - i - 1) * sizeof *a->backlog);
         a->n_backlog--;

@@ -455,6 +455,19 @@ static bool s_recv_action(fx_t *f, proto_msg_t *m, int wait_ms, char *topic, siz
     return true;
 }
 
+/* STATS_EVENTUALLY reads the actor's counters into st until cond holds or 2 s pass: the actor
+ * thread updates some of them just after the message the test reacts to has left. */
+#define STATS_EVENTUALLY(f, st, cond)                                   \
+    do {                                                                \
+        int64_t dl_ = harness_now_ms() + 2000;                          \
+        do {                                                            \
+            actor_stats((f)->a, &(st));                                 \
+            if (cond)                                                   \
+                break;                                                  \
+            usleep(2000);                                               \
+        } while (harness_now_ms() < dl_);                               \
+    } while (0)
+
 /* ---- tests ------------------------------------------------------------------------------------ */
 
 static void test_new_rejects_bad_configuration(void **state)
@@ -570,12 +583,15 @@ static void test_jobs_run_and_report_every_step_with_actions_in_order(void **sta
     }
     assert_int_equal(f.credits, 8);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.steps == 12 && st.episodes_truncated == 4 && st.results_acked == 4 && st.unacked == 0 && st.actions_published == 12);
     assert_int_equal(st.steps, 12);
     assert_int_equal(st.episodes_truncated, 4);
     assert_int_equal(st.results_acked, 4);
     assert_int_equal(st.unacked, 0);
     assert_int_equal(st.actions_published, 12);
+    deadline = harness_now_ms() + 2000;
+    while (atomic_load(&f.env.closes) < 4 && harness_now_ms() < deadline)
+        usleep(2000);
     assert_int_equal(atomic_load(&f.env.closes), 4);
     s_fx_fini(&f);
 }
@@ -614,7 +630,7 @@ static void test_credits_never_exceed_slots(void **state)
     }
     assert_int_equal(results, total);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.jobs == (uint64_t)total);
     assert_true(st.max_running <= 2);
     assert_int_equal(st.max_running, 2);
     assert_int_equal(st.jobs_backlogged, 1);
@@ -703,7 +719,7 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
         proto_msg_clear(&m);
     }
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.episodes_cancelled == ROUNDS * G && st.cancels == ROUNDS);
     assert_int_equal(st.episodes_cancelled, ROUNDS * G);
     assert_int_equal(st.cancels, ROUNDS);
     assert_true(st.llm_aborted >= 1);
@@ -750,7 +766,7 @@ static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
     assert_true(seen[0] && seen[1]);
     assert_int_equal(atomic_load(&f.env.resets), 1);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.episodes_cancelled == 2 && st.running == 0);
     assert_int_equal(st.episodes_cancelled, 2);
     assert_int_equal(st.running, 0);
     s_fx_fini(&f);
@@ -783,7 +799,7 @@ static void test_result_resent_until_acked(void **state)
         proto_msg_clear(&m);
     }
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.acks_refused == 1 && st.unacked == 0);
     assert_true(st.results_resent >= 2);
     assert_int_equal(st.acks_refused, 1);
     assert_int_equal(st.unacked, 0);
@@ -827,7 +843,7 @@ static void test_unknown_actor_triggers_rehello_with_credit_and_resend(void **st
     }
     assert_true(credit && hb && result);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.unknown_actor == 1 && st.welcomes == 2);
     assert_int_equal(st.unknown_actor, 1);
     assert_int_equal(st.welcomes, 2);
     assert_true(st.hellos >= 2);
@@ -865,7 +881,7 @@ static void test_dead_env_worker_fails_the_episode(void **state)
     proto_msg_clear(&m);
     assert_int_equal(atomic_load(&f.env.resets), 0);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.env_timeouts == 1 && st.episodes_failed == 1);
     assert_int_equal(st.env_timeouts, 1);
     assert_int_equal(st.episodes_failed, 1);
     s_fx_fini(&f);
@@ -894,7 +910,7 @@ static void test_unreachable_policy_fails_the_episode(void **state)
     assert_int_equal(m.u.result.llm_calls, 1);
     proto_msg_clear(&m);
     actor_stats_t st;
-    actor_stats(f.a, &st);
+    STATS_EVENTUALLY(&f, st, st.llm_failed == 1);
     assert_int_equal(st.llm_failed, 1);
     /* The env session was closed. */
     int64_t deadline = harness_now_ms() + 1000;
