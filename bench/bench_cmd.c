@@ -7,6 +7,7 @@
 #include "common/sr.h"
 #include "bench/bench_editdist.h"
 #include "bench/bench_proto.h"
+#include "bench/bench_env.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct {
 
 static const s_bench_t s_benches[] = {
     {"proto", bench_proto_run, "protocol codec: encode/decode of JOB, STEP, OBS, RESULT(30 steps)"},
+    {"env", bench_env_run, "one env worker over ZeroMQ: steps/s and step p50/p99 at 1, 16, 256 sessions"},
     {"editdist", bench_editdist_run, "prefix divergence d_K of G=8 groups at K=10 and K=30"},
 };
 

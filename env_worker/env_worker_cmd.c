@@ -1,11 +1,103 @@
 /*
- * env_worker_cmd.c — entry point of `selroll env-worker`. Not built yet: only its usage is here.
+ * env_worker_cmd.c — entry point of `selroll env-worker`: parses the options, builds the server
+ * (env_worker.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
+ *
+ * Exit codes: 0 after a clean shutdown, 2 for a bad flag, 1 when the worker cannot start (bind
+ * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.
  */
 #include "common/cmds.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/sr.h"
+#include "env_worker/env_worker.h"
+
+#include <stdio.h>
+#include <string.h>
 
 int env_worker_main(int argc, char **argv)
 {
-    return sr_cmd_not_built(argc, argv,
-        "usage: selroll env-worker --bind tcp://*:PORT --capacity N [--step-latency-ms X] [--redis URL]\n"
-        "Hosts household environment sessions (RESET, STEP, CLOSE) for many actors.\n");
+    struct {
+        char *bind, *redis, *run, *id, *advertise;
+        int capacity, latency, level;
+        int64_t ttl, heartbeat;
+    } o = {0};
+    cfg_option_t opts[] = {
+        {.name = "bind", .kind = CFG_STRING, .dst = &o.bind, .required = true,
+         .metavar = "ENDPOINT", .help = "endpoint of the ROUTER socket, e.g. tcp://*:5560"},
+        {.name = "capacity", .kind = CFG_INT, .dst = &o.capacity, .required = true, .min = 1,
+         .max = ENVW_MAX_CAPACITY, .help = "most sessions held at once; beyond: ERROR full"},
+        {.name = "step-latency-ms", .kind = CFG_INT, .dst = &o.latency, .def = "0", .min = 0,
+         .max = 3600000, .help = "delay every reply by this many ms (models a slow environment)"},
+        {.name = "session-ttl-ms", .kind = CFG_I64, .dst = &o.ttl, .def = "600000", .min = 1,
+         .max = 86400000, .help = "drop a session idle for this long"},
+        {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .metavar = "URL",
+         .help = "register in this Redis (kind envw) with a TTL heartbeat"},
+        {.name = "run", .kind = CFG_STRING, .dst = &o.run, .def = "default",
+         .help = "run name of the registry keys (selroll:<run>:envw:<id>)"},
+        {.name = "id", .kind = CFG_STRING, .dst = &o.id, .metavar = "NAME",
+         .help = "registry id (default <host>-<pid>)"},
+        {.name = "advertise", .kind = CFG_STRING, .dst = &o.advertise, .metavar = "ENDPOINT",
+         .help = "endpoint written to the registry (default: the bound one, host name for *)"},
+        {.name = "heartbeat-ms", .kind = CFG_I64, .dst = &o.heartbeat, .def = "2000", .min = 10,
+         .max = 600000, .help = "registry refresh period; the entry lives 3 periods"},
+        {.name = "log-level", .kind = CFG_ENUM, .dst = &o.level, .def = "info",
+         .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
+        {0},
+    };
+    cfg_t cfg = {.command = "env-worker",
+                 .summary = "Hosts environment sessions (RESET, STEP, CLOSE) for many actors.",
+                 .options = opts};
+    int code = 1;
+    envw_t *w = NULL;
+    char err[512] = "";
+
+    int rc = cfg_parse(&cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        code = 0;
+        goto cleanup;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg.err);
+        code = 2;
+        goto cleanup;
+    }
+    if (cfg.npos > 0) {
+        fprintf(stderr, "selroll env-worker: unexpected argument '%s'\n", cfg.pos[0]);
+        code = 2;
+        goto cleanup;
+    }
+    log_set_role("env-worker");
+    log_set_level((log_level_t)o.level);
+
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.bind = o.bind;
+    c.capacity = o.capacity;
+    c.step_latency_ms = o.latency;
+    c.session_ttl_ms = o.ttl;
+    c.redis_url = o.redis;
+    c.run = o.run;
+    c.id = o.id;
+    c.advertise = o.advertise;
+    c.heartbeat_ms = o.heartbeat;
+    c.catch_signals = true;
+    w = envw_new(&c, err, sizeof err);
+    if (!w) {
+        fprintf(stderr, "selroll env-worker: %s\n", err);
+        goto cleanup;
+    }
+    rc = envw_run(w);
+    envw_log_stats(w);
+    if (rc != SR_OK) {
+        fprintf(stderr, "selroll env-worker: the loop failed: %s\n", sr_strerror(rc));
+        goto cleanup;
+    }
+    log_info("stopped by signal %d", envw_signal(w));
+    code = 0;
+
+cleanup:
+    envw_destroy(&w);
+    cfg_free(&cfg);
+    return code;
 }

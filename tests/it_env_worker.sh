@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# it_env_worker.sh: the real `selroll env-worker` process on a free port, registered in a private
+# redis-server (mktemp -d), driven by tests/py/env_client.py: an expert episode is won with reward
+# 1, random episodes end, bad requests get their ERROR codes; SIGTERM exits 0 and removes the
+# registry entry; bad flags exit 2 with one line. Then the Python toy env worker
+# (docs/examples/env_worker.py) is driven by the same client.
+set -u
+cd "$(dirname "$0")/.."
+S=bin/selroll
+PY=${SELROLL_PYTHON:-/usr/bin/python3}
+CLIENT=tests/py/env_client.py
+fail=0
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# wait_port PORT: until something listens on 127.0.0.1:PORT (5 s at most).
+wait_port() {
+  for _ in $(seq 100); do
+    "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$1)))" && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# A private redis-server.
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp" --save '' --appendonly no \
+  --daemonize no >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+wait_port "$rport" || { echo "redis-server did not start"; exit 1; }
+R="redis-cli -p $rport"
+
+# The env worker.
+port=$(free_port)
+$S env-worker --bind "tcp://127.0.0.1:$port" --capacity 16 --redis "redis://127.0.0.1:$rport" \
+  --run it --id w-it --heartbeat-ms 200 >"$tmp/envw.log" 2>&1 &
+wpid=$!
+pids+=($wpid)
+wait_port "$port" || { echo "env-worker did not listen"; cat "$tmp/envw.log"; exit 1; }
+EP="tcp://127.0.0.1:$port"
+
+for _ in $(seq 50); do [ "$($R exists selroll:it:envw:w-it)" = 1 ] && break; sleep 0.05; done
+[ "$($R hget selroll:it:envw:w-it endpoint)" = "$EP" ] || { echo "registry endpoint wrong"; fail=1; }
+[ "$($R hget selroll:it:envw:w-it capacity)" = 16 ] || { echo "registry capacity wrong"; fail=1; }
+[ "$($R hget selroll:it:envw:w-it pid)" = "$wpid" ] || { echo "registry pid wrong"; fail=1; }
+ttl=$($R pttl selroll:it:envw:w-it)
+{ [ "$ttl" -gt 0 ] && [ "$ttl" -le 600 ]; } || { echo "registry TTL $ttl not in (0, 600] ms"; fail=1; }
+
+# The expert's actions win each task with reward 1.
+for id in household/train/3 household/valid_seen/8 household/valid_unseen/21; do
+  timeout 10 $S env expert "$id" | grep '^> ' | sed 's/^> //' >"$tmp/actions"
+  timeout 30 "$PY" $CLIENT "$EP" play "$id" --actions "$tmp/actions" --expect-won \
+    || { echo "expert actions over the wire did not win $id"; fail=1; }
+done
+# Seeded random admissible actions until the episode ends (max 15 steps).
+timeout 30 "$PY" $CLIENT "$EP" play household/train/9 --seed 4 --max-steps 15 \
+  || { echo "random episode failed"; fail=1; }
+timeout 30 "$PY" $CLIENT "$EP" errors --task household/train/1 || { echo "error checks failed"; fail=1; }
+
+# SIGTERM: exit 0, registry entry gone, counters logged.
+kill -TERM "$wpid"
+wait "$wpid"; rc=$?
+[ $rc -eq 0 ] || { echo "env-worker exit $rc after SIGTERM"; fail=1; }
+[ "$($R exists selroll:it:envw:w-it)" = 0 ] || { echo "registry entry left after shutdown"; fail=1; }
+grep -q 'steps' "$tmp/envw.log" || { echo "no counters logged at shutdown"; fail=1; }
+
+# Bad flags and start-up failures: one line each.
+out=$($S env-worker --bind "tcp://127.0.0.1:$port" --capacity zero 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "bad --capacity: rc $rc, '$out'"; fail=1; }
+out=$($S env-worker --capacity 3 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "missing --bind: rc $rc, '$out'"; fail=1; }
+out=$($S env-worker --bind "tcp://127.0.0.1:$port" --capacity 3 --frobnicate 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "unknown flag: rc $rc, '$out'"; fail=1; }
+out=$($S env-worker --bind "tcp://127.0.0.1:$port" --capacity 3 --redis redis://127.0.0.1:1 2>&1); rc=$?
+{ [ $rc -eq 1 ] && grep -q unreachable <<<"$out"; } || { echo "unreachable redis: rc $rc, '$out'"; fail=1; }
+out=$($S env-worker --bind "tcp://127.0.0.1:$rport" --capacity 3 2>&1); rc=$?
+{ [ $rc -eq 1 ] && grep -q 'bind' <<<"$out"; } || { echo "bind failure: rc $rc, '$out'"; fail=1; }
+$S env-worker --help | grep -q -- '--step-latency-ms' || { echo "--help lacks --step-latency-ms"; fail=1; }
+
+# The Python toy env worker, driven by the same client.
+tport=$(free_port)
+"$PY" docs/examples/env_worker.py --bind "tcp://127.0.0.1:$tport" --capacity 4 2>"$tmp/toy.log" &
+tpid=$!
+pids+=($tpid)
+wait_port "$tport" || { echo "toy env worker did not listen"; cat "$tmp/toy.log"; exit 1; }
+TEP="tcp://127.0.0.1:$tport"
+printf 'press up\nlook\npress up\npress up\n' >"$tmp/toy_actions"
+timeout 30 "$PY" $CLIENT "$TEP" play counter/3 --actions "$tmp/toy_actions" --expect-won \
+  || { echo "toy env: counter/3 not won"; fail=1; }
+timeout 30 "$PY" $CLIENT "$TEP" play counter/40 --seed 2 --max-steps 10 \
+  || { echo "toy env: random episode failed"; fail=1; }
+timeout 30 "$PY" $CLIENT "$TEP" errors --task counter/2 || { echo "toy env: error checks failed"; fail=1; }
+kill -TERM "$tpid"; wait "$tpid"; rc=$?
+[ $rc -eq 0 ] || { echo "toy env worker exit $rc after SIGTERM"; fail=1; }
+
+[ $fail -eq 0 ] && echo "env-worker: registry, expert wins over ZeroMQ, random play, error codes, SIGTERM, bad flags; Python toy env worker served by the same client"
+exit $fail

@@ -1,0 +1,880 @@
+/*
+ * test_env_worker.c — the env worker over real ZeroMQ tcp on 127.0.0.1: concurrent sessions whose
+ * transcripts equal the in-process environment's, every kind of bad request answered with the
+ * right ERROR while the worker keeps serving, capacity, idle drop, per-client session names,
+ * reply latency on a timer, and registration in a real redis-server.
+ *
+ * The worker runs in a thread of its own (envw_run); clients are DEALER sockets in the test's
+ * threads. cmocka's assertions are used on the main thread only: client threads count mismatches
+ * and keep the first one's text.
+ */
+#include "tests/harness.h"
+
+#include "common/proto.h"
+#include "common/prng.h"
+#include "common/sr.h"
+#include "common/store.h"
+#include "common/transport.h"
+#include "bench/bench_env.h"
+#include "env_worker/env_worker.h"
+#include "env_worker/household.h"
+
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define WAIT_MS 10000
+
+/* ---- a worker in a thread ---------------------------------------------------------------- */
+
+typedef struct {
+    envw_t *w;
+    pthread_t th;
+    int rc;
+} s_server_t;
+
+static void *s_server_main(void *arg)
+{
+    s_server_t *s = arg;
+    s->rc = envw_run(s->w);
+    return NULL;
+}
+
+static void s_server_start(s_server_t *s, envw_cfg_t *c)
+{
+    char err[256] = "";
+    if (!c->bind)
+        c->bind = "tcp://127.0.0.1:0";
+    s->w = envw_new(c, err, sizeof err);
+    if (!s->w)
+        fail_msg("envw_new: %s", err);
+    assert_int_equal(pthread_create(&s->th, NULL, s_server_main, s), 0);
+}
+
+static void s_server_stop(s_server_t *s)
+{
+    envw_stop(s->w);
+    pthread_join(s->th, NULL);
+    assert_int_equal(s->rc, SR_OK);
+    envw_destroy(&s->w);
+    assert_null(s->w);
+}
+
+/* ---- a client ---------------------------------------------------------------------------- */
+
+static transport_sock_t *s_client(void *ctx, const char *ep)
+{
+    char err[256];
+    transport_sock_t *c = transport_sock_new(ctx, ZMQ_DEALER, NULL, err, sizeof err);
+    if (!c || transport_connect(c, ep) != SR_OK)
+        return NULL;
+    return c;
+}
+
+static int s_send(transport_sock_t *c, const proto_msg_t *m)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    int rc = proto_encode(m, &b);
+    if (rc == SR_OK)
+        rc = transport_send(c, b.data, b.len);
+    sr_buf_free(&b);
+    return rc;
+}
+
+static int s_recv(transport_sock_t *c, proto_msg_t *out, int wait_ms)
+{
+    transport_msg_t m;
+    int rc = transport_recv(c, &m, wait_ms);
+    if (rc != SR_OK)
+        return rc;
+    size_t len;
+    const void *body = transport_msg_body(&m, &len);
+    rc = proto_decode(body, len, out, NULL);
+    transport_msg_close(&m);
+    return rc;
+}
+
+static void s_reset(transport_sock_t *c, uint64_t rid, const char *session, const char *task,
+                    int64_t max_steps)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESET);
+    m.u.reset.rid = rid;
+    m.u.reset.session = session;
+    m.u.reset.task = task;
+    if (max_steps > 0)
+        m.u.reset.max_steps = max_steps;
+    assert_int_equal(s_send(c, &m), SR_OK);
+}
+
+static void s_step(transport_sock_t *c, uint64_t rid, const char *session, const char *action)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_STEP);
+    m.u.step.rid = rid;
+    m.u.step.session = session;
+    m.u.step.action = action;
+    assert_int_equal(s_send(c, &m), SR_OK);
+}
+
+static void s_close(transport_sock_t *c, uint64_t rid, const char *session)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_CLOSE);
+    m.u.close.rid = rid;
+    m.u.close.session = session;
+    assert_int_equal(s_send(c, &m), SR_OK);
+}
+
+/* s_expect_obs receives one reply and checks it is an OBS for rid; the caller clears *m. */
+static void s_expect_obs(transport_sock_t *c, uint64_t rid, proto_msg_t *m)
+{
+    assert_int_equal(s_recv(c, m, WAIT_MS), SR_OK);
+    if (m->type == PROTO_ERROR)
+        fail_msg("expected OBS, got ERROR %s: %s", m->u.error.code, m->u.error.msg);
+    assert_int_equal(m->type, PROTO_OBS);
+    assert_int_equal(m->u.obs.rid, rid);
+}
+
+/* s_expect_error receives one reply and checks it is an ERROR with code (and rid, when has_rid). */
+static void s_expect_error(transport_sock_t *c, bool has_rid, uint64_t rid, const char *code,
+                           const char *msg_part)
+{
+    proto_msg_t m;
+    assert_int_equal(s_recv(c, &m, WAIT_MS), SR_OK);
+    if (m.type != PROTO_ERROR)
+        fail_msg("expected ERROR %s, got %s", code, proto_type_name(m.type));
+    assert_string_equal(m.u.error.code, code);
+    assert_int_equal(m.u.error.has_rid, has_rid);
+    if (has_rid)
+        assert_int_equal(m.u.error.rid, rid);
+    if (msg_part && !strstr(m.u.error.msg, msg_part))
+        fail_msg("ERROR %s text '%s' lacks '%s'", code, m.u.error.msg, msg_part);
+    proto_msg_clear(&m);
+}
+
+/* ---- 500 concurrent sessions ------------------------------------------------------------- */
+
+#define N_THREADS 4
+#define N_SESSIONS 500
+#define MAX_STEPS 20
+
+typedef struct {
+    char name[32];
+    char task[64];
+    household_t *local;
+    env_obs_t expect; /* the in-process observation the next reply must equal */
+    prng_t rng;
+    uint64_t rid;
+    int phase; /* 0 playing, 1 closing, 2 finished */
+    int steps_seen;
+} s_sess_t;
+
+typedef struct {
+    const char *ep;
+    void *ctx;
+    int first, count;
+    s_sess_t *sess;
+    long mismatches;
+    long replies;
+    char first_error[512];
+} s_worker_arg_t;
+
+static void s_mismatch(s_worker_arg_t *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void s_mismatch(s_worker_arg_t *a, const char *fmt, ...)
+{
+    if (a->mismatches++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(a->first_error, sizeof a->first_error, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static bool s_same_obs(s_worker_arg_t *a, s_sess_t *s, const proto_obs_t *o)
+{
+    const env_obs_t *e = &s->expect;
+    if (strcmp(o->obs, e->text) != 0) {
+        s_mismatch(a, "%s step %d: obs '%s' != '%s'", s->name, e->steps, o->obs, e->text);
+        return false;
+    }
+    if (o->admissible_len != e->n_admissible) {
+        s_mismatch(a, "%s step %d: %zu admissible != %zu", s->name, e->steps, o->admissible_len,
+                   e->n_admissible);
+        return false;
+    }
+    for (size_t i = 0; i < e->n_admissible; i++)
+        if (strcmp(o->admissible[i], e->admissible[i]) != 0) {
+            s_mismatch(a, "%s: admissible[%zu] differs", s->name, i);
+            return false;
+        }
+    if (o->reward != e->reward || o->done != e->done || o->won != e->won || o->step != e->steps) {
+        s_mismatch(a, "%s: reward/done/won/step differ", s->name);
+        return false;
+    }
+    return true;
+}
+
+/* s_next_action picks a seeded random admissible command, or one time in eight an inadmissible
+ * one, from the observation both sides agree on. */
+static const char *s_next_action(s_sess_t *s)
+{
+    static const char *const junk[] = {"dance", "go to the moon", "take apple 99 from sofa 1"};
+    if (prng_bounded(&s->rng, 8) == 0 || s->expect.n_admissible == 0)
+        return junk[prng_bounded(&s->rng, SR_ARRAY_LEN(junk))];
+    return s->expect.admissible[prng_bounded(&s->rng, s->expect.n_admissible)];
+}
+
+static void *s_client_main(void *arg)
+{
+    s_worker_arg_t *a = arg;
+    transport_sock_t *c = s_client(a->ctx, a->ep);
+    if (!c) {
+        s_mismatch(a, "cannot connect");
+        return NULL;
+    }
+    int active = a->count;
+    char action[256];
+    for (int k = 0; k < a->count; k++) {
+        s_sess_t *s = &a->sess[a->first + k];
+        s->rid = ((uint64_t)(a->first + k) << 32) | 1;
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_RESET);
+        m.u.reset.rid = s->rid;
+        m.u.reset.session = s->name;
+        m.u.reset.task = s->task;
+        m.u.reset.max_steps = MAX_STEPS;
+        household_reset(s->local, &s->expect);
+        if (s_send(c, &m) != SR_OK)
+            s_mismatch(a, "send failed");
+    }
+    while (active > 0 && a->mismatches == 0) {
+        proto_msg_t r;
+        int rc = s_recv(c, &r, WAIT_MS);
+        if (rc != SR_OK) {
+            s_mismatch(a, "no reply within %d ms (%s), %d sessions active", WAIT_MS,
+                       sr_strerror(rc), active);
+            break;
+        }
+        a->replies++;
+        uint64_t rid = r.type == PROTO_OBS ? r.u.obs.rid : r.u.error.rid;
+        int idx = (int)(rid >> 32);
+        if (r.type != PROTO_OBS || idx < a->first || idx >= a->first + a->count ||
+            a->sess[idx].rid != rid) {
+            s_mismatch(a, "unexpected reply %s rid %llu (%s)", proto_type_name(r.type),
+                       (unsigned long long)rid,
+                       r.type == PROTO_ERROR ? r.u.error.msg : "");
+            proto_msg_clear(&r);
+            break;
+        }
+        s_sess_t *s = &a->sess[idx];
+        proto_msg_t m;
+        if (s->phase == 1) {
+            if (!r.u.obs.done)
+                s_mismatch(a, "%s: CLOSE reply not done", s->name);
+            s->phase = 2;
+            active--;
+            proto_msg_clear(&r);
+            continue;
+        }
+        bool same = s_same_obs(a, s, &r.u.obs);
+        bool done = r.u.obs.done;
+        proto_msg_clear(&r);
+        if (!same)
+            break;
+        s->steps_seen++;
+        s->rid++;
+        if (done) {
+            s->phase = 1;
+            proto_msg_init(&m, PROTO_CLOSE);
+            m.u.close.rid = s->rid;
+            m.u.close.session = s->name;
+        } else {
+            snprintf(action, sizeof action, "%s", s_next_action(s));
+            household_step(s->local, action, &s->expect);
+            proto_msg_init(&m, PROTO_STEP);
+            m.u.step.rid = s->rid;
+            m.u.step.session = s->name;
+            m.u.step.action = action;
+        }
+        if (s_send(c, &m) != SR_OK)
+            s_mismatch(a, "send failed");
+    }
+    transport_sock_destroy(&c);
+    return NULL;
+}
+
+static void test_500_concurrent_sessions_match_in_process_transcripts(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = N_SESSIONS;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+
+    static const char *const splits[] = {"train", "valid_seen", "valid_unseen"};
+    s_sess_t *sess = calloc(N_SESSIONS, sizeof *sess);
+    assert_non_null(sess);
+    for (int i = 0; i < N_SESSIONS; i++) {
+        /* Session names repeat across threads on purpose: sessions are per client. */
+        snprintf(sess[i].name, sizeof sess[i].name, "s%d", i % (N_SESSIONS / N_THREADS));
+        snprintf(sess[i].task, sizeof sess[i].task, "household/%s/%d", splits[i % 3], i * 7);
+        sess[i].local = household_new(sess[i].task, MAX_STEPS, NULL, 0);
+        assert_non_null(sess[i].local);
+        prng_init(&sess[i].rng, 42, (uint64_t)i);
+    }
+    void *ctx = zmq_ctx_new();
+    s_worker_arg_t args[N_THREADS];
+    pthread_t th[N_THREADS];
+    for (int t = 0; t < N_THREADS; t++) {
+        args[t] = (s_worker_arg_t){.ep = envw_endpoint(srv.w), .ctx = ctx,
+                                   .first = t * (N_SESSIONS / N_THREADS),
+                                   .count = N_SESSIONS / N_THREADS, .sess = sess};
+        assert_int_equal(pthread_create(&th[t], NULL, s_client_main, &args[t]), 0);
+    }
+    long replies = 0;
+    for (int t = 0; t < N_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        if (args[t].mismatches)
+            fail_msg("client %d: %ld mismatches, first: %s", t, args[t].mismatches,
+                     args[t].first_error);
+        replies += args[t].replies;
+    }
+    long steps = 0;
+    for (int i = 0; i < N_SESSIONS; i++) {
+        assert_int_equal(sess[i].phase, 2);
+        steps += sess[i].steps_seen - 1;
+        household_destroy(&sess[i].local);
+    }
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.resets, N_SESSIONS);
+    assert_int_equal(st.closes, N_SESSIONS);
+    assert_int_equal(st.steps, (uint64_t)steps);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.requests, (uint64_t)replies);
+    s_server_stop(&srv);
+    free(sess);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- bad requests ------------------------------------------------------------------------ */
+
+/* s_send_packed sends the bytes of a msgpack buffer as one frame. */
+static void s_send_sbuf(transport_sock_t *c, msgpack_sbuffer *sb)
+{
+    assert_int_equal(transport_send(c, sb->data, sb->size), SR_OK);
+    msgpack_sbuffer_clear(sb);
+}
+
+static void s_pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static void test_bad_requests_get_the_right_error_and_the_worker_keeps_serving(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 8;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    assert_non_null(cl);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+
+    /* Garbage bytes: not msgpack at all. */
+    assert_int_equal(transport_send(cl, "\xc1\xff garbage", 10), SR_OK);
+    s_expect_error(cl, false, 0, "bad_message", NULL);
+    /* An empty frame. */
+    assert_int_equal(transport_send(cl, NULL, 0), SR_OK);
+    s_expect_error(cl, false, 0, "bad_message", "empty");
+
+    /* Truncated msgpack: a valid STEP without its last bytes; its rid is still readable. */
+    {
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_STEP);
+        m.u.step.rid = 5;
+        m.u.step.session = "a";
+        m.u.step.action = "look";
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(proto_encode(&m, &b), SR_OK);
+        assert_int_equal(transport_send(cl, b.data, b.len - 3), SR_OK);
+        sr_buf_free(&b);
+        s_expect_error(cl, true, 5, "bad_message", "truncated");
+    }
+
+    /* Wrong types: the session is an integer. */
+    msgpack_pack_map(&pk, 5);
+    s_pack_str(&pk, "rid");
+    msgpack_pack_uint64(&pk, 7);
+    s_pack_str(&pk, "t");
+    s_pack_str(&pk, "STEP");
+    s_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    s_pack_str(&pk, "session");
+    msgpack_pack_int(&pk, 12);
+    s_pack_str(&pk, "action");
+    s_pack_str(&pk, "look");
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, true, 7, "bad_message", "session: not a string");
+
+    /* Not a map. */
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_int(&pk, 1);
+    msgpack_pack_int(&pk, 2);
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, false, 0, "bad_message", "not a map");
+
+    /* An unknown type name. */
+    msgpack_pack_map(&pk, 3);
+    s_pack_str(&pk, "t");
+    s_pack_str(&pk, "JUMP");
+    s_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    s_pack_str(&pk, "rid");
+    msgpack_pack_uint64(&pk, 8);
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, true, 8, "unknown_type", "JUMP");
+
+    /* A valid message of a type the env channel does not serve. */
+    {
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_CREDIT);
+        m.u.credit.credits = 3;
+        assert_int_equal(s_send(cl, &m), SR_OK);
+        s_expect_error(cl, false, 0, "unknown_type", "CREDIT");
+    }
+
+    /* A newer protocol version. */
+    msgpack_pack_map(&pk, 5);
+    s_pack_str(&pk, "t");
+    s_pack_str(&pk, "STEP");
+    s_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 2);
+    s_pack_str(&pk, "rid");
+    msgpack_pack_uint64(&pk, 9);
+    s_pack_str(&pk, "session");
+    s_pack_str(&pk, "a");
+    s_pack_str(&pk, "action");
+    s_pack_str(&pk, "look");
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, true, 9, "version", "unsupported version 2");
+
+    /* Huge strings: an action of 2 KiB (over its 1 KiB limit) and one of 1 MiB (over any
+     * string limit). */
+    {
+        size_t sizes[] = {2048, 1 << 20};
+        for (size_t i = 0; i < 2; i++) {
+            char *big = malloc(sizes[i] + 1);
+            memset(big, 'x', sizes[i]);
+            big[sizes[i]] = '\0';
+            msgpack_pack_map(&pk, 5);
+            s_pack_str(&pk, "t");
+            s_pack_str(&pk, "STEP");
+            s_pack_str(&pk, "v");
+            msgpack_pack_int(&pk, 1);
+            s_pack_str(&pk, "rid");
+            msgpack_pack_uint64(&pk, 10 + i);
+            s_pack_str(&pk, "session");
+            s_pack_str(&pk, "a");
+            s_pack_str(&pk, "action");
+            s_pack_str(&pk, big);
+            s_send_sbuf(cl, &sb);
+            free(big);
+            s_expect_error(cl, true, 10 + i, "bad_message", "exceeds the limit");
+        }
+    }
+
+    /* A missing required field. */
+    msgpack_pack_map(&pk, 3);
+    s_pack_str(&pk, "t");
+    s_pack_str(&pk, "RESET");
+    s_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    s_pack_str(&pk, "rid");
+    msgpack_pack_uint64(&pk, 12);
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, true, 12, "bad_message", "session");
+
+    /* STEP and CLOSE for a session that does not exist. */
+    s_step(cl, 20, "ghost", "look");
+    s_expect_error(cl, true, 20, "unknown_session", "ghost");
+    s_close(cl, 21, "ghost");
+    s_expect_error(cl, true, 21, "unknown_session", "ghost");
+
+    /* Bad task ids: an unknown environment, and a household id out of shape. */
+    s_reset(cl, 30, "a", "chess/1", 0);
+    s_expect_error(cl, true, 30, "bad_task", "chess/1");
+    s_reset(cl, 31, "a", "household/nope/1", 0);
+    s_expect_error(cl, true, 31, "bad_task", NULL);
+
+    /* A step after the episode ended (max_steps 1). */
+    proto_msg_t m;
+    s_reset(cl, 40, "short", "household/train/3", 1);
+    s_expect_obs(cl, 40, &m);
+    assert_int_equal(m.u.obs.step, 0);
+    assert_non_null(m.u.obs.goal);
+    proto_msg_clear(&m);
+    s_step(cl, 41, "short", "look");
+    s_expect_obs(cl, 41, &m);
+    assert_true(m.u.obs.done);
+    assert_int_equal(m.u.obs.step, 1);
+    proto_msg_clear(&m);
+    s_step(cl, 42, "short", "look");
+    s_expect_error(cl, true, 42, "episode_done", "short");
+
+    /* After all of that, the worker still serves: a RESET of the ended session restarts it. */
+    s_reset(cl, 43, "short", "household/train/4", 0);
+    s_expect_obs(cl, 43, &m);
+    assert_int_equal(m.u.obs.step, 0);
+    assert_false(m.u.obs.done);
+    proto_msg_clear(&m);
+    s_step(cl, 44, "short", "inventory");
+    s_expect_obs(cl, 44, &m);
+    assert_string_equal(m.u.obs.obs, "You are not carrying anything.");
+    proto_msg_clear(&m);
+
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_BAD_MESSAGE], 8);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_UNKNOWN_TYPE], 2);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_VERSION], 1);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_UNKNOWN_SESSION], 2);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_BAD_TASK], 2);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_EPISODE_DONE], 1);
+    assert_int_equal(st.errors, 16);
+    assert_int_equal(st.resets, 2);
+    assert_int_equal(st.steps, 2);
+    assert_int_equal(st.sessions, 1);
+
+    msgpack_sbuffer_destroy(&sb);
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- capacity, idle drop, names per client, latency -------------------------------------- */
+
+static void test_capacity_full_refuses_new_sessions_but_not_restarts(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 3;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    const char *names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        s_reset(cl, (uint64_t)i, names[i], "household/train/1", 0);
+        s_expect_obs(cl, (uint64_t)i, &m);
+        proto_msg_clear(&m);
+    }
+    s_reset(cl, 10, "d", "household/train/1", 0);
+    s_expect_error(cl, true, 10, "full", "3 of 3");
+    /* A RESET of a held session is a restart, not a new session. */
+    s_step(cl, 11, "a", "look");
+    s_expect_obs(cl, 11, &m);
+    assert_int_equal(m.u.obs.step, 1);
+    proto_msg_clear(&m);
+    s_reset(cl, 12, "a", "household/train/2", 0);
+    s_expect_obs(cl, 12, &m);
+    assert_int_equal(m.u.obs.step, 0);
+    proto_msg_clear(&m);
+    /* CLOSE frees a place. */
+    s_close(cl, 13, "b");
+    s_expect_obs(cl, 13, &m);
+    assert_true(m.u.obs.done);
+    assert_int_equal(m.u.obs.admissible_len, 0);
+    proto_msg_clear(&m);
+    s_reset(cl, 14, "d", "household/train/1", 0);
+    s_expect_obs(cl, 14, &m);
+    proto_msg_clear(&m);
+    s_step(cl, 15, "b", "look");
+    s_expect_error(cl, true, 15, "unknown_session", NULL);
+
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_FULL], 1);
+    assert_int_equal(st.sessions, 3);
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+static void test_idle_sessions_are_dropped_after_the_ttl(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 4;
+    c.session_ttl_ms = 150;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    s_reset(cl, 1, "idle", "household/train/5", 0);
+    s_expect_obs(cl, 1, &m);
+    proto_msg_clear(&m);
+    s_reset(cl, 2, "busy", "household/train/6", 0);
+    s_expect_obs(cl, 2, &m);
+    proto_msg_clear(&m);
+    /* "busy" is used every 50 ms and stays; "idle" is not and goes. */
+    for (int i = 0; i < 10; i++) {
+        usleep(50 * 1000);
+        s_step(cl, 100 + (uint64_t)i, "busy", "look");
+        s_expect_obs(cl, 100 + (uint64_t)i, &m);
+        proto_msg_clear(&m);
+    }
+    s_step(cl, 3, "idle", "look");
+    s_expect_error(cl, true, 3, "unknown_session", "idle");
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.dropped_idle, 1);
+    assert_int_equal(st.sessions, 1);
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+static void test_session_names_belong_to_their_client(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 4;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *a = s_client(ctx, envw_endpoint(srv.w));
+    transport_sock_t *b = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    s_reset(a, 1, "same", "household/train/10", 0);
+    s_expect_obs(a, 1, &m);
+    char *goal_a = strdup(m.u.obs.goal);
+    proto_msg_clear(&m);
+    s_reset(b, 1, "same", "household/valid_unseen/11", 0);
+    s_expect_obs(b, 1, &m);
+    assert_string_not_equal(m.u.obs.goal, goal_a);
+    proto_msg_clear(&m);
+    s_step(a, 2, "same", "look");
+    s_expect_obs(a, 2, &m);
+    assert_int_equal(m.u.obs.step, 1);
+    proto_msg_clear(&m);
+    s_step(b, 2, "same", "look");
+    s_expect_obs(b, 2, &m);
+    assert_int_equal(m.u.obs.step, 1);
+    proto_msg_clear(&m);
+    s_close(a, 3, "same");
+    s_expect_obs(a, 3, &m);
+    proto_msg_clear(&m);
+    s_step(b, 4, "same", "look");
+    s_expect_obs(b, 4, &m);
+    assert_int_equal(m.u.obs.step, 2);
+    proto_msg_clear(&m);
+    free(goal_a);
+    transport_sock_destroy(&a);
+    transport_sock_destroy(&b);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+static void test_step_latency_delays_replies_without_blocking_the_loop(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 32;
+    c.step_latency_ms = 150;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    /* Connect first, so the connection set-up is not measured. */
+    s_step(cl, 999, "none", "look");
+    s_expect_error(cl, true, 999, "unknown_session", NULL);
+
+    int64_t t0 = harness_now_ms();
+    char name[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "s%d", i);
+        s_reset(cl, (uint64_t)i, name, "household/train/7", 0);
+    }
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(s_recv(cl, &m, WAIT_MS), SR_OK);
+        assert_int_equal(m.type, PROTO_OBS);
+        proto_msg_clear(&m);
+        if (i == 0) /* no reply before the latency */
+            assert_true(harness_now_ms() - t0 >= 140);
+    }
+    int64_t dt = harness_now_ms() - t0;
+    /* Twenty replies delayed by 150 ms each arrive together, not one after another (3 s). */
+    assert_true(dt < 1500);
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- the registry in a real redis-server -------------------------------------------------- */
+
+typedef struct {
+    char endpoint[128], capacity[16], load[16], pid[16];
+    int found;
+} s_entry_t;
+
+static int s_find_entry(const char *id, const store_field_t *f, size_t n, void *arg)
+{
+    s_entry_t *e = arg;
+    if (strcmp(id, "w1") != 0)
+        return 0;
+    e->found = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(f[i].name, "endpoint"))
+            snprintf(e->endpoint, sizeof e->endpoint, "%s", f[i].value);
+        else if (!strcmp(f[i].name, "capacity"))
+            snprintf(e->capacity, sizeof e->capacity, "%s", f[i].value);
+        else if (!strcmp(f[i].name, "load"))
+            snprintf(e->load, sizeof e->load, "%s", f[i].value);
+        else if (!strcmp(f[i].name, "pid"))
+            snprintf(e->pid, sizeof e->pid, "%s", f[i].value);
+    }
+    return 0;
+}
+
+static void test_registers_in_redis_with_a_ttl_and_unregisters_on_stop(void **state)
+{
+    (void)state;
+    harness_redis_t redis;
+    assert_int_equal(harness_redis_start(&redis), 0);
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 7;
+    c.redis_url = redis.url;
+    c.run = "rt";
+    c.id = "w1";
+    c.heartbeat_ms = 100;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    store_t *st = store_new(redis.url, "rt", 2000);
+    assert_non_null(st);
+
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    s_reset(cl, 1, "x", "household/train/1", 0);
+    s_expect_obs(cl, 1, &m);
+    proto_msg_clear(&m);
+    s_reset(cl, 2, "y", "household/train/2", 0);
+    s_expect_obs(cl, 2, &m);
+    proto_msg_clear(&m);
+
+    /* The entry appears, and within a heartbeat or two it shows the load of 2 sessions. */
+    s_entry_t e = {0};
+    int64_t deadline = harness_now_ms() + 5000;
+    while (harness_now_ms() < deadline) {
+        memset(&e, 0, sizeof e);
+        assert_int_equal(store_list(st, "envw", s_find_entry, &e), SR_OK);
+        if (e.found && !strcmp(e.load, "2"))
+            break;
+        usleep(20 * 1000);
+    }
+    assert_true(e.found);
+    assert_string_equal(e.load, "2");
+    assert_string_equal(e.capacity, "7");
+    assert_string_equal(e.endpoint, envw_endpoint(srv.w));
+    char pid[16];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    assert_string_equal(e.pid, pid);
+
+    char key[128];
+    assert_int_equal(store_key(st, key, sizeof key, "envw:w1"), SR_OK);
+    redisReply *r = NULL;
+    assert_int_equal(store_command(st, 0, &r, "PTTL %s", key), SR_OK);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_true(r->integer > 0 && r->integer <= 300);
+    freeReplyObject(r);
+
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    assert_int_equal(store_command(st, 0, &r, "EXISTS %s", key), SR_OK);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    store_destroy(&st);
+    harness_redis_stop(&redis);
+    zmq_ctx_term(ctx);
+}
+
+static void test_new_reports_bad_configuration_and_unreachable_redis(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    assert_null(envw_new(&c, err, sizeof err));
+    assert_non_null(strstr(err, "bind"));
+    c.bind = "tcp://127.0.0.1:0";
+    c.capacity = 0;
+    assert_null(envw_new(&c, err, sizeof err));
+    assert_non_null(strstr(err, "capacity"));
+    c.capacity = 1;
+    c.bind = "nonsense";
+    assert_null(envw_new(&c, err, sizeof err));
+    assert_true(err[0] != '\0');
+    c.bind = "tcp://127.0.0.1:0";
+    int port = harness_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    c.redis_url = url;
+    assert_null(envw_new(&c, err, sizeof err));
+    assert_non_null(strstr(err, "unreachable"));
+    assert_string_equal(envw_err_code(ENVW_ERR_EPISODE_DONE), "episode_done");
+    assert_string_equal(envw_err_code(ENVW_ERR_COUNT), "?");
+    envw_destroy(NULL);
+}
+
+/* ---- the benchmark, with its worker in a thread ------------------------------------------- */
+
+static void test_bench_env_runs_a_short_closed_loop_measurement(void **state)
+{
+    (void)state;
+    char *ok[] = {"env", "--worker", "thread", "--sessions", "1,8", "--seconds", "0.1", NULL};
+    assert_int_equal(bench_env_run(7, ok), 0);
+    char *bad[] = {"env", "--sessions", "1,x", NULL};
+    assert_int_equal(bench_env_run(3, bad), 2);
+    char *flag[] = {"env", "--frobnicate", NULL};
+    assert_int_equal(bench_env_run(2, flag), 2);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_500_concurrent_sessions_match_in_process_transcripts),
+    cmocka_unit_test(test_bad_requests_get_the_right_error_and_the_worker_keeps_serving),
+    cmocka_unit_test(test_capacity_full_refuses_new_sessions_but_not_restarts),
+    cmocka_unit_test(test_idle_sessions_are_dropped_after_the_ttl),
+    cmocka_unit_test(test_session_names_belong_to_their_client),
+    cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
+    cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
+    cmocka_unit_test(test_new_reports_bad_configuration_and_unreachable_redis),
+    cmocka_unit_test(test_bench_env_runs_a_short_closed_loop_measurement),
+};
+
+HARNESS_MAIN("env_worker", tests)
