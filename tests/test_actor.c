@@ -1,8 +1,8 @@
 /*
  * test_actor.c — the rollout actor over real sockets: a scripted coordinator in the test (a ROUTER
  * speaking the work protocol, a bus proxy, a SUB that watches ACTIONs and a PUB that sends
- * CANCELs), an env worker ROUTER in a thread of this process that serves the household
- * environment, and a policy over HTTP (libmicrohttpd) on a free loopback port. The actor runs
+ * CANCELs), the real env worker (env_worker.h) in a thread of this process serving the
+ * household environment, and a policy over HTTP (libmicrohttpd) on a free loopback port. The actor runs
  * in its own thread, exactly as `selroll actor` runs it.
  */
 #include "tests/harness.h"
@@ -12,7 +12,7 @@
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/transport.h"
-#include "env_worker/env.h"
+#include "env_worker/env_worker.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -87,130 +87,51 @@ static void s_pol_stop(tpol_t *p)
     p->d = NULL;
 }
 
-/* ---- an env worker in a thread: RESET/STEP/CLOSE on the household environment --------------- */
-
-#define TENV_SESSIONS 64
+/* ---- the real env worker (env_worker.h), in a thread of this process --------------------------- */
 
 typedef struct {
-    void *ctx;
-    transport_sock_t *sock;
+    envw_t *w;
     pthread_t th;
-    atomic_int stop;
-    atomic_int resets, steps, closes;
     char endpoint[128];
-    struct {
-        char name[PROTO_MAX_ID];
-        void *env;
-    } sess[TENV_SESSIONS];
 } tenv_t;
-
-static void s_env_reply(tenv_t *e, const void *id, size_t idlen, proto_msg_t *m)
-{
-    sr_buf_t b = SR_BUF_INIT;
-    assert_int_equal(proto_encode(m, &b), SR_OK);
-    transport_send_routed(e->sock, id, idlen, b.data, b.len);
-    sr_buf_free(&b);
-}
-
-static void s_env_obs(tenv_t *e, const void *id, size_t idlen, uint64_t rid, const char *session,
-                      const env_obs_t *o)
-{
-    proto_msg_t r;
-    proto_msg_init(&r, PROTO_OBS);
-    r.u.obs.rid = rid;
-    r.u.obs.session = session;
-    r.u.obs.obs = o->text;
-    r.u.obs.admissible = (const char **)o->admissible;
-    r.u.obs.admissible_len = o->n_admissible;
-    r.u.obs.reward = o->reward;
-    r.u.obs.done = o->done;
-    r.u.obs.won = o->won;
-    r.u.obs.step = o->steps;
-    r.u.obs.goal = o->goal;
-    s_env_reply(e, id, idlen, &r);
-}
 
 static void *s_env_thread(void *arg)
 {
-    tenv_t *e = arg;
-    const env_ops_t *ops = env_ops_find("household");
-    while (!atomic_load(&e->stop)) {
-        transport_msg_t tm;
-        if (transport_recv(e->sock, &tm, 20) != SR_OK)
-            continue;
-        size_t idlen, len;
-        const void *id = transport_msg_head(&tm, &idlen);
-        const void *body = transport_msg_body(&tm, &len);
-        proto_msg_t m;
-        if (proto_decode(body, len, &m, NULL) != SR_OK) {
-            transport_msg_close(&tm);
-            continue;
-        }
-        env_obs_t o;
-        char err[128];
-        if (m.type == PROTO_RESET) {
-            atomic_fetch_add(&e->resets, 1);
-            int k = 0;
-            while (k < TENV_SESSIONS && e->sess[k].env)
-                k++;
-            assert_true(k < TENV_SESSIONS);
-            e->sess[k].env = ops->create(m.u.reset.task, 0, (int)m.u.reset.max_steps, err, sizeof err);
-            assert_non_null(e->sess[k].env);
-            snprintf(e->sess[k].name, sizeof e->sess[k].name, "%s", m.u.reset.session);
-            ops->reset(e->sess[k].env, &o);
-            s_env_obs(e, id, idlen, m.u.reset.rid, m.u.reset.session, &o);
-        } else if (m.type == PROTO_STEP || m.type == PROTO_CLOSE) {
-            const char *name = m.type == PROTO_STEP ? m.u.step.session : m.u.close.session;
-            int k = 0;
-            while (k < TENV_SESSIONS && !(e->sess[k].env && strcmp(e->sess[k].name, name) == 0))
-                k++;
-            if (k == TENV_SESSIONS) {
-                proto_msg_t r;
-                proto_msg_init(&r, PROTO_ERROR);
-                r.u.error.has_rid = true;
-                r.u.error.rid = m.type == PROTO_STEP ? m.u.step.rid : m.u.close.rid;
-                r.u.error.code = "unknown_session";
-                r.u.error.msg = "no such session";
-                s_env_reply(e, id, idlen, &r);
-            } else if (m.type == PROTO_STEP) {
-                atomic_fetch_add(&e->steps, 1);
-                if (ops->step(e->sess[k].env, m.u.step.action, &o) == SR_OK)
-                    s_env_obs(e, id, idlen, m.u.step.rid, name, &o);
-            } else {
-                atomic_fetch_add(&e->closes, 1);
-                ops->destroy(&e->sess[k].env);
-                env_obs_t done = {.text = "", .done = true};
-                s_env_obs(e, id, idlen, m.u.close.rid, name, &done);
-            }
-        }
-        proto_msg_clear(&m);
-        transport_msg_close(&tm);
-    }
+    envw_run(arg);
     return NULL;
 }
 
 static void s_env_start(tenv_t *e, void *ctx)
 {
     memset(e, 0, sizeof *e);
-    e->ctx = ctx;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.bind = "tcp://127.0.0.1:*";
+    c.capacity = 64;
+    c.zmq_ctx = ctx;
     char err[256];
-    e->sock = transport_sock_new(ctx, ZMQ_ROUTER, NULL, err, sizeof err);
-    assert_non_null(e->sock);
-    assert_int_equal(transport_bind(e->sock, "tcp://127.0.0.1:*"), SR_OK);
-    snprintf(e->endpoint, sizeof e->endpoint, "%s", transport_sock_endpoint(e->sock));
-    assert_int_equal(pthread_create(&e->th, NULL, s_env_thread, e), 0);
+    e->w = envw_new(&c, err, sizeof err);
+    if (!e->w)
+        fail_msg("envw_new: %s", err);
+    snprintf(e->endpoint, sizeof e->endpoint, "%s", envw_endpoint(e->w));
+    assert_int_equal(pthread_create(&e->th, NULL, s_env_thread, e->w), 0);
 }
 
 static void s_env_stop(tenv_t *e)
 {
-    if (!e->sock)
+    if (!e->w)
         return;
-    atomic_store(&e->stop, 1);
+    envw_stop(e->w);
     pthread_join(e->th, NULL);
-    const env_ops_t *ops = env_ops_find("household");
-    for (int k = 0; k < TENV_SESSIONS; k++)
-        ops->destroy(&e->sess[k].env);
-    transport_sock_destroy(&e->sock);
+    envw_destroy(&e->w);
+}
+
+/* s_env_count returns one of the worker's counters: 'r' resets, 's' steps, 'c' closes. */
+static uint64_t s_env_count(tenv_t *e, char which)
+{
+    envw_stats_t st;
+    envw_stats(e->w, &st);
+    return which == 'r' ? st.resets : which == 's' ? st.steps : st.closes;
 }
 
 /* ---- the scripted coordinator ------------------------------------------------------------------ */
@@ -590,9 +511,9 @@ static void test_jobs_run_and_report_every_step_with_actions_in_order(void **sta
     assert_int_equal(st.unacked, 0);
     assert_int_equal(st.actions_published, 12);
     deadline = harness_now_ms() + 2000;
-    while (atomic_load(&f.env.closes) < 4 && harness_now_ms() < deadline)
+    while (s_env_count(&f.env, 'c') < 4 && harness_now_ms() < deadline)
         usleep(2000);
-    assert_int_equal(atomic_load(&f.env.closes), 4);
+    assert_int_equal(s_env_count(&f.env, 'c'), 4);
     s_fx_fini(&f);
 }
 
@@ -764,7 +685,7 @@ static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
         proto_msg_clear(&m);
     }
     assert_true(seen[0] && seen[1]);
-    assert_int_equal(atomic_load(&f.env.resets), 1);
+    assert_int_equal(s_env_count(&f.env, 'r'), 1);
     actor_stats_t st;
     STATS_EVENTUALLY(&f, st, st.episodes_cancelled == 2 && st.running == 0);
     assert_int_equal(st.episodes_cancelled, 2);
@@ -879,7 +800,7 @@ static void test_dead_env_worker_fails_the_episode(void **state)
     assert_int_equal(m.u.result.n_steps, 0);
     assert_true(harness_now_ms() - t0 < 1500);
     proto_msg_clear(&m);
-    assert_int_equal(atomic_load(&f.env.resets), 0);
+    assert_int_equal(s_env_count(&f.env, 'r'), 0);
     actor_stats_t st;
     STATS_EVENTUALLY(&f, st, st.env_timeouts == 1 && st.episodes_failed == 1);
     assert_int_equal(st.env_timeouts, 1);
@@ -914,9 +835,9 @@ static void test_unreachable_policy_fails_the_episode(void **state)
     assert_int_equal(st.llm_failed, 1);
     /* The env session was closed. */
     int64_t deadline = harness_now_ms() + 1000;
-    while (atomic_load(&f.env.closes) < 1 && harness_now_ms() < deadline)
+    while (s_env_count(&f.env, 'c') < 1 && harness_now_ms() < deadline)
         usleep(10000);
-    assert_int_equal(atomic_load(&f.env.closes), 1);
+    assert_int_equal(s_env_count(&f.env, 'c'), 1);
     s_fx_fini(&f);
 }
 
@@ -1037,9 +958,9 @@ static void test_stop_says_bye_and_closes_sessions(void **state)
     assert_false(m.u.bye.drain);
     proto_msg_clear(&m);
     int64_t deadline = harness_now_ms() + 1000;
-    while (atomic_load(&f.env.closes) < 1 && harness_now_ms() < deadline)
+    while (s_env_count(&f.env, 'c') < 1 && harness_now_ms() < deadline)
         usleep(10000);
-    assert_int_equal(atomic_load(&f.env.closes), 1);
+    assert_int_equal(s_env_count(&f.env, 'c'), 1);
     s_fx_fini(&f);
 }
 
