@@ -808,6 +808,60 @@ static void test_dead_env_worker_fails_the_episode(void **state)
     s_fx_fini(&f);
 }
 
+/* An env worker that stops answering in the middle of an episode fails it at the next STEP. */
+static void test_env_worker_dying_mid_episode_fails_it(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 20);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    c.env_timeout_ms = 200;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0000", 0, 1, 50, 0);
+    proto_msg_t m;
+    assert_true(s_recv_action(&f, &m, 3000, NULL, 0));
+    proto_msg_clear(&m);
+    envw_stop(f.env.w); /* its socket stays bound, but nobody answers any more */
+    pthread_join(f.env.th, NULL);
+    s_co_expect(&f, PROTO_RESULT, 3000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_non_null(strstr(m.u.result.error, "did not answer STEP within 200 ms"));
+    assert_non_null(strstr(m.u.result.error, f.env.endpoint));
+    assert_true(m.u.result.n_steps >= 1);
+    assert_int_equal(m.u.result.steps_len, (size_t)m.u.result.n_steps);
+    proto_msg_clear(&m);
+    envw_destroy(&f.env.w);
+    s_fx_fini(&f);
+}
+
+/* Sessions go to the env worker where this actor has the fewest. */
+static void test_sessions_spread_over_env_workers(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 20);
+    tenv_t second;
+    s_env_start(&second, f.ctx);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 4);
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint, second.endpoint};
+    s_co_welcome(&f, 10000, envs, 2);
+    for (int t = 0; t < 4; t++)
+        s_co_job(&f, "r0000-g0000", t, 4, 2, 0);
+    for (int n = 0; n < 4; n++) {
+        proto_msg_t m;
+        s_co_expect(&f, PROTO_RESULT, 3000, &m);
+        assert_string_equal(m.u.result.status, "truncated");
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(s_env_count(&f.env, 'r'), 2);
+    assert_int_equal(s_env_count(&second, 'r'), 2);
+    s_env_stop(&second);
+    s_fx_fini(&f);
+}
+
 /* A policy nobody serves fails the episode with the policy's URL in the error. */
 static void test_unreachable_policy_fails_the_episode(void **state)
 {
@@ -1002,6 +1056,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_result_resent_until_acked),
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
         cmocka_unit_test(test_dead_env_worker_fails_the_episode),
+        cmocka_unit_test(test_env_worker_dying_mid_episode_fails_it),
+        cmocka_unit_test(test_sessions_spread_over_env_workers),
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),
