@@ -20,7 +20,7 @@ typedef struct {
 
 static const s_bench_t s_benches[] = {
     {"proto", bench_proto_run, "protocol codec: encode/decode of JOB, STEP, OBS, RESULT(30 steps)"},
-    {"env", bench_env_run, "one env worker over ZeroMQ: steps/s and step p50/p99 at 1, 16, 256 sessions"},
+    {"env", bench_env_run, "one env worker over ZeroMQ: saturation and open-loop (10k steps/s) step latency at 1, 16, 256 sessions"},
     {"editdist", bench_editdist_run, "prefix divergence d_K of G=8 groups at K=10 and K=30"},
 };
 
