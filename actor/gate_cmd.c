@@ -1,11 +1,153 @@
 /*
- * gate_cmd.c — entry point of `selroll gate`. Not built yet: only its usage is here.
+ * gate_cmd.c — entry point of `selroll gate`: options from the config table, then the gate
+ * service (actor/gate_svc.h) until SIGINT/SIGTERM.
+ *
+ * Exit codes: 0 after a signal, 1 when Redis or the coordinator cannot be reached or the
+ * service fails, 2 for bad flags.
  */
+#include "actor/gate_svc.h"
 #include "common/cmds.h"
+#include "common/config.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* s_parse_shard reads "i/n" with 0 <= i < n. Returns 0 or -1. */
+static int s_parse_shard(const char *text, int *i, int *n)
+{
+    int a, b, used = 0;
+    if (!text || sscanf(text, "%d/%d%n", &a, &b, &used) != 2 || text[used] != '\0' || b < 1 ||
+        a < 0 || a >= b)
+        return -1;
+    *i = a;
+    *n = b;
+    return 0;
+}
 
 int gate_main(int argc, char **argv)
 {
-    return sr_cmd_not_built(argc, argv,
-        "usage: selroll gate --bus tcp://HOST:PORT --redis URL [--mode enforce|shadow|off] [--k 10] [--d-low 0.12]\n"
-        "Prefix-divergence gate: subscribes to action topics and cancels groups whose prefixes converged.\n");
+    static struct {
+        char *coordinator, *bus_sub, *bus_pub, *redis, *run, *id, *shard;
+        int mode, k, group_size, welcome_timeout_ms, log_level, redis_timeout_ms;
+        double threshold, t_high;
+        int64_t idle_ttl_ms, max_groups;
+    } o;
+    memset(&o, 0, sizeof o);
+    cfg_option_t opts[] = {
+        {.name = "coordinator", .kind = CFG_STRING, .dst = &o.coordinator, .metavar = "EP",
+         .help = "coordinator work endpoint: HELLO as role gate, bus endpoints from WELCOME"},
+        {.name = "bus-sub", .kind = CFG_STRING, .dst = &o.bus_sub, .metavar = "EP",
+         .help = "bus endpoint for SUB sockets (the proxy's XPUB), instead of WELCOME's"},
+        {.name = "bus-pub", .kind = CFG_STRING, .dst = &o.bus_pub, .metavar = "EP",
+         .help = "bus endpoint for PUB sockets (the proxy's XSUB), instead of WELCOME's"},
+        {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .metavar = "URL",
+         .help = "Redis URL (required unless --mode off)"},
+        {.name = "redis-timeout-ms", .kind = CFG_INT, .dst = &o.redis_timeout_ms, .def = "2000",
+         .min = 1, .max = 600000, .help = "Redis connect and command timeout"},
+        {.name = "run", .kind = CFG_STRING, .dst = &o.run, .def = "default", .help = "run id"},
+        {.name = "id", .kind = CFG_STRING, .dst = &o.id,
+         .help = "identity on the work channel (default gate-<host>-<pid>)"},
+        {.name = "shard", .kind = CFG_STRING, .dst = &o.shard, .def = "0/1", .metavar = "I/N",
+         .help = "own the groups whose FNV-1a 64 hash modulo N is I"},
+        {.name = "mode", .kind = CFG_ENUM, .dst = &o.mode, .choices = GATE_MODE_CHOICES,
+         .def = "enforce", .help = "enforce: record and cancel; shadow: record only; off: nothing"},
+        {.name = "k", .kind = CFG_INT, .dst = &o.k, .def = "10", .min = 1, .max = GATE_MAX_K,
+         .help = "checkpoint step K"},
+        {.name = "threshold", .kind = CFG_DOUBLE, .dst = &o.threshold, .def = "0.12", .min = 0,
+         .max = 1, .help = "cancel when d_K is below this (d_L)"},
+        {.name = "t-high", .kind = CFG_DOUBLE, .dst = &o.t_high, .def = "0", .min = 0, .max = 1,
+         .help = "also cancel when this share of trajectories ended by step K (0 = off)"},
+        {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "0", .min = 0,
+         .max = GATE_MAX_G, .help = "G for ACTIONs that carry no group_size (0 = refuse them)"},
+        {.name = "idle-ttl-ms", .kind = CFG_I64, .dst = &o.idle_ttl_ms, .def = "60000", .min = 1,
+         .max = 86400000, .help = "forget groups idle this long"},
+        {.name = "max-groups", .kind = CFG_I64, .dst = &o.max_groups, .def = "65536", .min = 1,
+         .max = 16777216, .help = "most groups kept at once (least recently seen evicted)"},
+        {.name = "welcome-timeout-ms", .kind = CFG_INT, .dst = &o.welcome_timeout_ms,
+         .def = "15000", .min = 0, .max = 86400000,
+         .help = "exit 1 when the coordinator does not answer HELLO in time (0 = wait)"},
+        {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
+         .def = "info", .help = "most verbose level logged"},
+        {0},
+    };
+    cfg_t cfg = {.command = "gate",
+                 .summary = "Prefix-divergence gate: watches each group's actions, decides at "
+                            "step K, records in Redis and cancels converged groups.",
+                 .options = opts};
+    int code = 0;
+    gate_svc_t *svc = NULL;
+    int rc = cfg_parse(&cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        goto cleanup;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg.err);
+        code = 2;
+        goto cleanup;
+    }
+    log_set_role("gate");
+    log_set_level((log_level_t)o.log_level);
+
+    gate_svc_cfg_t c;
+    gate_svc_cfg_init(&c);
+    if (s_parse_shard(o.shard, &c.gate.shard_index, &c.gate.shard_count) != 0) {
+        fprintf(stderr, "selroll gate: --shard: '%s' is not I/N with 0 <= I < N\n", o.shard);
+        code = 2;
+        goto cleanup;
+    }
+    bool direct = o.bus_sub || o.bus_pub;
+    if (direct && !(o.bus_sub && o.bus_pub)) {
+        fprintf(stderr, "selroll gate: --bus-sub and --bus-pub go together\n");
+        code = 2;
+        goto cleanup;
+    }
+    if (!direct && !o.coordinator) {
+        fprintf(stderr, "selroll gate: give --coordinator EP, or --bus-sub EP --bus-pub EP\n");
+        code = 2;
+        goto cleanup;
+    }
+    if (o.mode != GATE_MODE_OFF && !o.redis) {
+        fprintf(stderr, "selroll gate: --redis URL is required unless --mode off\n");
+        code = 2;
+        goto cleanup;
+    }
+    c.gate.mode = (gate_mode_t)o.mode;
+    c.gate.k = o.k;
+    c.gate.threshold = o.threshold;
+    c.gate.t_high = o.t_high;
+    c.gate.default_group_size = o.group_size;
+    c.gate.idle_ttl_ms = o.idle_ttl_ms;
+    c.gate.max_groups = (size_t)o.max_groups;
+    c.run = o.run;
+    c.id = o.id;
+    c.coordinator = o.coordinator;
+    c.bus_sub = o.bus_sub;
+    c.bus_pub = o.bus_pub;
+    c.redis = o.redis;
+    c.redis_timeout_ms = o.redis_timeout_ms;
+    c.welcome_timeout_ms = o.welcome_timeout_ms;
+
+    char err[512];
+    svc = gate_svc_new(&c, err, sizeof err);
+    if (!svc) {
+        fprintf(stderr, "selroll %s\n", err);
+        code = 1;
+        goto cleanup;
+    }
+    gate_svc_catch_signals(svc);
+    log_info("gate: run %s, mode %s, k %d, threshold %.3f, t-high %.2f, shard %s", o.run,
+             gate_mode_name(c.gate.mode), c.gate.k, c.gate.threshold, c.gate.t_high, o.shard);
+    rc = gate_svc_run(svc);
+    if (rc != SR_OK) {
+        fprintf(stderr, "selroll %s\n", gate_svc_errstr(svc));
+        code = 1;
+    }
+    gate_svc_log_summary(svc);
+cleanup:
+    gate_svc_destroy(&svc);
+    cfg_free(&cfg);
+    return code;
 }

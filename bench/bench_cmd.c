@@ -5,8 +5,11 @@
  */
 #include "common/cmds.h"
 #include "common/sr.h"
+#include "bench/bench_calibrate.h"
 #include "bench/bench_editdist.h"
+#include "bench/bench_policy.h"
 #include "bench/bench_proto.h"
+#include "bench/bench_rollout.h"
 #include "bench/bench_env.h"
 
 #include <stdio.h>
@@ -22,6 +25,9 @@ static const s_bench_t s_benches[] = {
     {"proto", bench_proto_run, "protocol codec: encode/decode of JOB, STEP, OBS, RESULT(30 steps)"},
     {"env", bench_env_run, "one env worker over ZeroMQ: saturation and open-loop (10k steps/s) step latency at 1, 16, 256 sessions"},
     {"editdist", bench_editdist_run, "prefix divergence d_K of G=8 groups at K=10 and K=30"},
+    {"policy", bench_policy_run, "policy server requests/s (cost model off) and client CPU per request"},
+    {"calibrate", bench_calibrate_run, "built-in policy vs household: success, zero-variance groups, d_10"},
+    {"rollout", bench_rollout_run, "gate core; overhead per step, saturation, 50 ms x 256 slots"},
 };
 
 static void s_usage(FILE *out)

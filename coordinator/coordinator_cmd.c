@@ -1,12 +1,205 @@
 /*
- * coordinator_cmd.c — entry point of `selroll coordinator`. Not built yet: only its usage is here.
+ * coordinator_cmd.c — entry point of `selroll coordinator`: the option table, then one
+ * coordinator (coordinator.h) run to the end of its rounds, a progress line per round, a clean
+ * exit on SIGINT/SIGTERM (the run is left "stopped" in Redis, ready for --resume).
  */
 #include "common/cmds.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/sr.h"
+#include "coordinator/coordinator.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static coord_t *volatile s_running;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    coord_stop(s_running);
+}
+
+static void s_progress(const coord_round_summary_t *s, void *arg)
+{
+    (void)arg;
+    log_info("round %lld: groups %d (%d done, %d cancelled, %d failed), %lld results (%lld stale), "
+             "%lld steps, %lld LLM calls, %lld tokens, success %.1f%%, %.1f s",
+             (long long)s->round, s->groups, s->groups_done, s->groups_cancelled, s->groups_failed,
+             (long long)s->results, (long long)s->stale_results, (long long)s->steps,
+             (long long)s->llm_calls, (long long)s->tokens, 100.0 * s->success_rate,
+             (double)s->wall_ms / 1000.0);
+}
 
 int coordinator_main(int argc, char **argv)
 {
-    return sr_cmd_not_built(argc, argv,
-        "usage: selroll coordinator --run ID [--redis URL] [--work tcp://*:PORT] [--bus-pub tcp://*:PORT] [--bus-sub tcp://*:PORT] [--resume] [--http ADDR:PORT]\n"
-        "Owns a run: iterations, prompt selection (pre-filter), dispatch of jobs with leases, collection,\n"
-        "post-filter and backfill, advantages, batches to the trainer, the message bus proxy, the dashboard.\n");
+    static struct {
+        char *run, *redis, *work, *bus_pub, *bus_sub, *bus_external, *advertise, *split;
+        char *env_workers, *out;
+        int iters, groups, group_size, tasks, max_steps, max_tokens, max_attempts, placement;
+        int log_level;
+        int64_t seed, lease_ms, heartbeat_ms, spread_wait_ms;
+        double temperature, top_p;
+        bool resume;
+    } o;
+    memset(&o, 0, sizeof o);
+    cfg_option_t opts[] = {
+        {.name = "run", .kind = CFG_STRING, .dst = &o.run, .def = "default", .metavar = "ID",
+         .help = "run id; Redis keys live under selroll:<run>:"},
+        {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .required = true,
+         .metavar = "URL", .help = "Redis URL (redis://host:port[/db], unix:///path)"},
+        {.name = "work-bind", .kind = CFG_STRING, .dst = &o.work, .def = "tcp://*:5555",
+         .metavar = "EP", .help = "work channel ROUTER endpoint (port * = a free one)"},
+        {.name = "bus-pub-bind", .kind = CFG_STRING, .dst = &o.bus_pub, .def = "tcp://*:5556",
+         .metavar = "EP", .help = "bus proxy XSUB endpoint, where publishers connect"},
+        {.name = "bus-sub-bind", .kind = CFG_STRING, .dst = &o.bus_sub, .def = "tcp://*:5557",
+         .metavar = "EP", .help = "bus proxy XPUB endpoint, where subscribers connect"},
+        {.name = "bus-external", .kind = CFG_STRING, .dst = &o.bus_external,
+         .metavar = "PUB,SUB", .help = "use a bus proxy elsewhere instead of hosting one"},
+        {.name = "advertise", .kind = CFG_STRING, .dst = &o.advertise, .metavar = "HOST",
+         .help = "host named in the endpoints sent to actors in place of a wildcard "
+                 "(default: this host's name)"},
+        {.name = "iters", .kind = CFG_INT, .dst = &o.iters, .def = "1", .min = 0, .max = 1000000,
+         .help = "rounds to run"},
+        {.name = "groups", .kind = CFG_INT, .dst = &o.groups, .def = "4", .min = 1, .max = 100000,
+         .help = "groups (tasks) per round"},
+        {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "8", .min = 1,
+         .max = 64, .help = "trajectories per group (G)"},
+        {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
+         .max = 100000000, .help = "size of the task pool the groups are drawn from"},
+        {.name = "split", .kind = CFG_STRING, .dst = &o.split, .def = "train",
+         .help = "task split (household/<split>/<i>)"},
+        {.name = "max-steps", .kind = CFG_INT, .dst = &o.max_steps, .def = "30", .min = 0,
+         .max = 1024, .help = "step budget of an episode"},
+        {.name = "temperature", .kind = CFG_DOUBLE, .dst = &o.temperature, .def = "0.7",
+         .min = 0, .max = 100, .help = "sampling temperature"},
+        {.name = "top-p", .kind = CFG_DOUBLE, .dst = &o.top_p, .def = "1.0", .min = 0, .max = 1,
+         .help = "nucleus sampling"},
+        {.name = "max-tokens", .kind = CFG_INT, .dst = &o.max_tokens, .def = "0", .min = 0,
+         .max = 1000000, .help = "completion-token cap per LLM call (0 = server default)"},
+        {.name = "seed", .kind = CFG_I64, .dst = &o.seed, .def = "1", .min = 0, .max = -1,
+         .help = "seed of task choice and episode seeds"},
+        {.name = "lease-ms", .kind = CFG_I64, .dst = &o.lease_ms, .def = "10000", .min = 10,
+         .max = 86400000, .help = "job lease; a lease not renewed in time is re-queued"},
+        {.name = "heartbeat-ms", .kind = CFG_I64, .dst = &o.heartbeat_ms, .def = "1000",
+         .min = 1, .max = 3600000, .help = "heartbeat period asked of actors"},
+        {.name = "placement", .kind = CFG_ENUM, .dst = &o.placement, .def = "spread",
+         .choices = "spread|pack", .help = "spread a group over actors, or fill one first"},
+        {.name = "spread-wait-ms", .kind = CFG_I64, .dst = &o.spread_wait_ms, .def = "1000",
+         .min = 0, .max = 3600000,
+         .help = "spread: wait this long for a second actor before one takes over half a group"},
+        {.name = "max-attempts", .kind = CFG_INT, .dst = &o.max_attempts, .def = "3", .min = 1,
+         .max = 100, .help = "attempts of a job that may fail before it counts as failed"},
+        {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
+         .help = "comma-separated env-worker endpoints for actors (default: Redis registry)"},
+        {.name = "out", .kind = CFG_STRING, .dst = &o.out, .metavar = "DIR",
+         .help = "results folder (default runs/<run>); rounds/round-<r>.jsonl"},
+        {.name = "resume", .kind = CFG_BOOL, .dst = &o.resume, .def = "false",
+         .help = "continue the run found in Redis"},
+        {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
+         .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level"},
+        {0},
+    };
+    cfg_t cfg = {.command = "coordinator",
+                 .summary = "Owns a run: rounds of groups, jobs leased to actors with credit and "
+                            "fencing epochs, results stored in Redis before they are acknowledged, "
+                            "the bus proxy.",
+                 .options = opts};
+    int rc = cfg_parse(&cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        cfg_free(&cfg);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg.err);
+        cfg_free(&cfg);
+        return 2;
+    }
+    int exit_code = 0;
+    char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;
+    coord_t *c = NULL;
+    log_set_role("coordinator");
+    log_set_level((log_level_t)o.log_level);
+
+    coord_cfg_t cc;
+    coord_cfg_init(&cc);
+    cc.run = o.run;
+    cc.redis_url = o.redis;
+    cc.work_bind = o.work;
+    cc.bus_pub_bind = o.bus_pub;
+    cc.bus_sub_bind = o.bus_sub;
+    if (o.bus_external) {
+        const char *comma = strchr(o.bus_external, ',');
+        if (!comma || comma == o.bus_external || !comma[1] || strchr(comma + 1, ',')) {
+            fprintf(stderr, "selroll coordinator: --bus-external: expected PUB,SUB, got '%s'\n",
+                    o.bus_external);
+            exit_code = 2;
+            goto cleanup;
+        }
+        ext_pub = sr_xstrndup(o.bus_external, (size_t)(comma - o.bus_external));
+        ext_sub = sr_xstrdup(comma + 1);
+        cc.bus_external_pub = ext_pub;
+        cc.bus_external_sub = ext_sub;
+    }
+    cc.advertise = o.advertise;
+    cc.iters = o.iters;
+    cc.groups = o.groups;
+    cc.group_size = o.group_size;
+    cc.tasks = o.tasks;
+    cc.split = o.split;
+    cc.max_steps = o.max_steps;
+    cc.temperature = o.temperature;
+    cc.top_p = o.top_p;
+    cc.max_tokens = o.max_tokens;
+    cc.seed = (uint64_t)o.seed;
+    cc.lease_ms = o.lease_ms;
+    cc.heartbeat_ms = o.heartbeat_ms;
+    cc.placement = o.placement == 1 ? COORD_PLACE_PACK : COORD_PLACE_SPREAD;
+    cc.spread_wait_ms = o.spread_wait_ms;
+    cc.max_attempts = o.max_attempts;
+    cc.env_workers = o.env_workers;
+    if (o.out) {
+        cc.out_dir = o.out;
+    } else {
+        size_t n = strlen(o.run) + 8;
+        out = sr_xmalloc(n);
+        snprintf(out, n, "runs/%s", o.run);
+        cc.out_dir = out;
+    }
+    cc.resume = o.resume;
+    cc.on_round = s_progress;
+
+    char err[512] = "";
+    c = coord_new(&cc, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "selroll coordinator: %s\n", err);
+        exit_code = 1;
+        goto cleanup;
+    }
+    s_running = c;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    rc = coord_run(c);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    s_running = NULL;
+    if (rc != SR_OK) {
+        fprintf(stderr, "selroll coordinator: %s\n", coord_errstr(c));
+        exit_code = 1;
+    }
+
+cleanup:
+    coord_destroy(&c);
+    free(ext_pub);
+    free(ext_sub);
+    free(out);
+    cfg_free(&cfg);
+    return exit_code;
 }

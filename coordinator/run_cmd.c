@@ -1,12 +1,722 @@
 /*
- * run_cmd.c — entry point of `selroll run`. Not built yet: only its usage is here.
+ * run_cmd.c — `selroll run`: the whole rollout system on one machine.
+ *
+ * It starts a private redis-server (a mktemp -d folder, a free loopback port, no persistence)
+ * unless --redis is given, then — as supervised children of this process, each with its log
+ * under <out>/logs/ — the env workers, the policy server, the coordinator, the gate and the
+ * actors, all on free loopback ports. The coordinator runs --iters rounds and exits 0; a
+ * coordinator that crashes is started again with --resume. Other children are restarted with
+ * back-off by the supervisor. While the run goes on, one progress line per finished round is
+ * printed, computed from the round's results file (<out>/rounds/round-<r>.jsonl, written by the
+ * coordinator) and the groups' records in Redis. On completion, SIGINT or SIGTERM the children
+ * get SIGTERM (coordinator first), then SIGKILL after the grace period; the private Redis is
+ * stopped last and its folder removed.
+ *
+ * For scripts and tests it writes <out>/endpoints.env (shell-readable: REDIS_URL, WORK_EP,
+ * BUS_PUB_EP, BUS_SUB_EP, POLICY_URL, ENV_WORKERS) and keeps <out>/children.txt ("name pid" per
+ * running child) up to date.
  */
+#include "common/clock.h"
 #include "common/cmds.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/store.h"
+#include "coordinator/supervise.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_MAX_ARGS 64
+
+static volatile sig_atomic_t s_signalled;
+
+static void s_on_signal(int sig)
+{
+    s_signalled = sig;
+}
+
+/* s_free_port returns a loopback TCP port that was free a moment ago, or 0. */
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static void s_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* An argv under construction: copies of every argument, NULL-terminated. */
+typedef struct {
+    char *v[S_MAX_ARGS + 1];
+    int n;
+} s_argv_t;
+
+static void s_arg(s_argv_t *a, const char *s)
+{
+    SR_ASSERT(a->n < S_MAX_ARGS);
+    a->v[a->n++] = sr_xstrdup(s);
+    a->v[a->n] = NULL;
+}
+
+static void s_argf(s_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_argf(s_argv_t *a, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    s_arg(a, buf);
+}
+
+/* s_args_split appends the space-separated words of text (may be NULL) as arguments. */
+static void s_args_split(s_argv_t *a, const char *text)
+{
+    if (!text)
+        return;
+    char *copy = sr_xstrdup(text), *save = NULL;
+    for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        s_arg(a, w);
+    free(copy);
+}
+
+static void s_argv_free(s_argv_t *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    a->n = 0;
+    a->v[0] = NULL;
+}
+
+/* The options of `selroll run`. */
+static struct {
+    char *redis, *run, *out, *placement, *gate_mode, *redis_server;
+    char *policy_args, *coordinator_args, *actor_args, *gate_args, *bus_external;
+    int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
+    int k, log_level, max_coord_restarts;
+    int64_t seed, lease_ms, heartbeat_ms, grace_ms;
+    double temperature, time_scale, threshold, t_high;
+    bool cost_model, no_gate;
+} o;
+
+/* The run's state. */
+typedef struct {
+    char self[4096];   /* this binary */
+    char out[2048];    /* results folder */
+    char redis_dir[256];
+    char redis_url[128];
+    char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
+    char env_list[1024];
+    supervise_t *sup;
+    store_t *store;
+    char coord_name[32]; /* the current coordinator child */
+    int coord_starts;
+    int next_round;      /* the next round whose progress line is due */
+    int64_t round_t0_ms; /* wall clock when that round began (approximately) */
+    int64_t started_ms;
+} s_run_t;
+
+static int s_start_redis(s_run_t *r)
+{
+    snprintf(r->redis_dir, sizeof r->redis_dir, "/tmp/selroll-redis-XXXXXX");
+    if (!mkdtemp(r->redis_dir)) {
+        fprintf(stderr, "selroll run: mktemp -d: %s\n", strerror(errno));
+        r->redis_dir[0] = '\0';
+        return SR_EIO;
+    }
+    int port = s_free_port();
+    s_argv_t a = {0};
+    s_arg(&a, o.redis_server);
+    s_arg(&a, "--port");
+    s_argf(&a, "%d", port);
+    s_arg(&a, "--bind");
+    s_arg(&a, "127.0.0.1");
+    s_arg(&a, "--dir");
+    s_arg(&a, r->redis_dir);
+    s_arg(&a, "--save");
+    s_arg(&a, "");
+    s_arg(&a, "--appendonly");
+    s_arg(&a, "no");
+    s_arg(&a, "--daemonize");
+    s_arg(&a, "no");
+    int rc = supervise_add(r->sup, "redis", a.v, true);
+    s_argv_free(&a);
+    if (rc != SR_OK)
+        return rc;
+    snprintf(r->redis_url, sizeof r->redis_url, "redis://127.0.0.1:%d", port);
+    int64_t end = clock_mono_ms() + 10000;
+    while (clock_mono_ms() < end) {
+        supervise_poll(r->sup);
+        store_t *st = store_new(r->redis_url, o.run, 500);
+        if (st) {
+            store_destroy(&st);
+            log_info("run: private redis-server at %s in %s", r->redis_url, r->redis_dir);
+            return SR_OK;
+        }
+        s_sleep_ms(50);
+    }
+    fprintf(stderr, "selroll run: redis-server (%s) did not answer PING within 10 s; see %s/logs\n",
+            o.redis_server, r->out);
+    return SR_ETIMEDOUT;
+}
+
+static void s_write_children(s_run_t *r, char **names, int n)
+{
+    char path[2200], tmp[2300];
+    snprintf(path, sizeof path, "%s/children.txt", r->out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    for (int i = 0; i < n; i++) {
+        pid_t p = supervise_pid(r->sup, names[i]);
+        if (p > 0)
+            fprintf(f, "%s %d\n", names[i], (int)p);
+    }
+    fclose(f);
+    rename(tmp, path);
+}
+
+static int s_start_coordinator(s_run_t *r, bool resume)
+{
+    snprintf(r->coord_name, sizeof r->coord_name,
+             r->coord_starts == 0 ? "coordinator" : "coordinator-%d", r->coord_starts);
+    r->coord_starts++;
+    s_argv_t a = {0};
+    s_arg(&a, r->self);
+    s_arg(&a, "coordinator");
+    s_arg(&a, "--redis");
+    s_arg(&a, r->redis_url);
+    s_arg(&a, "--run");
+    s_arg(&a, o.run);
+    s_arg(&a, "--work-bind");
+    s_arg(&a, r->work_ep);
+    if (o.bus_external) {
+        s_arg(&a, "--bus-external");
+        s_argf(&a, "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
+    } else {
+        s_arg(&a, "--bus-pub-bind");
+        s_arg(&a, r->bus_pub_ep);
+        s_arg(&a, "--bus-sub-bind");
+        s_arg(&a, r->bus_sub_ep);
+    }
+    s_arg(&a, "--iters");
+    s_argf(&a, "%d", o.iters);
+    s_arg(&a, "--groups");
+    s_argf(&a, "%d", o.groups);
+    s_arg(&a, "--group-size");
+    s_argf(&a, "%d", o.group_size);
+    s_arg(&a, "--tasks");
+    s_argf(&a, "%d", o.tasks);
+    s_arg(&a, "--max-steps");
+    s_argf(&a, "%d", o.max_steps);
+    s_arg(&a, "--temperature");
+    s_argf(&a, "%.17g", o.temperature);
+    s_arg(&a, "--seed");
+    s_argf(&a, "%lld", (long long)o.seed);
+    s_arg(&a, "--lease-ms");
+    s_argf(&a, "%lld", (long long)o.lease_ms);
+    s_arg(&a, "--heartbeat-ms");
+    s_argf(&a, "%lld", (long long)o.heartbeat_ms);
+    s_arg(&a, "--placement");
+    s_arg(&a, o.placement);
+    s_arg(&a, "--env-workers");
+    s_arg(&a, r->env_list);
+    s_arg(&a, "--out");
+    s_arg(&a, r->out);
+    if (resume)
+        s_arg(&a, "--resume");
+    s_args_split(&a, o.coordinator_args);
+    int rc = supervise_add(r->sup, r->coord_name, a.v, false);
+    s_argv_free(&a);
+    return rc;
+}
+
+/* Group statuses of one round. */
+typedef struct {
+    int n, done, cancelled, other;
+    store_t *st;
+} s_tally_t;
+
+/* s_count tallies one group of a round by its status (store_groups_of callback). */
+static int s_count(const char *gid, void *arg)
+{
+    s_tally_t *g = arg;
+    store_group_t grp;
+    g->n++;
+    if (store_group_get(g->st, gid, &grp) != SR_OK) {
+        g->other++;
+        return 0;
+    }
+    if (grp.status == STORE_GROUP_DONE || grp.status == STORE_GROUP_FILTERED)
+        g->done++;
+    else if (grp.status == STORE_GROUP_CANCELLED)
+        g->cancelled++;
+    else
+        g->other++;
+    return 0;
+}
+
+/* s_round_progress prints the progress line of round `round` once its results file exists.
+ * Returns true when the line was printed. */
+static bool s_round_progress(s_run_t *r, int round)
+{
+    char path[2200];
+    snprintf(path, sizeof path, "%s/rounds/round-%d.jsonl", r->out, round);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    long long steps = 0, calls = 0, tokens = 0, results = 0, won = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j)
+            continue;
+        const cJSON *v;
+        results++;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "n_steps")) && cJSON_IsNumber(v))
+            steps += (long long)v->valuedouble;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "llm_calls")) && cJSON_IsNumber(v))
+            calls += (long long)v->valuedouble;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "prompt_tokens")) && cJSON_IsNumber(v))
+            tokens += (long long)v->valuedouble;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "completion_tokens")) && cJSON_IsNumber(v))
+            tokens += (long long)v->valuedouble;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "won")) && cJSON_IsTrue(v))
+            won++;
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+
+    s_tally_t g = {0, 0, 0, 0, r->store};
+    if (r->store)
+        store_groups_of(r->store, round, s_count, &g);
+    int64_t now = clock_wall_ms();
+    printf("round %d: groups %d (done %d, cancelled %d, failed %d), trajectories %lld, steps %lld, "
+           "LLM calls %lld, tokens %lld, success %.1f%%, wall %.1f s\n",
+           round, g.n, g.done, g.cancelled, g.other, results, steps, calls, tokens,
+           results ? 100.0 * (double)won / (double)results : 0.0,
+           (double)(now - r->round_t0_ms) / 1000.0);
+    fflush(stdout);
+    r->round_t0_ms = now;
+    return true;
+}
 
 int run_main(int argc, char **argv)
 {
-    return sr_cmd_not_built(argc, argv,
-        "usage: selroll run [--redis URL] [--out DIR] [--iters N] [--group-size G] [--batch-groups M]\n"
-        "One machine: starts a private redis-server (unless --redis), every role, runs the campaign,\n"
-        "shows progress and writes the report.\n");
+    memset(&o, 0, sizeof o);
+    cfg_option_t opts[] = {
+        {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .metavar = "URL",
+         .help = "use this Redis instead of starting a private redis-server"},
+        {.name = "redis-server", .kind = CFG_STRING, .dst = &o.redis_server,
+         .def = "redis-server", .metavar = "PROG", .help = "the redis-server program to start"},
+        {.name = "run", .kind = CFG_STRING, .dst = &o.run, .def = "default", .help = "run id"},
+        {.name = "out", .kind = CFG_STRING, .dst = &o.out, .metavar = "DIR",
+         .help = "results folder (default runs/<run>)"},
+        {.name = "iters", .kind = CFG_INT, .dst = &o.iters, .def = "1", .min = 1, .max = 1000000,
+         .help = "rounds to run"},
+        {.name = "groups", .kind = CFG_INT, .dst = &o.groups, .def = "16", .min = 1,
+         .max = 100000, .help = "groups (tasks) per round"},
+        {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "8", .min = 1,
+         .max = 64, .help = "trajectories per group (G)"},
+        {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
+         .max = 1000000, .help = "size of the training task pool"},
+        {.name = "max-steps", .kind = CFG_INT, .dst = &o.max_steps, .def = "30", .min = 1,
+         .max = 1000, .help = "steps per episode at most (T_max)"},
+        {.name = "temperature", .kind = CFG_DOUBLE, .dst = &o.temperature, .def = "0.7",
+         .min = 0, .max = 10, .help = "sampling temperature"},
+        {.name = "seed", .kind = CFG_I64, .dst = &o.seed, .def = "1", .min = 0, .max = -1,
+         .help = "run seed (task order, sampling)"},
+        {.name = "actors", .kind = CFG_INT, .dst = &o.actors, .def = "3", .min = 1, .max = 256,
+         .help = "actor processes"},
+        {.name = "slots", .kind = CFG_INT, .dst = &o.slots, .def = "16", .min = 1, .max = 4096,
+         .help = "episodes each actor runs at once"},
+        {.name = "env-workers", .kind = CFG_INT, .dst = &o.env_workers, .def = "2", .min = 1,
+         .max = 64, .help = "env-worker processes"},
+        {.name = "env-capacity", .kind = CFG_INT, .dst = &o.env_capacity, .def = "0", .min = 0,
+         .max = 100000, .help = "sessions per env worker (0 = twice all actors' slots, at least 64)"},
+        {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.time_scale, .def = "1", .min = 0.001,
+         .max = 1e6, .help = "policy server: simulated seconds per wall second"},
+        {.name = "cost-model", .kind = CFG_BOOL, .dst = &o.cost_model, .def = "true",
+         .help = "policy server: simulate inference latency"},
+        {.name = "gate-mode", .kind = CFG_STRING, .dst = &o.gate_mode, .def = "enforce",
+         .metavar = "enforce|shadow|off", .help = "gate mode"},
+        {.name = "no-gate", .kind = CFG_BOOL, .dst = &o.no_gate, .def = "false",
+         .help = "run without a gate process (groups simply finish)"},
+        {.name = "k", .kind = CFG_INT, .dst = &o.k, .def = "10", .min = 1, .max = 1024,
+         .help = "gate checkpoint K"},
+        {.name = "threshold", .kind = CFG_DOUBLE, .dst = &o.threshold, .def = "0.12", .min = 0,
+         .max = 1, .help = "gate threshold d_L"},
+        {.name = "t-high", .kind = CFG_DOUBLE, .dst = &o.t_high, .def = "0", .min = 0, .max = 1,
+         .help = "gate ended-share rule (0 = off)"},
+        {.name = "placement", .kind = CFG_STRING, .dst = &o.placement, .def = "spread",
+         .metavar = "spread|pack", .help = "coordinator job placement"},
+        {.name = "lease-ms", .kind = CFG_I64, .dst = &o.lease_ms, .def = "10000", .min = 10,
+         .max = 86400000, .help = "coordinator job lease"},
+        {.name = "heartbeat-ms", .kind = CFG_I64, .dst = &o.heartbeat_ms, .def = "1000",
+         .min = 10, .max = 3600000, .help = "actor heartbeat interval"},
+        {.name = "grace-ms", .kind = CFG_I64, .dst = &o.grace_ms, .def = "5000", .min = 0,
+         .max = 600000, .help = "SIGTERM to SIGKILL grace at shutdown"},
+        {.name = "max-coordinator-restarts", .kind = CFG_INT, .dst = &o.max_coord_restarts,
+         .def = "5", .min = 0, .max = 1000,
+         .help = "a crashed coordinator is started again with --resume this many times"},
+        {.name = "bus-external", .kind = CFG_STRING, .dst = &o.bus_external,
+         .metavar = "PUB,SUB", .help = "use a bus proxy elsewhere (publishers' and subscribers' "
+                                       "endpoints) instead of the coordinator's"},
+        {.name = "policy-args", .kind = CFG_STRING, .dst = &o.policy_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for the policy server"},
+        {.name = "coordinator-args", .kind = CFG_STRING, .dst = &o.coordinator_args,
+         .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
+        {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for every actor"},
+        {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for the gate"},
+        {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
+         .def = "info", .help = "most verbose level logged by this process"},
+        {0},
+    };
+    cfg_t cfg = {.command = "run",
+                 .summary = "One machine: a private redis-server (unless --redis), env workers, "
+                            "the policy server, the coordinator, the gate and actors as "
+                            "supervised children; progress per round; results under --out.",
+                 .options = opts};
+    int code = 1;
+    s_run_t r;
+    memset(&r, 0, sizeof r);
+    char *names[S_MAX_ARGS * 4];
+    int nnames = 0;
+    struct sigaction old_int, old_term;
+    bool handlers = false;
+
+    int rc = cfg_parse(&cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        code = 0;
+        goto cleanup;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg.err);
+        code = 2;
+        goto cleanup;
+    }
+    if (strcmp(o.gate_mode, "enforce") && strcmp(o.gate_mode, "shadow") &&
+        strcmp(o.gate_mode, "off")) {
+        fprintf(stderr, "selroll run: --gate-mode: '%s' is not one of enforce, shadow, off\n",
+                o.gate_mode);
+        code = 2;
+        goto cleanup;
+    }
+    if (strcmp(o.placement, "spread") && strcmp(o.placement, "pack")) {
+        fprintf(stderr, "selroll run: --placement: '%s' is not one of spread, pack\n",
+                o.placement);
+        code = 2;
+        goto cleanup;
+    }
+    log_set_role("run");
+    log_set_level((log_level_t)o.log_level);
+    ssize_t sl = readlink("/proc/self/exe", r.self, sizeof r.self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "selroll run: cannot find this program: %s\n", strerror(errno));
+        goto cleanup;
+    }
+    r.self[sl] = '\0';
+    if (o.out)
+        snprintf(r.out, sizeof r.out, "%s", o.out);
+    else
+        snprintf(r.out, sizeof r.out, "runs/%s", o.run);
+    char logs[2200];
+    snprintf(logs, sizeof logs, "%s/logs", r.out);
+    supervise_opts_t so;
+    supervise_opts_init(&so);
+    r.sup = supervise_new(logs, &so);
+    if (!r.sup) {
+        fprintf(stderr, "selroll run: cannot create %s: %s\n", logs, strerror(errno));
+        goto cleanup;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    handlers = true;
+    r.started_ms = clock_wall_ms();
+
+    /* Redis. */
+    if (o.redis) {
+        snprintf(r.redis_url, sizeof r.redis_url, "%s", o.redis);
+    } else if (s_start_redis(&r) != SR_OK) {
+        goto cleanup;
+    }
+    char err[512];
+    if (store_connect(&r.store, r.redis_url, o.run, 2000, err, sizeof err) != SR_OK) {
+        fprintf(stderr, "selroll run: %s\n", err);
+        goto cleanup;
+    }
+    names[nnames++] = "redis";
+
+    /* Endpoints. */
+    snprintf(r.work_ep, sizeof r.work_ep, "tcp://127.0.0.1:%d", s_free_port());
+    if (o.bus_external) {
+        const char *comma = strchr(o.bus_external, ',');
+        size_t pl = comma ? (size_t)(comma - o.bus_external) : 0;
+        if (!comma || pl == 0 || pl >= sizeof r.bus_pub_ep || !comma[1] ||
+            strlen(comma + 1) >= sizeof r.bus_sub_ep || strchr(comma + 1, ',')) {
+            fprintf(stderr, "selroll run: --bus-external: '%s' is not PUB,SUB\n",
+                    o.bus_external);
+            code = 2;
+            goto cleanup;
+        }
+        memcpy(r.bus_pub_ep, o.bus_external, pl);
+        r.bus_pub_ep[pl] = '\0';
+        snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "%s", comma + 1);
+    } else {
+        snprintf(r.bus_pub_ep, sizeof r.bus_pub_ep, "tcp://127.0.0.1:%d", s_free_port());
+        snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "tcp://127.0.0.1:%d", s_free_port());
+    }
+    int policy_port = s_free_port();
+    snprintf(r.policy_url, sizeof r.policy_url, "http://127.0.0.1:%d", policy_port);
+    /* Sessions of an actor that dies stay open on the env workers until their TTL, and actors
+     * may join later: by default each worker can take twice all the slots. */
+    int capacity = o.env_capacity > 0 ? o.env_capacity : SR_MAX(64, 2 * o.actors * o.slots);
+
+    /* Env workers. */
+    size_t el = 0;
+    for (int i = 0; i < o.env_workers; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "env-worker-%d", i + 1);
+        int port = s_free_port();
+        s_argv_t a = {0};
+        s_arg(&a, r.self);
+        s_arg(&a, "env-worker");
+        s_arg(&a, "--bind");
+        s_argf(&a, "tcp://127.0.0.1:%d", port);
+        s_arg(&a, "--capacity");
+        s_argf(&a, "%d", capacity);
+        s_arg(&a, "--redis");
+        s_arg(&a, r.redis_url);
+        s_arg(&a, "--run");
+        s_arg(&a, o.run);
+        s_arg(&a, "--id");
+        s_arg(&a, name);
+        rc = supervise_add(r.sup, name, a.v, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup(name);
+        el += (size_t)snprintf(r.env_list + el, sizeof r.env_list - el, "%stcp://127.0.0.1:%d",
+                               i ? "," : "", port);
+    }
+
+    /* Policy server. */
+    {
+        s_argv_t a = {0};
+        s_arg(&a, r.self);
+        s_arg(&a, "policy-server");
+        s_arg(&a, "--listen");
+        s_argf(&a, "127.0.0.1:%d", policy_port);
+        s_arg(&a, "--time-scale");
+        s_argf(&a, "%.17g", o.time_scale);
+        if (!o.cost_model)
+            s_arg(&a, "--no-cost-model");
+        s_args_split(&a, o.policy_args);
+        rc = supervise_add(r.sup, "policy-server", a.v, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup("policy-server");
+    }
+
+    /* Gate: before the coordinator, and on the bus endpoints directly, so that it is subscribed
+     * by the time the first ACTIONs of a round are published. */
+    if (!o.no_gate) {
+        s_argv_t a = {0};
+        s_arg(&a, r.self);
+        s_arg(&a, "gate");
+        s_arg(&a, "--coordinator");
+        s_arg(&a, r.work_ep);
+        s_arg(&a, "--bus-sub");
+        s_arg(&a, r.bus_sub_ep);
+        s_arg(&a, "--bus-pub");
+        s_arg(&a, r.bus_pub_ep);
+        s_arg(&a, "--redis");
+        s_arg(&a, r.redis_url);
+        s_arg(&a, "--run");
+        s_arg(&a, o.run);
+        s_arg(&a, "--id");
+        s_arg(&a, "gate");
+        s_arg(&a, "--mode");
+        s_arg(&a, o.gate_mode);
+        s_arg(&a, "--k");
+        s_argf(&a, "%d", o.k);
+        s_arg(&a, "--threshold");
+        s_argf(&a, "%.17g", o.threshold);
+        s_arg(&a, "--t-high");
+        s_argf(&a, "%.17g", o.t_high);
+        s_arg(&a, "--group-size");
+        s_argf(&a, "%d", o.group_size);
+        s_args_split(&a, o.gate_args);
+        rc = supervise_add(r.sup, "gate", a.v, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup("gate");
+    }
+
+    /* Coordinator. */
+    if (s_start_coordinator(&r, false) != SR_OK)
+        goto cleanup;
+
+    /* Actors. */
+    for (int i = 0; i < o.actors; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "actor-%d", i + 1);
+        s_argv_t a = {0};
+        s_arg(&a, r.self);
+        s_arg(&a, "actor");
+        s_arg(&a, "--coordinator");
+        s_arg(&a, r.work_ep);
+        s_arg(&a, "--id");
+        s_arg(&a, name);
+        s_arg(&a, "--slots");
+        s_argf(&a, "%d", o.slots);
+        s_arg(&a, "--policy");
+        s_arg(&a, r.policy_url);
+        s_arg(&a, "--env-workers");
+        s_arg(&a, r.env_list);
+        s_args_split(&a, o.actor_args);
+        rc = supervise_add(r.sup, name, a.v, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup(name);
+    }
+
+    {
+        char path[2200];
+        snprintf(path, sizeof path, "%s/endpoints.env", r.out);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "REDIS_URL=%s\nRUN=%s\nWORK_EP=%s\nBUS_PUB_EP=%s\nBUS_SUB_EP=%s\n"
+                       "POLICY_URL=%s\nENV_WORKERS=%s\nOUT=%s\n",
+                    r.redis_url, o.run, r.work_ep, r.bus_pub_ep, r.bus_sub_ep, r.policy_url,
+                    r.env_list, r.out);
+            fclose(f);
+        }
+    }
+    printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %d env workers, "
+           "gate %s; results in %s\n",
+           o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, o.env_workers,
+           o.no_gate ? "none" : o.gate_mode, r.out);
+    fflush(stdout);
+
+    /* Supervise until the coordinator finished its rounds or a signal came. */
+    r.round_t0_ms = clock_wall_ms();
+    int64_t last_children = 0;
+    for (;;) {
+        supervise_poll(r.sup);
+        int64_t now = clock_mono_ms();
+        if (now - last_children >= 200) {
+            char *all[S_MAX_ARGS * 4 + 1];
+            int na = 0;
+            for (int i = 0; i < nnames; i++)
+                all[na++] = names[i];
+            all[na++] = r.coord_name;
+            s_write_children(&r, all, na);
+            last_children = now;
+        }
+        while (r.next_round < o.iters && s_round_progress(&r, r.next_round))
+            r.next_round++;
+        if (s_signalled) {
+            log_info("run: signal %d, stopping", (int)s_signalled);
+            code = 0;
+            break;
+        }
+        if (supervise_finished(r.sup, r.coord_name)) {
+            while (r.next_round < o.iters && s_round_progress(&r, r.next_round))
+                r.next_round++;
+            code = r.next_round >= o.iters ? 0 : 1;
+            if (code)
+                fprintf(stderr, "selroll run: the coordinator finished but round %d has no "
+                                "results file\n", r.next_round);
+            break;
+        }
+        if (supervise_pid(r.sup, r.coord_name) == 0) {
+            int st = supervise_last_status(r.sup, r.coord_name);
+            if (r.coord_starts > o.max_coord_restarts) {
+                fprintf(stderr, "selroll run: the coordinator failed %d times; giving up (see "
+                                "%s/logs/%s.log)\n", r.coord_starts, r.out, r.coord_name);
+                break;
+            }
+            log_warn("run: the coordinator died (status %d); starting it again with --resume",
+                     st);
+            s_sleep_ms(200);
+            if (s_start_coordinator(&r, true) != SR_OK)
+                break;
+        }
+        s_sleep_ms(50);
+    }
+    printf("selroll run %s: %s after %.1f s\n", o.run, code == 0 ? "finished" : "failed",
+           (double)(clock_wall_ms() - r.started_ms) / 1000.0);
+    fflush(stdout);
+
+cleanup:
+    if (r.sup) {
+        /* The coordinator first (it records the run as stopped), then the workers, Redis last. */
+        if (r.coord_name[0])
+            supervise_stop(r.sup, r.coord_name, o.grace_ms);
+        for (int i = nnames - 1; i >= 1; i--)
+            supervise_stop(r.sup, names[i], o.grace_ms);
+        supervise_stop_all(r.sup, o.grace_ms);
+    }
+    store_destroy(&r.store);
+    supervise_destroy(&r.sup);
+    if (r.redis_dir[0])
+        nftw(r.redis_dir, s_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    for (int i = 1; i < nnames; i++)
+        free(names[i]);
+    if (handlers) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    cfg_free(&cfg);
+    return code;
 }

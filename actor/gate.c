@@ -1,0 +1,465 @@
+/*
+ * gate.c — the decision core of the prefix-divergence gate: per-group prefixes, the step-K
+ * checkpoint, the cancel rule, and bounded memory through tombstones and eviction.
+ *
+ * Groups live in a chained hash table keyed by group id (FNV-1a 64). A group record holds G x K
+ * action hashes plus, per trajectory, how many steps it reported, whether it ended and whether
+ * a step in 1..K was missed. When the last trajectory becomes ready the group is decided, its
+ * arrays are freed and the record stays as a tombstone until it has been idle for the TTL.
+ */
+#include "actor/gate.h"
+
+#include "common/editdist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct s_group {
+    struct s_group *next; /* hash chain */
+    uint64_t hash;        /* FNV-1a 64 of gid */
+    char gid[GATE_GID_MAX];
+    char *task; /* NULL when none was seen */
+    int G;
+    bool decided;
+    int64_t last_seen_ms;
+    uint64_t *acts; /* G x K action hashes, row t = trajectory t; NULL once decided */
+    int64_t *seen;  /* steps reported per trajectory */
+    uint8_t *ended; /* the trajectory ended at step seen[t] */
+    uint8_t *gap;   /* a step within 1..K was missed */
+} s_group_t;
+
+struct gate {
+    gate_cfg_t cfg;
+    char *run;
+    s_group_t **buckets;
+    size_t nbuckets; /* a power of two */
+    gate_stats_t st;
+};
+
+static uint64_t s_fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void gate_cfg_init(gate_cfg_t *c)
+{
+    SR_ASSERT(c);
+    memset(c, 0, sizeof *c);
+    c->mode = GATE_MODE_ENFORCE;
+    c->k = 10;
+    c->threshold = 0.12;
+    c->t_high = 0.0;
+    c->shard_index = 0;
+    c->shard_count = 1;
+    c->default_group_size = 0;
+    c->run = NULL;
+    c->idle_ttl_ms = 60000;
+    c->max_groups = 65536;
+}
+
+int gate_cfg_check(const gate_cfg_t *c, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    if (!c)
+        why = "no configuration";
+    else if (c->mode < GATE_MODE_ENFORCE || c->mode > GATE_MODE_OFF)
+        why = "mode must be enforce, shadow or off";
+    else if (c->k < 1 || c->k > GATE_MAX_K)
+        why = "k must be in 1..1024";
+    else if (!(c->threshold >= 0.0 && c->threshold <= 1.0))
+        why = "threshold must be in [0, 1]";
+    else if (!(c->t_high <= 1.0))
+        why = "t-high must be at most 1 (0 or less turns the rule off)";
+    else if (c->shard_count < 1 || c->shard_index < 0 || c->shard_index >= c->shard_count)
+        why = "shard must be i/n with 0 <= i < n";
+    else if (c->default_group_size < 0 || c->default_group_size > GATE_MAX_G)
+        why = "group size must be in 0..64";
+    else if (c->idle_ttl_ms <= 0)
+        why = "idle TTL must be positive";
+    else if (c->max_groups < 1)
+        why = "max groups must be at least 1";
+    if (!why)
+        return SR_OK;
+    if (err && errlen)
+        snprintf(err, errlen, "gate: %s", why);
+    return SR_EINVAL;
+}
+
+gate_t *gate_new(const gate_cfg_t *c)
+{
+    if (gate_cfg_check(c, NULL, 0) != SR_OK)
+        return NULL;
+    gate_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->cfg = *c;
+    if (c->run) {
+        g->run = strdup(c->run);
+        if (!g->run)
+            goto fail;
+    }
+    g->cfg.run = g->run;
+    size_t nb = 64;
+    while (nb < c->max_groups && nb < ((size_t)1 << 20))
+        nb <<= 1;
+    g->buckets = calloc(nb, sizeof *g->buckets);
+    if (!g->buckets)
+        goto fail;
+    g->nbuckets = nb;
+    return g;
+fail:
+    free(g->run);
+    free(g);
+    return NULL;
+}
+
+static void s_group_free_arrays(s_group_t *grp)
+{
+    free(grp->acts);
+    free(grp->seen);
+    free(grp->ended);
+    free(grp->gap);
+    grp->acts = NULL;
+    grp->seen = NULL;
+    grp->ended = NULL;
+    grp->gap = NULL;
+}
+
+static void s_group_free(s_group_t *grp)
+{
+    if (!grp)
+        return;
+    s_group_free_arrays(grp);
+    free(grp->task);
+    free(grp);
+}
+
+void gate_destroy(gate_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gate_t *g = *self_p;
+    for (size_t i = 0; i < g->nbuckets; i++) {
+        s_group_t *grp = g->buckets[i];
+        while (grp) {
+            s_group_t *next = grp->next;
+            s_group_free(grp);
+            grp = next;
+        }
+    }
+    free(g->buckets);
+    free(g->run);
+    free(g);
+    *self_p = NULL;
+}
+
+int gate_shard_of(const char *gid, int n)
+{
+    if (!gid || n <= 1)
+        return 0;
+    return (int)(s_fnv1a(gid, strlen(gid)) % (uint64_t)n);
+}
+
+bool gate_owns(const gate_t *g, const char *gid)
+{
+    return gate_shard_of(gid, g->cfg.shard_count) == g->cfg.shard_index;
+}
+
+static s_group_t *s_find(gate_t *g, const char *gid, uint64_t h)
+{
+    for (s_group_t *grp = g->buckets[h & (g->nbuckets - 1)]; grp; grp = grp->next) {
+        if (grp->hash == h && !strcmp(grp->gid, gid))
+            return grp;
+    }
+    return NULL;
+}
+
+/* s_remove removes grp from its chain (it must be there) and frees it. */
+static void s_remove(gate_t *g, s_group_t *grp)
+{
+    s_group_t **pp = &g->buckets[grp->hash & (g->nbuckets - 1)];
+    while (*pp && *pp != grp)
+        pp = &(*pp)->next;
+    SR_ASSERT(*pp == grp);
+    *pp = grp->next;
+    s_group_free(grp);
+    g->st.groups--;
+}
+
+/* s_evict_oldest removes the least recently seen group; called only when the table is full. */
+static void s_evict_oldest(gate_t *g)
+{
+    s_group_t *oldest = NULL;
+    for (size_t i = 0; i < g->nbuckets; i++) {
+        for (s_group_t *grp = g->buckets[i]; grp; grp = grp->next) {
+            if (!oldest || grp->last_seen_ms < oldest->last_seen_ms)
+                oldest = grp;
+        }
+    }
+    if (oldest) {
+        if (!oldest->decided)
+            g->st.evicted++;
+        s_remove(g, oldest);
+    }
+}
+
+static s_group_t *s_create(gate_t *g, const char *gid, uint64_t h, int G)
+{
+    while (g->st.groups >= g->cfg.max_groups)
+        s_evict_oldest(g);
+    s_group_t *grp = calloc(1, sizeof *grp);
+    if (!grp)
+        return NULL;
+    size_t K = (size_t)g->cfg.k;
+    grp->acts = calloc((size_t)G * K, sizeof *grp->acts);
+    grp->seen = calloc((size_t)G, sizeof *grp->seen);
+    grp->ended = calloc((size_t)G, 1);
+    grp->gap = calloc((size_t)G, 1);
+    if (!grp->acts || !grp->seen || !grp->ended || !grp->gap) {
+        s_group_free(grp);
+        return NULL;
+    }
+    grp->hash = h;
+    snprintf(grp->gid, sizeof grp->gid, "%s", gid);
+    grp->G = G;
+    size_t b = h & (g->nbuckets - 1);
+    grp->next = g->buckets[b];
+    g->buckets[b] = grp;
+    g->st.groups++;
+    return grp;
+}
+
+static uint64_t s_action_hash(const char *action)
+{
+    char norm[PROTO_MAX_ACTION + 1];
+    int n = editdist_normalize(action ? action : "", norm, sizeof norm);
+    size_t len = n >= 0 ? (size_t)n : strlen(norm); /* too long: the cut prefix stands for it */
+    return s_fnv1a(norm, len);
+}
+
+static int s_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* s_ready tells whether every trajectory reported step K or ended, with no gap in 1..K. */
+static bool s_ready(const gate_t *g, const s_group_t *grp)
+{
+    for (int t = 0; t < grp->G; t++) {
+        if (grp->gap[t])
+            return false;
+        if (!grp->ended[t] && grp->seen[t] < g->cfg.k)
+            return false;
+    }
+    return true;
+}
+
+/* s_decide computes d_K for a ready group and fills out. Returns SR_OK or SR_ENOMEM. */
+static int s_decide(gate_t *g, s_group_t *grp, gate_decision_t *out)
+{
+    int rc = SR_ENOMEM;
+    size_t K = (size_t)g->cfg.k, G = (size_t)grp->G;
+    uint64_t *uniq = malloc(G * K * sizeof *uniq);
+    uint32_t *ids = calloc(G * K, sizeof *ids);
+    const uint32_t **seqs = malloc(G * sizeof *seqs);
+    size_t *lens = malloc(G * sizeof *lens);
+    if (!uniq || !ids || !seqs || !lens)
+        goto cleanup;
+
+    size_t n = 0, ended_by_k = 0;
+    for (size_t t = 0; t < G; t++) {
+        lens[t] = grp->seen[t] < (int64_t)K ? (size_t)grp->seen[t] : K;
+        for (size_t i = 0; i < lens[t]; i++)
+            uniq[n++] = grp->acts[t * K + i];
+        if (grp->ended[t] && grp->seen[t] <= (int64_t)K)
+            ended_by_k++;
+    }
+    qsort(uniq, n, sizeof *uniq, s_cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (u == 0 || uniq[u - 1] != uniq[i])
+            uniq[u++] = uniq[i];
+    }
+    for (size_t t = 0; t < G; t++) {
+        for (size_t i = 0; i < lens[t]; i++) {
+            const uint64_t *hit = bsearch(&grp->acts[t * K + i], uniq, u, sizeof *uniq, s_cmp_u64);
+            SR_ASSERT(hit);
+            ids[t * K + i] = (uint32_t)(hit - uniq) + 1; /* 0 is <END> */
+        }
+        seqs[t] = ids + t * K;
+    }
+    double d = editdist_prefix_divergence(seqs, lens, G, K);
+    SR_ASSERT(d >= 0.0);
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->group, sizeof out->group, "%s", grp->gid);
+    snprintf(out->task, sizeof out->task, "%s", grp->task ? grp->task : "");
+    out->G = grp->G;
+    out->step = g->cfg.k;
+    out->d = d;
+    out->ended_share = (double)ended_by_k / (double)G;
+    if (ended_by_k == G) {
+        out->verdict = GATE_ENDED_BEFORE_K;
+        out->reason = "ended_before_k";
+        g->st.ended_before_k++;
+    } else if (d < g->cfg.threshold) {
+        out->verdict = GATE_CANCEL;
+        out->reason = "divergence";
+        g->st.cancels++;
+    } else if (g->cfg.t_high > 0.0 && out->ended_share >= g->cfg.t_high) {
+        out->verdict = GATE_CANCEL;
+        out->reason = "t_high";
+        g->st.cancels++;
+    } else {
+        out->verdict = GATE_KEEP;
+        out->reason = "diverse";
+        g->st.keeps++;
+    }
+    out->record = g->cfg.mode != GATE_MODE_OFF;
+    out->cancel = g->cfg.mode == GATE_MODE_ENFORCE && out->verdict == GATE_CANCEL;
+    g->st.decisions++;
+    grp->decided = true;
+    s_group_free_arrays(grp);
+    rc = SR_OK;
+cleanup:
+    free(uniq);
+    free(ids);
+    free(seqs);
+    free(lens);
+    return rc;
+}
+
+int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decision_t *out)
+{
+    if (!g || !a || !out)
+        return SR_EINVAL;
+    if (g->cfg.mode == GATE_MODE_OFF)
+        return 0;
+    size_t gl = a->group ? strlen(a->group) : 0;
+    if (gl == 0 || gl >= GATE_GID_MAX || a->step < 1 || a->traj < 0 ||
+        (g->run && (!a->run || strcmp(a->run, g->run)))) {
+        g->st.refused++;
+        return SR_EINVAL;
+    }
+    uint64_t h = s_fnv1a(a->group, gl);
+    if (g->cfg.shard_count > 1 && (int)(h % (uint64_t)g->cfg.shard_count) != g->cfg.shard_index) {
+        g->st.other_shard++;
+        return 0;
+    }
+    int64_t G = a->group_size > 0 ? a->group_size : g->cfg.default_group_size;
+    if (G < 1 || G > GATE_MAX_G || a->traj >= G) {
+        g->st.refused++;
+        return SR_EINVAL;
+    }
+    s_group_t *grp = s_find(g, a->group, h);
+    if (grp && grp->G != G) {
+        g->st.refused++;
+        return SR_EINVAL;
+    }
+    if (!grp) {
+        grp = s_create(g, a->group, h, (int)G);
+        if (!grp)
+            return SR_ENOMEM;
+    }
+    grp->last_seen_ms = now_ms;
+    if (grp->decided) {
+        g->st.ignored++;
+        return 0;
+    }
+    if (!grp->task && a->task && a->task[0])
+        grp->task = strdup(a->task); /* best effort: a missing task only blanks the decision's */
+
+    size_t t = (size_t)a->traj, K = (size_t)g->cfg.k;
+    if (a->step == 1 && grp->seen[t] >= 1) {
+        grp->seen[t] = 0;
+        grp->ended[t] = 0;
+        grp->gap[t] = 0;
+        g->st.restarts++;
+    }
+    if (grp->ended[t] || a->step <= grp->seen[t]) {
+        g->st.ignored++;
+        return 0;
+    }
+    if (a->step > grp->seen[t] + 1 && grp->seen[t] < (int64_t)K) {
+        grp->gap[t] = 1;
+        g->st.gaps++;
+    }
+    if (a->step <= (int64_t)K && !grp->gap[t])
+        grp->acts[t * K + (size_t)a->step - 1] = s_action_hash(a->action);
+    grp->seen[t] = a->step;
+    grp->ended[t] = a->ended ? 1 : 0;
+    g->st.actions++;
+    if (!s_ready(g, grp))
+        return 0;
+    int rc = s_decide(g, grp, out);
+    return rc == SR_OK ? 1 : rc;
+}
+
+size_t gate_evict(gate_t *g, int64_t now_ms)
+{
+    if (!g)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < g->nbuckets; i++) {
+        s_group_t **pp = &g->buckets[i];
+        while (*pp) {
+            s_group_t *grp = *pp;
+            if (now_ms - grp->last_seen_ms > g->cfg.idle_ttl_ms) {
+                *pp = grp->next;
+                if (!grp->decided)
+                    g->st.evicted++;
+                s_group_free(grp);
+                g->st.groups--;
+                n++;
+            } else {
+                pp = &grp->next;
+            }
+        }
+    }
+    return n;
+}
+
+void gate_stats(const gate_t *g, gate_stats_t *out)
+{
+    if (!out)
+        return;
+    if (!g) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = g->st;
+}
+
+const char *gate_verdict_name(gate_verdict_t v)
+{
+    switch (v) {
+    case GATE_KEEP:
+        return "keep";
+    case GATE_CANCEL:
+        return "cancel";
+    case GATE_ENDED_BEFORE_K:
+        return "ended_before_k";
+    }
+    return "?";
+}
+
+const char *gate_mode_name(gate_mode_t m)
+{
+    switch (m) {
+    case GATE_MODE_ENFORCE:
+        return "enforce";
+    case GATE_MODE_SHADOW:
+        return "shadow";
+    case GATE_MODE_OFF:
+        return "off";
+    }
+    return "?";
+}

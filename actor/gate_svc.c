@@ -1,0 +1,719 @@
+/*
+ * gate_svc.c — the gate service: one reactor over the bus SUB socket, the bus PUB socket and
+ * (optionally) the work DEALER to the coordinator, plus one writer thread that owns the Redis
+ * connection.
+ *
+ * The reactor never blocks on Redis: a decision is copied into a job and queued for the writer;
+ * the writer records it and moves the job to a done queue, then wakes the reactor, whose
+ * before-sleep hook publishes the CANCELs whose transition succeeded. Both queues are short
+ * linked lists under one mutex.
+ */
+#include "actor/gate_svc.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reactor.h"
+#include "common/store.h"
+#include "common/transport.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct s_job {
+    struct s_job *next;
+    gate_decision_t d;
+    int64_t wall_ms;   /* wall time of the decision */
+    int64_t recv_us;   /* monotonic time the deciding ACTION was received */
+    bool publish;      /* set by the writer: the cancel transition succeeded */
+} s_job_t;
+
+struct gate_svc {
+    gate_svc_cfg_t cfg; /* strings below are owned copies */
+    char *run, *id, *coordinator, *redis;
+    char bus_sub[TRANSPORT_ENDPOINT_LEN];
+    char bus_pub[TRANSPORT_ENDPOINT_LEN];
+    char act_prefix[PROTO_MAX_ID + 16];
+    char cancel_topic[PROTO_MAX_ID + 16];
+    char err[512];
+
+    gate_t *gate;
+    void *ctx;
+    reactor_t *reactor;
+    transport_sock_t *sub, *pub, *work;
+    bool bus_connected;
+    bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
+    bool welcomed;
+    int hb_timer;
+    int64_t hb_period_ms; /* period of hb_timer */
+    int64_t started_ms;
+    int64_t last_hello_ms;
+    int run_rc;
+
+    store_t *store; /* used by the writer thread only (after gate_svc_new) */
+    pthread_t writer;
+    bool writer_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    s_job_t *todo_head, *todo_tail;
+    s_job_t *done_head, *done_tail;
+    bool stopping;
+
+    metrics_registry_t *metrics;
+    metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
+        *m_too_late, *m_redis_err, *m_welcomes;
+    metrics_histogram_t *m_latency;
+    int64_t latency_max_us; /* atomic */
+};
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+void gate_svc_cfg_init(gate_svc_cfg_t *c)
+{
+    SR_ASSERT(c);
+    memset(c, 0, sizeof *c);
+    gate_cfg_init(&c->gate);
+    c->run = "default";
+    c->redis_timeout_ms = 2000;
+    c->heartbeat_ms = 1000;
+    c->welcome_timeout_ms = 0;
+    c->evict_every_ms = 1000;
+}
+
+static char *s_dup(const char *s)
+{
+    return s ? sr_xstrdup(s) : NULL;
+}
+
+/* ---- the writer thread ------------------------------------------------------------------ */
+
+static void s_push(s_job_t **head, s_job_t **tail, s_job_t *j)
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
+/* s_transition records the decision itself: the cancel transition (enforce) or the decision
+ * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
+ * the store's error. */
+static int s_transition(gate_svc_t *s, s_job_t *j)
+{
+    const gate_decision_t *d = &j->d;
+    if (!d->cancel)
+        return store_group_decide(s->store, d->group, d->step, d->d,
+                                  gate_verdict_name(d->verdict));
+    int rc = store_group_cancel(s->store, d->group, d->step, d->d, "cancel");
+    if (rc == SR_OK) {
+        j->publish = true;
+    } else if (rc == SR_ECONFLICT) {
+        /* The group finished first: record what the gate decided, cancel nothing. */
+        metrics_counter_inc(s->m_too_late);
+        rc = store_group_decide(s->store, d->group, d->step, d->d, "cancel");
+    }
+    return rc;
+}
+
+/* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
+static int s_annotate(gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(s->store, key, sizeof key, "group:%s", d->group);
+    if (rc != SR_OK)
+        return rc;
+    char wall[32], share[32];
+    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
+    snprintf(share, sizeof share, "%.17g", d->ended_share);
+    return store_command(s->store, STORE_IDEMPOTENT, NULL,
+                         "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
+                         key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
+}
+
+static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc)
+{
+    metrics_counter_inc(s->m_redis_err);
+    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
+                     sr_strerror(rc), store_errstr(s->store));
+}
+
+static void *s_writer_main(void *arg)
+{
+    gate_svc_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->todo_head && !s->stopping)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->todo_head)
+            break; /* stopping and nothing left to record */
+        s_job_t *j = s->todo_head;
+        s->todo_head = j->next;
+        if (!s->todo_head)
+            s->todo_tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        /* The transition first and the CANCEL handed to the reactor at once; the gate's extra
+         * fields are written afterwards, off the cancel's path. */
+        gate_decision_t d = j->d;
+        int64_t wall_ms = j->wall_ms;
+        int rc = s_transition(s, j);
+        pthread_mutex_lock(&s->mu);
+        s_push(&s->done_head, &s->done_tail, j); /* the reactor frees j */
+        reactor_wake(s->reactor);
+        pthread_mutex_unlock(&s->mu);
+        if (rc == SR_OK)
+            rc = s_annotate(s, &d, wall_ms);
+        if (rc == SR_OK)
+            metrics_counter_inc(s->m_recorded);
+        else
+            s_record_failed(s, &d, rc);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- bus -------------------------------------------------------------------------------- */
+
+static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg);
+
+static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
+{
+    if (s->bus_connected && !strcmp(sub_ep, s->bus_sub) && !strcmp(pub_ep, s->bus_pub))
+        return SR_OK;
+    if (s->bus_connected) {
+        /* The coordinator moved the bus: leave the old endpoints. */
+        zmq_disconnect(transport_sock_zmq(s->sub), s->bus_sub);
+        zmq_disconnect(transport_sock_zmq(s->pub), s->bus_pub);
+        s->bus_connected = false;
+    }
+    int rc = transport_connect(s->sub, sub_ep);
+    if (rc == SR_OK)
+        rc = transport_connect(s->pub, pub_ep);
+    if (rc != SR_OK) {
+        snprintf(s->err, sizeof s->err, "gate: bus: %s",
+                 transport_sock_errstr(rc == SR_OK ? s->pub : s->sub));
+        return rc;
+    }
+    snprintf(s->bus_sub, sizeof s->bus_sub, "%s", sub_ep);
+    snprintf(s->bus_pub, sizeof s->bus_pub, "%s", pub_ep);
+    s->bus_connected = true;
+    log_info("gate: bus sub %s pub %s, topic %s", sub_ep, pub_ep, s->act_prefix);
+    return SR_OK;
+}
+
+static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv_us)
+{
+    gate_decision_t d;
+    int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
+    if (rc < 0) {
+        metrics_counter_inc(s->m_refused);
+        log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
+                         a->group ? a->group : "?", (long long)a->traj, (long long)a->step,
+                         (long long)a->group_size, sr_strerror(rc));
+        return;
+    }
+    if (rc == 0)
+        return;
+    metrics_counter_inc(s->m_decisions);
+    log_debug("gate: %s step %d d=%.4f %s (%s)", d.group, d.step, d.d,
+              gate_verdict_name(d.verdict), d.reason);
+    if (!d.record)
+        return;
+    s_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->d = d;
+    j->wall_ms = clock_wall_ms();
+    j->recv_us = recv_us;
+    pthread_mutex_lock(&s->mu);
+    s_push(&s->todo_head, &s->todo_tail, j);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
+{
+    gate_svc_t *s = arg;
+    transport_msg_t m;
+    int rc = transport_recv(s->sub, &m, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bus message dropped: %s", sr_strerror(rc));
+        return;
+    }
+    int64_t recv_us = clock_mono_us();
+    size_t len = 0;
+    const void *body = transport_msg_body(&m, &len);
+    proto_msg_t msg;
+    proto_err_t perr;
+    rc = proto_decode(body, len, &msg, &perr);
+    transport_msg_close(&m);
+    if (rc != SR_OK) {
+        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bad bus message (%zu bytes): %s", len,
+                         proto_err_text(&perr, why, sizeof why));
+        return;
+    }
+    if (msg.type == PROTO_ACTION) {
+        metrics_counter_inc(s->m_actions);
+        s_handle_action(s, &msg.u.action, recv_us);
+    } else {
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: unexpected %s on the action topic", proto_type_name(msg.type));
+    }
+    proto_msg_clear(&msg);
+}
+
+/* s_drain_done publishes the CANCELs whose Redis transition succeeded; before-sleep hook. */
+static void s_drain_done(reactor_t *r, void *arg)
+{
+    gate_svc_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    s_job_t *j = s->done_head;
+    s->done_head = s->done_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    sr_buf_t buf = SR_BUF_INIT;
+    while (j) {
+        s_job_t *next = j->next;
+        if (j->publish) {
+            proto_msg_t m;
+            proto_msg_init(&m, PROTO_CANCEL);
+            m.u.cancel.run = s->run;
+            m.u.cancel.group = j->d.group;
+            m.u.cancel.step = j->d.step;
+            m.u.cancel.d = j->d.d;
+            m.u.cancel.reason = j->d.reason;
+            sr_buf_reset(&buf);
+            int rc = proto_encode(&m, &buf);
+            if (rc == SR_OK)
+                rc = transport_send_topic(s->pub, s->cancel_topic, buf.data, buf.len);
+            if (rc == SR_OK) {
+                int64_t lat_us = clock_mono_us() - j->recv_us;
+                metrics_counter_inc(s->m_cancels);
+                metrics_histogram_observe(s->m_latency, (double)lat_us / 1000.0);
+                if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
+                    __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
+                log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step,
+                         j->d.d, j->d.reason);
+            } else {
+                log_warn_limited(5, "gate: CANCEL of %s not published: %s", j->d.group,
+                                 sr_strerror(rc));
+            }
+        }
+        free(j);
+        j = next;
+    }
+    sr_buf_free(&buf);
+}
+
+/* ---- work channel ----------------------------------------------------------------------- */
+
+static int s_send_work(gate_svc_t *s, const proto_msg_t *m)
+{
+    sr_buf_t buf = SR_BUF_INIT;
+    int rc = proto_encode(m, &buf);
+    if (rc == SR_OK)
+        rc = transport_send(s->work, buf.data, buf.len);
+    sr_buf_free(&buf);
+    return rc;
+}
+
+static void s_send_hello(gate_svc_t *s)
+{
+    char host[128] = "localhost";
+    gethostname(host, sizeof host - 1);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HELLO);
+    m.u.hello.actor_id = s->id;
+    m.u.hello.role = "gate";
+    m.u.hello.slots = 0;
+    m.u.hello.host = host;
+    m.u.hello.pid = getpid();
+    m.u.hello.version = SELROLL_VERSION;
+    int rc = s_send_work(s, &m);
+    if (rc != SR_OK)
+        log_warn_limited(1, "gate: HELLO not sent: %s", sr_strerror(rc));
+    s->last_hello_ms = reactor_now(s->reactor);
+}
+
+static void s_on_heartbeat(reactor_t *r, int id, void *arg)
+{
+    gate_svc_t *s = arg;
+    if (!s->welcomed) {
+        /* No WELCOME yet: say HELLO again now and then, and give up when told to. */
+        int64_t now = reactor_now(r);
+        if (s->cfg.welcome_timeout_ms > 0 && now - s->started_ms >= s->cfg.welcome_timeout_ms) {
+            snprintf(s->err, sizeof s->err, "gate: coordinator %s did not answer HELLO within %d ms",
+                     s->coordinator, s->cfg.welcome_timeout_ms);
+            s->run_rc = SR_ETIMEDOUT;
+            reactor_stop(r);
+            return;
+        }
+        if (now - s->last_hello_ms >= 2000)
+            s_send_hello(s);
+        return;
+    }
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HEARTBEAT);
+    m.u.heartbeat.actor_id = s->id;
+    m.u.heartbeat.running = 0;
+    m.u.heartbeat.free = 0;
+    s_send_work(s, &m);
+}
+
+static void s_on_welcome(gate_svc_t *s, const proto_welcome_t *w)
+{
+    metrics_counter_inc(s->m_welcomes);
+    if (strcmp(w->run, s->run))
+        log_warn("gate: WELCOME names run %s, this gate serves %s", w->run, s->run);
+    if (!s->bus_fixed && s_bus_connect(s, w->bus_sub, w->bus_pub) != SR_OK) {
+        log_error("%s", s->err);
+        return;
+    }
+    s->welcomed = true;
+    int64_t hb = w->heartbeat_ms > 0 ? w->heartbeat_ms : s->cfg.heartbeat_ms;
+    if (hb != s->hb_period_ms || s->hb_timer <= 0) {
+        if (s->hb_timer > 0)
+            reactor_timer_cancel(s->reactor, s->hb_timer);
+        s->hb_period_ms = hb;
+        s->hb_timer = reactor_timer_add(s->reactor, hb, hb, s_on_heartbeat, s);
+    }
+    log_info("gate: welcomed by the coordinator (run %s, heartbeat %lld ms)", w->run,
+             (long long)hb);
+}
+
+static void s_on_work(reactor_t *r, void *zsock, int revents, void *arg)
+{
+    gate_svc_t *s = arg;
+    transport_msg_t m;
+    int rc = transport_recv(s->work, &m, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        metrics_counter_inc(s->m_bad);
+        return;
+    }
+    size_t len = 0;
+    const void *body = transport_msg_body(&m, &len);
+    proto_msg_t msg;
+    proto_err_t perr;
+    rc = proto_decode(body, len, &msg, &perr);
+    transport_msg_close(&m);
+    if (rc != SR_OK) {
+        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bad message from the coordinator: %s",
+                         proto_err_text(&perr, why, sizeof why));
+        return;
+    }
+    if (msg.type == PROTO_WELCOME) {
+        s_on_welcome(s, &msg.u.welcome);
+    } else if (msg.type == PROTO_ERROR) {
+        log_warn_limited(5, "gate: coordinator error %s: %s", msg.u.error.code, msg.u.error.msg);
+        if (!strcmp(msg.u.error.code, "unknown_actor")) {
+            s->welcomed = false;
+            s_send_hello(s);
+        }
+    } else {
+        log_debug("gate: ignoring %s from the coordinator", proto_type_name(msg.type));
+    }
+    proto_msg_clear(&msg);
+}
+
+static void s_on_evict(reactor_t *r, int id, void *arg)
+{
+    gate_svc_t *s = arg;
+    size_t n = gate_evict(s->gate, reactor_now(r));
+    if (n)
+        log_debug("gate: evicted %zu idle groups", n);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
+{
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.identity = identity;
+    o.linger_ms = 200;
+    /* Reconnect fast: a bus (re)bound by the coordinator must see the gate's subscription before
+     * the first ACTIONs of a round, or those groups go undecided. */
+    o.reconnect_ivl_ms = 10;
+    o.reconnect_ivl_max_ms = 1000;
+    char err[TRANSPORT_ERR_LEN];
+    transport_sock_t *t = transport_sock_new(s->ctx, type, &o, err, sizeof err);
+    if (!t)
+        snprintf(s->err, sizeof s->err, "gate: socket: %s", err);
+    return t;
+}
+
+static void s_fail(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+}
+
+gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
+{
+    if (!c) {
+        s_fail(err, errlen, "gate: no configuration");
+        return NULL;
+    }
+    gate_svc_t *s = sr_xcalloc(1, sizeof *s);
+    s->cfg = *c;
+    s->run = s_dup(c->run ? c->run : "default");
+    s->redis = s_dup(c->redis);
+    s->coordinator = s_dup(c->coordinator);
+    if (c->id && c->id[0]) {
+        s->id = s_dup(c->id);
+    } else {
+        char host[128] = "localhost", id[200];
+        gethostname(host, sizeof host - 1);
+        snprintf(id, sizeof id, "gate-%s-%d", host, (int)getpid());
+        s->id = s_dup(id);
+    }
+    s->cfg.run = s->run;
+    s->cfg.id = s->id;
+    s->cfg.redis = s->redis;
+    s->cfg.coordinator = s->coordinator;
+    s->cfg.gate.run = s->run;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    snprintf(s->act_prefix, sizeof s->act_prefix, "act/%s/", s->run);
+    snprintf(s->cancel_topic, sizeof s->cancel_topic, "ctl/%s/cancel", s->run);
+
+    s->metrics = metrics_registry_new();
+    if (!s->metrics) {
+        snprintf(s->err, sizeof s->err, "gate: out of memory");
+        goto fail;
+    }
+    s->m_actions = metrics_counter(s->metrics, "selroll_gate_actions_total",
+                                   "ACTIONs received on the bus.", NULL);
+    s->m_bad = metrics_counter(s->metrics, "selroll_gate_bad_messages_total",
+                               "Undecodable or unexpected messages.", NULL);
+    s->m_refused = metrics_counter(s->metrics, "selroll_gate_refused_total",
+                                   "ACTIONs refused as invalid.", NULL);
+    s->m_decisions = metrics_counter(s->metrics, "selroll_gate_decisions_total",
+                                     "Group decisions made at step K.", NULL);
+    s->m_recorded = metrics_counter(s->metrics, "selroll_gate_recorded_total",
+                                    "Decisions written to Redis.", NULL);
+    s->m_cancels = metrics_counter(s->metrics, "selroll_gate_cancels_total",
+                                   "CANCEL messages published.", NULL);
+    s->m_too_late = metrics_counter(s->metrics, "selroll_gate_cancel_too_late_total",
+                                    "Cancel decisions for groups that were no longer running.",
+                                    NULL);
+    s->m_redis_err = metrics_counter(s->metrics, "selroll_gate_redis_errors_total",
+                                     "Decisions that could not be recorded.", NULL);
+    s->m_welcomes = metrics_counter(s->metrics, "selroll_gate_welcomes_total",
+                                    "WELCOMEs received from the coordinator.", NULL);
+    static const double bounds[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100};
+    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_ms",
+                                     "Deciding ACTION received to CANCEL published, ms.", bounds,
+                                     SR_ARRAY_LEN(bounds), NULL);
+
+    char why[256];
+    if (gate_cfg_check(&s->cfg.gate, why, sizeof why) != SR_OK) {
+        snprintf(s->err, sizeof s->err, "%s", why);
+        goto fail;
+    }
+    bool direct = c->bus_sub && c->bus_sub[0] && c->bus_pub && c->bus_pub[0];
+    if (!direct && !(s->coordinator && s->coordinator[0])) {
+        snprintf(s->err, sizeof s->err,
+                 "gate: give --coordinator, or both --bus-sub and --bus-pub");
+        goto fail;
+    }
+    if (s->cfg.gate.mode != GATE_MODE_OFF) {
+        if (!s->redis || !s->redis[0]) {
+            snprintf(s->err, sizeof s->err, "gate: --redis is required in mode %s",
+                     gate_mode_name(s->cfg.gate.mode));
+            goto fail;
+        }
+        if (store_connect(&s->store, s->redis, s->run, c->redis_timeout_ms, why, sizeof why) !=
+            SR_OK) {
+            snprintf(s->err, sizeof s->err, "gate: %s", why);
+            goto fail;
+        }
+    }
+    s->gate = gate_new(&s->cfg.gate);
+    s->reactor = reactor_new();
+    s->ctx = zmq_ctx_new();
+    if (!s->gate || !s->reactor || !s->ctx) {
+        snprintf(s->err, sizeof s->err, "gate: out of resources");
+        goto fail;
+    }
+    s->sub = s_sock(s, ZMQ_SUB, NULL);
+    s->pub = s->sub ? s_sock(s, ZMQ_PUB, NULL) : NULL;
+    if (!s->sub || !s->pub)
+        goto fail;
+    if (zmq_setsockopt(transport_sock_zmq(s->sub), ZMQ_SUBSCRIBE, s->act_prefix,
+                       strlen(s->act_prefix)) != 0) {
+        snprintf(s->err, sizeof s->err, "gate: subscribe: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (direct) {
+        s->bus_fixed = true;
+        if (s_bus_connect(s, c->bus_sub, c->bus_pub) != SR_OK)
+            goto fail;
+    }
+    if (s->coordinator && s->coordinator[0]) {
+        s->work = s_sock(s, ZMQ_DEALER, s->id);
+        if (!s->work)
+            goto fail;
+        if (transport_connect(s->work, s->coordinator) != SR_OK) {
+            snprintf(s->err, sizeof s->err, "gate: %s", transport_sock_errstr(s->work));
+            goto fail;
+        }
+    }
+    reactor_add_zsock(s->reactor, transport_sock_zmq(s->sub), REACTOR_READ, s_on_bus, s);
+    if (s->work)
+        reactor_add_zsock(s->reactor, transport_sock_zmq(s->work), REACTOR_READ, s_on_work, s);
+    reactor_set_before_sleep(s->reactor, s_drain_done, s);
+    reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
+    if (s->store) {
+        if (pthread_create(&s->writer, NULL, s_writer_main, s) != 0) {
+            snprintf(s->err, sizeof s->err, "gate: cannot start the writer thread");
+            goto fail;
+        }
+        s->writer_started = true;
+    }
+    return s;
+fail:
+    s_fail(err, errlen, s->err);
+    gate_svc_destroy(&s);
+    return NULL;
+}
+
+int gate_svc_catch_signals(gate_svc_t *s)
+{
+    return reactor_catch_signals(s->reactor);
+}
+
+int gate_svc_run(gate_svc_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    s->run_rc = SR_OK;
+    s->started_ms = reactor_clock_ms();
+    if (s->work) {
+        s_send_hello(s);
+        if (s->hb_timer <= 0) {
+            s->hb_period_ms = 200; /* until WELCOME: watch for it often */
+            s->hb_timer = reactor_timer_add(s->reactor, 200, 200, s_on_heartbeat, s);
+        }
+    }
+    int rc = reactor_run(s->reactor);
+    if (rc != SR_OK && s->run_rc == SR_OK) {
+        s->run_rc = rc;
+        snprintf(s->err, sizeof s->err, "gate: reactor: %s", sr_strerror(rc));
+    }
+    return s->run_rc;
+}
+
+void gate_svc_stop(gate_svc_t *s)
+{
+    if (s)
+        reactor_stop(s->reactor);
+}
+
+const char *gate_svc_errstr(const gate_svc_t *s)
+{
+    return s ? s->err : "";
+}
+
+void gate_svc_stats(const gate_svc_t *s, gate_svc_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    out->actions = (uint64_t)metrics_counter_value(s->m_actions);
+    out->bad_messages = (uint64_t)metrics_counter_value(s->m_bad);
+    out->refused = (uint64_t)metrics_counter_value(s->m_refused);
+    out->decisions = (uint64_t)metrics_counter_value(s->m_decisions);
+    out->recorded = (uint64_t)metrics_counter_value(s->m_recorded);
+    out->cancels_sent = (uint64_t)metrics_counter_value(s->m_cancels);
+    out->cancel_too_late = (uint64_t)metrics_counter_value(s->m_too_late);
+    out->redis_errors = (uint64_t)metrics_counter_value(s->m_redis_err);
+    out->welcomes = (uint64_t)metrics_counter_value(s->m_welcomes);
+    out->cancel_latency_max_ms =
+        (double)__atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED) / 1000.0;
+}
+
+metrics_registry_t *gate_svc_metrics(gate_svc_t *s)
+{
+    return s ? s->metrics : NULL;
+}
+
+void gate_svc_log_summary(const gate_svc_t *s)
+{
+    if (!s)
+        return;
+    gate_svc_stats_t st;
+    gate_svc_stats(s, &st);
+    gate_stats_t gs;
+    gate_stats(s ? s->gate : NULL, &gs);
+    log_info("gate: mode %s k %d threshold %.3f: %llu actions, %llu decisions (%llu cancel, "
+             "%llu keep, %llu ended_before_k), %llu recorded, %llu CANCELs sent, %llu too late, "
+             "%llu redis errors, %llu bad messages, %llu refused, %llu evicted, max cancel "
+             "latency %.2f ms",
+             gate_mode_name(s->cfg.gate.mode), s->cfg.gate.k, s->cfg.gate.threshold,
+             (unsigned long long)st.actions, (unsigned long long)st.decisions,
+             (unsigned long long)gs.cancels, (unsigned long long)gs.keeps,
+             (unsigned long long)gs.ended_before_k, (unsigned long long)st.recorded,
+             (unsigned long long)st.cancels_sent, (unsigned long long)st.cancel_too_late,
+             (unsigned long long)st.redis_errors, (unsigned long long)st.bad_messages,
+             (unsigned long long)st.refused, (unsigned long long)gs.evicted,
+             st.cancel_latency_max_ms);
+}
+
+void gate_svc_destroy(gate_svc_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gate_svc_t *s = *self_p;
+    if (s->writer_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->writer, NULL);
+    }
+    for (s_job_t *j = s->todo_head; j;) {
+        s_job_t *n = j->next;
+        free(j);
+        j = n;
+    }
+    for (s_job_t *j = s->done_head; j;) {
+        s_job_t *n = j->next;
+        free(j);
+        j = n;
+    }
+    if (s->reactor) {
+        if (s->sub)
+            reactor_remove_zsock(s->reactor, transport_sock_zmq(s->sub));
+        if (s->work)
+            reactor_remove_zsock(s->reactor, transport_sock_zmq(s->work));
+    }
+    reactor_destroy(&s->reactor);
+    transport_sock_destroy(&s->sub);
+    transport_sock_destroy(&s->pub);
+    transport_sock_destroy(&s->work);
+    if (s->ctx)
+        zmq_ctx_term(s->ctx);
+    store_destroy(&s->store);
+    gate_destroy(&s->gate);
+    metrics_registry_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->run);
+    free(s->id);
+    free(s->redis);
+    free(s->coordinator);
+    free(s);
+    *self_p = NULL;
+}

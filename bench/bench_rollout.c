@@ -1,0 +1,376 @@
+/*
+ * bench_rollout.c — `selroll bench rollout`: what the rollout loop itself costs.
+ *
+ * Part one times the gate's decision core in process. Part two starts the real system through
+ * `selroll run` (a private redis-server, env workers, the policy server, coordinator, gate and
+ * actors) and listens on its bus: every ACTION is stamped on arrival, so the interval between two
+ * consecutive steps of one trajectory is the time one step takes end to end. With one slot and
+ * the policy's cost model off that interval is the orchestration overhead per step (actor, env
+ * worker, bus, Redis-backed bookkeeping and the policy server's own HTTP round trip); with many
+ * slots the ACTION rate is the throughput. Rates are taken over the middle 60% of a run's
+ * ACTIONs, where every slot is busy.
+ */
+#include "bench/bench_rollout.h"
+
+#include "actor/gate.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/sr.h"
+#include "common/transport.h"
+#include "coordinator/supervise.h"
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct {
+    uint64_t key; /* hash of group and trajectory */
+    int64_t step;
+    int64_t t_us;
+} s_rec_t;
+
+typedef struct {
+    s_rec_t *v;
+    size_t n, cap;
+} s_recs_t;
+
+static int s_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int s_cmp_rec(const void *a, const void *b)
+{
+    const s_rec_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->t_us < y->t_us ? -1 : x->t_us > y->t_us;
+}
+
+static uint64_t s_hash(const char *s, int64_t traj)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    h ^= (uint64_t)traj;
+    h *= 1099511628211ULL;
+    return h;
+}
+
+/* ---- part one: the decision core ---------------------------------------------------------- */
+
+static void s_bench_core(int groups)
+{
+    static const char *vocab[] = {"go to cabinet 1", "go to cabinet 2", "open cabinet 1",
+                                  "take apple 1 from cabinet 1", "look", "go to fridge 1"};
+    gate_cfg_t c;
+    gate_cfg_init(&c);
+    c.mode = GATE_MODE_SHADOW;
+    c.max_groups = (size_t)groups + 16;
+    gate_t *g = gate_new(&c);
+    if (!g)
+        return;
+    proto_action_t a;
+    memset(&a, 0, sizeof a);
+    a.run = "bench";
+    a.group_size = 8;
+    char gid[32];
+    a.group = gid;
+    gate_decision_t d;
+    uint64_t x = 88172645463325252ULL;
+    int64_t t0 = clock_mono_ns();
+    size_t n = 0, decided = 0;
+    for (int k = 0; k < groups; k++) {
+        snprintf(gid, sizeof gid, "r0000-g%06d", k);
+        for (int step = 1; step <= 10; step++) {
+            for (int t = 0; t < 8; t++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                a.traj = t;
+                a.step = step;
+                a.action = vocab[x % (k % 2 ? 6 : 2)];
+                decided += gate_observe(g, &a, 0, &d) == 1;
+                n++;
+            }
+        }
+    }
+    int64_t ns = clock_mono_ns() - t0;
+    printf("rollout gate-core: %zu ACTIONs of %d groups (G=8, K=10) in %.1f ms: %.0f ns/ACTION, "
+           "%.0f decisions/s (%zu decided)\n",
+           n, groups, (double)ns / 1e6, (double)ns / (double)n,
+           (double)decided / ((double)ns / 1e9), decided);
+    gate_destroy(&g);
+}
+
+/* ---- part two: the system through `selroll run` ------------------------------------------- */
+
+typedef struct {
+    bool ok;
+    size_t actions;
+    double step_med_ms, step_p99_ms; /* interval between consecutive steps of a trajectory */
+    double rate;                     /* ACTIONs/s over the middle 60% */
+    double llm_mean_ms;              /* mean step latency_ms from the results file */
+    double wall_s;
+} s_sys_t;
+
+static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static bool s_read_env(const char *path, const char *key, char *out, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool found = false;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, key, kl) && line[kl] == '=') {
+            line[strcspn(line, "\n")] = '\0';
+            size_t vl = strlen(line + kl + 1);
+            if (vl < n) {
+                memcpy(out, line + kl + 1, vl + 1);
+                found = true;
+            }
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static double s_llm_mean(const char *out_dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", out_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    double sum = 0;
+    size_t n = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *steps = j ? cJSON_GetObjectItemCaseSensitive(j, "steps") : NULL;
+        const cJSON *st;
+        cJSON_ArrayForEach(st, steps)
+        {
+            const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "latency_ms");
+            if (cJSON_IsNumber(l)) {
+                sum += l->valuedouble;
+                n++;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    return n ? sum / (double)n : -1;
+}
+
+static void s_stats(s_recs_t *r, s_sys_t *out)
+{
+    out->actions = r->n;
+    if (r->n < 10)
+        return;
+    int64_t *ts = sr_xmalloc(r->n * sizeof *ts);
+    for (size_t i = 0; i < r->n; i++)
+        ts[i] = r->v[i].t_us;
+    qsort(ts, r->n, sizeof *ts, s_cmp_i64);
+    size_t lo = r->n / 5, hi = r->n * 4 / 5;
+    if (ts[hi] > ts[lo])
+        out->rate = (double)(hi - lo) / ((double)(ts[hi] - ts[lo]) / 1e6);
+    qsort(r->v, r->n, sizeof *r->v, s_cmp_rec);
+    size_t ni = 0;
+    for (size_t i = 1; i < r->n; i++) {
+        if (r->v[i].key == r->v[i - 1].key && r->v[i].step == r->v[i - 1].step + 1 &&
+            r->v[i].t_us > r->v[i - 1].t_us)
+            ts[ni++] = r->v[i].t_us - r->v[i - 1].t_us;
+    }
+    if (ni) {
+        qsort(ts, ni, sizeof *ts, s_cmp_i64);
+        out->step_med_ms = (double)ts[ni / 2] / 1000.0;
+        out->step_p99_ms = (double)ts[SR_MIN(ni - 1, ni * 99 / 100)] / 1000.0;
+    }
+    free(ts);
+}
+
+/* s_system runs `selroll run` with the extra arguments and listens to its bus. */
+static void s_system(const char *self, const char *label, const char *const *extra, s_sys_t *out)
+{
+    memset(out, 0, sizeof *out);
+    char dir[] = "/tmp/selroll-bench-rollout-XXXXXX";
+    if (!mkdtemp(dir))
+        return;
+    char logs[128], env[128];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(env, sizeof env, "%s/endpoints.env", dir);
+    supervise_t *sup = supervise_new(logs, NULL);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = self;
+    argv[n++] = "run";
+    argv[n++] = "--out";
+    argv[n++] = dir;
+    argv[n++] = "--run";
+    argv[n++] = label;
+    for (int i = 0; extra[i] && n < 62; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *sub = NULL;
+    s_recs_t recs = {0};
+    int64_t t0 = clock_mono_ms();
+    if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
+        goto cleanup;
+    char bus[256] = "";
+    while (!s_read_env(env, "BUS_SUB_EP", bus, sizeof bus) && clock_mono_ms() - t0 < 30000) {
+        supervise_poll(sup);
+        if (supervise_pid(sup, "run") == 0)
+            break;
+        usleep(20000);
+    }
+    if (!bus[0])
+        goto cleanup;
+    sub = transport_sock_new(ctx, ZMQ_SUB, NULL, NULL, 0);
+    if (!sub || transport_connect(sub, bus) != SR_OK)
+        goto cleanup;
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "act/%s/", label);
+    zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, prefix, strlen(prefix));
+    for (;;) {
+        transport_msg_t m;
+        int rc = transport_recv(sub, &m, 50);
+        if (rc == SR_OK) {
+            int64_t now = clock_mono_us();
+            size_t len;
+            const void *body = transport_msg_body(&m, &len);
+            proto_msg_t msg;
+            if (proto_decode(body, len, &msg, NULL) == SR_OK) {
+                if (msg.type == PROTO_ACTION) {
+                    if (recs.n == recs.cap) {
+                        recs.cap = recs.cap ? recs.cap * 2 : 4096;
+                        recs.v = sr_xrealloc(recs.v, recs.cap * sizeof *recs.v);
+                    }
+                    recs.v[recs.n++] = (s_rec_t){s_hash(msg.u.action.group, msg.u.action.traj),
+                                                 msg.u.action.step, now};
+                }
+                proto_msg_clear(&msg);
+            }
+            transport_msg_close(&m);
+            continue;
+        }
+        supervise_poll(sup);
+        if (supervise_pid(sup, "run") == 0)
+            break;
+        if (clock_mono_ms() - t0 > 600000) {
+            supervise_stop(sup, "run", 5000);
+            break;
+        }
+    }
+    int st = supervise_last_status(sup, "run");
+    out->ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
+    s_stats(&recs, out);
+    out->llm_mean_ms = s_llm_mean(dir);
+    if (!out->ok)
+        fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
+                dir);
+cleanup:
+    transport_sock_destroy(&sub);
+    zmq_ctx_term(ctx);
+    supervise_destroy(&sup);
+    free(recs.v);
+    if (out->ok)
+        nftw(dir, s_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+int bench_rollout_run(int argc, char **argv)
+{
+    bool quick = false, skip_system = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = true;
+        } else if (!strcmp(argv[i], "--skip-system")) {
+            skip_system = true;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: selroll bench rollout [--quick] [--skip-system]\n"
+                   "Gate core per ACTION; then, through selroll run: overhead per step on one "
+                   "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
+                   "latency on 256 slots as a share of the ideal.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    log_set_level(LOG_WARN);
+    s_bench_core(quick ? 2000 : 20000);
+    if (skip_system)
+        return 0;
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0)
+        return 1;
+    self[sl] = '\0';
+    int code = 0;
+    s_sys_t r;
+
+    const char *one[] = {"--actors", "1", "--slots", "1", "--env-workers", "1",
+                         "--groups", quick ? "1" : "4", "--group-size", "8",
+                         "--no-cost-model", NULL};
+    s_system(self, "bench-overhead", one, &r);
+    if (r.ok)
+        printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f ms "
+               "p99 %.3f ms (policy answer included: mean %.3f ms)\n",
+               r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms);
+    else
+        code = 1;
+
+    const char *sat[] = {"--actors", "3", "--slots", "64", "--env-workers", "2",
+                         "--groups", quick ? "16" : "48", "--group-size", "8",
+                         "--no-cost-model", NULL};
+    s_system(self, "bench-saturation", sat, &r);
+    if (r.ok)
+        printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f steps/s "
+               "(middle 60%% of the run), wall %.1f s\n",
+               r.actions, r.rate, r.wall_s);
+    else
+        code = 1;
+
+    /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
+     * per sequence, capacity and batch far above 256 requests. */
+    const char *lat[] = {"--actors", "4", "--slots", "64", "--env-workers", "2",
+                         "--groups", quick ? "32" : "64", "--group-size", "8",
+                         "--policy-args",
+                         "--think-mean 35 --think-sd 0 --think-min 35 --think-max 35 "
+                         "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
+                         "--max-batch 1024 --max-queue 4096",
+                         NULL};
+    s_system(self, "bench-50ms", lat, &r);
+    if (r.ok) {
+        double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
+        printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% of "
+               "the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
+               "latency)\n",
+               r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
+               ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal);
+    } else {
+        code = 1;
+    }
+    return code;
+}

@@ -1,0 +1,292 @@
+/*
+ * coord_results.c — a round's stored results: decode, de-duplicate by job id, sum, write JSONL.
+ *
+ * Each stored result keeps its msgpack bytes, so the JSON line carries every field the actor sent
+ * (including fields this version does not know), converted value by value from msgpack to cJSON.
+ */
+#include "coordinator/coord_results.h"
+
+#include "common/proto.h"
+#include "common/sr.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    coord_result_info_t info;
+    uint8_t *data;
+    size_t len;
+} s_entry_t;
+
+struct coord_results {
+    s_entry_t *v;
+    size_t n, cap;
+};
+
+coord_results_t *coord_results_new(void)
+{
+    return calloc(1, sizeof(coord_results_t));
+}
+
+void coord_results_destroy(coord_results_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    coord_results_t *r = *self_p;
+    for (size_t i = 0; i < r->n; i++)
+        free(r->v[i].data);
+    free(r->v);
+    free(r);
+    *self_p = NULL;
+}
+
+int coord_results_add(coord_results_t *r, const void *data, size_t len)
+{
+    proto_msg_t m;
+    int rc = proto_decode(data, len, &m, NULL);
+    if (rc != SR_OK)
+        return rc;
+    if (m.type != PROTO_RESULT) {
+        proto_msg_clear(&m);
+        return SR_EPROTO;
+    }
+    const proto_result_t *res = &m.u.result;
+    for (size_t i = 0; i < r->n; i++) {
+        if (strcmp(r->v[i].info.job_id, res->job_id) == 0) {
+            proto_msg_clear(&m);
+            return SR_ECONFLICT;
+        }
+    }
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 64;
+        r->v = sr_xrealloc(r->v, r->cap * sizeof *r->v);
+    }
+    s_entry_t *e = &r->v[r->n++];
+    memset(e, 0, sizeof *e);
+    coord_result_info_t *info = &e->info;
+    snprintf(info->job_id, sizeof info->job_id, "%s", res->job_id);
+    snprintf(info->group, sizeof info->group, "%s", res->group);
+    snprintf(info->status, sizeof info->status, "%s", res->status);
+    info->epoch = res->epoch;
+    info->traj = (int)res->traj;
+    info->reward = res->reward;
+    info->won = res->won;
+    info->n_steps = res->n_steps;
+    info->llm_calls = res->llm_calls;
+    info->tokens = res->prompt_tokens + res->completion_tokens;
+    e->data = sr_xmalloc(len);
+    memcpy(e->data, data, len);
+    e->len = len;
+    proto_msg_clear(&m);
+    return SR_OK;
+}
+
+typedef struct {
+    coord_results_t *r;
+    size_t skipped;
+} s_load_t;
+
+static int s_load_one(const void *data, size_t len, void *arg)
+{
+    s_load_t *l = arg;
+    if (coord_results_add(l->r, data, len) != SR_OK)
+        l->skipped++;
+    return 0;
+}
+
+int coord_results_load(coord_results_t *r, store_t *st, int64_t round, size_t *skipped)
+{
+    s_load_t l = {r, 0};
+    int rc = store_results_read(st, round, s_load_one, &l);
+    if (skipped)
+        *skipped = l.skipped;
+    return rc;
+}
+
+size_t coord_results_count(const coord_results_t *r) { return r->n; }
+
+const coord_result_info_t *coord_results_info(const coord_results_t *r, size_t index)
+{
+    return index < r->n ? &r->v[index].info : NULL;
+}
+
+void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
+{
+    int64_t finished = 0;
+    sum->results = (int64_t)r->n;
+    sum->steps = sum->llm_calls = sum->tokens = sum->won = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const coord_result_info_t *in = &r->v[i].info;
+        sum->steps += in->n_steps;
+        sum->llm_calls += in->llm_calls;
+        sum->tokens += in->tokens;
+        if (strcmp(in->status, "done") == 0 || strcmp(in->status, "truncated") == 0) {
+            finished++;
+            sum->won += in->won;
+        }
+    }
+    sum->success_rate = finished ? (double)sum->won / (double)finished : 0.0;
+}
+
+/* ---- msgpack -> JSON ------------------------------------------------------------------- */
+
+static cJSON *s_to_json(const msgpack_object *o, int depth)
+{
+    if (depth > PROTO_MAX_DEPTH)
+        return cJSON_CreateNull();
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        return cJSON_CreateNull();
+    case MSGPACK_OBJECT_BOOLEAN:
+        return cJSON_CreateBool(o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return cJSON_CreateNumber((double)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return cJSON_CreateNumber((double)o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return cJSON_CreateNumber(o->via.f64);
+    case MSGPACK_OBJECT_STR: {
+        char *s = sr_xstrndup(o->via.str.ptr, o->via.str.size);
+        cJSON *j = cJSON_CreateString(s);
+        free(s);
+        return j;
+    }
+    case MSGPACK_OBJECT_ARRAY: {
+        cJSON *a = cJSON_CreateArray();
+        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
+            cJSON *item = s_to_json(&o->via.array.ptr[i], depth + 1);
+            if (item)
+                cJSON_AddItemToArray(a, item);
+        }
+        return a;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        cJSON *m = cJSON_CreateObject();
+        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            if (kv->key.type != MSGPACK_OBJECT_STR)
+                continue;
+            char *k = sr_xstrndup(kv->key.via.str.ptr, kv->key.via.str.size);
+            if (depth == 1 && (strcmp(k, "t") == 0 || strcmp(k, "v") == 0)) {
+                free(k);
+                continue;
+            }
+            cJSON *item = s_to_json(&kv->val, depth + 1);
+            if (item)
+                cJSON_AddItemToObject(m, k, item);
+            free(k);
+        }
+        return m;
+    }
+    default:
+        return cJSON_CreateNull();
+    }
+}
+
+static char *s_result_json(const uint8_t *data, size_t len)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    char *out = NULL;
+    if (msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS) {
+        cJSON *j = s_to_json(&u.data, 1);
+        if (j) {
+            out = cJSON_PrintUnformatted(j);
+            cJSON_Delete(j);
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    return out;
+}
+
+int coord_mkdirs(const char *path)
+{
+    if (!path || !*path)
+        return SR_EINVAL;
+    char *p = sr_xstrdup(path);
+    int rc = SR_OK;
+    for (char *c = p + 1; ; c++) {
+        if (*c == '/' || *c == '\0') {
+            char saved = *c;
+            *c = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                rc = sr_from_errno(errno);
+                break;
+            }
+            *c = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err, size_t errlen)
+{
+    int rc = SR_OK;
+    FILE *f = NULL;
+    char *tmp = NULL;
+    char *dir = sr_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if ((rc = coord_mkdirs(dir)) != SR_OK) {
+            if (err)
+                snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+            goto cleanup;
+        }
+    }
+    size_t tl = strlen(path) + 16;
+    tmp = sr_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (!f) {
+        rc = SR_EIO;
+        if (err)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto cleanup;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        char *line = s_result_json(r->v[i].data, r->v[i].len);
+        if (!line) {
+            rc = SR_ENOMEM;
+            if (err)
+                snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
+            goto cleanup;
+        }
+        fputs(line, f);
+        fputc('\n', f);
+        free(line);
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        rc = SR_EIO;
+        if (err)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto cleanup;
+    }
+    fclose(f);
+    f = NULL;
+    if (rename(tmp, path) != 0) {
+        rc = SR_EIO;
+        if (err)
+            snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto cleanup;
+    }
+cleanup:
+    if (f) {
+        fclose(f);
+        unlink(tmp);
+    }
+    free(tmp);
+    free(dir);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/*
+ * coord_results.h — the results of one round as Redis holds them: decoded, de-duplicated by job
+ * id, summed up into a round summary, and written out as JSON Lines.
+ *
+ * Redis is the truth: the coordinator appends every final RESULT (the msgpack bytes as received)
+ * to `results:<round>` before acknowledging it, so a round's results are read back from there,
+ * whichever coordinator process stored them. A result can be stored twice only when an
+ * acknowledgement was lost; the first stored copy of a job id counts, later ones are ignored.
+ */
+#ifndef SR_COORD_RESULTS_H
+#define SR_COORD_RESULTS_H
+
+#include "common/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The summary of one round, handed to the per-round callback and printed by the launcher. */
+typedef struct {
+    int64_t round;
+    int groups;           /* groups in the round */
+    int groups_done;      /* every trajectory finished */
+    int groups_cancelled; /* cancelled by the gate */
+    int groups_failed;    /* some trajectory failed after every attempt */
+    int64_t results;      /* distinct final results stored */
+    int64_t stale_results; /* RESULTs refused (old epoch, unknown job) during the round */
+    int64_t steps;        /* environment steps, summed over the results */
+    int64_t llm_calls;
+    int64_t tokens;       /* prompt + completion tokens */
+    int64_t won;          /* results that solved their task */
+    double success_rate;  /* won / results with status done or truncated (0 when none) */
+    int64_t wall_ms;      /* from the round's start (or resume) to its end */
+} coord_round_summary_t;
+
+/* One result, as far as the coordinator needs to know it. */
+typedef struct {
+    char job_id[STORE_GID_MAX + 16];
+    char group[STORE_GID_MAX];
+    int64_t epoch;
+    int traj;
+    char status[16];
+    double reward;
+    bool won;
+    int64_t n_steps, llm_calls, tokens;
+} coord_result_info_t;
+
+typedef struct coord_results coord_results_t;
+
+/* coord_results_new returns an empty collection, or NULL when out of memory. */
+coord_results_t *coord_results_new(void);
+
+/* coord_results_destroy frees it. Accepts NULL and *self_p == NULL; sets it to NULL. */
+void coord_results_destroy(coord_results_t **self_p);
+
+/* coord_results_add decodes one stored RESULT (msgpack bytes, copied). Returns SR_OK, SR_ECONFLICT
+ * when a result of that job id is there already (the copy is ignored), or the SR_EPROTO /
+ * SR_ETOOBIG of a message that is not a readable RESULT (ignored too). */
+int coord_results_add(coord_results_t *r, const void *data, size_t len);
+
+/* coord_results_load adds every result stored for `round` in Redis. Returns SR_OK or the store's
+ * error; unreadable or duplicate entries are skipped and counted in *skipped (may be NULL). */
+int coord_results_load(coord_results_t *r, store_t *st, int64_t round, size_t *skipped);
+
+/* coord_results_count returns the number of distinct results; coord_results_info the one at
+ * index (NULL when out of range; valid until the next add). */
+size_t coord_results_count(const coord_results_t *r);
+const coord_result_info_t *coord_results_info(const coord_results_t *r, size_t index);
+
+/* coord_results_sum fills the result-derived fields of *sum (results, steps, llm_calls, tokens,
+ * won, success_rate) and leaves the others alone. */
+void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
+
+/* coord_results_write_jsonl writes one JSON object per result (every field of the RESULT but "t"
+ * and "v"), in storage order, to path, through a temporary file renamed into place; missing
+ * parent folders are created. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err
+ * (when err is not NULL). */
+int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
+                              size_t errlen);
+
+/* coord_mkdirs creates the folder path and its missing parents (like mkdir -p). Returns SR_OK or
+ * an SR_E* code from the failed mkdir. */
+int coord_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,522 @@
+/*
+ * coord_sched.c — the scheduler of one round: groups, jobs, actors, queue, placement, leases.
+ *
+ * Jobs sit in one array (group k's jobs are contiguous). The queue is two FIFOs of job indices,
+ * re-queued jobs first, with lazy deletion: an entry counts only while its job is QUEUED and the
+ * entry's sequence number is the job's current one, so dropping or leasing a job never searches
+ * the queue. Actors are separately allocated, so pointers to them stay valid until removal.
+ */
+#include "coordinator/coord_sched.h"
+
+#include "common/sr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int job;
+    uint32_t seq;
+} s_qentry_t;
+
+typedef struct {
+    s_qentry_t *v;
+    size_t head, len, cap;
+} s_fifo_t;
+
+struct coord_sched {
+    coord_placement_t placement;
+    coord_group_t *groups;
+    int ngroups, capgroups;
+    coord_job_t *jobs;
+    int njobs, capjobs;
+    s_fifo_t retry, fresh;
+    uint32_t qseq;
+    coord_actor_t **actors;
+    int nactors, capactors;
+    uint64_t actor_seq;
+    uint64_t rr; /* round-robin cursor over join order */
+    bool strict; /* spread cap on */
+    bool capped; /* the last pick was held back by the cap */
+};
+
+#define SCAN_MAX 4096 /* queued jobs a pick looks at */
+
+static void s_fifo_push(s_fifo_t *f, int job, uint32_t seq)
+{
+    if (f->head > 0 && f->head == f->len) {
+        f->head = f->len = 0;
+    }
+    if (f->len == f->cap) {
+        if (f->head > 0) {
+            memmove(f->v, f->v + f->head, (f->len - f->head) * sizeof *f->v);
+            f->len -= f->head;
+            f->head = 0;
+        }
+        if (f->len == f->cap) {
+            f->cap = f->cap ? f->cap * 2 : 64;
+            f->v = sr_xrealloc(f->v, f->cap * sizeof *f->v);
+        }
+    }
+    f->v[f->len++] = (s_qentry_t){job, seq};
+}
+
+static void s_enqueue(coord_sched_t *s, int job, bool retry)
+{
+    coord_job_t *j = &s->jobs[job];
+    j->state = COORD_JOB_QUEUED;
+    j->qseq_ = ++s->qseq;
+    j->actor_len = 0;
+    s_fifo_push(retry ? &s->retry : &s->fresh, job, j->qseq_);
+}
+
+/* s_fifo_front returns the first live entry's job (dropping dead ones on the way), or -1. */
+static int s_fifo_front(coord_sched_t *s, s_fifo_t *f)
+{
+    while (f->head < f->len) {
+        s_qentry_t e = f->v[f->head];
+        const coord_job_t *j = &s->jobs[e.job];
+        if (j->state == COORD_JOB_QUEUED && j->qseq_ == e.seq)
+            return e.job;
+        f->head++;
+    }
+    return -1;
+}
+
+coord_sched_t *coord_sched_new(coord_placement_t placement)
+{
+    coord_sched_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->placement = placement;
+    s->strict = true;
+    return s;
+}
+
+void coord_sched_destroy(coord_sched_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    coord_sched_t *s = *self_p;
+    for (int i = 0; i < s->nactors; i++)
+        free(s->actors[i]);
+    free(s->actors);
+    free(s->groups);
+    free(s->jobs);
+    free(s->retry.v);
+    free(s->fresh.v);
+    free(s);
+    *self_p = NULL;
+}
+
+void coord_sched_reset(coord_sched_t *s)
+{
+    s->ngroups = 0;
+    s->njobs = 0;
+    s->retry.head = s->retry.len = 0;
+    s->fresh.head = s->fresh.len = 0;
+    for (int i = 0; i < s->nactors; i++)
+        s->actors[i]->held = 0;
+}
+
+int coord_sched_add_group(coord_sched_t *s, const char *gid, const char *task, int G)
+{
+    if (!gid || !task || G < 1 || G > STORE_G_MAX || strlen(gid) >= STORE_GID_MAX ||
+        strlen(task) >= STORE_TASK_MAX || !*gid)
+        return SR_EINVAL;
+    if (coord_sched_find_group(s, gid) >= 0)
+        return SR_ECONFLICT;
+    if (s->ngroups == s->capgroups) {
+        s->capgroups = s->capgroups ? s->capgroups * 2 : 16;
+        s->groups = sr_xrealloc(s->groups, (size_t)s->capgroups * sizeof *s->groups);
+    }
+    if (s->njobs + G > s->capjobs) {
+        while (s->njobs + G > s->capjobs)
+            s->capjobs = s->capjobs ? s->capjobs * 2 : 128;
+        s->jobs = sr_xrealloc(s->jobs, (size_t)s->capjobs * sizeof *s->jobs);
+    }
+    int gi = s->ngroups++;
+    coord_group_t *g = &s->groups[gi];
+    memset(g, 0, sizeof *g);
+    snprintf(g->gid, sizeof g->gid, "%s", gid);
+    snprintf(g->task, sizeof g->task, "%s", task);
+    g->G = G;
+    g->first_job = s->njobs;
+    for (int t = 0; t < G; t++) {
+        int ji = s->njobs++;
+        coord_job_t *j = &s->jobs[ji];
+        memset(j, 0, sizeof *j);
+        j->group = gi;
+        j->traj = t;
+        s_enqueue(s, ji, false);
+    }
+    return gi;
+}
+
+int coord_sched_groups(const coord_sched_t *s) { return s->ngroups; }
+int coord_sched_jobs(const coord_sched_t *s) { return s->njobs; }
+
+coord_group_t *coord_sched_group(coord_sched_t *s, int index)
+{
+    return index >= 0 && index < s->ngroups ? &s->groups[index] : NULL;
+}
+
+coord_job_t *coord_sched_job(coord_sched_t *s, int index)
+{
+    return index >= 0 && index < s->njobs ? &s->jobs[index] : NULL;
+}
+
+int coord_sched_find_group(const coord_sched_t *s, const char *gid)
+{
+    for (int i = 0; i < s->ngroups; i++)
+        if (strcmp(s->groups[i].gid, gid) == 0)
+            return i;
+    return -1;
+}
+
+int coord_sched_find_job(const coord_sched_t *s, const char *job_id)
+{
+    if (!job_id)
+        return -1;
+    const char *slash = strrchr(job_id, '/');
+    if (!slash || slash == job_id || slash[1] != 't' || (size_t)(slash - job_id) >= STORE_GID_MAX)
+        return -1;
+    char gid[STORE_GID_MAX];
+    memcpy(gid, job_id, (size_t)(slash - job_id));
+    gid[slash - job_id] = '\0';
+    const char *p = slash + 2;
+    if (*p < '0' || *p > '9' || (*p == '0' && p[1] != '\0'))
+        return -1;
+    long traj = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || traj > STORE_G_MAX)
+            return -1;
+        traj = traj * 10 + (*p - '0');
+    }
+    int gi = coord_sched_find_group(s, gid);
+    if (gi < 0 || traj >= s->groups[gi].G)
+        return -1;
+    return s->groups[gi].first_job + (int)traj;
+}
+
+void coord_sched_job_id(const coord_sched_t *s, int index, char *buf, size_t len)
+{
+    const coord_job_t *j = &s->jobs[index];
+    snprintf(buf, len, "%s/t%d", s->groups[j->group].gid, j->traj);
+}
+
+/* ---- actors ---------------------------------------------------------------------------- */
+
+coord_actor_t *coord_sched_actor_find(coord_sched_t *s, const void *id, size_t idlen)
+{
+    for (int i = 0; i < s->nactors; i++) {
+        coord_actor_t *a = s->actors[i];
+        if (a->idlen == idlen && memcmp(a->id, id, idlen) == 0)
+            return a;
+    }
+    return NULL;
+}
+
+static void s_printable(const uint8_t *id, size_t len, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+        uint8_t c = id[i];
+        if (c >= 0x20 && c < 0x7f)
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+}
+
+coord_actor_t *coord_sched_actor_hello(coord_sched_t *s, const void *id, size_t idlen, bool gate,
+                                       int slots, int64_t now_ms)
+{
+    if (!id || idlen == 0 || idlen >= COORD_ID_MAX)
+        return NULL;
+    coord_actor_t *a = coord_sched_actor_find(s, id, idlen);
+    if (!a) {
+        if (s->nactors == s->capactors) {
+            s->capactors = s->capactors ? s->capactors * 2 : 8;
+            s->actors = sr_xrealloc(s->actors, (size_t)s->capactors * sizeof *s->actors);
+        }
+        a = sr_xcalloc(1, sizeof *a);
+        memcpy(a->id, id, idlen);
+        a->idlen = idlen;
+        s_printable(a->id, idlen, a->name, sizeof a->name);
+        a->seq = s->actor_seq++;
+        s->actors[s->nactors++] = a;
+    }
+    a->gate = gate;
+    a->slots = gate ? 0 : (slots < 0 ? 0 : slots);
+    a->credit = 0;
+    a->draining = false;
+    a->last_seen_ms = now_ms;
+    return a;
+}
+
+void coord_sched_actor_credit(coord_sched_t *s, coord_actor_t *a, int n)
+{
+    (void)s;
+    if (!a || a->gate || a->draining || n <= 0)
+        return;
+    a->credit = SR_MIN(a->credit + n, a->slots);
+}
+
+int coord_sched_actor_release(coord_sched_t *s, const void *id, size_t idlen)
+{
+    int n = 0;
+    for (int i = 0; i < s->njobs; i++) {
+        coord_job_t *j = &s->jobs[i];
+        if (j->state == COORD_JOB_LEASED && j->actor_len == idlen &&
+            memcmp(j->actor, id, idlen) == 0) {
+            coord_sched_requeue(s, i);
+            n++;
+        }
+    }
+    return n;
+}
+
+void coord_sched_actor_remove(coord_sched_t *s, coord_actor_t *a)
+{
+    for (int i = 0; i < s->nactors; i++) {
+        if (s->actors[i] == a) {
+            free(a);
+            memmove(&s->actors[i], &s->actors[i + 1],
+                    (size_t)(s->nactors - i - 1) * sizeof *s->actors);
+            s->nactors--;
+            return;
+        }
+    }
+}
+
+int coord_sched_actors(const coord_sched_t *s) { return s->nactors; }
+
+coord_actor_t *coord_sched_actor_at(coord_sched_t *s, int index)
+{
+    return index >= 0 && index < s->nactors ? s->actors[index] : NULL;
+}
+
+static coord_actor_t *s_actor_of(coord_sched_t *s, const coord_job_t *j)
+{
+    return j->actor_len ? coord_sched_actor_find(s, j->actor, j->actor_len) : NULL;
+}
+
+/* ---- dispatch and leases --------------------------------------------------------------- */
+
+/* s_group_count_on counts the jobs of group gi leased to actor a. */
+static int s_group_count_on(const coord_sched_t *s, int gi, const coord_actor_t *a)
+{
+    const coord_group_t *g = &s->groups[gi];
+    int n = 0;
+    for (int t = 0; t < g->G; t++) {
+        const coord_job_t *j = &s->jobs[g->first_job + t];
+        if (j->state == COORD_JOB_LEASED && j->actor_len == a->idlen &&
+            memcmp(j->actor, a->id, a->idlen) == 0)
+            n++;
+    }
+    return n;
+}
+
+static coord_actor_t *s_place(coord_sched_t *s, int job)
+{
+    coord_actor_t *best = NULL;
+    int best_n = 0;
+    uint64_t best_rank = 0;
+    const coord_group_t *g = &s->groups[s->jobs[job].group];
+    int cap = g->G > 1 ? (g->G + 1) / 2 : 1;
+    for (int i = 0; i < s->nactors; i++) {
+        coord_actor_t *a = s->actors[i];
+        if (a->gate || a->draining || a->credit <= 0)
+            continue;
+        if (s->placement == COORD_PLACE_PACK) {
+            if (!best || a->seq < best->seq)
+                best = a;
+            continue;
+        }
+        int n = s_group_count_on(s, s->jobs[job].group, a);
+        if (s->strict && n >= cap) {
+            s->capped = true;
+            continue;
+        }
+        /* rank in round-robin order: actors joined after the cursor come first */
+        uint64_t rank = a->seq >= s->rr ? a->seq - s->rr : a->seq + (UINT64_MAX - s->rr);
+        if (!best || n < best_n || (n == best_n && rank < best_rank)) {
+            best = a;
+            best_n = n;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
+/* s_pick_from scans one FIFO for the first live job that an actor may take. */
+static bool s_pick_from(coord_sched_t *s, s_fifo_t *f, int *scanned, int *job, coord_actor_t **actor)
+{
+    if (s_fifo_front(s, f) < 0)
+        return false;
+    for (size_t i = f->head; i < f->len && *scanned < SCAN_MAX; i++) {
+        s_qentry_t e = f->v[i];
+        const coord_job_t *j = &s->jobs[e.job];
+        if (j->state != COORD_JOB_QUEUED || j->qseq_ != e.seq)
+            continue;
+        (*scanned)++;
+        coord_actor_t *a = s_place(s, e.job);
+        if (a) {
+            *job = e.job;
+            *actor = a;
+            return true;
+        }
+        if (s->placement == COORD_PLACE_PACK || !s->capped)
+            return false; /* no actor has credit at all */
+    }
+    return false;
+}
+
+bool coord_sched_pick(coord_sched_t *s, int *job, coord_actor_t **actor)
+{
+    int scanned = 0;
+    s->capped = false;
+    return s_pick_from(s, &s->retry, &scanned, job, actor) ||
+           s_pick_from(s, &s->fresh, &scanned, job, actor);
+}
+
+void coord_sched_set_strict(coord_sched_t *s, bool strict) { s->strict = strict; }
+
+bool coord_sched_capped(const coord_sched_t *s) { return s->capped; }
+
+int coord_sched_lease(coord_sched_t *s, int job, coord_actor_t *a, int64_t epoch,
+                      int64_t deadline_ms)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j || !a || j->state != COORD_JOB_QUEUED || a->credit <= 0)
+        return SR_ECONFLICT;
+    j->state = COORD_JOB_LEASED;
+    j->epoch = epoch;
+    memcpy(j->actor, a->id, a->idlen);
+    j->actor_len = a->idlen;
+    j->deadline_ms = deadline_ms;
+    a->credit--;
+    a->held++;
+    s->rr = a->seq + 1;
+    return SR_OK;
+}
+
+int coord_sched_adopt(coord_sched_t *s, int job, const void *id, size_t idlen, int64_t epoch,
+                      int64_t deadline_ms)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j || !id || idlen == 0 || idlen >= COORD_ID_MAX || j->state == COORD_JOB_FINAL ||
+        j->state == COORD_JOB_DROPPED)
+        return SR_ECONFLICT;
+    coord_actor_t *old = j->state == COORD_JOB_LEASED ? s_actor_of(s, j) : NULL;
+    if (old && old->held > 0)
+        old->held--;
+    j->state = COORD_JOB_LEASED;
+    j->qseq_++; /* any queue entry is dead now */
+    j->epoch = epoch;
+    memcpy(j->actor, id, idlen);
+    j->actor_len = idlen;
+    j->deadline_ms = deadline_ms;
+    coord_actor_t *a = coord_sched_actor_find(s, id, idlen);
+    if (a)
+        a->held++;
+    return SR_OK;
+}
+
+int coord_sched_renew(coord_sched_t *s, int job, int64_t epoch, const void *id, size_t idlen,
+                      int64_t deadline_ms)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j)
+        return SR_ENOTFOUND;
+    if (j->state != COORD_JOB_LEASED || j->epoch != epoch || j->actor_len != idlen ||
+        memcmp(j->actor, id, idlen) != 0)
+        return SR_ECONFLICT;
+    if (deadline_ms > j->deadline_ms)
+        j->deadline_ms = deadline_ms;
+    return SR_OK;
+}
+
+int coord_sched_requeue(coord_sched_t *s, int job)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j || j->state != COORD_JOB_LEASED)
+        return SR_ECONFLICT;
+    coord_actor_t *a = s_actor_of(s, j);
+    if (a && a->held > 0)
+        a->held--;
+    const coord_group_t *g = &s->groups[j->group];
+    if (g->cancelled && !(g->keep_mask & (1ull << j->traj))) {
+        j->state = COORD_JOB_DROPPED;
+        j->actor_len = 0;
+        return SR_OK;
+    }
+    s_enqueue(s, job, true);
+    return SR_OK;
+}
+
+int coord_sched_expire(coord_sched_t *s, int64_t now_ms)
+{
+    int n = 0;
+    for (int i = 0; i < s->njobs; i++) {
+        coord_job_t *j = &s->jobs[i];
+        if (j->state == COORD_JOB_LEASED && j->deadline_ms < now_ms) {
+            coord_sched_requeue(s, i);
+            n++;
+        }
+    }
+    return n;
+}
+
+int coord_sched_finish(coord_sched_t *s, int job, const char *status)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j || j->state == COORD_JOB_FINAL)
+        return SR_ECONFLICT;
+    if (j->state == COORD_JOB_LEASED) {
+        coord_actor_t *a = s_actor_of(s, j);
+        if (a && a->held > 0)
+            a->held--;
+    }
+    j->state = COORD_JOB_FINAL;
+    j->qseq_++;
+    snprintf(j->status, sizeof j->status, "%s", status ? status : "done");
+    return SR_OK;
+}
+
+int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
+{
+    coord_group_t *g = coord_sched_group(s, group);
+    if (!g)
+        return SR_ENOTFOUND;
+    g->cancelled = true;
+    g->keep_mask = keep_mask;
+    int n = 0;
+    for (int t = 0; t < g->G; t++) {
+        coord_job_t *j = &s->jobs[g->first_job + t];
+        if (j->state == COORD_JOB_QUEUED && !(keep_mask & (1ull << t))) {
+            j->state = COORD_JOB_DROPPED;
+            j->qseq_++;
+            n++;
+        }
+    }
+    return n;
+}
+
+bool coord_sched_round_complete(const coord_sched_t *s)
+{
+    for (int i = 0; i < s->njobs; i++)
+        if (s->jobs[i].state != COORD_JOB_FINAL && s->jobs[i].state != COORD_JOB_DROPPED)
+            return false;
+    return true;
+}
+
+int coord_sched_queued(const coord_sched_t *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->njobs; i++)
+        n += s->jobs[i].state == COORD_JOB_QUEUED;
+    return n;
+}

@@ -1,0 +1,204 @@
+/*
+ * coord_sched.h — the coordinator's scheduler for one round: the groups and their jobs, the
+ * actors with their credit, the queue of jobs waiting for a slot, placement and leases.
+ *
+ * It is plain data with no sockets, no Redis and no clock of its own (times are passed in), so
+ * every rule of the work channel is decided here and the coordinator only carries the messages.
+ *
+ * A job is one trajectory of one group; its id is "<group>/t<traj>". Its life:
+ *
+ *     QUEUED --lease--> LEASED --final RESULT--> FINAL
+ *       ^                 |  (expiry, BYE, a failed attempt, a send that failed)
+ *       +-----------------+
+ *     QUEUED or LEASED --its group cancelled--> DROPPED (a queued job never dispatched, or a
+ *                                               leased one whose lease then ran out)
+ *
+ * Every lease carries an epoch (the fencing token) that the caller allocates; a RESULT counts
+ * only when its (job, epoch) is the job's current lease. A re-queued job gets a new epoch when it
+ * is leased again, so the old epoch is dead from the moment the job leaves LEASED.
+ *
+ * Credit: an actor's credit is what it granted minus the jobs it was sent; the scheduler never
+ * leases a job to an actor without credit. Placement "spread" gives each job of a group to the
+ * actor with credit that holds the fewest jobs of that group (ties: round-robin), and, while the
+ * scheduler is strict, to none that holds ceil(G/2) of them already: a group then always runs on
+ * two actors at least, even when the first actor's credit arrives before the others connect. The
+ * coordinator relaxes the cap when jobs were held back by it for a while (one actor alone must
+ * still get all the work) and makes it strict again when an actor joins. "pack" fills the
+ * earliest-joined actor first. Re-queued jobs are leased before fresh ones, so a round is not held
+ * up by its stragglers.
+ */
+#ifndef SR_COORD_SCHED_H
+#define SR_COORD_SCHED_H
+
+#include "common/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COORD_ID_MAX 256     /* a routing identity: 1..255 bytes */
+#define COORD_STATUS_MAX 16  /* "done", "cancelled", "failed", "truncated" */
+#define COORD_JOB_ID_MAX (STORE_GID_MAX + 16)
+
+typedef enum { COORD_PLACE_SPREAD = 0, COORD_PLACE_PACK = 1 } coord_placement_t;
+
+typedef enum {
+    COORD_JOB_QUEUED = 0,
+    COORD_JOB_LEASED,
+    COORD_JOB_FINAL,
+    COORD_JOB_DROPPED,
+} coord_job_state_t;
+
+typedef struct {
+    int group; /* index of its group */
+    int traj;
+    coord_job_state_t state;
+    int64_t epoch;                 /* of the current (LEASED) or last lease; 0 = never leased */
+    uint8_t actor[COORD_ID_MAX];   /* lease holder's identity while LEASED */
+    size_t actor_len;
+    int64_t deadline_ms;           /* lease expiry while LEASED */
+    int failures;                  /* attempts that ended with status "failed" */
+    uint32_t qseq_;                /* queue entry that is current (lazy deletion) */
+    char status[COORD_STATUS_MAX]; /* the final RESULT's status when FINAL */
+} coord_job_t;
+
+typedef struct {
+    char gid[STORE_GID_MAX];
+    char task[STORE_TASK_MAX];
+    int G;
+    int first_job;      /* its jobs are first_job .. first_job + G - 1 */
+    bool cancelled;     /* a CANCEL was seen, or Redis says so */
+    uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
+} coord_group_t;
+
+typedef struct {
+    uint8_t id[COORD_ID_MAX]; /* routing identity */
+    size_t idlen;
+    char name[COORD_ID_MAX]; /* printable form of the id, for logs */
+    bool gate;               /* gates hold no jobs */
+    int slots;
+    int credit; /* granted minus sent */
+    bool draining;
+    int64_t last_seen_ms;
+    int held;     /* jobs currently leased to it */
+    uint64_t seq; /* join order */
+} coord_actor_t;
+
+typedef struct coord_sched coord_sched_t;
+
+/* coord_sched_new returns an empty scheduler, or NULL when out of memory. */
+coord_sched_t *coord_sched_new(coord_placement_t placement);
+
+/* coord_sched_destroy frees the scheduler. Accepts NULL and *self_p == NULL; sets it to NULL. */
+void coord_sched_destroy(coord_sched_t **self_p);
+
+/* coord_sched_reset forgets every group and job (a new round) and keeps the actors, whose
+ * held counts drop to zero. */
+void coord_sched_reset(coord_sched_t *s);
+
+/* coord_sched_add_group adds a group of G (1..STORE_G_MAX) jobs, all QUEUED. Returns the group's
+ * index (>= 0), SR_EINVAL for bad arguments or SR_ECONFLICT when gid is already there. */
+int coord_sched_add_group(coord_sched_t *s, const char *gid, const char *task, int G);
+
+/* coord_sched_groups / coord_sched_jobs return the counts; coord_sched_group / coord_sched_job
+ * the entry at an index (NULL when out of range). The pointers stay valid until the next
+ * coord_sched_add_group or coord_sched_reset. */
+int coord_sched_groups(const coord_sched_t *s);
+int coord_sched_jobs(const coord_sched_t *s);
+coord_group_t *coord_sched_group(coord_sched_t *s, int index);
+coord_job_t *coord_sched_job(coord_sched_t *s, int index);
+
+/* coord_sched_find_group returns the index of gid, or -1. */
+int coord_sched_find_group(const coord_sched_t *s, const char *gid);
+
+/* coord_sched_find_job returns the index of the job with id job_id ("<gid>/t<traj>"), or -1
+ * when the id is malformed or names no job of this round. */
+int coord_sched_find_job(const coord_sched_t *s, const char *job_id);
+
+/* coord_sched_job_id writes the id of job `index` into buf (COORD_JOB_ID_MAX bytes). */
+void coord_sched_job_id(const coord_sched_t *s, int index, char *buf, size_t len);
+
+/* ---- actors ---- */
+
+/* coord_sched_actor_hello registers the actor with identity id (1..255 bytes), or refreshes it
+ * when it is known: its credit drops to 0 either way (it sends CREDIT again), draining ends.
+ * Returns the actor (owned by the scheduler), or NULL for a bad identity. */
+coord_actor_t *coord_sched_actor_hello(coord_sched_t *s, const void *id, size_t idlen, bool gate,
+                                       int slots, int64_t now_ms);
+
+/* coord_sched_actor_find returns the actor with that identity, or NULL. */
+coord_actor_t *coord_sched_actor_find(coord_sched_t *s, const void *id, size_t idlen);
+
+/* coord_sched_actor_credit adds n credits to a (not to gates nor draining actors), capped at its
+ * slots. */
+void coord_sched_actor_credit(coord_sched_t *s, coord_actor_t *a, int n);
+
+/* coord_sched_actor_release re-queues every job leased to the actor with identity id (their
+ * epochs are dead from now on). Jobs of cancelled groups are dropped instead. Returns how many
+ * jobs were re-queued. */
+int coord_sched_actor_release(coord_sched_t *s, const void *id, size_t idlen);
+
+/* coord_sched_actor_remove forgets the actor (its leases stay: release them first if they must
+ * go). a becomes invalid. */
+void coord_sched_actor_remove(coord_sched_t *s, coord_actor_t *a);
+
+/* coord_sched_actors / coord_sched_actor_at walk the actors (NULL when out of range). */
+int coord_sched_actors(const coord_sched_t *s);
+coord_actor_t *coord_sched_actor_at(coord_sched_t *s, int index);
+
+/* ---- dispatch and leases ---- */
+
+/* coord_sched_pick chooses the next job to dispatch and the actor to send it to, without
+ * changing anything: the first queued job (re-queued ones first) that some actor with credit may
+ * take. Returns true and sets *job and *actor, or false when there is none. */
+bool coord_sched_pick(coord_sched_t *s, int *job, coord_actor_t **actor);
+
+/* coord_sched_set_strict turns the spread cap of ceil(G/2) jobs of a group per actor on (the
+ * default) or off. */
+void coord_sched_set_strict(coord_sched_t *s, bool strict);
+
+/* coord_sched_capped returns true when the last coord_sched_pick found a queued job that an actor
+ * with credit could have taken but for the spread cap. */
+bool coord_sched_capped(const coord_sched_t *s);
+
+/* coord_sched_lease leases QUEUED job `job` to actor a under `epoch` until deadline_ms, taking one
+ * credit. Returns SR_OK, or SR_ECONFLICT when the job is not queued or a has no credit. */
+int coord_sched_lease(coord_sched_t *s, int job, coord_actor_t *a, int64_t epoch,
+                      int64_t deadline_ms);
+
+/* coord_sched_adopt leases a job that is not final to the actor with identity id under an epoch
+ * the caller read back from a previous life of the coordinator (resume), until deadline_ms. No
+ * credit is taken: the actor did not count the job among its free slots. Returns SR_OK or
+ * SR_ECONFLICT (the job is final or dropped). */
+int coord_sched_adopt(coord_sched_t *s, int job, const void *id, size_t idlen, int64_t epoch,
+                      int64_t deadline_ms);
+
+/* coord_sched_renew extends the lease (job, epoch) held by the actor with identity id to
+ * deadline_ms. Returns SR_OK, SR_ENOTFOUND (no such job) or SR_ECONFLICT (not the current lease
+ * of that actor). */
+int coord_sched_renew(coord_sched_t *s, int job, int64_t epoch, const void *id, size_t idlen,
+                      int64_t deadline_ms);
+
+/* coord_sched_requeue puts a LEASED job back in the queue (ahead of fresh jobs), or drops it when
+ * its group is cancelled. Returns SR_OK or SR_ECONFLICT when the job is not leased. */
+int coord_sched_requeue(coord_sched_t *s, int job);
+
+/* coord_sched_expire re-queues (or drops, in a cancelled group) every LEASED job whose deadline is
+ * before now_ms, and returns how many leases expired. */
+int coord_sched_expire(coord_sched_t *s, int64_t now_ms);
+
+/* coord_sched_finish marks the job FINAL with the RESULT status (copied, cut to fit), from any
+ * state but FINAL. Returns SR_OK or SR_ECONFLICT when it is final already. */
+int coord_sched_finish(coord_sched_t *s, int job, const char *status);
+
+/* coord_sched_cancel_group marks the group cancelled and drops its QUEUED jobs except the
+ * trajectories in keep_mask. Returns how many jobs were dropped, or SR_ENOTFOUND. */
+int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask);
+
+/* coord_sched_round_complete returns true when every job is FINAL or DROPPED. */
+bool coord_sched_round_complete(const coord_sched_t *s);
+
+/* coord_sched_queued returns how many jobs are QUEUED. */
+int coord_sched_queued(const coord_sched_t *s);
+
+#endif

@@ -1,0 +1,1236 @@
+/*
+ * coordinator.c — the coordinator: work channel, bus subscription, rounds, Redis, resume.
+ *
+ * One reactor serves the work ROUTER, a SUB socket on the bus (it hears CANCEL) and one timer
+ * that expires leases, forgets silent actors and retries dispatch. The rules of the work channel
+ * (credit, placement, leases, epochs) live in coord_sched; this file turns messages into calls on
+ * it and keeps Redis in step:
+ *
+ *  - a dispatch pass leases jobs, allocates their epochs from the run's counter in Redis (INCRBY
+ *    in blocks, so epochs grow across restarts), persists the leases in one pipelined round trip
+ *    (hash lease:<round>, so a resumed coordinator can re-adopt them), then sends the JOBs;
+ *  - a RESULT of the current lease is appended to results:<round> and counted in its group (the
+ *    Lua transition of store), and only then acknowledged;
+ *  - a round ends when every job is final or dropped: its results are read back from Redis,
+ *    summed, written as JSON Lines, the run record moves on and the next round starts.
+ */
+#include "coordinator/coordinator.h"
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/prng.h"
+#include "common/proto.h"
+#include "common/reactor.h"
+#include "common/sr.h"
+#include "common/store.h"
+#include "common/transport.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EPOCH_BLOCK 1024
+#define DISPATCH_BATCH 256
+#define EP_MAX 1100
+
+struct coord {
+    coord_cfg_t cfg;
+    char *strs[16]; /* copies of cfg's strings */
+    int nstrs;
+    char **env_workers;
+    size_t n_env;
+
+    void *zctx;
+    transport_sock_t *work;
+    transport_sock_t *sub;
+    transport_proxy_t *proxy;
+    reactor_t *r;
+    store_t *st;
+    coord_sched_t *sched;
+    int timer;
+
+    char ep_work[EP_MAX], ep_pub[EP_MAX], ep_sub[EP_MAX];
+
+    int64_t round;
+    bool round_active;
+    int64_t round_start_ms;
+    int64_t round_stale;
+    int64_t epoch_next, epoch_limit;
+    int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
+    sr_buf_t out;
+
+    atomic_bool stop_requested;
+    bool finished;
+    int fatal;
+    char err[512];
+
+    metrics_registry_t *metrics;
+    metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
+        *m_unknown, *m_cancels, *m_rounds;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static const char *s_keep(coord_t *c, const char *s)
+{
+    if (!s)
+        return NULL;
+    SR_ASSERT(c->nstrs < (int)SR_ARRAY_LEN(c->strs));
+    c->strs[c->nstrs] = sr_xstrdup(s);
+    return c->strs[c->nstrs++];
+}
+
+static void s_fatal(coord_t *c, int rc, const char *fmt, const char *arg)
+{
+    if (c->fatal == SR_OK) {
+        c->fatal = rc;
+        snprintf(c->err, sizeof c->err, fmt, arg);
+        log_error("%s", c->err);
+    }
+    reactor_stop(c->r);
+}
+
+void coord_group_id(int64_t round, int index, char *buf, size_t len)
+{
+    snprintf(buf, len, "r%04lld-g%04d", (long long)round, index);
+}
+
+int coord_task_for(uint64_t seed, int tasks, int groups, int64_t round, int index)
+{
+    if (tasks <= 0)
+        return 0;
+    int *perm = sr_xmalloc((size_t)tasks * sizeof *perm);
+    for (int i = 0; i < tasks; i++)
+        perm[i] = i;
+    prng_t p;
+    prng_init(&p, seed, 0x7a5c);
+    prng_shuffle(&p, perm, (size_t)tasks, sizeof *perm);
+    int64_t k = (round * (int64_t)groups + index) % tasks;
+    int t = perm[k];
+    free(perm);
+    return t;
+}
+
+/* s_job_seed derives an episode seed from the run seed, the round, the group and the trajectory. */
+static uint64_t s_job_seed(uint64_t seed, int64_t round, int group, int traj)
+{
+    uint64_t x = seed ^ ((uint64_t)round << 40) ^ ((uint64_t)group << 16) ^ (uint64_t)traj;
+    return prng_splitmix64(&x);
+}
+
+/* s_advertise turns a resolved endpoint into a connectable one: a wildcard host becomes `host`. */
+static void s_advertise(const char *resolved, const char *host, char *out, size_t len)
+{
+    const char *p = strstr(resolved, "://");
+    const char *colon = strrchr(resolved, ':');
+    if (!p || !colon || colon < p + 3) {
+        snprintf(out, len, "%s", resolved);
+        return;
+    }
+    size_t hl = (size_t)(colon - (p + 3));
+    const char *h = p + 3;
+    bool wild = (hl == 1 && h[0] == '*') || (hl == 7 && memcmp(h, "0.0.0.0", 7) == 0) ||
+                (hl == 4 && memcmp(h, "[::]", 4) == 0);
+    if (!wild || strncmp(resolved, "tcp://", 6) != 0) {
+        snprintf(out, len, "%s", resolved);
+        return;
+    }
+    snprintf(out, len, "tcp://%s%s", host, colon);
+}
+
+/* ---- sending ------------------------------------------------------------------------------- */
+
+/* s_send encodes m and sends it to the peer with identity id. Returns the transport's result. */
+static int s_send(coord_t *c, const void *id, size_t idlen, const proto_msg_t *m)
+{
+    sr_buf_reset(&c->out);
+    int rc = proto_encode(m, &c->out);
+    if (rc != SR_OK) {
+        log_error("cannot encode %s: %s", proto_type_name(m->type), sr_strerror(rc));
+        return rc;
+    }
+    return transport_send_routed(c->work, id, idlen, c->out.data, c->out.len);
+}
+
+static void s_send_error(coord_t *c, const void *id, size_t idlen, const char *code,
+                         const char *text)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_ERROR);
+    m.u.error.code = code;
+    m.u.error.msg = text;
+    s_send(c, id, idlen, &m);
+}
+
+static void s_send_ack(coord_t *c, const void *id, size_t idlen, const char *job_id, int64_t epoch,
+                       bool ok, const char *reason)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESULT_ACK);
+    m.u.result_ack.job_id = job_id;
+    m.u.result_ack.epoch = epoch;
+    m.u.result_ack.ok = ok;
+    m.u.result_ack.reason = reason;
+    s_send(c, id, idlen, &m);
+}
+
+/* ---- epochs ------------------------------------------------------------------------------- */
+
+/* s_epoch allocates the next fencing epoch (> every epoch handed out before, in this process or
+ * an earlier one on the same run). Returns it, or a negative SR_E* code when Redis fails. */
+static int64_t s_epoch(coord_t *c)
+{
+    if (c->epoch_next >= c->epoch_limit) {
+        char key[256];
+        store_key(c->st, key, sizeof key, "epoch");
+        redisReply *rep = NULL;
+        int rc = store_command(c->st, 0, &rep, "INCRBY %s %d", key, EPOCH_BLOCK);
+        if (rc != SR_OK)
+            return rc;
+        if (rep->type != REDIS_REPLY_INTEGER) {
+            freeReplyObject(rep);
+            return SR_EREDIS;
+        }
+        c->epoch_limit = rep->integer + 1;
+        c->epoch_next = rep->integer - EPOCH_BLOCK + 1;
+        freeReplyObject(rep);
+    }
+    return c->epoch_next++;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int job;
+    coord_actor_t *actor;
+} s_assign_t;
+
+static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
+{
+    coord_job_t *j = coord_sched_job(c->sched, ji);
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    char job_id[COORD_JOB_ID_MAX];
+    coord_sched_job_id(c->sched, ji, job_id, sizeof job_id);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_JOB);
+    proto_job_t *jb = &m.u.job;
+    jb->job_id = job_id;
+    jb->epoch = j->epoch;
+    jb->run = c->cfg.run;
+    jb->group = g->gid;
+    jb->traj = j->traj;
+    jb->group_size = g->G;
+    jb->task = g->task;
+    jb->iteration = c->round;
+    jb->policy_version = c->cfg.policy_version;
+    jb->seed = s_job_seed(c->cfg.seed, c->round, j->group, j->traj);
+    jb->temperature = c->cfg.temperature;
+    jb->top_p = c->cfg.top_p;
+    jb->max_steps = c->cfg.max_steps;
+    jb->max_tokens = c->cfg.max_tokens;
+    jb->lease_ms = c->cfg.lease_ms;
+    int rc = s_send(c, a->id, a->idlen, &m);
+    if (rc == SR_OK) {
+        metrics_counter_inc(c->m_dispatched);
+        log_debug("JOB %s epoch %lld -> %s", job_id, (long long)j->epoch, a->name);
+        return;
+    }
+    /* The actor is gone (ROUTER_MANDATORY) or its queue is full: the job goes back at once. */
+    coord_sched_requeue(c->sched, ji);
+    if (rc == SR_ECLOSED) {
+        log_warn("actor %s is not connected: its jobs go back to the queue", a->name);
+        coord_sched_actor_release(c->sched, a->id, a->idlen);
+        coord_sched_actor_remove(c->sched, a);
+    } else {
+        a->credit = 0;
+    }
+}
+
+static int s_persist_leases(coord_t *c, const s_assign_t *as, size_t n)
+{
+    char key[256];
+    store_key(c->st, key, sizeof key, "lease:%lld", (long long)c->round);
+    for (size_t i = 0; i < n; i++) {
+        coord_job_t *j = coord_sched_job(c->sched, as[i].job);
+        char job_id[COORD_JOB_ID_MAX];
+        coord_sched_job_id(c->sched, as[i].job, job_id, sizeof job_id);
+        char val[COORD_ID_MAX + 32];
+        int hl = snprintf(val, sizeof val, "%lld ", (long long)j->epoch);
+        memcpy(val + hl, j->actor, j->actor_len);
+        int rc = store_pipe_append(c->st, "HSET %s %s %b", key, job_id, val,
+                                   (size_t)hl + j->actor_len);
+        if (rc != SR_OK)
+            return rc;
+    }
+    return store_pipe_exec(c->st, NULL, NULL);
+}
+
+/* s_dispatch leases queued jobs to actors with credit, persists the leases, sends the JOBs. */
+static void s_dispatch(coord_t *c)
+{
+    if (!c->round_active)
+        return;
+    s_assign_t as[DISPATCH_BATCH];
+    for (;;) {
+        size_t n = 0;
+        int ji;
+        coord_actor_t *a;
+        int64_t now = clock_mono_ms();
+        bool more;
+        while ((more = n < DISPATCH_BATCH && coord_sched_pick(c->sched, &ji, &a))) {
+            int64_t epoch = s_epoch(c);
+            if (epoch < 0) {
+                log_error_limited(1, "cannot allocate an epoch: %s", store_errstr(c->st));
+                break;
+            }
+            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, now + c->cfg.lease_ms) == SR_OK);
+            as[n++] = (s_assign_t){ji, a};
+        }
+        if (!more && n < DISPATCH_BATCH) {
+            if (!coord_sched_capped(c->sched))
+                c->capped_since = 0;
+            else if (c->capped_since == 0)
+                c->capped_since = now;
+        }
+        if (n == 0)
+            return;
+        if (s_persist_leases(c, as, n) != SR_OK) {
+            log_error_limited(1, "cannot persist leases, dispatch retried later: %s",
+                              store_errstr(c->st));
+            for (size_t i = 0; i < n; i++) {
+                coord_sched_requeue(c->sched, as[i].job);
+                as[i].actor->credit++;
+            }
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            /* an earlier failed send in this batch may have removed the actor */
+            coord_job_t *j = coord_sched_job(c->sched, as[i].job);
+            coord_actor_t *a2 = coord_sched_actor_find(c->sched, j->actor, j->actor_len);
+            if (j->state != COORD_JOB_LEASED || !a2) {
+                if (j->state == COORD_JOB_LEASED)
+                    coord_sched_requeue(c->sched, as[i].job);
+                continue;
+            }
+            s_send_job(c, as[i].job, a2);
+        }
+        if (n < DISPATCH_BATCH)
+            return;
+    }
+}
+
+/* ---- rounds ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char (*v)[STORE_GID_MAX];
+    size_t n;
+} s_gids_t;
+
+static int s_collect_gid(const char *gid, void *arg)
+{
+    s_gids_t *g = arg;
+    if (strlen(gid) >= STORE_GID_MAX)
+        return 0;
+    g->v = sr_xrealloc(g->v, (g->n + 1) * STORE_GID_MAX);
+    snprintf(g->v[g->n++], STORE_GID_MAX, "%s", gid);
+    return 0;
+}
+
+static int s_cmp_gid(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* s_load_leases re-adopts the leases persisted by a previous coordinator for jobs not final. */
+static int s_load_leases(coord_t *c)
+{
+    char key[256];
+    store_key(c->st, key, sizeof key, "lease:%lld", (long long)c->round);
+    redisReply *rep = NULL;
+    int rc = store_command(c->st, STORE_IDEMPOTENT, &rep, "HGETALL %s", key);
+    if (rc != SR_OK)
+        return rc;
+    int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
+    int adopted = 0;
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
+        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        int ji = coord_sched_find_job(c->sched, f->str);
+        const char *sp = memchr(v->str, ' ', v->len);
+        if (ji < 0 || !sp)
+            continue;
+        coord_job_t *j = coord_sched_job(c->sched, ji);
+        if (j->state == COORD_JOB_FINAL)
+            continue;
+        int64_t epoch = strtoll(v->str, NULL, 10);
+        size_t idlen = v->len - (size_t)(sp + 1 - v->str);
+        if (coord_sched_adopt(c->sched, ji, sp + 1, idlen, epoch, deadline) == SR_OK)
+            adopted++;
+    }
+    freeReplyObject(rep);
+    if (adopted)
+        log_info("round %lld: %d leases of the previous coordinator kept for %lld ms",
+                 (long long)c->round, adopted, (long long)c->cfg.lease_ms);
+    return SR_OK;
+}
+
+/* s_start_round builds round c->round from Redis: it creates the groups that do not exist yet,
+ * then marks the jobs that have a stored final result, re-adopts persisted leases and drops the
+ * queued jobs of cancelled groups. A fresh round simply has nothing to mark. */
+static int s_start_round(coord_t *c)
+{
+    coord_sched_reset(c->sched);
+    c->round_stale = 0;
+    c->round_start_ms = clock_mono_ms();
+    int rc = store_run_set_int(c->st, "iteration", c->round);
+    if (rc != SR_OK)
+        return rc;
+
+    /* The groups: the configured ones (created unless they exist) and any other group Redis
+     * holds for this round (a resumed round), in id order so that jobs go out group by group. */
+    for (int k = 0; k < c->cfg.groups && rc == SR_OK; k++) {
+        char gid[STORE_GID_MAX], task[STORE_TASK_MAX];
+        coord_group_id(c->round, k, gid, sizeof gid);
+        snprintf(task, sizeof task, "household/%s/%d", c->cfg.split,
+                 coord_task_for(c->cfg.seed, c->cfg.tasks, c->cfg.groups, c->round, k));
+        rc = store_group_create(c->st, gid, task, c->round, c->cfg.group_size);
+        if (rc == SR_ECONFLICT)
+            rc = SR_OK;
+    }
+    s_gids_t gids = {NULL, 0};
+    if (rc == SR_OK)
+        rc = store_groups_of(c->st, c->round, s_collect_gid, &gids);
+    if (gids.n > 1)
+        qsort(gids.v, gids.n, STORE_GID_MAX, s_cmp_gid);
+    for (size_t k = 0; k < gids.n && rc == SR_OK; k++) {
+        store_group_t g;
+        rc = store_group_get(c->st, gids.v[k], &g);
+        if (rc == SR_OK && coord_sched_add_group(c->sched, gids.v[k], g.task, g.G) < 0)
+            log_warn("group %s of round %lld cannot be loaded (G=%d)", gids.v[k],
+                     (long long)c->round, g.G);
+    }
+    free(gids.v);
+    if (rc != SR_OK)
+        return rc;
+
+    /* Results already stored are final. */
+    coord_results_t *res = coord_results_new();
+    if (!res)
+        return SR_ENOMEM;
+    rc = coord_results_load(res, c->st, c->round, NULL);
+    size_t nres = coord_results_count(res);
+    for (size_t i = 0; rc == SR_OK && i < nres; i++) {
+        const coord_result_info_t *in = coord_results_info(res, i);
+        int ji = coord_sched_find_job(c->sched, in->job_id);
+        if (ji < 0)
+            continue;
+        coord_sched_finish(c->sched, ji, in->status);
+        coord_sched_job(c->sched, ji)->epoch = in->epoch;
+    }
+    coord_results_destroy(&res);
+    if (rc == SR_OK)
+        rc = s_load_leases(c);
+    for (int i = 0; rc == SR_OK && i < coord_sched_groups(c->sched); i++) {
+        coord_group_t *g = coord_sched_group(c->sched, i);
+        store_group_t sg;
+        rc = store_group_get(c->st, g->gid, &sg);
+        if (rc == SR_OK && sg.status == STORE_GROUP_CANCELLED)
+            coord_sched_cancel_group(c->sched, i, 0);
+    }
+    if (rc != SR_OK)
+        return rc;
+    c->round_active = true;
+    int jobs = coord_sched_jobs(c->sched);
+    log_info("round %lld: %d groups, %d jobs, %d queued", (long long)c->round,
+             coord_sched_groups(c->sched), jobs, coord_sched_queued(c->sched));
+    return SR_OK;
+}
+
+static void s_summarise(coord_t *c, coord_round_summary_t *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    sum->round = c->round;
+    int ng = coord_sched_groups(c->sched);
+    sum->groups = ng;
+    for (int i = 0; i < ng; i++) {
+        coord_group_t *g = coord_sched_group(c->sched, i);
+        bool failed = false;
+        for (int t = 0; t < g->G; t++) {
+            coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
+            if (j->state == COORD_JOB_FINAL && strcmp(j->status, "failed") == 0)
+                failed = true;
+        }
+        if (g->cancelled)
+            sum->groups_cancelled++;
+        else if (failed)
+            sum->groups_failed++;
+        else
+            sum->groups_done++;
+    }
+    sum->stale_results = c->round_stale;
+    sum->wall_ms = clock_mono_ms() - c->round_start_ms;
+}
+
+/* s_finish_round writes the round's results and summary out and starts the next round (or stops
+ * the loop after the last one). */
+static void s_finish_round(coord_t *c)
+{
+    coord_round_summary_t sum;
+    s_summarise(c, &sum);
+    coord_results_t *res = coord_results_new();
+    size_t skipped = 0;
+    int rc = res ? coord_results_load(res, c->st, c->round, &skipped) : SR_ENOMEM;
+    if (rc != SR_OK) {
+        /* Everything is in Redis already; try again on the next tick. */
+        log_error_limited(1, "round %lld: cannot read its results back: %s", (long long)c->round,
+                          store_errstr(c->st));
+        coord_results_destroy(&res);
+        return;
+    }
+    coord_results_sum(res, &sum);
+    if (c->cfg.out_dir) {
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir,
+                 (long long)c->round);
+        if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
+            log_error("round %lld: %s", (long long)c->round, err);
+    }
+    coord_results_destroy(&res);
+    log_info("round %lld done: groups %d done, %d cancelled, %d failed; %lld results, %lld stale, "
+             "%lld steps, %lld LLM calls, %lld tokens, success %.3f, %lld ms",
+             (long long)sum.round, sum.groups_done, sum.groups_cancelled, sum.groups_failed,
+             (long long)sum.results, (long long)sum.stale_results, (long long)sum.steps,
+             (long long)sum.llm_calls, (long long)sum.tokens, sum.success_rate,
+             (long long)sum.wall_ms);
+    c->round_active = false;
+    if (store_run_set_int(c->st, "rounds_done", c->round + 1) != SR_OK) {
+        s_fatal(c, SR_EREDIS, "cannot record the end of the round: %s", store_errstr(c->st));
+        return;
+    }
+    metrics_counter_inc(c->m_rounds);
+    if (c->cfg.on_round)
+        c->cfg.on_round(&sum, c->cfg.on_round_arg);
+    c->round++;
+    if (c->round >= c->cfg.iters) {
+        c->finished = true;
+        reactor_stop(c->r);
+        return;
+    }
+    if ((rc = s_start_round(c)) != SR_OK) {
+        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+        return;
+    }
+    s_dispatch(c);
+}
+
+static void s_check_round(coord_t *c)
+{
+    if (c->round_active && coord_sched_round_complete(c->sched))
+        s_finish_round(c);
+}
+
+/* ---- messages ------------------------------------------------------------------------------ */
+
+static int s_collect_envw(const char *id, const store_field_t *fields, size_t n, void *arg)
+{
+    (void)id;
+    void **a = arg;
+    char ***list = (char ***)a[0];
+    size_t *len = a[1];
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(fields[i].name, "endpoint") == 0 && *len < 256) {
+            *list = sr_xrealloc(*list, (*len + 1) * sizeof **list);
+            (*list)[(*len)++] = sr_xstrdup(fields[i].value);
+        }
+    }
+    return 0;
+}
+
+static void s_env_workers_from_registry(coord_t *c, const char ***out, size_t *n, char ***owned)
+{
+    char **list = NULL;
+    size_t len = 0;
+    void *arg[2] = {&list, &len};
+    if (store_list(c->st, "envw", s_collect_envw, arg) != SR_OK)
+        log_warn_limited(1, "cannot list env workers: %s", store_errstr(c->st));
+    *owned = list;
+    *out = (const char **)list;
+    *n = len;
+}
+
+static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hello_t *h)
+{
+    bool gate = strcmp(h->role, "gate") == 0;
+    coord_actor_t *a = coord_sched_actor_hello(c->sched, id, idlen, gate, (int)h->slots,
+                                               clock_mono_ms());
+    if (!a) {
+        s_send_error(c, id, idlen, "bad_message", "identity must be 1..255 bytes");
+        return;
+    }
+    if (!gate) {
+        /* a new actor: spread groups over it and the others again */
+        coord_sched_set_strict(c->sched, true);
+        c->capped_since = 0;
+    }
+    log_info("%s %s joined (slots %lld, host %s, pid %lld)", gate ? "gate" : "actor", a->name,
+             (long long)h->slots, h->host, (long long)h->pid);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_WELCOME);
+    proto_welcome_t *w = &m.u.welcome;
+    w->run = c->cfg.run;
+    w->actor_id = h->actor_id;
+    w->lease_ms = c->cfg.lease_ms;
+    w->heartbeat_ms = c->cfg.heartbeat_ms;
+    w->bus_pub = c->ep_pub;
+    w->bus_sub = c->ep_sub;
+    w->policy_version = c->cfg.policy_version;
+    char **owned = NULL;
+    if (c->n_env) {
+        w->env_workers = (const char **)c->env_workers;
+        w->env_workers_len = c->n_env;
+    } else {
+        s_env_workers_from_registry(c, &w->env_workers, &w->env_workers_len, &owned);
+    }
+    s_send(c, id, idlen, &m);
+    for (size_t i = 0; owned && i < w->env_workers_len; i++)
+        free(owned[i]);
+    free(owned);
+}
+
+static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t *hb)
+{
+    int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
+    for (size_t i = 0; i < hb->leases_len; i++) {
+        int ji = coord_sched_find_job(c->sched, hb->leases[i].job_id);
+        if (ji < 0)
+            continue;
+        if (coord_sched_renew(c->sched, ji, hb->leases[i].epoch, a->id, a->idlen, deadline) !=
+            SR_OK)
+            log_debug("heartbeat of %s: lease %s epoch %lld is not current", a->name,
+                      hb->leases[i].job_id, (long long)hb->leases[i].epoch);
+    }
+}
+
+static void s_refuse(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
+                     const char *reason)
+{
+    metrics_counter_inc(c->m_stale);
+    c->round_stale++;
+    log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch,
+                     reason);
+    s_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
+}
+
+static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
+{
+    coord_group_t *g = coord_sched_group(c->sched, gi);
+    if (g->cancelled)
+        return;
+    int dropped = coord_sched_cancel_group(c->sched, gi, keep);
+    log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
+}
+
+static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
+                        const void *body, size_t len)
+{
+    if (strcmp(r->run, c->cfg.run) != 0) {
+        s_refuse(c, id, idlen, r, "another run");
+        return;
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
+    if (ji < 0) {
+        s_refuse(c, id, idlen, r, "unknown job");
+        return;
+    }
+    coord_job_t *j = coord_sched_job(c->sched, ji);
+    if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
+        s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
+        return;
+    }
+    if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
+        s_refuse(c, id, idlen, r, "stale epoch");
+        return;
+    }
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    bool failed = strcmp(r->status, "failed") == 0;
+    if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
+        j->failures++;
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
+        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures,
+                         c->cfg.max_attempts, r->error ? r->error : "no reason given");
+        s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+        s_dispatch(c);
+        return;
+    }
+    /* Durable first: the result, then the group's count. Only then the acknowledgement. */
+    int rc = store_result_append(c->st, c->round, body, len);
+    if (rc != SR_OK) {
+        log_error_limited(1, "cannot store RESULT %s, not acknowledged: %s", r->job_id,
+                          store_errstr(c->st));
+        return;
+    }
+    if (failed) {
+        char key[256];
+        store_key(c->st, key, sizeof key, "failed:%lld", (long long)c->round);
+        rc = store_command(c->st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, g->gid);
+    } else {
+        store_group_status_t st = STORE_GROUP_RUNNING;
+        rc = store_group_finish_traj(c->st, g->gid, j->traj, r->reward, NULL, &st);
+        if (rc == SR_ECONFLICT && st == STORE_GROUP_CANCELLED) {
+            s_mark_cancelled(c, j->group, 0);
+            rc = SR_OK;
+        } else if (rc == SR_ENOTFOUND) {
+            log_error("group %s is missing in Redis", g->gid);
+            rc = SR_OK;
+        }
+    }
+    if (rc != SR_OK) {
+        log_error_limited(1, "cannot record RESULT %s in its group, not acknowledged: %s",
+                          r->job_id, store_errstr(c->st));
+        return;
+    }
+    if (strcmp(r->status, "cancelled") == 0)
+        s_mark_cancelled(c, j->group, 0);
+    coord_sched_finish(c->sched, ji, r->status);
+    metrics_counter_inc(c->m_stored);
+    s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+    s_check_round(c);
+}
+
+static void s_on_bye(coord_t *c, coord_actor_t *a, const proto_bye_t *b)
+{
+    if (b->drain) {
+        log_info("actor %s drains (%s)", a->name, b->reason ? b->reason : "no reason given");
+        a->draining = true;
+        a->credit = 0;
+        return;
+    }
+    int n = coord_sched_actor_release(c->sched, a->id, a->idlen);
+    log_info("actor %s left (%s): %d jobs back in the queue", a->name,
+             b->reason ? b->reason : "no reason given", n);
+    coord_sched_actor_remove(c->sched, a);
+    s_check_round(c);
+    s_dispatch(c);
+}
+
+static void s_bad_message(coord_t *c, const void *id, size_t idlen, const char *text)
+{
+    metrics_counter_inc(c->m_bad);
+    log_warn_limited(5, "bad message on the work channel: %s", text);
+    if (id && idlen)
+        s_send_error(c, id, idlen, "bad_message", text);
+}
+
+static void s_on_work(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    coord_t *c = arg;
+    transport_msg_t tm;
+    int rc = transport_recv(c->work, &tm, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        s_bad_message(c, NULL, 0, "wrong number of frames");
+        return;
+    }
+    size_t idlen = 0, len = 0;
+    const void *id = transport_msg_head(&tm, &idlen);
+    const void *body = transport_msg_body(&tm, &len);
+    proto_msg_t m;
+    proto_err_t perr;
+    rc = proto_decode(body, len, &m, &perr);
+    if (rc != SR_OK) {
+        char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8];
+        s_bad_message(c, id, idlen, proto_err_text(&perr, text, sizeof text));
+        transport_msg_close(&tm);
+        return;
+    }
+    if (m.type == PROTO_HELLO) {
+        s_on_hello(c, id, idlen, &m.u.hello);
+        s_dispatch(c);
+        goto cleanup;
+    }
+    coord_actor_t *a = coord_sched_actor_find(c->sched, id, idlen);
+    bool work_type = m.type == PROTO_CREDIT || m.type == PROTO_RESULT ||
+                     m.type == PROTO_HEARTBEAT || m.type == PROTO_BYE;
+    if (!work_type) {
+        char text[128];
+        snprintf(text, sizeof text, "%s is not a message for the coordinator",
+                 proto_type_name(m.type));
+        s_bad_message(c, id, idlen, text);
+        goto cleanup;
+    }
+    if (!a) {
+        metrics_counter_inc(c->m_unknown);
+        log_info_limited(5, "%s from an unknown actor: asked to say HELLO",
+                         proto_type_name(m.type));
+        s_send_error(c, id, idlen, "unknown_actor", "unknown actor: send HELLO first");
+        goto cleanup;
+    }
+    a->last_seen_ms = clock_mono_ms();
+    switch (m.type) {
+    case PROTO_CREDIT:
+        coord_sched_actor_credit(c->sched, a, (int)m.u.credit.credits);
+        s_dispatch(c);
+        break;
+    case PROTO_HEARTBEAT:
+        s_on_heartbeat(c, a, &m.u.heartbeat);
+        break;
+    case PROTO_RESULT:
+        s_on_result(c, id, idlen, &m.u.result, body, len);
+        break;
+    case PROTO_BYE:
+        s_on_bye(c, a, &m.u.bye);
+        break;
+    default:
+        break;
+    }
+cleanup:
+    proto_msg_clear(&m);
+    transport_msg_close(&tm);
+}
+
+static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    coord_t *c = arg;
+    transport_msg_t tm;
+    int rc = transport_recv(c->sub, &tm, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        metrics_counter_inc(c->m_bad);
+        return;
+    }
+    size_t len = 0;
+    const void *body = transport_msg_body(&tm, &len);
+    proto_msg_t m;
+    proto_err_t perr;
+    if (proto_decode(body, len, &m, &perr) != SR_OK) {
+        char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8];
+        metrics_counter_inc(c->m_bad);
+        log_warn_limited(5, "bad message on the bus: %s", proto_err_text(&perr, text, sizeof text));
+        transport_msg_close(&tm);
+        return;
+    }
+    if (m.type == PROTO_CANCEL && strcmp(m.u.cancel.run, c->cfg.run) == 0 && c->round_active) {
+        int gi = coord_sched_find_group(c->sched, m.u.cancel.group);
+        if (gi >= 0) {
+            uint64_t keep = 0;
+            for (size_t i = 0; i < m.u.cancel.keep_len; i++)
+                if (m.u.cancel.keep[i] >= 0 && m.u.cancel.keep[i] < 64)
+                    keep |= 1ull << m.u.cancel.keep[i];
+            metrics_counter_inc(c->m_cancels);
+            s_mark_cancelled(c, gi, keep);
+            s_check_round(c);
+        }
+    }
+    proto_msg_clear(&m);
+    transport_msg_close(&tm);
+}
+
+/* s_on_tick expires leases, forgets actors silent for a lease period and retries dispatch. */
+static void s_on_tick(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    coord_t *c = arg;
+    if (atomic_load(&c->stop_requested)) {
+        reactor_stop(c->r);
+        return;
+    }
+    int64_t now = clock_mono_ms();
+    if (c->round_active) {
+        int n = coord_sched_expire(c->sched, now);
+        if (n > 0) {
+            metrics_counter_add(c->m_expired, n);
+            log_info("%d leases expired: their jobs go back to the queue with new epochs", n);
+        }
+    }
+    for (int i = 0; i < coord_sched_actors(c->sched);) {
+        coord_actor_t *a = coord_sched_actor_at(c->sched, i);
+        if (now - a->last_seen_ms > c->cfg.lease_ms + c->cfg.heartbeat_ms) {
+            int n = coord_sched_actor_release(c->sched, a->id, a->idlen);
+            log_warn("%s %s silent for %lld ms: forgotten, %d jobs back in the queue",
+                     a->gate ? "gate" : "actor", a->name, (long long)(now - a->last_seen_ms), n);
+            coord_sched_actor_remove(c->sched, a);
+            continue;
+        }
+        i++;
+    }
+    if (c->capped_since && now - c->capped_since >= c->cfg.spread_wait_ms) {
+        log_info("jobs waited %lld ms for a second actor: an actor may now take more than half "
+                 "of a group", (long long)(now - c->capped_since));
+        coord_sched_set_strict(c->sched, false);
+        c->capped_since = 0;
+    }
+    if (c->round_active) {
+        s_check_round(c);
+        s_dispatch(c);
+    }
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------- */
+
+void coord_cfg_init(coord_cfg_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->run = "default";
+    cfg->redis_timeout_ms = 2000;
+    cfg->work_bind = "tcp://*:5555";
+    cfg->bus_pub_bind = "tcp://*:5556";
+    cfg->bus_sub_bind = "tcp://*:5557";
+    cfg->iters = 1;
+    cfg->groups = 4;
+    cfg->group_size = 8;
+    cfg->tasks = 100;
+    cfg->split = "train";
+    cfg->max_steps = 30;
+    cfg->temperature = 0.7;
+    cfg->top_p = 1.0;
+    cfg->seed = 1;
+    cfg->lease_ms = 10000;
+    cfg->heartbeat_ms = 1000;
+    cfg->placement = COORD_PLACE_SPREAD;
+    cfg->spread_wait_ms = 1000;
+    cfg->max_attempts = 3;
+}
+
+static int s_check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
+{
+    const char *bad = NULL;
+    if (!cfg->redis_url || !*cfg->redis_url)
+        bad = "a Redis URL is required";
+    else if (!cfg->run || !*cfg->run)
+        bad = "the run id is empty";
+    else if (cfg->iters < 0)
+        bad = "iters must be >= 0";
+    else if (cfg->groups < 1 || cfg->groups > 100000)
+        bad = "groups must be 1..100000";
+    else if (cfg->group_size < 1 || cfg->group_size > STORE_G_MAX)
+        bad = "group size must be 1..64";
+    else if (cfg->tasks < 1)
+        bad = "tasks must be >= 1";
+    else if (!cfg->split || !*cfg->split)
+        bad = "the split is empty";
+    else if (cfg->lease_ms < 10 || cfg->heartbeat_ms < 1)
+        bad = "lease must be >= 10 ms and heartbeat >= 1 ms";
+    else if (cfg->max_attempts < 1)
+        bad = "max attempts must be >= 1";
+    else if (cfg->max_steps < 0 || cfg->max_tokens < 0)
+        bad = "max steps and max tokens must be >= 0";
+    else if (!(cfg->temperature >= 0 && cfg->temperature <= 100) ||
+             !(cfg->top_p >= 0 && cfg->top_p <= 1))
+        bad = "temperature must be 0..100 and top-p 0..1";
+    else if ((cfg->bus_external_pub == NULL) != (cfg->bus_external_sub == NULL))
+        bad = "an external bus needs both its PUB and its SUB endpoint";
+    else if (!cfg->work_bind || (!cfg->bus_external_pub && (!cfg->bus_pub_bind || !cfg->bus_sub_bind)))
+        bad = "an endpoint to bind is missing";
+    if (bad && err)
+        snprintf(err, errlen, "%s", bad);
+    return bad ? SR_EINVAL : SR_OK;
+}
+
+static void s_parse_env_workers(coord_t *c, const char *list)
+{
+    if (!list)
+        return;
+    const char *p = list;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        while (n && (*p == ' ')) {
+            p++;
+            n--;
+        }
+        while (n && p[n - 1] == ' ')
+            n--;
+        if (n) {
+            c->env_workers = sr_xrealloc(c->env_workers, (c->n_env + 1) * sizeof *c->env_workers);
+            c->env_workers[c->n_env++] = sr_xstrndup(p, n);
+        }
+        if (!e)
+            break;
+        p = e + 1;
+    }
+}
+
+coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
+{
+    char e2[512] = "";
+    if (!cfg || s_check_cfg(cfg, err, errlen) != SR_OK)
+        return NULL;
+    coord_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        if (err)
+            snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    c->cfg.run = s_keep(c, cfg->run);
+    c->cfg.redis_url = s_keep(c, cfg->redis_url);
+    c->cfg.work_bind = s_keep(c, cfg->work_bind);
+    c->cfg.bus_pub_bind = s_keep(c, cfg->bus_pub_bind);
+    c->cfg.bus_sub_bind = s_keep(c, cfg->bus_sub_bind);
+    c->cfg.bus_external_pub = s_keep(c, cfg->bus_external_pub);
+    c->cfg.bus_external_sub = s_keep(c, cfg->bus_external_sub);
+    c->cfg.advertise = s_keep(c, cfg->advertise);
+    c->cfg.split = s_keep(c, cfg->split);
+    c->cfg.env_workers = s_keep(c, cfg->env_workers);
+    c->cfg.out_dir = s_keep(c, cfg->out_dir);
+    s_parse_env_workers(c, c->cfg.env_workers);
+    atomic_init(&c->stop_requested, false);
+    sr_buf_init(&c->out);
+    c->timer = -1;
+
+    c->metrics = metrics_registry_new();
+    c->r = reactor_new();
+    c->sched = coord_sched_new(cfg->placement);
+    if (!c->metrics || !c->r || !c->sched) {
+        snprintf(e2, sizeof e2, "out of memory");
+        goto fail;
+    }
+    c->m_dispatched = metrics_counter(c->metrics, "selroll_coord_jobs_dispatched_total",
+                                      "JOBs sent to actors.", NULL);
+    c->m_stored = metrics_counter(c->metrics, "selroll_coord_results_stored_total",
+                                  "Final RESULTs stored in Redis and acknowledged.", NULL);
+    c->m_stale = metrics_counter(c->metrics, "selroll_coord_results_stale_total",
+                                 "RESULTs refused: stale epoch or unknown job.", NULL);
+    c->m_requeued = metrics_counter(c->metrics, "selroll_coord_results_requeued_total",
+                                    "Failed attempts whose job went back to the queue.", NULL);
+    c->m_expired = metrics_counter(c->metrics, "selroll_coord_leases_expired_total",
+                                   "Leases that ran out before a RESULT.", NULL);
+    c->m_bad = metrics_counter(c->metrics, "selroll_coord_bad_messages_total",
+                               "Malformed messages on the work channel and the bus.", NULL);
+    c->m_unknown = metrics_counter(c->metrics, "selroll_coord_unknown_actor_total",
+                                   "Messages from actors that had not said HELLO.", NULL);
+    c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",
+                                   "CANCELs of current groups seen on the bus.", NULL);
+    c->m_rounds = metrics_counter(c->metrics, "selroll_coord_rounds_total", "Rounds ended.", NULL);
+
+    if (store_connect(&c->st, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
+                      sizeof e2) != SR_OK)
+        goto fail;
+
+    c->zctx = zmq_ctx_new();
+    if (!c->zctx) {
+        snprintf(e2, sizeof e2, "cannot create a ZeroMQ context");
+        goto fail;
+    }
+    char host[256] = "127.0.0.1";
+    if (c->cfg.advertise)
+        snprintf(host, sizeof host, "%s", c->cfg.advertise);
+    else if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "127.0.0.1");
+    host[sizeof host - 1] = '\0';
+
+    c->work = transport_sock_new(c->zctx, ZMQ_ROUTER, NULL, e2, sizeof e2);
+    if (!c->work)
+        goto fail;
+    if (transport_bind(c->work, c->cfg.work_bind) != SR_OK) {
+        snprintf(e2, sizeof e2, "%s", transport_sock_errstr(c->work));
+        goto fail;
+    }
+    s_advertise(transport_sock_endpoint(c->work), host, c->ep_work, sizeof c->ep_work);
+
+    char sub_local[EP_MAX];
+    if (c->cfg.bus_external_pub) {
+        snprintf(c->ep_pub, sizeof c->ep_pub, "%s", c->cfg.bus_external_pub);
+        snprintf(c->ep_sub, sizeof c->ep_sub, "%s", c->cfg.bus_external_sub);
+        snprintf(sub_local, sizeof sub_local, "%s", c->cfg.bus_external_sub);
+    } else {
+        c->proxy = transport_proxy_new(c->zctx, c->cfg.bus_pub_bind, c->cfg.bus_sub_bind, NULL, e2,
+                                       sizeof e2);
+        if (!c->proxy)
+            goto fail;
+        s_advertise(transport_proxy_pub_endpoint(c->proxy), host, c->ep_pub, sizeof c->ep_pub);
+        s_advertise(transport_proxy_sub_endpoint(c->proxy), host, c->ep_sub, sizeof c->ep_sub);
+        s_advertise(transport_proxy_sub_endpoint(c->proxy), "127.0.0.1", sub_local,
+                    sizeof sub_local);
+    }
+    c->sub = transport_sock_new(c->zctx, ZMQ_SUB, NULL, e2, sizeof e2);
+    if (!c->sub)
+        goto fail;
+    char topic[PROTO_MAX_ID + 32];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", c->cfg.run);
+    if (zmq_setsockopt(transport_sock_zmq(c->sub), ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0 ||
+        transport_connect(c->sub, sub_local) != SR_OK) {
+        snprintf(e2, sizeof e2, "bus subscription: %s", transport_sock_errstr(c->sub));
+        goto fail;
+    }
+    return c;
+
+fail:
+    if (err)
+        snprintf(err, errlen, "%s", e2);
+    coord_destroy(&c);
+    return NULL;
+}
+
+/* s_prepare_run reads or writes the run record and returns the first round to run. */
+static int s_prepare_run(coord_t *c)
+{
+    int64_t done = 0;
+    char *status = NULL;
+    int rc = store_run_get(c->st, "status", &status);
+    if (rc == SR_OK) {
+        if (!c->cfg.resume) {
+            snprintf(c->err, sizeof c->err,
+                     "run %s exists in Redis (status %s): use --resume to continue it, or "
+                     "another --run",
+                     c->cfg.run, status);
+            free(status);
+            return SR_ECONFLICT;
+        }
+        rc = store_run_get_int(c->st, "rounds_done", &done);
+        if (rc == SR_ENOTFOUND) {
+            done = 0;
+            rc = SR_OK;
+        }
+        log_info("resuming run %s (status %s) at round %lld", c->cfg.run, status,
+                 (long long)done);
+        free(status);
+    } else if (rc == SR_ENOTFOUND) {
+        if (c->cfg.resume)
+            log_info("run %s not found in Redis: starting it", c->cfg.run);
+        rc = store_run_set_int(c->st, "rounds_done", 0);
+    }
+    if (rc == SR_OK)
+        rc = store_run_set_int(c->st, "iters", c->cfg.iters);
+    if (rc == SR_OK)
+        rc = store_run_set(c->st, "status", "running");
+    if (rc == SR_OK)
+        rc = store_run_set_int(c->st, "policy_version", c->cfg.policy_version);
+    if (rc != SR_OK) {
+        snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run,
+                 store_errstr(c->st));
+        return rc;
+    }
+    c->round = done;
+    return SR_OK;
+}
+
+int coord_run(coord_t *c)
+{
+    if (!c)
+        return SR_EINVAL;
+    int rc = s_prepare_run(c);
+    if (rc != SR_OK) {
+        log_error("%s", c->err);
+        return rc;
+    }
+    if (c->round >= c->cfg.iters) {
+        c->finished = true;
+        store_run_set(c->st, "status", "finished");
+        log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);
+        return SR_OK;
+    }
+    if ((rc = s_start_round(c)) != SR_OK) {
+        snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)c->round,
+                 store_errstr(c->st));
+        log_error("%s", c->err);
+        return rc;
+    }
+    int64_t tick = SR_MAX(10, SR_MIN(c->cfg.lease_ms / 4, 250));
+    c->timer = reactor_timer_add(c->r, tick, tick, s_on_tick, c);
+    if (reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, s_on_work, c) != SR_OK ||
+        reactor_add_zsock(c->r, transport_sock_zmq(c->sub), REACTOR_READ, s_on_bus, c) != SR_OK ||
+        c->timer < 0) {
+        snprintf(c->err, sizeof c->err, "cannot register with the reactor");
+        return SR_EINVAL;
+    }
+    log_info("coordinator of run %s: work %s, bus pub %s, bus sub %s", c->cfg.run, c->ep_work,
+             c->ep_pub, c->ep_sub);
+    /* A round may be complete already (resumed after its last result). */
+    s_check_round(c);
+    while (!c->finished && c->fatal == SR_OK && !atomic_load(&c->stop_requested)) {
+        rc = reactor_run(c->r);
+        if (rc != SR_OK) {
+            snprintf(c->err, sizeof c->err, "reactor: %s", sr_strerror(rc));
+            c->fatal = rc;
+        }
+    }
+    reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
+    reactor_remove_zsock(c->r, transport_sock_zmq(c->sub));
+    reactor_timer_cancel(c->r, c->timer);
+    const char *st = c->finished ? "finished" : c->fatal ? "failed" : "stopped";
+    if (store_run_set(c->st, "status", st) != SR_OK)
+        log_warn("cannot record run status %s: %s", st, store_errstr(c->st));
+    coord_stats_t s;
+    coord_stats(c, &s);
+    log_info("coordinator %s: %llu jobs dispatched, %llu results stored, %llu stale, %llu "
+             "requeued, %llu leases expired, %llu bad messages, %llu unknown actor, %llu cancels, "
+             "%llu rounds",
+             st, (unsigned long long)s.jobs_dispatched, (unsigned long long)s.results_stored,
+             (unsigned long long)s.results_stale, (unsigned long long)s.results_requeued,
+             (unsigned long long)s.leases_expired, (unsigned long long)s.bad_messages,
+             (unsigned long long)s.unknown_actor, (unsigned long long)s.cancels,
+             (unsigned long long)s.rounds_done);
+    return c->fatal;
+}
+
+void coord_stop(coord_t *c)
+{
+    if (!c)
+        return;
+    atomic_store(&c->stop_requested, true);
+    reactor_stop(c->r);
+}
+
+void coord_destroy(coord_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    coord_t *c = *self_p;
+    transport_sock_destroy(&c->sub);
+    transport_sock_destroy(&c->work);
+    transport_proxy_destroy(&c->proxy);
+    if (c->zctx)
+        zmq_ctx_term(c->zctx);
+    reactor_destroy(&c->r);
+    store_destroy(&c->st);
+    coord_sched_destroy(&c->sched);
+    metrics_registry_destroy(&c->metrics);
+    sr_buf_free(&c->out);
+    for (size_t i = 0; i < c->n_env; i++)
+        free(c->env_workers[i]);
+    free(c->env_workers);
+    for (int i = 0; i < c->nstrs; i++)
+        free(c->strs[i]);
+    free(c);
+    *self_p = NULL;
+}
+
+void coord_endpoints(const coord_t *c, coord_endpoints_t *out)
+{
+    out->work = c->ep_work;
+    out->bus_pub = c->ep_pub;
+    out->bus_sub = c->ep_sub;
+}
+
+void coord_stats(const coord_t *c, coord_stats_t *out)
+{
+    out->jobs_dispatched = (uint64_t)metrics_counter_value(c->m_dispatched);
+    out->results_stored = (uint64_t)metrics_counter_value(c->m_stored);
+    out->results_stale = (uint64_t)metrics_counter_value(c->m_stale);
+    out->results_requeued = (uint64_t)metrics_counter_value(c->m_requeued);
+    out->leases_expired = (uint64_t)metrics_counter_value(c->m_expired);
+    out->bad_messages = (uint64_t)metrics_counter_value(c->m_bad);
+    out->unknown_actor = (uint64_t)metrics_counter_value(c->m_unknown);
+    out->cancels = (uint64_t)metrics_counter_value(c->m_cancels);
+    out->rounds_done = (uint64_t)metrics_counter_value(c->m_rounds);
+}
+
+metrics_registry_t *coord_metrics(coord_t *c) { return c->metrics; }
+
+const char *coord_errstr(const coord_t *c) { return c ? c->err : ""; }

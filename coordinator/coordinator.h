@@ -1,0 +1,135 @@
+/*
+ * coordinator.h — the coordinator of a run, usable in-process: it binds the work channel (ROUTER)
+ * and hosts the bus proxy (XSUB/XPUB), runs rounds of groups of jobs over the actors that connect,
+ * keeps group state and durable results in Redis, and resumes a run from Redis after a restart.
+ *
+ *     coord_cfg_t cfg;
+ *     coord_cfg_init(&cfg);
+ *     cfg.redis_url = "redis://127.0.0.1:6379";
+ *     cfg.work_bind = "tcp://127.0.0.1:*";           // a free port
+ *     coord_t *c = coord_new(&cfg, err, sizeof err);  // binds, connects to Redis
+ *     coord_endpoints_t ep;
+ *     coord_endpoints(c, &ep);                        // where actors connect
+ *     int rc = coord_run(c);                          // until every round ends, or coord_stop
+ *     coord_destroy(&c);
+ *
+ * coord_run does all its work on the calling thread (one reactor); coord_stop is the only call
+ * another thread (or a signal handler) may make while it runs. Redis calls are blocking and made
+ * on that thread: one or two short commands per RESULT, one pipelined round trip per dispatch
+ * pass. docs/architecture.md ("The coordinator") describes scheduling, leases and resume.
+ */
+#ifndef SR_COORDINATOR_H
+#define SR_COORDINATOR_H
+
+#include "common/metrics.h"
+#include "coordinator/coord_results.h"
+#include "coordinator/coord_sched.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* coord_round_fn receives the summary of each round that ends, on coord_run's thread. */
+typedef void (*coord_round_fn)(const coord_round_summary_t *sum, void *arg);
+
+typedef struct {
+    const char *run;          /* run id, "default" */
+    const char *redis_url;    /* required */
+    int redis_timeout_ms;     /* connect and command timeout, 2000 */
+    const char *work_bind;    /* work ROUTER: port 5555 on every interface (port 0 or a star picks a free one) */
+    const char *bus_pub_bind; /* proxy XSUB (publishers connect): port 5556, every interface */
+    const char *bus_sub_bind; /* proxy XPUB (subscribers connect): port 5557, every interface */
+    const char *bus_external_pub; /* with bus_external_sub: use that proxy, host none */
+    const char *bus_external_sub;
+    const char *advertise; /* host put in place of a wildcard in the endpoints handed out; NULL =
+                              the host name */
+    int iters;             /* rounds, 1 */
+    int groups;            /* groups per round, 4 */
+    int group_size;        /* G, 8 (1..STORE_G_MAX) */
+    int tasks;             /* size of the task pool, 100 */
+    const char *split;     /* task split, "train" */
+    int max_steps;         /* 30 */
+    double temperature;    /* 0.7 */
+    double top_p;          /* 1.0 */
+    int max_tokens;        /* 0 = the server's default */
+    uint64_t seed;         /* 1 */
+    int64_t lease_ms;      /* 10000 */
+    int64_t heartbeat_ms;  /* 1000 */
+    coord_placement_t placement; /* spread */
+    int64_t spread_wait_ms; /* spread: how long jobs may wait for a second actor before one actor
+                               may take more than half of a group, 1000 */
+    int max_attempts;      /* leases of a job that may end "failed" before it counts failed, 3 */
+    const char *env_workers; /* comma-separated endpoints for WELCOME; NULL = Redis registry */
+    const char *out_dir;     /* results go to <out_dir>/rounds/round-<r>.jsonl; NULL = none */
+    bool resume;             /* continue the run found in Redis */
+    int64_t policy_version;  /* 0 */
+    coord_round_fn on_round; /* may be NULL */
+    void *on_round_arg;
+} coord_cfg_t;
+
+typedef struct coord coord_t;
+
+/* The connectable endpoints of a coordinator (a wildcard host replaced by cfg.advertise). The
+ * strings belong to the coordinator. */
+typedef struct {
+    const char *work;    /* actors' DEALERs connect here */
+    const char *bus_pub; /* PUB sockets connect here (the proxy's XSUB) */
+    const char *bus_sub; /* SUB sockets connect here (the proxy's XPUB) */
+} coord_endpoints_t;
+
+/* Counters since coord_new; readable from any thread while coord_run runs. */
+typedef struct {
+    uint64_t jobs_dispatched;
+    uint64_t results_stored;
+    uint64_t results_stale; /* refused: stale epoch, unknown job */
+    uint64_t results_requeued; /* "failed" attempts sent back to the queue */
+    uint64_t leases_expired;
+    uint64_t bad_messages;
+    uint64_t unknown_actor;
+    uint64_t cancels; /* CANCELs of this run's current groups seen on the bus */
+    uint64_t rounds_done;
+} coord_stats_t;
+
+/* coord_cfg_init fills cfg with the defaults listed beside each field (redis_url NULL). */
+void coord_cfg_init(coord_cfg_t *cfg);
+
+/* coord_new validates cfg (copied: the caller's strings may go away), connects to Redis, creates
+ * the ZeroMQ context, binds the work socket and the bus proxy (or connects to the external bus).
+ * Returns the coordinator, or NULL with a one-line reason in err (when err is not NULL): a bad
+ * setting, Redis unreachable, an endpoint that cannot be bound. Nothing runs until coord_run. */
+coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen);
+
+/* coord_run prepares the run in Redis (fresh, or resumed with cfg.resume) and serves the work
+ * channel until every round has ended (SR_OK, run status "finished") or coord_stop was called
+ * (SR_OK, status "stopped"). On a fatal error (Redis gone while preparing, the run exists already
+ * without cfg.resume, the reactor failed) it returns an SR_E* code and coord_errstr says why.
+ * Call it once per coordinator. */
+int coord_run(coord_t *c);
+
+/* coord_stop makes coord_run return soon. Thread-safe and async-signal-safe; c may be NULL. */
+void coord_stop(coord_t *c);
+
+/* coord_destroy closes the sockets, the proxy, the Redis connection and frees c. Must not be called
+ * while coord_run runs. Accepts NULL and *self_p == NULL; sets *self_p to NULL. */
+void coord_destroy(coord_t **self_p);
+
+/* coord_endpoints fills *out with the connectable endpoints (valid as long as c). */
+void coord_endpoints(const coord_t *c, coord_endpoints_t *out);
+
+/* coord_stats fills *out with the counters. Thread-safe. */
+void coord_stats(const coord_t *c, coord_stats_t *out);
+
+/* coord_metrics returns the coordinator's metrics registry (owned by c). */
+metrics_registry_t *coord_metrics(coord_t *c);
+
+/* coord_errstr returns the reason of the last fatal error ("" if none); owned by c. */
+const char *coord_errstr(const coord_t *c);
+
+/* coord_group_id writes the id of group `index` of `round` ("r0003-g0012") into buf. */
+void coord_group_id(int64_t round, int index, char *buf, size_t len);
+
+/* coord_task_for returns the task index (0..tasks-1) that group `index` of `round` rolls out: a
+ * permutation of the pool drawn from seed, walked in order and cycled. */
+int coord_task_for(uint64_t seed, int tasks, int groups, int64_t round, int index);
+
+#endif

@@ -1,0 +1,414 @@
+/*
+ * engine.c — the inference-engine cost model (see engine.h).
+ *
+ * State: a FIFO queue, a running batch and a "done" list of requests that completed but whose
+ * callbacks have not run yet. s_step advances simulated time from event to event: between two
+ * events every running request progresses at a constant rate, so each step is exact, however late
+ * the thread wakes up. Callbacks run outside the lock, from the done list, so a callback may take
+ * its own locks freely; engine_abort never races one (a request is either still in the engine and
+ * is removed, or it is in the done list and engine_abort says SR_ENOTFOUND).
+ */
+#include "policy/engine.h"
+
+#include "common/sr.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct s_req {
+    uint64_t id;
+    int prompt, gen;
+    double pre_left, dec_left; /* tokens still to prefill and to decode */
+    double t_submit, t_start, t_end;
+    engine_done_fn fn;
+    void *arg;
+    struct s_req *next;
+} s_req_t;
+
+struct engine {
+    engine_opts_t o;
+    bool manual;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool thread_started;
+    bool stop;
+    struct timespec t0;
+    double now;
+
+    s_req_t *q_head, *q_tail;
+    int queued;
+    s_req_t **run;
+    int running;
+    s_req_t *done_head, *done_tail;
+
+    uint64_t next_id;
+    engine_stats_t st;
+};
+
+void engine_opts_default(engine_opts_t *o)
+{
+    o->decode_tps = 3000;
+    o->max_seq_tps = 75;
+    o->prefill_tps = 10000;
+    o->max_batch = 64;
+    o->max_queue = 1024;
+    o->time_scale = 1.0;
+}
+
+static double s_wall_now(const engine_t *e)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double s = (double)(t.tv_sec - e->t0.tv_sec) + (double)(t.tv_nsec - e->t0.tv_nsec) * 1e-9;
+    return s * e->o.time_scale;
+}
+
+/* s_rates returns the per-request prefill and decode rates of the current batch. */
+static void s_rates(const engine_t *e, double *pre, double *dec)
+{
+    int np = 0, nd = 0;
+    for (int i = 0; i < e->running; i++) {
+        if (e->run[i]->pre_left > 0)
+            np++;
+        else
+            nd++;
+    }
+    *pre = np ? e->o.prefill_tps / np : 0;
+    *dec = nd ? fmin(e->o.max_seq_tps, e->o.decode_tps / nd) : 0;
+}
+
+/* s_next_dt returns the time to the next event of the running batch, or -1 when it is empty. */
+static double s_next_dt(const engine_t *e)
+{
+    double pre, dec, best = -1;
+    s_rates(e, &pre, &dec);
+    for (int i = 0; i < e->running; i++) {
+        const s_req_t *r = e->run[i];
+        double dt = r->pre_left > 0 ? r->pre_left / pre : r->dec_left / dec;
+        if (r->pre_left <= 0 && r->dec_left <= 0)
+            dt = 0;
+        if (best < 0 || dt < best)
+            best = dt;
+    }
+    return best;
+}
+
+static void s_admit(engine_t *e)
+{
+    while (e->running < e->o.max_batch && e->q_head) {
+        s_req_t *r = e->q_head;
+        e->q_head = r->next;
+        if (!e->q_head)
+            e->q_tail = NULL;
+        e->queued--;
+        r->next = NULL;
+        r->t_start = e->now;
+        e->run[e->running++] = r;
+    }
+}
+
+/* s_step advances simulated time to t, moving completed requests to the done list. */
+static void s_step(engine_t *e, double t)
+{
+    s_admit(e);
+    for (;;) {
+        double dt = s_next_dt(e);
+        bool event = dt >= 0 && e->now + dt <= t;
+        double adv = event ? dt : t - e->now;
+        if (adv > 0) {
+            double pre, dec;
+            s_rates(e, &pre, &dec);
+            for (int i = 0; i < e->running; i++) {
+                s_req_t *r = e->run[i];
+                if (r->pre_left > 0)
+                    r->pre_left -= pre * adv;
+                else
+                    r->dec_left -= dec * adv;
+            }
+            e->now += adv;
+        }
+        if (!event)
+            break;
+        /* Settle every request that reached its event (within rounding). */
+        for (int i = 0; i < e->running;) {
+            s_req_t *r = e->run[i];
+            if (r->pre_left > 0 && r->pre_left < 1e-9 * (1 + r->prompt))
+                r->pre_left = 0;
+            if (r->pre_left <= 0 && r->dec_left < 1e-9 * (1 + r->gen)) {
+                r->t_end = e->now;
+                e->run[i] = e->run[--e->running];
+                e->st.completed++;
+                e->st.tokens_generated += (uint64_t)r->gen;
+                if (e->done_tail)
+                    e->done_tail->next = r;
+                else
+                    e->done_head = r;
+                e->done_tail = r;
+                continue;
+            }
+            i++;
+        }
+        s_admit(e);
+    }
+}
+
+/* s_deliver runs the callbacks of the done list; called without the lock held. */
+static void s_deliver(s_req_t *list)
+{
+    while (list) {
+        s_req_t *r = list;
+        list = r->next;
+        engine_done_t d = {.id = r->id,
+                           .t_submit = r->t_submit,
+                           .t_start = r->t_start,
+                           .t_end = r->t_end,
+                           .gen_tokens = r->gen};
+        r->fn(r->arg, &d);
+        free(r);
+    }
+}
+
+static s_req_t *s_take_done(engine_t *e)
+{
+    s_req_t *l = e->done_head;
+    e->done_head = e->done_tail = NULL;
+    return l;
+}
+
+static void s_wait_until(engine_t *e, double sim_t)
+{
+    double wall = sim_t / e->o.time_scale;
+    struct timespec ts = e->t0;
+    double whole = floor(wall);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((wall - whole) * 1e9);
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+static void *s_thread(void *arg)
+{
+    engine_t *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        s_step(e, s_wall_now(e));
+        s_req_t *done = s_take_done(e);
+        if (done) {
+            pthread_mutex_unlock(&e->mu);
+            s_deliver(done);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        double dt = s_next_dt(e);
+        if (dt < 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        else
+            s_wait_until(e, e->now + dt);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+static engine_t *s_new(const engine_opts_t *o, bool manual)
+{
+    engine_opts_t d;
+    if (!o) {
+        engine_opts_default(&d);
+        o = &d;
+    }
+    if (!(o->decode_tps > 0) || !(o->max_seq_tps > 0) || !(o->prefill_tps > 0) ||
+        o->max_batch < 1 || o->max_queue < 0 || !(o->time_scale > 0))
+        return NULL;
+    engine_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->o = *o;
+    e->manual = manual;
+    e->next_id = 1;
+    e->run = calloc((size_t)o->max_batch, sizeof(*e->run));
+    if (!e->run) {
+        free(e);
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    clock_gettime(CLOCK_MONOTONIC, &e->t0);
+    if (!manual) {
+        if (pthread_create(&e->thread, NULL, s_thread, e) != 0) {
+            engine_destroy(&e);
+            return NULL;
+        }
+        e->thread_started = true;
+    }
+    return e;
+}
+
+engine_t *engine_new(const engine_opts_t *o)
+{
+    return s_new(o, false);
+}
+
+engine_t *engine_new_manual(const engine_opts_t *o)
+{
+    return s_new(o, true);
+}
+
+static void s_free_list(s_req_t *r)
+{
+    while (r) {
+        s_req_t *n = r->next;
+        free(r);
+        r = n;
+    }
+}
+
+void engine_destroy(engine_t **ep)
+{
+    if (!ep || !*ep)
+        return;
+    engine_t *e = *ep;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    s_free_list(e->q_head);
+    s_deliver(s_take_done(e));
+    for (int i = 0; i < e->running; i++)
+        free(e->run[i]);
+    free(e->run);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+    *ep = NULL;
+}
+
+int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn fn, void *arg,
+                  uint64_t *id_out)
+{
+    if (!e || !fn || prompt_tokens < 0 || gen_tokens < 0)
+        return SR_EINVAL;
+    int rc = SR_OK;
+    pthread_mutex_lock(&e->mu);
+    if (!e->manual)
+        s_step(e, s_wall_now(e));
+    if (e->running >= e->o.max_batch && e->queued >= e->o.max_queue) {
+        e->st.rejected++;
+        rc = SR_EFULL;
+        goto cleanup;
+    }
+    s_req_t *r = sr_xcalloc(1, sizeof(*r));
+    r->id = e->next_id++;
+    r->prompt = prompt_tokens;
+    r->gen = gen_tokens;
+    r->pre_left = prompt_tokens;
+    r->dec_left = gen_tokens;
+    r->t_submit = e->now;
+    r->fn = fn;
+    r->arg = arg;
+    if (e->q_tail)
+        e->q_tail->next = r;
+    else
+        e->q_head = r;
+    e->q_tail = r;
+    e->queued++;
+    e->st.submitted++;
+    e->st.prompt_tokens += (uint64_t)prompt_tokens;
+    s_admit(e);
+    if (id_out)
+        *id_out = r->id;
+    pthread_cond_signal(&e->cv);
+
+cleanup:
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int engine_abort(engine_t *e, uint64_t id)
+{
+    if (!e)
+        return SR_EINVAL;
+    int rc = SR_ENOTFOUND;
+    s_req_t *victim = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (!e->manual)
+        s_step(e, s_wall_now(e));
+    for (int i = 0; i < e->running; i++) {
+        if (e->run[i]->id != id)
+            continue;
+        victim = e->run[i];
+        e->run[i] = e->run[--e->running];
+        double decoded = victim->pre_left > 0 ? 0 : victim->gen - victim->dec_left;
+        e->st.tokens_aborted += (uint64_t)floor(decoded + 1e-6);
+        break;
+    }
+    for (s_req_t **pp = &e->q_head; !victim && *pp; pp = &(*pp)->next) {
+        if ((*pp)->id != id)
+            continue;
+        victim = *pp;
+        *pp = victim->next;
+        if (e->q_tail == victim) {
+            e->q_tail = NULL;
+            for (s_req_t *q = e->q_head; q; q = q->next)
+                e->q_tail = q;
+        }
+        e->queued--;
+        break;
+    }
+    if (victim) {
+        e->st.aborted++;
+        free(victim);
+        s_admit(e);
+        pthread_cond_signal(&e->cv);
+        rc = SR_OK;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int engine_advance(engine_t *e, double t)
+{
+    if (!e || !e->manual)
+        return SR_EINVAL;
+    pthread_mutex_lock(&e->mu);
+    if (t > e->now)
+        s_step(e, t);
+    s_req_t *done = s_take_done(e);
+    pthread_mutex_unlock(&e->mu);
+    s_deliver(done);
+    return SR_OK;
+}
+
+double engine_next_event(engine_t *e)
+{
+    pthread_mutex_lock(&e->mu);
+    double dt = s_next_dt(e);
+    double t = dt < 0 ? -1 : e->now + dt;
+    pthread_mutex_unlock(&e->mu);
+    return t;
+}
+
+void engine_stats(engine_t *e, engine_stats_t *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->running = e->running;
+    out->queued = e->queued;
+    out->now = e->manual ? e->now : s_wall_now(e);
+    pthread_mutex_unlock(&e->mu);
+}

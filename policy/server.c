@@ -1,0 +1,1354 @@
+/*
+ * server.c — the policy server: HTTP routes, answers, the cost-model hold and disconnect watching.
+ *
+ * A request's life: libmicrohttpd calls s_handler with the body in pieces; on the last call the
+ * request is answered at once (the answer is computed in microseconds) and, with the cost model
+ * on, the finished response is parked while the engine "generates" its tokens. Parking means
+ * suspending the connection and registering its socket with the watcher thread. Whoever moves the
+ * request out of S_WAITING under the server mutex resumes the connection: the engine's completion
+ * callback (the response goes out), the watcher on a hang-up (the request is aborted in the engine
+ * and the connection closed), or shutdown. A request's context is reference-counted: one reference
+ * for libmicrohttpd (dropped when the request completes), one while the engine holds it.
+ */
+#include "policy/server.h"
+
+#include "common/sr.h"
+#include "policy/model.h"
+#include "policy/prompt_parse.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_MAX_CACHED 8
+#define S_MAX_STOP 4
+#define S_MAX_TOP_LOGPROBS 20
+
+static const double S_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                   0.5,   1,     2.5,  5,     10,   30,  60};
+#define S_NBUCKETS (sizeof(S_BUCKETS) / sizeof(S_BUCKETS[0]))
+
+typedef enum { S_NEW = 0, S_SUBMITTING, S_EARLY, S_WAITING, S_DONE, S_ABORTED } s_state_t;
+
+typedef struct s_mref {
+    model_t *m;
+    uint32_t version;
+    int refs;
+    struct s_mref *next;
+} s_mref_t;
+
+typedef struct {
+    struct policy_server *srv;
+    struct MHD_Connection *conn;
+    int refs;
+    s_state_t state;
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    /* The response, ready before the hold. */
+    unsigned status;
+    char *resp;
+    size_t resp_len;
+    const char *ctype;
+    int completion_tokens;
+    uint64_t engine_id;
+    uint64_t watch_id;
+    int fd;
+    int64_t t0_ns;
+    bool completion; /* a POST /v1/chat/completions: counted in the metrics */
+} s_conn_t;
+
+typedef struct {
+    s_conn_t *c;
+    uint64_t id;
+    int fd;
+} s_watch_t;
+
+struct policy_server {
+    policy_server_opts_t o;
+    char host[64];
+    char name[128];
+    struct MHD_Daemon *d;
+    int port;
+    engine_t *engine;
+
+    pthread_mutex_t mu;
+    s_mref_t *models; /* version cache; models->... */
+    s_mref_t *current;
+    s_watch_t *watch;
+    int n_watch, cap_watch;
+    uint64_t next_watch_id;
+    int wake_fd;
+    pthread_t watcher;
+    bool watcher_started;
+    bool stopping;
+
+    /* Metrics (atomics). */
+    uint64_t req_ok, req_bad, req_notfound, req_full, req_aborted, req_other;
+    uint64_t tokens_completion, tokens_prompt;
+    uint64_t lat_buckets[S_NBUCKETS];
+    uint64_t lat_count;
+    uint64_t lat_sum_ns;
+    uint64_t seq;
+    int64_t started;
+};
+
+/* ---------------------------------------------------------------- tokens */
+
+int policy_tokens(const char *text)
+{
+    if (!text)
+        return 0;
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    while (*p) {
+        if (isalnum(*p) && *p < 128) {
+            int run = 0;
+            while (*p && *p < 128 && isalnum(*p)) {
+                run++;
+                p++;
+            }
+            n += (run + 3) / 4;
+        } else {
+            if (!isspace(*p))
+                n++;
+            p++;
+        }
+    }
+    return n;
+}
+
+/* s_prefix_of_tokens returns the byte length of the longest prefix of text with at most max
+ * tokens (never cutting inside a run's 4-character piece). */
+static size_t s_prefix_of_tokens(const char *text, int max)
+{
+    int n = 0;
+    const unsigned char *s = (const unsigned char *)text, *p = s;
+    while (*p) {
+        if (isalnum(*p) && *p < 128) {
+            int run = 0;
+            while (p[run] && p[run] < 128 && isalnum(p[run]))
+                run++;
+            int pieces = (run + 3) / 4;
+            if (n + pieces > max) {
+                p += (size_t)(max - n) * 4;
+                return (size_t)(p - s);
+            }
+            n += pieces;
+            p += run;
+        } else {
+            if (!isspace(*p)) {
+                if (n + 1 > max)
+                    return (size_t)(p - s);
+                n++;
+            }
+            p++;
+        }
+    }
+    return (size_t)(p - s);
+}
+
+/* ---------------------------------------------------------------- small helpers */
+
+static int64_t s_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void s_add64(uint64_t *p, uint64_t v)
+{
+    __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static uint64_t s_get64(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} s_buf_t;
+
+static void s_buf_printf(s_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void s_buf_printf(s_buf_t *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = (b->cap + (size_t)n + 1) * 2;
+        b->p = sr_xrealloc(b->p, b->cap);
+    }
+}
+
+static void s_buf_add(s_buf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = sr_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* ---------------------------------------------------------------- models by version */
+
+/* s_model_get returns a referenced model for version (current when use_current), loading it from
+ * the source when needed. Called with the mutex held. */
+static int s_model_get(struct policy_server *s, bool use_current, uint32_t version, s_mref_t **out)
+{
+    if (use_current) {
+        s->current->refs++;
+        *out = s->current;
+        return SR_OK;
+    }
+    for (s_mref_t *r = s->models; r; r = r->next) {
+        if (r->version == version) {
+            r->refs++;
+            *out = r;
+            return SR_OK;
+        }
+    }
+    if (!s->o.source)
+        return SR_ENOTFOUND;
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    int rc = wsource_fetch(s->o.source, version, &blob, &len);
+    if (rc != SR_OK)
+        return rc;
+    char err[128];
+    model_t *m = model_from_blob(blob, len, err, sizeof err);
+    free(blob);
+    if (!m) {
+        fprintf(stderr, "policy-server: weights of version %u refused: %s\n", version, err);
+        return SR_EPROTO;
+    }
+    model_set_version(m, version);
+    s_mref_t *r = sr_xcalloc(1, sizeof(*r));
+    r->m = m;
+    r->version = version;
+    r->next = s->models;
+    s->models = r;
+    /* Evict the oldest unreferenced versions beyond the cache size. */
+    int n = 0;
+    for (s_mref_t **pp = &s->models; *pp;) {
+        s_mref_t *x = *pp;
+        if (++n > S_MAX_CACHED && x->refs == 0 && x != s->current && x->version != 0) {
+            *pp = x->next;
+            model_destroy(&x->m);
+            free(x);
+            continue;
+        }
+        pp = &x->next;
+    }
+    r->refs++;
+    *out = r;
+    return SR_OK;
+}
+
+static void s_model_put(struct policy_server *s, s_mref_t *r)
+{
+    pthread_mutex_lock(&s->mu);
+    r->refs--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int policy_server_set_version(policy_server_t *s, uint32_t version)
+{
+    if (!s)
+        return SR_EINVAL;
+    pthread_mutex_lock(&s->mu);
+    s_mref_t *r = NULL;
+    int rc = s_model_get(s, false, version, &r);
+    if (rc == SR_OK) {
+        s->current = r;
+        r->refs--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
+}
+
+uint32_t policy_server_version(const policy_server_t *s)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&s->mu);
+    uint32_t v = s->current->version;
+    pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+    return v;
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static void s_set_resp(s_conn_t *c, unsigned status, const char *ctype, char *body)
+{
+    free(c->resp);
+    c->status = status;
+    c->ctype = ctype;
+    c->resp = body;
+    c->resp_len = body ? strlen(body) : 0;
+}
+
+static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void s_error(s_conn_t *c, unsigned status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = status == 404   ? "not_found_error"
+                       : status == 503 ? "service_unavailable"
+                       : status >= 500 ? "internal_server_error"
+                                       : "invalid_request_error";
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddNumberToObject(e, "code", status);
+    s_set_resp(c, status, "application/json", cJSON_PrintUnformatted(root));
+    cJSON_Delete(root);
+}
+
+static enum MHD_Result s_queue(struct MHD_Connection *conn, s_conn_t *c)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(c->resp_len, c->resp, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            c->ctype ? c->ctype : "application/json");
+    if (c->ctype && strncmp(c->ctype, "text/event-stream", 17) == 0)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(conn, c->status, r);
+    MHD_destroy_response(r);
+
+    struct policy_server *s = c->srv;
+    if (!c->completion)
+        return ret;
+    int64_t lat_ns = s_now_ns() - c->t0_ns;
+    double lat = (double)lat_ns * 1e-9;
+    for (size_t i = 0; i < S_NBUCKETS; i++)
+        if (lat <= S_BUCKETS[i])
+            s_add64(&s->lat_buckets[i], 1);
+    s_add64(&s->lat_count, 1);
+    s_add64(&s->lat_sum_ns, (uint64_t)(lat_ns > 0 ? lat_ns : 0));
+    switch (c->status) {
+    case 200:
+        s_add64(&s->req_ok, 1);
+        break;
+    case 400:
+        s_add64(&s->req_bad, 1);
+        break;
+    case 404:
+        s_add64(&s->req_notfound, 1);
+        break;
+    case 503:
+        s_add64(&s->req_full, 1);
+        break;
+    default:
+        s_add64(&s->req_other, 1);
+        break;
+    }
+    return ret;
+}
+
+/* ---------------------------------------------------------------- the answer */
+
+/* A parsed, validated completion request. */
+typedef struct {
+    bool use_current;
+    uint32_t version;
+    const char *model_name;
+    double temperature, top_p;
+    int max_tokens; /* 0 = unlimited */
+    const char *stop[S_MAX_STOP];
+    int n_stop;
+    bool has_seed;
+    int64_t seed;
+    bool logprobs;
+    int top_logprobs;
+    bool stream, include_usage;
+    char *user; /* the last user message text (owned) */
+    int prompt_tokens;
+} s_req_t;
+
+static char *s_content_text(const cJSON *content)
+{
+    if (cJSON_IsString(content))
+        return sr_xstrdup(content->valuestring);
+    if (!cJSON_IsArray(content))
+        return NULL;
+    s_buf_t b = {0};
+    s_buf_add(&b, "", 0);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (cJSON_IsString(t))
+            s_buf_add(&b, t->valuestring, strlen(t->valuestring));
+    }
+    return b.p;
+}
+
+/* s_parse_request validates the JSON body into rq; on failure it writes the error response. */
+static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *root, s_req_t *rq)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->temperature = 1.0;
+    rq->top_p = 1.0;
+    rq->use_current = true;
+    if (!cJSON_IsObject(root)) {
+        s_error(c, 400, "request body must be a JSON object");
+        return SR_EINVAL;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) {
+            s_error(c, 400, "'model' must be a string");
+            return SR_EINVAL;
+        }
+        const char *n = model->valuestring;
+        size_t nl = strlen(s->name);
+        if (strcmp(n, s->name) == 0) {
+            rq->use_current = true;
+        } else if (strncmp(n, s->name, nl) == 0 && strncmp(n + nl, "-v", 2) == 0 &&
+                   isdigit((unsigned char)n[nl + 2])) {
+            char *end;
+            unsigned long v = strtoul(n + nl + 2, &end, 10);
+            if (*end || v > UINT32_MAX) {
+                s_error(c, 404, "The model `%s` does not exist.", n);
+                return SR_ENOTFOUND;
+            }
+            rq->use_current = false;
+            rq->version = (uint32_t)v;
+        } else {
+            s_error(c, 404, "The model `%s` does not exist.", n);
+            return SR_ENOTFOUND;
+        }
+    }
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        s_error(c, 400, "'messages' must be a non-empty array");
+        return SR_EINVAL;
+    }
+    const cJSON *m;
+    int idx = 0;
+    cJSON_ArrayForEach(m, msgs)
+    {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        char *text = cJSON_IsString(role) ? s_content_text(content) : NULL;
+        if (!text) {
+            s_error(c, 400,
+                    "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
+            return SR_EINVAL;
+        }
+        rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
+        if (strcmp(role->valuestring, "user") == 0) {
+            free(rq->user);
+            rq->user = text;
+        } else {
+            free(text);
+        }
+        idx++;
+    }
+    rq->prompt_tokens += 2; /* the assistant's turn header */
+    if (!rq->user) {
+        s_error(c, 400, "'messages' holds no user message");
+        return SR_EINVAL;
+    }
+    const cJSON *x;
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 2) {
+            s_error(c, 400, "'temperature' must be a number in [0, 2]");
+            return SR_EINVAL;
+        }
+        rq->temperature = x->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || x->valuedouble > 1) {
+            s_error(c, 400, "'top_p' must be a number in (0, 1]");
+            return SR_EINVAL;
+        }
+        rq->top_p = x->valuedouble;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
+    if (!mt || cJSON_IsNull(mt))
+        mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
+    if (mt && !cJSON_IsNull(mt)) {
+        if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e6 ||
+            mt->valuedouble != floor(mt->valuedouble)) {
+            s_error(c, 400, "'max_tokens' must be a positive integer");
+            return SR_EINVAL;
+        }
+        rq->max_tokens = (int)mt->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(x)) {
+        if (cJSON_IsString(x)) {
+            if (x->valuestring[0])
+                rq->stop[rq->n_stop++] = x->valuestring;
+        } else if (cJSON_IsArray(x) && cJSON_GetArraySize(x) <= S_MAX_STOP) {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, x)
+            {
+                if (!cJSON_IsString(e)) {
+                    s_error(c, 400, "'stop' must be a string or an array of up to 4 strings");
+                    return SR_EINVAL;
+                }
+                if (e->valuestring[0])
+                    rq->stop[rq->n_stop++] = e->valuestring;
+            }
+        } else {
+            s_error(c, 400, "'stop' must be a string or an array of up to 4 strings");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble)) {
+            s_error(c, 400, "'seed' must be an integer");
+            return SR_EINVAL;
+        }
+        rq->has_seed = true;
+        rq->seed = (int64_t)x->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "n")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != 1) {
+            s_error(c, 400, "only n = 1 is supported");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "logprobs")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsBool(x)) {
+            s_error(c, 400, "'logprobs' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->logprobs = cJSON_IsTrue(x);
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > S_MAX_TOP_LOGPROBS ||
+            x->valuedouble != floor(x->valuedouble)) {
+            s_error(c, 400, "'top_logprobs' must be an integer in [0, 20]");
+            return SR_EINVAL;
+        }
+        rq->top_logprobs = (int)x->valuedouble;
+        if (rq->top_logprobs > 0 && !rq->logprobs) {
+            s_error(c, 400, "'top_logprobs' requires 'logprobs': true");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsBool(x)) {
+            s_error(c, 400, "'stream' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->stream = cJSON_IsTrue(x);
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage")))
+        rq->include_usage = true;
+    return SR_OK;
+}
+
+static double s_gauss(model_rng_t *r)
+{
+    double u = model_rng_uniform(r), v = model_rng_uniform(r);
+    if (u < 1e-300)
+        u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+static const char *s_hold_phrase(const pparse_state_t *st, char *buf, size_t n)
+{
+    if (st->holding[0])
+        snprintf(buf, n, "I am carrying the %s.", st->holding);
+    else
+        snprintf(buf, n, "My hands are empty.");
+    return buf;
+}
+
+/* s_think writes the reasoning: a summary of the state, the options weighed, the decision;
+ * sentences are added while they fit the sampled reasoning length. */
+static void s_think(s_buf_t *b, const pparse_state_t *st, const double *p, const char *action,
+                    int target)
+{
+    char line[512], hold[128];
+    s_buf_add(b, "<think>", 7);
+    if (st->goal)
+        snprintf(line, sizeof line, "The task is to %s.", st->goal);
+    else
+        snprintf(line, sizeof line, "I need to decide the next action.");
+    s_buf_add(b, line, strlen(line));
+    char fin[256];
+    snprintf(fin, sizeof fin, " So the next action is: %s.</think>", action);
+    int used = policy_tokens(b->p) + policy_tokens(fin) + 1;
+    const char *sentences[3];
+    char s0[192], s2[192];
+    if (st->location[0])
+        snprintf(s0, sizeof s0, " I am at the %s.", st->location);
+    else
+        snprintf(s0, sizeof s0, " I am in the middle of the room.");
+    sentences[0] = s0;
+    char h[140];
+    snprintf(h, sizeof h, " %s", s_hold_phrase(st, hold, sizeof hold));
+    sentences[1] = h;
+    if (st->at_closed)
+        snprintf(s2, sizeof s2, " The %s is closed.", st->location);
+    else
+        snprintf(s2, sizeof s2, " I have taken %d step(s) so far.", st->n_prev);
+    sentences[2] = s2;
+    for (int i = 0; i < 3; i++) {
+        int t = policy_tokens(sentences[i]);
+        if (used + t > target)
+            break;
+        s_buf_add(b, sentences[i], strlen(sentences[i]));
+        used += t;
+    }
+    /* Weigh the options, most likely first, round and round until the length is reached. */
+    int n = st->n_actions;
+    int order[PPARSE_MAX_ACTIONS];
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = 1; i < n; i++) { /* insertion sort, descending */
+        int k = order[i], j = i;
+        while (j > 0 && p[order[j - 1]] < p[k]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = k;
+    }
+    static const char *verdicts[] = {"looks promising", "could work", "seems less useful",
+                                     "is unlikely to help"};
+    for (int round = 0; n > 0 && round < 64; round++) {
+        int k = order[round % n];
+        int pct = (int)lround(p[k] * 100);
+        snprintf(line, sizeof line, " Option '%s' %s (%d%%).", st->actions[k],
+                 verdicts[pct >= 50   ? 0
+                          : pct >= 20 ? 1
+                          : pct >= 5  ? 2
+                                      : 3],
+                 pct);
+        int t = policy_tokens(line);
+        if (used + t > target)
+            break;
+        s_buf_add(b, line, strlen(line));
+        used += t;
+    }
+    s_buf_add(b, fin, strlen(fin));
+}
+
+/* s_cut applies stop strings and max_tokens to the content; returns the finish reason. */
+static const char *s_cut(s_buf_t *content, const s_req_t *rq)
+{
+    const char *reason = "stop";
+    size_t cut = content->len;
+    for (int i = 0; i < rq->n_stop; i++) {
+        const char *hit = strstr(content->p, rq->stop[i]);
+        if (hit && (size_t)(hit - content->p) < cut)
+            cut = (size_t)(hit - content->p);
+    }
+    content->p[cut] = '\0';
+    content->len = cut;
+    if (rq->max_tokens > 0 && policy_tokens(content->p) > rq->max_tokens) {
+        content->len = s_prefix_of_tokens(content->p, rq->max_tokens);
+        content->p[content->len] = '\0';
+        reason = "length";
+    }
+    return reason;
+}
+
+static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, int chosen, double lp,
+                              int top)
+{
+    cJSON *lps = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(lps, "content");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "token", chosen >= 0 ? st->actions[chosen] : "look");
+    cJSON_AddNumberToObject(e, "logprob", lp);
+    cJSON_AddNullToObject(e, "bytes");
+    cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
+    bool used[PPARSE_MAX_ACTIONS] = {false};
+    for (int k = 0; k < top && k < st->n_actions; k++) {
+        int best = -1;
+        for (int i = 0; i < st->n_actions; i++)
+            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
+                best = i;
+        used[best] = true;
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "token", st->actions[best]);
+        cJSON_AddNumberToObject(t, "logprob", p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
+        cJSON_AddNullToObject(t, "bytes");
+        cJSON_AddItemToArray(tops, t);
+    }
+    cJSON_AddItemToArray(arr, e);
+    return lps;
+}
+
+static cJSON *s_usage_json(int prompt, int completion)
+{
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    return u;
+}
+
+static cJSON *s_chunk(const char *id, long created, const char *model)
+{
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddStringToObject(ch, "id", id);
+    cJSON_AddStringToObject(ch, "object", "chat.completion.chunk");
+    cJSON_AddNumberToObject(ch, "created", (double)created);
+    cJSON_AddStringToObject(ch, "model", model);
+    return ch;
+}
+
+static void s_sse(s_buf_t *b, cJSON *obj)
+{
+    char *t = cJSON_PrintUnformatted(obj);
+    s_buf_printf(b, "data: %s\n\n", t);
+    free(t);
+    cJSON_Delete(obj);
+}
+
+/* s_answer computes the whole response of a valid request into c. */
+static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, const model_t *m)
+{
+    pparse_state_t st;
+    pparse_user_text(rq->user, &st);
+    model_rng_t rng;
+    if (rq->has_seed)
+        model_rng_seed(&rng, model_hash64(rq->user, (uint64_t)rq->seed));
+    else
+        model_rng_seed(&rng, s->o.prior.seed * 0x9E3779B97F4A7C15ULL +
+                                 __atomic_fetch_add(&s->seq, 1, __ATOMIC_RELAXED));
+
+    double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
+    model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
+    model_choose(m, &st, rq->temperature, rq->top_p, &rng, &ch);
+    if (st.n_actions)
+        model_probs(m, &st, rq->temperature > 0 ? rq->temperature : 1.0, p);
+    const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
+
+    double want = s->o.think_mean + s->o.think_sd * s_gauss(&rng);
+    int target = (int)lround(fmax(s->o.think_min, fmin(s->o.think_max, want)));
+    s_buf_t content = {0};
+    s_think(&content, &st, p, action, target);
+    s_buf_printf(&content, "<action>%s</action>", action);
+    const char *finish = s_cut(&content, rq);
+    int completion = policy_tokens(content.p);
+    c->completion_tokens = completion;
+    s_add64(&s->tokens_prompt, (uint64_t)rq->prompt_tokens);
+
+    char id[40];
+    snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
+    long created = (long)time(NULL);
+    char model_name[160];
+    if (rq->use_current)
+        snprintf(model_name, sizeof model_name, "%s", s->name);
+    else
+        snprintf(model_name, sizeof model_name, "%s-v%u", s->name, rq->version);
+    cJSON *lps =
+        rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
+
+    if (!rq->stream) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "id", id);
+        cJSON_AddStringToObject(root, "object", "chat.completion");
+        cJSON_AddNumberToObject(root, "created", (double)created);
+        cJSON_AddStringToObject(root, "model", model_name);
+        char fp[48];
+        snprintf(fp, sizeof fp, "selroll-policy-v%u", model_version(m));
+        cJSON_AddStringToObject(root, "system_fingerprint", fp);
+        cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+        cJSON *c0 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c0, "index", 0);
+        cJSON *msg = cJSON_AddObjectToObject(c0, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", content.p);
+        if (lps)
+            cJSON_AddItemToObject(c0, "logprobs", lps);
+        else
+            cJSON_AddNullToObject(c0, "logprobs");
+        cJSON_AddStringToObject(c0, "finish_reason", finish);
+        cJSON_AddItemToArray(choices, c0);
+        cJSON_AddItemToObject(root, "usage", s_usage_json(rq->prompt_tokens, completion));
+        s_set_resp(c, 200, "application/json", cJSON_PrintUnformatted(root));
+        cJSON_Delete(root);
+    } else {
+        /* SSE: the role, the reasoning, the action (with its logprobs), the finish, usage, [DONE].
+         */
+        s_buf_t b = {0};
+        cJSON *ch0 = s_chunk(id, created, model_name), *choices, *c0, *delta;
+        choices = cJSON_AddArrayToObject(ch0, "choices");
+        c0 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c0, "index", 0);
+        delta = cJSON_AddObjectToObject(c0, "delta");
+        cJSON_AddStringToObject(delta, "role", "assistant");
+        cJSON_AddStringToObject(delta, "content", "");
+        cJSON_AddNullToObject(c0, "logprobs");
+        cJSON_AddNullToObject(c0, "finish_reason");
+        cJSON_AddItemToArray(choices, c0);
+        s_sse(&b, ch0);
+        const char *split = strstr(content.p, "<action>");
+        size_t first = split ? (size_t)(split - content.p) : content.len;
+        const char *pieces[2] = {content.p, content.p + first};
+        size_t lens[2] = {first, content.len - first};
+        for (int i = 0; i < 2; i++) {
+            if (!lens[i])
+                continue;
+            cJSON *chk = s_chunk(id, created, model_name);
+            choices = cJSON_AddArrayToObject(chk, "choices");
+            c0 = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c0, "index", 0);
+            delta = cJSON_AddObjectToObject(c0, "delta");
+            char *piece = sr_xstrndup(pieces[i], lens[i]);
+            cJSON_AddStringToObject(delta, "content", piece);
+            free(piece);
+            if (i == 1 && lps) {
+                cJSON_AddItemToObject(c0, "logprobs", lps);
+                lps = NULL;
+            } else {
+                cJSON_AddNullToObject(c0, "logprobs");
+            }
+            cJSON_AddNullToObject(c0, "finish_reason");
+            cJSON_AddItemToArray(choices, c0);
+            s_sse(&b, chk);
+        }
+        cJSON *fin = s_chunk(id, created, model_name);
+        choices = cJSON_AddArrayToObject(fin, "choices");
+        c0 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c0, "index", 0);
+        cJSON_AddObjectToObject(c0, "delta");
+        cJSON_AddNullToObject(c0, "logprobs");
+        cJSON_AddStringToObject(c0, "finish_reason", finish);
+        cJSON_AddItemToArray(choices, c0);
+        s_sse(&b, fin);
+        if (rq->include_usage) {
+            cJSON *u = s_chunk(id, created, model_name);
+            cJSON_AddArrayToObject(u, "choices");
+            cJSON_AddItemToObject(u, "usage", s_usage_json(rq->prompt_tokens, completion));
+            s_sse(&b, u);
+        }
+        s_buf_printf(&b, "data: [DONE]\n\n");
+        cJSON_Delete(lps);
+        s_set_resp(c, 200, "text/event-stream", b.p);
+    }
+    free(content.p);
+    free(p);
+    pparse_state_clear(&st);
+}
+
+/* ---------------------------------------------------------------- the hold and the watcher */
+
+static void s_conn_unref(s_conn_t *c)
+{
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    free(c->body);
+    free(c->resp);
+    free(c);
+}
+
+static void s_wake(struct policy_server *s)
+{
+    uint64_t one = 1;
+    ssize_t n = write(s->wake_fd, &one, sizeof one);
+    (void)n;
+}
+
+/* s_unwatch_locked removes c from the watch list if it is there. */
+static void s_unwatch_locked(struct policy_server *s, s_conn_t *c)
+{
+    for (int i = 0; i < s->n_watch; i++) {
+        if (s->watch[i].c == c && s->watch[i].id == c->watch_id) {
+            s->watch[i] = s->watch[--s->n_watch];
+            s_wake(s);
+            return;
+        }
+    }
+}
+
+static void s_engine_done(void *arg, const engine_done_t *d)
+{
+    (void)d;
+    s_conn_t *c = arg;
+    struct policy_server *s = c->srv;
+    pthread_mutex_lock(&s->mu);
+    if (c->state == S_SUBMITTING) {
+        c->state = S_EARLY;
+    } else if (c->state == S_WAITING) {
+        c->state = S_DONE;
+        s_unwatch_locked(s, c);
+        MHD_resume_connection(c->conn);
+    }
+    pthread_mutex_unlock(&s->mu);
+    s_conn_unref(c);
+}
+
+/* s_abort_locked aborts a held request (client gone or shutdown); mutex held. */
+static void s_abort_locked(struct policy_server *s, s_conn_t *c)
+{
+    if (c->state != S_WAITING)
+        return;
+    s_unwatch_locked(s, c);
+    if (engine_abort(s->engine, c->engine_id) != SR_OK)
+        return; /* completing right now: the engine callback resumes it */
+    c->state = S_ABORTED;
+    s_add64(&s->req_aborted, 1);
+    MHD_resume_connection(c->conn);
+    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
+}
+
+static void *s_watcher(void *arg)
+{
+    struct policy_server *s = arg;
+    struct pollfd *pfd = NULL;
+    uint64_t *ids = NULL;
+    int cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        int n = s->n_watch + 1;
+        if (n > cap) {
+            cap = n * 2;
+            pfd = sr_xrealloc(pfd, sizeof(*pfd) * (size_t)cap);
+            ids = sr_xrealloc(ids, sizeof(*ids) * (size_t)cap);
+        }
+        pfd[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+        for (int i = 0; i < s->n_watch; i++) {
+            pfd[i + 1] = (struct pollfd){.fd = s->watch[i].fd, .events = POLLRDHUP};
+            ids[i + 1] = s->watch[i].id;
+        }
+        pthread_mutex_unlock(&s->mu);
+
+        int r = poll(pfd, (nfds_t)n, -1);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
+            continue;
+        if (pfd[0].revents) {
+            uint64_t v;
+            ssize_t got = read(s->wake_fd, &v, sizeof v);
+            (void)got;
+        }
+        pthread_mutex_lock(&s->mu);
+        for (int i = 1; i < n; i++) {
+            if (!(pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+                continue;
+            for (int k = 0; k < s->n_watch; k++) {
+                if (s->watch[k].id == ids[i]) {
+                    s_abort_locked(s, s->watch[k].c);
+                    break;
+                }
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(pfd);
+    free(ids);
+    return NULL;
+}
+
+/* s_hold parks a ready response in the engine; returns MHD_YES (suspended or queued). */
+static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c,
+                              int prompt_tokens)
+{
+    pthread_mutex_lock(&s->mu);
+    c->state = S_SUBMITTING;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&s->mu);
+
+    uint64_t id = 0;
+    int rc = engine_submit(s->engine, prompt_tokens, c->completion_tokens, s_engine_done, c, &id);
+
+    pthread_mutex_lock(&s->mu);
+    if (rc != SR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        s_conn_unref(c);
+        c->state = S_DONE;
+        s_error(c, 503, "the engine queue is full; try again later");
+        return s_queue(conn, c);
+    }
+    c->engine_id = id;
+    if (c->state == S_EARLY || s->stopping) {
+        if (c->state != S_EARLY && engine_abort(s->engine, id) == SR_OK)
+            __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+        bool aborted = c->state != S_EARLY;
+        c->state = aborted ? S_ABORTED : S_DONE;
+        pthread_mutex_unlock(&s->mu);
+        return aborted ? MHD_NO : s_queue(conn, c);
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->fd = ci ? ci->connect_fd : -1;
+    c->state = S_WAITING;
+    MHD_suspend_connection(conn);
+    if (c->fd >= 0) {
+        if (s->n_watch == s->cap_watch) {
+            s->cap_watch = s->cap_watch ? s->cap_watch * 2 : 64;
+            s->watch = sr_xrealloc(s->watch, sizeof(*s->watch) * (size_t)s->cap_watch);
+        }
+        c->watch_id = ++s->next_watch_id;
+        s->watch[s->n_watch++] = (s_watch_t){.c = c, .id = c->watch_id, .fd = c->fd};
+        s_wake(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return MHD_YES;
+}
+
+/* ---------------------------------------------------------------- routes */
+
+static void s_models(struct policy_server *s, s_conn_t *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    char versioned[160];
+    snprintf(versioned, sizeof versioned, "%s-v%u", s->name, policy_server_version(s));
+    const char *ids[2] = {s->name, versioned};
+    for (int i = 0; i < 2; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", ids[i]);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)s->started);
+        cJSON_AddStringToObject(m, "owned_by", "selroll");
+        cJSON_AddNumberToObject(m, "max_model_len", 32768);
+        cJSON_AddItemToArray(data, m);
+    }
+    s_set_resp(c, 200, "application/json", cJSON_PrintUnformatted(root));
+    cJSON_Delete(root);
+}
+
+static void s_metrics(struct policy_server *s, s_conn_t *c)
+{
+    engine_stats_t es;
+    policy_server_engine_stats(s, &es);
+    s_buf_t b = {0};
+    s_buf_printf(
+        &b, "# HELP selroll_policy_requests_total Chat completion requests answered, by outcome.\n"
+            "# TYPE selroll_policy_requests_total counter\n");
+    static const char *names[] = {"ok",         "bad_request", "not_found",
+                                  "queue_full", "aborted",     "other"};
+    uint64_t *vals[] = {&s->req_ok,   &s->req_bad,     &s->req_notfound,
+                        &s->req_full, &s->req_aborted, &s->req_other};
+    for (size_t i = 0; i < SR_ARRAY_LEN(names); i++)
+        s_buf_printf(&b, "selroll_policy_requests_total{outcome=\"%s\"} %llu\n", names[i],
+                     (unsigned long long)s_get64(vals[i]));
+    s_buf_printf(
+        &b,
+        "# HELP selroll_policy_running Requests in the engine's running batch.\n"
+        "# TYPE selroll_policy_running gauge\nselroll_policy_running %d\n"
+        "# HELP selroll_policy_queued Requests waiting for the running batch.\n"
+        "# TYPE selroll_policy_queued gauge\nselroll_policy_queued %d\n"
+        "# HELP selroll_policy_generated_tokens_total Tokens of completed responses.\n"
+        "# TYPE selroll_policy_generated_tokens_total "
+        "counter\nselroll_policy_generated_tokens_total %llu\n"
+        "# HELP selroll_policy_aborted_tokens_total Tokens decoded for requests aborted before the "
+        "end.\n"
+        "# TYPE selroll_policy_aborted_tokens_total counter\nselroll_policy_aborted_tokens_total "
+        "%llu\n"
+        "# HELP selroll_policy_prompt_tokens_total Prompt tokens of answered requests.\n"
+        "# TYPE selroll_policy_prompt_tokens_total counter\nselroll_policy_prompt_tokens_total "
+        "%llu\n"
+        "# HELP selroll_policy_weights_version Version served under the plain model name.\n"
+        "# TYPE selroll_policy_weights_version gauge\nselroll_policy_weights_version %u\n",
+        es.running, es.queued,
+        (unsigned long long)(s->o.cost_model ? es.tokens_generated
+                                             : s_get64(&s->tokens_completion)),
+        (unsigned long long)es.tokens_aborted, (unsigned long long)s_get64(&s->tokens_prompt),
+        policy_server_version(s));
+    s_buf_printf(
+        &b, "# HELP selroll_policy_latency_seconds Chat completion time from request to response.\n"
+            "# TYPE selroll_policy_latency_seconds histogram\n");
+    for (size_t i = 0; i < S_NBUCKETS; i++)
+        s_buf_printf(&b, "selroll_policy_latency_seconds_bucket{le=\"%g\"} %llu\n", S_BUCKETS[i],
+                     (unsigned long long)s_get64(&s->lat_buckets[i]));
+    double sum = (double)s_get64(&s->lat_sum_ns) * 1e-9;
+    s_buf_printf(&b,
+                 "selroll_policy_latency_seconds_bucket{le=\"+Inf\"} "
+                 "%llu\nselroll_policy_latency_seconds_sum %.6f\n"
+                 "selroll_policy_latency_seconds_count %llu\n",
+                 (unsigned long long)s_get64(&s->lat_count), sum,
+                 (unsigned long long)s_get64(&s->lat_count));
+    s_set_resp(c, 200, "text/plain; version=0.0.4", b.p);
+}
+
+static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connection *conn,
+                                     s_conn_t *c)
+{
+    if (c->too_big) {
+        s_error(c, 400, "request body larger than %zu bytes", s->o.max_body);
+        return s_queue(conn, c);
+    }
+    cJSON *root = cJSON_ParseWithLength(c->body ? c->body : "", c->len);
+    if (!root) {
+        s_error(c, 400, "invalid JSON in request body");
+        return s_queue(conn, c);
+    }
+    s_req_t rq;
+    int rc = s_parse_request(s, c, root, &rq);
+    if (rc == SR_OK) {
+        pthread_mutex_lock(&s->mu);
+        s_mref_t *mr = NULL;
+        rc = s_model_get(s, rq.use_current, rq.version, &mr);
+        pthread_mutex_unlock(&s->mu);
+        if (rc != SR_OK) {
+            s_error(c, rc == SR_ENOTFOUND || rc == SR_EPROTO ? 404 : 500,
+                    "The model `%s-v%u` does not exist.", s->name, rq.version);
+        } else {
+            s_answer(s, c, &rq, mr->m);
+            s_model_put(s, mr);
+        }
+    }
+    int prompt_tokens = rq.prompt_tokens;
+    free(rq.user);
+    cJSON_Delete(root);
+    if (rc != SR_OK || !s->o.cost_model) {
+        if (rc == SR_OK)
+            s_add64(&s->tokens_completion, (uint64_t)c->completion_tokens);
+        return s_queue(conn, c);
+    }
+    return s_hold(s, conn, c, prompt_tokens);
+}
+
+static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    struct policy_server *s = cls;
+    s_conn_t *c = *con_cls;
+    if (!c) {
+        c = sr_xcalloc(1, sizeof(*c));
+        c->srv = s;
+        c->conn = conn;
+        c->refs = 1;
+        c->fd = -1;
+        c->t0_ns = s_now_ns();
+        *con_cls = c;
+        return MHD_YES;
+    }
+    pthread_mutex_lock(&s->mu);
+    s_state_t st = c->state;
+    pthread_mutex_unlock(&s->mu);
+    if (st == S_DONE)
+        return s_queue(conn, c);
+    if (st == S_ABORTED)
+        return MHD_NO;
+    if (*upload_size) {
+        if (c->len + *upload_size > s->o.max_body) {
+            c->too_big = true;
+        } else {
+            if (c->len + *upload_size + 1 > c->cap) {
+                c->cap = (c->len + *upload_size + 1) * 2;
+                if (c->cap > s->o.max_body + 1)
+                    c->cap = s->o.max_body + 1;
+                c->body = sr_xrealloc(c->body, c->cap);
+            }
+            memcpy(c->body + c->len, upload, *upload_size);
+            c->len += *upload_size;
+            c->body[c->len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    c->state = S_DONE;
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(url, "/v1/chat/completions") == 0) {
+        c->completion = post;
+        if (post)
+            return s_completions(s, conn, c);
+        s_error(c, 405, "use POST for %s", url);
+    } else if (strcmp(url, "/v1/models") == 0 && get) {
+        s_models(s, c);
+    } else if (strcmp(url, "/health") == 0 && get) {
+        s_set_resp(c, 200, "application/json", sr_xstrdup("{\"status\":\"ok\"}"));
+    } else if (strcmp(url, "/metrics") == 0 && get) {
+        s_metrics(s, c);
+    } else if (strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0 ||
+               strcmp(url, "/metrics") == 0) {
+        s_error(c, 405, "use GET for %s", url);
+    } else {
+        s_error(c, 404, "no route for %s %s", method, url);
+    }
+    return s_queue(conn, c);
+}
+
+static void s_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                        enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    s_conn_t *c = *con_cls;
+    if (c)
+        s_conn_unref(c);
+    *con_cls = NULL;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+void policy_server_opts_default(policy_server_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->model_name = "selroll-policy";
+    prior_opts_default(&o->prior);
+    o->cost_model = true;
+    engine_opts_default(&o->engine);
+    o->think_mean = 120;
+    o->think_sd = 40;
+    o->think_min = 16;
+    o->think_max = 512;
+    o->threads = 2;
+    o->max_body = 4u << 20;
+}
+
+policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, size_t errlen)
+{
+    struct policy_server *s = NULL;
+    const char *why = NULL;
+    if (!o || !o->model_name || !o->model_name[0] || strlen(o->model_name) >= 100 || o->port < 0 ||
+        o->port > 65535 || o->think_min < 0 || o->think_max < o->think_min || o->think_sd < 0 ||
+        o->threads < 1 || o->max_body < 64) {
+        why = "bad policy server options";
+        goto fail;
+    }
+    s = sr_xcalloc(1, sizeof(*s));
+    s->o = *o;
+    s->wake_fd = -1;
+    snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
+    snprintf(s->name, sizeof s->name, "%s", o->model_name);
+    s->o.host = s->host;
+    s->o.model_name = s->name;
+    s->started = (int64_t)time(NULL);
+    pthread_mutex_init(&s->mu, NULL);
+
+    model_t *m0 = prior_build(&o->prior);
+    if (!m0) {
+        why = "out of memory building version 0";
+        goto fail;
+    }
+    s->models = sr_xcalloc(1, sizeof(*s->models));
+    s->models->m = m0;
+    s->current = s->models;
+
+    if (o->cost_model) {
+        s->engine = engine_new(&o->engine);
+        if (!s->engine) {
+            why = "bad cost-model options";
+            goto fail;
+        }
+    }
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0 || pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
+        why = "cannot start the watcher thread";
+        goto fail;
+    }
+    s->watcher_started = true;
+
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
+    if (inet_pton(AF_INET, s->host, &sa.sin_addr) != 1) {
+        why = "the listen host must be an IPv4 address";
+        goto fail;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(o->threads > 1 ? o->threads : 0), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    if (!s->d) {
+        why = "cannot listen on the address (in use?)";
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    return s;
+
+fail:
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    policy_server_destroy(&s);
+    return NULL;
+}
+
+int policy_server_port(const policy_server_t *s)
+{
+    return s ? s->port : 0;
+}
+
+void policy_server_engine_stats(policy_server_t *s, engine_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (s && s->engine)
+        engine_stats(s->engine, out);
+}
+
+void policy_server_destroy(policy_server_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    struct policy_server *s = *sp;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    while (s->n_watch > 0) {
+        s_conn_t *c = s->watch[0].c;
+        s_abort_locked(s, c);
+        if (s->n_watch > 0 && s->watch[0].c == c)
+            s_unwatch_locked(s, c);
+    }
+    if (s->wake_fd >= 0)
+        s_wake(s);
+    pthread_mutex_unlock(&s->mu);
+    engine_destroy(
+        &s->engine); /* delivers completions still pending: they resume their connections */
+    if (s->watcher_started)
+        pthread_join(s->watcher, NULL);
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
+    while (s->models) {
+        s_mref_t *n = s->models->next;
+        model_destroy(&s->models->m);
+        free(s->models);
+        s->models = n;
+    }
+    free(s->watch);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    *sp = NULL;
+}

@@ -1,0 +1,74 @@
+/*
+ * server.h — the built-in policy behind an OpenAI-compatible HTTP API (libmicrohttpd).
+ *
+ * Routes: POST /v1/chat/completions (plain JSON or SSE streaming), GET /v1/models, GET /health,
+ * GET /metrics (Prometheus text). Each completion parses the last user message of the request
+ * (prompt_parse.h), picks an action with the requested version of the model (model.h), writes a
+ * "<think>...</think><action>...</action>" answer whose length in tokens follows a configurable
+ * reasoning-length distribution, and — with the cost model on — holds the response until the
+ * inference-engine model (engine.h) says the tokens have been generated.
+ *
+ * While a response is held, its connection is suspended in libmicrohttpd, which does not watch
+ * suspended sockets. A watcher thread of ours polls them for POLLRDHUP: a client that hangs up is
+ * aborted in the engine at once (its share of the decode capacity goes to the others; its decoded
+ * tokens are counted as aborted) and its connection is resumed only to be closed.
+ */
+#ifndef SR_POLICY_SERVER_H
+#define SR_POLICY_SERVER_H
+
+#include "policy/engine.h"
+#include "policy/prior.h"
+#include "policy/wsource.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct policy_server policy_server_t;
+
+typedef struct {
+    const char *host;       /* address to bind, default "127.0.0.1" */
+    int port;               /* 0 = any free port (see policy_server_port) */
+    const char *model_name; /* served model name, default "selroll-policy" */
+    prior_opts_t prior;     /* version-0 weights (seed and knobs) */
+    bool cost_model;        /* hold responses per the engine (default true) */
+    engine_opts_t engine;
+    double think_mean; /* reasoning tokens: normal(mean, sd) clamped to [min, max] */
+    double think_sd;
+    int think_min, think_max;
+    wsource_t *source; /* weights of versions > 0; borrowed, may be NULL */
+    int threads;       /* libmicrohttpd worker threads (default 2) */
+    size_t max_body;   /* largest request body accepted, bytes (default 4 MiB) */
+} policy_server_opts_t;
+
+/* policy_server_opts_default fills o with the documented defaults. */
+void policy_server_opts_default(policy_server_opts_t *o);
+
+/* policy_server_new builds version 0 from o->prior, starts the engine (when o->cost_model) and
+ * the HTTP daemon. Returns the server, owned by the caller, or NULL with a reason in err (errlen
+ * bytes) when the options are bad or the address cannot be bound. */
+policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, size_t errlen);
+
+/* policy_server_port returns the TCP port the server listens on. */
+int policy_server_port(const policy_server_t *s);
+
+/* policy_server_set_version makes version the one served under the plain model name (this is
+ * what a POLICY_VERSION message does). Version 0 is always available; others are fetched from the
+ * weights source. Returns 0, SR_ENOTFOUND when the source does not have it, SR_EPROTO for a bad
+ * blob, SR_EINVAL without a source. */
+int policy_server_set_version(policy_server_t *s, uint32_t version);
+
+/* policy_server_version returns the version served under the plain model name. */
+uint32_t policy_server_version(const policy_server_t *s);
+
+/* policy_server_engine_stats copies the engine counters (all zero with the cost model off). */
+void policy_server_engine_stats(policy_server_t *s, engine_stats_t *out);
+
+/* policy_server_destroy aborts held requests, stops the daemon, the watcher and the engine, frees
+ * *sp and sets it to NULL. NULL or *sp == NULL is a no-op. */
+void policy_server_destroy(policy_server_t **sp);
+
+/* policy_tokens counts tokens with the documented rule: every maximal run of ASCII letters and
+ * digits counts ceil(length / 4), every other byte that is not white space counts 1. */
+int policy_tokens(const char *text);
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * test_coord_sched.c — the coordinator's scheduler as plain data: job ids, credit, spread and
+ * pack placement with the spread cap, lease renewal and expiry, fencing by epoch, cancel with
+ * keep, and round completion. No sockets, no Redis: times are passed in.
+ */
+#include "tests/harness.h"
+
+#include "common/sr.h"
+#include "coordinator/coord_sched.h"
+
+#include <string.h>
+
+static coord_actor_t *s_actor(coord_sched_t *s, const char *id, int slots, int credit)
+{
+    coord_actor_t *a = coord_sched_actor_hello(s, id, strlen(id), false, slots, 0);
+    assert_non_null(a);
+    coord_sched_actor_credit(s, a, credit);
+    return a;
+}
+
+/* s_dispatch leases everything that can be leased; returns how many, epochs from *epoch. */
+static int s_dispatch(coord_sched_t *s, int64_t *epoch, int64_t deadline)
+{
+    int n = 0, j;
+    coord_actor_t *a;
+    while (coord_sched_pick(s, &j, &a)) {
+        assert_int_equal(coord_sched_lease(s, j, a, ++*epoch, deadline), SR_OK);
+        n++;
+    }
+    return n;
+}
+
+static void job_ids_are_parsed_strictly(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_SPREAD);
+    assert_int_equal(coord_sched_add_group(s, "r0000-g0000", "household/train/1", 3), 0);
+    assert_int_equal(coord_sched_add_group(s, "r0000-g0001", "household/train/2", 3), 1);
+    assert_int_equal(coord_sched_add_group(s, "r0000-g0001", "x", 3), SR_ECONFLICT);
+    assert_int_equal(coord_sched_add_group(s, "g", "x", STORE_G_MAX + 1), SR_EINVAL);
+    assert_int_equal(coord_sched_find_job(s, "r0000-g0001/t2"), 5);
+    assert_int_equal(coord_sched_find_job(s, "r0000-g0000/t0"), 0);
+    const char *bad[] = {"r0000-g0000/t3", "r0000-g0000/t", "r0000-g0000/t01", "r0000-g0000/x1",
+                         "r0000-g0009/t0", "/t0", "r0000-g0000", "r0000-g0000/t-1", "",
+                         "r0000-g0000/t99999999999999999999"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(bad); i++)
+        assert_int_equal(coord_sched_find_job(s, bad[i]), -1);
+    assert_int_equal(coord_sched_find_job(s, NULL), -1);
+    char id[COORD_JOB_ID_MAX];
+    coord_sched_job_id(s, 4, id, sizeof id);
+    assert_string_equal(id, "r0000-g0001/t1");
+    coord_sched_destroy(&s);
+    assert_null(s);
+    coord_sched_destroy(&s);
+}
+
+static void credit_is_capped_at_slots_and_ignored_for_gates_and_drainers(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g", "t", 8);
+    coord_actor_t *a = s_actor(s, "a", 2, 5);
+    assert_int_equal(a->credit, 2);
+    coord_actor_t *gate = coord_sched_actor_hello(s, "gate", 4, true, 8, 0);
+    coord_sched_actor_credit(s, gate, 4);
+    assert_int_equal(gate->credit, 0);
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2);
+    assert_int_equal(a->credit, 0);
+    a->draining = true;
+    coord_sched_actor_credit(s, a, 1);
+    assert_int_equal(a->credit, 0);
+    /* a re-HELLO resets credit and ends draining */
+    assert_ptr_equal(coord_sched_actor_hello(s, "a", 1, false, 2, 0), a);
+    assert_false(a->draining);
+    assert_int_equal(a->credit, 0);
+    assert_null(coord_sched_actor_hello(s, "", 0, false, 1, 0));
+    coord_sched_destroy(&s);
+}
+
+static void spread_caps_a_group_per_actor_until_relaxed(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_SPREAD);
+    coord_sched_add_group(s, "g0", "t", 4);
+    coord_sched_add_group(s, "g1", "t", 4);
+    coord_actor_t *a = s_actor(s, "a", 8, 8);
+    int64_t epoch = 0;
+    /* alone, a gets half of each group, and the cap is reported */
+    assert_int_equal(s_dispatch(s, &epoch, 100), 4);
+    assert_true(coord_sched_capped(s));
+    assert_int_equal(a->held, 4);
+    coord_actor_t *b = s_actor(s, "b", 8, 8);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 4);
+    assert_int_equal(b->held, 4);
+    assert_false(coord_sched_capped(s));
+    for (int g = 0; g < 2; g++) {
+        int on_a = 0;
+        for (int t = 0; t < 4; t++)
+            on_a += memcmp(coord_sched_job(s, g * 4 + t)->actor, "a", 1) == 0;
+        assert_int_equal(on_a, 2);
+    }
+    coord_sched_destroy(&s);
+
+    s = coord_sched_new(COORD_PLACE_SPREAD);
+    coord_sched_add_group(s, "g0", "t", 4);
+    a = s_actor(s, "a", 8, 8);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2);
+    coord_sched_set_strict(s, false);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2);
+    assert_true(coord_sched_round_complete(s) == false);
+    coord_sched_destroy(&s);
+}
+
+static void expired_and_released_jobs_come_back_first_with_new_epochs(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 2);
+    coord_sched_add_group(s, "g1", "t", 2);
+    coord_actor_t *a = s_actor(s, "a", 4, 1);
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 1);
+    coord_job_t *j0 = coord_sched_job(s, 0);
+    assert_int_equal(j0->state, COORD_JOB_LEASED);
+    assert_int_equal(j0->epoch, 1);
+    /* renewal: only by the holder, only for the current epoch */
+    assert_int_equal(coord_sched_renew(s, 0, 1, "a", 1, 200), SR_OK);
+    assert_int_equal(coord_sched_renew(s, 0, 1, "b", 1, 300), SR_ECONFLICT);
+    assert_int_equal(coord_sched_renew(s, 0, 2, "a", 1, 300), SR_ECONFLICT);
+    assert_int_equal(coord_sched_renew(s, 99, 1, "a", 1, 300), SR_ENOTFOUND);
+    assert_int_equal(coord_sched_expire(s, 150), 0);
+    assert_int_equal(coord_sched_expire(s, 201), 1);
+    assert_int_equal(j0->state, COORD_JOB_QUEUED);
+    assert_int_equal(a->held, 0);
+    /* the re-queued job is leased before the fresh ones, under a new epoch */
+    coord_sched_actor_credit(s, a, 1);
+    assert_int_equal(s_dispatch(s, &epoch, 500), 1);
+    assert_int_equal(j0->state, COORD_JOB_LEASED);
+    assert_int_equal(j0->epoch, 2);
+    coord_sched_actor_credit(s, a, 2);
+    assert_int_equal(s_dispatch(s, &epoch, 500), 2);
+    assert_int_equal(coord_sched_actor_release(s, "a", 1), 3);
+    assert_int_equal(coord_sched_queued(s), 4);
+    coord_sched_destroy(&s);
+}
+
+static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 4);
+    coord_actor_t *a = s_actor(s, "a", 4, 1);
+    int64_t epoch = 0;
+    s_dispatch(s, &epoch, 100);
+    assert_int_equal(coord_sched_cancel_group(s, 0, 1ull << 3), 2); /* t1, t2 dropped */
+    assert_int_equal(coord_sched_cancel_group(s, 7, 0), SR_ENOTFOUND);
+    assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_DROPPED);
+    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
+    assert_false(coord_sched_round_complete(s));
+    /* the running one's lease runs out: dropped, not re-queued */
+    assert_int_equal(coord_sched_expire(s, 1000), 1);
+    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_DROPPED);
+    coord_sched_actor_credit(s, a, 1);
+    assert_int_equal(s_dispatch(s, &epoch, 2000), 1);
+    assert_int_equal(coord_sched_finish(s, 3, "cancelled"), SR_OK);
+    assert_int_equal(coord_sched_finish(s, 3, "done"), SR_ECONFLICT);
+    assert_true(coord_sched_round_complete(s));
+    coord_sched_destroy(&s);
+}
+
+static void adopted_lease_counts_for_its_actor_and_epoch(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 2);
+    assert_int_equal(coord_sched_adopt(s, 1, "old", 3, 42, 100), SR_OK);
+    assert_int_equal(coord_sched_queued(s), 1);
+    coord_actor_t *a = s_actor(s, "old", 2, 2);
+    int64_t epoch = 100;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 1); /* only the other job */
+    assert_int_equal(coord_sched_renew(s, 1, 42, "old", 3, 500), SR_OK);
+    assert_int_equal(coord_sched_finish(s, 1, "done"), SR_OK);
+    assert_int_equal(coord_sched_adopt(s, 1, "old", 3, 43, 100), SR_ECONFLICT);
+    (void)a;
+    coord_sched_destroy(&s);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(job_ids_are_parsed_strictly),
+    cmocka_unit_test(credit_is_capped_at_slots_and_ignored_for_gates_and_drainers),
+    cmocka_unit_test(spread_caps_a_group_per_actor_until_relaxed),
+    cmocka_unit_test(expired_and_released_jobs_come_back_first_with_new_epochs),
+    cmocka_unit_test(cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running),
+    cmocka_unit_test(adopted_lease_counts_for_its_actor_and_epoch),
+};
+
+HARNESS_MAIN("coord_sched", tests)

@@ -1,0 +1,1183 @@
+/*
+ * test_coordinator.c — the coordinator through its real sockets: a coordinator runs in a thread
+ * against a real redis-server, and scripted peer actors (DEALER sockets in the test speaking the
+ * work protocol over tcp on 127.0.0.1) drive it: HELLO/WELCOME/CREDIT/JOB, credit limits,
+ * placement, durable results before acknowledgement, lease expiry and fencing, BYE, unknown
+ * actors, CANCEL on the bus, malformed messages, round completion with JSONL, and resume.
+ *
+ * One redis-server serves the whole file; each test uses a run id of its own.
+ */
+#include "tests/harness.h"
+
+#include "common/buf.h"
+#include "common/proto.h"
+#include "common/store.h"
+#include "common/transport.h"
+#include "coordinator/coordinator.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 3000
+
+static harness_redis_t s_redis;
+static int s_run_no;
+
+/* ---- the coordinator in a thread ---------------------------------------------------------- */
+
+typedef struct {
+    coord_t *c;
+    pthread_t th;
+    bool running;
+    int rc;
+    pthread_mutex_t mu;
+    coord_round_summary_t sums[8];
+    int nsums;
+    char run[32];
+    char out[256];
+    coord_endpoints_t ep;
+    store_t *st; /* the test's own Redis connection */
+} fx_t;
+
+static void s_on_round(const coord_round_summary_t *sum, void *arg)
+{
+    fx_t *f = arg;
+    pthread_mutex_lock(&f->mu);
+    if (f->nsums < 8)
+        f->sums[f->nsums++] = *sum;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void *s_thread(void *arg)
+{
+    fx_t *f = arg;
+    f->rc = coord_run(f->c);
+    return NULL;
+}
+
+/* s_cfg fills a configuration for fx f: free loopback ports, its own run and output folder,
+ * short leases. */
+static void s_cfg(fx_t *f, coord_cfg_t *cfg)
+{
+    coord_cfg_init(cfg);
+    cfg->redis_url = s_redis.url;
+    cfg->run = f->run;
+    cfg->work_bind = "tcp://127.0.0.1:*";
+    cfg->bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg->bus_sub_bind = "tcp://127.0.0.1:*";
+    cfg->groups = 1;
+    cfg->group_size = 2;
+    cfg->tasks = 10;
+    cfg->lease_ms = 2000;
+    cfg->heartbeat_ms = 100;
+    cfg->spread_wait_ms = 100;
+    cfg->out_dir = f->out;
+    cfg->on_round = s_on_round;
+    cfg->on_round_arg = f;
+}
+
+static void s_fx_init(fx_t *f)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    snprintf(f->run, sizeof f->run, "t%d", ++s_run_no);
+    snprintf(f->out, sizeof f->out, "/tmp/selroll-coord-XXXXXX");
+    assert_non_null(mkdtemp(f->out));
+    char err[256];
+    assert_int_equal(store_connect(&f->st, s_redis.url, f->run, 2000, err, sizeof err), SR_OK);
+}
+
+static void s_start(fx_t *f, const coord_cfg_t *cfg)
+{
+    char err[512] = "";
+    f->c = coord_new(cfg, err, sizeof err);
+    if (!f->c)
+        fail_msg("coord_new: %s", err);
+    coord_endpoints(f->c, &f->ep);
+    f->nsums = 0;
+    assert_int_equal(pthread_create(&f->th, NULL, s_thread, f), 0);
+    f->running = true;
+}
+
+/* s_join waits up to ms for coord_run to return by itself; fails the test otherwise. */
+static void s_join(fx_t *f, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    int rc = pthread_timedjoin_np(f->th, NULL, &ts);
+    if (rc != 0) {
+        coord_stop(f->c);
+        pthread_join(f->th, NULL);
+        f->running = false;
+        fail_msg("the coordinator did not finish within %d ms", ms);
+    }
+    f->running = false;
+}
+
+/* s_stop stops a running coordinator and destroys it. */
+static void s_stop(fx_t *f)
+{
+    if (f->running) {
+        coord_stop(f->c);
+        pthread_join(f->th, NULL);
+        f->running = false;
+    }
+    coord_destroy(&f->c);
+}
+
+static void s_fx_free(fx_t *f)
+{
+    s_stop(f);
+    store_destroy(&f->st);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->out);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", f->out);
+    pthread_mutex_destroy(&f->mu);
+}
+
+/* ---- scripted peer actors ------------------------------------------------------------------ */
+
+typedef struct {
+    transport_sock_t *s;
+    char id[64];
+} peer_t;
+
+static void *s_zctx;
+static int s_open_socks; /* a failed test leaves sockets open: the context is then not terminated */
+
+static void s_peer_open(peer_t *p, const char *id, const char *ep)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->id, sizeof p->id, "%s", id);
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.identity = p->id;
+    char err[256];
+    p->s = transport_sock_new(s_zctx, ZMQ_DEALER, &o, err, sizeof err);
+    if (!p->s)
+        fail_msg("peer socket: %s", err);
+    s_open_socks++;
+    assert_int_equal(transport_connect(p->s, ep), SR_OK);
+}
+
+static void s_peer_close(peer_t *p)
+{
+    if (p->s)
+        s_open_socks--;
+    transport_sock_destroy(&p->s);
+}
+
+static void s_peer_send(peer_t *p, const proto_msg_t *m)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(m, &b), SR_OK);
+    int rc = SR_EAGAIN;
+    for (int i = 0; i < 200 && rc == SR_EAGAIN; i++) {
+        rc = transport_send(p->s, b.data, b.len);
+        if (rc == SR_EAGAIN)
+            usleep(5000);
+    }
+    assert_int_equal(rc, SR_OK);
+    sr_buf_free(&b);
+}
+
+static void s_peer_send_raw(peer_t *p, const void *data, size_t len)
+{
+    assert_int_equal(transport_send(p->s, data, len), SR_OK);
+}
+
+/* s_peer_recv receives and decodes one message within wait_ms. Returns SR_OK or SR_EAGAIN. */
+static int s_peer_recv(peer_t *p, proto_msg_t *m, int wait_ms)
+{
+    transport_msg_t tm;
+    int rc = transport_recv(p->s, &tm, wait_ms);
+    if (rc != SR_OK)
+        return rc;
+    size_t len;
+    const void *body = transport_msg_body(&tm, &len);
+    proto_err_t e;
+    rc = proto_decode(body, len, m, &e);
+    transport_msg_close(&tm);
+    if (rc != SR_OK) {
+        char t[300];
+        fail_msg("peer %s: undecodable message: %s", p->id, proto_err_text(&e, t, sizeof t));
+    }
+    return SR_OK;
+}
+
+/* s_expect receives the next message and checks its type. */
+static void s_expect(peer_t *p, proto_type_t type, proto_msg_t *m)
+{
+    if (s_peer_recv(p, m, WAIT_MS) != SR_OK)
+        fail_msg("peer %s: no %s within %d ms", p->id, proto_type_name(type), WAIT_MS);
+    if (m->type != type)
+        fail_msg("peer %s: expected %s, got %s%s%s", p->id, proto_type_name(type),
+                 proto_type_name(m->type), m->type == PROTO_ERROR ? " " : "",
+                 m->type == PROTO_ERROR ? m->u.error.code : "");
+}
+
+/* s_expect_none checks that nothing arrives within ms. */
+static void s_expect_none(peer_t *p, int ms)
+{
+    proto_msg_t m;
+    if (s_peer_recv(p, &m, ms) == SR_OK) {
+        proto_type_t t = m.type;
+        const char *job = t == PROTO_JOB ? m.u.job.job_id : "";
+        fail_msg("peer %s: unexpected %s %s", p->id, proto_type_name(t), job);
+    }
+}
+
+static void s_hello(peer_t *p, int slots, proto_msg_t *welcome)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HELLO);
+    m.u.hello.actor_id = p->id;
+    m.u.hello.role = "actor";
+    m.u.hello.slots = slots;
+    m.u.hello.host = "test";
+    m.u.hello.pid = 1;
+    s_peer_send(p, &m);
+    proto_msg_t w;
+    s_expect(p, PROTO_WELCOME, &w);
+    if (welcome)
+        *welcome = w;
+    else
+        proto_msg_clear(&w);
+}
+
+static void s_credit(peer_t *p, int n)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_CREDIT);
+    m.u.credit.credits = n;
+    s_peer_send(p, &m);
+}
+
+static void s_heartbeat(peer_t *p, const proto_job_t *const *jobs, size_t n)
+{
+    proto_lease_t leases[16];
+    SR_ASSERT(n <= 16);
+    for (size_t i = 0; i < n; i++)
+        leases[i] = (proto_lease_t){jobs[i]->job_id, jobs[i]->epoch};
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HEARTBEAT);
+    m.u.heartbeat.actor_id = "x";
+    m.u.heartbeat.running = (int64_t)n;
+    m.u.heartbeat.free = 0;
+    m.u.heartbeat.leases = leases;
+    m.u.heartbeat.leases_len = n;
+    s_peer_send(p, &m);
+}
+
+/* s_result sends the RESULT of job j with one step. */
+static void s_result(peer_t *p, const proto_job_t *j, const char *status, double reward)
+{
+    proto_result_step_t step = {.i = 0, .action = "look", .raw = "<action>look</action>",
+                                .obs = "You see nothing.", .reward = reward, .done = true,
+                                .prompt_tokens = 10, .completion_tokens = 5, .latency_ms = 1.0};
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESULT);
+    proto_result_t *r = &m.u.result;
+    r->job_id = j->job_id;
+    r->epoch = j->epoch;
+    r->run = j->run;
+    r->group = j->group;
+    r->traj = j->traj;
+    r->task = j->task;
+    r->status = status;
+    r->reward = reward;
+    r->won = reward > 0.5;
+    r->n_steps = 1;
+    r->llm_calls = 1;
+    r->prompt_tokens = 10;
+    r->completion_tokens = 5;
+    r->wall_ms = 3;
+    r->steps = &step;
+    r->steps_len = 1;
+    s_peer_send(p, &m);
+}
+
+/* s_expect_ack receives a RESULT_ACK for job j and checks ok. */
+static void s_expect_ack(peer_t *p, const proto_job_t *j, bool ok)
+{
+    proto_msg_t m;
+    s_expect(p, PROTO_RESULT_ACK, &m);
+    assert_string_equal(m.u.result_ack.job_id, j->job_id);
+    assert_int_equal(m.u.result_ack.epoch, j->epoch);
+    assert_int_equal(m.u.result_ack.ok, ok);
+    proto_msg_clear(&m);
+}
+
+/* s_count_lines returns the number of lines of a file and checks each names a job id once. */
+static int s_jsonl_jobs(const char *path, char jobs[][64], int max)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        fail_msg("cannot open %s", path);
+    char line[65536];
+    int n = 0;
+    while (fgets(line, sizeof line, fp)) {
+        char *p = strstr(line, "\"job_id\":\"");
+        assert_non_null(p);
+        p += strlen("\"job_id\":\"");
+        char *q = strchr(p, '"');
+        assert_non_null(q);
+        assert_true(n < max);
+        snprintf(jobs[n], 64, "%.*s", (int)(q - p), p);
+        for (int i = 0; i < n; i++)
+            if (strcmp(jobs[i], jobs[n]) == 0)
+                fail_msg("%s: job %s written twice", path, jobs[n]);
+        n++;
+    }
+    fclose(fp);
+    return n;
+}
+
+static size_t s_results_in_redis(fx_t *f, int64_t round)
+{
+    size_t n = 0;
+    assert_int_equal(store_results_count(f->st, round, &n), SR_OK);
+    return n;
+}
+
+/* ---- tests ---------------------------------------------------------------------------------- */
+
+static void hello_credit_job_result_flow_completes_the_round(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    s_start(&f, &cfg);
+    assert_non_null(strstr(f.ep.work, "tcp://127.0.0.1:"));
+
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    proto_msg_t w;
+    s_hello(&a, 4, &w);
+    assert_string_equal(w.u.welcome.run, f.run);
+    assert_string_equal(w.u.welcome.actor_id, "actor-a");
+    assert_int_equal(w.u.welcome.lease_ms, 2000);
+    assert_int_equal(w.u.welcome.heartbeat_ms, 100);
+    assert_string_equal(w.u.welcome.bus_pub, f.ep.bus_pub);
+    assert_string_equal(w.u.welcome.bus_sub, f.ep.bus_sub);
+    proto_msg_clear(&w);
+
+    s_credit(&a, 1);
+    proto_msg_t j1, j2;
+    s_expect(&a, PROTO_JOB, &j1);
+    assert_string_equal(j1.u.job.group, "r0000-g0000");
+    assert_string_equal(j1.u.job.run, f.run);
+    assert_int_equal(j1.u.job.group_size, 2);
+    assert_int_equal(j1.u.job.iteration, 0);
+    assert_true(j1.u.job.epoch > 0);
+    assert_int_equal(j1.u.job.lease_ms, 2000);
+    assert_non_null(strstr(j1.u.job.task, "household/train/"));
+    s_expect_none(&a, 250); /* one credit, one job: the second waits for credit */
+
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_string_equal(j2.u.job.group, "r0000-g0000");
+    assert_int_not_equal(j1.u.job.traj, j2.u.job.traj);
+    assert_true(j2.u.job.epoch != j1.u.job.epoch);
+
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_result(&a, &j2.u.job, "truncated", 0.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+
+    assert_int_equal(f.nsums, 1);
+    coord_round_summary_t *s = &f.sums[0];
+    assert_int_equal(s->round, 0);
+    assert_int_equal(s->groups, 1);
+    assert_int_equal(s->groups_done, 1);
+    assert_int_equal(s->groups_cancelled + s->groups_failed, 0);
+    assert_int_equal(s->results, 2);
+    assert_int_equal(s->steps, 2);
+    assert_int_equal(s->llm_calls, 2);
+    assert_int_equal(s->tokens, 30);
+    assert_true(s->success_rate > 0.49 && s->success_rate < 0.51);
+
+    char path[512], jobs[8][64];
+    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
+    assert_int_equal(s_jsonl_jobs(path, jobs, 8), 2);
+    store_group_t g;
+    assert_int_equal(store_group_get(f.st, "r0000-g0000", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_DONE);
+    assert_int_equal(g.finished, 2);
+    char *status = NULL;
+    assert_int_equal(store_run_get(f.st, "status", &status), SR_OK);
+    assert_string_equal(status, "finished");
+    free(status);
+
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void never_more_jobs_in_flight_than_credit(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.group_size = 4;
+    cfg.spread_wait_ms = 0; /* a lone actor may take whole groups at once */
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 8, NULL);
+    s_credit(&a, 3);
+    proto_msg_t jobs[8];
+    for (int i = 0; i < 3; i++)
+        s_expect(&a, PROTO_JOB, &jobs[i]);
+    s_expect_none(&a, 300);
+    s_result(&a, &jobs[0].u.job, "done", 1.0);
+    s_expect_ack(&a, &jobs[0].u.job, true);
+    s_expect_none(&a, 150); /* a RESULT is not a credit */
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &jobs[3]);
+    s_expect_none(&a, 200);
+    coord_stats_t st;
+    coord_stats(f.c, &st);
+    assert_int_equal(st.jobs_dispatched, 4);
+    for (int i = 0; i < 4; i++)
+        proto_msg_clear(&jobs[i]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void spread_places_a_group_on_several_actors_and_pack_on_one(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        fx_t f;
+        s_fx_init(&f);
+        coord_cfg_t cfg;
+        s_cfg(&f, &cfg);
+        cfg.group_size = 4;
+        cfg.spread_wait_ms = 5000;
+        cfg.placement = mode == 0 ? COORD_PLACE_SPREAD : COORD_PLACE_PACK;
+        s_start(&f, &cfg);
+        peer_t a, b;
+        s_peer_open(&a, "actor-a", f.ep.work);
+        s_peer_open(&b, "actor-b", f.ep.work);
+        /* a's credit arrives first: spread must still leave part of the group for b */
+        s_hello(&a, 4, NULL);
+        s_credit(&a, 4);
+        usleep(100000);
+        s_hello(&b, 4, NULL);
+        s_credit(&b, 4);
+        int na = 0, nb = 0;
+        proto_msg_t m;
+        while (s_peer_recv(&a, &m, 300) == SR_OK) {
+            assert_int_equal(m.type, PROTO_JOB);
+            assert_string_equal(m.u.job.group, "r0000-g0000");
+            na++;
+            proto_msg_clear(&m);
+        }
+        while (s_peer_recv(&b, &m, 100) == SR_OK) {
+            assert_int_equal(m.type, PROTO_JOB);
+            nb++;
+            proto_msg_clear(&m);
+        }
+        assert_int_equal(na + nb, 4);
+        if (mode == 0) {
+            assert_int_equal(na, 2);
+            assert_int_equal(nb, 2);
+        } else {
+            assert_int_equal(na, 4);
+            assert_int_equal(nb, 0);
+        }
+        s_peer_close(&a);
+        s_peer_close(&b);
+        s_fx_free(&f);
+    }
+}
+
+static void lone_actor_gets_a_whole_group_after_the_spread_wait(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 4;
+    cfg.spread_wait_ms = 200;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 4, NULL);
+    int64_t t0 = harness_now_ms();
+    s_credit(&a, 4);
+    proto_msg_t m[4];
+    for (int i = 0; i < 4; i++)
+        s_expect(&a, PROTO_JOB, &m[i]);
+    int64_t dt = harness_now_ms() - t0;
+    assert_true(dt >= 150); /* half at once, the other half after the wait */
+    for (int i = 0; i < 4; i++) {
+        s_result(&a, &m[i].u.job, "done", 0.0);
+        s_expect_ack(&a, &m[i].u.job, true);
+        proto_msg_clear(&m[i]);
+    }
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].results, 4);
+    assert_true(f.sums[0].success_rate == 0.0);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void result_is_in_redis_before_its_ack_arrives(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.spread_wait_ms = 0;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j1, j2;
+    s_expect(&a, PROTO_JOB, &j1);
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_int_equal(s_results_in_redis(&f, 0), 0);
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    /* at the moment the ack is in our hands, Redis has the result and the group's count */
+    assert_int_equal(s_results_in_redis(&f, 0), 1);
+    store_group_t g;
+    assert_int_equal(store_group_get(f.st, j1.u.job.group, &g), SR_OK);
+    assert_int_equal(g.finished, 1);
+    assert_int_equal(g.status, STORE_GROUP_RUNNING);
+    assert_true(g.reward_mask & (1ull << j1.u.job.traj));
+    assert_true(g.rewards[j1.u.job.traj] == 1.0);
+    /* the same RESULT again (a lost ack): acknowledged, stored once */
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    assert_int_equal(s_results_in_redis(&f, 0), 1);
+    s_result(&a, &j2.u.job, "done", 0.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    assert_int_equal(s_results_in_redis(&f, 0), 2);
+    s_join(&f, WAIT_MS);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void expired_lease_requeues_with_higher_epoch_and_late_result_is_refused(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 1;
+    cfg.lease_ms = 300;
+    cfg.heartbeat_ms = 50;
+    s_start(&f, &cfg);
+    peer_t a, b;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_peer_open(&b, "actor-b", f.ep.work);
+    s_hello(&a, 1, NULL);
+    s_credit(&a, 1);
+    proto_msg_t ja, jb;
+    s_expect(&a, PROTO_JOB, &ja);
+    s_hello(&b, 1, NULL);
+    s_credit(&b, 1);
+    const proto_job_t *held[1] = {&ja.u.job};
+    /* a renews its lease for twice the lease time: the job stays with a */
+    int64_t t0 = harness_now_ms();
+    while (harness_now_ms() - t0 < 600) {
+        s_heartbeat(&a, held, 1);
+        s_heartbeat(&b, NULL, 0);
+        s_expect_none(&b, 50);
+    }
+    coord_stats_t st;
+    coord_stats(f.c, &st);
+    assert_int_equal(st.leases_expired, 0);
+    /* a stops renewing (but stays alive): the lease runs out and b gets the job, newer epoch */
+    bool got = false;
+    t0 = harness_now_ms();
+    while (!got && harness_now_ms() - t0 < WAIT_MS) {
+        s_heartbeat(&a, NULL, 0);
+        s_heartbeat(&b, NULL, 0);
+        got = s_peer_recv(&b, &jb, 50) == SR_OK;
+    }
+    assert_true(got);
+    assert_int_equal(jb.type, PROTO_JOB);
+    assert_string_equal(jb.u.job.job_id, ja.u.job.job_id);
+    assert_true(jb.u.job.epoch > ja.u.job.epoch);
+    coord_stats(f.c, &st);
+    assert_int_equal(st.leases_expired, 1);
+    /* the late RESULT of the old epoch is refused and counted */
+    s_result(&a, &ja.u.job, "done", 1.0);
+    s_expect_ack(&a, &ja.u.job, false);
+    coord_stats(f.c, &st);
+    assert_int_equal(st.results_stale, 1);
+    assert_int_equal(s_results_in_redis(&f, 0), 0);
+    s_result(&b, &jb.u.job, "done", 0.0);
+    s_expect_ack(&b, &jb.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].stale_results, 1);
+    assert_int_equal(f.sums[0].results, 1);
+    proto_msg_clear(&ja);
+    proto_msg_clear(&jb);
+    s_peer_close(&a);
+    s_peer_close(&b);
+    s_fx_free(&f);
+}
+
+static void bye_drain_finishes_jobs_and_bye_without_drain_requeues_them(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.placement = COORD_PLACE_PACK;
+    s_start(&f, &cfg);
+    peer_t a, b;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_peer_open(&b, "actor-b", f.ep.work);
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j1, j2, j3;
+    s_expect(&a, PROTO_JOB, &j1);
+    s_expect(&a, PROTO_JOB, &j2);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_BYE);
+    m.u.bye.actor_id = "actor-a";
+    m.u.bye.reason = "test drain";
+    m.u.bye.drain = true;
+    s_peer_send(&a, &m);
+    s_credit(&a, 2); /* a draining actor's credit does not count */
+    s_hello(&b, 2, NULL);
+    s_credit(&b, 2);
+    s_expect_none(&b, 200); /* nothing queued: both jobs are still a's */
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_expect_none(&a, 100);
+    /* a leaves without finishing j2: it goes to b at once, with a new epoch */
+    m.u.bye.drain = false;
+    m.u.bye.reason = "test leave";
+    s_peer_send(&a, &m);
+    s_expect(&b, PROTO_JOB, &j3);
+    assert_string_equal(j3.u.job.job_id, j2.u.job.job_id);
+    assert_true(j3.u.job.epoch > j2.u.job.epoch);
+    /* a is gone: its late RESULT is answered with unknown_actor */
+    s_result(&a, &j2.u.job, "done", 1.0);
+    proto_msg_t e;
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "unknown_actor");
+    proto_msg_clear(&e);
+    s_result(&b, &j3.u.job, "done", 1.0);
+    s_expect_ack(&b, &j3.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].results, 2);
+    assert_int_equal(s_results_in_redis(&f, 0), 2);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    proto_msg_clear(&j3);
+    s_peer_close(&a);
+    s_peer_close(&b);
+    s_fx_free(&f);
+}
+
+static void unknown_actor_gets_error_unknown_actor(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "stranger", f.ep.work);
+    s_credit(&a, 2);
+    proto_msg_t e;
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "unknown_actor");
+    proto_msg_clear(&e);
+    s_heartbeat(&a, NULL, 0);
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "unknown_actor");
+    proto_msg_clear(&e);
+    coord_stats_t st;
+    coord_stats(f.c, &st);
+    assert_int_equal(st.unknown_actor, 2);
+    assert_int_equal(st.jobs_dispatched, 0); /* the credit of a stranger is no credit */
+    /* after HELLO the same peer is served */
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 1);
+    proto_msg_t j;
+    s_expect(&a, PROTO_JOB, &j);
+    proto_msg_clear(&j);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void cancel_on_the_bus_drops_queued_jobs_of_the_group(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.placement = COORD_PLACE_PACK;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    s_credit(&a, 1);
+    proto_msg_t j1;
+    s_expect(&a, PROTO_JOB, &j1);
+    assert_string_equal(j1.u.job.group, "r0000-g0000");
+
+    /* the gate's part: the transition in Redis, then CANCEL on the bus */
+    assert_int_equal(store_group_cancel(f.st, "r0000-g0000", 1, 0.0, "converged"), SR_OK);
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(s_zctx, ZMQ_PUB, NULL, err, sizeof err);
+    s_open_socks++;
+    assert_non_null(pub);
+    assert_int_equal(transport_connect(pub, f.ep.bus_pub), SR_OK);
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = f.run;
+    c.u.cancel.group = "r0000-g0000";
+    c.u.cancel.step = 1;
+    c.u.cancel.d = 0.0;
+    c.u.cancel.reason = "converged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&c, &b), SR_OK);
+    char topic[64];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", f.run);
+    coord_stats_t st = {0};
+    int64_t t0 = harness_now_ms();
+    while (st.cancels == 0 && harness_now_ms() - t0 < WAIT_MS) {
+        /* a subscription needs a moment to travel through the proxy: publish until seen */
+        transport_send_topic(pub, topic, b.data, b.len);
+        usleep(20000);
+        coord_stats(f.c, &st);
+    }
+    assert_true(st.cancels >= 1);
+    sr_buf_free(&b);
+    transport_sock_destroy(&pub);
+    s_open_socks--;
+
+    /* the dispatched job reports cancelled; the next credit gets the other group's job */
+    s_result(&a, &j1.u.job, "cancelled", 0.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_credit(&a, 1);
+    proto_msg_t j2, j3;
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_string_equal(j2.u.job.group, "r0000-g0001");
+    s_result(&a, &j2.u.job, "done", 1.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j3);
+    assert_string_equal(j3.u.job.group, "r0000-g0001");
+    s_result(&a, &j3.u.job, "done", 1.0);
+    s_expect_ack(&a, &j3.u.job, true);
+    s_join(&f, WAIT_MS);
+    coord_round_summary_t *s = &f.sums[0];
+    assert_int_equal(s->groups_cancelled, 1);
+    assert_int_equal(s->groups_done, 1);
+    assert_int_equal(s->results, 3);
+    char path[512], jobs[8][64];
+    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
+    assert_int_equal(s_jsonl_jobs(path, jobs, 8), 3);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    proto_msg_clear(&j3);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void malformed_messages_get_bad_message_and_the_round_still_completes(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.spread_wait_ms = 0;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    proto_msg_t e;
+
+    /* not msgpack at all */
+    s_peer_send_raw(&a, "\xc1garbage", 8);
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "bad_message");
+    proto_msg_clear(&e);
+
+    /* a HELLO whose actor_id is over the 256-byte limit */
+    char longid[301];
+    memset(longid, 'x', sizeof longid - 1);
+    longid[sizeof longid - 1] = '\0';
+    proto_msg_t h;
+    proto_msg_init(&h, PROTO_HELLO);
+    h.u.hello.actor_id = longid;
+    h.u.hello.role = "actor";
+    h.u.hello.slots = 1;
+    h.u.hello.host = "h";
+    h.u.hello.pid = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    /* the codec refuses to encode it, so build it with a short id and patch the bytes */
+    h.u.hello.actor_id = "ID";
+    assert_int_equal(proto_encode(&h, &b), SR_OK);
+    sr_buf_t big = SR_BUF_INIT;
+    for (size_t i = 0; i < b.len; i++) {
+        if (i + 3 <= b.len && b.data[i] == 0xa2 && b.data[i + 1] == 'I' && b.data[i + 2] == 'D') {
+            uint8_t hdr[3] = {0xda, (uint8_t)((sizeof longid - 1) >> 8),
+                              (uint8_t)((sizeof longid - 1) & 0xff)};
+            sr_buf_append(&big, hdr, 3);
+            sr_buf_append(&big, longid, sizeof longid - 1);
+            i += 2;
+        } else {
+            sr_buf_append(&big, &b.data[i], 1);
+        }
+    }
+    s_peer_send_raw(&a, big.data, big.len);
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "bad_message");
+    assert_non_null(strstr(e.u.error.msg, "actor_id"));
+    proto_msg_clear(&e);
+    sr_buf_free(&b);
+    sr_buf_free(&big);
+
+    /* a well-formed message that has no business on the work channel */
+    proto_msg_t w;
+    proto_msg_init(&w, PROTO_WELCOME);
+    w.u.welcome.run = "x";
+    w.u.welcome.actor_id = "x";
+    w.u.welcome.bus_pub = "tcp://127.0.0.1:1";
+    w.u.welcome.bus_sub = "tcp://127.0.0.1:2";
+    s_peer_send(&a, &w);
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "bad_message");
+    proto_msg_clear(&e);
+
+    /* two frames from a DEALER: three at the ROUTER, no reply possible, counted */
+    zmq_send(transport_sock_zmq(a.s), "a", 1, ZMQ_SNDMORE);
+    zmq_send(transport_sock_zmq(a.s), "b", 1, 0);
+
+    /* an empty frame */
+    s_peer_send_raw(&a, "", 0);
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "bad_message");
+    proto_msg_clear(&e);
+
+    /* garbage on the bus, on the topic the coordinator listens to */
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(s_zctx, ZMQ_PUB, NULL, err, sizeof err);
+    s_open_socks++;
+    assert_int_equal(transport_connect(pub, f.ep.bus_pub), SR_OK);
+    char topic[64];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", f.run);
+    coord_stats_t st = {0};
+    int64_t t0 = harness_now_ms();
+    while (st.bad_messages < 5 && harness_now_ms() - t0 < WAIT_MS) {
+        transport_send_topic(pub, topic, "\x93\x01", 2);
+        usleep(20000);
+        coord_stats(f.c, &st);
+    }
+    transport_sock_destroy(&pub);
+    s_open_socks--;
+    assert_true(st.bad_messages >= 5);
+
+    /* and the round completes as usual */
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j1, j2;
+    s_expect(&a, PROTO_JOB, &j1);
+    s_expect(&a, PROTO_JOB, &j2);
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_result(&a, &j2.u.job, "done", 1.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].results, 2);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void resume_after_a_stop_keeps_every_acknowledged_result(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.group_size = 3;
+    cfg.placement = COORD_PLACE_PACK;
+    cfg.lease_ms = 5000;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 6, NULL);
+    s_credit(&a, 4);
+    proto_msg_t j[6];
+    for (int i = 0; i < 4; i++)
+        s_expect(&a, PROTO_JOB, &j[i]);
+    s_result(&a, &j[0].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[0].u.job, true);
+    s_result(&a, &j[1].u.job, "done", 0.0);
+    s_expect_ack(&a, &j[1].u.job, true);
+    /* the coordinator goes away mid-round; a still holds j2 and j3 */
+    s_stop(&f);
+    assert_int_equal(f.nsums, 0);
+    char *status = NULL;
+    assert_int_equal(store_run_get(f.st, "status", &status), SR_OK);
+    assert_string_equal(status, "stopped");
+    free(status);
+    s_peer_close(&a);
+
+    /* without --resume the run is refused */
+    char err[512];
+    coord_t *c2 = coord_new(&cfg, err, sizeof err);
+    assert_non_null(c2);
+    assert_int_equal(coord_run(c2), SR_ECONFLICT);
+    assert_non_null(strstr(coord_errstr(c2), "--resume"));
+    coord_destroy(&c2);
+
+    cfg.resume = true;
+    s_start(&f, &cfg);
+    s_peer_open(&a, "actor-a", f.ep.work);
+    /* a's resent RESULT reaches a coordinator that does not know it yet */
+    s_result(&a, &j[2].u.job, "done", 1.0);
+    proto_msg_t e;
+    s_expect(&a, PROTO_ERROR, &e);
+    assert_string_equal(e.u.error.code, "unknown_actor");
+    proto_msg_clear(&e);
+    s_hello(&a, 6, NULL);
+    const proto_job_t *held[2] = {&j[2].u.job, &j[3].u.job};
+    s_heartbeat(&a, held, 2);
+    /* its leases were re-adopted: the RESULT of the old epoch counts */
+    s_result(&a, &j[2].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[2].u.job, true);
+    /* an acknowledged result sent once more is not stored twice */
+    s_result(&a, &j[0].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[0].u.job, true);
+    /* only the two never-dispatched jobs come out of the queue */
+    s_credit(&a, 4);
+    s_expect(&a, PROTO_JOB, &j[4]);
+    s_expect(&a, PROTO_JOB, &j[5]);
+    s_expect_none(&a, 200);
+    for (int i = 4; i < 6; i++)
+        for (int k = 0; k < 4; k++)
+            assert_string_not_equal(j[i].u.job.job_id, j[k].u.job.job_id);
+    s_result(&a, &j[3].u.job, "done", 0.0);
+    s_expect_ack(&a, &j[3].u.job, true);
+    s_result(&a, &j[4].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[4].u.job, true);
+    s_result(&a, &j[5].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[5].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(f.sums[0].results, 6);
+    assert_int_equal(f.sums[0].groups_done, 2);
+    assert_int_equal(s_results_in_redis(&f, 0), 6);
+
+    char path[512], jobs[16][64];
+    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
+    assert_int_equal(s_jsonl_jobs(path, jobs, 16), 6);
+    int per_group[2] = {0, 0};
+    for (int i = 0; i < 6; i++)
+        per_group[strstr(jobs[i], "r0000-g0001") ? 1 : 0]++;
+    assert_int_equal(per_group[0], 3);
+    assert_int_equal(per_group[1], 3);
+    for (int i = 0; i < 6; i++)
+        proto_msg_clear(&j[i]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void failed_attempts_are_retried_then_count_the_group_failed(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 1;
+    cfg.max_attempts = 2;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    s_credit(&a, 1);
+    proto_msg_t j1, j2;
+    s_expect(&a, PROTO_JOB, &j1);
+    s_result(&a, &j1.u.job, "failed", 0.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    assert_int_equal(s_results_in_redis(&f, 0), 0); /* a retried attempt is not a result */
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_string_equal(j2.u.job.job_id, j1.u.job.job_id);
+    assert_true(j2.u.job.epoch > j1.u.job.epoch);
+    s_result(&a, &j2.u.job, "failed", 0.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].groups_failed, 1);
+    assert_int_equal(f.sums[0].results, 1);
+    coord_stats_t st;
+    coord_stats(f.c, &st);
+    assert_int_equal(st.results_requeued, 1);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void several_rounds_run_in_order_with_distinct_groups(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.iters = 3;
+    cfg.group_size = 1;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    for (int r = 0; r < 3; r++) {
+        s_credit(&a, 1);
+        proto_msg_t j;
+        s_expect(&a, PROTO_JOB, &j);
+        char gid[32];
+        coord_group_id(r, 0, gid, sizeof gid);
+        assert_string_equal(j.u.job.group, gid);
+        assert_int_equal(j.u.job.iteration, r);
+        s_result(&a, &j.u.job, "done", 1.0);
+        s_expect_ack(&a, &j.u.job, true);
+        proto_msg_clear(&j);
+    }
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.nsums, 3);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(f.sums[r].round, r);
+        char path[512];
+        snprintf(path, sizeof path, "%s/rounds/round-%d.jsonl", f.out, r);
+        assert_int_equal(access(path, R_OK), 0);
+    }
+    int64_t done = 0;
+    assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
+    assert_int_equal(done, 3);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+static void task_choice_is_deterministic_and_cycles_the_pool(void **state)
+{
+    (void)state;
+    int seen[10] = {0};
+    for (int k = 0; k < 10; k++) {
+        int t = coord_task_for(7, 10, 5, k / 5, k % 5);
+        assert_in_range(t, 0, 9);
+        assert_int_equal(t, coord_task_for(7, 10, 5, k / 5, k % 5));
+        seen[t]++;
+    }
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(seen[i], 1); /* one pass over the pool uses every task once */
+    char gid[32];
+    coord_group_id(3, 12, gid, sizeof gid);
+    assert_string_equal(gid, "r0003-g0012");
+}
+
+static void bad_configuration_is_refused_with_a_reason(void **state)
+{
+    (void)state;
+    coord_cfg_t cfg;
+    coord_cfg_init(&cfg);
+    char err[256] = "";
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "Redis"));
+    cfg.redis_url = "redis://127.0.0.1:1";
+    cfg.work_bind = "tcp://127.0.0.1:*";
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "unreachable"));
+    cfg.redis_url = s_redis.url;
+    cfg.group_size = 100;
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "group size"));
+    cfg.group_size = 2;
+    cfg.work_bind = "tcp://127.0.0.1:notaport";
+    cfg.bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg.bus_sub_bind = "tcp://127.0.0.1:*";
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_true(strlen(err) > 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    s_zctx = zmq_ctx_new();
+    return s_zctx && harness_redis_start(&s_redis) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    harness_redis_stop(&s_redis);
+    if (s_open_socks == 0)
+        zmq_ctx_term(s_zctx);
+    return 0;
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(hello_credit_job_result_flow_completes_the_round),
+    cmocka_unit_test(never_more_jobs_in_flight_than_credit),
+    cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
+    cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
+    cmocka_unit_test(result_is_in_redis_before_its_ack_arrives),
+    cmocka_unit_test(expired_lease_requeues_with_higher_epoch_and_late_result_is_refused),
+    cmocka_unit_test(bye_drain_finishes_jobs_and_bye_without_drain_requeues_them),
+    cmocka_unit_test(unknown_actor_gets_error_unknown_actor),
+    cmocka_unit_test(cancel_on_the_bus_drops_queued_jobs_of_the_group),
+    cmocka_unit_test(malformed_messages_get_bad_message_and_the_round_still_completes),
+    cmocka_unit_test(resume_after_a_stop_keeps_every_acknowledged_result),
+    cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),
+    cmocka_unit_test(several_rounds_run_in_order_with_distinct_groups),
+    cmocka_unit_test(task_choice_is_deterministic_and_cycles_the_pool),
+    cmocka_unit_test(bad_configuration_is_refused_with_a_reason),
+};
+
+int main(int argc, char **argv)
+{
+    if (group_setup(NULL) != 0) {
+        fprintf(stderr, "test_coordinator: cannot start redis-server\n");
+        return 1;
+    }
+    int rc = harness_run_("coordinator", tests, SR_ARRAY_LEN(tests), argc, argv);
+    group_teardown(NULL);
+    return rc;
+}

@@ -1,0 +1,693 @@
+/*
+ * test_policy_model.c — the prompt parser, the log-linear model and its version-0 prior, weight
+ * blobs and weight sources.
+ */
+#include "tests/harness.h"
+
+#include "actor/prompt.h"
+#include "common/sr.h"
+#include "env_worker/household.h"
+#include "policy/model.h"
+#include "policy/prior.h"
+#include "policy/prompt_parse.h"
+#include "policy/wsource.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* s_render writes a user message in the default prompt format. hist holds pairs (obs, action). */
+static char *s_render(const char *goal, int n_prev, const char **hist, int n_hist, const char *cur,
+                      const char **acts, int n_acts)
+{
+    size_t cap = 1 << 16;
+    char *b = malloc(cap);
+    size_t o = 0;
+    o += (size_t)snprintf(b + o, cap - o, "Your task is to: %s\n", goal);
+    if (n_hist == 0) {
+        o += (size_t)snprintf(b + o, cap - o, "This is the first step.\n");
+    } else {
+        o += (size_t)snprintf(
+            b + o, cap - o,
+            "Prior to this step, you have already taken %d step(s). Below are the most recent %d "
+            "observations and the corresponding actions you took:\n",
+            n_prev, n_hist);
+        for (int i = 0; i < n_hist; i++) {
+            int k = n_prev - n_hist + i + 1;
+            o += (size_t)snprintf(b + o, cap - o, "[Observation %d: '%s', Action %d: '%s']\n", k,
+                                  hist[2 * i], k, hist[2 * i + 1]);
+        }
+    }
+    o += (size_t)snprintf(b + o, cap - o,
+                          "You are now at step %d and your current observation is: %s\n",
+                          n_prev + 1, cur);
+    o +=
+        (size_t)snprintf(b + o, cap - o, "Your admissible actions of the current situation are: [");
+    for (int i = 0; i < n_acts; i++)
+        o += (size_t)snprintf(b + o, cap - o, "%s'%s'", i ? ", " : "", acts[i]);
+    o += (size_t)snprintf(
+        b + o, cap - o,
+        "].\n\nNow it's your turn to take an action.\nYou should first reason step-by-step about "
+        "the "
+        "current situation. This reasoning process MUST be enclosed within <think> </think> tags.\n"
+        "Once you've finished your reasoning, you should choose an admissible action for current "
+        "step and present it within <action> </action> tags.");
+    return b;
+}
+
+static const char *OPENING =
+    "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly "
+    "around you, you see a cabinet 2, a cabinet 1, a countertop 1, a diningtable 1, a "
+    "fridge 1, a microwave 1, and a sinkbasin 1.\n\nYour task is to: put a clean lettuce in "
+    "diningtable.";
+
+static const char *ACTS1[] = {"go to cabinet 1",     "go to cabinet 2", "go to countertop 1",
+                              "go to diningtable 1", "go to fridge 1",  "go to microwave 1",
+                              "go to sinkbasin 1",   "inventory",       "look"};
+
+static int s_index(const pparse_state_t *st, const char *a)
+{
+    for (int i = 0; i < st->n_actions; i++)
+        if (strcmp(st->actions[i], a) == 0)
+            return i;
+    return -1;
+}
+
+static const char *s_greedy(const model_t *m, const pparse_state_t *st)
+{
+    model_rng_t r;
+    model_rng_seed(&r, 1);
+    model_choice_t c;
+    assert_int_equal(model_choose(m, st, 0, 1, &r, &c), SR_OK);
+    return c.index >= 0 ? st->actions[c.index] : NULL;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+static void goal_templates_parse_to_task_object_and_receptacle(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *goal;
+        pparse_task_t task;
+        const char *obj, *recep;
+    } cases[] = {
+        {"put a apple in fridge.", PPARSE_TASK_PICK, "apple", "fridge"},
+        {"put some spraybottle on toilet.", PPARSE_TASK_PICK, "spraybottle", "toilet"},
+        {"look at bowl under the desklamp.", PPARSE_TASK_LOOK, "bowl", "desklamp"},
+        {"examine the cd with the floorlamp.", PPARSE_TASK_LOOK, "cd", "floorlamp"},
+        {"put a clean lettuce in diningtable.", PPARSE_TASK_CLEAN, "lettuce", "diningtable"},
+        {"clean some knife and put it in countertop.", PPARSE_TASK_CLEAN, "knife", "countertop"},
+        {"put a hot mug in cabinet", PPARSE_TASK_HEAT, "mug", "cabinet"},
+        {"heat some egg and put it in garbagecan.", PPARSE_TASK_HEAT, "egg", "garbagecan"},
+        {"put a cool tomato in microwave.", PPARSE_TASK_COOL, "tomato", "microwave"},
+        {"cool some pan and put it in stoveburner.", PPARSE_TASK_COOL, "pan", "stoveburner"},
+        {"put two cellphone in sofa.", PPARSE_TASK_TWO, "cellphone", "sofa"},
+        {"find two pen and put them in desk.", PPARSE_TASK_TWO, "pen", "desk"},
+    };
+    for (size_t i = 0; i < SR_ARRAY_LEN(cases); i++) {
+        char obj[PPARSE_NAME_MAX], recep[PPARSE_NAME_MAX];
+        assert_int_equal(pparse_goal(cases[i].goal, obj, recep), cases[i].task);
+        assert_string_equal(obj, cases[i].obj);
+        assert_string_equal(recep, cases[i].recep);
+    }
+    char obj[PPARSE_NAME_MAX], recep[PPARSE_NAME_MAX];
+    assert_int_equal(pparse_goal("dance a little.", obj, recep), PPARSE_TASK_UNKNOWN);
+    assert_string_equal(obj, "");
+    assert_string_equal(pparse_task_name(PPARSE_TASK_TWO), "pick_two_obj_and_place");
+    char t[PPARSE_NAME_MAX];
+    assert_int_equal(pparse_type_of("cabinet 13", t, sizeof t), 13);
+    assert_string_equal(t, "cabinet");
+    assert_int_equal(pparse_type_of("look", t, sizeof t), 0);
+    assert_string_equal(t, "look");
+}
+
+static void first_step_prompt_parses_goal_opening_and_actions(void **state)
+{
+    (void)state;
+    char *text = s_render("put a clean lettuce in diningtable.", 0, NULL, 0, OPENING, ACTS1, 9);
+    pparse_state_t st;
+    assert_int_equal(pparse_user_text(text, &st), SR_OK);
+    assert_string_equal(st.goal, "put a clean lettuce in diningtable");
+    assert_int_equal(st.task, PPARSE_TASK_CLEAN);
+    assert_string_equal(st.goal_obj, "lettuce");
+    assert_string_equal(st.goal_recep, "diningtable");
+    assert_int_equal(st.n_prev, 0);
+    assert_int_equal(st.n_hist, 0);
+    assert_string_equal(st.current_obs, OPENING);
+    assert_true(st.found_admissible);
+    assert_int_equal(st.n_actions, 9);
+    assert_string_equal(st.actions[0], "go to cabinet 1");
+    assert_string_equal(st.actions[8], "look");
+    assert_string_equal(st.location, "");
+    assert_string_equal(st.holding, "");
+    pparse_state_clear(&st);
+    free(text);
+}
+
+/* History observations with apostrophes and newlines; the held object seen from "move" actions. */
+static void history_with_apostrophes_and_newlines_parses_by_markers(void **state)
+{
+    (void)state;
+    const char *hist[] = {
+        OPENING,
+        "go to countertop 1",
+        "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a "
+        "tomato 1.",
+        "take lettuce 1 from countertop 1",
+    };
+    const char *acts[] = {"clean lettuce 1 with sinkbasin 1",
+                          "examine lettuce 1",
+                          "go to cabinet 1",
+                          "go to countertop 1",
+                          "move lettuce 1 to sinkbasin 1",
+                          "inventory",
+                          "look"};
+    char *text = s_render(
+        "put a clean lettuce in diningtable.", 5, hist, 2,
+        "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing. There's a 'quote' here.",
+        acts, 7);
+    pparse_state_t st;
+    pparse_user_text(text, &st);
+    assert_int_equal(st.n_prev, 5);
+    assert_int_equal(st.n_hist, 2);
+    assert_string_equal(st.hist[0].obs, OPENING);
+    assert_string_equal(st.hist[0].action, "go to countertop 1");
+    assert_string_equal(st.hist[1].action, "take lettuce 1 from countertop 1");
+    assert_string_equal(st.location, "sinkbasin 1");
+    assert_string_equal(st.prev_location, "countertop 1");
+    assert_string_equal(st.holding, "lettuce 1");
+    assert_false(st.processed);
+    assert_int_equal(st.n_actions, 7);
+    assert_string_equal(st.goal_seen_at, "countertop 1");
+    pparse_state_clear(&st);
+    free(text);
+}
+
+static void closed_receptacle_and_processed_object_are_derived(void **state)
+{
+    (void)state;
+    const char *hist[] = {"You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.",
+                          "clean lettuce 1 with sinkbasin 1",
+                          "You clean the lettuce 1 using the sinkbasin 1.", "go to cabinet 1"};
+    const char *acts[] = {"examine cabinet 1", "go to sinkbasin 1", "open cabinet 1", "inventory",
+                          "look"};
+    char *text = s_render("put a clean lettuce in cabinet.", 7, hist, 2,
+                          "You arrive at cabinet 1. The cabinet 1 is closed.", acts, 5);
+    pparse_state_t st;
+    pparse_user_text(text, &st);
+    assert_string_equal(st.location, "cabinet 1");
+    assert_true(st.at_closed);
+    assert_true(st.processed);
+    assert_string_equal(st.holding, "lettuce 1"); /* one cleans only what one holds */
+    pparse_state_clear(&st);
+    free(text);
+}
+
+static void foreign_prompt_yields_empty_state_not_a_crash(void **state)
+{
+    (void)state;
+    pparse_state_t st;
+    assert_int_equal(pparse_user_text("Hello! What is 2+2? [Observation 3: 'x', Action 9: '", &st),
+                     SR_OK);
+    assert_null(st.goal);
+    assert_int_equal(st.n_actions, 0);
+    assert_false(st.found_admissible);
+    pparse_state_clear(&st);
+    assert_int_equal(pparse_user_text(NULL, &st), SR_EINVAL);
+    /* Truncated admissible list. */
+    pparse_user_text(
+        "Your task is to: put a apple in fridge.\nYour admissible actions of the current situation "
+        "are: ['go to fridge 1', 'loo",
+        &st);
+    assert_int_equal(st.task, PPARSE_TASK_PICK);
+    assert_int_equal(st.n_actions, 1);
+    pparse_state_clear(&st);
+    pparse_state_clear(NULL);
+}
+
+/* ---------------------------------------------------------------- the model */
+
+static model_t *s_prior(uint64_t seed)
+{
+    prior_opts_t o;
+    prior_opts_default(&o);
+    o.seed = seed;
+    model_t *m = prior_build(&o);
+    assert_non_null(m);
+    return m;
+}
+
+static void prior_is_deterministic_per_seed_and_differs_across_seeds(void **state)
+{
+    (void)state;
+    model_t *a = s_prior(7), *b = s_prior(7), *c = s_prior(8);
+    assert_int_equal(model_version(a), 0);
+    assert_memory_equal(model_weights(a), model_weights(b), MODEL_DIM * sizeof(float));
+    assert_memory_not_equal(model_weights(a), model_weights(c), MODEL_DIM * sizeof(float));
+    model_destroy(&a);
+    model_destroy(&b);
+    model_destroy(&c);
+    assert_null(a);
+    model_destroy(NULL);
+    assert_true(prior_likelihood("apple", "fridge") > prior_likelihood("apple", "bed"));
+    assert_true(prior_likelihood("mug", "coffeemachine") == 1.0);
+    assert_true(prior_likelihood("unobtainium", "shelf") == 0);
+    /* Feature hashing merges a few hand-set weights; keep that rare (about 700 non-zero names, 2^18
+     * buckets). */
+    assert_true(prior_collisions() <= 8);
+}
+
+/* s_common_sense_hits counts six common-sense greedy choices a model makes: with the goal object in
+ * view, take it; at a closed receptacle, open it; holding a lettuce to clean, go to the sinkbasin
+ * and clean it; cleaned, go to the goal receptacle and put it there. */
+static int s_common_sense_hits(const model_t *m)
+{
+    int hits = 0;
+    {
+        pparse_state_t st;
+        char *t;
+
+        const char *a1[] = {"go to cabinet 1",
+                            "go to fridge 1",
+                            "go to sinkbasin 1",
+                            "take lettuce 1 from countertop 1",
+                            "take tomato 1 from countertop 1",
+                            "examine countertop 1",
+                            "inventory",
+                            "look"};
+        t = s_render(
+            "put a clean lettuce in diningtable.", 0, NULL, 0,
+            "You arrive at countertop 1. On the countertop 1, you see a lettuce 1, and a tomato 1.",
+            a1, 8);
+        pparse_user_text(t, &st);
+        hits += strcmp(s_greedy(m, &st), "take lettuce 1 from countertop 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+
+        const char *a2[] = {"examine cabinet 1",
+                            "go to cabinet 2",
+                            "go to countertop 1",
+                            "go to fridge 1",
+                            "open cabinet 1",
+                            "inventory",
+                            "look"};
+        t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
+                     "You arrive at cabinet 1. The cabinet 1 is closed.", a2, 7);
+        pparse_user_text(t, &st);
+        hits += strcmp(s_greedy(m, &st), "open cabinet 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+
+        const char *hist3[] = {
+            "You arrive at countertop 1. On the countertop 1, you see a lettuce 1.",
+            "take lettuce 1 from countertop 1"};
+        const char *a3[] = {"examine lettuce 1",   "go to cabinet 1",
+                            "go to diningtable 1", "go to fridge 1",
+                            "go to sinkbasin 1",   "move lettuce 1 to countertop 1",
+                            "inventory",           "look"};
+        t = s_render("put a clean lettuce in diningtable.", 3, hist3, 1,
+                     "You pick up the lettuce 1 from the countertop 1.", a3, 8);
+        pparse_user_text(t, &st);
+        assert_string_equal(st.holding, "lettuce 1");
+        hits += strcmp(s_greedy(m, &st), "go to sinkbasin 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+
+        const char *a4[] = {"clean lettuce 1 with sinkbasin 1",
+                            "examine lettuce 1",
+                            "go to diningtable 1",
+                            "go to fridge 1",
+                            "move lettuce 1 to sinkbasin 1",
+                            "inventory",
+                            "look"};
+        t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
+                     "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.", a4, 7);
+        pparse_user_text(t, &st);
+        hits += strcmp(s_greedy(m, &st), "clean lettuce 1 with sinkbasin 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+
+        const char *a5[] = {"clean lettuce 1 with sinkbasin 1",
+                            "examine lettuce 1",
+                            "go to cabinet 1",
+                            "go to diningtable 1",
+                            "go to fridge 1",
+                            "move lettuce 1 to sinkbasin 1",
+                            "inventory",
+                            "look"};
+        t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0,
+                     "You clean the lettuce 1 using the sinkbasin 1.", a5, 8);
+        pparse_user_text(t, &st);
+        assert_true(st.processed);
+        hits += strcmp(s_greedy(m, &st), "go to diningtable 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+
+        const char *a6[] = {
+            "examine diningtable 1",           "go to cabinet 1", "go to sinkbasin 1",
+            "move lettuce 1 to diningtable 1", "inventory",       "look"};
+        const char *hist6[] = {"You clean the lettuce 1 using the sinkbasin 1.",
+                               "go to diningtable 1"};
+        t = s_render("put a clean lettuce in diningtable.", 6, hist6, 1,
+                     "You arrive at diningtable 1. On the diningtable 1, you see a fork 1.", a6, 6);
+        pparse_user_text(t, &st);
+        hits += strcmp(s_greedy(m, &st), "move lettuce 1 to diningtable 1") == 0;
+        pparse_state_clear(&st);
+        free(t);
+    }
+    return hits;
+}
+
+/* Without noise the prior makes all six common-sense choices; with the default noise, seeded
+ * quirks may overturn a close call now and then, but not common sense as a whole. */
+static void prior_greedy_choices_follow_common_sense(void **state)
+{
+    (void)state;
+    prior_opts_t o;
+    prior_opts_default(&o);
+    o.noise = 0;
+    o.idio = 0;
+    model_t *m = prior_build(&o);
+    assert_int_equal(s_common_sense_hits(m), 6);
+    model_destroy(&m);
+    int hits = 0;
+    for (uint64_t seed = 0; seed < 20; seed++) {
+        m = s_prior(seed);
+        hits += s_common_sense_hits(m);
+        model_destroy(&m);
+    }
+    print_message("common-sense choices with noise: %d of 120\n", hits);
+    assert_true(hits >= 108);
+}
+
+/* Confident like an LLM: at T = 0.7 the favourite carries most of the probability when the
+ * situation is clear; searching, it still prefers the likely receptacle type. */
+static void prior_is_confident_at_temperature_0_7(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(3);
+    const char *a[] = {"go to cabinet 1",
+                       "go to countertop 1",
+                       "go to fridge 1",
+                       "go to sinkbasin 1",
+                       "take apple 1 from diningtable 1",
+                       "examine diningtable 1",
+                       "inventory",
+                       "look"};
+    char *t =
+        s_render("put a hot apple in countertop.", 0, NULL, 0,
+                 "You arrive at diningtable 1. On the diningtable 1, you see a apple 1.", a, 8);
+    pparse_state_t st;
+    pparse_user_text(t, &st);
+    double p[8];
+    assert_int_equal(model_probs(m, &st, 0.7, p), 8);
+    double sum = 0;
+    for (int i = 0; i < 8; i++)
+        sum += p[i];
+    assert_true(fabs(sum - 1) < 1e-9);
+    assert_true(p[s_index(&st, "take apple 1 from diningtable 1")] > 0.8);
+    pparse_state_clear(&st);
+    free(t);
+
+    /* Searching for an apple from the middle of the room: fridge or countertop before the bed. */
+    const char *b[] = {"go to bed 1",  "go to countertop 1", "go to fridge 1",
+                       "go to sofa 1", "inventory",          "look"};
+    t = s_render("put a hot apple in countertop.", 0, NULL, 0, OPENING, b, 6);
+    pparse_user_text(t, &st);
+    assert_int_equal(model_probs(m, &st, 0.7, p), 6);
+    assert_true(p[1] + p[2] > 0.8);
+    pparse_state_clear(&st);
+    free(t);
+    model_destroy(&m);
+}
+
+static void sampling_is_reproducible_greedy_at_zero_and_top_p_cuts_the_tail(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(1);
+    char *t = s_render("put a apple in fridge.", 0, NULL, 0, OPENING, ACTS1, 9);
+    pparse_state_t st;
+    pparse_user_text(t, &st);
+    int first[64], again[64];
+    model_rng_t r1, r2;
+    model_rng_seed(&r1, 99);
+    model_rng_seed(&r2, 99);
+    int distinct = 0;
+    for (int i = 0; i < 64; i++) {
+        model_choice_t c1, c2;
+        model_choose(m, &st, 2.0, 1.0, &r1, &c1);
+        model_choose(m, &st, 2.0, 1.0, &r2, &c2);
+        first[i] = c1.index;
+        again[i] = c2.index;
+        assert_true(c1.logprob <= 0 && fabs(exp(c1.logprob) - c1.prob) < 1e-12);
+        if (i && first[i] != first[0])
+            distinct = 1;
+    }
+    assert_memory_equal(first, again, sizeof first);
+    assert_true(distinct); /* at T = 2 it does sample */
+
+    double logits[9];
+    model_logits(m, &st, logits);
+    int best = 0;
+    for (int i = 1; i < 9; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    for (int i = 0; i < 20; i++) {
+        model_choice_t c;
+        model_choose(m, &st, 0, 1, &r1, &c);
+        assert_int_equal(c.index, best);
+        model_choose(m, &st, 1.0, 1e-6, &r1, &c); /* nucleus of one */
+        assert_int_equal(c.index, best);
+    }
+    model_choice_t c;
+    assert_int_equal(model_choose(m, &st, -1, 1, &r1, &c), SR_EINVAL);
+    assert_int_equal(model_choose(m, &st, 1, 0, &r1, &c), SR_EINVAL);
+    pparse_state_clear(&st);
+    pparse_user_text("no admissible list here", &st);
+    assert_int_equal(model_choose(m, &st, 1, 1, &r1, &c), SR_OK);
+    assert_int_equal(c.index, -1);
+    pparse_state_clear(&st);
+    free(t);
+    model_destroy(&m);
+}
+
+/* d log pi(a|s) / d w against central finite differences on the weights a state touches. */
+static void grad_logprob_matches_finite_differences(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(4);
+    char *t = s_render("put a clean lettuce in diningtable.", 0, NULL, 0, OPENING, ACTS1, 9);
+    pparse_state_t st;
+    pparse_user_text(t, &st);
+    const double T = 0.7;
+    int a = 2;
+    float *g = calloc(MODEL_DIM, sizeof(float));
+    assert_int_equal(model_grad_logprob(m, &st, a, T, 1.0, g), SR_OK);
+    model_feat_t f[MODEL_MAX_FEATS];
+    int checked = 0;
+    for (int i = 0; i < st.n_actions; i++) {
+        int nf = model_features(&st, i, f, MODEL_MAX_FEATS);
+        assert_true(nf >= 2);
+        for (int k = 0; k < nf; k++) {
+            float *w = &model_weights(m)[f[k].idx];
+            float keep = *w;
+            double p[9], lp_plus, lp_minus, h = 1e-3;
+            *w = keep + (float)h;
+            model_probs(m, &st, T, p);
+            lp_plus = log(p[a]);
+            *w = keep - (float)h;
+            model_probs(m, &st, T, p);
+            lp_minus = log(p[a]);
+            *w = keep;
+            double num = (lp_plus - lp_minus) / (2 * h);
+            assert_true(fabs(num - g[f[k].idx]) < 1e-3);
+            checked++;
+        }
+    }
+    assert_true(checked > 10);
+    assert_int_equal(model_grad_logprob(m, &st, 99, T, 1.0, g), SR_EINVAL);
+    assert_int_equal(model_grad_logprob(m, &st, 0, 0, 1.0, g), SR_EINVAL);
+    free(g);
+    pparse_state_clear(&st);
+    free(t);
+    model_destroy(&m);
+}
+
+static void blob_round_trips_and_corruption_is_refused(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(5);
+    model_set_version(m, 12);
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(model_to_blob(m, &blob, &len), SR_OK);
+    char err[128];
+    model_t *back = model_from_blob(blob, len, err, sizeof err);
+    assert_non_null(back);
+    assert_int_equal(model_version(back), 12);
+    assert_memory_equal(model_weights(m), model_weights(back), MODEL_DIM * sizeof(float));
+    model_destroy(&back);
+
+    blob[100] ^= 1;
+    assert_null(model_from_blob(blob, len, err, sizeof err));
+    assert_string_equal(err, "weights blob checksum mismatch");
+    blob[100] ^= 1;
+    assert_null(model_from_blob(blob, len - 1, err, sizeof err));
+    assert_null(model_from_blob(blob, 3, err, sizeof err));
+    assert_null(model_from_blob(NULL, 0, NULL, 0));
+    blob[0] = 'X';
+    assert_null(model_from_blob(blob, len, err, sizeof err));
+    assert_string_equal(err, "weights blob has no SRPW magic");
+    free(blob);
+
+    model_t *c = model_clone(m);
+    assert_memory_equal(model_weights(m), model_weights(c), MODEL_DIM * sizeof(float));
+    model_destroy(&c);
+    model_destroy(&m);
+}
+
+static void weight_sources_serve_versions_from_memory_and_files(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(6);
+    model_set_version(m, 3);
+    uint8_t *blob, *got;
+    size_t len, glen;
+    model_to_blob(m, &blob, &len);
+
+    wsource_t *mem = wsource_new_mem();
+    assert_int_equal(wsource_fetch(mem, 3, &got, &glen), SR_ENOTFOUND);
+    assert_int_equal(wsource_mem_put(mem, 3, blob, len), SR_OK);
+    assert_int_equal(wsource_mem_put(mem, 3, blob, len), SR_OK); /* replaces */
+    assert_int_equal(wsource_fetch(mem, 3, &got, &glen), SR_OK);
+    assert_int_equal(glen, len);
+    assert_memory_equal(got, blob, len);
+    free(got);
+    wsource_destroy(&mem);
+    assert_null(mem);
+
+    char dir[] = "/tmp/srpolicy.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/weights-v3.bin", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(blob, 1, len, f);
+    fclose(f);
+    wsource_t *d = wsource_new_dir(dir);
+    assert_int_equal(wsource_fetch(d, 4, &got, &glen), SR_ENOTFOUND);
+    assert_int_equal(wsource_fetch(d, 3, &got, &glen), SR_OK);
+    model_t *back = model_from_blob(got, glen, NULL, 0);
+    assert_non_null(back);
+    assert_int_equal(model_version(back), 3);
+    assert_int_equal(wsource_mem_put(d, 1, blob, len), SR_EINVAL);
+    model_destroy(&back);
+    free(got);
+    wsource_destroy(&d);
+    unlink(path);
+    rmdir(dir);
+    free(blob);
+    model_destroy(&m);
+}
+
+/* The contract with the actor: prompts rendered by actor/prompt.c for real household episodes
+ * parse back to the goal, the visible history actions, the current observation and the
+ * admissible list (without "help"), step after step. */
+static void actor_rendered_household_prompts_parse_back_exactly(void **state)
+{
+    (void)state;
+    char err[128];
+    prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);
+    assert_non_null(tmpl);
+    model_t *m = s_prior(2);
+    model_rng_t rng;
+    model_rng_seed(&rng, 5);
+    for (int task = 0; task < 12; task++) {
+        char id[64];
+        snprintf(id, sizeof id, "household/train/%d", task);
+        household_t *env = household_new(id, 12, err, sizeof err);
+        assert_non_null(env);
+        env_obs_t obs;
+        household_reset(env, &obs);
+        char *goal = strdup(obs.goal);
+        prompt_turn_t hist[16];
+        size_t nh = 0;
+        char *cur = strdup(obs.text);
+        while (!obs.done) {
+            prompt_state_t ps = {.goal = goal,
+                                 .history = hist,
+                                 .n_history = nh,
+                                 .current_obs = cur,
+                                 .admissible = obs.admissible,
+                                 .n_admissible = obs.n_admissible};
+            prompt_messages_t msgs = {0};
+            assert_int_equal(prompt_render(tmpl, &ps, &msgs), SR_OK);
+            pparse_state_t st;
+            pparse_user_text(msgs.user, &st);
+            char g[256];
+            snprintf(g, sizeof g, "%s", goal);
+            g[strlen(g) - 1] = '\0'; /* the parser drops the final period */
+            assert_string_equal(st.goal, g);
+            assert_int_not_equal(st.task, PPARSE_TASK_UNKNOWN);
+            assert_string_equal(st.current_obs, cur);
+            assert_int_equal(st.n_prev, (int)nh);
+            size_t shown = nh < 2 ? nh : 2;
+            assert_int_equal(st.n_hist, (int)shown);
+            for (size_t i = 0; i < shown; i++) {
+                assert_string_equal(st.hist[i].action, hist[nh - shown + i].action);
+                assert_string_equal(st.hist[i].obs, hist[nh - shown + i].obs);
+            }
+            size_t k = 0;
+            for (size_t i = 0; i < obs.n_admissible; i++) {
+                if (strcmp(obs.admissible[i], "help") == 0)
+                    continue;
+                assert_true((int)k < st.n_actions);
+                assert_string_equal(st.actions[k], obs.admissible[i]);
+                k++;
+            }
+            assert_int_equal(st.n_actions, (int)k);
+            model_choice_t ch;
+            model_choose(m, &st, 0.7, 1.0, &rng, &ch);
+            assert_true(ch.index >= 0);
+            char *action = strdup(st.actions[ch.index]);
+            pparse_state_clear(&st);
+            prompt_messages_clear(&msgs);
+            hist[nh].obs = cur;
+            hist[nh].action = action;
+            nh++;
+            household_step(env, action, &obs);
+            cur = strdup(obs.text);
+        }
+        for (size_t i = 0; i < nh; i++) {
+            free((char *)hist[i].obs);
+            free((char *)hist[i].action);
+        }
+        free(cur);
+        free(goal);
+        household_destroy(&env);
+    }
+    model_destroy(&m);
+    prompt_destroy(&tmpl);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(goal_templates_parse_to_task_object_and_receptacle),
+        cmocka_unit_test(first_step_prompt_parses_goal_opening_and_actions),
+        cmocka_unit_test(history_with_apostrophes_and_newlines_parses_by_markers),
+        cmocka_unit_test(closed_receptacle_and_processed_object_are_derived),
+        cmocka_unit_test(foreign_prompt_yields_empty_state_not_a_crash),
+        cmocka_unit_test(prior_is_deterministic_per_seed_and_differs_across_seeds),
+        cmocka_unit_test(prior_greedy_choices_follow_common_sense),
+        cmocka_unit_test(prior_is_confident_at_temperature_0_7),
+        cmocka_unit_test(sampling_is_reproducible_greedy_at_zero_and_top_p_cuts_the_tail),
+        cmocka_unit_test(grad_logprob_matches_finite_differences),
+        cmocka_unit_test(blob_round_trips_and_corruption_is_refused),
+        cmocka_unit_test(weight_sources_serve_versions_from_memory_and_files),
+        cmocka_unit_test(actor_rendered_household_prompts_parse_back_exactly),
+    };
+    return harness_run_("policy_model", tests, SR_ARRAY_LEN(tests), argc, argv);
+}

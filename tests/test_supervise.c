@@ -1,0 +1,265 @@
+/*
+ * test_supervise.c — child supervision with real processes (/bin/sh): log files, a child that
+ * finishes, restarts after kill -9 and after crashes with a growing back-off, the restart limit,
+ * a program that cannot run, and graceful stop with SIGKILL for a child that ignores SIGTERM.
+ */
+#include "tests/harness.h"
+#include "common/log.h"
+#include "coordinator/supervise.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct {
+    char dir[256];
+} fix_t;
+
+static int setup(void **state)
+{
+    log_set_level(LOG_ERROR);
+    fix_t *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/selroll-supervise-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0)
+        return -1;
+    free(f);
+    return 0;
+}
+
+static supervise_t *s_sup(fix_t *f, int64_t backoff_min, int max_restarts)
+{
+    supervise_opts_t o;
+    supervise_opts_init(&o);
+    o.backoff_min_ms = backoff_min;
+    o.backoff_max_ms = backoff_min * 4;
+    o.max_restarts = max_restarts;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/logs/children", f->dir);
+    supervise_t *s = supervise_new(dir, &o);
+    assert_non_null(s);
+    return s;
+}
+
+/* s_poll_until polls until pred(s) or timeout; returns pred's last value. */
+static bool s_poll_until(supervise_t *s, bool (*pred)(supervise_t *, const char *),
+                         const char *name, int64_t timeout_ms)
+{
+    int64_t end = harness_now_ms() + timeout_ms;
+    for (;;) {
+        supervise_poll(s);
+        if (pred(s, name))
+            return true;
+        if (harness_now_ms() >= end)
+            return false;
+        usleep(5000);
+    }
+}
+
+static bool s_is_finished(supervise_t *s, const char *name)
+{
+    return supervise_finished(s, name);
+}
+
+static bool s_is_down(supervise_t *s, const char *name)
+{
+    return supervise_pid(s, name) == 0;
+}
+
+static int s_restarts_at_least;
+static bool s_has_restarts(supervise_t *s, const char *name)
+{
+    return supervise_restarts(s, name) >= s_restarts_at_least && supervise_pid(s, name) > 0;
+}
+
+static void s_read(const char *path, char *buf, size_t len)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t n = fread(buf, 1, len - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+}
+
+/* s_wait_log waits until the log at path holds `needle` at least `count` times. */
+static bool s_wait_log(const char *path, const char *needle, int count)
+{
+    int64_t end = harness_now_ms() + 3000;
+    while (harness_now_ms() < end) {
+        char buf[1024] = "";
+        FILE *fp = fopen(path, "r");
+        if (fp) {
+            size_t n = fread(buf, 1, sizeof buf - 1, fp);
+            buf[n] = '\0';
+            fclose(fp);
+        }
+        int seen = 0;
+        for (char *p = strstr(buf, needle); p; p = strstr(p + 1, needle))
+            seen++;
+        if (seen >= count)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
+static void finished_child_stays_down_and_logs_to_its_file(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 50, -1);
+    char *argv[] = {"/bin/sh", "-c", "echo out-line; echo err-line >&2", NULL};
+    assert_int_equal(supervise_add(s, "job", argv, true), SR_OK);
+    assert_true(supervise_pid(s, "job") > 0);
+    assert_true(s_poll_until(s, s_is_finished, "job", 3000));
+    usleep(150000);
+    supervise_poll(s);
+    assert_int_equal(supervise_restarts(s, "job"), 0);
+    assert_int_equal(supervise_pid(s, "job"), 0);
+    int st = supervise_last_status(s, "job");
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char path[512], buf[256];
+    assert_int_equal(supervise_log_path(s, "job", path, sizeof path), SR_OK);
+    s_read(path, buf, sizeof buf);
+    assert_non_null(strstr(buf, "out-line"));
+    assert_non_null(strstr(buf, "err-line"));
+    /* Names are unique and plain. */
+    assert_int_equal(supervise_add(s, "job", argv, true), SR_EINVAL);
+    assert_int_equal(supervise_add(s, "a/b", argv, true), SR_EINVAL);
+    assert_int_equal(supervise_add(s, "", argv, true), SR_EINVAL);
+    assert_int_equal(supervise_restarts(s, "nobody"), -1);
+    supervise_destroy(&s);
+    assert_null(s);
+    supervise_destroy(&s);
+}
+
+static void killed_child_is_restarted_with_a_new_pid(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 50, -1);
+    char *argv[] = {"/bin/sh", "-c", "echo started; exec sleep 30", NULL};
+    assert_int_equal(supervise_add(s, "sleeper", argv, true), SR_OK);
+    pid_t first = supervise_pid(s, "sleeper");
+    assert_true(first > 0);
+    char path[512];
+    supervise_log_path(s, "sleeper", path, sizeof path);
+    assert_true(s_wait_log(path, "started", 1));
+    assert_int_equal(supervise_signal(s, "sleeper", SIGKILL), SR_OK);
+    s_restarts_at_least = 1;
+    assert_true(s_poll_until(s, s_has_restarts, "sleeper", 3000));
+    pid_t second = supervise_pid(s, "sleeper");
+    assert_true(second > 0 && second != first);
+    int st = supervise_last_status(s, "sleeper");
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* Both runs wrote to the same log. */
+    assert_true(s_wait_log(path, "started", 2));
+    assert_int_equal(supervise_stop_all(s, 2000), 0); /* sleep dies on SIGTERM */
+    assert_int_equal(supervise_pid(s, "sleeper"), 0);
+    supervise_destroy(&s);
+}
+
+static void crashing_child_backs_off_and_respects_the_limit(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 60, 3);
+    char *argv[] = {"/bin/sh", "-c", "exit 3", NULL};
+    int64_t t0 = harness_now_ms();
+    assert_int_equal(supervise_add(s, "crash", argv, true), SR_OK);
+    /* Delays 60, 120, 240 ms: three restarts take at least 420 ms, then it stays down. */
+    s_restarts_at_least = 3;
+    int64_t end = t0 + 5000;
+    while (supervise_restarts(s, "crash") < 3 && harness_now_ms() < end) {
+        supervise_poll(s);
+        usleep(2000);
+    }
+    assert_int_equal(supervise_restarts(s, "crash"), 3);
+    assert_true(harness_now_ms() - t0 >= 420);
+    assert_true(s_poll_until(s, s_is_down, "crash", 3000));
+    usleep(600000);
+    supervise_poll(s);
+    assert_int_equal(supervise_restarts(s, "crash"), 3);
+    assert_int_equal(supervise_pid(s, "crash"), 0);
+    int st = supervise_last_status(s, "crash");
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    assert_false(supervise_finished(s, "crash"));
+    supervise_destroy(&s);
+}
+
+static void missing_program_exits_127_and_is_not_restarted_without_restart(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 50, -1);
+    char *argv[] = {"/nonexistent/selroll-none", NULL};
+    assert_int_equal(supervise_add(s, "ghost", argv, false), SR_OK);
+    assert_true(s_poll_until(s, s_is_down, "ghost", 3000));
+    int st = supervise_last_status(s, "ghost");
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 127);
+    usleep(150000);
+    supervise_poll(s);
+    assert_int_equal(supervise_restarts(s, "ghost"), 0);
+    char path[512], buf[256];
+    supervise_log_path(s, "ghost", path, sizeof path);
+    s_read(path, buf, sizeof buf);
+    assert_non_null(strstr(buf, "cannot execute"));
+    supervise_destroy(&s);
+}
+
+static void stop_kills_a_child_that_ignores_sigterm(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 50, -1);
+    char *stubborn[] = {"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+                        NULL};
+    char *polite[] = {"/bin/sh", "-c", "exec sleep 30", NULL};
+    assert_int_equal(supervise_add(s, "stubborn", stubborn, true), SR_OK);
+    assert_int_equal(supervise_add(s, "polite", polite, true), SR_OK);
+    /* Let the trap be installed. */
+    char path[512];
+    supervise_log_path(s, "stubborn", path, sizeof path);
+    assert_true(s_wait_log(path, "ready", 1));
+    /* One child alone first: the polite one stops within the grace. */
+    assert_int_equal(supervise_stop(s, "polite", 1000), SR_OK);
+    assert_int_equal(supervise_pid(s, "polite"), 0);
+    assert_true(supervise_pid(s, "stubborn") > 0);
+    int64_t t0 = harness_now_ms();
+    assert_int_equal(supervise_stop_all(s, 300), 1);
+    int64_t took = harness_now_ms() - t0;
+    assert_true(took >= 300 && took < 2000);
+    assert_int_equal(supervise_pid(s, "stubborn"), 0);
+    int st = supervise_last_status(s, "stubborn");
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* Stopped children are not restarted. */
+    usleep(150000);
+    supervise_poll(s);
+    assert_int_equal(supervise_pid(s, "stubborn"), 0);
+    assert_int_equal(supervise_pid(s, "polite"), 0);
+    assert_int_equal(supervise_stop(s, "nobody", 10), SR_ENOTFOUND);
+    supervise_destroy(&s);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(finished_child_stays_down_and_logs_to_its_file, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(killed_child_is_restarted_with_a_new_pid, setup, teardown),
+        cmocka_unit_test_setup_teardown(crashing_child_backs_off_and_respects_the_limit, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            missing_program_exits_127_and_is_not_restarted_without_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(stop_kills_a_child_that_ignores_sigterm, setup, teardown),
+    };
+    return harness_run_("supervise", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
