@@ -2,7 +2,9 @@
  * test_actor.c — the rollout actor over real sockets: a scripted coordinator in the test (a ROUTER
  * speaking the work protocol, a bus proxy, a SUB that watches ACTIONs and a PUB that sends
  * CANCELs), the real env worker (env_worker.h) in a thread of this process serving the
- * household environment, and a policy over HTTP (libmicrohttpd) on a free loopback port. The actor runs
+ * household environment, and a policy over HTTP: a scripted one (libmicrohttpd, always "look",
+ * with a chosen delay) where a test needs exact answers, the real built-in policy server
+ * (policy/server.h) otherwise. The actor runs
  * in its own thread, exactly as `selroll actor` runs it.
  */
 #include "tests/harness.h"
@@ -13,6 +15,7 @@
 #include "common/sr.h"
 #include "common/transport.h"
 #include "env_worker/env_worker.h"
+#include "policy/server.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -1044,6 +1047,139 @@ static void test_record_messages_keeps_the_prompt_of_each_step(void **state)
     s_fx_fini(&f);
 }
 
+/* ---- against the real policy server ---------------------------------------------------------- */
+
+static policy_server_t *s_policy_real(bool cost_model, double time_scale, char *url, size_t n)
+{
+    policy_server_opts_t o;
+    policy_server_opts_default(&o);
+    o.port = 0;
+    o.cost_model = cost_model;
+    o.engine.time_scale = time_scale;
+    char err[256];
+    policy_server_t *p = policy_server_new(&o, err, sizeof err);
+    if (!p)
+        fail_msg("policy_server_new: %s", err);
+    snprintf(url, n, "http://127.0.0.1:%d", policy_server_port(p));
+    return p;
+}
+
+/* Against the real policy server and the real env worker: every step's action is an admissible
+ * one parsed from a well-formed answer, tokens are counted, RESULTs carry every step and the
+ * ACTIONs come in order, the last one ended. */
+static void test_episodes_against_the_policy_server(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    char url[64];
+    policy_server_t *ps = s_policy_real(false, 1, url, sizeof url);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 4);
+    c.policy_url = url;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    for (int t = 0; t < 4; t++)
+        s_co_job(&f, "r0000-g0000", t, 4, 20, 0);
+    int64_t n_steps[4] = {0};
+    int won = 0;
+    for (int n = 0; n < 4; n++) {
+        proto_msg_t m;
+        s_co_expect(&f, PROTO_RESULT, 8000, &m);
+        proto_result_t *r = &m.u.result;
+        assert_true(strcmp(r->status, "done") == 0 || strcmp(r->status, "truncated") == 0);
+        assert_true(r->n_steps >= 1 && r->n_steps <= 20);
+        assert_int_equal(r->steps_len, (size_t)r->n_steps);
+        assert_int_equal(r->llm_calls, r->n_steps);
+        assert_true(r->prompt_tokens > 0 && r->completion_tokens > 0);
+        for (size_t i = 0; i < r->steps_len; i++) {
+            proto_result_step_t *st = &r->steps[i];
+            assert_true(strlen(st->action) > 0);
+            assert_non_null(strstr(st->raw, "<action>"));
+            assert_false(st->format_error);
+            assert_true(st->prompt_tokens > 0 && st->completion_tokens > 0);
+            assert_int_equal(st->done, i + 1 == r->steps_len);
+        }
+        if (strcmp(r->status, "done") == 0) {
+            assert_true(r->won);
+            won++;
+        }
+        n_steps[r->traj] = r->n_steps;
+        s_co_ack(&f, r, true);
+        proto_msg_clear(&m);
+    }
+    int next[4] = {1, 1, 1, 1};
+    int64_t total = n_steps[0] + n_steps[1] + n_steps[2] + n_steps[3];
+    for (int64_t n = 0; n < total; n++) {
+        proto_msg_t m;
+        assert_true(s_recv_action(&f, &m, 2000, NULL, 0));
+        int t = (int)m.u.action.traj;
+        assert_int_equal(m.u.action.step, next[t]++);
+        assert_int_equal(m.u.action.ended, m.u.action.step == n_steps[t]);
+        proto_msg_clear(&m);
+    }
+    print_message("policy server: 4 episodes, %lld steps, %d won\n", (long long)total, won);
+    s_fx_fini(&f);
+    policy_server_destroy(&ps);
+}
+
+/* CANCEL while the real policy server is generating: the actor's requests are aborted and the
+ * server sees the disconnects (its engine counts aborted requests). */
+static void test_cancel_aborts_requests_at_the_policy_server(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    char url[64];
+    policy_server_t *ps = s_policy_real(true, 10, url, sizeof url); /* ~0.2 s per answer */
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 4);
+    c.policy_url = url;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    for (int t = 0; t < 4; t++)
+        s_co_job(&f, "r0000-g0005", t, 4, 50, 0);
+    proto_msg_t m;
+    assert_true(s_recv_action(&f, &m, 8000, NULL, 0));
+    proto_msg_clear(&m);
+    proto_msg_t cm;
+    proto_msg_init(&cm, PROTO_CANCEL);
+    cm.u.cancel.run = "t";
+    cm.u.cancel.group = "r0000-g0005";
+    cm.u.cancel.step = 1;
+    cm.u.cancel.reason = "converged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&cm, &b), SR_OK);
+    int64_t t0 = clock_mono_us();
+    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+    int64_t worst = 0;
+    for (int n = 0; n < 4; n++) {
+        s_co_expect(&f, PROTO_RESULT, 2000, &m);
+        assert_string_equal(m.u.result.status, "cancelled");
+        worst = clock_mono_us() - t0;
+        proto_msg_clear(&m);
+    }
+    print_message("cancel with requests in flight at the policy server: all 4 RESULTs in %lld us\n",
+                  (long long)worst);
+    assert_true(worst < 200 * 1000);
+    engine_stats_t es;
+    int64_t deadline = harness_now_ms() + 3000;
+    do {
+        policy_server_engine_stats(ps, &es);
+        if (es.aborted >= 1)
+            break;
+        usleep(10000);
+    } while (harness_now_ms() < deadline);
+    assert_true(es.aborted >= 1);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.llm_aborted >= 1 && st.episodes_cancelled == 4);
+    assert_true(st.llm_aborted >= 1);
+    assert_int_equal(st.episodes_cancelled, 4);
+    s_fx_fini(&f);
+    policy_server_destroy(&ps);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1064,6 +1200,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sigterm_with_drain_on_term_drains),
         cmocka_unit_test(test_stop_says_bye_and_closes_sessions),
         cmocka_unit_test(test_record_messages_keeps_the_prompt_of_each_step),
+        cmocka_unit_test(test_episodes_against_the_policy_server),
+        cmocka_unit_test(test_cancel_aborts_requests_at_the_policy_server),
     };
     return harness_run_("actor", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
