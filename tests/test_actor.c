@@ -998,15 +998,29 @@ static void test_sigterm_with_drain_on_term_drains(void **state)
     s_fx_fini(&f);
 }
 
-/* actor_stop leaves at once: running episodes are dropped (their sessions closed) and the
- * coordinator is told BYE drain=false. */
-static void test_stop_says_bye_and_closes_sessions(void **state)
+/* Heartbeats carry the running job's lease; actor_stop leaves at once: running episodes are
+ * dropped (their sessions closed) and the coordinator is told BYE drain=false. */
+static void test_heartbeat_leases_then_stop_says_bye_and_closes_sessions(void **state)
 {
     fx_t f;
     s_start_welcomed(&f, 1, 50, 10000);
-    s_co_job(&f, "r0000-g0000", 0, 1, 50, 0);
+    s_co_job(&f, "r0000-g0000", 0, 1, 50, 3);
     proto_msg_t m;
     assert_true(s_recv_action(&f, &m, 3000, NULL, 0));
+    proto_msg_clear(&m);
+    /* While it runs, heartbeats renew its lease (the one sent at WELCOME had none). */
+    do {
+        s_co_expect(&f, PROTO_HEARTBEAT, 2000, &m);
+        if (m.u.heartbeat.leases_len > 0)
+            break;
+        proto_msg_clear(&m);
+    } while (1);
+    assert_string_equal(m.u.heartbeat.actor_id, "test-actor");
+    assert_int_equal(m.u.heartbeat.running, 1);
+    assert_int_equal(m.u.heartbeat.free, 0);
+    assert_int_equal(m.u.heartbeat.leases_len, 1);
+    assert_string_equal(m.u.heartbeat.leases[0].job_id, "r0000-g0000/t0");
+    assert_int_equal(m.u.heartbeat.leases[0].epoch, 3);
     proto_msg_clear(&m);
     actor_stop(f.a);
     s_fx_join(&f);
@@ -1198,7 +1212,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),
         cmocka_unit_test(test_sigterm_with_drain_on_term_drains),
-        cmocka_unit_test(test_stop_says_bye_and_closes_sessions),
+        cmocka_unit_test(test_heartbeat_leases_then_stop_says_bye_and_closes_sessions),
         cmocka_unit_test(test_record_messages_keeps_the_prompt_of_each_step),
         cmocka_unit_test(test_episodes_against_the_policy_server),
         cmocka_unit_test(test_cancel_aborts_requests_at_the_policy_server),
