@@ -3,13 +3,13 @@
  */
 #include "common/cmds.h"
 
+#include "common/config.h"
 #include "common/sr.h"
 #include "policy/server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,238 +19,135 @@
 #include <time.h>
 #include <zmq.h>
 
-static const char S_USAGE[] =
-    "usage: selroll policy-server [options]\n"
-    "The built-in policy behind an OpenAI-compatible HTTP API, with an inference-engine cost "
-    "model.\n"
-    "Routes: POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics "
-    "(docs/policy.md).\n"
-    "\n"
-    "  --listen HOST:PORT     address to listen on (default 127.0.0.1:8000; port 0 = any)\n"
-    "  --seed N               seed of version 0 of the weights (default 0)\n"
-    "  --model-name NAME      served model name (default selroll-policy; NAME-vN names version N)\n"
-    "  --weights-dir DIR      weights of versions > 0 as DIR/weights-v<N>.bin\n"
-    "  --version N            version to serve under the plain name at start (default 0)\n"
-    "  --redis URL            weights of versions > 0 from Redis (selroll:<run>:weights:<N>)\n"
-    "  --run NAME             the run whose weights and POLICY_VERSION messages to follow\n"
-    "                         (default default)\n"
-    "  --bus ENDPOINT         follow POLICY_VERSION on the bus (the subscriber endpoint, e.g.\n"
-    "                         tcp://coordinator:5556)\n"
-    "  --threads N            HTTP worker threads (default 2)\n"
-    "cost model (an inference engine for a 7B model on one GPU by default):\n"
-    "  --no-cost-model        answer at once\n"
-    "  --time-scale X         simulated seconds per wall second (default 1)\n"
-    "  --decode-tps X         decode capacity shared by the batch, tokens/s (default 3000)\n"
-    "  --max-seq-tps X        fastest single-sequence decode, tokens/s (default 75)\n"
-    "  --prefill-tps X        prefill capacity, prompt tokens/s (default 10000)\n"
-    "  --max-batch N          running requests at most (default 64)\n"
-    "  --max-queue N          queued requests at most, beyond: HTTP 503 (default 1024)\n"
-    "  --think-mean X --think-sd X --think-min N --think-max N\n"
-    "                         reasoning tokens per answer ~ normal(120, 40) clamped to [16, 512]\n"
-    "model knobs (version 0):\n"
-    "  --prior-strength X     confidence: scales the hand-set weights (default 1)\n"
-    "  --prior-search X       weight of the object-in-receptacle table (default 5.5)\n"
-    "  --prior-noise X        std dev of seeded noise on named weights (default 0.3)\n"
-    "  --prior-idio X         std dev of per-action-string preferences (default 1.4)\n";
-
-static int s_num(const char *s, double *out)
+/* s_def formats a default value for the option table, so --help always shows the defaults that
+ * policy_server_opts_default really sets. */
+static const char *s_def(char *buf, size_t cap, double v)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end)
-        return SR_EINVAL;
-    *out = v;
-    return SR_OK;
+    snprintf(buf, cap, "%.17g", v);
+    return buf;
 }
 
 int policy_server_main(int argc, char **argv)
 {
-    enum {
-        O_LISTEN = 256,
-        O_SEED,
-        O_NAME,
-        O_WDIR,
-        O_VERSION,
-        O_REDIS,
-        O_RUN,
-        O_BUS,
-        O_THREADS,
-        O_NOCOST,
-        O_SCALE,
-        O_DECODE,
-        O_SEQ,
-        O_PREFILL,
-        O_BATCH,
-        O_QUEUE,
-        O_TMEAN,
-        O_TSD,
-        O_TMIN,
-        O_TMAX,
-        O_PSTR,
-        O_PSEARCH,
-        O_PNOISE,
-        O_PIDIO,
-        O_HELP
-    };
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"seed", required_argument, NULL, O_SEED},
-        {"model-name", required_argument, NULL, O_NAME},
-        {"weights-dir", required_argument, NULL, O_WDIR},
-        {"version", required_argument, NULL, O_VERSION},
-        {"redis", required_argument, NULL, O_REDIS},
-        {"run", required_argument, NULL, O_RUN},
-        {"bus", required_argument, NULL, O_BUS},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"no-cost-model", no_argument, NULL, O_NOCOST},
-        {"time-scale", required_argument, NULL, O_SCALE},
-        {"decode-tps", required_argument, NULL, O_DECODE},
-        {"max-seq-tps", required_argument, NULL, O_SEQ},
-        {"prefill-tps", required_argument, NULL, O_PREFILL},
-        {"max-batch", required_argument, NULL, O_BATCH},
-        {"max-queue", required_argument, NULL, O_QUEUE},
-        {"think-mean", required_argument, NULL, O_TMEAN},
-        {"think-sd", required_argument, NULL, O_TSD},
-        {"think-min", required_argument, NULL, O_TMIN},
-        {"think-max", required_argument, NULL, O_TMAX},
-        {"prior-strength", required_argument, NULL, O_PSTR},
-        {"prior-search", required_argument, NULL, O_PSEARCH},
-        {"prior-noise", required_argument, NULL, O_PNOISE},
-        {"prior-idio", required_argument, NULL, O_PIDIO},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
     policy_server_opts_t o;
     policy_server_opts_default(&o);
-    char host[64] = "127.0.0.1";
-    const char *wdir = NULL, *redis = NULL, *run = "default", *bus = NULL;
-    double version = 0;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        double v = 0;
-        int bad = 0;
-        if (opt != O_LISTEN && opt != O_NAME && opt != O_WDIR && opt != O_REDIS && opt != O_RUN &&
-            opt != O_BUS && opt != O_NOCOST && opt != O_HELP && opt != 'h' && opt != '?')
-            bad = s_num(optarg, &v) != SR_OK;
-        if (!bad && (opt == O_SEED || opt == O_VERSION) &&
-            (v < 0 || v != floor(v) || v > (opt == O_SEED ? 9007199254740992.0 : 4294967295.0)))
-            bad = 1;
-        if (bad) {
-            fprintf(stderr,
-                    "policy-server: --%s needs a (non-negative, for ids) number, got '%s'\n",
-                    longopts[opt - O_LISTEN].name, optarg);
-            return 2;
-        }
-        switch (opt) {
-        case O_LISTEN: {
-            const char *colon = strrchr(optarg, ':');
-            double port;
-            if (!colon || (size_t)(colon - optarg) >= sizeof host ||
-                s_num(colon + 1, &port) != SR_OK || port < 0 || port > 65535) {
-                fprintf(stderr, "policy-server: --listen wants HOST:PORT, got '%s'\n", optarg);
-                return 2;
-            }
-            snprintf(host, sizeof host, "%.*s", (int)(colon - optarg), optarg);
-            o.port = (int)port;
-            break;
-        }
-        case O_SEED:
-            o.prior.seed = (uint64_t)v;
-            break;
-        case O_NAME:
-            o.model_name = optarg;
-            break;
-        case O_WDIR:
-            wdir = optarg;
-            break;
-        case O_VERSION:
-            version = v;
-            break;
-        case O_REDIS:
-            redis = optarg;
-            break;
-        case O_RUN:
-            run = optarg;
-            break;
-        case O_BUS:
-            bus = optarg;
-            break;
-        case O_THREADS:
-            o.threads = (int)v;
-            break;
-        case O_NOCOST:
-            o.cost_model = false;
-            break;
-        case O_SCALE:
-            o.engine.time_scale = v;
-            break;
-        case O_DECODE:
-            o.engine.decode_tps = v;
-            break;
-        case O_SEQ:
-            o.engine.max_seq_tps = v;
-            break;
-        case O_PREFILL:
-            o.engine.prefill_tps = v;
-            break;
-        case O_BATCH:
-            o.engine.max_batch = (int)v;
-            break;
-        case O_QUEUE:
-            o.engine.max_queue = (int)v;
-            break;
-        case O_TMEAN:
-            o.think_mean = v;
-            break;
-        case O_TSD:
-            o.think_sd = v;
-            break;
-        case O_TMIN:
-            o.think_min = (int)v;
-            break;
-        case O_TMAX:
-            o.think_max = (int)v;
-            break;
-        case O_PSTR:
-            o.prior.strength = v;
-            break;
-        case O_PSEARCH:
-            o.prior.search = v;
-            break;
-        case O_PNOISE:
-            o.prior.noise = v;
-            break;
-        case O_PIDIO:
-            o.prior.idio = v;
-            break;
-        case O_HELP:
-        case 'h':
-            fputs(S_USAGE, stdout);
-            return 0;
-        default:
-            fputs(S_USAGE, stderr);
-            return 2;
-        }
+    char *listen = NULL, *name = NULL, *wdir = NULL, *redis = NULL, *run = NULL, *bus = NULL;
+    int64_t seed = 0, version = 0;
+    bool no_cost = false;
+    char d[16][32];
+    cfg_option_t opts[] = {
+        {.name = "listen", .kind = CFG_STRING, .dst = &listen, .def = "127.0.0.1:8000",
+         .metavar = "HOST:PORT", .help = "address to listen on (port 0 = any free port)"},
+        {.name = "seed", .kind = CFG_I64, .dst = &seed, .def = "0", .min = 0, .max = 9007199254740992.0,
+         .help = "seed of version 0 of the weights"},
+        {.name = "model-name", .kind = CFG_STRING, .dst = &name, .def = "selroll-policy",
+         .metavar = "NAME", .help = "served model name; NAME-vN names version N"},
+        {.name = "weights-dir", .kind = CFG_STRING, .dst = &wdir, .metavar = "DIR",
+         .help = "weights of versions > 0 as DIR/weights-v<N>.bin"},
+        {.name = "version", .kind = CFG_I64, .dst = &version, .def = "0", .min = 0, .max = 4294967295.0,
+         .help = "version served under the plain model name at start"},
+        {.name = "redis", .kind = CFG_STRING, .dst = &redis, .metavar = "URL",
+         .help = "weights of versions > 0 from Redis (selroll:<run>:weights:<N>)"},
+        {.name = "run", .kind = CFG_STRING, .dst = &run, .def = "default", .metavar = "NAME",
+         .help = "the run whose weights and POLICY_VERSION messages to follow"},
+        {.name = "bus", .kind = CFG_STRING, .dst = &bus, .metavar = "ENDPOINT",
+         .help = "follow POLICY_VERSION on the bus (its subscriber endpoint)"},
+        {.name = "threads", .kind = CFG_INT, .dst = &o.threads, .def = s_def(d[0], 32, o.threads),
+         .min = 1, .max = 64, .help = "HTTP worker threads"},
+        {.name = "no-cost-model", .kind = CFG_BOOL, .dst = &no_cost, .def = "false",
+         .help = "answer at once (no inference-engine latency)"},
+        {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.engine.time_scale,
+         .def = s_def(d[1], 32, o.engine.time_scale), .min = 1e-3, .max = 1e6,
+         .help = "simulated seconds per wall second"},
+        {.name = "decode-tps", .kind = CFG_DOUBLE, .dst = &o.engine.decode_tps,
+         .def = s_def(d[2], 32, o.engine.decode_tps), .min = 1e-3, .max = 1e9,
+         .help = "decode capacity shared by the running batch, tokens/s"},
+        {.name = "max-seq-tps", .kind = CFG_DOUBLE, .dst = &o.engine.max_seq_tps,
+         .def = s_def(d[3], 32, o.engine.max_seq_tps), .min = 1e-3, .max = 1e9,
+         .help = "fastest single-sequence decode, tokens/s"},
+        {.name = "prefill-tps", .kind = CFG_DOUBLE, .dst = &o.engine.prefill_tps,
+         .def = s_def(d[4], 32, o.engine.prefill_tps), .min = 1e-3, .max = 1e12,
+         .help = "prefill capacity, prompt tokens/s"},
+        {.name = "max-batch", .kind = CFG_INT, .dst = &o.engine.max_batch,
+         .def = s_def(d[5], 32, o.engine.max_batch), .min = 1, .max = 1 << 20,
+         .help = "running requests at most"},
+        {.name = "max-queue", .kind = CFG_INT, .dst = &o.engine.max_queue,
+         .def = s_def(d[6], 32, o.engine.max_queue), .min = 0, .max = 1 << 24,
+         .help = "queued requests at most; beyond, HTTP 503"},
+        {.name = "think-mean", .kind = CFG_DOUBLE, .dst = &o.think_mean,
+         .def = s_def(d[7], 32, o.think_mean), .min = 0, .max = 1e6,
+         .help = "reasoning tokens per answer: mean of the normal distribution"},
+        {.name = "think-sd", .kind = CFG_DOUBLE, .dst = &o.think_sd, .def = s_def(d[8], 32, o.think_sd),
+         .min = 0, .max = 1e6, .help = "reasoning tokens per answer: standard deviation"},
+        {.name = "think-min", .kind = CFG_INT, .dst = &o.think_min, .def = s_def(d[9], 32, o.think_min),
+         .min = 0, .max = 1 << 20, .help = "reasoning tokens per answer: lower clamp"},
+        {.name = "think-max", .kind = CFG_INT, .dst = &o.think_max, .def = s_def(d[10], 32, o.think_max),
+         .min = 0, .max = 1 << 20, .help = "reasoning tokens per answer: upper clamp"},
+        {.name = "prior-strength", .kind = CFG_DOUBLE, .dst = &o.prior.strength,
+         .def = s_def(d[11], 32, o.prior.strength), .min = 0, .max = 1e3,
+         .help = "version 0: confidence, scales the hand-set weights"},
+        {.name = "prior-search", .kind = CFG_DOUBLE, .dst = &o.prior.search,
+         .def = s_def(d[12], 32, o.prior.search), .min = 0, .max = 1e3,
+         .help = "version 0: weight of the object-in-receptacle table"},
+        {.name = "prior-noise", .kind = CFG_DOUBLE, .dst = &o.prior.noise,
+         .def = s_def(d[13], 32, o.prior.noise), .min = 0, .max = 1e3,
+         .help = "version 0: std dev of seeded noise on named weights"},
+        {.name = "prior-idio", .kind = CFG_DOUBLE, .dst = &o.prior.idio,
+         .def = s_def(d[14], 32, o.prior.idio), .min = 0, .max = 1e3,
+         .help = "version 0: std dev of per-action-string preferences"},
+        {.name = NULL},
+    };
+    cfg_t cfg = {.command = "policy-server",
+                 .summary = "The built-in policy behind an OpenAI-compatible HTTP API "
+                            "(POST /v1/chat/completions, GET /v1/models, /health, /metrics), with "
+                            "an inference-engine cost model (docs/policy.md).",
+                 .options = opts};
+    int prc = cfg_parse(&cfg, argc, argv);
+    if (prc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        cfg_free(&cfg);
+        return 0;
     }
-    if (optind < argc) {
-        fprintf(stderr, "policy-server: unexpected argument '%s'\n", argv[optind]);
+    if (prc != 0 || cfg.npos > 0) {
+        if (prc != 0)
+            fprintf(stderr, "%s\n", cfg.err);
+        else
+            fprintf(stderr, "selroll policy-server: unexpected argument '%s'\n", cfg.pos[0]);
+        cfg_free(&cfg);
         return 2;
     }
+    char host[64];
+    {
+        const char *colon = strrchr(listen, ':');
+        char *end = NULL;
+        long port = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || (size_t)(colon - listen) >= sizeof host || colon == listen || !end ||
+            end == colon + 1 || *end || port < 0 || port > 65535) {
+            fprintf(stderr, "selroll policy-server: --listen: '%s' is not HOST:PORT\n", listen);
+            cfg_free(&cfg);
+            return 2;
+        }
+        snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+        o.port = (int)port;
+    }
+    o.prior.seed = (uint64_t)seed;
+    o.model_name = name;
+    o.cost_model = !no_cost;
     o.host = host;
 
     int code = 1;
     void *zctx = NULL;
     vfollow_t *follow = NULL;
     if (wdir && redis) {
-        fprintf(stderr, "policy-server: give --weights-dir or --redis, not both\n");
+        fprintf(stderr, "selroll policy-server: give --weights-dir or --redis, not both\n");
+        cfg_free(&cfg);
         return 2;
     }
     char err[256];
     wsource_t *src = wdir ? wsource_new_dir(wdir) : NULL;
     if (redis && !(src = wsource_new_redis(redis, run, err, sizeof err))) {
-        fprintf(stderr, "policy-server: %s\n", err);
+        fprintf(stderr, "selroll policy-server: %s\n", err);
+        cfg_free(&cfg);
         return 1;
     }
     o.source = src;
@@ -310,5 +207,6 @@ cleanup:
         zmq_ctx_term(zctx);
     policy_server_destroy(&s);
     wsource_destroy(&src);
+    cfg_free(&cfg);
     return code;
 }
