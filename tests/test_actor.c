@@ -839,6 +839,46 @@ static void test_env_worker_dying_mid_episode_fails_it(void **state)
     s_fx_fini(&f);
 }
 
+/* An env worker that answers garbage: every bad reply is counted and the episode fails when its
+ * request times out; nothing crashes. */
+static void test_garbage_from_an_env_worker_is_counted(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    char err[256];
+    transport_sock_t *junk_env = transport_sock_new(f.ctx, ZMQ_ROUTER, NULL, err, sizeof err);
+    assert_non_null(junk_env);
+    assert_int_equal(transport_bind(junk_env, "tcp://127.0.0.1:*"), SR_OK);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    const char *envs[] = {transport_sock_endpoint(junk_env)};
+    c.env_workers = envs;
+    c.n_env_workers = 1;
+    c.env_timeout_ms = 300;
+    s_fx_start(&f, &c);
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0000", 0, 1, 5, 0);
+    transport_msg_t tm;
+    assert_int_equal(transport_recv(junk_env, &tm, 3000), SR_OK);
+    size_t idlen;
+    const void *id = transport_msg_head(&tm, &idlen);
+    static const uint8_t junk[] = {0x93, 0x01, 0x02}; /* an array with a missing element */
+    static const uint8_t wrong[] = {0x82, 0xa1, 't', 0xa3, 'J', 'O', 'B', 0xa1, 'v', 0x01};
+    assert_int_equal(transport_send_routed(junk_env, id, idlen, junk, sizeof junk), SR_OK);
+    assert_int_equal(transport_send_routed(junk_env, id, idlen, wrong, sizeof wrong), SR_OK);
+    transport_msg_close(&tm);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_RESULT, 3000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_non_null(strstr(m.u.result.error, "did not answer RESET"));
+    proto_msg_clear(&m);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.bad_env == 2);
+    assert_int_equal(st.bad_env, 2);
+    transport_sock_destroy(&junk_env); /* before the fixture terminates the context */
+    s_fx_fini(&f);
+}
+
 /* Sessions go to the env worker where this actor has the fewest. */
 static void test_sessions_spread_over_env_workers(void **state)
 {
@@ -1207,6 +1247,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
         cmocka_unit_test(test_dead_env_worker_fails_the_episode),
         cmocka_unit_test(test_env_worker_dying_mid_episode_fails_it),
+        cmocka_unit_test(test_garbage_from_an_env_worker_is_counted),
         cmocka_unit_test(test_sessions_spread_over_env_workers),
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
