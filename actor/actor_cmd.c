@@ -1,11 +1,137 @@
 /*
- * actor_cmd.c — entry point of `selroll actor`. Not built yet: only its usage is here.
+ * actor_cmd.c — `selroll actor`: the command around actor.h. It reads the option table, makes the
+ * actor, runs it until SIGINT/SIGTERM (a drain first with --drain-on-term) and logs a summary of
+ * its counters. Exit codes: 0 clean exit, 1 a runtime failure (no WELCOME from the coordinator,
+ * a socket error), 2 a usage error.
  */
+#include "actor/actor.h"
 #include "common/cmds.h"
+#include "common/config.h"
+#include "common/llm_client.h"
+#include "common/log.h"
+#include "common/sr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* s_split_list splits a comma-separated list in place into at most max items (empty ones are
+ * skipped). Returns the number of items. */
+static size_t s_split_list(char *s, const char **items, size_t max)
+{
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok && n < max;
+         tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (*tok)
+            items[n++] = tok;
+    }
+    return n;
+}
 
 int actor_main(int argc, char **argv)
 {
-    return sr_cmd_not_built(argc, argv,
-        "usage: selroll actor --coordinator tcp://HOST:PORT --slots N --policy http://HOST:PORT [--env-workers LIST]\n"
-        "Rollout actor: runs up to N episodes at once; asks the policy, steps the environment, publishes actions.\n");
+    static struct {
+        char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path;
+        int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
+        int log_level;
+        bool record_messages, drain_on_term;
+    } o;
+    cfg_option_t opts[] = {
+        {.name = "coordinator", .kind = CFG_STRING, .dst = &o.coordinator, .required = true,
+         .metavar = "ENDPOINT", .help = "work endpoint of the coordinator, e.g. tcp://127.0.0.1:5555"},
+        {.name = "id", .kind = CFG_STRING, .dst = &o.id, .help = "actor id (default <host>-<pid>)"},
+        {.name = "slots", .kind = CFG_INT, .dst = &o.slots, .def = "16", .min = 1,
+         .max = ACTOR_MAX_SLOTS, .help = "episodes run at once"},
+        {.name = "policy", .kind = CFG_STRING, .dst = &o.policy, .def = ACTOR_DEFAULT_POLICY,
+         .metavar = "URL", .help = "OpenAI-compatible policy server"},
+        {.name = "model", .kind = CFG_STRING, .dst = &o.model, .def = ACTOR_DEFAULT_MODEL,
+         .help = "model name sent to the policy"},
+        {.name = "api-key", .kind = CFG_STRING, .dst = &o.api_key, .metavar = "KEY",
+         .help = "bearer token for the policy server"},
+        {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
+         .help = "comma-separated env-worker endpoints (overrides the coordinator's list)"},
+        {.name = "history", .kind = CFG_INT, .dst = &o.history, .def = "2", .min = 0, .max = 1000,
+         .metavar = "H", .help = "past observation/action pairs shown in the prompt"},
+        {.name = "template", .kind = CFG_STRING, .dst = &o.template_path, .metavar = "FILE",
+         .help = "prompt template file (docs/prompt.md)"},
+        {.name = "env-timeout-ms", .kind = CFG_INT, .dst = &o.env_timeout_ms, .def = "5000", .min = 1,
+         .max = 3600000, .help = "an env request unanswered this long fails the episode"},
+        {.name = "llm-timeout-ms", .kind = CFG_INT, .dst = &o.llm_timeout_ms, .def = "30000", .min = 1,
+         .max = 3600000, .help = "time limit of one policy request attempt"},
+        {.name = "llm-retries", .kind = CFG_INT, .dst = &o.llm_retries, .def = "3", .min = 0, .max = 100,
+         .help = "policy retries on connection errors and HTTP 5xx"},
+        {.name = "welcome-timeout-ms", .kind = CFG_INT, .dst = &o.welcome_timeout_ms, .def = "10000",
+         .min = 0, .max = 86400000, .help = "give up when the coordinator does not answer (0 = wait)"},
+        {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
+         .help = "put each step's chat messages into RESULTs"},
+        {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
+         .help = "on SIGINT/SIGTERM finish running episodes before leaving"},
+        {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
+         .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
+        {0},
+    };
+    cfg_t cfg = {.command = "actor",
+                 .summary = "Rollout actor: runs up to --slots episodes at once; asks the policy, "
+                            "steps the environment, publishes actions.",
+                 .options = opts};
+    int rc = cfg_parse(&cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(&cfg, stdout);
+        cfg_free(&cfg);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg.err);
+        cfg_free(&cfg);
+        return 2;
+    }
+    int code = 0;
+    actor_t *a = NULL;
+    const char *envs[256];
+    log_set_role("actor");
+    log_set_level((log_level_t)o.log_level);
+
+    actor_cfg_t ac;
+    actor_cfg_init(&ac);
+    ac.coordinator = o.coordinator;
+    ac.id = o.id;
+    ac.slots = o.slots;
+    ac.policy_url = o.policy;
+    ac.model = o.model;
+    ac.api_key = o.api_key;
+    ac.history = o.history;
+    ac.template_path = o.template_path;
+    ac.env_timeout_ms = o.env_timeout_ms;
+    ac.llm_timeout_ms = o.llm_timeout_ms;
+    ac.llm_retries = o.llm_retries;
+    ac.welcome_timeout_ms = o.welcome_timeout_ms;
+    ac.record_messages = o.record_messages;
+    ac.drain_on_term = o.drain_on_term;
+    ac.catch_signals = true;
+    if (o.env_workers) {
+        ac.env_workers = envs;
+        ac.n_env_workers = s_split_list(o.env_workers, envs, SR_ARRAY_LEN(envs));
+    }
+    char err[512];
+    a = actor_new(&ac, err, sizeof err);
+    if (!a) {
+        fprintf(stderr, "selroll actor: %s\n", err);
+        code = 2;
+        goto cleanup;
+    }
+    log_info("actor %s: %d slots, coordinator %s, policy %s", actor_id(a), o.slots, o.coordinator,
+             o.policy);
+    rc = actor_run(a);
+    actor_log_summary(a);
+    if (rc != SR_OK) {
+        fprintf(stderr, "selroll actor: %s\n", actor_error(a));
+        code = 1;
+    }
+cleanup:
+    actor_destroy(&a);
+    llm_global_cleanup();
+    cfg_free(&cfg);
+    return code;
 }
