@@ -172,7 +172,7 @@ static void s_classify(const batch_t *b, s_group_t *g)
     int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, 1.0, g->adv);
     SR_ASSERT(rc == SR_OK);
     g->state = adv_zero_variance(g->rewards, (size_t)g->G) ? BATCH_GROUP_ZERO_VARIANCE
-                                                            : BATCH_GROUP_INFORMATIVE;
+                                                           : BATCH_GROUP_INFORMATIVE;
 }
 
 static bool s_status_ok(const char *st)
@@ -470,8 +470,8 @@ size_t batch_stats_to_proto(const batch_stats_t *st, proto_stat_t *out, size_t m
 
 /* s_build fills a BATCH message whose arrays point into b and into *groups_out (which the caller
  * frees together with every trajectories array in it). */
-static int s_build(const batch_t *b, const batch_stats_t *st, proto_stat_t *stats,
-                   proto_msg_t *m, proto_group_t **groups_out)
+static int s_build(const batch_t *b, const batch_stats_t *st, proto_stat_t *stats, proto_msg_t *m,
+                   proto_group_t **groups_out)
 {
     proto_msg_init(m, PROTO_BATCH);
     size_t n = batch_in_batch(b);
@@ -761,8 +761,7 @@ void batch_backfill_cfg_default(batch_backfill_cfg_t *cfg, size_t batch_groups)
 }
 
 int batch_backfill_plan(const batch_backfill_cfg_t *cfg, size_t have, size_t pending,
-                        size_t started, size_t waves_done, double drop_share,
-                        batch_backfill_t *out)
+                        size_t started, size_t waves_done, double drop_share, batch_backfill_t *out)
 {
     if (!cfg || !out || cfg->batch_groups == 0)
         return SR_EINVAL;

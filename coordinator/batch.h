@@ -84,12 +84,12 @@ typedef struct {
     int64_t trajectories;         /* RESULTs received, every group */
     int64_t trajectories_ended;   /* status done or truncated */
     int64_t trajectories_won;
-    double train_success;         /* won / ended; 0 if none ended */
-    double reward_mean;           /* mean reward of the ended trajectories */
+    double train_success; /* won / ended; 0 if none ended */
+    double reward_mean;   /* mean reward of the ended trajectories */
     int64_t steps, llm_calls, prompt_tokens, completion_tokens, tokens, aborted_tokens;
-    int64_t backfill_waves;       /* caller */
-    bool backfill_cap_reached;    /* caller */
-    int64_t wall_ms;              /* caller */
+    int64_t backfill_waves;    /* caller */
+    bool backfill_cap_reached; /* caller */
+    int64_t wall_ms;           /* caller */
 } batch_stats_t;
 
 #define BATCH_STATS_MAX 40 /* entries batch_stats_to_proto can produce */

@@ -95,7 +95,8 @@ static void rloo_subtracts_the_mean_of_the_others(void **state)
     const double r8[8] = {1, 1, 1, 0, 0, 0, 0, 0};
     double a8[8];
     assert_int_equal(adv_compute(ADV_RLOO, r8, 8, 1.0, a8), SR_OK);
-    const double w8[8] = {5.0 / 7, 5.0 / 7, 5.0 / 7, -3.0 / 7, -3.0 / 7, -3.0 / 7, -3.0 / 7, -3.0 / 7};
+    const double w8[8] = {5.0 / 7,  5.0 / 7,  5.0 / 7,  -3.0 / 7,
+                          -3.0 / 7, -3.0 / 7, -3.0 / 7, -3.0 / 7};
     assert_vec(a8, w8, 8);
 
     /* others' sums 1.8, 1.5, 1.1, 1.6 over 3. */

@@ -37,18 +37,36 @@ static const proto_result_t *s_res(pool_t *p, const char *group, int traj, const
     size_t i = p->n++;
     snprintf(p->job[i], sizeof p->job[i], "%s/%d", group, traj);
     p->chat[i] = (proto_chat_msg_t){"user", "You are in the middle of a room."};
-    p->step[i] = (proto_result_step_t){.i = 0, .action = "go to fridge 1", .raw = "<action>go to fridge 1</action>",
-                                       .obs = "The fridge 1 is closed.", .reward = reward,
-                                       .done = true, .prompt_tokens = 30, .completion_tokens = 7,
-                                       .has_logprob = true, .logprob = -0.25, .latency_ms = 3.5,
-                                       .messages = &p->chat[i], .messages_len = 1};
-    p->r[i] = (proto_result_t){.job_id = p->job[i], .epoch = 1, .run = "r", .group = group,
-                               .traj = traj, .task = "household/train/3", .status = status,
-                               .reward = reward, .won = reward >= 1.0, .n_steps = n_steps,
-                               .llm_calls = n_steps, .prompt_tokens = 100 * n_steps,
+    p->step[i] = (proto_result_step_t){.i = 0,
+                                       .action = "go to fridge 1",
+                                       .raw = "<action>go to fridge 1</action>",
+                                       .obs = "The fridge 1 is closed.",
+                                       .reward = reward,
+                                       .done = true,
+                                       .prompt_tokens = 30,
+                                       .completion_tokens = 7,
+                                       .has_logprob = true,
+                                       .logprob = -0.25,
+                                       .latency_ms = 3.5,
+                                       .messages = &p->chat[i],
+                                       .messages_len = 1};
+    p->r[i] = (proto_result_t){.job_id = p->job[i],
+                               .epoch = 1,
+                               .run = "r",
+                               .group = group,
+                               .traj = traj,
+                               .task = "household/train/3",
+                               .status = status,
+                               .reward = reward,
+                               .won = reward >= 1.0,
+                               .n_steps = n_steps,
+                               .llm_calls = n_steps,
+                               .prompt_tokens = 100 * n_steps,
                                .completion_tokens = 10 * n_steps,
                                .aborted_tokens = strcmp(status, "cancelled") == 0 ? 5 : 0,
-                               .wall_ms = 20, .steps = &p->step[i], .steps_len = 1};
+                               .wall_ms = 20,
+                               .steps = &p->step[i],
+                               .steps_len = 1};
     return &p->r[i];
 }
 
@@ -58,7 +76,8 @@ static void s_group(batch_t *b, pool_t *p, const char *gid, int G, const double 
 {
     assert_int_equal(batch_add_group(b, gid, "household/train/3", G, 1.0), SR_OK);
     for (int t = G - 1; t >= 0; t--) /* out of order on purpose */
-        assert_int_equal(batch_add_result(b, s_res(p, gid, t, "done", rewards[t], steps[t])), SR_OK);
+        assert_int_equal(batch_add_result(b, s_res(p, gid, t, "done", rewards[t], steps[t])),
+                         SR_OK);
 }
 
 static double s_stat(const proto_batch_t *bt, const char *name)
@@ -408,8 +427,15 @@ static void s_simulate(size_t B, size_t first, bool (*informative)(size_t), batc
     batch_destroy(&b);
 }
 
-static bool s_every_third(size_t k) { return k % 3 == 0; }
-static bool s_never(size_t k) { (void)k; return false; }
+static bool s_every_third(size_t k)
+{
+    return k % 3 == 0;
+}
+static bool s_never(size_t k)
+{
+    (void)k;
+    return false;
+}
 
 static void backfill_fills_the_batch_or_reports_the_cap(void **state)
 {

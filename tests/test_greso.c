@@ -108,11 +108,11 @@ static void skip_prob_is_one_minus_p_to_the_z_with_a_floor(void **state)
     const double zeros[10] = {0};
     s_hist(h, ones, 10);
     assert_true(NEAR(greso_skip_prob(g, h, 0), 0.0));
-    assert_true(NEAR(greso_skip_prob(g, h, 1), 0.5));         /* 1 - 0.5 */
-    assert_true(NEAR(greso_skip_prob(g, h, 2), 0.75));        /* 1 - 0.25 */
-    assert_true(NEAR(greso_skip_prob(g, h, 3), 0.875));       /* 1 - 0.125 */
-    assert_true(NEAR(greso_skip_prob(g, h, 6), 0.984375));    /* 1 - 1/64 */
-    assert_true(NEAR(greso_skip_prob(g, h, 7), 0.99));        /* 1/128 < 0.01: floor */
+    assert_true(NEAR(greso_skip_prob(g, h, 1), 0.5));      /* 1 - 0.5 */
+    assert_true(NEAR(greso_skip_prob(g, h, 2), 0.75));     /* 1 - 0.25 */
+    assert_true(NEAR(greso_skip_prob(g, h, 3), 0.875));    /* 1 - 0.125 */
+    assert_true(NEAR(greso_skip_prob(g, h, 6), 0.984375)); /* 1 - 1/64 */
+    assert_true(NEAR(greso_skip_prob(g, h, 7), 0.99));     /* 1/128 < 0.01: floor */
     assert_true(NEAR(greso_skip_prob(g, h, 8), 0.99));
     assert_true(NEAR(greso_skip_prob(g, h, 10), 0.99));
 
@@ -141,7 +141,8 @@ typedef struct {
 static void s_walk(greso_t *g, const step_t *steps, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        assert_int_equal(greso_end_iteration(g, steps[i].correct, steps[i].wrong, steps[i].n), SR_OK);
+        assert_int_equal(greso_end_iteration(g, steps[i].correct, steps[i].wrong, steps[i].n),
+                         SR_OK);
         if (!NEAR(greso_p_easy(g), steps[i].p_easy) || !NEAR(greso_p_hard(g), steps[i].p_hard)) {
             print_error("iteration %zu: p_easy %.6f (want %.6f), p_hard %.6f (want %.6f)\n", i + 1,
                         greso_p_easy(g), steps[i].p_easy, greso_p_hard(g), steps[i].p_hard);
@@ -157,13 +158,12 @@ static void p_moves_one_step_per_iteration_toward_the_targets(void **state)
     greso_t *g = greso_new(NULL);
     assert_true(NEAR(greso_p_easy(g), 0.5) && NEAR(greso_p_hard(g), 0.5));
     const step_t steps[10] = {
-        {0, 0, 12, 0.51, 0.51},  /* both below target: skip less */
-        {1, 2, 12, 0.50, 0.50},  /* exactly at target counts as at or above */
-        {3, 4, 12, 0.49, 0.49},  /* above */
-        {0, 1, 12, 0.50, 0.50},  /* 0 < 1/12, 1/12 < 2/12 */
-        {2, 0, 12, 0.49, 0.51},  /* easy above, hard below */
-        {2, 0, 12, 0.48, 0.52},
-        {0, 6, 12, 0.49, 0.51},
+        {0, 0, 12, 0.51, 0.51}, /* both below target: skip less */
+        {1, 2, 12, 0.50, 0.50}, /* exactly at target counts as at or above */
+        {3, 4, 12, 0.49, 0.49}, /* above */
+        {0, 1, 12, 0.50, 0.50}, /* 0 < 1/12, 1/12 < 2/12 */
+        {2, 0, 12, 0.49, 0.51}, /* easy above, hard below */
+        {2, 0, 12, 0.48, 0.52},  {0, 6, 12, 0.49, 0.51},
         {0, 0, 0, 0.49, 0.51},   /* nothing observed: no move */
         {12, 0, 12, 0.48, 0.52}, /* every group all-correct */
         {1, 1, 12, 0.47, 0.53},
@@ -179,16 +179,10 @@ static void p_is_clamped_to_its_bounds(void **state)
     greso_t *g = greso_new(NULL);
     greso_set_p(g, 0.93, 0.07);
     const step_t steps[10] = {
-        {0, 3, 12, 0.94, 0.06},
-        {0, 3, 12, 0.95, 0.05},
-        {0, 3, 12, 0.95, 0.05}, /* both clamped */
+        {0, 3, 12, 0.94, 0.06}, {0, 3, 12, 0.95, 0.05},  {0, 3, 12, 0.95, 0.05}, /* both clamped */
         {1, 2, 12, 0.94, 0.05}, /* hard still clamped at the floor */
-        {2, 1, 12, 0.93, 0.06},
-        {0, 0, 12, 0.94, 0.07},
-        {12, 0, 12, 0.93, 0.08},
-        {0, 0, 0, 0.93, 0.08},
-        {0, 12, 12, 0.94, 0.07},
-        {1, 1, 12, 0.93, 0.08},
+        {2, 1, 12, 0.93, 0.06}, {0, 0, 12, 0.94, 0.07},  {12, 0, 12, 0.93, 0.08},
+        {0, 0, 0, 0.93, 0.08},  {0, 12, 12, 0.94, 0.07}, {1, 1, 12, 0.93, 0.08},
     };
     s_walk(g, steps, 10);
     greso_set_p(g, 2.0, -1.0);
@@ -236,16 +230,16 @@ static void config_is_checked(void **state)
 static void oversize_follows_the_documented_rule_and_bounds(void **state)
 {
     (void)state;
-    assert_int_equal(greso_oversize(8, 0.0, 1.25, 0.8), 10);  /* 8 * 1.25 exactly */
-    assert_int_equal(greso_oversize(8, 0.4, 1.25, 0.8), 17);  /* 16.67 rounded up */
+    assert_int_equal(greso_oversize(8, 0.0, 1.25, 0.8), 10); /* 8 * 1.25 exactly */
+    assert_int_equal(greso_oversize(8, 0.4, 1.25, 0.8), 17); /* 16.67 rounded up */
     assert_int_equal(greso_oversize(8, 0.5, 1.25, 0.8), 20);
     assert_int_equal(greso_oversize(3, 0.25, 1.25, 0.8), 5);  /* 3.75 / 0.75 = 5 */
     assert_int_equal(greso_oversize(8, 0.95, 1.25, 0.8), 50); /* zv capped at 0.8: 8 * 6.25 */
     assert_int_equal(greso_oversize(8, NAN, 1.25, 0.8), 10);
     assert_int_equal(greso_oversize(8, -1.0, 1.25, 0.8), 10);
-    assert_int_equal(greso_oversize(1, 0.0, 1.25, 0.8), 2);   /* 1.25 rounded up */
+    assert_int_equal(greso_oversize(1, 0.0, 1.25, 0.8), 2); /* 1.25 rounded up */
     assert_int_equal(greso_oversize(0, 0.5, 1.25, 0.8), 0);
-    assert_int_equal(greso_oversize(7, 0.0, 0.5, 0.8), 7);    /* never fewer than remaining */
+    assert_int_equal(greso_oversize(7, 0.0, 0.5, 0.8), 7); /* never fewer than remaining */
 
     greso_t *g = greso_new(NULL);
     assert_int_equal(greso_oversize_next(g, 8), 10);
@@ -296,8 +290,9 @@ static void selection_with_a_fixed_seed_matches_the_hand_computed_walk(void **st
      *  9: easy z1 0.5 / 0.202 skip 10: easy z1 0.5 / 0.998 keep   11: none 0 / 0.420 keep
      * 12: none, never looked at when 6 are wanted. */
     const hist_spec_t spec[13] = {
-        {NULL, 0},  {EASY1, 1}, {EASY2, 2},  {HARD1, 1}, {EASY3, 3}, {TURNED, 3}, {HARD2, 2},
-        {EASY8, 8}, {NULL, 0},  {HARD_THEN_EASY, 3}, {EASY1, 1}, {NULL, 0}, {NULL, 0},
+        {NULL, 0},   {EASY1, 1}, {EASY2, 2}, {HARD1, 1}, {EASY3, 3},
+        {TURNED, 3}, {HARD2, 2}, {EASY8, 8}, {NULL, 0},  {HARD_THEN_EASY, 3},
+        {EASY1, 1},  {NULL, 0},  {NULL, 0},
     };
     greso_candidate_t c[13];
     greso_entry_t h[13][16];
@@ -446,7 +441,8 @@ static unsigned s_iterate(store_t *s, greso_t *g, prng_t *p, int64_t it, const c
     greso_candidate_t c[2];
     for (size_t i = 0; i < 2; i++) {
         size_t n = 0;
-        assert_int_equal(greso_store_history(s, tasks[i], h[i], STORE_PROMPT_HISTORY_MAX, &n), SR_OK);
+        assert_int_equal(greso_store_history(s, tasks[i], h[i], STORE_PROMPT_HISTORY_MAX, &n),
+                         SR_OK);
         c[i] = (greso_candidate_t){tasks[i], h[i], n};
     }
     size_t sel[2], skip[2], ns, nk;
@@ -499,7 +495,8 @@ static void skipped_prompts_get_no_history_and_an_informative_turn_is_picked_aga
     for (int k = 0; k < 5; k++, it++) {
         greso_entry_t h[STORE_PROMPT_HISTORY_MAX];
         size_t n = 0;
-        assert_int_equal(greso_store_history(f->s, tasks[0], h, STORE_PROMPT_HISTORY_MAX, &n), SR_OK);
+        assert_int_equal(greso_store_history(f->s, tasks[0], h, STORE_PROMPT_HISTORY_MAX, &n),
+                         SR_OK);
         assert_true(NEAR(greso_skip_prob(g, h, n), 0.0));
         assert_true(s_iterate(f->s, g, &p, it, tasks, means) & 1u);
     }
