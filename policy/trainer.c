@@ -57,7 +57,7 @@ void trainer_cfg_default(trainer_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
     prior_opts_default(&c->prior);
-    c->lr = 0.5;
+    c->lr = 10.0;
     c->beta = 0.01;
     c->clip = 1.0;
     c->epochs = 2;

@@ -75,7 +75,7 @@ typedef struct {
 
 typedef struct trainer trainer_t;
 
-/* trainer_cfg_default fills c with the defaults: prior defaults (seed 0), lr 0.5, beta 0.01,
+/* trainer_cfg_default fills c with the defaults: prior defaults (seed 0), lr 10, beta 0.01,
  * clip 1.0, epochs 2, ratio_clip 0.2, temperature 0.7, run NULL. */
 void trainer_cfg_default(trainer_cfg_t *c);
 
