@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# it_trainer.sh: the real `selroll trainer` process with a private redis-server (mktemp -d) and a
+# real env worker. tests/py/trainer_push.py records household episodes through the env worker with
+# the real prompt text, pushes BATCHes and checks the WEIGHTS_READY acks: garbage gets none,
+# wrong-shape and message-less batches are refused, iterations 0 and 1 give versions 1 and 2,
+# iteration 0 again is refused. Redis then holds the weights and the run record. A restarted
+# trainer resumes at version 2. Bad flags exit 2 with one line; SIGTERM exits 0. Then the
+# example external trainer (docs/examples/trainer.py) acks a saved batch.
+set -u
+cd "$(dirname "$0")/.."
+S=bin/selroll
+PY=${SELROLL_PYTHON:-/usr/bin/python3}
+PUSHER=tests/py/trainer_push.py
+fail=0
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_port() {
+  for _ in $(seq 100); do
+    "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$1)))" && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp" --save '' --appendonly no \
+  --daemonize no >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+wait_port "$rport" || { echo "redis-server did not start"; exit 1; }
+R="redis-cli -p $rport"
+RURL="redis://127.0.0.1:$rport"
+
+eport=$(free_port)
+$S env-worker --bind "tcp://127.0.0.1:$eport" --capacity 16 >"$tmp/envw.log" 2>&1 &
+pids+=($!)
+wait_port "$eport" || { echo "env-worker did not listen"; cat "$tmp/envw.log"; exit 1; }
+
+tport=$(free_port)
+aport=$(free_port)
+start_trainer() {
+  $S trainer --pull "tcp://127.0.0.1:$tport" --push "tcp://127.0.0.1:$aport" --redis "$RURL" \
+    --run it --seed 0 >"$tmp/trainer.log" 2>&1 &
+  tpid=$!
+  pids+=($tpid)
+  wait_port "$tport" || { echo "trainer did not listen"; cat "$tmp/trainer.log"; exit 1; }
+}
+start_trainer
+
+timeout 120 "$PY" $PUSHER --env "tcp://127.0.0.1:$eport" --trainer "tcp://127.0.0.1:$tport" \
+  --acks "tcp://127.0.0.1:$aport" --run it --selroll $S scenario --save "$tmp/batch.msgpack" \
+  || { echo "trainer scenario failed"; cat "$tmp/trainer.log"; fail=1; }
+
+for v in 1 2; do
+  n=$($R strlen "selroll:it:weights:$v")
+  [ "$n" -gt 1000000 ] || { echo "weights of version $v missing in Redis ($n bytes)"; fail=1; }
+done
+[ "$($R exists selroll:it:weights:3)" = 0 ] || { echo "a refused batch made version 3"; fail=1; }
+[ "$($R hget selroll:it:run trained_version)" = 2 ] || { echo "run record trained_version wrong"; fail=1; }
+[ "$($R hget selroll:it:run trained_iteration)" = 1 ] || { echo "run record trained_iteration wrong"; fail=1; }
+grep -q 'does not decode' "$tmp/trainer.log" || { echo "garbage not logged"; fail=1; }
+grep -q 'already trained' "$tmp/trainer.log" || { echo "repeated iteration not logged"; fail=1; }
+
+# SIGTERM: exit 0 with a summary line.
+kill -TERM "$tpid"; wait "$tpid"; rc=$?
+[ $rc -eq 0 ] || { echo "trainer exit $rc after SIGTERM"; fail=1; }
+grep -q 'stopping at version 2 (5 batches: 2 trained, 3 refused; 1 discarded' "$tmp/trainer.log" \
+  || { echo "no shutdown summary"; tail -3 "$tmp/trainer.log"; fail=1; }
+
+# A restarted trainer resumes at version 2.
+start_trainer
+for _ in $(seq 50); do grep -q 'version 2 pull' "$tmp/trainer.log" && break; sleep 0.05; done
+grep -q 'run it version 2 pull' "$tmp/trainer.log" || { echo "restart did not resume"; cat "$tmp/trainer.log"; fail=1; }
+kill -TERM "$tpid"; wait "$tpid"
+
+# Bad flags and start-up failures: one line each, exit 2 (usage) or 1 (runtime).
+out=$($S trainer --redis "$RURL" 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "missing --push: rc $rc, '$out'"; fail=1; }
+out=$($S trainer --push tcp://127.0.0.1:1 --redis "$RURL" --epochs 0 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "bad --epochs: rc $rc, '$out'"; fail=1; }
+out=$($S trainer --push tcp://127.0.0.1:1 --redis "$RURL" --lr fast 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "bad --lr: rc $rc, '$out'"; fail=1; }
+out=$($S trainer --push tcp://127.0.0.1:1 --redis "redis://127.0.0.1:$(free_port)" 2>&1); rc=$?
+{ [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "no redis: rc $rc, '$out'"; fail=1; }
+out=$($S trainer --pull "nonsense" --push tcp://127.0.0.1:1 --redis "$RURL" 2>&1); rc=$?
+{ [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ]; } || { echo "bad --pull: rc $rc, '$out'"; fail=1; }
+$S trainer --help | grep -q -- '--beta' || { echo "--help lacks --beta"; fail=1; }
+
+# The example external trainer acks a saved batch (version = policy_version + 1).
+xport=$(free_port)
+xack=$(free_port)
+timeout 30 "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$xport" \
+  --push "tcp://127.0.0.1:$xack" --count 1 >"$tmp/example.log" 2>&1 &
+xpid=$!
+pids+=($xpid)
+wait_port "$xport" || { echo "trainer.py did not listen"; cat "$tmp/example.log"; fail=1; }
+timeout 30 "$PY" $PUSHER --trainer "tcp://127.0.0.1:$xport" --acks "tcp://127.0.0.1:$xack" \
+  send "$tmp/batch.msgpack" --expect-version 1 || { echo "trainer.py did not ack"; fail=1; }
+wait "$xpid"; rc=$?
+[ $rc -eq 0 ] || { echo "trainer.py exit $rc"; cat "$tmp/example.log"; fail=1; }
+grep -q 'acknowledged without training: 3 groups, 12 trajectories' "$tmp/example.log" \
+  || { echo "trainer.py did not walk the batch"; cat "$tmp/example.log"; fail=1; }
+
+[ $fail -eq 0 ] && echo "it_trainer: ok"
+exit $fail
