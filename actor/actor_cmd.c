@@ -76,16 +76,10 @@ int actor_main(int argc, char **argv)
                  .summary = "Rollout actor: runs up to --slots episodes at once; asks the policy, "
                             "steps the environment, publishes actions.",
                  .options = opts};
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
         cfg_free(&cfg);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        cfg_free(&cfg);
-        return 2;
+        return rc;
     }
     int code = 0;
     actor_t *a = NULL;

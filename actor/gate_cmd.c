@@ -78,14 +78,9 @@ int gate_main(int argc, char **argv)
                  .options = opts};
     int code = 0;
     gate_svc_t *svc = NULL;
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
-        goto cleanup;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        code = 2;
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
+        code = rc;
         goto cleanup;
     }
     log_set_role("gate");

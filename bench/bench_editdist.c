@@ -45,14 +45,9 @@ int bench_editdist_run(int argc, char **argv)
     uint32_t *tokens = NULL;
     size_t *lens = NULL;
     int64_t *times = NULL;
-    int prc = cfg_parse(&cfg, argc, argv);
-    if (prc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
-        goto cleanup;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        rc = 2;
+    int prc = cfg_parse_command(&cfg, argc, argv);
+    if (prc != CFG_GO_ON) {
+        rc = prc;
         goto cleanup;
     }
     size_t n = (size_t)ngroups;

@@ -824,15 +824,9 @@ int bench_env_run(int argc, char **argv)
     bench_env_level_t closed[S_MAX_LEVELS], open[S_MAX_LEVELS];
     char err[512] = "";
 
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
-        code = 0;
-        goto cleanup;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        code = 2;
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
+        code = rc;
         goto cleanup;
     }
     nlevels = s_parse_levels(o.sessions, levels);

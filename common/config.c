@@ -566,6 +566,20 @@ cleanup:
     return rc;
 }
 
+int cfg_parse_command(cfg_t *cfg, int argc, char **argv)
+{
+    int rc = cfg_parse(cfg, argc, argv);
+    if (rc == CFG_HELP) {
+        cfg_help(cfg, stdout);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s\n", cfg->err);
+        return 2;
+    }
+    return CFG_GO_ON;
+}
+
 int cfg_source(const cfg_t *cfg, const char *name)
 {
     if (!cfg || !name)

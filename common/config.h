@@ -87,6 +87,13 @@ typedef struct {
  * Strings already stored are freed by cfg_free in every case. */
 int cfg_parse(cfg_t *cfg, int argc, char **argv);
 
+/* cfg_parse_command is cfg_parse for the main of a subcommand: after --help it writes the help to
+ * stdout, after an error the one-line message to stderr. Returns CFG_GO_ON when the command should
+ * go on; otherwise the process exit code (0 after --help, 2 after an error), which the caller
+ * returns after cfg_free. */
+enum { CFG_GO_ON = -1 };
+int cfg_parse_command(cfg_t *cfg, int argc, char **argv);
+
 /* cfg_help writes the usage and one entry per option (flag, metavar, help, default, bounds,
  * environment variable) to out. */
 void cfg_help(const cfg_t *cfg, FILE *out);

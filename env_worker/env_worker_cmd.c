@@ -51,20 +51,9 @@ int env_worker_main(int argc, char **argv)
     envw_t *w = NULL;
     char err[512] = "";
 
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
-        code = 0;
-        goto cleanup;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        code = 2;
-        goto cleanup;
-    }
-    if (cfg.npos > 0) {
-        fprintf(stderr, "selroll env-worker: unexpected argument '%s'\n", cfg.pos[0]);
-        code = 2;
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
+        code = rc;
         goto cleanup;
     }
     log_set_role("env-worker");

@@ -105,19 +105,10 @@ int policy_server_main(int argc, char **argv)
                             "(POST /v1/chat/completions, GET /v1/models, /health, /metrics), with "
                             "an inference-engine cost model (docs/policy.md).",
                  .options = opts};
-    int prc = cfg_parse(&cfg, argc, argv);
-    if (prc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
+    int prc = cfg_parse_command(&cfg, argc, argv);
+    if (prc != CFG_GO_ON) {
         cfg_free(&cfg);
-        return 0;
-    }
-    if (prc != 0 || cfg.npos > 0) {
-        if (prc != 0)
-            fprintf(stderr, "%s\n", cfg.err);
-        else
-            fprintf(stderr, "selroll policy-server: unexpected argument '%s'\n", cfg.pos[0]);
-        cfg_free(&cfg);
-        return 2;
+        return prc;
     }
     char host[64];
     {

@@ -86,19 +86,10 @@ int trainer_main(int argc, char **argv)
                  .summary = "The built-in GRPO learner for the built-in policy: BATCH in (PULL), "
                             "new weights to Redis, WEIGHTS_READY out (PUSH) (docs/training.md).",
                  .options = opts};
-    int prc = cfg_parse(&cfg, argc, argv);
-    if (prc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
+    int prc = cfg_parse_command(&cfg, argc, argv);
+    if (prc != CFG_GO_ON) {
         cfg_free(&cfg);
-        return 0;
-    }
-    if (prc != 0 || cfg.npos > 0) {
-        if (prc != 0)
-            fprintf(stderr, "%s\n", cfg.err);
-        else
-            fprintf(stderr, "selroll trainer: unexpected argument '%s'\n", cfg.pos[0]);
-        cfg_free(&cfg);
-        return 2;
+        return prc;
     }
     log_set_role("trainer");
     log_set_level((log_level_t)log_level);

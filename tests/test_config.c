@@ -326,6 +326,29 @@ static void positional_arguments_are_returned_in_order(void **state)
     assert_string_equal(f->cfg.pos[4], "-h");
 }
 
+static void parse_command_gives_exit_codes(void **state)
+{
+    fx_t *f = *state;
+    char *ok[] = {"actor", "--slots", "3"};
+    assert_int_equal(cfg_parse_command(&f->cfg, 3, ok), CFG_GO_ON);
+    assert_int_equal(f->slots, 3);
+    char *bad[] = {"actor", "--slots", "abc"};
+    FILE *saved = stderr;
+    stderr = fopen("/dev/null", "w"); /* the one-line message goes there */
+    assert_int_equal(cfg_parse_command(&f->cfg, 3, bad), 2);
+    char *extra[] = {"actor", "stray"};
+    assert_int_equal(cfg_parse_command(&f->cfg, 2, extra), 2);
+    assert_string_equal(f->cfg.err, "selroll actor: unexpected argument 'stray'");
+    fclose(stderr);
+    stderr = saved;
+    char *help[] = {"actor", "--help"};
+    FILE *out = stdout;
+    stdout = fopen("/dev/null", "w");
+    assert_int_equal(cfg_parse_command(&f->cfg, 2, help), 0);
+    fclose(stdout);
+    stdout = out;
+}
+
 static void help_is_requested_and_generated_from_the_table(void **state)
 {
     fx_t *f = *state;
@@ -397,6 +420,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(required_option_must_come_from_a_source, setup, teardown),
         cmocka_unit_test_setup_teardown(positional_arguments_are_returned_in_order, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(parse_command_gives_exit_codes, setup, teardown),
         cmocka_unit_test_setup_teardown(help_is_requested_and_generated_from_the_table, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(env_names_follow_the_flag, setup, teardown),
