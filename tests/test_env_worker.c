@@ -626,7 +626,7 @@ static void test_idle_sessions_are_dropped_after_the_ttl(void **state)
     envw_cfg_t c;
     envw_cfg_init(&c);
     c.capacity = 4;
-    c.session_ttl_ms = 150;
+    c.session_ttl_ms = 400; /* well above the 50 ms use interval, even under valgrind on a busy box */
     s_server_t srv;
     s_server_start(&srv, &c);
     void *ctx = zmq_ctx_new();
@@ -638,8 +638,8 @@ static void test_idle_sessions_are_dropped_after_the_ttl(void **state)
     s_reset(cl, 2, "busy", "household/train/6", 0);
     s_expect_obs(cl, 2, &m);
     proto_msg_clear(&m);
-    /* "busy" is used every 50 ms and stays; "idle" is not and goes. */
-    for (int i = 0; i < 10; i++) {
+    /* "busy" is used every 50 ms and stays; "idle" is not and goes (1 s > 400 ms). */
+    for (int i = 0; i < 20; i++) {
         usleep(50 * 1000);
         s_step(cl, 100 + (uint64_t)i, "busy", "look");
         s_expect_obs(cl, 100 + (uint64_t)i, &m);
