@@ -13,7 +13,7 @@ set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
 PY=${SELROLL_PYTHON:-/usr/bin/python3}
-ITERS=${IT_TRAIN_ITERS:-6}
+ITERS=${IT_TRAIN_ITERS:-5}
 SEEDS=${IT_TRAIN_SEEDS:-"1 2 3"}
 EVAL=${IT_TRAIN_EVAL:-48}
 fail=0
