@@ -533,6 +533,13 @@ static int s_attach(coord_train_t *t, coord_t *c)
     if (greso_store_load(t->greso, st) != SR_OK)
         log_warn("cannot load the pre-filter's state: %s", store_errstr(st));
     store_run_set_int(st, "iterations", t->cfg.iters);
+    if (t->cfg.out_dir) {
+        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
+        if (remove(path) == 0)
+            log_info("%s of an earlier run removed", path);
+    }
     if (!t->cfg.trainer_push)
         return SR_OK;
     char e[256];

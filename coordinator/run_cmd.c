@@ -782,6 +782,13 @@ int run_main(int argc, char **argv)
         names[nnames++] = sr_xstrdup("gate");
     }
 
+    if (r.train) {
+        /* progress is read from this file: lines of an earlier run in the same folder must go */
+        char path[2200];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", r.out);
+        remove(path);
+    }
+
     /* The built-in trainer: its PULL for BATCHes, its PUSH to the coordinator's PULL for acks. */
     if (r.builtin_trainer) {
         snprintf(r.trainer_push, sizeof r.trainer_push, "tcp://127.0.0.1:%d", s_free_port());
