@@ -415,9 +415,15 @@ static void s_train_progress(s_run_t *r)
             if (r->eval_first < 0)
                 r->eval_first = succ;
             r->eval_last = succ;
-            printf("held-out  iter %3d  policy v%-3d  success %5.1f%% (%d/%d %s tasks, greedy)\n",
+            printf("held-out  iter %3d  policy v%-3d  success %5.1f%% (%d/%d %s tasks, greedy)",
                    (int)s_num(j, "iteration"), (int)s_num(j, "policy_version"), 100.0 * succ,
                    (int)s_num(j, "won"), (int)s_num(j, "tasks"), o.eval_split);
+            const cJSON *pt = cJSON_GetObjectItemCaseSensitive(j, "per_type"), *x;
+            cJSON_ArrayForEach(x, pt)
+            {
+                printf("  %s %d/%d", x->string, (int)s_num(x, "won"), (int)s_num(x, "tasks"));
+            }
+            printf("\n");
         } else if (cJSON_IsString(type) && strcmp(type->valuestring, "iteration") == 0) {
             r->tot_started += (int64_t)s_num(j, "groups_started");
             r->tot_skipped += (int64_t)s_num(j, "groups_skipped");
