@@ -858,13 +858,22 @@ static void s_llm_ask(actor_t *a, slot_t *s)
     };
     prompt_messages_t pm = {0};
     prompt_render(a->prompt, &ps, &pm);
+    /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
+     * rollouts are exactly on-policy ("selroll-policy-v{version}" -> "selroll-policy-v3"). */
+    char model[512];
+    const char *ph = strstr(a->model, "{version}");
+    if (ph)
+        snprintf(model, sizeof model, "%.*s%lld%s", (int)(ph - a->model), a->model,
+                 (long long)j->policy_version, ph + strlen("{version}"));
+    else
+        snprintf(model, sizeof model, "%s", a->model);
     llm_message_t msgs[2];
     size_t n = 0;
     if (pm.system)
         msgs[n++] = (llm_message_t){.role = "system", .content = pm.system};
     msgs[n++] = (llm_message_t){.role = "user", .content = pm.user ? pm.user : ""};
     llm_chat_t req = {
-        .model = a->model,
+        .model = model,
         .messages = msgs,
         .n_messages = n,
         .temperature = j->eval ? 0.0 : j->temperature,

@@ -310,6 +310,11 @@ static int s_decide(gate_t *g, s_group_t *grp, gate_decision_t *out)
         out->verdict = GATE_ENDED_BEFORE_K;
         out->reason = "ended_before_k";
         g->st.ended_before_k++;
+    } else if (G < 2) {
+        /* A group of one (a held-out evaluation episode) has nothing to compare: never cut. */
+        out->verdict = GATE_KEEP;
+        out->reason = "single";
+        g->st.keeps++;
     } else if (d < g->cfg.threshold) {
         out->verdict = GATE_CANCEL;
         out->reason = "divergence";

@@ -460,9 +460,12 @@ size_t batch_stats_to_proto(const batch_stats_t *st, proto_stat_t *out, size_t m
         {"backfill_waves", (double)st->backfill_waves},
         {"backfill_cap_reached", st->backfill_cap_reached ? 1.0 : 0.0},
         {"wall_ms", (double)st->wall_ms},
+        {"temperature", st->temperature},
     };
     _Static_assert(sizeof all / sizeof all[0] <= BATCH_STATS_MAX, "BATCH_STATS_MAX too small");
-    size_t n = SR_MIN(max, SR_ARRAY_LEN(all));
+    /* the temperature is there only when the caller set it */
+    size_t avail = SR_ARRAY_LEN(all) - (st->temperature > 0 ? 0 : 1);
+    size_t n = SR_MIN(max, avail);
     for (size_t i = 0; i < n; i++)
         out[i] = all[i];
     return n;

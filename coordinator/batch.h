@@ -90,6 +90,7 @@ typedef struct {
     int64_t backfill_waves;    /* caller */
     bool backfill_cap_reached; /* caller */
     int64_t wall_ms;           /* caller */
+    double temperature;        /* caller: the run's sampling temperature; sent only when > 0 */
 } batch_stats_t;
 
 #define BATCH_STATS_MAX 40 /* entries batch_stats_to_proto can produce */

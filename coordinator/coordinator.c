@@ -47,6 +47,7 @@ struct coord {
     void *zctx;
     transport_sock_t *work;
     transport_sock_t *sub;
+    transport_sock_t *pub; /* the driver's bus publisher, created on first use */
     transport_proxy_t *proxy;
     reactor_t *r;
     store_t *st;
@@ -61,6 +62,8 @@ struct coord {
     int64_t round_stale;
     int64_t epoch_next, epoch_limit;
     int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
+    coord_round_plan_t plan; /* the driver's plan of the current round */
+    bool planning;           /* inside s_next_round: no re-entry */
     sr_buf_t out;
 
     atomic_bool stop_requested;
@@ -225,10 +228,11 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
     jb->traj = j->traj;
     jb->group_size = g->G;
     jb->task = g->task;
-    jb->iteration = c->round;
+    jb->iteration = c->cfg.driver ? c->plan.iteration : c->round;
+    jb->eval = c->cfg.driver ? c->plan.eval : false;
     jb->policy_version = c->cfg.policy_version;
     jb->seed = s_job_seed(c->cfg.seed, c->round, j->group, j->traj);
-    jb->temperature = c->cfg.temperature;
+    jb->temperature = c->cfg.driver ? c->plan.temperature : c->cfg.temperature;
     jb->top_p = c->cfg.top_p;
     jb->max_steps = c->cfg.max_steps;
     jb->max_tokens = c->cfg.max_tokens;
@@ -393,7 +397,14 @@ static int s_start_round(coord_t *c)
 
     /* The groups: the configured ones (created unless they exist) and any other group Redis
      * holds for this round (a resumed round), in id order so that jobs go out group by group. */
-    for (int k = 0; k < c->cfg.groups && rc == SR_OK; k++) {
+    for (size_t k = 0; c->cfg.driver && k < c->plan.n && rc == SR_OK; k++) {
+        char gid[STORE_GID_MAX];
+        coord_group_id(c->round, (int)k, gid, sizeof gid);
+        rc = store_group_create(c->st, gid, c->plan.groups[k].task, c->round, c->plan.groups[k].G);
+        if (rc == SR_ECONFLICT)
+            rc = SR_OK;
+    }
+    for (int k = 0; !c->cfg.driver && k < c->cfg.groups && rc == SR_OK; k++) {
         char gid[STORE_GID_MAX], task[STORE_TASK_MAX];
         coord_group_id(c->round, k, gid, sizeof gid);
         snprintf(task, sizeof task, "household/%s/%d", c->cfg.split,
@@ -476,6 +487,8 @@ static void s_summarise(coord_t *c, coord_round_summary_t *sum)
     sum->wall_ms = clock_mono_ms() - c->round_start_ms;
 }
 
+static void s_next_round(coord_t *c);
+
 /* s_finish_round writes the round's results and summary out and starts the next round (or stops
  * the loop after the last one). */
 static void s_finish_round(coord_t *c)
@@ -516,9 +529,47 @@ static void s_finish_round(coord_t *c)
     if (c->cfg.on_round)
         c->cfg.on_round(&sum, c->cfg.on_round_arg);
     c->round++;
+    if (c->cfg.driver) {
+        c->cfg.driver->ended(c->cfg.driver->arg, c, c->round - 1, &sum);
+        s_next_round(c);
+        return;
+    }
     if (c->round >= c->cfg.iters) {
         c->finished = true;
         reactor_stop(c->r);
+        return;
+    }
+    if ((rc = s_start_round(c)) != SR_OK) {
+        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+        return;
+    }
+    s_dispatch(c);
+}
+
+/* s_next_round asks the driver what to do while no round runs, and starts the round it plans. */
+static void s_next_round(coord_t *c)
+{
+    if (!c->cfg.driver || c->round_active || c->planning || c->finished || c->fatal != SR_OK)
+        return;
+    c->planning = true;
+    memset(&c->plan, 0, sizeof c->plan);
+    int rc = c->cfg.driver->plan(c->cfg.driver->arg, c, &c->plan);
+    c->planning = false;
+    if (c->fatal != SR_OK)
+        return;
+    if (rc < 0) {
+        s_fatal(c, rc, "the run's driver failed: %s", sr_strerror(rc));
+        return;
+    }
+    if (rc == COORD_PLAN_DONE) {
+        c->finished = true;
+        reactor_stop(c->r);
+        return;
+    }
+    if (rc != COORD_PLAN_ROUND)
+        return;
+    if (c->plan.n == 0) {
+        s_fatal(c, SR_EINVAL, "the run's driver planned an empty round%s", "");
         return;
     }
     if ((rc = s_start_round(c)) != SR_OK) {
@@ -878,6 +929,9 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
         s_check_round(c);
         s_dispatch(c);
     }
+    if (c->cfg.driver && c->cfg.driver->tick)
+        c->cfg.driver->tick(c->cfg.driver->arg, c);
+    s_next_round(c);
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
@@ -1092,6 +1146,14 @@ static int s_prepare_run(coord_t *c)
             free(status);
             return SR_ECONFLICT;
         }
+        if (c->cfg.driver) {
+            snprintf(c->err, sizeof c->err,
+                     "run %s exists in Redis (status %s): a training run cannot be resumed; "
+                     "start another --run",
+                     c->cfg.run, status);
+            free(status);
+            return SR_ECONFLICT;
+        }
         rc = store_run_get_int(c->st, "rounds_done", &done);
         if (rc == SR_ENOTFOUND) {
             done = 0;
@@ -1120,6 +1182,8 @@ static int s_prepare_run(coord_t *c)
     return SR_OK;
 }
 
+static int s_open_pub(coord_t *c);
+
 int coord_run(coord_t *c)
 {
     if (!c)
@@ -1129,18 +1193,22 @@ int coord_run(coord_t *c)
         log_error("%s", c->err);
         return rc;
     }
-    if (c->round >= c->cfg.iters) {
+    if (!c->cfg.driver && c->round >= c->cfg.iters) {
         c->finished = true;
         store_run_set(c->st, "status", "finished");
         log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);
         return SR_OK;
     }
-    if ((rc = s_start_round(c)) != SR_OK) {
+    if (!c->cfg.driver && (rc = s_start_round(c)) != SR_OK) {
         snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)c->round,
                  store_errstr(c->st));
         log_error("%s", c->err);
         return rc;
     }
+    /* A driver publishes on the bus: connect early, so that the first message is not lost while
+     * the connection is made. */
+    if (c->cfg.driver && s_open_pub(c) != SR_OK)
+        log_warn("no bus publisher: POLICY_VERSION will not be announced");
     int64_t tick = SR_MAX(10, SR_MIN(c->cfg.lease_ms / 4, 250));
     c->timer = reactor_timer_add(c->r, tick, tick, s_on_tick, c);
     if (reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, s_on_work, c) != SR_OK ||
@@ -1153,6 +1221,7 @@ int coord_run(coord_t *c)
              c->ep_pub, c->ep_sub);
     /* A round may be complete already (resumed after its last result). */
     s_check_round(c);
+    s_next_round(c);
     while (!c->finished && c->fatal == SR_OK && !atomic_load(&c->stop_requested)) {
         rc = reactor_run(c->r);
         if (rc != SR_OK) {
@@ -1163,6 +1232,8 @@ int coord_run(coord_t *c)
     reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
     reactor_remove_zsock(c->r, transport_sock_zmq(c->sub));
     reactor_timer_cancel(c->r, c->timer);
+    if (c->cfg.driver && c->cfg.driver->stopped)
+        c->cfg.driver->stopped(c->cfg.driver->arg, c);
     const char *st = c->finished ? "finished" : c->fatal ? "failed" : "stopped";
     if (store_run_set(c->st, "status", st) != SR_OK)
         log_warn("cannot record run status %s: %s", st, store_errstr(c->st));
@@ -1192,6 +1263,7 @@ void coord_destroy(coord_t **self_p)
     if (!self_p || !*self_p)
         return;
     coord_t *c = *self_p;
+    transport_sock_destroy(&c->pub);
     transport_sock_destroy(&c->sub);
     transport_sock_destroy(&c->work);
     transport_proxy_destroy(&c->proxy);
@@ -1234,3 +1306,76 @@ void coord_stats(const coord_t *c, coord_stats_t *out)
 metrics_registry_t *coord_metrics(coord_t *c) { return c->metrics; }
 
 const char *coord_errstr(const coord_t *c) { return c ? c->err : ""; }
+
+/* ---- for drivers ---------------------------------------------------------------------------- */
+
+void coord_kick(coord_t *c)
+{
+    if (c)
+        s_next_round(c);
+}
+
+void coord_fail(coord_t *c, int rc, const char *why)
+{
+    if (c)
+        s_fatal(c, rc < 0 ? rc : SR_EINVAL, "%s", why ? why : "failed");
+}
+
+store_t *coord_store(coord_t *c) { return c ? c->st : NULL; }
+
+const char *coord_run_name(const coord_t *c) { return c ? c->cfg.run : ""; }
+
+int64_t coord_next_round(const coord_t *c) { return c ? c->round : 0; }
+
+reactor_t *coord_reactor(coord_t *c) { return c ? c->r : NULL; }
+
+void *coord_zctx(coord_t *c) { return c ? c->zctx : NULL; }
+
+int coord_set_policy_version(coord_t *c, int64_t version)
+{
+    if (!c || version < 0)
+        return SR_EINVAL;
+    c->cfg.policy_version = version;
+    return store_run_set_int(c->st, "policy_version", version);
+}
+
+int64_t coord_policy_version(const coord_t *c) { return c ? c->cfg.policy_version : 0; }
+
+/* s_open_pub connects the driver's bus publisher to the proxy (once). */
+static int s_open_pub(coord_t *c)
+{
+    if (c->pub)
+        return SR_OK;
+    char e[256];
+    c->pub = transport_sock_new(c->zctx, ZMQ_PUB, NULL, e, sizeof e);
+    if (!c->pub) {
+        log_error("bus publisher: %s", e);
+        return SR_EIO;
+    }
+    char local[EP_MAX];
+    s_advertise(c->ep_pub, "127.0.0.1", local, sizeof local);
+    if (c->cfg.bus_external_pub)
+        snprintf(local, sizeof local, "%s", c->cfg.bus_external_pub);
+    int rc = transport_connect(c->pub, local);
+    if (rc != SR_OK) {
+        log_error("bus publisher: %s", transport_sock_errstr(c->pub));
+        transport_sock_destroy(&c->pub);
+    }
+    return rc;
+}
+
+int coord_publish(coord_t *c, const char *topic, const proto_msg_t *m)
+{
+    if (!c || !topic || !m)
+        return SR_EINVAL;
+    int rc = s_open_pub(c);
+    if (rc != SR_OK)
+        return rc;
+    sr_buf_t b;
+    sr_buf_init(&b);
+    rc = proto_encode(m, &b);
+    if (rc == SR_OK)
+        rc = transport_send_topic(c->pub, topic, b.data, b.len);
+    sr_buf_free(&b);
+    return rc;
+}

@@ -22,6 +22,8 @@
 #define SR_COORDINATOR_H
 
 #include "common/metrics.h"
+#include "common/proto.h"
+#include "common/store.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/coord_sched.h"
 
@@ -31,6 +33,47 @@
 
 /* coord_round_fn receives the summary of each round that ends, on coord_run's thread. */
 typedef void (*coord_round_fn)(const coord_round_summary_t *sum, void *arg);
+
+typedef struct coord coord_t;
+
+/* One group of a planned round: its task id and its size. */
+typedef struct {
+    char task[STORE_TASK_MAX];
+    int G;
+} coord_group_spec_t;
+
+/* What a driver asks the coordinator to run next (see coord_driver_t). The groups array belongs
+ * to the driver and must stay valid until the plan callback is called again. */
+typedef struct {
+    const coord_group_spec_t *groups;
+    size_t n;
+    double temperature; /* of this round's JOBs */
+    int64_t iteration;  /* JOB.iteration */
+    bool eval;          /* JOB.eval: greedy, never gated, never trained on */
+} coord_round_plan_t;
+
+/* What a plan callback answers. */
+typedef enum {
+    COORD_PLAN_ROUND = 0, /* *plan holds the next round: start it */
+    COORD_PLAN_WAIT = 1,  /* nothing to start now; the driver calls coord_kick when there is */
+    COORD_PLAN_DONE = 2,  /* the run is finished */
+} coord_plan_result_t;
+
+/* A driver replaces the fixed rounds (cfg.iters x cfg.groups) by rounds it plans one at a time,
+ * on coord_run's thread: plan is called whenever no round runs (at the start, after each round,
+ * and on coord_kick) and returns a coord_plan_result_t or a negative SR_E* code (the run fails);
+ * ended is called when a round has ended, after its results are in Redis; tick is called on every
+ * timer tick (may be NULL); stopped is called when coord_run is about to return, and must close
+ * every socket the driver made in the coordinator's context (may be NULL). Rounds are numbered 0, 1, 2, ... and group ids are coord_group_id's. A
+ * driven run does not resume: a coordinator started with cfg.resume on an existing driven run
+ * refuses it. */
+typedef struct {
+    int (*plan)(void *arg, coord_t *c, coord_round_plan_t *plan);
+    void (*ended)(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum);
+    void (*tick)(void *arg, coord_t *c);
+    void (*stopped)(void *arg, coord_t *c);
+    void *arg;
+} coord_driver_t;
 
 typedef struct {
     const char *run;          /* run id, "default" */
@@ -65,9 +108,8 @@ typedef struct {
     int64_t policy_version;  /* 0 */
     coord_round_fn on_round; /* may be NULL */
     void *on_round_arg;
+    const coord_driver_t *driver; /* NULL = fixed rounds; else borrowed, must outlive c */
 } coord_cfg_t;
-
-typedef struct coord coord_t;
 
 /* The connectable endpoints of a coordinator (a wildcard host replaced by cfg.advertise). The
  * strings belong to the coordinator. */
@@ -131,5 +173,41 @@ void coord_group_id(int64_t round, int index, char *buf, size_t len);
 /* coord_task_for returns the task index (0..tasks-1) that group `index` of `round` rolls out: a
  * permutation of the pool drawn from seed, walked in order and cycled. */
 int coord_task_for(uint64_t seed, int tasks, int groups, int64_t round, int index);
+
+/* ---- for drivers (coord_run's thread only) -------------------------------------------------- */
+
+/* coord_kick asks the driver for a plan now, when no round runs (after the driver's own socket
+ * brought news, e.g. new weights). */
+void coord_kick(coord_t *c);
+
+/* coord_fail stops coord_run with rc (an SR_E* code) and the one-line reason `why`. */
+void coord_fail(coord_t *c, int rc, const char *why);
+
+/* coord_run_name returns the run id (owned by c). */
+const char *coord_run_name(const coord_t *c);
+
+/* coord_next_round returns the number of the round that starts next (or runs now). */
+int64_t coord_next_round(const coord_t *c);
+
+/* coord_store returns the coordinator's Redis connection (owned by c). */
+store_t *coord_store(coord_t *c);
+
+/* coord_reactor returns the coordinator's reactor, where a driver may register its sockets and
+ * timers (owned by c; remove them before coord_destroy). */
+struct reactor *coord_reactor(coord_t *c);
+
+/* coord_zctx returns the coordinator's ZeroMQ context (owned by c). */
+void *coord_zctx(coord_t *c);
+
+/* coord_set_policy_version sets the version JOBs and WELCOMEs carry from now on and records it in
+ * the run record (field policy_version). Returns SR_OK or the store's error. */
+int coord_set_policy_version(coord_t *c, int64_t version);
+
+/* coord_policy_version returns that version. */
+int64_t coord_policy_version(const coord_t *c);
+
+/* coord_publish sends one bus message (topic, msgpack body) through the coordinator's bus
+ * publisher, created on first use. Returns SR_OK or the transport's error. */
+int coord_publish(coord_t *c, const char *topic, const proto_msg_t *m);
 
 #endif

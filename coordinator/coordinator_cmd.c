@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/sr.h"
+#include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
 
 #include <signal.h>
@@ -37,7 +38,10 @@ int coordinator_main(int argc, char **argv)
 {
     static struct {
         char *run, *redis, *work, *bus_pub, *bus_sub, *bus_external, *advertise, *split;
-        char *env_workers, *out;
+        char *env_workers, *out, *eval_split, *trainer_push, *trainer_pull;
+        bool train;
+        int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
+        int64_t weights_timeout_ms;
         int iters, groups, group_size, tasks, max_steps, max_tokens, max_attempts, placement;
         int log_level;
         int64_t seed, lease_ms, heartbeat_ms, spread_wait_ms;
@@ -100,6 +104,32 @@ int coordinator_main(int argc, char **argv)
          .help = "continue the run found in Redis"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level"},
+        {.name = "train", .kind = CFG_BOOL, .dst = &o.train, .def = "false",
+         .help = "run the training loop: --iters iterations of pre-filtered groups, backfill, "
+                 "one BATCH each to the trainer, held-out evaluations (--groups is unused)"},
+        {.name = "batch-groups", .kind = CFG_INT, .dst = &o.batch_groups, .def = "8", .min = 1,
+         .max = 4096, .help = "training: informative groups wanted per batch"},
+        {.name = "prefilter", .kind = CFG_ENUM, .dst = &o.prefilter, .def = "on",
+         .choices = "off|on", .help = "training: the GRESO pre-rollout filter"},
+        {.name = "backfill", .kind = CFG_ENUM, .dst = &o.backfill, .def = "on",
+         .choices = "off|on", .help = "training: start fresh prompts until the batch is full or "
+                                      "the cap is hit"},
+        {.name = "adv", .kind = CFG_ENUM, .dst = &o.adv, .def = "grpo",
+         .choices = "grpo|rloo|dr-grpo", .help = "training: advantage estimator"},
+        {.name = "eval-every", .kind = CFG_INT, .dst = &o.eval_every, .def = "5", .min = 0,
+         .max = 1000000, .help = "training: held-out evaluation every N iterations (and at 0 and "
+                                 "the end; 0 = only those)"},
+        {.name = "eval-tasks", .kind = CFG_INT, .dst = &o.eval_tasks, .def = "20", .min = 0,
+         .max = 100000, .help = "training: held-out tasks per evaluation (0 = none)"},
+        {.name = "eval-split", .kind = CFG_STRING, .dst = &o.eval_split, .def = "valid_unseen",
+         .help = "training: held-out split"},
+        {.name = "trainer-push", .kind = CFG_STRING, .dst = &o.trainer_push, .metavar = "EP",
+         .help = "training: the trainer's PULL, where BATCHes go (unset = no trainer)"},
+        {.name = "trainer-pull", .kind = CFG_STRING, .dst = &o.trainer_pull, .metavar = "EP",
+         .help = "training: bound here for WEIGHTS_READY"},
+        {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
+         .def = "120000", .min = 1, .max = 86400000,
+         .help = "training: wait this long for WEIGHTS_READY, then send once more, then stop"},
         {0},
     };
     cfg_t cfg = {.command = "coordinator",
@@ -121,6 +151,7 @@ int coordinator_main(int argc, char **argv)
     int exit_code = 0;
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;
     coord_t *c = NULL;
+    coord_train_t *train = NULL;
     log_set_role("coordinator");
     log_set_level((log_level_t)o.log_level);
 
@@ -173,6 +204,34 @@ int coordinator_main(int argc, char **argv)
     cc.on_round = s_progress;
 
     char err[512] = "";
+    if (o.train) {
+        coord_train_cfg_t tc;
+        coord_train_cfg_init(&tc);
+        tc.iters = o.iters;
+        tc.batch_groups = o.batch_groups;
+        tc.group_size = o.group_size;
+        tc.tasks = o.tasks;
+        tc.prefilter = o.prefilter == 1;
+        tc.backfill = o.backfill == 1;
+        tc.adv = (adv_kind_t)o.adv;
+        tc.eval_every = o.eval_every;
+        tc.eval_tasks = o.eval_tasks;
+        tc.eval_split = o.eval_split;
+        tc.temperature = o.temperature;
+        tc.seed = (uint64_t)o.seed;
+        tc.out_dir = cc.out_dir;
+        tc.trainer_push = o.trainer_push;
+        tc.trainer_pull = o.trainer_pull;
+        tc.weights_timeout_ms = o.weights_timeout_ms;
+        train = coord_train_new(&tc, err, sizeof err);
+        if (!train) {
+            fprintf(stderr, "selroll coordinator: %s\n", err);
+            exit_code = 2;
+            goto cleanup;
+        }
+        cc.driver = coord_train_driver(train);
+    }
+
     c = coord_new(&cc, err, sizeof err);
     if (!c) {
         fprintf(stderr, "selroll coordinator: %s\n", err);
@@ -197,6 +256,7 @@ int coordinator_main(int argc, char **argv)
 
 cleanup:
     coord_destroy(&c);
+    coord_train_destroy(&train);
     free(ext_pub);
     free(ext_sub);
     free(out);

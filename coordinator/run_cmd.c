@@ -40,6 +40,9 @@
 #include <unistd.h>
 
 #define S_MAX_ARGS 64
+/* The training loop's default time scale of the policy server's latency model: it keeps the
+ * default campaign (`make run`) within its time budget on a 2-core machine. */
+#define S_TRAIN_TIME_SCALE 20.0
 
 static volatile sig_atomic_t s_signalled;
 
@@ -128,9 +131,11 @@ static void s_argv_free(s_argv_t *a)
 static struct {
     char *redis, *run, *out, *placement, *gate_mode, *redis_server;
     char *policy_args, *coordinator_args, *actor_args, *gate_args, *bus_external;
+    char *gate, *trainer, *trainer_args, *adv, *eval_split;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int k, log_level, max_coord_restarts;
-    int64_t seed, lease_ms, heartbeat_ms, grace_ms;
+    int batch_groups, prefilter, backfill, eval_every, eval_tasks;
+    int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
     double temperature, time_scale, threshold, t_high;
     bool cost_model, no_gate;
 } o;
@@ -143,6 +148,15 @@ typedef struct {
     char redis_url[128];
     char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
     char env_list[1024];
+    bool train;                    /* the training loop (--groups 0) */
+    char trainer_push[1100];       /* the trainer's PULL, where BATCHes go; "" = no trainer */
+    char trainer_pull[1100];       /* the coordinator binds it for WEIGHTS_READY */
+    bool builtin_trainer;
+    long iter_offset;              /* bytes of iterations.jsonl already reported */
+    double eval_first, eval_last;  /* held-out success, -1 before */
+    int64_t tot_started, tot_skipped, tot_cancelled, tot_filtered, tot_tokens, tot_calls;
+    int64_t tot_aborted;
+    int64_t policy_version;
     supervise_t *sup;
     store_t *store;
     char coord_name[32]; /* the current coordinator child */
@@ -238,8 +252,6 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     }
     s_arg(&a, "--iters");
     s_argf(&a, "%d", o.iters);
-    s_arg(&a, "--groups");
-    s_argf(&a, "%d", o.groups);
     s_arg(&a, "--group-size");
     s_argf(&a, "%d", o.group_size);
     s_arg(&a, "--tasks");
@@ -262,6 +274,34 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, r->out);
     if (resume)
         s_arg(&a, "--resume");
+    if (r->train) {
+        s_arg(&a, "--train");
+        s_arg(&a, "--batch-groups");
+        s_argf(&a, "%d", o.batch_groups);
+        s_arg(&a, "--prefilter");
+        s_arg(&a, o.prefilter ? "on" : "off");
+        s_arg(&a, "--backfill");
+        s_arg(&a, o.backfill ? "on" : "off");
+        s_arg(&a, "--adv");
+        s_arg(&a, o.adv);
+        s_arg(&a, "--eval-every");
+        s_argf(&a, "%d", o.eval_every);
+        s_arg(&a, "--eval-tasks");
+        s_argf(&a, "%d", o.eval_tasks);
+        s_arg(&a, "--eval-split");
+        s_arg(&a, o.eval_split);
+        s_arg(&a, "--weights-timeout-ms");
+        s_argf(&a, "%lld", (long long)o.weights_timeout_ms);
+        if (r->trainer_push[0]) {
+            s_arg(&a, "--trainer-push");
+            s_arg(&a, r->trainer_push);
+            s_arg(&a, "--trainer-pull");
+            s_arg(&a, r->trainer_pull);
+        }
+    } else {
+        s_arg(&a, "--groups");
+        s_argf(&a, "%d", o.groups);
+    }
     s_args_split(&a, o.coordinator_args);
     int rc = supervise_add(r->sup, r->coord_name, a.v, false);
     s_argv_free(&a);
@@ -340,6 +380,82 @@ static bool s_round_progress(s_run_t *r, int round)
     return true;
 }
 
+static double s_num(const cJSON *j, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+/* s_train_progress prints one line per new entry of <out>/iterations.jsonl (written by the
+ * coordinator's training loop): an iteration's statistics, or a held-out evaluation. */
+static void s_train_progress(s_run_t *r)
+{
+    char path[2200];
+    snprintf(path, sizeof path, "%s/iterations.jsonl", r->out);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fseek(f, r->iter_offset, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n')
+            break; /* a line still being written */
+        r->iter_offset += n;
+        cJSON *j = cJSON_Parse(line);
+        if (!j)
+            continue;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "eval") == 0) {
+            double succ = s_num(j, "heldout_success");
+            if (r->eval_first < 0)
+                r->eval_first = succ;
+            r->eval_last = succ;
+            printf("held-out  iter %3d  policy v%-3d  success %5.1f%% (%d/%d %s tasks, greedy)",
+                   (int)s_num(j, "iteration"), (int)s_num(j, "policy_version"), 100.0 * succ,
+                   (int)s_num(j, "won"), (int)s_num(j, "tasks"), o.eval_split);
+            const cJSON *pt = cJSON_GetObjectItemCaseSensitive(j, "per_type"), *x;
+            cJSON_ArrayForEach(x, pt)
+            {
+                printf("  %s %d/%d", x->string, (int)s_num(x, "won"), (int)s_num(x, "tasks"));
+            }
+            printf("\n");
+        } else if (cJSON_IsString(type) && strcmp(type->valuestring, "iteration") == 0) {
+            r->tot_started += (int64_t)s_num(j, "groups_started");
+            r->tot_skipped += (int64_t)s_num(j, "groups_skipped");
+            r->tot_cancelled += (int64_t)s_num(j, "groups_cancelled");
+            r->tot_filtered += (int64_t)s_num(j, "groups_filtered");
+            r->tot_tokens += (int64_t)s_num(j, "tokens");
+            r->tot_calls += (int64_t)s_num(j, "llm_calls");
+            r->tot_aborted += (int64_t)s_num(j, "aborted_tokens");
+            r->policy_version = (int64_t)s_num(j, "policy_version_after");
+            int64_t now = clock_wall_ms();
+            printf("iter %3d  policy v%d->v%d  groups started %d skipped %d cancelled %d filtered "
+                   "%d batch %d  tokens %lld  LLM calls %lld  train success %.1f%%  held-out "
+                   "%.1f%%  saved so far: %lld groups skipped, %lld cancelled, %lld aborted "
+                   "tokens  %.1f s\n",
+                   (int)s_num(j, "iteration"), (int)s_num(j, "policy_version"),
+                   (int)r->policy_version, (int)s_num(j, "groups_started"),
+                   (int)s_num(j, "groups_skipped"), (int)s_num(j, "groups_cancelled"),
+                   (int)s_num(j, "groups_filtered"), (int)s_num(j, "batch_groups"),
+                   (long long)s_num(j, "tokens"), (long long)s_num(j, "llm_calls"),
+                   100.0 * s_num(j, "train_success"),
+                   r->eval_last >= 0 ? 100.0 * r->eval_last : 0.0, (long long)r->tot_skipped,
+                   (long long)r->tot_cancelled, (long long)r->tot_aborted,
+                   (double)(now - r->round_t0_ms) / 1000.0);
+            r->round_t0_ms = now;
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    fflush(stdout);
+}
+
 int run_main(int argc, char **argv)
 {
     memset(&o, 0, sizeof o);
@@ -351,10 +467,41 @@ int run_main(int argc, char **argv)
         {.name = "run", .kind = CFG_STRING, .dst = &o.run, .def = "default", .help = "run id"},
         {.name = "out", .kind = CFG_STRING, .dst = &o.out, .metavar = "DIR",
          .help = "results folder (default runs/<run>)"},
-        {.name = "iters", .kind = CFG_INT, .dst = &o.iters, .def = "1", .min = 1, .max = 1000000,
-         .help = "rounds to run"},
-        {.name = "groups", .kind = CFG_INT, .dst = &o.groups, .def = "16", .min = 1,
-         .max = 100000, .help = "groups (tasks) per round"},
+        {.name = "iters", .kind = CFG_INT, .dst = &o.iters, .def = "10", .min = 1,
+         .max = 1000000, .help = "training iterations (or rounds, with --groups)"},
+        {.name = "groups", .kind = CFG_INT, .dst = &o.groups, .def = "0", .min = 0,
+         .max = 100000,
+         .help = "0 = the training loop; N = plain rollout rounds of N groups, no training"},
+        {.name = "batch-groups", .kind = CFG_INT, .dst = &o.batch_groups, .def = "8", .min = 1,
+         .max = 4096, .help = "training: informative groups per batch"},
+        {.name = "prefilter", .kind = CFG_ENUM, .dst = &o.prefilter, .def = "on",
+         .choices = "off|on", .help = "training: the GRESO pre-rollout filter"},
+        {.name = "backfill", .kind = CFG_ENUM, .dst = &o.backfill, .def = "on",
+         .choices = "off|on", .help = "training: backfill waves until the batch is full or the "
+                                      "cap is hit"},
+        {.name = "adv", .kind = CFG_STRING, .dst = &o.adv, .def = "grpo",
+         .metavar = "grpo|rloo|dr-grpo", .help = "training: advantage estimator"},
+        {.name = "eval-every", .kind = CFG_INT, .dst = &o.eval_every, .def = "5", .min = 0,
+         .max = 1000000, .help = "training: held-out evaluation every N iterations (and at 0 and "
+                                 "the end)"},
+        {.name = "eval-tasks", .kind = CFG_INT, .dst = &o.eval_tasks, .def = "48", .min = 0,
+         .max = 100000, .help = "training: held-out tasks per evaluation, greedy, one episode each"},
+        {.name = "eval-split", .kind = CFG_STRING, .dst = &o.eval_split, .def = "valid_unseen",
+         .help = "training: held-out split"},
+        {.name = "trainer", .kind = CFG_STRING, .dst = &o.trainer, .def = "builtin",
+         .metavar = "builtin|none|PULL,ACK",
+         .help = "training: the built-in `selroll trainer`, none (iterations without training), or "
+                 "an external trainer: its PULL endpoint and the endpoint bound here for acks"},
+        {.name = "trainer-args", .kind = CFG_STRING, .dst = &o.trainer_args, .metavar = "ARGS",
+         .help = "extra space-separated arguments for the built-in trainer"},
+        {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
+         .def = "120000", .min = 1, .max = 86400000,
+         .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
+        {.name = "policy-seed", .kind = CFG_I64, .dst = &o.policy_seed, .def = "0", .min = 0,
+         .max = 9007199254740992.0,
+         .help = "seed of the built-in policy's version 0, given to policy server and trainer"},
+        {.name = "gate", .kind = CFG_STRING, .dst = &o.gate, .metavar = "enforce|shadow|off",
+         .help = "gate mode (same as --gate-mode)"},
         {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "8", .min = 1,
          .max = 64, .help = "trajectories per group (G)"},
         {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
@@ -373,8 +520,9 @@ int run_main(int argc, char **argv)
          .max = 64, .help = "env-worker processes"},
         {.name = "env-capacity", .kind = CFG_INT, .dst = &o.env_capacity, .def = "0", .min = 0,
          .max = 100000, .help = "sessions per env worker (0 = twice all actors' slots, at least 64)"},
-        {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.time_scale, .def = "1", .min = 0.001,
-         .max = 1e6, .help = "policy server: simulated seconds per wall second"},
+        {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.time_scale, .def = "0", .min = 0,
+         .max = 1e6, .help = "policy server: simulated seconds per wall second (0 = 1 for rounds, "
+                             "20 for the training loop)"},
         {.name = "cost-model", .kind = CFG_BOOL, .dst = &o.cost_model, .def = "true",
          .help = "policy server: simulate inference latency"},
         {.name = "gate-mode", .kind = CFG_STRING, .dst = &o.gate_mode, .def = "enforce",
@@ -437,6 +585,34 @@ int run_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    if (o.gate)
+        o.gate_mode = o.gate; /* --gate wins over --gate-mode */
+    if (strcmp(o.adv, "grpo") && strcmp(o.adv, "rloo") && strcmp(o.adv, "dr-grpo")) {
+        fprintf(stderr, "selroll run: --adv: '%s' is not one of grpo, rloo, dr-grpo\n", o.adv);
+        code = 2;
+        goto cleanup;
+    }
+    r.train = o.groups == 0;
+    if (o.time_scale <= 0)
+        o.time_scale = r.train ? S_TRAIN_TIME_SCALE : 1.0;
+    r.eval_first = r.eval_last = -1;
+    if (r.train && strcmp(o.trainer, "builtin") != 0 && strcmp(o.trainer, "none") != 0) {
+        const char *spec = o.trainer;
+        if (strncmp(spec, "external:", 9) == 0)
+            spec += 9;
+        const char *comma = strchr(spec, ',');
+        if (!comma || comma == spec || !comma[1] || strchr(comma + 1, ',') ||
+            (size_t)(comma - spec) >= sizeof r.trainer_push ||
+            strlen(comma + 1) >= sizeof r.trainer_pull) {
+            fprintf(stderr, "selroll run: --trainer: '%s' is not builtin, none or PULL,ACK\n",
+                    o.trainer);
+            code = 2;
+            goto cleanup;
+        }
+        snprintf(r.trainer_push, sizeof r.trainer_push, "%.*s", (int)(comma - spec), spec);
+        snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
+    }
+    r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
     if (strcmp(o.gate_mode, "enforce") && strcmp(o.gate_mode, "shadow") &&
         strcmp(o.gate_mode, "off")) {
         fprintf(stderr, "selroll run: --gate-mode: '%s' is not one of enforce, shadow, off\n",
@@ -557,6 +733,17 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%.17g", o.time_scale);
         if (!o.cost_model)
             s_arg(&a, "--no-cost-model");
+        s_arg(&a, "--seed");
+        s_argf(&a, "%lld", (long long)o.policy_seed);
+        if (r.builtin_trainer) {
+            /* the new weights are in Redis; POLICY_VERSION on the bus says which is current */
+            s_arg(&a, "--redis");
+            s_arg(&a, r.redis_url);
+            s_arg(&a, "--run");
+            s_arg(&a, o.run);
+            s_arg(&a, "--bus");
+            s_arg(&a, r.bus_sub_ep);
+        }
         s_args_split(&a, o.policy_args);
         rc = supervise_add(r.sup, "policy-server", a.v, true);
         s_argv_free(&a);
@@ -601,6 +788,40 @@ int run_main(int argc, char **argv)
         names[nnames++] = sr_xstrdup("gate");
     }
 
+    if (r.train) {
+        /* progress is read from this file: lines of an earlier run in the same folder must go */
+        char path[2200];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", r.out);
+        remove(path);
+    }
+
+    /* The built-in trainer: its PULL for BATCHes, its PUSH to the coordinator's PULL for acks. */
+    if (r.builtin_trainer) {
+        snprintf(r.trainer_push, sizeof r.trainer_push, "tcp://127.0.0.1:%d", s_free_port());
+        snprintf(r.trainer_pull, sizeof r.trainer_pull, "tcp://127.0.0.1:%d", s_free_port());
+        s_argv_t a = {0};
+        s_arg(&a, r.self);
+        s_arg(&a, "trainer");
+        s_arg(&a, "--pull");
+        s_argf(&a, "@%s", r.trainer_push);
+        s_arg(&a, "--push");
+        s_argf(&a, ">%s", r.trainer_pull);
+        s_arg(&a, "--redis");
+        s_arg(&a, r.redis_url);
+        s_arg(&a, "--run");
+        s_arg(&a, o.run);
+        s_arg(&a, "--seed");
+        s_argf(&a, "%lld", (long long)o.policy_seed);
+        s_arg(&a, "--temperature");
+        s_argf(&a, "%.17g", o.temperature);
+        s_args_split(&a, o.trainer_args);
+        rc = supervise_add(r.sup, "trainer", a.v, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup("trainer");
+    }
+
     /* Coordinator. */
     if (s_start_coordinator(&r, false) != SR_OK)
         goto cleanup;
@@ -622,6 +843,13 @@ int run_main(int argc, char **argv)
         s_arg(&a, r.policy_url);
         s_arg(&a, "--env-workers");
         s_arg(&a, r.env_list);
+        if (r.train)
+            s_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
+        if (r.builtin_trainer) {
+            /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy */
+            s_arg(&a, "--model");
+            s_arg(&a, "selroll-policy-v{version}");
+        }
         s_args_split(&a, o.actor_args);
         rc = supervise_add(r.sup, name, a.v, true);
         s_argv_free(&a);
@@ -642,10 +870,19 @@ int run_main(int argc, char **argv)
             fclose(f);
         }
     }
-    printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %d env workers, "
-           "gate %s; results in %s\n",
-           o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, o.env_workers,
-           o.no_gate ? "none" : o.gate_mode, r.out);
+    if (r.train)
+        printf("selroll run %s: training, %d iterations of %d batch groups x G=%d (pre-filter %s, "
+               "gate %s, backfill %s, %s advantages), trainer %s; held-out %d %s tasks every %d "
+               "iterations; %d actors x %d slots, %d env workers, time scale %g; results in %s\n",
+               o.run, o.iters, o.batch_groups, o.group_size, o.prefilter ? "on" : "off",
+               o.no_gate ? "none" : o.gate_mode, o.backfill ? "on" : "off", o.adv, o.trainer,
+               o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, o.env_workers,
+               o.time_scale, r.out);
+    else
+        printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %d env "
+               "workers, gate %s; results in %s\n",
+               o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, o.env_workers,
+               o.no_gate ? "none" : o.gate_mode, r.out);
     fflush(stdout);
 
     /* Supervise until the coordinator finished its rounds or a signal came. */
@@ -663,11 +900,32 @@ int run_main(int argc, char **argv)
             s_write_children(&r, all, na);
             last_children = now;
         }
-        while (r.next_round < o.iters && s_round_progress(&r, r.next_round))
-            r.next_round++;
+        if (r.train)
+            s_train_progress(&r);
+        else
+            while (r.next_round < o.iters && s_round_progress(&r, r.next_round))
+                r.next_round++;
         if (s_signalled) {
             log_info("run: signal %d, stopping", (int)s_signalled);
             code = 0;
+            break;
+        }
+        if (r.train && (supervise_finished(r.sup, r.coord_name) ||
+                        supervise_pid(r.sup, r.coord_name) == 0)) {
+            s_train_progress(&r);
+            code = supervise_finished(r.sup, r.coord_name) ? 0 : 1;
+            if (code)
+                fprintf(stderr, "selroll run: the coordinator stopped the training run (status "
+                                "%d); see %s/logs/%s.log\n",
+                        supervise_last_status(r.sup, r.coord_name), r.out, r.coord_name);
+            printf("summary: policy v0 -> v%lld; held-out success %.1f%% -> %.1f%%; groups "
+                   "started %lld, skipped by the pre-filter %lld, cancelled by the gate %lld, "
+                   "filtered %lld; %lld tokens, %lld LLM calls, %lld aborted tokens\n",
+                   (long long)r.policy_version, r.eval_first >= 0 ? 100.0 * r.eval_first : 0.0,
+                   r.eval_last >= 0 ? 100.0 * r.eval_last : 0.0, (long long)r.tot_started,
+                   (long long)r.tot_skipped, (long long)r.tot_cancelled,
+                   (long long)r.tot_filtered, (long long)r.tot_tokens, (long long)r.tot_calls,
+                   (long long)r.tot_aborted);
             break;
         }
         if (supervise_finished(r.sup, r.coord_name)) {

@@ -1,0 +1,786 @@
+/*
+ * coord_train.c — the training loop as a coordinator driver: iterations of pre-filtered prompts,
+ * backfill waves, one BATCH per iteration to the trainer, WEIGHTS_READY, POLICY_VERSION on the
+ * bus, and held-out evaluations. The order of calls follows docs/training.md ("One iteration, in
+ * calls"); every round the coordinator runs for this driver is either a training wave or an
+ * evaluation.
+ */
+#include "coordinator/coord_train.h"
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/prng.h"
+#include "common/proto.h"
+#include "common/reactor.h"
+#include "common/sr.h"
+#include "common/store.h"
+#include "common/transport.h"
+#include "coordinator/batch.h"
+#include "coordinator/coord_results.h"
+#include "coordinator/greso.h"
+#include "coordinator/greso_store.h"
+#include "env_worker/household.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+typedef enum {
+    S_PH_TRAIN = 0, /* planning or running the waves of the current iteration */
+    S_PH_AWAIT,     /* the BATCH is out: waiting for WEIGHTS_READY */
+    S_PH_DONE,
+} s_phase_t;
+
+struct coord_train {
+    coord_train_cfg_t cfg;
+    char *strs[8];
+    int nstrs;
+    coord_driver_t driver;
+
+    coord_t *c; /* set on the first plan */
+    void *zctx;
+    transport_sock_t *push, *pull;
+    bool attached;
+
+    greso_t *greso;
+    prng_t prng;
+    int *perm;    /* pool order */
+    size_t cursor; /* next pool position to look at */
+    bool *used;   /* tasks started in the current iteration */
+
+    s_phase_t phase;
+    int64_t it;           /* current iteration */
+    int64_t eval_done_at; /* iteration whose evaluation is done, -1 */
+    bool round_eval;      /* the running round is an evaluation */
+    coord_group_spec_t *specs;
+    size_t nspecs;
+    batch_t *batch;
+    size_t waves;    /* backfill waves started in this iteration */
+    size_t want;     /* groups the next wave starts */
+    int64_t skipped; /* prompts skipped in this iteration */
+    int64_t iter_start_ms;
+
+    sr_buf_t batch_msg; /* the BATCH sent, for a resend */
+    batch_stats_t bstats;
+    int sends;          /* of this batch */
+    int refusals;       /* of this batch */
+    int64_t deadline_ms;
+    char last_refusal[256];
+
+    double eval_success; /* latest held-out success, -1 before */
+    coord_train_stats_t st;
+};
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static const char *s_keep(coord_train_t *t, const char *s)
+{
+    if (!s)
+        return NULL;
+    SR_ASSERT(t->nstrs < (int)SR_ARRAY_LEN(t->strs));
+    t->strs[t->nstrs] = sr_xstrdup(s);
+    return t->strs[t->nstrs++];
+}
+
+/* s_append_jsonl appends one JSON object as a line to <out>/iterations.jsonl (best effort). */
+static void s_append_jsonl(coord_train_t *t, cJSON *o)
+{
+    if (!t->cfg.out_dir || !o)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
+    coord_mkdirs(t->cfg.out_dir);
+    char *text = cJSON_PrintUnformatted(o);
+    FILE *f = text ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s\n", text);
+        fclose(f);
+    } else {
+        log_error("cannot append to %s", path);
+    }
+    free(text);
+}
+
+/* s_store_json keeps one JSON object in Redis under selroll:<run>:<kind>:<iteration>. */
+static void s_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON *o)
+{
+    store_t *st = coord_store(t->c);
+    char key[256];
+    char *text = cJSON_PrintUnformatted(o);
+    if (!text)
+        return;
+    store_key(st, key, sizeof key, "%s:%lld", kind, (long long)iteration);
+    if (store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %s", key, text) != SR_OK)
+        log_warn("cannot store %s in Redis: %s", key, store_errstr(st));
+    free(text);
+}
+
+/* ---- evaluation -------------------------------------------------------------------------- */
+
+typedef struct {
+    int n[HOUSEHOLD_TASK_COUNT + 1], won[HOUSEHOLD_TASK_COUNT + 1];
+    int total, total_won;
+} s_eval_t;
+
+static int s_eval_result(const void *data, size_t len, void *arg)
+{
+    s_eval_t *e = arg;
+    proto_msg_t m;
+    proto_err_t perr;
+    if (proto_decode(data, len, &m, &perr) != SR_OK)
+        return 0;
+    if (m.type == PROTO_RESULT) {
+        const proto_result_t *r = &m.u.result;
+        int type = HOUSEHOLD_TASK_COUNT;
+        char err[128];
+        household_t *h = r->task ? household_new(r->task, 0, err, sizeof err) : NULL;
+        if (h)
+            type = (int)household_task_type(h);
+        household_destroy(&h);
+        e->n[type]++;
+        e->total++;
+        if (r->won) {
+            e->won[type]++;
+            e->total_won++;
+        }
+    }
+    proto_msg_clear(&m);
+    return 0;
+}
+
+static void s_eval_ended(coord_train_t *t, int64_t round)
+{
+    s_eval_t e;
+    memset(&e, 0, sizeof e);
+    store_t *st = coord_store(t->c);
+    if (store_results_read(st, round, s_eval_result, &e) != SR_OK)
+        log_error("evaluation of iteration %lld: cannot read its results: %s", (long long)t->it,
+                  store_errstr(st));
+    double success = e.total ? (double)e.total_won / (double)e.total : 0.0;
+    t->eval_success = success;
+    t->eval_done_at = t->it;
+    if (t->st.evals == 0)
+        t->st.eval_first = success;
+    t->st.eval_last = success;
+    t->st.evals++;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "eval");
+    cJSON_AddNumberToObject(o, "iteration", (double)t->it);
+    cJSON_AddNumberToObject(o, "policy_version", (double)coord_policy_version(t->c));
+    cJSON_AddStringToObject(o, "split", t->cfg.eval_split);
+    cJSON_AddNumberToObject(o, "tasks", e.total);
+    cJSON_AddNumberToObject(o, "won", e.total_won);
+    cJSON_AddNumberToObject(o, "heldout_success", success);
+    cJSON *pt = cJSON_AddObjectToObject(o, "per_type");
+    char line[1024];
+    size_t off = 0;
+    for (int k = 0; k <= HOUSEHOLD_TASK_COUNT; k++) {
+        if (!e.n[k])
+            continue;
+        const char *name = k < HOUSEHOLD_TASK_COUNT ? household_task_name((household_task_t)k)
+                                                    : "unknown";
+        cJSON *x = cJSON_AddObjectToObject(pt, name);
+        cJSON_AddNumberToObject(x, "tasks", e.n[k]);
+        cJSON_AddNumberToObject(x, "won", e.won[k]);
+        cJSON_AddNumberToObject(x, "success", (double)e.won[k] / (double)e.n[k]);
+        if (off < sizeof line)
+            off += (size_t)snprintf(line + off, sizeof line - off, " %s %d/%d", name, e.won[k],
+                                    e.n[k]);
+    }
+    log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
+             "(%d/%d);%s",
+             (long long)t->it, (long long)coord_policy_version(t->c), success, e.total_won,
+             e.total, off ? line : "");
+    s_append_jsonl(t, o);
+    s_store_json(t, "eval", t->it, o);
+    cJSON_Delete(o);
+}
+
+/* ---- training waves ---------------------------------------------------------------------- */
+
+/* s_select picks up to `want` fresh prompts of the pool (not started in this iteration) through
+ * the pre-filter, from the cursor on, into t->specs. */
+static int s_select(coord_train_t *t, size_t want)
+{
+    size_t pool = (size_t)t->cfg.tasks;
+    greso_candidate_t *cands = sr_xcalloc(pool, sizeof *cands);
+    greso_entry_t *hist = sr_xcalloc(pool * STORE_PROMPT_HISTORY_MAX, sizeof *hist);
+    char(*names)[STORE_TASK_MAX] = sr_xcalloc(pool, STORE_TASK_MAX);
+    size_t *pos = sr_xcalloc(pool, sizeof *pos);
+    size_t *sel = sr_xcalloc(want ? want : 1, sizeof *sel);
+    size_t *skip = sr_xcalloc(pool, sizeof *skip);
+    size_t n = 0, nsel = 0, nskip = 0;
+    int rc = SR_OK;
+    store_t *st = coord_store(t->c);
+    for (size_t k = 0; k < pool; k++) {
+        size_t p = (t->cursor + k) % pool;
+        int task = t->perm[p];
+        if (t->used[task])
+            continue;
+        snprintf(names[n], STORE_TASK_MAX, "household/train/%d", task);
+        size_t hl = 0;
+        if (t->cfg.prefilter) {
+            rc = greso_store_history(st, names[n], hist + n * STORE_PROMPT_HISTORY_MAX,
+                                     STORE_PROMPT_HISTORY_MAX, &hl);
+            if (rc != SR_OK) {
+                log_error("cannot read the history of %s: %s", names[n], store_errstr(st));
+                goto cleanup;
+            }
+        }
+        cands[n] = (greso_candidate_t){names[n], hist + n * STORE_PROMPT_HISTORY_MAX, hl};
+        pos[n] = p;
+        n++;
+    }
+    rc = greso_select(t->greso, cands, n, want, &t->prng, sel, &nsel, skip, &nskip);
+    if (rc != SR_OK)
+        goto cleanup;
+    t->specs = sr_xrealloc(t->specs, (nsel ? nsel : 1) * sizeof *t->specs);
+    t->nspecs = nsel;
+    size_t last = 0;
+    for (size_t i = 0; i < nsel; i++) {
+        snprintf(t->specs[i].task, STORE_TASK_MAX, "%s", names[sel[i]]);
+        t->specs[i].G = t->cfg.group_size;
+        t->used[t->perm[pos[sel[i]]]] = true;
+        last = SR_MAX(last, sel[i]);
+    }
+    for (size_t i = 0; i < nskip; i++)
+        last = SR_MAX(last, skip[i]);
+    if (nsel + nskip > 0)
+        t->cursor = (pos[last] + 1) % pool;
+    t->skipped += (int64_t)nskip;
+    t->st.groups_skipped += (int64_t)nskip;
+cleanup:
+    free(cands);
+    free(hist);
+    free(names);
+    free(pos);
+    free(sel);
+    free(skip);
+    return rc;
+}
+
+static int s_wave_result(const void *data, size_t len, void *arg)
+{
+    coord_train_t *t = arg;
+    proto_err_t perr;
+    int rc = batch_add_result_msgpack(t->batch, data, len, &perr);
+    if (rc != SR_OK && rc != SR_ECONFLICT)
+        log_warn_limited(5, "a stored RESULT does not fit the batch: %s", sr_strerror(rc));
+    return 0;
+}
+
+/* s_send_batch PUSHes the encoded BATCH (again) and arms the ack deadline. */
+static void s_send_batch(coord_train_t *t)
+{
+    t->sends++;
+    t->st.batches_sent++;
+    t->deadline_ms = clock_mono_ms() + t->cfg.weights_timeout_ms;
+    int rc = transport_send(t->push, t->batch_msg.data, t->batch_msg.len);
+    if (rc != SR_OK)
+        log_error("iteration %lld: cannot send the BATCH to the trainer: %s", (long long)t->it,
+                  transport_sock_errstr(t->push));
+    else
+        log_info("iteration %lld: BATCH of %lld groups sent to the trainer (%zu bytes%s)",
+                 (long long)t->it, (long long)t->bstats.batch_groups, t->batch_msg.len,
+                 t->sends > 1 ? ", again" : "");
+}
+
+/* s_iteration_line writes the iteration's statistics line (after the ack, or at once without a
+ * trainer) and moves on to the next iteration. */
+static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const char *info)
+{
+    proto_stat_t ps[BATCH_STATS_MAX];
+    size_t n = batch_stats_to_proto(&t->bstats, ps, BATCH_STATS_MAX);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "iteration");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddNumberToObject(o, ps[i].name, ps[i].value);
+    cJSON_AddNumberToObject(o, "policy_version_after", (double)coord_policy_version(t->c));
+    if (has_loss)
+        cJSON_AddNumberToObject(o, "loss", loss);
+    if (info)
+        cJSON_AddStringToObject(o, "trainer_info", info);
+    if (t->eval_success >= 0)
+        cJSON_AddNumberToObject(o, "heldout_success", t->eval_success);
+    cJSON_AddNumberToObject(o, "skipped_total", (double)t->st.groups_skipped);
+    cJSON_AddNumberToObject(o, "cancelled_total", (double)t->st.groups_cancelled);
+    cJSON_AddNumberToObject(o, "filtered_total", (double)t->st.groups_filtered);
+    cJSON_AddNumberToObject(o, "trajectories_saved_total",
+                            (double)(t->st.groups_skipped * t->cfg.group_size));
+    cJSON_AddNumberToObject(o, "aborted_tokens_total", (double)t->st.aborted_tokens);
+    s_append_jsonl(t, o);
+    s_store_json(t, "iter", t->it, o);
+    cJSON_Delete(o);
+    log_info("iteration %lld done: policy version %lld; groups started %lld, skipped %lld, "
+             "cancelled %lld, filtered %lld, in batch %lld; tokens %lld, LLM calls %lld; train "
+             "success %.3f",
+             (long long)t->it, (long long)coord_policy_version(t->c),
+             (long long)t->bstats.groups_started, (long long)t->bstats.groups_skipped,
+             (long long)t->bstats.groups_cancelled, (long long)t->bstats.groups_filtered,
+             (long long)t->bstats.batch_groups, (long long)t->bstats.tokens,
+             (long long)t->bstats.llm_calls, t->bstats.train_success);
+    store_run_set_int(coord_store(t->c), "iterations_done", t->it + 1);
+    batch_destroy(&t->batch);
+    t->it++;
+    t->st.iteration = t->it;
+    t->phase = S_PH_TRAIN;
+}
+
+/* s_finish_iteration closes the iteration's batch: histories, statistics, the GRESO adaptation,
+ * the JSONL copy, and the BATCH to the trainer. */
+static void s_finish_iteration(coord_train_t *t, bool cap_reached)
+{
+    store_t *st = coord_store(t->c);
+    for (size_t i = 0; i < batch_group_count(t->batch); i++) {
+        batch_group_info_t gi;
+        if (batch_group_info(t->batch, i, &gi) != SR_OK)
+            continue;
+        if ((gi.state == BATCH_GROUP_INFORMATIVE || gi.state == BATCH_GROUP_ZERO_VARIANCE) &&
+            greso_store_record(st, gi.task, t->it, gi.mean) != SR_OK)
+            log_warn("cannot record the history of %s: %s", gi.task, store_errstr(st));
+    }
+    batch_stats_t *bs = &t->bstats;
+    batch_stats(t->batch, bs);
+    bs->groups_skipped = t->skipped;
+    bs->wall_ms = clock_mono_ms() - t->iter_start_ms;
+    bs->backfill_waves = (int64_t)t->waves;
+    bs->backfill_cap_reached = cap_reached && (size_t)bs->batch_groups < (size_t)t->cfg.batch_groups;
+    bs->temperature = t->cfg.temperature;
+    greso_end_iteration(t->greso, (size_t)bs->groups_all_correct, (size_t)bs->groups_all_wrong,
+                        (size_t)(bs->groups_informative + bs->groups_zero_variance));
+    if (greso_store_save(t->greso, st) != SR_OK)
+        log_warn("cannot save the pre-filter's state: %s", store_errstr(st));
+    t->st.groups_started += bs->groups_started;
+    t->st.groups_cancelled += bs->groups_cancelled;
+    t->st.groups_filtered += bs->groups_filtered;
+    t->st.groups_failed += bs->groups_failed;
+    t->st.groups_in_batches += bs->batch_groups;
+    t->st.tokens += bs->tokens;
+    t->st.llm_calls += bs->llm_calls;
+    t->st.aborted_tokens += bs->aborted_tokens;
+    if (bs->backfill_cap_reached)
+        log_warn("iteration %lld: backfill cap reached with %lld of %d groups: training on a "
+                 "short batch",
+                 (long long)t->it, (long long)bs->batch_groups, t->cfg.batch_groups);
+    if (t->cfg.out_dir && bs->batch_groups > 0) {
+        char path[4096], err[512];
+        if (batch_jsonl_path(t->cfg.out_dir, t->it, path, sizeof path) == SR_OK &&
+            batch_write_jsonl(t->batch, bs, path, err, sizeof err) != SR_OK)
+            log_error("iteration %lld: %s", (long long)t->it, err);
+    }
+    if (!t->push || bs->batch_groups == 0) {
+        if (bs->batch_groups == 0)
+            log_warn("iteration %lld: no group for the batch: nothing to train on, the policy "
+                     "stays at version %lld",
+                     (long long)t->it, (long long)coord_policy_version(t->c));
+        s_iteration_done(t, false, 0, NULL);
+        return;
+    }
+    sr_buf_reset(&t->batch_msg);
+    int rc = batch_encode(t->batch, bs, &t->batch_msg);
+    if (rc != SR_OK) {
+        coord_fail(t->c, rc, "cannot encode the BATCH");
+        return;
+    }
+    t->sends = 0;
+    t->refusals = 0;
+    t->phase = S_PH_AWAIT;
+    s_send_batch(t);
+}
+
+static void s_train_ended(coord_train_t *t, int64_t round)
+{
+    store_t *st = coord_store(t->c);
+    int rc = store_results_read(st, round, s_wave_result, t);
+    if (rc != SR_OK) {
+        coord_fail(t->c, rc, "cannot read a wave's results back from Redis");
+        return;
+    }
+    for (size_t k = 0; k < t->nspecs; k++) {
+        char gid[STORE_GID_MAX];
+        coord_group_id(round, (int)k, gid, sizeof gid);
+        store_group_t g;
+        if (store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED)
+            batch_group_cancel(t->batch, gid);
+    }
+    /* A group still pending after its round (jobs dropped without a RESULT) cannot complete. */
+    for (size_t i = 0; i < batch_group_count(t->batch); i++) {
+        batch_group_info_t gi;
+        if (batch_group_info(t->batch, i, &gi) == SR_OK && gi.state == BATCH_GROUP_PENDING)
+            batch_group_fail(t->batch, gi.group);
+    }
+    bool cap = false;
+    if (t->cfg.backfill) {
+        batch_backfill_cfg_t bf;
+        batch_backfill_cfg_default(&bf, (size_t)t->cfg.batch_groups);
+        batch_backfill_t plan;
+        if (batch_backfill_next(t->batch, &bf, t->waves, &plan) == SR_OK) {
+            cap = plan.cap_reached;
+            if (plan.start > 0) {
+                t->want = plan.start;
+                t->waves++;
+                log_info("iteration %lld: %zu of %d batch groups; backfill wave %zu starts %zu "
+                         "groups",
+                         (long long)t->it, batch_in_batch(t->batch), t->cfg.batch_groups,
+                         t->waves, plan.start);
+                return;
+            }
+        }
+    }
+    s_finish_iteration(t, cap);
+}
+
+/* ---- the trainer's acks ------------------------------------------------------------------- */
+
+static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    coord_train_t *t = arg;
+    transport_msg_t tm;
+    if (transport_recv(t->pull, &tm, 0) != SR_OK)
+        return;
+    size_t len = 0;
+    const void *body = transport_msg_body(&tm, &len);
+    proto_msg_t m;
+    proto_err_t perr;
+    int rc = proto_decode(body, len, &m, &perr);
+    transport_msg_close(&tm);
+    if (rc != SR_OK || m.type != PROTO_WEIGHTS_READY) {
+        char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8] = "";
+        if (rc != SR_OK)
+            proto_err_text(&perr, text, sizeof text);
+        else
+            snprintf(text, sizeof text, "%s instead of WEIGHTS_READY", proto_type_name(m.type));
+        t->st.acks_ignored++;
+        log_warn_limited(5, "trainer channel: ignored a message that is not a WEIGHTS_READY (%s); "
+                            "still waiting",
+                         text);
+        if (rc == SR_OK)
+            proto_msg_clear(&m);
+        return;
+    }
+    const proto_weights_ready_t *w = &m.u.weights_ready;
+    int64_t v = coord_policy_version(t->c);
+    const char *info = w->info ? w->info : "";
+    if (t->phase != S_PH_AWAIT || strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0 ||
+        w->iteration != t->it) {
+        t->st.acks_ignored++;
+        log_warn("trainer channel: WEIGHTS_READY of run %s iteration %lld version %lld ignored "
+                 "(waiting for run %s iteration %lld%s)",
+                 w->run ? w->run : "?", (long long)w->iteration, (long long)w->version,
+                 coord_run_name(t->c), (long long)t->it,
+                 t->phase == S_PH_AWAIT ? "" : ": no batch is out");
+    } else if (w->version == v + 1 && strncmp(info, "refused", 7) != 0) {
+        t->st.acks_ok++;
+        rc = coord_set_policy_version(t->c, v + 1);
+        if (rc != SR_OK)
+            log_error("cannot record policy version %lld in the run record: %s",
+                      (long long)(v + 1), store_errstr(coord_store(t->c)));
+        proto_msg_t pv;
+        proto_msg_init(&pv, PROTO_POLICY_VERSION);
+        pv.u.policy_version.run = coord_run_name(t->c);
+        pv.u.policy_version.version = v + 1;
+        pv.u.policy_version.iteration = t->it;
+        char topic[PROTO_MAX_ID + 32];
+        snprintf(topic, sizeof topic, "ctl/%s/policy", coord_run_name(t->c));
+        if (coord_publish(t->c, topic, &pv) != SR_OK)
+            log_error("cannot publish POLICY_VERSION %lld", (long long)(v + 1));
+        t->st.policy_version = v + 1;
+        log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s",
+                 (long long)t->it, (long long)(v + 1), w->has_loss ? "" : "n/a ",
+                 w->has_loss ? w->loss : 0.0, info);
+        s_iteration_done(t, w->has_loss, w->loss, info);
+        proto_msg_clear(&m);
+        coord_kick(t->c);
+        return;
+    } else if (w->version == v) {
+        t->st.acks_refused++;
+        t->refusals++;
+        snprintf(t->last_refusal, sizeof t->last_refusal, "%s", info);
+        log_error("iteration %lld: the trainer refused the batch (version stays %lld): %s",
+                  (long long)t->it, (long long)v, info);
+        if (t->refusals >= 2) {
+            char why[512];
+            snprintf(why, sizeof why,
+                     "the trainer refused the batch of iteration %lld twice (%s): the run stops",
+                     (long long)t->it, t->last_refusal);
+            coord_fail(t->c, SR_EPROTO, why);
+        } else {
+            s_send_batch(t);
+        }
+    } else {
+        t->st.acks_ignored++;
+        log_warn("iteration %lld: WEIGHTS_READY for an unknown version %lld (expected %lld) "
+                 "ignored; still waiting",
+                 (long long)t->it, (long long)w->version, (long long)(v + 1));
+    }
+    proto_msg_clear(&m);
+}
+
+/* ---- driver callbacks --------------------------------------------------------------------- */
+
+static int s_attach(coord_train_t *t, coord_t *c)
+{
+    t->c = c;
+    t->attached = true;
+    store_t *st = coord_store(c);
+    if (greso_store_load(t->greso, st) != SR_OK)
+        log_warn("cannot load the pre-filter's state: %s", store_errstr(st));
+    store_run_set_int(st, "iterations", t->cfg.iters);
+    if (t->cfg.out_dir) {
+        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
+        if (remove(path) == 0)
+            log_info("%s of an earlier run removed", path);
+    }
+    if (!t->cfg.trainer_push)
+        return SR_OK;
+    char e[256];
+    t->push = transport_sock_new(coord_zctx(c), ZMQ_PUSH, NULL, e, sizeof e);
+    t->pull = t->push ? transport_sock_new(coord_zctx(c), ZMQ_PULL, NULL, e, sizeof e) : NULL;
+    if (!t->push || !t->pull) {
+        log_error("trainer channel: %s", e);
+        return SR_EIO;
+    }
+    if (transport_connect(t->push, t->cfg.trainer_push) != SR_OK) {
+        log_error("trainer channel: cannot connect to %s: %s", t->cfg.trainer_push,
+                  transport_sock_errstr(t->push));
+        return SR_EIO;
+    }
+    if (transport_bind(t->pull, t->cfg.trainer_pull) != SR_OK) {
+        log_error("trainer channel: cannot bind %s: %s", t->cfg.trainer_pull,
+                  transport_sock_errstr(t->pull));
+        return SR_EIO;
+    }
+    if (reactor_add_zsock(coord_reactor(c), transport_sock_zmq(t->pull), REACTOR_READ, s_on_ack,
+                          t) != SR_OK)
+        return SR_EIO;
+    log_info("trainer channel: BATCH to %s, WEIGHTS_READY on %s", t->cfg.trainer_push,
+             transport_sock_endpoint(t->pull));
+    return SR_OK;
+}
+
+static bool s_eval_due(const coord_train_t *t)
+{
+    if (t->cfg.eval_tasks <= 0 || t->eval_done_at == t->it)
+        return false;
+    return t->it == 0 || t->it >= t->cfg.iters ||
+           (t->cfg.eval_every > 0 && t->it % t->cfg.eval_every == 0);
+}
+
+static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
+{
+    coord_train_t *t = arg;
+    if (!t->attached) {
+        int rc = s_attach(t, c);
+        if (rc != SR_OK)
+            return rc;
+    }
+    if (t->phase == S_PH_AWAIT)
+        return COORD_PLAN_WAIT;
+    if (t->phase == S_PH_DONE)
+        return COORD_PLAN_DONE;
+    if (!t->batch && s_eval_due(t)) {
+        t->specs = sr_xrealloc(t->specs, (size_t)t->cfg.eval_tasks * sizeof *t->specs);
+        t->nspecs = (size_t)t->cfg.eval_tasks;
+        for (int i = 0; i < t->cfg.eval_tasks; i++) {
+            snprintf(t->specs[i].task, STORE_TASK_MAX, "household/%s/%d", t->cfg.eval_split, i);
+            t->specs[i].G = 1;
+        }
+        t->round_eval = true;
+        *plan = (coord_round_plan_t){t->specs, t->nspecs, 0.0, t->it, true};
+        log_info("iteration %lld: held-out evaluation on %d %s tasks with policy version %lld",
+                 (long long)t->it, t->cfg.eval_tasks, t->cfg.eval_split,
+                 (long long)coord_policy_version(c));
+        return COORD_PLAN_ROUND;
+    }
+    if (t->it >= t->cfg.iters) {
+        t->phase = S_PH_DONE;
+        store_run_set_int(coord_store(c), "policy_version", coord_policy_version(c));
+        return COORD_PLAN_DONE;
+    }
+    if (!t->batch) {
+        batch_cfg_t bc;
+        batch_cfg_default(&bc);
+        bc.adv = t->cfg.adv;
+        bc.post_filter = t->cfg.post_filter;
+        t->batch = batch_new(&bc, coord_run_name(t->c), t->it, coord_policy_version(c));
+        if (!t->batch)
+            return SR_ENOMEM;
+        memset(t->used, 0, (size_t)t->cfg.tasks * sizeof *t->used);
+        t->waves = 0;
+        t->skipped = 0;
+        t->iter_start_ms = clock_mono_ms();
+        t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
+                                   : (size_t)t->cfg.batch_groups;
+    }
+    int rc = s_select(t, t->want);
+    if (rc != SR_OK)
+        return rc;
+    if (t->nspecs == 0) {
+        log_warn("iteration %lld: the pre-filter left no prompt to start", (long long)t->it);
+        s_finish_iteration(t, true);
+        return t->phase == S_PH_AWAIT ? COORD_PLAN_WAIT : s_plan(arg, c, plan);
+    }
+    int64_t round = coord_next_round(c);
+    for (size_t k = 0; k < t->nspecs; k++) {
+        char gid[STORE_GID_MAX];
+        coord_group_id(round, (int)k, gid, sizeof gid);
+        batch_add_group(t->batch, gid, t->specs[k].task, t->specs[k].G, 1.0);
+    }
+    t->round_eval = false;
+    *plan = (coord_round_plan_t){t->specs, t->nspecs, t->cfg.temperature, t->it, false};
+    log_info("iteration %lld: wave %zu starts %zu groups (%lld prompts skipped so far), policy "
+             "version %lld",
+             (long long)t->it, t->waves, t->nspecs, (long long)t->skipped,
+             (long long)coord_policy_version(c));
+    return COORD_PLAN_ROUND;
+}
+
+static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum)
+{
+    (void)c;
+    (void)sum;
+    coord_train_t *t = arg;
+    if (t->round_eval)
+        s_eval_ended(t, round);
+    else if (t->batch)
+        s_train_ended(t, round);
+}
+
+static void s_stopped(void *arg, coord_t *c)
+{
+    coord_train_t *t = arg;
+    if (t->pull)
+        reactor_remove_zsock(coord_reactor(c), transport_sock_zmq(t->pull));
+    transport_sock_destroy(&t->push);
+    transport_sock_destroy(&t->pull);
+}
+
+static void s_tick(void *arg, coord_t *c)
+{
+    (void)c;
+    coord_train_t *t = arg;
+    if (t->phase != S_PH_AWAIT || clock_mono_ms() < t->deadline_ms)
+        return;
+    if (t->sends >= 2) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "no WEIGHTS_READY for iteration %lld within %lld ms, twice: the run stops",
+                 (long long)t->it, (long long)t->cfg.weights_timeout_ms);
+        coord_fail(t->c, SR_ETIMEDOUT, why);
+        return;
+    }
+    log_warn("iteration %lld: no WEIGHTS_READY within %lld ms: sending the batch once more",
+             (long long)t->it, (long long)t->cfg.weights_timeout_ms);
+    s_send_batch(t);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+void coord_train_cfg_init(coord_train_cfg_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->iters = 10;
+    cfg->batch_groups = 8;
+    cfg->group_size = 8;
+    cfg->tasks = 100;
+    cfg->prefilter = true;
+    cfg->backfill = true;
+    cfg->post_filter = true;
+    cfg->adv = ADV_GRPO;
+    cfg->eval_every = 5;
+    cfg->eval_tasks = 20;
+    cfg->eval_split = "valid_unseen";
+    cfg->temperature = 0.7;
+    cfg->seed = 1;
+    cfg->weights_timeout_ms = 120000;
+}
+
+coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t errlen)
+{
+    const char *bad = NULL;
+    if (!cfg)
+        bad = "no configuration";
+    else if (cfg->iters < 0)
+        bad = "iters must be >= 0";
+    else if (cfg->batch_groups < 1 || cfg->group_size < 1 || cfg->group_size > STORE_G_MAX)
+        bad = "batch groups must be >= 1 and the group size 1..64";
+    else if (cfg->tasks < 1 || cfg->tasks > 10000000)
+        bad = "the train pool must hold 1..10000000 tasks";
+    else if (cfg->eval_tasks < 0 || cfg->eval_every < 0 || !cfg->eval_split || !*cfg->eval_split)
+        bad = "eval tasks and eval every must be >= 0, and the eval split set";
+    else if (!(cfg->temperature > 0 && cfg->temperature <= 100))
+        bad = "the training temperature must be > 0";
+    else if (cfg->trainer_push && !cfg->trainer_pull)
+        bad = "a trainer needs the endpoint to bind for WEIGHTS_READY";
+    else if (cfg->weights_timeout_ms < 1)
+        bad = "the WEIGHTS_READY timeout must be >= 1 ms";
+    if (bad) {
+        if (err)
+            snprintf(err, errlen, "%s", bad);
+        return NULL;
+    }
+    coord_train_t *t = sr_xcalloc(1, sizeof *t);
+    t->cfg = *cfg;
+    t->cfg.eval_split = s_keep(t, cfg->eval_split);
+    t->cfg.out_dir = s_keep(t, cfg->out_dir);
+    t->cfg.trainer_push = s_keep(t, cfg->trainer_push);
+    t->cfg.trainer_pull = s_keep(t, cfg->trainer_pull);
+    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t};
+    t->greso = greso_new(NULL);
+    t->perm = sr_xmalloc((size_t)cfg->tasks * sizeof *t->perm);
+    t->used = sr_xcalloc((size_t)cfg->tasks, sizeof *t->used);
+    for (int i = 0; i < cfg->tasks; i++)
+        t->perm[i] = i;
+    prng_t p;
+    prng_init(&p, cfg->seed, 0x7a5c);
+    prng_shuffle(&p, t->perm, (size_t)cfg->tasks, sizeof *t->perm);
+    prng_init(&t->prng, cfg->seed, 0x67e5);
+    t->eval_done_at = -1;
+    t->eval_success = -1;
+    t->st.eval_first = -1;
+    t->st.eval_last = -1;
+    sr_buf_init(&t->batch_msg);
+    if (!t->greso) {
+        if (err)
+            snprintf(err, errlen, "out of memory");
+        coord_train_destroy(&t);
+        return NULL;
+    }
+    return t;
+}
+
+void coord_train_destroy(coord_train_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    coord_train_t *t = *self_p;
+    transport_sock_destroy(&t->push);
+    transport_sock_destroy(&t->pull);
+    greso_destroy(&t->greso);
+    batch_destroy(&t->batch);
+    sr_buf_free(&t->batch_msg);
+    free(t->perm);
+    free(t->used);
+    free(t->specs);
+    for (int i = 0; i < t->nstrs; i++)
+        free(t->strs[i]);
+    free(t);
+    *self_p = NULL;
+}
+
+const coord_driver_t *coord_train_driver(coord_train_t *t) { return t ? &t->driver : NULL; }
+
+void coord_train_stats(const coord_train_t *t, coord_train_stats_t *out)
+{
+    if (t && out)
+        *out = t->st;
+}

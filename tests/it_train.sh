@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# it_train.sh: the training loop end to end with real processes. `selroll run` (its own private
+# redis-server, env workers, policy server, gate, coordinator, built-in trainer and actors) trains
+# the built-in policy for a few iterations on each of IT_TRAIN_SEEDS run seeds; each run must
+# finish, write iterations.jsonl with one line per iteration and a held-out evaluation at
+# iteration 0 and at the end, batches under batches/, and its held-out success at the end must be
+# strictly above iteration 0's. Then a run with docs/examples/trainer.py as the external trainer
+# proceeds on its acks (the version advances once per iteration, the info is the example's).
+#
+# Sizes (IT_TRAIN_ITERS, IT_TRAIN_SEEDS, IT_TRAIN_EVAL) keep the whole script within about four
+# minutes on two cores; docs/training.md ("Iterations") gives the measured figures.
+set -u
+cd "$(dirname "$0")/.."
+S=bin/selroll
+PY=${SELROLL_PYTHON:-/usr/bin/python3}
+ITERS=${IT_TRAIN_ITERS:-5}
+SEEDS=${IT_TRAIN_SEEDS:-"1 2 3"}
+EVAL=${IT_TRAIN_EVAL:-48}
+fail=0
+T=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# heldout FILE FIRST|LAST: the held-out success of the first or last evaluation line.
+heldout() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if '"type":"eval"' in l]
+print(ev[0 if sys.argv[2] == "FIRST" else -1]["heldout_success"] if ev else -1)
+EOF
+}
+
+for seed in $SEEDS; do
+  out="$T/seed$seed"
+  start=$(date +%s)
+  timeout 300 "$S" run --run "train$seed" --out "$out" --seed "$seed" --iters "$ITERS" \
+    --eval-tasks "$EVAL" --eval-every 0 --grace-ms 2000 >"$T/seed$seed.out" 2>"$T/seed$seed.err"
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ $rc -eq 0 ] && ok "seed $seed: selroll run finished in ${took}s" || {
+    bad "seed $seed: selroll run exited $rc after ${took}s"; tail -5 "$T/seed$seed.err"; continue; }
+  n=$(grep -c '"type":"iteration"' "$out/iterations.jsonl")
+  [ "$n" -eq "$ITERS" ] && ok "seed $seed: $n iteration lines" || bad "seed $seed: $n iteration lines, want $ITERS"
+  ne=$(grep -c '"type":"eval"' "$out/iterations.jsonl")
+  [ "$ne" -eq 2 ] && ok "seed $seed: evaluations at iteration 0 and at the end" || bad "seed $seed: $ne evaluations"
+  nb=$(ls "$out/batches" 2>/dev/null | wc -l)
+  [ "$nb" -ge 1 ] && ok "seed $seed: $nb batch files" || bad "seed $seed: no batch file"
+  grep -q "valid_unseen" "$out"/batches/*.jsonl && bad "seed $seed: a held-out task in a batch" || ok "seed $seed: no held-out task in any batch"
+  grep -q '^summary: policy v0 -> v' "$T/seed$seed.out" && ok "seed $seed: summary line" || bad "seed $seed: no summary line"
+  first=$(heldout "$out/iterations.jsonl" FIRST)
+  last=$(heldout "$out/iterations.jsonl" LAST)
+  if "$PY" -c "import sys; sys.exit(0 if float('$last') > float('$first') else 1)"; then
+    ok "seed $seed: held-out success $first -> $last after $ITERS iterations"
+  else
+    bad "seed $seed: held-out success $first -> $last after $ITERS iterations (not above)"
+  fi
+done
+
+# --- the external example trainer --------------------------------------------------------------
+if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
+  p1=$(free_port); p2=$(free_port)
+  "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
+    --run ext >"$T/ext.trainer" 2>&1 &
+  pids+=($!)
+  out="$T/ext"
+  timeout 200 "$S" run --run ext --out "$out" --iters 2 --batch-groups 2 --group-size 4 \
+    --eval-tasks 4 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --grace-ms 2000 \
+    >"$T/ext.out" 2>"$T/ext.err"
+  rc=$?
+  [ $rc -eq 0 ] && ok "external trainer: selroll run finished" || { bad "external trainer: rc=$rc"; tail -5 "$T/ext.err"; }
+  n=$(grep -c '"trainer_info":"acknowledged without training' "$out/iterations.jsonl" 2>/dev/null)
+  [ "$n" = 2 ] && ok "external trainer: both iterations advanced on its acks" || bad "external trainer: $n acked iterations"
+  grep -q '"policy_version_after":2' "$out/iterations.jsonl" && ok "external trainer: version 2 at the end" || bad "external trainer: version did not reach 2"
+  grep -q "iteration 1 -> acknowledged" "$T/ext.trainer" && ok "external trainer: saw iteration 1" || bad "external trainer: its log: $(tail -2 "$T/ext.trainer")"
+else
+  echo "skip external trainer: python3-zmq or python3-msgpack missing"
+fi
+exit $fail
