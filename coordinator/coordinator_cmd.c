@@ -137,16 +137,10 @@ int coordinator_main(int argc, char **argv)
                             "fencing epochs, results stored in Redis before they are acknowledged, "
                             "the bus proxy.",
                  .options = opts};
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
         cfg_free(&cfg);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        cfg_free(&cfg);
-        return 2;
+        return rc;
     }
     int exit_code = 0;
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;

@@ -574,15 +574,9 @@ int run_main(int argc, char **argv)
     struct sigaction old_int, old_term;
     bool handlers = false;
 
-    int rc = cfg_parse(&cfg, argc, argv);
-    if (rc == CFG_HELP) {
-        cfg_help(&cfg, stdout);
-        code = 0;
-        goto cleanup;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s\n", cfg.err);
-        code = 2;
+    int rc = cfg_parse_command(&cfg, argc, argv);
+    if (rc != CFG_GO_ON) {
+        code = rc;
         goto cleanup;
     }
     if (o.gate)
