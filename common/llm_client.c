@@ -59,6 +59,7 @@ struct llm_client {
     int64_t curl_deadline_ms; /* -1 when curl wants no timer */
     llm_request_t *head;
     size_t pending;
+    size_t waiting; /* requests with retry_due_ms >= 0: the scans for due retries skip when 0 */
     CURL **idle;      /* finished easy handles kept for the next requests (their options set) */
     size_t n_idle;
     uint64_t rng;
@@ -376,7 +377,7 @@ static void s_rearm(llm_client_t *c)
     if (!c->has_hooks || !c->hooks.set_timer)
         return;
     int64_t due = c->curl_deadline_ms;
-    for (llm_request_t *r = c->head; r; r = r->next)
+    for (llm_request_t *r = c->waiting ? c->head : NULL; r; r = r->next)
         if (r->retry_due_ms >= 0 && (due < 0 || r->retry_due_ms < due))
             due = r->retry_due_ms;
     if (due < 0) {
@@ -399,6 +400,8 @@ static void s_req_free(llm_request_t *r)
     if (r->next)
         r->next->prev = r->prev;
     c->pending--;
+    if (r->retry_due_ms >= 0)
+        c->waiting--;
     if (c->n_idle < LLM_MAX_IDLE_EASY) {
         if (c->n_idle % 64 == 0)
             c->idle = sr_xrealloc(c->idle, (c->n_idle + 64) * sizeof *c->idle);
@@ -452,6 +455,8 @@ static void s_complete(llm_request_t *r, llm_response_t *resp)
  * with an error. */
 static void s_start_attempt(llm_request_t *r)
 {
+    if (r->retry_due_ms >= 0)
+        r->c->waiting--;
     r->retry_due_ms = -1;
     r->resp_len = 0;
     r->too_big = false;
@@ -546,6 +551,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
         if (d > c->cfg.backoff_max_ms)
             d = c->cfg.backoff_max_ms;
         int64_t delay = d / 2 + (int64_t)(s_rand(c) % (uint64_t)(d / 2 + 1));
+        if (r->retry_due_ms < 0)
+            c->waiting++;
         r->retry_due_ms = s_now_ms() + delay;
         c->stats.retries++;
         return;
@@ -573,7 +580,7 @@ static void s_drain(llm_client_t *c)
  * (and run user code), so the scan restarts after each. */
 static void s_run_due_retries(llm_client_t *c)
 {
-    for (;;) {
+    while (c->waiting > 0) {
         int64_t now = s_now_ms();
         llm_request_t *due = NULL;
         for (llm_request_t *r = c->head; r; r = r->next)
