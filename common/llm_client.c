@@ -59,11 +59,21 @@ struct llm_client {
     int64_t curl_deadline_ms; /* -1 when curl wants no timer */
     llm_request_t *head;
     size_t pending;
+    size_t waiting; /* requests with retry_due_ms >= 0: the scans for due retries skip when 0 */
+    CURL **idle;      /* finished easy handles kept for the next requests (their options set) */
+    size_t n_idle;
     uint64_t rng;
     llm_client_stats_t stats;
 };
 
 static bool s_curl_ready;
+
+/* Connections kept open to the server between requests (HTTP keep-alive). Left to itself curl
+ * keeps four per easy handle in the multi at the moment, so a burst after a quiet spell opens new
+ * TCP connections; this bound is above any slot count an actor runs. */
+#define LLM_MAX_IDLE_CONNS 4096L
+/* Easy handles kept for reuse; a handle carries its options, so a request sets only its own. */
+#define LLM_MAX_IDLE_EASY 4096u
 
 static int64_t s_now_us(void)
 {
@@ -367,7 +377,7 @@ static void s_rearm(llm_client_t *c)
     if (!c->has_hooks || !c->hooks.set_timer)
         return;
     int64_t due = c->curl_deadline_ms;
-    for (llm_request_t *r = c->head; r; r = r->next)
+    for (llm_request_t *r = c->waiting ? c->head : NULL; r; r = r->next)
         if (r->retry_due_ms >= 0 && (due < 0 || r->retry_due_ms < due))
             due = r->retry_due_ms;
     if (due < 0) {
@@ -390,7 +400,15 @@ static void s_req_free(llm_request_t *r)
     if (r->next)
         r->next->prev = r->prev;
     c->pending--;
-    curl_easy_cleanup(r->easy);
+    if (r->retry_due_ms >= 0)
+        c->waiting--;
+    if (c->n_idle < LLM_MAX_IDLE_EASY) {
+        if (c->n_idle % 64 == 0)
+            c->idle = sr_xrealloc(c->idle, (c->n_idle + 64) * sizeof *c->idle);
+        c->idle[c->n_idle++] = r->easy;
+    } else {
+        curl_easy_cleanup(r->easy);
+    }
     free(r->body);
     free(r->resp);
     free(r);
@@ -437,6 +455,8 @@ static void s_complete(llm_request_t *r, llm_response_t *resp)
  * with an error. */
 static void s_start_attempt(llm_request_t *r)
 {
+    if (r->retry_due_ms >= 0)
+        r->c->waiting--;
     r->retry_due_ms = -1;
     r->resp_len = 0;
     r->too_big = false;
@@ -531,6 +551,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
         if (d > c->cfg.backoff_max_ms)
             d = c->cfg.backoff_max_ms;
         int64_t delay = d / 2 + (int64_t)(s_rand(c) % (uint64_t)(d / 2 + 1));
+        if (r->retry_due_ms < 0)
+            c->waiting++;
         r->retry_due_ms = s_now_ms() + delay;
         c->stats.retries++;
         return;
@@ -558,7 +580,7 @@ static void s_drain(llm_client_t *c)
  * (and run user code), so the scan restarts after each. */
 static void s_run_due_retries(llm_client_t *c)
 {
-    for (;;) {
+    while (c->waiting > 0) {
         int64_t now = s_now_ms();
         llm_request_t *due = NULL;
         for (llm_request_t *r = c->head; r; r = r->next)
@@ -646,6 +668,7 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
         llm_client_destroy(&c);
         return NULL;
     }
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, LLM_MAX_IDLE_CONNS);
     if (hooks) {
         c->hooks = *hooks;
         c->has_hooks = true;
@@ -665,6 +688,9 @@ void llm_client_destroy(llm_client_t **cp)
     llm_client_t *c = *cp;
     while (c->head)
         s_req_free(c->head);
+    for (size_t i = 0; i < c->n_idle; i++)
+        curl_easy_cleanup(c->idle[i]);
+    free(c->idle);
     if (c->multi)
         curl_multi_cleanup(c->multi);
     if (c->has_hooks && c->hooks.set_timer)
@@ -688,7 +714,8 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     char *body = llm_chat_body(req);
     if (!body)
         return NULL;
-    CURL *easy = curl_easy_init();
+    bool fresh = c->n_idle == 0;
+    CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
         free(body);
         return NULL;
@@ -701,20 +728,22 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     r->arg = arg;
     r->retry_due_ms = -1;
     r->t_start_us = s_now_us();
-    curl_easy_setopt(easy, CURLOPT_URL, c->url);
-    curl_easy_setopt(easy, CURLOPT_POST, 1L);
+    if (fresh) {
+        curl_easy_setopt(easy, CURLOPT_URL, c->url);
+        curl_easy_setopt(easy, CURLOPT_POST, 1L);
+        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
+        curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
+        curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->cfg.connect_timeout_ms);
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, c->cfg.timeout_ms);
+        curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    }
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)strlen(r->body));
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, (char *)r);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->cfg.connect_timeout_ms);
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, c->cfg.timeout_ms);
-    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 
     r->next = c->head;
     if (c->head)
