@@ -305,14 +305,17 @@ static coord_actor_t *s_actor_of(coord_sched_t *s, const coord_job_t *j)
 
 /* ---- dispatch and leases --------------------------------------------------------------- */
 
-/* s_group_count_on counts the jobs of group gi leased to actor a. */
+/* s_group_count_on counts the jobs of group gi that actor a holds or has finished: the spread cap
+ * limits an actor's share of the whole group, not only of what runs at the moment, so a fast
+ * actor that finishes its share early does not take the rest of the group too. */
 static int s_group_count_on(const coord_sched_t *s, int gi, const coord_actor_t *a)
 {
     const coord_group_t *g = &s->groups[gi];
     int n = 0;
     for (int t = 0; t < g->G; t++) {
         const coord_job_t *j = &s->jobs[g->first_job + t];
-        if (j->state == COORD_JOB_LEASED && j->actor_len == a->idlen &&
+        if ((j->state == COORD_JOB_LEASED || j->state == COORD_JOB_FINAL) &&
+            j->actor_len == a->idlen &&
             memcmp(j->actor, a->id, a->idlen) == 0)
             n++;
     }
