@@ -4,7 +4,7 @@
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0; failed=()
-limit=${SELROLL_IT_TIMEOUT:-300}
+limit=${SELROLL_IT_TIMEOUT:-600}
 for t in tests/it_*.sh; do
   [ -e "$t" ] || continue
   name=$(basename "$t" .sh)
