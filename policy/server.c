@@ -954,8 +954,13 @@ static void *s_watcher(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         int r = poll(pfd, (nfds_t)n, -1);
-        if (r < 0 && errno != EINTR)
-            break;
+        if (r < 0 && errno != EINTR) {
+            /* Never give up watching: a dead watcher would leave hung-up requests decoding. */
+            fprintf(stderr, "policy-server: disconnect watcher: poll: %s\n", strerror(errno));
+            struct timespec pause = {0, 10 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+            continue;
+        }
         if (r <= 0)
             continue;
         if (pfd[0].revents) {

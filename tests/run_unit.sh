@@ -8,7 +8,7 @@ for t in "$@"; do
   name=$(basename "$t")
   if [ "${SELROLL_VALGRIND:-0}" = 1 ]; then
     echo "== $name (valgrind)"
-    timeout $((limit * 4)) valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
+    timeout $((limit * 4)) valgrind -q --fair-sched=yes --leak-check=full --show-leak-kinds=definite,indirect \
       --errors-for-leak-kinds=definite,indirect --error-exitcode=99 "$t"
   else
     echo "== $name"
