@@ -753,9 +753,9 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
 
     double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
-    model_choose(m, &st, rq->temperature, rq->top_p, &rng, &ch);
-    if (st.n_actions)
-        model_probs(m, &st, rq->temperature > 0 ? rq->temperature : 1.0, p);
+    /* One scoring of the candidates gives both the choice and the probabilities the reasoning
+     * and the logprobs show (at T, or at 1 when greedy). */
+    model_choose_probs(m, &st, rq->temperature, rq->top_p, &rng, &ch, p);
     const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
 
     double want = s->o.think_mean + s->o.think_sd * s_gauss(&rng);
