@@ -57,6 +57,7 @@ typedef struct {
     pid_t pid;
     int64_t start_ms, deadline_ms;
     bool term_sent;
+    int tries;
 } s_job_t;
 
 static void s_sleep_ms(int ms)
@@ -163,6 +164,24 @@ static pid_t s_spawn(const char *self, const exp_arm_t *arm, int64_t seed, const
     free(words);
     free(extra);
     return pid;
+}
+
+/* s_started_training tells whether the run in dir logged at least one iteration. */
+static bool s_started_training(const char *dir)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/iterations.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool found = false;
+    while (!found && getline(&line, &cap, f) > 0)
+        found = strstr(line, "\"type\":\"iteration\"") != NULL;
+    free(line);
+    fclose(f);
+    return found;
 }
 
 static void s_write_meta(const char *dir, const char *arm, int64_t seed, double wall_s, int code)
@@ -329,7 +348,7 @@ int experiment_main(int argc, char **argv)
     int64_t t0 = clock_wall_ms();
 
     /* Which arms can run. */
-    bool has_rule = o.report_only ? true : s_run_has_gate_rule(self);
+    bool has_rule = s_run_has_gate_rule(self);
     for (size_t a = 0; a < narms; a++) {
         if (rarms[a].arm->needs_gate_rule && !has_rule) {
             rarms[a].skipped = "`selroll run` has no --gate-rule option yet";
@@ -350,7 +369,7 @@ int experiment_main(int argc, char **argv)
         for (size_t s = 0; s < nseed_words; s++)
             for (size_t a = 0; a < narms; a++)
                 if (!rarms[a].skipped)
-                    jobs[njobs++] = (s_job_t){a, s, 0, 0, 0, false};
+                    jobs[njobs++] = (s_job_t){a, s, 0, 0, 0, false, 0};
         size_t next = 0, running = 0, done = 0;
         printf("selroll experiment: %zu runs (%zu arms x %zu seeds), %d side by side; results in "
                "%s\n", njobs, narms, nseed_words, o.jobs, o.out);
@@ -365,6 +384,7 @@ int experiment_main(int argc, char **argv)
                          (long long)seeds[j->seed]);
                 j->start_ms = clock_mono_ms();
                 j->deadline_ms = j->start_ms + o.run_timeout_s * 1000;
+                j->tries++;
                 j->pid = s_spawn(self, rarms[j->arm].arm, seeds[j->seed], dir);
                 if (j->pid < 0) {
                     fprintf(stderr, "selroll experiment: cannot start a run: %s\n",
@@ -394,6 +414,22 @@ int experiment_main(int argc, char **argv)
                     char dir[4300];
                     snprintf(dir, sizeof dir, "%s/%s/seed-%lld", arms_dir,
                              rarms[j->arm].arm->name, (long long)seeds[j->seed]);
+                    if (ec != 0 && !s_signalled && j->tries < 2 && !s_started_training(dir)) {
+                        /* It failed before its first iteration (e.g. its private Redis did
+                         * not come up on a loaded machine): once more, in the same slot. */
+                        printf("retry  %-11s seed %lld (exit %d before the first iteration)\n",
+                               rarms[j->arm].arm->name, (long long)seeds[j->seed], ec);
+                        fflush(stdout);
+                        j->start_ms = now;
+                        j->deadline_ms = now + o.run_timeout_s * 1000;
+                        j->term_sent = false;
+                        j->tries++;
+                        j->pid = s_spawn(self, rarms[j->arm].arm, seeds[j->seed], dir);
+                        if (j->pid > 0)
+                            continue;
+                        j->pid = 0;
+                        ec = 127;
+                    }
                     s_write_meta(dir, rarms[j->arm].arm->name, seeds[j->seed], wall, ec);
                     printf("%-6s %-11s seed %lld after %.1f s%s%s\n", ec ? "FAILED" : "done",
                            rarms[j->arm].arm->name, (long long)seeds[j->seed], wall,
