@@ -7,6 +7,7 @@
  */
 #include "coordinator/experiment_arms.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,4 +61,14 @@ void exp_arms_names(char *buf, size_t cap)
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof s_arms / sizeof s_arms[0] && w < cap; i++)
         w += (size_t)snprintf(buf + w, cap - w, "%s%s", i ? ", " : "", s_arms[i].name);
+}
+
+void exp_arms_run_name(const exp_arm_t *a, int64_t seed, char *buf, size_t cap)
+{
+    if (!buf || cap == 0)
+        return;
+    snprintf(buf, cap, "exp-%s-%lld", a ? a->name : "arm", (long long)seed);
+    for (char *c = buf; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '_' && *c != '.' && *c != '-')
+            *c = '_';
 }

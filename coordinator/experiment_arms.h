@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     const char *name;  /* "baseline", "gate", ... */
@@ -29,5 +30,10 @@ const exp_arm_t *exp_arms_all(size_t *n);
 
 /* exp_arms_names writes the arm names, separated by ", ", into buf (cut to cap). */
 void exp_arms_names(char *buf, size_t cap);
+
+/* exp_arms_run_name writes the `selroll run --run` name of arm a on seed into buf:
+ * "exp-<arm>-<seed>" with every character a run name does not allow (outside A-Z a-z 0-9 _ . -,
+ * such as the '+' of gate+greso) turned into '_'. */
+void exp_arms_run_name(const exp_arm_t *a, int64_t seed, char *buf, size_t cap);
 
 #endif

@@ -119,7 +119,8 @@ static pid_t s_spawn(const char *self, const exp_arm_t *arm, int64_t seed, const
     S_ARG("--out");
     S_ARG(dir);
     S_ARG("--run");
-    S_ARGF("exp-%s-%lld", arm->name, (long long)seed);
+    exp_arms_run_name(arm, seed, buf[nb], sizeof buf[nb]);
+    S_ARG(buf[nb++]);
     S_ARG("--seed");
     S_ARGF("%lld", (long long)seed);
     S_ARG("--iters");

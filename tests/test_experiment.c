@@ -205,6 +205,11 @@ static void arms_table_has_every_arm_of_the_issue(void **state)
     char buf[512];
     exp_arms_names(buf, sizeof buf);
     assert_non_null(strstr(buf, "keep-two"));
+    /* a run name allows A-Z a-z 0-9 _ . - only */
+    exp_arms_run_name(exp_arms_find("gate+greso"), 3, buf, sizeof buf);
+    assert_string_equal(buf, "exp-gate_greso-3");
+    exp_arms_run_name(exp_arms_find("keep-two"), 12, buf, sizeof buf);
+    assert_string_equal(buf, "exp-keep-two-12");
 }
 
 static void svg_has_frame_legend_and_escaped_text(void **state)
