@@ -19,7 +19,7 @@ typedef struct {
     const char *rule;  /* the gate rule whose precision/recall belong to the arm: "paper", "multi",
                         * ...; NULL for arms that cut nothing mid-rollout */
     bool needs_gate_rule; /* needs `selroll run --gate-rule` */
-    const char *what;  /* one line for the report */
+    const char *what;     /* one line for the report */
 } exp_arm_t;
 
 /* exp_arms_find returns the arm called name, or NULL. */

@@ -85,8 +85,7 @@ static void s_read_rules(exp_group_t *g, const cJSON *line)
 }
 
 /* s_group finds or adds the group gid (with its accumulator). */
-static size_t s_group(exp_run_t *r, s_acc_t ***accs, size_t *cap, const char *gid,
-                      const char *task)
+static size_t s_group(exp_run_t *r, s_acc_t ***accs, size_t *cap, const char *gid, const char *task)
 {
     for (size_t i = 0; i < r->ngroups; i++)
         if (strcmp(r->groups[i].gid, gid) == 0)

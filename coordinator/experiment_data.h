@@ -1,6 +1,6 @@
 /*
- * experiment_data.h — what `selroll experiment` reads back from one finished `selroll run` folder:
- * the per-iteration statistics and held-out evaluations of <out>/iterations.jsonl, and one record
+ * experiment_data.h — what `selroll experiment` reads back from one finished `selroll run`
+ * folder: the per-iteration statistics and held-out evaluations of <out>/iterations.jsonl, and one record
  * per training group rebuilt from the RESULT lines of <out>/rounds/round-*.jsonl.
  *
  * A group record is the gate replayed offline on the finished trajectories: the first K normalised
@@ -16,10 +16,12 @@
 #include <stddef.h>
 
 /* The iterations.jsonl fields kept per iteration, in this order (X-macro). */
-#define EXP_ITER_FIELDS(X)                                                                       \
-    X(wall_ms) X(llm_calls) X(tokens) X(completion_tokens) X(aborted_tokens) X(groups_started)  \
-    X(groups_skipped) X(groups_cancelled) X(groups_filtered) X(groups_zero_variance)            \
-    X(groups_informative) X(zv_share) X(zero_adv_dilution) X(train_success) X(batch_groups)
+#define EXP_ITER_FIELDS(X)                                                                         \
+    X(wall_ms)                                                                                     \
+    X(llm_calls) X(tokens) X(completion_tokens) X(aborted_tokens) X(groups_started)                \
+        X(groups_skipped) X(groups_cancelled) X(groups_filtered) X(groups_zero_variance)           \
+            X(groups_informative) X(zv_share) X(zero_adv_dilution) X(train_success)                \
+                X(batch_groups)
 
 #define EXP_X_ENUM(name) EXP_F_##name,
 typedef enum { EXP_ITER_FIELDS(EXP_X_ENUM) EXP_F_COUNT } exp_field_t;
@@ -52,12 +54,12 @@ typedef struct {
 typedef struct {
     char gid[64];
     char task[128];
-    int n;                /* results (trajectories) seen */
-    bool complete;        /* every result ended (done or truncated): the outcome is known */
-    bool zero_variance;   /* complete and every reward equal */
-    bool decidable;       /* some trajectory ran past step K: the gate had something to stop */
-    double d_k;           /* d_K of the first K actions */
-    double tokens;        /* generated (completion) tokens of every step */
+    int n;                 /* results (trajectories) seen */
+    bool complete;         /* every result ended (done or truncated): the outcome is known */
+    bool zero_variance;    /* complete and every reward equal */
+    bool decidable;        /* some trajectory ran past step K: the gate had something to stop */
+    double d_k;            /* d_K of the first K actions */
+    double tokens;         /* generated (completion) tokens of every step */
     double tokens_after_k; /* generated tokens of the steps after step K */
     exp_rule_t rules[EXP_RULES_MAX];
     int nrules;

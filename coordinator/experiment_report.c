@@ -242,8 +242,8 @@ static int s_write_csvs(const exp_report_t *r, char *err, size_t errlen)
         for (int m = 0; m < EXP_M_COUNT; m++) {
             exp_ci_t c = s_ci(r, a, (exp_metric_t)m);
             if (c.n)
-                fprintf(f, "%s,%s,%zu,%.10g,%.10g,%.10g\n", r->arms[a].arm->name,
-                        s_metric_names[m], c.n, c.mean, c.lo, c.hi);
+                fprintf(f, "%s,%s,%zu,%.10g,%.10g,%.10g\n", r->arms[a].arm->name, s_metric_names[m],
+                        c.n, c.mean, c.lo, c.hi);
         }
     }
     fclose(f);
@@ -331,8 +331,8 @@ static int s_plot_heldout(const exp_report_t *r, const char *path)
                 if (run->evals[i].iteration > xmax)
                     xmax = run->evals[i].iteration;
         }
-    exp_svg_t *sv = exp_svg_new("Held-out success (mean over seeds; band: min..max)",
-                                "iteration", "success", 0, xmax, 0, 1);
+    exp_svg_t *sv = exp_svg_new("Held-out success (mean over seeds; band: min..max)", "iteration",
+                                "success", 0, xmax, 0, 1);
     if (!sv)
         return SR_ENOMEM;
     for (size_t a = 0; a < r->narms; a++) {
@@ -387,8 +387,8 @@ static int s_plot_hist(const exp_group_t *g, size_t n, const char *path)
     }
     for (int b = 0; b < S_BINS; b++)
         ymax = fmax(ymax, fmax(zv[b], inf[b]));
-    exp_svg_t *s = exp_svg_new("d_K at K=10 of shadow-arm groups", "d_K", "groups", 0, 1, 0,
-                               ymax * 1.15);
+    exp_svg_t *s =
+        exp_svg_new("d_K at K=10 of shadow-arm groups", "d_K", "groups", 0, 1, 0, ymax * 1.15);
     if (!s)
         return SR_ENOMEM;
     for (int b = 0; b < S_BINS; b++) {
@@ -456,8 +456,9 @@ static void s_rules_section(FILE *f, const exp_report_t *r, const exp_group_t *g
         fprintf(f, "| %s | %zu | %zu | %zu | %.3f | %.3f | %.3f | %.3f |\n", names[j], pr.groups,
                 pr.positives, pr.predicted, pr.precision, pr.recall, pr.cut_share, pr.recovered);
     }
-    fprintf(f, "\nPrecision / recall over score thresholds (cut side taken from the rule's own "
-               "verdicts):\n\n| rule | score threshold | precision | recall |\n|---|---|---|---|\n");
+    fprintf(f,
+            "\nPrecision / recall over score thresholds (cut side taken from the rule's own "
+            "verdicts):\n\n| rule | score threshold | precision | recall |\n|---|---|---|---|\n");
     for (size_t j = 0; j < nn; j++) {
         double sc[4096];
         size_t m = 0;
@@ -496,8 +497,7 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
         if (s_ran(r, a) && strcmp(r->arms[a].arm->name, "gate") == 0) {
             exp_ci_t c = s_ci(r, a, EXP_M_wall_ratio);
             if (c.n) {
-                snprintf(buf, sizeof buf, "%s (%.3f)", c.mean <= 0.90 ? "met" : "not met",
-                         c.mean);
+                snprintf(buf, sizeof buf, "%s (%.3f)", c.mean <= 0.90 ? "met" : "not met", c.mean);
                 st = buf;
             }
         }
@@ -516,8 +516,9 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
         }
     }
     if (best_name)
-        fprintf(f, "- Best arm <= 0.70 x baseline with held-out >= baseline - 2 pp: %s (best "
-                   "arm %s at %.3f x, held-out %+.1f pp).\n",
+        fprintf(f,
+                "- Best arm <= 0.70 x baseline with held-out >= baseline - 2 pp: %s (best "
+                "arm %s at %.3f x, held-out %+.1f pp).\n",
                 best <= 0.70 && best_diff >= -0.02 ? "met" : "not met", best_name, best,
                 100.0 * best_diff);
     else
@@ -533,8 +534,9 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
         }
     }
     if (bp >= 0)
-        fprintf(f, "- Best gate variant precision >= 0.95 at recall >= 0.70: %s (paper rule at "
-                   "d_L = %.2f: precision %.3f).\n",
+        fprintf(f,
+                "- Best gate variant precision >= 0.95 at recall >= 0.70: %s (paper rule at "
+                "d_L = %.2f: precision %.3f).\n",
                 bp >= 0.95 ? "met" : "not met", bt, bp);
     else
         fprintf(f, "- Best gate variant precision >= 0.95 at recall >= 0.70: not met (no "
@@ -600,9 +602,10 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
     fprintf(f, "Seeds:");
     for (size_t s = 0; s < r->nseeds; s++)
         fprintf(f, " %lld", (long long)r->seeds[s]);
-    fprintf(f, " (every arm: the same seeds, task order and initial weights). Intervals are "
-               "bootstrap 95%% intervals over seeds (%d resamples); with one seed there is "
-               "none.\n\n| arm | `selroll run` flags | what | status |\n|---|---|---|---|\n",
+    fprintf(f,
+            " (every arm: the same seeds, task order and initial weights). Intervals are "
+            "bootstrap 95%% intervals over seeds (%d resamples); with one seed there is "
+            "none.\n\n| arm | `selroll run` flags | what | status |\n|---|---|---|---|\n",
             EXP_BOOTSTRAP_REPS);
     for (size_t a = 0; a < r->narms; a++) {
         size_t ok = 0;
@@ -620,16 +623,16 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
     fprintf(f, "## Cost\n\nRollout wall-clock is the sum of the iterations' `wall_ms` (selection, "
                "rollout waves and batch; not the held-out evaluations or the trainer's step).\n\n");
     {
-        exp_metric_t ms[] = {EXP_M_wall_s, EXP_M_wall_ratio, EXP_M_run_wall_s, EXP_M_llm_calls,
-                             EXP_M_gen_tokens, EXP_M_aborted_tokens};
+        exp_metric_t ms[] = {EXP_M_wall_s,    EXP_M_wall_ratio, EXP_M_run_wall_s,
+                             EXP_M_llm_calls, EXP_M_gen_tokens, EXP_M_aborted_tokens};
         const char *fm[] = {"%.1f", "%.3f", "%.1f", "%.0f", "%.0f", "%.0f"};
         double sc[] = {1, 1, 1, 1, 1, 1};
         s_table(f, r, ms, fm, sc, 6);
     }
     fprintf(f, "## Groups\n\n");
     {
-        exp_metric_t ms[] = {EXP_M_groups_started, EXP_M_groups_skipped, EXP_M_groups_cancelled,
-                             EXP_M_groups_filtered, EXP_M_cut_share, EXP_M_zv_share,
+        exp_metric_t ms[] = {EXP_M_groups_started,  EXP_M_groups_skipped, EXP_M_groups_cancelled,
+                             EXP_M_groups_filtered, EXP_M_cut_share,      EXP_M_zv_share,
                              EXP_M_dilution};
         const char *fm[] = {"%.1f", "%.1f", "%.1f", "%.1f", "%.3f", "%.3f", "%.3f"};
         double sc[] = {1, 1, 1, 1, 1, 1, 1};
@@ -691,9 +694,10 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
     {
         exp_pr_t pr;
         exp_stats_pr_threshold(pool, ng, S_PAPER_THRESHOLD, &pr);
-        fprintf(f, "\nOracle ceiling (pooled): %.3f of generated tokens. Paper (authors' "
-                   "repository, offline at K=10, d_L=0.12): precision 0.81, recall 0.44, ceiling "
-                   "0.231.\n\n",
+        fprintf(f,
+                "\nOracle ceiling (pooled): %.3f of generated tokens. Paper (authors' "
+                "repository, offline at K=10, d_L=0.12): precision 0.81, recall 0.44, ceiling "
+                "0.231.\n\n",
                 pr.oracle);
     }
     s_rules_section(f, r, pool, ng);

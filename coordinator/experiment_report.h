@@ -26,10 +26,10 @@ typedef struct {
 } exp_report_arm_t;
 
 typedef struct {
-    const char *out_dir;  /* where the files go (must exist) */
-    const char *command;  /* the exact command line */
-    const char *machine;  /* free text: host, cores, load at start and end, versions, duration */
-    const char *scale;    /* free text: iterations, batch groups, G, ... */
+    const char *out_dir; /* where the files go (must exist) */
+    const char *command; /* the exact command line */
+    const char *machine; /* free text: host, cores, load at start and end, versions, duration */
+    const char *scale;   /* free text: iterations, batch groups, G, ... */
     const int64_t *seeds;
     size_t nseeds;
     exp_report_arm_t *arms; /* arms[0] should be the baseline: ratios and P/R refer to it */
@@ -42,28 +42,28 @@ typedef struct {
 int exp_report_write(const exp_report_t *r, char *err, size_t errlen);
 
 /* The figures of summary.csv, per arm and seed (X-macro: id, unit scale for the report, title). */
-#define EXP_METRICS(X)                                                                           \
-    X(wall_s, "rollout wall-clock (s)")                                                          \
-    X(wall_ratio, "wall-clock / baseline (paired by seed)")                                      \
-    X(run_wall_s, "whole run wall-clock (s)")                                                    \
-    X(llm_calls, "LLM calls")                                                                    \
-    X(gen_tokens, "generated tokens")                                                            \
-    X(aborted_tokens, "aborted generated tokens")                                                \
-    X(groups_started, "groups started")                                                          \
-    X(groups_skipped, "groups skipped (pre-filter)")                                             \
-    X(groups_cancelled, "groups cancelled (gate)")                                               \
-    X(groups_filtered, "groups filtered (post-filter)")                                          \
-    X(cut_share, "share of started groups cancelled")                                            \
-    X(zv_share, "zero-variance share of finished groups")                                        \
-    X(dilution, "zero-advantage dilution")                                                       \
-    X(train_success, "train success")                                                            \
-    X(heldout_first, "held-out success, first evaluation")                                       \
-    X(heldout_end, "held-out success, last evaluation")                                          \
-    X(heldout_diff, "held-out success - baseline (paired by seed)")                              \
-    X(gate_precision, "gate precision on zero-variance groups (shadow arm)")                     \
-    X(gate_recall, "gate recall of zero-variance groups (shadow arm)")                           \
-    X(gate_cut_share, "share of shadow-arm groups the rule cuts")                                \
-    X(oracle_ceiling, "oracle ceiling: generated tokens after step K in zero-variance groups")   \
+#define EXP_METRICS(X)                                                                             \
+    X(wall_s, "rollout wall-clock (s)")                                                            \
+    X(wall_ratio, "wall-clock / baseline (paired by seed)")                                        \
+    X(run_wall_s, "whole run wall-clock (s)")                                                      \
+    X(llm_calls, "LLM calls")                                                                      \
+    X(gen_tokens, "generated tokens")                                                              \
+    X(aborted_tokens, "aborted generated tokens")                                                  \
+    X(groups_started, "groups started")                                                            \
+    X(groups_skipped, "groups skipped (pre-filter)")                                               \
+    X(groups_cancelled, "groups cancelled (gate)")                                                 \
+    X(groups_filtered, "groups filtered (post-filter)")                                            \
+    X(cut_share, "share of started groups cancelled")                                              \
+    X(zv_share, "zero-variance share of finished groups")                                          \
+    X(dilution, "zero-advantage dilution")                                                         \
+    X(train_success, "train success")                                                              \
+    X(heldout_first, "held-out success, first evaluation")                                         \
+    X(heldout_end, "held-out success, last evaluation")                                            \
+    X(heldout_diff, "held-out success - baseline (paired by seed)")                                \
+    X(gate_precision, "gate precision on zero-variance groups (shadow arm)")                       \
+    X(gate_recall, "gate recall of zero-variance groups (shadow arm)")                             \
+    X(gate_cut_share, "share of shadow-arm groups the rule cuts")                                  \
+    X(oracle_ceiling, "oracle ceiling: generated tokens after step K in zero-variance groups")     \
     X(oracle_recovered, "share of the oracle ceiling the rule recovers")
 
 #define EXP_M_ENUM(id, title) EXP_M_##id,

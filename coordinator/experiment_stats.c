@@ -66,8 +66,8 @@ static void s_finish(exp_pr_t *o, double tok_all, double tok_zv_after, double to
 
 /* s_score_pr counts with a verdict function: mode 0 = threshold on d_K, 1 = recorded cut of a
  * rule, 2 = a rule's score against t on the given side. */
-static size_t s_score_pr(const exp_group_t *groups, size_t n, int mode, const char *name,
-                         double t, bool below, exp_pr_t *out)
+static size_t s_score_pr(const exp_group_t *groups, size_t n, int mode, const char *name, double t,
+                         bool below, exp_pr_t *out)
 {
     memset(out, 0, sizeof *out);
     double tok_all = 0.0, tok_zv = 0.0, tok_tp = 0.0;

@@ -17,15 +17,14 @@
 
 #define S_W 720.0
 #define S_H 420.0
-#define S_L 70.0  /* left margin */
-#define S_R 20.0  /* right margin */
-#define S_T 40.0  /* top margin */
-#define S_B 60.0  /* bottom margin */
+#define S_L 70.0 /* left margin */
+#define S_R 20.0 /* right margin */
+#define S_T 40.0 /* top margin */
+#define S_B 60.0 /* bottom margin */
 #define S_LEGEND_MAX 16
 
-static const char *s_palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-                                  "#393b79"};
+static const char *s_palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79"};
 #define S_NPAL (sizeof s_palette / sizeof s_palette[0])
 
 struct exp_svg {
@@ -198,8 +197,9 @@ void exp_svg_bar(exp_svg_t *s, double x0, double x1, double y, int color, double
         top = bot;
         bot = t;
     }
-    s_put(s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
-             "fill-opacity=\"%.2f\"/>\n",
+    s_put(s,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+          "fill-opacity=\"%.2f\"/>\n",
           s_px(s, x0), top, s_px(s, x1) - s_px(s, x0), bot - top, s_color(color),
           opacity > 0 && opacity <= 1 ? opacity : 1.0);
     s_legend(s, label, color);
@@ -210,8 +210,9 @@ void exp_svg_errbar(exp_svg_t *s, double x, double lo, double hi)
     if (!s || !isfinite(x) || !isfinite(lo) || !isfinite(hi))
         return;
     double px = s_px(s, x);
-    s_put(s, "<path d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"#000\" "
-             "stroke-width=\"1.2\"/>\n",
+    s_put(s,
+          "<path d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"#000\" "
+          "stroke-width=\"1.2\"/>\n",
           px, s_py(s, lo), s_py(s, hi), px - 5, s_py(s, lo), px + 5, px - 5, s_py(s, hi), px + 5);
 }
 
@@ -221,8 +222,9 @@ void exp_svg_vline(exp_svg_t *s, double x, const char *label)
         return;
     char buf[256];
     double px = s_px(s, x);
-    s_put(s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-             "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+    s_put(s,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+          "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
           px, S_T, px, S_H - S_B, px + 4, S_T + 12, s_esc(label, buf, sizeof buf));
 }
 
@@ -232,8 +234,9 @@ void exp_svg_hline(exp_svg_t *s, double y, const char *label)
         return;
     char buf[256];
     double py = s_py(s, y);
-    s_put(s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-             "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+    s_put(s,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+          "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
           S_L, py, S_W - S_R, py, S_L + 4, py - 4, s_esc(label, buf, sizeof buf));
 }
 
@@ -252,9 +255,10 @@ int exp_svg_save(const exp_svg_t *s, const char *path)
     if (!f)
         return SR_EIO;
     char buf[512];
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
             S_W, S_H, S_W, S_H);
     fprintf(f, "<text x=\"%.1f\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">%s</text>\n",
             S_W / 2, s_esc(s->title, buf, sizeof buf));
@@ -262,24 +266,27 @@ int exp_svg_save(const exp_svg_t *s, const char *path)
     double ys = s_step(s->ymax - s->ymin);
     for (double y = ceil(s->ymin / ys) * ys; y <= s->ymax + ys * 1e-9; y += ys) {
         double py = s_py(s, y);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
-                   "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
+                "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
                 S_L, py, S_W - S_R, py, S_L - 6, py + 4, fabs(y) < ys * 1e-9 ? 0.0 : y);
     }
     if (s->ncats) {
         for (size_t i = 0; i < s->ncats; i++) {
             double px = s_px(s, (double)i);
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s"
-                       "</text>\n",
+            fprintf(f,
+                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s"
+                    "</text>\n",
                     px, S_H - S_B + 16, s_esc(s->cats[i], buf, sizeof buf));
         }
     } else {
         double xs = s_step(s->xmax - s->xmin);
         for (double x = ceil(s->xmin / xs) * xs; x <= s->xmax + xs * 1e-9; x += xs) {
             double px = s_px(s, x);
-            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
-                       "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g"
-                       "</text>\n",
+            fprintf(f,
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
+                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g"
+                    "</text>\n",
                     px, S_H - S_B, px, S_H - S_B + 5, px, S_H - S_B + 17,
                     fabs(x) < xs * 1e-9 ? 0.0 : x);
         }
@@ -291,13 +298,15 @@ int exp_svg_save(const exp_svg_t *s, const char *path)
             S_H - S_B, S_W - S_R);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
             (S_L + S_W - S_R) / 2, S_H - 18, s_esc(s->xlabel, buf, sizeof buf));
-    fprintf(f, "<text x=\"16\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
-               "transform=\"rotate(-90 16 %.1f)\">%s</text>\n",
+    fprintf(f,
+            "<text x=\"16\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
+            "transform=\"rotate(-90 16 %.1f)\">%s</text>\n",
             (S_T + S_H - S_B) / 2, (S_T + S_H - S_B) / 2, s_esc(s->ylabel, buf, sizeof buf));
     for (size_t i = 0; i < s->nlegend; i++) {
         double y = S_T + 8 + 16 * (double)i;
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>\n"
-                   "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"10\" fill=\"%s\"/>\n"
+                "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
                 S_W - S_R - 150, y, s_color(s->legend_color[i]), S_W - S_R - 134, y + 9,
                 s_esc(s->legend[i], buf, sizeof buf));
     }

@@ -191,8 +191,8 @@ static void sweep_range_parses_and_refuses(void **state)
 static void arms_table_has_every_arm_of_the_issue(void **state)
 {
     (void)state;
-    const char *names[] = {"baseline", "gate", "greso", "gate+greso", "dapo", "all", "multi",
-                           "prior", "keep-two", "audit", "learned"};
+    const char *names[] = {"baseline", "gate",  "greso",    "gate+greso", "dapo",   "all",
+                           "multi",    "prior", "keep-two", "audit",      "learned"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         assert_non_null(exp_arms_find(names[i]));
     assert_null(exp_arms_find("nope"));
@@ -257,9 +257,17 @@ static void report_writes_every_figure_finite(void **state)
         }
         arms[a] = (exp_report_arm_t){exp_arms_find(arm_names[a]), NULL, runs[a]};
     }
-    exp_report_t rep = {.out_dir = dir, .command = "selroll experiment --test", .machine = "m",
-                        .scale = "s", .seeds = seeds, .nseeds = 2, .arms = arms, .narms = 2,
-                        .sweep_from = 0.04, .sweep_to = 0.2, .sweep_step = 0.04};
+    exp_report_t rep = {.out_dir = dir,
+                        .command = "selroll experiment --test",
+                        .machine = "m",
+                        .scale = "s",
+                        .seeds = seeds,
+                        .nseeds = 2,
+                        .arms = arms,
+                        .narms = 2,
+                        .sweep_from = 0.04,
+                        .sweep_to = 0.2,
+                        .sweep_step = 0.04};
     assert_true(fabs(exp_report_metric(&rep, 1, 0, EXP_M_wall_ratio) - 0.9) < TOL);
     assert_true(fabs(exp_report_metric(&rep, 1, 1, EXP_M_wall_ratio) - 0.8) < TOL);
     assert_true(fabs(exp_report_metric(&rep, 1, 0, EXP_M_heldout_diff) - 0.25) < TOL);
@@ -295,17 +303,28 @@ static void report_writes_every_figure_finite(void **state)
     snprintf(p, sizeof p, "%s/report.md", dir);
     char *md = slurp(p);
     assert_non_null(md);
-    const char *sections[] = {"## What was run", "## Machine", "## Cost", "## Groups",
-                              "## Gate precision and recall", "## Quality",
-                              "## Threshold sweep", "## Gate rules", "## Targets", "## Plots"};
+    const char *sections[] = {"## What was run",
+                              "## Machine",
+                              "## Cost",
+                              "## Groups",
+                              "## Gate precision and recall",
+                              "## Quality",
+                              "## Threshold sweep",
+                              "## Gate rules",
+                              "## Targets",
+                              "## Plots"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         assert_non_null(strstr(md, sections[i]));
     assert_non_null(strstr(md, "0.850 [0.800, 0.900]"));
     assert_non_null(strstr(md, "| multi |"));
     assert_non_null(strstr(md, "Paper-rule gate arm wall-clock <= 0.90 x baseline: met (0.850)"));
     free(md);
-    const char *files[] = {"iterations.csv", "heldout.csv", "sweep.csv", "plots/wall_clock.svg",
-                           "plots/heldout.svg", "plots/dk_histogram.svg",
+    const char *files[] = {"iterations.csv",
+                           "heldout.csv",
+                           "sweep.csv",
+                           "plots/wall_clock.svg",
+                           "plots/heldout.svg",
+                           "plots/dk_histogram.svg",
                            "plots/precision_recall.svg"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -330,8 +349,14 @@ static void report_without_rules_says_not_available(void **state)
     assert_int_equal(exp_data_load(FX "/gate/seed-2", 2, &runs[0], NULL, 0), SR_OK);
     exp_report_arm_t arms[2] = {{exp_arms_find("baseline"), NULL, runs},
                                 {exp_arms_find("learned"), "no --gate-rule", NULL}};
-    exp_report_t rep = {.out_dir = dir, .seeds = seeds, .nseeds = 1, .arms = arms, .narms = 2,
-                        .sweep_from = 0.1, .sweep_to = 0.1, .sweep_step = 0.1};
+    exp_report_t rep = {.out_dir = dir,
+                        .seeds = seeds,
+                        .nseeds = 1,
+                        .arms = arms,
+                        .narms = 2,
+                        .sweep_from = 0.1,
+                        .sweep_to = 0.1,
+                        .sweep_step = 0.1};
     assert_int_equal(exp_report_write(&rep, NULL, 0), SR_OK);
     char p[512];
     snprintf(p, sizeof p, "%s/report.md", dir);
