@@ -1,7 +1,7 @@
 /*
  * experiment_data.h — what `selroll experiment` reads back from one finished `selroll run`
- * folder: the per-iteration statistics and held-out evaluations of <out>/iterations.jsonl, and one record
- * per training group rebuilt from the RESULT lines of <out>/rounds/round-*.jsonl.
+ * folder: the per-iteration statistics and held-out evaluations of <out>/iterations.jsonl, and
+ * one record per training group rebuilt from the RESULT lines of <out>/rounds/round-*.jsonl.
  *
  * A group record is the gate replayed offline on the finished trajectories: the first K normalised
  * actions of each trajectory (padded with <END>) give d_K exactly as the gate computes it, so the
