@@ -103,6 +103,17 @@ double exp_report_metric(const exp_report_t *r, size_t a, size_t s, exp_metric_t
         return s_sum(run, EXP_F_completion_tokens);
     case EXP_M_aborted_tokens:
         return s_sum(run, EXP_F_aborted_tokens);
+    case EXP_M_batch_groups:
+        return s_sum(run, EXP_F_batch_groups);
+    case EXP_M_s_per_batch_group:
+        x = s_sum(run, EXP_F_batch_groups);
+        return x > 0 ? s_sum(run, EXP_F_wall_ms) / 1000.0 / x : NAN;
+    case EXP_M_s_per_batch_group_ratio: {
+        double mine = s_sum(run, EXP_F_batch_groups), base = b ? s_sum(b, EXP_F_batch_groups) : 0;
+        if (mine <= 0 || base <= 0 || s_sum(b, EXP_F_wall_ms) <= 0)
+            return NAN;
+        return (s_sum(run, EXP_F_wall_ms) / mine) / (s_sum(b, EXP_F_wall_ms) / base);
+    }
     case EXP_M_groups_started:
         return s_sum(run, EXP_F_groups_started);
     case EXP_M_groups_skipped:
@@ -628,6 +639,16 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
         const char *fm[] = {"%.1f", "%.3f", "%.1f", "%.0f", "%.0f", "%.0f"};
         double sc[] = {1, 1, 1, 1, 1, 1};
         s_table(f, r, ms, fm, sc, 6);
+    }
+    fprintf(f, "Arms with the pre-filter over-select (they start more groups per iteration to fill "
+               "the batch) and arms with backfill start more waves, so their batches hold more "
+               "groups than the baseline's. Cost per group trained on:\n\n");
+    {
+        exp_metric_t ms[] = {EXP_M_batch_groups, EXP_M_s_per_batch_group,
+                             EXP_M_s_per_batch_group_ratio};
+        const char *fm[] = {"%.1f", "%.3f", "%.3f"};
+        double sc[] = {1, 1, 1};
+        s_table(f, r, ms, fm, sc, 3);
     }
     fprintf(f, "## Groups\n\n");
     {

@@ -49,6 +49,9 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen);
     X(llm_calls, "LLM calls")                                                                      \
     X(gen_tokens, "generated tokens")                                                              \
     X(aborted_tokens, "aborted generated tokens")                                                  \
+    X(batch_groups, "groups trained on (in batches)")                                              \
+    X(s_per_batch_group, "rollout seconds per group trained on")                                   \
+    X(s_per_batch_group_ratio, "seconds per group trained on / baseline (paired by seed)")         \
     X(groups_started, "groups started")                                                            \
     X(groups_skipped, "groups skipped (pre-filter)")                                               \
     X(groups_cancelled, "groups cancelled (gate)")                                                 \

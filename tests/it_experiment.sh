@@ -42,7 +42,8 @@ grep -qF -- "--quick" "$R" 2>/dev/null && ok "report.md: every section, the exac
 grep -qiE '(^|[^a-z])(nan|inf)([^a-z]|$)' "$R" && bad "report.md has a non-finite figure"
 
 # every figure of every arm in summary.csv, finite
-metrics="wall_s wall_ratio run_wall_s llm_calls gen_tokens aborted_tokens groups_started
+metrics="wall_s wall_ratio run_wall_s llm_calls gen_tokens aborted_tokens batch_groups
+s_per_batch_group s_per_batch_group_ratio groups_started
 groups_skipped groups_cancelled groups_filtered cut_share zv_share dilution train_success
 heldout_first heldout_end heldout_diff"
 gate_metrics="gate_precision gate_recall gate_cut_share oracle_ceiling oracle_recovered"
