@@ -20,6 +20,8 @@
 #include "coordinator/experiment_report.h"
 #include "coordinator/experiment_stats.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -195,6 +197,55 @@ static void s_write_meta(const char *dir, const char *arm, int64_t seed, double 
     fprintf(f, "{\"arm\":\"%s\",\"seed\":%lld,\"wall_s\":%.3f,\"exit\":%d}\n", arm,
             (long long)seed, wall_s, code);
     fclose(f);
+}
+
+/* s_save_facts writes DIR/experiment.json: how the runs were made (command, scale, start time,
+ * duration, load average at start and end), so that --report-only can report them later. */
+static void s_save_facts(const char *out, const char *command, const char *scale,
+                         const char *started, double minutes, const char *load0,
+                         const char *load1)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/experiment.json", out);
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return;
+    cJSON_AddStringToObject(j, "command", command);
+    cJSON_AddStringToObject(j, "scale", scale);
+    cJSON_AddStringToObject(j, "started", started);
+    cJSON_AddNumberToObject(j, "minutes", minutes);
+    cJSON_AddStringToObject(j, "load_start", load0);
+    cJSON_AddStringToObject(j, "load_end", load1);
+    char *text = cJSON_Print(j);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f) {
+        fprintf(f, "%s\n", text);
+        fclose(f);
+    }
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* s_load_facts reads DIR/experiment.json back; returns the parsed object (caller deletes) or
+ * NULL when it is absent or not JSON. */
+static cJSON *s_load_facts(const char *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/experiment.json", out);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return cJSON_Parse(buf);
+}
+
+static const char *s_fact(const cJSON *j, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
 int experiment_main(int argc, char **argv)
@@ -497,15 +548,44 @@ int experiment_main(int argc, char **argv)
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
-    snprintf(machine, sizeof machine,
-             "- %s, %ld cores (%s)\n- selroll %s; report written %s\n- load average (1/5/15 "
-             "min, runnable/total) at start: %s; at end: %s\n- %s: %.1f min\n- The machine is "
-             "shared: timings include other processes' load.",
-             host, sysconf(_SC_NPROCESSORS_ONLN), cpu, SELROLL_VERSION, when, load0, load1,
-             o.report_only ? "report rebuilt in" : "all runs took",
-             (double)(clock_wall_ms() - t0) / 60000.0);
+    double minutes = (double)(clock_wall_ms() - t0) / 60000.0;
+    cJSON *facts = NULL;
+    char shown_cmd[8400];
+    snprintf(shown_cmd, sizeof shown_cmd, "%s", command);
+    if (!o.report_only) {
+        char started[64];
+        time_t t_start = now - (time_t)(minutes * 60.0);
+        strftime(started, sizeof started, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t_start));
+        s_save_facts(o.out, command, scale, started, minutes, load0, load1);
+        snprintf(machine, sizeof machine,
+                 "- %s, %ld cores (%s)\n- selroll %s; report written %s\n- load average (1/5/15 "
+                 "min, runnable/total) at start: %s; at end: %s\n- all runs took: %.1f min\n- "
+                 "The machine is shared: timings include other processes' load.",
+                 host, sysconf(_SC_NPROCESSORS_ONLN), cpu, SELROLL_VERSION, when, load0, load1,
+                 minutes);
+    } else if ((facts = s_load_facts(o.out)) != NULL) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(facts, "minutes");
+        snprintf(shown_cmd, sizeof shown_cmd, "%s\n# report rebuilt by:\n%s",
+                 s_fact(facts, "command"), command);
+        snprintf(scale, sizeof scale, "%s", s_fact(facts, "scale"));
+        snprintf(machine, sizeof machine,
+                 "- %s, %ld cores (%s)\n- selroll %s; runs started %s and took %.1f min; this "
+                 "report rebuilt with --report-only %s\n- load average (1/5/15 min, "
+                 "runnable/total) at the start of the runs: %s; at their end: %s\n- The machine "
+                 "is shared: timings include other processes' load.",
+                 host, sysconf(_SC_NPROCESSORS_ONLN), cpu, SELROLL_VERSION,
+                 s_fact(facts, "started"), cJSON_IsNumber(m) ? m->valuedouble : -1.0, when,
+                 s_fact(facts, "load_start"), s_fact(facts, "load_end"));
+    } else {
+        snprintf(machine, sizeof machine,
+                 "- %s, %ld cores (%s)\n- selroll %s; report rebuilt with --report-only %s (no "
+                 "experiment.json: how the runs were made is not known)\n- The machine is "
+                 "shared: timings include other processes' load.",
+                 host, sysconf(_SC_NPROCESSORS_ONLN), cpu, SELROLL_VERSION, when);
+    }
+    cJSON_Delete(facts);
 
-    exp_report_t rep = {.out_dir = o.out, .command = command, .machine = machine, .scale = scale,
+    exp_report_t rep = {.out_dir = o.out, .command = shown_cmd, .machine = machine, .scale = scale,
                         .seeds = seeds, .nseeds = nseed_words, .arms = rarms, .narms = narms,
                         .sweep_from = sw_a, .sweep_to = sw_b, .sweep_step = sw_s};
     char err[512] = "";
