@@ -867,6 +867,12 @@ int gate_learn(gate_t *g, const double *x, bool zero_variance, bool refit)
     return gate_learned_add(g->model, x, zero_variance, refit);
 }
 
+void gate_refit(gate_t *g)
+{
+    if (g && g->model)
+        gate_learned_refit(g->model);
+}
+
 const gate_learned_t *gate_model(const gate_t *g)
 {
     return g ? g->model : NULL;

@@ -211,6 +211,10 @@ int gate_set_history(gate_t *g, const char *gid, const gate_history_t *h);
  * examples loaded from Redis at start. SR_ENOTFOUND when the gate has no learned model. */
 int gate_learn(gate_t *g, const double *x, bool zero_variance, bool refit);
 
+/* gate_refit refits the learned model on the examples it holds (after loading them with refit
+ * false). Does nothing without a learned model. */
+void gate_refit(gate_t *g);
+
 /* gate_model returns the learned model (owned by g), or NULL when no rule in play needs it. */
 const gate_learned_t *gate_model(const gate_t *g);
 
