@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define S_NF GATE_LEARNED_NF
-#define S_RIDGE 1e-2
+#define S_RIDGE 0.3
 #define S_NEWTON_STEPS 6
 
 struct gate_learned {

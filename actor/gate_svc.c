@@ -205,8 +205,8 @@ static int s_write_outcome(gate_svc_t *s, const s_job_t *j)
         if (rc == SR_OK)
             rc = store_command(s->store, 0, NULL, "RPUSH %s %s", key, j->text);
         if (rc == SR_OK)
-            rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "LTRIM %s -%zu -1", key,
-                               s->cfg.gate.learned_capacity);
+            rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
+                               (long long)s->cfg.gate.learned_capacity);
         if (rc != SR_OK)
             return rc;
     }
@@ -907,6 +907,16 @@ void gate_svc_log_summary(const gate_svc_t *s)
              (unsigned long long)st.redis_errors, (unsigned long long)st.bad_messages,
              (unsigned long long)st.refused, (unsigned long long)gs.evicted,
              st.cancel_latency_max_ms);
+    if (gs.records || gs.outcomes || gs.keep_two_labels)
+        log_info("gate: rule %s: %llu rule records, %llu outcomes, audit %llu groups (%llu "
+                 "zero-variance, precision %.3f), keep-two %llu labels (%llu wrong cuts), learned "
+                 "%llu labels, %llu events dropped",
+                 gate_rule_name(s->cfg.gate.rule), (unsigned long long)gs.records,
+                 (unsigned long long)gs.outcomes, (unsigned long long)gs.audit_groups,
+                 (unsigned long long)gs.audit_zero_variance, gate_audit_precision(s->gate),
+                 (unsigned long long)gs.keep_two_labels, (unsigned long long)gs.keep_two_wrong,
+                 (unsigned long long)gate_learned_count(gate_model(s->gate)),
+                 (unsigned long long)gs.events_dropped);
 }
 
 void gate_svc_destroy(gate_svc_t **self_p)
