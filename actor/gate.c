@@ -704,23 +704,15 @@ static void s_outcome(gate_t *g, s_group_t *grp)
         ended++;
     }
     if (grp->keep_mask) {
-        /* Cut by keep-two: only the kept trajectories finish. */
-        int kept = 0, done = 0;
-        double klo = 0, khi = 0;
+        /* Cut by keep-two: only the kept trajectories finish. Once they have, the rewards of
+         * every ended trajectory (the kept ones and those that ended before the cut) are what
+         * the group shows of its outcome: differing rewards prove the cut wrong. */
         for (int t = 0; t < grp->G; t++) {
-            if (!(grp->keep_mask & (1ull << t)))
-                continue;
-            kept++;
-            if (grp->ended[t]) {
-                klo = done == 0 || grp->reward[t] < klo ? grp->reward[t] : klo;
-                khi = done == 0 || grp->reward[t] > khi ? grp->reward[t] : khi;
-                done++;
-            }
+            if ((grp->keep_mask & (1ull << t)) && !grp->ended[t])
+                return;
         }
-        if (done < kept)
-            return;
         e.keep_two = true;
-        e.keep_two_wrong = khi != klo;
+        e.keep_two_wrong = hi != lo;
         g->st.keep_two_labels++;
         g->st.keep_two_wrong += e.keep_two_wrong;
     } else {

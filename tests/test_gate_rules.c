@@ -265,6 +265,35 @@ static void keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cut
     gate_destroy(&g);
 }
 
+static void keep_two_counts_a_trajectory_that_ended_before_the_cut_in_its_label(void **state)
+{
+    (void)state;
+    gate_cfg_t c;
+    s_cfg(&c, GATE_RULE_KEEP_TWO, GATE_MODE_ENFORCE);
+    c.threshold = 0.6;
+    gate_t *g = gate_new(&c);
+    static const char *const acts[4][8] = {{"a", "b"},
+                                           {"a", "b", "c", "d", "e"},
+                                           {"a", "b", "c", "d", "e"},
+                                           {"a", "b", "c", "d", "e"}};
+    int ends[4] = {2, 0, 0, 0};
+    double rewards[4] = {1.0, 0, 0, 0};
+    gate_decision_t d;
+    assert_int_equal(s_feed(g, "k3", 4, 4, acts, ends, rewards, &d), 1);
+    assert_int_equal(d.verdict, GATE_CANCEL);
+    /* Trajectory 0 ended already: the two kept are running ones. */
+    assert_true(d.keep_mask == ((1ull << 1) | (1ull << 2)));
+    gate_event_t e;
+    assert_true(s_record(g, "k3", &e));
+    /* The kept two agree (reward 0), but trajectory 0 won: the group was informative. */
+    s_act(g, "k3", 4, 1, 5, "e", true, 0.0, &d);
+    s_act(g, "k3", 4, 2, 5, "e", true, 0.0, &d);
+    assert_int_equal(gate_next_event(g, &e), 1);
+    assert_true(e.keep_two);
+    assert_true(e.keep_two_wrong);
+    gate_destroy(&g);
+}
+
 static void audit_coin_is_stable_and_close_to_q(void **state)
 {
     (void)state;
@@ -567,6 +596,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(multi_keeps_after_its_last_checkpoint_and_records_it),
         cmocka_unit_test(prior_loosens_for_zero_variance_history_and_tightens_for_informative),
         cmocka_unit_test(keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cuts),
+        cmocka_unit_test(keep_two_counts_a_trajectory_that_ended_before_the_cut_in_its_label),
         cmocka_unit_test(audit_coin_is_stable_and_close_to_q),
         cmocka_unit_test(
             audit_lets_a_cut_group_run_on_with_weight_one_over_q_and_estimates_precision),
