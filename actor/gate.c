@@ -312,7 +312,7 @@ static void s_evict_oldest(gate_t *g)
         }
     }
     if (oldest) {
-        if (!oldest->decided)
+        if (!oldest->decided && !oldest->primary_done)
             g->st.evicted++;
         s_remove(g, oldest);
     }
@@ -957,7 +957,7 @@ size_t gate_evict(gate_t *g, int64_t now_ms)
             s_group_t *grp = *pp;
             if (now_ms - grp->last_seen_ms > g->cfg.idle_ttl_ms) {
                 *pp = grp->next;
-                if (!grp->decided)
+                if (!grp->decided && !grp->primary_done)
                     g->st.evicted++;
                 s_group_free(grp);
                 g->st.groups--;

@@ -187,7 +187,8 @@ int gate_shard_of(const char *gid, int n);
 bool gate_owns(const gate_t *g, const char *gid);
 
 /* gate_observe takes one ACTION (borrowed; nothing of it is kept) seen at monotonic time now_ms.
- * Returns 1 when this ACTION completed step K for its group and *out holds the decision; 0 when
+ * Returns 1 when this ACTION completed the deciding rule's decision for its group (for paper:
+ * step K) and *out holds the decision; 0 when
  * there is no decision (not yet, other shard, ignored, mode off); SR_EINVAL when a or out is
  * NULL or the ACTION is invalid (group id empty or too long, traj outside 0..G-1, step < 1, no
  * usable group size, a group size that differs from the one first seen, another run): the

@@ -392,11 +392,8 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
         snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
         s_queue(s, h);
     }
-    if (s->store)
+    if (s->store) /* without one (mode off) the core queues no event */
         s_drain_events(s);
-    else
-        while (gate_next_event(s->gate, &(gate_event_t){0}) == 1)
-            ;
     if (rc < 0) {
         metrics_counter_inc(s->m_refused);
         log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
