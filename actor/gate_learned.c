@@ -1,7 +1,9 @@
 /*
  * gate_learned.c — online logistic regression for the learned gate rule.
  *
- * Refit = Newton's method on the ridge-penalised log-likelihood of the held examples:
+ * Refit = Newton's method on the ridge-penalised log-likelihood of the held examples (a full
+ * refit takes up to 6 steps; after each new example one step from the previous optimum follows
+ * it, which keeps a label's cost at one pass over the examples):
  * H = X'WX + lambda I, g = X'(p - y) + lambda w, w -= H^-1 g, solved by Cholesky (the system is
  * GATE_LEARNED_NF x GATE_LEARNED_NF and positive definite thanks to the ridge).
  */
@@ -133,11 +135,12 @@ static bool s_solve(double A[S_NF][S_NF], const double *b, double *d)
     return true;
 }
 
-void gate_learned_refit(gate_learned_t *m)
+/* s_newton runs up to `steps` Newton steps from the current weights. */
+static void s_newton(gate_learned_t *m, int steps)
 {
     if (!m || m->n == 0)
         return;
-    for (int it = 0; it < S_NEWTON_STEPS; it++) {
+    for (int it = 0; it < steps; it++) {
         double H[S_NF][S_NF] = {{0}}, g[S_NF] = {0}, d[S_NF];
         for (size_t e = 0; e < m->n; e++) {
             const double *x = m->x + e * S_NF;
@@ -167,6 +170,11 @@ void gate_learned_refit(gate_learned_t *m)
     }
 }
 
+void gate_learned_refit(gate_learned_t *m)
+{
+    s_newton(m, S_NEWTON_STEPS);
+}
+
 int gate_learned_add(gate_learned_t *m, const double *x, bool zero_variance, bool refit)
 {
     if (!m || !x)
@@ -185,8 +193,9 @@ int gate_learned_add(gate_learned_t *m, const double *x, bool zero_variance, boo
     memcpy(m->x + slot * S_NF, x, S_NF * sizeof *x);
     m->y[slot] = zero_variance ? 1 : 0;
     m->seen++;
+    /* One example moves the optimum little: one Newton step from the last one tracks it. */
     if (refit)
-        gate_learned_refit(m);
+        s_newton(m, 1);
     return SR_OK;
 }
 

@@ -2,9 +2,10 @@
  * gate_learned.h — the learned gate rule's model: an online logistic regression of P(zero
  * variance | features of a group at a checkpoint), fitted on finished groups.
  *
- * The model keeps the latest labelled examples in a ring (capacity fixed at creation) and refits
- * on every new label by a few Newton steps with a small ridge penalty, starting from its current
- * weights, so it is deterministic and converges on separable data too. Its examples can be
+ * The model keeps the latest labelled examples in a ring (capacity fixed at creation) and follows
+ * every new label with a Newton step (a full refit takes a few) on the ridge-penalised
+ * log-likelihood, starting from its current weights, so it is deterministic and stays finite on
+ * separable data too. Its examples can be
  * exported and loaded again (the service keeps them in Redis), so a restarted gate or a second
  * shard starts from the same model.
  *
@@ -45,11 +46,11 @@ void gate_learned_features(const gate_features_t *f, double *x);
 double gate_learned_predict(const gate_learned_t *m, const double *x);
 
 /* gate_learned_add records one labelled example (x copied; zero_variance is the label) and, when
- * refit is true, refits the model. The oldest example goes when the ring is full. Returns SR_OK,
+ * refit is true, moves the model one Newton step towards the new optimum. The oldest example goes when the ring is full. Returns SR_OK,
  * or SR_EINVAL for a NULL model or x or a non-finite feature. */
 int gate_learned_add(gate_learned_t *m, const double *x, bool zero_variance, bool refit);
 
-/* gate_learned_refit runs the Newton steps on the examples held now. */
+/* gate_learned_refit fits the model on the examples held now (up to 6 Newton steps). */
 void gate_learned_refit(gate_learned_t *m);
 
 /* gate_learned_count returns how many labels the model has seen in total (loaded ones included);
