@@ -46,8 +46,9 @@ void gate_learned_features(const gate_features_t *f, double *x);
 double gate_learned_predict(const gate_learned_t *m, const double *x);
 
 /* gate_learned_add records one labelled example (x copied; zero_variance is the label) and, when
- * refit is true, moves the model one Newton step towards the new optimum. The oldest example goes when the ring is full. Returns SR_OK,
- * or SR_EINVAL for a NULL model or x or a non-finite feature. */
+ * refit is true, moves the model one Newton step towards the new optimum. The oldest example goes
+ * when the ring is full. Returns SR_OK, or SR_EINVAL for a NULL model or x or a non-finite feature.
+ */
 int gate_learned_add(gate_learned_t *m, const double *x, bool zero_variance, bool refit);
 
 /* gate_learned_refit fits the model on the examples held now (up to 6 Newton steps). */

@@ -15,9 +15,8 @@
 #include <string.h>
 
 static const char *const s_names[GATE_RULE_COUNT] = {
-    [GATE_RULE_PAPER] = "paper",       [GATE_RULE_MULTI] = "multi",
-    [GATE_RULE_PRIOR] = "prior",       [GATE_RULE_KEEP_TWO] = "keep-two",
-    [GATE_RULE_AUDIT] = "audit",       [GATE_RULE_LEARNED] = "learned",
+    [GATE_RULE_PAPER] = "paper",       [GATE_RULE_MULTI] = "multi", [GATE_RULE_PRIOR] = "prior",
+    [GATE_RULE_KEEP_TWO] = "keep-two", [GATE_RULE_AUDIT] = "audit", [GATE_RULE_LEARNED] = "learned",
 };
 
 void gate_rules_cfg_init(gate_rules_cfg_t *c)

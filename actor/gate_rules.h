@@ -51,45 +51,45 @@ typedef struct {
 typedef struct {
     gate_checkpoint_t multi[GATE_MAX_CHECKPOINTS]; /* ascending steps: 6:0.10,10:0.12,15:0.15 */
     int multi_n;
-    double prior_loose;  /* threshold when the prompt's last group had zero variance: 0.20 */
-    double prior_strict; /* threshold when it was informative: 0.06 */
-    double audit_q;      /* probability that a cut group runs on: 0.1 */
-    gate_rule_t audit_base; /* the rule the audit wraps: paper (not audit, not keep-two) */
-    uint64_t audit_seed;    /* seeds the per-group coin: 0 */
-    double learned_threshold;    /* cut when P(zero variance) > this: 0.9 */
-    int64_t learned_min_groups;  /* labelled groups before the model may cut: 200 */
-    int learned_k;               /* the step the model decides at; 0 = the paper's K */
+    double prior_loose;         /* threshold when the prompt's last group had zero variance: 0.20 */
+    double prior_strict;        /* threshold when it was informative: 0.06 */
+    double audit_q;             /* probability that a cut group runs on: 0.1 */
+    gate_rule_t audit_base;     /* the rule the audit wraps: paper (not audit, not keep-two) */
+    uint64_t audit_seed;        /* seeds the per-group coin: 0 */
+    double learned_threshold;   /* cut when P(zero variance) > this: 0.9 */
+    int64_t learned_min_groups; /* labelled groups before the model may cut: 200 */
+    int learned_k;              /* the step the model decides at; 0 = the paper's K */
 } gate_rules_cfg_t;
 
 /* A prompt's history as the pre-filter keeps it (DESIGN §5): streaks of its latest groups. */
 typedef struct {
-    bool known;        /* the prompt has at least one recorded group */
-    double last_mean;  /* mean reward of its latest group */
-    int easy_streak;   /* latest consecutive groups with mean >= 0.98 */
-    int hard_streak;   /* latest consecutive groups with mean <= 0.11 */
+    bool known;       /* the prompt has at least one recorded group */
+    double last_mean; /* mean reward of its latest group */
+    int easy_streak;  /* latest consecutive groups with mean >= 0.98 */
+    int hard_streak;  /* latest consecutive groups with mean <= 0.11 */
 } gate_history_t;
 
 /* The features of one group at one checkpoint. */
 typedef struct {
-    int step;              /* the checkpoint */
+    int step; /* the checkpoint */
     int G;
-    double d;              /* d at step */
-    double d_half;         /* d at ceil(step / 2) */
-    double ended_share;    /* trajectories ended at or before step, / G */
-    double reward_mean;    /* mean reward of those ended trajectories (0 when none) */
-    double won_share;      /* share of those ended trajectories with reward > 0 (0 when none) */
-    double repeat_rate;    /* share of steps 2..step that repeat the trajectory's previous action */
-    bool all_ended;        /* every trajectory ended at or before step */
+    double d;           /* d at step */
+    double d_half;      /* d at ceil(step / 2) */
+    double ended_share; /* trajectories ended at or before step, / G */
+    double reward_mean; /* mean reward of those ended trajectories (0 when none) */
+    double won_share;   /* share of those ended trajectories with reward > 0 (0 when none) */
+    double repeat_rate; /* share of steps 2..step that repeat the trajectory's previous action */
+    bool all_ended;     /* every trajectory ended at or before step */
     gate_history_t hist;
 } gate_features_t;
 
 /* One rule's verdict on one group. */
 typedef struct {
-    bool evaluated; /* the rule looked at the group at least once */
-    bool final;     /* the rule has no later checkpoint for this group */
-    bool cut;       /* the rule would stop the group */
-    int step;       /* the last checkpoint evaluated */
-    double score;   /* what was compared with the threshold: d, or P(zero variance) */
+    bool evaluated;     /* the rule looked at the group at least once */
+    bool final;         /* the rule has no later checkpoint for this group */
+    bool cut;           /* the rule would stop the group */
+    int step;           /* the last checkpoint evaluated */
+    double score;       /* what was compared with the threshold: d, or P(zero variance) */
     const char *reason; /* static: "divergence", "t_high", "diverse", "ended", "history-...",
                            "probability", "learning" */
 } gate_rule_verdict_t;

@@ -24,9 +24,8 @@ static void s_cfg(gate_cfg_t *c, gate_rule_t rule, gate_mode_t mode)
     c->rule = rule;
     c->shadow = GATE_RULES_ALL;
     char err[256];
-    assert_int_equal(gate_rules_parse_checkpoints("2:0.10,4:0.12,6:0.15", &c->rules, err,
-                                                  sizeof err),
-                     SR_OK);
+    assert_int_equal(
+        gate_rules_parse_checkpoints("2:0.10,4:0.12,6:0.15", &c->rules, err, sizeof err), SR_OK);
 }
 
 static int s_act(gate_t *g, const char *group, int G, int traj, int step, const char *action,
@@ -319,8 +318,8 @@ static void s_audited_gid(bool want, double q, char *gid, size_t len)
     }
 }
 
-static void audit_lets_a_cut_group_run_on_with_weight_one_over_q_and_estimates_precision(
-    void **state)
+static void
+audit_lets_a_cut_group_run_on_with_weight_one_over_q_and_estimates_precision(void **state)
 {
     (void)state;
     gate_cfg_t c;
@@ -493,7 +492,8 @@ static void learned_model_recovers_a_known_separating_rule(void **state)
     assert_true(w[1] < -10.0); /* larger d: less likely zero variance */
     assert_true(w[8] > 1.0);   /* last group zero variance: more likely */
     /* Examples survive a round trip through text (how Redis keeps them). */
-    double x[GATE_LEARNED_NF] = {1, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 1, 0, 0.25, 0, 0.2}, y[GATE_LEARNED_NF];
+    double x[GATE_LEARNED_NF] = {1, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 1, 0, 0.25, 0, 0.2},
+           y[GATE_LEARNED_NF];
     char line[512];
     bool lab = false;
     assert_int_equal(gate_learned_example_text(x, true, line, sizeof line), SR_OK);
@@ -565,8 +565,7 @@ static void rule_options_are_parsed_and_checked(void **state)
     gate_rules_cfg_init(&rc);
     assert_int_equal(rc.multi_n, 3);
     assert_int_equal(gate_rules_parse_checkpoints("6:0.1,10", &rc, err, sizeof err), SR_EINVAL);
-    assert_int_equal(gate_rules_parse_checkpoints("10:0.1,6:0.1", &rc, err, sizeof err),
-                     SR_EINVAL);
+    assert_int_equal(gate_rules_parse_checkpoints("10:0.1,6:0.1", &rc, err, sizeof err), SR_EINVAL);
     assert_int_equal(gate_rules_parse_checkpoints("6:1.5", &rc, err, sizeof err), SR_EINVAL);
     assert_int_equal(gate_rules_parse_checkpoints("", &rc, err, sizeof err), SR_EINVAL);
     assert_int_equal(rc.multi_n, 3); /* unchanged by failures */
