@@ -16,6 +16,7 @@
  * BUS_PUB_EP, BUS_SUB_EP, POLICY_URL, ENV_WORKERS) and keeps <out>/children.txt ("name pid" per
  * running child) up to date.
  */
+#include "actor/gate_rules.h"
 #include "common/clock.h"
 #include "common/cmds.h"
 #include "common/config.h"
@@ -613,6 +614,12 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
+    if (gate_rule_parse(o.gate_rule) < 0) {
+        fprintf(stderr, "selroll run: --gate-rule: '%s' is not one of %s\n", o.gate_rule,
+                GATE_RULE_CHOICES);
+        code = 2;
+        goto cleanup;
+    }
     if (strcmp(o.gate_mode, "enforce") && strcmp(o.gate_mode, "shadow") &&
         strcmp(o.gate_mode, "off")) {
         fprintf(stderr, "selroll run: --gate-mode: '%s' is not one of enforce, shadow, off\n",

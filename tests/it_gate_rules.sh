@@ -27,6 +27,10 @@ for args in "--gate-rule bogus" "--shadow-rules paper,nope" "--checkpoints 10:0.
     || bad "gate $args: rc=$rc out=$out"
 done
 
+out=$("$S" run --out "$T/bad" --gate-rule bogus 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "run --gate-rule bogus: exit 2, one line" \
+  || bad "run --gate-rule bogus: rc=$rc out=$out"
+
 # --- a shadow training run: every rule recorded for the same groups -----------------------------
 out="$T/shadow"
 start=$(date +%s)
