@@ -3,8 +3,10 @@
 # bridge: a switch (the bridge), a head host 10.77.0.1 (redis-server with AOF on, coordinator,
 # gate, trainer) and two worker hosts 10.77.0.2 and 10.77.0.3 (an env worker, a policy server and
 # actors each). Every role is its own `selroll ROLE` process, as on a real cluster. Phases:
-#   train    one training iteration (pre-filter, gate, batch, built-in trainer, WEIGHTS_READY)
-#            over the virtual network; the policy servers load the new weights from Redis
+#   train    two training iterations (pre-filter, gate, batch, built-in trainer, WEIGHTS_READY)
+#            over the virtual network, the coordinator killed (kill -9) in iteration 1 and
+#            restarted with --resume: iterations 0 and 1 once each, policy version 2, the policy
+#            servers load the new weights from the head's Redis
 #   cut      worker host 2's link is cut mid-round: its leases expire, its jobs re-run on host 1,
 #            every group ends with exactly G results; the link heals: the late actor's RESULTs
 #            are refused by their fencing epoch and counted; nothing lost or duplicated
@@ -18,7 +20,7 @@
 # Timings (step rates, recovery times) are printed; on a loaded machine they are rough.
 # Exits 77 with a "SKIP: ..." line when the machine does not allow network namespaces (not root,
 # no ip netns); tests/run_integration.sh reports that as skipped, never as passed.
-# Set IT_CLUSTER_ONLY=cut,redis,... to run a subset.
+# Set IT_CLUSTER_ONLY=cut,redis,... to run a subset, IT_CLUSTER_KEEP=1 to keep the logs.
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
@@ -62,7 +64,7 @@ cleanup() {
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
   done
   for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$T"
+  if [ -n "${IT_CLUSTER_KEEP:-}" ]; then echo "kept $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -223,35 +225,49 @@ cleanup_run() {   # stops whatever of a phase still runs: actors, gate, bus reco
 
 # =================================================================================================
 if only train; then
-  say "train: one training iteration across hosts (G=4, 2 groups a batch, built-in trainer on the head)"
+  say "train: two training iterations across hosts (G=4, 2 groups a batch, built-in trainer on the head); the coordinator is killed in iteration 1 and resumed"
   on head trainer "$S" trainer --pull "@tcp://$HEAD:5570" --push ">tcp://$HEAD:5571" --redis "$REDIS" --run train
   gate train
+  targs=(--train --iters 2 --batch-groups 2 --group-size 4 --max-steps 20 --eval-tasks 0
+         --trainer-push "tcp://$HEAD:5570" --trainer-pull "tcp://$HEAD:5571")
   t0=$(now)
-  coordinator train --train --iters 1 --batch-groups 2 --group-size 4 --max-steps 20 --eval-tasks 0 \
-    --trainer-push "tcp://$HEAD:5570" --trainer-pull "tcp://$HEAD:5571"
+  COORD_NAME=coord-train coordinator train "${targs[@]}"
   for h in w1 w2; do
     actor "$h" "a-train-$h" --slots 8 --record-messages --model 'selroll-policy-v{version}'
   done
-  wait_exit coord-train 90
-  t1=$(now)
-  [ "$RC" -eq 0 ] && ok "train: the coordinator finished the iteration (exit 0) in $(awk "BEGIN{printf \"%.1f\", $t1-$t0}") s" \
-    || { bad "train: coordinator exit $RC"; tail -5 "$T/log/coord-train.log"; }
-  if [ -s "$T/train/iterations.jsonl" ] && grep -q '"iteration": *0' "$T/train/iterations.jsonl"; then
-    ok "train: iteration 0 recorded: $(head -c 200 "$T/train/iterations.jsonl")"
+  if wait_log coord-train 'iteration 1: wave 0 starts' 90; then
+    sleep 1
+    stop coord-train KILL
+    t1=$(now)
+    COORD_NAME=coord-train2 coordinator train "${targs[@]}" --resume
+    if wait_log coord-train2 'resuming training at iteration 1' 20; then
+      ok "train: coordinator killed in iteration 1 and restarted with --resume: $(grep -h 'resuming training' "$T/log/coord-train2.log" | sed 's/.*resuming/resuming/')"
+    else
+      bad "train: the restarted coordinator did not resume at iteration 1"; tail -5 "$T/log/coord-train2.log"
+    fi
+    wait_exit coord-train2 120
   else
-    bad "train: no iteration 0 in iterations.jsonl"
+    bad "train: iteration 1 never started"; tail -5 "$T/log/coord-train.log"
+    stop coord-train KILL
   fi
+  t2=$(now)
+  [ "$RC" -eq 0 ] && ok "train: the resumed coordinator finished the run (exit 0) $(awk "BEGIN{printf \"%.1f\", $t2-$t1}") s after the restart, $(awk "BEGIN{printf \"%.1f\", $t2-$t0}") s in all" \
+    || { bad "train: coordinator exit $RC"; tail -5 "$T/log/coord-train2.log"; }
+  its=$(grep -o '"type":"iteration","iteration":[0-9]*' "$T/train/iterations.jsonl" 2>/dev/null | sed 's/.*://' | tr '\n' ' ')
+  [ "$its" = "0 1 " ] && ok "train: iterations.jsonl holds iterations 0 and 1, once each" \
+    || bad "train: iterations in iterations.jsonl: '$its' (want '0 1 ')"
   v=$(rcli HGET selroll:train:run policy_version 2>/dev/null)
-  [ "${v:-0}" -ge 1 ] && ok "train: policy version in Redis is $v (weights from the trainer)" \
-    || bad "train: policy version in Redis is '${v:-}' (want >= 1)"
+  ti=$(rcli HGET selroll:train:run trained_iteration 2>/dev/null)
+  [ "${v:-0}" = 2 ] && [ "${ti:-}" = 1 ] && ok "train: policy version in Redis is 2, the trainer's last iteration 1" \
+    || bad "train: policy version in Redis '${v:-}', trained iteration '${ti:-}' (want 2 and 1)"
   for h in w1 w2; do   # POLICY_VERSION over the bus, the weights from the head's Redis
     pv=""
     for _ in $(seq 50); do
       pv=$(ip netns exec "$P-$h" curl -sf "http://${ADDR[$h]}:8000/metrics" | awk '$1 == "selroll_policy_weights_version" {print $2}')
-      [ "${pv:-0}" = 1 ] && break; sleep 0.1
+      [ "${pv:-0}" = 2 ] && break; sleep 0.1
     done
-    [ "${pv:-0}" = 1 ] && ok "train: the policy server on $h serves version 1 (selroll_policy_weights_version $pv)" \
-      || bad "train: the policy server on $h serves version '${pv:-}' (want 1)"
+    [ "${pv:-0}" = 2 ] && ok "train: the policy server on $h serves version 2 (selroll_policy_weights_version $pv)" \
+      || bad "train: the policy server on $h serves version '${pv:-}' (want 2)"
   done
   grep -h 'joined' "$T/log/coord-train.log" | grep -q 'a-train-w1' && grep -h 'joined' "$T/log/coord-train.log" | grep -q 'a-train-w2' \
     && ok "train: actors of both worker hosts joined" || bad "train: not both actors joined"
