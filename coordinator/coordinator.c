@@ -1149,18 +1149,20 @@ static int s_prepare_run(coord_t *c)
             free(status);
             return SR_ECONFLICT;
         }
-        if (c->cfg.driver) {
-            snprintf(c->err, sizeof c->err,
-                     "run %s exists in Redis (status %s): a training run cannot be resumed; "
-                     "start another --run",
-                     c->cfg.run, status);
-            free(status);
-            return SR_ECONFLICT;
-        }
         rc = store_run_get_int(c->st, "rounds_done", &done);
         if (rc == SR_ENOTFOUND) {
             done = 0;
             rc = SR_OK;
+        }
+        if (rc == SR_OK && c->cfg.driver) {
+            /* A driver plans its rounds afresh: a round it had started and not finished is
+             * abandoned (its late RESULTs count as stale), the next one gets a new number; and
+             * the policy version is the run's, not the configured one. */
+            int64_t started = -1, version = 0;
+            if (store_run_get_int(c->st, "iteration", &started) == SR_OK && started >= done)
+                done = started + 1;
+            if (store_run_get_int(c->st, "policy_version", &version) == SR_OK && version >= 0)
+                c->cfg.policy_version = version;
         }
         log_info("resuming run %s (status %s) at round %lld", c->cfg.run, status,
                  (long long)done);
