@@ -614,6 +614,12 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
+    if (!store_run_name_ok(o.run)) {
+        fprintf(stderr, "selroll run: --run: '%s' is not a run name (1..%d characters of A-Z a-z "
+                        "0-9 _ . -)\n", o.run, STORE_RUN_MAX - 1);
+        code = 2;
+        goto cleanup;
+    }
     if (gate_rule_parse(o.gate_rule) < 0) {
         fprintf(stderr, "selroll run: --gate-rule: '%s' is not one of %s\n", o.gate_rule,
                 GATE_RULE_CHOICES);
