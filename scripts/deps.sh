@@ -10,7 +10,11 @@ PKGS=(
   redis-server redis-tools valgrind
   python3 python3-zmq python3-msgpack curl
   iproute2 procps
+  chromium prometheus
 )
+# The dashboard's browser test runs playwright-core under node; a node from elsewhere that brings
+# its own npm is kept.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 
 missing=()
 for p in "${PKGS[@]}"; do
