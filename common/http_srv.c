@@ -483,6 +483,42 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen)
 
 int http_srv_port(const http_srv_t *s) { return s ? s->port : 0; }
 
+static void s_ok(void *arg, http_reply_t *out)
+{
+    (void)arg;
+    out->body = sr_xstrdup("ok\n");
+    out->len = 3;
+}
+
+http_srv_t *http_srv_serve_metrics(const char *where, metrics_registry_t *reg, char *err,
+                                   size_t errlen)
+{
+    char bind[128];
+    if (!where || !reg || strlen(where) >= sizeof bind - 16) {
+        if (err)
+            snprintf(err, errlen, "bad metrics address");
+        return NULL;
+    }
+    if (strchr(where, ':'))
+        snprintf(bind, sizeof bind, "%s", where);
+    else
+        snprintf(bind, sizeof bind, "127.0.0.1:%s", where);
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    cfg.bind = bind;
+    cfg.max_conns = 16;
+    http_srv_t *s = http_srv_new(&cfg, err, errlen);
+    if (!s)
+        return NULL;
+    if (http_srv_route_metrics(s, "/metrics", reg) != SR_OK ||
+        http_srv_route(s, "/health", s_ok, NULL) != SR_OK ||
+        http_srv_start(s, err, errlen) != SR_OK) {
+        http_srv_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
 void http_srv_destroy(http_srv_t **self_p)
 {
     if (!self_p || !*self_p)

@@ -105,6 +105,13 @@ uint64_t http_srv_sse_bytes(const http_srv_t *s);
 /* http_srv_sse_clients returns how many streams are open. Thread-safe. */
 int http_srv_sse_clients(const http_srv_t *s);
 
+/* http_srv_serve_metrics starts a server that answers /metrics with reg (borrowed: must outlive
+ * the server) and /health with 200 "ok" while the process runs: what a role serves on
+ * --metrics-port. where is "PORT" (on 127.0.0.1) or "HOST:PORT". Returns the started server, or
+ * NULL with a one-line reason in err (when not NULL). */
+http_srv_t *http_srv_serve_metrics(const char *where, metrics_registry_t *reg, char *err,
+                                   size_t errlen);
+
 /* http_srv_destroy ends the streams, stops the server and frees it. Accepts NULL and
  * *self_p == NULL; sets *self_p to NULL. */
 void http_srv_destroy(http_srv_t **self_p);

@@ -27,6 +27,8 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$OUT/logs"; [ -d "$T/run/logs" ] && cp -r "$T/run/logs" "$OUT/logs"
+  cp "$T"/*.txt "$OUT/" 2>/dev/null
   rm -rf "$T"
 }
 trap cleanup EXIT
@@ -42,7 +44,7 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --silent) || { bad "npm ci in tests/browser failed"; exit 1; }
 fi
 
-RP=$(free_port); HP=$(free_port); PP=$(free_port)
+RP=$(free_port); HP=$(free_port); PP=$(free_port); GP=$(free_port)
 TOK=dash-$RANDOM$RANDOM
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
 pids+=($!)
@@ -54,10 +56,15 @@ AUTH="Authorization: Bearer $TOK"
 start=$(date +%s)
 timeout 150 "$S" run --redis "$REDIS" --run dash --out "$T/run" --groups 32 --group-size 8 --iters 2 \
   --actors 4 --slots 64 --time-scale 10 --threshold 0.3 --grace-ms 1000 \
-  --coordinator-args "--http 127.0.0.1:$HP --http-token $TOK --dashboard-threshold 0.3" \
+  --coordinator-args "--http 127.0.0.1:$HP --http-token $TOK" \
+  --gate-args "--metrics-port $GP" \
   >"$T/run.out" 2>"$T/run.err" &
 run_pid=$!
 pids+=($run_pid)
+# The browser starts at once (chromium takes a while on a busy machine) and waits for the page.
+node tests/browser/dashboard_check.js "$H/?token=$TOK" "$OUT" >"$T/browser.out" 2>&1 &
+browser_pid=$!
+pids+=($browser_pid)
 
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 for _ in $(seq 200); do [ "$(code "$H/health")" = 200 ] && break; sleep 0.1; done
@@ -83,14 +90,13 @@ for _ in $(seq 150); do
   sleep 0.1
 done
 [ "${running:-0}" -ge 256 ] && ok "256 trajectories running at once" || echo "note: $running trajectories running at most before the measurements"
+thr=$(curl -s -H "$AUTH" "$H/api/state" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["hist"]["threshold"])' 2>/dev/null)
+[ "$thr" = 0.3 ] && ok "the histogram's threshold line is the gate's d_L (0.3, passed on by selroll run)" || bad "histogram threshold $thr, not 0.3"
 
 # ---- the event stream's byte rate at that load ---------------------------------------------------
 (curl -sN --max-time 5 -H "$AUTH" "$H/api/events" >"$T/sse.txt" 2>/dev/null; true) &
 sse_pid=$!
 
-# ---- the browser ----------------------------------------------------------------------------------
-node tests/browser/dashboard_check.js "$H/?token=$TOK" "$OUT" >"$T/browser.out" 2>&1 &
-browser_pid=$!
 
 # ---- /metrics: promtool and a real Prometheus ---------------------------------------------------
 curl -s -H "$AUTH" "$H/metrics" >"$T/metrics.txt"
@@ -98,6 +104,15 @@ if promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1; then
   ok "promtool check metrics passes ($(grep -c '^selroll_' "$T/metrics.txt") series)"
 else
   bad "promtool check metrics:"; head -5 "$T/promtool.out"
+fi
+# The gate's own registry: it must parse; promtool's naming lint is reported, not failed on (the
+# names belong to the gate).
+curl -s "http://127.0.0.1:$GP/metrics" >"$T/gate_metrics.txt"
+promtool check metrics <"$T/gate_metrics.txt" >"$T/gate_promtool.out" 2>&1
+if grep -q '^selroll_gate_' "$T/gate_metrics.txt" && ! grep -qi 'pars' "$T/gate_promtool.out"; then
+  ok "the gate's --metrics-port serves its registry ($(grep -c '^selroll_gate_' "$T/gate_metrics.txt") series; promtool lint: $(grep -c . "$T/gate_promtool.out") remarks)"
+else
+  bad "the gate's /metrics on --metrics-port $GP"; head -3 "$T/gate_promtool.out"
 fi
 for g in selroll_coordinator_actors selroll_coordinator_free_slots selroll_coordinator_queued_jobs \
          selroll_coordinator_queued_jobs_per_free_slot; do

@@ -282,6 +282,31 @@ static void bad_addresses_are_refused_with_a_reason(void **state)
     http_srv_destroy(&a);
 }
 
+static void a_role_serves_its_registry_and_health(void **state)
+{
+    (void)state;
+    metrics_registry_t *reg = metrics_registry_new();
+    metrics_counter_inc(metrics_counter(reg, "selroll_role_things_total", "Things.", NULL));
+    char err[256] = "";
+    assert_null(http_srv_serve_metrics("127.0.0.1:x", reg, err, sizeof err));
+    assert_non_null(strstr(err, "bad HTTP address"));
+    http_srv_t *s = http_srv_serve_metrics("0", reg, err, sizeof err); /* a free loopback port */
+    assert_non_null(s);
+    char url[128];
+    s_body_t b = {0};
+    s_url(s, "/metrics", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_non_null(strstr(b.data, "selroll_role_things_total 1\n"));
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/health", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_string_equal(b.data, "ok\n");
+    free(b.data);
+    http_srv_destroy(&s);
+    metrics_registry_destroy(&reg);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -292,6 +317,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(streams_deliver_the_latest_event),
         cmocka_unit_test(an_open_stream_does_not_hold_up_shutdown),
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
+        cmocka_unit_test(a_role_serves_its_registry_and_health),
     };
     int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();

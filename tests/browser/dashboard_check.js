@@ -36,8 +36,17 @@ function fail(msg) {
           .observe({ type: "longtask", buffered: true });
       } catch (e) { /* no long-task support: the frame gaps still tell */ }
     });
-    await page.goto(url, { waitUntil: "domcontentloaded" });
-    await page.waitForSelector(".group-row .lane", { timeout: 20000 });
+    // The browser starts with the run: wait for the coordinator to listen (30 s at most).
+    for (let t0 = Date.now(); ; ) {
+      try {
+        await page.goto(url, { waitUntil: "domcontentloaded" });
+        break;
+      } catch (e) {
+        if (Date.now() - t0 > 30000) throw e;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+    await page.waitForSelector(".group-row .lane", { timeout: 30000 });
     const first = await page.evaluate(() => ({
       actions: document.getElementById("actions").textContent,
       updates: +document.getElementById("updates").textContent,
@@ -87,7 +96,7 @@ function fail(msg) {
       `redraw ${perf.mean_redraw_ms.toFixed(1)} ms mean / ${perf.max_redraw_ms.toFixed(1)} ms max`);
     if (perf.updates < 1) fail("no update during the measurement");
     // A frozen page is a failure; the figures themselves are reported (the machine is shared).
-    if (perf.max_frame_gap_ms > 3000) fail(`the main thread froze for ${perf.max_frame_gap_ms.toFixed(0)} ms`);
+    if (perf.max_frame_gap_ms > 5000) fail(`the main thread froze for ${perf.max_frame_gap_ms.toFixed(0)} ms`);
 
     // cancelled groups: wait for one to show (the gate cuts converged groups at K)
     try {
