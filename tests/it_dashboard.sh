@@ -157,6 +157,13 @@ else
   bad "event stream: $events snapshots, $rate B/s"
 fi
 
+# ---- the Grafana dashboard names only series that some role registers -------------------------
+missing=""
+for m in $(grep -o 'selroll_[a-z_]*' deploy/grafana/selroll.json | sed 's/_bucket$//' | sort -u); do
+  grep -rqs "\"$m\"" common coordinator actor env_worker policy || missing="$missing $m"
+done
+[ -z "$missing" ] && ok "deploy/grafana/selroll.json names only registered series" || bad "Grafana series nobody registers:$missing"
+
 # ---- selroll status ---------------------------------------------------------------------------
 "$S" status --redis "$REDIS" --run dash >"$T/status.out" 2>&1
 if grep -q "selroll status: run dash (running)" "$T/status.out" && grep -q "trajectories running" "$T/status.out" &&
@@ -165,6 +172,9 @@ if grep -q "selroll status: run dash (running)" "$T/status.out" && grep -q "traj
 else
   bad "selroll status:"; head -20 "$T/status.out"
 fi
+timeout 2 "$S" status --redis "$REDIS" --run dash --watch --interval-ms 300 >"$T/watch.out" 2>&1
+wrc=$?; screens=$(grep -c "selroll status: run dash" "$T/watch.out")
+[ $wrc -eq 0 ] && [ "$screens" -ge 3 ] && ok "status --watch redrew $screens times and left cleanly on SIGTERM" || bad "status --watch: exit $wrc, $screens screens"
 "$S" status --redis "$REDIS" --run nosuchrun >/dev/null 2>&1 && bad "status of an unknown run exits 0" || ok "status of an unknown run exits 1"
 cp "$T/status.out" "$OUT/status.txt"
 
