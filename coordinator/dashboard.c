@@ -60,6 +60,7 @@ typedef struct {
     bool accounted;        /* a cancel's saving was counted */
     bool shadow_accounted; /* a shadow decision's saving was counted */
     bool in_hist;
+    bool final_read; /* read from Redis after all its jobs were final: nothing more to learn */
 } s_lanes_t;
 
 typedef struct {
@@ -323,15 +324,22 @@ static int s_read_decisions(dashboard_t *d, store_t *st)
     int ng = SR_MIN(coord_sched_groups(s), d->nlanes);
     for (int gi = 0; gi < ng; gi++) {
         s_lanes_t *l = &d->lanes[gi];
-        if (l->in_hist && (l->filtered || l->accounted || l->shadow_accounted))
+        if (l->final_read || (l->in_hist && (l->filtered || l->accounted || l->shadow_accounted)))
             continue; /* nothing left to learn about it */
+        coord_group_t *cg = coord_sched_group(s, gi);
+        bool final = true;
+        for (int t = 0; t < cg->G && final; t++) {
+            coord_job_state_t js = coord_sched_job(s, cg->first_job + t)->state;
+            final = js == COORD_JOB_FINAL || js == COORD_JOB_DROPPED;
+        }
         store_group_t g;
-        int rc = store_group_get(st, coord_sched_group(s, gi)->gid, &g);
+        int rc = store_group_get(st, cg->gid, &g);
         if (rc == SR_ENOTFOUND || rc == SR_EPROTO)
             continue;
         if (rc != SR_OK)
             return rc;
         l->filtered = g.status == STORE_GROUP_FILTERED;
+        l->final_read = final && g.gate_step >= 0; /* a decision may still be on its way */
         if (g.gate_step >= 0 && g.divergence >= 0) {
             l->k = g.gate_step;
             l->d = g.divergence;
@@ -485,7 +493,7 @@ static void s_redis_pass(dashboard_t *d)
 
 /* ---- the snapshot -------------------------------------------------------------------------- */
 
-static char s_lane_state(const coord_job_t *j, bool cancelled)
+static char s_lane_state(const coord_job_t *j)
 {
     switch (j->state) {
     case COORD_JOB_QUEUED:
@@ -497,7 +505,7 @@ static char s_lane_state(const coord_job_t *j, bool cancelled)
     case COORD_JOB_FINAL:
         if (strcmp(j->status, "failed") == 0)
             return 'f';
-        if (strcmp(j->status, "cancelled") == 0 || cancelled)
+        if (strcmp(j->status, "cancelled") == 0)
             return 'c';
         return 'd';
     }
@@ -518,7 +526,7 @@ static cJSON *s_groups_json(dashboard_t *d, int *counts, int *running_traj)
         int G = SR_MIN(g->G, STORE_G_MAX);
         for (int t = 0; t < G; t++) {
             coord_job_t *j = coord_sched_job(s, g->first_job + t);
-            lanes[t] = s_lane_state(j, g->cancelled);
+            lanes[t] = s_lane_state(j);
             if (lanes[t] == 'r')
                 (*running_traj)++;
             if (lanes[t] == 'q' || lanes[t] == 'r')
