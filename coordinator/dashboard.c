@@ -151,7 +151,7 @@ void dashboard_cfg_init(dashboard_cfg_t *cfg)
 
 /* s_group_index finds gid in the current round's scheduler: its index is in the id
  * ("r0003-g0012"), checked against the scheduler, else a walk. Returns -1 when unknown. */
-static int s_group_index(dashboard_t *d, coord_sched_t *s, const char *gid)
+static int s_group_index(coord_sched_t *s, const char *gid)
 {
     const char *g = strstr(gid, "-g");
     if (g) {
@@ -160,7 +160,6 @@ static int s_group_index(dashboard_t *d, coord_sched_t *s, const char *gid)
         if (cg && strcmp(cg->gid, gid) == 0)
             return idx;
     }
-    (void)d;
     return coord_sched_find_group(s, gid);
 }
 
@@ -177,14 +176,17 @@ static void s_ensure_lanes(dashboard_t *d, int n)
     d->nlanes = n;
 }
 
+static void s_follow_round(dashboard_t *d);
+
+/* ACTIONs and CANCELs name their group by id, and ids carry the round: one of an earlier round
+ * finds no group in the scheduler and only counts. */
 static void s_on_action(dashboard_t *d, const proto_action_t *a)
 {
     d->actions_total++;
     metrics_counter_inc(d->m_actions);
-    if (!coord_round_active(d->c))
-        return;
+    s_follow_round(d);
     coord_sched_t *s = coord_scheduler(d->c);
-    int gi = s_group_index(d, s, a->group);
+    int gi = s_group_index(s, a->group);
     if (gi < 0 || a->traj < 0 || a->traj >= STORE_G_MAX)
         return;
     s_ensure_lanes(d, coord_sched_groups(s));
@@ -202,10 +204,9 @@ static void s_on_action(dashboard_t *d, const proto_action_t *a)
 
 static void s_on_cancel(dashboard_t *d, const proto_cancel_t *m)
 {
-    if (!coord_round_active(d->c))
-        return;
+    s_follow_round(d);
     coord_sched_t *s = coord_scheduler(d->c);
-    int gi = s_group_index(d, s, m->group);
+    int gi = s_group_index(s, m->group);
     if (gi < 0)
         return;
     s_ensure_lanes(d, coord_sched_groups(s));
@@ -721,17 +722,15 @@ static char *s_build(dashboard_t *d)
     return text;
 }
 
-/* s_new_round resets the per-round state when the coordinator moved on (and the histogram when
- * the iteration changed), after a last Redis pass over the round that ended. */
+/* s_follow_round resets the per-round state when the coordinator moved on to another round (and
+ * the histogram when the iteration changed). The round that ended was accounted for by
+ * dashboard_on_round, while the scheduler still held it. */
 static void s_follow_round(dashboard_t *d)
 {
     int64_t round = coord_next_round(d->c);
     int64_t it = coord_round_iteration(d->c);
     if (d->have_round && round == d->round)
         return;
-    if (d->have_round && d->nlanes) {
-        s_account(d);
-    }
     if (!d->have_round || it != d->iteration) {
         memset(d->hist, 0, sizeof d->hist);
         memset(d->hist_cancel, 0, sizeof d->hist_cancel);
@@ -752,11 +751,6 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
     (void)id;
     dashboard_t *d = arg;
     int64_t now = clock_mono_ms();
-    if (d->have_round && coord_next_round(d->c) != d->round && now - d->last_redis_ms >= 0) {
-        /* the round ended since the last tick: learn its last decisions before forgetting it */
-        if (d->nlanes && s_read_decisions(d, coord_store(d->c)) == SR_OK)
-            s_account(d);
-    }
     s_follow_round(d);
     d->eval = coord_round_eval(d->c);
     if (coord_round_active(d->c))
@@ -791,6 +785,15 @@ void dashboard_on_round(dashboard_t *d, const coord_round_summary_t *sum)
 {
     if (!d || !sum)
         return;
+    /* The scheduler still holds the round that ended: take the ACTIONs still queued on the bus
+     * and the last decisions in Redis, and account for it. */
+    if (sum->round == d->round && d->have_round) {
+        s_on_bus(NULL, NULL, 0, d);
+        s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
+        if (s_read_decisions(d, coord_store(d->c)) != SR_OK)
+            log_warn_limited(5, "dashboard: Redis: %s", store_errstr(coord_store(d->c)));
+        s_account(d);
+    }
     d->run_calls += sum->llm_calls;
     d->run_tokens += sum->tokens;
     cJSON *o = cJSON_CreateObject();
