@@ -406,6 +406,11 @@ static void s_train_ended(coord_train_t *t, int64_t round)
         store_group_t g;
         if (store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED)
             batch_group_cancel(t->batch, gid);
+        char *rules = NULL;
+        double audit_weight = 1.0;
+        if (coord_results_gate_fields(st, gid, &rules, &audit_weight) == SR_OK)
+            batch_group_set_gate(t->batch, gid, rules, audit_weight);
+        free(rules);
     }
     /* A group still pending after its round (jobs dropped without a RESULT) cannot complete. */
     for (size_t i = 0; i < batch_group_count(t->batch); i++) {

@@ -511,6 +511,9 @@ static void s_finish_round(coord_t *c)
         char path[4096], err[512];
         snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir,
                  (long long)c->round);
+        if (coord_results_load_gate(res, c->st) != SR_OK)
+            log_warn("round %lld: cannot read the gate's rule records: %s", (long long)c->round,
+                     store_errstr(c->st));
         if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
             log_error("round %lld: %s", (long long)c->round, err);
     }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# run_integration.sh: runs every tests/it_*.sh (real processes, real sockets, private redis-server)
-# with a time limit each. Each script exits 0 on success and prints what it checked.
+# run_integration.sh [SCRIPT...]: runs the given integration scripts, or every tests/it_*.sh (real
+# processes, real sockets, private redis-server), with a time limit each. Each script exits 0 on
+# success and prints what it checked.
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0; failed=()
 limit=${SELROLL_IT_TIMEOUT:-600}
-for t in tests/it_*.sh; do
+[ $# -gt 0 ] || set -- tests/it_*.sh
+for t in "$@"; do
   [ -e "$t" ] || continue
   name=$(basename "$t" .sh)
   echo "== $name"
