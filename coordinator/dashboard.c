@@ -13,8 +13,7 @@
  *    worker registry, the training loop's iteration records.
  *
  * Compute saved, in LLM calls (one per step) and tokens: a cancelled trajectory at step s would
- * have run on for about L - s more steps, with L the mean length of the episodes that ended in
- * groups that were not cancelled; in shadow mode the same figure is measured exactly on groups
+ * have run on for the mean of (length - s) over the episodes of uncut groups longer than s; in shadow mode the same figure is measured exactly on groups
  * the gate would have cancelled at K and that ran to the end (the sum of their steps after K).
  * Tokens are calls times the run's tokens per call from the round summaries.
  */
@@ -48,6 +47,7 @@ extern const size_t dashboard_page_len;
 #define DASH_GROUPS_SHOWN 512 /* groups listed in a snapshot */
 #define DASH_NAME_MAX 256
 #define DASH_BINS 20
+#define DASH_STEPS_MAX 1024  /* episode lengths are counted up to this step */
 
 typedef struct {
     int16_t step[STORE_G_MAX];
@@ -101,6 +101,8 @@ struct dashboard {
 
     /* compute saved */
     int64_t ended_traj, ended_steps;
+    int64_t len_hist[DASH_STEPS_MAX + 1]; /* lengths of episodes that ended in uncut groups */
+    int64_t cut_hist[DASH_STEPS_MAX + 1]; /* steps at which running trajectories were cut */
     int64_t cancelled_groups, shadow_groups;
     double calls_spent, calls_saved_est, calls_saved_shadow;
     int64_t run_calls, run_tokens;
@@ -198,6 +200,7 @@ static void s_on_action(dashboard_t *d, const proto_action_t *a)
         if (!d->eval && !coord_sched_group(s, gi)->cancelled) {
             d->ended_traj++;
             d->ended_steps += a->step;
+            d->len_hist[SR_MAX(0, SR_MIN(a->step, DASH_STEPS_MAX))]++;
         }
     }
 }
@@ -261,6 +264,21 @@ static double s_tokens_per_call(const dashboard_t *d)
     return d->run_calls ? (double)d->run_tokens / (double)d->run_calls : 0.0;
 }
 
+/* s_saved_estimate returns the LLM calls the cut trajectories would still have made: for a
+ * trajectory cut at step s, the mean of (length - s) over the episodes of uncut groups that ran
+ * longer than s (none yet: 0). Suffix sums make it one pass over the step range. */
+static double s_saved_estimate(const dashboard_t *d)
+{
+    double cnt_gt = 0, sum_gt = 0, saved = 0;
+    for (int st = DASH_STEPS_MAX; st >= 0; st--) {
+        if (d->cut_hist[st] && cnt_gt > 0)
+            saved += (double)d->cut_hist[st] * (sum_gt / cnt_gt - st);
+        cnt_gt += (double)d->len_hist[st];
+        sum_gt += (double)d->len_hist[st] * st;
+    }
+    return saved;
+}
+
 static void s_hist_add(dashboard_t *d, s_lanes_t *l)
 {
     if (d->eval || l->in_hist || !l->decided || l->d < 0)
@@ -281,7 +299,6 @@ static void s_account(dashboard_t *d)
 {
     coord_sched_t *s = coord_scheduler(d->c);
     int ng = d->eval ? 0 : SR_MIN(coord_sched_groups(s), d->nlanes);
-    double L = s_mean_len(d);
     for (int gi = 0; gi < ng; gi++) {
         coord_group_t *g = coord_sched_group(s, gi);
         s_lanes_t *l = &d->lanes[gi];
@@ -289,14 +306,13 @@ static void s_account(dashboard_t *d)
         if (g->cancelled && !l->accounted) {
             l->accounted = true;
             d->cancelled_groups++;
-            double spent = 0, saved = 0;
+            double spent = 0;
             for (int t = 0; t < g->G && t < STORE_G_MAX; t++) {
                 spent += l->step[t];
-                if (!(l->ended & (1ull << t)) && L > l->step[t])
-                    saved += L - l->step[t];
+                if (!(l->ended & (1ull << t)))
+                    d->cut_hist[SR_MAX(0, SR_MIN(l->step[t], DASH_STEPS_MAX))]++;
             }
             d->calls_spent += spent;
-            d->calls_saved_est += saved;
             metrics_counter_add(d->m_spent, spent);
         }
         if (!g->cancelled && l->cancel_decision && l->k >= 0 && !l->shadow_accounted) {
@@ -660,6 +676,7 @@ static char *s_build(dashboard_t *d)
     cJSON_AddItemToObject(h, "cut", cJSON_CreateIntArray(d->hist_cancel, DASH_BINS));
 
     double tpc = s_tokens_per_call(d);
+    d->calls_saved_est = s_saved_estimate(d);
     cJSON *sv = cJSON_AddObjectToObject(o, "saved");
     cJSON_AddNumberToObject(sv, "cancelled_groups", (double)d->cancelled_groups);
     cJSON_AddNumberToObject(sv, "llm_calls_spent", d->calls_spent);

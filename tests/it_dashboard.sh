@@ -185,6 +185,19 @@ cat "$T/browser.out"
 [ $brc -eq 0 ] && ok "browser checks pass" || bad "browser checks failed (exit $brc)"
 grep '^PERF ' "$T/browser.out" | sed 's/^PERF //' >"$OUT/responsiveness.json"
 
+# compute saved: cut groups with an estimate of the calls they did not make
+saved=""
+for _ in $(seq 40); do
+  saved=$(curl -s -H "$AUTH" "$H/api/state" | "$PY" -c 'import json,sys; v=json.load(sys.stdin)["saved"]; print(v["cancelled_groups"], v["llm_calls_spent"], v["llm_calls_saved_est"], v["tokens_saved_est"]) if v["cancelled_groups"] > 0 and v["llm_calls_saved_est"] > 0 else None' 2>/dev/null)
+  [ -n "$saved" ] && [ "$saved" != None ] && break
+  sleep 0.5
+done
+if [ -n "$saved" ] && [ "$saved" != None ]; then
+  set -- $saved; ok "compute saved: $1 cut groups spent $2 LLM calls and saved about $3 calls, $4 tokens"
+else
+  bad "no compute-saved estimate while groups were cut"
+fi
+
 wait "$run_pid"
 rc=$?
 took=$(( $(date +%s) - start ))
