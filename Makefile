@@ -23,6 +23,8 @@ endif
 B := build
 LIB_SRCS  := $(sort $(wildcard common/*.c coordinator/*.c actor/*.c env_worker/*.c policy/*.c bench/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/%.o)
+# The dashboard page is built into the binary: scripts/embed.sh turns it into a C array.
+LIB_OBJS  += $(B)/gen/dashboard_page.o
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
@@ -42,6 +44,13 @@ $(B)/%.o: %.c
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TEST_CFLAGS) -c $< -o $@
+
+$(B)/gen/dashboard_page.c: coordinator/web/dashboard.html scripts/embed.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed.sh dashboard_page $< > $@
+
+$(B)/gen/dashboard_page.o: $(B)/gen/dashboard_page.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(B)/libselroll.a: $(LIB_OBJS)
 	@rm -f $@

@@ -7,6 +7,7 @@
 #include "actor/actor.h"
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/http_srv.h"
 #include "common/llm_client.h"
 #include "common/log.h"
 #include "common/sr.h"
@@ -46,7 +47,7 @@ static size_t s_split_list(char *s, const char **items, size_t max)
 int actor_main(int argc, char **argv)
 {
     static struct {
-        char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path;
+        char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
         int log_level;
         bool record_messages, drain_on_term, drain;
@@ -86,6 +87,9 @@ int actor_main(int argc, char **argv)
                  "jobs, BYE, exit 0 (as --drain-on-term; SIGUSR1 drains in any case)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
+        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
+         .metavar = "PORT|HOST:PORT",
+         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
         {0},
     };
     cfg_t cfg = {.command = "actor",
@@ -99,6 +103,7 @@ int actor_main(int argc, char **argv)
     }
     int code = 0;
     actor_t *a = NULL;
+    http_srv_t *http = NULL;
     const char *envs[256];
     log_set_role("actor");
     log_set_level((log_level_t)o.log_level);
@@ -133,6 +138,12 @@ int actor_main(int argc, char **argv)
     }
     log_info("actor %s: %d slots, coordinator %s, policy %s", actor_id(a), o.slots, o.coordinator,
              o.policy);
+    if (o.metrics_port && !(http = http_srv_serve_metrics(o.metrics_port, actor_metrics(a), err,
+                                                          sizeof err))) {
+        fprintf(stderr, "selroll actor: --metrics-port: %s\n", err);
+        code = 2;
+        goto cleanup;
+    }
     struct sigaction sa = {.sa_handler = s_on_usr1}, old_usr1;
     sigemptyset(&sa.sa_mask);
     atomic_store(&s_drain_target, a);
@@ -146,6 +157,7 @@ int actor_main(int argc, char **argv)
         code = 1;
     }
 cleanup:
+    http_srv_destroy(&http);
     actor_destroy(&a);
     llm_global_cleanup();
     cfg_free(&cfg);

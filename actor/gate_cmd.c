@@ -8,6 +8,7 @@
 #include "actor/gate_svc.h"
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/http_srv.h"
 #include "common/log.h"
 
 #include <stdio.h>
@@ -29,7 +30,7 @@ static int s_parse_shard(const char *text, int *i, int *n)
 int gate_main(int argc, char **argv)
 {
     static struct {
-        char *coordinator, *bus_sub, *bus_pub, *redis, *run, *id, *shard;
+        char *coordinator, *bus_sub, *bus_pub, *redis, *run, *id, *shard, *metrics_port;
         int mode, k, group_size, welcome_timeout_ms, log_level, redis_timeout_ms;
         double threshold, t_high;
         int64_t idle_ttl_ms, max_groups;
@@ -100,6 +101,9 @@ int gate_main(int argc, char **argv)
          .help = "exit 1 when the coordinator does not answer HELLO in time (0 = wait)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
          .def = "info", .help = "most verbose level logged"},
+        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
+         .metavar = "PORT|HOST:PORT",
+         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
         {0},
     };
     cfg_t cfg = {.command = "gate",
@@ -108,6 +112,7 @@ int gate_main(int argc, char **argv)
                  .options = opts};
     int code = 0;
     gate_svc_t *svc = NULL;
+    http_srv_t *http = NULL;
     int rc = cfg_parse_command(&cfg, argc, argv);
     if (rc != CFG_GO_ON) {
         code = rc;
@@ -188,6 +193,12 @@ int gate_main(int argc, char **argv)
              "shard %s",
              o.run, gate_mode_name(c.gate.mode), gate_rule_name(c.gate.rule), o.shadow_rules,
              c.gate.k, c.gate.threshold, c.gate.t_high, o.shard);
+    if (o.metrics_port && !(http = http_srv_serve_metrics(o.metrics_port, gate_svc_metrics(svc),
+                                                          err, sizeof err))) {
+        fprintf(stderr, "selroll gate: --metrics-port: %s\n", err);
+        code = 2;
+        goto cleanup;
+    }
     rc = gate_svc_run(svc);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll %s\n", gate_svc_errstr(svc));
@@ -195,6 +206,7 @@ int gate_main(int argc, char **argv)
     }
     gate_svc_log_summary(svc);
 cleanup:
+    http_srv_destroy(&http);
     gate_svc_destroy(&svc);
     cfg_free(&cfg);
     return code;

@@ -55,6 +55,7 @@ struct coord {
     int timer;
 
     char ep_work[EP_MAX], ep_pub[EP_MAX], ep_sub[EP_MAX];
+    char ep_sub_local[EP_MAX]; /* the bus as this process reaches it (the dashboard's SUB) */
 
     int64_t round;
     bool round_active;
@@ -1115,6 +1116,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         s_advertise(transport_proxy_sub_endpoint(c->proxy), "127.0.0.1", sub_local,
                     sizeof sub_local);
     }
+    snprintf(c->ep_sub_local, sizeof c->ep_sub_local, "%s", sub_local);
     c->sub = transport_sock_new(c->zctx, ZMQ_SUB, NULL, e2, sizeof e2);
     if (!c->sub)
         goto fail;
@@ -1345,6 +1347,23 @@ int coord_set_policy_version(coord_t *c, int64_t version)
 }
 
 int64_t coord_policy_version(const coord_t *c) { return c ? c->cfg.policy_version : 0; }
+
+/* ---- for observers (the dashboard) ------------------------------------------------------- */
+
+coord_sched_t *coord_scheduler(coord_t *c) { return c ? c->sched : NULL; }
+
+bool coord_round_active(const coord_t *c) { return c && c->round_active; }
+
+int64_t coord_round_iteration(const coord_t *c)
+{
+    if (!c)
+        return 0;
+    return c->cfg.driver ? c->plan.iteration : c->round;
+}
+
+bool coord_round_eval(const coord_t *c) { return c && c->cfg.driver && c->plan.eval; }
+
+const char *coord_bus_sub_local(const coord_t *c) { return c ? c->ep_sub_local : ""; }
 
 /* s_open_pub connects the driver's bus publisher to the proxy (once). */
 static int s_open_pub(coord_t *c)

@@ -211,4 +211,23 @@ int64_t coord_policy_version(const coord_t *c);
  * publisher, created on first use. Returns SR_OK or the transport's error. */
 int coord_publish(coord_t *c, const char *topic, const proto_msg_t *m);
 
+/* ---- for observers such as the dashboard (coord_run's thread only) ------------------------ */
+
+/* coord_scheduler returns the scheduler of the current round (owned by c): observers only read
+ * it, on coord_run's thread (a timer or socket they registered with coord_reactor). */
+coord_sched_t *coord_scheduler(coord_t *c);
+
+/* coord_round_active returns true while a round runs. */
+bool coord_round_active(const coord_t *c);
+
+/* coord_round_iteration returns the iteration of the current (or last) round: the driver's plan
+ * iteration, or the round number without a driver. coord_round_eval returns true when that round
+ * is a held-out evaluation. */
+int64_t coord_round_iteration(const coord_t *c);
+bool coord_round_eval(const coord_t *c);
+
+/* coord_bus_sub_local returns the bus endpoint (the proxy's XPUB) as this process reaches it:
+ * loopback for the hosted proxy, the external one otherwise (owned by c). */
+const char *coord_bus_sub_local(const coord_t *c);
+
 #endif

@@ -9,6 +9,7 @@
 #include "common/sr.h"
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/dashboard.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 static coord_t *volatile s_running;
+static dashboard_t *s_dash; /* fed by s_progress */
 
 static void s_on_signal(int sig)
 {
@@ -26,6 +28,7 @@ static void s_on_signal(int sig)
 static void s_progress(const coord_round_summary_t *s, void *arg)
 {
     (void)arg;
+    dashboard_on_round(s_dash, s);
     log_info("round %lld: groups %d (%d done, %d cancelled, %d failed), %lld results (%lld stale), "
              "%lld steps, %lld LLM calls, %lld tokens, success %.1f%%, %.1f s",
              (long long)s->round, s->groups, s->groups_done, s->groups_cancelled, s->groups_failed,
@@ -39,6 +42,8 @@ int coordinator_main(int argc, char **argv)
     static struct {
         char *run, *redis, *work, *bus_pub, *bus_sub, *bus_external, *advertise, *split;
         char *env_workers, *out, *eval_split, *trainer_push, *trainer_pull;
+        char *http, *http_token;
+        double dash_threshold;
         bool train;
         int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
         int64_t weights_timeout_ms;
@@ -130,6 +135,14 @@ int coordinator_main(int argc, char **argv)
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY, then send once more, then stop"},
+        {.name = "http", .kind = CFG_STRING, .dst = &o.http, .metavar = "HOST:PORT",
+         .help = "serve the dashboard, /metrics and /health here (default 127.0.0.1:8600, "
+                 "skipped with a warning when busy; off = none)"},
+        {.name = "http-token", .kind = CFG_STRING, .dst = &o.http_token, .metavar = "TOKEN",
+         .help = "bearer token every HTTP path but /health requires (or ?token=)"},
+        {.name = "dashboard-threshold", .kind = CFG_DOUBLE, .dst = &o.dash_threshold,
+         .def = "0.12", .min = 0, .max = 1,
+         .help = "the gate threshold drawn on the dashboard's d_K histogram"},
         {0},
     };
     cfg_t cfg = {.command = "coordinator",
@@ -233,6 +246,28 @@ int coordinator_main(int argc, char **argv)
         exit_code = 1;
         goto cleanup;
     }
+    if (!o.http || strcmp(o.http, "off") != 0) {
+        dashboard_cfg_t dc;
+        dashboard_cfg_init(&dc);
+        if (o.http)
+            dc.http = o.http;
+        dc.token = o.http_token;
+        dc.threshold = o.dash_threshold;
+        s_dash = dashboard_new(c, &dc, err, sizeof err);
+        if (!s_dash && o.http) {
+            fprintf(stderr, "selroll coordinator: --http: %s\n", err);
+            exit_code = 1;
+            goto cleanup;
+        }
+        if (!s_dash)
+            log_warn("no dashboard: %s (choose an address with --http)", err);
+        else
+            log_info("dashboard, /metrics and /health on http://%s (port %d)%s", dc.http,
+                     dashboard_port(s_dash), o.http_token ? ", bearer token required" : "");
+        if (s_dash && !o.http_token && strncmp(dc.http, "127.", 4) != 0 &&
+            strncmp(dc.http, "localhost:", 10) != 0)
+            log_warn("the dashboard is served beyond loopback without --http-token");
+    }
     s_running = c;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -250,6 +285,7 @@ int coordinator_main(int argc, char **argv)
     }
 
 cleanup:
+    dashboard_destroy(&s_dash);
     coord_destroy(&c);
     coord_train_destroy(&train);
     free(ext_pub);

@@ -304,6 +304,8 @@ static int s_start_coordinator(s_run_t *r, bool resume)
         s_arg(&a, "--groups");
         s_argf(&a, "%d", o.groups);
     }
+    s_arg(&a, "--dashboard-threshold"); /* the gate's d_L, drawn on the d_K histogram */
+    s_argf(&a, "%.17g", o.threshold);
     s_args_split(&a, o.coordinator_args);
     int rc = supervise_add(r->sup, r->coord_name, a.v, false);
     s_argv_free(&a);

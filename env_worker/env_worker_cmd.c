@@ -7,6 +7,7 @@
  */
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/http_srv.h"
 #include "common/log.h"
 #include "common/sr.h"
 #include "env_worker/env_worker.h"
@@ -17,7 +18,7 @@
 int env_worker_main(int argc, char **argv)
 {
     struct {
-        char *bind, *redis, *run, *id, *advertise;
+        char *bind, *redis, *run, *id, *advertise, *metrics_port;
         int capacity, latency, level;
         int64_t ttl, heartbeat;
     } o = {0};
@@ -42,6 +43,9 @@ int env_worker_main(int argc, char **argv)
          .max = 600000, .help = "registry refresh period; the entry lives 3 periods"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
+        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
+         .metavar = "PORT|HOST:PORT",
+         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
         {0},
     };
     cfg_t cfg = {.command = "env-worker",
@@ -49,6 +53,7 @@ int env_worker_main(int argc, char **argv)
                  .options = opts};
     int code = 1;
     envw_t *w = NULL;
+    http_srv_t *http = NULL;
     char err[512] = "";
 
     int rc = cfg_parse_command(&cfg, argc, argv);
@@ -76,6 +81,12 @@ int env_worker_main(int argc, char **argv)
         fprintf(stderr, "selroll env-worker: %s\n", err);
         goto cleanup;
     }
+    if (o.metrics_port &&
+        !(http = http_srv_serve_metrics(o.metrics_port, envw_metrics(w), err, sizeof err))) {
+        fprintf(stderr, "selroll env-worker: --metrics-port: %s\n", err);
+        code = 2;
+        goto cleanup;
+    }
     rc = envw_run(w);
     envw_log_stats(w);
     if (rc != SR_OK) {
@@ -86,6 +97,7 @@ int env_worker_main(int argc, char **argv)
     code = 0;
 
 cleanup:
+    http_srv_destroy(&http);
     envw_destroy(&w);
     cfg_free(&cfg);
     return code;

@@ -10,7 +10,21 @@ PKGS=(
   redis-server redis-tools valgrind
   python3 python3-zmq python3-msgpack python3-yaml curl
   iproute2 procps
+  chromium prometheus
 )
+# The dashboard's browser test runs playwright-core under node; a node from elsewhere that brings
+# its own npm is kept.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+
+# browser_deps installs playwright-core for the dashboard's browser test (tests/browser) from the
+# npm registry, once: `npm ci` against the committed package-lock.json.
+browser_deps() {
+  [ -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ] && return 0
+  command -v npm >/dev/null 2>&1 || return 0
+  echo "deps.sh: npm ci in tests/browser"
+  (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --silent) ||
+    echo "deps.sh: npm ci in tests/browser failed (is the npm registry reachable?)" >&2
+}
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -18,7 +32,7 @@ for p in "${PKGS[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && { browser_deps; exit 0; }
 
 echo "deps.sh: installing ${missing[*]}"
 SUDO=""
@@ -45,4 +59,5 @@ if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$log
   exit 1
 fi
 rm -f "$log"
+browser_deps
 echo "deps.sh: done"

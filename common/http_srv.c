@@ -1,0 +1,539 @@
+/*
+ * http_srv.c — routes, a bearer token and Server-Sent Events over libmicrohttpd.
+ *
+ * libmicrohttpd runs a thread per connection. Plain routes answer at once from the first call of
+ * the access handler. An SSE route answers with a response whose content comes from a reader
+ * callback: the callback sleeps on the server's condition variable until the published event is
+ * newer than what its stream sent last (or a keep-alive is due, or the server stops), copies the
+ * event into the stream's own buffer and hands it out in pieces. Publishing replaces the one
+ * latest event, so a slow stream never queues a backlog: it skips to the newest state.
+ */
+#include "common/http_srv.h"
+
+#include "common/clock.h"
+#include "common/sr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HTTP_SRV_MAX_ROUTES 24
+#define HTTP_SRV_PATH_MAX 128
+#define HTTP_SRV_SSE_BLOCK 4096
+
+typedef enum { S_ROUTE_FN = 1, S_ROUTE_STATIC, S_ROUTE_METRICS, S_ROUTE_SSE } s_route_kind_t;
+
+typedef struct {
+    char path[HTTP_SRV_PATH_MAX];
+    s_route_kind_t kind;
+    bool public_;
+    http_handler_fn fn;
+    void *arg;
+    const char *ctype;
+    const void *data;
+    size_t len;
+    metrics_registry_t *reg;
+} s_route_t;
+
+struct http_srv {
+    http_srv_cfg_t cfg;
+    char *token;
+    struct sockaddr_in addr;
+    s_route_t routes[HTTP_SRV_MAX_ROUTES];
+    int nroutes;
+    struct MHD_Daemon *d;
+    int port;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping;
+    uint64_t seq; /* of the latest event, 0 = none yet */
+    char *event;  /* "event: <name>\ndata: <data>\n\n" */
+    size_t event_len;
+    atomic_uint_fast64_t sse_bytes;
+    atomic_int sse_clients;
+};
+
+/* One open event stream. */
+typedef struct {
+    http_srv_t *s;
+    uint64_t seen;
+    char *buf;
+    size_t cap, len, off;
+    int64_t last_ms;
+    bool greeted;
+} s_stream_t;
+
+void http_srv_cfg_init(http_srv_cfg_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_header_bytes = 16384;
+    cfg->max_conns = 64;
+    cfg->timeout_s = 60;
+    cfg->keepalive_ms = 15000;
+}
+
+/* s_parse_bind turns "HOST:PORT" into an IPv4 address. Returns SR_OK or SR_EINVAL. */
+static int s_parse_bind(const char *bind, struct sockaddr_in *out)
+{
+    if (!bind)
+        return SR_EINVAL;
+    const char *colon = strrchr(bind, ':');
+    if (!colon || colon == bind || !colon[1])
+        return SR_EINVAL;
+    char host[64];
+    size_t hl = (size_t)(colon - bind);
+    if (hl >= sizeof host)
+        return SR_EINVAL;
+    memcpy(host, bind, hl);
+    host[hl] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || port < 0 || port > 65535)
+        return SR_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->sin_family = AF_INET;
+    out->sin_port = htons((uint16_t)port);
+    if (strcmp(host, "*") == 0)
+        out->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0)
+        out->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (inet_pton(AF_INET, host, &out->sin_addr) != 1)
+        return SR_EINVAL;
+    return SR_OK;
+}
+
+http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
+{
+    struct sockaddr_in addr;
+    if (!cfg || s_parse_bind(cfg->bind, &addr) != SR_OK) {
+        if (err)
+            snprintf(err, errlen, "bad HTTP address '%s': expected HOST:PORT with an IPv4 host, "
+                                  "localhost or *",
+                     cfg && cfg->bind ? cfg->bind : "");
+        return NULL;
+    }
+    http_srv_t *s = sr_xcalloc(1, sizeof *s);
+    s->cfg = *cfg;
+    s->cfg.bind = NULL;
+    if (s->cfg.max_header_bytes < 1024)
+        s->cfg.max_header_bytes = 1024;
+    if (s->cfg.max_conns < 2)
+        s->cfg.max_conns = 2;
+    if (s->cfg.keepalive_ms < 10)
+        s->cfg.keepalive_ms = 10;
+    s->token = cfg->token && *cfg->token ? sr_xstrdup(cfg->token) : NULL;
+    s->cfg.token = s->token;
+    s->addr = addr;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&s->sse_bytes, 0);
+    atomic_init(&s->sse_clients, 0);
+    return s;
+}
+
+static s_route_t *s_find(http_srv_t *s, const char *path)
+{
+    for (int i = 0; i < s->nroutes; i++)
+        if (strcmp(s->routes[i].path, path) == 0)
+            return &s->routes[i];
+    return NULL;
+}
+
+static s_route_t *s_add(http_srv_t *s, const char *path, s_route_kind_t kind, int *rc)
+{
+    *rc = SR_EINVAL;
+    if (!s || s->d || !path || path[0] != '/' || strlen(path) >= HTTP_SRV_PATH_MAX ||
+        s_find(s, path))
+        return NULL;
+    *rc = SR_EFULL;
+    if (s->nroutes >= HTTP_SRV_MAX_ROUTES)
+        return NULL;
+    s_route_t *r = &s->routes[s->nroutes++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->kind = kind;
+    *rc = SR_OK;
+    return r;
+}
+
+int http_srv_route(http_srv_t *s, const char *path, http_handler_fn fn, void *arg)
+{
+    int rc;
+    if (!fn)
+        return SR_EINVAL;
+    s_route_t *r = s_add(s, path, S_ROUTE_FN, &rc);
+    if (r) {
+        r->fn = fn;
+        r->arg = arg;
+    }
+    return rc;
+}
+
+int http_srv_route_static(http_srv_t *s, const char *path, const char *ctype, const void *data,
+                          size_t len)
+{
+    int rc;
+    if (!ctype || (!data && len))
+        return SR_EINVAL;
+    s_route_t *r = s_add(s, path, S_ROUTE_STATIC, &rc);
+    if (r) {
+        r->ctype = ctype;
+        r->data = data;
+        r->len = len;
+    }
+    return rc;
+}
+
+int http_srv_route_metrics(http_srv_t *s, const char *path, metrics_registry_t *reg)
+{
+    int rc;
+    if (!reg)
+        return SR_EINVAL;
+    s_route_t *r = s_add(s, path, S_ROUTE_METRICS, &rc);
+    if (r)
+        r->reg = reg;
+    return rc;
+}
+
+int http_srv_route_sse(http_srv_t *s, const char *path)
+{
+    for (int i = 0; s && i < s->nroutes; i++)
+        if (s->routes[i].kind == S_ROUTE_SSE)
+            return SR_ECONFLICT;
+    int rc;
+    s_add(s, path, S_ROUTE_SSE, &rc);
+    return rc;
+}
+
+int http_srv_route_public(http_srv_t *s, const char *path)
+{
+    if (!s || !path)
+        return SR_EINVAL;
+    s_route_t *r = s_find(s, path);
+    if (!r)
+        return SR_ENOTFOUND;
+    r->public_ = true;
+    return SR_OK;
+}
+
+/* ---- answering ------------------------------------------------------------------------------ */
+
+static enum MHD_Result s_answer(struct MHD_Connection *conn, int status, const char *ctype,
+                                void *body, size_t len, enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result s_error(struct MHD_Connection *conn, int status, const char *text)
+{
+    return s_answer(conn, status, "text/plain; charset=utf-8", (void *)text, strlen(text),
+                    MHD_RESPMEM_PERSISTENT);
+}
+
+/* s_same compares without an early exit, so the time taken says nothing of the token. */
+static bool s_same(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return diff == 0;
+}
+
+static bool s_authorised(http_srv_t *s, struct MHD_Connection *conn)
+{
+    if (!s->token)
+        return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+        const char *t = h + 7;
+        while (*t == ' ')
+            t++;
+        if (s_same(t, s->token))
+            return true;
+    }
+    const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    return q && s_same(q, s->token);
+}
+
+/* ---- event streams ------------------------------------------------------------------------- */
+
+static void s_stream_put(s_stream_t *st, const char *data, size_t len)
+{
+    if (len > st->cap) {
+        st->buf = sr_xrealloc(st->buf, len);
+        st->cap = len;
+    }
+    memcpy(st->buf, data, len);
+    st->len = len;
+    st->off = 0;
+}
+
+static ssize_t s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    s_stream_t *st = cls;
+    http_srv_t *s = st->s;
+    if (st->off >= st->len) {
+        pthread_mutex_lock(&s->mu);
+        if (!st->greeted) {
+            st->greeted = true;
+            /* A client that reconnects waits 2 s; the comment opens the stream at once. */
+            s_stream_put(st, "retry: 2000\n: selroll\n\n", 23);
+        } else {
+            for (;;) {
+                if (s->stopping || s->seq != st->seen)
+                    break;
+                int64_t now = clock_mono_ms();
+                int64_t due = st->last_ms + s->cfg.keepalive_ms;
+                if (now >= due)
+                    break;
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t wait = SR_MIN(due - now, 1000);
+                ts.tv_sec += wait / 1000;
+                ts.tv_nsec += (wait % 1000) * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            }
+            if (s->stopping) {
+                pthread_mutex_unlock(&s->mu);
+                return MHD_CONTENT_READER_END_OF_STREAM;
+            }
+            if (s->seq != st->seen) {
+                s_stream_put(st, s->event, s->event_len);
+                st->seen = s->seq;
+                atomic_fetch_add(&s->sse_bytes, (uint_fast64_t)s->event_len);
+            } else {
+                s_stream_put(st, ": keep-alive\n\n", 14);
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        st->last_ms = clock_mono_ms();
+    }
+    size_t n = SR_MIN(max, st->len - st->off);
+    memcpy(buf, st->buf + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void s_stream_free(void *cls)
+{
+    s_stream_t *st = cls;
+    atomic_fetch_sub(&st->s->sse_clients, 1);
+    free(st->buf);
+    free(st);
+}
+
+static enum MHD_Result s_open_stream(http_srv_t *s, struct MHD_Connection *conn)
+{
+    s_stream_t *st = sr_xcalloc(1, sizeof *st);
+    st->s = s;
+    st->last_ms = clock_mono_ms();
+    atomic_fetch_add(&s->sse_clients, 1);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SRV_SSE_BLOCK,
+                                                               s_stream_read, st, s_stream_free);
+    if (!r) {
+        s_stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+int http_srv_sse_publish(http_srv_t *s, const char *event, const char *data, size_t len)
+{
+    if (!s || !event || (!data && len) || memchr(data ? data : "", '\n', len) ||
+        strchr(event, '\n'))
+        return SR_EINVAL;
+    size_t n = strlen(event) + len + 32;
+    char *text = malloc(n);
+    if (!text)
+        return SR_ENOMEM;
+    int h = snprintf(text, n, "event: %s\ndata: ", event);
+    memcpy(text + h, data, len);
+    memcpy(text + h + len, "\n\n", 2);
+    pthread_mutex_lock(&s->mu);
+    free(s->event);
+    s->event = text;
+    s->event_len = (size_t)h + len + 2;
+    s->seq++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return SR_OK;
+}
+
+uint64_t http_srv_sse_bytes(const http_srv_t *s)
+{
+    return s ? (uint64_t)atomic_load(&((http_srv_t *)s)->sse_bytes) : 0;
+}
+
+int http_srv_sse_clients(const http_srv_t *s)
+{
+    return s ? atomic_load(&((http_srv_t *)s)->sse_clients) : 0;
+}
+
+/* ---- the access handler ------------------------------------------------------------------- */
+
+static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_len, void **con_cls)
+{
+    (void)version;
+    (void)upload;
+    (void)con_cls;
+    http_srv_t *s = cls;
+    if (*upload_len) {
+        *upload_len = 0; /* a body is never read: the reply below is all there is */
+        return MHD_YES;
+    }
+    s_route_t *r = s_find(s, url);
+    if (!r)
+        return s_error(conn, MHD_HTTP_NOT_FOUND, "not found\n");
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return s_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+    if (!r->public_ && !s_authorised(s, conn))
+        return s_error(conn, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
+    switch (r->kind) {
+    case S_ROUTE_STATIC:
+        return s_answer(conn, MHD_HTTP_OK, r->ctype, (void *)r->data, r->len,
+                        MHD_RESPMEM_PERSISTENT);
+    case S_ROUTE_METRICS: {
+        char *text = NULL;
+        size_t len = 0;
+        if (metrics_render(r->reg, &text, &len) != SR_OK)
+            return s_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot render metrics\n");
+        return s_answer(conn, MHD_HTTP_OK, METRICS_CONTENT_TYPE, text, len, MHD_RESPMEM_MUST_FREE);
+    }
+    case S_ROUTE_SSE:
+        return s_open_stream(s, conn);
+    case S_ROUTE_FN: {
+        http_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
+        r->fn(r->arg, &rep);
+        if (!rep.body)
+            return s_answer(conn, rep.status, rep.content_type, (void *)"", 0,
+                            MHD_RESPMEM_PERSISTENT);
+        return s_answer(conn, rep.status, rep.content_type, rep.body, rep.len,
+                        MHD_RESPMEM_MUST_FREE);
+    }
+    }
+    return s_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "bad route\n");
+}
+
+int http_srv_start(http_srv_t *s, char *err, size_t errlen)
+{
+    if (!s || s->d) {
+        if (err)
+            snprintf(err, errlen, "the HTTP server is started already");
+        return SR_EINVAL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    s->d = MHD_start_daemon(flags, ntohs(s->addr.sin_port), NULL, NULL, s_handler, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&s->addr,
+                            MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_conns,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header_bytes,
+                            MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.timeout_s, MHD_OPTION_END);
+    if (!s->d) {
+        if (err) {
+            char a[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &s->addr.sin_addr, a, sizeof a);
+            snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this host)",
+                     a, ntohs(s->addr.sin_port));
+        }
+        return SR_EIO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : ntohs(s->addr.sin_port);
+    return SR_OK;
+}
+
+int http_srv_port(const http_srv_t *s) { return s ? s->port : 0; }
+
+static void s_ok(void *arg, http_reply_t *out)
+{
+    (void)arg;
+    out->body = sr_xstrdup("ok\n");
+    out->len = 3;
+}
+
+http_srv_t *http_srv_serve_metrics(const char *where, metrics_registry_t *reg, char *err,
+                                   size_t errlen)
+{
+    char bind[128];
+    if (!where || !reg || strlen(where) >= sizeof bind - 16) {
+        if (err)
+            snprintf(err, errlen, "bad metrics address");
+        return NULL;
+    }
+    if (strchr(where, ':'))
+        snprintf(bind, sizeof bind, "%s", where);
+    else
+        snprintf(bind, sizeof bind, "127.0.0.1:%s", where);
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    cfg.bind = bind;
+    cfg.max_conns = 16;
+    http_srv_t *s = http_srv_new(&cfg, err, errlen);
+    if (!s)
+        return NULL;
+    if (http_srv_route_metrics(s, "/metrics", reg) != SR_OK ||
+        http_srv_route(s, "/health", s_ok, NULL) != SR_OK ||
+        http_srv_start(s, err, errlen) != SR_OK) {
+        http_srv_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
+void http_srv_destroy(http_srv_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    http_srv_t *s = *self_p;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->event);
+    free(s->token);
+    free(s);
+    *self_p = NULL;
+}

@@ -1,0 +1,119 @@
+/*
+ * http_srv.h — a small HTTP server for the roles' operational endpoints (/metrics, /health, the
+ * coordinator's dashboard), over libmicrohttpd.
+ *
+ * Routes are exact paths, registered before http_srv_start: a handler that fills a reply, a
+ * metrics registry rendered as Prometheus text, or a Server-Sent Events stream that carries
+ * whatever the owner last published. Only GET and HEAD are served. Everything else is an HTTP
+ * error and never a crash: an unknown path is 404, another method 405, a request whose headers
+ * do not fit the connection's memory limit 431 (libmicrohttpd answers it), a missing or wrong
+ * bearer token 401 when a token is set.
+ *
+ *     http_srv_cfg_t cfg;
+ *     http_srv_cfg_init(&cfg);
+ *     cfg.bind = "127.0.0.1:0";                  // port 0 = a free one
+ *     http_srv_t *s = http_srv_new(&cfg, err, sizeof err);
+ *     http_srv_route_metrics(s, "/metrics", reg);
+ *     http_srv_route_sse(s, "/api/events");
+ *     http_srv_start(s, err, sizeof err);
+ *     http_srv_sse_publish(s, "state", json, len);  // every open stream gets it
+ *     http_srv_destroy(&s);
+ *
+ * The server runs a thread per connection (libmicrohttpd's own threads, at most cfg.max_conns):
+ * an SSE stream's thread sleeps on a condition variable until something new is published.
+ * Handlers therefore run on those threads, never on the owner's reactor: they must only read
+ * state the owner shares under its own lock (or atomics). With a token, a request is let in by
+ * "Authorization: Bearer <token>" or by a "token" query parameter (a browser's EventSource cannot
+ * set headers); paths registered as public (http_srv_route_public) need no token.
+ */
+#ifndef SR_HTTP_SRV_H
+#define SR_HTTP_SRV_H
+
+#include "common/metrics.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct http_srv http_srv_t;
+
+typedef struct {
+    const char *bind;        /* "HOST:PORT" (IPv4 address, "*" = every interface; port 0 = free) */
+    const char *token;       /* bearer token; NULL or "" = none */
+    size_t max_header_bytes; /* memory for one request's headers (libmicrohttpd's limit): 16384 */
+    unsigned max_conns;      /* connections at once (each a thread): 64 */
+    unsigned timeout_s;      /* idle connection timeout: 60 */
+    int64_t keepalive_ms;    /* an idle SSE stream gets a comment line this often: 15000 */
+} http_srv_cfg_t;
+
+/* A reply a handler fills. body is heap memory the server takes over (freed after sending);
+ * content_type is a static string. */
+typedef struct {
+    int status;               /* 200 unless set */
+    const char *content_type; /* "text/plain; charset=utf-8" unless set */
+    char *body;
+    size_t len;
+} http_reply_t;
+
+/* http_handler_fn fills *out for a GET or HEAD of its path. It runs on a connection thread, so it
+ * reads only state that its owner shares under a lock or through atomics. */
+typedef void (*http_handler_fn)(void *arg, http_reply_t *out);
+
+/* http_srv_cfg_init fills cfg with the defaults listed beside each field (bind NULL). */
+void http_srv_cfg_init(http_srv_cfg_t *cfg);
+
+/* http_srv_new validates cfg (copied) and returns a server with no routes that is not listening
+ * yet, or NULL with a one-line reason in err (when not NULL): a malformed bind address. */
+http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen);
+
+/* http_srv_route serves path (copied) with fn(arg). Returns SR_OK, SR_EINVAL (bad path, server
+ * started) or SR_EFULL (too many routes). */
+int http_srv_route(http_srv_t *s, const char *path, http_handler_fn fn, void *arg);
+
+/* http_srv_route_static serves the static bytes data[0..len) (borrowed: must outlive s) with the
+ * content type ctype. Same results as http_srv_route. */
+int http_srv_route_static(http_srv_t *s, const char *path, const char *ctype, const void *data,
+                          size_t len);
+
+/* http_srv_route_metrics serves reg (borrowed: must outlive s) as Prometheus text. Same results
+ * as http_srv_route. */
+int http_srv_route_metrics(http_srv_t *s, const char *path, metrics_registry_t *reg);
+
+/* http_srv_route_sse serves an event stream of what http_srv_sse_publish publishes. One SSE route
+ * per server. Same results as http_srv_route, SR_ECONFLICT for a second one. */
+int http_srv_route_sse(http_srv_t *s, const char *path);
+
+/* http_srv_route_public lets path (a route registered before or after) in without the token. */
+int http_srv_route_public(http_srv_t *s, const char *path);
+
+/* http_srv_start starts listening. Returns SR_OK, or SR_EIO with a one-line reason in err (the
+ * address cannot be bound). */
+int http_srv_start(http_srv_t *s, char *err, size_t errlen);
+
+/* http_srv_port returns the bound port (0 before http_srv_start). */
+int http_srv_port(const http_srv_t *s);
+
+/* http_srv_sse_publish makes one event (name `event`, data data[0..len), which must hold no
+ * newline: one JSON line) the latest: each open stream sends it once, a stream that falls behind
+ * skips to the latest. Thread-safe. Returns SR_OK, SR_EINVAL (NULL, newline) or SR_ENOMEM. */
+int http_srv_sse_publish(http_srv_t *s, const char *event, const char *data, size_t len);
+
+/* http_srv_sse_bytes returns the bytes of event data written to streams so far (for the
+ * dashboard's own gauge). Thread-safe. */
+uint64_t http_srv_sse_bytes(const http_srv_t *s);
+
+/* http_srv_sse_clients returns how many streams are open. Thread-safe. */
+int http_srv_sse_clients(const http_srv_t *s);
+
+/* http_srv_serve_metrics starts a server that answers /metrics with reg (borrowed: must outlive
+ * the server) and /health with 200 "ok" while the process runs: what a role serves on
+ * --metrics-port. where is "PORT" (on 127.0.0.1) or "HOST:PORT". Returns the started server, or
+ * NULL with a one-line reason in err (when not NULL). */
+http_srv_t *http_srv_serve_metrics(const char *where, metrics_registry_t *reg, char *err,
+                                   size_t errlen);
+
+/* http_srv_destroy ends the streams, stops the server and frees it. Accepts NULL and
+ * *self_p == NULL; sets *self_p to NULL. */
+void http_srv_destroy(http_srv_t **self_p);
+
+#endif

@@ -1,0 +1,1038 @@
+/*
+ * dashboard.c — the live view of a run: state gathered on the coordinator's thread, one JSON
+ * snapshot per period, served by http_srv (page, snapshot, event stream, /metrics, /health).
+ *
+ * Sources, all read on coord_run's thread:
+ *  - the scheduler: groups of the current round, the state of each job (queued, leased, final,
+ *    dropped), the actors with slots, credit and last message;
+ *  - the bus: every ACTION moves its trajectory's lane to its step (and marks it ended), every
+ *    CANCEL stamps its group with the checkpoint K and d_K at once;
+ *  - Redis, at most once per redis_every_ms and abandoned at the first error (a Redis that is
+ *    down must not stall the coordinator for more than one timeout): the gate's decision fields
+ *    of the current iteration's groups (the d_K histogram, shadow "cancel" decisions), the env
+ *    worker registry, the training loop's iteration records.
+ *
+ * Compute saved, in LLM calls (one per step) and tokens: a cancelled trajectory at step s would
+ * have run on for the mean of (length - s) over the episodes of uncut groups longer than s; in shadow mode the same figure is measured exactly on groups
+ * the gate would have cancelled at K and that ran to the end (the sum of their steps after K).
+ * Tokens are calls times the run's tokens per call from the round summaries.
+ */
+#include "coordinator/dashboard.h"
+
+#include "common/clock.h"
+#include "common/http_srv.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reactor.h"
+#include "common/sr.h"
+#include "common/store.h"
+#include "common/transport.h"
+#include "coordinator/coord_sched.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The page, embedded at build time (scripts/embed.sh over coordinator/web/dashboard.html). */
+extern const unsigned char dashboard_page[];
+extern const size_t dashboard_page_len;
+
+#define DASH_TP_POINTS 120   /* step-throughput history, one point a second */
+#define DASH_ROUNDS 200      /* round summaries kept */
+#define DASH_ITERS 1000      /* iteration records kept */
+#define DASH_LOST 32         /* lost actors / env workers remembered */
+#define DASH_GROUPS_SHOWN 512 /* groups listed in a snapshot */
+#define DASH_NAME_MAX 256
+#define DASH_BINS 20
+#define DASH_STEPS_MAX 1024  /* episode lengths are counted up to this step */
+
+typedef struct {
+    int16_t step[STORE_G_MAX];
+    uint64_t ended;
+    int k;        /* checkpoint of a cancel or recorded decision, -1 = none */
+    double d;     /* its divergence */
+    bool decided; /* a decision of the gate is known */
+    bool cancel_decision; /* the decision was "cancel" (enforced or not) */
+    bool filtered;
+    bool accounted;        /* a cancel's saving was counted */
+    bool shadow_accounted; /* a shadow decision's saving was counted */
+    bool in_hist;
+    bool final_read; /* read from Redis after all its jobs were final: nothing more to learn */
+} s_lanes_t;
+
+typedef struct {
+    char name[DASH_NAME_MAX];
+    int64_t at_ms;
+} s_lost_t;
+
+typedef struct {
+    char name[DASH_NAME_MAX];
+} s_name_t;
+
+struct dashboard {
+    coord_t *c;
+    dashboard_cfg_t cfg;
+    char *token;
+    http_srv_t *http;
+    transport_sock_t *sub;
+    int timer;
+    bool sub_added;
+
+    /* the current round */
+    int64_t round;
+    int64_t iteration;
+    bool eval; /* the current round is a held-out evaluation: never gated, not counted */
+    bool have_round;
+    s_lanes_t *lanes;
+    int nlanes;
+
+    /* the current iteration's d_K histogram */
+    int hist[DASH_BINS], hist_cancel[DASH_BINS];
+    int hist_n;
+
+    /* throughput */
+    int64_t actions_total, tp_last_ms, tp_last_actions;
+    double tp_t[DASH_TP_POINTS], tp_v[DASH_TP_POINTS];
+    int tp_n, tp_head;
+    int64_t t0_ms;
+
+    /* compute saved */
+    int64_t ended_traj, ended_steps;
+    int64_t len_hist[DASH_STEPS_MAX + 1]; /* lengths of episodes that ended in uncut groups */
+    int64_t cut_hist[DASH_STEPS_MAX + 1]; /* steps at which running trajectories were cut */
+    int64_t cancelled_groups, shadow_groups;
+    double calls_spent, calls_saved_est, calls_saved_shadow;
+    int64_t run_calls, run_tokens;
+
+    /* history */
+    cJSON *rounds;
+    cJSON *iters;
+    int64_t iters_read;
+    int64_t skipped_total, filtered_total, cancelled_total;
+
+    /* actors and env workers */
+    s_name_t *actors_prev;
+    int nactors_prev;
+    s_lost_t lost_actors[DASH_LOST];
+    int nlost_actors;
+    cJSON *envw;
+    s_name_t *envw_prev;
+    int nenvw_prev;
+    s_lost_t lost_envw[DASH_LOST];
+    int nlost_envw;
+
+    int64_t last_redis_ms;
+    atomic_int_fast64_t redis_ok_ms;
+
+    pthread_mutex_t mu;
+    char *snap;
+    size_t snap_len;
+    int64_t last_store_ms;
+    uint64_t sse_bytes_seen;
+
+    metrics_gauge_t *g_actors, *g_free, *g_queued, *g_ratio, *g_running, *g_groups[4], *g_envw,
+        *g_iteration, *g_policy, *g_saved_calls, *g_saved_tokens, *g_shadow_calls, *g_train,
+        *g_heldout, *g_zv, *g_dilution, *g_iter_wall, *g_sse_clients, *g_redis_up;
+    metrics_counter_t *m_actions, *m_lost, *m_spent, *m_sse_bytes, *m_bad;
+    metrics_histogram_t *h_div;
+};
+
+void dashboard_cfg_init(dashboard_cfg_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->http = "127.0.0.1:8600";
+    cfg->threshold = 0.12;
+    cfg->period_ms = 500;
+    cfg->redis_every_ms = 1000;
+}
+
+/* ---- the bus -------------------------------------------------------------------------------- */
+
+/* s_group_index finds gid in the current round's scheduler: its index is in the id
+ * ("r0003-g0012"), checked against the scheduler, else a walk. Returns -1 when unknown. */
+static int s_group_index(coord_sched_t *s, const char *gid)
+{
+    const char *g = strstr(gid, "-g");
+    if (g) {
+        int idx = atoi(g + 2);
+        coord_group_t *cg = coord_sched_group(s, idx);
+        if (cg && strcmp(cg->gid, gid) == 0)
+            return idx;
+    }
+    return coord_sched_find_group(s, gid);
+}
+
+static void s_ensure_lanes(dashboard_t *d, int n)
+{
+    if (n <= d->nlanes)
+        return;
+    d->lanes = sr_xrealloc(d->lanes, (size_t)n * sizeof *d->lanes);
+    for (int i = d->nlanes; i < n; i++) {
+        memset(&d->lanes[i], 0, sizeof d->lanes[i]);
+        d->lanes[i].k = -1;
+        d->lanes[i].d = -1;
+    }
+    d->nlanes = n;
+}
+
+static void s_follow_round(dashboard_t *d);
+
+/* ACTIONs and CANCELs name their group by id, and ids carry the round: one of an earlier round
+ * finds no group in the scheduler and only counts. */
+static void s_on_action(dashboard_t *d, const proto_action_t *a)
+{
+    d->actions_total++;
+    metrics_counter_inc(d->m_actions);
+    s_follow_round(d);
+    coord_sched_t *s = coord_scheduler(d->c);
+    int gi = s_group_index(s, a->group);
+    if (gi < 0 || a->traj < 0 || a->traj >= STORE_G_MAX)
+        return;
+    s_ensure_lanes(d, coord_sched_groups(s));
+    s_lanes_t *l = &d->lanes[gi];
+    if (a->step > l->step[a->traj])
+        l->step[a->traj] = (int16_t)SR_MIN(a->step, 32767);
+    if (a->ended && !(l->ended & (1ull << a->traj))) {
+        l->ended |= 1ull << a->traj;
+        if (!d->eval && !coord_sched_group(s, gi)->cancelled) {
+            d->ended_traj++;
+            d->ended_steps += a->step;
+            d->len_hist[SR_MAX(0, SR_MIN(a->step, DASH_STEPS_MAX))]++;
+        }
+    }
+}
+
+static void s_on_cancel(dashboard_t *d, const proto_cancel_t *m)
+{
+    s_follow_round(d);
+    coord_sched_t *s = coord_scheduler(d->c);
+    int gi = s_group_index(s, m->group);
+    if (gi < 0)
+        return;
+    s_ensure_lanes(d, coord_sched_groups(s));
+    s_lanes_t *l = &d->lanes[gi];
+    l->k = (int)m->step;
+    l->d = m->d;
+    l->decided = true;
+    l->cancel_decision = true;
+}
+
+static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    dashboard_t *d = arg;
+    for (int n = 0; n < 512; n++) {
+        transport_msg_t tm;
+        int rc = transport_recv(d->sub, &tm, 0);
+        if (rc == SR_EAGAIN)
+            return;
+        if (rc != SR_OK) {
+            metrics_counter_inc(d->m_bad);
+            return;
+        }
+        size_t len = 0;
+        const void *body = transport_msg_body(&tm, &len);
+        proto_msg_t m;
+        proto_err_t perr;
+        if (proto_decode(body, len, &m, &perr) == SR_OK) {
+            if (m.type == PROTO_ACTION && strcmp(m.u.action.run, coord_run_name(d->c)) == 0)
+                s_on_action(d, &m.u.action);
+            else if (m.type == PROTO_CANCEL && strcmp(m.u.cancel.run, coord_run_name(d->c)) == 0)
+                s_on_cancel(d, &m.u.cancel);
+            proto_msg_clear(&m);
+        } else {
+            metrics_counter_inc(d->m_bad);
+        }
+        transport_msg_close(&tm);
+    }
+}
+
+/* ---- accounting --------------------------------------------------------------------------- */
+
+static double s_mean_len(const dashboard_t *d)
+{
+    return d->ended_traj ? (double)d->ended_steps / (double)d->ended_traj : 0.0;
+}
+
+static double s_tokens_per_call(const dashboard_t *d)
+{
+    return d->run_calls ? (double)d->run_tokens / (double)d->run_calls : 0.0;
+}
+
+/* s_saved_estimate returns the LLM calls the cut trajectories would still have made: for a
+ * trajectory cut at step s, the mean of (length - s) over the episodes of uncut groups that ran
+ * longer than s (none yet: 0). Suffix sums make it one pass over the step range. */
+static double s_saved_estimate(const dashboard_t *d)
+{
+    double cnt_gt = 0, sum_gt = 0, saved = 0;
+    for (int st = DASH_STEPS_MAX; st >= 0; st--) {
+        if (d->cut_hist[st] && cnt_gt > 0)
+            saved += (double)d->cut_hist[st] * (sum_gt / cnt_gt - st);
+        cnt_gt += (double)d->len_hist[st];
+        sum_gt += (double)d->len_hist[st] * st;
+    }
+    return saved;
+}
+
+static void s_hist_add(dashboard_t *d, s_lanes_t *l)
+{
+    if (d->eval || l->in_hist || !l->decided || l->d < 0)
+        return;
+    l->in_hist = true;
+    int b = (int)(l->d * DASH_BINS);
+    b = SR_MAX(0, SR_MIN(DASH_BINS - 1, b));
+    d->hist[b]++;
+    if (l->cancel_decision)
+        d->hist_cancel[b]++;
+    d->hist_n++;
+    metrics_histogram_observe(d->h_div, l->d);
+}
+
+/* s_account counts the saving of groups that were cancelled, and the measured saving of shadow
+ * "cancel" decisions whose groups ran to the end. */
+static void s_account(dashboard_t *d)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    int ng = d->eval ? 0 : SR_MIN(coord_sched_groups(s), d->nlanes);
+    for (int gi = 0; gi < ng; gi++) {
+        coord_group_t *g = coord_sched_group(s, gi);
+        s_lanes_t *l = &d->lanes[gi];
+        s_hist_add(d, l);
+        if (g->cancelled && !l->accounted) {
+            l->accounted = true;
+            d->cancelled_groups++;
+            double spent = 0;
+            for (int t = 0; t < g->G && t < STORE_G_MAX; t++) {
+                spent += l->step[t];
+                if (!(l->ended & (1ull << t)))
+                    d->cut_hist[SR_MAX(0, SR_MIN(l->step[t], DASH_STEPS_MAX))]++;
+            }
+            d->calls_spent += spent;
+            metrics_counter_add(d->m_spent, spent);
+        }
+        if (!g->cancelled && l->cancel_decision && l->k >= 0 && !l->shadow_accounted) {
+            bool all_ended = true;
+            double after = 0;
+            for (int t = 0; t < g->G && t < STORE_G_MAX; t++) {
+                if (!(l->ended & (1ull << t)))
+                    all_ended = false;
+                if (l->step[t] > l->k)
+                    after += l->step[t] - l->k;
+            }
+            if (all_ended) {
+                l->shadow_accounted = true;
+                d->shadow_groups++;
+                d->calls_saved_shadow += after;
+            }
+        }
+    }
+}
+
+/* ---- Redis -------------------------------------------------------------------------------- */
+
+static int s_read_decisions(dashboard_t *d, store_t *st)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    int ng = SR_MIN(coord_sched_groups(s), d->nlanes);
+    for (int gi = 0; gi < ng; gi++) {
+        s_lanes_t *l = &d->lanes[gi];
+        if (l->final_read || (l->in_hist && (l->filtered || l->accounted || l->shadow_accounted)))
+            continue; /* nothing left to learn about it */
+        coord_group_t *cg = coord_sched_group(s, gi);
+        bool final = true;
+        for (int t = 0; t < cg->G && final; t++) {
+            coord_job_state_t js = coord_sched_job(s, cg->first_job + t)->state;
+            final = js == COORD_JOB_FINAL || js == COORD_JOB_DROPPED;
+        }
+        store_group_t g;
+        int rc = store_group_get(st, cg->gid, &g);
+        if (rc == SR_ENOTFOUND || rc == SR_EPROTO)
+            continue;
+        if (rc != SR_OK)
+            return rc;
+        l->filtered = g.status == STORE_GROUP_FILTERED;
+        l->final_read = final && g.gate_step >= 0; /* a decision may still be on its way */
+        if (g.gate_step >= 0 && g.divergence >= 0) {
+            l->k = g.gate_step;
+            l->d = g.divergence;
+            l->decided = true;
+            l->cancel_decision = strcmp(g.decision, "cancel") == 0;
+        }
+    }
+    return SR_OK;
+}
+
+static int s_collect_envw(const char *id, const store_field_t *f, size_t n, void *arg)
+{
+    cJSON *arr = arg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = f[i].name;
+        if (!strcmp(k, "endpoint") || !strcmp(k, "host"))
+            cJSON_AddStringToObject(o, k, f[i].value);
+        else if (!strcmp(k, "capacity") || !strcmp(k, "load") || !strcmp(k, "step_latency_ms"))
+            cJSON_AddNumberToObject(o, k, atof(f[i].value));
+    }
+    cJSON_AddItemToArray(arr, o);
+    return 0;
+}
+
+/* s_track_lost compares the names now present with those of the last pass: names gone are
+ * remembered as lost (newest first), names back are forgotten from the lost list. */
+static void s_track_lost(s_name_t **prev, int *nprev, const s_name_t *now, int nnow, s_lost_t *lost,
+                         int *nlost, int64_t now_ms, metrics_counter_t *ctr)
+{
+    for (int i = 0; i < *nprev; i++) {
+        bool present = false;
+        for (int j = 0; j < nnow && !present; j++)
+            present = strcmp((*prev)[i].name, now[j].name) == 0;
+        if (present)
+            continue;
+        memmove(&lost[1], &lost[0], (size_t)SR_MIN(*nlost, DASH_LOST - 1) * sizeof *lost);
+        snprintf(lost[0].name, sizeof lost[0].name, "%s", (*prev)[i].name);
+        lost[0].at_ms = now_ms;
+        *nlost = SR_MIN(*nlost + 1, DASH_LOST);
+        metrics_counter_inc(ctr);
+    }
+    for (int j = 0; j < nnow; j++)
+        for (int i = 0; i < *nlost; i++)
+            if (strcmp(lost[i].name, now[j].name) == 0) {
+                memmove(&lost[i], &lost[i + 1], (size_t)(*nlost - i - 1) * sizeof *lost);
+                (*nlost)--;
+                break;
+            }
+    *prev = sr_xrealloc(*prev, (size_t)(nnow ? nnow : 1) * sizeof **prev);
+    if (nnow)
+        memcpy(*prev, now, (size_t)nnow * sizeof *now);
+    *nprev = nnow;
+}
+
+static int s_read_envw(dashboard_t *d, store_t *st)
+{
+    cJSON *arr = cJSON_CreateArray();
+    int rc = store_list(st, "envw", s_collect_envw, arr);
+    if (rc != SR_OK) {
+        cJSON_Delete(arr);
+        return rc;
+    }
+    cJSON_Delete(d->envw);
+    d->envw = arr;
+    int n = cJSON_GetArraySize(arr);
+    s_name_t *names = sr_xcalloc((size_t)(n ? n : 1), sizeof *names);
+    for (int i = 0; i < n; i++) {
+        cJSON *id = cJSON_GetObjectItem(cJSON_GetArrayItem(arr, i), "id");
+        snprintf(names[i].name, sizeof names[i].name, "%s", cJSON_GetStringValue(id));
+    }
+    s_track_lost(&d->envw_prev, &d->nenvw_prev, names, n, d->lost_envw, &d->nlost_envw,
+                 clock_wall_ms(), d->m_lost);
+    free(names);
+    metrics_gauge_set(d->g_envw, n);
+    return SR_OK;
+}
+
+static double s_num(cJSON *o, const char *k, double def)
+{
+    cJSON *x = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : def;
+}
+
+static int s_read_iterations(dashboard_t *d, store_t *st)
+{
+    int64_t done = 0;
+    int rc = store_run_get_int(st, "iterations_done", &done);
+    if (rc == SR_ENOTFOUND)
+        return SR_OK;
+    if (rc != SR_OK)
+        return rc;
+    for (; d->iters_read < done; d->iters_read++) {
+        char key[256];
+        store_key(st, key, sizeof key, "iter:%lld", (long long)d->iters_read);
+        redisReply *rep = NULL;
+        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
+        if (rc != SR_OK)
+            return rc;
+        cJSON *o = rep->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(rep->str, rep->len)
+                                                   : NULL;
+        freeReplyObject(rep);
+        if (!o)
+            continue;
+        static const char *keep[] = {"iteration",         "train_success",   "heldout_success",
+                                     "zv_share",          "zero_adv_dilution", "wall_ms",
+                                     "groups_started",    "groups_cancelled", "groups_skipped",
+                                     "groups_filtered",   "llm_calls",       "tokens",
+                                     "aborted_tokens",    "policy_version_after"};
+        cJSON *row = cJSON_CreateObject();
+        for (size_t i = 0; i < SR_ARRAY_LEN(keep); i++) {
+            cJSON *x = cJSON_GetObjectItem(o, keep[i]);
+            if (cJSON_IsNumber(x))
+                cJSON_AddNumberToObject(row, keep[i], x->valuedouble);
+        }
+        d->skipped_total = (int64_t)s_num(o, "skipped_total", (double)d->skipped_total);
+        d->filtered_total = (int64_t)s_num(o, "filtered_total", (double)d->filtered_total);
+        d->cancelled_total = (int64_t)s_num(o, "cancelled_total", (double)d->cancelled_total);
+        metrics_gauge_set(d->g_train, s_num(o, "train_success", 0));
+        if (cJSON_GetObjectItem(o, "heldout_success"))
+            metrics_gauge_set(d->g_heldout, s_num(o, "heldout_success", 0));
+        metrics_gauge_set(d->g_zv, s_num(o, "zv_share", 0));
+        metrics_gauge_set(d->g_dilution, s_num(o, "zero_adv_dilution", 0));
+        metrics_gauge_set(d->g_iter_wall, s_num(o, "wall_ms", 0) / 1000.0);
+        cJSON_Delete(o);
+        cJSON_AddItemToArray(d->iters, row);
+        if (cJSON_GetArraySize(d->iters) > DASH_ITERS)
+            cJSON_DeleteItemFromArray(d->iters, 0);
+    }
+    return SR_OK;
+}
+
+/* s_redis_pass reads what only Redis knows, stopping at the first error. */
+static void s_redis_pass(dashboard_t *d)
+{
+    store_t *st = coord_store(d->c);
+    int rc = store_ping(st);
+    if (rc == SR_OK)
+        atomic_store(&d->redis_ok_ms, clock_mono_ms());
+    if (rc == SR_OK && coord_round_active(d->c))
+        rc = s_read_decisions(d, st);
+    if (rc == SR_OK)
+        rc = s_read_envw(d, st);
+    if (rc == SR_OK)
+        rc = s_read_iterations(d, st);
+    metrics_gauge_set(d->g_redis_up, rc == SR_OK ? 1 : 0);
+    if (rc != SR_OK)
+        log_warn_limited(5, "dashboard: Redis: %s", store_errstr(st));
+}
+
+/* ---- the snapshot -------------------------------------------------------------------------- */
+
+static char s_lane_state(const coord_job_t *j)
+{
+    switch (j->state) {
+    case COORD_JOB_QUEUED:
+        return 'q';
+    case COORD_JOB_LEASED:
+        return 'r';
+    case COORD_JOB_DROPPED:
+        return 'c';
+    case COORD_JOB_FINAL:
+        if (strcmp(j->status, "failed") == 0)
+            return 'f';
+        if (strcmp(j->status, "cancelled") == 0)
+            return 'c';
+        return 'd';
+    }
+    return '?';
+}
+
+static cJSON *s_groups_json(dashboard_t *d, int *counts, int *running_traj)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    cJSON *arr = cJSON_CreateArray();
+    int ng = coord_sched_groups(s);
+    s_ensure_lanes(d, ng);
+    for (int gi = 0; gi < ng; gi++) {
+        coord_group_t *g = coord_sched_group(s, gi);
+        s_lanes_t *l = &d->lanes[gi];
+        char lanes[STORE_G_MAX + 1];
+        bool all_final = true;
+        int G = SR_MIN(g->G, STORE_G_MAX);
+        for (int t = 0; t < G; t++) {
+            coord_job_t *j = coord_sched_job(s, g->first_job + t);
+            lanes[t] = s_lane_state(j);
+            if (lanes[t] == 'r')
+                (*running_traj)++;
+            if (lanes[t] == 'q' || lanes[t] == 'r')
+                all_final = false;
+        }
+        lanes[G] = '\0';
+        const char *st = l->filtered ? "filtered" : g->cancelled ? "cancelled"
+                                                   : all_final  ? "done"
+                                                                : "running";
+        int si = l->filtered ? 3 : g->cancelled ? 1 : all_final ? 2 : 0;
+        counts[si]++;
+        if (gi >= DASH_GROUPS_SHOWN)
+            continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", g->gid);
+        cJSON_AddStringToObject(o, "task", g->task);
+        cJSON_AddStringToObject(o, "st", st);
+        cJSON_AddStringToObject(o, "lanes", lanes);
+        cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+        for (int t = 0; t < G; t++)
+            cJSON_AddItemToArray(steps, cJSON_CreateNumber(l->step[t]));
+        if (l->decided) {
+            cJSON_AddNumberToObject(o, "k", l->k);
+            cJSON_AddNumberToObject(o, "d", (double)(int)(l->d * 1000 + 0.5) / 1000.0);
+            cJSON_AddBoolToObject(o, "cut", l->cancel_decision);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static cJSON *s_actors_json(dashboard_t *d, int *n_actors, int *free_slots)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    cJSON *arr = cJSON_CreateArray();
+    int64_t now = clock_mono_ms();
+    int na = coord_sched_actors(s);
+    s_name_t *names = sr_xcalloc((size_t)(na ? na : 1), sizeof *names);
+    for (int i = 0; i < na; i++) {
+        coord_actor_t *a = coord_sched_actor_at(s, i);
+        snprintf(names[i].name, sizeof names[i].name, "%s", a->name);
+        if (!a->gate) {
+            (*n_actors)++;
+            if (!a->draining)
+                *free_slots += SR_MAX(0, a->credit);
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", a->name);
+        cJSON_AddStringToObject(o, "role", a->gate ? "gate" : "actor");
+        cJSON_AddNumberToObject(o, "slots", a->slots);
+        cJSON_AddNumberToObject(o, "held", a->held);
+        cJSON_AddNumberToObject(o, "credit", a->credit);
+        cJSON_AddNumberToObject(o, "idle_ms", (double)(now - a->last_seen_ms));
+        cJSON_AddBoolToObject(o, "draining", a->draining);
+        cJSON_AddItemToArray(arr, o);
+    }
+    s_track_lost(&d->actors_prev, &d->nactors_prev, names, na, d->lost_actors, &d->nlost_actors,
+                 clock_wall_ms(), d->m_lost);
+    free(names);
+    return arr;
+}
+
+static cJSON *s_lost_json(const s_lost_t *lost, int n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    int64_t now = clock_wall_ms();
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", lost[i].name);
+        cJSON_AddNumberToObject(o, "ago_ms", (double)(now - lost[i].at_ms));
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+static void s_throughput_point(dashboard_t *d, int64_t now)
+{
+    if (d->tp_last_ms == 0) {
+        d->tp_last_ms = now;
+        d->tp_last_actions = d->actions_total;
+        return;
+    }
+    if (now - d->tp_last_ms < 1000)
+        return;
+    double v = (double)(d->actions_total - d->tp_last_actions) * 1000.0 /
+               (double)(now - d->tp_last_ms);
+    d->tp_t[d->tp_head] = (double)(now - d->t0_ms) / 1000.0;
+    d->tp_v[d->tp_head] = v;
+    d->tp_head = (d->tp_head + 1) % DASH_TP_POINTS;
+    d->tp_n = SR_MIN(d->tp_n + 1, DASH_TP_POINTS);
+    d->tp_last_ms = now;
+    d->tp_last_actions = d->actions_total;
+}
+
+static char *s_build(dashboard_t *d)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "v", 1);
+    cJSON_AddStringToObject(o, "run", coord_run_name(d->c));
+    cJSON_AddNumberToObject(o, "now_ms", (double)clock_wall_ms());
+    cJSON_AddNumberToObject(o, "round", (double)d->round);
+    cJSON_AddNumberToObject(o, "iteration", (double)d->iteration);
+    cJSON_AddBoolToObject(o, "eval", coord_round_eval(d->c));
+    cJSON_AddBoolToObject(o, "round_active", coord_round_active(d->c));
+    cJSON_AddNumberToObject(o, "policy_version", (double)coord_policy_version(d->c));
+    cJSON_AddNumberToObject(o, "actions_total", (double)d->actions_total);
+
+    int counts[4] = {0, 0, 0, 0}, running_traj = 0;
+    cJSON_AddItemToObject(o, "groups", s_groups_json(d, counts, &running_traj));
+    int n_actors = 0, free_slots = 0;
+    cJSON *actors = s_actors_json(d, &n_actors, &free_slots);
+    int queued = coord_sched_queued(s);
+
+    cJSON *c = cJSON_AddObjectToObject(o, "counts");
+    cJSON_AddNumberToObject(c, "running", counts[0]);
+    cJSON_AddNumberToObject(c, "cancelled", counts[1]);
+    cJSON_AddNumberToObject(c, "done", counts[2]);
+    cJSON_AddNumberToObject(c, "filtered", counts[3]);
+    cJSON_AddNumberToObject(c, "running_trajectories", running_traj);
+    cJSON_AddNumberToObject(c, "skipped_total", (double)d->skipped_total);
+    cJSON_AddNumberToObject(c, "filtered_total", (double)d->filtered_total);
+    cJSON_AddNumberToObject(c, "cancelled_total",
+                            (double)SR_MAX(d->cancelled_total, d->cancelled_groups));
+
+    cJSON *h = cJSON_AddObjectToObject(o, "hist");
+    cJSON_AddNumberToObject(h, "threshold", d->cfg.threshold);
+    cJSON_AddNumberToObject(h, "n", d->hist_n);
+    cJSON_AddItemToObject(h, "bins", cJSON_CreateIntArray(d->hist, DASH_BINS));
+    cJSON_AddItemToObject(h, "cut", cJSON_CreateIntArray(d->hist_cancel, DASH_BINS));
+
+    double tpc = s_tokens_per_call(d);
+    d->calls_saved_est = s_saved_estimate(d);
+    cJSON *sv = cJSON_AddObjectToObject(o, "saved");
+    cJSON_AddNumberToObject(sv, "cancelled_groups", (double)d->cancelled_groups);
+    cJSON_AddNumberToObject(sv, "llm_calls_spent", d->calls_spent);
+    cJSON_AddNumberToObject(sv, "llm_calls_saved_est", (double)(int64_t)d->calls_saved_est);
+    cJSON_AddNumberToObject(sv, "tokens_saved_est", (double)(int64_t)(d->calls_saved_est * tpc));
+    cJSON_AddNumberToObject(sv, "shadow_groups", (double)d->shadow_groups);
+    cJSON_AddNumberToObject(sv, "llm_calls_saved_shadow", d->calls_saved_shadow);
+    cJSON_AddNumberToObject(sv, "tokens_saved_shadow", (double)(int64_t)(d->calls_saved_shadow * tpc));
+    cJSON_AddNumberToObject(sv, "mean_episode_steps", (double)(int)(s_mean_len(d) * 100) / 100.0);
+    cJSON_AddNumberToObject(sv, "tokens_per_call", (double)(int)(tpc * 10) / 10.0);
+    cJSON_AddNumberToObject(sv, "run_llm_calls", (double)d->run_calls);
+    cJSON_AddNumberToObject(sv, "run_tokens", (double)d->run_tokens);
+
+    cJSON *tp = cJSON_AddObjectToObject(o, "throughput");
+    cJSON *tt = cJSON_AddArrayToObject(tp, "t"), *tv = cJSON_AddArrayToObject(tp, "steps_per_s");
+    for (int i = 0; i < d->tp_n; i++) {
+        int k = (d->tp_head - d->tp_n + i + DASH_TP_POINTS) % DASH_TP_POINTS;
+        cJSON_AddItemToArray(tt, cJSON_CreateNumber((double)(int)(d->tp_t[k] * 10) / 10.0));
+        cJSON_AddItemToArray(tv, cJSON_CreateNumber((double)(int)(d->tp_v[k] * 10) / 10.0));
+    }
+
+    cJSON_AddItemToObject(o, "actors", actors);
+    cJSON_AddItemToObject(o, "actors_lost", s_lost_json(d->lost_actors, d->nlost_actors));
+    cJSON_AddItemToObject(o, "env_workers",
+                          d->envw ? cJSON_Duplicate(d->envw, 1) : cJSON_CreateArray());
+    cJSON_AddItemToObject(o, "env_workers_lost", s_lost_json(d->lost_envw, d->nlost_envw));
+
+    double ratio = (double)queued / (double)SR_MAX(free_slots, 1);
+    cJSON *sc = cJSON_AddObjectToObject(o, "scheduler");
+    cJSON_AddNumberToObject(sc, "actors", n_actors);
+    cJSON_AddNumberToObject(sc, "free_slots", free_slots);
+    cJSON_AddNumberToObject(sc, "queued_jobs", queued);
+    cJSON_AddNumberToObject(sc, "queued_jobs_per_free_slot", ratio);
+
+    cJSON_AddItemToObject(o, "rounds", cJSON_Duplicate(d->rounds, 1));
+    cJSON_AddItemToObject(o, "iterations", cJSON_Duplicate(d->iters, 1));
+    cJSON *ss = cJSON_AddObjectToObject(o, "sse");
+    cJSON_AddNumberToObject(ss, "clients", http_srv_sse_clients(d->http));
+    cJSON_AddNumberToObject(ss, "bytes_total", (double)http_srv_sse_bytes(d->http));
+
+    metrics_gauge_set(d->g_actors, n_actors);
+    metrics_gauge_set(d->g_free, free_slots);
+    metrics_gauge_set(d->g_queued, queued);
+    metrics_gauge_set(d->g_ratio, ratio);
+    metrics_gauge_set(d->g_running, running_traj);
+    for (int i = 0; i < 4; i++)
+        metrics_gauge_set(d->g_groups[i], counts[i]);
+    metrics_gauge_set(d->g_iteration, (double)d->iteration);
+    metrics_gauge_set(d->g_policy, (double)coord_policy_version(d->c));
+    metrics_gauge_set(d->g_saved_calls, d->calls_saved_est);
+    metrics_gauge_set(d->g_saved_tokens, d->calls_saved_est * tpc);
+    metrics_gauge_set(d->g_shadow_calls, d->calls_saved_shadow);
+    metrics_gauge_set(d->g_sse_clients, http_srv_sse_clients(d->http));
+    uint64_t sb = http_srv_sse_bytes(d->http);
+    metrics_counter_add(d->m_sse_bytes, (double)(sb - d->sse_bytes_seen));
+    d->sse_bytes_seen = sb;
+
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* s_follow_round resets the per-round state when the coordinator moved on to another round (and
+ * the histogram when the iteration changed). The round that ended was accounted for by
+ * dashboard_on_round, while the scheduler still held it. */
+static void s_follow_round(dashboard_t *d)
+{
+    int64_t round = coord_next_round(d->c);
+    int64_t it = coord_round_iteration(d->c);
+    if (d->have_round && round == d->round)
+        return;
+    if (!d->have_round || it != d->iteration) {
+        memset(d->hist, 0, sizeof d->hist);
+        memset(d->hist_cancel, 0, sizeof d->hist_cancel);
+        d->hist_n = 0;
+    }
+    free(d->lanes);
+    d->lanes = NULL;
+    d->nlanes = 0;
+    d->round = round;
+    d->iteration = it;
+    d->eval = coord_round_eval(d->c);
+    d->have_round = true;
+}
+
+static void s_on_tick(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    dashboard_t *d = arg;
+    int64_t now = clock_mono_ms();
+    s_follow_round(d);
+    d->eval = coord_round_eval(d->c);
+    if (coord_round_active(d->c))
+        s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
+    if (now - d->last_redis_ms >= d->cfg.redis_every_ms) {
+        d->last_redis_ms = now;
+        s_redis_pass(d);
+    }
+    s_account(d);
+    s_throughput_point(d, now);
+    char *text = s_build(d);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    http_srv_sse_publish(d->http, "state", text, len);
+    if (now - d->last_store_ms >= 1000) {
+        d->last_store_ms = now;
+        char key[256];
+        store_t *st = coord_store(d->c);
+        store_key(st, key, sizeof key, "dashboard");
+        if (store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %b PX 60000", key, text, len) != SR_OK)
+            log_warn_limited(5, "dashboard: cannot store the snapshot: %s", store_errstr(st));
+    }
+    pthread_mutex_lock(&d->mu);
+    free(d->snap);
+    d->snap = text;
+    d->snap_len = len;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void dashboard_on_round(dashboard_t *d, const coord_round_summary_t *sum)
+{
+    if (!d || !sum)
+        return;
+    /* The scheduler still holds the round that ended: take the ACTIONs still queued on the bus
+     * and the last decisions in Redis, and account for it. */
+    if (sum->round == d->round && d->have_round) {
+        s_on_bus(NULL, NULL, 0, d);
+        s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
+        if (s_read_decisions(d, coord_store(d->c)) != SR_OK)
+            log_warn_limited(5, "dashboard: Redis: %s", store_errstr(coord_store(d->c)));
+        s_account(d);
+    }
+    d->run_calls += sum->llm_calls;
+    d->run_tokens += sum->tokens;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "round", (double)sum->round);
+    cJSON_AddNumberToObject(o, "groups", sum->groups);
+    cJSON_AddNumberToObject(o, "cancelled", sum->groups_cancelled);
+    cJSON_AddNumberToObject(o, "failed", sum->groups_failed);
+    cJSON_AddNumberToObject(o, "steps", (double)sum->steps);
+    cJSON_AddNumberToObject(o, "llm_calls", (double)sum->llm_calls);
+    cJSON_AddNumberToObject(o, "tokens", (double)sum->tokens);
+    cJSON_AddNumberToObject(o, "success", (double)(int)(sum->success_rate * 1000) / 1000.0);
+    cJSON_AddNumberToObject(o, "wall_ms", (double)sum->wall_ms);
+    cJSON_AddItemToArray(d->rounds, o);
+    if (cJSON_GetArraySize(d->rounds) > DASH_ROUNDS)
+        cJSON_DeleteItemFromArray(d->rounds, 0);
+}
+
+/* ---- HTTP handlers (connection threads) ------------------------------------------------------ */
+
+char *dashboard_snapshot_json(dashboard_t *d)
+{
+    if (!d)
+        return NULL;
+    pthread_mutex_lock(&d->mu);
+    char *copy = d->snap ? sr_xstrdup(d->snap) : NULL;
+    pthread_mutex_unlock(&d->mu);
+    return copy;
+}
+
+static void s_http_state(void *arg, http_reply_t *out)
+{
+    dashboard_t *d = arg;
+    char *text = dashboard_snapshot_json(d);
+    if (!text) {
+        out->status = 503;
+        out->body = sr_xstrdup("{\"error\":\"no snapshot yet\"}");
+    } else {
+        out->body = text;
+    }
+    out->len = strlen(out->body);
+    out->content_type = "application/json";
+}
+
+static void s_http_health(void *arg, http_reply_t *out)
+{
+    dashboard_t *d = arg;
+    int64_t age = clock_mono_ms() - atomic_load(&d->redis_ok_ms);
+    bool ok = age <= SR_MAX(3000, 3 * d->cfg.redis_every_ms);
+    out->status = ok ? 200 : 503;
+    out->body = sr_xstrdup(ok ? "ok\n" : "redis unreachable\n");
+    out->len = strlen(out->body);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+static void s_metrics(dashboard_t *d, metrics_registry_t *reg)
+{
+    d->g_actors = metrics_gauge(reg, "selroll_coordinator_actors", "Actors in the pool.", NULL);
+    d->g_free = metrics_gauge(reg, "selroll_coordinator_free_slots",
+                              "Free slots the actors granted (credit), draining actors excluded.",
+                              NULL);
+    d->g_queued = metrics_gauge(reg, "selroll_coordinator_queued_jobs",
+                                "Jobs waiting for a slot.", NULL);
+    d->g_ratio = metrics_gauge(reg, "selroll_coordinator_queued_jobs_per_free_slot",
+                               "Queued jobs / max(free slots, 1): the actor autoscaling signal.",
+                               NULL);
+    d->g_running = metrics_gauge(reg, "selroll_coordinator_trajectories_running",
+                                 "Jobs leased to actors now.", NULL);
+    static const char *st[4] = {"running", "cancelled", "done", "filtered"};
+    for (int i = 0; i < 4; i++)
+        d->g_groups[i] = metrics_gauge(reg, "selroll_coordinator_groups",
+                                       "Groups of the current round by status.", "status", st[i],
+                                       NULL);
+    d->g_envw = metrics_gauge(reg, "selroll_coordinator_env_workers",
+                              "Env workers live in the Redis registry.", NULL);
+    d->g_iteration = metrics_gauge(reg, "selroll_coordinator_iteration",
+                                   "Iteration of the current round.", NULL);
+    d->g_policy = metrics_gauge(reg, "selroll_coordinator_policy_version",
+                                "Policy version rollouts use.", NULL);
+    d->g_saved_calls = metrics_gauge(reg, "selroll_coordinator_llm_calls_saved_estimate",
+                                     "LLM calls saved by cancelled groups (estimate).", NULL);
+    d->g_saved_tokens = metrics_gauge(reg, "selroll_coordinator_tokens_saved_estimate",
+                                      "Tokens saved by cancelled groups (estimate).", NULL);
+    d->g_shadow_calls = metrics_gauge(reg, "selroll_coordinator_llm_calls_saved_shadow",
+                                      "LLM calls after K of groups the gate would have cancelled "
+                                      "(shadow decisions, measured).",
+                                      NULL);
+    d->g_train = metrics_gauge(reg, "selroll_coordinator_train_success",
+                               "Train success of the last iteration.", NULL);
+    d->g_heldout = metrics_gauge(reg, "selroll_coordinator_heldout_success",
+                                 "Held-out success of the last evaluation.", NULL);
+    d->g_zv = metrics_gauge(reg, "selroll_coordinator_zero_variance_share",
+                            "Zero-variance share of the last iteration's groups.", NULL);
+    d->g_dilution = metrics_gauge(reg, "selroll_coordinator_zero_adv_dilution",
+                                  "Share of the last batch's steps with advantage 0.", NULL);
+    d->g_iter_wall = metrics_gauge(reg, "selroll_coordinator_iteration_seconds",
+                                   "Wall-clock of the last iteration.", NULL);
+    d->g_sse_clients = metrics_gauge(reg, "selroll_dashboard_sse_clients",
+                                     "Open dashboard event streams.", NULL);
+    d->g_redis_up = metrics_gauge(reg, "selroll_coordinator_redis_up",
+                                  "1 when the dashboard's last Redis pass succeeded.", NULL);
+    d->m_actions = metrics_counter(reg, "selroll_coordinator_actions_total",
+                                   "ACTIONs of this run seen on the bus (steps).", NULL);
+    d->m_lost = metrics_counter(reg, "selroll_coordinator_lost_total",
+                                "Actors and env workers that vanished from the pool.", NULL);
+    d->m_spent = metrics_counter(reg, "selroll_coordinator_llm_calls_cancelled_total",
+                                 "LLM calls spent in groups that were cancelled.", NULL);
+    d->m_sse_bytes = metrics_counter(reg, "selroll_dashboard_sse_bytes_total",
+                                     "Bytes of snapshots written to event streams.", NULL);
+    d->m_bad = metrics_counter(reg, "selroll_dashboard_bad_messages_total",
+                               "Bus messages the dashboard could not read.", NULL);
+    double bounds[DASH_BINS];
+    for (int i = 0; i < DASH_BINS; i++)
+        bounds[i] = (double)(i + 1) / DASH_BINS;
+    d->h_div = metrics_histogram(reg, "selroll_coordinator_gate_divergence",
+                                 "d_K of the gate's decisions (all groups, cancelled or not).",
+                                 bounds, DASH_BINS, NULL);
+}
+
+dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, size_t errlen)
+{
+    char e[512] = "";
+    if (!c || !cfg) {
+        if (err)
+            snprintf(err, errlen, "dashboard: no coordinator");
+        return NULL;
+    }
+    dashboard_t *d = sr_xcalloc(1, sizeof *d);
+    d->c = c;
+    d->cfg = *cfg;
+    if (d->cfg.period_ms < 50)
+        d->cfg.period_ms = 50;
+    if (d->cfg.redis_every_ms < d->cfg.period_ms)
+        d->cfg.redis_every_ms = d->cfg.period_ms;
+    d->token = cfg->token && *cfg->token ? sr_xstrdup(cfg->token) : NULL;
+    d->cfg.token = d->token;
+    d->cfg.http = NULL;
+    d->timer = -1;
+    d->rounds = cJSON_CreateArray();
+    d->iters = cJSON_CreateArray();
+    d->t0_ms = clock_mono_ms();
+    atomic_init(&d->redis_ok_ms, 0);
+    pthread_mutex_init(&d->mu, NULL);
+    s_metrics(d, coord_metrics(c));
+
+    http_srv_cfg_t hc;
+    http_srv_cfg_init(&hc);
+    hc.bind = cfg->http;
+    hc.token = d->token;
+    d->http = http_srv_new(&hc, e, sizeof e);
+    if (!d->http)
+        goto fail;
+    if (http_srv_route_static(d->http, "/", "text/html; charset=utf-8", dashboard_page,
+                              dashboard_page_len) != SR_OK ||
+        http_srv_route(d->http, "/api/state", s_http_state, d) != SR_OK ||
+        http_srv_route_sse(d->http, "/api/events") != SR_OK ||
+        http_srv_route_metrics(d->http, "/metrics", coord_metrics(c)) != SR_OK ||
+        http_srv_route(d->http, "/health", s_http_health, d) != SR_OK ||
+        http_srv_route_public(d->http, "/health") != SR_OK) {
+        snprintf(e, sizeof e, "cannot set up the HTTP routes");
+        goto fail;
+    }
+
+    d->sub = transport_sock_new(coord_zctx(c), ZMQ_SUB, NULL, e, sizeof e);
+    if (!d->sub)
+        goto fail;
+    char topic[PROTO_MAX_ID + 32];
+    snprintf(topic, sizeof topic, "act/%s/", coord_run_name(c));
+    int rc = zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_SUBSCRIBE, topic, strlen(topic));
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", coord_run_name(c));
+    if (rc == 0)
+        rc = zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_SUBSCRIBE, topic, strlen(topic));
+    if (rc != 0 || transport_connect(d->sub, coord_bus_sub_local(c)) != SR_OK) {
+        snprintf(e, sizeof e, "dashboard bus subscription: %s", transport_sock_errstr(d->sub));
+        goto fail;
+    }
+    if (reactor_add_zsock(coord_reactor(c), transport_sock_zmq(d->sub), REACTOR_READ, s_on_bus,
+                          d) != SR_OK) {
+        snprintf(e, sizeof e, "dashboard: cannot register with the reactor");
+        goto fail;
+    }
+    d->sub_added = true;
+    d->timer = reactor_timer_add(coord_reactor(c), d->cfg.period_ms, d->cfg.period_ms, s_on_tick, d);
+    if (d->timer < 0) {
+        snprintf(e, sizeof e, "dashboard: cannot register a timer");
+        goto fail;
+    }
+    if (store_ping(coord_store(c)) == SR_OK)
+        atomic_store(&d->redis_ok_ms, clock_mono_ms());
+    if (http_srv_start(d->http, e, sizeof e) != SR_OK)
+        goto fail;
+    return d;
+
+fail:
+    if (err)
+        snprintf(err, errlen, "%s", e);
+    dashboard_destroy(&d);
+    return NULL;
+}
+
+int dashboard_port(const dashboard_t *d) { return d ? http_srv_port(d->http) : 0; }
+
+void dashboard_destroy(dashboard_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    dashboard_t *d = *self_p;
+    http_srv_destroy(&d->http);
+    if (d->timer >= 0)
+        reactor_timer_cancel(coord_reactor(d->c), d->timer);
+    if (d->sub_added)
+        reactor_remove_zsock(coord_reactor(d->c), transport_sock_zmq(d->sub));
+    transport_sock_destroy(&d->sub);
+    cJSON_Delete(d->rounds);
+    cJSON_Delete(d->iters);
+    cJSON_Delete(d->envw);
+    free(d->lanes);
+    free(d->actors_prev);
+    free(d->envw_prev);
+    free(d->snap);
+    free(d->token);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    *self_p = NULL;
+}

@@ -1,0 +1,259 @@
+/*
+ * test_dashboard.c — the coordinator's dashboard in-process, over a real redis-server, real
+ * ZeroMQ bus and real HTTP (libcurl): the snapshot follows the scheduler and the bus, /metrics
+ * carries the autoscaling gauges, the token guards everything but /health, and /health turns 503
+ * when Redis goes away while the coordinator keeps serving.
+ */
+#include "tests/harness.h"
+#include "common/buf.h"
+#include "common/proto.h"
+#include "common/sr.h"
+#include "common/transport.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/dashboard.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    char *data;
+    size_t len;
+} s_body_t;
+
+static size_t s_collect(char *p, size_t size, size_t n, void *arg)
+{
+    s_body_t *b = arg;
+    b->data = realloc(b->data, b->len + size * n + 1);
+    memcpy(b->data + b->len, p, size * n);
+    b->len += size * n;
+    b->data[b->len] = '\0';
+    return size * n;
+}
+
+/* s_get fetches http://127.0.0.1:port/path (with the bearer token when token is not NULL) into a
+ * new string *out (may be NULL to discard); returns the status code, -1 without an answer. */
+static long s_get(int port, const char *path, const char *token, char **out)
+{
+    char url[256], auth[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    s_body_t b = {0};
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = NULL;
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        hl = curl_slist_append(NULL, auth);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    long code = -1;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    if (out)
+        *out = b.data;
+    else
+        free(b.data);
+    return code;
+}
+
+static void *s_run_main(void *arg)
+{
+    coord_run(arg);
+    return NULL;
+}
+
+/* s_state fetches and parses the snapshot (NULL when not there yet). */
+static cJSON *s_state(int port)
+{
+    char *body = NULL;
+    cJSON *o = NULL;
+    if (s_get(port, "/api/state", "tok", &body) == 200)
+        o = cJSON_Parse(body);
+    free(body);
+    return o;
+}
+
+static void s_publish_action(transport_sock_t *pub, int traj, int step)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_ACTION);
+    m.u.action.run = "dash";
+    m.u.action.group = "r0000-g0000";
+    m.u.action.traj = traj;
+    m.u.action.step = step;
+    m.u.action.action = "go to countertop 1";
+    sr_buf_t b;
+    sr_buf_init(&b);
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    assert_int_equal(transport_send_topic(pub, "act/dash/r0000-g0000", b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+}
+
+static void the_dashboard_follows_the_run_and_reports_redis_health(void **state)
+{
+    (void)state;
+    harness_redis_t redis;
+    assert_int_equal(harness_redis_start(&redis), 0);
+    coord_cfg_t cfg;
+    coord_cfg_init(&cfg);
+    cfg.run = "dash";
+    cfg.redis_url = redis.url;
+    cfg.redis_timeout_ms = 300;
+    cfg.work_bind = "tcp://127.0.0.1:*";
+    cfg.bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg.bus_sub_bind = "tcp://127.0.0.1:*";
+    cfg.groups = 1;
+    cfg.group_size = 8;
+    char err[512] = "";
+    coord_t *c = coord_new(&cfg, err, sizeof err);
+    assert_non_null(c);
+
+    dashboard_cfg_t dc;
+    dashboard_cfg_init(&dc);
+    dc.http = "127.0.0.1:0";
+    dc.token = "tok";
+    dc.period_ms = 50;
+    dc.redis_every_ms = 100;
+    dashboard_t *d = dashboard_new(c, &dc, err, sizeof err);
+    assert_non_null(d);
+    int port = dashboard_port(d);
+    assert_true(port > 0);
+
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_run_main, c), 0);
+
+    /* the first snapshot: one group of 8 queued jobs, no actor */
+    cJSON *st = NULL;
+    int64_t deadline = harness_now_ms() + 10000;
+    while (!(st = s_state(port)) && harness_now_ms() < deadline)
+        usleep(20 * 1000);
+    assert_non_null(st);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(st, "run")), "dash");
+    cJSON *groups = cJSON_GetObjectItem(st, "groups");
+    assert_int_equal(cJSON_GetArraySize(groups), 1);
+    cJSON *g0 = cJSON_GetArrayItem(groups, 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(g0, "lanes")), "qqqqqqqq");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(g0, "st")), "running");
+    cJSON *sc = cJSON_GetObjectItem(st, "scheduler");
+    assert_int_equal(cJSON_GetObjectItem(sc, "queued_jobs")->valueint, 8);
+    assert_int_equal(cJSON_GetObjectItem(sc, "actors")->valueint, 0);
+    cJSON_Delete(st);
+
+    /* /metrics: the gauges the autoscaler reads; the token is required */
+    char *text = NULL;
+    assert_int_equal(s_get(port, "/metrics", NULL, NULL), 401);
+    assert_int_equal(s_get(port, "/metrics", "tok", &text), 200);
+    assert_non_null(strstr(text, "\nselroll_coordinator_actors 0\n"));
+    assert_non_null(strstr(text, "\nselroll_coordinator_free_slots 0\n"));
+    assert_non_null(strstr(text, "\nselroll_coordinator_queued_jobs 8\n"));
+    assert_non_null(strstr(text, "\nselroll_coordinator_queued_jobs_per_free_slot 8\n"));
+    assert_non_null(strstr(text, "# TYPE selroll_coordinator_gate_divergence histogram\n"));
+    free(text);
+    text = NULL;
+    assert_int_equal(s_get(port, "/", "tok", &text), 200);
+    assert_non_null(strstr(text, "<title>selroll dashboard</title>"));
+    free(text);
+    assert_int_equal(s_get(port, "/api/nope", "tok", NULL), 404);
+
+    /* the bus: an ACTION moves its trajectory's lane (publish until the subscription is up) */
+    coord_endpoints_t ep;
+    coord_endpoints(c, &ep);
+    transport_sock_t *pub = transport_sock_new(coord_zctx(c), ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(pub);
+    assert_int_equal(transport_connect(pub, ep.bus_pub), SR_OK);
+    int step3 = 0;
+    deadline = harness_now_ms() + 10000;
+    while (step3 != 7 && harness_now_ms() < deadline) {
+        s_publish_action(pub, 3, 7);
+        usleep(50 * 1000);
+        st = s_state(port);
+        if (st) {
+            cJSON *steps = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(st, "groups"), 0), "steps");
+            step3 = cJSON_GetArrayItem(steps, 3)->valueint;
+            assert_int_equal(cJSON_GetArrayItem(steps, 2)->valueint, 0);
+            cJSON_Delete(st);
+        }
+    }
+    assert_int_equal(step3, 7);
+
+    /* the snapshot is in Redis for `selroll status` */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d exists selroll:dash:dashboard", redis.port);
+    FILE *p = popen(cmd, "r");
+    char line[32] = "";
+    assert_non_null(fgets(line, sizeof line, p));
+    pclose(p);
+    assert_string_equal(line, "1\n");
+
+    /* /health: 200 while Redis answers, 503 once it is gone; the server keeps answering */
+    assert_int_equal(s_get(port, "/health", NULL, NULL), 200);
+    harness_redis_stop(&redis);
+    long code = 200;
+    deadline = harness_now_ms() + 15000;
+    while ((code = s_get(port, "/health", NULL, NULL)) == 200 && harness_now_ms() < deadline)
+        usleep(100 * 1000);
+    assert_int_equal(code, 503);
+    assert_int_equal(s_get(port, "/api/state", "tok", NULL), 200);
+
+    coord_stop(c);
+    pthread_join(th, NULL);
+    transport_sock_destroy(&pub);
+    dashboard_destroy(&d);
+    assert_null(d);
+    coord_destroy(&c);
+}
+
+static void a_busy_address_is_refused_with_a_reason(void **state)
+{
+    (void)state;
+    harness_redis_t redis;
+    assert_int_equal(harness_redis_start(&redis), 0);
+    coord_cfg_t cfg;
+    coord_cfg_init(&cfg);
+    cfg.run = "dash2";
+    cfg.redis_url = redis.url;
+    cfg.work_bind = "tcp://127.0.0.1:*";
+    cfg.bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg.bus_sub_bind = "tcp://127.0.0.1:*";
+    char err[512] = "";
+    coord_t *c = coord_new(&cfg, err, sizeof err);
+    assert_non_null(c);
+    dashboard_cfg_t dc;
+    dashboard_cfg_init(&dc);
+    dc.http = "127.0.0.1:0";
+    dashboard_t *a = dashboard_new(c, &dc, err, sizeof err);
+    assert_non_null(a);
+    char bind[64];
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", dashboard_port(a));
+    dc.http = bind;
+    assert_null(dashboard_new(c, &dc, err, sizeof err));
+    assert_non_null(strstr(err, "cannot listen"));
+    dc.http = "not-an-address";
+    assert_null(dashboard_new(c, &dc, err, sizeof err));
+    assert_non_null(strstr(err, "bad HTTP address"));
+    dashboard_destroy(&a);
+    coord_destroy(&c);
+    harness_redis_stop(&redis);
+}
+
+int main(int argc, char **argv)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_dashboard_follows_the_run_and_reports_redis_health),
+        cmocka_unit_test(a_busy_address_is_refused_with_a_reason),
+    };
+    int rc = harness_run_("dashboard", tests, sizeof tests / sizeof tests[0], argc, argv);
+    curl_global_cleanup();
+    return rc;
+}

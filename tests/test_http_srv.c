@@ -1,0 +1,325 @@
+/*
+ * test_http_srv.c — the operational HTTP server over real loopback sockets, with libcurl as the
+ * client: routes, Prometheus text, HTTP errors for bad requests, the bearer token, and event
+ * streams that deliver the latest published event.
+ */
+#include "tests/harness.h"
+#include "common/http_srv.h"
+#include "common/sr.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    char *data;
+    size_t len;
+    const char *stop_at; /* abort the transfer once this text arrived (streams) */
+} s_body_t;
+
+static size_t s_collect(char *p, size_t size, size_t n, void *arg)
+{
+    s_body_t *b = arg;
+    b->data = realloc(b->data, b->len + size * n + 1);
+    memcpy(b->data + b->len, p, size * n);
+    b->len += size * n;
+    b->data[b->len] = '\0';
+    if (b->stop_at && strstr(b->data, b->stop_at))
+        return 0;
+    return size * n;
+}
+
+/* s_get requests url with an optional extra header and method; returns the status code. */
+static long s_get(const char *url, const char *header, const char *method, s_body_t *body)
+{
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    struct curl_slist *hl = header ? curl_slist_append(NULL, header) : NULL;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (hl)
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    if (method && strcmp(method, "POST") == 0)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "x=1");
+    CURLcode rc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR)
+        code = -1;
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    return code;
+}
+
+static void s_hello(void *arg, http_reply_t *out)
+{
+    (void)arg;
+    out->body = strdup("hello\n");
+    out->len = 6;
+}
+
+static void s_unavailable(void *arg, http_reply_t *out)
+{
+    (void)arg;
+    out->status = 503;
+    out->body = strdup("redis unreachable\n");
+    out->len = strlen(out->body);
+}
+
+static http_srv_t *s_start(const char *token, metrics_registry_t *reg)
+{
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    cfg.bind = "127.0.0.1:0";
+    cfg.token = token;
+    cfg.keepalive_ms = 200;
+    char err[256];
+    http_srv_t *s = http_srv_new(&cfg, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(http_srv_route(s, "/hello", s_hello, NULL), SR_OK);
+    assert_int_equal(http_srv_route(s, "/health", s_unavailable, NULL), SR_OK);
+    assert_int_equal(http_srv_route_public(s, "/health"), SR_OK);
+    assert_int_equal(http_srv_route_static(s, "/", "text/html; charset=utf-8", "<p>x</p>", 8),
+                     SR_OK);
+    if (reg)
+        assert_int_equal(http_srv_route_metrics(s, "/metrics", reg), SR_OK);
+    assert_int_equal(http_srv_route_sse(s, "/events"), SR_OK);
+    assert_int_equal(http_srv_route_sse(s, "/events2"), SR_ECONFLICT);
+    assert_int_equal(http_srv_route(s, "/hello", s_hello, NULL), SR_EINVAL);
+    assert_int_equal(http_srv_start(s, err, sizeof err), SR_OK);
+    assert_true(http_srv_port(s) > 0);
+    return s;
+}
+
+static void s_url(http_srv_t *s, const char *path, char *buf, size_t len)
+{
+    snprintf(buf, len, "http://127.0.0.1:%d%s", http_srv_port(s), path);
+}
+
+static void routes_answer_and_unknown_paths_are_404(void **state)
+{
+    (void)state;
+    metrics_registry_t *reg = metrics_registry_new();
+    metrics_gauge_set(metrics_gauge(reg, "selroll_test_gauge", "A gauge.", NULL), 7);
+    http_srv_t *s = s_start(NULL, reg);
+    char url[128];
+    s_body_t b = {0};
+    s_url(s, "/hello", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_string_equal(b.data, "hello\n");
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/metrics", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_non_null(strstr(b.data, "# TYPE selroll_test_gauge gauge\nselroll_test_gauge 7\n"));
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/health", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 503);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/nope", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 404);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/hello", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, "POST", &b), 405);
+    free(b.data);
+    http_srv_destroy(&s);
+    assert_null(s);
+    metrics_registry_destroy(&reg);
+}
+
+static void oversize_headers_are_refused_and_the_server_goes_on(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start(NULL, NULL);
+    char url[128];
+    s_url(s, "/hello", url, sizeof url);
+    size_t n = 64 * 1024;
+    char *big = malloc(n + 16);
+    memcpy(big, "X-Big: ", 7);
+    memset(big + 7, 'a', n);
+    big[n + 7] = '\0';
+    s_body_t b = {0};
+    assert_int_equal(s_get(url, big, NULL, &b), 431);
+    free(b.data);
+    free(big);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    free(b.data);
+    http_srv_destroy(&s);
+}
+
+static void a_set_token_is_required_except_on_public_paths(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start("s3cret", NULL);
+    char url[160];
+    s_body_t b = {0};
+    s_url(s, "/hello", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 401);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(s_get(url, "Authorization: Bearer wrong", NULL, &b), 401);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(s_get(url, "Authorization: Bearer s3cret", NULL, &b), 200);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/hello?token=s3cret", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/hello?token=s3cre", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 401);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/health", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 503); /* public: the handler answers */
+    free(b.data);
+    http_srv_destroy(&s);
+}
+
+typedef struct {
+    char url[160];
+    s_body_t body;
+    long code;
+} s_reader_t;
+
+static void *s_reader_main(void *arg)
+{
+    s_reader_t *r = arg;
+    r->code = s_get(r->url, NULL, NULL, &r->body);
+    return NULL;
+}
+
+static void streams_deliver_the_latest_event(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start(NULL, NULL);
+    assert_int_equal(http_srv_sse_publish(s, "state", "{\"n\":1}", 7), SR_OK);
+    assert_int_equal(http_srv_sse_publish(s, "state", "a\nb", 3), SR_EINVAL);
+    s_reader_t r;
+    memset(&r, 0, sizeof r);
+    s_url(s, "/events", r.url, sizeof r.url);
+    r.body.stop_at = "{\"n\":3}";
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_reader_main, &r), 0);
+    int64_t deadline = harness_now_ms() + 10000;
+    while (http_srv_sse_clients(s) < 1 && harness_now_ms() < deadline)
+        usleep(5000);
+    assert_int_equal(http_srv_sse_clients(s), 1);
+    usleep(1000 * 1000); /* five keep-alive periods: comment lines go out */
+    assert_int_equal(http_srv_sse_publish(s, "state", "{\"n\":2}", 7), SR_OK);
+    usleep(50 * 1000);
+    assert_int_equal(http_srv_sse_publish(s, "state", "{\"n\":3}", 7), SR_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(r.code, 200);
+    assert_non_null(r.body.data);
+    assert_non_null(strstr(r.body.data, "retry: 2000\n"));
+    assert_non_null(strstr(r.body.data, "event: state\ndata: {\"n\":1}\n\n"));
+    assert_non_null(strstr(r.body.data, ": keep-alive\n\n"));
+    assert_non_null(strstr(r.body.data, "data: {\"n\":3}\n\n"));
+    assert_true(http_srv_sse_bytes(s) >= 3 * 20);
+    free(r.body.data);
+    deadline = harness_now_ms() + 3000;
+    while (http_srv_sse_clients(s) > 0 && harness_now_ms() < deadline)
+        usleep(5000);
+    assert_int_equal(http_srv_sse_clients(s), 0);
+    http_srv_destroy(&s);
+}
+
+static void an_open_stream_does_not_hold_up_shutdown(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start(NULL, NULL);
+    s_reader_t r;
+    memset(&r, 0, sizeof r);
+    s_url(s, "/events", r.url, sizeof r.url);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_reader_main, &r), 0);
+    int64_t deadline = harness_now_ms() + 10000;
+    while (http_srv_sse_clients(s) < 1 && harness_now_ms() < deadline)
+        usleep(5000);
+    assert_int_equal(http_srv_sse_clients(s), 1);
+    int64_t t0 = harness_now_ms();
+    http_srv_destroy(&s);
+    int64_t took = harness_now_ms() - t0;
+    pthread_join(th, NULL); /* the stream ended: the client returned */
+    free(r.body.data);
+    assert_true(took < 5000); /* not the 60 s connection timeout, nor a hang */
+}
+
+static void bad_addresses_are_refused_with_a_reason(void **state)
+{
+    (void)state;
+    const char *bad[] = {"8600", "127.0.0.1", "127.0.0.1:x", "300.1.1.1:80", "h:70000", ":80", NULL};
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    for (int i = 0; i < 7; i++) {
+        char err[256] = "";
+        cfg.bind = bad[i];
+        assert_null(http_srv_new(&cfg, err, sizeof err));
+        assert_non_null(strstr(err, "bad HTTP address"));
+    }
+    /* a port in use: start fails with a reason, nothing leaks */
+    http_srv_t *a = s_start(NULL, NULL);
+    char bind[64], err[256] = "";
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", http_srv_port(a));
+    cfg.bind = bind;
+    http_srv_t *b = http_srv_new(&cfg, err, sizeof err);
+    assert_non_null(b);
+    assert_int_equal(http_srv_start(b, err, sizeof err), SR_EIO);
+    assert_non_null(strstr(err, "cannot listen"));
+    http_srv_destroy(&b);
+    http_srv_destroy(&a);
+}
+
+static void a_role_serves_its_registry_and_health(void **state)
+{
+    (void)state;
+    metrics_registry_t *reg = metrics_registry_new();
+    metrics_counter_inc(metrics_counter(reg, "selroll_role_things_total", "Things.", NULL));
+    char err[256] = "";
+    assert_null(http_srv_serve_metrics("127.0.0.1:x", reg, err, sizeof err));
+    assert_non_null(strstr(err, "bad HTTP address"));
+    http_srv_t *s = http_srv_serve_metrics("0", reg, err, sizeof err); /* a free loopback port */
+    assert_non_null(s);
+    char url[128];
+    s_body_t b = {0};
+    s_url(s, "/metrics", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_non_null(strstr(b.data, "selroll_role_things_total 1\n"));
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/health", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_string_equal(b.data, "ok\n");
+    free(b.data);
+    http_srv_destroy(&s);
+    metrics_registry_destroy(&reg);
+}
+
+int main(int argc, char **argv)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(routes_answer_and_unknown_paths_are_404),
+        cmocka_unit_test(oversize_headers_are_refused_and_the_server_goes_on),
+        cmocka_unit_test(a_set_token_is_required_except_on_public_paths),
+        cmocka_unit_test(streams_deliver_the_latest_event),
+        cmocka_unit_test(an_open_stream_does_not_hold_up_shutdown),
+        cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
+        cmocka_unit_test(a_role_serves_its_registry_and_health),
+    };
+    int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
+    curl_global_cleanup();
+    return rc;
+}
