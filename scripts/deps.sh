@@ -10,6 +10,7 @@ PKGS=(
   redis-server redis-tools valgrind
   python3 python3-zmq python3-msgpack curl
   iproute2 procps
+  clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
 )
 
 missing=()
