@@ -294,6 +294,11 @@ curve_t *curve_new(const char *keys_dir, const char *name, const char *authorize
     if (s_path(path, sizeof path, keys_dir, name && *name ? name : "client", ".key") != SR_OK ||
         !s_exists(path))
         (void)s_path(path, sizeof path, keys_dir, "client", ".key");
+    if (!s_exists(path)) {
+        s_fmt(err, errlen, "no %s.key or client.key in %s (selroll keygen writes them)",
+              name && *name ? name : "client", keys_dir);
+        goto fail;
+    }
     if (curve_read_key(path, c->sec, err, errlen) != SR_OK)
         goto fail;
     if (zmq_curve_public(c->pub, c->sec) != 0) {
