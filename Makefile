@@ -80,7 +80,7 @@ test: deps
 # (part of `make test`) runs each FUZZ_SHORT_SECONDS on the committed corpus.
 FUZZ_CC            ?= clang
 FUZZ_SECONDS       ?= 60
-FUZZ_SHORT_SECONDS ?= 5
+FUZZ_SHORT_SECONDS ?= 4
 FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -MMD -MP -I. \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                  $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

@@ -56,8 +56,10 @@ say "hostile: $N messages to each of work, bus, env, trainer and HTTP during the
   >"$T/hostile.out" 2>&1 || bad "hostile.py: $(tail -n 3 "$T/hostile.out")"
 sed 's/^/   /' "$T/hostile.out"
 kill -0 "$RUN_PID" 2>/dev/null || say "(the round ended before the last message was sent)"
-curl -sf "$POLICY_URL/health" >/dev/null 2>&1 || kill -0 "$RUN_PID" 2>/dev/null \
-  && say "policy server still answers /health" || true
+if kill -0 "$RUN_PID" 2>/dev/null; then
+  curl -sf "$POLICY_URL/health" >/dev/null 2>&1 && say "policy server still answers /health" \
+    || bad "policy server does not answer /health after the attack"
+fi
 
 for _ in $(seq 450); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$RUN_PID" 2>/dev/null; then

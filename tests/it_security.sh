@@ -70,7 +70,7 @@ K="$T/keys"
   || bad "keygen did not lay out the authorised keys as expected"
 
 # probe EP NAME: prints "reply" when a RESET sent with key pair NAME ("none" = no CURVE) is
-# answered within 1.5 s, "silent" otherwise.
+# answered within 1 s, "silent" otherwise.
 probe() {
   "$PY" - "$1" "$2" "$K" <<'PY'
 import os, sys, msgpack, zmq
@@ -88,7 +88,7 @@ if name != "none":
     s.curve_serverkey = key(os.path.join(kdir, "server.pub"))
 s.connect(ep)
 s.send(msgpack.packb({"t": "RESET", "v": 1, "rid": 1, "session": "p", "task": "household/train/1"}))
-print("reply" if s.poll(1500) else "silent")
+print("reply" if s.poll(1000) else "silent")
 s.close(); ctx.term()
 PY
 }
@@ -128,7 +128,11 @@ out=$(timeout 10 "$S" env-worker --bind tcp://127.0.0.1:0 --capacity 2 --curve-k
 start_envw envw-plain
 r=$(probe "$ENVW_EP" none); [ "$r" = reply ] && ok "without keys, loopback serves plain clients" || bad "plain: $r"
 kill "$ENVW_PID"; wait "$ENVW_PID" 2>/dev/null
-timeout 3 "$S" env-worker --bind "tcp://0.0.0.0:$(free_port)" --capacity 2 >"$T/wild.log" 2>&1
+"$S" env-worker --bind "tcp://0.0.0.0:$(free_port)" --capacity 2 >"$T/wild.log" 2>&1 &
+WILD=$!
+pids+=("$WILD")
+for _ in $(seq 100); do grep -q "serving on" "$T/wild.log" && break; sleep 0.05; done
+kill "$WILD"; wait "$WILD" 2>/dev/null
 grep -q "unencrypted" "$T/wild.log" && [ "$(grep -c unencrypted "$T/wild.log")" -eq 1 ] \
   && ok "non-loopback bind without keys warns once: $(grep -o 'binding.*' "$T/wild.log" | head -c 90)" \
   || bad "no warning for an unencrypted non-loopback bind"
@@ -143,8 +147,45 @@ pids+=("$RUN_PID")
 for _ in $(seq 400); do grep -qs '^OUT=' "$T/r/endpoints.env" && break; sleep 0.05; done
 # shellcheck disable=SC1090
 . "$T/r/endpoints.env"
+# Bus subscribers: one without keys, one with the actor's key, both listening 2.5 s at once.
+sub_count() {
+  "$PY" - "$1" "$2" "$K2" <<'PY'
+import os, sys, time, zmq
+ep, name, kdir = sys.argv[1:4]
+def key(path):
+    with open(path) as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")][0].encode()
+ctx = zmq.Context()
+s = ctx.socket(zmq.SUB)
+s.setsockopt(zmq.LINGER, 0)
+if name != "none":
+    sec = key(os.path.join(kdir, name + ".key"))
+    s.curve_secretkey = sec
+    s.curve_publickey = zmq.curve_public(sec)
+    s.curve_serverkey = key(os.path.join(kdir, "server.pub"))
+s.setsockopt(zmq.SUBSCRIBE, b"")
+s.connect(ep)
+n, end = 0, time.time() + 2.5
+while time.time() < end:
+    if s.poll(100):
+        s.recv_multipart(); n += 1
+print(n)
+s.close(); ctx.term()
+PY
+}
+K2="$T/r/keys"
+sub_count "$BUS_SUB_EP" none >"$T/sub_none" &
+S1=$!
+sub_count "$BUS_SUB_EP" actor >"$T/sub_actor" &
+S2=$!
+K_SAVED=$K; K=$K2
 r=$(probe "$WORK_EP" none); [ "$r" = silent ] && ok "run --curve: a client without keys gets nothing from the coordinator" \
   || bad "run --curve: plain client to the coordinator: $r"
+K=$K_SAVED
+wait "$S1" "$S2"
+[ "$(cat "$T/sub_none")" = 0 ] && [ "$(cat "$T/sub_actor")" -gt 0 ] \
+  && ok "run --curve: the bus gave a keyless subscriber nothing, an authorised one $(cat "$T/sub_actor") messages" \
+  || bad "run --curve: bus subscribers: keyless $(cat "$T/sub_none"), authorised $(cat "$T/sub_actor")"
 for _ in $(seq 600); do kill -0 "$RUN_PID" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$RUN_PID" 2>/dev/null && { bad "run --curve did not finish in 60 s"; kill "$RUN_PID"; }
 wait "$RUN_PID"; rc=$?
