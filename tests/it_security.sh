@@ -8,7 +8,9 @@
 #             gets in and the old one is refused
 #   plain     without keys, a non-loopback bind logs the one-line warning
 #   run       `selroll run --curve` on the password-protected Redis: every role over CURVE, the
-#             round completes; a client without keys cannot talk to the coordinator meanwhile
+#             round completes; meanwhile a client without keys gets nothing from the coordinator
+#             and a bus subscriber without keys nothing from the bus, one with a key does; a
+#             training iteration with --curve (BATCH and WEIGHTS_READY) trains v0 -> v1
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
@@ -196,6 +198,14 @@ line=$(grep '^round 0:' "$T/run.out")
   && ok "run --curve: keys in <out>/keys" || bad "run --curve: no keys in <out>/keys"
 grep -q "curve: refused a peer" "$T/r/logs/coordinator.log" && ok "run --curve: the coordinator logged the refusal" \
   || say "(the keyless probe never reached the ZAP handler: its handshake failed first)"
+
+say "selroll run --curve, training: BATCH and WEIGHTS_READY over CURVE"
+"$S" run --curve --redis "$PASS" --run sec-train --out "$T/tr" --iters 1 --batch-groups 2 \
+  --group-size 4 --eval-tasks 0 --actors 2 --slots 8 --env-workers 1 --max-steps 15 \
+  --grace-ms 1000 >"$T/train.out" 2>"$T/train.err"; rc=$?
+line=$(grep '^iter   0' "$T/train.out")
+[ $rc -eq 0 ] && echo "$line" | grep -q 'policy v0->v1' && ok "run --curve training: $(echo "$line" | cut -c1-60)" \
+  || bad "run --curve training: rc=$rc: $line $(tail -n 3 "$T/train.err")"
 
 say "it_security: $(( $(date +%s) - t0 )) s"
 [ $fail -eq 0 ] && echo "it_security: ok" || echo "it_security: FAILED"
