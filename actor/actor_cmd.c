@@ -1,7 +1,7 @@
 /*
  * actor_cmd.c — `selroll actor`: the command around actor.h. It reads the option table, makes the
- * actor, runs it until SIGINT/SIGTERM (a drain first with --drain-on-term) and logs a summary of
- * its counters. Exit codes: 0 clean exit, 1 a runtime failure (no WELCOME from the coordinator,
+ * actor, runs it until SIGINT/SIGTERM (a drain first with --drain or --drain-on-term; SIGUSR1
+ * always starts a drain) and logs a summary of its counters. Exit codes: 0 clean exit, 1 a runtime failure (no WELCOME from the coordinator,
  * a socket error), 2 a usage error.
  */
 #include "actor/actor.h"
@@ -11,9 +11,22 @@
 #include "common/log.h"
 #include "common/sr.h"
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The actor that SIGUSR1 drains; set while actor_run runs. */
+static actor_t *_Atomic s_drain_target;
+
+/* s_on_usr1 starts a drain: finish the running episodes, take no new jobs, BYE, exit 0.
+ * actor_drain only stores a flag and wakes the loop, which is async-signal-safe. */
+static void s_on_usr1(int sig)
+{
+    (void)sig;
+    actor_drain(atomic_load(&s_drain_target));
+}
 
 /* s_split_list splits a comma-separated list in place into at most max items (empty ones are
  * skipped). Returns the number of items. */
@@ -36,7 +49,7 @@ int actor_main(int argc, char **argv)
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
         int log_level;
-        bool record_messages, drain_on_term;
+        bool record_messages, drain_on_term, drain;
     } o;
     cfg_option_t opts[] = {
         {.name = "coordinator", .kind = CFG_STRING, .dst = &o.coordinator, .required = true,
@@ -68,6 +81,9 @@ int actor_main(int argc, char **argv)
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
          .help = "on SIGINT/SIGTERM finish running episodes before leaving"},
+        {.name = "drain", .kind = CFG_BOOL, .dst = &o.drain, .def = "false",
+         .help = "leave by draining: on SIGINT/SIGTERM finish the running episodes, take no new "
+                 "jobs, BYE, exit 0 (as --drain-on-term; SIGUSR1 drains in any case)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
         {0},
@@ -102,7 +118,7 @@ int actor_main(int argc, char **argv)
     ac.llm_retries = o.llm_retries;
     ac.welcome_timeout_ms = o.welcome_timeout_ms;
     ac.record_messages = o.record_messages;
-    ac.drain_on_term = o.drain_on_term;
+    ac.drain_on_term = o.drain_on_term || o.drain;
     ac.catch_signals = true;
     if (o.env_workers) {
         ac.env_workers = envs;
@@ -117,7 +133,13 @@ int actor_main(int argc, char **argv)
     }
     log_info("actor %s: %d slots, coordinator %s, policy %s", actor_id(a), o.slots, o.coordinator,
              o.policy);
+    struct sigaction sa = {.sa_handler = s_on_usr1}, old_usr1;
+    sigemptyset(&sa.sa_mask);
+    atomic_store(&s_drain_target, a);
+    sigaction(SIGUSR1, &sa, &old_usr1);
     rc = actor_run(a);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    atomic_store(&s_drain_target, NULL);
     actor_log_summary(a);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll actor: %s\n", actor_error(a));

@@ -33,11 +33,23 @@
  * it decides alike; the decision says what the service must do: record it (both modes) and
  * cancel the group (enforce only, verdict cancel).
  *
+ * Rules (actor/gate_rules.h): the rule that decides is cfg.rule (paper by default, the rule
+ * above, unchanged). Every rule in cfg.shadow is evaluated too, on the same features at its own
+ * checkpoints, and never acts; so the gate keeps each group's actions up to the latest checkpoint
+ * of any rule in play. When every rule in play has said its last word (or an enforced cancel
+ * stops the group), a GATE_EVENT_RULES event carries all verdicts; when every trajectory has
+ * ended (or, under keep-two, the two kept ones), a GATE_EVENT_OUTCOME event carries the group's
+ * outcome, which also trains the learned model and counts towards the audit's precision
+ * estimate. Events are taken with gate_next_event. With cfg.shadow 0 and rule paper, the gate
+ * behaves exactly as the paper's gate and queues no event.
+ *
  * A gate_t is used by one thread.
  */
 #ifndef SR_GATE_H
 #define SR_GATE_H
 
+#include "actor/gate_learned.h"
+#include "actor/gate_rules.h"
 #include "common/proto.h"
 #include "common/sr.h"
 
@@ -76,6 +88,10 @@ typedef struct {
     const char *run;        /* when not NULL, ACTIONs of another run are refused */
     int64_t idle_ttl_ms;    /* groups (and tombstones) idle this long are evicted (60000) */
     size_t max_groups;      /* at most this many groups are kept (65536) */
+    gate_rule_t rule;       /* the rule that decides (paper) */
+    unsigned shadow;        /* mask of rules also evaluated in shadow (0; the command: all) */
+    gate_rules_cfg_t rules; /* the other rules' options (gate_rules_cfg_init) */
+    size_t learned_capacity; /* labelled examples the learned model keeps (2048) */
 } gate_cfg_t;
 
 /* What gate_observe decided for one group. */
@@ -87,10 +103,40 @@ typedef struct {
     double d;           /* d_K (also computed for ended_before_k) */
     double ended_share; /* share of trajectories that ended at or before step K */
     gate_verdict_t verdict;
-    const char *reason; /* static: "divergence", "t_high", "diverse", "ended_before_k" */
+    const char *reason; /* static: "divergence", "t_high", "diverse", "ended_before_k", "single",
+                           "audit", "learning", "probability", "history-..." */
     bool record;        /* the service writes the decision to Redis (enforce, shadow) */
     bool cancel;        /* the service cancels the group (enforce and verdict cancel) */
+    gate_rule_t rule;   /* the rule that decided */
+    double score;       /* what that rule compared with its threshold (d, or P(zero variance)) */
+    uint64_t keep_mask; /* keep-two cancel: bit t set for each trajectory that may finish */
+    bool audited;       /* audit: the base rule cut, the coin let the group run on */
+    double audit_weight; /* 1/q when audited (enforce), else 1 */
 } gate_decision_t;
+
+typedef enum {
+    GATE_EVENT_RULES = 1, /* every rule's verdict on a group */
+    GATE_EVENT_OUTCOME,   /* a group's outcome */
+} gate_event_kind_t;
+
+/* What gate_next_event hands over. */
+typedef struct {
+    gate_event_kind_t kind;
+    char group[GATE_GID_MAX];
+    char task[GATE_TASK_MAX];
+    /* RULES: verdicts[r] for each rule r in `rules` (a mask). */
+    unsigned rules;
+    gate_rule_verdict_t verdicts[GATE_RULE_COUNT];
+    bool audited; /* the audit's base rule cut the group and the coin let it run on */
+    /* OUTCOME */
+    bool known;          /* every trajectory ended: zero_variance is a true label */
+    bool zero_variance;  /* all G rewards equal */
+    double reward_mean;
+    bool keep_two;       /* the group was cut by keep-two and its kept trajectories ended */
+    bool keep_two_wrong; /* ... and their rewards differ: the cut was wrong */
+    bool has_example;    /* the learned model took x as an example labelled zero_variance */
+    double x[GATE_LEARNED_NF];
+} gate_event_t;
 
 /* Counters of what the gate saw; read with gate_stats. */
 typedef struct {
@@ -106,6 +152,13 @@ typedef struct {
     uint64_t ended_before_k; /* verdict ended_before_k */
     uint64_t evicted;        /* groups removed before a decision (idle or over the bound) */
     size_t groups;           /* groups held now, tombstones included */
+    uint64_t records;        /* RULES events queued */
+    uint64_t outcomes;       /* OUTCOME events with a known outcome */
+    uint64_t audit_groups;   /* audited groups with a known outcome */
+    uint64_t audit_zero_variance; /* of those, zero-variance ones: the precision estimate's hits */
+    uint64_t keep_two_labels;     /* keep-two cuts whose two kept trajectories ended */
+    uint64_t keep_two_wrong;      /* of those, cuts shown wrong by differing rewards */
+    uint64_t events_dropped;      /* events lost because the queue was full */
 } gate_stats_t;
 
 typedef struct gate gate_t;
@@ -134,13 +187,42 @@ int gate_shard_of(const char *gid, int n);
 bool gate_owns(const gate_t *g, const char *gid);
 
 /* gate_observe takes one ACTION (borrowed; nothing of it is kept) seen at monotonic time now_ms.
- * Returns 1 when this ACTION completed step K for its group and *out holds the decision; 0 when
+ * Returns 1 when this ACTION completed the deciding rule's decision for its group (for paper:
+ * step K) and *out holds the decision; 0 when
  * there is no decision (not yet, other shard, ignored, mode off); SR_EINVAL when a or out is
  * NULL or the ACTION is invalid (group id empty or too long, traj outside 0..G-1, step < 1, no
  * usable group size, a group size that differs from the one first seen, another run): the
  * caller counts and logs it. SR_ENOMEM when memory is short. *out is written only when 1 is
  * returned. */
 int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decision_t *out);
+
+/* gate_next_event moves the oldest queued event into *out. Returns 1, or 0 when there is none.
+ * The queue holds at most 65536 events (older ones are dropped and counted). */
+int gate_next_event(gate_t *g, gate_event_t *out);
+
+/* gate_wants_history returns true once per held, undecided group gid with a task, so that the
+ * caller fetches the prompt's history (gate_set_history) for the prior and learned rules. */
+bool gate_wants_history(gate_t *g, const char *gid);
+
+/* gate_set_history attaches the history of group gid's prompt (copied). A group whose history
+ * never arrives is judged as a prompt without history. Returns SR_OK or SR_ENOTFOUND. */
+int gate_set_history(gate_t *g, const char *gid, const gate_history_t *h);
+
+/* gate_learn adds one labelled example to the learned model (see gate_learned_add); for
+ * examples loaded from Redis at start. SR_ENOTFOUND when the gate has no learned model. */
+int gate_learn(gate_t *g, const double *x, bool zero_variance, bool refit);
+
+/* gate_refit refits the learned model on the examples it holds (after loading them with refit
+ * false). Does nothing without a learned model. */
+void gate_refit(gate_t *g);
+
+/* gate_model returns the learned model (owned by g), or NULL when no rule in play needs it. */
+const gate_learned_t *gate_model(const gate_t *g);
+
+/* gate_audit_precision returns the audit's running estimate of the deciding audit base rule's
+ * precision (audited zero-variance groups / audited groups with a known outcome), or -1 when no
+ * audited group has finished yet. */
+double gate_audit_precision(const gate_t *g);
 
 /* gate_evict removes groups and tombstones last seen more than the idle TTL before now_ms.
  * Returns how many were removed. */

@@ -33,6 +33,10 @@ int gate_main(int argc, char **argv)
         int mode, k, group_size, welcome_timeout_ms, log_level, redis_timeout_ms;
         double threshold, t_high;
         int64_t idle_ttl_ms, max_groups;
+        int rule, audit_base, learned_k;
+        char *shadow_rules, *checkpoints;
+        double prior_loose, prior_strict, audit_q, learned_threshold;
+        int64_t audit_seed, learned_min_groups;
     } o;
     memset(&o, 0, sizeof o);
     cfg_option_t opts[] = {
@@ -59,6 +63,32 @@ int gate_main(int argc, char **argv)
          .max = 1, .help = "cancel when d_K is below this (d_L)"},
         {.name = "t-high", .kind = CFG_DOUBLE, .dst = &o.t_high, .def = "0", .min = 0, .max = 1,
          .help = "also cancel when this share of trajectories ended by step K (0 = off)"},
+        {.name = "gate-rule", .kind = CFG_ENUM, .dst = &o.rule, .choices = GATE_RULE_CHOICES,
+         .def = "paper", .help = "the rule that decides (docs/gate.md)"},
+        {.name = "shadow-rules", .kind = CFG_STRING, .dst = &o.shadow_rules, .def = "all",
+         .metavar = "all|none|LIST",
+         .help = "rules also evaluated in shadow and recorded per group (comma-separated)"},
+        {.name = "checkpoints", .kind = CFG_STRING, .dst = &o.checkpoints,
+         .def = "6:0.10,10:0.12,15:0.15", .metavar = "K:D,...",
+         .help = "multi: ascending checkpoints, each with its threshold"},
+        {.name = "prior-loose", .kind = CFG_DOUBLE, .dst = &o.prior_loose, .def = "0.20",
+         .min = 0, .max = 1, .help = "prior: threshold when the prompt's last group had zero variance"},
+        {.name = "prior-strict", .kind = CFG_DOUBLE, .dst = &o.prior_strict, .def = "0.06",
+         .min = 0, .max = 1, .help = "prior: threshold when the prompt's last group was informative"},
+        {.name = "audit-q", .kind = CFG_DOUBLE, .dst = &o.audit_q, .def = "0.1", .min = 1e-6,
+         .max = 1, .help = "audit: probability that a group the base rule cuts runs on"},
+        {.name = "audit-base", .kind = CFG_ENUM, .dst = &o.audit_base,
+         .choices = GATE_RULE_CHOICES, .def = "paper",
+         .help = "audit: the rule it wraps (paper, multi, prior or learned)"},
+        {.name = "audit-seed", .kind = CFG_I64, .dst = &o.audit_seed, .def = "0", .min = 0,
+         .max = 1e15, .help = "audit: seed of the per-group coin"},
+        {.name = "learned-threshold", .kind = CFG_DOUBLE, .dst = &o.learned_threshold,
+         .def = "0.9", .min = 0, .max = 1, .help = "learned: cut when P(zero variance) exceeds this"},
+        {.name = "learned-min-groups", .kind = CFG_I64, .dst = &o.learned_min_groups,
+         .def = "200", .min = 0, .max = 1e9,
+         .help = "learned: finished groups seen before it may cut (shadow until then)"},
+        {.name = "learned-k", .kind = CFG_INT, .dst = &o.learned_k, .def = "0", .min = 0,
+         .max = GATE_MAX_K, .help = "learned: the step it decides at (0 = K)"},
         {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "0", .min = 0,
          .max = GATE_MAX_G, .help = "G for ACTIONs that carry no group_size (0 = refuse them)"},
         {.name = "idle-ttl-ms", .kind = CFG_I64, .dst = &o.idle_ttl_ms, .def = "60000", .min = 1,
@@ -109,6 +139,27 @@ int gate_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    char why[256];
+    if (gate_rules_parse_list(o.shadow_rules, &c.gate.shadow, why, sizeof why) != SR_OK ||
+        gate_rules_parse_checkpoints(o.checkpoints, &c.gate.rules, why, sizeof why) != SR_OK) {
+        fprintf(stderr, "selroll %s\n", why);
+        code = 2;
+        goto cleanup;
+    }
+    c.gate.rule = (gate_rule_t)o.rule;
+    c.gate.rules.prior_loose = o.prior_loose;
+    c.gate.rules.prior_strict = o.prior_strict;
+    c.gate.rules.audit_q = o.audit_q;
+    c.gate.rules.audit_base = (gate_rule_t)o.audit_base;
+    c.gate.rules.audit_seed = (uint64_t)o.audit_seed;
+    c.gate.rules.learned_threshold = o.learned_threshold;
+    c.gate.rules.learned_min_groups = o.learned_min_groups;
+    c.gate.rules.learned_k = o.learned_k;
+    if (gate_rules_cfg_check(&c.gate.rules, why, sizeof why) != SR_OK) {
+        fprintf(stderr, "selroll %s\n", why);
+        code = 2;
+        goto cleanup;
+    }
     c.gate.mode = (gate_mode_t)o.mode;
     c.gate.k = o.k;
     c.gate.threshold = o.threshold;
@@ -133,8 +184,10 @@ int gate_main(int argc, char **argv)
         goto cleanup;
     }
     gate_svc_catch_signals(svc);
-    log_info("gate: run %s, mode %s, k %d, threshold %.3f, t-high %.2f, shard %s", o.run,
-             gate_mode_name(c.gate.mode), c.gate.k, c.gate.threshold, c.gate.t_high, o.shard);
+    log_info("gate: run %s, mode %s, rule %s, shadow %s, k %d, threshold %.3f, t-high %.2f, "
+             "shard %s",
+             o.run, gate_mode_name(c.gate.mode), gate_rule_name(c.gate.rule), o.shadow_rules,
+             c.gate.k, c.gate.threshold, c.gate.t_high, o.shard);
     rc = gate_svc_run(svc);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll %s\n", gate_svc_errstr(svc));

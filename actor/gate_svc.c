@@ -23,12 +23,27 @@
 #include <string.h>
 #include <unistd.h>
 
+typedef enum {
+    S_JOB_DECISION = 0, /* record the deciding rule's decision (and cancel) */
+    S_JOB_RULES,        /* record every rule's verdict: field "rules" of the group hash */
+    S_JOB_HISTORY,      /* read the prompt's history for the prior and learned rules */
+    S_JOB_OUTCOME,      /* keep a learned example and the audit's running figures */
+} s_job_kind_t;
+
 typedef struct s_job {
     struct s_job *next;
-    gate_decision_t d;
+    s_job_kind_t kind;
+    gate_decision_t d; /* DECISION; d.group and d.task for the others */
     int64_t wall_ms;   /* wall time of the decision */
     int64_t recv_us;   /* monotonic time the deciding ACTION was received */
     bool publish;      /* set by the writer: the cancel transition succeeded */
+    char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
+    gate_history_t hist; /* HISTORY: set by the writer */
+    bool hist_ok;
+    bool has_stats;    /* OUTCOME: the figures below go to the gate's stats hash */
+    gate_stats_t st;
+    double audit_precision;
+    uint64_t learned_labels;
 } s_job_t;
 
 struct gate_svc {
@@ -66,6 +81,8 @@ struct gate_svc {
     metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
         *m_too_late, *m_redis_err, *m_welcomes;
     metrics_histogram_t *m_latency;
+    metrics_gauge_t *m_audit_precision;
+    metrics_counter_t *m_records, *m_outcomes;
     int64_t latency_max_us; /* atomic */
 };
 
@@ -130,9 +147,84 @@ static int s_annotate(gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
     char wall[32], share[32];
     snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
     snprintf(share, sizeof share, "%.17g", d->ended_share);
-    return store_command(s->store, STORE_IDEMPOTENT, NULL,
-                         "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
-                         key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
+    rc = store_command(s->store, STORE_IDEMPOTENT, NULL,
+                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
+                       key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
+    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
+        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
+                           gate_rule_name(d->rule));
+    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
+        char w[32];
+        snprintf(w, sizeof w, "%.17g", d->audit_weight);
+        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
+    }
+    return rc;
+}
+
+/* s_write_rules stores every rule's verdict (JSON) in the group hash, field "rules". */
+static int s_write_rules(gate_svc_t *s, const s_job_t *j)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(s->store, key, sizeof key, "group:%s", j->d.group);
+    if (rc != SR_OK)
+        return rc;
+    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
+    redisReply *r = NULL;
+    rc = store_command(s->store, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
+    if (rc != SR_OK)
+        return rc;
+    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!exists)
+        return SR_ENOTFOUND;
+    return store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
+}
+
+/* s_read_history reads the prompt's history for the prior and learned rules. */
+static void s_read_history(gate_svc_t *s, s_job_t *j)
+{
+    store_prompt_entry_t e[16];
+    size_t n = 0;
+    if (store_prompt_history(s->store, j->d.task, e, SR_ARRAY_LEN(e), &n) != SR_OK)
+        return;
+    double means[16];
+    for (size_t i = 0; i < n; i++)
+        means[i] = e[i].mean_reward;
+    gate_history_from_means(means, n, &j->hist);
+    j->hist_ok = true;
+}
+
+/* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
+ * audit's and keep-two's running figures. */
+static int s_write_outcome(gate_svc_t *s, const s_job_t *j)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = SR_OK;
+    if (j->text) {
+        rc = store_key(s->store, key, sizeof key, "gate:learned:examples");
+        if (rc == SR_OK)
+            rc = store_command(s->store, 0, NULL, "RPUSH %s %s", key, j->text);
+        if (rc == SR_OK)
+            rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
+                               (long long)s->cfg.gate.learned_capacity);
+        if (rc != SR_OK)
+            return rc;
+    }
+    if (j->has_stats) {
+        char prec[32];
+        snprintf(prec, sizeof prec, "%.6g", j->audit_precision);
+        rc = store_key(s->store, key, sizeof key, "gate:stats");
+        if (rc == SR_OK)
+            rc = store_command(
+                s->store, STORE_IDEMPOTENT, NULL,
+                "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
+                "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
+                key, (unsigned long long)j->st.outcomes, (unsigned long long)j->st.audit_groups,
+                (unsigned long long)j->st.audit_zero_variance, prec,
+                (unsigned long long)j->st.keep_two_labels,
+                (unsigned long long)j->st.keep_two_wrong, (unsigned long long)j->learned_labels);
+    }
+    return rc;
 }
 
 static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc)
@@ -156,6 +248,22 @@ static void *s_writer_main(void *arg)
         if (!s->todo_head)
             s->todo_tail = NULL;
         pthread_mutex_unlock(&s->mu);
+        if (j->kind != S_JOB_DECISION) {
+            int rc = SR_OK;
+            if (j->kind == S_JOB_RULES)
+                rc = s_write_rules(s, j);
+            else if (j->kind == S_JOB_HISTORY)
+                s_read_history(s, j);
+            else
+                rc = s_write_outcome(s, j);
+            if (rc != SR_OK && rc != SR_ENOTFOUND)
+                s_record_failed(s, &j->d, rc);
+            pthread_mutex_lock(&s->mu);
+            s_push(&s->done_head, &s->done_tail, j);
+            if (j->kind == S_JOB_HISTORY)
+                reactor_wake(s->reactor);
+            continue;
+        }
         /* The transition first and the CANCEL handed to the reactor at once; the gate's extra
          * fields are written afterwards, off the cancel's path. */
         gate_decision_t d = j->d;
@@ -206,10 +314,86 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
     return SR_OK;
 }
 
+static void s_queue(gate_svc_t *s, s_job_t *j)
+{
+    pthread_mutex_lock(&s->mu);
+    s_push(&s->todo_head, &s->todo_tail, j);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
+ * {"paper": {"cut": true, "step": 10, "score": 0.083}, ...}. Returns a new string. */
+static char *s_rules_json(const gate_event_t *e)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    char item[256];
+    sr_buf_append(&b, "{", 1);
+    bool first = true;
+    for (int r = 0; r < GATE_RULE_COUNT; r++) {
+        if (!(e->rules & (1u << r)))
+            continue;
+        const gate_rule_verdict_t *v = &e->verdicts[r];
+        int n = snprintf(item, sizeof item,
+                         "%s\"%s\":{\"cut\":%s,\"step\":%d,\"score\":%.6g,\"final\":%s%s}",
+                         first ? "" : ",", gate_rule_name((gate_rule_t)r),
+                         v->cut ? "true" : "false", v->step, v->evaluated ? v->score : 0.0,
+                         v->final ? "true" : "false",
+                         r == GATE_RULE_AUDIT ? (e->audited ? ",\"audited\":true"
+                                                            : ",\"audited\":false")
+                                              : "");
+        sr_buf_append(&b, item, (size_t)n);
+        first = false;
+    }
+    sr_buf_append(&b, "}", 2); /* with the terminating NUL */
+    return (char *)b.data;
+}
+
+/* s_drain_events hands the core's events to the writer: verdict records, learned examples and
+ * the audit's figures. */
+static void s_drain_events(gate_svc_t *s)
+{
+    gate_event_t e;
+    while (gate_next_event(s->gate, &e) == 1) {
+        s_job_t *j = sr_xcalloc(1, sizeof *j);
+        snprintf(j->d.group, sizeof j->d.group, "%s", e.group);
+        if (e.kind == GATE_EVENT_RULES) {
+            metrics_counter_inc(s->m_records);
+            j->kind = S_JOB_RULES;
+            j->text = s_rules_json(&e);
+            s_queue(s, j);
+            continue;
+        }
+        metrics_counter_inc(s->m_outcomes);
+        j->kind = S_JOB_OUTCOME;
+        if (e.has_example) {
+            char line[512];
+            if (gate_learned_example_text(e.x, e.zero_variance, line, sizeof line) == SR_OK)
+                j->text = sr_xstrdup(line);
+        }
+        gate_stats(s->gate, &j->st);
+        j->audit_precision = gate_audit_precision(s->gate);
+        j->learned_labels = gate_learned_count(gate_model(s->gate));
+        j->has_stats = true;
+        if (j->audit_precision >= 0)
+            metrics_gauge_set(s->m_audit_precision, j->audit_precision);
+        s_queue(s, j);
+    }
+}
+
 static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv_us)
 {
     gate_decision_t d;
     int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
+    if (rc >= 0 && s->store && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
+        s_job_t *h = sr_xcalloc(1, sizeof *h);
+        h->kind = S_JOB_HISTORY;
+        snprintf(h->d.group, sizeof h->d.group, "%s", a->group);
+        snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
+        s_queue(s, h);
+    }
+    if (s->store) /* without one (mode off) the core queues no event */
+        s_drain_events(s);
     if (rc < 0) {
         metrics_counter_inc(s->m_refused);
         log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
@@ -225,13 +409,13 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
     if (!d.record)
         return;
     s_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->kind = S_JOB_DECISION;
     j->d = d;
     j->wall_ms = clock_wall_ms();
     j->recv_us = recv_us;
-    pthread_mutex_lock(&s->mu);
-    s_push(&s->todo_head, &s->todo_tail, j);
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    s_queue(s, j);
+    /* A decision can close a record (an enforced cancel): queue it after the decision. */
+    s_drain_events(s);
 }
 
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
@@ -289,6 +473,16 @@ static void s_drain_done(reactor_t *r, void *arg)
             m.u.cancel.step = j->d.step;
             m.u.cancel.d = j->d.d;
             m.u.cancel.reason = j->d.reason;
+            int64_t keep[GATE_MAX_G];
+            size_t nkeep = 0;
+            for (int t = 0; t < GATE_MAX_G; t++) {
+                if (j->d.keep_mask & (1ull << t))
+                    keep[nkeep++] = t;
+            }
+            if (nkeep > 0) {
+                m.u.cancel.keep = keep;
+                m.u.cancel.keep_len = nkeep;
+            }
             sr_buf_reset(&buf);
             int rc = proto_encode(&m, &buf);
             if (rc == SR_OK)
@@ -306,6 +500,9 @@ static void s_drain_done(reactor_t *r, void *arg)
                                  sr_strerror(rc));
             }
         }
+        if (j->kind == S_JOB_HISTORY && j->hist_ok)
+            gate_set_history(s->gate, j->d.group, &j->hist);
+        free(j->text);
         free(j);
         j = next;
     }
@@ -453,6 +650,32 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     return t;
 }
 
+/* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
+ * restart, or by other shards), so it starts from what was learned already. */
+static void s_load_examples(gate_svc_t *s)
+{
+    char key[STORE_GID_MAX + 96];
+    redisReply *r = NULL;
+    if (store_key(s->store, key, sizeof key, "gate:learned:examples") != SR_OK ||
+        store_command(s->store, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
+        return;
+    size_t loaded = 0, bad = 0;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        double x[GATE_LEARNED_NF];
+        bool y;
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && gate_learned_example_parse(e->str, x, &y) == SR_OK &&
+            gate_learn(s->gate, x, y, false) == SR_OK)
+            loaded++;
+        else
+            bad++;
+    }
+    gate_refit(s->gate);
+    freeReplyObject(r);
+    if (loaded || bad)
+        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
+}
+
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -512,6 +735,16 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                      "Decisions that could not be recorded.", NULL);
     s->m_welcomes = metrics_counter(s->metrics, "selroll_gate_welcomes_total",
                                     "WELCOMEs received from the coordinator.", NULL);
+    s->m_audit_precision = metrics_gauge(
+        s->metrics, "selroll_gate_audit_precision",
+        "Audit's running precision estimate: audited groups that ended zero-variance / audited "
+        "groups that ended (-1 until one has).",
+        NULL);
+    metrics_gauge_set(s->m_audit_precision, -1.0);
+    s->m_records = metrics_counter(s->metrics, "selroll_gate_rule_records_total",
+                                   "Groups whose every rule's verdict was recorded.", NULL);
+    s->m_outcomes = metrics_counter(s->metrics, "selroll_gate_outcomes_total",
+                                    "Group outcomes the gate saw (learned labels, audit).", NULL);
     static const double bounds[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100};
     s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_ms",
                                      "Deciding ACTION received to CANCEL published, ms.", bounds,
@@ -575,6 +808,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
         reactor_add_zsock(s->reactor, transport_sock_zmq(s->work), REACTOR_READ, s_on_work, s);
     reactor_set_before_sleep(s->reactor, s_drain_done, s);
     reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
+    if (s->store && gate_model(s->gate))
+        s_load_examples(s);
     if (s->store) {
         if (pthread_create(&s->writer, NULL, s_writer_main, s) != 0) {
             snprintf(s->err, sizeof s->err, "gate: cannot start the writer thread");
@@ -669,6 +904,16 @@ void gate_svc_log_summary(const gate_svc_t *s)
              (unsigned long long)st.redis_errors, (unsigned long long)st.bad_messages,
              (unsigned long long)st.refused, (unsigned long long)gs.evicted,
              st.cancel_latency_max_ms);
+    if (gs.records || gs.outcomes || gs.keep_two_labels)
+        log_info("gate: rule %s: %llu rule records, %llu outcomes, audit %llu groups (%llu "
+                 "zero-variance, precision %.3f), keep-two %llu labels (%llu wrong cuts), learned "
+                 "%llu labels, %llu events dropped",
+                 gate_rule_name(s->cfg.gate.rule), (unsigned long long)gs.records,
+                 (unsigned long long)gs.outcomes, (unsigned long long)gs.audit_groups,
+                 (unsigned long long)gs.audit_zero_variance, gate_audit_precision(s->gate),
+                 (unsigned long long)gs.keep_two_labels, (unsigned long long)gs.keep_two_wrong,
+                 (unsigned long long)gate_learned_count(gate_model(s->gate)),
+                 (unsigned long long)gs.events_dropped);
 }
 
 void gate_svc_destroy(gate_svc_t **self_p)
@@ -685,11 +930,13 @@ void gate_svc_destroy(gate_svc_t **self_p)
     }
     for (s_job_t *j = s->todo_head; j;) {
         s_job_t *n = j->next;
+        free(j->text);
         free(j);
         j = n;
     }
     for (s_job_t *j = s->done_head; j;) {
         s_job_t *n = j->next;
+        free(j->text);
         free(j);
         j = n;
     }

@@ -17,6 +17,12 @@
  * `ctl/<run>/cancel` only for a cancel whose Redis transition succeeded — a group that finished
  * first is not cancelled, its decision is still recorded.
  *
+ * Rules beyond the paper's (docs/gate.md): the writer also stores every rule's verdict (field
+ * `rules` of the group hash), reads the prompt's history for the prior and learned rules when a
+ * group is first seen (handed back to the core through the done queue), appends the learned
+ * model's labelled examples to `gate:learned:examples` (loaded at start) and keeps the audit's
+ * running figures in `gate:stats`; a keep-two CANCEL carries its `keep` list.
+ *
  * Bad input from the bus or the coordinator (undecodable bytes, oversize fields, invalid
  * ACTIONs) is counted and logged at a limited rate; it never stops the service.
  */

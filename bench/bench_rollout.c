@@ -10,7 +10,9 @@
  * slots the ACTION rate is the throughput. Rates are taken over the middle 60% of a run's
  * ACTIONs, where every slot is busy. The results file gives each step's LLM call time as the
  * actor saw it, so the overhead is also reported without the policy's answer: the interval less
- * the call that led to that step.
+ * the call that led to that step. The CPU time of every process of a run (all of them are
+ * waited for) per ACTION tells what a step costs the machine, which a loaded machine disturbs
+ * far less than it disturbs the rates.
  */
 #include "bench/bench_rollout.h"
 
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,7 +126,19 @@ typedef struct {
     double rate;                     /* ACTIONs/s over the middle 60% */
     double llm_mean_ms;              /* mean step latency_ms from the results file */
     double wall_s;
+    double cpu_us_per_step; /* user + system time of every process of the run, per ACTION */
 } s_sys_t;
+
+/* s_children_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
+ * `selroll run` waits for each of its children, and this process for `selroll run`. */
+static int64_t s_children_cpu_us(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
+        return 0;
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+           ru.ru_stime.tv_usec;
+}
 
 static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -285,6 +300,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     transport_sock_t *sub = NULL;
     s_recs_t recs = {0}, lat = {0};
     int64_t t0 = clock_mono_ms();
+    int64_t cpu0 = s_children_cpu_us();
     if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
         goto cleanup;
     char bus[256] = "";
@@ -337,6 +353,8 @@ static void s_system(const char *self, const char *label, const char *const *ext
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
     out->llm_mean_ms = s_llm_read(dir, &lat);
     s_stats(&recs, &lat, out);
+    if (recs.n > 0)
+        out->cpu_us_per_step = (double)(s_children_cpu_us() - cpu0) / (double)recs.n;
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
                 dir);
@@ -399,8 +417,8 @@ int bench_rollout_run(int argc, char **argv)
     s_system(self, "bench-saturation", sat, &r);
     if (r.ok)
         printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f steps/s "
-               "(middle 60%% of the run), wall %.1f s\n",
-               r.actions, r.rate, r.wall_s);
+               "(middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all processes)\n",
+               r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
     else
         code = 1;
 
@@ -421,9 +439,9 @@ int bench_rollout_run(int argc, char **argv)
         double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
         printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% of "
                "the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
-               "latency)\n",
+               "latency), CPU %.0f us per step\n",
                r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
-               ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal);
+               ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
     } else {
         code = 1;
     }

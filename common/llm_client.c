@@ -11,6 +11,7 @@
  */
 #include "common/llm_client.h"
 
+#include "common/jsonw.h"
 #include "common/sr.h"
 
 #include <cJSON.h>
@@ -136,49 +137,69 @@ char *llm_chat_body(const llm_chat_t *req)
 {
     if (!req || !req->messages || req->n_messages == 0)
         return NULL;
-    char *out = NULL;
-    cJSON *root = cJSON_CreateObject();
-    if (!root)
+    /* Written directly, field by field in the order a cJSON tree of the request prints them;
+     * tests/test_llm_client.c compares the two byte for byte. */
+    sr_buf_t b = SR_BUF_INIT;
+    size_t guess = 256;
+    for (size_t i = 0; i < req->n_messages; i++)
+        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) : 0);
+    if (sr_buf_reserve(&b, guess) != SR_OK)
         return NULL;
-    if (req->model && !cJSON_AddStringToObject(root, "model", req->model))
-        goto cleanup;
-    cJSON *msgs = cJSON_AddArrayToObject(root, "messages");
-    if (!msgs)
-        goto cleanup;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_lit(&w, "{");
+    if (req->model) {
+        jsonw_lit(&w, "\"model\":");
+        jsonw_str(&w, req->model);
+        jsonw_lit(&w, ",");
+    }
+    jsonw_lit(&w, "\"messages\":[");
     for (size_t i = 0; i < req->n_messages; i++) {
-        cJSON *m = cJSON_CreateObject();
-        if (!m)
-            goto cleanup;
-        cJSON_AddItemToArray(msgs, m);
         const llm_message_t *lm = &req->messages[i];
-        if (!cJSON_AddStringToObject(m, "role", lm->role ? lm->role : "user") ||
-            !cJSON_AddStringToObject(m, "content", lm->content ? lm->content : ""))
-            goto cleanup;
+        if (i)
+            jsonw_lit(&w, ",");
+        jsonw_lit(&w, "{\"role\":");
+        jsonw_str(&w, lm->role ? lm->role : "user");
+        jsonw_lit(&w, ",\"content\":");
+        jsonw_str(&w, lm->content ? lm->content : "");
+        jsonw_lit(&w, "}");
     }
-    if (req->temperature >= 0 && !cJSON_AddNumberToObject(root, "temperature", req->temperature))
-        goto cleanup;
-    if (req->top_p >= 0 && !cJSON_AddNumberToObject(root, "top_p", req->top_p))
-        goto cleanup;
-    if (req->max_tokens > 0 && !cJSON_AddNumberToObject(root, "max_tokens", req->max_tokens))
-        goto cleanup;
+    jsonw_lit(&w, "]");
+    if (req->temperature >= 0) {
+        jsonw_lit(&w, ",\"temperature\":");
+        jsonw_num(&w, req->temperature);
+    }
+    if (req->top_p >= 0) {
+        jsonw_lit(&w, ",\"top_p\":");
+        jsonw_num(&w, req->top_p);
+    }
+    if (req->max_tokens > 0) {
+        jsonw_lit(&w, ",\"max_tokens\":");
+        jsonw_num(&w, req->max_tokens);
+    }
     if (req->n_stop > 0 && req->stop) {
-        cJSON *stop = cJSON_AddArrayToObject(root, "stop");
-        if (!stop)
-            goto cleanup;
-        for (size_t i = 0; i < req->n_stop; i++)
-            if (req->stop[i])
-                cJSON_AddItemToArray(stop, cJSON_CreateString(req->stop[i]));
+        jsonw_lit(&w, ",\"stop\":[");
+        bool first = true;
+        for (size_t i = 0; i < req->n_stop; i++) {
+            if (!req->stop[i])
+                continue;
+            if (!first)
+                jsonw_lit(&w, ",");
+            first = false;
+            jsonw_str(&w, req->stop[i]);
+        }
+        jsonw_lit(&w, "]");
     }
-    if (req->has_seed && !cJSON_AddNumberToObject(root, "seed", (double)req->seed))
-        goto cleanup;
-    if (req->logprobs && !cJSON_AddTrueToObject(root, "logprobs"))
-        goto cleanup;
-    if (!cJSON_AddNumberToObject(root, "n", 1) || !cJSON_AddFalseToObject(root, "stream"))
-        goto cleanup;
-    out = cJSON_PrintUnformatted(root);
-
-cleanup:
-    cJSON_Delete(root);
+    if (req->has_seed) {
+        jsonw_lit(&w, ",\"seed\":");
+        jsonw_num(&w, (double)req->seed);
+    }
+    if (req->logprobs)
+        jsonw_lit(&w, ",\"logprobs\":true");
+    jsonw_lit(&w, ",\"n\":1,\"stream\":false}");
+    char *out = jsonw_finish(&w);
+    if (!out)
+        sr_buf_free(&b);
     return out;
 }
 

@@ -152,6 +152,11 @@ static bool s_name_ok(const char *name, size_t max)
     return true;
 }
 
+bool store_run_name_ok(const char *run)
+{
+    return s_name_ok(run, STORE_RUN_MAX);
+}
+
 /* s_id_ok accepts ids that go into a key: non-empty, shorter than max, no spaces or controls. */
 static bool s_id_ok(const char *id, size_t max)
 {

@@ -59,6 +59,10 @@ int store_parse_url(const char *url, store_url_t *out, char *err, size_t errlen)
 int store_connect(store_t **out, const char *url, const char *run, int timeout_ms, char *err,
                   size_t errlen);
 
+/* store_run_name_ok says whether run is a valid run name: 1..STORE_RUN_MAX-1 characters of
+ * A-Z a-z 0-9 _ . - (NULL is not). */
+bool store_run_name_ok(const char *run);
+
 /* store_new is store_connect without the reason: it returns the new store or NULL. */
 store_t *store_new(const char *url, const char *run, int timeout_ms);
 

@@ -32,6 +32,8 @@ typedef struct {
     double *rewards; /* G */
     double *adv;     /* G, valid once informative or zero-variance */
     double mean;
+    double audit_weight; /* 1, or 1/q for a group the gate's audit let run on */
+    char *rules;         /* the gate's per-rule verdicts (JSON text), or NULL */
 } s_group_t;
 
 struct batch {
@@ -96,6 +98,7 @@ void batch_destroy(batch_t **self_p)
         free(b->groups[i].res);
         free(b->groups[i].rewards);
         free(b->groups[i].adv);
+        free(b->groups[i].rules);
     }
     free(b->groups);
     for (size_t i = 0; i < b->n_owned; i++) {
@@ -158,6 +161,7 @@ int batch_add_group(batch_t *b, const char *group, const char *task, int G, doub
     g.G = G;
     g.weight = weight;
     g.state = BATCH_GROUP_PENDING;
+    g.audit_weight = 1.0;
     b->groups[b->n++] = g;
     return SR_OK;
 }
@@ -169,7 +173,7 @@ static void s_classify(const batch_t *b, s_group_t *g)
         return;
     g->mean = adv_mean(g->rewards, (size_t)g->G);
     /* Rewards were checked finite on entry, so adv_compute cannot fail here. */
-    int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, 1.0, g->adv);
+    int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, g->audit_weight, g->adv);
     SR_ASSERT(rc == SR_OK);
     g->state = adv_zero_variance(g->rewards, (size_t)g->G) ? BATCH_GROUP_ZERO_VARIANCE
                                                            : BATCH_GROUP_INFORMATIVE;
@@ -318,6 +322,28 @@ int batch_group_info(const batch_t *b, size_t index, batch_group_info_t *out)
                     ? g->mean
                     : 0.0;
     out->in_batch = s_in_batch(b, g);
+    return SR_OK;
+}
+
+int batch_group_set_gate(batch_t *b, const char *group, const char *rules_json,
+                         double audit_weight)
+{
+    if (!b || !group || !isfinite(audit_weight) || audit_weight <= 0.0)
+        return SR_EINVAL;
+    s_group_t *g = s_find(b, group, NULL);
+    if (!g)
+        return SR_ENOTFOUND;
+    if (rules_json) {
+        free(g->rules);
+        g->rules = sr_xstrdup(rules_json);
+    }
+    if (audit_weight != g->audit_weight) {
+        g->audit_weight = audit_weight;
+        if (g->state == BATCH_GROUP_INFORMATIVE || g->state == BATCH_GROUP_ZERO_VARIANCE) {
+            int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, audit_weight, g->adv);
+            SR_ASSERT(rc == SR_OK);
+        }
+    }
     return SR_OK;
 }
 
@@ -711,6 +737,13 @@ int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *pat
             cJSON_AddStringToObject(o, "group", g->gid);
             cJSON_AddStringToObject(o, "task", g->task);
             cJSON_AddNumberToObject(o, "weight", g->weight);
+            if (g->audit_weight != 1.0)
+                cJSON_AddNumberToObject(o, "audit_weight", g->audit_weight);
+            if (g->rules) {
+                cJSON *rj = cJSON_Parse(g->rules);
+                if (rj)
+                    cJSON_AddItemToObject(o, "rules", rj);
+            }
             cJSON_AddItemToObject(o, "rewards", s_num_array(g->rewards, (size_t)g->G));
             cJSON_AddItemToObject(o, "advantages", s_num_array(g->adv, (size_t)g->G));
             cJSON *trajs = cJSON_AddArrayToObject(o, "trajectories");

@@ -15,8 +15,10 @@
  * Cancelled and failed groups count as dropped for backfill, like filtered ones. Every RESULT
  * counts in the cost statistics (steps, LLM calls, tokens) whatever its group's fate.
  *
- * Advantages in the BATCH are unweighted; the group's weight (1.0, or 1/q for an audited group)
- * travels beside them and the trainer multiplies the group's loss by it.
+ * The group's weight travels beside its advantages and the trainer multiplies the group's loss
+ * by it. A group the gate's audit let run on (docs/gate.md) has its advantages multiplied by its
+ * audit weight 1/q here, in the batch (batch_group_set_gate), so any trainer sees the unbiased
+ * advantages; its weight stays 1.0 so the factor is applied once.
  *
  * Backfill (DAPO-style dynamic sampling): after a wave of groups has ended, batch_backfill_next
  * says how many fresh prompts to start so that the batch holds cfg.batch_groups groups, sized
@@ -133,6 +135,14 @@ int batch_add_result_msgpack(batch_t *b, const void *data, size_t len, proto_err
  * SR_OK, SR_ENOTFOUND or SR_EINVAL. batch_group_fail does the same for a failed group. */
 int batch_group_cancel(batch_t *b, const char *group);
 int batch_group_fail(batch_t *b, const char *group);
+
+/* batch_group_set_gate attaches the gate's record to a declared group: rules_json (the per-rule
+ * verdicts as a JSON object, copied; NULL leaves it as it is) goes into the group's JSONL line as
+ * "rules"; audit_weight (finite, > 0; 1 = not audited) multiplies the group's advantages (also
+ * when they were computed already) and is written as "audit_weight" when it is not 1. Returns
+ * SR_OK, SR_ENOTFOUND (group not declared) or SR_EINVAL. */
+int batch_group_set_gate(batch_t *b, const char *group, const char *rules_json,
+                         double audit_weight);
 
 /* batch_group_count returns the number of declared groups; batch_group_info fills *out for the
  * index-th in declaration order (SR_ENOTFOUND when out of range, SR_EINVAL for NULLs). */

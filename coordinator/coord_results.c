@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ typedef struct {
     coord_result_info_t info;
     uint8_t *data;
     size_t len;
+    char *rules;         /* the group's per-rule gate verdicts (JSON), or NULL */
+    double audit_weight; /* 1 unless audited */
 } s_entry_t;
 
 struct coord_results {
@@ -39,8 +42,10 @@ void coord_results_destroy(coord_results_t **self_p)
     if (!self_p || !*self_p)
         return;
     coord_results_t *r = *self_p;
-    for (size_t i = 0; i < r->n; i++)
+    for (size_t i = 0; i < r->n; i++) {
         free(r->v[i].data);
+        free(r->v[i].rules);
+    }
     free(r->v);
     free(r);
     *self_p = NULL;
@@ -80,6 +85,7 @@ int coord_results_add(coord_results_t *r, const void *data, size_t len)
     info->n_steps = res->n_steps;
     info->llm_calls = res->llm_calls;
     info->tokens = res->prompt_tokens + res->completion_tokens;
+    e->audit_weight = 1.0;
     e->data = sr_xmalloc(len);
     memcpy(e->data, data, len);
     e->len = len;
@@ -190,14 +196,21 @@ static cJSON *s_to_json(const msgpack_object *o, int depth)
     }
 }
 
-static char *s_result_json(const uint8_t *data, size_t len)
+static char *s_result_json(const s_entry_t *e)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
     char *out = NULL;
-    if (msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS) {
+    if (msgpack_unpack_next(&u, (const char *)e->data, e->len, &off) == MSGPACK_UNPACK_SUCCESS) {
         cJSON *j = s_to_json(&u.data, 1);
+        if (j && e->rules) {
+            cJSON *rj = cJSON_Parse(e->rules);
+            if (rj)
+                cJSON_AddItemToObject(j, "rules", rj);
+        }
+        if (j && e->audit_weight != 1.0)
+            cJSON_AddNumberToObject(j, "audit_weight", e->audit_weight);
         if (j) {
             out = cJSON_PrintUnformatted(j);
             cJSON_Delete(j);
@@ -205,6 +218,52 @@ static char *s_result_json(const uint8_t *data, size_t len)
     }
     msgpack_unpacked_destroy(&u);
     return out;
+}
+
+int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
+                              double *audit_weight)
+{
+    *rules_json = NULL;
+    *audit_weight = 1.0;
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(st, key, sizeof key, "group:%s", gid);
+    redisReply *rep = NULL;
+    if (rc == SR_OK)
+        rc = store_command(st, STORE_IDEMPOTENT, &rep, "HMGET %s rules audit_weight", key);
+    if (rc != SR_OK)
+        return rc;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+        if (rep->element[0]->type == REDIS_REPLY_STRING)
+            *rules_json = sr_xstrdup(rep->element[0]->str);
+        if (rep->element[1]->type == REDIS_REPLY_STRING) {
+            double w = strtod(rep->element[1]->str, NULL);
+            if (isfinite(w) && w > 0)
+                *audit_weight = w;
+        }
+    }
+    freeReplyObject(rep);
+    return SR_OK;
+}
+
+int coord_results_load_gate(coord_results_t *r, store_t *st)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        size_t first = 0;
+        while (first < i && strcmp(r->v[first].info.group, r->v[i].info.group) != 0)
+            first++;
+        if (first < i) {
+            /* Another result of the same group was read already. */
+            if (r->v[first].rules)
+                r->v[i].rules = sr_xstrdup(r->v[first].rules);
+            r->v[i].audit_weight = r->v[first].audit_weight;
+            continue;
+        }
+        int rc = coord_results_gate_fields(st, r->v[i].info.group, &r->v[i].rules,
+                                           &r->v[i].audit_weight);
+        if (rc != SR_OK)
+            return rc;
+    }
+    return SR_OK;
 }
 
 int coord_mkdirs(const char *path)
@@ -256,7 +315,7 @@ int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *
         goto cleanup;
     }
     for (size_t i = 0; i < r->n; i++) {
-        char *line = s_result_json(r->v[i].data, r->v[i].len);
+        char *line = s_result_json(&r->v[i]);
         if (!line) {
             rc = SR_ENOMEM;
             if (err)

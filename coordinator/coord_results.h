@@ -78,6 +78,19 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
                               size_t errlen);
 
+/* coord_results_gate_fields reads what the gate recorded in group gid's hash beyond its
+ * decision: *rules_json (a new string the caller frees, or NULL when the gate recorded no
+ * per-rule verdicts) and *audit_weight (1.0 unless the gate's audit let the group run on).
+ * Returns SR_OK or the store's error (outputs NULL / 1.0 then). */
+int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
+                              double *audit_weight);
+
+/* coord_results_load_gate reads the gate's per-rule verdicts of every group the collection has
+ * results of (coord_results_gate_fields), so that coord_results_write_jsonl adds them to each
+ * of the group's lines as "rules" (and "audit_weight" when not 1). Returns SR_OK or the store's
+ * error. */
+int coord_results_load_gate(coord_results_t *r, store_t *st);
+
 /* coord_mkdirs creates the folder path and its missing parents (like mkdir -p). Returns SR_OK or
  * an SR_E* code from the failed mkdir. */
 int coord_mkdirs(const char *path);

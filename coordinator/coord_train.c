@@ -23,6 +23,7 @@
 #include "env_worker/household.h"
 
 #include <cjson/cJSON.h>
+#include <hiredis/hiredis.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,7 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     double success = e.total ? (double)e.total_won / (double)e.total : 0.0;
     t->eval_success = success;
     t->eval_done_at = t->it;
+    store_run_set_int(st, "eval_done_at", t->it);
     if (t->st.evals == 0)
         t->st.eval_first = success;
     t->st.eval_last = success;
@@ -406,6 +408,11 @@ static void s_train_ended(coord_train_t *t, int64_t round)
         store_group_t g;
         if (store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED)
             batch_group_cancel(t->batch, gid);
+        char *rules = NULL;
+        double audit_weight = 1.0;
+        if (coord_results_gate_fields(st, gid, &rules, &audit_weight) == SR_OK)
+            batch_group_set_gate(t->batch, gid, rules, audit_weight);
+        free(rules);
     }
     /* A group still pending after its round (jobs dropped without a RESULT) cannot complete. */
     for (size_t i = 0; i < batch_group_count(t->batch); i++) {
@@ -525,6 +532,66 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
 
 /* ---- driver callbacks --------------------------------------------------------------------- */
 
+/* s_total reads one number of a stored JSON object (0 when absent). */
+static int64_t s_total(const cJSON *o, const char *name)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(x) ? (int64_t)x->valuedouble : 0;
+}
+
+/* s_resume continues a run found in Redis: the first unfinished iteration, the pool cursor at its
+ * start, the last evaluation, the policy version (the trainer's, when it trained the interrupted
+ * iteration's batch already) and the running totals of the last finished iteration. */
+static void s_resume(coord_train_t *t)
+{
+    store_t *st = coord_store(t->c);
+    int64_t it = 0, cursor = 0, eval_at = -1, tv = -1, ti = -1;
+    if (store_run_get_int(st, "iterations_done", &it) != SR_OK || it < 0)
+        it = 0;
+    if (store_run_get_int(st, "pool_cursor", &cursor) != SR_OK || cursor < 0 ||
+        cursor >= t->cfg.tasks)
+        cursor = 0;
+    if (store_run_get_int(st, "eval_done_at", &eval_at) != SR_OK)
+        eval_at = -1;
+    int64_t v = coord_policy_version(t->c);
+    if (store_run_get_int(st, "trained_iteration", &ti) == SR_OK &&
+        store_run_get_int(st, "trained_version", &tv) == SR_OK && ti >= it && tv > v) {
+        log_warn("iteration %lld: the trainer trained its batch (version %lld) before the "
+                 "coordinator stopped: adopting version %lld, the iteration counts as done",
+                 (long long)ti, (long long)tv, (long long)tv);
+        if (coord_set_policy_version(t->c, tv) != SR_OK)
+            log_error("cannot record policy version %lld: %s", (long long)tv, store_errstr(st));
+        v = tv;
+        it = ti + 1;
+        store_run_set_int(st, "iterations_done", it);
+    }
+    t->it = it;
+    t->st.iteration = it;
+    t->st.policy_version = v;
+    t->cursor = (size_t)cursor;
+    t->eval_done_at = eval_at;
+    /* a fresh stream of draws for the rest of the run (not the one an uninterrupted run uses) */
+    prng_init(&t->prng, t->cfg.seed, 0x67e5 + (uint64_t)it);
+    if (it > 0) {
+        char key[256];
+        redisReply *rep = NULL;
+        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
+        if (store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key) == SR_OK && rep &&
+            rep->type == REDIS_REPLY_STRING) {
+            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
+            t->st.groups_skipped = s_total(o, "skipped_total");
+            t->st.groups_cancelled = s_total(o, "cancelled_total");
+            t->st.groups_filtered = s_total(o, "filtered_total");
+            t->st.aborted_tokens = s_total(o, "aborted_tokens_total");
+            cJSON_Delete(o);
+        }
+        if (rep)
+            freeReplyObject(rep);
+    }
+    log_info("resuming training at iteration %lld of %d, policy version %lld, pool cursor %lld",
+             (long long)it, t->cfg.iters, (long long)v, (long long)cursor);
+}
+
 static int s_attach(coord_train_t *t, coord_t *c)
 {
     t->c = c;
@@ -533,7 +600,9 @@ static int s_attach(coord_train_t *t, coord_t *c)
     if (greso_store_load(t->greso, st) != SR_OK)
         log_warn("cannot load the pre-filter's state: %s", store_errstr(st));
     store_run_set_int(st, "iterations", t->cfg.iters);
-    if (t->cfg.out_dir) {
+    if (t->cfg.resume)
+        s_resume(t);
+    else if (t->cfg.out_dir) {
         /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
         char path[4096];
         snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
@@ -615,6 +684,8 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         if (!t->batch)
             return SR_ENOMEM;
         memset(t->used, 0, (size_t)t->cfg.tasks * sizeof *t->used);
+        /* where this iteration starts in the pool: a resumed run runs it again from here */
+        store_run_set_int(coord_store(c), "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
         t->iter_start_ms = clock_mono_ms();

@@ -24,6 +24,12 @@
  * not a WEIGHTS_READY, another run's ack, an ack of another iteration and an ack naming any other
  * version are logged and counted and change nothing: the run keeps waiting. Without an ack within
  * weights_timeout_ms the batch is sent once more; a second timeout stops the run.
+ *
+ * Resume (cfg.resume, the coordinator's --resume): the loop continues a run found in Redis at its
+ * first unfinished iteration (run fields iterations_done, pool_cursor, eval_done_at and
+ * policy_version; the pre-filter's state and the prompts' histories are in Redis already). An
+ * iteration that was interrupted is run again from its first wave; when the trainer had already
+ * trained its batch (trained_iteration), its version is adopted and the iteration counts as done.
  */
 #ifndef SR_COORD_TRAIN_H
 #define SR_COORD_TRAIN_H
@@ -54,6 +60,7 @@ typedef struct {
                                  advance without training */
     const char *trainer_pull; /* bound for WEIGHTS_READY; required with trainer_push */
     int64_t weights_timeout_ms; /* wait for WEIGHTS_READY this long before sending again: 120000 */
+    bool resume;            /* continue the run in Redis at its first unfinished iteration: false */
 } coord_train_cfg_t;
 
 /* Counters and results so far. */

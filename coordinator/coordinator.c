@@ -516,6 +516,9 @@ static void s_finish_round(coord_t *c)
         char path[4096], err[512];
         snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir,
                  (long long)c->round);
+        if (coord_results_load_gate(res, c->st) != SR_OK)
+            log_warn("round %lld: cannot read the gate's rule records: %s", (long long)c->round,
+                     store_errstr(c->st));
         if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
             log_error("round %lld: %s", (long long)c->round, err);
     }
@@ -1187,18 +1190,20 @@ static int s_prepare_run(coord_t *c)
             free(status);
             return SR_ECONFLICT;
         }
-        if (c->cfg.driver) {
-            snprintf(c->err, sizeof c->err,
-                     "run %s exists in Redis (status %s): a training run cannot be resumed; "
-                     "start another --run",
-                     c->cfg.run, status);
-            free(status);
-            return SR_ECONFLICT;
-        }
         rc = store_run_get_int(c->st, "rounds_done", &done);
         if (rc == SR_ENOTFOUND) {
             done = 0;
             rc = SR_OK;
+        }
+        if (rc == SR_OK && c->cfg.driver) {
+            /* A driver plans its rounds afresh: a round it had started and not finished is
+             * abandoned (its late RESULTs count as stale), the next one gets a new number; and
+             * the policy version is the run's, not the configured one. */
+            int64_t started = -1, version = 0;
+            if (store_run_get_int(c->st, "iteration", &started) == SR_OK && started >= done)
+                done = started + 1;
+            if (store_run_get_int(c->st, "policy_version", &version) == SR_OK && version >= 0)
+                c->cfg.policy_version = version;
         }
         log_info("resuming run %s (status %s) at round %lld", c->cfg.run, status,
                  (long long)done);

@@ -65,8 +65,9 @@ typedef enum {
  * ended is called when a round has ended, after its results are in Redis; tick is called on every
  * timer tick (may be NULL); stopped is called when coord_run is about to return, and must close
  * every socket the driver made in the coordinator's context (may be NULL). Rounds are numbered 0, 1, 2, ... and group ids are coord_group_id's. A
- * driven run does not resume: a coordinator started with cfg.resume on an existing driven run
- * refuses it. */
+ * driven run that is resumed (cfg.resume on an existing run) continues at the round after the
+ * last one started, whose unfinished round is abandoned (its late RESULTs count as stale), with
+ * the run's policy version from Redis; the driver restores its own state. */
 typedef struct {
     int (*plan)(void *arg, coord_t *c, coord_round_plan_t *plan);
     void (*ended)(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum);

@@ -227,6 +227,7 @@ int coordinator_main(int argc, char **argv)
         tc.trainer_push = o.trainer_push;
         tc.trainer_pull = o.trainer_pull;
         tc.weights_timeout_ms = o.weights_timeout_ms;
+        tc.resume = o.resume;
         train = coord_train_new(&tc, err, sizeof err);
         if (!train) {
             fprintf(stderr, "selroll coordinator: %s\n", err);

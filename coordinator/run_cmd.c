@@ -16,6 +16,7 @@
  * BUS_PUB_EP, BUS_SUB_EP, POLICY_URL, ENV_WORKERS) and keeps <out>/children.txt ("name pid" per
  * running child) up to date.
  */
+#include "actor/gate_rules.h"
 #include "common/clock.h"
 #include "common/cmds.h"
 #include "common/config.h"
@@ -133,6 +134,7 @@ static struct {
     char *redis, *run, *out, *placement, *gate_mode, *redis_server;
     char *policy_args, *coordinator_args, *actor_args, *gate_args, *bus_external;
     char *gate, *trainer, *trainer_args, *adv, *eval_split;
+    char *gate_rule, *gate_rule_args;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int k, log_level, max_coord_restarts;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
@@ -561,6 +563,11 @@ int run_main(int argc, char **argv)
          .help = "extra space-separated arguments for every actor"},
         {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for the gate"},
+        {.name = "gate-rule", .kind = CFG_STRING, .dst = &o.gate_rule, .def = "paper",
+         .metavar = "RULE",
+         .help = "the gate's deciding rule: paper|multi|prior|keep-two|audit|learned"},
+        {.name = "gate-rule-args", .kind = CFG_STRING, .dst = &o.gate_rule_args, .metavar = "ARGS",
+         .help = "the rule's options for the gate, e.g. \"--audit-q 0.1\" (docs/gate.md)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
          .def = "info", .help = "most verbose level logged by this process"},
         {0},
@@ -611,6 +618,18 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
+    if (!store_run_name_ok(o.run)) {
+        fprintf(stderr, "selroll run: --run: '%s' is not a run name (1..%d characters of A-Z a-z "
+                        "0-9 _ . -)\n", o.run, STORE_RUN_MAX - 1);
+        code = 2;
+        goto cleanup;
+    }
+    if (gate_rule_parse(o.gate_rule) < 0) {
+        fprintf(stderr, "selroll run: --gate-rule: '%s' is not one of %s\n", o.gate_rule,
+                GATE_RULE_CHOICES);
+        code = 2;
+        goto cleanup;
+    }
     if (strcmp(o.gate_mode, "enforce") && strcmp(o.gate_mode, "shadow") &&
         strcmp(o.gate_mode, "off")) {
         fprintf(stderr, "selroll run: --gate-mode: '%s' is not one of enforce, shadow, off\n",
@@ -790,6 +809,9 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%.17g", o.t_high);
         s_arg(&a, "--group-size");
         s_argf(&a, "%d", o.group_size);
+        s_arg(&a, "--gate-rule");
+        s_arg(&a, o.gate_rule);
+        s_args_split(&a, o.gate_rule_args);
         s_args_split(&a, o.gate_args);
         rc = supervise_add(r.sup, "gate", a.v, true);
         s_argv_free(&a);

@@ -143,30 +143,37 @@ typedef struct {
     int max;
 } s_emit_t;
 
+/* The longest feature name, with its NUL; longer names are cut. */
+#define S_NAME_MAX 192
+#define S_FNV_OFFSET 1469598103934665603ULL
+#define S_FNV_STEP(h, c) ((h) = ((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
 static void s_emit(s_emit_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void s_emit(s_emit_t *e, const char *fmt, ...)
 {
     if (e->n >= e->max)
         return;
-    /* The feature names use only %s and %d; they are put together here by hand, which costs a
-     * fraction of vsnprintf on this per-action path. Any other conversion goes to vsnprintf. The
-     * result is the same string, cut at the same length. */
-    char name[192];
+    /* The feature names use only %s and %d. Their bytes go straight into the FNV-1a hash of
+     * model_feature_index as they are put together, with no name buffer and no second pass; the
+     * hash is that of the name cut to S_NAME_MAX - 1 bytes, as a buffer of S_NAME_MAX would have
+     * cut it. Any other conversion goes through vsnprintf into a buffer. */
+    uint64_t h = S_FNV_OFFSET; /* model_hash64's start for seed 0 */
     size_t n = 0;
     va_list ap;
     va_start(ap, fmt);
-    for (const char *f = fmt; *f && n < sizeof name - 1; f++) {
+    for (const char *f = fmt; *f && n < S_NAME_MAX - 1; f++) {
         if (*f != '%') {
-            name[n++] = *f;
+            S_FNV_STEP(h, *f);
+            n++;
             continue;
         }
         if (f[1] == 's') {
             const char *str = va_arg(ap, const char *);
             if (!str)
                 str = "(null)";
-            while (*str && n < sizeof name - 1)
-                name[n++] = *str++;
+            for (; *str && n < S_NAME_MAX - 1; str++, n++)
+                S_FNV_STEP(h, *str);
             f++;
         } else if (f[1] == 'd') {
             int v = va_arg(ap, int);
@@ -179,23 +186,29 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
             } while (u);
             if (v < 0)
                 dig[k++] = '-';
-            while (k > 0 && n < sizeof name - 1)
-                name[n++] = dig[--k];
+            for (; k > 0 && n < S_NAME_MAX - 1; n++)
+                S_FNV_STEP(h, dig[--k]);
             f++;
         } else {
+            char name[S_NAME_MAX];
             va_list rest;
             va_end(ap);
             va_start(rest, fmt);
             vsnprintf(name, sizeof name, fmt, rest);
             va_end(rest);
             va_start(ap, fmt);
-            n = strlen(name);
-            break;
+            e->out[e->n].idx = model_feature_index(name);
+            e->out[e->n].val = 1.0f;
+            e->n++;
+            va_end(ap);
+            return;
         }
     }
     va_end(ap);
-    name[n] = '\0';
-    e->out[e->n].idx = model_feature_index(name);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    e->out[e->n].idx = (uint32_t)(h % MODEL_NAMED_DIM);
     e->out[e->n].val = 1.0f;
     e->n++;
 }
@@ -442,6 +455,12 @@ static int s_cmp_desc(const void *a, const void *b, void *probs)
 int model_choose(const model_t *m, const pparse_state_t *st, double temperature, double top_p,
                  model_rng_t *rng, model_choice_t *out)
 {
+    return model_choose_probs(m, st, temperature, top_p, rng, out, NULL);
+}
+
+int model_choose_probs(const model_t *m, const pparse_state_t *st, double temperature,
+                       double top_p, model_rng_t *rng, model_choice_t *out, double *probs)
+{
     int rc = SR_OK;
     double *p = NULL;
     int *order = NULL;
@@ -459,11 +478,15 @@ int model_choose(const model_t *m, const pparse_state_t *st, double temperature,
     if (temperature == 0) {
         out->index = s_argmax(p, n);
         s_softmax(p, n, 1.0);
+        if (probs)
+            memcpy(probs, p, sizeof(double) * (size_t)n);
         out->prob = p[out->index];
         out->logprob = log(out->prob);
         goto cleanup;
     }
     s_softmax(p, n, temperature);
+    if (probs)
+        memcpy(probs, p, sizeof(double) * (size_t)n);
     order = sr_xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++)
         order[i] = i;

@@ -90,6 +90,12 @@ int model_probs(const model_t *m, const pparse_state_t *st, double temperature, 
 int model_choose(const model_t *m, const pparse_state_t *st, double temperature, double top_p,
                  model_rng_t *rng, model_choice_t *out);
 
+/* model_choose_probs is model_choose that also writes, when probs is not NULL, what
+ * model_probs(m, st, T > 0 ? T : 1, probs) would (st->n_actions entries), from the same single
+ * scoring of the candidates. Same results and return values as model_choose. */
+int model_choose_probs(const model_t *m, const pparse_state_t *st, double temperature,
+                       double top_p, model_rng_t *rng, model_choice_t *out, double *probs);
+
 /* model_grad_logprob ADDS scale * d log pi_T(a|s) / d w to grad (MODEL_DIM floats), that is
  * scale * (phi(s, a) - E_pi[phi(s, .)]) / T. T must be > 0. Returns 0, or SR_EINVAL for a bad
  * action index, T <= 0 or NULL arguments. */

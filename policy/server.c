@@ -12,6 +12,7 @@
  */
 #include "policy/server.h"
 
+#include "common/jsonw.h"
 #include "common/sr.h"
 #include "policy/model.h"
 #include "policy/prompt_parse.h"
@@ -712,6 +713,33 @@ static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, in
     return lps;
 }
 
+/* s_logprobs_write writes what s_logprobs_json builds, as cJSON would print it. */
+static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                             int chosen, double lp, int top)
+{
+    jsonw_lit(w, "{\"content\":[{\"token\":");
+    jsonw_str(w, chosen >= 0 ? st->actions[chosen] : "look");
+    jsonw_lit(w, ",\"logprob\":");
+    jsonw_num(w, lp);
+    jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":[");
+    bool used[PPARSE_MAX_ACTIONS] = {false};
+    for (int k = 0; k < top && k < st->n_actions; k++) {
+        int best = -1;
+        for (int i = 0; i < st->n_actions; i++)
+            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
+                best = i;
+        used[best] = true;
+        if (k)
+            jsonw_lit(w, ",");
+        jsonw_lit(w, "{\"token\":");
+        jsonw_str(w, st->actions[best]);
+        jsonw_lit(w, ",\"logprob\":");
+        jsonw_num(w, p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
+        jsonw_lit(w, ",\"bytes\":null}");
+    }
+    jsonw_lit(w, "]}]}");
+}
+
 static cJSON *s_usage_json(int prompt, int completion)
 {
     cJSON *u = cJSON_CreateObject();
@@ -753,9 +781,9 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
 
     double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
-    model_choose(m, &st, rq->temperature, rq->top_p, &rng, &ch);
-    if (st.n_actions)
-        model_probs(m, &st, rq->temperature > 0 ? rq->temperature : 1.0, p);
+    /* One scoring of the candidates gives both the choice and the probabilities the reasoning
+     * and the logprobs show (at T, or at 1 when greedy). */
+    model_choose_probs(m, &st, rq->temperature, rq->top_p, &rng, &ch, p);
     const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
 
     double want = s->o.think_mean + s->o.think_sd * s_gauss(&rng);
@@ -776,36 +804,50 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         snprintf(model_name, sizeof model_name, "%s", s->name);
     else
         snprintf(model_name, sizeof model_name, "%s-v%u", s->name, rq->version);
-    cJSON *lps =
-        rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
-
     if (!rq->stream) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "id", id);
-        cJSON_AddStringToObject(root, "object", "chat.completion");
-        cJSON_AddNumberToObject(root, "created", (double)created);
-        cJSON_AddStringToObject(root, "model", model_name);
+        /* Written directly, in the order and the format of a cJSON tree of the same fields
+         * (tests/test_policy_server.c checks that cJSON prints a parsed answer back unchanged). */
         char fp[48];
         snprintf(fp, sizeof fp, "selroll-policy-v%u", model_version(m));
-        cJSON_AddStringToObject(root, "system_fingerprint", fp);
-        cJSON *choices = cJSON_AddArrayToObject(root, "choices");
-        cJSON *c0 = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c0, "index", 0);
-        cJSON *msg = cJSON_AddObjectToObject(c0, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", content.p);
-        if (lps)
-            cJSON_AddItemToObject(c0, "logprobs", lps);
+        sr_buf_t out = SR_BUF_INIT;
+        jsonw_t w;
+        jsonw_init(&w, &out);
+        if (sr_buf_reserve(&out, 512 + 2 * content.len) != SR_OK)
+            w.rc = SR_ENOMEM;
+        jsonw_lit(&w, "{\"id\":");
+        jsonw_str(&w, id);
+        jsonw_lit(&w, ",\"object\":\"chat.completion\",\"created\":");
+        jsonw_num(&w, (double)created);
+        jsonw_lit(&w, ",\"model\":");
+        jsonw_str(&w, model_name);
+        jsonw_lit(&w, ",\"system_fingerprint\":");
+        jsonw_str(&w, fp);
+        jsonw_lit(&w, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+                      "\"content\":");
+        jsonw_strn(&w, content.p, content.len);
+        jsonw_lit(&w, "},\"logprobs\":");
+        if (rq->logprobs)
+            s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);
         else
-            cJSON_AddNullToObject(c0, "logprobs");
-        cJSON_AddStringToObject(c0, "finish_reason", finish);
-        cJSON_AddItemToArray(choices, c0);
-        cJSON_AddItemToObject(root, "usage", s_usage_json(rq->prompt_tokens, completion));
-        s_set_resp(c, 200, "application/json", cJSON_PrintUnformatted(root));
-        cJSON_Delete(root);
+            jsonw_lit(&w, "null");
+        jsonw_lit(&w, ",\"finish_reason\":");
+        jsonw_str(&w, finish);
+        jsonw_lit(&w, "}],\"usage\":{\"prompt_tokens\":");
+        jsonw_num(&w, rq->prompt_tokens);
+        jsonw_lit(&w, ",\"completion_tokens\":");
+        jsonw_num(&w, completion);
+        jsonw_lit(&w, ",\"total_tokens\":");
+        jsonw_num(&w, rq->prompt_tokens + completion);
+        jsonw_lit(&w, "}}");
+        char *body = jsonw_finish(&w);
+        if (!body)
+            sr_buf_free(&out);
+        s_set_resp(c, 200, "application/json", body);
     } else {
         /* SSE: the role, the reasoning, the action (with its logprobs), the finish, usage, [DONE].
          */
+        cJSON *lps =
+            rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
         s_buf_t b = {0};
         cJSON *ch0 = s_chunk(id, created, model_name), *choices, *c0, *delta;
         choices = cJSON_AddArrayToObject(ch0, "choices");

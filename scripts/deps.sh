@@ -8,7 +8,7 @@ PKGS=(
   libzmq3-dev libmsgpack-dev libhiredis-dev libcmocka-dev
   libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev
   redis-server redis-tools valgrind
-  python3 python3-zmq python3-msgpack curl
+  python3 python3-zmq python3-msgpack python3-yaml curl
   iproute2 procps
   clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
 )

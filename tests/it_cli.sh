@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # it_cli.sh: every subcommand listed by `selroll --help` answers --help with exit 0 and a usage line;
-# an unknown command and no command exit 2 with a one-line error.
+# an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
+# name Redis keys cannot carry, before it starts anything.
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -15,4 +16,7 @@ for c in $cmds; do
 done
 $S no-such-command 2>/dev/null; [ $? -eq 2 ] || { echo "unknown command must exit 2"; fail=1; }
 $S 2>/dev/null; [ $? -eq 2 ] || { echo "no command must exit 2"; fail=1; }
+out=$($S run --run 'a+b' 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "not a run name" <<<"$out"; } ||
+  { echo "selroll run --run 'a+b': rc=$rc: $out"; fail=1; }
 exit $fail

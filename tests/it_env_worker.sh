@@ -6,36 +6,9 @@
 # (docs/examples/env_worker.py) is driven by the same client.
 set -u
 cd "$(dirname "$0")/.."
-S=bin/selroll
-PY=${SELROLL_PYTHON:-/usr/bin/python3}
+source tests/it_lib.sh
 CLIENT=tests/py/env_client.py
-fail=0
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-# wait_port PORT: until something listens on 127.0.0.1:PORT (5 s at most).
-wait_port() {
-  for _ in $(seq 100); do
-    "$PY" -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$1)))" && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
-# A private redis-server.
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp" --save '' --appendonly no \
-  --daemonize no >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-wait_port "$rport" || { echo "redis-server did not start"; exit 1; }
-R="redis-cli -p $rport"
+it_redis_start
 
 # The env worker.
 port=$(free_port)

@@ -546,6 +546,77 @@ static void jsonl_copy_has_a_header_and_one_line_per_group(void **state)
     batch_destroy(&b);
 }
 
+static void audited_group_advantages_carry_the_audit_weight(void **state)
+{
+    (void)state;
+    static pool_t p;
+    memset(&p, 0, sizeof p);
+    batch_t *b = batch_new(NULL, "r", 3, 1);
+    const double r[4] = {1, 0, 0, 0};
+    const int64_t s[4] = {3, 3, 3, 3};
+    /* Weight set before the results: applied when the group is classified. */
+    assert_int_equal(batch_add_group(b, "aud", "household/train/3", 4, 1.0), SR_OK);
+    assert_int_equal(batch_group_set_gate(b, "aud", "{\"paper\":{\"cut\":true,\"step\":10,"
+                                                    "\"score\":0.05,\"final\":true}}",
+                                          10.0),
+                     SR_OK);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(batch_add_result(b, s_res(&p, "aud", t, "done", r[t], s[t])), SR_OK);
+    /* Weight set after: the advantages are computed again. */
+    s_group(b, &p, "late", 4, r, s);
+    s_group(b, &p, "plain", 4, r, s);
+    assert_int_equal(batch_group_set_gate(b, "late", NULL, 4.0), SR_OK);
+    const double *a = batch_group_advantages(b, 0), *l = batch_group_advantages(b, 1),
+                 *u = batch_group_advantages(b, 2);
+    /* GRPO, rewards 1 0 0 0: 1.7320... and -0.5773...; times 10 and times 4. */
+    for (int t = 0; t < 4; t++) {
+        assert_true(NEAR(a[t], 10.0 * u[t]));
+        assert_true(NEAR(l[t], 4.0 * u[t]));
+    }
+    assert_true(fabs(u[0] - 1.7320508) < 1e-5);
+    /* The weight field stays 1: the factor is applied once. */
+    batch_group_info_t gi;
+    assert_int_equal(batch_group_info(b, 0, &gi), SR_OK);
+    assert_true(gi.weight == 1.0);
+    assert_int_equal(batch_group_set_gate(b, "nope", NULL, 2.0), SR_ENOTFOUND);
+    assert_int_equal(batch_group_set_gate(b, "aud", NULL, 0.0), SR_EINVAL);
+    assert_int_equal(batch_group_set_gate(b, "aud", NULL, NAN), SR_EINVAL);
+    /* The JSONL line carries "audit_weight" and the rules object. */
+    char dir[] = "/tmp/selroll-batch-aud-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/b.jsonl", dir);
+    assert_int_equal(batch_write_jsonl(b, NULL, path, err, sizeof err), SR_OK);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    int seen = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        assert_non_null(j);
+        cJSON *g = cJSON_GetObjectItem(j, "group");
+        if (g && !strcmp(g->valuestring, "aud")) {
+            seen++;
+            assert_true(NEAR(cJSON_GetObjectItem(j, "audit_weight")->valuedouble, 10.0));
+            cJSON *paper = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rules"), "paper");
+            assert_true(cJSON_IsTrue(cJSON_GetObjectItem(paper, "cut")));
+            assert_int_equal(cJSON_GetObjectItem(paper, "step")->valueint, 10);
+        } else if (g && !strcmp(g->valuestring, "plain")) {
+            seen++;
+            assert_null(cJSON_GetObjectItem(j, "audit_weight"));
+            assert_null(cJSON_GetObjectItem(j, "rules"));
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    assert_int_equal(seen, 2);
+    unlink(path);
+    rmdir(dir);
+    batch_destroy(&b);
+}
+
 static void stats_map_names_every_field(void **state)
 {
     (void)state;
@@ -579,6 +650,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(backfill_fills_the_batch_or_reports_the_cap),
     cmocka_unit_test(jsonl_copy_has_a_header_and_one_line_per_group),
     cmocka_unit_test(stats_map_names_every_field),
+    cmocka_unit_test(audited_group_advantages_carry_the_audit_weight),
 };
 
 HARNESS_MAIN("batch", tests)

@@ -83,14 +83,16 @@ static void s_send(transport_sock_t *s, const proto_msg_t *m)
  * and the output folder filled in here). */
 static void s_start(fx_t *f, coord_train_cfg_t *tc)
 {
-    memset(f, 0, sizeof *f);
-    snprintf(f->run, sizeof f->run, "it%d", ++s_run_no);
-    snprintf(f->dir, sizeof f->dir, "/tmp/selroll-iter-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->ep_batch, sizeof f->ep_batch, "ipc://%s/batch.ipc", f->dir);
-    snprintf(f->ep_acks, sizeof f->ep_acks, "ipc://%s/acks.ipc", f->dir);
     char err[512] = "";
-    assert_int_equal(store_connect(&f->st, s_redis.url, f->run, 2000, err, sizeof err), SR_OK);
+    if (!tc->resume) {
+        memset(f, 0, sizeof *f);
+        snprintf(f->run, sizeof f->run, "it%d", ++s_run_no);
+        snprintf(f->dir, sizeof f->dir, "/tmp/selroll-iter-XXXXXX");
+        assert_non_null(mkdtemp(f->dir));
+        snprintf(f->ep_batch, sizeof f->ep_batch, "ipc://%s/batch.ipc", f->dir);
+        snprintf(f->ep_acks, sizeof f->ep_acks, "ipc://%s/acks.ipc", f->dir);
+        assert_int_equal(store_connect(&f->st, s_redis.url, f->run, 2000, err, sizeof err), SR_OK);
+    }
 
     f->tr_pull = s_sock(ZMQ_PULL, NULL);
     assert_int_equal(transport_bind(f->tr_pull, f->ep_batch), SR_OK);
@@ -112,6 +114,7 @@ static void s_start(fx_t *f, coord_train_cfg_t *tc)
     cfg.heartbeat_ms = 100;
     cfg.spread_wait_ms = 0;
     cfg.out_dir = f->dir;
+    cfg.resume = tc->resume;
     cfg.driver = coord_train_driver(f->t);
     f->c = coord_new(&cfg, err, sizeof err);
     if (!f->c)
@@ -174,6 +177,23 @@ static void s_free(fx_t *f)
     snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", f->dir);
+}
+
+/* s_stop_coordinator stops the coordinator and closes every socket of the fixture, keeping its
+ * run, folder and Redis connection for a coordinator started again with tc.resume. */
+static void s_stop_coordinator(fx_t *f)
+{
+    if (f->running) {
+        coord_stop(f->c);
+        pthread_join(f->th, NULL);
+        f->running = false;
+    }
+    transport_sock_destroy(&f->actor);
+    transport_sock_destroy(&f->tr_pull);
+    transport_sock_destroy(&f->tr_push);
+    transport_sock_destroy(&f->sub);
+    coord_destroy(&f->c);
+    coord_train_destroy(&f->t);
 }
 
 /* s_reward is the script. */
@@ -597,6 +617,87 @@ static void the_gate_never_cuts_a_group_of_one(void **state)
     gate_destroy(&g);
 }
 
+/* s_round_of returns the round number of the first group of a BATCH (group id rNNNN-gNNNN). */
+static int s_round_of(const proto_batch_t *b)
+{
+    int r = -1, g = -1;
+    assert_true(b->groups_len > 0);
+    assert_int_equal(sscanf(b->groups[0].group, "r%d-g%d", &r, &g), 2);
+    return r;
+}
+
+static void a_stopped_training_run_resumes_at_its_unfinished_iteration(void **state)
+{
+    (void)state;
+    s_only_task0 = false;
+    coord_train_cfg_t tc;
+    coord_train_cfg_init(&tc);
+    tc.iters = 4;
+    tc.batch_groups = 2;
+    tc.group_size = 4;
+    tc.tasks = 9;
+    tc.prefilter = false;
+    tc.eval_tasks = 0;
+    fx_t f;
+    s_start(&f, &tc);
+
+    /* Iteration 0 trains; the batch of iteration 1 goes out and the coordinator stops. */
+    proto_msg_t b;
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 0");
+    proto_msg_clear(&b);
+    s_ack(&f, 0, 1, "ok", NULL);
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 1");
+    assert_int_equal(b.u.batch.iteration, 1);
+    int round1 = s_round_of(&b.u.batch);
+    proto_msg_clear(&b);
+    s_stop_coordinator(&f);
+    assert_int_equal(s_run_int(&f, "iterations_done"), 1);
+    assert_int_equal(s_run_int(&f, "policy_version"), 1);
+
+    /* Resumed: iteration 1 runs again, on version 1, in a round after the old ones. */
+    tc.resume = true;
+    s_start(&f, &tc);
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 1 after the resume");
+    assert_int_equal(b.u.batch.iteration, 1);
+    assert_int_equal(b.u.batch.policy_version, 1);
+    s_check_batch(&b.u.batch, 1, 1, 4);
+    assert_true(s_round_of(&b.u.batch) > round1);
+    proto_msg_clear(&b);
+    /* The trainer trains it but the coordinator stops before it hears the ack. */
+    assert_int_equal(store_run_set_int(f.st, "trained_iteration", 1), SR_OK);
+    assert_int_equal(store_run_set_int(f.st, "trained_version", 2), SR_OK);
+    s_stop_coordinator(&f);
+
+    /* Resumed again: version 2 is adopted and iteration 2 starts; then the run finishes. */
+    s_start(&f, &tc);
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 2 after the second resume");
+    assert_int_equal(b.u.batch.iteration, 2);
+    assert_int_equal(b.u.batch.policy_version, 2);
+    proto_msg_clear(&b);
+    s_ack(&f, 2, 3, "ok", NULL);
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 3");
+    assert_int_equal(b.u.batch.iteration, 3);
+    proto_msg_clear(&b);
+    s_ack(&f, 3, 4, "ok", NULL);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(s_run_int(&f, "policy_version"), 4);
+    assert_int_equal(s_run_int(&f, "iterations_done"), 4);
+
+    /* iterations.jsonl kept its line of iteration 0 and has those of 2 and 3 (1 was adopted). */
+    char path[400];
+    snprintf(path, sizeof path, "%s/iterations.jsonl", f.dir);
+    assert_int_equal(s_file_count(path, "\"type\":\"iteration\""), 3);
+    assert_int_equal(s_file_count(path, "\"iteration\":0,"), 1);
+    assert_int_equal(s_file_count(path, "\"iteration\":1,"), 0);
+    s_free(&f);
+}
+
 static void bad_training_configuration_is_refused_with_a_reason(void **state)
 {
     (void)state;
@@ -637,6 +738,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(backfill_reports_the_cap_when_the_pool_has_too_few_informative_prompts),
     cmocka_unit_test(prefilter_skips_prompts_whose_groups_were_all_correct_or_all_wrong),
     cmocka_unit_test(the_gate_never_cuts_a_group_of_one),
+    cmocka_unit_test(a_stopped_training_run_resumes_at_its_unfinished_iteration),
     cmocka_unit_test(bad_training_configuration_is_refused_with_a_reason),
 };
 

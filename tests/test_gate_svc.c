@@ -1,8 +1,9 @@
 /*
  * test_gate_svc.c — the gate service over real sockets and a real redis-server: ACTIONs
  * published through a transport_proxy, CANCELs received on a SUB socket, decisions read back from
- * Redis; the three modes, a group that finished first, bad bus messages, and the HELLO/WELCOME
- * handshake with a ROUTER standing in for the coordinator.
+ * Redis; the three modes, a group that finished first, bad bus messages, the HELLO/WELCOME
+ * handshake with a ROUTER standing in for the coordinator, keep-two's CANCEL with its kept pair
+ * and the per-rule record, and the learned model's examples shared through Redis.
  */
 #include "tests/harness.h"
 #include "actor/gate_svc.h"
@@ -11,6 +12,7 @@
 #include "common/store.h"
 #include "common/transport.h"
 
+#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,8 +96,17 @@ static int teardown(void **state)
     return 0;
 }
 
+static void s_publish_r(fix_t *f, const char *group, int G, int traj, int step,
+                        const char *action, bool ended, double reward);
+
 static void s_publish(fix_t *f, const char *group, int G, int traj, int step, const char *action,
                       bool ended)
+{
+    s_publish_r(f, group, G, traj, step, action, ended, 0.0);
+}
+
+static void s_publish_r(fix_t *f, const char *group, int G, int traj, int step,
+                        const char *action, bool ended, double reward)
 {
     proto_msg_t m;
     proto_msg_init(&m, PROTO_ACTION);
@@ -105,6 +116,7 @@ static void s_publish(fix_t *f, const char *group, int G, int traj, int step, co
     m.u.action.step = step;
     m.u.action.action = action;
     m.u.action.ended = ended;
+    m.u.action.reward = reward;
     m.u.action.group_size = G;
     m.u.action.task = "household/train/1";
     sr_buf_t b = SR_BUF_INIT;
@@ -117,11 +129,20 @@ static void s_publish(fix_t *f, const char *group, int G, int traj, int step, co
 
 /* s_start starts a service in `mode` on the proxy and waits until its subscription is live
  * (a probe group's ACTIONs are seen). */
+static void s_start_with(fix_t *f, gate_svc_cfg_t *c);
+
 static void s_start(fix_t *f, gate_mode_t mode)
 {
     gate_svc_cfg_t c;
     gate_svc_cfg_init(&c);
     c.gate.mode = mode;
+    s_start_with(f, &c);
+}
+
+/* s_start_with starts a service with c (K 2, the run, the bus and Redis filled in here). */
+static void s_start_with(fix_t *f, gate_svc_cfg_t *cp)
+{
+    gate_svc_cfg_t c = *cp;
     c.gate.k = 2;
     c.run = RUN;
     c.bus_sub = transport_proxy_sub_endpoint(f->proxy);
@@ -452,6 +473,103 @@ static void hello_welcome_gives_the_bus_and_heartbeats_follow(void **state)
     transport_sock_destroy(&router);
 }
 
+/* s_wait_field waits until field of hash key (after the run prefix) reads want; returns it. */
+static bool s_wait_field(fix_t *f, const char *k, const char *field, const char *want)
+{
+    char key[256];
+    store_key(f->store, key, sizeof key, "%s", k);
+    int64_t end = harness_now_ms() + WAIT_MS;
+    do {
+        redisReply *r = NULL;
+        assert_int_equal(store_command(f->store, STORE_IDEMPOTENT, &r, "HGET %s %s", key, field),
+                         SR_OK);
+        bool ok = r->type == REDIS_REPLY_STRING && (!want || !strcmp(r->str, want));
+        freeReplyObject(r);
+        if (ok)
+            return true;
+        usleep(10000);
+    } while (harness_now_ms() < end);
+    return false;
+}
+
+static void keep_two_cancel_names_the_kept_pair_and_every_rule_is_recorded(void **state)
+{
+    fix_t *f = *state;
+    s_group(f, "r0000-g0007", 3);
+    gate_svc_cfg_t c;
+    gate_svc_cfg_init(&c);
+    c.gate.mode = GATE_MODE_ENFORCE;
+    c.gate.rule = GATE_RULE_KEEP_TWO;
+    c.gate.shadow = GATE_RULES_ALL;
+    s_start_with(f, &c);
+    for (int t = 0; t < 3; t++) {
+        s_publish(f, "r0000-g0007", 3, t, 1, "go to fridge 1", false);
+        s_publish(f, "r0000-g0007", 3, t, 2, "open fridge 1", false);
+    }
+    proto_msg_t m;
+    assert_true(s_recv_cancel(f, WAIT_MS, &m));
+    assert_string_equal(m.u.cancel.group, "r0000-g0007");
+    assert_int_equal(m.u.cancel.keep_len, 2);
+    int64_t a = m.u.cancel.keep[0], b = m.u.cancel.keep[1];
+    assert_true(a >= 0 && a < 3 && b >= 0 && b < 3 && a != b);
+    proto_msg_clear(&m);
+    assert_true(s_wait_field(f, "group:r0000-g0007", "rules", NULL));
+    char v[1024];
+    s_hget(f, "r0000-g0007", "rules", v, sizeof v);
+    cJSON *j = cJSON_Parse(v);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetArraySize(j), GATE_RULE_COUNT);
+    cJSON *k2 = cJSON_GetObjectItem(j, "keep-two");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(k2, "cut")));
+    assert_int_equal(cJSON_GetObjectItem(k2, "step")->valueint, 2);
+    cJSON *multi = cJSON_GetObjectItem(j, "multi");
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(multi, "final"))); /* stopped before step 6 */
+    cJSON_Delete(j);
+    s_hget(f, "r0000-g0007", "gate_rule", v, sizeof v);
+    assert_string_equal(v, "keep-two");
+    store_group_t g;
+    assert_int_equal(store_group_get(f->store, "r0000-g0007", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_CANCELLED);
+    /* The kept two end with different rewards: a wrong cut, in the gate's stats. */
+    s_publish_r(f, "r0000-g0007", 3, (int)a, 3, "take apple 1", true, 1.0);
+    s_publish_r(f, "r0000-g0007", 3, (int)b, 3, "look", true, 0.0);
+    assert_true(s_wait_field(f, "gate:stats", "keep_two_wrong", "1"));
+}
+
+static void learned_examples_are_kept_in_redis_and_loaded_by_the_next_gate(void **state)
+{
+    fix_t *f = *state;
+    gate_svc_cfg_t c;
+    gate_svc_cfg_init(&c);
+    c.gate.mode = GATE_MODE_SHADOW;
+    c.gate.shadow = 1u << GATE_RULE_LEARNED;
+    s_group(f, "r0000-g0008", 2);
+    s_group(f, "r0000-g0009", 2);
+    s_start_with(f, &c);
+    for (int t = 0; t < 2; t++) {
+        s_publish(f, "r0000-g0008", 2, t, 1, "look", false);
+        s_publish(f, "r0000-g0008", 2, t, 2, "look", false);
+        s_publish_r(f, "r0000-g0008", 2, t, 3, "look", true, 0.0);
+    }
+    assert_true(s_wait_field(f, "gate:stats", "learned_labels", "1"));
+    char key[256];
+    store_key(f->store, key, sizeof key, "gate:learned:examples");
+    redisReply *r = NULL;
+    assert_int_equal(store_command(f->store, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key), SR_OK);
+    assert_int_equal(r->elements, 1);
+    assert_true(r->element[0]->str[0] == '1'); /* zero variance */
+    freeReplyObject(r);
+    /* A new gate (a restart, or another shard) starts from that example: one more makes two. */
+    s_svc_stop(f);
+    s_start_with(f, &c);
+    for (int t = 0; t < 2; t++) {
+        s_publish(f, "r0000-g0009", 2, t, 1, "look", false);
+        s_publish(f, "r0000-g0009", 2, t, 2, t ? "a" : "b", false);
+        s_publish_r(f, "r0000-g0009", 2, t, 3, "look", true, (double)t);
+    }
+    assert_true(s_wait_field(f, "gate:stats", "learned_labels", "2"));
+}
+
 static void bad_configurations_fail_with_a_reason(void **state)
 {
     fix_t *f = *state;
@@ -502,6 +620,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(hello_welcome_gives_the_bus_and_heartbeats_follow, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(bad_configurations_fail_with_a_reason, setup, teardown),
+        cmocka_unit_test_setup_teardown(keep_two_cancel_names_the_kept_pair_and_every_rule_is_recorded,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(learned_examples_are_kept_in_redis_and_loaded_by_the_next_gate,
+                                        setup, teardown),
     };
     return harness_run_("gate_svc", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -475,6 +475,87 @@ static void request_body_carries_the_openai_fields(void **state)
     assert_null(llm_chat_body(NULL));
 }
 
+/* s_ref_body is the request body as a cJSON tree of the same fields prints it: the reference the
+ * hand-written llm_chat_body must match byte for byte. */
+static char *s_ref_body(const llm_chat_t *req)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (req->model)
+        cJSON_AddStringToObject(root, "model", req->model);
+    cJSON *msgs = cJSON_AddArrayToObject(root, "messages");
+    for (size_t i = 0; i < req->n_messages; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, m);
+        const llm_message_t *lm = &req->messages[i];
+        cJSON_AddStringToObject(m, "role", lm->role ? lm->role : "user");
+        cJSON_AddStringToObject(m, "content", lm->content ? lm->content : "");
+    }
+    if (req->temperature >= 0)
+        cJSON_AddNumberToObject(root, "temperature", req->temperature);
+    if (req->top_p >= 0)
+        cJSON_AddNumberToObject(root, "top_p", req->top_p);
+    if (req->max_tokens > 0)
+        cJSON_AddNumberToObject(root, "max_tokens", req->max_tokens);
+    if (req->n_stop > 0 && req->stop) {
+        cJSON *stop = cJSON_AddArrayToObject(root, "stop");
+        for (size_t i = 0; i < req->n_stop; i++)
+            if (req->stop[i])
+                cJSON_AddItemToArray(stop, cJSON_CreateString(req->stop[i]));
+    }
+    if (req->has_seed)
+        cJSON_AddNumberToObject(root, "seed", (double)req->seed);
+    if (req->logprobs)
+        cJSON_AddTrueToObject(root, "logprobs");
+    cJSON_AddNumberToObject(root, "n", 1);
+    cJSON_AddFalseToObject(root, "stream");
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static void s_same_body(const llm_chat_t *req)
+{
+    char *mine = llm_chat_body(req);
+    char *ref = s_ref_body(req);
+    assert_non_null(mine);
+    assert_string_equal(mine, ref);
+    free(mine);
+    cJSON_free(ref);
+}
+
+static void request_body_is_byte_for_byte_what_cjson_prints(void **state)
+{
+    (void)state;
+    llm_chat_t chat = s_chat();
+    s_same_body(&chat);
+    const llm_message_t odd[] = {
+        {.role = "system", .content = "Quotes \"x\", backslash \\, tab\t, cr\r, nl\n, bell \a, "
+                                      "esc \x1b, DEL \x7f, slash /"},
+        {.role = NULL, .content = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x8d\x8e, stray \x80\xff"},
+        {.role = "assistant", .content = NULL},
+        {.role = "user", .content = ""},
+    };
+    const char *stop[] = {"</action>", NULL, "\n\n", "\xe2\x80\x94"};
+    chat.messages = odd;
+    chat.n_messages = 4;
+    chat.stop = stop;
+    chat.n_stop = 4;
+    chat.logprobs = true;
+    const double temps[] = {0, 0.7, 1, 1.3333333333333333, -1};
+    const int64_t seeds[] = {0, 1, 2147483647, 2147483648, 1234567890123456789, INT64_MAX};
+    for (size_t t = 0; t < SR_ARRAY_LEN(temps); t++) {
+        for (size_t k = 0; k < SR_ARRAY_LEN(seeds); k++) {
+            chat.temperature = temps[t];
+            chat.top_p = t % 2 ? 0.95 : -1;
+            chat.max_tokens = (int)(t * 100);
+            chat.has_seed = k % 3 != 2;
+            chat.seed = seeds[k];
+            chat.model = k == 1 ? NULL : "selroll-policy-v12";
+            s_same_body(&chat);
+        }
+    }
+}
+
 static int s_parse_fixture(const char *name, llm_response_t *r, llm_parsed_t **st)
 {
     size_t len;
@@ -1022,6 +1103,7 @@ static void done_callback_may_start_the_next_request(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(base_urls_are_normalised),
     cmocka_unit_test(request_body_carries_the_openai_fields),
+    cmocka_unit_test(request_body_is_byte_for_byte_what_cjson_prints),
     cmocka_unit_test(each_server_success_shape_parses),
     cmocka_unit_test(logprobs_present_are_summed),
     cmocka_unit_test(missing_usage_and_null_content_are_not_errors),

@@ -424,6 +424,53 @@ static void prior_is_confident_at_temperature_0_7(void **state)
     model_destroy(&m);
 }
 
+/* One scoring serves both the choice and the probabilities: model_choose_probs picks what
+ * model_choose picks and fills what model_probs fills (at T, or 1 when greedy), bit for bit; and
+ * the feature names, hashed as they are put together, land where model_feature_index puts them. */
+static void choose_probs_matches_choose_and_probs_bit_for_bit(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(3);
+    const char *a[] = {"go to cabinet 1", "go to countertop 1", "go to fridge 1",
+                       "take apple 1 from diningtable 1", "examine diningtable 1", "inventory",
+                       "look"};
+    char *t =
+        s_render("put a hot apple in countertop.", 0, NULL, 0,
+                 "You arrive at diningtable 1. On the diningtable 1, you see a apple 1.", a, 7);
+    pparse_state_t st;
+    pparse_user_text(t, &st);
+    assert_int_equal(st.n_actions, 7);
+    const double temps[] = {0, 0.7, 1.3};
+    const double tops[] = {1, 0.5};
+    for (size_t i = 0; i < 3; i++) {
+        for (size_t k = 0; k < 2; k++) {
+            model_rng_t r1, r2;
+            model_rng_seed(&r1, 11 + i);
+            model_rng_seed(&r2, 11 + i);
+            model_choice_t c1, c2;
+            double p1[7], p2[7];
+            assert_int_equal(model_choose(m, &st, temps[i], tops[k], &r1, &c1), SR_OK);
+            assert_int_equal(model_probs(m, &st, temps[i] > 0 ? temps[i] : 1.0, p1), 7);
+            assert_int_equal(model_choose_probs(m, &st, temps[i], tops[k], &r2, &c2, p2), SR_OK);
+            assert_int_equal(c1.index, c2.index);
+            assert_memory_equal(&c1.logprob, &c2.logprob, sizeof c1.logprob);
+            assert_memory_equal(p1, p2, sizeof p1);
+            assert_int_equal(model_rng_next(&r1), model_rng_next(&r2));
+        }
+    }
+    model_feat_t f[MODEL_MAX_FEATS];
+    int look = s_index(&st, "look");
+    assert_true(model_features(&st, look, f, MODEL_MAX_FEATS) >= 2);
+    assert_int_equal(f[0].idx, model_feature_index("verb=look|task=heat|hold=empty"));
+    int take = s_index(&st, "take apple 1 from diningtable 1");
+    assert_true(model_features(&st, take, f, MODEL_MAX_FEATS) >= 3);
+    assert_int_equal(f[0].idx, model_feature_index("verb=take|task=heat|hold=empty"));
+    assert_int_equal(f[1].idx, model_feature_index("take|goalobj=1|task=heat"));
+    pparse_state_clear(&st);
+    free(t);
+    model_destroy(&m);
+}
+
 /* Where prefixes converge: at the first step every seed is sure of its first guess for the goal
  * object type (the same receptacle type for an apple, number 1 of it), and of several goal objects
  * in view it takes the first listed one; where they diverge: after a wrong first guess it is less
@@ -744,6 +791,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(prior_first_guess_and_look_alike_ties_are_confident),
         cmocka_unit_test(sampling_is_reproducible_greedy_at_zero_and_top_p_cuts_the_tail),
         cmocka_unit_test(grad_logprob_matches_finite_differences),
+        cmocka_unit_test(choose_probs_matches_choose_and_probs_bit_for_bit),
         cmocka_unit_test(blob_round_trips_and_corruption_is_refused),
         cmocka_unit_test(weight_sources_serve_versions_from_memory_and_files),
         cmocka_unit_test(actor_rendered_household_prompts_parse_back_exactly),

@@ -165,10 +165,16 @@ static char *s_action_of(const char *content)
     return strndup(a + 8, (size_t)(b - a - 8));
 }
 
+/* s_json parses a JSON answer and checks that it is byte for byte what cJSON prints for the
+ * parsed tree: the answers are written by hand in cJSON's order and formats. */
 static cJSON *s_json(const resp_t *r)
 {
     cJSON *j = cJSON_Parse(r->body);
     assert_non_null(j);
+    char *again = cJSON_PrintUnformatted(j);
+    assert_non_null(again);
+    assert_string_equal(again, r->body);
+    cJSON_free(again);
     return j;
 }
 

@@ -1,0 +1,169 @@
+/*
+ * experiment_stats.c — bootstrap confidence intervals and gate precision / recall for
+ * `selroll experiment` (see experiment_stats.h).
+ */
+#include "coordinator/experiment_stats.h"
+
+#include "common/prng.h"
+#include "common/sr.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+exp_ci_t exp_stats_ci(const double *x, size_t n, int reps, uint64_t seed)
+{
+    exp_ci_t ci = {0, 0.0, 0.0, 0.0};
+    double *v = NULL, *means = NULL;
+    if (!x || n == 0)
+        goto cleanup;
+    v = sr_xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]))
+            v[ci.n++] = x[i];
+    if (ci.n == 0)
+        goto cleanup;
+    double sum = 0.0;
+    for (size_t i = 0; i < ci.n; i++)
+        sum += v[i];
+    ci.mean = sum / (double)ci.n;
+    ci.lo = ci.hi = ci.mean;
+    if (ci.n == 1 || reps < 2)
+        goto cleanup;
+    prng_t p;
+    prng_init(&p, seed, 7);
+    means = sr_xmalloc((size_t)reps * sizeof *means);
+    for (int r = 0; r < reps; r++) {
+        double s = 0.0;
+        for (size_t i = 0; i < ci.n; i++)
+            s += v[prng_bounded(&p, ci.n)];
+        means[r] = s / (double)ci.n;
+    }
+    qsort(means, (size_t)reps, sizeof *means, s_cmp_double);
+    ci.lo = means[(size_t)floor(0.025 * (reps - 1))];
+    ci.hi = means[(size_t)ceil(0.975 * (reps - 1))];
+cleanup:
+    free(v);
+    free(means);
+    return ci;
+}
+
+/* s_finish turns the counts of *o into shares. */
+static void s_finish(exp_pr_t *o, double tok_all, double tok_zv_after, double tok_tp_after)
+{
+    o->precision = o->predicted ? (double)o->tp / (double)o->predicted : 0.0;
+    o->recall = o->positives ? (double)o->tp / (double)o->positives : 0.0;
+    o->cut_share = o->groups ? (double)o->predicted / (double)o->groups : 0.0;
+    o->oracle = tok_all > 0 ? tok_zv_after / tok_all : 0.0;
+    o->recovered = tok_zv_after > 0 ? tok_tp_after / tok_zv_after : 0.0;
+}
+
+/* s_score_pr counts with a verdict function: mode 0 = threshold on d_K, 1 = recorded cut of a
+ * rule, 2 = a rule's score against t on the given side. */
+static size_t s_score_pr(const exp_group_t *groups, size_t n, int mode, const char *name, double t,
+                         bool below, exp_pr_t *out)
+{
+    memset(out, 0, sizeof *out);
+    double tok_all = 0.0, tok_zv = 0.0, tok_tp = 0.0;
+    size_t with = 0;
+    for (size_t i = 0; groups && i < n; i++) {
+        const exp_group_t *g = &groups[i];
+        if (!g->complete)
+            continue;
+        const exp_rule_t *r = mode ? exp_data_rule(g, name) : NULL;
+        if (mode && (!r || (mode == 2 && !r->has_score)))
+            continue;
+        with++;
+        tok_all += g->tokens;
+        if (g->zero_variance)
+            tok_zv += g->tokens_after_k;
+        if (!g->decidable)
+            continue;
+        bool cut;
+        if (mode == 0)
+            cut = g->d_k < t;
+        else if (mode == 1)
+            cut = r->cut;
+        else
+            cut = below ? r->score < t : r->score > t;
+        out->groups++;
+        if (g->zero_variance)
+            out->positives++;
+        if (cut)
+            out->predicted++;
+        if (cut && g->zero_variance) {
+            out->tp++;
+            tok_tp += g->tokens_after_k;
+        }
+    }
+    s_finish(out, tok_all, tok_zv, tok_tp);
+    return with;
+}
+
+void exp_stats_pr_threshold(const exp_group_t *groups, size_t n, double threshold, exp_pr_t *out)
+{
+    if (out)
+        s_score_pr(groups, n, 0, NULL, threshold, true, out);
+}
+
+size_t exp_stats_pr_rule(const exp_group_t *groups, size_t n, const char *name, exp_pr_t *out)
+{
+    if (!out || !name)
+        return 0;
+    return s_score_pr(groups, n, 1, name, 0.0, true, out);
+}
+
+void exp_stats_pr_score(const exp_group_t *groups, size_t n, const char *name, double t,
+                        exp_pr_t *out)
+{
+    if (!out || !name)
+        return;
+    double s_cut = 0.0, s_keep = 0.0;
+    size_t n_cut = 0, n_keep = 0;
+    for (size_t i = 0; groups && i < n; i++) {
+        const exp_rule_t *r = exp_data_rule(&groups[i], name);
+        if (!r || !r->has_score)
+            continue;
+        if (r->cut) {
+            s_cut += r->score;
+            n_cut++;
+        } else {
+            s_keep += r->score;
+            n_keep++;
+        }
+    }
+    bool below = true;
+    if (n_cut && n_keep)
+        below = s_cut / (double)n_cut <= s_keep / (double)n_keep;
+    s_score_pr(groups, n, 2, name, t, below, out);
+}
+
+int exp_stats_parse_range(const char *text, double *a, double *b, double *step)
+{
+    if (!text || !a || !b || !step)
+        return SR_EINVAL;
+    char *end;
+    double x = strtod(text, &end);
+    if (end == text || *end != ':')
+        return SR_EINVAL;
+    const char *p = end + 1;
+    double y = strtod(p, &end);
+    if (end == p || *end != ':')
+        return SR_EINVAL;
+    p = end + 1;
+    double s = strtod(p, &end);
+    if (end == p || *end != '\0')
+        return SR_EINVAL;
+    if (!isfinite(x) || !isfinite(y) || !isfinite(s) || s <= 0 || x > y || (y - x) / s > 1000)
+        return SR_EINVAL;
+    *a = x;
+    *b = y;
+    *step = s;
+    return SR_OK;
+}

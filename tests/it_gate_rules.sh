@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# it_gate_rules.sh: the gate's rules beyond the paper's in real runs. Bad rule flags exit 2 with
+# one line. A short training run in shadow mode (`selroll run --gate-mode shadow`, deciding rule
+# audit, every rule in shadow): every group of every round file carries the verdict of every rule
+# on every line, the batch lines carry them too, nothing is cancelled, the learned model is fitted
+# from finished groups (its scores move away from 0.5 after the first iteration), and
+# scripts/gate_rules_pr.py gives a precision/recall row per rule. A short rollout round with
+# keep-two enforced (a high threshold so that it cuts): a cut group has exactly two trajectories
+# that ran on after the cut, the others are cancelled.
+set -u
+ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
+cd "$ROOT"
+S="$ROOT/bin/selroll"
+PY=${SELROLL_PYTHON:-/usr/bin/python3}
+T=$(mktemp -d /tmp/selroll-it-gate-rules-XXXXXX)
+fail=0
+cleanup() { rm -rf "$T"; }
+trap cleanup EXIT
+bad() { echo "FAIL $*"; fail=1; }
+ok() { echo "ok   $*"; }
+
+for args in "--gate-rule bogus" "--shadow-rules paper,nope" "--checkpoints 10:0.1,5:0.1" \
+            "--audit-q 0" "--audit-base keep-two"; do
+  # shellcheck disable=SC2086
+  out=$("$S" gate --bus-sub tcp://127.0.0.1:1 --bus-pub tcp://127.0.0.1:2 --redis redis://127.0.0.1:1 $args 2>&1); rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "gate $args: exit 2, one line" \
+    || bad "gate $args: rc=$rc out=$out"
+done
+
+out=$("$S" run --out "$T/bad" --gate-rule bogus 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "run --gate-rule bogus: exit 2, one line" \
+  || bad "run --gate-rule bogus: rc=$rc out=$out"
+
+# --- a shadow training run: every rule recorded for the same groups -----------------------------
+out="$T/shadow"
+start=$(date +%s)
+timeout 120 "$S" run --run itrules --out "$out" --iters 2 --batch-groups 3 --gate-mode shadow \
+  --gate-rule audit --gate-rule-args "--audit-q 0.5 --learned-min-groups 5" \
+  --eval-every 0 --eval-tasks 0 --tasks 20 --actors 2 --env-workers 1 --grace-ms 2000 \
+  >"$T/shadow.out" 2>"$T/shadow.err"
+rc=$?
+[ $rc -eq 0 ] && ok "shadow run finished in $(( $(date +%s) - start ))s" \
+  || { bad "shadow run exited $rc"; tail -5 "$T/shadow.err"; }
+grep -q "rule audit, shadow all" "$out"/logs/gate*.log && ok "gate started with rule audit, every rule in shadow" \
+  || bad "gate start line: $(grep -h 'gate: run' "$out"/logs/gate*.log)"
+"$PY" - "$out" <<'PY' && ok "every rule's verdict on every line of every group; batch lines too; learned fitted" || bad "rule records"
+import glob, json, os, sys
+out = sys.argv[1]
+rules = ["paper", "multi", "prior", "keep-two", "audit", "learned"]
+groups, lines = {}, 0
+for path in sorted(glob.glob(os.path.join(out, "rounds", "round-*.jsonl"))):
+    for line in open(path):
+        r = json.loads(line)
+        lines += 1
+        rr = r.get("rules")
+        if not isinstance(rr, dict) or sorted(rr) != sorted(rules):
+            sys.exit("line of %s has rules %r" % (r["group"], rr))
+        for name, v in rr.items():
+            if not isinstance(v.get("cut"), bool) or not isinstance(v.get("step"), int) \
+                    or not isinstance(v.get("score"), (int, float)) or not v.get("final"):
+                sys.exit("%s: bad %s verdict %r" % (r["group"], name, v))
+        if r["status"] == "cancelled":
+            sys.exit("%s cancelled in shadow mode" % r["group"])
+        g = groups.setdefault(r["group"], rr)
+        if g != rr:
+            sys.exit("%s: lines disagree" % r["group"])
+if len(groups) < 6 or lines < 6 * 8:
+    sys.exit("only %d groups, %d lines" % (len(groups), lines))
+# The paper's K = 10 verdict is the same d for paper, prior, keep-two (and audit over paper).
+for gid, rr in groups.items():
+    if not (rr["paper"]["score"] == rr["prior"]["score"] == rr["keep-two"]["score"] == rr["audit"]["score"]):
+        sys.exit("%s: d_10 differs between rules %r" % (gid, rr))
+    if rr["paper"]["step"] != 10 or rr["multi"]["step"] not in (6, 10, 15):
+        sys.exit("%s: steps %r" % (gid, rr))
+later = [rr["learned"]["score"] for gid, rr in groups.items() if not gid.startswith("r0000-")]
+if not later or all(abs(s - 0.5) < 1e-9 for s in later):
+    sys.exit("learned model never fitted: %r" % later)
+batch = 0
+for path in glob.glob(os.path.join(out, "batches", "iter_*.jsonl")):
+    for line in open(path):
+        o = json.loads(line)
+        if o.get("type") == "group":
+            batch += 1
+            if o.get("rules") != groups.get(o["group"]):
+                sys.exit("batch line of %s: rules %r" % (o["group"], o.get("rules")))
+if batch == 0:
+    sys.exit("no batch group lines")
+PY
+table=$("$PY" scripts/gate_rules_pr.py "$out")
+rows=$(grep -cE '^\| (paper|multi|prior|keep-two|audit|learned) \|' <<<"$table")
+[ "$rows" -eq 6 ] && ok "gate_rules_pr.py: a precision/recall row per rule" || bad "gate_rules_pr.py: $table"
+echo "$table"
+
+# --- keep-two enforced: the cut group's two kept trajectories run on -----------------------------
+out="$T/keeptwo"
+timeout 60 "$S" run --run itkeep --out "$out" --groups 4 --iters 1 --gate-mode enforce \
+  --threshold 0.6 --gate-rule keep-two --tasks 20 --actors 2 --env-workers 1 --time-scale 20 \
+  --grace-ms 2000 >"$T/keep.out" 2>"$T/keep.err"
+rc=$?
+[ $rc -eq 0 ] && ok "keep-two run finished" || { bad "keep-two run exited $rc"; tail -5 "$T/keep.err"; }
+"$PY" - "$out" <<'PY' && ok "keep-two: a cut group keeps exactly two trajectories running past the cut" || bad "keep-two"
+import glob, json, os, sys, collections
+out = sys.argv[1]
+g = collections.defaultdict(list)
+for path in glob.glob(os.path.join(out, "rounds", "round-*.jsonl")):
+    for line in open(path):
+        r = json.loads(line)
+        g[r["group"]].append(r)
+cut = exact = 0
+for gid, rs in g.items():
+    v = rs[0]["rules"]["keep-two"]
+    if not v["cut"]:
+        continue
+    cut += 1
+    step = v["step"]
+    # Trajectories still running at the cut step: those that did not end at or before it. The
+    # two kept ones finish; the others are cancelled (one that happened to end in the
+    # milliseconds before the CANCEL reached its actor finishes too, hence "at least").
+    past = [r for r in rs if r["n_steps"] > step]
+    kept = [r for r in past if r["status"] in ("done", "truncated")]
+    cancelled = [r for r in past if r["status"] == "cancelled"]
+    if len(kept) < 2 or len(cancelled) < len(past) - 3:
+        sys.exit("%s: %r" % (gid, [(r["traj"], r["status"], r["n_steps"]) for r in rs]))
+    exact += len(kept) == 2 and len(cancelled) == len(past) - 2
+if cut == 0 or exact == 0:
+    sys.exit("keep-two cut %d groups, %d with exactly two kept" % (cut, exact))
+PY
+grep -q "rule keep-two: .* keep-two [1-9][0-9]* labels" "$out"/logs/gate*.log && ok "keep-two: labels counted in the gate's summary" \
+  || bad "keep-two summary: $(grep -h 'rule keep-two' "$out"/logs/gate*.log)"
+
+exit $fail

@@ -1,0 +1,172 @@
+/*
+ * test_jsonw.c — the JSON writer against cJSON: strings (quotes, backslashes, every control
+ * byte, DEL, UTF-8 of 2, 3 and 4 bytes, stray continuation bytes) and numbers (integers at and
+ * beyond the int range, fractions that need 15 or 17 digits, NaN and infinities) must come out
+ * byte for byte as cJSON_PrintUnformatted prints the same value.
+ */
+#include "tests/harness.h"
+
+#include "common/jsonw.h"
+#include "common/sr.h"
+
+#include <cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* s_cjson_str prints s as cJSON does (a one-element array, brackets stripped). */
+static char *s_cjson_str(const char *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateString(s));
+    char *t = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    size_t n = strlen(t);
+    memmove(t, t + 1, n - 2);
+    t[n - 2] = '\0';
+    return t;
+}
+
+static char *s_cjson_num(double d)
+{
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(d));
+    char *t = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    size_t n = strlen(t);
+    memmove(t, t + 1, n - 2);
+    t[n - 2] = '\0';
+    return t;
+}
+
+static void s_check_str(const char *s)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_str(&w, s);
+    char *mine = jsonw_finish(&w);
+    char *ref = s_cjson_str(s);
+    assert_non_null(mine);
+    assert_string_equal(mine, ref);
+    cJSON_free(ref);
+    sr_buf_free(&b);
+}
+
+static void s_check_num(double d)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_num(&w, d);
+    char *mine = jsonw_finish(&w);
+    char *ref = s_cjson_num(d);
+    assert_non_null(mine);
+    if (strcmp(mine, ref) != 0)
+        fail_msg("number %.17g: jsonw %s, cJSON %s", d, mine, ref);
+    cJSON_free(ref);
+    sr_buf_free(&b);
+}
+
+static void strings_are_escaped_as_cjson_escapes_them(void **state)
+{
+    (void)state;
+    s_check_str("");
+    s_check_str("plain text with spaces");
+    s_check_str("quote \" backslash \\ slash / tab\tnew\nline\rcr\bbs\fff");
+    s_check_str("<think>I am at the fridge 1.</think><action>go to cabinet 2</action>");
+    s_check_str("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x8d\x8e \xe4\xb8\xad\xe6\x96\x87"); /* é € 🍎 中文 */
+    s_check_str("stray \x80 continuation and \xff byte, DEL \x7f");
+    char all[64];
+    for (int i = 1; i < 64; i++)
+        all[i - 1] = (char)i;
+    all[63] = '\0';
+    s_check_str(all); /* every control byte, then printable ASCII */
+    s_check_str("\\u0041 is written as it is");
+
+    /* NULL is "", and jsonw_strn takes a length. */
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_str(&w, NULL);
+    jsonw_lit(&w, ",");
+    jsonw_strn(&w, "a\"bcdef", 3);
+    assert_string_equal(jsonw_finish(&w), "\"\",\"a\\\"b\"");
+    sr_buf_free(&b);
+}
+
+static void numbers_are_printed_as_cjson_prints_them(void **state)
+{
+    (void)state;
+    const double v[] = {0,
+                        -0.0,
+                        1,
+                        -1,
+                        7,
+                        256,
+                        1234,
+                        INT_MAX,
+                        INT_MIN,
+                        (double)INT_MAX + 1,
+                        (double)INT_MIN - 1,
+                        4294967296.0,
+                        9007199254740993.0,
+                        1234567890123456789.0,
+                        (double)INT64_MAX,
+                        0.7,
+                        0.95,
+                        0.1,
+                        1.0 / 3,
+                        2.0 / 3,
+                        -2.5,
+                        1e-7,
+                        1e300,
+                        -1e-300,
+                        5e-324,
+                        123456.789,
+                        0.30000000000000004,
+                        NAN,
+                        INFINITY,
+                        -INFINITY};
+    for (size_t i = 0; i < SR_ARRAY_LEN(v); i++)
+        s_check_num(v[i]);
+    /* A sweep of seeds and fractions. */
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; i < 2000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        s_check_num((double)(int64_t)(x & INT64_MAX));
+        s_check_num((double)(x % 100000) / 997.0);
+        s_check_num((double)(int32_t)x);
+    }
+}
+
+static void errors_are_sticky_and_finish_terminates(void **state)
+{
+    (void)state;
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_lit(&w, "{\"n\":");
+    jsonw_num(&w, 1);
+    jsonw_lit(&w, "}");
+    char *t = jsonw_finish(&w);
+    assert_string_equal(t, "{\"n\":1}");
+    assert_int_equal(b.len, 7);
+    w.rc = SR_ENOMEM;
+    jsonw_lit(&w, "more");
+    assert_int_equal(b.len, 7);
+    assert_null(jsonw_finish(&w));
+    sr_buf_free(&b);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(strings_are_escaped_as_cjson_escapes_them),
+        cmocka_unit_test(numbers_are_printed_as_cjson_prints_them),
+        cmocka_unit_test(errors_are_sticky_and_finish_terminates),
+    };
+    return harness_run_("jsonw", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
