@@ -31,6 +31,7 @@ HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
 .PHONY: all deps test test-unit test-valgrind test-integration run bench clean install format
+.PHONY: fuzz fuzz-short fuzz-build
 
 all: bin/selroll $(TEST_BINS)
 
@@ -79,7 +80,40 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-valgrind
+	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory test-integration
+
+# Fuzzing with libFuzzer (clang): each tests/fuzz/fuzz_<x>.c is linked with the library sources it
+# reaches, all built with -fsanitize=fuzzer,address,undefined under build/fuzz/. `make fuzz` runs
+# each target FUZZ_SECONDS and merges new finds into tests/fuzz/corpus/<target>/; `make fuzz-short`
+# (part of `make test`) runs each FUZZ_SHORT_SECONDS on the committed corpus.
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 60
+FUZZ_SHORT_SECONDS ?= 4
+FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -MMD -MP -I. \
+                 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                 $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+FUZZ_LIB_SRCS := common/proto.c common/buf.c common/sr.c common/llm_client.c common/log.c \
+                 common/clock.c env_worker/household.c env_worker/household_data.c \
+                 policy/prompt_parse.c
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(B)/fuzz/obj/%.o)
+FUZZ_BINS     := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+
+$(B)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(filter %.c %.o,$^) -o $@ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@bash tests/fuzz/run.sh long $(FUZZ_SECONDS) $(FUZZ_BINS)
+
+fuzz-short: fuzz-build
+	@bash tests/fuzz/run.sh short $(FUZZ_SHORT_SECONDS) $(FUZZ_BINS)
 
 run: deps
 	@$(MAKE) --no-print-directory bin/selroll

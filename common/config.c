@@ -8,6 +8,7 @@
  * name the place the bad text came from: "--slots", "SELROLL_SLOTS" or "config FILE:12".
  */
 #include "common/config.h"
+#include "common/curve.h"
 #include "common/sr.h"
 
 #include <ctype.h>
@@ -23,6 +24,46 @@
 #define CFG_INI_MAX (1 << 20) /* an INI file larger than this is refused */
 
 static void s_err(cfg_t *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Options every command gets after its own: the CURVE keys (docs/security.md). Their values are
+ * applied by cfg_parse_command, which makes them the default of every socket of the process. */
+static struct {
+    char *curve_keys, *curve_authorized;
+} s_sec;
+static cfg_option_t s_shared[] = {
+    {.name = "curve-keys", .kind = CFG_STRING, .dst = &s_sec.curve_keys, .metavar = "DIR",
+     .help = "CURVE-encrypt every socket with the keys in DIR (selroll keygen); unset = "
+             "unencrypted, bound to loopback by default"},
+    {.name = "curve-authorized", .kind = CFG_STRING, .dst = &s_sec.curve_authorized,
+     .metavar = "DIR", .help = "client public keys (*.pub) the servers accept (default "
+                               "<curve-keys>/authorized)"},
+    {0},
+};
+
+/* s_shared_applies tells whether cfg's command gets the shared options (keygen makes keys, it
+ * does not use them). */
+static bool s_shared_applies(const cfg_t *cfg)
+{
+    return !cfg->command || strcmp(cfg->command, "keygen") != 0;
+}
+
+/* s_first and s_next walk the command's options, then the shared ones. */
+static cfg_option_t *s_first(const cfg_t *cfg)
+{
+    if (cfg->options && cfg->options->name)
+        return cfg->options;
+    return s_shared_applies(cfg) ? s_shared : NULL;
+}
+
+static cfg_option_t *s_next(const cfg_t *cfg, cfg_option_t *o)
+{
+    o++;
+    if (o->name)
+        return o;
+    if (o >= s_shared && o < s_shared + SR_ARRAY_LEN(s_shared))
+        return NULL;
+    return s_shared_applies(cfg) ? s_shared : NULL;
+}
 
 static void s_err(cfg_t *cfg, const char *fmt, ...)
 {
@@ -82,7 +123,7 @@ static bool s_same_name(const char *name, const char *key, size_t keylen)
 
 static cfg_option_t *s_find(const cfg_t *cfg, const char *key, size_t keylen)
 {
-    for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
         if (s_same_name(o->name, key, keylen))
             return o;
     }
@@ -223,10 +264,14 @@ static int s_set(cfg_t *cfg, cfg_option_t *o, const char *text, int src, const c
 /* s_reset gives every destination its zero value so cfg_free can run whatever happens next. */
 static void s_reset(cfg_t *cfg)
 {
-    for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
         o->source_ = CFG_SRC_NONE;
         switch (o->kind) {
-        case CFG_STRING: *(char **)o->dst = NULL; break;
+        case CFG_STRING:
+            if (o >= s_shared && o < s_shared + SR_ARRAY_LEN(s_shared))
+                free(*(char **)o->dst); /* left by a parse that was not freed */
+            *(char **)o->dst = NULL;
+            break;
         case CFG_INT: *(int *)o->dst = 0; break;
         case CFG_I64: *(int64_t *)o->dst = 0; break;
         case CFG_DOUBLE: *(double *)o->dst = 0.0; break;
@@ -238,7 +283,7 @@ static void s_reset(cfg_t *cfg)
 
 static int s_apply_defaults(cfg_t *cfg)
 {
-    for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
         if (!o->def)
             continue;
         char where[128];
@@ -402,7 +447,7 @@ cleanup:
 
 static int s_apply_env(cfg_t *cfg)
 {
-    for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
         if (o->no_env)
             continue;
         char var[128];
@@ -546,7 +591,7 @@ int cfg_parse(cfg_t *cfg, int argc, char **argv)
         goto cleanup;
     if ((rc = s_apply_flags(cfg, argc, argv)) < 0)
         goto cleanup;
-    for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
         if (o->required && o->source_ <= CFG_SRC_DEFAULT) {
             char var[128] = "";
             if (!o->no_env)
@@ -566,6 +611,35 @@ cleanup:
     return rc;
 }
 
+/* s_apply_curve loads the CURVE keys named by the shared options and makes them the process's
+ * default (or clears the default when none are named). `run` only hands them to its children
+ * through the environment. */
+static int s_apply_curve(cfg_t *cfg)
+{
+    if (!s_shared_applies(cfg))
+        return SR_OK;
+    if (cfg->command && !strcmp(cfg->command, "run")) {
+        /* The launcher opens no socket itself; its children inherit the keys. */
+        if (s_sec.curve_keys && *s_sec.curve_keys)
+            setenv("SELROLL_CURVE_KEYS", s_sec.curve_keys, 1);
+        if (s_sec.curve_authorized && *s_sec.curve_authorized)
+            setenv("SELROLL_CURVE_AUTHORIZED", s_sec.curve_authorized, 1);
+        return SR_OK;
+    }
+    if (!s_sec.curve_keys || !*s_sec.curve_keys) {
+        curve_set_default(NULL);
+        return SR_OK;
+    }
+    char why[400];
+    curve_t *c = curve_new(s_sec.curve_keys, cfg->command, s_sec.curve_authorized, why, sizeof why);
+    if (!c) {
+        s_err(cfg, "--curve-keys: %s", why);
+        return SR_EINVAL;
+    }
+    curve_set_default(&c);
+    return SR_OK;
+}
+
 int cfg_parse_command(cfg_t *cfg, int argc, char **argv)
 {
     int rc = cfg_parse(cfg, argc, argv);
@@ -573,7 +647,7 @@ int cfg_parse_command(cfg_t *cfg, int argc, char **argv)
         cfg_help(cfg, stdout);
         return 0;
     }
-    if (rc < 0) {
+    if (rc < 0 || s_apply_curve(cfg) < 0) {
         fprintf(stderr, "%s\n", cfg->err);
         return 2;
     }
@@ -610,7 +684,7 @@ void cfg_help(const cfg_t *cfg, FILE *out)
     if (cfg->summary)
         fprintf(out, "%s\n", cfg->summary);
     fprintf(out, "\noptions:\n");
-    for (const cfg_option_t *o = cfg->options; o && o->name; o++) {
+    for (const cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, (cfg_option_t *)o)) {
         char left[300], mv[256], notes[512], var[128];
         if (o->kind == CFG_BOOL)
             snprintf(left, sizeof left, "--[no-]%s", o->name);
@@ -656,7 +730,7 @@ void cfg_free(cfg_t *cfg)
     if (!cfg)
         return;
     if (cfg->parsed_) {
-        for (cfg_option_t *o = cfg->options; o && o->name; o++) {
+        for (cfg_option_t *o = s_first(cfg); o; o = s_next(cfg, o)) {
             if (o->kind == CFG_STRING && o->dst) {
                 free(*(char **)o->dst);
                 *(char **)o->dst = NULL;

@@ -279,10 +279,14 @@ void llm_parsed_free(llm_parsed_t **store)
     *store = NULL;
 }
 
+/* s_int_field reads a non-negative count; absent, negative or absurd values (beyond 2^53, which
+ * no long can be trusted to hold exactly) read as -1, "unknown". */
 static long s_int_field(const cJSON *obj, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (long)v->valuedouble : -1;
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0
+               ? (long)v->valuedouble
+               : -1;
 }
 
 int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)

@@ -6,6 +6,8 @@
  * once, so no other module needs to know libzmq's error conventions.
  */
 #include "common/transport.h"
+#include "common/curve.h"
+#include "common/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,6 +19,8 @@
 
 struct transport_sock {
     void *zsock;
+    void *ctx;
+    const curve_t *curve;
     int type;
     uint64_t unroutable;
     char err[TRANSPORT_ERR_LEN];
@@ -75,6 +79,7 @@ void transport_opts_init(transport_opts_t *o)
     o->tcp_keepalive_intvl_s = 10;
     o->router_handover = 1;
     o->identity = NULL;
+    o->curve = curve_default();
 }
 
 static int s_setint(void *zs, int opt, int v, const char *name, char *err, size_t errlen)
@@ -144,6 +149,8 @@ transport_sock_t *transport_sock_new(void *ctx, int type, const transport_opts_t
     }
     s = sr_xcalloc(1, sizeof *s);
     s->type = type;
+    s->ctx = ctx;
+    s->curve = opts->curve;
     s->zsock = zmq_socket(ctx, type);
     if (!s->zsock) {
         s_fmt(err, errlen, "socket type %d: %s", type, zmq_strerror(errno));
@@ -297,6 +304,16 @@ int transport_bind(transport_sock_t *s, const char *ep)
         s_fmt(s->err, sizeof s->err, "bind: %s", why);
         return SR_EINVAL;
     }
+    if (s->curve && strncmp(ep, "inproc://", 9) != 0) {
+        int rc = curve_apply(s->curve, s->ctx, s->zsock, 1, why, sizeof why);
+        if (rc != SR_OK) {
+            s_fmt(s->err, sizeof s->err, "bind %s: %s", ep, why);
+            return rc;
+        }
+    } else if (!s->curve && !transport_is_loopback(ep)) {
+        log_warn("binding %s unencrypted: any host that reaches it can connect "
+                 "(set --curve-keys, see docs/security.md)", ep);
+    }
     if (zmq_bind(s->zsock, ep) != 0) {
         int e = errno;
         s_fmt(s->err, sizeof s->err, "bind %s: %s", ep, zmq_strerror(e));
@@ -320,6 +337,13 @@ int transport_connect(transport_sock_t *s, const char *ep)
         s_fmt(s->err, sizeof s->err, "connect: %s", why);
         return SR_EINVAL;
     }
+    if (s->curve && strncmp(ep, "inproc://", 9) != 0) {
+        int rc = curve_apply(s->curve, s->ctx, s->zsock, 0, why, sizeof why);
+        if (rc != SR_OK) {
+            s_fmt(s->err, sizeof s->err, "connect %s: %s", ep, why);
+            return rc;
+        }
+    }
     if (zmq_connect(s->zsock, ep) != 0) {
         int e = errno;
         s_fmt(s->err, sizeof s->err, "connect %s: %s", ep, zmq_strerror(e));
@@ -327,6 +351,27 @@ int transport_connect(transport_sock_t *s, const char *ep)
     }
     s->err[0] = '\0';
     return SR_OK;
+}
+
+int transport_is_loopback(const char *ep)
+{
+    if (!ep)
+        return 0;
+    if (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "inproc://", 9) == 0)
+        return 1;
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return 0;
+    const char *h = ep + 6;
+    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
+           strncmp(h, "[::1]:", 6) == 0;
+}
+
+const char *transport_default_bind(const char *def, char *buf, size_t len)
+{
+    if (!def || curve_default() || strncmp(def, "tcp://*:", 8) != 0)
+        return def;
+    s_fmt(buf, len, "tcp://127.0.0.1:%s", def + 8);
+    return buf;
 }
 
 /* s_id_text renders an identity for an error message: as is when printable, else in hex

@@ -52,11 +52,13 @@ typedef struct {
     int tcp_keepalive_intvl_s; /* ZMQ_TCP_KEEPALIVE_INTVL in seconds, -1 = OS default */
     int router_handover;      /* ROUTER: a new peer with a known identity takes it over */
     const char *identity;     /* DEALER routing id (1..255 bytes); NULL = libzmq picks one */
+    const struct curve *curve; /* CURVE keys (common/curve.h); NULL = unencrypted */
 } transport_opts_t;
 
 /* transport_opts_init fills o with selroll's defaults: 64 MiB messages, linger 100 ms, reconnect
  * 100 ms backing off to 5 s, HWM 10000 both ways, keepalive on (idle 30 s, interval 10 s),
- * ROUTER handover on, no identity. o must not be NULL.
+ * ROUTER handover on, no identity, the process's CURVE keys (curve_default(), NULL when none).
+ * o must not be NULL.
  *
  * Handover matters for peers with fixed identities (actors, env clients): when one reconnects
  * before its ROUTER has noticed that the old connection died, the new connection takes the
@@ -103,14 +105,27 @@ uint64_t transport_sock_unroutable(const transport_sock_t *s);
  * SR_EINVAL with a one-line reason in err when err is not NULL. ep may be NULL (SR_EINVAL). */
 int transport_endpoint_validate(const char *ep, char *err, size_t errlen);
 
-/* transport_bind validates ep and binds s to it. On success the resolved endpoint is available
+/* transport_bind validates ep and binds s to it. With CURVE keys the socket is a CURVE server
+ * that admits only authorised clients (common/curve.h); without them, binding a tcp:// address
+ * other than loopback logs a one-line warning. inproc:// endpoints are never encrypted. On success the resolved endpoint is available
  * from transport_sock_endpoint (binding "tcp://127.0.0.1:*" or port 0 picks a free port).
  * Returns SR_OK or an SR_E* code with the text "bind EP: reason" kept in s. */
 int transport_bind(transport_sock_t *s, const char *ep);
 
 /* transport_connect validates ep and connects s to it (libzmq connects in the background and
- * reconnects on its own). Returns SR_OK or an SR_E* code with "connect EP: reason" kept in s. */
+ * reconnects on its own). With CURVE keys the connection is encrypted and authenticated with
+ * the process's client key pair against the servers' public key. Returns SR_OK or an SR_E* code with "connect EP: reason" kept in s. */
 int transport_connect(transport_sock_t *s, const char *ep);
+
+/* transport_is_loopback tells whether ep is tcp:// on a loopback host (127.x.y.z, localhost,
+ * [::1]) or an ipc:// or inproc:// endpoint: an address no other machine can reach. */
+int transport_is_loopback(const char *ep);
+
+/* transport_default_bind returns the bind endpoint to use for an option left at a default def
+ * whose host is the wildcard "*": def itself when the process has CURVE keys, otherwise def with
+ * the wildcard replaced by 127.0.0.1, written into buf (len bytes). Unencrypted sockets are not
+ * offered to the network unless asked for. */
+const char *transport_default_bind(const char *def, char *buf, size_t len);
 
 /* transport_send sends the single frame [body] (DEALER, PUSH, PAIR). body may be NULL when len
  * is 0. Never blocks: SR_EAGAIN when the queue is full or no peer can take it. */

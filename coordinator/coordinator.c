@@ -18,7 +18,9 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/curve.h"
 #include "common/log.h"
+#include "common/peerlimit.h"
 #include "common/prng.h"
 #include "common/proto.h"
 #include "common/reactor.h"
@@ -75,6 +77,10 @@ struct coord {
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
         *m_unknown, *m_cancels, *m_rounds;
+    /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
+     * CURVE clients refused by the ZAP handler. */
+    peerlimit_t *peers;
+    metrics_counter_t *m_peer_bans, *m_peer_dropped, *m_curve_refused;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -778,8 +784,24 @@ static void s_bad_message(coord_t *c, const void *id, size_t idlen, const char *
 {
     metrics_counter_inc(c->m_bad);
     log_warn_limited(5, "bad message on the work channel: %s", text);
+    if (peerlimit_error(c->peers, id, idlen, clock_mono_ms())) {
+        metrics_counter_inc(c->m_peer_bans);
+        log_warn_limited(5, "work channel: ignoring a peer for %d s after more than %d malformed "
+                         "messages in %d s", PEERLIMIT_DEFAULT_BAN_MS / 1000,
+                         PEERLIMIT_DEFAULT_ERRORS, PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+        return;
+    }
     if (id && idlen)
         s_send_error(c, id, idlen, "bad_message", text);
+}
+
+/* s_sync_security brings the CURVE refusal counter up to the ZAP handler's count. */
+static void s_sync_security(coord_t *c)
+{
+    double seen = metrics_counter_value(c->m_curve_refused);
+    double now = (double)curve_refused(curve_default());
+    if (now > seen)
+        metrics_counter_add(c->m_curve_refused, now - seen);
 }
 
 static void s_on_work(reactor_t *r, void *sock, int revents, void *arg)
@@ -799,6 +821,11 @@ static void s_on_work(reactor_t *r, void *sock, int revents, void *arg)
     size_t idlen = 0, len = 0;
     const void *id = transport_msg_head(&tm, &idlen);
     const void *body = transport_msg_body(&tm, &len);
+    if (peerlimit_blocked(c->peers, id, idlen, clock_mono_ms())) {
+        metrics_counter_inc(c->m_peer_dropped);
+        transport_msg_close(&tm);
+        return;
+    }
     proto_msg_t m;
     proto_err_t perr;
     rc = proto_decode(body, len, &m, &perr);
@@ -900,6 +927,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
     (void)r;
     (void)id;
     coord_t *c = arg;
+    s_sync_security(c);
     if (atomic_load(&c->stop_requested)) {
         reactor_stop(c->r);
         return;
@@ -1075,6 +1103,19 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",
                                    "CANCELs of current groups seen on the bus.", NULL);
     c->m_rounds = metrics_counter(c->metrics, "selroll_coord_rounds_total", "Rounds ended.", NULL);
+    c->peers = peerlimit_new(0, 0, 0, 0);
+    c->m_peer_bans = metrics_counter(c->metrics, "selroll_peer_bans_total",
+                                     "Peers ignored for a while after too many malformed messages.",
+                                     "channel", "work", NULL);
+    c->m_peer_dropped = metrics_counter(c->metrics, "selroll_peer_dropped_total",
+                                        "Messages dropped unread from ignored peers.", "channel",
+                                        "work", NULL);
+    c->m_curve_refused = metrics_counter(c->metrics, "selroll_curve_refused_total",
+                                         "Peers refused by CURVE authentication (ZAP).", NULL);
+    if (!c->peers) {
+        snprintf(e2, sizeof e2, "out of memory");
+        goto fail;
+    }
 
     if (store_connect(&c->st, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
                       sizeof e2) != SR_OK)
@@ -1279,6 +1320,7 @@ void coord_destroy(coord_t **self_p)
     reactor_destroy(&c->r);
     store_destroy(&c->st);
     coord_sched_destroy(&c->sched);
+    peerlimit_destroy(&c->peers);
     metrics_registry_destroy(&c->metrics);
     sr_buf_free(&c->out);
     for (size_t i = 0; i < c->n_env; i++)

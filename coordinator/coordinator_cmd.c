@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/sr.h"
+#include "common/transport.h"
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
@@ -60,7 +61,8 @@ int coordinator_main(int argc, char **argv)
         {.name = "redis", .kind = CFG_STRING, .dst = &o.redis, .required = true,
          .metavar = "URL", .help = "Redis URL (redis://host:port[/db], unix:///path)"},
         {.name = "work-bind", .kind = CFG_STRING, .dst = &o.work, .def = "tcp://*:5555",
-         .metavar = "EP", .help = "work channel ROUTER endpoint (port * = a free one)"},
+         .metavar = "EP", .help = "work channel ROUTER endpoint (port * = a free one; the default "
+                                  "binds 127.0.0.1 unless --curve-keys is set)"},
         {.name = "bus-pub-bind", .kind = CFG_STRING, .dst = &o.bus_pub, .def = "tcp://*:5556",
          .metavar = "EP", .help = "bus proxy XSUB endpoint, where publishers connect"},
         {.name = "bus-sub-bind", .kind = CFG_STRING, .dst = &o.bus_sub, .def = "tcp://*:5557",
@@ -169,6 +171,14 @@ int coordinator_main(int argc, char **argv)
     cc.work_bind = o.work;
     cc.bus_pub_bind = o.bus_pub;
     cc.bus_sub_bind = o.bus_sub;
+    /* Without CURVE keys the default endpoints bind to loopback only (docs/security.md). */
+    char def_work[64], def_pub[64], def_sub[64];
+    if (cfg_source(&cfg, "work-bind") == CFG_SRC_DEFAULT)
+        cc.work_bind = transport_default_bind(o.work, def_work, sizeof def_work);
+    if (cfg_source(&cfg, "bus-pub-bind") == CFG_SRC_DEFAULT)
+        cc.bus_pub_bind = transport_default_bind(o.bus_pub, def_pub, sizeof def_pub);
+    if (cfg_source(&cfg, "bus-sub-bind") == CFG_SRC_DEFAULT)
+        cc.bus_sub_bind = transport_default_bind(o.bus_sub, def_sub, sizeof def_sub);
     if (o.bus_external) {
         const char *comma = strchr(o.bus_external, ',');
         if (!comma || comma == o.bus_external || !comma[1] || strchr(comma + 1, ',')) {

@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/curve.h"
 #include "common/log.h"
 #include "common/store.h"
 #include "coordinator/supervise.h"
@@ -140,6 +141,7 @@ static struct {
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
     double temperature, time_scale, threshold, t_high;
     bool cost_model, no_gate;
+    bool curve;
 } o;
 
 /* The run's state. */
@@ -533,6 +535,8 @@ int run_main(int argc, char **argv)
          .metavar = "enforce|shadow|off", .help = "gate mode"},
         {.name = "no-gate", .kind = CFG_BOOL, .dst = &o.no_gate, .def = "false",
          .help = "run without a gate process (groups simply finish)"},
+        {.name = "curve", .kind = CFG_BOOL, .dst = &o.curve, .def = "false",
+         .help = "CURVE-encrypt every socket: fresh keys in <out>/keys, handed to every child"},
         {.name = "k", .kind = CFG_INT, .dst = &o.k, .def = "10", .min = 1, .max = 1024,
          .help = "gate checkpoint K"},
         {.name = "threshold", .kind = CFG_DOUBLE, .dst = &o.threshold, .def = "0.12", .min = 0,
@@ -661,6 +665,18 @@ int run_main(int argc, char **argv)
     if (!r.sup) {
         fprintf(stderr, "selroll run: cannot create %s: %s\n", logs, strerror(errno));
         goto cleanup;
+    }
+    char err0[512];
+    if (o.curve) {
+        char keys[2200];
+        snprintf(keys, sizeof keys, "%s/keys", r.out);
+        if (curve_write_cluster(keys, NULL, err0, sizeof err0) != SR_OK) {
+            fprintf(stderr, "selroll run: --curve: %s\n", err0);
+            goto cleanup;
+        }
+        setenv("SELROLL_CURVE_KEYS", keys, 1);
+        unsetenv("SELROLL_CURVE_AUTHORIZED");
+        log_info("run: CURVE keys in %s", keys);
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

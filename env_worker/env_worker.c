@@ -14,7 +14,10 @@
 #include "env_worker/env_worker.h"
 
 #include "common/buf.h"
+#include "common/clock.h"
+#include "common/curve.h"
 #include "common/log.h"
+#include "common/peerlimit.h"
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
@@ -95,6 +98,9 @@ struct envw {
     metrics_registry_t *metrics;
     metrics_counter_t *m_requests, *m_resets, *m_steps, *m_closes, *m_errors[ENVW_ERR_COUNT];
     metrics_counter_t *m_dropped_idle, *m_send_failed, *m_registry_failures;
+    /* Hostile input (docs/security.md): clients ignored after too many malformed requests. */
+    peerlimit_t *peers;
+    metrics_counter_t *m_peer_bans, *m_peer_dropped, *m_curve_refused;
     metrics_gauge_t *m_sessions;
 
     /* registry */
@@ -406,6 +412,10 @@ static void s_remove(envw_t *w, s_session_t *s)
 static void s_sweep(reactor_t *r, int id, void *arg)
 {
     envw_t *w = arg;
+    double seen = metrics_counter_value(w->m_curve_refused);
+    double refused = (double)curve_refused(curve_default());
+    if (refused > seen)
+        metrics_counter_add(w->m_curve_refused, refused - seen);
     int64_t now = reactor_now(r);
     size_t dropped = 0;
     while (w->lru_head && now - w->lru_head->last_ms >= w->session_ttl_ms) {
@@ -677,6 +687,13 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
     proto_err_t perr;
     metrics_counter_inc(w->m_requests);
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
+        if (peerlimit_error(w->peers, id, idlen, clock_mono_ms())) {
+            metrics_counter_inc(w->m_peer_bans);
+            log_warn_limited(5, "ignoring a client for %d s after more than %d malformed "
+                             "requests in %d s", PEERLIMIT_DEFAULT_BAN_MS / 1000,
+                             PEERLIMIT_DEFAULT_ERRORS, PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+            return;
+        }
         s_on_bad_decode(w, id, idlen, body, len, &perr);
         return;
     }
@@ -718,6 +735,11 @@ static void s_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
     const uint8_t *id = transport_msg_head(&m, &idlen);
     const void *body = transport_msg_body(&m, &len);
     if (idlen == 0 || idlen > S_IDENTITY_MAX) {
+        transport_msg_close(&m);
+        return;
+    }
+    if (peerlimit_blocked(w->peers, id, idlen, clock_mono_ms())) {
+        metrics_counter_inc(w->m_peer_dropped);
         transport_msg_close(&m);
         return;
     }
@@ -806,8 +828,17 @@ static int s_metrics_init(envw_t *w)
                                        "Replies that could not be sent.", NULL);
     w->m_registry_failures = metrics_counter(m, "selroll_envw_registry_failures_total",
                                              "Failed registry writes to Redis.", NULL);
+    w->m_peer_bans = metrics_counter(m, "selroll_peer_bans_total",
+                                     "Peers ignored for a while after too many malformed messages.",
+                                     "channel", "env", NULL);
+    w->m_peer_dropped = metrics_counter(m, "selroll_peer_dropped_total",
+                                        "Messages dropped unread from ignored peers.", "channel",
+                                        "env", NULL);
+    w->m_curve_refused = metrics_counter(m, "selroll_curve_refused_total",
+                                         "Peers refused by CURVE authentication (ZAP).", NULL);
+    w->peers = peerlimit_new(0, 0, 0, 0);
     if (!w->m_requests || !w->m_resets || !w->m_steps || !w->m_closes || !w->m_sessions ||
-        !w->m_dropped_idle || !w->m_send_failed || !w->m_registry_failures)
+        !w->m_dropped_idle || !w->m_send_failed || !w->m_registry_failures || !w->peers)
         return SR_ENOMEM;
     return SR_OK;
 }
@@ -1045,6 +1076,7 @@ void envw_destroy(envw_t **self_p)
     if (w->own_ctx && w->ctx)
         zmq_ctx_term(w->ctx);
     store_destroy(&w->store);
+    peerlimit_destroy(&w->peers);
     metrics_registry_destroy(&w->metrics);
     sr_buf_free(&w->out);
     free(w->buckets);

@@ -11,6 +11,7 @@ PKGS=(
   python3 python3-zmq python3-msgpack python3-yaml curl
   iproute2 procps
   chromium prometheus
+  clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
 )
 # The dashboard's browser test runs playwright-core under node; a node from elsewhere that brings
 # its own npm is kept.
