@@ -72,6 +72,50 @@ static int s_free_port(void)
     return port;
 }
 
+/* s_pick_http fills out with the dashboard address for the coordinator: "" for off, the address
+ * asked for when its port is free (or its host is not an IPv4 literal, left to the coordinator),
+ * or, when the default address is busy, the same host on a free port. Returns false when an
+ * address given explicitly is busy (message in err). */
+static bool s_pick_http(const char *want, bool is_default, char *out, size_t len, char *err,
+                        size_t errlen)
+{
+    out[0] = 0;
+    if (!want || !strcmp(want, "off"))
+        return true;
+    snprintf(out, len, "%s", want);
+    const char *colon = strrchr(want, ':');
+    char host[64];
+    if (!colon || (size_t)(colon - want) >= sizeof host)
+        return true; /* the coordinator explains a malformed address */
+    snprintf(host, sizeof host, "%.*s", (int)(colon - want), want);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return true;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return true;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    bool free_now = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (!free_now && is_default) {
+        a.sin_port = 0;
+        socklen_t alen = sizeof a;
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
+            snprintf(out, len, "%s:%d", host, ntohs(a.sin_port));
+        else
+            out[0] = 0;
+        free_now = true;
+    }
+    close(fd);
+    if (!free_now)
+        snprintf(err, errlen, "%s is in use", want);
+    return free_now;
+}
+
 static void s_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -133,6 +177,7 @@ static void s_argv_free(s_argv_t *a)
 static struct {
     char *redis, *run, *out, *placement, *gate_mode, *redis_server;
     char *policy_args, *coordinator_args, *actor_args, *gate_args, *bus_external;
+    char *http;
     char *gate, *trainer, *trainer_args, *adv, *eval_split;
     char *gate_rule, *gate_rule_args;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
@@ -151,6 +196,7 @@ typedef struct {
     char redis_dir[256];
     char redis_url[128];
     char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
+    char http[96]; /* the coordinator's dashboard address, "" = none */
     char env_list[1024];
     bool train;                    /* the training loop (--groups 0) */
     char trainer_push[1100];       /* the trainer's PULL, where BATCHes go; "" = no trainer */
@@ -245,6 +291,8 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, o.run);
     s_arg(&a, "--work-bind");
     s_arg(&a, r->work_ep);
+    s_arg(&a, "--http");
+    s_arg(&a, r->http[0] ? r->http : "off");
     if (o.bus_external) {
         s_arg(&a, "--bus-external");
         s_argf(&a, "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
@@ -559,6 +607,9 @@ int run_main(int argc, char **argv)
                                        "endpoints) instead of the coordinator's"},
         {.name = "policy-args", .kind = CFG_STRING, .dst = &o.policy_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for the policy server"},
+        {.name = "http", .kind = CFG_STRING, .dst = &o.http, .metavar = "HOST:PORT|off",
+         .help = "the coordinator's dashboard, /metrics and /health (default 127.0.0.1:8600, "
+                 "or a free port when that one is busy)"},
         {.name = "coordinator-args", .kind = CFG_STRING, .dst = &o.coordinator_args,
          .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
@@ -625,6 +676,15 @@ int run_main(int argc, char **argv)
                         "0-9 _ . -)\n", o.run, STORE_RUN_MAX - 1);
         code = 2;
         goto cleanup;
+    }
+    {
+        char herr[160];
+        if (!s_pick_http(o.http ? o.http : "127.0.0.1:8600", o.http == NULL, r.http, sizeof r.http,
+                         herr, sizeof herr)) {
+            fprintf(stderr, "selroll run: --http: %s\n", herr);
+            code = 2;
+            goto cleanup;
+        }
     }
     if (gate_rule_parse(o.gate_rule) < 0) {
         fprintf(stderr, "selroll run: --gate-rule: '%s' is not one of %s\n", o.gate_rule,
@@ -917,6 +977,9 @@ int run_main(int argc, char **argv)
                "workers, gate %s; results in %s\n",
                o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, o.env_workers,
                o.no_gate ? "none" : o.gate_mode, r.out);
+    if (r.http[0])
+        printf("dashboard: http://%s/ (live: groups, gate, throughput, actors; /metrics, /api/state)\n",
+               r.http);
     fflush(stdout);
 
     /* Supervise until the coordinator finished its rounds or a signal came. */
