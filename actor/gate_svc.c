@@ -490,7 +490,7 @@ static void s_drain_done(reactor_t *r, void *arg)
             if (rc == SR_OK) {
                 int64_t lat_us = clock_mono_us() - j->recv_us;
                 metrics_counter_inc(s->m_cancels);
-                metrics_histogram_observe(s->m_latency, (double)lat_us / 1000.0);
+                metrics_histogram_observe(s->m_latency, (double)lat_us / 1e6);
                 if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
                     __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
                 log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step,
@@ -745,10 +745,12 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                    "Groups whose every rule's verdict was recorded.", NULL);
     s->m_outcomes = metrics_counter(s->metrics, "selroll_gate_outcomes_total",
                                     "Group outcomes the gate saw (learned labels, audit).", NULL);
-    static const double bounds[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100};
-    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_ms",
-                                     "Deciding ACTION received to CANCEL published, ms.", bounds,
-                                     SR_ARRAY_LEN(bounds), NULL);
+    /* Base units (seconds) as Prometheus names them: 0.1 ms .. 100 ms. */
+    static const double bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.002,
+                                    0.005,  0.01,    0.02,   0.05,  0.1};
+    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_seconds",
+                                     "Deciding ACTION received to CANCEL published, seconds.",
+                                     bounds, SR_ARRAY_LEN(bounds), NULL);
 
     char why[256];
     if (gate_cfg_check(&s->cfg.gate, why, sizeof why) != SR_OK) {
