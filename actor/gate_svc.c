@@ -676,6 +676,31 @@ static void s_load_examples(gate_svc_t *s)
         log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
 }
 
+/* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
+ * audit's base rule and, when the learned model is in play, the labels it needs before it may
+ * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
+ * logged: the figures are informative, the gate runs without them. */
+static void s_write_config(gate_svc_t *s)
+{
+    char key[STORE_GID_MAX + 96], min_groups[32];
+    snprintf(min_groups, sizeof min_groups, "%lld",
+             (long long)s->cfg.gate.rules.learned_min_groups);
+    int rc = store_key(s->store, key, sizeof key, "gate:stats");
+    if (rc == SR_OK)
+        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
+                           key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
+                           gate_rule_name(s->cfg.gate.rules.audit_base));
+    if (rc == SR_OK)
+        rc = gate_model(s->gate)
+                 ? store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
+                                 key, min_groups)
+                 : store_command(s->store, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
+                                 key);
+    if (rc != SR_OK)
+        log_warn("gate: cannot record its configuration in gate:stats: %s",
+                 store_errstr(s->store));
+}
+
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -812,6 +837,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
     if (s->store && gate_model(s->gate))
         s_load_examples(s);
+    if (s->store)
+        s_write_config(s);
     if (s->store) {
         if (pthread_create(&s->writer, NULL, s_writer_main, s) != 0) {
             snprintf(s->err, sizeof s->err, "gate: cannot start the writer thread");

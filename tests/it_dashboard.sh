@@ -12,7 +12,9 @@
 #  - headless chromium (tests/browser/dashboard_check.js) sees the numbers change, the group lanes,
 #    a cancelled-group marker and the threshold line, measures the main thread's responsiveness and
 #    saves a screenshot under the output folder (SELROLL_TEST_OUT, default build/test-out);
-#  - `selroll status` prints the same state from Redis.
+#  - `selroll status` prints the same state from Redis;
+#  - the gate's figures (gate:stats: rule, mode, audit precision) reach the snapshot, the
+#    coordinator's gauge selroll_coordinator_gate_audit_precision and `selroll status`.
 # The run must then finish with exit code 0. Needs chromium, prometheus (promtool), node and
 # tests/browser/node_modules (scripts/deps.sh installs them all).
 set -u
@@ -178,6 +180,15 @@ wrc=$?; screens=$(grep -c "selroll status: run dash" "$T/watch.out")
 { [ $wrc -eq 124 ] || [ $wrc -eq 0 ]; } && [ "$screens" -ge 3 ] && ok "status --watch redrew $screens times in 2 s" || bad "status --watch: exit $wrc, $screens screens"
 "$S" status --redis "$REDIS" --run nosuchrun >/dev/null 2>&1 && bad "status of an unknown run exits 0" || ok "status of an unknown run exits 1"
 cp "$T/status.out" "$OUT/status.txt"
+
+# ---- the gate's figures (gate:stats) in the snapshot, the coordinator's gauge and status ----------
+gate=$(curl -s -H "$AUTH" "$H/api/state" | "$PY" -c 'import json,sys; g=json.load(sys.stdin)["gate"]; print(g["recorded"], g.get("rule"), g.get("mode"), g.get("audit_precision"))' 2>/dev/null)
+gauge=$(curl -s -H "$AUTH" "$H/metrics" | grep '^selroll_coordinator_gate_audit_precision ' | cut -d' ' -f2)
+if [ "${gate% *}" = "True paper enforce" ] && [ -n "$gauge" ] && grep -q '^gate: rule paper (enforce), ' "$T/status.out"; then
+  ok "the gate's figures from Redis: snapshot ($gate), gauge selroll_coordinator_gate_audit_precision $gauge, selroll status ($(grep '^gate: ' "$T/status.out"))"
+else
+  bad "the gate's figures: snapshot '$gate', gauge '$gauge', status '$(grep '^gate' "$T/status.out")'"
+fi
 
 wait "$browser_pid"
 brc=$?
