@@ -207,11 +207,21 @@ static void s_threshold_rule(const gate_features_t *f, double thr, bool last, co
     }
 }
 
+/* s_ratio returns d / thr, the score of a threshold rule that scales with one sweep: the rule
+ * cuts iff it is below 1. A threshold of 0 never cuts; its ratio is taken as 1 + d (>= 1, still
+ * growing with d) so that the score stays finite. */
+static double s_ratio(double d, double thr)
+{
+    return thr > 0.0 ? d / thr : 1.0 + d;
+}
+
 void gate_rule_eval(gate_rule_t r, const gate_rules_cfg_t *c, int k, double threshold,
                     double t_high, const gate_features_t *f, double p_zero, bool learned_ready,
                     gate_rule_verdict_t *v)
 {
     SR_ASSERT(c && f && v && !v->final);
+    bool seen = v->evaluated;
+    double prev = v->score;
     v->evaluated = true;
     v->step = f->step;
     switch (r) {
@@ -233,6 +243,14 @@ void gate_rule_eval(gate_rule_t r, const gate_rules_cfg_t *c, int k, double thre
             }
         }
         s_threshold_rule(f, thr, last, "divergence", v);
+        /* The score is the least d_k / threshold_k over the checkpoints evaluated: scaling every
+         * threshold by t cuts iff it is below t. A checkpoint at which every trajectory had
+         * ended cuts nothing and does not lower it. */
+        double ratio = s_ratio(f->d, thr);
+        if (seen && f->all_ended)
+            v->score = prev;
+        else
+            v->score = seen ? fmin(prev, ratio) : ratio;
         break;
     }
     case GATE_RULE_PRIOR: {
@@ -246,6 +264,7 @@ void gate_rule_eval(gate_rule_t r, const gate_rules_cfg_t *c, int k, double thre
             why = "history-informative";
         }
         s_threshold_rule(f, thr, true, why, v);
+        v->score = s_ratio(f->d, thr); /* d_K over the threshold used: cut iff below 1 */
         break;
     }
     case GATE_RULE_AUDIT:

@@ -89,7 +89,9 @@ typedef struct {
     bool final;         /* the rule has no later checkpoint for this group */
     bool cut;           /* the rule would stop the group */
     int step;           /* the last checkpoint evaluated */
-    double score;       /* what was compared with the threshold: d, or P(zero variance) */
+    double score;       /* paper, keep-two: d; multi: least d_k / threshold_k over the
+                           checkpoints seen; prior: d_K / threshold used (multi and prior cut
+                           iff < 1); learned: P(zero variance); audit: its base rule's */
     const char *reason; /* static: "divergence", "t_high", "diverse", "ended", "history-...",
                            "probability", "learning" */
 } gate_rule_verdict_t;

@@ -490,7 +490,7 @@ static void s_drain_done(reactor_t *r, void *arg)
             if (rc == SR_OK) {
                 int64_t lat_us = clock_mono_us() - j->recv_us;
                 metrics_counter_inc(s->m_cancels);
-                metrics_histogram_observe(s->m_latency, (double)lat_us / 1000.0);
+                metrics_histogram_observe(s->m_latency, (double)lat_us / 1e6);
                 if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
                     __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
                 log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step,
@@ -676,6 +676,31 @@ static void s_load_examples(gate_svc_t *s)
         log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
 }
 
+/* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
+ * audit's base rule and, when the learned model is in play, the labels it needs before it may
+ * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
+ * logged: the figures are informative, the gate runs without them. */
+static void s_write_config(gate_svc_t *s)
+{
+    char key[STORE_GID_MAX + 96], min_groups[32];
+    snprintf(min_groups, sizeof min_groups, "%lld",
+             (long long)s->cfg.gate.rules.learned_min_groups);
+    int rc = store_key(s->store, key, sizeof key, "gate:stats");
+    if (rc == SR_OK)
+        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
+                           key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
+                           gate_rule_name(s->cfg.gate.rules.audit_base));
+    if (rc == SR_OK)
+        rc = gate_model(s->gate)
+                 ? store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
+                                 key, min_groups)
+                 : store_command(s->store, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
+                                 key);
+    if (rc != SR_OK)
+        log_warn("gate: cannot record its configuration in gate:stats: %s",
+                 store_errstr(s->store));
+}
+
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -745,10 +770,12 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                    "Groups whose every rule's verdict was recorded.", NULL);
     s->m_outcomes = metrics_counter(s->metrics, "selroll_gate_outcomes_total",
                                     "Group outcomes the gate saw (learned labels, audit).", NULL);
-    static const double bounds[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100};
-    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_ms",
-                                     "Deciding ACTION received to CANCEL published, ms.", bounds,
-                                     SR_ARRAY_LEN(bounds), NULL);
+    /* Base units (seconds) as Prometheus names them: 0.1 ms .. 100 ms. */
+    static const double bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.002,
+                                    0.005,  0.01,    0.02,   0.05,  0.1};
+    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_seconds",
+                                     "Deciding ACTION received to CANCEL published, seconds.",
+                                     bounds, SR_ARRAY_LEN(bounds), NULL);
 
     char why[256];
     if (gate_cfg_check(&s->cfg.gate, why, sizeof why) != SR_OK) {
@@ -810,6 +837,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
     if (s->store && gate_model(s->gate))
         s_load_examples(s);
+    if (s->store)
+        s_write_config(s);
     if (s->store) {
         if (pthread_create(&s->writer, NULL, s_writer_main, s) != 0) {
             snprintf(s->err, sizeof s->err, "gate: cannot start the writer thread");

@@ -10,7 +10,8 @@
  *  - Redis, at most once per redis_every_ms and abandoned at the first error (a Redis that is
  *    down must not stall the coordinator for more than one timeout): the gate's decision fields
  *    of the current iteration's groups (the d_K histogram, shadow "cancel" decisions), the env
- *    worker registry, the training loop's iteration records.
+ *    worker registry, the training loop's iteration records, the gate's running figures
+ *    (gate:stats: its rule, the audit's precision estimate, the learned model's progress).
  *
  * Compute saved, in LLM calls (one per step) and tokens: a cancelled trajectory at step s would
  * have run on for the mean of (length - s) over the episodes of uncut groups longer than s; in shadow mode the same figure is measured exactly on groups
@@ -28,6 +29,7 @@
 #include "common/store.h"
 #include "common/transport.h"
 #include "coordinator/coord_sched.h"
+#include "coordinator/dashboard_gate.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -124,6 +126,8 @@ struct dashboard {
     s_lost_t lost_envw[DASH_LOST];
     int nlost_envw;
 
+    dashboard_gate_t gate; /* gate:stats as last read */
+
     int64_t last_redis_ms;
     atomic_int_fast64_t redis_ok_ms;
 
@@ -135,7 +139,8 @@ struct dashboard {
 
     metrics_gauge_t *g_actors, *g_free, *g_queued, *g_ratio, *g_running, *g_groups[4], *g_envw,
         *g_iteration, *g_policy, *g_saved_calls, *g_saved_tokens, *g_shadow_calls, *g_train,
-        *g_heldout, *g_zv, *g_dilution, *g_iter_wall, *g_sse_clients, *g_redis_up;
+        *g_heldout, *g_zv, *g_dilution, *g_iter_wall, *g_sse_clients, *g_redis_up,
+        *g_audit_precision;
     metrics_counter_t *m_actions, *m_lost, *m_spent, *m_sse_bytes, *m_bad;
     metrics_histogram_t *h_div;
 };
@@ -503,6 +508,10 @@ static void s_redis_pass(dashboard_t *d)
         rc = s_read_envw(d, st);
     if (rc == SR_OK)
         rc = s_read_iterations(d, st);
+    if (rc == SR_OK) {
+        rc = dashboard_gate_read(st, &d->gate);
+        metrics_gauge_set(d->g_audit_precision, d->gate.audit_precision);
+    }
     metrics_gauge_set(d->g_redis_up, rc == SR_OK ? 1 : 0);
     if (rc != SR_OK)
         log_warn_limited(5, "dashboard: Redis: %s", store_errstr(st));
@@ -689,6 +698,8 @@ static char *s_build(dashboard_t *d)
     cJSON_AddNumberToObject(sv, "tokens_per_call", (double)(int)(tpc * 10) / 10.0);
     cJSON_AddNumberToObject(sv, "run_llm_calls", (double)d->run_calls);
     cJSON_AddNumberToObject(sv, "run_tokens", (double)d->run_tokens);
+
+    cJSON_AddItemToObject(o, "gate", dashboard_gate_json(&d->gate));
 
     cJSON *tp = cJSON_AddObjectToObject(o, "throughput");
     cJSON *tt = cJSON_AddArrayToObject(tp, "t"), *tv = cJSON_AddArrayToObject(tp, "steps_per_s");
@@ -912,6 +923,10 @@ static void s_metrics(dashboard_t *d, metrics_registry_t *reg)
                                      "Open dashboard event streams.", NULL);
     d->g_redis_up = metrics_gauge(reg, "selroll_coordinator_redis_up",
                                   "1 when the dashboard's last Redis pass succeeded.", NULL);
+    d->g_audit_precision = metrics_gauge(
+        reg, "selroll_coordinator_gate_audit_precision",
+        "The gate's audit precision estimate from Redis gate:stats (-1 when unknown).", NULL);
+    metrics_gauge_set(d->g_audit_precision, -1.0);
     d->m_actions = metrics_counter(reg, "selroll_coordinator_actions_total",
                                    "ACTIONs of this run seen on the bus (steps).", NULL);
     d->m_lost = metrics_counter(reg, "selroll_coordinator_lost_total",
@@ -952,6 +967,7 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
     d->rounds = cJSON_CreateArray();
     d->iters = cJSON_CreateArray();
     d->t0_ms = clock_mono_ms();
+    dashboard_gate_init(&d->gate);
     atomic_init(&d->redis_ok_ms, 0);
     pthread_mutex_init(&d->mu, NULL);
     s_metrics(d, coord_metrics(c));

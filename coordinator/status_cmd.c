@@ -4,8 +4,9 @@
  *
  * The coordinator's dashboard writes its latest snapshot to selroll:<run>:dashboard every second
  * (60 s expiry); status prints it as text: the run record, the groups in flight with one
- * character per trajectory, the d_K histogram, compute saved, actors, env workers and the last
- * iterations. A run without a fresh snapshot (its coordinator stopped, or runs without --http)
+ * character per trajectory, the d_K histogram, compute saved, the gate's figures (its rule, the
+ * audit's precision estimate, the learned model's labels: read from gate:stats directly), actors,
+ * env workers and the last iterations. A run without a fresh snapshot (its coordinator stopped, or runs without --http)
  * still gets what Redis itself holds: the run record, the current iteration's groups, the env
  * worker registry and the iteration records. --watch redraws every --interval-ms until Ctrl-C.
  */
@@ -13,6 +14,7 @@
 #include "common/config.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "coordinator/dashboard_gate.h"
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -235,6 +237,18 @@ static cJSON *s_iters_from_redis(store_t *st)
     return arr;
 }
 
+/* s_print_gate prints the gate's figures from gate:stats on one line (nothing on a Redis error:
+ * the rest of the screen reports those). */
+static void s_print_gate(FILE *out, store_t *st)
+{
+    dashboard_gate_t g;
+    char line[320];
+    if (dashboard_gate_read(st, &g) != SR_OK)
+        return;
+    dashboard_gate_text(&g, line, sizeof line);
+    fprintf(out, "%s\n", line);
+}
+
 /* s_show prints one screen. Returns 0, or 1 when Redis failed or the run is unknown. */
 static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
 {
@@ -281,6 +295,7 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
         s_print_groups(out, snap, max_groups);
         s_print_hist(out, snap);
         s_print_saved(out, snap);
+        s_print_gate(out, st);
         s_print_pool(out, snap);
         s_print_envw(out, cJSON_GetObjectItem(snap, "env_workers"),
                      cJSON_GetObjectItem(snap, "env_workers_lost"));
@@ -300,6 +315,7 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
     }
     fprintf(out, "groups: %d running, %d cancelled, %d done, %d filtered\n", fb.counts[0],
             fb.counts[1], fb.counts[2], fb.counts[3]);
+    s_print_gate(out, st);
     cJSON *envw = cJSON_CreateArray();
     store_list(st, "envw", s_envw_entry, envw);
     s_print_envw(out, envw, NULL);

@@ -8,7 +8,8 @@ rewards are equal. Per rule: precision = zero-variance groups among those the ru
 cut zero-variance groups among all zero-variance groups, the share of groups cut, and the share of
 generated tokens a cut would have saved (tokens of the steps after the cut step). With --curve,
 the precision-recall curve of the rules that compare one score with one threshold: paper (d_K,
-cut when below), learned (P(zero variance), cut when above). With --signals, each raw signal's
+cut when below), multi (least d_k / threshold_k) and prior (d_K / threshold used), both cut when
+below, learned (P(zero variance), cut when above). With --signals, each raw signal's
 power on the same groups, recomputed from the round files' actions: d_k at k = 5, 10, 15, 20
 (ended trajectories padded with <END>, as the gate does) and the prompt's history in this run
 (its previous group had zero variance): the area under the ROC curve, and the best precision at
@@ -179,7 +180,7 @@ def main(argv):
         for r in sig:
             print("| %s | %s | %s |" % (r["signal"], fmt(r["auc"]), fmt(r["best_precision_at_recall_0.70"])))
     if "--curve" in argv:
-        for rule, below in (("paper", True), ("learned", False)):
+        for rule, below in (("paper", True), ("multi", True), ("prior", True), ("learned", False)):
             print("\n%s: threshold precision recall" % rule)
             for th, p, rc in curve(groups, rule, below):
                 print("%.4f %.3f %.3f" % (th, p, rc))

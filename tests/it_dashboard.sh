@@ -4,14 +4,17 @@
 # groups get cancelled), with a bearer token set. Checks, while the run goes on:
 #  - /health answers 200 without the token; every other path refuses a request without it (401);
 #    an unknown path is 404, a POST 405, 64 KiB of headers 431, and the coordinator keeps going;
-#  - /metrics passes `promtool check metrics` and carries the gauges the autoscaler relies on;
+#  - the coordinator's and the gate's /metrics pass `promtool check metrics` with no lint remark,
+#    and the coordinator's carries the gauges the autoscaler relies on;
 #    a real Prometheus server on loopback scrapes it (with the token) at least twice;
 #  - the event stream /api/events stays under 200 KB/s with 256 trajectories running (the rate
 #    and the running count are printed);
 #  - headless chromium (tests/browser/dashboard_check.js) sees the numbers change, the group lanes,
 #    a cancelled-group marker and the threshold line, measures the main thread's responsiveness and
 #    saves a screenshot under the output folder (SELROLL_TEST_OUT, default build/test-out);
-#  - `selroll status` prints the same state from Redis.
+#  - `selroll status` prints the same state from Redis;
+#  - the gate's figures (gate:stats: rule, mode, audit precision) reach the snapshot, the
+#    coordinator's gauge selroll_coordinator_gate_audit_precision and `selroll status`.
 # The run must then finish with exit code 0. Needs chromium, prometheus (promtool), node and
 # tests/browser/node_modules (scripts/deps.sh installs them all).
 set -u
@@ -99,21 +102,20 @@ sse_pid=$!
 
 
 # ---- /metrics: promtool and a real Prometheus ---------------------------------------------------
+# Every registry checked must pass promtool with no remark at all: a parse error, and any lint
+# complaint (abbreviated units, counters without _total, ...), fails the test.
+promlint() { # promlint ROLE FILE PREFIX: promtool over one role's scrape
+  local out="${2%.txt}.promtool"
+  if promtool check metrics <"$2" >"$out" 2>&1 && ! grep -q . "$out" && grep -q "^$3" "$2"; then
+    ok "$1 /metrics: promtool check metrics passes without remarks ($(grep -c "^$3" "$2") series)"
+  else
+    bad "$1 /metrics: promtool check metrics:"; head -5 "$out"
+  fi
+}
 curl -s -H "$AUTH" "$H/metrics" >"$T/metrics.txt"
-if promtool check metrics <"$T/metrics.txt" >"$T/promtool.out" 2>&1; then
-  ok "promtool check metrics passes ($(grep -c '^selroll_' "$T/metrics.txt") series)"
-else
-  bad "promtool check metrics:"; head -5 "$T/promtool.out"
-fi
-# The gate's own registry: it must parse; promtool's naming lint is reported, not failed on (the
-# names belong to the gate).
+promlint coordinator "$T/metrics.txt" selroll_coordinator_
 curl -s "http://127.0.0.1:$GP/metrics" >"$T/gate_metrics.txt"
-promtool check metrics <"$T/gate_metrics.txt" >"$T/gate_promtool.out" 2>&1
-if grep -q '^selroll_gate_' "$T/gate_metrics.txt" && ! grep -qi 'pars' "$T/gate_promtool.out"; then
-  ok "the gate's --metrics-port serves its registry ($(grep -c '^selroll_gate_' "$T/gate_metrics.txt") series; promtool lint: $(grep -c . "$T/gate_promtool.out") remarks)"
-else
-  bad "the gate's /metrics on --metrics-port $GP"; head -3 "$T/gate_promtool.out"
-fi
+promlint "gate (--metrics-port)" "$T/gate_metrics.txt" selroll_gate_
 for g in selroll_coordinator_actors selroll_coordinator_free_slots selroll_coordinator_queued_jobs \
          selroll_coordinator_queued_jobs_per_free_slot; do
   grep -q "^$g " "$T/metrics.txt" && ok "gauge $g = $(grep "^$g " "$T/metrics.txt" | cut -d' ' -f2)" || bad "gauge $g missing"
@@ -178,6 +180,15 @@ wrc=$?; screens=$(grep -c "selroll status: run dash" "$T/watch.out")
 { [ $wrc -eq 124 ] || [ $wrc -eq 0 ]; } && [ "$screens" -ge 3 ] && ok "status --watch redrew $screens times in 2 s" || bad "status --watch: exit $wrc, $screens screens"
 "$S" status --redis "$REDIS" --run nosuchrun >/dev/null 2>&1 && bad "status of an unknown run exits 0" || ok "status of an unknown run exits 1"
 cp "$T/status.out" "$OUT/status.txt"
+
+# ---- the gate's figures (gate:stats) in the snapshot, the coordinator's gauge and status ----------
+gate=$(curl -s -H "$AUTH" "$H/api/state" | "$PY" -c 'import json,sys; g=json.load(sys.stdin)["gate"]; print(g["recorded"], g.get("rule"), g.get("mode"), g.get("audit_precision"))' 2>/dev/null)
+gauge=$(curl -s -H "$AUTH" "$H/metrics" | grep '^selroll_coordinator_gate_audit_precision ' | cut -d' ' -f2)
+if [ "${gate% *}" = "True paper enforce" ] && [ -n "$gauge" ] && grep -q '^gate: rule paper (enforce), ' "$T/status.out"; then
+  ok "the gate's figures from Redis: snapshot ($gate), gauge selroll_coordinator_gate_audit_precision $gauge, selroll status ($(grep '^gate: ' "$T/status.out"))"
+else
+  bad "the gate's figures: snapshot '$gate', gauge '$gauge', status '$(grep '^gate' "$T/status.out")'"
+fi
 
 wait "$browser_pid"
 brc=$?

@@ -47,7 +47,7 @@ grep -q "rule audit, shadow all" "$out"/logs/gate*.log && ok "gate started with 
 import glob, json, os, sys
 out = sys.argv[1]
 rules = ["paper", "multi", "prior", "keep-two", "audit", "learned"]
-groups, lines = {}, 0
+groups, lines, longest = {}, 0, {}
 for path in sorted(glob.glob(os.path.join(out, "rounds", "round-*.jsonl"))):
     for line in open(path):
         r = json.loads(line)
@@ -61,15 +61,26 @@ for path in sorted(glob.glob(os.path.join(out, "rounds", "round-*.jsonl"))):
                 sys.exit("%s: bad %s verdict %r" % (r["group"], name, v))
         if r["status"] == "cancelled":
             sys.exit("%s cancelled in shadow mode" % r["group"])
+        longest[r["group"]] = max(longest.get(r["group"], 0), r.get("n_steps", 0))
         g = groups.setdefault(r["group"], rr)
         if g != rr:
             sys.exit("%s: lines disagree" % r["group"])
 if len(groups) < 6 or lines < 6 * 8:
     sys.exit("only %d groups, %d lines" % (len(groups), lines))
-# The paper's K = 10 verdict is the same d for paper, prior, keep-two (and audit over paper).
+# The paper's K = 10 verdict is the same d for paper, keep-two (and audit over paper); prior's
+# score is that d over the threshold it used (d_L 0.12, loose 0.20 or strict 0.06); multi and
+# prior cut iff their score is below 1 (docs/gate.md, "The per-rule record").
 for gid, rr in groups.items():
-    if not (rr["paper"]["score"] == rr["prior"]["score"] == rr["keep-two"]["score"] == rr["audit"]["score"]):
+    if not (rr["paper"]["score"] == rr["keep-two"]["score"] == rr["audit"]["score"]):
         sys.exit("%s: d_10 differs between rules %r" % (gid, rr))
+    d, ps = rr["paper"]["score"], rr["prior"]["score"]
+    if not any(abs(ps * thr - d) <= 3e-5 * max(d, 1e-3) for thr in (0.12, 0.20, 0.06)):
+        sys.exit("%s: prior's score %r is not d_10 %r over a threshold it uses" % (gid, ps, d))
+    for name in ("multi", "prior"):
+        if longest[gid] <= rr[name]["step"] or abs(rr[name]["score"] - 1) < 1e-5:
+            continue  # every trajectory had ended (nothing to cut), or 1 within the record's digits
+        if rr[name]["score"] < 0 or rr[name]["cut"] != (rr[name]["score"] < 1):
+            sys.exit("%s: %s cut %r with score %r" % (gid, name, rr[name]["cut"], rr[name]["score"]))
     if rr["paper"]["step"] != 10 or rr["multi"]["step"] not in (6, 10, 15):
         sys.exit("%s: steps %r" % (gid, rr))
 later = [rr["learned"]["score"] for gid, rr in groups.items() if not gid.startswith("r0000-")]

@@ -2,7 +2,9 @@
  * test_dashboard.c — the coordinator's dashboard in-process, over a real redis-server, real
  * ZeroMQ bus and real HTTP (libcurl): the snapshot follows the scheduler and the bus, /metrics
  * carries the autoscaling gauges, the token guards everything but /health, and /health turns 503
- * when Redis goes away while the coordinator keeps serving.
+ * when Redis goes away while the coordinator keeps serving. The gate's figures written to Redis
+ * (gate:stats) reach the snapshot and the coordinator's own audit-precision gauge; a damaged
+ * hash is read as "unknown", never as a crash.
  */
 #include "tests/harness.h"
 #include "common/buf.h"
@@ -11,6 +13,7 @@
 #include "common/transport.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
+#include "coordinator/dashboard_gate.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -97,6 +100,165 @@ static void s_publish_action(transport_sock_t *pub, int traj, int step)
     assert_int_equal(proto_encode(&m, &b), SR_OK);
     assert_int_equal(transport_send_topic(pub, "act/dash/r0000-g0000", b.data, b.len), SR_OK);
     sr_buf_free(&b);
+}
+
+/* s_redis_cli runs redis-cli against port with args and returns its first output line. */
+static void s_redis_cli(int port, const char *args, char *line, size_t len)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d %s", port, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    line[0] = '\0';
+    if (!fgets(line, (int)len, p))
+        line[0] = '\0';
+    pclose(p);
+}
+
+/* s_gate_state waits until the snapshot's "gate" object has audit_groups == want (-1: until it
+ * says recorded false) and returns it (caller deletes the snapshot *root). */
+static cJSON *s_gate_state(int port, int want, cJSON **root)
+{
+    int64_t deadline = harness_now_ms() + 10000;
+    while (harness_now_ms() < deadline) {
+        cJSON *st = s_state(port);
+        cJSON *g = st ? cJSON_GetObjectItem(st, "gate") : NULL;
+        cJSON *ag = g ? cJSON_GetObjectItem(g, "audit_groups") : NULL;
+        if (g && ((want < 0 && cJSON_IsFalse(cJSON_GetObjectItem(g, "recorded"))) ||
+                  (want >= 0 && cJSON_IsNumber(ag) && ag->valueint == want))) {
+            *root = st;
+            return g;
+        }
+        cJSON_Delete(st);
+        usleep(50 * 1000);
+    }
+    *root = NULL;
+    return NULL;
+}
+
+static void the_gate_figures_in_redis_reach_the_snapshot_and_the_gauge(void **state)
+{
+    (void)state;
+    harness_redis_t redis;
+    assert_int_equal(harness_redis_start(&redis), 0);
+    coord_cfg_t cfg;
+    coord_cfg_init(&cfg);
+    cfg.run = "dashg";
+    cfg.redis_url = redis.url;
+    cfg.work_bind = "tcp://127.0.0.1:*";
+    cfg.bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg.bus_sub_bind = "tcp://127.0.0.1:*";
+    cfg.groups = 1;
+    cfg.group_size = 4;
+    char err[512] = "";
+    coord_t *c = coord_new(&cfg, err, sizeof err);
+    assert_non_null(c);
+    dashboard_cfg_t dc;
+    dashboard_cfg_init(&dc);
+    dc.http = "127.0.0.1:0";
+    dc.period_ms = 50;
+    dc.redis_every_ms = 100;
+    dashboard_t *d = dashboard_new(c, &dc, err, sizeof err);
+    assert_non_null(d);
+    int port = dashboard_port(d);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_run_main, c), 0);
+
+    /* No gate yet: "recorded": false and the gauge at -1. */
+    cJSON *root = NULL;
+    cJSON *g = s_gate_state(port, -1, &root);
+    assert_non_null(g);
+    cJSON_Delete(root);
+    char *text = NULL;
+    assert_int_equal(s_get(port, "/metrics", NULL, &text), 200);
+    assert_non_null(strstr(text, "# TYPE selroll_coordinator_gate_audit_precision gauge\n"));
+    assert_non_null(strstr(text, "\nselroll_coordinator_gate_audit_precision -1\n"));
+    free(text);
+
+    /* A gate (audit over paper, the learned model learning) has written its figures. */
+    char line[128];
+    s_redis_cli(redis.port,
+                "HSET selroll:dashg:gate:stats rule audit mode shadow audit_base paper outcomes 40 "
+                "audit_groups 12 audit_zero_variance 10 audit_precision 0.833333 "
+                "keep_two_labels 3 keep_two_wrong 1 learned_labels 40 learned_min_groups 200",
+                line, sizeof line);
+    assert_string_equal(line, "11\n"); /* fields written */
+    g = s_gate_state(port, 12, &root);
+    assert_non_null(g);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(g, "recorded")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(g, "rule")), "audit");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(g, "mode")), "shadow");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(g, "audit_base")), "paper");
+    assert_int_equal(cJSON_GetObjectItem(g, "audit_zero_variance")->valueint, 10);
+    assert_true(cJSON_GetObjectItem(g, "audit_precision")->valuedouble == 0.833);
+    assert_int_equal(cJSON_GetObjectItem(g, "keep_two_wrong")->valueint, 1);
+    assert_int_equal(cJSON_GetObjectItem(g, "learned_labels")->valueint, 40);
+    assert_int_equal(cJSON_GetObjectItem(g, "learned_min_groups")->valueint, 200);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(g, "learned_ready")));
+    cJSON_Delete(root);
+    text = NULL;
+    assert_int_equal(s_get(port, "/metrics", NULL, &text), 200);
+    assert_non_null(strstr(text, "\nselroll_coordinator_gate_audit_precision 0.833333\n"));
+    free(text);
+
+    /* A damaged hash (words for numbers, a precision out of range) reads as unknown. */
+    s_redis_cli(redis.port,
+                "HSET selroll:dashg:gate:stats audit_groups 13 audit_precision 7 outcomes x "
+                "rule 'no such rule!'",
+                line, sizeof line);
+    g = s_gate_state(port, 13, &root);
+    assert_non_null(g);
+    assert_true(cJSON_GetObjectItem(g, "audit_precision")->valuedouble == -1.0);
+    assert_null(cJSON_GetObjectItem(g, "outcomes"));
+    assert_null(cJSON_GetObjectItem(g, "rule")); /* not a rule name: unknown */
+    cJSON_Delete(root);
+    text = NULL;
+    assert_int_equal(s_get(port, "/metrics", NULL, &text), 200);
+    assert_non_null(strstr(text, "\nselroll_coordinator_gate_audit_precision -1\n"));
+    free(text);
+
+    coord_stop(c);
+    pthread_join(th, NULL);
+    dashboard_destroy(&d);
+    coord_destroy(&c);
+    harness_redis_stop(&redis);
+}
+
+static void the_gate_summary_lines_say_what_is_known(void **state)
+{
+    (void)state;
+    dashboard_gate_t g;
+    char buf[256];
+    dashboard_gate_parse(NULL, 0, &g);
+    assert_false(g.recorded);
+    dashboard_gate_text(&g, buf, sizeof buf);
+    assert_string_equal(buf, "gate: no statistics in Redis");
+    dashboard_gate_audit_text(&g, buf, sizeof buf);
+    assert_string_equal(buf, "no audit");
+
+    store_field_t f[] = {{"rule", "paper"},       {"mode", "enforce"},
+                         {"audit_groups", "12"},  {"audit_precision", "0.8333"},
+                         {"learned_labels", "250"}, {"learned_min_groups", "200"},
+                         {"unknown_field", "1"},  {"keep_two_wrong", "-4"}};
+    dashboard_gate_parse(f, SR_ARRAY_LEN(f), &g);
+    assert_true(g.recorded);
+    assert_int_equal(g.keep_two_wrong, -1); /* negative: not a count */
+    dashboard_gate_audit_text(&g, buf, sizeof buf);
+    assert_string_equal(buf, "audit precision 0.83 (12 audited groups)");
+    dashboard_gate_text(&g, buf, sizeof buf);
+    assert_string_equal(buf, "gate: rule paper (enforce), audit precision 0.83 (12 audited "
+                             "groups), learned model 250/200 labels (may cut)");
+    cJSON *o = dashboard_gate_json(&g);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "learned_ready")));
+    assert_null(cJSON_GetObjectItem(o, "keep_two_wrong"));
+    cJSON_Delete(o);
+
+    /* A precision without an audited group behind it is not an estimate. */
+    store_field_t z[] = {{"audit_groups", "0"}, {"audit_precision", "1"}};
+    dashboard_gate_parse(z, SR_ARRAY_LEN(z), &g);
+    assert_true(g.audit_precision == -1.0);
+    dashboard_gate_audit_text(&g, buf, sizeof buf);
+    assert_string_equal(buf, "no audit");
 }
 
 static void the_dashboard_follows_the_run_and_reports_redis_health(void **state)
@@ -252,6 +414,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_dashboard_follows_the_run_and_reports_redis_health),
         cmocka_unit_test(a_busy_address_is_refused_with_a_reason),
+        cmocka_unit_test(the_gate_figures_in_redis_reach_the_snapshot_and_the_gauge),
+        cmocka_unit_test(the_gate_summary_lines_say_what_is_known),
     };
     int rc = harness_run_("dashboard", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();

@@ -128,6 +128,7 @@ static void multi_fires_at_the_first_checkpoint_below_its_threshold(void **state
     assert_true(s_record(g, "m2", &e));
     assert_true(e.verdicts[GATE_RULE_MULTI].cut);
     assert_int_equal(e.verdicts[GATE_RULE_MULTI].step, 2);
+    assert_true(e.verdicts[GATE_RULE_MULTI].score == 0.0); /* d_2 = 0 over 0.10 */
     assert_false(e.verdicts[GATE_RULE_PAPER].cut);
     assert_int_equal(e.verdicts[GATE_RULE_PAPER].step, 4);
     assert_true(fabs(e.verdicts[GATE_RULE_PAPER].score - 0.25) < 1e-12);
@@ -154,8 +155,10 @@ static void multi_keeps_after_its_last_checkpoint_and_records_it(void **state)
     assert_true(s_record(g, "m3b", &e));
     assert_false(e.verdicts[GATE_RULE_MULTI].cut);
     assert_int_equal(e.verdicts[GATE_RULE_MULTI].step, 6);
-    /* d_6 of s_departs: trajectory 3 differs at steps 3 and 4 of 6: 3 pairs x 2/6 over 6. */
-    assert_true(fabs(e.verdicts[GATE_RULE_MULTI].score - (3 * 2.0 / 6.0) / 6.0) < 1e-12);
+    /* The score is the least d_k / threshold_k: d_4 = 0.25 over 0.1 is 2.5, d_6 of s_departs
+     * (trajectory 3 differs at steps 3 and 4 of 6: 3 pairs x 2/6 over 6) over 0.1 is 1.67, and
+     * the threshold-0 checkpoint at step 2 counts as 1 + d_2 = 1: the least is 1, not a cut. */
+    assert_true(fabs(e.verdicts[GATE_RULE_MULTI].score - 1.0) < 1e-12);
     gate_destroy(&g);
 }
 
@@ -198,7 +201,9 @@ static void prior_loosens_for_zero_variance_history_and_tightens_for_informative
     gate_event_t e = s_prior_group(NULL, &d);
     assert_false(e.verdicts[GATE_RULE_PRIOR].cut);
     assert_false(e.verdicts[GATE_RULE_PAPER].cut);
-    assert_true(fabs(e.verdicts[GATE_RULE_PRIOR].score - 0.125) < 1e-12);
+    /* prior's score is d_4 over the threshold it used: 0.125 / 0.12 without history. */
+    assert_true(fabs(e.verdicts[GATE_RULE_PRIOR].score - 0.125 / 0.12) < 1e-12);
+    assert_true(fabs(e.verdicts[GATE_RULE_PAPER].score - 0.125) < 1e-12);
     /* Last two groups all-wrong: the loose threshold 0.20 cuts it. */
     double hard[] = {0.5, 0.0, 0.0};
     gate_history_t h;
@@ -209,6 +214,7 @@ static void prior_loosens_for_zero_variance_history_and_tightens_for_informative
     e = s_prior_group(&h, &d);
     assert_true(e.verdicts[GATE_RULE_PRIOR].cut);
     assert_string_equal(e.verdicts[GATE_RULE_PRIOR].reason, "history-zero-variance");
+    assert_true(fabs(e.verdicts[GATE_RULE_PRIOR].score - 0.125 / 0.20) < 1e-12);
     assert_int_equal(d.rule, GATE_RULE_PRIOR);
     assert_int_equal(d.verdict, GATE_CANCEL);
     assert_false(d.cancel); /* shadow */
@@ -221,10 +227,126 @@ static void prior_loosens_for_zero_variance_history_and_tightens_for_informative
     e = s_prior_group(&h, &d);
     assert_false(e.verdicts[GATE_RULE_PRIOR].cut);
     assert_string_equal(e.verdicts[GATE_RULE_PRIOR].reason, "diverse");
+    assert_true(fabs(e.verdicts[GATE_RULE_PRIOR].score - 0.125 / 0.06) < 1e-12);
     double easy[] = {0.0, 1.0, 1.0, 1.0};
     gate_history_from_means(easy, 4, &h);
     assert_int_equal(h.easy_streak, 3);
     assert_true(h.last_mean == 1.0);
+}
+
+/* s_eval evaluates rule r at one checkpoint with divergence d (G 8, nothing ended unless
+ * all_ended), K 10, d_L 0.12. */
+static void s_eval(gate_rule_t r, const gate_rules_cfg_t *rc, int step, double d, bool all_ended,
+                   const gate_history_t *h, gate_rule_verdict_t *v)
+{
+    gate_features_t f;
+    memset(&f, 0, sizeof f);
+    f.step = step;
+    f.G = 8;
+    f.d = d;
+    f.d_half = d;
+    f.all_ended = all_ended;
+    f.ended_share = all_ended ? 1.0 : 0.0;
+    if (h)
+        f.hist = *h;
+    gate_rule_eval(r, rc, 10, 0.12, 0.0, &f, 0.0, false, v);
+}
+
+static void multi_and_prior_scores_are_divergence_over_threshold_cut_iff_below_one(void **state)
+{
+    (void)state;
+    gate_rules_cfg_t rc;
+    gate_rules_cfg_init(&rc); /* multi 6:0.10, 10:0.12, 15:0.15; prior 0.20 / 0.06 */
+
+    /* multi keeps through its three checkpoints: the least ratio is kept (d_10 / 0.12 = 1.5). */
+    gate_rule_verdict_t v;
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_MULTI, &rc, 6, 0.20, false, NULL, &v);
+    assert_true(fabs(v.score - 2.0) < 1e-12);
+    assert_false(v.cut);
+    assert_false(v.final);
+    s_eval(GATE_RULE_MULTI, &rc, 10, 0.18, false, NULL, &v);
+    assert_true(fabs(v.score - 1.5) < 1e-12);
+    s_eval(GATE_RULE_MULTI, &rc, 15, 0.30, false, NULL, &v);
+    assert_true(fabs(v.score - 1.5) < 1e-12);
+    assert_false(v.cut);
+    assert_true(v.final);
+
+    /* multi cuts at 10: d_10 = 0.06 over 0.12. */
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_MULTI, &rc, 6, 0.15, false, NULL, &v);
+    s_eval(GATE_RULE_MULTI, &rc, 10, 0.06, false, NULL, &v);
+    assert_true(v.cut);
+    assert_true(v.final);
+    assert_true(fabs(v.score - 0.5) < 1e-12);
+
+    /* A checkpoint at which everything had ended does not lower the score. */
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_MULTI, &rc, 6, 0.15, false, NULL, &v);
+    s_eval(GATE_RULE_MULTI, &rc, 10, 0.0, true, NULL, &v);
+    assert_false(v.cut);
+    assert_true(fabs(v.score - 1.5) < 1e-12);
+
+    /* A threshold of 0 never cuts: its ratio is 1 + d. */
+    gate_rules_cfg_t z = rc;
+    char err[256];
+    assert_int_equal(gate_rules_parse_checkpoints("6:0", &z, err, sizeof err), SR_OK);
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_MULTI, &z, 6, 0.0, false, NULL, &v);
+    assert_false(v.cut);
+    assert_true(v.score == 1.0);
+
+    /* prior: d_K over the threshold used. */
+    gate_history_t h;
+    double hard[] = {0.0};
+    gate_history_from_means(hard, 1, &h);
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_PRIOR, &rc, 10, 0.15, false, &h, &v);
+    assert_true(v.cut);
+    assert_true(fabs(v.score - 0.75) < 1e-12);
+    double mixed[] = {0.5};
+    gate_history_from_means(mixed, 1, &h);
+    memset(&v, 0, sizeof v);
+    s_eval(GATE_RULE_PRIOR, &rc, 10, 0.15, false, &h, &v);
+    assert_false(v.cut);
+    assert_true(fabs(v.score - 2.5) < 1e-12);
+
+    /* On random groups: cut iff score < 1 for both rules, and scaling every multi threshold by t
+     * cuts (over the checkpoints evaluated) iff the score is below t. audit over either rule
+     * records the same score. */
+    prng_t p;
+    prng_init(&p, 11, 0);
+    for (int i = 0; i < 2000; i++) {
+        double d[3];
+        for (int j = 0; j < 3; j++)
+            d[j] = prng_double(&p) * 0.3;
+        memset(&v, 0, sizeof v);
+        double least = INFINITY;
+        for (int j = 0; j < rc.multi_n && !v.final; j++) {
+            s_eval(GATE_RULE_MULTI, &rc, rc.multi[j].step, d[j], false, NULL, &v);
+            least = fmin(least, d[j] / rc.multi[j].threshold);
+        }
+        assert_true(v.cut == (v.score < 1.0));
+        assert_true(v.score == least);
+        double t = 0.5 + prng_double(&p);
+        bool scaled = false;
+        for (int j = 0; j < rc.multi_n && j <= (v.step == 6 ? 0 : v.step == 10 ? 1 : 2); j++)
+            scaled = scaled || d[j] < t * rc.multi[j].threshold;
+        assert_true(scaled == (v.score < t));
+
+        gate_history_t hh;
+        double m[1] = {prng_double(&p) < 0.5 ? 1.0 : 0.5};
+        gate_history_from_means(m, prng_double(&p) < 0.3 ? 0 : 1, &hh);
+        gate_rule_verdict_t pv, av;
+        memset(&pv, 0, sizeof pv);
+        memset(&av, 0, sizeof av);
+        s_eval(GATE_RULE_PRIOR, &rc, 10, d[1], false, &hh, &pv);
+        assert_true(pv.cut == (pv.score < 1.0));
+        gate_rules_cfg_t ac = rc;
+        ac.audit_base = GATE_RULE_PRIOR;
+        s_eval(GATE_RULE_AUDIT, &ac, 10, d[1], false, &hh, &av);
+        assert_true(av.score == pv.score);
+    }
 }
 
 static void keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cuts(void **state)
@@ -594,6 +716,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(multi_fires_at_the_first_checkpoint_below_its_threshold),
         cmocka_unit_test(multi_keeps_after_its_last_checkpoint_and_records_it),
         cmocka_unit_test(prior_loosens_for_zero_variance_history_and_tightens_for_informative),
+        cmocka_unit_test(multi_and_prior_scores_are_divergence_over_threshold_cut_iff_below_one),
         cmocka_unit_test(keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cuts),
         cmocka_unit_test(keep_two_counts_a_trajectory_that_ended_before_the_cut_in_its_label),
         cmocka_unit_test(audit_coin_is_stable_and_close_to_q),
