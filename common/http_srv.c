@@ -144,12 +144,19 @@ http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
     return s;
 }
 
-static s_route_t *s_find(http_srv_t *s, const char *path)
+/* s_index returns the index of the route at path, or -1. */
+static int s_index(const http_srv_t *s, const char *path)
 {
     for (int i = 0; i < s->nroutes; i++)
         if (strcmp(s->routes[i].path, path) == 0)
-            return &s->routes[i];
-    return NULL;
+            return i;
+    return -1;
+}
+
+static s_route_t *s_find(http_srv_t *s, const char *path)
+{
+    int i = s_index(s, path);
+    return i < 0 ? NULL : &s->routes[i];
 }
 
 static s_route_t *s_add(http_srv_t *s, const char *path, s_route_kind_t kind, int *rc)
@@ -267,11 +274,12 @@ static bool s_same(const char *a, const char *b)
     return diff == 0;
 }
 
-static bool s_authorised(http_srv_t *s, struct MHD_Connection *conn)
+/* s_token_ok says whether the Authorization header value h or the "token" query parameter q
+ * (either may be NULL) carries the server's token. */
+static bool s_token_ok(const http_srv_t *s, const char *h, const char *q)
 {
     if (!s->token)
         return true;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (h && strncasecmp(h, "Bearer ", 7) == 0) {
         const char *t = h + 7;
         while (*t == ' ')
@@ -279,8 +287,22 @@ static bool s_authorised(http_srv_t *s, struct MHD_Connection *conn)
         if (s_same(t, s->token))
             return true;
     }
-    const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
     return q && s_same(q, s->token);
+}
+
+int http_srv_decide(const http_srv_t *s, const char *method, const char *path,
+                    const char *authorization, const char *token_arg)
+{
+    if (!s || !method || !path)
+        return MHD_HTTP_BAD_REQUEST;
+    int i = s_index(s, path);
+    if (i < 0)
+        return MHD_HTTP_NOT_FOUND;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return MHD_HTTP_METHOD_NOT_ALLOWED;
+    if (!s->routes[i].public_ && !s_token_ok(s, authorization, token_arg))
+        return MHD_HTTP_UNAUTHORIZED;
+    return MHD_HTTP_OK;
 }
 
 /* ---- event streams ------------------------------------------------------------------------- */
@@ -409,6 +431,18 @@ int http_srv_sse_clients(const http_srv_t *s)
 
 /* ---- the access handler ------------------------------------------------------------------- */
 
+/* s_lookup returns the value of a header or query parameter, or NULL when there is none or it
+ * holds a NUL byte ("?token=SECRET%00junk" is not the token, though it reads as one as a C
+ * string). */
+static const char *s_lookup(struct MHD_Connection *conn, enum MHD_ValueKind kind, const char *key)
+{
+    const char *v = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, kind, key, strlen(key), &v, &len) != MHD_YES || !v)
+        return NULL;
+    return strlen(v) == len ? v : NULL;
+}
+
 static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_len, void **con_cls)
@@ -421,13 +455,22 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         *upload_len = 0; /* a body is never read: the reply below is all there is */
         return MHD_YES;
     }
-    s_route_t *r = s_find(s, url);
-    if (!r)
+    const char *auth = s->token ? s_lookup(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)
+                                : NULL;
+    const char *arg = s->token ? s_lookup(conn, MHD_GET_ARGUMENT_KIND, "token") : NULL;
+    switch (http_srv_decide(s, method, url, auth, arg)) {
+    case MHD_HTTP_OK:
+        break;
+    case MHD_HTTP_NOT_FOUND:
         return s_error(conn, MHD_HTTP_NOT_FOUND, "not found\n");
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+    case MHD_HTTP_METHOD_NOT_ALLOWED:
         return s_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
-    if (!r->public_ && !s_authorised(s, conn))
+    case MHD_HTTP_UNAUTHORIZED:
         return s_error(conn, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
+    default:
+        return s_error(conn, MHD_HTTP_BAD_REQUEST, "bad request\n");
+    }
+    s_route_t *r = s_find(s, url);
     switch (r->kind) {
     case S_ROUTE_STATIC:
         return s_answer(conn, MHD_HTTP_OK, r->ctype, (void *)r->data, r->len,

@@ -86,6 +86,16 @@ int http_srv_route_sse(http_srv_t *s, const char *path);
 /* http_srv_route_public lets path (a route registered before or after) in without the token. */
 int http_srv_route_public(http_srv_t *s, const char *path);
 
+/* http_srv_decide is the server's decision on a request before any route runs, a pure function
+ * of the routes, the token and the request: method and path (the path without its query, as
+ * libmicrohttpd hands it over), authorization (the Authorization header's value) and token_arg
+ * (the "token" query parameter), each borrowed, the last two possibly NULL. Returns the HTTP
+ * status: 200 (the route answers), 404 (no such path), 405 (not GET or HEAD), 401 (a token is set,
+ * the path is not public and neither carries it), 400 (s, method or path NULL). Thread-safe once
+ * the server is started. */
+int http_srv_decide(const http_srv_t *s, const char *method, const char *path,
+                    const char *authorization, const char *token_arg);
+
 /* http_srv_start starts listening. Returns SR_OK, or SR_EIO with a one-line reason in err (the
  * address cannot be bound). */
 int http_srv_start(http_srv_t *s, char *err, size_t errlen);

@@ -187,6 +187,56 @@ static void a_set_token_is_required_except_on_public_paths(void **state)
     http_srv_destroy(&s);
 }
 
+/* The decision before any route runs, without a socket: path, method and token, in that order. */
+static void the_decision_is_a_pure_function_of_path_method_and_token(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start("s3cret", NULL);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Bearer s3cret", NULL), 200);
+    assert_int_equal(http_srv_decide(s, "HEAD", "/hello", "bearer    s3cret", NULL), 200);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", NULL, "s3cret"), 200);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Bearer wrong", "s3cret"), 200);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", NULL, NULL), 401);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Bearer s3cre", "s3cretx"), 401);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Basic s3cret", ""), 401);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Bearer", NULL), 401);
+    assert_int_equal(http_srv_decide(s, "GET", "/health", NULL, NULL), 200); /* public */
+    assert_int_equal(http_srv_decide(s, "POST", "/hello", "Bearer s3cret", NULL), 405);
+    assert_int_equal(http_srv_decide(s, "get", "/hello", "Bearer s3cret", NULL), 405);
+    assert_int_equal(http_srv_decide(s, "POST", "/nope", NULL, NULL), 404);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello/", "Bearer s3cret", NULL), 404);
+    assert_int_equal(http_srv_decide(s, "GET", "", NULL, NULL), 404);
+    assert_int_equal(http_srv_decide(s, NULL, "/hello", NULL, NULL), 400);
+    assert_int_equal(http_srv_decide(s, "GET", NULL, NULL, NULL), 400);
+    assert_int_equal(http_srv_decide(NULL, "GET", "/hello", NULL, NULL), 400);
+    http_srv_destroy(&s);
+    s = s_start(NULL, NULL);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", NULL, NULL), 200);
+    assert_int_equal(http_srv_decide(s, "GET", "/hello", "Bearer anything", "x"), 200);
+    http_srv_destroy(&s);
+}
+
+/* A token followed by an escaped NUL (%00) and more is not the token. */
+static void a_token_with_an_escaped_nul_is_refused(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start("s3cret", NULL);
+    char url[160];
+    s_body_t b = {0};
+    s_url(s, "/hello?token=s3cret%00junk", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 401);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/hello?token=s3cret%00", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 401);
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    s_url(s, "/hello?token=%73%33cret", url, sizeof url); /* escapes of ordinary characters */
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    free(b.data);
+    http_srv_destroy(&s);
+}
+
 typedef struct {
     char url[160];
     s_body_t body;
@@ -314,6 +364,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(routes_answer_and_unknown_paths_are_404),
         cmocka_unit_test(oversize_headers_are_refused_and_the_server_goes_on),
         cmocka_unit_test(a_set_token_is_required_except_on_public_paths),
+        cmocka_unit_test(the_decision_is_a_pure_function_of_path_method_and_token),
+        cmocka_unit_test(a_token_with_an_escaped_nul_is_refused),
         cmocka_unit_test(streams_deliver_the_latest_event),
         cmocka_unit_test(an_open_stream_does_not_hold_up_shutdown),
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),

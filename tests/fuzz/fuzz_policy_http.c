@@ -4,8 +4,7 @@
  * prompt text read back by policy/prompt_parse.c. Raw input that is not JSON is also parsed as a
  * prompt and as a goal sentence, so the text parser sees arbitrary bytes too.
  *
- * The dashboard's HTTP request handling (coordinator) gets a target of its own when it lands:
- * tests/fuzz/README.md keeps the slot.
+ * The dashboard's HTTP request handling has a target of its own: fuzz_dashboard_http.c.
  */
 #include "policy/prompt_parse.h"
 

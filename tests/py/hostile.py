@@ -2,7 +2,7 @@
 """hostile.py — sends random and mutated messages to every selroll socket, all at once.
 
   hostile.py --n N [--work EP] [--bus EP --run RUN] [--env EP,...] [--trainer EP] [--http URL]
-             [--seeds DIR] [--seed S]
+             [--dash URL --dash-seeds DIR] [--seeds DIR] [--seed S]
 
 Each target gets N messages from a thread of its own:
   work     a few DEALERs on the coordinator's ROUTER (one identity keeps sending, so it gets banned)
@@ -13,6 +13,9 @@ Each target gets N messages from a thread of its own:
   trainer  a PUSH on the trainer's PULL
   http     POST /v1/chat/completions on the policy server (keep-alive), with bodies that are
            random bytes or mutated JSON requests
+  dash     raw HTTP requests on the coordinator's dashboard port (--dash URL), each on a fresh
+           connection: mutations of the real requests in --dash-seeds (the fuzz corpus of
+           fuzz_dashboard_http) or random bytes, ended by a blank line; every 10th answer is read
 A message is random bytes (0..2048 long), or one of the real messages in --seeds (msgpack files,
 the fuzz corpus) mutated: bytes flipped, cut, inserted, repeated or spliced. One line per target
 on stdout: "TARGET: N messages in S s". Exit 0 unless a target could not be reached at all.
@@ -23,6 +26,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -141,6 +145,28 @@ def http_target(url, n, seeds, seed, out):
     out["http"] = (sent, time.time() - t0, codes)
 
 
+def dash_target(url, n, seeds, seed, out):
+    rng = random.Random(seed)
+    u = urllib.parse.urlparse(url)
+    t0 = time.time()
+    sent = codes = 0
+    for i in range(n):
+        req = mutate(rng, seeds)
+        if b"\r\n\r\n" not in req:
+            req += b"\r\n\r\n"
+        try:
+            with socket.create_connection((u.hostname, u.port), timeout=2) as c:
+                c.sendall(req)
+                if i % 10 == 0:
+                    c.settimeout(0.2)
+                    if c.recv(64).startswith(b"HTTP/1."):
+                        codes += 1
+        except OSError:
+            pass
+        sent += 1
+    out["dash"] = (sent, time.time() - t0, codes)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10000)
@@ -150,6 +176,8 @@ def main():
     ap.add_argument("--trainer")
     ap.add_argument("--http")
     ap.add_argument("--http-n", type=int)
+    ap.add_argument("--dash")
+    ap.add_argument("--dash-seeds")
     ap.add_argument("--seeds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run", default="default", help="run id, for the bus topics")
@@ -179,6 +207,13 @@ def main():
     if a.http:
         threads.append(threading.Thread(target=http_target,
                                         args=(a.http, a.http_n or a.n, seeds, a.seed + 60, out)))
+    if a.dash:
+        dseeds = []
+        for p in sorted(glob.glob(os.path.join(a.dash_seeds or "", "*"))):
+            with open(p, "rb") as f:
+                dseeds.append(f.read())
+        threads.append(threading.Thread(target=dash_target,
+                                        args=(a.dash, a.n, dseeds, a.seed + 70, out)))
     for t in threads:
         t.start()
     for t in threads:
@@ -188,7 +223,7 @@ def main():
         v = out[name]
         extra = " (%d answered)" % v[2] if len(v) > 2 else ""
         print("%s: %d messages in %.1f s%s" % (name, v[0], v[1], extra))
-        if name == "http" and v[2] == 0:
+        if name in ("http", "dash") and v[2] == 0:
             ok = False
     sys.stdout.flush()
     zmq.Context.instance().term()
