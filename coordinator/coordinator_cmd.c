@@ -45,7 +45,7 @@ int coordinator_main(int argc, char **argv)
         char *env_workers, *out, *eval_split, *trainer_push, *trainer_pull;
         char *http, *http_token;
         double dash_threshold;
-        bool train;
+        bool train, http_optional;
         int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
         int64_t weights_timeout_ms;
         int iters, groups, group_size, tasks, max_steps, max_tokens, max_attempts, placement;
@@ -140,6 +140,8 @@ int coordinator_main(int argc, char **argv)
         {.name = "http", .kind = CFG_STRING, .dst = &o.http, .metavar = "HOST:PORT",
          .help = "serve the dashboard, /metrics and /health here (default 127.0.0.1:8600, "
                  "skipped with a warning when busy; off = none)"},
+        {.name = "http-optional", .kind = CFG_BOOL, .dst = &o.http_optional, .def = "false",
+         .help = "an --http address that is busy is a warning (no dashboard), not an error"},
         {.name = "http-token", .kind = CFG_STRING, .dst = &o.http_token, .metavar = "TOKEN",
          .help = "bearer token every HTTP path but /health requires (or ?token=)"},
         {.name = "dashboard-threshold", .kind = CFG_DOUBLE, .dst = &o.dash_threshold,
@@ -264,7 +266,7 @@ int coordinator_main(int argc, char **argv)
         dc.token = o.http_token;
         dc.threshold = o.dash_threshold;
         s_dash = dashboard_new(c, &dc, err, sizeof err);
-        if (!s_dash && o.http) {
+        if (!s_dash && o.http && !o.http_optional) {
             fprintf(stderr, "selroll coordinator: --http: %s\n", err);
             exit_code = 1;
             goto cleanup;

@@ -197,6 +197,7 @@ typedef struct {
     char redis_url[128];
     char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
     char http[96]; /* the coordinator's dashboard address, "" = none */
+    bool http_optional; /* the address was not asked for: losing it is no error */
     char env_list[1024];
     bool train;                    /* the training loop (--groups 0) */
     char trainer_push[1100];       /* the trainer's PULL, where BATCHes go; "" = no trainer */
@@ -293,6 +294,8 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, r->work_ep);
     s_arg(&a, "--http");
     s_arg(&a, r->http[0] ? r->http : "off");
+    if (r->http_optional)
+        s_arg(&a, "--http-optional"); /* another run may take the port first: warn, go on */
     if (o.bus_external) {
         s_arg(&a, "--bus-external");
         s_argf(&a, "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
@@ -685,6 +688,7 @@ int run_main(int argc, char **argv)
             code = 2;
             goto cleanup;
         }
+        r.http_optional = o.http == NULL;
     }
     if (gate_rule_parse(o.gate_rule) < 0) {
         fprintf(stderr, "selroll run: --gate-rule: '%s' is not one of %s\n", o.gate_rule,
