@@ -6,7 +6,7 @@
 # (docs/examples/env_worker.py) is driven by the same client.
 set -u
 cd "$(dirname "$0")/.."
-source tests/it_lib.sh
+source tests/itlib.sh
 CLIENT=tests/py/env_client.py
 it_redis_start
 

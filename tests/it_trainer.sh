@@ -8,7 +8,7 @@
 # example external trainer (docs/examples/trainer.py) acks a saved batch.
 set -u
 cd "$(dirname "$0")/.."
-source tests/it_lib.sh
+source tests/itlib.sh
 PUSHER=tests/py/trainer_push.py
 it_redis_start
 

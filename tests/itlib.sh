@@ -1,4 +1,4 @@
-# it_lib.sh: what the integration scripts share, sourced after `cd` to the repository root.
+# itlib.sh: what the integration scripts share, sourced after `cd` to the repository root.
 # Gives S (the binary), PY (a python3 with zmq and msgpack), tmp (a private folder removed at exit),
 # pids (processes killed and reaped at exit; append with `pids+=($!)`), fail (set by bad),
 # ok/bad (one result line each), free_port, wait_port and it_redis_start.
