@@ -64,6 +64,7 @@ struct coord_train {
     size_t want;     /* groups the next wave starts */
     int64_t skipped; /* prompts skipped in this iteration */
     int64_t iter_start_ms;
+    int64_t policy_aborted_at_start; /* the policy servers' aborted-token counter then */
 
     sr_buf_t batch_msg; /* the BATCH sent, for a resend */
     batch_stats_t bstats;
@@ -75,6 +76,23 @@ struct coord_train {
     double eval_success; /* latest held-out success, -1 before */
     coord_train_stats_t st;
 };
+
+/* s_policy_aborted reads selroll:<run>:policy:aborted_tokens, the tokens the policy servers decoded
+ * for requests aborted on cancel (they add to it; an aborted request's client never learns the
+ * count, so RESULTs carry 0 for them). 0 when absent or unreadable. */
+static int64_t s_policy_aborted(store_t *st)
+{
+    char key[160];
+    redisReply *r = NULL;
+    int64_t v = 0;
+    if (store_key(st, key, sizeof key, "policy:aborted_tokens") == SR_OK &&
+        store_command(st, STORE_IDEMPOTENT, &r, "GET %s", key) == SR_OK && r &&
+        r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -352,6 +370,9 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     bs->backfill_waves = (int64_t)t->waves;
     bs->backfill_cap_reached = cap_reached && (size_t)bs->batch_groups < (size_t)t->cfg.batch_groups;
     bs->temperature = t->cfg.temperature;
+    int64_t policy_aborted = s_policy_aborted(st) - t->policy_aborted_at_start;
+    if (policy_aborted > 0)
+        bs->aborted_tokens += policy_aborted;
     greso_end_iteration(t->greso, (size_t)bs->groups_all_correct, (size_t)bs->groups_all_wrong,
                         (size_t)(bs->groups_informative + bs->groups_zero_variance));
     if (greso_store_save(t->greso, st) != SR_OK)
@@ -689,6 +710,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         t->waves = 0;
         t->skipped = 0;
         t->iter_start_ms = clock_mono_ms();
+        t->policy_aborted_at_start = s_policy_aborted(coord_store(c));
         t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
                                    : (size_t)t->cfg.batch_groups;
     }

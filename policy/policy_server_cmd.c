@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/sr.h"
+#include "common/store.h"
 #include "policy/server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
@@ -25,6 +26,25 @@ static const char *s_def(char *buf, size_t cap, double v)
 {
     snprintf(buf, cap, "%.10g", v);
     return buf;
+}
+
+/* s_flush_aborted adds the tokens decoded for aborted requests since the last call to the run's
+ * counter selroll:<run>:policy:aborted_tokens (INCRBY, so several policy servers add up), which
+ * the coordinator reads per iteration: an aborted request's client never learns that count. Best
+ * effort: a failed write is retried with the whole delta next time. */
+static void s_flush_aborted(store_t *stats, policy_server_t *s, uint64_t *flushed)
+{
+    if (!stats)
+        return;
+    engine_stats_t es;
+    policy_server_engine_stats(s, &es);
+    if (es.tokens_aborted <= *flushed)
+        return;
+    char key[160];
+    store_key(stats, key, sizeof key, "policy:aborted_tokens");
+    if (store_command(stats, 0, NULL, "INCRBY %s %lld", key,
+                      (long long)(es.tokens_aborted - *flushed)) == SR_OK)
+        *flushed = es.tokens_aborted;
 }
 
 int policy_server_main(int argc, char **argv)
@@ -132,6 +152,8 @@ int policy_server_main(int argc, char **argv)
     int code = 1;
     void *zctx = NULL;
     vfollow_t *follow = NULL;
+    store_t *stats = NULL; /* aborted-token counter of the run, with --redis */
+    uint64_t aborted_flushed = 0;
     if (wdir && redis) {
         fprintf(stderr, "selroll policy-server: give --weights-dir or --redis, not both\n");
         cfg_free(&cfg);
@@ -145,6 +167,8 @@ int policy_server_main(int argc, char **argv)
         return 1;
     }
     o.source = src;
+    if (redis)
+        stats = store_new(redis, run, 1000); /* NULL: no counter, serving goes on */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -180,6 +204,7 @@ int policy_server_main(int argc, char **argv)
         fflush(stdout);
         const struct timespec now = {0, 0};
         while ((sig = sigtimedwait(&sigs, NULL, &now)) < 0) {
+            s_flush_aborted(stats, s, &aborted_flushed);
             int rc = vfollow_poll(follow, 200);
             if (rc == 1) {
                 printf("policy-server: now serving version %u\n", policy_server_version(s));
@@ -189,13 +214,19 @@ int policy_server_main(int argc, char **argv)
                 goto cleanup;
             }
         }
+    } else if (stats) {
+        const struct timespec tick = {0, 200 * 1000 * 1000};
+        while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0)
+            s_flush_aborted(stats, s, &aborted_flushed);
     } else {
         sigwait(&sigs, &sig);
     }
+    s_flush_aborted(stats, s, &aborted_flushed);
     printf("policy-server: signal %d, stopping\n", sig);
     code = 0;
 
 cleanup:
+    store_destroy(&stats);
     vfollow_destroy(&follow);
     if (zctx)
         zmq_ctx_term(zctx);

@@ -56,6 +56,17 @@ for seed in $SEEDS; do
   [ "$nb" -ge 1 ] && ok "seed $seed: $nb batch files" || bad "seed $seed: no batch file"
   grep -q "valid_unseen" "$out"/batches/*.jsonl && bad "seed $seed: a held-out task in a batch" || ok "seed $seed: no held-out task in any batch"
   grep -q '^summary: policy v0 -> v' "$T/seed$seed.out" && ok "seed $seed: summary line" || bad "seed $seed: no summary line"
+  # Groups the gate cancelled had requests aborted mid-generation: the policy server counts their
+  # tokens in Redis and the iterations report them.
+  read -r cancelled aborted < <("$PY" -c '
+import json, sys
+it = [json.loads(l) for l in open(sys.argv[1]) if "\"type\":\"iteration\"" in l]
+print(sum(i.get("groups_cancelled", 0) for i in it), sum(i.get("aborted_tokens", 0) for i in it))' "$out/iterations.jsonl")
+  if [ "${cancelled:-0}" -eq 0 ] || [ "${aborted:-0}" -gt 0 ]; then
+    ok "seed $seed: $cancelled groups cancelled, $aborted aborted tokens counted"
+  else
+    bad "seed $seed: $cancelled groups cancelled but no aborted token counted"
+  fi
   first=$(heldout "$out/iterations.jsonl" FIRST)
   last=$(heldout "$out/iterations.jsonl" LAST)
   if "$PY" -c "import sys; sys.exit(0 if float('$last') > float('$first') else 1)"; then
