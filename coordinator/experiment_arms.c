@@ -3,7 +3,8 @@
  *
  * The paper's baseline has no pre-filter and no backfill; the post-filter (zero-variance groups
  * are left out of the batch) is always on. The gate-rule arms use `selroll run --gate-rule`,
- * which a `selroll run` without that flag does not know: the runner then skips them.
+ * which a `selroll run` without that flag does not know: the runner then skips them. A flag value
+ * with spaces is written in double quotes (exp_arms_split).
  */
 #include "coordinator/experiment_arms.h"
 
@@ -34,8 +35,12 @@ static const exp_arm_t s_arms[] = {
      "keep-two", true, "cancel G-2 trajectories, let 2 finish to confirm"},
     {"audit", "--gate-mode enforce --prefilter off --backfill off --gate-rule audit", "audit", true,
      "groups below the threshold run on with probability q, weighted 1/q"},
-    {"learned", "--gate-mode enforce --prefilter off --backfill off --gate-rule learned", "learned",
-     true, "online logistic model of P(zero variance)"},
+    {"learned",
+     "--gate-mode enforce --prefilter off --backfill off --gate-rule learned "
+     "--gate-rule-args \"--learned-min-groups 40\"",
+     "learned", true,
+     "online logistic model of P(zero variance); may cut after 40 finished groups (the default "
+     "200 is more than a 10-iteration run of 8 groups sees)"},
 };
 
 const exp_arm_t *exp_arms_find(const char *name)
@@ -71,4 +76,33 @@ void exp_arms_run_name(const exp_arm_t *a, int64_t seed, char *buf, size_t cap)
     for (char *c = buf; *c; c++)
         if (!isalnum((unsigned char)*c) && *c != '_' && *c != '.' && *c != '-')
             *c = '_';
+}
+
+int exp_arms_split(char *text, char **argv, int cap)
+{
+    int n = 0;
+    char *r = text, *w = text;
+    if (!text || !argv || cap <= 0)
+        return 0;
+    while (*r) {
+        while (*r == ' ')
+            r++;
+        if (!*r)
+            break;
+        if (n == cap)
+            break;
+        argv[n++] = w;
+        bool quoted = false;
+        while (*r && (quoted || *r != ' ')) {
+            if (*r == '"')
+                quoted = !quoted;
+            else
+                *w++ = *r;
+            r++;
+        }
+        if (*r)
+            r++;
+        *w++ = '\0';
+    }
+    return n;
 }

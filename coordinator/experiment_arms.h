@@ -36,4 +36,10 @@ void exp_arms_names(char *buf, size_t cap);
  * such as the '+' of gate+greso) turned into '_'. */
 void exp_arms_run_name(const exp_arm_t *a, int64_t seed, char *buf, size_t cap);
 
+/* exp_arms_split splits text in place into at most cap words separated by spaces, where a part
+ * in double quotes keeps its spaces and loses the quotes (`--gate-rule-args "--a 1"` is two
+ * words, the second `--a 1`). argv[i] point into text. Returns the number of words; 0 for NULL
+ * arguments. */
+int exp_arms_split(char *text, char **argv, int cap);
+
 #endif

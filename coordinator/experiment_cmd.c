@@ -139,9 +139,7 @@ static pid_t s_spawn(const char *self, const exp_arm_t *arm, int64_t seed, const
     S_ARGF("%d", o.eval_tasks);
     char *words = sr_xstrdup(arm->flags), *extra = sr_xstrdup(o.run_args ? o.run_args : "");
     char *save = NULL;
-    for (char *w = strtok_r(words, " ", &save); w && n < S_MAX_ARGV; w = strtok_r(NULL, " ", &save))
-        argv[n++] = w;
-    save = NULL;
+    n += exp_arms_split(words, argv + n, S_MAX_ARGV - n);
     for (char *w = strtok_r(extra, " ", &save); w && n < S_MAX_ARGV; w = strtok_r(NULL, " ", &save))
         argv[n++] = w;
     argv[n] = NULL;

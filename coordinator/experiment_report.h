@@ -2,7 +2,8 @@
  * experiment_report.h — the output of `selroll experiment` from the runs it read back: report.md
  * (what was run, the figures per arm with bootstrap 95% intervals over seeds, ratios and
  * differences to the baseline paired by seed, gate precision and recall on the shadow arm's
- * groups, the threshold sweep, the gate rules, the targets), summary.csv (one row per arm and
+ * groups, the threshold sweep, the gate rules and the rules side by side, the targets),
+ * summary.csv (one row per arm and
  * figure), iterations.csv, heldout.csv, sweep.csv and the SVG plots under plots/.
  *
  * It only reads exp_run_t records and writes files; it starts nothing, so it is unit-tested on a
@@ -48,6 +49,7 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen);
     X(run_wall_s, "whole run wall-clock (s)")                                                      \
     X(llm_calls, "LLM calls")                                                                      \
     X(gen_tokens, "generated tokens")                                                              \
+    X(tokens_saved, "generated tokens saved vs baseline (1 - ratio, paired by seed)")              \
     X(aborted_tokens, "aborted generated tokens")                                                  \
     X(batch_groups, "groups trained on (in batches)")                                              \
     X(s_per_batch_group, "rollout seconds per group trained on")                                   \

@@ -119,11 +119,10 @@ size_t exp_stats_pr_rule(const exp_group_t *groups, size_t n, const char *name, 
     return s_score_pr(groups, n, 1, name, 0.0, true, out);
 }
 
-void exp_stats_pr_score(const exp_group_t *groups, size_t n, const char *name, double t,
-                        exp_pr_t *out)
+bool exp_stats_score_cuts_above(const exp_group_t *groups, size_t n, const char *name)
 {
-    if (!out || !name)
-        return;
+    if (!name || strcmp(name, "learned") == 0)
+        return name != NULL;
     double s_cut = 0.0, s_keep = 0.0;
     size_t n_cut = 0, n_keep = 0;
     for (size_t i = 0; groups && i < n; i++) {
@@ -138,10 +137,72 @@ void exp_stats_pr_score(const exp_group_t *groups, size_t n, const char *name, d
             n_keep++;
         }
     }
-    bool below = true;
-    if (n_cut && n_keep)
-        below = s_cut / (double)n_cut <= s_keep / (double)n_keep;
-    s_score_pr(groups, n, 2, name, t, below, out);
+    return n_cut && n_keep && s_cut / (double)n_cut > s_keep / (double)n_keep;
+}
+
+void exp_stats_pr_score(const exp_group_t *groups, size_t n, const char *name, double t,
+                        exp_pr_t *out)
+{
+    if (!out || !name)
+        return;
+    bool above = exp_stats_score_cuts_above(groups, n, name);
+    s_score_pr(groups, n, 2, name, t, !above, out);
+}
+
+exp_pr_point_t *exp_stats_pr_curve(const exp_group_t *groups, size_t n, const char *name,
+                                   size_t *npts)
+{
+    double *sc = NULL;
+    exp_pr_point_t *pts = NULL;
+    size_t m = 0, k = 0;
+    if (npts)
+        *npts = 0;
+    if (!name || !npts || !groups || n == 0)
+        goto cleanup;
+    sc = sr_xmalloc(n * sizeof *sc);
+    for (size_t i = 0; i < n; i++) {
+        const exp_rule_t *r = exp_data_rule(&groups[i], name);
+        if (r && r->has_score && isfinite(r->score))
+            sc[m++] = r->score;
+    }
+    if (m == 0)
+        goto cleanup;
+    qsort(sc, m, sizeof *sc, s_cmp_double);
+    size_t d = 0; /* distinct scores, in place */
+    for (size_t i = 0; i < m; i++)
+        if (d == 0 || sc[i] != sc[d - 1])
+            sc[d++] = sc[i];
+    bool above = exp_stats_score_cuts_above(groups, n, name);
+    pts = sr_xmalloc((d + 1) * sizeof *pts);
+    for (size_t i = 0; i <= d; i++) {
+        double t;
+        if (i == 0)
+            t = sc[0] - 1.0;
+        else if (i == d)
+            t = sc[d - 1] + 1.0;
+        else
+            t = 0.5 * (sc[i - 1] + sc[i]);
+        pts[k].threshold = t;
+        s_score_pr(groups, n, 2, name, t, !above, &pts[k].pr);
+        k++;
+    }
+    *npts = k;
+cleanup:
+    free(sc);
+    return pts;
+}
+
+bool exp_stats_pr_best(const exp_pr_point_t *pts, size_t n, double min_recall,
+                       exp_pr_point_t *best)
+{
+    const exp_pr_point_t *b = NULL;
+    for (size_t i = 0; pts && i < n; i++)
+        if (pts[i].pr.predicted && pts[i].pr.recall >= min_recall - 1e-12 &&
+            (!b || pts[i].pr.precision > b->pr.precision))
+            b = &pts[i];
+    if (b && best)
+        *best = *b;
+    return b != NULL;
 }
 
 int exp_stats_parse_range(const char *text, double *a, double *b, double *step)

@@ -51,12 +51,37 @@ void exp_stats_pr_threshold(const exp_group_t *groups, size_t n, double threshol
  * groups that carry a verdict of that rule are counted. Returns the number of such groups. */
 size_t exp_stats_pr_rule(const exp_group_t *groups, size_t n, const char *name, exp_pr_t *out);
 
-/* exp_stats_pr_score scores rule `name` as "cut when its score is on the cut side of t": the side
- * is where the groups the rule did cut lie (mean score of cut groups below that of kept ones
- * means cut when score < t, else score > t; below when nothing was cut). Groups without a score
+/* exp_stats_pr_score scores rule `name` as "cut when its score is on the cut side of t" (the side
+ * of exp_stats_score_cuts_above: score > t when above, else score < t). Groups without a score
  * are not counted. */
 void exp_stats_pr_score(const exp_group_t *groups, size_t n, const char *name, double t,
                         exp_pr_t *out);
+
+/* exp_stats_score_cuts_above tells on which side of a threshold rule `name` cuts: true when a
+ * higher score means cut. The rule "learned" scores P(zero variance) and always cuts above; for
+ * the others it is the side the groups the rule did cut lie on (their mean score above that of
+ * the kept ones), and below when the records do not show it (nothing cut, or nothing kept). */
+bool exp_stats_score_cuts_above(const exp_group_t *groups, size_t n, const char *name);
+
+/* One point of a rule's precision-recall curve: the score threshold and the counts there. */
+typedef struct {
+    double threshold;
+    exp_pr_t pr;
+} exp_pr_point_t;
+
+/* exp_stats_pr_curve sweeps the score threshold of rule `name` over every distinct recorded
+ * score (a threshold below the lowest, between each two neighbours and above the highest), on
+ * the rule's cut side (exp_stats_score_cuts_above), so every operating point the score allows is
+ * a point. Returns a new array of *npts points in increasing threshold order, which the caller
+ * frees, or NULL (with *npts = 0) when no group carries a score of that rule. */
+exp_pr_point_t *exp_stats_pr_curve(const exp_group_t *groups, size_t n, const char *name,
+                                   size_t *npts);
+
+/* exp_stats_pr_best finds, among pts[0..n), the point with the highest precision whose recall is
+ * at least min_recall and which cuts something. Returns false (and leaves *best alone) when no
+ * point qualifies. */
+bool exp_stats_pr_best(const exp_pr_point_t *pts, size_t n, double min_recall,
+                       exp_pr_point_t *best);
 
 /* exp_stats_parse_range parses "A:B:STEP" (A <= B, STEP > 0) into its parts. Returns SR_OK or
  * SR_EINVAL. */

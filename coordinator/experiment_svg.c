@@ -169,6 +169,45 @@ void exp_svg_line(exp_svg_t *s, const double *x, const double *y, size_t n, int 
     s_legend(s, label, color);
 }
 
+void exp_svg_curve(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
+                   const char *label)
+{
+    if (!s || !x || !y)
+        return;
+    s_put(s, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", s_color(color));
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && isfinite(y[i]))
+            s_put(s, "%.1f,%.1f ", s_px(s, x[i]), s_py(s, y[i]));
+    s_put(s, "\"/>\n");
+    s_legend(s, label, color);
+}
+
+void exp_svg_point(exp_svg_t *s, double x, double y, int color, const char *label)
+{
+    if (!s || !isfinite(x) || !isfinite(y))
+        return;
+    double px = s_px(s, x), py = s_py(s, y);
+    s_put(s,
+          "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\" "
+          "stroke=\"#000\" stroke-width=\"1.2\"/>\n",
+          px, py - 7, px + 7, py, px, py + 7, px - 7, py, s_color(color));
+    s_legend(s, label, color);
+}
+
+void exp_svg_region(exp_svg_t *s, double x0, double x1, double y0, double y1, int color,
+                    const char *label)
+{
+    if (!s || !isfinite(x0) || !isfinite(x1) || !isfinite(y0) || !isfinite(y1))
+        return;
+    double l = s_px(s, x0 < x1 ? x0 : x1), r = s_px(s, x0 < x1 ? x1 : x0);
+    double t = s_py(s, y0 > y1 ? y0 : y1), b = s_py(s, y0 > y1 ? y1 : y0);
+    s_put(s,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+          "fill-opacity=\"0.15\" stroke=\"%s\" stroke-dasharray=\"3,3\"/>\n",
+          l, t, r - l, b - t, s_color(color), s_color(color));
+    s_legend(s, label, color);
+}
+
 void exp_svg_band(exp_svg_t *s, const double *x, const double *lo, const double *hi, size_t n,
                   int color)
 {

@@ -32,6 +32,20 @@ void exp_svg_categories(exp_svg_t *s, const char *const *names, size_t n);
 void exp_svg_line(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
                   const char *label);
 
+/* exp_svg_curve draws a polyline without markers (for curves of many points), otherwise as
+ * exp_svg_line. */
+void exp_svg_curve(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
+                   const char *label);
+
+/* exp_svg_point marks one point with a diamond outlined in black, in colour `color`; a non-NULL
+ * label adds a legend entry. A non-finite point draws nothing. */
+void exp_svg_point(exp_svg_t *s, double x, double y, int color, const char *label);
+
+/* exp_svg_region shades the rectangle [x0, x1] x [y0, y1] (light, colour `color`) with an
+ * optional legend label. */
+void exp_svg_region(exp_svg_t *s, double x0, double x1, double y0, double y1, int color,
+                    const char *label);
+
 /* exp_svg_band shades the area between lo and hi along x (light, colour `color`). */
 void exp_svg_band(exp_svg_t *s, const double *x, const double *lo, const double *hi, size_t n,
                   int color);

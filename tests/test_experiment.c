@@ -1,8 +1,9 @@
 /*
  * test_experiment.c — `selroll experiment` without running anything: the run-folder reader
  * (offline gate replay: d_K, zero-variance, decidable groups, "rules" verdicts), the statistics
- * (bootstrap intervals, precision / recall, the sweep range), the arms table, the SVG writer and
- * the report writer, on the hand-written folder tests/fixtures/experiment/ (see its README.md).
+ * (bootstrap intervals, precision / recall, score curves, the sweep range), the arms table, the
+ * SVG writer and the report writer (the gate rules side by side, the per-rule precision-recall
+ * plot), on the hand-written folder tests/fixtures/experiment/ (see its README.md).
  */
 #include "tests/harness.h"
 #include "common/sr.h"
@@ -371,6 +372,151 @@ static void report_without_rules_says_not_available(void **state)
     assert_int_equal(exp_report_write(&empty, NULL, 0), SR_EINVAL);
 }
 
+static void arms_split_keeps_quoted_values(void **state)
+{
+    (void)state;
+    char text[] = "--gate-rule learned  --gate-rule-args \"--learned-min-groups 40\" --x";
+    char *argv[16];
+    assert_int_equal(exp_arms_split(text, argv, 16), 5);
+    assert_string_equal(argv[0], "--gate-rule");
+    assert_string_equal(argv[1], "learned");
+    assert_string_equal(argv[3], "--learned-min-groups 40");
+    assert_string_equal(argv[4], "--x");
+    char three[] = "a b c";
+    assert_int_equal(exp_arms_split(three, argv, 2), 2);
+    char blank[] = "   ";
+    assert_int_equal(exp_arms_split(blank, argv, 16), 0);
+    assert_int_equal(exp_arms_split(NULL, argv, 16), 0);
+    /* the learned arm may leave shadow mode within a 10-iteration run (80 groups) */
+    char *flags = strdup(exp_arms_find("learned")->flags);
+    int n = exp_arms_split(flags, argv, 16), at = -1;
+    for (int i = 0; i + 1 < n; i++)
+        if (strcmp(argv[i], "--gate-rule-args") == 0)
+            at = i;
+    assert_true(at >= 0);
+    assert_string_equal(argv[at + 1], "--learned-min-groups 40");
+    free(flags);
+}
+
+static void score_curve_cuts_on_the_rule_side(void **state)
+{
+    (void)state;
+    exp_run_t *r = NULL;
+    assert_int_equal(exp_data_load(FX "/baseline/seed-2", 2, &r, NULL, 0), SR_OK);
+    /* learned scores P(zero variance): it cuts above even when its records cut nothing */
+    assert_true(exp_stats_score_cuts_above(r->groups, r->ngroups, "learned"));
+    assert_true(exp_stats_score_cuts_above(r->groups, r->ngroups, "multi"));
+    assert_false(exp_stats_score_cuts_above(r->groups, r->ngroups, "paper"));
+    size_t m = 0;
+    exp_pr_point_t *pts = exp_stats_pr_curve(r->groups, r->ngroups, "learned", &m);
+    assert_non_null(pts);
+    assert_int_equal(m, 5); /* four distinct scores: below, three midpoints, above */
+    assert_true(fabs(pts[2].threshold - 0.5) < TOL);
+    assert_int_equal(pts[2].pr.predicted, 2); /* g0000 (0.9) and g0004 (0.7) */
+    assert_int_equal(pts[2].pr.tp, 2);
+    assert_int_equal(pts[0].pr.predicted, 4);
+    assert_true(fabs(pts[0].pr.precision - 0.5) < TOL);
+    assert_int_equal(pts[4].pr.predicted, 0);
+    exp_stats_pr_score(r->groups, r->ngroups, "learned", 0.5, &pts[4].pr);
+    assert_int_equal(pts[4].pr.tp, 2);
+    exp_pr_point_t b;
+    assert_true(exp_stats_pr_best(pts, m, 0.70, &b));
+    assert_true(fabs(b.pr.precision - 1.0) < TOL && fabs(b.pr.recall - 1.0) < TOL);
+    assert_true(fabs(b.threshold - 0.5) < TOL);
+    assert_false(exp_stats_pr_best(pts, m, 1.01, &b));
+    free(pts);
+    assert_null(exp_stats_pr_curve(r->groups, r->ngroups, "prior", &m));
+    assert_int_equal(m, 0);
+    exp_data_destroy(&r);
+}
+
+static size_t count(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+static void report_puts_gate_rules_side_by_side(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/selroll-test-exp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const int64_t seeds[2] = {1, 2};
+    exp_run_t *runs[3][2] = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
+    const char *arm_names[3] = {"baseline", "gate", "multi"};
+    exp_report_arm_t arms[3];
+    for (int a = 0; a < 3; a++) {
+        for (int s = 0; s < 2; s++) {
+            char p[256];
+            snprintf(p, sizeof p, FX "/%s/seed-%d", arm_names[a], s + 1);
+            assert_int_equal(exp_data_load(p, 2, &runs[a][s], NULL, 0), SR_OK);
+        }
+        arms[a] = (exp_report_arm_t){exp_arms_find(arm_names[a]), NULL, runs[a]};
+    }
+    exp_report_t rep = {.out_dir = dir,
+                        .seeds = seeds,
+                        .nseeds = 2,
+                        .arms = arms,
+                        .narms = 3,
+                        .sweep_from = 0.04,
+                        .sweep_to = 0.2,
+                        .sweep_step = 0.04};
+    assert_true(fabs(exp_report_metric(&rep, 2, 0, EXP_M_tokens_saved) - 0.2) < TOL);
+    assert_true(fabs(exp_report_metric(&rep, 2, 1, EXP_M_tokens_saved) - 0.1) < TOL);
+    assert_true(fabs(exp_report_metric(&rep, 0, 0, EXP_M_tokens_saved)) < TOL);
+    assert_int_equal(exp_report_write(&rep, NULL, 0), SR_OK);
+
+    char p[512];
+    snprintf(p, sizeof p, "%s/report.md", dir);
+    char *md = slurp(p);
+    assert_non_null(md);
+    const char *section = strstr(md, "## Gate rules side by side");
+    assert_non_null(section);
+    const char *rows[] = {
+        /* paper: recorded verdicts pooled (5 groups, 3 zero-variance, 3 cut, 2 right) */
+        "| paper | gate | 0.667 | 0.667 | 0.100 [0.000, 0.200] | 0.0% [0.0%, 0.0%] | "
+        "0.850 [0.800, 0.900] | +0.0 pp [-25.0 pp, +25.0 pp] |",
+        "| multi | multi | 1.000 | 1.000 | 0.200 [0.200, 0.200] | 15.0% [10.0%, 20.0%] | "
+        "0.800 [0.700, 0.900] | +12.5 pp [+0.0 pp, +25.0 pp] |",
+        /* recorded, but no arm of this report enforces it */
+        "| learned | - | 0.000 | 0.000 | no arm | no arm | no arm | no arm |"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (!strstr(section, rows[i])) {
+            print_error("report.md lacks the row\n%s\n", rows[i]);
+            fail();
+        }
+    assert_non_null(strstr(section, "(plots/pr_rules.svg)"));
+    const char *targets = strstr(md, "## Targets");
+    assert_non_null(targets);
+    assert_non_null(strstr(targets, "precision >= 0.95 at recall >= 0.70: met; closest rule "
+                                    "multi with precision 1.000 at recall 1.000"));
+    assert_non_null(strstr(targets, "  - paper: precision 0.750 at recall 1.000 (score "
+                                    "threshold 0.75)"));
+    assert_non_null(strstr(targets, "  - learned: precision 1.000 at recall 1.000 (score "
+                                    "threshold 0.5)"));
+    assert_non_null(strstr(md, "![precision-recall per rule](plots/pr_rules.svg)"));
+    free(md);
+
+    snprintf(p, sizeof p, "%s/plots/pr_rules.svg", dir);
+    char *svg = slurp(p);
+    assert_non_null(svg);
+    assert_true(strncmp(svg, "<svg ", 5) == 0);
+    size_t len = strlen(svg);
+    assert_true(len > 8 && strcmp(svg + len - 7, "</svg>\n") == 0);
+    assert_int_equal(count(svg, "<svg"), 1);
+    assert_int_equal(count(svg, "<polyline"), 3); /* paper, multi, learned */
+    assert_int_equal(count(svg, "<polygon"), 2);  /* own verdicts: learned cuts nothing */
+    assert_non_null(strstr(svg, "target: P &gt;= 0.95, R &gt;= 0.70"));
+    assert_null(strstr(svg, "nan"));
+    free(svg);
+    for (int a = 0; a < 3; a++)
+        for (int s = 0; s < 2; s++)
+            exp_data_destroy(&runs[a][s]);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(load_replays_the_gate_on_finished_groups),
     cmocka_unit_test(load_refuses_a_missing_folder),
@@ -382,6 +528,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(svg_has_frame_legend_and_escaped_text),
     cmocka_unit_test(report_writes_every_figure_finite),
     cmocka_unit_test(report_without_rules_says_not_available),
+    cmocka_unit_test(arms_split_keeps_quoted_values),
+    cmocka_unit_test(score_curve_cuts_on_the_rule_side),
+    cmocka_unit_test(report_puts_gate_rules_side_by_side),
 };
 
 HARNESS_MAIN("experiment", tests)
