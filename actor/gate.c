@@ -377,42 +377,21 @@ static bool s_ready(const gate_t *g, const s_group_t *grp)
     return true;
 }
 
+static int s_divergence(const gate_t *g, const s_group_t *grp, int c, double *out);
+
 /* s_decide computes d_K for a ready group and fills out. Returns SR_OK or SR_ENOMEM. */
 static int s_decide(gate_t *g, s_group_t *grp, gate_decision_t *out)
 {
-    int rc = SR_ENOMEM;
     size_t K = (size_t)g->cfg.k, G = (size_t)grp->G;
-    uint64_t *uniq = malloc(G * K * sizeof *uniq);
-    uint32_t *ids = calloc(G * K, sizeof *ids);
-    const uint32_t **seqs = malloc(G * sizeof *seqs);
-    size_t *lens = malloc(G * sizeof *lens);
-    if (!uniq || !ids || !seqs || !lens)
-        goto cleanup;
-
-    size_t n = 0, ended_by_k = 0;
+    double d = 0.0;
+    int rc = s_divergence(g, grp, g->cfg.k, &d); /* this path keeps K actions a trajectory: H = K */
+    if (rc != SR_OK)
+        return rc;
+    size_t ended_by_k = 0;
     for (size_t t = 0; t < G; t++) {
-        lens[t] = grp->seen[t] < (int64_t)K ? (size_t)grp->seen[t] : K;
-        for (size_t i = 0; i < lens[t]; i++)
-            uniq[n++] = grp->acts[t * K + i];
         if (grp->ended[t] && grp->seen[t] <= (int64_t)K)
             ended_by_k++;
     }
-    qsort(uniq, n, sizeof *uniq, s_cmp_u64);
-    size_t u = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (u == 0 || uniq[u - 1] != uniq[i])
-            uniq[u++] = uniq[i];
-    }
-    for (size_t t = 0; t < G; t++) {
-        for (size_t i = 0; i < lens[t]; i++) {
-            const uint64_t *hit = bsearch(&grp->acts[t * K + i], uniq, u, sizeof *uniq, s_cmp_u64);
-            SR_ASSERT(hit);
-            ids[t * K + i] = (uint32_t)(hit - uniq) + 1; /* 0 is <END> */
-        }
-        seqs[t] = ids + t * K;
-    }
-    double d = editdist_prefix_divergence(seqs, lens, G, K);
-    SR_ASSERT(d >= 0.0);
 
     memset(out, 0, sizeof *out);
     snprintf(out->group, sizeof out->group, "%s", grp->gid);
@@ -448,13 +427,7 @@ static int s_decide(gate_t *g, s_group_t *grp, gate_decision_t *out)
     g->st.decisions++;
     grp->decided = true;
     s_group_free_arrays(grp);
-    rc = SR_OK;
-cleanup:
-    free(uniq);
-    free(ids);
-    free(seqs);
-    free(lens);
-    return rc;
+    return SR_OK;
 }
 
 /* ---- rules beyond the paper's ---------------------------------------------------------------- */
