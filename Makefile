@@ -30,13 +30,16 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-valgrind test-integration run bench clean install format
+.PHONY: all deps deps-test test test-unit test-valgrind test-integration run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
 all: bin/selroll $(TEST_BINS)
 
 deps:
 	@bash scripts/deps.sh
+
+deps-test:
+	@bash scripts/deps.sh --test
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -76,7 +79,7 @@ test-valgrind: all
 test-integration: all
 	@bash tests/run_integration.sh
 
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-valgrind

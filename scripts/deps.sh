@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# deps.sh: install, only when missing, every Debian package that selroll's build and tests need.
-# Idempotent and quiet when everything is present. Run as root (or through sudo).
+# deps.sh [--test]: install, only when missing, every Debian package that selroll's build and
+# `make run` need; with --test also what the tests need (valgrind, Python with zmq and msgpack,
+# chromium and node for the dashboard's browser test, prometheus, clang for fuzzing, iproute2 for
+# the network-namespace tests). Idempotent and quiet when everything is present. Run as root (or
+# through sudo).
 set -u
 
 PKGS=(
   gcc libc6-dev make pkg-config git ca-certificates
   libzmq3-dev libmsgpack-dev libhiredis-dev libcmocka-dev
   libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev
-  redis-server redis-tools valgrind
-  python3 python3-zmq python3-msgpack python3-yaml curl
-  iproute2 procps
-  chromium prometheus
-  clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
+  redis-server redis-tools
 )
-# The dashboard's browser test runs playwright-core under node; a node from elsewhere that brings
-# its own npm is kept.
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+TEST=0
+[ "${1:-}" = --test ] && TEST=1
+if [ $TEST = 1 ]; then
+  PKGS+=(
+    valgrind
+    python3 python3-zmq python3-msgpack python3-yaml curl
+    iproute2 procps
+    chromium prometheus
+    clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
+  )
+  # The dashboard's browser test runs playwright-core under node; a node from elsewhere that
+  # brings its own npm is kept.
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
+fi
 
 # browser_deps installs playwright-core for the dashboard's browser test (tests/browser) from the
-# npm registry, once: `npm ci` against the committed package-lock.json.
+# npm registry, once: `npm ci` against the committed package-lock.json. Only with --test.
 browser_deps() {
+  [ $TEST = 1 ] || return 0
   [ -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ] && return 0
   command -v npm >/dev/null 2>&1 || return 0
   echo "deps.sh: npm ci in tests/browser"
