@@ -16,7 +16,7 @@
 #  - the gate's figures (gate:stats: rule, mode, audit precision) reach the snapshot, the
 #    coordinator's gauge selroll_coordinator_gate_audit_precision and `selroll status`.
 # The run must then finish with exit code 0. Needs chromium, prometheus (promtool), node and
-# tests/browser/node_modules (scripts/deps.sh installs them all).
+# tests/browser/node_modules (scripts/deps.sh --test installs them all).
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -40,9 +40,9 @@ bad() { echo "FAIL $*"; fail=1; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 for tool in promtool prometheus node; do
-  command -v $tool >/dev/null || { bad "$tool is missing (run scripts/deps.sh)"; exit 1; }
+  command -v $tool >/dev/null || { bad "$tool is missing (run scripts/deps.sh --test)"; exit 1; }
 done
-[ -x "${SELROLL_CHROMIUM:-/usr/bin/chromium}" ] || { bad "chromium is missing (run scripts/deps.sh)"; exit 1; }
+[ -x "${SELROLL_CHROMIUM:-/usr/bin/chromium}" ] || { bad "chromium is missing (run scripts/deps.sh --test)"; exit 1; }
 if [ ! -d tests/browser/node_modules/playwright-core ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --silent) || { bad "npm ci in tests/browser failed"; exit 1; }
 fi

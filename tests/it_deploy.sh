@@ -11,7 +11,7 @@ ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd
 cd "$ROOT"
 PY=${SELROLL_PYTHON:-/usr/bin/python3}
 if ! "$PY" -c 'import yaml' 2>/dev/null; then
-  echo "FAIL it_deploy: $PY has no yaml module (Debian package python3-yaml; scripts/deps.sh installs it)"
+  echo "FAIL it_deploy: $PY has no yaml module (Debian package python3-yaml; scripts/deps.sh --test installs it)"
   exit 1
 fi
 "$PY" tests/py/deploy_check.py --selroll "$ROOT/bin/selroll" --deploy "$ROOT/deploy"
