@@ -695,7 +695,9 @@ static void s_outcome(gate_t *g, s_group_t *grp)
         e.zero_variance = hi == lo;
         e.reward_mean = sum / grp->G;
         g->st.outcomes++;
-        if (grp->has_x && g->model) {
+        /* A group of one (a held-out evaluation episode) is zero-variance by definition and is
+         * never cut: it says nothing about groups, so it is no example for the model. */
+        if (grp->has_x && g->model && grp->G >= 2) {
             gate_learned_add(g->model, grp->x, e.zero_variance, true);
             e.has_example = true;
             memcpy(e.x, grp->x, sizeof e.x);
