@@ -127,7 +127,51 @@ typedef struct {
     double llm_mean_ms;              /* mean step latency_ms from the results file */
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per ACTION */
+    char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
 } s_sys_t;
+
+/* s_roles reads DIR/cpu.tsv (what `selroll run` reports of its children) and writes, per role
+ * (a child's name less a trailing "-N"), its user + system CPU µs per ACTION into out. */
+static void s_roles(const char *dir, size_t actions, char *out, size_t n)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/cpu.tsv", dir);
+    FILE *f = fopen(path, "r");
+    out[0] = '\0';
+    if (!f || actions == 0) {
+        if (f)
+            fclose(f);
+        return;
+    }
+    char names[16][64];
+    double us[16];
+    int k = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char name[64];
+        long long u, sy;
+        if (sscanf(line, "%63[^\t]\t%lld\t%lld", name, &u, &sy) != 3)
+            continue; /* the header */
+        char *dash = strrchr(name, '-');
+        if (dash && dash[1] && strspn(dash + 1, "0123456789") == strlen(dash + 1))
+            *dash = '\0';
+        int i = 0;
+        while (i < k && strcmp(names[i], name) != 0)
+            i++;
+        if (i == k) {
+            if (k == 16)
+                continue;
+            snprintf(names[k], sizeof names[k], "%s", name);
+            us[k++] = 0;
+        }
+        us[i] += (double)(u + sy);
+    }
+    fclose(f);
+    size_t len = 0;
+    for (int i = 0; i < k && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%s %.0f", i ? ", " : "", names[i],
+                                us[i] / (double)actions);
+}
 
 /* s_children_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
  * `selroll run` waits for each of its children, and this process for `selroll run`. */
@@ -355,6 +399,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     s_stats(&recs, &lat, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(s_children_cpu_us() - cpu0) / (double)recs.n;
+    s_roles(dir, recs.n, out->roles, sizeof out->roles);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
                 dir);
@@ -371,16 +416,23 @@ cleanup:
 int bench_rollout_run(int argc, char **argv)
 {
     bool quick = false, skip_system = false;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = true;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "overhead") || !strcmp(argv[i + 1], "saturation") ||
+                    !strcmp(argv[i + 1], "50ms"))) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--skip-system")) {
             skip_system = true;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: selroll bench rollout [--quick] [--skip-system]\n"
+            printf("usage: selroll bench rollout [--quick] [--skip-system] "
+                   "[--only overhead|saturation|50ms]\n"
                    "Gate core per ACTION; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
-                   "latency on 256 slots as a share of the ideal.\n");
+                   "latency on 256 slots as a share of the ideal. --only runs one of the three "
+                   "system cases (and not the gate core).\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -388,7 +440,8 @@ int bench_rollout_run(int argc, char **argv)
         }
     }
     log_set_level(LOG_WARN);
-    s_bench_core(quick ? 2000 : 20000);
+    if (!only)
+        s_bench_core(quick ? 2000 : 20000);
     if (skip_system)
         return 0;
     char self[4096];
@@ -402,8 +455,13 @@ int bench_rollout_run(int argc, char **argv)
     const char *one[] = {"--actors", "1", "--slots", "1", "--env-workers", "1",
                          "--groups", quick ? "1" : "4", "--group-size", "8",
                          "--no-cost-model", NULL};
-    s_system(self, "bench-overhead", one, &r);
-    if (r.ok)
+    if (!only || !strcmp(only, "overhead"))
+        s_system(self, "bench-overhead", one, &r);
+    else
+        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
+    if (r.actions == SIZE_MAX)
+        ;
+    else if (r.ok)
         printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f ms "
                "p99 %.3f ms with the LLM call (its mean %.3f ms); without it: median %.3f ms "
                "p99 %.3f ms\n",
@@ -414,13 +472,20 @@ int bench_rollout_run(int argc, char **argv)
     const char *sat[] = {"--actors", "3", "--slots", "64", "--env-workers", "2",
                          "--groups", quick ? "16" : "48", "--group-size", "8",
                          "--no-cost-model", NULL};
-    s_system(self, "bench-saturation", sat, &r);
-    if (r.ok)
+    if (!only || !strcmp(only, "saturation"))
+        s_system(self, "bench-saturation", sat, &r);
+    else
+        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
+    if (r.actions == SIZE_MAX)
+        ;
+    else if (r.ok)
         printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f steps/s "
                "(middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all processes)\n",
                r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
     else
         code = 1;
+    if (r.ok && r.roles[0])
+        printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
 
     /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
      * per sequence, capacity and batch far above 256 requests. The engine's clock waits on a
@@ -434,14 +499,21 @@ int bench_rollout_run(int argc, char **argv)
                          "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
                          NULL};
-    s_system(self, "bench-50ms", lat, &r);
-    if (r.ok) {
+    if (!only || !strcmp(only, "50ms"))
+        s_system(self, "bench-50ms", lat, &r);
+    else
+        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
+    if (r.actions == SIZE_MAX) {
+        ;
+    } else if (r.ok) {
         double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
         printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% of "
                "the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
                "latency), CPU %.0f us per step\n",
                r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
                ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
+        if (r.roles[0])
+            printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
     } else {
         code = 1;
     }

@@ -1,14 +1,18 @@
 /*
- * reactor.c — the per-process event loop: zmq_poll over ZeroMQ sockets and fds, a min-heap of
- * timers, a before-sleep hook, and a self-pipe for stops and wake-ups from other threads and
- * signal handlers.
+ * reactor.c — the per-process event loop: zmq_poll over ZeroMQ sockets and one epoll set of fds,
+ * a min-heap of timers, a before-sleep hook, and a self-pipe for stops and wake-ups from other
+ * threads and signal handlers.
  *
  * One round of the loop: fire the due timers, call the before-sleep hook, rebuild the poll set
  * if registrations changed, wait in zmq_poll until the first timer deadline, dispatch what became
- * ready. Registrations live in an array of pointers whose order matches the poll set; removing
- * one only marks it, and marked entries are dropped (and freed) when the poll set is rebuilt,
- * which never happens during dispatch. Entries added during dispatch are appended past the end of
- * the poll set, so they wait for the next round. Timers are found by id through a small chained
+ * ready. The fds (the wake-up pipe, libcurl's connections: hundreds in an actor) live in a
+ * level-triggered epoll set whose own fd is the last entry of the poll set, so a round costs the
+ * kernel the few ZeroMQ sockets plus one fd, not every connection; when that fd is readable,
+ * epoll_wait(0) says which fds are ready. Registrations live in an array of pointers whose order
+ * matches the poll set (fds also in a table indexed by fd); removing one only marks it (an fd
+ * also leaves the epoll set at once), and marked entries are dropped (and freed) when the poll
+ * set is rebuilt, which never happens during dispatch. Entries added during dispatch wait for the
+ * next round. Timers are found by id through a small chained
  * hash and ordered by (deadline, sequence) in a binary heap that records each timer's position,
  * so cancelling is O(log n).
  */
@@ -20,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -55,9 +60,13 @@ typedef struct s_timer {
 struct reactor {
     s_item_t **items;
     size_t nitems, items_cap;
-    zmq_pollitem_t *poll;
+    zmq_pollitem_t *poll; /* the ZeroMQ sockets, then the epoll set's fd */
     size_t npoll, poll_cap;
     int dirty;
+    int epfd;
+    s_item_t **byfd; /* fd -> its live registration */
+    size_t nbyfd;
+    struct epoll_event evs[256];
 
     s_timer_t **heap;
     size_t nheap, heap_cap;
@@ -117,6 +126,8 @@ static void s_drain_wake(reactor_t *r, int fd, int revents, void *arg)
 
 static s_item_t *s_find(reactor_t *r, int kind, void *sock, int fd)
 {
+    if (kind == S_FD)
+        return fd >= 0 && (size_t)fd < r->nbyfd ? r->byfd[fd] : NULL;
     for (size_t i = 0; i < r->nitems; i++) {
         s_item_t *it = r->items[i];
         if (it->removed || it->kind != kind)
@@ -137,29 +148,65 @@ static void s_append(reactor_t *r, s_item_t *it)
     r->dirty = 1;
 }
 
-/* s_rebuild drops removed entries and refreshes the poll set. Never called during dispatch. */
+/* s_rebuild drops removed entries and refreshes the poll set: the ZeroMQ sockets first (items
+ * are kept in that order), then the epoll set. Never called during dispatch. */
 static void s_rebuild(reactor_t *r)
 {
-    size_t k = 0;
+    /* Stable partition: live ZeroMQ sockets to the front, live fds after them. */
+    s_item_t **live = sr_xmalloc((r->nitems ? r->nitems : 1) * sizeof *live);
+    size_t k = 0, z = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < r->nitems; i++) {
+            s_item_t *it = r->items[i];
+            if (!it->removed && it->kind == (pass ? S_FD : S_ZSOCK))
+                live[k++] = it;
+        }
+        if (pass == 0)
+            z = k;
+    }
     for (size_t i = 0; i < r->nitems; i++) {
         if (r->items[i]->removed)
             free(r->items[i]);
-        else
-            r->items[k++] = r->items[i];
     }
+    memcpy(r->items, live, k * sizeof *live);
+    free(live);
     r->nitems = k;
-    if (r->poll_cap < r->nitems) {
-        r->poll_cap = r->items_cap;
+    if (r->poll_cap < z + 1) {
+        r->poll_cap = z + 8;
         r->poll = sr_xrealloc(r->poll, r->poll_cap * sizeof *r->poll);
     }
-    for (size_t i = 0; i < r->nitems; i++) {
+    for (size_t i = 0; i < z; i++) {
         s_item_t *it = r->items[i];
-        r->poll[i] = (zmq_pollitem_t){.socket = it->kind == S_ZSOCK ? it->sock : NULL,
-                                      .fd = it->kind == S_FD ? it->fd : -1,
-                                      .events = (short)it->events};
+        r->poll[i] = (zmq_pollitem_t){.socket = it->sock, .fd = -1, .events = (short)it->events};
     }
-    r->npoll = r->nitems;
+    r->poll[z] = (zmq_pollitem_t){.socket = NULL, .fd = r->epfd, .events = ZMQ_POLLIN};
+    r->npoll = z + 1;
     r->dirty = 0;
+}
+
+static uint32_t s_epoll_bits(int events)
+{
+    return ((events & REACTOR_READ) ? EPOLLIN : 0u) | ((events & REACTOR_WRITE) ? EPOLLOUT : 0u);
+}
+
+/* s_fd_watch adds fd to (op EPOLL_CTL_ADD) or changes it in the epoll set. */
+static int s_fd_watch(reactor_t *r, int op, s_item_t *it)
+{
+    struct epoll_event ev = {.events = s_epoll_bits(it->events), .data.ptr = it};
+    return epoll_ctl(r->epfd, op, it->fd, &ev) == 0 ? SR_OK : sr_from_errno(errno);
+}
+
+static void s_byfd_set(reactor_t *r, int fd, s_item_t *it)
+{
+    if ((size_t)fd >= r->nbyfd) {
+        size_t n = r->nbyfd ? r->nbyfd : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        r->byfd = sr_xrealloc(r->byfd, n * sizeof *r->byfd);
+        memset(r->byfd + r->nbyfd, 0, (n - r->nbyfd) * sizeof *r->byfd);
+        r->nbyfd = n;
+    }
+    r->byfd[fd] = it;
 }
 
 static int s_valid_events(int events)
@@ -212,6 +259,12 @@ int reactor_add_fd(reactor_t *r, int fd, int events, reactor_fd_fn *cb, void *ar
         return SR_ECONFLICT;
     s_item_t *it = sr_xcalloc(1, sizeof *it);
     *it = (s_item_t){.kind = S_FD, .fd = fd, .events = events, .fcb = cb, .arg = arg};
+    int rc = s_fd_watch(r, EPOLL_CTL_ADD, it);
+    if (rc != SR_OK) {
+        free(it);
+        return rc == SR_EINVAL || errno == EBADF || errno == EPERM ? SR_EINVAL : rc;
+    }
+    s_byfd_set(r, fd, it);
     s_append(r, it);
     return SR_OK;
 }
@@ -223,9 +276,10 @@ int reactor_mod_fd(reactor_t *r, int fd, int events)
     s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
     if (!it)
         return SR_ENOTFOUND;
+    if (it->events == events)
+        return SR_OK;
     it->events = events;
-    r->dirty = 1;
-    return SR_OK;
+    return s_fd_watch(r, EPOLL_CTL_MOD, it);
 }
 
 int reactor_remove_fd(reactor_t *r, int fd)
@@ -235,6 +289,9 @@ int reactor_remove_fd(reactor_t *r, int fd)
     s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
     if (!it)
         return SR_ENOTFOUND;
+    /* An fd closed before its removal has left the epoll set already: nothing to undo. */
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+    r->byfd[fd] = NULL;
     it->removed = 1;
     r->dirty = 1;
     return SR_OK;
@@ -437,6 +494,13 @@ reactor_t *reactor_new(void)
     }
     r->wake_rd = p[0];
     r->wake_wr = p[1];
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->epfd < 0) {
+        close(p[0]);
+        close(p[1]);
+        free(r);
+        return NULL;
+    }
     r->budget = REACTOR_DEFAULT_BUDGET;
     r->nbuckets = 64;
     r->buckets = sr_xcalloc(r->nbuckets, sizeof *r->buckets);
@@ -445,6 +509,8 @@ reactor_t *reactor_new(void)
     r->now = reactor_clock_ms();
     s_item_t *it = sr_xcalloc(1, sizeof *it);
     *it = (s_item_t){.kind = S_FD, .fd = r->wake_rd, .events = REACTOR_READ, .fcb = s_drain_wake};
+    s_fd_watch(r, EPOLL_CTL_ADD, it);
+    s_byfd_set(r, r->wake_rd, it);
     s_append(r, it);
     return r;
 }
@@ -464,6 +530,8 @@ void reactor_destroy(reactor_t **self_p)
         free(r->items[i]);
     free(r->items);
     free(r->poll);
+    free(r->byfd);
+    close(r->epfd);
     for (size_t i = 0; i < r->nheap; i++)
         free(r->heap[i]);
     free(r->heap);
@@ -561,18 +629,31 @@ static int s_poll_timeout(const reactor_t *r)
     return wait > INT32_MAX ? INT32_MAX : (int)wait;
 }
 
+/* s_dispatch_fds serves the fds the epoll set reports ready. */
+static void s_dispatch_fds(reactor_t *r)
+{
+    int n = epoll_wait(r->epfd, r->evs, (int)(sizeof r->evs / sizeof r->evs[0]), 0);
+    for (int i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
+        s_item_t *it = r->evs[i].data.ptr;
+        uint32_t e = r->evs[i].events;
+        int revents = ((e & EPOLLIN) ? REACTOR_READ : 0) | ((e & EPOLLOUT) ? REACTOR_WRITE : 0) |
+                      ((e & ~(uint32_t)(EPOLLIN | EPOLLOUT)) ? REACTOR_ERROR : 0);
+        revents &= it->events | REACTOR_ERROR;
+        /* removed earlier in this round (its item lives until the next rebuild) */
+        if (it->removed || revents == 0)
+            continue;
+        it->fcb(r, it->fd, revents, it->arg);
+    }
+}
+
 static void s_dispatch(reactor_t *r)
 {
-    size_t n = r->npoll;
+    size_t n = r->npoll - 1; /* the last entry is the epoll set */
     for (size_t i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
         s_item_t *it = r->items[i];
         int revents = r->poll[i].revents & (it->events | REACTOR_ERROR);
         if (it->removed || revents == 0)
             continue;
-        if (it->kind == S_FD) {
-            it->fcb(r, it->fd, revents, it->arg);
-            continue;
-        }
         it->zcb(r, it->sock, revents, it->arg);
         if (!(revents & REACTOR_READ))
             continue;
@@ -588,6 +669,8 @@ static void s_dispatch(reactor_t *r)
             it->zcb(r, it->sock, REACTOR_READ, it->arg);
         }
     }
+    if ((r->poll[n].revents & ZMQ_POLLIN) && !atomic_load(&r->stop_requested))
+        s_dispatch_fds(r);
 }
 
 int reactor_run(reactor_t *r)

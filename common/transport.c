@@ -32,6 +32,7 @@ struct transport_proxy {
     transport_sock_t *xpub;
     void *ctl_main;  /* PAIR the owner sends TERMINATE on */
     void *ctl_proxy; /* PAIR the proxy thread listens on */
+    char local_ep[64]; /* the XPUB side again, over inproc, for subscribers in this process */
     pthread_t thread;
     int started;
 };
@@ -591,6 +592,11 @@ transport_proxy_t *transport_proxy_new(void *ctx, const char *pub_ep, const char
         s_fmt(err, errlen, "%s", transport_sock_errstr(p->xpub));
         goto fail;
     }
+    snprintf(p->local_ep, sizeof p->local_ep, "inproc://transport-proxy-sub-%p", (void *)p);
+    if (zmq_bind(transport_sock_zmq(p->xpub), p->local_ep) != 0) {
+        s_fmt(err, errlen, "proxy %s: %s", p->local_ep, zmq_strerror(errno));
+        goto fail;
+    }
     p->ctl_main = zmq_socket(ctx, ZMQ_PAIR);
     p->ctl_proxy = zmq_socket(ctx, ZMQ_PAIR);
     if (!p->ctl_main || !p->ctl_proxy) {
@@ -626,6 +632,11 @@ const char *transport_proxy_pub_endpoint(const transport_proxy_t *p)
 const char *transport_proxy_sub_endpoint(const transport_proxy_t *p)
 {
     return p ? transport_sock_endpoint(p->xpub) : "";
+}
+
+const char *transport_proxy_local_endpoint(const transport_proxy_t *p)
+{
+    return p ? p->local_ep : "";
 }
 
 void transport_proxy_destroy(transport_proxy_t **self_p)

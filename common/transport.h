@@ -181,6 +181,10 @@ transport_proxy_t *transport_proxy_new(void *ctx, const char *pub_ep, const char
 const char *transport_proxy_pub_endpoint(const transport_proxy_t *p);
 const char *transport_proxy_sub_endpoint(const transport_proxy_t *p);
 
+/* transport_proxy_local_endpoint is the XPUB side over inproc: subscribers in this process (the
+ * same ZeroMQ context) connect there and skip the loopback TCP hop. Owned by p. */
+const char *transport_proxy_local_endpoint(const transport_proxy_t *p);
+
 /* transport_proxy_destroy tells the proxy thread to terminate, joins it and closes its sockets.
  * Accepts NULL and *self_p == NULL; sets *self_p to NULL. Call before zmq_ctx_term on the
  * proxy's context. */

@@ -1154,8 +1154,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
             goto fail;
         s_advertise(transport_proxy_pub_endpoint(c->proxy), host, c->ep_pub, sizeof c->ep_pub);
         s_advertise(transport_proxy_sub_endpoint(c->proxy), host, c->ep_sub, sizeof c->ep_sub);
-        s_advertise(transport_proxy_sub_endpoint(c->proxy), "127.0.0.1", sub_local,
-                    sizeof sub_local);
+        snprintf(sub_local, sizeof sub_local, "%s", transport_proxy_local_endpoint(c->proxy));
     }
     snprintf(c->ep_sub_local, sizeof c->ep_sub_local, "%s", sub_local);
     c->sub = transport_sock_new(c->zctx, ZMQ_SUB, NULL, e2, sizeof e2);

@@ -1065,6 +1065,15 @@ cleanup:
         for (int i = nnames - 1; i >= 1; i--)
             supervise_stop(r.sup, names[i], o.grace_ms);
         supervise_stop_all(r.sup, o.grace_ms);
+        /* What each child cost the machine over its whole life: `selroll bench rollout` turns
+         * it into CPU per step by role. */
+        char cpu[2100];
+        snprintf(cpu, sizeof cpu, "%s/cpu.tsv", r.out);
+        FILE *f = fopen(cpu, "w");
+        if (!f || supervise_cpu_report(r.sup, f) != SR_OK)
+            log_warn("run: cannot write %s: %s", cpu, strerror(errno));
+        if (f)
+            fclose(f);
     }
     store_destroy(&r.store);
     supervise_destroy(&r.sup);

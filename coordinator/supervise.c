@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +32,7 @@ typedef struct {
     int last_status;       /* -1 until it first exits */
     bool finished;         /* exited 0 */
     bool stopped;          /* stopped on purpose: never restarted */
+    int64_t user_us, sys_us; /* CPU time of its reaped incarnations (wait4) */
 } s_child_t;
 
 struct supervise {
@@ -195,6 +197,19 @@ static void s_describe(int status, char *buf, size_t len)
         snprintf(buf, len, "status %d", status);
 }
 
+/* s_reap waits for c's current pid (WNOHANG in opts, or 0 to block) and books its CPU time. */
+static pid_t s_reap(s_child_t *c, int *st, int opts)
+{
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    pid_t r = wait4(c->pid, st, opts, &ru);
+    if (r == c->pid) {
+        c->user_us += (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
+        c->sys_us += (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+    }
+    return r;
+}
+
 /* s_exited books the exit of c with wait status st and plans a restart when due. */
 static void s_exited(supervise_t *s, s_child_t *c, int st)
 {
@@ -233,7 +248,7 @@ int supervise_poll(supervise_t *s)
         if (c->pid <= 0)
             continue;
         int st = 0;
-        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        pid_t r = s_reap(c, &st, WNOHANG);
         if (r == c->pid) {
             exited++;
             s_exited(s, c, st);
@@ -252,6 +267,19 @@ int supervise_poll(supervise_t *s)
         }
     }
     return exited;
+}
+
+int supervise_cpu_report(const supervise_t *s, FILE *out)
+{
+    if (!s || !out)
+        return SR_EINVAL;
+    fprintf(out, "child\tuser_us\tsys_us\trestarts\n");
+    for (size_t i = 0; i < s->n; i++) {
+        const s_child_t *c = &s->kids[i];
+        fprintf(out, "%s\t%lld\t%lld\t%d\n", c->name, (long long)c->user_us,
+                (long long)c->sys_us, c->restarts);
+    }
+    return ferror(out) ? SR_EIO : SR_OK;
 }
 
 pid_t supervise_pid(const supervise_t *s, const char *name)
@@ -312,7 +340,7 @@ static int s_stop_set(supervise_t *s, const bool *pick, int64_t grace_ms)
             if (!pick[i] || c->pid <= 0)
                 continue;
             int st = 0;
-            if (waitpid(c->pid, &st, WNOHANG) == c->pid)
+            if (s_reap(c, &st, WNOHANG) == c->pid)
                 s_exited(s, c, st);
             else
                 alive++;
@@ -330,7 +358,7 @@ static int s_stop_set(supervise_t *s, const bool *pick, int64_t grace_ms)
                  (int)c->pid, (long long)grace_ms);
         kill(c->pid, SIGKILL);
         int st = 0;
-        while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR)
+        while (s_reap(c, &st, 0) < 0 && errno == EINTR)
             ;
         s_exited(s, c, st);
         killed++;

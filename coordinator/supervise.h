@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -57,6 +58,11 @@ int supervise_add(supervise_t *s, const char *name, char *const argv[], bool res
 /* supervise_poll reaps children that exited and starts the ones whose restart is due. Returns
  * how many children exited since the previous call. Never blocks. */
 int supervise_poll(supervise_t *s);
+
+/* supervise_cpu_report writes one tab-separated line per child (after a header line "child
+ * user_us sys_us restarts"): the user and system CPU time of its incarnations reaped so far, so
+ * after supervise_stop_all the whole life of every child. Returns SR_OK, SR_EINVAL or SR_EIO. */
+int supervise_cpu_report(const supervise_t *s, FILE *out);
 
 /* supervise_pid returns the current pid of `name`, or 0 when it is not running (or unknown). */
 pid_t supervise_pid(const supervise_t *s, const char *name);

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -94,6 +95,7 @@ struct policy_server {
     int n_watch, cap_watch;
     uint64_t next_watch_id;
     int wake_fd;
+    int epfd; /* the watched sockets (EPOLLRDHUP, keyed by watch id) and wake_fd (key 0) */
     pthread_t watcher;
     bool watcher_started;
     bool stopping;
@@ -927,13 +929,15 @@ static void s_wake(struct policy_server *s)
     (void)n;
 }
 
-/* s_unwatch_locked removes c from the watch list if it is there. */
+/* s_unwatch_locked removes c from the watch list and the epoll set if it is there. The socket is
+ * still open: a suspended connection is never closed by libmicrohttpd, and every path that
+ * resumes one unwatches it first. */
 static void s_unwatch_locked(struct policy_server *s, s_conn_t *c)
 {
     for (int i = 0; i < s->n_watch; i++) {
         if (s->watch[i].c == c && s->watch[i].id == c->watch_id) {
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->watch[i].fd, NULL);
             s->watch[i] = s->watch[--s->n_watch];
-            s_wake(s);
             return;
         }
     }
@@ -970,61 +974,43 @@ static void s_abort_locked(struct policy_server *s, s_conn_t *c)
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
 }
 
+/* s_watcher waits on the epoll set: a hang-up of a held request's socket aborts it in the engine.
+ * Adding and removing a socket is an epoll_ctl by the thread that holds or resumes the request,
+ * so the watcher wakes only for hang-ups and the stop. */
 static void *s_watcher(void *arg)
 {
     struct policy_server *s = arg;
-    struct pollfd *pfd = NULL;
-    uint64_t *ids = NULL;
-    int cap = 0;
+    struct epoll_event evs[64];
     for (;;) {
-        pthread_mutex_lock(&s->mu);
-        if (s->stopping) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        int n = s->n_watch + 1;
-        if (n > cap) {
-            cap = n * 2;
-            pfd = sr_xrealloc(pfd, sizeof(*pfd) * (size_t)cap);
-            ids = sr_xrealloc(ids, sizeof(*ids) * (size_t)cap);
-        }
-        pfd[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-        for (int i = 0; i < s->n_watch; i++) {
-            pfd[i + 1] = (struct pollfd){.fd = s->watch[i].fd, .events = POLLRDHUP};
-            ids[i + 1] = s->watch[i].id;
-        }
-        pthread_mutex_unlock(&s->mu);
-
-        int r = poll(pfd, (nfds_t)n, -1);
+        int r = epoll_wait(s->epfd, evs, (int)(sizeof evs / sizeof evs[0]), -1);
         if (r < 0 && errno != EINTR) {
             /* Never give up watching: a dead watcher would leave hung-up requests decoding. */
-            fprintf(stderr, "policy-server: disconnect watcher: poll: %s\n", strerror(errno));
+            fprintf(stderr, "policy-server: disconnect watcher: epoll_wait: %s\n", strerror(errno));
             struct timespec pause = {0, 10 * 1000 * 1000};
             nanosleep(&pause, NULL);
             continue;
         }
-        if (r <= 0)
-            continue;
-        if (pfd[0].revents) {
-            uint64_t v;
-            ssize_t got = read(s->wake_fd, &v, sizeof v);
-            (void)got;
-        }
         pthread_mutex_lock(&s->mu);
-        for (int i = 1; i < n; i++) {
-            if (!(pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        bool stop = s->stopping;
+        for (int i = 0; i < r && !stop; i++) {
+            uint64_t id = evs[i].data.u64;
+            if (id == 0) {
+                uint64_t v;
+                ssize_t got = read(s->wake_fd, &v, sizeof v);
+                (void)got;
                 continue;
+            }
             for (int k = 0; k < s->n_watch; k++) {
-                if (s->watch[k].id == ids[i]) {
+                if (s->watch[k].id == id) {
                     s_abort_locked(s, s->watch[k].c);
                     break;
                 }
             }
         }
         pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
     }
-    free(pfd);
-    free(ids);
     return NULL;
 }
 
@@ -1068,8 +1054,9 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
             s->watch = sr_xrealloc(s->watch, sizeof(*s->watch) * (size_t)s->cap_watch);
         }
         c->watch_id = ++s->next_watch_id;
-        s->watch[s->n_watch++] = (s_watch_t){.c = c, .id = c->watch_id, .fd = c->fd};
-        s_wake(s);
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = c->watch_id};
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0)
+            s->watch[s->n_watch++] = (s_watch_t){.c = c, .id = c->watch_id, .fd = c->fd};
     }
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
@@ -1296,6 +1283,7 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s = sr_xcalloc(1, sizeof(*s));
     s->o = *o;
     s->wake_fd = -1;
+    s->epfd = -1;
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
     snprintf(s->name, sizeof s->name, "%s", o->model_name);
     s->o.host = s->host;
@@ -1320,7 +1308,10 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         }
     }
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->wake_fd < 0 || pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event wev = {.events = EPOLLIN, .data.u64 = 0};
+    if (s->wake_fd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0 ||
+        pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
         why = "cannot start the watcher thread";
         goto fail;
     }
@@ -1331,7 +1322,8 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         why = "the listen host must be an IPv4 address";
         goto fail;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
@@ -1388,6 +1380,8 @@ void policy_server_destroy(policy_server_t **sp)
         MHD_stop_daemon(s->d);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
+    if (s->epfd >= 0)
+        close(s->epfd);
     while (s->models) {
         s_mref_t *n = s->models->next;
         model_destroy(&s->models->m);
