@@ -249,6 +249,54 @@ static void stop_kills_a_child_that_ignores_sigterm(void **state)
     supervise_destroy(&s);
 }
 
+/* The CPU report adds up every reaped incarnation of a child: one that burns about 0.2 s of CPU,
+ * killed and restarted once, then stopped, reports at least the first incarnation's time. */
+static void cpu_report_adds_up_each_incarnation(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 20, -1);
+    /* A shell loop burns user time; it prints when done so the test knows the time is spent. */
+    char *argv[] = {"/bin/sh", "-c",
+                    "i=0; while [ $i -lt 60000 ]; do i=$((i+1)); done; echo burnt; exec sleep 30",
+                    NULL};
+    assert_int_equal(supervise_add(s, "burner", argv, true), SR_OK);
+    char path[512];
+    supervise_log_path(s, "burner", path, sizeof path);
+    assert_true(s_wait_log(path, "burnt", 1));
+    assert_int_equal(supervise_signal(s, "burner", SIGKILL), SR_OK);
+    s_restarts_at_least = 1;
+    assert_true(s_poll_until(s, s_has_restarts, "burner", 3000));
+    char *idle[] = {"/bin/sh", "-c", "exec sleep 30", NULL};
+    assert_int_equal(supervise_add(s, "idle", idle, true), SR_OK);
+    supervise_stop_all(s, 2000);
+
+    char tsv[512];
+    snprintf(tsv, sizeof tsv, "%s/cpu.tsv", f->dir);
+    FILE *fp = fopen(tsv, "w");
+    assert_non_null(fp);
+    assert_int_equal(supervise_cpu_report(s, fp), SR_OK);
+    fclose(fp);
+    char buf[1024];
+    s_read(tsv, buf, sizeof buf);
+    assert_non_null(strstr(buf, "child\tuser_us\tsys_us\trestarts\n"));
+    char *line = strstr(buf, "\nburner\t");
+    assert_non_null(line);
+    long long user = -1, sys = -1;
+    int restarts = -1;
+    assert_int_equal(sscanf(line + 1, "burner\t%lld\t%lld\t%d", &user, &sys, &restarts), 3);
+    assert_true(user + sys >= 20000); /* 60,000 shell iterations take far more than 20 ms */
+    assert_int_equal(restarts, 1);
+    long long burnt = user + sys;
+    line = strstr(buf, "\nidle\t");
+    assert_non_null(line);
+    assert_int_equal(sscanf(line + 1, "idle\t%lld\t%lld\t%d", &user, &sys, &restarts), 3);
+    assert_true(user >= 0 && sys >= 0 && user + sys < burnt);
+    assert_int_equal(restarts, 0);
+    assert_int_equal(supervise_cpu_report(NULL, stdout), SR_EINVAL);
+    assert_int_equal(supervise_cpu_report(s, NULL), SR_EINVAL);
+    supervise_destroy(&s);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +308,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(
             missing_program_exits_127_and_is_not_restarted_without_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_kills_a_child_that_ignores_sigterm, setup, teardown),
+        cmocka_unit_test_setup_teardown(cpu_report_adds_up_each_incarnation, setup, teardown),
     };
     return harness_run_("supervise", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
