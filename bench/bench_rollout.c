@@ -127,6 +127,7 @@ typedef struct {
     double llm_mean_ms;              /* mean step latency_ms from the results file */
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per ACTION */
+    double self_us_per_step; /* this process's (the bus listener's), per ACTION */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
 } s_sys_t;
 
@@ -173,12 +174,13 @@ static void s_roles(const char *dir, size_t actions, char *out, size_t n)
                                 us[i] / (double)actions);
 }
 
-/* s_children_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
- * `selroll run` waits for each of its children, and this process for `selroll run`. */
-static int64_t s_children_cpu_us(void)
+/* s_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
+ * `selroll run` waits for each of its children, and this process for `selroll run`; with
+ * self, of this process (the bus listener) instead. */
+static int64_t s_cpu_us(bool self)
 {
     struct rusage ru;
-    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
+    if (getrusage(self ? RUSAGE_SELF : RUSAGE_CHILDREN, &ru) != 0)
         return 0;
     return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
            ru.ru_stime.tv_usec;
@@ -344,7 +346,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     transport_sock_t *sub = NULL;
     s_recs_t recs = {0}, lat = {0};
     int64_t t0 = clock_mono_ms();
-    int64_t cpu0 = s_children_cpu_us();
+    int64_t cpu0 = s_cpu_us(false), self0 = s_cpu_us(true);
     if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
         goto cleanup;
     char bus[256] = "";
@@ -397,8 +399,10 @@ static void s_system(const char *self, const char *label, const char *const *ext
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
     out->llm_mean_ms = s_llm_read(dir, &lat);
     s_stats(&recs, &lat, out);
-    if (recs.n > 0)
-        out->cpu_us_per_step = (double)(s_children_cpu_us() - cpu0) / (double)recs.n;
+    if (recs.n > 0) {
+        out->cpu_us_per_step = (double)(s_cpu_us(false) - cpu0) / (double)recs.n;
+        out->self_us_per_step = (double)(s_cpu_us(true) - self0) / (double)recs.n;
+    }
     s_roles(dir, recs.n, out->roles, sizeof out->roles);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
@@ -485,7 +489,9 @@ int bench_rollout_run(int argc, char **argv)
     else
         code = 1;
     if (r.ok && r.roles[0])
-        printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
+        printf("rollout saturation: CPU us per step by role: %s; and this bench's bus listener "
+               "%.0f\n",
+               r.roles, r.self_us_per_step);
 
     /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
      * per sequence, capacity and batch far above 256 requests. The engine's clock waits on a
@@ -513,7 +519,8 @@ int bench_rollout_run(int argc, char **argv)
                r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
                ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
         if (r.roles[0])
-            printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
+            printf("rollout 50ms: CPU us per step by role: %s; and this bench's bus listener %.0f\n",
+                   r.roles, r.self_us_per_step);
     } else {
         code = 1;
     }

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+enum { S_BUSY = -2, S_IDLE = -1 };
+
 typedef struct s_req {
     uint64_t id;
     int prompt, gen;
@@ -40,6 +42,10 @@ struct engine {
     bool stop;
     struct timespec t0;
     double now;
+    /* What the thread is doing: S_BUSY (stepping or delivering; it looks at the queue again before
+     * it waits), S_IDLE (waiting for a submit), or the simulated time it sleeps until. A submit
+     * wakes it only when the new request moves the next event before that time. */
+    double wake_at;
 
     s_req_t *q_head, *q_tail;
     int queued;
@@ -209,10 +215,12 @@ static void *s_thread(void *arg)
             continue;
         }
         double dt = s_next_dt(e);
+        e->wake_at = dt < 0 ? S_IDLE : e->now + dt;
         if (dt < 0)
             pthread_cond_wait(&e->cv, &e->mu);
         else
             s_wait_until(e, e->now + dt);
+        e->wake_at = S_BUSY;
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -234,6 +242,7 @@ static engine_t *s_new(const engine_opts_t *o, bool manual)
     e->o = *o;
     e->manual = manual;
     e->next_id = 1;
+    e->wake_at = S_BUSY;
     e->run = calloc((size_t)o->max_batch, sizeof(*e->run));
     if (!e->run) {
         free(e);
@@ -332,7 +341,15 @@ int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn
     s_admit(e);
     if (id_out)
         *id_out = r->id;
-    pthread_cond_signal(&e->cv);
+    if (!e->manual) {
+        /* Every request already in the engine was stepped to now above, so the thread's plan
+         * stays right unless this request brings the next event forward (or the step above
+         * completed something that is waiting to be delivered): a futex wake per request saved. */
+        double dt = s_next_dt(e);
+        if (e->done_head || e->wake_at == S_IDLE || (e->wake_at >= 0 && dt >= 0 &&
+                                                     e->now + dt < e->wake_at))
+            pthread_cond_signal(&e->cv);
+    }
 
 cleanup:
     pthread_mutex_unlock(&e->mu);

@@ -254,6 +254,45 @@ static void threaded_engine_matches_analytic_makespan_on_the_wall_clock(void **s
     engine_destroy(&e);
 }
 
+/* The thread sleeps until the next event and a submit wakes it only when the new request brings
+ * that event forward: a short request submitted while a long one runs must be delivered at its own
+ * end (about 150 ms in), not at the long one's (2 s in). */
+static void a_short_request_behind_a_long_one_is_delivered_on_time(void **state)
+{
+    (void)state;
+    engine_opts_t o = s_opts(1e6, 1000, 8, 64);
+    o.prefill_tps = 1e9;
+    engine_t *e = engine_new(&o);
+    assert_non_null(e);
+    record_t r;
+    s_record_init(&r);
+    int64_t t0 = harness_now_ms();
+    uint64_t long_id = 0, short_id = 0;
+    assert_int_equal(engine_submit(e, 0, 2000, s_record, &r, &long_id), SR_OK);
+    usleep(50000);
+    assert_int_equal(engine_submit(e, 0, 100, s_record, &r, &short_id), SR_OK);
+    int64_t first_ms = -1;
+    while (harness_now_ms() - t0 < 5000) {
+        pthread_mutex_lock(&r.mu);
+        int n = r.n;
+        if (n >= 1 && first_ms < 0)
+            first_ms = r.last_wall_ms - t0;
+        pthread_mutex_unlock(&r.mu);
+        if (n == 2)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.ids[0], short_id);
+    assert_int_equal(r.ids[1], long_id);
+    print_message("short request delivered %lld ms after the start (its end ~150 ms), long %lld ms\n",
+                  (long long)first_ms, (long long)(r.last_wall_ms - t0));
+    assert_true(first_ms >= 140 && first_ms < 1000);
+    assert_true(fabs(r.ends[0] - r.starts[0] - 0.1) < 0.01); /* 100 tokens at 1000/s */
+    assert_true(r.last_wall_ms - t0 >= 1990);
+    engine_destroy(&e);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +304,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(abort_of_a_queued_request_never_calls_back),
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(threaded_engine_matches_analytic_makespan_on_the_wall_clock),
+        cmocka_unit_test(a_short_request_behind_a_long_one_is_delivered_on_time),
     };
     return harness_run_("engine", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
