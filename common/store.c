@@ -1572,7 +1572,7 @@ cleanup:
     return rc;
 }
 
-int store_greso_get(store_t *s, double *p_easy, double *p_hard)
+int store_greso_get(store_t *s, double *p_easy, double *p_hard, double *zv)
 {
     char key[STORE_KEY_MAX];
     redisReply *r = NULL;
@@ -1580,12 +1580,14 @@ int store_greso_get(store_t *s, double *p_easy, double *p_hard)
         return SR_EINVAL;
     *p_easy = 0.5;
     *p_hard = 0.5;
+    if (zv)
+        *zv = 0.0;
     int rc = s_key(s, key, sizeof key, "greso");
     if (rc)
         return rc;
-    if ((rc = s_cmd(s, true, &r, "HMGET %s p_easy p_hard", key)) != SR_OK)
+    if ((rc = s_cmd(s, true, &r, "HMGET %s p_easy p_hard zv", key)) != SR_OK)
         goto cleanup;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
         s_set_err(s, "store: unexpected HMGET reply");
         rc = SR_EPROTO;
         goto cleanup;
@@ -1595,14 +1597,17 @@ int store_greso_get(store_t *s, double *p_easy, double *p_hard)
         rc = SR_ENOTFOUND;
         goto cleanup;
     }
-    double e = 0, h = 0;
-    if (s_parse_double(r->element[0]->str, &e) || s_parse_double(r->element[1]->str, &h)) {
+    double e = 0, h = 0, z = 0;
+    if (s_parse_double(r->element[0]->str, &e) || s_parse_double(r->element[1]->str, &h) ||
+        (r->element[2]->type == REDIS_REPLY_STRING && s_parse_double(r->element[2]->str, &z))) {
         s_set_err(s, "store: greso state is not numeric");
         rc = SR_EPROTO;
         goto cleanup;
     }
     *p_easy = e;
     *p_hard = h;
+    if (zv)
+        *zv = z;
 
 cleanup:
     if (r)
@@ -1610,9 +1615,9 @@ cleanup:
     return rc;
 }
 
-int store_greso_set(store_t *s, double p_easy, double p_hard)
+int store_greso_set(store_t *s, double p_easy, double p_hard, double zv)
 {
-    char key[STORE_KEY_MAX], e[40], h[40];
+    char key[STORE_KEY_MAX], e[40], h[40], z[40];
     if (!s)
         return SR_EINVAL;
     int rc = s_key(s, key, sizeof key, "greso");
@@ -1620,7 +1625,8 @@ int store_greso_set(store_t *s, double p_easy, double p_hard)
         return rc;
     snprintf(e, sizeof e, "%.17g", p_easy);
     snprintf(h, sizeof h, "%.17g", p_hard);
-    return s_cmd(s, true, NULL, "HSET %s p_easy %s p_hard %s", key, e, h);
+    snprintf(z, sizeof z, "%.17g", zv);
+    return s_cmd(s, true, NULL, "HSET %s p_easy %s p_hard %s zv %s", key, e, h, z);
 }
 
 /* ---- weights ------------------------------------------------------------------------------ */

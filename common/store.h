@@ -275,12 +275,13 @@ int store_prompt_push(store_t *s, const char *task, int64_t iteration, double me
 int store_prompt_history(store_t *s, const char *task, store_prompt_entry_t *out, size_t max,
                          size_t *n);
 
-/* store_greso_get reads p_easy and p_hard. SR_ENOTFOUND when they were never set; both outputs
- * are then 0.5, the starting value. Idempotent. */
-int store_greso_get(store_t *s, double *p_easy, double *p_hard);
+/* store_greso_get reads p_easy, p_hard and the last iteration's zero-variance share (zv may be
+ * NULL). SR_ENOTFOUND when p_easy and p_hard were never set; they are then 0.5, the starting
+ * value, and *zv 0. A state written before the share was kept reads as zv 0. Idempotent. */
+int store_greso_get(store_t *s, double *p_easy, double *p_hard, double *zv);
 
-/* store_greso_set writes p_easy and p_hard together. Idempotent. */
-int store_greso_set(store_t *s, double p_easy, double p_hard);
+/* store_greso_set writes p_easy, p_hard and the zero-variance share together. Idempotent. */
+int store_greso_set(store_t *s, double p_easy, double p_hard, double zv);
 
 /* ---- policy weights: string selroll:<run>:weights:<version> ----------------------------- */
 

@@ -13,13 +13,14 @@ int greso_store_load(greso_t *g, store_t *s)
 {
     if (!g || !s)
         return SR_EINVAL;
-    double pe = 0.0, ph = 0.0;
-    int rc = store_greso_get(s, &pe, &ph);
+    double pe = 0.0, ph = 0.0, zv = 0.0;
+    int rc = store_greso_get(s, &pe, &ph, &zv);
     if (rc == SR_ENOTFOUND)
         return SR_OK;
     if (rc != SR_OK)
         return rc;
     greso_set_p(g, pe, ph);
+    greso_set_zv_ratio(g, zv);
     return SR_OK;
 }
 
@@ -27,7 +28,7 @@ int greso_store_save(const greso_t *g, store_t *s)
 {
     if (!g || !s)
         return SR_EINVAL;
-    return store_greso_set(s, greso_p_easy(g), greso_p_hard(g));
+    return store_greso_set(s, greso_p_easy(g), greso_p_hard(g), greso_zv_ratio(g));
 }
 
 int greso_store_history(store_t *s, const char *task, greso_entry_t *out, size_t max, size_t *n)

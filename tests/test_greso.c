@@ -402,6 +402,10 @@ static void store_saves_and_loads_p_easy_and_p_hard(void **state)
     assert_int_equal(greso_store_load(resumed, f->s), SR_OK);
     assert_true(NEAR(greso_p_easy(resumed), 0.31));
     assert_true(NEAR(greso_p_hard(resumed), 0.69));
+    /* The zero-variance share that sizes the next iteration survives a restart too. */
+    assert_true(greso_zv_ratio(g) > 0.0);
+    assert_true(NEAR(greso_zv_ratio(resumed), greso_zv_ratio(g)));
+    assert_int_equal(greso_oversize_next(resumed, 8), greso_oversize_next(g, 8));
     assert_int_equal(greso_store_load(NULL, f->s), SR_EINVAL);
     assert_int_equal(greso_store_save(g, NULL), SR_EINVAL);
     greso_destroy(&resumed);

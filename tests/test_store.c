@@ -738,13 +738,24 @@ static void prompt_history_keeps_the_latest_entries_oldest_first(void **state)
 static void greso_state_starts_unset_and_round_trips(void **state)
 {
     fixture_t *f = *state;
-    double e = 0, h = 0;
-    assert_int_equal(store_greso_get(f->s, &e, &h), SR_ENOTFOUND);
-    assert_true(e == 0.5 && h == 0.5);
-    assert_int_equal(store_greso_set(f->s, 0.49, 0.51), SR_OK);
-    assert_int_equal(store_greso_get(f->s, &e, &h), SR_OK);
+    double e = 0, h = 0, z = -1;
+    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_ENOTFOUND);
+    assert_true(e == 0.5 && h == 0.5 && z == 0.0);
+    assert_int_equal(store_greso_set(f->s, 0.49, 0.51, 0.375), SR_OK);
+    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_OK);
     assert_true(e == 0.49);
     assert_true(h == 0.51);
+    assert_true(z == 0.375);
+    assert_int_equal(store_greso_get(f->s, &e, &h, NULL), SR_OK);
+    /* A state written before the share was kept (no zv field) reads as zv 0. */
+    redisReply *r = NULL;
+    assert_int_equal(store_command(f->s, STORE_IDEMPOTENT, &r, "HDEL %s zv", "selroll:t:greso"),
+                     SR_OK);
+    if (r)
+        freeReplyObject(r);
+    z = -1;
+    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_OK);
+    assert_true(e == 0.49 && z == 0.0);
 }
 
 /* ---- weights -------------------------------------------------------------------------- */
