@@ -187,6 +187,7 @@ static struct {
     double temperature, time_scale, threshold, t_high;
     bool cost_model, no_gate;
     bool curve;
+    bool metrics;
 } o;
 
 /* The run's state. */
@@ -215,7 +216,69 @@ typedef struct {
     int next_round;      /* the next round whose progress line is due */
     int64_t round_t0_ms; /* wall clock when that round began (approximately) */
     int64_t started_ms;
+    /* --metrics: where each child serves /metrics, for OUT/prometheus-targets.json */
+    struct {
+        char name[32], role[16], addr[64];
+    } targets[S_MAX_ARGS * 4];
+    int ntargets;
 } s_run_t;
+
+/* s_metrics_arg gives the child `name` (of `role`) a /metrics port when --metrics is on, and
+ * remembers it for the targets file. */
+static void s_metrics_arg(s_run_t *r, s_argv_t *a, const char *name, const char *role)
+{
+    if (!o.metrics || r->ntargets >= (int)SR_ARRAY_LEN(r->targets))
+        return;
+    int port = s_free_port();
+    if (port <= 0)
+        return;
+    s_arg(a, "--metrics-port");
+    s_argf(a, "127.0.0.1:%d", port);
+    snprintf(r->targets[r->ntargets].name, sizeof r->targets[0].name, "%s", name);
+    snprintf(r->targets[r->ntargets].role, sizeof r->targets[0].role, "%s", role);
+    snprintf(r->targets[r->ntargets].addr, sizeof r->targets[0].addr, "127.0.0.1:%d", port);
+    r->ntargets++;
+}
+
+static void s_target_add(s_run_t *r, const char *name, const char *role, const char *addr)
+{
+    if (r->ntargets >= (int)SR_ARRAY_LEN(r->targets) || !addr[0])
+        return;
+    snprintf(r->targets[r->ntargets].name, sizeof r->targets[0].name, "%s", name);
+    snprintf(r->targets[r->ntargets].role, sizeof r->targets[0].role, "%s", role);
+    snprintf(r->targets[r->ntargets].addr, sizeof r->targets[0].addr, "%s", addr);
+    r->ntargets++;
+}
+
+/* s_write_targets writes OUT/prometheus-targets.json, a Prometheus file_sd list: one entry per
+ * process serving /metrics, labelled with the run, the role and the child's name. */
+static void s_write_targets(const s_run_t *r, const char *run)
+{
+    char path[2200];
+    snprintf(path, sizeof path, "%s/prometheus-targets.json", r->out);
+    cJSON *all = cJSON_CreateArray();
+    for (int i = 0; i < r->ntargets; i++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON *addrs = cJSON_AddArrayToObject(t, "targets");
+        cJSON_AddItemToArray(addrs, cJSON_CreateString(r->targets[i].addr));
+        cJSON *labels = cJSON_AddObjectToObject(t, "labels");
+        cJSON_AddStringToObject(labels, "selroll_run", run);
+        cJSON_AddStringToObject(labels, "selroll_role", r->targets[i].role);
+        cJSON_AddStringToObject(labels, "selroll_child", r->targets[i].name);
+        cJSON_AddItemToArray(all, t);
+    }
+    char *text = cJSON_Print(all);
+    cJSON_Delete(all);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
+        log_warn("run: cannot write %s: %s", path, strerror(errno));
+    else
+        printf("metrics: %d processes serve /metrics, listed for Prometheus in %s\n", r->ntargets,
+               path);
+    if (f)
+        fclose(f);
+    free(text);
+}
 
 static int s_start_redis(s_run_t *r)
 {
@@ -586,6 +649,10 @@ int run_main(int argc, char **argv)
          .metavar = "enforce|shadow|off", .help = "gate mode"},
         {.name = "no-gate", .kind = CFG_BOOL, .dst = &o.no_gate, .def = "false",
          .help = "run without a gate process (groups simply finish)"},
+        {.name = "metrics", .kind = CFG_BOOL, .dst = &o.metrics, .def = "false",
+         .help = "give every actor, env worker and the gate a /metrics port (free loopback ports) "
+                 "and list them, with the coordinator and the policy server, in "
+                 "<out>/prometheus-targets.json (Prometheus file_sd)"},
         {.name = "curve", .kind = CFG_BOOL, .dst = &o.curve, .def = "false",
          .help = "CURVE-encrypt every socket: fresh keys in <out>/keys, handed to every child"},
         {.name = "k", .kind = CFG_INT, .dst = &o.k, .def = "10", .min = 1, .max = 1024,
@@ -808,6 +875,7 @@ int run_main(int argc, char **argv)
         s_arg(&a, o.run);
         s_arg(&a, "--id");
         s_arg(&a, name);
+        s_metrics_arg(&r, &a, name, "env-worker");
         rc = supervise_add(r.sup, name, a.v, true);
         s_argv_free(&a);
         if (rc != SR_OK)
@@ -877,6 +945,7 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%d", o.group_size);
         s_arg(&a, "--gate-rule");
         s_arg(&a, o.gate_rule);
+        s_metrics_arg(&r, &a, "gate", "gate");
         s_args_split(&a, o.gate_rule_args);
         s_args_split(&a, o.gate_args);
         rc = supervise_add(r.sup, "gate", a.v, true);
@@ -948,6 +1017,7 @@ int run_main(int argc, char **argv)
             s_arg(&a, "--model");
             s_arg(&a, "selroll-policy-v{version}");
         }
+        s_metrics_arg(&r, &a, name, "actor");
         s_args_split(&a, o.actor_args);
         rc = supervise_add(r.sup, name, a.v, true);
         s_argv_free(&a);
@@ -984,6 +1054,12 @@ int run_main(int argc, char **argv)
     if (r.http[0])
         printf("dashboard: http://%s/ (live: groups, gate, throughput, actors; /metrics, /api/state)\n",
                r.http);
+    if (o.metrics) {
+        s_target_add(&r, r.coord_name, "coordinator", r.http);
+        if (strncmp(r.policy_url, "http://", 7) == 0)
+            s_target_add(&r, "policy-server", "policy-server", r.policy_url + 7);
+        s_write_targets(&r, o.run);
+    }
     fflush(stdout);
 
     /* Supervise until the coordinator finished its rounds or a signal came. */

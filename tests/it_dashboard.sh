@@ -4,9 +4,11 @@
 # groups get cancelled), with a bearer token set. Checks, while the run goes on:
 #  - /health answers 200 without the token; every other path refuses a request without it (401);
 #    an unknown path is 404, a POST 405, 64 KiB of headers 431, and the coordinator keeps going;
-#  - the coordinator's and the gate's /metrics pass `promtool check metrics` with no lint remark,
-#    and the coordinator's carries the gauges the autoscaler relies on;
-#    a real Prometheus server on loopback scrapes it (with the token) at least twice;
+#  - the coordinator's /metrics and those of every other process (`selroll run --metrics`: actors,
+#    env workers, gate, policy server, listed in prometheus-targets.json) pass `promtool check
+#    metrics` with no lint remark, and the coordinator's carries the gauges the autoscaler relies
+#    on; a real Prometheus server on loopback scrapes the coordinator (with the token) at least
+#    twice, and every other process through the targets file (file_sd);
 #  - the event stream /api/events stays under 200 KB/s with 256 trajectories running (the rate
 #    and the running count are printed);
 #  - headless chromium (tests/browser/dashboard_check.js) sees the numbers change, the group lanes,
@@ -47,7 +49,7 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
   (cd tests/browser && npm ci --no-audit --no-fund --silent) || { bad "npm ci in tests/browser failed"; exit 1; }
 fi
 
-RP=$(free_port); HP=$(free_port); PP=$(free_port); GP=$(free_port)
+RP=$(free_port); HP=$(free_port); PP=$(free_port)
 TOK=dash-$RANDOM$RANDOM
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
 pids+=($!)
@@ -60,7 +62,7 @@ start=$(date +%s)
 timeout 150 "$S" run --redis "$REDIS" --run dash --out "$T/run" --groups 32 --group-size 8 --iters 2 \
   --actors 4 --slots 64 --time-scale 10 --threshold 0.3 --grace-ms 1000 \
   --coordinator-args "--http 127.0.0.1:$HP --http-token $TOK" \
-  --gate-args "--metrics-port $GP" \
+  --metrics \
   >"$T/run.out" 2>"$T/run.err" &
 run_pid=$!
 pids+=($run_pid)
@@ -114,8 +116,22 @@ promlint() { # promlint ROLE FILE PREFIX: promtool over one role's scrape
 }
 curl -s -H "$AUTH" "$H/metrics" >"$T/metrics.txt"
 promlint coordinator "$T/metrics.txt" selroll_coordinator_
-curl -s "http://127.0.0.1:$GP/metrics" >"$T/gate_metrics.txt"
-promlint "gate (--metrics-port)" "$T/gate_metrics.txt" selroll_gate_
+# selroll run --metrics: one file_sd entry per process serving /metrics (role and child labels).
+TARGETS="$T/run/prometheus-targets.json"
+for _ in $(seq 100); do [ -s "$TARGETS" ] && break; sleep 0.1; done
+mapfile -t kids < <("$PY" -c '
+import json, sys
+for t in json.load(open(sys.argv[1])):
+    l = t["labels"]
+    if l["selroll_role"] != "coordinator":
+        print(l["selroll_role"], l["selroll_child"], t["targets"][0])' "$TARGETS" 2>/dev/null)
+[ "${#kids[@]}" -eq 8 ] && ok "prometheus-targets.json lists 8 processes besides the coordinator (4 actors, 2 env workers, gate, policy server)" || bad "prometheus-targets.json lists ${#kids[@]} processes besides the coordinator, not 8"
+for k in "${kids[@]}"; do
+  read -r role child addr <<<"$k"
+  prefix=selroll_$role; [ "$role" = env-worker ] && prefix=selroll_envw; [ "$role" = policy-server ] && prefix=selroll_policy
+  curl -s "http://$addr/metrics" >"$T/metrics_$child.txt"
+  promlint "$child (--metrics)" "$T/metrics_$child.txt" "${prefix}_"
+done
 for g in selroll_coordinator_actors selroll_coordinator_free_slots selroll_coordinator_queued_jobs \
          selroll_coordinator_queued_jobs_per_free_slot; do
   grep -q "^$g " "$T/metrics.txt" && ok "gauge $g = $(grep "^$g " "$T/metrics.txt" | cut -d' ' -f2)" || bad "gauge $g missing"
@@ -132,6 +148,13 @@ scrape_configs:
       credentials: $TOK
     static_configs:
       - targets: ['127.0.0.1:$HP']
+  - job_name: selroll-children
+    file_sd_configs:
+      - files: ['$TARGETS']
+    relabel_configs:
+      - source_labels: [selroll_role]
+        regex: coordinator
+        action: drop
 EOF
 prometheus --config.file="$T/prom/prometheus.yml" --storage.tsdb.path="$T/prom/data" \
   --web.listen-address="127.0.0.1:$PP" >"$T/prom/log" 2>&1 &
@@ -147,6 +170,13 @@ done
 [ "${scrapes:-0}" -ge 2 ] && ok "Prometheus scraped /metrics $scrapes times (token via authorization)" || { bad "Prometheus scraped $scrapes times"; tail -3 "$T/prom/log"; }
 up=$(curl -s "http://127.0.0.1:$PP/api/v1/query" --data-urlencode 'query=up{job="selroll"}' | "$PY" -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "none")' 2>/dev/null)
 [ "$up" = 1 ] && ok "Prometheus target up" || bad "Prometheus target up = $up"
+kup=0
+for _ in $(seq 20); do
+  kup=$(curl -s "http://127.0.0.1:$PP/api/v1/query" --data-urlencode 'query=count(up{job="selroll-children"} == 1)' | "$PY" -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)' 2>/dev/null)
+  [ "${kup:-0}" = 8 ] && break
+  sleep 0.5
+done
+[ "${kup:-0}" = 8 ] && ok "Prometheus scrapes the 8 other processes through prometheus-targets.json (file_sd), all up" || bad "Prometheus: ${kup:-0} of the 8 processes in prometheus-targets.json up"
 kill "$prom_pid" 2>/dev/null
 
 wait "$sse_pid"
