@@ -424,9 +424,14 @@ int bench_rollout_run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = true;
-        } else if (!strcmp(argv[i], "--only") && i + 1 < argc &&
-                   (!strcmp(argv[i + 1], "overhead") || !strcmp(argv[i + 1], "saturation") ||
-                    !strcmp(argv[i + 1], "50ms"))) {
+        } else if (!strcmp(argv[i], "--only")) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "overhead") != 0 &&
+                                  strcmp(argv[i + 1], "saturation") != 0 &&
+                                  strcmp(argv[i + 1], "50ms") != 0)) {
+                fprintf(stderr, "selroll bench rollout: --only wants overhead, saturation or "
+                                "50ms\n");
+                return 2;
+            }
             only = argv[++i];
         } else if (!strcmp(argv[i], "--skip-system")) {
             skip_system = true;
@@ -456,42 +461,39 @@ int bench_rollout_run(int argc, char **argv)
     int code = 0;
     s_sys_t r;
 
+    /* Each case runs unless --only names another; a case that runs and fails sets code 1. */
     const char *one[] = {"--actors", "1", "--slots", "1", "--env-workers", "1",
                          "--groups", quick ? "1" : "4", "--group-size", "8",
                          "--no-cost-model", NULL};
-    if (!only || !strcmp(only, "overhead"))
+    if (!only || !strcmp(only, "overhead")) {
         s_system(self, "bench-overhead", one, &r);
-    else
-        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
-    if (r.actions == SIZE_MAX)
-        ;
-    else if (r.ok)
-        printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f ms "
-               "p99 %.3f ms with the LLM call (its mean %.3f ms); without it: median %.3f ms "
-               "p99 %.3f ms\n",
-               r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms, r.own_med_ms, r.own_p99_ms);
-    else
-        code = 1;
+        if (!r.ok)
+            code = 1;
+        else
+            printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f "
+                   "ms p99 %.3f ms with the LLM call (its mean %.3f ms); without it: median "
+                   "%.3f ms p99 %.3f ms\n",
+                   r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms, r.own_med_ms,
+                   r.own_p99_ms);
+    }
 
     const char *sat[] = {"--actors", "3", "--slots", "64", "--env-workers", "2",
                          "--groups", quick ? "16" : "48", "--group-size", "8",
                          "--no-cost-model", NULL};
-    if (!only || !strcmp(only, "saturation"))
+    if (!only || !strcmp(only, "saturation")) {
         s_system(self, "bench-saturation", sat, &r);
-    else
-        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
-    if (r.actions == SIZE_MAX)
-        ;
-    else if (r.ok)
-        printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f steps/s "
-               "(middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all processes)\n",
-               r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
-    else
-        code = 1;
-    if (r.ok && r.roles[0])
-        printf("rollout saturation: CPU us per step by role: %s; and this bench's bus listener "
-               "%.0f\n",
-               r.roles, r.self_us_per_step);
+        if (!r.ok)
+            code = 1;
+        else
+            printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f "
+                   "steps/s (middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all "
+                   "processes)\n",
+                   r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
+        if (r.ok && r.roles[0])
+            printf("rollout saturation: CPU us per step by role: %s; and this bench's bus "
+                   "listener %.0f\n",
+                   r.roles, r.self_us_per_step);
+    }
 
     /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
      * per sequence, capacity and batch far above 256 requests. The engine's clock waits on a
@@ -505,24 +507,22 @@ int bench_rollout_run(int argc, char **argv)
                          "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
                          NULL};
-    if (!only || !strcmp(only, "50ms"))
+    if (!only || !strcmp(only, "50ms")) {
         s_system(self, "bench-50ms", lat, &r);
-    else
-        r = (s_sys_t){.ok = false, .actions = SIZE_MAX};
-    if (r.actions == SIZE_MAX) {
-        ;
-    } else if (r.ok) {
-        double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
-        printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% of "
-               "the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
-               "latency), CPU %.0f us per step\n",
-               r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
-               ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
-        if (r.roles[0])
-            printf("rollout 50ms: CPU us per step by role: %s; and this bench's bus listener %.0f\n",
-                   r.roles, r.self_us_per_step);
-    } else {
-        code = 1;
+        if (!r.ok) {
+            code = 1;
+        } else {
+            double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
+            printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% "
+                   "of the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
+                   "latency), CPU %.0f us per step\n",
+                   r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
+                   ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
+            if (r.roles[0])
+                printf("rollout 50ms: CPU us per step by role: %s; and this bench's bus listener "
+                       "%.0f\n",
+                       r.roles, r.self_us_per_step);
+        }
     }
     return code;
 }

@@ -223,23 +223,6 @@ typedef struct {
     int ntargets;
 } s_run_t;
 
-/* s_metrics_arg gives the child `name` (of `role`) a /metrics port when --metrics is on, and
- * remembers it for the targets file. */
-static void s_metrics_arg(s_run_t *r, s_argv_t *a, const char *name, const char *role)
-{
-    if (!o.metrics || r->ntargets >= (int)SR_ARRAY_LEN(r->targets))
-        return;
-    int port = s_free_port();
-    if (port <= 0)
-        return;
-    s_arg(a, "--metrics-port");
-    s_argf(a, "127.0.0.1:%d", port);
-    snprintf(r->targets[r->ntargets].name, sizeof r->targets[0].name, "%s", name);
-    snprintf(r->targets[r->ntargets].role, sizeof r->targets[0].role, "%s", role);
-    snprintf(r->targets[r->ntargets].addr, sizeof r->targets[0].addr, "127.0.0.1:%d", port);
-    r->ntargets++;
-}
-
 static void s_target_add(s_run_t *r, const char *name, const char *role, const char *addr)
 {
     if (r->ntargets >= (int)SR_ARRAY_LEN(r->targets) || !addr[0])
@@ -248,6 +231,20 @@ static void s_target_add(s_run_t *r, const char *name, const char *role, const c
     snprintf(r->targets[r->ntargets].role, sizeof r->targets[0].role, "%s", role);
     snprintf(r->targets[r->ntargets].addr, sizeof r->targets[0].addr, "%s", addr);
     r->ntargets++;
+}
+
+/* s_metrics_arg gives the child `name` (of `role`) a /metrics port when --metrics is on, and
+ * remembers it for the targets file. */
+static void s_metrics_arg(s_run_t *r, s_argv_t *a, const char *name, const char *role)
+{
+    int port = o.metrics && r->ntargets < (int)SR_ARRAY_LEN(r->targets) ? s_free_port() : 0;
+    if (port <= 0)
+        return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    s_arg(a, "--metrics-port");
+    s_arg(a, addr);
+    s_target_add(r, name, role, addr);
 }
 
 /* s_write_targets writes OUT/prometheus-targets.json, a Prometheus file_sd list: one entry per
