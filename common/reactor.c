@@ -8,11 +8,13 @@
  * ready. The fds (the wake-up pipe, libcurl's connections: hundreds in an actor) live in a
  * level-triggered epoll set whose own fd is the last entry of the poll set, so a round costs the
  * kernel the few ZeroMQ sockets plus one fd, not every connection; when that fd is readable,
- * epoll_wait(0) says which fds are ready. Registrations live in an array of pointers whose order
- * matches the poll set (fds also in a table indexed by fd); removing one only marks it (an fd
- * also leaves the epoll set at once), and marked entries are dropped (and freed) when the poll
- * set is rebuilt, which never happens during dispatch. Entries added during dispatch wait for the
- * next round. Timers are found by id through a small chained
+ * epoll_wait(0) says which fds are ready. ZeroMQ sockets are registered in an array of pointers
+ * whose order matches the poll set; removing one only marks it, and marked entries are dropped
+ * (and freed) when the poll set is rebuilt, which never happens during dispatch. fds are
+ * registered in a table indexed by fd and never touch the poll set (libcurl adds and removes a
+ * connection's fd on every request): a removed fd leaves the epoll set at once and its entry
+ * waits in a list until the end of the round, since the round's ready list may still name it.
+ * Entries added during dispatch wait for the next round. Timers are found by id through a small chained
  * hash and ordered by (deadline, sequence) in a binary heap that records each timer's position,
  * so cancelling is O(log n).
  */
@@ -35,7 +37,7 @@ _Static_assert(REACTOR_READ == ZMQ_POLLIN && REACTOR_WRITE == ZMQ_POLLOUT &&
 
 enum { S_ZSOCK, S_FD };
 
-typedef struct {
+typedef struct s_item {
     int kind;
     void *sock;
     int fd;
@@ -44,6 +46,7 @@ typedef struct {
     reactor_fd_fn *fcb;
     void *arg;
     int removed;
+    struct s_item *next_dead; /* a removed fd's entry, in the list freed at the end of a round */
 } s_item_t;
 
 typedef struct s_timer {
@@ -66,6 +69,7 @@ struct reactor {
     int epfd;
     s_item_t **byfd; /* fd -> its live registration */
     size_t nbyfd;
+    s_item_t *dead; /* removed fds' entries, freed at the end of the round */
     struct epoll_event evs[256];
 
     s_timer_t **heap;
@@ -148,40 +152,38 @@ static void s_append(reactor_t *r, s_item_t *it)
     r->dirty = 1;
 }
 
-/* s_rebuild drops removed entries and refreshes the poll set: the ZeroMQ sockets first (items
- * are kept in that order), then the epoll set. Never called during dispatch. */
+/* s_rebuild drops removed ZeroMQ sockets and refreshes the poll set: the sockets, then the epoll
+ * set's fd. Never called during dispatch. */
 static void s_rebuild(reactor_t *r)
 {
-    /* Stable partition: live ZeroMQ sockets to the front, live fds after them. */
-    s_item_t **live = sr_xmalloc((r->nitems ? r->nitems : 1) * sizeof *live);
-    size_t k = 0, z = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < r->nitems; i++) {
-            s_item_t *it = r->items[i];
-            if (!it->removed && it->kind == (pass ? S_FD : S_ZSOCK))
-                live[k++] = it;
-        }
-        if (pass == 0)
-            z = k;
-    }
+    size_t k = 0;
     for (size_t i = 0; i < r->nitems; i++) {
         if (r->items[i]->removed)
             free(r->items[i]);
+        else
+            r->items[k++] = r->items[i];
     }
-    memcpy(r->items, live, k * sizeof *live);
-    free(live);
     r->nitems = k;
-    if (r->poll_cap < z + 1) {
-        r->poll_cap = z + 8;
+    if (r->poll_cap < k + 1) {
+        r->poll_cap = k + 8;
         r->poll = sr_xrealloc(r->poll, r->poll_cap * sizeof *r->poll);
     }
-    for (size_t i = 0; i < z; i++) {
+    for (size_t i = 0; i < k; i++) {
         s_item_t *it = r->items[i];
         r->poll[i] = (zmq_pollitem_t){.socket = it->sock, .fd = -1, .events = (short)it->events};
     }
-    r->poll[z] = (zmq_pollitem_t){.socket = NULL, .fd = r->epfd, .events = ZMQ_POLLIN};
-    r->npoll = z + 1;
+    r->poll[k] = (zmq_pollitem_t){.socket = NULL, .fd = r->epfd, .events = ZMQ_POLLIN};
+    r->npoll = k + 1;
     r->dirty = 0;
+}
+
+static void s_free_dead(reactor_t *r)
+{
+    while (r->dead) {
+        s_item_t *it = r->dead;
+        r->dead = it->next_dead;
+        free(it);
+    }
 }
 
 static uint32_t s_epoll_bits(int events)
@@ -265,7 +267,6 @@ int reactor_add_fd(reactor_t *r, int fd, int events, reactor_fd_fn *cb, void *ar
         return rc == SR_EINVAL || errno == EBADF || errno == EPERM ? SR_EINVAL : rc;
     }
     s_byfd_set(r, fd, it);
-    s_append(r, it);
     return SR_OK;
 }
 
@@ -293,7 +294,8 @@ int reactor_remove_fd(reactor_t *r, int fd)
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
     r->byfd[fd] = NULL;
     it->removed = 1;
-    r->dirty = 1;
+    it->next_dead = r->dead;
+    r->dead = it;
     return SR_OK;
 }
 
@@ -511,7 +513,7 @@ reactor_t *reactor_new(void)
     *it = (s_item_t){.kind = S_FD, .fd = r->wake_rd, .events = REACTOR_READ, .fcb = s_drain_wake};
     s_fd_watch(r, EPOLL_CTL_ADD, it);
     s_byfd_set(r, r->wake_rd, it);
-    s_append(r, it);
+    r->dirty = 1;
     return r;
 }
 
@@ -529,6 +531,9 @@ void reactor_destroy(reactor_t **self_p)
     for (size_t i = 0; i < r->nitems; i++)
         free(r->items[i]);
     free(r->items);
+    for (size_t fd = 0; fd < r->nbyfd; fd++)
+        free(r->byfd[fd]);
+    s_free_dead(r);
     free(r->poll);
     free(r->byfd);
     close(r->epfd);
@@ -702,6 +707,7 @@ int reactor_run(reactor_t *r)
         }
         if (n > 0)
             s_dispatch(r);
+        s_free_dead(r);
     }
     atomic_store(&r->stop_requested, 0);
     r->running = 0;

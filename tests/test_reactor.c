@@ -517,6 +517,71 @@ static void handler_removing_itself_and_a_ready_peer_during_dispatch(void **stat
     close(pb[1]);
 }
 
+/* A handler that removes and closes a ready peer, then registers a new fd that takes the peer's
+ * number: the round's stale readiness of the old fd must not reach the new registration. */
+typedef struct {
+    int fds[2][2]; /* two pipes */
+    int old_calls, new_calls, reused_fd;
+} reuse_t;
+
+static void s_new_cb(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    (void)revents;
+    ((reuse_t *)arg)->new_calls++;
+}
+
+static void s_close_peer_and_reuse(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)revents;
+    reuse_t *x = arg;
+    x->old_calls++;
+    if (x->reused_fd >= 0)
+        return;
+    int me = fd == x->fds[0][0] ? 0 : 1, peer = 1 - me;
+    int old = x->fds[peer][0];
+    assert_int_equal(reactor_remove_fd(r, old), SR_OK);
+    close(x->fds[peer][0]);
+    close(x->fds[peer][1]);
+    assert_int_equal(pipe(x->fds[peer]), 0); /* the lowest free numbers: the read end gets old's */
+    assert_int_equal(x->fds[peer][0], old);
+    assert_int_equal(reactor_add_fd(r, old, REACTOR_READ, s_new_cb, x), SR_OK);
+    x->reused_fd = peer;
+    assert_int_equal(reactor_remove_fd(r, fd), SR_OK);
+}
+
+static void a_reused_fd_number_never_gets_the_old_fds_readiness(void **state)
+{
+    (void)state;
+    reuse_t x = {.reused_fd = -1};
+    assert_int_equal(pipe(x.fds[0]), 0);
+    assert_int_equal(pipe(x.fds[1]), 0);
+    assert_int_equal(write(x.fds[0][1], "a", 1), 1);
+    assert_int_equal(write(x.fds[1][1], "b", 1), 1);
+    reactor_t *r = reactor_new();
+    reactor_add_fd(r, x.fds[0][0], REACTOR_READ, s_close_peer_and_reuse, &x);
+    reactor_add_fd(r, x.fds[1][0], REACTOR_READ, s_close_peer_and_reuse, &x);
+    rounds_t rounds = {.stop_at = 2}; /* stops before the second poll: one dispatch round */
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL);
+    assert_int_equal(reactor_run(r), SR_OK); /* one round: both were ready in it */
+    assert_int_equal(x.old_calls, 1);
+    assert_int_equal(x.new_calls, 0);
+    assert_true(x.reused_fd >= 0);
+    /* The new registration is served from the next round on. */
+    assert_int_equal(write(x.fds[x.reused_fd][1], "c", 1), 1);
+    rounds = (rounds_t){.stop_at = 3};
+    reactor_set_before_sleep(r, s_stop_after_rounds, &rounds);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_true(x.new_calls >= 1);
+    reactor_destroy(&r);
+    for (int i = 0; i < 2; i++) {
+        close(x.fds[i][0]);
+        close(x.fds[i][1]);
+    }
+}
+
 typedef struct {
     transport_sock_t *router;
     int calls;
@@ -987,6 +1052,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
         cmocka_unit_test(fd_readiness_with_a_pipe),
         cmocka_unit_test(handler_removing_itself_and_a_ready_peer_during_dispatch),
+        cmocka_unit_test(a_reused_fd_number_never_gets_the_old_fds_readiness),
         cmocka_unit_test(zsock_handler_removing_itself_is_not_called_again),
         cmocka_unit_test(busy_socket_yields_to_others_after_budget),
         cmocka_unit_test(stop_from_handler_returns_and_loop_can_run_again),
