@@ -2,7 +2,8 @@
 # it_cli.sh: every subcommand listed by `selroll --help` answers --help with exit 0 and a usage line;
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
-# anything.
+# anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
+# alone, with CPU per step by role.
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -31,4 +32,15 @@ EOF
 )
 grep -q "^2 selroll run: --http: 127.0.0.1:[0-9]* is in use$" <<<"$out" ||
   { echo "selroll run --http on a busy port: $out"; fail=1; }
+# The rollout benchmark: a bad --only is a one-line error (exit 2); the saturation case runs the
+# whole system through `selroll run` and prints CPU per step by role from the run's cpu.tsv.
+out=$($S bench rollout --only bogus 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "only wants" <<<"$out"; } ||
+  { echo "selroll bench rollout --only bogus: rc=$rc: $out"; fail=1; }
+out=$($S bench rollout --quick --only saturation 2>&1); rc=$?
+{ [ $rc -eq 0 ] && grep -q "^rollout saturation: 3 actors x 64 slots" <<<"$out" &&
+  grep -Eq "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out" &&
+  ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
+  { echo "selroll bench rollout --quick --only saturation: rc=$rc: $out"; fail=1; }
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role"
 exit $fail
