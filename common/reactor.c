@@ -14,9 +14,9 @@
  * registered in a table indexed by fd and never touch the poll set (libcurl adds and removes a
  * connection's fd on every request): a removed fd leaves the epoll set at once and its entry
  * waits in a list until the end of the round, since the round's ready list may still name it.
- * Entries added during dispatch wait for the next round. Timers are found by id through a small chained
- * hash and ordered by (deadline, sequence) in a binary heap that records each timer's position,
- * so cancelling is O(log n).
+ * Entries added during dispatch wait for the next round. Timers are found by id through a small
+ * chained hash and ordered by (deadline, sequence) in a binary heap that records each timer's
+ * position, so cancelling is O(log n).
  */
 #include "common/reactor.h"
 
@@ -263,8 +263,9 @@ int reactor_add_fd(reactor_t *r, int fd, int events, reactor_fd_fn *cb, void *ar
     *it = (s_item_t){.kind = S_FD, .fd = fd, .events = events, .fcb = cb, .arg = arg};
     int rc = s_fd_watch(r, EPOLL_CTL_ADD, it);
     if (rc != SR_OK) {
+        int e = errno; /* EBADF: not open; EPERM: a regular file, which epoll cannot watch */
         free(it);
-        return rc == SR_EINVAL || errno == EBADF || errno == EPERM ? SR_EINVAL : rc;
+        return rc == SR_EINVAL || e == EBADF || e == EPERM ? SR_EINVAL : rc;
     }
     s_byfd_set(r, fd, it);
     return SR_OK;
@@ -644,7 +645,7 @@ static void s_dispatch_fds(reactor_t *r)
         int revents = ((e & EPOLLIN) ? REACTOR_READ : 0) | ((e & EPOLLOUT) ? REACTOR_WRITE : 0) |
                       ((e & ~(uint32_t)(EPOLLIN | EPOLLOUT)) ? REACTOR_ERROR : 0);
         revents &= it->events | REACTOR_ERROR;
-        /* removed earlier in this round (its item lives until the next rebuild) */
+        /* removed earlier in this round (its entry lives until the end of the round) */
         if (it->removed || revents == 0)
             continue;
         it->fcb(r, it->fd, revents, it->arg);

@@ -30,8 +30,8 @@ struct transport_sock {
 struct transport_proxy {
     transport_sock_t *xsub;
     transport_sock_t *xpub;
-    void *ctl_main;  /* PAIR the owner sends TERMINATE on */
-    void *ctl_proxy; /* PAIR the proxy thread listens on */
+    void *ctl_main;    /* PAIR the owner sends TERMINATE on */
+    void *ctl_proxy;   /* PAIR the proxy thread listens on */
     char local_ep[64]; /* the XPUB side again, over inproc, for subscribers in this process */
     pthread_t thread;
     int started;

@@ -32,7 +32,8 @@ typedef struct {
     int last_status;       /* -1 until it first exits */
     bool finished;         /* exited 0 */
     bool stopped;          /* stopped on purpose: never restarted */
-    int64_t user_us, sys_us; /* CPU time of its reaped incarnations (wait4) */
+    int64_t user_us;       /* CPU time of its reaped incarnations (wait4): user, */
+    int64_t sys_us;        /* ... and system */
 } s_child_t;
 
 struct supervise {
@@ -276,8 +277,8 @@ int supervise_cpu_report(const supervise_t *s, FILE *out)
     fprintf(out, "child\tuser_us\tsys_us\trestarts\n");
     for (size_t i = 0; i < s->n; i++) {
         const s_child_t *c = &s->kids[i];
-        fprintf(out, "%s\t%lld\t%lld\t%d\n", c->name, (long long)c->user_us,
-                (long long)c->sys_us, c->restarts);
+        fprintf(out, "%s\t%lld\t%lld\t%d\n", c->name, (long long)c->user_us, (long long)c->sys_us,
+                c->restarts);
     }
     return ferror(out) ? SR_EIO : SR_OK;
 }

@@ -346,8 +346,8 @@ int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn
          * stays right unless this request brings the next event forward (or the step above
          * completed something that is waiting to be delivered): a futex wake per request saved. */
         double dt = s_next_dt(e);
-        if (e->done_head || e->wake_at == S_IDLE || (e->wake_at >= 0 && dt >= 0 &&
-                                                     e->now + dt < e->wake_at))
+        if (e->done_head || e->wake_at == S_IDLE ||
+            (e->wake_at >= 0 && dt >= 0 && e->now + dt < e->wake_at))
             pthread_cond_signal(&e->cv);
     }
 

@@ -285,8 +285,9 @@ static void a_short_request_behind_a_long_one_is_delivered_on_time(void **state)
     assert_int_equal(r.n, 2);
     assert_int_equal(r.ids[0], short_id);
     assert_int_equal(r.ids[1], long_id);
-    print_message("short request delivered %lld ms after the start (its end ~150 ms), long %lld ms\n",
-                  (long long)first_ms, (long long)(r.last_wall_ms - t0));
+    print_message(
+        "short request delivered %lld ms after the start (its end ~150 ms), long %lld ms\n",
+        (long long)first_ms, (long long)(r.last_wall_ms - t0));
     assert_true(first_ms >= 140 && first_ms < 1000);
     assert_true(fabs(r.ends[0] - r.starts[0] - 0.1) < 0.01); /* 100 tokens at 1000/s */
     assert_true(r.last_wall_ms - t0 >= 1990);
