@@ -525,6 +525,10 @@ static void keep_two_cancel_names_the_kept_pair_and_every_rule_is_recorded(void 
     cJSON *multi = cJSON_GetObjectItem(j, "multi");
     assert_true(cJSON_IsFalse(cJSON_GetObjectItem(multi, "final"))); /* stopped before step 6 */
     cJSON_Delete(j);
+    /* The gate's Redis thread makes the cancel transition, then the CANCEL goes out, then it
+     * annotates the group (gate_rule) and writes the verdicts in writes of their own: wait for
+     * each field checked, not only for the first. */
+    assert_true(s_wait_field(f, "group:r0000-g0007", "gate_rule", "keep-two"));
     s_hget(f, "r0000-g0007", "gate_rule", v, sizeof v);
     assert_string_equal(v, "keep-two");
     store_group_t g;
