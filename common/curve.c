@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,16 +56,6 @@ static zap_t *s_zaps;
 static unsigned s_next_domain;
 static curve_t *s_default;
 
-static void s_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void s_fmt(char *buf, size_t len, const char *fmt, ...)
-{
-    if (!buf || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
 
 /* s_path joins dir, name and ext into buf; returns 0, or SR_ETOOBIG when it does not fit. */
 static int s_path(char *buf, size_t len, const char *dir, const char *name, const char *ext)
@@ -97,7 +86,7 @@ int curve_read_key(const char *path, char *out, char *err, size_t errlen)
     char line[256];
     FILE *f = fopen(path, "r");
     if (!f) {
-        s_fmt(err, errlen, "key file %s: %s", path, strerror(errno));
+        sr_fmt(err, errlen, "key file %s: %s", path, strerror(errno));
         return SR_EIO;
     }
     while (fgets(line, sizeof line, f)) {
@@ -112,14 +101,14 @@ int curve_read_key(const char *path, char *out, char *err, size_t errlen)
         while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
             p[--n] = '\0';
         if (!s_valid_z85(p)) {
-            s_fmt(err, errlen, "key file %s: not a 40-character Z85 key", path);
+            sr_fmt(err, errlen, "key file %s: not a 40-character Z85 key", path);
             goto cleanup;
         }
         memcpy(out, p, CURVE_KEY_Z85_LEN + 1);
         rc = SR_OK;
         goto cleanup;
     }
-    s_fmt(err, errlen, "key file %s: no key in it", path);
+    sr_fmt(err, errlen, "key file %s: no key in it", path);
 cleanup:
     fclose(f);
     return rc;
@@ -130,17 +119,17 @@ static int s_write_file(const char *path, const char *text, mode_t mode, char *e
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0) {
-        s_fmt(err, errlen, "write %s: %s", path, strerror(errno));
+        sr_fmt(err, errlen, "write %s: %s", path, strerror(errno));
         return SR_EIO;
     }
     int rc = SR_OK;
     size_t len = strlen(text);
     if (fchmod(fd, mode) != 0 || write(fd, text, len) != (ssize_t)len) {
-        s_fmt(err, errlen, "write %s: %s", path, strerror(errno));
+        sr_fmt(err, errlen, "write %s: %s", path, strerror(errno));
         rc = SR_EIO;
     }
     if (close(fd) != 0 && rc == SR_OK) {
-        s_fmt(err, errlen, "write %s: %s", path, strerror(errno));
+        sr_fmt(err, errlen, "write %s: %s", path, strerror(errno));
         rc = SR_EIO;
     }
     return rc;
@@ -149,7 +138,7 @@ static int s_write_file(const char *path, const char *text, mode_t mode, char *e
 static int s_mkdir(const char *dir, char *err, size_t errlen)
 {
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        s_fmt(err, errlen, "mkdir %s: %s", dir, strerror(errno));
+        sr_fmt(err, errlen, "mkdir %s: %s", dir, strerror(errno));
         return SR_EIO;
     }
     return SR_OK;
@@ -177,19 +166,19 @@ int curve_write_pair(const char *dir, const char *name, const char *authorized_d
     char path[PATH_MAX], text[256];
     int rc;
     if (!dir || !name || !s_valid_name(name)) {
-        s_fmt(err, errlen, "key name '%s': use letters, digits, '-', '_' or '.'",
+        sr_fmt(err, errlen, "key name '%s': use letters, digits, '-', '_' or '.'",
               name ? name : "");
         return SR_EINVAL;
     }
     if ((rc = curve_keypair(pub, sec)) != SR_OK) {
-        s_fmt(err, errlen, "this libzmq has no CURVE support");
+        sr_fmt(err, errlen, "this libzmq has no CURVE support");
         return rc;
     }
     if ((rc = s_mkdir(dir, err, errlen)) != SR_OK)
         return rc;
     snprintf(text, sizeof text, "# selroll CURVE public key: %s\n%s\n", name, pub);
     if (s_path(path, sizeof path, dir, name, ".pub") != SR_OK) {
-        s_fmt(err, errlen, "key path too long");
+        sr_fmt(err, errlen, "key path too long");
         return SR_ETOOBIG;
     }
     if ((rc = s_write_file(path, text, 0644, err, errlen)) != SR_OK)
@@ -197,7 +186,7 @@ int curve_write_pair(const char *dir, const char *name, const char *authorized_d
     snprintf(text, sizeof text, "# selroll CURVE secret key: %s (keep it private)\n%s\n", name,
              sec);
     if (s_path(path, sizeof path, dir, name, ".key") != SR_OK) {
-        s_fmt(err, errlen, "key path too long");
+        sr_fmt(err, errlen, "key path too long");
         return SR_ETOOBIG;
     }
     if ((rc = s_write_file(path, text, 0600, err, errlen)) != SR_OK)
@@ -207,7 +196,7 @@ int curve_write_pair(const char *dir, const char *name, const char *authorized_d
             return rc;
         snprintf(text, sizeof text, "# selroll CURVE public key: %s\n%s\n", name, pub);
         if (s_path(path, sizeof path, authorized_dir, name, ".pub") != SR_OK) {
-        s_fmt(err, errlen, "key path too long");
+        sr_fmt(err, errlen, "key path too long");
         return SR_ETOOBIG;
     }
         if ((rc = s_write_file(path, text, 0644, err, errlen)) != SR_OK)
@@ -226,7 +215,7 @@ int curve_write_cluster(const char *dir, const char *authorized_dir, char *err, 
         return SR_EINVAL;
     if (s_path(adir, sizeof adir, authorized_dir ? authorized_dir : dir,
                authorized_dir ? "" : "authorized", "") != SR_OK) {
-        s_fmt(err, errlen, "key path too long");
+        sr_fmt(err, errlen, "key path too long");
         return SR_ETOOBIG;
     }
     if ((rc = curve_write_pair(dir, "server", NULL, err, errlen)) != SR_OK)
@@ -250,7 +239,7 @@ static int s_load_authorized(curve_t *c, const char *dir, char *err, size_t errl
     int rc = SR_OK;
     DIR *d = opendir(dir);
     if (!d) {
-        s_fmt(err, errlen, "authorised-keys folder %s: %s", dir, strerror(errno));
+        sr_fmt(err, errlen, "authorised-keys folder %s: %s", dir, strerror(errno));
         return SR_EIO;
     }
     struct dirent *e;
@@ -259,7 +248,7 @@ static int s_load_authorized(curve_t *c, const char *dir, char *err, size_t errl
         if (n < 5 || e->d_name[0] == '.' || strcmp(e->d_name + n - 4, ".pub") != 0)
             continue;
         if (c->nauthorized >= CURVE_MAX_AUTHORIZED) {
-            s_fmt(err, errlen, "authorised-keys folder %s: more than %d keys", dir,
+            sr_fmt(err, errlen, "authorised-keys folder %s: more than %d keys", dir,
                   CURVE_MAX_AUTHORIZED);
             rc = SR_ETOOBIG;
             goto cleanup;
@@ -283,11 +272,11 @@ curve_t *curve_new(const char *keys_dir, const char *name, const char *authorize
     char path[PATH_MAX], adir[PATH_MAX];
     curve_t *c = NULL;
     if (!keys_dir || !*keys_dir) {
-        s_fmt(err, errlen, "curve: no keys folder");
+        sr_fmt(err, errlen, "curve: no keys folder");
         goto fail;
     }
     if (!zmq_has("curve")) {
-        s_fmt(err, errlen, "curve: this libzmq has no CURVE support");
+        sr_fmt(err, errlen, "curve: this libzmq has no CURVE support");
         goto fail;
     }
     c = sr_xcalloc(1, sizeof *c);
@@ -295,14 +284,14 @@ curve_t *curve_new(const char *keys_dir, const char *name, const char *authorize
         !s_exists(path))
         (void)s_path(path, sizeof path, keys_dir, "client", ".key");
     if (!s_exists(path)) {
-        s_fmt(err, errlen, "no %s.key or client.key in %s (selroll keygen writes them)",
+        sr_fmt(err, errlen, "no %s.key or client.key in %s (selroll keygen writes them)",
               name && *name ? name : "client", keys_dir);
         goto fail;
     }
     if (curve_read_key(path, c->sec, err, errlen) != SR_OK)
         goto fail;
     if (zmq_curve_public(c->pub, c->sec) != 0) {
-        s_fmt(err, errlen, "key file %s: cannot derive the public key", path);
+        sr_fmt(err, errlen, "key file %s: cannot derive the public key", path);
         goto fail;
     }
     (void)s_path(path, sizeof path, keys_dir, "server", ".pub");
@@ -320,7 +309,7 @@ curve_t *curve_new(const char *keys_dir, const char *name, const char *authorize
             goto fail;
         c->has_authorized_dir = 1;
     } else if (authorized_dir && *authorized_dir) {
-        s_fmt(err, errlen, "authorised-keys folder %s: %s", adir, strerror(ENOENT));
+        sr_fmt(err, errlen, "authorised-keys folder %s: %s", adir, strerror(ENOENT));
         goto fail;
     }
     pthread_mutex_lock(&s_lock);
@@ -488,7 +477,7 @@ static int s_zap_ensure(void *ctx, char *err, size_t errlen)
     z->sock = zmq_socket(ctx, ZMQ_REP);
     if (!z->sock || zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
         zmq_bind(z->sock, "inproc://zeromq.zap.01") != 0) {
-        s_fmt(err, errlen, "curve: cannot start the ZAP handler: %s", zmq_strerror(errno));
+        sr_fmt(err, errlen, "curve: cannot start the ZAP handler: %s", zmq_strerror(errno));
         if (z->sock)
             zmq_close(z->sock);
         free(z);
@@ -504,7 +493,7 @@ static int s_zap_ensure(void *ctx, char *err, size_t errlen)
         s_zaps = z->next;
         zmq_close(z->sock);
         free(z);
-        s_fmt(err, errlen, "curve: cannot start the ZAP thread");
+        sr_fmt(err, errlen, "curve: cannot start the ZAP thread");
         rc = SR_EIO;
     }
     pthread_attr_destroy(&attr);
@@ -518,7 +507,7 @@ static int s_set(void *zsock, int opt, const void *v, size_t len, const char *na
 {
     if (zmq_setsockopt(zsock, opt, v, len) == 0)
         return SR_OK;
-    s_fmt(err, errlen, "setsockopt %s: %s", name, zmq_strerror(errno));
+    sr_fmt(err, errlen, "setsockopt %s: %s", name, zmq_strerror(errno));
     return SR_EINVAL;
 }
 
@@ -530,7 +519,7 @@ int curve_apply(const curve_t *c, void *ctx, void *zsock, int as_server, char *e
     if (as_server) {
         int one = 1;
         if (!c->server_sec[0]) {
-            s_fmt(err, errlen, "curve: this process has no server.key, so it cannot bind");
+            sr_fmt(err, errlen, "curve: this process has no server.key, so it cannot bind");
             return SR_EINVAL;
         }
         if ((rc = s_zap_ensure(ctx, err, errlen)) != SR_OK)

@@ -17,7 +17,6 @@
 #include <cJSON.h>
 #include <curl/curl.h>
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +95,6 @@ static uint64_t s_rand(llm_client_t *c)
     return z ^ (z >> 31);
 }
 
-static void s_fmt(char *buf, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- URL and request body ------------------------------------------------------------------ */
 
@@ -307,18 +299,18 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     llm_parsed_t *st = NULL;
 
     if (!body || len == 0) {
-        s_fmt(out->error, sizeof out->error, "empty response body");
+        sr_fmt(out->error, sizeof out->error, "empty response body");
         goto cleanup;
     }
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        s_fmt(out->error, sizeof out->error, "invalid JSON at byte %zu", at);
+        sr_fmt(out->error, sizeof out->error, "invalid JSON at byte %zu", at);
         goto cleanup;
     }
     if (!cJSON_IsObject(root)) {
-        s_fmt(out->error, sizeof out->error, "response is not a JSON object");
+        sr_fmt(out->error, sizeof out->error, "response is not a JSON object");
         goto cleanup;
     }
     const cJSON *err_item = cJSON_GetObjectItemCaseSensitive(root, "error");
@@ -329,26 +321,26 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         char msg[200];
         if (!s_message_of(root, msg, sizeof msg))
             snprintf(msg, sizeof msg, "no message");
-        s_fmt(out->error, sizeof out->error, "server error: %s", msg);
+        sr_fmt(out->error, sizeof out->error, "server error: %s", msg);
         goto cleanup;
     }
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
     if (!cJSON_IsArray(choices) || cJSON_GetArraySize(choices) == 0) {
-        s_fmt(out->error, sizeof out->error, "no choices in response");
+        sr_fmt(out->error, sizeof out->error, "no choices in response");
         goto cleanup;
     }
     const cJSON *choice = cJSON_GetArrayItem(choices, 0);
     const cJSON *message = cJSON_GetObjectItemCaseSensitive(choice, "message");
     if (!cJSON_IsObject(message)) {
         if (cJSON_GetObjectItemCaseSensitive(choice, "delta"))
-            s_fmt(out->error, sizeof out->error, "streaming chunk where a full response was expected");
+            sr_fmt(out->error, sizeof out->error, "streaming chunk where a full response was expected");
         else
-            s_fmt(out->error, sizeof out->error, "first choice has no message");
+            sr_fmt(out->error, sizeof out->error, "first choice has no message");
         goto cleanup;
     }
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(message, "content");
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
-        s_fmt(out->error, sizeof out->error, "message content is not a string");
+        sr_fmt(out->error, sizeof out->error, "message content is not a string");
         goto cleanup;
     }
     st = sr_xcalloc(1, sizeof *st);
@@ -490,7 +482,7 @@ static void s_start_attempt(llm_request_t *r)
     CURLMcode mc = curl_multi_add_handle(r->c->multi, r->easy);
     if (mc != CURLM_OK) {
         llm_response_t resp = {.rc = SR_EIO, .prompt_tokens = -1, .completion_tokens = -1};
-        s_fmt(resp.error, sizeof resp.error, "curl refused the request: %s", curl_multi_strerror(mc));
+        sr_fmt(resp.error, sizeof resp.error, "curl refused the request: %s", curl_multi_strerror(mc));
         s_complete(r, &resp);
         return;
     }
@@ -528,7 +520,7 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
     curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &req_bytes);
     char ctype_copy[96] = "";
     if (ctype)
-        s_fmt(ctype_copy, sizeof ctype_copy, "%.*s", (int)strcspn(ctype, "; "), ctype);
+        sr_fmt(ctype_copy, sizeof ctype_copy, "%.*s", (int)strcspn(ctype, "; "), ctype);
     curl_multi_remove_handle(c->multi, r->easy);
     r->in_multi = false;
 
@@ -539,32 +531,32 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
     if (cc != CURLE_OK) {
         if (r->too_big) {
             resp.rc = SR_ETOOBIG;
-            s_fmt(resp.error, sizeof resp.error, "response larger than %zu bytes", c->cfg.max_response_bytes);
+            sr_fmt(resp.error, sizeof resp.error, "response larger than %zu bytes", c->cfg.max_response_bytes);
         } else if (cc == CURLE_OPERATION_TIMEDOUT && req_bytes == 0) {
             resp.rc = SR_ETIMEDOUT;
-            s_fmt(resp.error, sizeof resp.error, "connect timeout after %ld ms", c->cfg.connect_timeout_ms);
+            sr_fmt(resp.error, sizeof resp.error, "connect timeout after %ld ms", c->cfg.connect_timeout_ms);
             retry = true;
         } else if (cc == CURLE_OPERATION_TIMEDOUT) {
             resp.rc = SR_ETIMEDOUT;
-            s_fmt(resp.error, sizeof resp.error, "timeout after %ld ms", c->cfg.timeout_ms);
+            sr_fmt(resp.error, sizeof resp.error, "timeout after %ld ms", c->cfg.timeout_ms);
         } else {
             resp.rc = SR_EIO;
             s_one_line(r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc),
                        strlen(r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc)), msg, sizeof msg);
-            s_fmt(resp.error, sizeof resp.error, "connection error: %s", msg);
+            sr_fmt(resp.error, sizeof resp.error, "connection error: %s", msg);
             retry = s_retryable_curl(cc);
         }
     } else if (http < 200 || http >= 300) {
         resp.rc = SR_EHTTP;
         llm_error_message(r->resp, r->resp_len, msg, sizeof msg);
         if (msg[0])
-            s_fmt(resp.error, sizeof resp.error, "HTTP %ld: %s", http, msg);
+            sr_fmt(resp.error, sizeof resp.error, "HTTP %ld: %s", http, msg);
         else
-            s_fmt(resp.error, sizeof resp.error, "HTTP %ld", http);
+            sr_fmt(resp.error, sizeof resp.error, "HTTP %ld", http);
         retry = http >= 500;
     } else if (ctype && !s_is_json_type(ctype)) {
         resp.rc = SR_EPROTO;
-        s_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
+        sr_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
     } else {
         resp.rc = llm_parse_chat_response(r->resp, r->resp_len, &resp, &store);
     }

@@ -4,6 +4,7 @@
 #include "common/sr.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +95,14 @@ char *sr_xstrndup(const char *s, size_t n)
     memcpy(d, s, n);
     d[n] = '\0';
     return d;
+}
+
+void sr_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+    if (!buf || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
 }

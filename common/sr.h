@@ -53,6 +53,10 @@ void *sr_xrealloc(void *p, size_t n);
 char *sr_xstrdup(const char *s);
 char *sr_xstrndup(const char *s, size_t n);
 
+/* sr_fmt writes a printf-style message into buf (truncated to len; nothing when buf is NULL or
+ * len is 0): the one-line error texts functions hand back through (err, errlen). */
+void sr_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define SELROLL_VERSION "0.1.0"
 #define SELROLL_PROTO_VERSION 1
 

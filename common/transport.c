@@ -12,7 +12,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,16 +53,6 @@ static int s_zmq_rc(int err)
     }
 }
 
-static void s_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void s_fmt(char *buf, size_t len, const char *fmt, ...)
-{
-    if (!buf || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
 
 void transport_opts_init(transport_opts_t *o)
 {
@@ -88,7 +77,7 @@ static int s_setint(void *zs, int opt, int v, const char *name, char *err, size_
     if (zmq_setsockopt(zs, opt, &v, sizeof v) == 0)
         return SR_OK;
     int e = errno;
-    s_fmt(err, errlen, "setsockopt %s=%d: %s", name, v, zmq_strerror(e));
+    sr_fmt(err, errlen, "setsockopt %s=%d: %s", name, v, zmq_strerror(e));
     return s_zmq_rc(e);
 }
 
@@ -97,7 +86,7 @@ static int s_apply_opts(void *zs, int type, const transport_opts_t *o, char *err
     int rc = SR_OK;
     if (zmq_setsockopt(zs, ZMQ_MAXMSGSIZE, &o->max_msg_size, sizeof o->max_msg_size) != 0) {
         int e = errno;
-        s_fmt(err, errlen, "setsockopt ZMQ_MAXMSGSIZE=%lld: %s", (long long)o->max_msg_size,
+        sr_fmt(err, errlen, "setsockopt ZMQ_MAXMSGSIZE=%lld: %s", (long long)o->max_msg_size,
               zmq_strerror(e));
         return s_zmq_rc(e);
     }
@@ -123,12 +112,12 @@ static int s_apply_opts(void *zs, int type, const transport_opts_t *o, char *err
     if (type == ZMQ_DEALER && o->identity) {
         size_t n = strlen(o->identity);
         if (n == 0 || n > TRANSPORT_IDENTITY_MAX) {
-            s_fmt(err, errlen, "identity must be 1..%d bytes, got %zu", TRANSPORT_IDENTITY_MAX, n);
+            sr_fmt(err, errlen, "identity must be 1..%d bytes, got %zu", TRANSPORT_IDENTITY_MAX, n);
             return SR_EINVAL;
         }
         if (zmq_setsockopt(zs, ZMQ_ROUTING_ID, o->identity, n) != 0) {
             int e = errno;
-            s_fmt(err, errlen, "setsockopt ZMQ_ROUTING_ID=%s: %s", o->identity, zmq_strerror(e));
+            sr_fmt(err, errlen, "setsockopt ZMQ_ROUTING_ID=%s: %s", o->identity, zmq_strerror(e));
             return s_zmq_rc(e);
         }
     }
@@ -145,7 +134,7 @@ transport_sock_t *transport_sock_new(void *ctx, int type, const transport_opts_t
         opts = &defaults;
     }
     if (!ctx) {
-        s_fmt(err, errlen, "socket: no ZeroMQ context");
+        sr_fmt(err, errlen, "socket: no ZeroMQ context");
         goto fail;
     }
     s = sr_xcalloc(1, sizeof *s);
@@ -154,7 +143,7 @@ transport_sock_t *transport_sock_new(void *ctx, int type, const transport_opts_t
     s->curve = opts->curve;
     s->zsock = zmq_socket(ctx, type);
     if (!s->zsock) {
-        s_fmt(err, errlen, "socket type %d: %s", type, zmq_strerror(errno));
+        sr_fmt(err, errlen, "socket type %d: %s", type, zmq_strerror(errno));
         goto fail;
     }
     if (s_apply_opts(s->zsock, type, opts, err, errlen) != SR_OK)
@@ -223,22 +212,22 @@ static int s_valid_tcp(const char *rest, char *err, size_t errlen)
 {
     const char *colon = strrchr(rest, ':');
     if (!colon) {
-        s_fmt(err, errlen, "endpoint tcp://%s: missing :port", rest);
+        sr_fmt(err, errlen, "endpoint tcp://%s: missing :port", rest);
         return SR_EINVAL;
     }
     size_t hostlen = (size_t)(colon - rest);
     if (hostlen == 0) {
-        s_fmt(err, errlen, "endpoint tcp://%s: missing host", rest);
+        sr_fmt(err, errlen, "endpoint tcp://%s: missing host", rest);
         return SR_EINVAL;
     }
     if (rest[0] == '[') {
         if (hostlen < 3 || rest[hostlen - 1] != ']') {
-            s_fmt(err, errlen, "endpoint tcp://%s: bad [ipv6] host", rest);
+            sr_fmt(err, errlen, "endpoint tcp://%s: bad [ipv6] host", rest);
             return SR_EINVAL;
         }
         for (size_t i = 1; i + 1 < hostlen; i++) {
             if (!isxdigit((unsigned char)rest[i]) && rest[i] != ':' && rest[i] != '.') {
-                s_fmt(err, errlen, "endpoint tcp://%s: bad [ipv6] host", rest);
+                sr_fmt(err, errlen, "endpoint tcp://%s: bad [ipv6] host", rest);
                 return SR_EINVAL;
             }
         }
@@ -246,13 +235,13 @@ static int s_valid_tcp(const char *rest, char *err, size_t errlen)
         for (size_t i = 0; i < hostlen; i++) {
             unsigned char c = (unsigned char)rest[i];
             if (!isalnum(c) && c != '.' && c != '-' && c != '_') {
-                s_fmt(err, errlen, "endpoint tcp://%s: bad character in host", rest);
+                sr_fmt(err, errlen, "endpoint tcp://%s: bad character in host", rest);
                 return SR_EINVAL;
             }
         }
     }
     if (!s_valid_port(colon + 1)) {
-        s_fmt(err, errlen, "endpoint tcp://%s: port must be 0..65535 or *", rest);
+        sr_fmt(err, errlen, "endpoint tcp://%s: port must be 0..65535 or *", rest);
         return SR_EINVAL;
     }
     return SR_OK;
@@ -261,16 +250,16 @@ static int s_valid_tcp(const char *rest, char *err, size_t errlen)
 int transport_endpoint_validate(const char *ep, char *err, size_t errlen)
 {
     if (!ep || !*ep) {
-        s_fmt(err, errlen, "endpoint: empty");
+        sr_fmt(err, errlen, "endpoint: empty");
         return SR_EINVAL;
     }
     if (strlen(ep) >= TRANSPORT_ENDPOINT_LEN) {
-        s_fmt(err, errlen, "endpoint: longer than %d bytes", TRANSPORT_ENDPOINT_LEN - 1);
+        sr_fmt(err, errlen, "endpoint: longer than %d bytes", TRANSPORT_ENDPOINT_LEN - 1);
         return SR_EINVAL;
     }
     for (const char *c = ep; *c; c++) {
         if (isspace((unsigned char)*c) || !isprint((unsigned char)*c)) {
-            s_fmt(err, errlen, "endpoint %s: contains a space or control character", ep);
+            sr_fmt(err, errlen, "endpoint %s: contains a space or control character", ep);
             return SR_EINVAL;
         }
     }
@@ -280,19 +269,19 @@ int transport_endpoint_validate(const char *ep, char *err, size_t errlen)
         /* The path must fit sockaddr_un.sun_path (108 bytes with the terminator). */
         size_t n = strlen(ep + 6);
         if (n == 0 || n > 107) {
-            s_fmt(err, errlen, "endpoint %s: ipc path must be 1..107 bytes", ep);
+            sr_fmt(err, errlen, "endpoint %s: ipc path must be 1..107 bytes", ep);
             return SR_EINVAL;
         }
         return SR_OK;
     }
     if (strncmp(ep, "inproc://", 9) == 0) {
         if (ep[9] == '\0') {
-            s_fmt(err, errlen, "endpoint %s: missing inproc name", ep);
+            sr_fmt(err, errlen, "endpoint %s: missing inproc name", ep);
             return SR_EINVAL;
         }
         return SR_OK;
     }
-    s_fmt(err, errlen, "endpoint %s: expected tcp://host:port, ipc://path or inproc://name", ep);
+    sr_fmt(err, errlen, "endpoint %s: expected tcp://host:port, ipc://path or inproc://name", ep);
     return SR_EINVAL;
 }
 
@@ -302,13 +291,13 @@ int transport_bind(transport_sock_t *s, const char *ep)
         return SR_EINVAL;
     char why[TRANSPORT_ERR_LEN];
     if (transport_endpoint_validate(ep, why, sizeof why) != SR_OK) {
-        s_fmt(s->err, sizeof s->err, "bind: %s", why);
+        sr_fmt(s->err, sizeof s->err, "bind: %s", why);
         return SR_EINVAL;
     }
     if (s->curve && strncmp(ep, "inproc://", 9) != 0) {
         int rc = curve_apply(s->curve, s->ctx, s->zsock, 1, why, sizeof why);
         if (rc != SR_OK) {
-            s_fmt(s->err, sizeof s->err, "bind %s: %s", ep, why);
+            sr_fmt(s->err, sizeof s->err, "bind %s: %s", ep, why);
             return rc;
         }
     } else if (!s->curve && !transport_is_loopback(ep)) {
@@ -317,13 +306,13 @@ int transport_bind(transport_sock_t *s, const char *ep)
     }
     if (zmq_bind(s->zsock, ep) != 0) {
         int e = errno;
-        s_fmt(s->err, sizeof s->err, "bind %s: %s", ep, zmq_strerror(e));
+        sr_fmt(s->err, sizeof s->err, "bind %s: %s", ep, zmq_strerror(e));
         return s_zmq_rc(e);
     }
     size_t len = sizeof s->endpoint;
     if (zmq_getsockopt(s->zsock, ZMQ_LAST_ENDPOINT, s->endpoint, &len) != 0) {
         /* The bind worked; fall back to the endpoint as given. */
-        s_fmt(s->endpoint, sizeof s->endpoint, "%s", ep);
+        sr_fmt(s->endpoint, sizeof s->endpoint, "%s", ep);
     }
     s->err[0] = '\0';
     return SR_OK;
@@ -335,19 +324,19 @@ int transport_connect(transport_sock_t *s, const char *ep)
         return SR_EINVAL;
     char why[TRANSPORT_ERR_LEN];
     if (transport_endpoint_validate(ep, why, sizeof why) != SR_OK) {
-        s_fmt(s->err, sizeof s->err, "connect: %s", why);
+        sr_fmt(s->err, sizeof s->err, "connect: %s", why);
         return SR_EINVAL;
     }
     if (s->curve && strncmp(ep, "inproc://", 9) != 0) {
         int rc = curve_apply(s->curve, s->ctx, s->zsock, 0, why, sizeof why);
         if (rc != SR_OK) {
-            s_fmt(s->err, sizeof s->err, "connect %s: %s", ep, why);
+            sr_fmt(s->err, sizeof s->err, "connect %s: %s", ep, why);
             return rc;
         }
     }
     if (zmq_connect(s->zsock, ep) != 0) {
         int e = errno;
-        s_fmt(s->err, sizeof s->err, "connect %s: %s", ep, zmq_strerror(e));
+        sr_fmt(s->err, sizeof s->err, "connect %s: %s", ep, zmq_strerror(e));
         return s_zmq_rc(e);
     }
     s->err[0] = '\0';
@@ -371,7 +360,7 @@ const char *transport_default_bind(const char *def, char *buf, size_t len)
 {
     if (!def || curve_default() || strncmp(def, "tcp://*:", 8) != 0)
         return def;
-    s_fmt(buf, len, "tcp://127.0.0.1:%s", def + 8);
+    sr_fmt(buf, len, "tcp://127.0.0.1:%s", def + 8);
     return buf;
 }
 
@@ -418,9 +407,9 @@ fail: {
         char idtext[2 * 32 + 1];
         s->unroutable++;
         s_id_text(head, headlen, idtext, sizeof idtext);
-        s_fmt(s->err, sizeof s->err, "%s: no peer with identity %s", what, idtext);
+        sr_fmt(s->err, sizeof s->err, "%s: no peer with identity %s", what, idtext);
     } else {
-        s_fmt(s->err, sizeof s->err, "%s: %s", what, zmq_strerror(e));
+        sr_fmt(s->err, sizeof s->err, "%s: %s", what, zmq_strerror(e));
     }
     return s_zmq_rc(e);
 }
@@ -480,7 +469,7 @@ int transport_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
         } while (n < 0 && errno == EINTR);
         if (n < 0) {
             int e = errno;
-            s_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
+            sr_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
             return s_zmq_rc(e);
         }
         if (n == 0)
@@ -494,19 +483,19 @@ int transport_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
     if (zmq_msg_recv(first, s->zsock, ZMQ_DONTWAIT) < 0) {
         int e = errno;
         if (e != EAGAIN)
-            s_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
+            sr_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
         rc = s_zmq_rc(e);
         goto fail;
     }
     if (want_head) {
         if (!zmq_msg_more(&m->head)) {
-            s_fmt(s->err, sizeof s->err, "recv: expected 2 frames, got 1");
+            sr_fmt(s->err, sizeof s->err, "recv: expected 2 frames, got 1");
             rc = SR_EPROTO;
             goto fail;
         }
         if (zmq_msg_recv(&m->body, s->zsock, ZMQ_DONTWAIT) < 0) {
             int e = errno;
-            s_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
+            sr_fmt(s->err, sizeof s->err, "recv: %s", zmq_strerror(e));
             rc = s_zmq_rc(e);
             goto fail;
         }
@@ -514,7 +503,7 @@ int transport_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
     }
     if (zmq_msg_more(&m->body)) {
         s_drain(s->zsock);
-        s_fmt(s->err, sizeof s->err, "recv: expected %d frame(s), got more", want_head ? 2 : 1);
+        sr_fmt(s->err, sizeof s->err, "recv: expected %d frame(s), got more", want_head ? 2 : 1);
         rc = SR_EPROTO;
         goto fail;
     }
@@ -585,35 +574,35 @@ transport_proxy_t *transport_proxy_new(void *ctx, const char *pub_ep, const char
     if (!p->xsub || !p->xpub)
         goto fail;
     if (transport_bind(p->xsub, pub_ep) != SR_OK) {
-        s_fmt(err, errlen, "%s", transport_sock_errstr(p->xsub));
+        sr_fmt(err, errlen, "%s", transport_sock_errstr(p->xsub));
         goto fail;
     }
     if (transport_bind(p->xpub, sub_ep) != SR_OK) {
-        s_fmt(err, errlen, "%s", transport_sock_errstr(p->xpub));
+        sr_fmt(err, errlen, "%s", transport_sock_errstr(p->xpub));
         goto fail;
     }
     snprintf(p->local_ep, sizeof p->local_ep, "inproc://transport-proxy-sub-%p", (void *)p);
     if (zmq_bind(transport_sock_zmq(p->xpub), p->local_ep) != 0) {
-        s_fmt(err, errlen, "proxy %s: %s", p->local_ep, zmq_strerror(errno));
+        sr_fmt(err, errlen, "proxy %s: %s", p->local_ep, zmq_strerror(errno));
         goto fail;
     }
     p->ctl_main = zmq_socket(ctx, ZMQ_PAIR);
     p->ctl_proxy = zmq_socket(ctx, ZMQ_PAIR);
     if (!p->ctl_main || !p->ctl_proxy) {
-        s_fmt(err, errlen, "proxy control socket: %s", zmq_strerror(errno));
+        sr_fmt(err, errlen, "proxy control socket: %s", zmq_strerror(errno));
         goto fail;
     }
     zmq_setsockopt(p->ctl_main, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(p->ctl_proxy, ZMQ_LINGER, &linger, sizeof linger);
     snprintf(ctl_ep, sizeof ctl_ep, "inproc://transport-proxy-ctl-%p", (void *)p);
     if (zmq_bind(p->ctl_proxy, ctl_ep) != 0 || zmq_connect(p->ctl_main, ctl_ep) != 0) {
-        s_fmt(err, errlen, "proxy control %s: %s", ctl_ep, zmq_strerror(errno));
+        sr_fmt(err, errlen, "proxy control %s: %s", ctl_ep, zmq_strerror(errno));
         goto fail;
     }
     /* The sockets move to the proxy thread here; pthread_create is the memory barrier libzmq
      * asks for when a socket changes threads. */
     if (pthread_create(&p->thread, NULL, s_proxy_main, p) != 0) {
-        s_fmt(err, errlen, "proxy thread: cannot start");
+        sr_fmt(err, errlen, "proxy thread: cannot start");
         goto fail;
     }
     p->started = 1;
