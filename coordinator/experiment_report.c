@@ -204,6 +204,26 @@ static bool s_ran(const exp_report_t *r, size_t a)
     return false;
 }
 
+/* s_best_arm returns the name of the arm (baseline aside) with the lowest mean of metric m, its
+ * mean in *best and its held-out difference in *diff; NULL when no other arm ran. */
+static const char *s_best_arm(const exp_report_t *r, exp_metric_t m, double *best, double *diff)
+{
+    const char *name = NULL;
+    *best = INFINITY;
+    *diff = NAN;
+    for (size_t a = 1; a < r->narms; a++) {
+        if (!s_ran(r, a))
+            continue;
+        exp_ci_t c = s_ci(r, a, m);
+        if (c.n && c.mean < *best) {
+            *best = c.mean;
+            name = r->arms[a].arm->name;
+            *diff = s_ci(r, a, EXP_M_heldout_diff).mean;
+        }
+    }
+    return name;
+}
+
 /* s_table writes a markdown table: one row per arm that ran, one column per metric. */
 static void s_table(FILE *f, const exp_report_t *r, const exp_metric_t *ms, const char **fmts,
                     const double *scales, size_t nm)
@@ -727,19 +747,8 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
             }
         }
     fprintf(f, "- Paper-rule gate arm wall-clock <= 0.90 x baseline: %s.\n", st);
-    double best = INFINITY;
-    const char *best_name = NULL;
-    double best_diff = NAN;
-    for (size_t a = 1; a < r->narms; a++) {
-        if (!s_ran(r, a))
-            continue;
-        exp_ci_t c = s_ci(r, a, EXP_M_wall_ratio);
-        if (c.n && c.mean < best) {
-            best = c.mean;
-            best_name = r->arms[a].arm->name;
-            best_diff = s_ci(r, a, EXP_M_heldout_diff).mean;
-        }
-    }
+    double best, best_diff;
+    const char *best_name = s_best_arm(r, EXP_M_wall_ratio, &best, &best_diff);
     if (best_name)
         fprintf(f,
                 "- Best arm <= 0.70 x baseline with held-out >= baseline - 2 pp: %s (best "
@@ -748,18 +757,7 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
                 100.0 * best_diff);
     else
         fprintf(f, "- Best arm <= 0.70 x baseline: not measured (no arm beside the baseline).\n");
-    best = INFINITY;
-    best_name = NULL;
-    for (size_t a = 1; a < r->narms; a++) {
-        if (!s_ran(r, a))
-            continue;
-        exp_ci_t c = s_ci(r, a, EXP_M_s_per_batch_group_ratio);
-        if (c.n && c.mean < best) {
-            best = c.mean;
-            best_name = r->arms[a].arm->name;
-            best_diff = s_ci(r, a, EXP_M_heldout_diff).mean;
-        }
-    }
+    best_name = s_best_arm(r, EXP_M_s_per_batch_group_ratio, &best, &best_diff);
     if (best_name)
         fprintf(f,
                 "- The same target by rollout seconds per group trained on (not a target of the "

@@ -152,20 +152,27 @@ void exp_svg_categories(exp_svg_t *s, const char *const *names, size_t n)
     s->ncats = n;
 }
 
-void exp_svg_line(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
-                  const char *label)
+/* s_polyline draws the finite points of (x, y) joined, with a dot on each when dots is set. */
+static void s_polyline(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
+                       bool dots)
 {
-    if (!s || !x || !y)
-        return;
     s_put(s, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", s_color(color));
     for (size_t i = 0; i < n; i++)
         if (isfinite(x[i]) && isfinite(y[i]))
             s_put(s, "%.1f,%.1f ", s_px(s, x[i]), s_py(s, y[i]));
     s_put(s, "\"/>\n");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; dots && i < n; i++)
         if (isfinite(x[i]) && isfinite(y[i]))
             s_put(s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", s_px(s, x[i]),
                   s_py(s, y[i]), s_color(color));
+}
+
+void exp_svg_line(exp_svg_t *s, const double *x, const double *y, size_t n, int color,
+                  const char *label)
+{
+    if (!s || !x || !y)
+        return;
+    s_polyline(s, x, y, n, color, true);
     s_legend(s, label, color);
 }
 
@@ -174,11 +181,7 @@ void exp_svg_curve(exp_svg_t *s, const double *x, const double *y, size_t n, int
 {
     if (!s || !x || !y)
         return;
-    s_put(s, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", s_color(color));
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && isfinite(y[i]))
-            s_put(s, "%.1f,%.1f ", s_px(s, x[i]), s_py(s, y[i]));
-    s_put(s, "\"/>\n");
+    s_polyline(s, x, y, n, color, false);
     s_legend(s, label, color);
 }
 

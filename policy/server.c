@@ -688,6 +688,23 @@ static const char *s_cut(s_buf_t *content, const s_req_t *rq)
     return reason;
 }
 
+/* s_top_order writes into order the indices of the (at most top) most probable candidates, most
+ * probable first (ties: the earlier candidate), and returns how many. */
+static int s_top_order(const pparse_state_t *st, const double *p_unit, int top, int *order)
+{
+    bool used[PPARSE_MAX_ACTIONS] = {false};
+    int k = 0;
+    for (; k < top && k < st->n_actions; k++) {
+        int best = -1;
+        for (int i = 0; i < st->n_actions; i++)
+            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
+                best = i;
+        used[best] = true;
+        order[k] = best;
+    }
+    return k;
+}
+
 static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, int chosen, double lp,
                               int top)
 {
@@ -698,13 +715,10 @@ static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, in
     cJSON_AddNumberToObject(e, "logprob", lp);
     cJSON_AddNullToObject(e, "bytes");
     cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
-    bool used[PPARSE_MAX_ACTIONS] = {false};
-    for (int k = 0; k < top && k < st->n_actions; k++) {
-        int best = -1;
-        for (int i = 0; i < st->n_actions; i++)
-            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
-                best = i;
-        used[best] = true;
+    int order[PPARSE_MAX_ACTIONS];
+    int n = s_top_order(st, p_unit, top, order);
+    for (int k = 0; k < n; k++) {
+        int best = order[k];
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "token", st->actions[best]);
         cJSON_AddNumberToObject(t, "logprob", p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
@@ -724,13 +738,10 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
     jsonw_lit(w, ",\"logprob\":");
     jsonw_num(w, lp);
     jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":[");
-    bool used[PPARSE_MAX_ACTIONS] = {false};
-    for (int k = 0; k < top && k < st->n_actions; k++) {
-        int best = -1;
-        for (int i = 0; i < st->n_actions; i++)
-            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
-                best = i;
-        used[best] = true;
+    int order[PPARSE_MAX_ACTIONS];
+    int n = s_top_order(st, p_unit, top, order);
+    for (int k = 0; k < n; k++) {
+        int best = order[k];
         if (k)
             jsonw_lit(w, ",");
         jsonw_lit(w, "{\"token\":");
