@@ -707,6 +707,8 @@ static void s_on_step_obs(actor_t *a, slot_t *s, const proto_obs_t *o)
     *st = s->cur;
     memset(&s->cur, 0, sizeof s->cur);
     st->i = (int64_t)s->n_steps - 1;
+    st->has_t = true;
+    st->t_ms = (double)clock_wall_us() / 1000.0;
     st->obs = s_strdup_max(o->obs, PROTO_MAX_TEXT);
     st->reward = o->reward;
     st->done = o->done;

@@ -3,16 +3,17 @@
  *
  * Part one times the gate's decision core in process. Part two starts the real system through
  * `selroll run` (a private redis-server, env workers, the policy server, coordinator, gate and
- * actors) and listens on its bus: every ACTION is stamped on arrival, so the interval between two
- * consecutive steps of one trajectory is the time one step takes end to end. With one slot and
- * the policy's cost model off that interval is the orchestration overhead per step (actor, env
- * worker, bus, Redis-backed bookkeeping and the policy server's own HTTP round trip); with many
- * slots the ACTION rate is the throughput. Rates are taken over the middle 60% of a run's
- * ACTIONs, where every slot is busy. The results file gives each step's LLM call time as the
- * actor saw it, so the overhead is also reported without the policy's answer: the interval less
- * the call that led to that step. The CPU time of every process of a run (all of them are
- * waited for) per ACTION tells what a step costs the machine, which a loaded machine disturbs
- * far less than it disturbs the rates.
+ * actors) and reads its results file afterwards: every step carries the wall time its actor
+ * published its ACTION (t_ms) and the time its LLM call took as the actor saw it (latency_ms).
+ * The interval between two consecutive steps of one trajectory is the time one step takes end to
+ * end. With one slot and the policy's cost model off that interval is the orchestration overhead
+ * per step (actor, env worker, bus, Redis-backed bookkeeping and the policy server's own HTTP
+ * round trip); less the call that led to the step, it is the overhead without the policy's
+ * answer. With many slots the step rate is the throughput, taken over the middle 60% of a run's
+ * steps, where every slot is busy. Nothing listens on the bus for the measurement, so the bench
+ * takes no CPU from the run it measures. The CPU time of every process of a run (all of them are
+ * waited for) per step tells what a step costs the machine, which a loaded machine disturbs far
+ * less than it disturbs the rates.
  */
 #include "bench/bench_rollout.h"
 
@@ -21,11 +22,11 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
-#include "common/transport.h"
 #include "coordinator/supervise.h"
 
 #include <cjson/cJSON.h>
 #include <ftw.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +77,12 @@ static uint64_t s_hash(const char *s, int64_t traj)
 
 static void s_bench_core(int groups)
 {
-    static const char *vocab[] = {"go to cabinet 1", "go to cabinet 2", "open cabinet 1",
-                                  "take apple 1 from cabinet 1", "look", "go to fridge 1"};
+    static const char *vocab[] = {"go to cabinet 1",
+                                  "go to cabinet 2",
+                                  "open cabinet 1",
+                                  "take apple 1 from cabinet 1",
+                                  "look",
+                                  "go to fridge 1"};
     gate_cfg_t c;
     gate_cfg_init(&c);
     c.mode = GATE_MODE_SHADOW;
@@ -123,16 +128,15 @@ typedef struct {
     size_t actions;
     double step_med_ms, step_p99_ms; /* interval between consecutive steps of a trajectory */
     double own_med_ms, own_p99_ms;   /* the same interval less that step's LLM call */
-    double rate;                     /* ACTIONs/s over the middle 60% */
+    double rate;                     /* steps/s over the middle 60% */
     double llm_mean_ms;              /* mean step latency_ms from the results file */
     double wall_s;
-    double cpu_us_per_step; /* user + system time of every process of the run, per ACTION */
-    double self_us_per_step; /* this process's (the bus listener's), per ACTION */
+    double cpu_us_per_step; /* user + system time of every process of the run, per step */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
 } s_sys_t;
 
 /* s_roles reads DIR/cpu.tsv (what `selroll run` reports of its children) and writes, per role
- * (a child's name less a trailing "-N"), its user + system CPU µs per ACTION into out. */
+ * (a child's name less a trailing "-N"), its user + system CPU µs per step into out. */
 static void s_roles(const char *dir, size_t actions, char *out, size_t n)
 {
     char path[600];
@@ -175,12 +179,11 @@ static void s_roles(const char *dir, size_t actions, char *out, size_t n)
 }
 
 /* s_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
- * `selroll run` waits for each of its children, and this process for `selroll run`; with
- * self, of this process (the bus listener) instead. */
-static int64_t s_cpu_us(bool self)
+ * `selroll run` waits for each of its children, and this process for `selroll run`. */
+static int64_t s_cpu_us(void)
 {
     struct rusage ru;
-    if (getrusage(self ? RUSAGE_SELF : RUSAGE_CHILDREN, &ru) != 0)
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
         return 0;
     return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
            ru.ru_stime.tv_usec;
@@ -194,71 +197,64 @@ static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct 
     return remove(path);
 }
 
-static bool s_read_env(const char *path, const char *key, char *out, size_t n)
+static void s_rec_push(s_recs_t *r, s_rec_t x)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char line[1024];
-    bool found = false;
-    size_t kl = strlen(key);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, key, kl) && line[kl] == '=') {
-            line[strcspn(line, "\n")] = '\0';
-            size_t vl = strlen(line + kl + 1);
-            if (vl < n) {
-                memcpy(out, line + kl + 1, vl + 1);
-                found = true;
-            }
-        }
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 4096;
+        r->v = sr_xrealloc(r->v, r->cap * sizeof *r->v);
     }
-    fclose(f);
-    return found;
+    r->v[r->n++] = x;
 }
 
-/* s_llm_read reads the per-step LLM latencies of the results file into lat (keyed like the bus
- * records: trajectory hash and the 1-based step whose ACTION follows the call, t_us holding the
- * latency in µs) and returns their mean in ms, or -1 when there are none. */
-static double s_llm_read(const char *out_dir, s_recs_t *lat)
+/* s_results_read reads the steps of every round's results file: into recs the time each step's
+ * ACTION was published, into lat its LLM call's latency (both keyed by trajectory hash and the
+ * 1-based step number of the ACTION, t_us holding the wall time in µs or the latency in µs).
+ * Returns the mean latency in ms, or -1 when there is none. */
+static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", out_dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/rounds/round-*.jsonl", out_dir);
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) != 0)
         return -1;
     double sum = 0;
     size_t n = 0;
     char *line = NULL;
     size_t cap = 0;
-    while (getline(&line, &cap, f) > 0) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *steps = j ? cJSON_GetObjectItemCaseSensitive(j, "steps") : NULL;
-        const cJSON *grp = j ? cJSON_GetObjectItemCaseSensitive(j, "group") : NULL;
-        const cJSON *traj = j ? cJSON_GetObjectItemCaseSensitive(j, "traj") : NULL;
-        bool keyed = cJSON_IsString(grp) && cJSON_IsNumber(traj);
-        const cJSON *st;
-        cJSON_ArrayForEach(st, steps)
-        {
-            const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "latency_ms");
-            const cJSON *i = cJSON_GetObjectItemCaseSensitive(st, "i");
-            if (!cJSON_IsNumber(l))
-                continue;
-            sum += l->valuedouble;
-            n++;
-            if (!keyed || !cJSON_IsNumber(i))
-                continue;
-            if (lat->n == lat->cap) {
-                lat->cap = lat->cap ? lat->cap * 2 : 4096;
-                lat->v = sr_xrealloc(lat->v, lat->cap * sizeof *lat->v);
+    for (size_t fi = 0; fi < g.gl_pathc; fi++) {
+        FILE *f = fopen(g.gl_pathv[fi], "r");
+        if (!f)
+            continue;
+        while (getline(&line, &cap, f) > 0) {
+            cJSON *j = cJSON_Parse(line);
+            const cJSON *steps = j ? cJSON_GetObjectItemCaseSensitive(j, "steps") : NULL;
+            const cJSON *grp = j ? cJSON_GetObjectItemCaseSensitive(j, "group") : NULL;
+            const cJSON *traj = j ? cJSON_GetObjectItemCaseSensitive(j, "traj") : NULL;
+            bool keyed = cJSON_IsString(grp) && cJSON_IsNumber(traj);
+            const cJSON *st;
+            cJSON_ArrayForEach(st, steps)
+            {
+                const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "latency_ms");
+                const cJSON *i = cJSON_GetObjectItemCaseSensitive(st, "i");
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(st, "t_ms");
+                if (!cJSON_IsNumber(l))
+                    continue;
+                sum += l->valuedouble;
+                n++;
+                if (!keyed || !cJSON_IsNumber(i))
+                    continue;
+                uint64_t key = s_hash(grp->valuestring, (int64_t)traj->valuedouble);
+                int64_t step = (int64_t)i->valuedouble + 1;
+                s_rec_push(lat, (s_rec_t){key, step, (int64_t)(l->valuedouble * 1000.0)});
+                if (cJSON_IsNumber(t))
+                    s_rec_push(recs, (s_rec_t){key, step, (int64_t)(t->valuedouble * 1000.0)});
             }
-            lat->v[lat->n++] = (s_rec_t){s_hash(grp->valuestring, (int64_t)traj->valuedouble),
-                                         (int64_t)i->valuedouble + 1,
-                                         (int64_t)(l->valuedouble * 1000.0)};
+            cJSON_Delete(j);
         }
-        cJSON_Delete(j);
+        fclose(f);
     }
     free(line);
-    fclose(f);
+    globfree(&g);
     return n ? sum / (double)n : -1;
 }
 
@@ -320,16 +316,15 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_sys_t *out)
     free(ts);
 }
 
-/* s_system runs `selroll run` with the extra arguments and listens to its bus. */
+/* s_system runs `selroll run` with the extra arguments and measures it from its results. */
 static void s_system(const char *self, const char *label, const char *const *extra, s_sys_t *out)
 {
     memset(out, 0, sizeof *out);
     char dir[] = "/tmp/selroll-bench-rollout-XXXXXX";
     if (!mkdtemp(dir))
         return;
-    char logs[128], env[128];
+    char logs[128];
     snprintf(logs, sizeof logs, "%s/logs", dir);
-    snprintf(env, sizeof env, "%s/endpoints.env", dir);
     supervise_t *sup = supervise_new(logs, NULL);
     const char *argv[64];
     int n = 0;
@@ -342,50 +337,12 @@ static void s_system(const char *self, const char *label, const char *const *ext
     for (int i = 0; extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    void *ctx = zmq_ctx_new();
-    transport_sock_t *sub = NULL;
     s_recs_t recs = {0}, lat = {0};
     int64_t t0 = clock_mono_ms();
-    int64_t cpu0 = s_cpu_us(false), self0 = s_cpu_us(true);
+    int64_t cpu0 = s_cpu_us();
     if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
         goto cleanup;
-    char bus[256] = "";
-    while (!s_read_env(env, "BUS_SUB_EP", bus, sizeof bus) && clock_mono_ms() - t0 < 30000) {
-        supervise_poll(sup);
-        if (supervise_pid(sup, "run") == 0)
-            break;
-        usleep(20000);
-    }
-    if (!bus[0])
-        goto cleanup;
-    sub = transport_sock_new(ctx, ZMQ_SUB, NULL, NULL, 0);
-    if (!sub || transport_connect(sub, bus) != SR_OK)
-        goto cleanup;
-    char prefix[128];
-    snprintf(prefix, sizeof prefix, "act/%s/", label);
-    zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, prefix, strlen(prefix));
     for (;;) {
-        transport_msg_t m;
-        int rc = transport_recv(sub, &m, 50);
-        if (rc == SR_OK) {
-            int64_t now = clock_mono_us();
-            size_t len;
-            const void *body = transport_msg_body(&m, &len);
-            proto_msg_t msg;
-            if (proto_decode(body, len, &msg, NULL) == SR_OK) {
-                if (msg.type == PROTO_ACTION) {
-                    if (recs.n == recs.cap) {
-                        recs.cap = recs.cap ? recs.cap * 2 : 4096;
-                        recs.v = sr_xrealloc(recs.v, recs.cap * sizeof *recs.v);
-                    }
-                    recs.v[recs.n++] = (s_rec_t){s_hash(msg.u.action.group, msg.u.action.traj),
-                                                 msg.u.action.step, now};
-                }
-                proto_msg_clear(&msg);
-            }
-            transport_msg_close(&m);
-            continue;
-        }
         supervise_poll(sup);
         if (supervise_pid(sup, "run") == 0)
             break;
@@ -393,23 +350,20 @@ static void s_system(const char *self, const char *label, const char *const *ext
             supervise_stop(sup, "run", 5000);
             break;
         }
+        usleep(50000);
     }
     int st = supervise_last_status(sup, "run");
     out->ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
-    out->llm_mean_ms = s_llm_read(dir, &lat);
+    out->llm_mean_ms = s_results_read(dir, &recs, &lat);
     s_stats(&recs, &lat, out);
-    if (recs.n > 0) {
-        out->cpu_us_per_step = (double)(s_cpu_us(false) - cpu0) / (double)recs.n;
-        out->self_us_per_step = (double)(s_cpu_us(true) - self0) / (double)recs.n;
-    }
+    if (recs.n > 0)
+        out->cpu_us_per_step = (double)(s_cpu_us() - cpu0) / (double)recs.n;
     s_roles(dir, recs.n, out->roles, sizeof out->roles);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
                 dir);
 cleanup:
-    transport_sock_destroy(&sub);
-    zmq_ctx_term(ctx);
     supervise_destroy(&sup);
     free(recs.v);
     free(lat.v);
@@ -425,9 +379,9 @@ int bench_rollout_run(int argc, char **argv)
         if (!strcmp(argv[i], "--quick")) {
             quick = true;
         } else if (!strcmp(argv[i], "--only")) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "overhead") != 0 &&
-                                  strcmp(argv[i + 1], "saturation") != 0 &&
-                                  strcmp(argv[i + 1], "50ms") != 0)) {
+            if (i + 1 >= argc ||
+                (strcmp(argv[i + 1], "overhead") != 0 && strcmp(argv[i + 1], "saturation") != 0 &&
+                 strcmp(argv[i + 1], "50ms") != 0)) {
                 fprintf(stderr, "selroll bench rollout: --only wants overhead, saturation or "
                                 "50ms\n");
                 return 2;
@@ -462,9 +416,9 @@ int bench_rollout_run(int argc, char **argv)
     s_sys_t r;
 
     /* Each case runs unless --only names another; a case that runs and fails sets code 1. */
-    const char *one[] = {"--actors", "1", "--slots", "1", "--env-workers", "1",
-                         "--groups", quick ? "1" : "4", "--group-size", "8",
-                         "--no-cost-model", NULL};
+    const char *one[] = {"--actors",      "1", "--slots",         "1",
+                         "--env-workers", "1", "--groups",        quick ? "1" : "4",
+                         "--group-size",  "8", "--no-cost-model", NULL};
     if (!only || !strcmp(only, "overhead")) {
         s_system(self, "bench-overhead", one, &r);
         if (!r.ok)
@@ -477,9 +431,9 @@ int bench_rollout_run(int argc, char **argv)
                    r.own_p99_ms);
     }
 
-    const char *sat[] = {"--actors", "3", "--slots", "64", "--env-workers", "2",
-                         "--groups", quick ? "16" : "48", "--group-size", "8",
-                         "--no-cost-model", NULL};
+    const char *sat[] = {"--actors",      "3", "--slots",         "64",
+                         "--env-workers", "2", "--groups",        quick ? "16" : "48",
+                         "--group-size",  "8", "--no-cost-model", NULL};
     if (!only || !strcmp(only, "saturation")) {
         s_system(self, "bench-saturation", sat, &r);
         if (!r.ok)
@@ -490,9 +444,7 @@ int bench_rollout_run(int argc, char **argv)
                    "processes)\n",
                    r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
         if (r.ok && r.roles[0])
-            printf("rollout saturation: CPU us per step by role: %s; and this bench's bus "
-                   "listener %.0f\n",
-                   r.roles, r.self_us_per_step);
+            printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
     }
 
     /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
@@ -500,8 +452,16 @@ int bench_rollout_run(int argc, char **argv)
      * timer, so the latency costs no CPU. Each slot gets about eight trajectories (four with
      * --quick) one after another: with one trajectory per slot the slots go idle one by one as
      * their episodes end, and the middle of the run is not the steady state. */
-    const char *lat[] = {"--actors", "4", "--slots", "64", "--env-workers", "2",
-                         "--groups", quick ? "128" : "256", "--group-size", "8",
+    const char *lat[] = {"--actors",
+                         "4",
+                         "--slots",
+                         "64",
+                         "--env-workers",
+                         "2",
+                         "--groups",
+                         quick ? "128" : "256",
+                         "--group-size",
+                         "8",
                          "--policy-args",
                          "--think-mean 35 --think-sd 0 --think-min 35 --think-max 35 "
                          "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
@@ -519,9 +479,7 @@ int bench_rollout_run(int argc, char **argv)
                    r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
                    ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
             if (r.roles[0])
-                printf("rollout 50ms: CPU us per step by role: %s; and this bench's bus listener "
-                       "%.0f\n",
-                       r.roles, r.self_us_per_step);
+                printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
         }
     }
     return code;

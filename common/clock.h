@@ -25,6 +25,9 @@ int64_t clock_mono_ms(void);
 /* clock_wall_ms returns UTC wall-clock milliseconds since the Unix epoch (never scaled). */
 int64_t clock_wall_ms(void);
 
+/* clock_wall_us returns UTC wall-clock microseconds since the Unix epoch (never scaled). */
+int64_t clock_wall_us(void);
+
 /* clock_set_scale makes monotonic time run `scale` times as fast as real time from now on.
  * 1.0 restores real speed. Returns 0, or SR_EINVAL when scale is not a finite number > 0.
  * Thread-safe. */

@@ -280,7 +280,7 @@ static void s_enc_job(s_enc_t *e, const proto_job_t *j)
 
 static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
 {
-    s_map(e, 10 + s->has_logprob + (s->messages_len > 0));
+    s_map(e, 10 + s->has_logprob + s->has_t + (s->messages_len > 0));
     s_put_int(e, "i", s->i);
     s_put_str(e, "action", s->action, S_SHORT);
     s_put_str(e, "raw", s->raw, S_TEXT);
@@ -293,6 +293,8 @@ static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
         s_put_num(e, "logprob", s->logprob);
     s_put_bool(e, "format_error", s->format_error);
     s_put_num(e, "latency_ms", s->latency_ms);
+    if (s->has_t)
+        s_put_num(e, "t_ms", s->t_ms);
     if (s->messages_len > 0) {
         s_array_head(e, "messages", s->messages, s->messages_len, PROTO_MAX_MESSAGES);
         for (size_t i = 0; i < s->messages_len && !e->rc; i++) {
@@ -1160,6 +1162,7 @@ static int s_dec_result_step(s_dec_t *d, const msgpack_object *m, proto_result_s
     S_TRY(s_num(d, m, "logprob", S_ANY, false, &s->has_logprob, &s->logprob));
     S_TRY(s_bool(d, m, "format_error", true, NULL, &s->format_error));
     S_TRY(s_num(d, m, "latency_ms", 0.0, HUGE_VAL, true, NULL, &s->latency_ms));
+    S_TRY(s_num(d, m, "t_ms", 0.0, HUGE_VAL, false, &s->has_t, &s->t_ms));
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "messages", PROTO_MAX_MESSAGES, false, &a));
     if (!a)

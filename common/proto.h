@@ -140,6 +140,8 @@ typedef struct {
     double logprob; /* optional */
     bool format_error;
     double latency_ms;
+    bool has_t;
+    double t_ms; /* optional: wall time the step ended, ms since the Unix epoch (µs precision) */
     proto_chat_msg_t *messages; /* optional: the chat messages sent */
     size_t messages_len;
 } proto_result_step_t;

@@ -1,22 +1,29 @@
 /*
- * reactor.c — the per-process event loop: zmq_poll over ZeroMQ sockets and one epoll set of fds,
- * a min-heap of timers, a before-sleep hook, and a self-pipe for stops and wake-ups from other
- * threads and signal handlers.
+ * reactor.c — the per-process event loop: one epoll set of fds and ZeroMQ sockets, a min-heap of
+ * timers, a before-sleep hook, and a self-pipe for stops and wake-ups from other threads and
+ * signal handlers.
  *
- * One round of the loop: fire the due timers, call the before-sleep hook, rebuild the poll set
- * if registrations changed, wait in zmq_poll until the first timer deadline, dispatch what became
- * ready. The fds (the wake-up pipe, libcurl's connections: hundreds in an actor) live in a
- * level-triggered epoll set whose own fd is the last entry of the poll set, so a round costs the
- * kernel the few ZeroMQ sockets plus one fd, not every connection; when that fd is readable,
- * epoll_wait(0) says which fds are ready. ZeroMQ sockets are registered in an array of pointers
- * whose order matches the poll set; removing one only marks it, and marked entries are dropped
- * (and freed) when the poll set is rebuilt, which never happens during dispatch. fds are
- * registered in a table indexed by fd and never touch the poll set (libcurl adds and removes a
- * connection's fd on every request): a removed fd leaves the epoll set at once and its entry
+ * One round of the loop: fire the due timers, call the before-sleep hook, wait in epoll_wait until
+ * the first timer deadline (or not at all when a ZeroMQ socket may have work), dispatch what
+ * became ready. Plain fds (the wake-up pipe, libcurl's connections: hundreds in an actor) are
+ * registered in a table indexed by fd and live in the epoll set directly; libcurl adds and removes
+ * a connection's fd on every request, so a removed fd leaves the epoll set at once and its entry
  * waits in a list until the end of the round, since the round's ready list may still name it.
- * Entries added during dispatch wait for the next round. Timers are found by id through a small
- * chained hash and ordered by (deadline, sequence) in a binary heap that records each timer's
- * position, so cancelling is O(log n).
+ *
+ * A ZeroMQ socket is watched through its ZMQ_FD, which libzmq signals when commands reach the
+ * socket's mailbox, not when messages can be read: only ZMQ_EVENTS tells that, and asking costs
+ * libzmq two system calls. zmq_poll asks every socket twice per call; here a socket is asked only
+ * when it is "pending": its ZMQ_FD fired, it was just registered or its interest changed, this
+ * thread used it through transport.c (a send or receive may swallow the signal of input that
+ * arrived meanwhile; transport calls reactor_zsock_used), or its handler stopped with input left
+ * (the budget ran out). A pending socket makes the next wait a non-blocking one. Each ready
+ * handler runs again while ZMQ_EVENTS still shows input, up to the budget; an answer without input
+ * taken after the handler's last call clears the pending mark, and readiness stays level-triggered
+ * for the caller as with zmq_poll. ZeroMQ sockets are kept in an array; removing one takes its
+ * ZMQ_FD out of the epoll set at once and only marks the entry, which is freed when the array is
+ * compacted at the end of the round. Entries added during dispatch wait for the next round.
+ * Timers are found by id through a small chained hash and ordered by (deadline, sequence) in a
+ * binary heap that records each timer's position, so cancelling is O(log n).
  */
 #include "common/reactor.h"
 
@@ -40,8 +47,9 @@ enum { S_ZSOCK, S_FD };
 typedef struct s_item {
     int kind;
     void *sock;
-    int fd;
+    int fd;  /* a plain fd, or a ZeroMQ socket's ZMQ_FD */
     int events;
+    int pending; /* a ZeroMQ socket to ask ZMQ_EVENTS before the next wait */
     reactor_zsock_fn *zcb;
     reactor_fd_fn *fcb;
     void *arg;
@@ -61,11 +69,9 @@ typedef struct s_timer {
 } s_timer_t;
 
 struct reactor {
-    s_item_t **items;
+    s_item_t **items; /* the ZeroMQ sockets */
     size_t nitems, items_cap;
-    zmq_pollitem_t *poll; /* the ZeroMQ sockets, then the epoll set's fd */
-    size_t npoll, poll_cap;
-    int dirty;
+    int dirty; /* some are marked removed: compact at the end of the round */
     int epfd;
     s_item_t **byfd; /* fd -> its live registration */
     size_t nbyfd;
@@ -96,6 +102,9 @@ struct reactor {
 /* Signal catching: one reactor per process. The handler touches only atomics and write(). */
 static reactor_t *_Atomic s_signal_reactor;
 static struct sigaction s_old_int, s_old_term;
+
+/* The reactor running on this thread, for reactor_zsock_used. */
+static __thread reactor_t *s_running;
 
 int64_t reactor_clock_ms(void)
 {
@@ -149,12 +158,10 @@ static void s_append(reactor_t *r, s_item_t *it)
         r->items = sr_xrealloc(r->items, r->items_cap * sizeof *r->items);
     }
     r->items[r->nitems++] = it;
-    r->dirty = 1;
 }
 
-/* s_rebuild drops removed ZeroMQ sockets and refreshes the poll set: the sockets, then the epoll
- * set's fd. Never called during dispatch. */
-static void s_rebuild(reactor_t *r)
+/* s_compact frees the ZeroMQ sockets' entries marked removed. Never called during dispatch. */
+static void s_compact(reactor_t *r)
 {
     size_t k = 0;
     for (size_t i = 0; i < r->nitems; i++) {
@@ -164,16 +171,6 @@ static void s_rebuild(reactor_t *r)
             r->items[k++] = r->items[i];
     }
     r->nitems = k;
-    if (r->poll_cap < k + 1) {
-        r->poll_cap = k + 8;
-        r->poll = sr_xrealloc(r->poll, r->poll_cap * sizeof *r->poll);
-    }
-    for (size_t i = 0; i < k; i++) {
-        s_item_t *it = r->items[i];
-        r->poll[i] = (zmq_pollitem_t){.socket = it->sock, .fd = -1, .events = (short)it->events};
-    }
-    r->poll[k] = (zmq_pollitem_t){.socket = NULL, .fd = r->epfd, .events = ZMQ_POLLIN};
-    r->npoll = k + 1;
     r->dirty = 0;
 }
 
@@ -222,9 +219,19 @@ int reactor_add_zsock(reactor_t *r, void *sock, int events, reactor_zsock_fn *cb
         return SR_EINVAL;
     if (s_find(r, S_ZSOCK, sock, -1))
         return SR_ECONFLICT;
+    int zfd = -1;
+    size_t sz = sizeof zfd;
+    if (zmq_getsockopt(sock, ZMQ_FD, &zfd, &sz) != 0 || zfd < 0)
+        return SR_EINVAL; /* not a socket, or its context is gone */
     s_item_t *it = sr_xcalloc(1, sizeof *it);
-    *it = (s_item_t){.kind = S_ZSOCK, .sock = sock, .fd = -1, .events = events, .zcb = cb,
-                     .arg = arg};
+    *it = (s_item_t){.kind = S_ZSOCK, .sock = sock, .fd = zfd, .events = events, .pending = 1,
+                     .zcb = cb, .arg = arg};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = it};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, zfd, &ev) != 0) {
+        int e = errno;
+        free(it);
+        return e == EEXIST ? SR_ECONFLICT : sr_from_errno(e);
+    }
     s_append(r, it);
     return SR_OK;
 }
@@ -237,7 +244,7 @@ int reactor_mod_zsock(reactor_t *r, void *sock, int events)
     if (!it)
         return SR_ENOTFOUND;
     it->events = events;
-    r->dirty = 1;
+    it->pending = 1;
     return SR_OK;
 }
 
@@ -248,6 +255,7 @@ int reactor_remove_zsock(reactor_t *r, void *sock)
     s_item_t *it = s_find(r, S_ZSOCK, sock, -1);
     if (!it)
         return SR_ENOTFOUND;
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, it->fd, NULL);
     it->removed = 1;
     r->dirty = 1;
     return SR_OK;
@@ -514,7 +522,6 @@ reactor_t *reactor_new(void)
     *it = (s_item_t){.kind = S_FD, .fd = r->wake_rd, .events = REACTOR_READ, .fcb = s_drain_wake};
     s_fd_watch(r, EPOLL_CTL_ADD, it);
     s_byfd_set(r, r->wake_rd, it);
-    r->dirty = 1;
     return r;
 }
 
@@ -535,7 +542,6 @@ void reactor_destroy(reactor_t **self_p)
     for (size_t fd = 0; fd < r->nbyfd; fd++)
         free(r->byfd[fd]);
     s_free_dead(r);
-    free(r->poll);
     free(r->byfd);
     close(r->epfd);
     for (size_t i = 0; i < r->nheap; i++)
@@ -635,12 +641,85 @@ static int s_poll_timeout(const reactor_t *r)
     return wait > INT32_MAX ? INT32_MAX : (int)wait;
 }
 
-/* s_dispatch_fds serves the fds the epoll set reports ready. */
-static void s_dispatch_fds(reactor_t *r)
+void reactor_zsock_used(void *sock)
 {
-    int n = epoll_wait(r->epfd, r->evs, (int)(sizeof r->evs / sizeof r->evs[0]), 0);
+    reactor_t *r = s_running;
+    if (!r || !sock)
+        return;
+    for (size_t i = 0; i < r->nitems; i++) {
+        if (r->items[i]->sock == sock && !r->items[i]->removed) {
+            r->items[i]->pending = 1;
+            return;
+        }
+    }
+}
+
+static int s_any_pending(const reactor_t *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (r->items[i]->pending && !r->items[i]->removed)
+            return 1;
+    return 0;
+}
+
+/* s_zevents asks libzmq what sock can do now (this also runs the socket's pending commands).
+ * Returns 0, or an errno. */
+static int s_zevents(void *sock, int *ev)
+{
+    size_t sz = sizeof *ev;
+    *ev = 0;
+    return zmq_getsockopt(sock, ZMQ_EVENTS, ev, &sz) == 0 ? 0 : errno;
+}
+
+/* s_dispatch_zsocks serves the pending ZeroMQ sockets that existed when the round began. Returns
+ * SR_OK, or the error that ends the loop (the context was terminated, a socket closed). */
+static int s_dispatch_zsocks(reactor_t *r)
+{
+    size_t n = r->nitems;
+    for (size_t i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
+        s_item_t *it = r->items[i];
+        if (it->removed || !it->pending)
+            continue;
+        int ev = 0, e = s_zevents(it->sock, &ev);
+        if (e == EINTR)
+            continue; /* still pending: asked again next round */
+        if (e != 0)
+            return e == ETERM ? SR_ECLOSED : e == ENOTSOCK ? SR_EINVAL : sr_from_errno(e);
+        it->pending = 0;
+        int revents = ev & (it->events | REACTOR_ERROR);
+        if (revents == 0)
+            continue;
+        it->zcb(r, it->sock, revents, it->arg);
+        /* The handler takes one message per call: call it again while there is input, up to the
+         * budget. `last` is libzmq's answer taken after the handler's latest call, if any: when
+         * it shows nothing the socket is interested in, the socket waits for its ZMQ_FD again;
+         * otherwise (input left, writable, or not asked) it stays pending. */
+        int last = -1;
+        if (revents & REACTOR_READ) {
+            for (int k = 1; k < r->budget; k++) {
+                if (it->removed || !(it->events & REACTOR_READ) ||
+                    atomic_load(&r->stop_requested) || s_zevents(it->sock, &ev) != 0)
+                    break;
+                last = ev;
+                if (!(ev & ZMQ_POLLIN))
+                    break;
+                it->zcb(r, it->sock, REACTOR_READ, it->arg);
+                last = -1;
+            }
+        }
+        if (!it->removed)
+            it->pending = last < 0 || (last & it->events) != 0;
+    }
+    return SR_OK;
+}
+
+/* s_dispatch_fds serves the plain fds among the n ready entries. */
+static void s_dispatch_fds(reactor_t *r, int n)
+{
     for (int i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
         s_item_t *it = r->evs[i].data.ptr;
+        if (it->kind != S_FD)
+            continue;
         uint32_t e = r->evs[i].events;
         int revents = ((e & EPOLLIN) ? REACTOR_READ : 0) | ((e & EPOLLOUT) ? REACTOR_WRITE : 0) |
                       ((e & ~(uint32_t)(EPOLLIN | EPOLLOUT)) ? REACTOR_ERROR : 0);
@@ -652,33 +731,6 @@ static void s_dispatch_fds(reactor_t *r)
     }
 }
 
-static void s_dispatch(reactor_t *r)
-{
-    size_t n = r->npoll - 1; /* the last entry is the epoll set */
-    for (size_t i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
-        s_item_t *it = r->items[i];
-        int revents = r->poll[i].revents & (it->events | REACTOR_ERROR);
-        if (it->removed || revents == 0)
-            continue;
-        it->zcb(r, it->sock, revents, it->arg);
-        if (!(revents & REACTOR_READ))
-            continue;
-        /* libzmq's readiness is edge-triggered underneath: keep serving a busy socket while it
-         * has input, up to the budget, and let zmq_poll see the rest next round. */
-        for (int k = 1; k < r->budget; k++) {
-            if (it->removed || !(it->events & REACTOR_READ) || atomic_load(&r->stop_requested))
-                break;
-            int ev = 0;
-            size_t sz = sizeof ev;
-            if (zmq_getsockopt(it->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
-                break;
-            it->zcb(r, it->sock, REACTOR_READ, it->arg);
-        }
-    }
-    if ((r->poll[n].revents & ZMQ_POLLIN) && !atomic_load(&r->stop_requested))
-        s_dispatch_fds(r);
-}
-
 int reactor_run(reactor_t *r)
 {
     if (!r)
@@ -686,6 +738,11 @@ int reactor_run(reactor_t *r)
     if (r->running)
         return SR_ECONFLICT;
     r->running = 1;
+    reactor_t *outer = s_running;
+    s_running = r;
+    /* Sockets may have been used, and input may have arrived, since the last run. */
+    for (size_t i = 0; i < r->nitems; i++)
+        r->items[i]->pending = 1;
     int rc = SR_OK;
     while (!atomic_load(&r->stop_requested)) {
         s_fire_timers(r);
@@ -695,21 +752,30 @@ int reactor_run(reactor_t *r)
             r->before_sleep(r, r->before_sleep_arg);
         if (atomic_load(&r->stop_requested))
             break;
-        if (r->dirty)
-            s_rebuild(r);
-        int n = zmq_poll(r->poll, (int)r->npoll, s_poll_timeout(r));
+        int timeout = s_any_pending(r) ? 0 : s_poll_timeout(r);
+        int n = epoll_wait(r->epfd, r->evs, (int)(sizeof r->evs / sizeof r->evs[0]), timeout);
         r->now = reactor_clock_ms();
         if (n < 0) {
-            int e = errno;
-            if (e == EINTR)
+            if (errno == EINTR)
                 continue;
-            rc = e == ETERM ? SR_ECLOSED : e == ENOTSOCK ? SR_EINVAL : sr_from_errno(e);
+            rc = sr_from_errno(errno);
             break;
         }
-        if (n > 0)
-            s_dispatch(r);
+        for (int i = 0; i < n; i++) {
+            s_item_t *it = r->evs[i].data.ptr;
+            if (it->kind == S_ZSOCK && !it->removed)
+                it->pending = 1;
+        }
+        rc = s_dispatch_zsocks(r);
+        if (rc == SR_OK && !atomic_load(&r->stop_requested))
+            s_dispatch_fds(r, n);
         s_free_dead(r);
+        if (r->dirty)
+            s_compact(r);
+        if (rc != SR_OK)
+            break;
     }
+    s_running = outer;
     atomic_store(&r->stop_requested, 0);
     r->running = 0;
     return rc;

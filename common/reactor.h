@@ -1,7 +1,7 @@
 /*
  * reactor.h — the one event loop of a selroll process.
  *
- * A reactor waits in zmq_poll on three kinds of event sources at once: ZeroMQ sockets, plain
+ * A reactor waits in one epoll set on three kinds of event sources at once: ZeroMQ sockets, plain
  * file descriptors (read and write interest, enough to drive libcurl's multi handle or a hiredis
  * async context) and timers (one-shot or repeating, millisecond resolution, kept in a min-heap by
  * deadline). Before each sleep it calls a before-sleep hook, the place for batched work: Redis
@@ -15,6 +15,10 @@
  * wakes the loop through a self-pipe), or on SIGINT/SIGTERM once reactor_catch_signals was
  * called. reactor_wake, also thread-safe, only interrupts the sleep, so the before-sleep hook
  * runs soon; that is how other threads hand work to the loop.
+ *
+ * A ZeroMQ socket belongs to the thread of the reactor that watches it. Sending or receiving on
+ * it outside its own handler goes through transport.c, which tells the reactor (see
+ * reactor_zsock_used); code that calls libzmq on a watched socket directly must do the same.
  *
  * Fairness: when a ZeroMQ socket is readable, its handler is called again and again while the
  * socket still has input, up to a budget per wake-up (reactor_set_budget), then the other sources
@@ -115,8 +119,8 @@ int reactor_signal(const reactor_t *r);
 
 /* reactor_run runs the loop until reactor_stop or a caught signal. A stop requested before the
  * call makes it return at once. Returns SR_OK, SR_ECONFLICT if the loop is already
- * running, or SR_ECLOSED/SR_EIO if zmq_poll failed (for example the ZeroMQ context was
- * terminated). The stop request is consumed when it returns, so the loop can run again. */
+ * running, or SR_ECLOSED if a watched ZeroMQ socket's context was terminated, SR_EINVAL if
+ * a watched socket was closed without being removed, SR_EIO if the wait failed. The stop request is consumed when it returns, so the loop can run again. */
 int reactor_run(reactor_t *r);
 
 /* reactor_stop asks the loop to return after the current handler. Thread-safe and
@@ -126,6 +130,12 @@ void reactor_stop(reactor_t *r);
 /* reactor_wake interrupts the loop's wait so that timers and the before-sleep hook run now.
  * Thread-safe and async-signal-safe. r may be NULL (no effect). */
 void reactor_wake(reactor_t *r);
+
+/* reactor_zsock_used tells the reactor running on the calling thread, if any, that the ZeroMQ
+ * socket sock was just sent on or received from. libzmq may take the wake-up of newly arrived
+ * input during such a call, so the reactor asks the socket's state again before it sleeps. A
+ * socket the reactor does not watch is ignored. */
+void reactor_zsock_used(void *sock);
 
 /* reactor_now returns the loop's cached monotonic clock in ms, updated at every wake-up; cheaper
  * than reading the clock and consistent within one round of dispatch. */

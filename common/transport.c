@@ -8,6 +8,7 @@
 #include "common/transport.h"
 #include "common/curve.h"
 #include "common/log.h"
+#include "common/reactor.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 struct transport_sock {
     void *zsock;
@@ -399,10 +402,12 @@ static int s_send2(transport_sock_t *s, const char *what, const void *head, size
         goto fail;
     if (zmq_send(s->zsock, body ? body : empty, len, ZMQ_DONTWAIT) < 0)
         goto fail;
+    reactor_zsock_used(s->zsock);
     return SR_OK;
 
 fail: {
     int e = errno;
+    reactor_zsock_used(s->zsock);
     if (e == EHOSTUNREACH) {
         char idtext[2 * 32 + 1];
         s->unroutable++;
@@ -456,10 +461,19 @@ static int s_expect_head(int type)
     return type == ZMQ_ROUTER || type == ZMQ_SUB || type == ZMQ_XSUB;
 }
 
+static int s_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms);
+
 int transport_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
 {
     if (!s || !m)
         return SR_EINVAL;
+    int rc = s_recv(s, m, wait_ms);
+    reactor_zsock_used(s->zsock);
+    return rc;
+}
+
+static int s_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
+{
     memset(m, 0, sizeof *m);
     if (wait_ms != 0) {
         zmq_pollitem_t it = {.socket = s->zsock, .events = ZMQ_POLLIN};
@@ -554,12 +568,97 @@ void transport_msg_close(transport_msg_t *m)
 
 /* ---- the bus proxy ---- */
 
+/* s_forward moves whole messages from `from` to `to` without blocking, at most budget of them,
+ * and returns how many it moved, or -1 when the context is gone. Fewer than budget means the
+ * last receive found `from` empty, which also brought libzmq's view of it up to date. A
+ * publication that finds a subscriber's queue full is dropped for that subscriber, as PUB does. */
+static int s_forward(void *from, void *to, int budget)
+{
+    int n = 0;
+    for (; n < budget; n++) {
+        int more = 1, first = 1;
+        while (more) {
+            zmq_msg_t f;
+            zmq_msg_init(&f);
+            /* The frames after the first are there already: libzmq queues messages whole. */
+            if (zmq_msg_recv(&f, from, first ? ZMQ_DONTWAIT : 0) < 0) {
+                int e = errno;
+                zmq_msg_close(&f);
+                if (first && e == EAGAIN)
+                    return n;
+                return e == ETERM ? -1 : n;
+            }
+            first = 0;
+            more = zmq_msg_more(&f);
+            if (zmq_msg_send(&f, to, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+                zmq_msg_close(&f);
+        }
+    }
+    return n;
+}
+
+/* s_proxy_main forwards publications (XSUB -> XPUB) and subscriptions (XPUB -> XSUB) until a
+ * message arrives on the control socket or the context terminates. It is zmq_proxy without
+ * zmq_poll: zmq_poll asks each of its sockets for ZMQ_EVENTS twice per call, two system calls
+ * each, for every message forwarded. Here the three sockets' ZMQ_FDs sit in an epoll set, and a
+ * socket is read only when it is "pending": its ZMQ_FD fired, or this thread sent on it (a send
+ * may take the wake-up of input that arrived meanwhile), or its last read stopped at the budget.
+ * Reading until EAGAIN leaves libzmq's state current, so the thread sleeps only when nothing is
+ * pending. */
 static void *s_proxy_main(void *arg)
 {
     transport_proxy_t *p = arg;
-    /* Returns when TERMINATE arrives on the control socket (or the context terminates). */
-    zmq_proxy_steerable(transport_sock_zmq(p->xsub), transport_sock_zmq(p->xpub), NULL,
-                        p->ctl_proxy);
+    void *socks[3] = {transport_sock_zmq(p->xsub), transport_sock_zmq(p->xpub), p->ctl_proxy};
+    enum { IN, OUT, CTL, BUDGET = 256 };
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) {
+        log_error("bus proxy: epoll: %s", strerror(errno));
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        int fd = -1;
+        size_t sz = sizeof fd;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+        if (zmq_getsockopt(socks[i], ZMQ_FD, &fd, &sz) != 0 ||
+            epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            log_error("bus proxy: cannot watch its sockets: %s", strerror(errno));
+            close(ep);
+            return NULL;
+        }
+    }
+    int pending[3] = {1, 1, 1};
+    for (;;) {
+        if (pending[CTL]) {
+            pending[CTL] = 0;
+            char cmd[16];
+            int rc = zmq_recv(socks[CTL], cmd, sizeof cmd, ZMQ_DONTWAIT);
+            if (rc >= 0 || errno == ETERM)
+                break; /* TERMINATE: the only command sent */
+        }
+        if (pending[IN]) {
+            int n = s_forward(socks[IN], socks[OUT], BUDGET);
+            if (n < 0)
+                break;
+            pending[IN] = n == BUDGET;
+            pending[OUT] |= n > 0;
+        }
+        if (pending[OUT]) {
+            int n = s_forward(socks[OUT], socks[IN], BUDGET);
+            if (n < 0)
+                break;
+            pending[OUT] = n == BUDGET;
+            pending[IN] |= n > 0;
+        }
+        struct epoll_event evs[3];
+        int n = epoll_wait(ep, evs, 3, pending[IN] || pending[OUT] ? 0 : -1);
+        if (n < 0 && errno != EINTR) {
+            log_error("bus proxy: epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            pending[evs[i].data.u32] = 1;
+    }
+    close(ep);
     return NULL;
 }
 

@@ -630,6 +630,8 @@ static cJSON *s_result_json(const proto_result_t *r)
             cJSON_AddNumberToObject(j, "logprob", s->logprob);
         cJSON_AddBoolToObject(j, "format_error", s->format_error);
         cJSON_AddNumberToObject(j, "latency_ms", s->latency_ms);
+        if (s->has_t)
+            cJSON_AddNumberToObject(j, "t_ms", s->t_ms);
         if (s->messages_len > 0) {
             cJSON *msgs = cJSON_AddArrayToObject(j, "messages");
             for (size_t k = 0; msgs && k < s->messages_len; k++) {

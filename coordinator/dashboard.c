@@ -50,6 +50,9 @@ extern const size_t dashboard_page_len;
 #define DASH_NAME_MAX 256
 #define DASH_BINS 20
 #define DASH_STEPS_MAX 1024  /* episode lengths are counted up to this step */
+#define DASH_DRAIN_MS 50      /* the bus subscription is drained this often */
+#define DASH_DRAIN_MAX 200000 /* messages taken per drain, at most */
+#define DASH_SUB_HWM 200000   /* messages the subscription holds between two drains */
 
 typedef struct {
     int16_t step[STORE_G_MAX];
@@ -79,9 +82,8 @@ struct dashboard {
     dashboard_cfg_t cfg;
     char *token;
     http_srv_t *http;
-    transport_sock_t *sub;
-    int timer;
-    bool sub_added;
+    transport_sock_t *sub; /* drained by drain_timer, not watched: see s_drain_cb */
+    int timer, drain_timer;
 
     /* the current round */
     int64_t round;
@@ -225,13 +227,15 @@ static void s_on_cancel(dashboard_t *d, const proto_cancel_t *m)
     l->cancel_decision = true;
 }
 
-static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
+/* s_drain takes every message queued on the dashboard's bus subscription (at most `max`). The
+ * subscription is not watched by the reactor: the dashboard needs the ACTIONs for what it shows
+ * at its next snapshot, not one by one, and a wake-up of the coordinator per ACTION cost more than
+ * the accounting itself. A repeating timer drains it every DASH_DRAIN_MS, and a snapshot or a
+ * round's end drains it first; the subscription's receive limit holds far more than arrives in
+ * between. */
+static void s_drain(dashboard_t *d, int max)
 {
-    (void)r;
-    (void)sock;
-    (void)revents;
-    dashboard_t *d = arg;
-    for (int n = 0; n < 512; n++) {
+    for (int n = 0; n < max; n++) {
         transport_msg_t tm;
         int rc = transport_recv(d->sub, &tm, 0);
         if (rc == SR_EAGAIN)
@@ -255,6 +259,13 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
         }
         transport_msg_close(&tm);
     }
+}
+
+static void s_drain_cb(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_drain(arg, DASH_DRAIN_MAX);
 }
 
 /* ---- accounting --------------------------------------------------------------------------- */
@@ -779,6 +790,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
     (void)id;
     dashboard_t *d = arg;
     int64_t now = clock_mono_ms();
+    s_drain(d, DASH_DRAIN_MAX);
     s_follow_round(d);
     d->eval = coord_round_eval(d->c);
     if (coord_round_active(d->c))
@@ -816,7 +828,7 @@ void dashboard_on_round(dashboard_t *d, const coord_round_summary_t *sum)
     /* The scheduler still holds the round that ended: take the ACTIONs still queued on the bus
      * and the last decisions in Redis, and account for it. */
     if (sum->round == d->round && d->have_round) {
-        s_on_bus(NULL, NULL, 0, d);
+        s_drain(d, DASH_DRAIN_MAX);
         s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
         if (s_read_decisions(d, coord_store(d->c)) != SR_OK)
             log_warn_limited(5, "dashboard: Redis: %s", store_errstr(coord_store(d->c)));
@@ -964,6 +976,7 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
     d->cfg.token = d->token;
     d->cfg.http = NULL;
     d->timer = -1;
+    d->drain_timer = -1;
     d->rounds = cJSON_CreateArray();
     d->iters = cJSON_CreateArray();
     d->t0_ms = clock_mono_ms();
@@ -993,6 +1006,8 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
     d->sub = transport_sock_new(coord_zctx(c), ZMQ_SUB, NULL, e, sizeof e);
     if (!d->sub)
         goto fail;
+    int hwm = DASH_SUB_HWM;
+    zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_RCVHWM, &hwm, sizeof hwm);
     char topic[PROTO_MAX_ID + 32];
     snprintf(topic, sizeof topic, "act/%s/", coord_run_name(c));
     int rc = zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_SUBSCRIBE, topic, strlen(topic));
@@ -1003,14 +1018,9 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
         snprintf(e, sizeof e, "dashboard bus subscription: %s", transport_sock_errstr(d->sub));
         goto fail;
     }
-    if (reactor_add_zsock(coord_reactor(c), transport_sock_zmq(d->sub), REACTOR_READ, s_on_bus,
-                          d) != SR_OK) {
-        snprintf(e, sizeof e, "dashboard: cannot register with the reactor");
-        goto fail;
-    }
-    d->sub_added = true;
+    d->drain_timer = reactor_timer_add(coord_reactor(c), DASH_DRAIN_MS, DASH_DRAIN_MS, s_drain_cb, d);
     d->timer = reactor_timer_add(coord_reactor(c), d->cfg.period_ms, d->cfg.period_ms, s_on_tick, d);
-    if (d->timer < 0) {
+    if (d->timer < 0 || d->drain_timer < 0) {
         snprintf(e, sizeof e, "dashboard: cannot register a timer");
         goto fail;
     }
@@ -1037,8 +1047,8 @@ void dashboard_destroy(dashboard_t **self_p)
     http_srv_destroy(&d->http);
     if (d->timer >= 0)
         reactor_timer_cancel(coord_reactor(d->c), d->timer);
-    if (d->sub_added)
-        reactor_remove_zsock(coord_reactor(d->c), transport_sock_zmq(d->sub));
+    if (d->drain_timer >= 0)
+        reactor_timer_cancel(coord_reactor(d->c), d->drain_timer);
     transport_sock_destroy(&d->sub);
     cJSON_Delete(d->rounds);
     cJSON_Delete(d->iters);

@@ -31,7 +31,8 @@ static proto_result_step_t s_steps[3] = {
     {.i = 0, .action = "go to countertop 1", .raw = "<think>look</think><action>go to countertop 1</action>",
      .obs = "You arrive at countertop 1.", .reward = 0.0, .done = false, .prompt_tokens = 120,
      .completion_tokens = 14, .has_logprob = true, .logprob = -3.25, .format_error = false,
-     .latency_ms = 12.5, .messages = s_chat, .messages_len = 2},
+     .latency_ms = 12.5, .has_t = true, .t_ms = 1796083200123.456, .messages = s_chat,
+     .messages_len = 2},
     {.i = 1, .action = "take apple 1 from countertop 1", .raw = "take apple 1 from countertop 1",
      .obs = "You pick up the apple 1 from the countertop 1.", .reward = 0.0, .prompt_tokens = 150,
      .completion_tokens = 9, .format_error = true, .latency_ms = 8.0},
@@ -496,6 +497,9 @@ static void s_assert_result(const proto_result_t *r, size_t nsteps)
             assert_true(a->logprob == e->logprob);
         assert_int_equal(a->format_error, e->format_error);
         assert_true(a->latency_ms == e->latency_ms);
+        assert_int_equal(a->has_t, e->has_t);
+        if (e->has_t)
+            assert_true(a->t_ms == e->t_ms);
         assert_int_equal(a->messages_len, e->messages_len);
         for (size_t k = 0; k < e->messages_len; k++) {
             assert_string_equal(a->messages[k].role, e->messages[k].role);
@@ -535,6 +539,11 @@ static void result_optional_fields_absent_vs_present(void **state)
     s_decode_edit(PROTO_RESULT, "steps.0.logprob", s_drop(), &out);
     assert_false(out.u.result.steps[0].has_logprob);
     assert_true(out.u.result.steps[2].has_logprob);
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps.0.t_ms", s_drop(), &out);
+    assert_false(out.u.result.steps[0].has_t);
+    assert_false(out.u.result.steps[1].has_t);
     proto_msg_clear(&out);
 
     s_decode_edit(PROTO_RESULT, "steps.0.messages", s_drop(), &out);

@@ -861,6 +861,103 @@ static void s_ignore(reactor_t *r, void *sock, int revents, void *arg)
     (void)arg;
 }
 
+/* ---- sends from outside a socket's handler ---- */
+
+/* The reactor asks a ZeroMQ socket for input only when its ZMQ_FD fired or this thread used it:
+ * a send may take the wake-up of a reply that arrived meanwhile. Lock-step traffic whose every
+ * request is sent from a timer (as an actor sends STEP from its HTTP handler) stalls at the first
+ * missed wake-up, since nothing else would come to flush it. */
+typedef struct {
+    transport_sock_t *router, *dealer;
+    int sent, received, bad, timer_sends;
+} lockstep_t;
+
+#define LOCKSTEP_N 3000
+
+static void s_lockstep_send(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    lockstep_t *l = arg;
+    char b[16];
+    int n = snprintf(b, sizeof b, "%d", l->sent);
+    if (transport_send(l->dealer, b, (size_t)n) != SR_OK)
+        l->bad++;
+    l->sent++;
+    l->timer_sends++;
+}
+
+static void s_lockstep_reply(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)sock;
+    (void)revents;
+    lockstep_t *l = arg;
+    transport_msg_t m;
+    if (transport_recv(l->dealer, &m, 0) != SR_OK)
+        return;
+    size_t bl;
+    const char *b = transport_msg_body(&m, &bl);
+    char txt[16];
+    snprintf(txt, sizeof txt, "%.*s", (int)bl, b);
+    if (atoi(txt) != l->received)
+        l->bad++;
+    transport_msg_close(&m);
+    if (++l->received == LOCKSTEP_N)
+        reactor_stop(r);
+    else if (reactor_timer_add(r, 0, 0, s_lockstep_send, l) <= 0)
+        l->bad++;
+}
+
+static void s_lockstep_echo(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    lockstep_t *l = arg;
+    transport_msg_t m;
+    if (transport_recv(l->router, &m, 0) != SR_OK)
+        return;
+    size_t hl, bl;
+    const void *h = transport_msg_head(&m, &hl);
+    const void *b = transport_msg_body(&m, &bl);
+    if (transport_send_routed(l->router, h, hl, b, bl) != SR_OK)
+        l->bad++;
+    transport_msg_close(&m);
+}
+
+static void lock_step_sends_from_timers_never_stall(void **state)
+{
+    (void)state;
+    const char *eps[] = {"tcp://127.0.0.1:*", "inproc://lockstep"};
+    for (size_t k = 0; k < SR_ARRAY_LEN(eps); k++) {
+        void *ctx = zmq_ctx_new();
+        lockstep_t l = {0};
+        l.router = s_sock(ctx, ZMQ_ROUTER, NULL);
+        l.dealer = s_sock(ctx, ZMQ_DEALER, "lockstep");
+        assert_int_equal(transport_bind(l.router, eps[k]), SR_OK);
+        assert_int_equal(transport_connect(l.dealer, transport_sock_endpoint(l.router)), SR_OK);
+        reactor_t *r = reactor_new();
+        int timed_out = 0;
+        assert_true(reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out) > 0);
+        assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(l.router), REACTOR_READ,
+                                           s_lockstep_echo, &l),
+                         SR_OK);
+        assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(l.dealer), REACTOR_READ,
+                                           s_lockstep_reply, &l),
+                         SR_OK);
+        assert_true(reactor_timer_add(r, 0, 0, s_lockstep_send, &l) > 0);
+        assert_int_equal(reactor_run(r), SR_OK);
+        assert_false(timed_out);
+        assert_int_equal(l.received, LOCKSTEP_N);
+        assert_int_equal(l.timer_sends, LOCKSTEP_N);
+        assert_int_equal(l.bad, 0);
+        reactor_destroy(&r);
+        transport_sock_destroy(&l.router);
+        transport_sock_destroy(&l.dealer);
+        zmq_ctx_term(ctx);
+    }
+}
+
 static void terminated_context_ends_the_loop_with_eclosed(void **state)
 {
     (void)state;
@@ -1059,6 +1156,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stop_from_another_thread_wakes_sleeping_loop),
         cmocka_unit_test(wake_from_another_thread_runs_before_sleep_hook),
         cmocka_unit_test(sigterm_stops_the_loop_that_catches_signals),
+        cmocka_unit_test(lock_step_sends_from_timers_never_stall),
         cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
         cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
     };
