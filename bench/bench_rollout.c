@@ -178,6 +178,14 @@ static void s_roles(const char *dir, size_t actions, char *out, size_t n)
                                 us[i] / (double)actions);
 }
 
+/* s_cpu_ceiling returns the most steps/s this machine's cores could run at us_per_step of CPU a
+ * step: the bound the CPU cost puts on any rate. */
+static double s_cpu_ceiling(double us_per_step)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return us_per_step > 0 && cores > 0 ? (double)cores * 1e6 / us_per_step : 0;
+}
+
 /* s_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
  * `selroll run` waits for each of its children, and this process for `selroll run`. */
 static int64_t s_cpu_us(void)
@@ -473,11 +481,14 @@ int bench_rollout_run(int argc, char **argv)
             code = 1;
         } else {
             double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
+            double ceiling = s_cpu_ceiling(r.cpu_us_per_step);
             printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% "
                    "of the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
-                   "latency), CPU %.0f us per step\n",
+                   "latency), CPU %.0f us per step: %ld cores run at most %.0f steps/s of it "
+                   "(%.1f%% of 5120)\n",
                    r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
-                   ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step);
+                   ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step,
+                   sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
         }
