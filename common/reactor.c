@@ -776,6 +776,10 @@ int reactor_run(reactor_t *r)
             break;
     }
     s_running = outer;
+    /* A loop run inside a handler of another one: the outer loop's sockets may have been used
+     * meanwhile without its knowing. */
+    for (size_t i = 0; outer && i < outer->nitems; i++)
+        outer->items[i]->pending = 1;
     atomic_store(&r->stop_requested, 0);
     r->running = 0;
     return rc;
