@@ -3,7 +3,8 @@
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
 # anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
-# alone: a rate measured from the steps' t_ms in its results files, and CPU per step by role.
+# alone: a rate measured from the steps' t_ms in its results files, and CPU per step by role; with
+# --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -42,5 +43,10 @@ out=$($S bench rollout --quick --only saturation 2>&1); rc=$?
   grep -Eq "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --only saturation: rc=$rc: $out"; fail=1; }
-[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role"
+out=$($S bench rollout --quick --skip-system 2>&1); rc=$?
+{ [ $rc -eq 0 ] && grep -Eq "^rollout gate-core: 160000 ACTIONs" <<<"$out" &&
+  grep -Eq "^rollout wire: a 512-byte round trip over loopback TCP, 2000 times: ZeroMQ DEALER/ROUTER [1-9][0-9]* us, [0-9]+ us of CPU .*plain sockets [0-9]+ us" <<<"$out" &&
+  ! grep -q "rollout overhead\|rollout saturation\|rollout 50ms" <<<"$out"; } ||
+  { echo "selroll bench rollout --quick --skip-system: rc=$rc: $out"; fail=1; }
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role, the gate core and wire parts alone"
 exit $fail
