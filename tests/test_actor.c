@@ -446,6 +446,7 @@ static void test_jobs_run_and_report_every_step_with_actions_in_order(void **sta
 {
     fx_t f;
     s_start_welcomed(&f, 4, 0, 10000);
+    double t_begin = (double)clock_wall_us() / 1000.0;
     for (int t = 0; t < 4; t++)
         s_co_job(&f, "r0000-g0000", t, 4, 3, 1);
     int results = 0;
@@ -477,6 +478,12 @@ static void test_jobs_run_and_report_every_step_with_actions_in_order(void **sta
             assert_true(st->logprob < -0.74 && st->logprob > -0.76);
             assert_int_equal(st->done, i == 2);
             assert_int_equal(st->messages_len, 0);
+            /* the wall time of the step's ACTION: after the job was sent, steps in order */
+            assert_true(st->has_t);
+            assert_true(st->t_ms >= t_begin - 1.0);
+            assert_true(st->t_ms <= (double)clock_wall_us() / 1000.0 + 1.0);
+            if (i > 0)
+                assert_true(st->t_ms >= r->steps[i - 1].t_ms);
         }
         s_co_ack(&f, r, true);
         proto_msg_clear(&m);

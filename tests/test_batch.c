@@ -48,6 +48,8 @@ static const proto_result_t *s_res(pool_t *p, const char *group, int traj, const
                                        .has_logprob = true,
                                        .logprob = -0.25,
                                        .latency_ms = 3.5,
+                                       .has_t = true,
+                                       .t_ms = 1796083200123.5,
                                        .messages = &p->chat[i],
                                        .messages_len = 1};
     p->r[i] = (proto_result_t){.job_id = p->job[i],
@@ -523,6 +525,7 @@ static void jsonl_copy_has_a_header_and_one_line_per_group(void **state)
             cJSON *step = cJSON_GetArrayItem(cJSON_GetObjectItem(tr, "steps"), 0);
             assert_string_equal(cJSON_GetObjectItem(step, "action")->valuestring, "go to fridge 1");
             assert_true(NEAR(cJSON_GetObjectItem(step, "logprob")->valuedouble, -0.25));
+            assert_true(NEAR(cJSON_GetObjectItem(step, "t_ms")->valuedouble, 1796083200123.5));
             cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(step, "messages"), 0);
             assert_string_equal(cJSON_GetObjectItem(msg, "role")->valuestring, "user");
         }
