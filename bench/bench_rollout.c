@@ -182,10 +182,13 @@ static void *s_tcp_echo(void *arg)
     return NULL;
 }
 
-static int64_t s_self_cpu_us(void)
+/* s_cpu_us returns the CPU time (user + system, µs) of this process (RUSAGE_SELF: every thread)
+ * or of its waited-for descendants (RUSAGE_CHILDREN: `selroll run` waits for each of its
+ * children, and this process for `selroll run`). */
+static int64_t s_cpu_us(int who)
 {
     struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
+    if (getrusage(who, &ru) != 0)
         return 0;
     return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
            ru.ru_stime.tv_usec;
@@ -211,13 +214,13 @@ static bool s_wire_zmq(int n, double *wall_us, double *cpu_us)
     for (int i = 0; ok && i < n + 100; i++) {
         if (i == 100) { /* warmed up: connected, buffers allocated */
             t0 = clock_mono_us();
-            c0 = s_self_cpu_us();
+            c0 = s_cpu_us(RUSAGE_SELF);
         }
         ok = zmq_send(d, body, sizeof body, 0) >= 0 && zmq_recv(d, body, sizeof body, 0) >= 0;
     }
     if (ok) {
         *wall_us = (double)(clock_mono_us() - t0) / n;
-        *cpu_us = (double)(s_self_cpu_us() - c0) / n;
+        *cpu_us = (double)(s_cpu_us(RUSAGE_SELF) - c0) / n;
     }
     zmq_close(d);
     zmq_ctx_term(ctx);
@@ -258,7 +261,7 @@ static bool s_wire_tcp(int n, double *wall_us, double *cpu_us)
     for (int i = 0; ok && i < n + 100; i++) {
         if (i == 100) {
             t0 = clock_mono_us();
-            c0 = s_self_cpu_us();
+            c0 = s_cpu_us(RUSAGE_SELF);
         }
         ok = write(c, body, sizeof body) == (ssize_t)sizeof body;
         for (size_t got = 0; ok && got < sizeof body;) {
@@ -269,7 +272,7 @@ static bool s_wire_tcp(int n, double *wall_us, double *cpu_us)
     }
     if (ok) {
         *wall_us = (double)(clock_mono_us() - t0) / n;
-        *cpu_us = (double)(s_self_cpu_us() - c0) / n;
+        *cpu_us = (double)(s_cpu_us(RUSAGE_SELF) - c0) / n;
     }
     if (c >= 0)
         close(c); /* the echo thread's read ends */
@@ -359,17 +362,6 @@ static double s_cpu_ceiling(double us_per_step)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return us_per_step > 0 && cores > 0 ? (double)cores * 1e6 / us_per_step : 0;
-}
-
-/* s_cpu_us returns the CPU time (user + system, µs) of the waited-for descendants:
- * `selroll run` waits for each of its children, and this process for `selroll run`. */
-static int64_t s_cpu_us(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
-        return 0;
-    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
-           ru.ru_stime.tv_usec;
 }
 
 static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -522,7 +514,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     argv[n] = NULL;
     s_recs_t recs = {0}, lat = {0};
     int64_t t0 = clock_mono_ms();
-    int64_t cpu0 = s_cpu_us();
+    int64_t cpu0 = s_cpu_us(RUSAGE_CHILDREN);
     if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
         goto cleanup;
     for (;;) {
@@ -541,7 +533,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     out->llm_mean_ms = s_results_read(dir, &recs, &lat);
     s_stats(&recs, &lat, out);
     if (recs.n > 0)
-        out->cpu_us_per_step = (double)(s_cpu_us() - cpu0) / (double)recs.n;
+        out->cpu_us_per_step = (double)(s_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
     s_roles(dir, recs.n, out->roles, sizeof out->roles);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
