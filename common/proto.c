@@ -541,7 +541,18 @@ static size_t s_path_push(s_path_t *p, const char *name, size_t n, long index)
     char tmp[PROTO_ERR_FIELD_MAX];
     size_t t = 0;
     if (index >= 0) {
-        t = (size_t)snprintf(tmp, sizeof tmp, "[%ld]", index);
+        /* By hand: this runs for every array element of every message decoded. */
+        char dig[24];
+        size_t nd = 0;
+        unsigned long v = (unsigned long)index;
+        do {
+            dig[nd++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        tmp[t++] = '[';
+        while (nd)
+            tmp[t++] = dig[--nd];
+        tmp[t++] = ']';
     } else {
         if (p->len > 0)
             tmp[t++] = '.';

@@ -69,6 +69,7 @@ typedef struct {
     int completion_tokens;
     uint64_t engine_id;
     uint64_t watch_id;
+    int watch_idx; /* its entry in the server's watch array, or -1 */
     int fd;
     int64_t t0_ns;
     bool completion; /* a POST /v1/chat/completions: counted in the metrics */
@@ -945,13 +946,14 @@ static void s_wake(struct policy_server *s)
  * resumes one unwatches it first. */
 static void s_unwatch_locked(struct policy_server *s, s_conn_t *c)
 {
-    for (int i = 0; i < s->n_watch; i++) {
-        if (s->watch[i].c == c && s->watch[i].id == c->watch_id) {
-            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->watch[i].fd, NULL);
-            s->watch[i] = s->watch[--s->n_watch];
-            return;
-        }
-    }
+    int i = c->watch_idx;
+    if (i < 0 || i >= s->n_watch || s->watch[i].c != c || s->watch[i].id != c->watch_id)
+        return;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->watch[i].fd, NULL);
+    s->watch[i] = s->watch[--s->n_watch];
+    if (i < s->n_watch)
+        s->watch[i].c->watch_idx = i;
+    c->watch_idx = -1;
 }
 
 static void s_engine_done(void *arg, const engine_done_t *d)
@@ -1066,8 +1068,10 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
         }
         c->watch_id = ++s->next_watch_id;
         struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = c->watch_id};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0)
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0) {
+            c->watch_idx = s->n_watch;
             s->watch[s->n_watch++] = (s_watch_t){.c = c, .id = c->watch_id, .fd = c->fd};
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
@@ -1200,6 +1204,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         c->conn = conn;
         c->refs = 1;
         c->fd = -1;
+        c->watch_idx = -1;
         c->t0_ns = s_now_ns();
         *con_cls = c;
         return MHD_YES;
