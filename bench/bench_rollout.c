@@ -546,9 +546,38 @@ cleanup:
         nftw(dir, s_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+static int s_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* s_median returns the median of v[0..n) (sorting v); the lower middle one when n is even. */
+static double s_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, s_cmp_d);
+    return n > 0 ? v[(n - 1) / 2] : 0;
+}
+
+/* s_runs writes "a, b, c" (the values of the runs in run order, printf format fmt) into out. */
+static void s_runs(const double *v, int n, const char *fmt, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < cap; i++) {
+        int w = snprintf(out + used, cap - used, i ? ", " : "");
+        used += w > 0 ? (size_t)w : 0;
+        if (used < cap) {
+            w = snprintf(out + used, cap - used, fmt, v[i]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
 int bench_rollout_run(int argc, char **argv)
 {
     bool quick = false, skip_system = false;
+    int repeat = 1;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -564,14 +593,25 @@ int bench_rollout_run(int argc, char **argv)
             only = argv[++i];
         } else if (!strcmp(argv[i], "--skip-system")) {
             skip_system = true;
+        } else if (!strcmp(argv[i], "--repeat")) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 1 || v > 9) {
+                fprintf(stderr, "selroll bench rollout: --repeat wants a count from 1 to 9\n");
+                return 2;
+            }
+            repeat = (int)v;
+            i++;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
-                   "[--only overhead|saturation|50ms]\n"
+                   "[--only overhead|saturation|50ms] [--repeat N]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
                    "latency on 256 slots as a share of the ideal. --only runs one of the three "
-                   "system cases (and neither of the first two parts).\n");
+                   "system cases (and neither of the first two parts). --repeat N (1-9, default "
+                   "1) runs each system case N times one after another and adds the median of "
+                   "the N runs: a shared host moves single runs by 10%% and more.\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -597,32 +637,54 @@ int bench_rollout_run(int argc, char **argv)
     const char *one[] = {"--actors",      "1", "--slots",         "1",
                          "--env-workers", "1", "--groups",        quick ? "1" : "4",
                          "--group-size",  "8", "--no-cost-model", NULL};
-    if (!only || !strcmp(only, "overhead")) {
+    double m1[9], m2[9], m3[9], m4[9];
+    int ok_runs = 0;
+    char list[256];
+    for (int k = 0; (!only || !strcmp(only, "overhead")) && k < repeat; k++) {
         s_system(self, "bench-overhead", one, &r);
-        if (!r.ok)
+        if (!r.ok) {
             code = 1;
-        else
-            printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f "
-                   "ms p99 %.3f ms with the LLM call (its mean %.3f ms); without it: median "
-                   "%.3f ms p99 %.3f ms\n",
-                   r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms, r.own_med_ms,
-                   r.own_p99_ms);
+            continue;
+        }
+        printf("rollout overhead: one slot, cost model off: %zu steps, per step median %.3f "
+               "ms p99 %.3f ms with the LLM call (its mean %.3f ms); without it: median "
+               "%.3f ms p99 %.3f ms\n",
+               r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms, r.own_med_ms,
+               r.own_p99_ms);
+        m1[ok_runs] = r.own_med_ms;
+        m2[ok_runs++] = r.own_p99_ms;
+    }
+    if (ok_runs > 1) {
+        s_runs(m1, ok_runs, "%.3f", list, sizeof list);
+        printf("rollout overhead: median of %d runs: without the LLM call median %.3f ms (runs: "
+               "%s), p99 %.3f ms\n",
+               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs));
     }
 
     const char *sat[] = {"--actors",      "3", "--slots",         "64",
                          "--env-workers", "2", "--groups",        quick ? "16" : "48",
                          "--group-size",  "8", "--no-cost-model", NULL};
-    if (!only || !strcmp(only, "saturation")) {
+    ok_runs = 0;
+    for (int k = 0; (!only || !strcmp(only, "saturation")) && k < repeat; k++) {
         s_system(self, "bench-saturation", sat, &r);
-        if (!r.ok)
+        if (!r.ok) {
             code = 1;
-        else
-            printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f "
-                   "steps/s (middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all "
-                   "processes)\n",
-                   r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
-        if (r.ok && r.roles[0])
+            continue;
+        }
+        printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f "
+               "steps/s (middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all "
+               "processes)\n",
+               r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
+        if (r.roles[0])
             printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
+        m1[ok_runs] = r.rate;
+        m2[ok_runs++] = r.cpu_us_per_step;
+    }
+    if (ok_runs > 1) {
+        s_runs(m1, ok_runs, "%.0f", list, sizeof list);
+        printf("rollout saturation: median of %d runs: %.0f steps/s (runs: %s), CPU %.0f us per "
+               "step\n",
+               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs));
     }
 
     /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
@@ -645,7 +707,8 @@ int bench_rollout_run(int argc, char **argv)
                          "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
                          NULL};
-    if (!only || !strcmp(only, "50ms")) {
+    ok_runs = 0;
+    for (int k = 0; (!only || !strcmp(only, "50ms")) && k < repeat; k++) {
         s_system(self, "bench-50ms", lat, &r);
         if (!r.ok) {
             code = 1;
@@ -661,7 +724,19 @@ int bench_rollout_run(int argc, char **argv)
                    sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
+            m1[ok_runs] = 100.0 * r.rate / 5120.0;
+            m2[ok_runs] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
+            m3[ok_runs] = r.cpu_us_per_step;
+            m4[ok_runs++] = 100.0 * ceiling / 5120.0;
         }
+    }
+    if (ok_runs > 1) {
+        s_runs(m1, ok_runs, "%.1f%%", list, sizeof list);
+        printf("rollout 50ms: median of %d runs: %.1f%% of the ideal 5120 steps/s (runs: %s), "
+               "%.1f%% of the ideal at the measured latency, CPU %.0f us per step, CPU ceiling "
+               "%.1f%% of 5120\n",
+               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs),
+               s_median(m3, ok_runs), s_median(m4, ok_runs));
     }
     return code;
 }

@@ -3,7 +3,8 @@
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
 # anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
-# alone: a rate measured from the steps' t_ms in its results files, and CPU per step by role; with
+# alone: a rate measured from the steps' t_ms in its results files, and CPU per step by role;
+# --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line error); with
 # --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,15 +39,20 @@ grep -q "^2 selroll run: --http: 127.0.0.1:[0-9]* is in use$" <<<"$out" ||
 out=$($S bench rollout --only bogus 2>&1); rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "only wants" <<<"$out"; } ||
   { echo "selroll bench rollout --only bogus: rc=$rc: $out"; fail=1; }
-out=$($S bench rollout --quick --only saturation 2>&1); rc=$?
-{ [ $rc -eq 0 ] && grep -Eq "^rollout saturation: 3 actors x 64 slots, cost model off: [1-9][0-9]* steps, [1-9][0-9]* steps/s" <<<"$out" &&
-  grep -Eq "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out" &&
+out=$($S bench rollout --repeat 10 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "repeat wants a count" <<<"$out"; } ||
+  { echo "selroll bench rollout --repeat 10: rc=$rc: $out"; fail=1; }
+# Two runs: each prints its lines, then one line gives the medians and lists both runs' rates.
+out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
+{ [ $rc -eq 0 ] && [ "$(grep -Ec "^rollout saturation: 3 actors x 64 slots, cost model off: [1-9][0-9]* steps, [1-9][0-9]* steps/s" <<<"$out")" -eq 2 ] &&
+  [ "$(grep -Ec "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out")" -eq 2 ] &&
+  grep -Eq "^rollout saturation: median of 2 runs: [1-9][0-9]* steps/s \(runs: [1-9][0-9]*, [1-9][0-9]*\), CPU [1-9][0-9]* us per step$" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
-  { echo "selroll bench rollout --quick --only saturation: rc=$rc: $out"; fail=1; }
+  { echo "selroll bench rollout --quick --only saturation --repeat 2: rc=$rc: $out"; fail=1; }
 out=$($S bench rollout --quick --skip-system 2>&1); rc=$?
 { [ $rc -eq 0 ] && grep -Eq "^rollout gate-core: 160000 ACTIONs" <<<"$out" &&
   grep -Eq "^rollout wire: a 512-byte round trip over loopback TCP, 2000 times: ZeroMQ DEALER/ROUTER [1-9][0-9]* us, [0-9]+ us of CPU .*plain sockets [0-9]+ us" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout saturation\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --skip-system: rc=$rc: $out"; fail=1; }
-[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role, the gate core and wire parts alone"
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role and --repeat with medians, the gate core and wire parts alone"
 exit $fail
