@@ -1027,6 +1027,29 @@ static void nesting_deeper_than_the_limit_is_refused(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* The path of an error names the element by its index, with every digit of it. */
+static void error_paths_name_multi_digit_array_indices(void **state)
+{
+    (void)state;
+    char raw[200];
+    size_t n = 0;
+    raw[n++] = (char)0x9c; /* an array of 12: eleven nils, then the never-used byte 0xc1 */
+    for (int i = 0; i < 11; i++)
+        raw[n++] = (char)0xc0;
+    raw[n++] = (char)0xc1;
+    s_expect_edit(PROTO_STEP, "extra", s_raw(raw, n), SR_EPROTO, "extra[11]",
+                  "invalid msgpack byte 0xc1");
+    n = 0;
+    raw[n++] = (char)0xdc; /* an array of 105 (array 16): 104 nils, then 0xc1 */
+    raw[n++] = 0x00;
+    raw[n++] = 0x69;
+    for (int i = 0; i < 104; i++)
+        raw[n++] = (char)0xc0;
+    raw[n++] = (char)0xc1;
+    s_expect_edit(PROTO_STEP, "extra", s_raw(raw, n), SR_EPROTO, "extra[104]",
+                  "invalid msgpack byte 0xc1");
+}
+
 static void bad_utf8_and_nul_bytes_are_refused_in_text(void **state)
 {
     s_expect_edit(PROTO_JOB, "job_id", s_strv("j\xff\xfe"), SR_EPROTO, "job_id", "not valid UTF-8");
@@ -1297,6 +1320,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(out_of_range_and_negative_values_are_refused),
         cmocka_unit_test(huge_declared_lengths_are_refused_without_allocating),
         cmocka_unit_test(nesting_deeper_than_the_limit_is_refused),
+        cmocka_unit_test(error_paths_name_multi_digit_array_indices),
         cmocka_unit_test(bad_utf8_and_nul_bytes_are_refused_in_text),
         cmocka_unit_test(oversize_strings_and_arrays_are_refused),
         cmocka_unit_test(limits_can_be_tightened_by_the_caller),
