@@ -308,6 +308,7 @@ typedef struct {
     double own_med_ms, own_p99_ms;   /* the same interval less that step's LLM call */
     double rate;                     /* steps/s over the middle 60% */
     double llm_mean_ms;              /* mean step latency_ms from the results file */
+    double tokens_mean;              /* mean completion_tokens of a step's answer */
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per step */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
@@ -385,8 +386,11 @@ static void s_rec_push(s_recs_t *r, s_rec_t x)
  * ACTION was published, into lat its LLM call's latency (both keyed by trajectory hash and the
  * 1-based step number of the ACTION, t_us holding the wall time in µs or the latency in µs).
  * Returns the mean latency in ms, or -1 when there is none. */
-static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat)
+static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
+                             double *tokens_mean)
 {
+    double tok_sum = 0;
+    size_t tok_n = 0;
     char pattern[600];
     snprintf(pattern, sizeof pattern, "%s/rounds/round-*.jsonl", out_dir);
     glob_t g;
@@ -412,6 +416,11 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat)
                 const cJSON *l = cJSON_GetObjectItemCaseSensitive(st, "latency_ms");
                 const cJSON *i = cJSON_GetObjectItemCaseSensitive(st, "i");
                 const cJSON *t = cJSON_GetObjectItemCaseSensitive(st, "t_ms");
+                const cJSON *ct = cJSON_GetObjectItemCaseSensitive(st, "completion_tokens");
+                if (cJSON_IsNumber(ct)) {
+                    tok_sum += ct->valuedouble;
+                    tok_n++;
+                }
                 if (!cJSON_IsNumber(l))
                     continue;
                 sum += l->valuedouble;
@@ -430,6 +439,7 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat)
     }
     free(line);
     globfree(&g);
+    *tokens_mean = tok_n ? tok_sum / (double)tok_n : 0;
     return n ? sum / (double)n : -1;
 }
 
@@ -530,7 +540,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     int st = supervise_last_status(sup, "run");
     out->ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
-    out->llm_mean_ms = s_results_read(dir, &recs, &lat);
+    out->llm_mean_ms = s_results_read(dir, &recs, &lat, &out->tokens_mean);
     s_stats(&recs, &lat, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(s_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
@@ -545,6 +555,12 @@ cleanup:
     if (out->ok)
         nftw(dir, s_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
+
+/* The 50 ms case's decode rate per sequence: its answers average 51.6 tokens (35 of reasoning,
+ * the rest the action and its framing), so 1030 tokens/s makes a call take 50 ms on average. */
+#define S_SEQ_TPS 1030
+#define S_STR2(x) #x
+#define S_STR(x) S_STR2(x)
 
 static int s_cmp_d(const void *a, const void *b)
 {
@@ -687,8 +703,9 @@ int bench_rollout_run(int argc, char **argv)
                ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs));
     }
 
-    /* About 50 ms per request: 35 reasoning tokens plus the action tokens at 1000 tokens/s
-     * per sequence, capacity and batch far above 256 requests. The engine's clock waits on a
+    /* 50 ms per request: 35 reasoning tokens plus the action, 51.6 tokens an answer on average,
+     * at S_SEQ_TPS tokens/s per sequence (the 50 ms line prints the mean the run really had),
+     * capacity and batch far above 256 requests. The engine's clock waits on a
      * timer, so the latency costs no CPU. Each slot gets about eight trajectories (four with
      * --quick) one after another: with one trajectory per slot the slots go idle one by one as
      * their episodes end, and the middle of the run is not the steady state. */
@@ -704,7 +721,8 @@ int bench_rollout_run(int argc, char **argv)
                          "8",
                          "--policy-args",
                          "--think-mean 35 --think-sd 0 --think-min 35 --think-max 35 "
-                         "--max-seq-tps 1000 --decode-tps 10000000 --prefill-tps 1000000000 "
+                         "--max-seq-tps " S_STR(S_SEQ_TPS) " --decode-tps 10000000 "
+                         "--prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
                          NULL};
     ok_runs = 0;
@@ -715,11 +733,13 @@ int bench_rollout_run(int argc, char **argv)
         } else {
             double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
             double ceiling = s_cpu_ceiling(r.cpu_us_per_step);
-            printf("rollout 50ms: 256 slots, policy latency mean %.1f ms: %.0f steps/s = %.1f%% "
-                   "of the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the measured "
-                   "latency), CPU %.0f us per step: %ld cores run at most %.0f steps/s of it "
-                   "(%.1f%% of 5120)\n",
-                   r.llm_mean_ms, r.rate, 100.0 * r.rate / 5120.0,
+            printf("rollout 50ms: 256 slots, cost model %.1f ms a call (%.1f tokens at %d "
+                   "tokens/s), policy latency the actors measured mean %.1f ms: %.0f steps/s = "
+                   "%.1f%% of the ideal 5120 steps/s (%.1f%% of the ideal %.0f steps/s at the "
+                   "measured latency), CPU %.0f us per step: %ld cores run at most %.0f steps/s "
+                   "of it (%.1f%% of 5120)\n",
+                   1000.0 * r.tokens_mean / S_SEQ_TPS, r.tokens_mean, S_SEQ_TPS, r.llm_mean_ms,
+                   r.rate, 100.0 * r.rate / 5120.0,
                    ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step,
                    sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
             if (r.roles[0])
