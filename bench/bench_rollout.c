@@ -312,29 +312,34 @@ typedef struct {
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per step */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
+    char csw[512];          /* context switches per step by role: "actor 2.4, ..." */
 } s_sys_t;
 
 /* s_roles reads DIR/cpu.tsv (what `selroll run` reports of its children) and writes, per role
- * (a child's name less a trailing "-N"), its user + system CPU µs per step into out. */
-static void s_roles(const char *dir, size_t actions, char *out, size_t n)
+ * (a child's name less a trailing "-N"), its user + system CPU µs per step into out and its
+ * context switches per step into csw_out. */
+static void s_roles(const char *dir, size_t actions, char *out, char *csw_out, size_t n)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/cpu.tsv", dir);
     FILE *f = fopen(path, "r");
     out[0] = '\0';
+    csw_out[0] = '\0';
     if (!f || actions == 0) {
         if (f)
             fclose(f);
         return;
     }
     char names[16][64];
-    double us[16];
+    double us[16], cs[16];
     int k = 0;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         char name[64];
-        long long u, sy;
-        if (sscanf(line, "%63[^\t]\t%lld\t%lld", name, &u, &sy) != 3)
+        long long u, sy, sw = 0;
+        int restarts;
+        int got = sscanf(line, "%63[^\t]\t%lld\t%lld\t%d\t%lld", name, &u, &sy, &restarts, &sw);
+        if (got < 3)
             continue; /* the header */
         char *dash = strrchr(name, '-');
         if (dash && dash[1] && strspn(dash + 1, "0123456789") == strlen(dash + 1))
@@ -346,15 +351,20 @@ static void s_roles(const char *dir, size_t actions, char *out, size_t n)
             if (k == 16)
                 continue;
             snprintf(names[k], sizeof names[k], "%s", name);
-            us[k++] = 0;
+            us[k] = cs[k] = 0;
+            k++;
         }
         us[i] += (double)(u + sy);
+        cs[i] += (double)sw;
     }
     fclose(f);
-    size_t len = 0;
-    for (int i = 0; i < k && len < n; i++)
+    size_t len = 0, clen = 0;
+    for (int i = 0; i < k && len < n && clen < n; i++) {
         len += (size_t)snprintf(out + len, n - len, "%s%s %.0f", i ? ", " : "", names[i],
                                 us[i] / (double)actions);
+        clen += (size_t)snprintf(csw_out + clen, n - clen, "%s%s %.2f", i ? ", " : "", names[i],
+                                 cs[i] / (double)actions);
+    }
 }
 
 /* s_cpu_ceiling returns the most steps/s this machine's cores could run at us_per_step of CPU a
@@ -544,7 +554,7 @@ static void s_system(const char *self, const char *label, const char *const *ext
     s_stats(&recs, &lat, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(s_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
-    s_roles(dir, recs.n, out->roles, sizeof out->roles);
+    s_roles(dir, recs.n, out->roles, out->csw, sizeof out->roles);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
                 dir);
@@ -693,6 +703,8 @@ int bench_rollout_run(int argc, char **argv)
                r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
         if (r.roles[0])
             printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
+        if (r.csw[0])
+            printf("rollout saturation: context switches per step by role: %s\n", r.csw);
         m1[ok_runs] = r.rate;
         m2[ok_runs++] = r.cpu_us_per_step;
     }
@@ -744,6 +756,8 @@ int bench_rollout_run(int argc, char **argv)
                    sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
+            if (r.csw[0])
+                printf("rollout 50ms: context switches per step by role: %s\n", r.csw);
             m1[ok_runs] = 100.0 * r.rate / 5120.0;
             m2[ok_runs] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
             m3[ok_runs] = r.cpu_us_per_step;

@@ -34,6 +34,7 @@ typedef struct {
     bool stopped;          /* stopped on purpose: never restarted */
     int64_t user_us;       /* CPU time of its reaped incarnations (wait4): user, */
     int64_t sys_us;        /* ... and system */
+    int64_t csw;           /* ... and its context switches, voluntary and not */
 } s_child_t;
 
 struct supervise {
@@ -207,6 +208,7 @@ static pid_t s_reap(s_child_t *c, int *st, int opts)
     if (r == c->pid) {
         c->user_us += (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
         c->sys_us += (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+        c->csw += (int64_t)ru.ru_nvcsw + (int64_t)ru.ru_nivcsw;
     }
     return r;
 }
@@ -274,11 +276,11 @@ int supervise_cpu_report(const supervise_t *s, FILE *out)
 {
     if (!s || !out)
         return SR_EINVAL;
-    fprintf(out, "child\tuser_us\tsys_us\trestarts\n");
+    fprintf(out, "child\tuser_us\tsys_us\trestarts\tcsw\n");
     for (size_t i = 0; i < s->n; i++) {
         const s_child_t *c = &s->kids[i];
-        fprintf(out, "%s\t%lld\t%lld\t%d\n", c->name, (long long)c->user_us, (long long)c->sys_us,
-                c->restarts);
+        fprintf(out, "%s\t%lld\t%lld\t%d\t%lld\n", c->name, (long long)c->user_us,
+                (long long)c->sys_us, c->restarts, (long long)c->csw);
     }
     return ferror(out) ? SR_EIO : SR_OK;
 }

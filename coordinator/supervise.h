@@ -60,8 +60,9 @@ int supervise_add(supervise_t *s, const char *name, char *const argv[], bool res
 int supervise_poll(supervise_t *s);
 
 /* supervise_cpu_report writes one tab-separated line per child (after a header line "child
- * user_us sys_us restarts"): the user and system CPU time of its incarnations reaped so far, so
- * after supervise_stop_all the whole life of every child. Returns SR_OK, SR_EINVAL or SR_EIO. */
+ * user_us sys_us restarts csw"): the user and system CPU time of its incarnations reaped so far,
+ * so after supervise_stop_all the whole life of every child, its restarts, and its context
+ * switches (voluntary and involuntary, all its threads). Returns SR_OK, SR_EINVAL or SR_EIO. */
 int supervise_cpu_report(const supervise_t *s, FILE *out);
 
 /* supervise_pid returns the current pid of `name`, or 0 when it is not running (or unknown). */

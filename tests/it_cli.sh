@@ -3,9 +3,9 @@
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
 # anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
-# alone: a rate measured from the steps' t_ms in its results files, and CPU per step by role;
-# --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line error); with
-# --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
+# alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
+# step by role; --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
+# error); with --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -46,6 +46,7 @@ out=$($S bench rollout --repeat 10 2>&1); rc=$?
 out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
 { [ $rc -eq 0 ] && [ "$(grep -Ec "^rollout saturation: 3 actors x 64 slots, cost model off: [1-9][0-9]* steps, [1-9][0-9]* steps/s" <<<"$out")" -eq 2 ] &&
   [ "$(grep -Ec "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out")" -eq 2 ] &&
+  [ "$(grep -Ec "^rollout saturation: context switches per step by role: .*env-worker [0-9]+\.[0-9]{2}.*actor [0-9]*\.[0-9]*[1-9]" <<<"$out")" -eq 2 ] &&
   grep -Eq "^rollout saturation: median of 2 runs: [1-9][0-9]* steps/s \(runs: [1-9][0-9]*, [1-9][0-9]*\), CPU [1-9][0-9]* us per step$" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --only saturation --repeat 2: rc=$rc: $out"; fail=1; }
@@ -54,5 +55,5 @@ out=$($S bench rollout --quick --skip-system 2>&1); rc=$?
   grep -Eq "^rollout wire: a 512-byte round trip over loopback TCP, 2000 times: ZeroMQ DEALER/ROUTER [1-9][0-9]* us, [0-9]+ us of CPU .*plain sockets [0-9]+ us" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout saturation\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --skip-system: rc=$rc: $out"; fail=1; }
-[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU by role and --repeat with medians, the gate core and wire parts alone"
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU and context switches by role and --repeat with medians, the gate core and wire parts alone"
 exit $fail

@@ -250,7 +250,8 @@ static void stop_kills_a_child_that_ignores_sigterm(void **state)
 }
 
 /* The CPU report adds up every reaped incarnation of a child: one that burns about 0.2 s of CPU,
- * killed and restarted once, then stopped, reports at least the first incarnation's time. */
+ * killed and restarted once, then stopped, reports at least the first incarnation's time; every
+ * child that slept reports context switches. */
 static void cpu_report_adds_up_each_incarnation(void **state)
 {
     fix_t *f = *state;
@@ -278,20 +279,24 @@ static void cpu_report_adds_up_each_incarnation(void **state)
     fclose(fp);
     char buf[1024];
     s_read(tsv, buf, sizeof buf);
-    assert_non_null(strstr(buf, "child\tuser_us\tsys_us\trestarts\n"));
+    assert_non_null(strstr(buf, "child\tuser_us\tsys_us\trestarts\tcsw\n"));
     char *line = strstr(buf, "\nburner\t");
     assert_non_null(line);
-    long long user = -1, sys = -1;
+    long long user = -1, sys = -1, csw = -1;
     int restarts = -1;
-    assert_int_equal(sscanf(line + 1, "burner\t%lld\t%lld\t%d", &user, &sys, &restarts), 3);
+    assert_int_equal(
+        sscanf(line + 1, "burner\t%lld\t%lld\t%d\t%lld", &user, &sys, &restarts, &csw), 4);
     assert_true(user + sys >= 20000); /* 60,000 shell iterations take far more than 20 ms */
     assert_int_equal(restarts, 1);
+    assert_true(csw >= 1); /* it went to sleep before it was killed */
     long long burnt = user + sys;
     line = strstr(buf, "\nidle\t");
     assert_non_null(line);
-    assert_int_equal(sscanf(line + 1, "idle\t%lld\t%lld\t%d", &user, &sys, &restarts), 3);
+    assert_int_equal(sscanf(line + 1, "idle\t%lld\t%lld\t%d\t%lld", &user, &sys, &restarts, &csw),
+                     4);
     assert_true(user >= 0 && sys >= 0 && user + sys < burnt);
     assert_int_equal(restarts, 0);
+    assert_true(csw >= 1); /* asleep when it was stopped */
     assert_int_equal(supervise_cpu_report(NULL, stdout), SR_EINVAL);
     assert_int_equal(supervise_cpu_report(s, NULL), SR_EINVAL);
     supervise_destroy(&s);
