@@ -591,7 +591,7 @@ static void s_runs(const double *v, int n, const char *fmt, char *out, size_t ca
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < n && used < cap; i++) {
-        int w = snprintf(out + used, cap - used, i ? ", " : "");
+        int w = snprintf(out + used, cap - used, "%s", i ? ", " : "");
         used += w > 0 ? (size_t)w : 0;
         if (used < cap) {
             w = snprintf(out + used, cap - used, fmt, v[i]);
