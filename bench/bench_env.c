@@ -88,18 +88,12 @@ static int s_lat_add(s_lat_t *l, double us)
     return SR_OK;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* s_lat_fill sorts the latencies and writes their mean and percentiles into out. */
 static void s_lat_fill(s_lat_t *l, bench_env_level_t *out)
 {
     if (l->n == 0)
         return;
-    qsort(l->v, l->n, sizeof *l->v, s_cmp_double);
+    qsort(l->v, l->n, sizeof *l->v, sr_cmp_double);
     double sum = 0;
     for (size_t i = 0; i < l->n; i++)
         sum += l->v[i];

@@ -20,12 +20,6 @@ static double s_now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int bench_env_local_run(long episodes, bench_env_local_result_t *out)
 {
     int rc = SR_OK;
@@ -77,7 +71,7 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
     out->steps = (long)n_lat;
     out->steps_per_s = out->seconds > 0 ? (double)n_lat / out->seconds : 0;
     if (n_lat > 0) {
-        qsort(lat, n_lat, sizeof *lat, s_cmp_double);
+        qsort(lat, n_lat, sizeof *lat, sr_cmp_double);
         out->p50_us = lat[n_lat / 2];
         out->p99_us = lat[(size_t)((double)(n_lat - 1) * 0.99)];
     }

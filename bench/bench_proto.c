@@ -127,12 +127,6 @@ static double s_batch(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mode, 
     return (s_now_ns() - t0) / (double)n;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* s_median_ns calibrates a batch to about ms milliseconds and returns the median ns/op over
  * reps batches (-1 on failure). */
 static double s_median_ns(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mode, int reps,
@@ -148,8 +142,7 @@ static double s_median_ns(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mo
     for (int r = 0; r < reps; r++)
         if ((t[r] = s_batch(m, enc, mode, n, scratch)) < 0)
             return -1;
-    qsort(t, (size_t)reps, sizeof t[0], s_cmp_double);
-    return reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2;
+    return sr_median(t, (size_t)reps);
 }
 
 int bench_proto_run(int argc, char **argv)

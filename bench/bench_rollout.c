@@ -572,19 +572,6 @@ cleanup:
 #define S_STR2(x) #x
 #define S_STR(x) S_STR2(x)
 
-static int s_cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* s_median returns the median of v[0..n) (sorting v); the lower middle one when n is even. */
-static double s_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, s_cmp_d);
-    return n > 0 ? v[(n - 1) / 2] : 0;
-}
-
 /* s_runs writes "a, b, c" (the values of the runs in run order, printf format fmt) into out. */
 static void s_runs(const double *v, int n, const char *fmt, char *out, size_t cap)
 {
@@ -684,7 +671,7 @@ int bench_rollout_run(int argc, char **argv)
         s_runs(m1, ok_runs, "%.3f", list, sizeof list);
         printf("rollout overhead: median of %d runs: without the LLM call median %.3f ms (runs: "
                "%s), p99 %.3f ms\n",
-               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs));
+               ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs));
     }
 
     const char *sat[] = {"--actors",      "3", "--slots",         "64",
@@ -712,7 +699,7 @@ int bench_rollout_run(int argc, char **argv)
         s_runs(m1, ok_runs, "%.0f", list, sizeof list);
         printf("rollout saturation: median of %d runs: %.0f steps/s (runs: %s), CPU %.0f us per "
                "step\n",
-               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs));
+               ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs));
     }
 
     /* 50 ms per request: 35 reasoning tokens plus the action, 51.6 tokens an answer on average,
@@ -769,8 +756,8 @@ int bench_rollout_run(int argc, char **argv)
         printf("rollout 50ms: median of %d runs: %.1f%% of the ideal 5120 steps/s (runs: %s), "
                "%.1f%% of the ideal at the measured latency, CPU %.0f us per step, CPU ceiling "
                "%.1f%% of 5120\n",
-               ok_runs, s_median(m1, ok_runs), list, s_median(m2, ok_runs),
-               s_median(m3, ok_runs), s_median(m4, ok_runs));
+               ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs),
+               sr_median(m3, (size_t)ok_runs), sr_median(m4, (size_t)ok_runs));
     }
     return code;
 }

@@ -106,3 +106,17 @@ void sr_fmt(char *buf, size_t len, const char *fmt, ...)
     vsnprintf(buf, len, fmt, ap);
     va_end(ap);
 }
+
+int sr_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sr_median(double *v, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, sr_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -57,6 +57,13 @@ char *sr_xstrndup(const char *s, size_t n);
  * len is 0): the one-line error texts functions hand back through (err, errlen). */
 void sr_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* sr_cmp_double orders doubles for qsort, ascending. */
+int sr_cmp_double(const void *a, const void *b);
+
+/* sr_median sorts v[0..n) ascending and returns its median (the mean of the two middle values
+ * when n is even); 0 when n is 0. */
+double sr_median(double *v, size_t n);
+
 #define SELROLL_VERSION "0.1.0"
 #define SELROLL_PROTO_VERSION 1
 

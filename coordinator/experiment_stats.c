@@ -11,12 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 exp_ci_t exp_stats_ci(const double *x, size_t n, int reps, uint64_t seed)
 {
     exp_ci_t ci = {0, 0.0, 0.0, 0.0};
@@ -45,7 +39,7 @@ exp_ci_t exp_stats_ci(const double *x, size_t n, int reps, uint64_t seed)
             s += v[prng_bounded(&p, ci.n)];
         means[r] = s / (double)ci.n;
     }
-    qsort(means, (size_t)reps, sizeof *means, s_cmp_double);
+    qsort(means, (size_t)reps, sizeof *means, sr_cmp_double);
     ci.lo = means[(size_t)floor(0.025 * (reps - 1))];
     ci.hi = means[(size_t)ceil(0.975 * (reps - 1))];
 cleanup:
@@ -167,7 +161,7 @@ exp_pr_point_t *exp_stats_pr_curve(const exp_group_t *groups, size_t n, const ch
     }
     if (m == 0)
         goto cleanup;
-    qsort(sc, m, sizeof *sc, s_cmp_double);
+    qsort(sc, m, sizeof *sc, sr_cmp_double);
     size_t d = 0; /* distinct scores, in place */
     for (size_t i = 0; i < m; i++)
         if (d == 0 || sc[i] != sc[d - 1])

@@ -1,5 +1,5 @@
 /*
- * test_sr.c — result codes and allocation helpers.
+ * test_sr.c — result codes, allocation helpers and the median.
  */
 #include "tests/harness.h"
 #include "common/sr.h"
@@ -32,12 +32,28 @@ static void xstrndup_copies_and_terminates(void **state)
     free(s);
 }
 
+static void median_sorts_and_takes_the_middle(void **state)
+{
+    (void)state;
+    double odd[] = {5, 1, 3};
+    assert_true(sr_median(odd, 3) == 3);
+    assert_true(odd[0] == 1 && odd[1] == 3 && odd[2] == 5); /* sorted in place */
+    double even[] = {4, -2, 10, 1};
+    assert_true(sr_median(even, 4) == 2.5); /* the mean of 1 and 4 */
+    double one[] = {7.5};
+    assert_true(sr_median(one, 1) == 7.5);
+    assert_true(sr_median(NULL, 0) == 0);
+    double a = 1, b = 2;
+    assert_true(sr_cmp_double(&a, &b) < 0 && sr_cmp_double(&b, &a) > 0 && sr_cmp_double(&a, &a) == 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(strerror_names_every_code),
         cmocka_unit_test(errno_maps_to_codes),
         cmocka_unit_test(xstrndup_copies_and_terminates),
+        cmocka_unit_test(median_sorts_and_takes_the_middle),
     };
     return harness_run_("sr", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
