@@ -511,7 +511,11 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_sys_t *out)
     free(ts);
 }
 
-/* s_system runs `selroll run` with the extra arguments and measures it from its results. */
+/* The arguments every system case adds to its own (--local-env-workers N), NULL-terminated. */
+static const char *s_common[3];
+
+/* s_system runs `selroll run` with the extra arguments (and s_common's) and measures it from its
+ * results. */
 static void s_system(const char *self, const char *label, const char *const *extra, s_sys_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -531,6 +535,8 @@ static void s_system(const char *self, const char *label, const char *const *ext
     argv[n++] = label;
     for (int i = 0; extra[i] && n < 62; i++)
         argv[n++] = extra[i];
+    for (int i = 0; s_common[i] && n < 62; i++)
+        argv[n++] = s_common[i];
     argv[n] = NULL;
     s_recs_t recs = {0}, lat = {0};
     int64_t t0 = clock_mono_ms();
@@ -587,6 +593,20 @@ static void s_runs(const double *v, int n, const char *fmt, char *out, size_t ca
     }
 }
 
+/* s_count_arg reads the count after option argv[i] into *out: 1..max, or a one-line error and
+ * false. */
+static bool s_count_arg(int argc, char **argv, int i, int max, int *out)
+{
+    char *end = NULL;
+    long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+    if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 1 || v > max) {
+        fprintf(stderr, "selroll bench rollout: %s wants a count from 1 to %d\n", argv[i], max);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 int bench_rollout_run(int argc, char **argv)
 {
     bool quick = false, skip_system = false;
@@ -607,24 +627,27 @@ int bench_rollout_run(int argc, char **argv)
         } else if (!strcmp(argv[i], "--skip-system")) {
             skip_system = true;
         } else if (!strcmp(argv[i], "--repeat")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 1 || v > 9) {
-                fprintf(stderr, "selroll bench rollout: --repeat wants a count from 1 to 9\n");
+            if (!s_count_arg(argc, argv, i++, 9, &repeat))
                 return 2;
-            }
-            repeat = (int)v;
-            i++;
+        } else if (!strcmp(argv[i], "--local-env-workers")) {
+            int n_envw = 0;
+            if (!s_count_arg(argc, argv, i++, 64, &n_envw))
+                return 2;
+            s_common[0] = "--local-env-workers";
+            s_common[1] = argv[i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
-                   "[--only overhead|saturation|50ms] [--repeat N]\n"
+                   "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
                    "latency on 256 slots as a share of the ideal. --only runs one of the three "
                    "system cases (and neither of the first two parts). --repeat N (1-9, default "
                    "1) runs each system case N times one after another and adds the median of "
-                   "the N runs: a shared host moves single runs by 10%% and more.\n");
+                   "the N runs: a shared host moves single runs by 10%% and more. "
+                   "--local-env-workers N runs every system case with N env workers inside each "
+                   "actor's process (selroll run --local-env-workers) instead of env-worker "
+                   "processes.\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -632,6 +655,9 @@ int bench_rollout_run(int argc, char **argv)
         }
     }
     log_set_level(LOG_WARN);
+    if (s_common[0])
+        printf("rollout: every system case with %s env workers in each actor's process "
+               "(--local-env-workers)\n", s_common[1]);
     if (!only) {
         s_bench_core(quick ? 2000 : 20000);
         s_bench_wire(quick ? 2000 : 10000);

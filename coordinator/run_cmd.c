@@ -181,6 +181,7 @@ static struct {
     char *gate, *trainer, *trainer_args, *adv, *eval_split;
     char *gate_rule, *gate_rule_args;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
+    int local_envw;
     int k, log_level, max_coord_restarts;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
@@ -383,8 +384,10 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_argf(&a, "%lld", (long long)o.heartbeat_ms);
     s_arg(&a, "--placement");
     s_arg(&a, o.placement);
-    s_arg(&a, "--env-workers");
-    s_arg(&a, r->env_list);
+    if (r->env_list[0]) {
+        s_arg(&a, "--env-workers");
+        s_arg(&a, r->env_list);
+    }
     s_arg(&a, "--out");
     s_arg(&a, r->out);
     if (resume)
@@ -635,6 +638,11 @@ int run_main(int argc, char **argv)
          .help = "episodes each actor runs at once"},
         {.name = "env-workers", .kind = CFG_INT, .dst = &o.env_workers, .def = "2", .min = 1,
          .max = 64, .help = "env-worker processes"},
+        {.name = "local-env-workers", .kind = CFG_INT, .dst = &o.local_envw, .def = "0", .min = 0,
+         .max = 64, .metavar = "N",
+         .help = "0 = env-worker processes (--env-workers); N = no env-worker processes, every "
+                 "actor hosts N env workers in its own process instead (fewer messages between "
+                 "processes per step; an actor's sessions then die with it)"},
         {.name = "env-capacity", .kind = CFG_INT, .dst = &o.env_capacity, .def = "0", .min = 0,
          .max = 100000, .help = "sessions per env worker (0 = twice all actors' slots, at least 64)"},
         {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.time_scale, .def = "0", .min = 0,
@@ -855,7 +863,7 @@ int run_main(int argc, char **argv)
 
     /* Env workers. */
     size_t el = 0;
-    for (int i = 0; i < o.env_workers; i++) {
+    for (int i = 0; o.local_envw == 0 && i < o.env_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "env-worker-%d", i + 1);
         int port = s_free_port();
@@ -1005,8 +1013,13 @@ int run_main(int argc, char **argv)
         s_argf(&a, "%d", o.slots);
         s_arg(&a, "--policy");
         s_arg(&a, r.policy_url);
-        s_arg(&a, "--env-workers");
-        s_arg(&a, r.env_list);
+        if (o.local_envw > 0) {
+            s_arg(&a, "--local-env-workers");
+            s_argf(&a, "%d", o.local_envw);
+        } else {
+            s_arg(&a, "--env-workers");
+            s_arg(&a, r.env_list);
+        }
         if (r.train)
             s_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
         if (r.builtin_trainer) {
@@ -1035,18 +1048,23 @@ int run_main(int argc, char **argv)
             fclose(f);
         }
     }
+    char envw_desc[64];
+    if (o.local_envw > 0)
+        snprintf(envw_desc, sizeof envw_desc, "%d env workers in each actor", o.local_envw);
+    else
+        snprintf(envw_desc, sizeof envw_desc, "%d env workers", o.env_workers);
     if (r.train)
         printf("selroll run %s: training, %d iterations of %d batch groups x G=%d (pre-filter %s, "
                "gate %s, backfill %s, %s advantages), trainer %s; held-out %d %s tasks every %d "
-               "iterations; %d actors x %d slots, %d env workers, time scale %g; results in %s\n",
+               "iterations; %d actors x %d slots, %s, time scale %g; results in %s\n",
                o.run, o.iters, o.batch_groups, o.group_size, o.prefilter ? "on" : "off",
                o.no_gate ? "none" : o.gate_mode, o.backfill ? "on" : "off", o.adv, o.trainer,
-               o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, o.env_workers,
+               o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, envw_desc,
                o.time_scale, r.out);
     else
-        printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %d env "
-               "workers, gate %s; results in %s\n",
-               o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, o.env_workers,
+        printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %s, "
+               "gate %s; results in %s\n",
+               o.run, o.iters, o.groups, o.group_size, o.actors, o.slots, envw_desc,
                o.no_gate ? "none" : o.gate_mode, r.out);
     if (r.http[0])
         printf("dashboard: http://%s/ (live: groups, gate, throughput, actors; /metrics, /api/state)\n",

@@ -5,7 +5,9 @@
 # anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
 # alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
 # step by role; --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
-# error); with --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
+# error); --local-env-workers 1 runs it with the env workers inside the actors (a bad count, or
+# `selroll actor` given both --env-workers and --local-env-workers, is a one-line error); with
+# --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
@@ -50,10 +52,24 @@ out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
   grep -Eq "^rollout saturation: median of 2 runs: [1-9][0-9]* steps/s \(runs: [1-9][0-9]*, [1-9][0-9]*\), CPU [1-9][0-9]* us per step$" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --only saturation --repeat 2: rc=$rc: $out"; fail=1; }
+# --local-env-workers: a bad count and a clash with --env-workers are one-line errors (exit 2);
+# the saturation case with one env worker inside each actor runs no env-worker process.
+out=$($S bench rollout --local-env-workers 0 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "local-env-workers wants a count" <<<"$out"; } ||
+  { echo "selroll bench rollout --local-env-workers 0: rc=$rc: $out"; fail=1; }
+out=$($S actor --coordinator tcp://127.0.0.1:9 --env-workers tcp://127.0.0.1:9 --local-env-workers 1 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "exclude each other" <<<"$out"; } ||
+  { echo "selroll actor --env-workers with --local-env-workers: rc=$rc: $out"; fail=1; }
+out=$($S bench rollout --quick --only saturation --local-env-workers 1 2>&1); rc=$?
+{ [ $rc -eq 0 ] && grep -q "^rollout: every system case with 1 env workers in each actor's process" <<<"$out" &&
+  grep -Eq "^rollout saturation: 3 actors x 64 slots, cost model off: [1-9][0-9]* steps, [1-9][0-9]* steps/s" <<<"$out" &&
+  grep -Eq "^rollout saturation: CPU us per step by role: .*actor [0-9]+" <<<"$out" &&
+  ! grep -q "env-worker [0-9]" <<<"$out"; } ||
+  { echo "selroll bench rollout --quick --only saturation --local-env-workers 1: rc=$rc: $out"; fail=1; }
 out=$($S bench rollout --quick --skip-system 2>&1); rc=$?
 { [ $rc -eq 0 ] && grep -Eq "^rollout gate-core: 160000 ACTIONs" <<<"$out" &&
   grep -Eq "^rollout wire: a 512-byte round trip over loopback TCP, 2000 times: ZeroMQ DEALER/ROUTER [1-9][0-9]* us, [0-9]+ us of CPU .*plain sockets [0-9]+ us" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout saturation\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --skip-system: rc=$rc: $out"; fail=1; }
-[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU and context switches by role and --repeat with medians, the gate core and wire parts alone"
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU and context switches by role, --repeat with medians and --local-env-workers, the gate core and wire parts alone"
 exit $fail

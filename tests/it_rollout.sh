@@ -11,6 +11,8 @@
 #             kill -9 of the gate; kill -9 of the coordinator (restarted with --resume);
 #             malformed and oversize messages to every socket — each round completes with
 #             exactly G results per group
+#   local     the paper round with --local-env-workers 1: every actor steps its episodes in env
+#             workers of its own process (inproc), no env-worker process runs; same checks
 #   python    actors against docs/examples/env_worker.py (a Python env worker), coordinated by
 #             tests/rollout_pycoord.py
 # Set IT_ROLLOUT_ONLY=enforce,shadow,... to run a subset.
@@ -115,6 +117,19 @@ if only paper; then
   # cancels one group or none: the cancel latency is reported here and checked in the run below.
   check --run pap --jsonl "$T/pap/rounds/round-0.jsonl" --bus "$T/pap.bus" --mode enforce --spread \
     --latency-ms 0
+fi
+
+if only local; then
+  say "env workers inside the actors (--local-env-workers 1): 16 groups x G=8, 3 actors"
+  start_run loc --time-scale 100 --gate-mode enforce --local-env-workers 1
+  wait_run loc 120
+  check --run loc --jsonl "$T/loc/rounds/round-0.jsonl" --bus "$T/loc.bus" --mode enforce --spread \
+    --latency-ms 0
+  ls "$T/loc/logs" | grep -q '^env-worker' && bad "loc: an env-worker process was started"
+  for i in 1 2 3; do
+    grep -q "1 env workers in process" "$T/loc/logs/actor-$i.log" ||
+      bad "loc: actor-$i does not host its env worker"
+  done
 fi
 
 if only enforce; then
