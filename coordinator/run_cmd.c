@@ -1102,6 +1102,19 @@ int run_main(int argc, char **argv)
             code = 0;
             break;
         }
+        const char *bad = NULL;
+        for (int i = 0; !bad && i < nnames; i++)
+            if (supervise_usage_error(r.sup, names[i]))
+                bad = names[i];
+        if (!bad && supervise_usage_error(r.sup, r.coord_name))
+            bad = r.coord_name;
+        if (bad) {
+            /* Arguments passed through (--actor-args and the like) that the child refused. */
+            fprintf(stderr, "selroll run: %s refused its arguments (exit %d); see %s/logs/%s.log\n",
+                    bad, SUPERVISE_EXIT_USAGE, r.out, bad);
+            code = 2;
+            break;
+        }
         if (r.train && (supervise_finished(r.sup, r.coord_name) ||
                         supervise_pid(r.sup, r.coord_name) == 0)) {
             s_train_progress(&r);

@@ -229,6 +229,12 @@ static void s_exited(supervise_t *s, s_child_t *c, int st)
         log_info("supervise: %s (pid %d) finished", c->name, (int)pid);
         return;
     }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == SUPERVISE_EXIT_USAGE) {
+        /* The same arguments would give the same error: restarting would only loop. */
+        log_warn("supervise: %s (pid %d) exited %d, a usage error: not restarted", c->name,
+                 (int)pid, SUPERVISE_EXIT_USAGE);
+        return;
+    }
     if (!c->restart || (s->opts.max_restarts >= 0 && c->restarts >= s->opts.max_restarts)) {
         log_warn("supervise: %s (pid %d) died: %s; not restarted", c->name, (int)pid, how);
         return;
@@ -301,6 +307,13 @@ int supervise_last_status(const supervise_t *s, const char *name)
 {
     const s_child_t *c = s_find(s, name);
     return c ? c->last_status : -1;
+}
+
+bool supervise_usage_error(const supervise_t *s, const char *name)
+{
+    const s_child_t *c = s_find(s, name);
+    return c && c->pid == 0 && c->last_status != -1 && WIFEXITED(c->last_status) &&
+           WEXITSTATUS(c->last_status) == SUPERVISE_EXIT_USAGE;
 }
 
 bool supervise_finished(const supervise_t *s, const char *name)

@@ -75,6 +75,14 @@ int supervise_restarts(const supervise_t *s, const char *name);
  * never exited or is unknown. */
 int supervise_last_status(const supervise_t *s, const char *name);
 
+/* The exit status of every selroll command for a usage error (a bad flag or configuration): a
+ * child that exits with it is not restarted, since the same arguments would fail the same way. */
+#define SUPERVISE_EXIT_USAGE 2
+
+/* supervise_usage_error returns true when `name` is down after exiting SUPERVISE_EXIT_USAGE (it
+ * stays down). */
+bool supervise_usage_error(const supervise_t *s, const char *name);
+
 /* supervise_finished returns true when `name` exited 0 (it stays down). */
 bool supervise_finished(const supervise_t *s, const char *name);
 

@@ -2,7 +2,7 @@
 # it_cli.sh: every subcommand listed by `selroll --help` answers --help with exit 0 and a usage line;
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
-# anything; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
+# anything; a child refusing its arguments (exit 2) stops `selroll run` with exit 2 at once; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
 # alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
 # step by role; --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
 # error); --local-env-workers 1 runs it with the env workers inside the actors (a bad count, or
@@ -25,6 +25,14 @@ $S 2>/dev/null; [ $? -eq 2 ] || { echo "no command must exit 2"; fail=1; }
 out=$($S run --run 'a+b' 2>&1); rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "not a run name" <<<"$out"; } ||
   { echo "selroll run --run 'a+b': rc=$rc: $out"; fail=1; }
+# A child that refuses its arguments (exit 2, here an actor given a bad flag through --actor-args)
+# is not restarted in a loop: selroll run stops everything and exits 2 naming it.
+T=$(mktemp -d)
+out=$(timeout 60 $S run --out "$T/r" --groups 1 --iters 1 --http off --actor-args --bogus-flag 2>&1 >/dev/null); rc=$?
+{ [ $rc -eq 2 ] && grep -q "^selroll run: actor-[0-9] refused its arguments (exit 2); see $T/r/logs/actor-[0-9].log$" <<<"$out" &&
+  grep -q "bogus-flag" "$T/r/logs/actor-1.log" && ! grep -q "restarted actor" <<<"$out"; } ||
+  { echo "selroll run --actor-args --bogus-flag: rc=$rc: $out"; fail=1; }
+rm -rf "$T"
 PY=${SELROLL_PYTHON:-/usr/bin/python3}
 out=$("$PY" - "$S" <<'EOF'
 import socket, subprocess, sys

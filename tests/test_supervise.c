@@ -1,7 +1,7 @@
 /*
  * test_supervise.c — child supervision with real processes (/bin/sh): log files, a child that
  * finishes, restarts after kill -9 and after crashes with a growing back-off, the restart limit,
- * a program that cannot run, and graceful stop with SIGKILL for a child that ignores SIGTERM.
+ * a program that cannot run, a usage error (exit 2) that is not restarted, and graceful stop with SIGKILL for a child that ignores SIGTERM.
  */
 #include "tests/harness.h"
 #include "common/log.h"
@@ -197,6 +197,29 @@ static void crashing_child_backs_off_and_respects_the_limit(void **state)
     supervise_destroy(&s);
 }
 
+/* Exit 2 is every selroll command's usage error: the same arguments would fail again, so such a
+ * child is not restarted even with restarts on, and supervise_usage_error says so. */
+static void usage_error_exit_is_not_restarted(void **state)
+{
+    fix_t *f = *state;
+    supervise_t *s = s_sup(f, 30, -1);
+    char *usage[] = {"/bin/sh", "-c", "exit 2", NULL};
+    char *crash[] = {"/bin/sh", "-c", "exit 3", NULL};
+    assert_int_equal(supervise_add(s, "usage", usage, true), SR_OK);
+    assert_int_equal(supervise_add(s, "crash", crash, true), SR_OK);
+    assert_false(supervise_usage_error(s, "usage")); /* running or not yet reaped */
+    s_restarts_at_least = 2;
+    assert_true(s_poll_until(s, s_has_restarts, "crash", 5000));
+    supervise_poll(s);
+    assert_int_equal(supervise_restarts(s, "usage"), 0);
+    assert_int_equal(supervise_pid(s, "usage"), 0);
+    assert_true(supervise_usage_error(s, "usage"));
+    assert_false(supervise_finished(s, "usage"));
+    assert_false(supervise_usage_error(s, "crash"));
+    assert_false(supervise_usage_error(s, "nobody"));
+    supervise_destroy(&s);
+}
+
 static void missing_program_exits_127_and_is_not_restarted_without_restart(void **state)
 {
     fix_t *f = *state;
@@ -312,6 +335,7 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(
             missing_program_exits_127_and_is_not_restarted_without_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(usage_error_exit_is_not_restarted, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_kills_a_child_that_ignores_sigterm, setup, teardown),
         cmocka_unit_test_setup_teardown(cpu_report_adds_up_each_incarnation, setup, teardown),
     };
