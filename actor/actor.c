@@ -20,6 +20,7 @@
 
 #include "actor/extract.h"
 #include "actor/prompt.h"
+#include "env_worker/env_worker.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/llm_client.h"
@@ -47,7 +48,8 @@ typedef enum { SLOT_FREE = 0, SLOT_RESET, SLOT_LLM, SLOT_STEP } slot_state_t;
 typedef struct envconn {
     struct actor *a;
     char *endpoint;
-    transport_sock_t *sock;
+    transport_sock_t *sock; /* NULL for an env worker in this process (direct) */
+    envw_t *direct;         /* the env worker served by envw_call on this thread, or NULL */
     int sessions;    /* sessions this actor holds on the worker now */
     int fail_streak; /* timeouts since the last reply */
 } envconn_t;
@@ -98,6 +100,9 @@ struct actor {
     char *coordinator, *id, *policy_url, *model, *api_key;
     char **env_override;
     size_t n_env_override;
+    bool local_envs;  /* env workers in this process (cfg local_env_workers): WELCOME's list unused */
+    sr_buf_t direct_q; /* replies of in-process env workers, each a size_t length then the body */
+    int direct_timer;  /* > 0: a zero-delay timer hands direct_q to s_env_reply */
     int slots_n, env_timeout_ms, welcome_timeout_ms, hello_retry_ms, drain_ack_ms;
     bool record_messages, catch_signals, drain_on_term;
     char host[256];
@@ -563,6 +568,59 @@ static void s_env_timer_cb(reactor_t *r, int id, void *arg)
     s_slot_finish(s, "failed", why);
 }
 
+static void s_env_reply(envconn_t *e, const void *body, size_t len);
+
+/* s_direct_flush hands the replies of the in-process env workers to s_env_reply, in order. A
+ * reply never reaches the actor inside the call that made it (the caller arms the request's
+ * timeout after the send, and the handler may send again): it waits for this zero-delay timer. */
+static void s_direct_flush(reactor_t *r, int id, void *arg)
+{
+    actor_t *a = arg;
+    a->direct_timer = 0;
+    sr_buf_t q = a->direct_q; /* replies made while handling these go to a fresh queue */
+    sr_buf_init(&a->direct_q);
+    for (size_t off = 0; off + sizeof(size_t) + sizeof(void *) <= q.len;) {
+        size_t len;
+        envconn_t *e;
+        memcpy(&e, q.data + off, sizeof e);
+        memcpy(&len, q.data + off + sizeof e, sizeof len);
+        off += sizeof e + sizeof len;
+        s_env_reply(e, q.data + off, len);
+        off += len;
+    }
+    sr_buf_free(&q);
+}
+
+typedef struct {
+    actor_t *a;
+    envconn_t *e;
+} s_direct_ctx_t;
+
+/* s_direct_keep queues one reply of an in-process env worker (envw_call's receiver). */
+static void s_direct_keep(void *arg, const void *body, size_t len)
+{
+    s_direct_ctx_t *d = arg;
+    actor_t *a = d->a;
+    sr_buf_append(&a->direct_q, &d->e, sizeof d->e);
+    sr_buf_append(&a->direct_q, &len, sizeof len);
+    sr_buf_append(&a->direct_q, body, len);
+    if (a->direct_timer <= 0) {
+        int t = reactor_timer_add(a->r, 0, 0, s_direct_flush, a);
+        a->direct_timer = t > 0 ? t : 0;
+    }
+}
+
+/* s_env_send sends the request encoded in a->sbuf to env worker e: over its socket, or to the
+ * in-process worker (its reply is queued for s_direct_flush). */
+static int s_env_send(actor_t *a, envconn_t *e)
+{
+    if (!e->direct)
+        return transport_send(e->sock, a->sbuf.data, a->sbuf.len);
+    s_direct_ctx_t d = {.a = a, .e = e};
+    return envw_call(e->direct, a->id, strlen(a->id), a->sbuf.data, a->sbuf.len, s_direct_keep,
+                     &d);
+}
+
 /* s_env_request sends RESET or STEP for slot s and arms its timeout. */
 static int s_env_request(actor_t *a, slot_t *s, proto_msg_t *m, const char *op)
 {
@@ -574,7 +632,7 @@ static int s_env_request(actor_t *a, slot_t *s, proto_msg_t *m, const char *op)
     a->sbuf.len = 0;
     int rc = proto_encode(m, &a->sbuf);
     if (rc == SR_OK)
-        rc = transport_send(s->env->sock, a->sbuf.data, a->sbuf.len);
+        rc = s_env_send(a, s->env);
     if (rc != SR_OK)
         return rc;
     s->env_op = op;
@@ -590,7 +648,7 @@ static void s_env_close(actor_t *a, slot_t *s)
     m.u.close.session = s->session;
     a->sbuf.len = 0;
     if (proto_encode(&m, &a->sbuf) == SR_OK)
-        transport_send(s->env->sock, a->sbuf.data, a->sbuf.len);
+        s_env_send(a, s->env);
     s->session_open = false;
     s->env->sessions--;
 }
@@ -739,16 +797,22 @@ static void s_on_step_obs(actor_t *a, slot_t *s, const proto_obs_t *o)
 static void s_env_handler(reactor_t *r, void *sock, int revents, void *arg)
 {
     envconn_t *e = arg;
-    actor_t *a = e->a;
     transport_msg_t tm;
     if (transport_recv(e->sock, &tm, 0) != SR_OK)
         return;
     size_t len;
     const void *body = transport_msg_body(&tm, &len);
+    s_env_reply(e, body, len);
+    transport_msg_close(&tm);
+}
+
+/* s_env_reply takes one reply (OBS or ERROR) of env worker e. */
+static void s_env_reply(envconn_t *e, const void *body, size_t len)
+{
+    actor_t *a = e->a;
     proto_msg_t m;
     proto_err_t perr;
     int rc = proto_decode(body, len, &m, &perr);
-    transport_msg_close(&tm);
     if (rc != SR_OK) {
         char t[256];
         ST_INC(a, bad_env);
@@ -1159,7 +1223,7 @@ static void s_on_welcome(actor_t *a, const proto_welcome_t *w)
 
     s_bus_connect(a, &a->pub, &a->bus_pub_ep, ZMQ_PUB, w->bus_pub);
     s_bus_connect(a, &a->sub, &a->bus_sub_ep, ZMQ_SUB, w->bus_sub);
-    if (!a->env_override) {
+    if (!a->env_override && !a->local_envs) {
         for (size_t i = 0; i < w->env_workers_len; i++) {
             char err[256];
             if (!s_env_add(a, w->env_workers[i], err, sizeof err))
@@ -1442,6 +1506,15 @@ static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
         snprintf(err, errlen, "the actor id must be 1..%d bytes", PROTO_MAX_ID - 65);
         return SR_EINVAL;
     }
+    if (c->local_env_workers < 0 || c->local_env_workers > ACTOR_MAX_LOCAL_ENV_WORKERS) {
+        snprintf(err, errlen, "local env workers must be 0..%d, not %d",
+                 ACTOR_MAX_LOCAL_ENV_WORKERS, c->local_env_workers);
+        return SR_EINVAL;
+    }
+    if (c->local_env_workers > 0 && c->n_env_workers > 0) {
+        snprintf(err, errlen, "env worker endpoints and local env workers exclude each other");
+        return SR_EINVAL;
+    }
     for (size_t i = 0; i < c->n_env_workers; i++) {
         if (transport_endpoint_validate(c->env_workers[i], why, sizeof why) != SR_OK) {
             snprintf(err, errlen, "env worker: %s", why);
@@ -1453,6 +1526,39 @@ static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
         snprintf(err, errlen, "timeouts must be positive and history and retries not negative");
         return SR_EINVAL;
     }
+    return SR_OK;
+}
+
+/* s_local_envs makes n env workers in this process, served by envw_call on the actor's thread
+ * (no socket, no thread between them): twice the slots of capacity each, at least 64, not in the
+ * registry. */
+static int s_local_envs(actor_t *a, int n, char *err, size_t errlen)
+{
+    a->local_envs = true;
+    for (int i = 0; i < n; i++) {
+        char bind[128], why[256], name[64];
+        /* envw_new binds a socket; inproc costs nothing and nobody connects to it. */
+        snprintf(bind, sizeof bind, "inproc://selroll-local-envw-%p-%d", (void *)a, i);
+        envw_cfg_t ec;
+        envw_cfg_init(&ec);
+        ec.bind = bind;
+        ec.capacity = SR_MAX(64, 2 * a->slots_n);
+        ec.zmq_ctx = a->ctx;
+        envw_t *w = envw_new(&ec, why, sizeof why);
+        if (!w) {
+            snprintf(err, errlen, "local env worker %d: %s", i, why);
+            return SR_EINVAL;
+        }
+        snprintf(name, sizeof name, "local-%d", i + 1);
+        envconn_t *e = sr_xcalloc(1, sizeof *e);
+        e->a = a;
+        e->endpoint = sr_xstrdup(name);
+        e->direct = w;
+        a->envs = sr_xrealloc(a->envs, (a->n_envs + 1) * sizeof *a->envs);
+        a->envs[a->n_envs++] = e;
+    }
+    log_info("actor %s: %d env workers in this process (capacity %d sessions each)", a->id, n,
+             SR_MAX(64, 2 * a->slots_n));
     return SR_OK;
 }
 
@@ -1566,6 +1672,8 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
     }
     reactor_add_zsock(a->r, transport_sock_zmq(a->work), REACTOR_READ, s_work_handler, a);
 
+    if (cfg->local_env_workers > 0 && s_local_envs(a, cfg->local_env_workers, err, errlen) != SR_OK)
+        goto fail;
     if (cfg->n_env_workers > 0) {
         a->env_override = sr_xcalloc(cfg->n_env_workers, sizeof *a->env_override);
         a->n_env_override = cfg->n_env_workers;
@@ -1608,6 +1716,7 @@ void actor_destroy(actor_t **self_p)
     free(a->pend);
     for (size_t i = 0; i < a->n_envs; i++) {
         transport_sock_destroy(&a->envs[i]->sock);
+        envw_destroy(&a->envs[i]->direct);
         free(a->envs[i]->endpoint);
         free(a->envs[i]);
     }
@@ -1633,6 +1742,7 @@ void actor_destroy(actor_t **self_p)
     free(a->model);
     free(a->api_key);
     sr_buf_free(&a->sbuf);
+    sr_buf_free(&a->direct_q);
     free(a);
     *self_p = NULL;
 }

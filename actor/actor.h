@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #define ACTOR_DEFAULT_SLOTS 16
+#define ACTOR_MAX_LOCAL_ENV_WORKERS 64
 #define ACTOR_MAX_SLOTS 4096
 #define ACTOR_DEFAULT_POLICY "http://127.0.0.1:8000"
 #define ACTOR_DEFAULT_MODEL "selroll-policy"
@@ -50,6 +51,9 @@ typedef struct {
     const char *api_key;      /* NULL or "": no Authorization header */
     const char *const *env_workers; /* endpoints that override WELCOME's list; NULL: use WELCOME's */
     size_t n_env_workers;
+    int local_env_workers;    /* > 0: this many env workers inside the actor instead (envw_call on
+                               * its own thread: no socket, no thread, no registry; their sessions
+                               * die with the actor); excludes env_workers */
     int history;              /* H: past observation/action pairs in the prompt, >= 0 */
     const char *template_path;/* prompt template file; NULL: the default template */
     int env_timeout_ms;       /* an env request not answered in this time fails the episode */

@@ -5,7 +5,6 @@
  * a socket error), 2 a usage error.
  */
 #include "actor/actor.h"
-#include "env_worker/env_worker.h"
 #include "common/cmds.h"
 #include "common/config.h"
 #include "common/http_srv.h"
@@ -13,11 +12,8 @@
 #include "common/log.h"
 #include "common/sr.h"
 
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <unistd.h>
-#include <zmq.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,63 +44,6 @@ static size_t s_split_list(char *s, const char **items, size_t max)
     return n;
 }
 
-/* The env workers an actor may host itself (--local-env-workers). */
-#define S_MAX_LOCAL_ENVW 64
-
-typedef struct {
-    envw_t *w;
-    pthread_t th;
-    bool started;
-} s_local_envw_t;
-
-static void *s_local_envw_main(void *arg)
-{
-    envw_run(arg);
-    return NULL;
-}
-
-/* s_local_envw_start makes n env workers bound to inproc endpoints of ctx, each served by a
- * thread of its own, and writes their endpoints into eps (borrowed from the workers). Returns
- * SR_OK, or an error with one line in err. */
-static int s_local_envw_start(s_local_envw_t *lw, int n, int capacity, void *ctx, const char **eps,
-                              char *err, size_t errlen)
-{
-    for (int i = 0; i < n; i++) {
-        char bind[96], why[256];
-        snprintf(bind, sizeof bind, "inproc://selroll-local-envw-%ld-%d", (long)getpid(), i);
-        envw_cfg_t ec;
-        envw_cfg_init(&ec);
-        ec.bind = bind;
-        ec.capacity = capacity;
-        ec.zmq_ctx = ctx;
-        lw[i].w = envw_new(&ec, why, sizeof why);
-        if (!lw[i].w) {
-            snprintf(err, errlen, "local env worker %d: %s", i, why);
-            return SR_EINVAL;
-        }
-        eps[i] = envw_endpoint(lw[i].w);
-        if (pthread_create(&lw[i].th, NULL, s_local_envw_main, lw[i].w) != 0) {
-            snprintf(err, errlen, "local env worker %d: cannot start its thread", i);
-            return SR_EIO;
-        }
-        lw[i].started = true;
-    }
-    return SR_OK;
-}
-
-/* s_local_envw_stop stops and frees the workers s_local_envw_start made (any prefix of them). */
-static void s_local_envw_stop(s_local_envw_t *lw, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (lw[i].started) {
-            envw_stop(lw[i].w);
-            pthread_join(lw[i].th, NULL);
-            lw[i].started = false;
-        }
-        envw_destroy(&lw[i].w);
-    }
-}
-
 int actor_main(int argc, char **argv)
 {
     static struct {
@@ -128,9 +67,9 @@ int actor_main(int argc, char **argv)
         {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
          .help = "comma-separated env-worker endpoints (overrides the coordinator's list)"},
         {.name = "local-env-workers", .kind = CFG_INT, .dst = &o.local_envw, .def = "0", .min = 0,
-         .max = S_MAX_LOCAL_ENVW, .metavar = "N",
-         .help = "host N env workers in this process (threads over inproc, for this actor's "
-                 "episodes only, not in the registry) instead of the coordinator's list; "
+         .max = ACTOR_MAX_LOCAL_ENV_WORKERS, .metavar = "N",
+         .help = "host N env workers in this process (called on the actor's own thread: no "
+                 "socket, no thread, not in the registry) instead of the coordinator's list; "
                  "excludes --env-workers"},
         {.name = "history", .kind = CFG_INT, .dst = &o.history, .def = "2", .min = 0, .max = 1000,
          .metavar = "H", .help = "past observation/action pairs shown in the prompt"},
@@ -171,9 +110,6 @@ int actor_main(int argc, char **argv)
     actor_t *a = NULL;
     http_srv_t *http = NULL;
     const char *envs[256];
-    s_local_envw_t local[S_MAX_LOCAL_ENVW] = {0};
-    void *ctx = NULL;
-    char err[512];
     log_set_role("actor");
     log_set_level((log_level_t)o.log_level);
 
@@ -202,25 +138,9 @@ int actor_main(int argc, char **argv)
     if (o.env_workers) {
         ac.env_workers = envs;
         ac.n_env_workers = s_split_list(o.env_workers, envs, SR_ARRAY_LEN(envs));
-    } else if (o.local_envw > 0) {
-        /* One context for the actor and its env workers: inproc needs it. */
-        ctx = zmq_ctx_new();
-        if (!ctx) {
-            fprintf(stderr, "selroll actor: cannot make a ZeroMQ context\n");
-            code = 1;
-            goto cleanup;
-        }
-        ac.zmq_ctx = ctx;
-        int cap = SR_MAX(64, 2 * o.slots);
-        if (s_local_envw_start(local, o.local_envw, cap, ctx, envs, err, sizeof err) != SR_OK) {
-            fprintf(stderr, "selroll actor: %s\n", err);
-            code = 1;
-            goto cleanup;
-        }
-        ac.env_workers = envs;
-        ac.n_env_workers = (size_t)o.local_envw;
-        log_info("actor: %d env workers in process (capacity %d sessions each)", o.local_envw, cap);
     }
+    ac.local_env_workers = o.local_envw;
+    char err[512];
     a = actor_new(&ac, err, sizeof err);
     if (!a) {
         fprintf(stderr, "selroll actor: %s\n", err);
@@ -250,9 +170,6 @@ int actor_main(int argc, char **argv)
 cleanup:
     http_srv_destroy(&http);
     actor_destroy(&a);
-    s_local_envw_stop(local, o.local_envw);
-    if (ctx)
-        zmq_ctx_term(ctx);
     llm_global_cleanup();
     cfg_free(&cfg);
     return code;

@@ -94,6 +94,10 @@ struct envw {
     /* delayed replies */
     s_reply_t *q_head, *q_tail;
 
+    /* envw_call: replies go to this function instead of the socket while it runs */
+    envw_reply_fn direct_fn;
+    void *direct_arg;
+
     /* metrics */
     metrics_registry_t *metrics;
     metrics_counter_t *m_requests, *m_resets, *m_steps, *m_closes, *m_errors[ENVW_ERR_COUNT];
@@ -435,6 +439,10 @@ static void s_sweep(reactor_t *r, int id, void *arg)
 
 static void s_send_now(envw_t *w, const uint8_t *id, size_t idlen, const void *body, size_t len)
 {
+    if (w->direct_fn) {
+        w->direct_fn(w->direct_arg, body, len);
+        return;
+    }
     int rc = transport_send_routed(w->sock, id, idlen, body, len);
     if (rc != SR_OK) {
         metrics_counter_inc(w->m_send_failed);
@@ -711,6 +719,21 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
     }
     }
     proto_msg_clear(&req);
+}
+
+int envw_call(envw_t *w, const void *client, size_t client_len, const void *body, size_t len,
+              envw_reply_fn fn, void *arg)
+{
+    if (!w || !client || client_len == 0 || client_len > S_IDENTITY_MAX || !body || !fn)
+        return SR_EINVAL;
+    if (w->step_latency_ms > 0 || atomic_load(&w->running))
+        return SR_ECONFLICT;
+    w->direct_fn = fn;
+    w->direct_arg = arg;
+    s_handle(w, client, client_len, body, len);
+    w->direct_fn = NULL;
+    w->direct_arg = NULL;
+    return SR_OK;
 }
 
 static void s_on_readable(reactor_t *r, void *zsock, int revents, void *arg)

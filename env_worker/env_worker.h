@@ -97,6 +97,19 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);
  * failed. */
 int envw_run(envw_t *w);
 
+/* The receiver of envw_call's reply: the encoded OBS or ERROR, valid during the call only. */
+typedef void (*envw_reply_fn)(void *arg, const void *body, size_t len);
+
+/* envw_call serves one encoded request (RESET, STEP or CLOSE, as on the socket) on the caller's
+ * thread, for a client named `client` (the identity its sessions are keyed by), and hands the
+ * reply to fn before it returns: an env worker inside another process's loop, with no socket and
+ * no thread on the way (the actor's --local-env-workers). The worker must have no step latency
+ * and envw_run must not be running; its sessions then live until CLOSE (no idle sweep runs).
+ * Malformed requests are answered with ERROR as on the socket. Returns SR_OK, SR_EINVAL (bad
+ * arguments) or SR_ECONFLICT (step latency set, or envw_run running). */
+int envw_call(envw_t *w, const void *client, size_t client_len, const void *body, size_t len,
+              envw_reply_fn fn, void *arg);
+
 /* envw_stop asks envw_run to return. Thread-safe and async-signal-safe; w may be NULL. */
 void envw_stop(envw_t *w);
 

@@ -12,7 +12,7 @@
 #             malformed and oversize messages to every socket — each round completes with
 #             exactly G results per group
 #   local     the paper round with --local-env-workers 1: every actor steps its episodes in env
-#             workers of its own process (inproc), no env-worker process runs; same checks
+#             worker code of its own (called on its thread), no env-worker process runs; same checks
 #   python    actors against docs/examples/env_worker.py (a Python env worker), coordinated by
 #             tests/rollout_pycoord.py
 # Set IT_ROLLOUT_ONLY=enforce,shadow,... to run a subset.
@@ -127,7 +127,7 @@ if only local; then
     --latency-ms 0
   ls "$T/loc/logs" | grep -q '^env-worker' && bad "loc: an env-worker process was started"
   for i in 1 2 3; do
-    grep -q "1 env workers in process" "$T/loc/logs/actor-$i.log" ||
+    grep -q "1 env workers in this process" "$T/loc/logs/actor-$i.log" ||
       bad "loc: actor-$i does not host its env worker"
   done
 fi

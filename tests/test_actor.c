@@ -415,6 +415,16 @@ static void test_new_rejects_bad_configuration(void **state)
     c.template_path = "/nonexistent/template";
     assert_null(actor_new(&c, err, sizeof err));
     assert_non_null(strstr(err, "template"));
+    c.template_path = NULL;
+    c.local_env_workers = ACTOR_MAX_LOCAL_ENV_WORKERS + 1;
+    assert_null(actor_new(&c, err, sizeof err));
+    assert_non_null(strstr(err, "local env workers"));
+    const char *envs[] = {"tcp://127.0.0.1:5556"};
+    c.local_env_workers = 1;
+    c.env_workers = envs;
+    c.n_env_workers = 1;
+    assert_null(actor_new(&c, err, sizeof err));
+    assert_non_null(strstr(err, "exclude each other"));
     assert_null(actor_new(NULL, err, sizeof err));
     actor_destroy(NULL);
     actor_t *none = NULL;
@@ -524,6 +534,78 @@ static void test_jobs_run_and_report_every_step_with_actions_in_order(void **sta
     while (s_env_count(&f.env, 'c') < 4 && harness_now_ms() < deadline)
         usleep(2000);
     assert_int_equal(s_env_count(&f.env, 'c'), 4);
+    s_fx_fini(&f);
+}
+
+/* With local_env_workers the actor steps its episodes in env workers of its own (envw_call on its
+ * thread) and ignores WELCOME's list: a group runs to the end with every step and ACTION, the
+ * in-test env worker sees no request, and a CANCEL still stops a running group. */
+static void test_local_env_workers_run_and_cancel_in_process(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 20);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 6);
+    c.local_env_workers = 2;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    for (int t = 0; t < 3; t++)
+        s_co_job(&f, "r0000-g0000", t, 3, 3, 1);
+    for (int t = 0; t < 3; t++)
+        s_co_job(&f, "r0000-g0001", t, 3, 200, 1);
+    int done = 0;
+    while (done < 3) {
+        s_co_expect(&f, PROTO_RESULT, 5000, &m);
+        assert_string_equal(m.u.result.group, "r0000-g0000");
+        assert_string_equal(m.u.result.status, "truncated");
+        assert_int_equal(m.u.result.n_steps, 3);
+        assert_int_equal(m.u.result.steps_len, 3);
+        for (size_t i = 0; i < m.u.result.steps_len; i++)
+            assert_true(strlen(m.u.result.steps[i].obs) > 0);
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+        done++;
+    }
+    /* The long group has stepped; cancel it. */
+    char topic[128];
+    bool seen = false;
+    int64_t deadline = harness_now_ms() + 3000;
+    while (!seen && harness_now_ms() < deadline) {
+        if (!s_recv_action(&f, &m, 100, topic, sizeof topic))
+            continue;
+        seen = strcmp(m.u.action.group, "r0000-g0001") == 0 && m.u.action.step >= 2;
+        proto_msg_clear(&m);
+    }
+    assert_true(seen);
+    proto_msg_t cm;
+    proto_msg_init(&cm, PROTO_CANCEL);
+    cm.u.cancel.run = "t";
+    cm.u.cancel.group = "r0000-g0001";
+    cm.u.cancel.step = 2;
+    cm.u.cancel.reason = "converged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&cm, &b), SR_OK);
+    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+    for (int got = 0; got < 3; got++) {
+        s_co_expect(&f, PROTO_RESULT, 2000, &m);
+        assert_string_equal(m.u.result.group, "r0000-g0001");
+        assert_string_equal(m.u.result.status, "cancelled");
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.episodes_truncated == 3 && st.episodes_cancelled == 3);
+    assert_int_equal(st.episodes_truncated, 3);
+    assert_int_equal(st.episodes_cancelled, 3);
+    assert_int_equal(st.bad_env, 0);
+    assert_int_equal(st.env_timeouts, 0);
+    assert_int_equal(s_env_count(&f.env, 'r'), 0); /* WELCOME's env worker was never used */
+    assert_int_equal(s_env_count(&f.env, 's'), 0);
     s_fx_fini(&f);
 }
 
@@ -1247,6 +1329,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_new_rejects_bad_configuration),
         cmocka_unit_test(test_no_welcome_fails_run_with_a_clear_error),
         cmocka_unit_test(test_jobs_run_and_report_every_step_with_actions_in_order),
+        cmocka_unit_test(test_local_env_workers_run_and_cancel_in_process),
         cmocka_unit_test(test_credits_never_exceed_slots),
         cmocka_unit_test(test_cancel_stops_the_group_within_milliseconds),
         cmocka_unit_test(test_cancel_covers_jobs_waiting_for_a_slot),

@@ -698,6 +698,118 @@ static void test_session_names_belong_to_their_client(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* envw_call's receiver: decodes the one reply into the proto_msg_t it points at. */
+typedef struct {
+    proto_msg_t m;
+    int replies;
+} s_direct_t;
+
+static void s_direct_take(void *arg, const void *body, size_t len)
+{
+    s_direct_t *d = arg;
+    proto_err_t perr;
+    if (d->replies++ == 0)
+        assert_int_equal(proto_decode(body, len, &d->m, &perr), SR_OK);
+}
+
+/* s_direct encodes m, serves it through envw_call for client `who` and returns the reply. */
+static void s_direct(envw_t *w, const char *who, const proto_msg_t *m, s_direct_t *d)
+{
+    sr_buf_t b;
+    sr_buf_init(&b);
+    assert_int_equal(proto_encode(m, &b), SR_OK);
+    memset(d, 0, sizeof *d);
+    assert_int_equal(envw_call(w, who, strlen(who), b.data, b.len, s_direct_take, d), SR_OK);
+    assert_int_equal(d->replies, 1); /* answered before envw_call returned */
+    sr_buf_free(&b);
+}
+
+/* envw_call serves requests on the caller's thread (the actor's --local-env-workers): the same
+ * episode as over the socket, sessions keyed by the client name, ERROR for a malformed request,
+ * and refusals when the worker has a step latency or bad arguments. */
+static void test_direct_calls_serve_on_the_callers_thread(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.bind = "inproc://test-direct";
+    c.capacity = 4;
+    envw_t *w = envw_new(&c, NULL, 0);
+    assert_non_null(w);
+    household_t *local = household_new("household/train/10", 50, NULL, 0);
+    assert_non_null(local);
+    env_obs_t expect;
+    memset(&expect, 0, sizeof expect);
+    household_reset(local, &expect);
+
+    proto_msg_t m;
+    s_direct_t d;
+    proto_msg_init(&m, PROTO_RESET);
+    m.u.reset.rid = 1;
+    m.u.reset.session = "s";
+    m.u.reset.task = "household/train/10";
+    m.u.reset.max_steps = 50;
+    s_direct(w, "actor-a", &m, &d);
+    assert_int_equal(d.m.type, PROTO_OBS);
+    assert_int_equal(d.m.u.obs.rid, 1);
+    assert_string_equal(d.m.u.obs.obs, expect.text);
+    proto_msg_clear(&d.m);
+
+    proto_msg_init(&m, PROTO_STEP);
+    m.u.step.rid = 2;
+    m.u.step.session = "s";
+    m.u.step.action = "look";
+    household_step(local, "look", &expect);
+    s_direct(w, "actor-a", &m, &d);
+    assert_int_equal(d.m.type, PROTO_OBS);
+    assert_int_equal(d.m.u.obs.step, 1);
+    assert_string_equal(d.m.u.obs.obs, expect.text);
+    proto_msg_clear(&d.m);
+
+    /* Another client has no session "s". */
+    s_direct(w, "actor-b", &m, &d);
+    assert_int_equal(d.m.type, PROTO_ERROR);
+    assert_string_equal(d.m.u.error.code, "unknown_session");
+    proto_msg_clear(&d.m);
+
+    /* Malformed bytes get ERROR bad_message, as on the socket. */
+    const uint8_t junk[] = {0xc1, 0x00, 0x01};
+    memset(&d, 0, sizeof d);
+    assert_int_equal(envw_call(w, "actor-a", 7, junk, sizeof junk, s_direct_take, &d), SR_OK);
+    assert_int_equal(d.replies, 1);
+    assert_int_equal(d.m.type, PROTO_ERROR);
+    assert_string_equal(d.m.u.error.code, "bad_message");
+    proto_msg_clear(&d.m);
+
+    proto_msg_init(&m, PROTO_CLOSE);
+    m.u.close.rid = 3;
+    m.u.close.session = "s";
+    s_direct(w, "actor-a", &m, &d);
+    assert_int_equal(d.m.type, PROTO_OBS);
+    proto_msg_clear(&d.m);
+    envw_stats_t st;
+    envw_stats(w, &st);
+    assert_int_equal(st.resets, 1);
+    assert_int_equal(st.steps, 1); /* the other client's STEP was refused */
+    assert_int_equal(st.closes, 1);
+    assert_int_equal(st.errors, 2);
+    assert_int_equal(st.sessions, 0);
+
+    assert_int_equal(envw_call(w, "", 0, junk, sizeof junk, s_direct_take, &d), SR_EINVAL);
+    assert_int_equal(envw_call(w, "a", 1, junk, sizeof junk, NULL, &d), SR_EINVAL);
+    assert_int_equal(envw_call(NULL, "a", 1, junk, sizeof junk, s_direct_take, &d), SR_EINVAL);
+    household_destroy(&local);
+    envw_destroy(&w);
+
+    /* With a step latency the reply would need the worker's loop: refused. */
+    c.bind = "inproc://test-direct-slow";
+    c.step_latency_ms = 5;
+    w = envw_new(&c, NULL, 0);
+    assert_non_null(w);
+    assert_int_equal(envw_call(w, "a", 1, junk, sizeof junk, s_direct_take, &d), SR_ECONFLICT);
+    envw_destroy(&w);
+}
+
 static void test_step_latency_delays_replies_without_blocking_the_loop(void **state)
 {
     (void)state;
@@ -871,6 +983,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_capacity_full_refuses_new_sessions_but_not_restarts),
     cmocka_unit_test(test_idle_sessions_are_dropped_after_the_ttl),
     cmocka_unit_test(test_session_names_belong_to_their_client),
+    cmocka_unit_test(test_direct_calls_serve_on_the_callers_thread),
     cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
     cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
     cmocka_unit_test(test_new_reports_bad_configuration_and_unreachable_redis),
