@@ -101,7 +101,8 @@ struct actor {
     char **env_override;
     size_t n_env_override;
     bool local_envs;  /* env workers in this process (cfg local_env_workers): WELCOME's list unused */
-    sr_buf_t direct_q; /* replies of in-process env workers, each a size_t length then the body */
+    sr_buf_t direct_q; /* replies of in-process env workers: each its envconn_t pointer, a size_t
+                        * length, then the body */
     int direct_timer;  /* > 0: a zero-delay timer hands direct_q to s_env_reply */
     int slots_n, env_timeout_ms, welcome_timeout_ms, hello_retry_ms, drain_ack_ms;
     bool record_messages, catch_signals, drain_on_term;
