@@ -100,7 +100,7 @@ struct actor {
     char *coordinator, *id, *policy_url, *model, *api_key;
     char **env_override;
     size_t n_env_override;
-    bool local_envs;  /* env workers in this process (cfg local_env_workers): WELCOME's list unused */
+    bool local_envs;   /* env workers in this process (local_env_workers): WELCOME's unused */
     sr_buf_t direct_q; /* replies of in-process env workers: each its envconn_t pointer, a size_t
                         * length, then the body */
     int direct_timer;  /* > 0: a zero-delay timer hands direct_q to s_env_reply */

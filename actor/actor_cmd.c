@@ -131,7 +131,8 @@ int actor_main(int argc, char **argv)
     ac.drain_on_term = o.drain_on_term || o.drain;
     ac.catch_signals = true;
     if (o.env_workers && o.local_envw > 0) {
-        fprintf(stderr, "selroll actor: --env-workers and --local-env-workers exclude each other\n");
+        fprintf(stderr,
+                "selroll actor: --env-workers and --local-env-workers exclude each other\n");
         code = 2;
         goto cleanup;
     }

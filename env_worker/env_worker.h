@@ -102,9 +102,10 @@ typedef void (*envw_reply_fn)(void *arg, const void *body, size_t len);
 
 /* envw_call serves one encoded request (RESET, STEP or CLOSE, as on the socket) on the caller's
  * thread, for a client named `client` (the identity its sessions are keyed by), and hands the
- * reply to fn before it returns (at most one reply per call): an env worker inside another process's loop, with no socket and
- * no thread on the way (the actor's --local-env-workers). The worker must have no step latency
- * and envw_run must not be running; its sessions then live until CLOSE (no idle sweep runs).
+ * reply to fn before it returns (at most one reply per call): an env worker inside another
+ * process's loop, with no socket and no thread on the way (the actor's --local-env-workers). The
+ * worker must have no step latency and envw_run must not be running; its sessions then live until
+ * CLOSE (no idle sweep runs).
  * Malformed requests are answered with ERROR as on the socket, except that a client past the
  * malformed-request limit (docs/security.md) gets no reply at all, so the caller must still time
  * its requests out. Returns SR_OK, SR_EINVAL (bad arguments) or SR_ECONFLICT (step latency set,

@@ -2,8 +2,8 @@
 # it_cli.sh: every subcommand listed by `selroll --help` answers --help with exit 0 and a usage line;
 # an unknown command and no command exit 2 with a one-line error; so does `selroll run` given a run
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
-# anything; a child refusing its arguments (exit 2) stops `selroll run` with exit 2 at once; `selroll bench rollout --only` refuses a bad case name and runs the saturation case
-# alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
+# anything; a child refusing its arguments (exit 2) stops `selroll run` with exit 2 at once;
+# `selroll bench rollout --only` refuses a bad case name and runs the saturation case alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
 # step by role; --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
 # error); --local-env-workers 1 runs it with the env workers inside the actors (a bad count, or
 # `selroll actor` given both --env-workers and --local-env-workers, is a one-line error); with
