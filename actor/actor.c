@@ -103,6 +103,7 @@ struct actor {
     bool local_envs;   /* env workers in this process (local_env_workers): WELCOME's unused */
     sr_buf_t direct_q; /* replies of in-process env workers: each its envconn_t pointer, a size_t
                         * length, then the body */
+    sr_buf_t direct_spare; /* the queue drained last, kept for its memory */
     int direct_timer;  /* > 0: a zero-delay timer hands direct_q to s_env_reply */
     int slots_n, env_timeout_ms, welcome_timeout_ms, hello_retry_ms, drain_ack_ms;
     bool record_messages, catch_signals, drain_on_term;
@@ -578,8 +579,9 @@ static void s_direct_flush(reactor_t *r, int id, void *arg)
 {
     actor_t *a = arg;
     a->direct_timer = 0;
-    sr_buf_t q = a->direct_q; /* replies made while handling these go to a fresh queue */
-    sr_buf_init(&a->direct_q);
+    sr_buf_t q = a->direct_q; /* replies made while handling these go to the other queue */
+    a->direct_q = a->direct_spare;
+    a->direct_q.len = 0;
     for (size_t off = 0; off + sizeof(size_t) + sizeof(void *) <= q.len;) {
         size_t len;
         envconn_t *e;
@@ -589,7 +591,8 @@ static void s_direct_flush(reactor_t *r, int id, void *arg)
         s_env_reply(e, q.data + off, len);
         off += len;
     }
-    sr_buf_free(&q);
+    q.len = 0;
+    a->direct_spare = q;
 }
 
 typedef struct {
@@ -656,6 +659,20 @@ static void s_env_close(actor_t *a, slot_t *s)
 
 static void s_env_handler(reactor_t *r, void *sock, int revents, void *arg);
 
+/* s_envconn_push adds an env worker to the actor's list: a socket, or an in-process worker. */
+static envconn_t *s_envconn_push(actor_t *a, const char *name, transport_sock_t *sock,
+                                 envw_t *direct)
+{
+    envconn_t *e = sr_xcalloc(1, sizeof *e);
+    e->a = a;
+    e->endpoint = sr_xstrdup(name);
+    e->sock = sock;
+    e->direct = direct;
+    a->envs = sr_xrealloc(a->envs, (a->n_envs + 1) * sizeof *a->envs);
+    a->envs[a->n_envs++] = e;
+    return e;
+}
+
 static envconn_t *s_env_add(actor_t *a, const char *endpoint, char *err, size_t errlen)
 {
     for (size_t i = 0; i < a->n_envs; i++)
@@ -672,12 +689,7 @@ static envconn_t *s_env_add(actor_t *a, const char *endpoint, char *err, size_t 
         transport_sock_destroy(&sock);
         return NULL;
     }
-    envconn_t *e = sr_xcalloc(1, sizeof *e);
-    e->a = a;
-    e->endpoint = sr_xstrdup(endpoint);
-    e->sock = sock;
-    a->envs = sr_xrealloc(a->envs, (a->n_envs + 1) * sizeof *a->envs);
-    a->envs[a->n_envs++] = e;
+    envconn_t *e = s_envconn_push(a, endpoint, sock, NULL);
     reactor_add_zsock(a->r, transport_sock_zmq(sock), REACTOR_READ, s_env_handler, e);
     log_info("actor %s: env worker %s", a->id, endpoint);
     return e;
@@ -1551,12 +1563,7 @@ static int s_local_envs(actor_t *a, int n, char *err, size_t errlen)
             return SR_EINVAL;
         }
         snprintf(name, sizeof name, "local-%d", i + 1);
-        envconn_t *e = sr_xcalloc(1, sizeof *e);
-        e->a = a;
-        e->endpoint = sr_xstrdup(name);
-        e->direct = w;
-        a->envs = sr_xrealloc(a->envs, (a->n_envs + 1) * sizeof *a->envs);
-        a->envs[a->n_envs++] = e;
+        s_envconn_push(a, name, NULL, w);
     }
     log_info("actor %s: %d env workers in this process (capacity %d sessions each)", a->id, n,
              SR_MAX(64, 2 * a->slots_n));
@@ -1744,6 +1751,7 @@ void actor_destroy(actor_t **self_p)
     free(a->api_key);
     sr_buf_free(&a->sbuf);
     sr_buf_free(&a->direct_q);
+    sr_buf_free(&a->direct_spare);
     free(a);
     *self_p = NULL;
 }

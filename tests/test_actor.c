@@ -379,6 +379,22 @@ static bool s_recv_action(fx_t *f, proto_msg_t *m, int wait_ms, char *topic, siz
     return true;
 }
 
+/* s_send_cancel publishes CANCEL for `group` at `step` on the control topic, as the gate does. */
+static void s_send_cancel(fx_t *f, const char *group, int64_t step, double d)
+{
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = "t";
+    c.u.cancel.group = group;
+    c.u.cancel.step = step;
+    c.u.cancel.d = d;
+    c.u.cancel.reason = "converged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&c, &b), SR_OK);
+    assert_int_equal(transport_send_topic(f->ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+}
+
 /* STATS_EVENTUALLY reads the actor's counters into st until cond holds or 2 s pass: the actor
  * thread updates some of them just after the message the test reacts to has left. */
 #define STATS_EVENTUALLY(f, st, cond)                                   \
@@ -581,16 +597,7 @@ static void test_local_env_workers_run_and_cancel_in_process(void **state)
         proto_msg_clear(&m);
     }
     assert_true(seen);
-    proto_msg_t cm;
-    proto_msg_init(&cm, PROTO_CANCEL);
-    cm.u.cancel.run = "t";
-    cm.u.cancel.group = "r0000-g0001";
-    cm.u.cancel.step = 2;
-    cm.u.cancel.reason = "converged";
-    sr_buf_t b = SR_BUF_INIT;
-    assert_int_equal(proto_encode(&cm, &b), SR_OK);
-    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
-    sr_buf_free(&b);
+    s_send_cancel(&f, "r0000-g0001", 2, 0);
     for (int got = 0; got < 3; got++) {
         s_co_expect(&f, PROTO_RESULT, 2000, &m);
         assert_string_equal(m.u.result.group, "r0000-g0001");
@@ -685,18 +692,8 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
             proto_msg_clear(&m);
         }
         assert_true(seen);
-        proto_msg_t c;
-        proto_msg_init(&c, PROTO_CANCEL);
-        c.u.cancel.run = "t";
-        c.u.cancel.group = group;
-        c.u.cancel.step = 2;
-        c.u.cancel.d = 0.05;
-        c.u.cancel.reason = "converged";
-        sr_buf_t b = SR_BUF_INIT;
-        assert_int_equal(proto_encode(&c, &b), SR_OK);
         int64_t t0 = clock_mono_us();
-        assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
-        sr_buf_free(&b);
+        s_send_cancel(&f, group, 2, 0.05);
         int got = 0;
         while (got < G) {
             s_co_expect(&f, PROTO_RESULT, 2000, &m);
@@ -752,16 +749,7 @@ static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
         assert_true(s_recv_action(&f, &m, 3000, NULL, 0));
         proto_msg_clear(&m);
     }
-    proto_msg_t c;
-    proto_msg_init(&c, PROTO_CANCEL);
-    c.u.cancel.run = "t";
-    c.u.cancel.group = "r0000-g0009";
-    c.u.cancel.step = 1;
-    c.u.cancel.reason = "converged";
-    sr_buf_t b = SR_BUF_INIT;
-    assert_int_equal(proto_encode(&c, &b), SR_OK);
-    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
-    sr_buf_free(&b);
+    s_send_cancel(&f, "r0000-g0009", 1, 0);
     bool seen[2] = {false, false};
     for (int n = 0; n < 2; n++) {
         s_co_expect(&f, PROTO_RESULT, 2000, &m);
@@ -1285,17 +1273,8 @@ static void test_cancel_aborts_requests_at_the_policy_server(void **state)
     proto_msg_t m;
     assert_true(s_recv_action(&f, &m, 8000, NULL, 0));
     proto_msg_clear(&m);
-    proto_msg_t cm;
-    proto_msg_init(&cm, PROTO_CANCEL);
-    cm.u.cancel.run = "t";
-    cm.u.cancel.group = "r0000-g0005";
-    cm.u.cancel.step = 1;
-    cm.u.cancel.reason = "converged";
-    sr_buf_t b = SR_BUF_INIT;
-    assert_int_equal(proto_encode(&cm, &b), SR_OK);
     int64_t t0 = clock_mono_us();
-    assert_int_equal(transport_send_topic(f.ctl_pub, "ctl/t/cancel", b.data, b.len), SR_OK);
-    sr_buf_free(&b);
+    s_send_cancel(&f, "r0000-g0005", 1, 0);
     int64_t worst = 0;
     for (int n = 0; n < 4; n++) {
         s_co_expect(&f, PROTO_RESULT, 2000, &m);
