@@ -2,7 +2,7 @@
  * bench_policy.c — `selroll bench policy`: requests per second of the policy server with the cost
  * model off, and the client's overhead per request, on loopback.
  *
- * The server runs in this process (its own libmicrohttpd threads). Client threads each keep a few
+ * The server runs in this process (its own event loop, or --server-threads libmicrohttpd threads). Client threads each keep a few
  * requests in flight on a libcurl multi handle with keep-alive connections, as an actor does, and
  * re-issue each request as soon as it completes. A run lasts --seconds; the figures are medians
  * over --repeats runs: requests/s, round-trip latency percentiles, and the client's CPU time per
@@ -168,7 +168,7 @@ static double s_pct(double *v, size_t n, double q)
 
 int bench_policy_run(int argc, char **argv)
 {
-    int threads = 2, inflight = 4, repeats = 3, server_threads = 2;
+    int threads = 2, inflight = 4, repeats = 3, server_threads = 1;
     double seconds = 2;
     static const struct option longopts[] = {
         {"threads", required_argument, NULL, 't'},
@@ -201,7 +201,7 @@ int bench_policy_run(int argc, char **argv)
         case 'h':
             printf("usage: selroll bench policy [--threads 2] [--inflight 4] [--seconds 2] "
                    "[--repeats 3] "
-                   "[--server-threads 2]\n"
+                   "[--server-threads 1]\n"
                    "Requests/s of the policy server (cost model off) on loopback, and client "
                    "overhead per request.\n");
             return 0;

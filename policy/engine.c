@@ -420,6 +420,16 @@ double engine_next_event(engine_t *e)
     return t;
 }
 
+double engine_wall_now(engine_t *e)
+{
+    return s_wall_now(e);
+}
+
+double engine_time_scale(const engine_t *e)
+{
+    return e->o.time_scale;
+}
+
 void engine_stats(engine_t *e, engine_stats_t *out)
 {
     pthread_mutex_lock(&e->mu);

@@ -14,7 +14,8 @@
  * With a thread (engine_new), the engine runs on the wall clock and calls each request's callback
  * from its own thread when it completes. With manual time (engine_new_manual), nothing runs by
  * itself: engine_advance moves simulated time forward and calls the callbacks inline — this is how
- * the unit tests check the model against analytic makespans exactly.
+ * the unit tests check the model against analytic makespans exactly, and how the policy server's
+ * single event loop drives it (engine_wall_now, engine_next_event) with no thread of its own.
  */
 #ifndef SR_POLICY_ENGINE_H
 #define SR_POLICY_ENGINE_H
@@ -88,6 +89,14 @@ int engine_advance(engine_t *e, double t);
 /* engine_next_event returns the simulated time of the next completion or prefill end, or a
  * negative number when nothing is running. */
 double engine_next_event(engine_t *e);
+
+/* engine_wall_now returns the simulated time the wall clock has reached since the engine started
+ * (seconds at time_scale): what a manual engine driven by the wall clock passes to engine_advance.
+ */
+double engine_wall_now(engine_t *e);
+
+/* engine_time_scale returns the engine's simulated seconds per wall second. */
+double engine_time_scale(const engine_t *e);
 
 /* engine_stats copies the counters. */
 void engine_stats(engine_t *e, engine_stats_t *out);

@@ -73,7 +73,9 @@ int policy_server_main(int argc, char **argv)
         {.name = "bus", .kind = CFG_STRING, .dst = &bus, .metavar = "ENDPOINT",
          .help = "follow POLICY_VERSION on the bus (its subscriber endpoint)"},
         {.name = "threads", .kind = CFG_INT, .dst = &o.threads, .def = s_def(d[0], 32, o.threads),
-         .min = 1, .max = 64, .help = "HTTP worker threads"},
+         .min = 1, .max = 64,
+         .help = "1: one event loop serves HTTP and drives the cost model (no hand-off between "
+                 "threads); N > 1: N libmicrohttpd threads, the cost model on a thread of its own"},
         {.name = "no-cost-model", .kind = CFG_BOOL, .dst = &no_cost, .def = "false",
          .help = "answer at once (no inference-engine latency)"},
         {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.engine.time_scale,

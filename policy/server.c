@@ -27,12 +27,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,8 +99,9 @@ struct policy_server {
     uint64_t next_watch_id;
     int wake_fd;
     int epfd; /* the watched sockets (EPOLLRDHUP, keyed by watch id) and wake_fd (key 0) */
-    pthread_t watcher;
+    pthread_t watcher; /* with one thread (o.threads == 1): the event loop, s_loop */
     bool watcher_started;
+    bool loop; /* one thread: libmicrohttpd's epoll set, the engine and the watch list */
     bool stopping;
 
     /* Metrics (atomics). */
@@ -987,6 +990,64 @@ static void s_abort_locked(struct policy_server *s, s_conn_t *c)
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
 }
 
+/* The epoll key of libmicrohttpd's own epoll set in the single event loop (watch ids count up
+ * from 1, the wake fd is 0). */
+#define S_KEY_MHD UINT64_MAX
+
+/* s_epoll_wait waits on the server's epoll set at most wait_ns (< 0: no limit). */
+static int s_epoll_wait(struct policy_server *s, struct epoll_event *evs, int n, int64_t wait_ns)
+{
+    if (wait_ns < 0)
+        return epoll_wait(s->epfd, evs, n, -1);
+#ifdef SYS_epoll_pwait2
+    static atomic_bool no_pwait2; /* kernels before 5.11 (and valgrind) do not know it */
+    if (!atomic_load(&no_pwait2)) {
+        struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
+        int r = (int)syscall(SYS_epoll_pwait2, s->epfd, evs, n, &ts, NULL, (size_t)8);
+        if (r >= 0 || errno != ENOSYS)
+            return r;
+        atomic_store(&no_pwait2, true);
+    }
+#endif
+    return epoll_wait(s->epfd, evs, n, (int)((wait_ns + 999999) / 1000000)); /* rounded up */
+}
+
+/* s_events handles what the epoll set reported: a hang-up of a held request's socket aborts it in
+ * the engine; the wake fd is drained. Returns true when the server is stopping; *mhd_ready says
+ * whether libmicrohttpd's set was among them. */
+static bool s_events(struct policy_server *s, const struct epoll_event *evs, int r, bool *mhd_ready)
+{
+    pthread_mutex_lock(&s->mu);
+    bool stop = s->stopping;
+    for (int i = 0; i < r && !stop; i++) {
+        uint64_t id = evs[i].data.u64;
+        if (id == S_KEY_MHD) {
+            *mhd_ready = true;
+        } else if (id == 0) {
+            uint64_t v;
+            ssize_t got = read(s->wake_fd, &v, sizeof v);
+            (void)got;
+        } else {
+            for (int k = 0; k < s->n_watch; k++) {
+                if (s->watch[k].id == id) {
+                    s_abort_locked(s, s->watch[k].c);
+                    break;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
+static void s_wait_failed(const char *who)
+{
+    /* Never give up watching: a dead watcher would leave hung-up requests decoding. */
+    fprintf(stderr, "policy-server: %s: epoll_wait: %s\n", who, strerror(errno));
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
 /* s_watcher waits on the epoll set: a hang-up of a held request's socket aborts it in the engine.
  * Adding and removing a socket is an epoll_ctl by the thread that holds or resumes the request,
  * so the watcher wakes only for hang-ups and the stop. */
@@ -997,32 +1058,51 @@ static void *s_watcher(void *arg)
     for (;;) {
         int r = epoll_wait(s->epfd, evs, (int)(sizeof evs / sizeof evs[0]), -1);
         if (r < 0 && errno != EINTR) {
-            /* Never give up watching: a dead watcher would leave hung-up requests decoding. */
-            fprintf(stderr, "policy-server: disconnect watcher: epoll_wait: %s\n", strerror(errno));
-            struct timespec pause = {0, 10 * 1000 * 1000};
-            nanosleep(&pause, NULL);
+            s_wait_failed("disconnect watcher");
             continue;
         }
-        pthread_mutex_lock(&s->mu);
-        bool stop = s->stopping;
-        for (int i = 0; i < r && !stop; i++) {
-            uint64_t id = evs[i].data.u64;
-            if (id == 0) {
-                uint64_t v;
-                ssize_t got = read(s->wake_fd, &v, sizeof v);
-                (void)got;
-                continue;
-            }
-            for (int k = 0; k < s->n_watch; k++) {
-                if (s->watch[k].id == id) {
-                    s_abort_locked(s, s->watch[k].c);
-                    break;
-                }
+        bool mhd_ready = false;
+        if (s_events(s, evs, r, &mhd_ready))
+            break;
+    }
+    return NULL;
+}
+
+/* s_loop is the whole server on one thread (--threads 1): libmicrohttpd's epoll set, the held
+ * requests' sockets and the wake fd in one epoll set, and a manual engine advanced to the wall
+ * clock after every wait, which lasts at most until the engine's next event. A request costs no
+ * hand-off between threads: it is read, parsed and submitted where it arrives, and its answer is
+ * resumed and written where the engine completes it. */
+static void *s_loop(void *arg)
+{
+    struct policy_server *s = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int64_t wait_ns = -1;
+        MHD_UNSIGNED_LONG_LONG to = 0;
+        if (MHD_get_timeout(s->d, &to) == MHD_YES)
+            wait_ns = (int64_t)SR_MIN(to, (MHD_UNSIGNED_LONG_LONG)INT32_MAX) * 1000000;
+        if (s->engine) {
+            double next = engine_next_event(s->engine);
+            if (next >= 0) {
+                double dt = (next - engine_wall_now(s->engine)) / engine_time_scale(s->engine);
+                int64_t ns = dt > 0 ? (int64_t)(dt * 1e9) + 1 : 0;
+                wait_ns = wait_ns < 0 ? ns : SR_MIN(wait_ns, ns);
             }
         }
-        pthread_mutex_unlock(&s->mu);
-        if (stop)
+        int r = s_epoll_wait(s, evs, (int)(sizeof evs / sizeof evs[0]), wait_ns);
+        if (r < 0 && errno != EINTR) {
+            s_wait_failed("event loop");
+            continue;
+        }
+        /* The engine first (completions resume their connections), so that an abort below
+         * counts the tokens decoded until now. */
+        if (s->engine)
+            engine_advance(s->engine, engine_wall_now(s->engine));
+        bool mhd_ready = false;
+        if (s_events(s, evs, r, &mhd_ready))
             break;
+        MHD_run(s->d);
     }
     return NULL;
 }
@@ -1037,6 +1117,8 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
     pthread_mutex_unlock(&s->mu);
 
     uint64_t id = 0;
+    if (s->loop) /* the request arrives now, not at the engine's last event */
+        engine_advance(s->engine, engine_wall_now(s->engine));
     int rc = engine_submit(s->engine, prompt_tokens, c->completion_tokens, s_engine_done, c, &id);
 
     pthread_mutex_lock(&s->mu);
@@ -1282,7 +1364,7 @@ void policy_server_opts_default(policy_server_opts_t *o)
     o->think_sd = 40;
     o->think_min = 16;
     o->think_max = 512;
-    o->threads = 2;
+    o->threads = 1;
     o->max_body = 4u << 20;
 }
 
@@ -1316,8 +1398,9 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->models->m = m0;
     s->current = s->models;
 
+    s->loop = o->threads == 1;
     if (o->cost_model) {
-        s->engine = engine_new(&o->engine);
+        s->engine = s->loop ? engine_new_manual(&o->engine) : engine_new(&o->engine);
         if (!s->engine) {
             why = "bad cost-model options";
             goto fail;
@@ -1327,19 +1410,19 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event wev = {.events = EPOLLIN, .data.u64 = 0};
     if (s->wake_fd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0 ||
-        pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
+        (!s->loop && pthread_create(&s->watcher, NULL, s_watcher, s) != 0)) {
         why = "cannot start the watcher thread";
         goto fail;
     }
-    s->watcher_started = true;
+    s->watcher_started = !s->loop;
 
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, s->host, &sa.sin_addr) != 1) {
         why = "the listen host must be an IPv4 address";
         goto fail;
     }
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+    unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
+                     (s->loop ? MHD_USE_EPOLL : MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO);
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
@@ -1348,6 +1431,16 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     if (!s->d) {
         why = "cannot listen on the address (in use?)";
         goto fail;
+    }
+    if (s->loop) {
+        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+        struct epoll_event mev = {.events = EPOLLIN, .data.u64 = S_KEY_MHD};
+        if (!ei || ei->epoll_fd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, ei->epoll_fd, &mev) != 0 ||
+            pthread_create(&s->watcher, NULL, s_loop, s) != 0) {
+            why = "cannot start the event loop";
+            goto fail;
+        }
+        s->watcher_started = true;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
@@ -1388,6 +1481,15 @@ void policy_server_destroy(policy_server_t **sp)
     if (s->wake_fd >= 0)
         s_wake(s);
     pthread_mutex_unlock(&s->mu);
+    if (s->loop) {
+        /* The loop thread is the only one that drives the engine and the daemon: stop it first,
+         * then let the daemon take the resumed connections once more before it closes them. */
+        if (s->watcher_started)
+            pthread_join(s->watcher, NULL);
+        s->watcher_started = false;
+        if (s->d)
+            MHD_run(s->d);
+    }
     engine_destroy(
         &s->engine); /* delivers completions still pending: they resume their connections */
     if (s->watcher_started)

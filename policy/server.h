@@ -36,7 +36,9 @@ typedef struct {
     double think_sd;
     int think_min, think_max;
     wsource_t *source; /* weights of versions > 0; borrowed, may be NULL */
-    int threads;       /* libmicrohttpd worker threads (default 2) */
+    int threads;       /* 1 (default): one event loop serves HTTP and drives the cost model; N > 1:
+                        * N libmicrohttpd threads, the cost model and the watcher on threads of
+                        * their own */
     size_t max_body;   /* largest request body accepted, bytes (default 4 MiB) */
 } policy_server_opts_t;
 

@@ -138,10 +138,15 @@ static char *s_request(const char *model, const char *extra)
     return out;
 }
 
+/* Every test runs twice: on the single event loop (--threads 1, the default) and on two
+ * libmicrohttpd threads with the engine's own thread and the disconnect watcher. */
+static int s_threads = 1;
+
 static policy_server_t *s_start(bool cost, double scale, int batch, int queue, wsource_t *src)
 {
     policy_server_opts_t o;
     policy_server_opts_default(&o);
+    o.threads = s_threads;
     o.port = 0;
     o.prior.seed = 11;
     o.cost_model = cost;
@@ -734,6 +739,7 @@ static policy_server_t *s_start_fixed(int batch, int queue, double scale)
      * milliseconds. */
     policy_server_opts_t o;
     policy_server_opts_default(&o);
+    o.threads = s_threads;
     o.port = 0;
     o.prior.seed = 11;
     o.engine.time_scale = scale;
@@ -984,6 +990,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(actor_client_abort_is_seen_by_the_server),
     };
     int rc = harness_run_("policy_server", tests, SR_ARRAY_LEN(tests), argc, argv);
+    s_threads = 2;
+    rc |= harness_run_("policy_server_threads2", tests, SR_ARRAY_LEN(tests), argc, argv);
     llm_global_cleanup();
     curl_global_cleanup();
     return rc;
