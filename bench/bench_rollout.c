@@ -51,6 +51,15 @@ typedef struct {
     size_t n, cap;
 } s_recs_t;
 
+/* One round as its results file shows it (µs of wall time): its first trajectory's start (the
+ * first step's ACTION less that call's latency), its last trajectory's start (after which no job
+ * was left to hand out, and slots go idle one by one) and its last ACTION. */
+typedef struct {
+    int64_t start, last_start, end;
+} s_round_t;
+
+#define S_MAX_ROUNDS 64
+
 static int s_cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -309,6 +318,9 @@ typedef struct {
     double rate;                     /* steps/s over the middle 60% */
     double llm_mean_ms;              /* mean step latency_ms from the results file */
     double tokens_mean;              /* mean completion_tokens of a step's answer */
+    double steady_rate;              /* steps/s while a round still had jobs to hand out */
+    double drain_ms, gap_ms;         /* per round: its last start to its end; to the next round */
+    int rounds;
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per step */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
@@ -397,8 +409,9 @@ static void s_rec_push(s_recs_t *r, s_rec_t x)
  * 1-based step number of the ACTION, t_us holding the wall time in µs or the latency in µs).
  * Returns the mean latency in ms, or -1 when there is none. */
 static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
-                             double *tokens_mean)
+                             double *tokens_mean, s_round_t *rounds, int *n_rounds)
 {
+    *n_rounds = 0;
     double tok_sum = 0;
     size_t tok_n = 0;
     char pattern[600];
@@ -414,6 +427,7 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
         FILE *f = fopen(g.gl_pathv[fi], "r");
         if (!f)
             continue;
+        s_round_t rd = {INT64_MAX, INT64_MIN, INT64_MIN};
         while (getline(&line, &cap, f) > 0) {
             cJSON *j = cJSON_Parse(line);
             const cJSON *steps = j ? cJSON_GetObjectItemCaseSensitive(j, "steps") : NULL;
@@ -435,6 +449,15 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
                     continue;
                 sum += l->valuedouble;
                 n++;
+                if (cJSON_IsNumber(t)) {
+                    int64_t at = (int64_t)(t->valuedouble * 1000.0);
+                    if (st == steps->child) {
+                        int64_t begun = at - (int64_t)(l->valuedouble * 1000.0);
+                        rd.start = SR_MIN(rd.start, begun);
+                        rd.last_start = SR_MAX(rd.last_start, begun);
+                    }
+                    rd.end = SR_MAX(rd.end, at);
+                }
                 if (!keyed || !cJSON_IsNumber(i))
                     continue;
                 uint64_t key = s_hash(grp->valuestring, (int64_t)traj->valuedouble);
@@ -446,6 +469,8 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
             cJSON_Delete(j);
         }
         fclose(f);
+        if (rd.end > rd.start && *n_rounds < S_MAX_ROUNDS)
+            rounds[(*n_rounds)++] = rd;
     }
     free(line);
     globfree(&g);
@@ -471,7 +496,48 @@ static int64_t s_lat_of(const s_recs_t *lat, uint64_t key, int64_t step)
     return -1;
 }
 
-static void s_stats(s_recs_t *r, s_recs_t *lat, s_sys_t *out)
+static int s_cmp_round(const void *a, const void *b)
+{
+    const s_round_t *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* s_steady takes, from the sorted ACTION times ts, the step rate inside the rounds' windows from
+ * their first start to their last start (a round's queue still held jobs, so a slot that freed
+ * got the next at once), and the mean time per round from its last start to its last ACTION (the
+ * drain, when slots go idle one by one) and from there to the next round's first start (the
+ * coordinator closing one round and opening the next). */
+static void s_steady(const int64_t *ts, size_t n, s_round_t *rounds, int nr, s_sys_t *out)
+{
+    qsort(rounds, (size_t)nr, sizeof *rounds, s_cmp_round);
+    out->rounds = nr;
+    double steps = 0, span = 0, drain = 0, gap = 0;
+    for (int k = 0; k < nr; k++) {
+        const s_round_t *rd = &rounds[k];
+        size_t lo = 0, hi = n;
+        while (lo < hi) { /* the first ACTION at or after the round's start */
+            size_t mid = lo + (hi - lo) / 2;
+            if (ts[mid] < rd->start)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t i = lo; i < n && ts[i] <= rd->last_start; i++)
+            steps += 1;
+        span += (double)(rd->last_start - rd->start);
+        drain += (double)(rd->end - rd->last_start);
+        if (k + 1 < nr)
+            gap += (double)(rounds[k + 1].start - rd->end);
+    }
+    if (span > 0)
+        out->steady_rate = steps / (span / 1e6);
+    if (nr > 0)
+        out->drain_ms = drain / nr / 1000.0;
+    if (nr > 1)
+        out->gap_ms = gap / (nr - 1) / 1000.0;
+}
+
+static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, s_sys_t *out)
 {
     out->actions = r->n;
     if (r->n < 10)
@@ -483,6 +549,7 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_sys_t *out)
     size_t lo = r->n / 5, hi = r->n * 4 / 5;
     if (ts[hi] > ts[lo])
         out->rate = (double)(hi - lo) / ((double)(ts[hi] - ts[lo]) / 1e6);
+    s_steady(ts, r->n, rounds, nr, out);
     qsort(r->v, r->n, sizeof *r->v, s_cmp_rec);
     qsort(lat->v, lat->n, sizeof *lat->v, s_cmp_rec);
     int64_t *own = sr_xmalloc(r->n * sizeof *own);
@@ -556,8 +623,10 @@ static void s_system(const char *self, const char *label, const char *const *ext
     int st = supervise_last_status(sup, "run");
     out->ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
-    out->llm_mean_ms = s_results_read(dir, &recs, &lat, &out->tokens_mean);
-    s_stats(&recs, &lat, out);
+    s_round_t rounds[S_MAX_ROUNDS];
+    int nr = 0;
+    out->llm_mean_ms = s_results_read(dir, &recs, &lat, &out->tokens_mean, rounds, &nr);
+    s_stats(&recs, &lat, rounds, nr, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(s_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
     s_roles(dir, recs.n, out->roles, out->csw, sizeof out->roles);
@@ -610,7 +679,7 @@ static bool s_count_arg(int argc, char **argv, int i, int max, int *out)
 int bench_rollout_run(int argc, char **argv)
 {
     bool quick = false, skip_system = false;
-    int repeat = 1;
+    int repeat = 1, lat_actors = 4;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -629,6 +698,13 @@ int bench_rollout_run(int argc, char **argv)
         } else if (!strcmp(argv[i], "--repeat")) {
             if (!s_count_arg(argc, argv, i++, 9, &repeat))
                 return 2;
+        } else if (!strcmp(argv[i], "--actors")) {
+            if (!s_count_arg(argc, argv, i++, 256, &lat_actors))
+                return 2;
+            if (256 % lat_actors) {
+                fprintf(stderr, "selroll bench rollout: --actors wants a divisor of 256\n");
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--local-env-workers")) {
             int n_envw = 0;
             if (!s_count_arg(argc, argv, i++, 64, &n_envw))
@@ -676,7 +752,7 @@ int bench_rollout_run(int argc, char **argv)
     const char *one[] = {"--actors",      "1", "--slots",         "1",
                          "--env-workers", "1", "--groups",        quick ? "1" : "4",
                          "--group-size",  "8", "--no-cost-model", NULL};
-    double m1[9], m2[9], m3[9], m4[9];
+    double m1[9], m2[9], m3[9], m4[9], m5[9];
     int ok_runs = 0;
     char list[256];
     for (int k = 0; (!only || !strcmp(only, "overhead")) && k < repeat; k++) {
@@ -734,10 +810,13 @@ int bench_rollout_run(int argc, char **argv)
      * timer, so the latency costs no CPU. Each slot gets about eight trajectories (four with
      * --quick) one after another: with one trajectory per slot the slots go idle one by one as
      * their episodes end, and the middle of the run is not the steady state. */
+    char lat_n[16], lat_slots[16];
+    snprintf(lat_n, sizeof lat_n, "%d", lat_actors);
+    snprintf(lat_slots, sizeof lat_slots, "%d", 256 / lat_actors);
     const char *lat[] = {"--actors",
-                         "4",
+                         lat_n,
                          "--slots",
-                         "64",
+                         lat_slots,
                          "--env-workers",
                          "2",
                          "--groups",
@@ -767,6 +846,13 @@ int bench_rollout_run(int argc, char **argv)
                    r.rate, 100.0 * r.rate / 5120.0,
                    ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step,
                    sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
+            if (r.rounds > 0 && r.steady_rate > 0)
+                printf("rollout 50ms: inside the rounds (while jobs were left to hand out): "
+                       "%.0f steps/s = %.1f%% of 5120; each of the %d rounds then drained for "
+                       "%.0f ms (slots idle one by one) and the next began %.0f ms after its "
+                       "last step\n",
+                       r.steady_rate, 100.0 * r.steady_rate / 5120.0, r.rounds, r.drain_ms,
+                       r.gap_ms);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
             if (r.csw[0])
@@ -774,7 +860,8 @@ int bench_rollout_run(int argc, char **argv)
             m1[ok_runs] = 100.0 * r.rate / 5120.0;
             m2[ok_runs] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
             m3[ok_runs] = r.cpu_us_per_step;
-            m4[ok_runs++] = 100.0 * ceiling / 5120.0;
+            m4[ok_runs] = 100.0 * ceiling / 5120.0;
+            m5[ok_runs++] = 100.0 * r.steady_rate / 5120.0;
         }
     }
     if (ok_runs > 1) {
@@ -784,6 +871,9 @@ int bench_rollout_run(int argc, char **argv)
                "%.1f%% of 5120\n",
                ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs),
                sr_median(m3, (size_t)ok_runs), sr_median(m4, (size_t)ok_runs));
+        s_runs(m5, ok_runs, "%.1f%%", list, sizeof list);
+        printf("rollout 50ms: median of %d runs inside the rounds: %.1f%% of 5120 (runs: %s)\n",
+               ok_runs, sr_median(m5, (size_t)ok_runs), list);
     }
     return code;
 }
