@@ -713,7 +713,8 @@ int bench_rollout_run(int argc, char **argv)
             s_common[1] = argv[i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
-                   "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N]\n"
+                   "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N] "
+                   "[--actors N]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
@@ -723,7 +724,8 @@ int bench_rollout_run(int argc, char **argv)
                    "the N runs: a shared host moves single runs by 10%% and more. "
                    "--local-env-workers N runs every system case with N env workers inside each "
                    "actor's process (selroll run --local-env-workers) instead of env-worker "
-                   "processes.\n");
+                   "processes. --actors N (a divisor of 256, default 4) spreads the 50 ms case's "
+                   "256 slots over N actors.\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
