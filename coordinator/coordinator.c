@@ -28,11 +28,14 @@
 #include "common/store.h"
 #include "common/transport.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EPOCH_BLOCK 1024
@@ -67,6 +70,22 @@ struct coord {
     int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
+    /* The current round's results as they are stored (and as a resumed round found them):
+     * its summary, ready the moment the round ends. */
+    coord_round_summary_t acc;
+    int64_t acc_finished; /* results with status done or truncated */
+
+    /* The round writer: a thread of its own, with its own Redis connection, reads each ended
+     * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
+     * while the loop has started the next round. wr_fd (an eventfd) tells the loop it is idle. */
+    pthread_t wr_thread;
+    bool wr_started, wr_stop, wr_busy;
+    pthread_mutex_t wr_mu;
+    pthread_cond_t wr_cv;
+    int64_t *wr_q; /* rounds to write, oldest first */
+    size_t wr_n, wr_cap;
+    int wr_fd;
+    bool closing; /* the last round ended: finish once the writer is idle */
     sr_buf_t out;
 
     atomic_bool stop_requested;
@@ -334,6 +353,20 @@ static void s_dispatch(coord_t *c)
     }
 }
 
+/* s_acc_add counts one stored result into the current round's summary. */
+static void s_acc_add(coord_t *c, const char *status, int64_t steps, int64_t llm_calls,
+                      int64_t tokens, bool won)
+{
+    c->acc.results++;
+    c->acc.steps += steps;
+    c->acc.llm_calls += llm_calls;
+    c->acc.tokens += tokens;
+    if (strcmp(status, "done") == 0 || strcmp(status, "truncated") == 0) {
+        c->acc_finished++;
+        c->acc.won += won;
+    }
+}
+
 /* ---- rounds ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -397,6 +430,8 @@ static int s_start_round(coord_t *c)
 {
     coord_sched_reset(c->sched);
     c->round_stale = 0;
+    memset(&c->acc, 0, sizeof c->acc);
+    c->acc_finished = 0;
     c->round_start_ms = clock_mono_ms();
     int rc = store_run_set_int(c->st, "iteration", c->round);
     if (rc != SR_OK)
@@ -444,6 +479,7 @@ static int s_start_round(coord_t *c)
     size_t nres = coord_results_count(res);
     for (size_t i = 0; rc == SR_OK && i < nres; i++) {
         const coord_result_info_t *in = coord_results_info(res, i);
+        s_acc_add(c, in->status, in->n_steps, in->llm_calls, in->tokens, in->won);
         int ji = coord_sched_find_job(c->sched, in->job_id);
         if (ji < 0)
             continue;
@@ -496,34 +532,158 @@ static void s_summarise(coord_t *c, coord_round_summary_t *sum)
 
 static void s_next_round(coord_t *c);
 
-/* s_finish_round writes the round's results and summary out and starts the next round (or stops
- * the loop after the last one). */
+/* ---- the round writer ---------------------------------------------------------------------- */
+
+/* s_write_round reads round `round` back from Redis on the writer's own connection (*st, made on
+ * first use), writes its JSONL file when the run has an output folder, then records rounds_done.
+ * Returns SR_OK, or the Redis error that makes the writer try again. */
+static int s_write_round(coord_t *c, store_t **st, int64_t round)
+{
+    char err[512];
+    int rc = SR_OK;
+    if (!*st && (rc = store_connect(st, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, err,
+                                    sizeof err)) != SR_OK) {
+        log_error_limited(1, "round writer: %s", err);
+        return rc;
+    }
+    if (c->cfg.out_dir) {
+        coord_results_t *res = coord_results_new();
+        rc = res ? coord_results_load(res, *st, round, NULL) : SR_ENOMEM;
+        if (rc != SR_OK) {
+            log_error_limited(1, "round %lld: cannot read its results back: %s",
+                              (long long)round, store_errstr(*st));
+            coord_results_destroy(&res);
+            return rc;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir,
+                 (long long)round);
+        if (coord_results_load_gate(res, *st) != SR_OK)
+            log_warn("round %lld: cannot read the gate's rule records: %s", (long long)round,
+                     store_errstr(*st));
+        if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
+            log_error("round %lld: %s", (long long)round, err);
+        coord_results_destroy(&res);
+    }
+    if ((rc = store_run_set_int(*st, "rounds_done", round + 1)) != SR_OK)
+        log_error_limited(1, "round %lld: cannot record the end of the round: %s",
+                          (long long)round, store_errstr(*st));
+    return rc;
+}
+
+static void *s_writer(void *arg)
+{
+    coord_t *c = arg;
+    store_t *st = NULL;
+    pthread_mutex_lock(&c->wr_mu);
+    for (;;) {
+        while (!c->wr_stop && c->wr_n == 0)
+            pthread_cond_wait(&c->wr_cv, &c->wr_mu);
+        if (c->wr_n == 0)
+            break; /* stopping with nothing left to write */
+        int64_t round = c->wr_q[0];
+        c->wr_busy = true;
+        pthread_mutex_unlock(&c->wr_mu);
+        int rc = s_write_round(c, &st, round);
+        if (rc != SR_OK)
+            store_destroy(&st); /* a fresh connection for the next attempt */
+        pthread_mutex_lock(&c->wr_mu);
+        c->wr_busy = false;
+        if (rc != SR_OK) {
+            if (c->wr_stop) {
+                log_error("round %lld: its results file was not written (stopping); resume "
+                          "the run to write it",
+                          (long long)round);
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 250 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->wr_cv, &c->wr_mu, &ts);
+            continue; /* the same round again */
+        }
+        memmove(c->wr_q, c->wr_q + 1, (c->wr_n - 1) * sizeof *c->wr_q);
+        c->wr_n--;
+        uint64_t one = 1;
+        ssize_t w = write(c->wr_fd, &one, sizeof one);
+        (void)w;
+    }
+    pthread_mutex_unlock(&c->wr_mu);
+    store_destroy(&st);
+    return NULL;
+}
+
+/* s_writer_push hands an ended round to the writer (started on first use). */
+static int s_writer_push(coord_t *c, int64_t round)
+{
+    if (!c->wr_started) {
+        if (pthread_create(&c->wr_thread, NULL, s_writer, c) != 0)
+            return SR_ENOMEM;
+        c->wr_started = true;
+    }
+    pthread_mutex_lock(&c->wr_mu);
+    if (c->wr_n == c->wr_cap) {
+        c->wr_cap = c->wr_cap ? c->wr_cap * 2 : 4;
+        c->wr_q = sr_xrealloc(c->wr_q, c->wr_cap * sizeof *c->wr_q);
+    }
+    c->wr_q[c->wr_n++] = round;
+    pthread_cond_signal(&c->wr_cv);
+    pthread_mutex_unlock(&c->wr_mu);
+    return SR_OK;
+}
+
+static bool s_writer_idle(coord_t *c)
+{
+    pthread_mutex_lock(&c->wr_mu);
+    bool idle = c->wr_n == 0 && !c->wr_busy;
+    pthread_mutex_unlock(&c->wr_mu);
+    return idle;
+}
+
+/* s_finish_run ends the run once every ended round is written. */
+static void s_finish_run(coord_t *c)
+{
+    if (!s_writer_idle(c)) {
+        c->closing = true;
+        return;
+    }
+    c->finished = true;
+    reactor_stop(c->r);
+}
+
+static void s_on_written(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)revents;
+    coord_t *c = arg;
+    uint64_t v;
+    ssize_t got = read(fd, &v, sizeof v);
+    (void)got;
+    if (c->closing && !c->finished)
+        s_finish_run(c);
+}
+
+/* s_finish_round closes the round: its summary (from what was stored during the round) to the
+ * log, the callbacks and the driver; its results file and rounds_done to the writer; then the
+ * next round starts at once (or the run ends once the writer is done). */
 static void s_finish_round(coord_t *c)
 {
     coord_round_summary_t sum;
     s_summarise(c, &sum);
-    coord_results_t *res = coord_results_new();
-    size_t skipped = 0;
-    int rc = res ? coord_results_load(res, c->st, c->round, &skipped) : SR_ENOMEM;
-    if (rc != SR_OK) {
-        /* Everything is in Redis already; try again on the next tick. */
-        log_error_limited(1, "round %lld: cannot read its results back: %s", (long long)c->round,
-                          store_errstr(c->st));
-        coord_results_destroy(&res);
+    sum.results = c->acc.results;
+    sum.steps = c->acc.steps;
+    sum.llm_calls = c->acc.llm_calls;
+    sum.tokens = c->acc.tokens;
+    sum.won = c->acc.won;
+    sum.success_rate = c->acc_finished ? (double)c->acc.won / (double)c->acc_finished : 0.0;
+    if (s_writer_push(c, c->round) != SR_OK) {
+        s_fatal(c, SR_ENOMEM, "cannot start the round writer%s", "");
         return;
     }
-    coord_results_sum(res, &sum);
-    if (c->cfg.out_dir) {
-        char path[4096], err[512];
-        snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir,
-                 (long long)c->round);
-        if (coord_results_load_gate(res, c->st) != SR_OK)
-            log_warn("round %lld: cannot read the gate's rule records: %s", (long long)c->round,
-                     store_errstr(c->st));
-        if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
-            log_error("round %lld: %s", (long long)c->round, err);
-    }
-    coord_results_destroy(&res);
     log_info("round %lld done: groups %d done, %d cancelled, %d failed; %lld results, %lld stale, "
              "%lld steps, %lld LLM calls, %lld tokens, success %.3f, %lld ms",
              (long long)sum.round, sum.groups_done, sum.groups_cancelled, sum.groups_failed,
@@ -531,10 +691,6 @@ static void s_finish_round(coord_t *c)
              (long long)sum.llm_calls, (long long)sum.tokens, sum.success_rate,
              (long long)sum.wall_ms);
     c->round_active = false;
-    if (store_run_set_int(c->st, "rounds_done", c->round + 1) != SR_OK) {
-        s_fatal(c, SR_EREDIS, "cannot record the end of the round: %s", store_errstr(c->st));
-        return;
-    }
     metrics_counter_inc(c->m_rounds);
     if (c->cfg.on_round)
         c->cfg.on_round(&sum, c->cfg.on_round_arg);
@@ -545,10 +701,10 @@ static void s_finish_round(coord_t *c)
         return;
     }
     if (c->round >= c->cfg.iters) {
-        c->finished = true;
-        reactor_stop(c->r);
+        s_finish_run(c);
         return;
     }
+    int rc;
     if ((rc = s_start_round(c)) != SR_OK) {
         s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
         return;
@@ -559,7 +715,8 @@ static void s_finish_round(coord_t *c)
 /* s_next_round asks the driver what to do while no round runs, and starts the round it plans. */
 static void s_next_round(coord_t *c)
 {
-    if (!c->cfg.driver || c->round_active || c->planning || c->finished || c->fatal != SR_OK)
+    if (!c->cfg.driver || c->round_active || c->planning || c->finished || c->closing ||
+        c->fatal != SR_OK)
         return;
     c->planning = true;
     memset(&c->plan, 0, sizeof c->plan);
@@ -572,8 +729,7 @@ static void s_next_round(coord_t *c)
         return;
     }
     if (rc == COORD_PLAN_DONE) {
-        c->finished = true;
-        reactor_stop(c->r);
+        s_finish_run(c);
         return;
     }
     if (rc != COORD_PLAN_ROUND)
@@ -759,6 +915,8 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
     if (strcmp(r->status, "cancelled") == 0)
         s_mark_cancelled(c, j->group, 0);
     coord_sched_finish(c->sched, ji, r->status);
+    s_acc_add(c, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
+              r->won);
     metrics_counter_inc(c->m_stored);
     s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
     s_check_round(c);
@@ -1078,11 +1236,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     atomic_init(&c->stop_requested, false);
     sr_buf_init(&c->out);
     c->timer = -1;
+    pthread_mutex_init(&c->wr_mu, NULL);
+    pthread_cond_init(&c->wr_cv, NULL);
+    c->wr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
     c->metrics = metrics_registry_new();
     c->r = reactor_new();
     c->sched = coord_sched_new(cfg->placement);
-    if (!c->metrics || !c->r || !c->sched) {
+    if (!c->metrics || !c->r || !c->sched || c->wr_fd < 0) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
     }
@@ -1260,7 +1421,7 @@ int coord_run(coord_t *c)
     c->timer = reactor_timer_add(c->r, tick, tick, s_on_tick, c);
     if (reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, s_on_work, c) != SR_OK ||
         reactor_add_zsock(c->r, transport_sock_zmq(c->sub), REACTOR_READ, s_on_bus, c) != SR_OK ||
-        c->timer < 0) {
+        reactor_add_fd(c->r, c->wr_fd, REACTOR_READ, s_on_written, c) != SR_OK || c->timer < 0) {
         snprintf(c->err, sizeof c->err, "cannot register with the reactor");
         return SR_EINVAL;
     }
@@ -1278,6 +1439,7 @@ int coord_run(coord_t *c)
     }
     reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
     reactor_remove_zsock(c->r, transport_sock_zmq(c->sub));
+    reactor_remove_fd(c->r, c->wr_fd);
     reactor_timer_cancel(c->r, c->timer);
     if (c->cfg.driver && c->cfg.driver->stopped)
         c->cfg.driver->stopped(c->cfg.driver->arg, c);
@@ -1310,6 +1472,19 @@ void coord_destroy(coord_t **self_p)
     if (!self_p || !*self_p)
         return;
     coord_t *c = *self_p;
+    if (c->wr_started) {
+        /* Rounds that ended are still written (a failure is not retried once stopping). */
+        pthread_mutex_lock(&c->wr_mu);
+        c->wr_stop = true;
+        pthread_cond_signal(&c->wr_cv);
+        pthread_mutex_unlock(&c->wr_mu);
+        pthread_join(c->wr_thread, NULL);
+    }
+    pthread_mutex_destroy(&c->wr_mu);
+    pthread_cond_destroy(&c->wr_cv);
+    free(c->wr_q);
+    if (c->wr_fd >= 0)
+        close(c->wr_fd);
     transport_sock_destroy(&c->pub);
     transport_sock_destroy(&c->sub);
     transport_sock_destroy(&c->work);

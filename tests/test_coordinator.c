@@ -1004,6 +1004,16 @@ static void resume_after_a_stop_keeps_every_acknowledged_result(void **state)
     assert_int_equal(f.sums[0].results, 6);
     assert_int_equal(f.sums[0].groups_done, 2);
     assert_int_equal(s_results_in_redis(&f, 0), 6);
+    /* The summary counts the results stored before the stop (read back at the resume) and the
+     * ones after, each once: the resent j0 is not counted again. */
+    assert_int_equal(f.sums[0].steps, 6);
+    assert_int_equal(f.sums[0].llm_calls, 6);
+    assert_int_equal(f.sums[0].tokens, 90);
+    assert_int_equal(f.sums[0].won, 4);
+    assert_true(f.sums[0].success_rate > 0.66 && f.sums[0].success_rate < 0.67);
+    int64_t rounds_done = -1;
+    assert_int_equal(store_run_get_int(f.st, "rounds_done", &rounds_done), SR_OK);
+    assert_int_equal(rounds_done, 1);
 
     char path[512], jobs[16][64];
     snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
@@ -1096,6 +1106,46 @@ static void several_rounds_run_in_order_with_distinct_groups(void **state)
     s_fx_free(&f);
 }
 
+/* A round's results file and rounds_done are written by the round writer while the next round
+ * runs; a coordinator stopped meanwhile still writes the rounds that ended. */
+static void an_ended_round_is_written_even_when_the_coordinator_stops_next(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.iters = 3;
+    cfg.group_size = 1;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    s_credit(&a, 1);
+    proto_msg_t j0, j1;
+    s_expect(&a, PROTO_JOB, &j0);
+    s_result(&a, &j0.u.job, "done", 1.0);
+    s_expect_ack(&a, &j0.u.job, true);
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j1); /* round 1 runs */
+    assert_int_equal(j1.u.job.iteration, 1);
+    s_stop(&f);
+    assert_int_equal(f.nsums, 1);
+    char path[512], jobs[4][64];
+    snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
+    assert_int_equal(s_jsonl_jobs(path, jobs, 4), 1);
+    assert_string_equal(jobs[0], j0.u.job.job_id);
+    snprintf(path, sizeof path, "%s/rounds/round-1.jsonl", f.out);
+    assert_int_not_equal(access(path, F_OK), 0);
+    int64_t done = -1;
+    assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
+    assert_int_equal(done, 1);
+    proto_msg_clear(&j0);
+    proto_msg_clear(&j1);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 static void task_choice_is_deterministic_and_cycles_the_pool(void **state)
 {
     (void)state;
@@ -1167,6 +1217,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(resume_after_a_stop_keeps_every_acknowledged_result),
     cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),
     cmocka_unit_test(several_rounds_run_in_order_with_distinct_groups),
+    cmocka_unit_test(an_ended_round_is_written_even_when_the_coordinator_stops_next),
     cmocka_unit_test(task_choice_is_deterministic_and_cycles_the_pool),
     cmocka_unit_test(bad_configuration_is_refused_with_a_reason),
 };
