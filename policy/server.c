@@ -1013,16 +1013,16 @@ static int s_epoll_wait(struct policy_server *s, struct epoll_event *evs, int n,
 }
 
 /* s_events handles what the epoll set reported: a hang-up of a held request's socket aborts it in
- * the engine; the wake fd is drained. Returns true when the server is stopping; *mhd_ready says
- * whether libmicrohttpd's set was among them. */
-static bool s_events(struct policy_server *s, const struct epoll_event *evs, int r, bool *mhd_ready)
+ * the engine; the wake fd is drained (libmicrohttpd's set needs nothing here: the event loop runs
+ * it after every wait). Returns true when the server is stopping. */
+static bool s_events(struct policy_server *s, const struct epoll_event *evs, int r)
 {
     pthread_mutex_lock(&s->mu);
     bool stop = s->stopping;
     for (int i = 0; i < r && !stop; i++) {
         uint64_t id = evs[i].data.u64;
         if (id == S_KEY_MHD) {
-            *mhd_ready = true;
+            continue;
         } else if (id == 0) {
             uint64_t v;
             ssize_t got = read(s->wake_fd, &v, sizeof v);
@@ -1061,8 +1061,7 @@ static void *s_watcher(void *arg)
             s_wait_failed("disconnect watcher");
             continue;
         }
-        bool mhd_ready = false;
-        if (s_events(s, evs, r, &mhd_ready))
+        if (s_events(s, evs, r))
             break;
     }
     return NULL;
@@ -1099,8 +1098,7 @@ static void *s_loop(void *arg)
          * counts the tokens decoded until now. */
         if (s->engine)
             engine_advance(s->engine, engine_wall_now(s->engine));
-        bool mhd_ready = false;
-        if (s_events(s, evs, r, &mhd_ready))
+        if (s_events(s, evs, r))
             break;
         MHD_run(s->d);
     }
