@@ -578,8 +578,10 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, s_sys
     free(ts);
 }
 
-/* The arguments every system case adds to its own (--local-env-workers N), NULL-terminated. */
-static const char *s_common[3];
+/* The arguments every system case adds to its own (--local-env-workers N, --overlap off),
+ * NULL-terminated. */
+static const char *s_common[5];
+static int s_ncommon;
 
 /* s_system runs `selroll run` with the extra arguments (and s_common's) and measures it from its
  * results. */
@@ -680,6 +682,7 @@ int bench_rollout_run(int argc, char **argv)
 {
     bool quick = false, skip_system = false;
     int repeat = 1, lat_actors = 4;
+    const char *local_envw = NULL;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -709,12 +712,22 @@ int bench_rollout_run(int argc, char **argv)
             int n_envw = 0;
             if (!s_count_arg(argc, argv, i++, 64, &n_envw))
                 return 2;
-            s_common[0] = "--local-env-workers";
-            s_common[1] = argv[i];
+            s_common[s_ncommon++] = "--local-env-workers";
+            s_common[s_ncommon++] = argv[i];
+            local_envw = argv[i];
+        } else if (!strcmp(argv[i], "--overlap")) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
+                fprintf(stderr, "selroll bench rollout: --overlap wants on or off\n");
+                return 2;
+            }
+            if (!strcmp(argv[++i], "off")) {
+                s_common[s_ncommon++] = "--coordinator-args";
+                s_common[s_ncommon++] = "--overlap off";
+            }
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
                    "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N] "
-                   "[--actors N]\n"
+                   "[--actors N] [--overlap on|off]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
@@ -725,7 +738,8 @@ int bench_rollout_run(int argc, char **argv)
                    "--local-env-workers N runs every system case with N env workers inside each "
                    "actor's process (selroll run --local-env-workers) instead of env-worker "
                    "processes. --actors N (a divisor of 256, default 4) spreads the 50 ms case's "
-                   "256 slots over N actors.\n");
+                   "256 slots over N actors. --overlap off makes every round wait for the "
+                   "previous one to end (selroll coordinator --overlap; default on).\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -733,9 +747,11 @@ int bench_rollout_run(int argc, char **argv)
         }
     }
     log_set_level(LOG_WARN);
-    if (s_common[0])
+    if (local_envw)
         printf("rollout: every system case with %s env workers in each actor's process "
-               "(--local-env-workers)\n", s_common[1]);
+               "(--local-env-workers)\n", local_envw);
+    if (s_ncommon && !strcmp(s_common[s_ncommon - 1], "--overlap off"))
+        printf("rollout: rounds do not overlap (--overlap off)\n");
     if (!only) {
         s_bench_core(quick ? 2000 : 20000);
         s_bench_wire(quick ? 2000 : 10000);
@@ -848,13 +864,20 @@ int bench_rollout_run(int argc, char **argv)
                    r.rate, 100.0 * r.rate / 5120.0,
                    ideal > 0 ? 100.0 * r.rate / ideal : 0.0, ideal, r.cpu_us_per_step,
                    sysconf(_SC_NPROCESSORS_ONLN), ceiling, 100.0 * ceiling / 5120.0);
-            if (r.rounds > 0 && r.steady_rate > 0)
+            if (r.rounds > 0 && r.steady_rate > 0 && r.gap_ms >= 0)
                 printf("rollout 50ms: inside the rounds (while jobs were left to hand out): "
                        "%.0f steps/s = %.1f%% of 5120; each of the %d rounds then drained for "
                        "%.0f ms (slots idle one by one) and the next began %.0f ms after its "
                        "last step\n",
                        r.steady_rate, 100.0 * r.steady_rate / 5120.0, r.rounds, r.drain_ms,
                        r.gap_ms);
+            else if (r.rounds > 0 && r.steady_rate > 0)
+                printf("rollout 50ms: inside the rounds (while jobs were left to hand out): "
+                       "%.0f steps/s = %.1f%% of 5120; the %d rounds overlapped: each round's "
+                       "last trajectories ran %.0f ms after its last start, and the next round "
+                       "began %.0f ms before its last step\n",
+                       r.steady_rate, 100.0 * r.steady_rate / 5120.0, r.rounds, r.drain_ms,
+                       -r.gap_ms);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
             if (r.csw[0])

@@ -1,5 +1,5 @@
 /*
- * coord_sched.c — the scheduler of one round: groups, jobs, actors, queue, placement, leases.
+ * coord_sched.c — the scheduler of the open rounds: groups, jobs, actors, queue, placement, leases.
  *
  * Jobs sit in one array (group k's jobs are contiguous). The queue is two FIFOs of job indices,
  * re-queued jobs first, with lazy deletion: an entry counts only while its job is QUEUED and the
@@ -166,8 +166,48 @@ coord_job_t *coord_sched_job(coord_sched_t *s, int index)
     return index >= 0 && index < s->njobs ? &s->jobs[index] : NULL;
 }
 
+/* s_parse_gid reads an id made by coord_group_id, "r<round>-g<index>": true and *round, *index
+ * when gid has that form. */
+static bool s_parse_gid(const char *gid, int64_t *round, int *index)
+{
+    const char *p = gid;
+    if (*p++ != 'r')
+        return false;
+    int64_t r = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 18; p++, digits++)
+        r = r * 10 + (*p - '0');
+    if (!digits || *p++ != '-' || *p++ != 'g')
+        return false;
+    int k = 0;
+    digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+        k = k * 10 + (*p - '0');
+    if (!digits || *p)
+        return false;
+    *round = r;
+    *index = k;
+    return true;
+}
+
 int coord_sched_find_group(const coord_sched_t *s, const char *gid)
 {
+    /* Ids made by coord_group_id name their place: the round's first group (groups are added round
+     * by round, so a binary search finds it) plus the index. Anything else: a walk. */
+    int64_t round;
+    int k;
+    if (s_parse_gid(gid, &round, &k)) {
+        int lo = 0, hi = s->ngroups;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (s->groups[mid].round < round)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (k < s->ngroups - lo && strcmp(s->groups[lo + k].gid, gid) == 0)
+            return lo + k;
+    }
     for (int i = 0; i < s->ngroups; i++)
         if (strcmp(s->groups[i].gid, gid) == 0)
             return i;
@@ -522,4 +562,65 @@ int coord_sched_queued(const coord_sched_t *s)
     for (int i = 0; i < s->njobs; i++)
         n += s->jobs[i].state == COORD_JOB_QUEUED;
     return n;
+}
+
+bool coord_sched_queue_empty(coord_sched_t *s)
+{
+    return s_fifo_front(s, &s->retry) < 0 && s_fifo_front(s, &s->fresh) < 0;
+}
+
+bool coord_sched_round_done(const coord_sched_t *s, int64_t round)
+{
+    for (int gi = 0; gi < s->ngroups; gi++) {
+        const coord_group_t *g = &s->groups[gi];
+        if (g->round != round)
+            continue;
+        for (int t = 0; t < g->G; t++) {
+            coord_job_state_t st = s->jobs[g->first_job + t].state;
+            if (st != COORD_JOB_FINAL && st != COORD_JOB_DROPPED)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* s_fifo_shift keeps the live entries of jobs at or after `cut`, renumbered down by cut. */
+static void s_fifo_shift(coord_sched_t *s, s_fifo_t *f, int cut)
+{
+    size_t o = 0;
+    for (size_t i = f->head; i < f->len; i++) {
+        s_qentry_t e = f->v[i];
+        if (e.job < cut)
+            continue;
+        const coord_job_t *j = &s->jobs[e.job];
+        if (j->state != COORD_JOB_QUEUED || j->qseq_ != e.seq)
+            continue;
+        f->v[o++] = (s_qentry_t){e.job - cut, e.seq};
+    }
+    f->head = 0;
+    f->len = o;
+}
+
+int coord_sched_retire(coord_sched_t *s, int n)
+{
+    if (n < 0 || n > s->ngroups)
+        return SR_EINVAL;
+    if (n == 0)
+        return SR_OK;
+    int cut = n < s->ngroups ? s->groups[n].first_job : s->njobs;
+    for (int i = 0; i < cut; i++)
+        if (s->jobs[i].state == COORD_JOB_QUEUED || s->jobs[i].state == COORD_JOB_LEASED)
+            return SR_ECONFLICT;
+    /* the queues first: they read the jobs' states at their old places */
+    s_fifo_shift(s, &s->retry, cut);
+    s_fifo_shift(s, &s->fresh, cut);
+    memmove(s->groups, s->groups + n, (size_t)(s->ngroups - n) * sizeof *s->groups);
+    s->ngroups -= n;
+    for (int gi = 0; gi < s->ngroups; gi++)
+        s->groups[gi].first_job -= cut;
+    memmove(s->jobs, s->jobs + cut, (size_t)(s->njobs - cut) * sizeof *s->jobs);
+    s->njobs -= cut;
+    for (int i = 0; i < s->njobs; i++)
+        s->jobs[i].group -= n;
+    return SR_OK;
 }

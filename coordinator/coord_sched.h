@@ -26,6 +26,11 @@
  * still get all the work) and makes it strict again when an actor joins. "pack" fills the
  * earliest-joined actor first. Re-queued jobs are leased before fresh ones, so a round is not held
  * up by its stragglers.
+ *
+ * Rounds: every group carries the round it belongs to, and groups are added round by round. The
+ * scheduler may hold two rounds at once (the coordinator starts the next round's groups while the
+ * stragglers of the current one run: docs/architecture.md, "Rounds"); coord_sched_round_done
+ * tells one round's end and coord_sched_retire removes the oldest round once it is over.
  */
 #ifndef SR_COORD_SCHED_H
 #define SR_COORD_SCHED_H
@@ -69,6 +74,7 @@ typedef struct {
     int first_job;      /* its jobs are first_job .. first_job + G - 1 */
     bool cancelled;     /* a CANCEL was seen, or Redis says so */
     uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
+    int64_t round;      /* the round it belongs to (set by the caller; 0 unless set) */
 } coord_group_t;
 
 typedef struct {
@@ -108,7 +114,8 @@ int coord_sched_jobs(const coord_sched_t *s);
 coord_group_t *coord_sched_group(coord_sched_t *s, int index);
 coord_job_t *coord_sched_job(coord_sched_t *s, int index);
 
-/* coord_sched_find_group returns the index of gid, or -1. */
+/* coord_sched_find_group returns the index of gid, or -1. Ids of coord_group_id's form
+ * ("r<round>-g<index>") of groups whose round is set are found without a walk. */
 int coord_sched_find_group(const coord_sched_t *s, const char *gid);
 
 /* coord_sched_find_job returns the index of the job with id job_id ("<gid>/t<traj>"), or -1
@@ -200,5 +207,19 @@ bool coord_sched_round_complete(const coord_sched_t *s);
 
 /* coord_sched_queued returns how many jobs are QUEUED. */
 int coord_sched_queued(const coord_sched_t *s);
+
+/* coord_sched_queue_empty returns true when no job is QUEUED (amortised O(1): it drops the
+ * queue's dead entries on the way). */
+bool coord_sched_queue_empty(coord_sched_t *s);
+
+/* coord_sched_round_done returns true when every job of the groups of `round` is FINAL or
+ * DROPPED (also when the round has no group here). */
+bool coord_sched_round_done(const coord_sched_t *s, int64_t round);
+
+/* coord_sched_retire removes the first n groups and their jobs (the oldest round, once it is
+ * done); the other groups and jobs move down, so indices held before the call are stale after
+ * it (job ids and group ids are not). Returns SR_OK, SR_EINVAL when n is out of range, or
+ * SR_ECONFLICT (nothing removed) when one of those jobs is still QUEUED or LEASED. */
+int coord_sched_retire(coord_sched_t *s, int n);
 
 #endif

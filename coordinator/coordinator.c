@@ -11,8 +11,11 @@
  *    (hash lease:<round>, so a resumed coordinator can re-adopt them), then sends the JOBs;
  *  - a RESULT of the current lease is appended to results:<round> and counted in its group (the
  *    Lua transition of store), and only then acknowledged;
- *  - a round ends when every job is final or dropped: its results are read back from Redis,
- *    summed, written as JSON Lines, the run record moves on and the next round starts.
+ *  - a round ends when every job is final or dropped: its summary (counted as results were
+ *    stored) goes to the callbacks, the round writer writes its JSON Lines and moves the run
+ *    record on, and the next round starts. Plain rounds (no driver) overlap: once the oldest
+ *    round has handed out its last job, the next round's groups are queued behind it, so the
+ *    slots its stragglers leave do not stay idle. At most two rounds are open; they end in order.
  */
 #include "coordinator/coordinator.h"
 
@@ -42,6 +45,16 @@
 #define DISPATCH_BATCH 256
 #define EP_MAX 1100
 
+/* An open round. The scheduler holds the open rounds' groups, the oldest round's first. */
+typedef struct {
+    int64_t round;
+    int ngroups;               /* its groups in the scheduler */
+    int64_t start_ms;
+    int64_t stale;             /* RESULTs refused for its jobs (unknown jobs: the oldest round) */
+    coord_round_summary_t acc; /* its results as they are stored (and as a resume found them) */
+    int64_t acc_finished;      /* results with status done or truncated */
+} s_open_t;
+
 struct coord {
     coord_cfg_t cfg;
     char *strs[16]; /* copies of cfg's strings */
@@ -62,18 +75,16 @@ struct coord {
     char ep_work[EP_MAX], ep_pub[EP_MAX], ep_sub[EP_MAX];
     char ep_sub_local[EP_MAX]; /* the bus as this process reaches it (the dashboard's SUB) */
 
-    int64_t round;
-    bool round_active;
-    int64_t round_start_ms;
-    int64_t round_stale;
+    int64_t round;     /* the oldest open round, or the next to start when none is open */
+    bool round_active; /* nopen > 0 */
+    s_open_t open[2];  /* the open rounds, oldest first */
+    int nopen;
+    int64_t resume_started; /* a resumed plain run: the last round started before, or -1 */
+    int64_t groups_retired; /* groups removed from the scheduler's front since coord_new */
     int64_t epoch_next, epoch_limit;
     int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
-    /* The current round's results as they are stored (and as a resumed round found them):
-     * its summary, ready the moment the round ends. */
-    coord_round_summary_t acc;
-    int64_t acc_finished; /* results with status done or truncated */
 
     /* The round writer: a thread of its own, with its own Redis connection, reads each ended
      * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
@@ -231,6 +242,26 @@ static int64_t s_epoch(coord_t *c)
     return c->epoch_next++;
 }
 
+/* ---- open rounds ----------------------------------------------------------------------------- */
+
+/* s_find_open returns the open round `round`, or NULL. */
+static s_open_t *s_find_open(coord_t *c, int64_t round)
+{
+    for (int i = 0; i < c->nopen; i++)
+        if (c->open[i].round == round)
+            return &c->open[i];
+    return NULL;
+}
+
+/* s_first_group returns the scheduler index of the first group of open round `round`. */
+static int s_first_group(const coord_t *c, int64_t round)
+{
+    int first = 0;
+    for (int i = 0; i < c->nopen && c->open[i].round != round; i++)
+        first += c->open[i].ngroups;
+    return first;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -254,10 +285,10 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
     jb->traj = j->traj;
     jb->group_size = g->G;
     jb->task = g->task;
-    jb->iteration = c->cfg.driver ? c->plan.iteration : c->round;
+    jb->iteration = c->cfg.driver ? c->plan.iteration : g->round;
     jb->eval = c->cfg.driver ? c->plan.eval : false;
     jb->policy_version = c->cfg.policy_version;
-    jb->seed = s_job_seed(c->cfg.seed, c->round, j->group, j->traj);
+    jb->seed = s_job_seed(c->cfg.seed, g->round, j->group - s_first_group(c, g->round), j->traj);
     jb->temperature = c->cfg.driver ? c->plan.temperature : c->cfg.temperature;
     jb->top_p = c->cfg.top_p;
     jb->max_steps = c->cfg.max_steps;
@@ -283,9 +314,14 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
 static int s_persist_leases(coord_t *c, const s_assign_t *as, size_t n)
 {
     char key[256];
-    store_key(c->st, key, sizeof key, "lease:%lld", (long long)c->round);
+    int64_t key_round = -1;
     for (size_t i = 0; i < n; i++) {
         coord_job_t *j = coord_sched_job(c->sched, as[i].job);
+        int64_t round = coord_sched_group(c->sched, j->group)->round;
+        if (round != key_round) {
+            store_key(c->st, key, sizeof key, "lease:%lld", (long long)round);
+            key_round = round;
+        }
         char job_id[COORD_JOB_ID_MAX];
         coord_sched_job_id(c->sched, as[i].job, job_id, sizeof job_id);
         char val[COORD_ID_MAX + 32];
@@ -299,11 +335,9 @@ static int s_persist_leases(coord_t *c, const s_assign_t *as, size_t n)
     return store_pipe_exec(c->st, NULL, NULL);
 }
 
-/* s_dispatch leases queued jobs to actors with credit, persists the leases, sends the JOBs. */
-static void s_dispatch(coord_t *c)
+/* s_dispatch_pass leases queued jobs to actors with credit, persists the leases, sends the JOBs. */
+static void s_dispatch_pass(coord_t *c)
 {
-    if (!c->round_active)
-        return;
     s_assign_t as[DISPATCH_BATCH];
     for (;;) {
         size_t n = 0;
@@ -353,17 +387,45 @@ static void s_dispatch(coord_t *c)
     }
 }
 
-/* s_acc_add counts one stored result into the current round's summary. */
-static void s_acc_add(coord_t *c, const char *status, int64_t steps, int64_t llm_calls,
+static int s_open_round(coord_t *c, int64_t round);
+
+/* s_ahead_due tells whether the next plain round should open now: the oldest round has handed out
+ * its last job (nothing is queued) and is the only one open. */
+static bool s_ahead_due(coord_t *c)
+{
+    return c->cfg.overlap && !c->cfg.driver && c->nopen == 1 && !c->closing && !c->finished &&
+           c->fatal == SR_OK && !atomic_load(&c->stop_requested) &&
+           c->open[0].round + 1 < c->cfg.iters && coord_sched_queue_empty(c->sched);
+}
+
+/* s_dispatch hands out queued jobs, and opens the next plain round once the queue runs dry. */
+static void s_dispatch(coord_t *c)
+{
+    if (!c->round_active)
+        return;
+    s_dispatch_pass(c);
+    if (!s_ahead_due(c))
+        return;
+    int64_t next = c->open[0].round + 1;
+    int rc = s_open_round(c, next);
+    if (rc != SR_OK) {
+        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+        return;
+    }
+    s_dispatch_pass(c);
+}
+
+/* s_acc_add counts one stored result into its round's summary. */
+static void s_acc_add(s_open_t *R, const char *status, int64_t steps, int64_t llm_calls,
                       int64_t tokens, bool won)
 {
-    c->acc.results++;
-    c->acc.steps += steps;
-    c->acc.llm_calls += llm_calls;
-    c->acc.tokens += tokens;
+    R->acc.results++;
+    R->acc.steps += steps;
+    R->acc.llm_calls += llm_calls;
+    R->acc.tokens += tokens;
     if (strcmp(status, "done") == 0 || strcmp(status, "truncated") == 0) {
-        c->acc_finished++;
-        c->acc.won += won;
+        R->acc_finished++;
+        R->acc.won += won;
     }
 }
 
@@ -389,11 +451,12 @@ static int s_cmp_gid(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
-/* s_load_leases re-adopts the leases persisted by a previous coordinator for jobs not final. */
-static int s_load_leases(coord_t *c)
+/* s_load_leases re-adopts the leases of `round` persisted by a previous coordinator for jobs not
+ * final. */
+static int s_load_leases(coord_t *c, int64_t round)
 {
     char key[256];
-    store_key(c->st, key, sizeof key, "lease:%lld", (long long)c->round);
+    store_key(c->st, key, sizeof key, "lease:%lld", (long long)round);
     redisReply *rep = NULL;
     int rc = store_command(c->st, STORE_IDEMPOTENT, &rep, "HGETALL %s", key);
     if (rc != SR_OK)
@@ -419,21 +482,25 @@ static int s_load_leases(coord_t *c)
     freeReplyObject(rep);
     if (adopted)
         log_info("round %lld: %d leases of the previous coordinator kept for %lld ms",
-                 (long long)c->round, adopted, (long long)c->cfg.lease_ms);
+                 (long long)round, adopted, (long long)c->cfg.lease_ms);
     return SR_OK;
 }
 
-/* s_start_round builds round c->round from Redis: it creates the groups that do not exist yet,
- * then marks the jobs that have a stored final result, re-adopts persisted leases and drops the
- * queued jobs of cancelled groups. A fresh round simply has nothing to mark. */
-static int s_start_round(coord_t *c)
+/* s_open_round builds round `round` from Redis and queues it behind the open rounds (the
+ * scheduler starts afresh when none is open): it creates the groups that do not exist yet, then
+ * marks the jobs that have a stored final result, re-adopts persisted leases and drops the queued
+ * jobs of cancelled groups. A fresh round simply has nothing to mark. */
+static int s_open_round(coord_t *c, int64_t round)
 {
-    coord_sched_reset(c->sched);
-    c->round_stale = 0;
-    memset(&c->acc, 0, sizeof c->acc);
-    c->acc_finished = 0;
-    c->round_start_ms = clock_mono_ms();
-    int rc = store_run_set_int(c->st, "iteration", c->round);
+    SR_ASSERT(c->nopen < (int)SR_ARRAY_LEN(c->open));
+    if (c->nopen == 0)
+        coord_sched_reset(c->sched);
+    s_open_t *R = &c->open[c->nopen];
+    memset(R, 0, sizeof *R);
+    R->round = round;
+    R->start_ms = clock_mono_ms();
+    int first = coord_sched_groups(c->sched);
+    int rc = store_run_set_int(c->st, "iteration", round);
     if (rc != SR_OK)
         return rc;
 
@@ -441,33 +508,46 @@ static int s_start_round(coord_t *c)
      * holds for this round (a resumed round), in id order so that jobs go out group by group. */
     for (size_t k = 0; c->cfg.driver && k < c->plan.n && rc == SR_OK; k++) {
         char gid[STORE_GID_MAX];
-        coord_group_id(c->round, (int)k, gid, sizeof gid);
-        rc = store_group_create(c->st, gid, c->plan.groups[k].task, c->round, c->plan.groups[k].G);
+        coord_group_id(round, (int)k, gid, sizeof gid);
+        rc = store_group_create(c->st, gid, c->plan.groups[k].task, round, c->plan.groups[k].G);
         if (rc == SR_ECONFLICT)
             rc = SR_OK;
     }
     for (int k = 0; !c->cfg.driver && k < c->cfg.groups && rc == SR_OK; k++) {
         char gid[STORE_GID_MAX], task[STORE_TASK_MAX];
-        coord_group_id(c->round, k, gid, sizeof gid);
+        coord_group_id(round, k, gid, sizeof gid);
         snprintf(task, sizeof task, "household/%s/%d", c->cfg.split,
-                 coord_task_for(c->cfg.seed, c->cfg.tasks, c->cfg.groups, c->round, k));
-        rc = store_group_create(c->st, gid, task, c->round, c->cfg.group_size);
+                 coord_task_for(c->cfg.seed, c->cfg.tasks, c->cfg.groups, round, k));
+        rc = store_group_create(c->st, gid, task, round, c->cfg.group_size);
         if (rc == SR_ECONFLICT)
             rc = SR_OK;
     }
     s_gids_t gids = {NULL, 0};
     if (rc == SR_OK)
-        rc = store_groups_of(c->st, c->round, s_collect_gid, &gids);
+        rc = store_groups_of(c->st, round, s_collect_gid, &gids);
     if (gids.n > 1)
         qsort(gids.v, gids.n, STORE_GID_MAX, s_cmp_gid);
     for (size_t k = 0; k < gids.n && rc == SR_OK; k++) {
         store_group_t g;
         rc = store_group_get(c->st, gids.v[k], &g);
-        if (rc == SR_OK && coord_sched_add_group(c->sched, gids.v[k], g.task, g.G) < 0)
+        if (rc != SR_OK)
+            break;
+        int gi = coord_sched_add_group(c->sched, gids.v[k], g.task, g.G);
+        if (gi < 0) {
             log_warn("group %s of round %lld cannot be loaded (G=%d)", gids.v[k],
-                     (long long)c->round, g.G);
+                     (long long)round, g.G);
+            continue;
+        }
+        coord_sched_group(c->sched, gi)->round = round;
+        if (g.status == STORE_GROUP_CANCELLED)
+            coord_sched_group(c->sched, gi)->cancelled = true; /* its jobs are dropped below */
     }
     free(gids.v);
+    /* From here on the round is open: a failure below is fatal to the run anyway, and the
+     * scheduler's groups and the open rounds agree. */
+    R->ngroups = coord_sched_groups(c->sched) - first;
+    c->nopen++;
+    c->round_active = true;
     if (rc != SR_OK)
         return rc;
 
@@ -475,11 +555,11 @@ static int s_start_round(coord_t *c)
     coord_results_t *res = coord_results_new();
     if (!res)
         return SR_ENOMEM;
-    rc = coord_results_load(res, c->st, c->round, NULL);
+    rc = coord_results_load(res, c->st, round, NULL);
     size_t nres = coord_results_count(res);
     for (size_t i = 0; rc == SR_OK && i < nres; i++) {
         const coord_result_info_t *in = coord_results_info(res, i);
-        s_acc_add(c, in->status, in->n_steps, in->llm_calls, in->tokens, in->won);
+        s_acc_add(R, in->status, in->n_steps, in->llm_calls, in->tokens, in->won);
         int ji = coord_sched_find_job(c->sched, in->job_id);
         if (ji < 0)
             continue;
@@ -488,30 +568,34 @@ static int s_start_round(coord_t *c)
     }
     coord_results_destroy(&res);
     if (rc == SR_OK)
-        rc = s_load_leases(c);
-    for (int i = 0; rc == SR_OK && i < coord_sched_groups(c->sched); i++) {
+        rc = s_load_leases(c, round);
+    for (int i = first; rc == SR_OK && i < coord_sched_groups(c->sched); i++) {
         coord_group_t *g = coord_sched_group(c->sched, i);
-        store_group_t sg;
-        rc = store_group_get(c->st, g->gid, &sg);
-        if (rc == SR_OK && sg.status == STORE_GROUP_CANCELLED)
+        if (g->cancelled)
             coord_sched_cancel_group(c->sched, i, 0);
     }
     if (rc != SR_OK)
         return rc;
-    c->round_active = true;
-    int jobs = coord_sched_jobs(c->sched);
-    log_info("round %lld: %d groups, %d jobs, %d queued", (long long)c->round,
-             coord_sched_groups(c->sched), jobs, coord_sched_queued(c->sched));
+    int jobs = 0, queued = 0;
+    for (int i = first; i < coord_sched_groups(c->sched); i++) {
+        const coord_group_t *g = coord_sched_group(c->sched, i);
+        jobs += g->G;
+        for (int t = 0; t < g->G; t++)
+            queued += coord_sched_job(c->sched, g->first_job + t)->state == COORD_JOB_QUEUED;
+    }
+    log_info("round %lld: %d groups, %d jobs, %d queued%s", (long long)round, R->ngroups, jobs,
+             queued,
+             c->nopen > 1 ? " (the previous round's last trajectories still run)" : "");
     return SR_OK;
 }
 
-static void s_summarise(coord_t *c, coord_round_summary_t *sum)
+static void s_summarise(coord_t *c, const s_open_t *R, coord_round_summary_t *sum)
 {
     memset(sum, 0, sizeof *sum);
-    sum->round = c->round;
-    int ng = coord_sched_groups(c->sched);
-    sum->groups = ng;
-    for (int i = 0; i < ng; i++) {
+    sum->round = R->round;
+    int first = s_first_group(c, R->round);
+    sum->groups = R->ngroups;
+    for (int i = first; i < first + R->ngroups; i++) {
         coord_group_t *g = coord_sched_group(c->sched, i);
         bool failed = false;
         for (int t = 0; t < g->G; t++) {
@@ -526,8 +610,14 @@ static void s_summarise(coord_t *c, coord_round_summary_t *sum)
         else
             sum->groups_done++;
     }
-    sum->stale_results = c->round_stale;
-    sum->wall_ms = clock_mono_ms() - c->round_start_ms;
+    sum->stale_results = R->stale;
+    sum->wall_ms = clock_mono_ms() - R->start_ms;
+    sum->results = R->acc.results;
+    sum->steps = R->acc.steps;
+    sum->llm_calls = R->acc.llm_calls;
+    sum->tokens = R->acc.tokens;
+    sum->won = R->acc.won;
+    sum->success_rate = R->acc_finished ? (double)R->acc.won / (double)R->acc_finished : 0.0;
 }
 
 static void s_next_round(coord_t *c);
@@ -667,20 +757,16 @@ static void s_on_written(reactor_t *r, int fd, int revents, void *arg)
         s_finish_run(c);
 }
 
-/* s_finish_round closes the round: its summary (from what was stored during the round) to the
- * log, the callbacks and the driver; its results file and rounds_done to the writer; then the
- * next round starts at once (or the run ends once the writer is done). */
+/* s_finish_round closes the oldest open round: its summary (from what was stored during the
+ * round) to the log, the callbacks and the driver; its results file and rounds_done to the writer;
+ * then it leaves the scheduler. The next round runs already (overlap), or starts at once, or the
+ * run ends once the writer is done. */
 static void s_finish_round(coord_t *c)
 {
+    s_open_t *R = &c->open[0];
     coord_round_summary_t sum;
-    s_summarise(c, &sum);
-    sum.results = c->acc.results;
-    sum.steps = c->acc.steps;
-    sum.llm_calls = c->acc.llm_calls;
-    sum.tokens = c->acc.tokens;
-    sum.won = c->acc.won;
-    sum.success_rate = c->acc_finished ? (double)c->acc.won / (double)c->acc_finished : 0.0;
-    if (s_writer_push(c, c->round) != SR_OK) {
+    s_summarise(c, R, &sum);
+    if (s_writer_push(c, R->round) != SR_OK) {
         s_fatal(c, SR_ENOMEM, "cannot start the round writer%s", "");
         return;
     }
@@ -690,24 +776,31 @@ static void s_finish_round(coord_t *c)
              (long long)sum.results, (long long)sum.stale_results, (long long)sum.steps,
              (long long)sum.llm_calls, (long long)sum.tokens, sum.success_rate,
              (long long)sum.wall_ms);
-    c->round_active = false;
     metrics_counter_inc(c->m_rounds);
+    /* the callbacks see the scheduler still holding the round */
     if (c->cfg.on_round)
         c->cfg.on_round(&sum, c->cfg.on_round_arg);
+    SR_ASSERT(coord_sched_retire(c->sched, R->ngroups) == SR_OK);
+    c->groups_retired += R->ngroups;
+    c->nopen--;
+    memmove(&c->open[0], &c->open[1], (size_t)c->nopen * sizeof c->open[0]);
+    c->round_active = c->nopen > 0;
     c->round++;
     if (c->cfg.driver) {
         c->cfg.driver->ended(c->cfg.driver->arg, c, c->round - 1, &sum);
         s_next_round(c);
         return;
     }
-    if (c->round >= c->cfg.iters) {
-        s_finish_run(c);
-        return;
-    }
     int rc;
-    if ((rc = s_start_round(c)) != SR_OK) {
-        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
-        return;
+    if (c->nopen == 0) {
+        if (c->round >= c->cfg.iters) {
+            s_finish_run(c);
+            return;
+        }
+        if ((rc = s_open_round(c, c->round)) != SR_OK) {
+            s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+            return;
+        }
     }
     s_dispatch(c);
 }
@@ -738,16 +831,19 @@ static void s_next_round(coord_t *c)
         s_fatal(c, SR_EINVAL, "the run's driver planned an empty round%s", "");
         return;
     }
-    if ((rc = s_start_round(c)) != SR_OK) {
+    if ((rc = s_open_round(c, c->round)) != SR_OK) {
         s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
         return;
     }
     s_dispatch(c);
 }
 
+/* s_check_round ends the oldest open round while it is over (rounds end in order: a later round
+ * that is over waits for the ones before it). */
 static void s_check_round(coord_t *c)
 {
-    if (c->round_active && coord_sched_round_complete(c->sched))
+    while (c->nopen > 0 && c->fatal == SR_OK && !c->finished &&
+           coord_sched_round_done(c->sched, c->open[0].round))
         s_finish_round(c);
 }
 
@@ -833,11 +929,13 @@ static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t
     }
 }
 
-static void s_refuse(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
-                     const char *reason)
+/* s_refuse refuses a RESULT, counted in round R's stale results (R may be NULL). */
+static void s_refuse(coord_t *c, s_open_t *R, const void *id, size_t idlen,
+                     const proto_result_t *r, const char *reason)
 {
     metrics_counter_inc(c->m_stale);
-    c->round_stale++;
+    if (R)
+        R->stale++;
     log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch,
                      reason);
     s_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
@@ -856,24 +954,26 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
                         const void *body, size_t len)
 {
     if (strcmp(r->run, c->cfg.run) != 0) {
-        s_refuse(c, id, idlen, r, "another run");
+        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "another run");
         return;
     }
     int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
     if (ji < 0) {
-        s_refuse(c, id, idlen, r, "unknown job");
+        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "unknown job");
         return;
     }
     coord_job_t *j = coord_sched_job(c->sched, ji);
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    s_open_t *R = s_find_open(c, g->round);
+    SR_ASSERT(R);
     if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
         s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
         return;
     }
     if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
-        s_refuse(c, id, idlen, r, "stale epoch");
+        s_refuse(c, R, id, idlen, r, "stale epoch");
         return;
     }
-    coord_group_t *g = coord_sched_group(c->sched, j->group);
     bool failed = strcmp(r->status, "failed") == 0;
     if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
         j->failures++;
@@ -886,7 +986,7 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         return;
     }
     /* Durable first: the result, then the group's count. Only then the acknowledgement. */
-    int rc = store_result_append(c->st, c->round, body, len);
+    int rc = store_result_append(c->st, R->round, body, len);
     if (rc != SR_OK) {
         log_error_limited(1, "cannot store RESULT %s, not acknowledged: %s", r->job_id,
                           store_errstr(c->st));
@@ -894,7 +994,7 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
     }
     if (failed) {
         char key[256];
-        store_key(c->st, key, sizeof key, "failed:%lld", (long long)c->round);
+        store_key(c->st, key, sizeof key, "failed:%lld", (long long)R->round);
         rc = store_command(c->st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, g->gid);
     } else {
         store_group_status_t st = STORE_GROUP_RUNNING;
@@ -915,7 +1015,7 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
     if (strcmp(r->status, "cancelled") == 0)
         s_mark_cancelled(c, j->group, 0);
     coord_sched_finish(c->sched, ji, r->status);
-    s_acc_add(c, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
+    s_acc_add(R, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
               r->won);
     metrics_counter_inc(c->m_stored);
     s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
@@ -1148,6 +1248,7 @@ void coord_cfg_init(coord_cfg_t *cfg)
     cfg->placement = COORD_PLACE_SPREAD;
     cfg->spread_wait_ms = 1000;
     cfg->max_attempts = 3;
+    cfg->overlap = true;
 }
 
 static int s_check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
@@ -1236,6 +1337,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     atomic_init(&c->stop_requested, false);
     sr_buf_init(&c->out);
     c->timer = -1;
+    c->resume_started = -1;
     pthread_mutex_init(&c->wr_mu, NULL);
     pthread_cond_init(&c->wr_cv, NULL);
     c->wr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1357,12 +1459,15 @@ static int s_prepare_run(coord_t *c)
             done = 0;
             rc = SR_OK;
         }
+        int64_t started = -1;
+        if (rc == SR_OK && store_run_get_int(c->st, "iteration", &started) == SR_OK)
+            c->resume_started = started;
         if (rc == SR_OK && c->cfg.driver) {
             /* A driver plans its rounds afresh: a round it had started and not finished is
              * abandoned (its late RESULTs count as stale), the next one gets a new number; and
              * the policy version is the run's, not the configured one. */
-            int64_t started = -1, version = 0;
-            if (store_run_get_int(c->st, "iteration", &started) == SR_OK && started >= done)
+            int64_t version = 0;
+            if (started >= done)
                 done = started + 1;
             if (store_run_get_int(c->st, "policy_version", &version) == SR_OK && version >= 0)
                 c->cfg.policy_version = version;
@@ -1407,11 +1512,16 @@ int coord_run(coord_t *c)
         log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);
         return SR_OK;
     }
-    if (!c->cfg.driver && (rc = s_start_round(c)) != SR_OK) {
-        snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)c->round,
-                 store_errstr(c->st));
-        log_error("%s", c->err);
-        return rc;
+    /* A plain run resumed while two rounds were open opens both again. */
+    for (int64_t r = c->round; !c->cfg.driver && rc == SR_OK && r < c->cfg.iters &&
+                               (r == c->round || r <= c->resume_started) && c->nopen < 2;
+         r++) {
+        if ((rc = s_open_round(c, r)) != SR_OK) {
+            snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)r,
+                     store_errstr(c->st));
+            log_error("%s", c->err);
+            return rc;
+        }
     }
     /* A driver publishes on the bus: connect early, so that the first message is not lost while
      * the connection is made. */
@@ -1569,6 +1679,8 @@ int64_t coord_policy_version(const coord_t *c) { return c ? c->cfg.policy_versio
 coord_sched_t *coord_scheduler(coord_t *c) { return c ? c->sched : NULL; }
 
 bool coord_round_active(const coord_t *c) { return c && c->round_active; }
+
+int64_t coord_groups_retired(const coord_t *c) { return c ? c->groups_retired : 0; }
 
 int64_t coord_round_iteration(const coord_t *c)
 {

@@ -103,6 +103,9 @@ typedef struct {
     int64_t spread_wait_ms; /* spread: how long jobs may wait for a second actor before one actor
                                may take more than half of a group, 1000 */
     int max_attempts;      /* leases of a job that may end "failed" before it counts failed, 3 */
+    bool overlap;          /* plain rounds (no driver): open the next round once the oldest one
+                              has handed out its last job, so that its stragglers' slots do not
+                              idle; rounds still end in order. true */
     const char *env_workers; /* comma-separated endpoints for WELCOME; NULL = Redis registry */
     const char *out_dir;     /* results go to <out_dir>/rounds/round-<r>.jsonl; NULL = none */
     bool resume;             /* continue the run found in Redis */
@@ -213,12 +216,19 @@ int coord_publish(coord_t *c, const char *topic, const proto_msg_t *m);
 
 /* ---- for observers such as the dashboard (coord_run's thread only) ------------------------ */
 
-/* coord_scheduler returns the scheduler of the current round (owned by c): observers only read
- * it, on coord_run's thread (a timer or socket they registered with coord_reactor). */
+/* coord_scheduler returns the scheduler of the open rounds (owned by c): the groups of the oldest
+ * open round (coord_next_round) come first, then those of the next one when rounds overlap
+ * (cfg.overlap). Observers only read it, on coord_run's thread (a timer or socket they registered
+ * with coord_reactor). */
 coord_sched_t *coord_scheduler(coord_t *c);
 
 /* coord_round_active returns true while a round runs. */
 bool coord_round_active(const coord_t *c);
+
+/* coord_groups_retired returns how many groups have left the scheduler's front since coord_new
+ * (the groups of each round that ended): an observer that keeps data by group index shifts it
+ * down by the growth of this count. */
+int64_t coord_groups_retired(const coord_t *c);
 
 /* coord_round_iteration returns the iteration of the current (or last) round: the driver's plan
  * iteration, or the round number without a driver. coord_round_eval returns true when that round

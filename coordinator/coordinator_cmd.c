@@ -49,6 +49,7 @@ int coordinator_main(int argc, char **argv)
         int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
         int64_t weights_timeout_ms;
         int iters, groups, group_size, tasks, max_steps, max_tokens, max_attempts, placement;
+        int overlap;
         int log_level;
         int64_t seed, lease_ms, heartbeat_ms, spread_wait_ms;
         double temperature, top_p;
@@ -101,6 +102,10 @@ int coordinator_main(int argc, char **argv)
         {.name = "spread-wait-ms", .kind = CFG_I64, .dst = &o.spread_wait_ms, .def = "1000",
          .min = 0, .max = 3600000,
          .help = "spread: wait this long for a second actor before one takes over half a group"},
+        {.name = "overlap", .kind = CFG_ENUM, .dst = &o.overlap, .def = "on", .choices = "off|on",
+         .help = "rounds without --train: open the next round once the current one has handed "
+                 "out its last job, so its last trajectories do not leave slots idle (off = a "
+                 "round starts when the previous one has ended)"},
         {.name = "max-attempts", .kind = CFG_INT, .dst = &o.max_attempts, .def = "3", .min = 1,
          .max = 100, .help = "attempts of a job that may fail before it counts as failed"},
         {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
@@ -210,6 +215,7 @@ int coordinator_main(int argc, char **argv)
     cc.placement = o.placement == 1 ? COORD_PLACE_PACK : COORD_PLACE_SPREAD;
     cc.spread_wait_ms = o.spread_wait_ms;
     cc.max_attempts = o.max_attempts;
+    cc.overlap = o.overlap == 1;
     cc.env_workers = o.env_workers;
     if (o.out) {
         cc.out_dir = o.out;

@@ -90,8 +90,9 @@ struct dashboard {
     int64_t iteration;
     bool eval; /* the current round is a held-out evaluation: never gated, not counted */
     bool have_round;
-    s_lanes_t *lanes;
+    s_lanes_t *lanes; /* by scheduler index: the open rounds' groups */
     int nlanes;
+    int64_t retired; /* coord_groups_retired when the lanes were last lined up */
 
     /* the current iteration's d_K histogram */
     int hist[DASH_BINS], hist_cancel[DASH_BINS];
@@ -158,17 +159,9 @@ void dashboard_cfg_init(dashboard_cfg_t *cfg)
 
 /* ---- the bus -------------------------------------------------------------------------------- */
 
-/* s_group_index finds gid in the current round's scheduler: its index is in the id
- * ("r0003-g0012"), checked against the scheduler, else a walk. Returns -1 when unknown. */
+/* s_group_index finds gid among the open rounds' groups. Returns -1 when unknown. */
 static int s_group_index(coord_sched_t *s, const char *gid)
 {
-    const char *g = strstr(gid, "-g");
-    if (g) {
-        int idx = atoi(g + 2);
-        coord_group_t *cg = coord_sched_group(s, idx);
-        if (cg && strcmp(cg->gid, gid) == 0)
-            return idx;
-    }
     return coord_sched_find_group(s, gid);
 }
 
@@ -763,7 +756,8 @@ static char *s_build(dashboard_t *d)
 
 /* s_follow_round resets the per-round state when the coordinator moved on to another round (and
  * the histogram when the iteration changed). The round that ended was accounted for by
- * dashboard_on_round, while the scheduler still held it. */
+ * dashboard_on_round, while the scheduler still held it. When rounds overlap, the lanes of the
+ * round that runs on (its groups moved to the scheduler's front) are kept, moved down with them. */
 static void s_follow_round(dashboard_t *d)
 {
     int64_t round = coord_next_round(d->c);
@@ -775,9 +769,17 @@ static void s_follow_round(dashboard_t *d)
         memset(d->hist_cancel, 0, sizeof d->hist_cancel);
         d->hist_n = 0;
     }
-    free(d->lanes);
-    d->lanes = NULL;
-    d->nlanes = 0;
+    int64_t retired = coord_groups_retired(d->c);
+    int64_t shift = retired - d->retired;
+    d->retired = retired;
+    if (d->have_round && shift > 0 && shift < d->nlanes) {
+        memmove(d->lanes, d->lanes + shift, (size_t)(d->nlanes - shift) * sizeof *d->lanes);
+        d->nlanes -= (int)shift;
+    } else {
+        free(d->lanes);
+        d->lanes = NULL;
+        d->nlanes = 0;
+    }
     d->round = round;
     d->iteration = it;
     d->eval = coord_round_eval(d->c);

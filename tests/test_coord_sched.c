@@ -1,7 +1,8 @@
 /*
  * test_coord_sched.c — the coordinator's scheduler as plain data: job ids, credit, spread and
  * pack placement with the spread cap, lease renewal and expiry, fencing by epoch, cancel with
- * keep, and round completion. No sockets, no Redis: times are passed in.
+ * keep, round completion, and two rounds at once (one retiring while the next runs). No
+ * sockets, no Redis: times are passed in.
  */
 #include "tests/harness.h"
 
@@ -186,6 +187,74 @@ static void adopted_lease_counts_for_its_actor_and_epoch(void **state)
     coord_sched_destroy(&s);
 }
 
+/* Two rounds in one scheduler: each round's end is told apart, the oldest leaves only once it is
+ * over, and what stays (groups, jobs, queue, leases, ids) moves down intact. */
+static void an_ended_round_retires_and_the_next_moves_down_intact(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_actor_t *a = s_actor(s, "a", 8, 3);
+    assert_int_equal(coord_sched_add_group(s, "r0000-g0000", "t/0", 2), 0);
+    coord_sched_group(s, 0)->round = 0;
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2);
+    assert_true(coord_sched_queue_empty(s));
+    assert_int_equal(coord_sched_add_group(s, "r0001-g0000", "t/1", 3), 1);
+    coord_sched_group(s, 1)->round = 1;
+    assert_false(coord_sched_queue_empty(s));
+    assert_int_equal(s_dispatch(s, &epoch, 100), 1); /* r1 t0 leased, t1 and t2 queued */
+    assert_false(coord_sched_round_done(s, 0));
+    assert_false(coord_sched_round_done(s, 1));
+    assert_true(coord_sched_round_done(s, 7)); /* no group of round 7 */
+    assert_int_equal(coord_sched_find_group(s, "r0001-g0000"), 1);
+    assert_int_equal(coord_sched_find_group(s, "r0001-g0001"), -1);
+    assert_int_equal(coord_sched_find_job(s, "r0001-g0000/t1"), 3);
+    assert_int_equal(coord_sched_find_job(s, "r0000-g0000/t1"), 1);
+    assert_int_equal(coord_sched_retire(s, 1), SR_ECONFLICT); /* round 0 still runs */
+    assert_int_equal(coord_sched_retire(s, 3), SR_EINVAL);
+    assert_int_equal(coord_sched_finish(s, 0, "done"), SR_OK);
+    assert_int_equal(coord_sched_finish(s, 1, "cancelled"), SR_OK);
+    assert_true(coord_sched_round_done(s, 0));
+    assert_false(coord_sched_round_done(s, 1));
+    int64_t leased_epoch = coord_sched_job(s, 2)->epoch;
+    assert_int_equal(coord_sched_retire(s, 1), SR_OK);
+    assert_int_equal(coord_sched_groups(s), 1);
+    assert_int_equal(coord_sched_jobs(s), 3);
+    assert_string_equal(coord_sched_group(s, 0)->gid, "r0001-g0000");
+    assert_int_equal(coord_sched_group(s, 0)->first_job, 0);
+    assert_int_equal(coord_sched_group(s, 0)->round, 1);
+    assert_int_equal(coord_sched_find_job(s, "r0001-g0000/t2"), 2);
+    assert_int_equal(coord_sched_find_job(s, "r0000-g0000/t0"), -1);
+    coord_job_t *j = coord_sched_job(s, 0);
+    assert_int_equal(j->state, COORD_JOB_LEASED);
+    assert_int_equal(j->group, 0);
+    assert_int_equal(j->epoch, leased_epoch);
+    assert_int_equal(a->held, 1);
+    assert_int_equal(coord_sched_queued(s), 2);
+    /* the queue moved down too: the two queued jobs come out, in order, and nothing else */
+    coord_sched_actor_credit(s, a, 8);
+    int ji;
+    coord_actor_t *to;
+    assert_true(coord_sched_pick(s, &ji, &to));
+    assert_int_equal(ji, 1);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2);
+    assert_true(coord_sched_queue_empty(s));
+    assert_int_equal(coord_sched_requeue(s, 2), SR_OK); /* a re-queue after the move */
+    assert_false(coord_sched_queue_empty(s));
+    assert_true(coord_sched_pick(s, &ji, &to));
+    assert_int_equal(ji, 2);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 1);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(coord_sched_finish(s, k, "done"), SR_OK);
+    assert_true(coord_sched_round_done(s, 1));
+    assert_int_equal(a->held, 0);
+    assert_int_equal(coord_sched_retire(s, 1), SR_OK);
+    assert_int_equal(coord_sched_jobs(s), 0);
+    assert_true(coord_sched_queue_empty(s));
+    assert_int_equal(coord_sched_retire(s, 0), SR_OK);
+    coord_sched_destroy(&s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(job_ids_are_parsed_strictly),
     cmocka_unit_test(credit_is_capped_at_slots_and_ignored_for_gates_and_drainers),
@@ -193,6 +262,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(expired_and_released_jobs_come_back_first_with_new_epochs),
     cmocka_unit_test(cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running),
     cmocka_unit_test(adopted_lease_counts_for_its_actor_and_epoch),
+    cmocka_unit_test(an_ended_round_retires_and_the_next_moves_down_intact),
 };
 
 HARNESS_MAIN("coord_sched", tests)

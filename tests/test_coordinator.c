@@ -1146,6 +1146,185 @@ static void an_ended_round_is_written_even_when_the_coordinator_stops_next(void 
     s_fx_free(&f);
 }
 
+/* Plain rounds overlap: the next round opens once the oldest one has handed out its last job,
+ * so a slot its stragglers leave gets work; rounds still end in order, each with its own
+ * results, summary and file. */
+static void the_next_round_opens_when_the_queue_is_empty_and_rounds_end_in_order(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.iters = 3;
+    cfg.group_size = 1;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j0, j1, j2;
+    s_expect(&a, PROTO_JOB, &j0);
+    s_expect(&a, PROTO_JOB, &j1); /* round 1 while round 0 still runs */
+    assert_int_equal(j0.u.job.iteration, 0);
+    assert_int_equal(j1.u.job.iteration, 1);
+    assert_string_equal(j1.u.job.group, "r0001-g0000");
+    /* round 1 ends first: it waits for round 0, and round 2 is not opened (two rounds at most) */
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_credit(&a, 1);
+    s_expect_none(&a, 150);
+    pthread_mutex_lock(&f.mu);
+    assert_int_equal(f.nsums, 0);
+    pthread_mutex_unlock(&f.mu);
+    int64_t iteration = -1;
+    assert_int_equal(store_run_get_int(f.st, "iteration", &iteration), SR_OK);
+    assert_int_equal(iteration, 1);
+    /* round 0 ends: both end, in order, and round 2 goes to the free slot */
+    s_result(&a, &j0.u.job, "done", 0.0);
+    s_expect_ack(&a, &j0.u.job, true);
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_int_equal(j2.u.job.iteration, 2);
+    s_result(&a, &j2.u.job, "done", 1.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(f.nsums, 3);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(f.sums[r].round, r);
+        assert_int_equal(f.sums[r].results, 1);
+        assert_int_equal(f.sums[r].groups, 1);
+        assert_int_equal(f.sums[r].groups_done, 1);
+        assert_int_equal(s_results_in_redis(&f, r), 1);
+        char path[512], jobs[4][64];
+        snprintf(path, sizeof path, "%s/rounds/round-%d.jsonl", f.out, r);
+        assert_int_equal(s_jsonl_jobs(path, jobs, 4), 1);
+        const proto_job_t *want = r == 0 ? &j0.u.job : r == 1 ? &j1.u.job : &j2.u.job;
+        assert_string_equal(jobs[0], want->job_id);
+    }
+    assert_int_equal(f.sums[0].won, 0);
+    assert_int_equal(f.sums[1].won, 1);
+    int64_t done = 0;
+    assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
+    assert_int_equal(done, 3);
+    proto_msg_clear(&j0);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+/* --overlap off: a round starts when the previous one has ended, even with free slots; the JOBs
+ * are the same as with overlap (ids, tasks, seeds: they depend on the seed, not the run id). */
+static void without_overlap_a_round_waits_for_the_previous_one(void **state)
+{
+    (void)state;
+    fx_t f[2];
+    proto_msg_t j[2][2];
+    for (int k = 0; k < 2; k++) {
+        s_fx_init(&f[k]);
+        coord_cfg_t cfg;
+        s_cfg(&f[k], &cfg);
+        cfg.iters = 2;
+        cfg.group_size = 1;
+        cfg.overlap = k == 1;
+        s_start(&f[k], &cfg);
+        peer_t a;
+        s_peer_open(&a, "actor-a", f[k].ep.work);
+        s_hello(&a, 2, NULL);
+        s_credit(&a, 2);
+        s_expect(&a, PROTO_JOB, &j[k][0]);
+        if (k == 0) {
+            s_expect_none(&a, 150);
+            s_result(&a, &j[k][0].u.job, "done", 1.0);
+            s_expect_ack(&a, &j[k][0].u.job, true);
+            s_expect(&a, PROTO_JOB, &j[k][1]); /* the slot still had credit */
+        } else {
+            s_expect(&a, PROTO_JOB, &j[k][1]);
+            s_result(&a, &j[k][0].u.job, "done", 1.0);
+            s_expect_ack(&a, &j[k][0].u.job, true);
+        }
+        s_result(&a, &j[k][1].u.job, "done", 1.0);
+        s_expect_ack(&a, &j[k][1].u.job, true);
+        s_join(&f[k], WAIT_MS);
+        assert_int_equal(f[k].nsums, 2);
+        s_peer_close(&a);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(j[0][i].u.job.job_id, j[1][i].u.job.job_id);
+        assert_string_equal(j[0][i].u.job.task, j[1][i].u.job.task);
+        assert_true(j[0][i].u.job.seed == j[1][i].u.job.seed);
+        assert_int_equal(j[0][i].u.job.iteration, i);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 2; i++)
+            proto_msg_clear(&j[k][i]);
+        s_fx_free(&f[k]);
+    }
+}
+
+/* A coordinator stopped while two rounds are open resumes both: the leases of each are re-adopted,
+ * the results stored are kept, and the rounds end in order. */
+static void resume_with_two_rounds_open_keeps_both(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.iters = 3;
+    cfg.group_size = 1;
+    cfg.lease_ms = 5000;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 3, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j0, j1, j2;
+    s_expect(&a, PROTO_JOB, &j0);
+    s_expect(&a, PROTO_JOB, &j1);
+    assert_int_equal(j1.u.job.iteration, 1);
+    s_result(&a, &j1.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1.u.job, true);
+    s_stop(&f); /* a still holds j0 */
+    assert_int_equal(f.nsums, 0);
+    s_peer_close(&a);
+
+    cfg.resume = true;
+    s_start(&f, &cfg);
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 3, NULL);
+    const proto_job_t *held[1] = {&j0.u.job};
+    s_heartbeat(&a, held, 1);
+    /* round 1 is open again with its result: nothing of it is handed out twice, and round 2
+     * waits for one of the two to end */
+    s_credit(&a, 2);
+    s_expect_none(&a, 150);
+    s_result(&a, &j0.u.job, "done", 0.0); /* the re-adopted lease of round 0 */
+    s_expect_ack(&a, &j0.u.job, true);
+    s_expect(&a, PROTO_JOB, &j2);
+    assert_int_equal(j2.u.job.iteration, 2);
+    s_result(&a, &j2.u.job, "done", 1.0);
+    s_expect_ack(&a, &j2.u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(f.nsums, 3);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(f.sums[r].round, r);
+        assert_int_equal(f.sums[r].results, 1);
+        assert_int_equal(s_results_in_redis(&f, r), 1);
+    }
+    assert_int_equal(f.sums[1].won, 1);
+    int64_t done = 0;
+    assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
+    assert_int_equal(done, 3);
+    proto_msg_clear(&j0);
+    proto_msg_clear(&j1);
+    proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 static void task_choice_is_deterministic_and_cycles_the_pool(void **state)
 {
     (void)state;
@@ -1218,6 +1397,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),
     cmocka_unit_test(several_rounds_run_in_order_with_distinct_groups),
     cmocka_unit_test(an_ended_round_is_written_even_when_the_coordinator_stops_next),
+    cmocka_unit_test(the_next_round_opens_when_the_queue_is_empty_and_rounds_end_in_order),
+    cmocka_unit_test(without_overlap_a_round_waits_for_the_previous_one),
+    cmocka_unit_test(resume_with_two_rounds_open_keeps_both),
     cmocka_unit_test(task_choice_is_deterministic_and_cycles_the_pool),
     cmocka_unit_test(bad_configuration_is_refused_with_a_reason),
 };
