@@ -55,9 +55,12 @@ typedef struct s_mref {
     struct s_mref *next;
 } s_mref_t;
 
+struct s_sock;
+
 typedef struct {
     struct policy_server *srv;
     struct MHD_Connection *conn;
+    struct s_sock *sock; /* its connection's watch entry while held, else NULL */
     int refs;
     s_state_t state;
     char *body;
@@ -70,17 +73,24 @@ typedef struct {
     const char *ctype;
     int completion_tokens;
     uint64_t engine_id;
-    uint64_t watch_id;
-    int watch_idx; /* its entry in the server's watch array, or -1 */
-    int fd;
     int64_t t0_ns;
     bool completion; /* a POST /v1/chat/completions: counted in the metrics */
 } s_conn_t;
 
-typedef struct {
-    s_conn_t *c;
-    uint64_t id;
+/* A client connection (libmicrohttpd's socket context): its socket is in the server's epoll set
+ * for as long as the connection lives, edge-triggered on EPOLLRDHUP, so that it reports nothing
+ * until the client hangs up and holding or resuming a request costs no system call. */
+typedef struct s_sock {
     int fd;
+    uint64_t id;     /* its epoll key: never reused */
+    int watch_idx;   /* its entry in the server's watch array, or -1 when not watched */
+    s_conn_t *held;  /* the request held in the engine on it, or NULL */
+    bool hup;        /* the client hung up (seen while no request was held) */
+} s_sock_t;
+
+typedef struct {
+    s_sock_t *sock;
+    uint64_t id;
 } s_watch_t;
 
 struct policy_server {
@@ -94,11 +104,11 @@ struct policy_server {
     pthread_mutex_t mu;
     s_mref_t *models; /* version cache; models->... */
     s_mref_t *current;
-    s_watch_t *watch;
+    s_watch_t *watch; /* the client connections' sockets in epfd */
     int n_watch, cap_watch;
     uint64_t next_watch_id;
     int wake_fd;
-    int epfd; /* the watched sockets (EPOLLRDHUP, keyed by watch id) and wake_fd (key 0) */
+    int epfd; /* the connections' sockets (EPOLLRDHUP, keyed by watch id) and wake_fd (key 0) */
     pthread_t watcher; /* with one thread (o.threads == 1): the event loop, s_loop */
     bool watcher_started;
     bool loop; /* one thread: libmicrohttpd's epoll set, the engine and the watch list */
@@ -944,19 +954,59 @@ static void s_wake(struct policy_server *s)
     (void)n;
 }
 
-/* s_unwatch_locked removes c from the watch list and the epoll set if it is there. The socket is
- * still open: a suspended connection is never closed by libmicrohttpd, and every path that
- * resumes one unwatches it first. */
+/* s_unwatch_locked detaches c from its connection's watch entry: a hang-up no longer aborts it. */
 static void s_unwatch_locked(struct policy_server *s, s_conn_t *c)
 {
-    int i = c->watch_idx;
-    if (i < 0 || i >= s->n_watch || s->watch[i].c != c || s->watch[i].id != c->watch_id)
+    (void)s;
+    if (c->sock && c->sock->held == c)
+        c->sock->held = NULL;
+    c->sock = NULL;
+}
+
+/* s_notify follows libmicrohttpd's connections: a new one's socket joins the epoll set (one
+ * epoll_ctl for the connection's whole life, whatever number of requests it carries), a closed
+ * one leaves it. */
+static void s_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe)
+{
+    struct policy_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        s_sock_t *k = sr_xcalloc(1, sizeof *k);
+        k->fd = ci ? ci->connect_fd : -1;
+        k->watch_idx = -1;
+        pthread_mutex_lock(&s->mu);
+        k->id = ++s->next_watch_id;
+        struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET, .data.u64 = k->id};
+        if (k->fd >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, k->fd, &ev) == 0) {
+            if (s->n_watch == s->cap_watch) {
+                s->cap_watch = s->cap_watch ? s->cap_watch * 2 : 64;
+                s->watch = sr_xrealloc(s->watch, sizeof(*s->watch) * (size_t)s->cap_watch);
+            }
+            k->watch_idx = s->n_watch;
+            s->watch[s->n_watch++] = (s_watch_t){.sock = k, .id = k->id};
+        }
+        pthread_mutex_unlock(&s->mu);
+        *socket_context = k;
         return;
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->watch[i].fd, NULL);
-    s->watch[i] = s->watch[--s->n_watch];
-    if (i < s->n_watch)
-        s->watch[i].c->watch_idx = i;
-    c->watch_idx = -1;
+    }
+    s_sock_t *k = *socket_context;
+    if (toe != MHD_CONNECTION_NOTIFY_CLOSED || !k)
+        return;
+    pthread_mutex_lock(&s->mu);
+    int i = k->watch_idx;
+    if (i >= 0 && i < s->n_watch && s->watch[i].sock == k) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+        s->watch[i] = s->watch[--s->n_watch];
+        if (i < s->n_watch)
+            s->watch[i].sock->watch_idx = i;
+    }
+    if (k->held) /* libmicrohttpd closes no suspended connection: not expected */
+        k->held->sock = NULL;
+    pthread_mutex_unlock(&s->mu);
+    free(k);
+    *socket_context = NULL;
 }
 
 static void s_engine_done(void *arg, const engine_done_t *d)
@@ -1030,7 +1080,10 @@ static bool s_events(struct policy_server *s, const struct epoll_event *evs, int
         } else {
             for (int k = 0; k < s->n_watch; k++) {
                 if (s->watch[k].id == id) {
-                    s_abort_locked(s, s->watch[k].c);
+                    s_sock_t *sock = s->watch[k].sock;
+                    sock->hup = true;
+                    if (sock->held)
+                        s_abort_locked(s, sock->held);
                     break;
                 }
             }
@@ -1137,21 +1190,15 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
         return aborted ? MHD_NO : s_queue(conn, c);
     }
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    c->fd = ci ? ci->connect_fd : -1;
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    s_sock_t *sock = ci ? ci->socket_context : NULL;
     c->state = S_WAITING;
     MHD_suspend_connection(conn);
-    if (c->fd >= 0) {
-        if (s->n_watch == s->cap_watch) {
-            s->cap_watch = s->cap_watch ? s->cap_watch * 2 : 64;
-            s->watch = sr_xrealloc(s->watch, sizeof(*s->watch) * (size_t)s->cap_watch);
-        }
-        c->watch_id = ++s->next_watch_id;
-        struct epoll_event ev = {.events = EPOLLRDHUP, .data.u64 = c->watch_id};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0) {
-            c->watch_idx = s->n_watch;
-            s->watch[s->n_watch++] = (s_watch_t){.c = c, .id = c->watch_id, .fd = c->fd};
-        }
+    if (sock && sock->watch_idx >= 0) {
+        sock->held = c;
+        c->sock = sock;
+        if (sock->hup) /* the client hung up before: its edge will not come again */
+            s_abort_locked(s, c);
     }
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
@@ -1283,8 +1330,6 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         c->srv = s;
         c->conn = conn;
         c->refs = 1;
-        c->fd = -1;
-        c->watch_idx = -1;
         c->t0_ns = s_now_ns();
         *con_cls = c;
         return MHD_YES;
@@ -1423,7 +1468,8 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
                      (s->loop ? MHD_USE_EPOLL : MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO);
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, s_notify, s,
+        MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(o->threads > 1 ? o->threads : 0), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
         MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->d) {
@@ -1470,11 +1516,12 @@ void policy_server_destroy(policy_server_t **sp)
     struct policy_server *s = *sp;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    while (s->n_watch > 0) {
-        s_conn_t *c = s->watch[0].c;
-        s_abort_locked(s, c);
-        if (s->n_watch > 0 && s->watch[0].c == c)
+    for (int i = 0; i < s->n_watch; i++) {
+        s_conn_t *c = s->watch[i].sock->held;
+        if (c) {
+            s_abort_locked(s, c);
             s_unwatch_locked(s, c);
+        }
     }
     if (s->wake_fd >= 0)
         s_wake(s);
