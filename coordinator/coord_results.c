@@ -6,6 +6,8 @@
  */
 #include "coordinator/coord_results.h"
 
+#include "common/buf.h"
+#include "common/jsonw.h"
 #include "common/proto.h"
 #include "common/sr.h"
 
@@ -142,82 +144,114 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
 
 /* ---- msgpack -> JSON ------------------------------------------------------------------- */
 
-static cJSON *s_to_json(const msgpack_object *o, int depth)
+/* s_write_json writes o as JSON at nesting depth `depth` (the outer map is 1): maps with string
+ * keys only (cut at a NUL, as strings are), the envelope's "t" and "v" left out at depth 1, null
+ * for nil, binary and what nests deeper than PROTO_MAX_DEPTH; strings and numbers as cJSON prints
+ * them. It writes with no tree: a round of 256 groups x 8 trajectories is ~20 MB of JSON, and
+ * building and printing a cJSON tree for it cost the round writer several times the CPU. */
+static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
 {
-    if (depth > PROTO_MAX_DEPTH)
-        return cJSON_CreateNull();
+    if (depth > PROTO_MAX_DEPTH) {
+        jsonw_lit(w, "null");
+        return;
+    }
     switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-        return cJSON_CreateNull();
     case MSGPACK_OBJECT_BOOLEAN:
-        return cJSON_CreateBool(o->via.boolean);
+        if (o->via.boolean)
+            jsonw_lit(w, "true");
+        else
+            jsonw_lit(w, "false");
+        return;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        return cJSON_CreateNumber((double)o->via.u64);
+        jsonw_num(w, (double)o->via.u64);
+        return;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        return cJSON_CreateNumber((double)o->via.i64);
+        jsonw_num(w, (double)o->via.i64);
+        return;
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
-        return cJSON_CreateNumber(o->via.f64);
-    case MSGPACK_OBJECT_STR: {
-        char *s = sr_xstrndup(o->via.str.ptr, o->via.str.size);
-        cJSON *j = cJSON_CreateString(s);
-        free(s);
-        return j;
-    }
-    case MSGPACK_OBJECT_ARRAY: {
-        cJSON *a = cJSON_CreateArray();
-        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
-            cJSON *item = s_to_json(&o->via.array.ptr[i], depth + 1);
-            if (item)
-                cJSON_AddItemToArray(a, item);
+        jsonw_num(w, o->via.f64);
+        return;
+    case MSGPACK_OBJECT_STR: /* cut at a NUL, as the copy s_to_json makes */
+        jsonw_strn(w, o->via.str.ptr, strnlen(o->via.str.ptr, o->via.str.size));
+        return;
+    case MSGPACK_OBJECT_ARRAY:
+        jsonw_lit(w, "[");
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            if (i)
+                jsonw_lit(w, ",");
+            s_write_json(w, &o->via.array.ptr[i], depth + 1);
         }
-        return a;
-    }
+        jsonw_lit(w, "]");
+        return;
     case MSGPACK_OBJECT_MAP: {
-        cJSON *m = cJSON_CreateObject();
-        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
+        jsonw_lit(w, "{");
+        bool first = true;
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
             const msgpack_object_kv *kv = &o->via.map.ptr[i];
             if (kv->key.type != MSGPACK_OBJECT_STR)
                 continue;
-            char *k = sr_xstrndup(kv->key.via.str.ptr, kv->key.via.str.size);
-            if (depth == 1 && (strcmp(k, "t") == 0 || strcmp(k, "v") == 0)) {
-                free(k);
+            size_t kl = strnlen(kv->key.via.str.ptr, kv->key.via.str.size);
+            const char *k = kv->key.via.str.ptr;
+            if (depth == 1 && kl == 1 && (k[0] == 't' || k[0] == 'v'))
                 continue;
-            }
-            cJSON *item = s_to_json(&kv->val, depth + 1);
-            if (item)
-                cJSON_AddItemToObject(m, k, item);
-            free(k);
+            if (!first)
+                jsonw_lit(w, ",");
+            first = false;
+            jsonw_strn(w, k, kl);
+            jsonw_lit(w, ":");
+            s_write_json(w, &kv->val, depth + 1);
         }
-        return m;
+        jsonw_lit(w, "}");
+        return;
     }
-    default:
-        return cJSON_CreateNull();
+    default: /* nil, and what JSON has no form for */
+        jsonw_lit(w, "null");
+        return;
     }
 }
 
-static char *s_result_json(const s_entry_t *e)
+int coord_results_json_line(const void *data, size_t len, const char *rules_json,
+                            double audit_weight, sr_buf_t *b)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
-    char *out = NULL;
-    if (msgpack_unpack_next(&u, (const char *)e->data, e->len, &off) == MSGPACK_UNPACK_SUCCESS) {
-        cJSON *j = s_to_json(&u.data, 1);
-        if (j && e->rules) {
-            cJSON *rj = cJSON_Parse(e->rules);
-            if (rj)
-                cJSON_AddItemToObject(j, "rules", rj);
+    int rc = SR_EPROTO;
+    if (msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        jsonw_t w;
+        jsonw_init(&w, b);
+        s_write_json(&w, &u.data, 1);
+        char *rules = NULL;
+        if (rules_json) {
+            cJSON *rj = cJSON_Parse(rules_json);
+            rules = rj ? cJSON_PrintUnformatted(rj) : NULL;
+            cJSON_Delete(rj);
         }
-        if (j && e->audit_weight != 1.0)
-            cJSON_AddNumberToObject(j, "audit_weight", e->audit_weight);
-        if (j) {
-            out = cJSON_PrintUnformatted(j);
-            cJSON_Delete(j);
+        if (rules || audit_weight != 1.0) {
+            b->len--; /* the closing brace: the gate's fields go inside */
+            bool empty = b->len > 0 && b->data[b->len - 1] == '{';
+            if (rules) {
+                if (!empty)
+                    jsonw_lit(&w, ",");
+                jsonw_lit(&w, "\"rules\":");
+                jsonw_raw(&w, rules, strlen(rules));
+                empty = false;
+            }
+            if (audit_weight != 1.0) {
+                if (!empty)
+                    jsonw_lit(&w, ",");
+                jsonw_lit(&w, "\"audit_weight\":");
+                jsonw_num(&w, audit_weight);
+            }
+            jsonw_lit(&w, "}");
         }
+        free(rules);
+        rc = jsonw_finish(&w) ? SR_OK : SR_ENOMEM;
     }
     msgpack_unpacked_destroy(&u);
-    return out;
+    return rc;
 }
 
 int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
@@ -314,18 +348,21 @@ int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *
             snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
         goto cleanup;
     }
+    sr_buf_t line = SR_BUF_INIT;
     for (size_t i = 0; i < r->n; i++) {
-        char *line = s_result_json(&r->v[i]);
-        if (!line) {
+        sr_buf_reset(&line);
+        const s_entry_t *e = &r->v[i];
+        if (coord_results_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
+            sr_buf_free(&line);
             rc = SR_ENOMEM;
             if (err)
                 snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
             goto cleanup;
         }
-        fputs(line, f);
+        fwrite(line.data, 1, line.len, f);
         fputc('\n', f);
-        free(line);
     }
+    sr_buf_free(&line);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
         rc = SR_EIO;
         if (err)

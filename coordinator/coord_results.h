@@ -10,6 +10,7 @@
 #ifndef SR_COORD_RESULTS_H
 #define SR_COORD_RESULTS_H
 
+#include "common/buf.h"
 #include "common/store.h"
 
 #include <stdbool.h>
@@ -77,6 +78,15 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
  * (when err is not NULL). */
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
                               size_t errlen);
+
+/* coord_results_json_line appends to b the JSON line (no newline) of one stored RESULT, its
+ * msgpack bytes data/len: every field but the envelope's "t" and "v", as cJSON would print them
+ * (strings cut at a NUL, non-string map keys left out, nil, binary and nesting deeper than
+ * PROTO_MAX_DEPTH as null), then "rules" (rules_json parsed and printed again, when it is valid
+ * JSON; may be NULL) and "audit_weight" (when it is not 1). Returns SR_OK, SR_EPROTO when the
+ * bytes are not a msgpack map, or SR_ENOMEM. */
+int coord_results_json_line(const void *data, size_t len, const char *rules_json,
+                            double audit_weight, sr_buf_t *b);
 
 /* coord_results_gate_fields reads what the gate recorded in group gid's hash beyond its
  * decision: *rules_json (a new string the caller frees, or NULL when the gate recorded no

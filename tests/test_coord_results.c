@@ -1,0 +1,252 @@
+/*
+ * test_coord_results.c — the JSON lines of the round files against a cJSON tree: every msgpack
+ * RESULT written by coord_results_json_line must come out byte for byte as the tree built from
+ * the same bytes and printed by cJSON_PrintUnformatted (the way the round files were written
+ * before the writer wrote them directly): strings with escapes, UTF-8 and a NUL, integers beyond
+ * the int range, floats, nil, binary, non-string keys, the envelope's "t" and "v", nesting deeper
+ * than the protocol allows, and the gate's "rules" and "audit_weight" added at the end.
+ */
+#include "tests/harness.h"
+
+#include "common/buf.h"
+#include "common/proto.h"
+#include "common/sr.h"
+#include "coordinator/coord_results.h"
+
+#include <cJSON.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the reference: a cJSON tree of the msgpack object ---------------------------------- */
+
+static cJSON *s_tree(const msgpack_object *o, int depth)
+{
+    if (depth > PROTO_MAX_DEPTH)
+        return cJSON_CreateNull();
+    switch (o->type) {
+    case MSGPACK_OBJECT_BOOLEAN:
+        return cJSON_CreateBool(o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return cJSON_CreateNumber((double)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return cJSON_CreateNumber((double)o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return cJSON_CreateNumber(o->via.f64);
+    case MSGPACK_OBJECT_STR: {
+        char *s = strndup(o->via.str.ptr, o->via.str.size);
+        cJSON *j = cJSON_CreateString(s);
+        free(s);
+        return j;
+    }
+    case MSGPACK_OBJECT_ARRAY: {
+        cJSON *a = cJSON_CreateArray();
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            cJSON_AddItemToArray(a, s_tree(&o->via.array.ptr[i], depth + 1));
+        return a;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        cJSON *m = cJSON_CreateObject();
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            if (kv->key.type != MSGPACK_OBJECT_STR)
+                continue;
+            char *k = strndup(kv->key.via.str.ptr, kv->key.via.str.size);
+            if (!(depth == 1 && (strcmp(k, "t") == 0 || strcmp(k, "v") == 0)))
+                cJSON_AddItemToObject(m, k, s_tree(&kv->val, depth + 1));
+            free(k);
+        }
+        return m;
+    }
+    default:
+        return cJSON_CreateNull();
+    }
+}
+
+static char *s_reference(const msgpack_sbuffer *sb, const char *rules, double audit_weight)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    assert_int_equal(msgpack_unpack_next(&u, sb->data, sb->size, &off), MSGPACK_UNPACK_SUCCESS);
+    cJSON *j = s_tree(&u.data, 1);
+    if (rules) {
+        cJSON *rj = cJSON_Parse(rules);
+        if (rj)
+            cJSON_AddItemToObject(j, "rules", rj);
+    }
+    if (audit_weight != 1.0)
+        cJSON_AddNumberToObject(j, "audit_weight", audit_weight);
+    char *t = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    msgpack_unpacked_destroy(&u);
+    return t;
+}
+
+static void s_check(const msgpack_sbuffer *sb, const char *rules, double audit_weight)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    sr_buf_append(&b, "junk", 4); /* the line is appended: what is there stays */
+    assert_int_equal(coord_results_json_line(sb->data, sb->size, rules, audit_weight, &b), SR_OK);
+    char *want = s_reference(sb, rules, audit_weight);
+    assert_int_equal(b.len, 4 + strlen(want));
+    assert_memory_equal(b.data, "junk", 4);
+    if (memcmp(b.data + 4, want, strlen(want)) != 0)
+        fail_msg("got  %.*s\nwant %s", (int)(b.len - 4), b.data + 4, want);
+    free(want);
+    sr_buf_free(&b);
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+static void s_str(msgpack_packer *pk, const char *s, size_t n)
+{
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+#define S_LIT(pk, lit) s_str((pk), "" lit, sizeof(lit) - 1)
+
+/* s_result packs a RESULT as an actor sends it: the envelope, fields of every kind, and steps. */
+static void s_result(msgpack_sbuffer *sb, int nsteps)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 12);
+    S_LIT(&pk, "t");
+    S_LIT(&pk, "RESULT");
+    S_LIT(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    S_LIT(&pk, "job_id");
+    S_LIT(&pk, "r0003-g0012/t7");
+    S_LIT(&pk, "epoch");
+    msgpack_pack_uint64(&pk, 123456789012ULL);
+    S_LIT(&pk, "reward");
+    msgpack_pack_double(&pk, 0.1 + 0.2);
+    S_LIT(&pk, "won");
+    msgpack_pack_true(&pk);
+    S_LIT(&pk, "error");
+    msgpack_pack_nil(&pk);
+    S_LIT(&pk, "delta");
+    msgpack_pack_int64(&pk, -3000000000LL);
+    S_LIT(&pk, "ratio");
+    msgpack_pack_float(&pk, 0.7f);
+    S_LIT(&pk, "task");
+    S_LIT(&pk, "household/train/42 \"quoted\" \\ tab\t nl\n \x01 caf\xc3\xa9 \xe2\x82\xac");
+    S_LIT(&pk, "cut");
+    s_str(&pk, "before\0after", 12); /* a NUL cuts it, as a C string copy does */
+    S_LIT(&pk, "steps");
+    msgpack_pack_array(&pk, (size_t)nsteps);
+    for (int i = 0; i < nsteps; i++) {
+        msgpack_pack_map(&pk, 6);
+        S_LIT(&pk, "i");
+        msgpack_pack_int(&pk, i);
+        S_LIT(&pk, "t"); /* kept: only the envelope's t and v go */
+        msgpack_pack_double(&pk, 1.7e9 + i * 52.5);
+        S_LIT(&pk, "action");
+        S_LIT(&pk, "go to countertop 1");
+        S_LIT(&pk, "obs");
+        S_LIT(&pk, "On the countertop 1, you see a apple 1, and a knife 2.\r\n");
+        S_LIT(&pk, "done");
+        msgpack_pack_false(&pk);
+        S_LIT(&pk, "latency_ms");
+        msgpack_pack_double(&pk, 50.000000000000014);
+    }
+}
+
+static void a_result_comes_out_as_the_cjson_tree_prints_it(void **state)
+{
+    (void)state;
+    for (int n = 0; n < 4; n++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        s_result(&sb, n * 7);
+        s_check(&sb, NULL, 1.0);
+        s_check(&sb, "{ \"paper\" : {\"verdict\": \"keep\", \"d\": 0.125},\n \"multi\": [1, 2.5, null]}",
+                1.0);
+        s_check(&sb, "[true,false]", 2.5);
+        s_check(&sb, NULL, 1.0 / 3.0);
+        s_check(&sb, "not json {", 1.0); /* invalid rules are left out */
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
+static void odd_shapes_come_out_as_the_cjson_tree_prints_them(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 9);
+    msgpack_pack_int(&pk, 5); /* a non-string key: left out with its value */
+    S_LIT(&pk, "gone");
+    S_LIT(&pk, "bin");
+    msgpack_pack_bin(&pk, 3);
+    msgpack_pack_bin_body(&pk, "\x00\x01\x02", 3);
+    S_LIT(&pk, "empty_map");
+    msgpack_pack_map(&pk, 0);
+    S_LIT(&pk, "empty_list");
+    msgpack_pack_array(&pk, 0);
+    s_str(&pk, "k\0ey", 4); /* a key cut at its NUL */
+    msgpack_pack_int(&pk, 1);
+    S_LIT(&pk, "v"); /* the envelope's: left out */
+    msgpack_pack_int(&pk, 9);
+    S_LIT(&pk, "big");
+    msgpack_pack_uint64(&pk, UINT64_MAX);
+    S_LIT(&pk, "deep");
+    for (int d = 0; d < PROTO_MAX_DEPTH + 3; d++) {
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_int(&pk, -d);
+    }
+    msgpack_pack_nil(&pk);
+    S_LIT(&pk, "esc\"key\\");
+    msgpack_pack_double(&pk, -0.0);
+    s_check(&sb, NULL, 1.0);
+    s_check(&sb, "{}", 0.5);
+    msgpack_sbuffer_destroy(&sb);
+
+    /* a map with nothing but the envelope: the gate's fields alone inside the braces */
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 1);
+    S_LIT(&pk, "t");
+    S_LIT(&pk, "RESULT");
+    s_check(&sb, NULL, 1.0);
+    s_check(&sb, "{\"a\":1}", 1.0);
+    s_check(&sb, NULL, 4.0);
+    s_check(&sb, "{\"a\":1}", 4.0);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void bytes_that_are_not_a_map_are_refused(void **state)
+{
+    (void)state;
+    sr_buf_t b = SR_BUF_INIT;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_int(&pk, 1);
+    assert_int_equal(coord_results_json_line(sb.data, sb.size, NULL, 1.0, &b), SR_EPROTO);
+    msgpack_sbuffer_destroy(&sb);
+    msgpack_sbuffer_init(&sb);
+    s_result(&sb, 3);
+    assert_int_equal(coord_results_json_line(sb.data, sb.size / 2, NULL, 1.0, &b), SR_EPROTO);
+    assert_int_equal(coord_results_json_line(sb.data, 0, NULL, 1.0, &b), SR_EPROTO);
+    msgpack_sbuffer_destroy(&sb);
+    sr_buf_free(&b);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
+    cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),
+    cmocka_unit_test(bytes_that_are_not_a_map_are_refused),
+};
+
+int main(int argc, char **argv)
+{
+    return harness_run_("coord_results", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
