@@ -593,6 +593,10 @@ static void s_direct_flush(reactor_t *r, int id, void *arg)
     }
     q.len = 0;
     a->direct_spare = q;
+    /* The LLM requests these replies started go out now, not after the next wait's events:
+     * libcurl's zero-delay timer is due, and this is the loop's top level. */
+    if (a->llm)
+        llm_client_on_timer(a->llm);
 }
 
 typedef struct {
