@@ -64,6 +64,18 @@ struct llm_client {
     size_t n_idle;
     uint64_t rng;
     llm_client_stats_t stats;
+    /* Reactor mode: what the hooks were told about each socket, by descriptor. A connection that
+     * goes idle stays watched ("parked") until curl closes it or it reports an event, so a
+     * request on a kept-alive connection costs no unwatch and watch (two epoll_ctl calls). */
+    struct s_fdstate *fds;
+    size_t nfds;
+};
+
+typedef enum { S_FD_NONE = 0, S_FD_WATCHED, S_FD_PARKED } s_fdstate_kind_t;
+
+struct s_fdstate {
+    uint8_t kind; /* s_fdstate_kind_t */
+    bool rd, wr;  /* the interest the hooks were last given */
 };
 
 static bool s_curl_ready;
@@ -613,16 +625,58 @@ static void s_run_due_retries(llm_client_t *c)
 
 /* ---- curl callbacks for reactor mode -------------------------------------------------------- */
 
+/* s_fd returns the state of descriptor fd (grown on demand), or NULL for a bad one. */
+static struct s_fdstate *s_fd(llm_client_t *c, curl_socket_t fd)
+{
+    if (fd < 0)
+        return NULL;
+    if ((size_t)fd >= c->nfds) {
+        size_t n = c->nfds ? c->nfds : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        c->fds = sr_xrealloc(c->fds, n * sizeof *c->fds);
+        memset(c->fds + c->nfds, 0, (n - c->nfds) * sizeof *c->fds);
+        c->nfds = n;
+    }
+    return &c->fds[fd];
+}
+
 static int s_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
+    (void)easy;
+    (void)socketp;
     llm_client_t *c = userp;
+    struct s_fdstate *st = s_fd(c, s);
+    if (!st)
+        return 0;
     if (what == CURL_POLL_REMOVE) {
-        if (c->hooks.unwatch_fd)
-            c->hooks.unwatch_fd((int)s, c->hook_arg);
-    } else if (c->hooks.watch_fd) {
-        c->hooks.watch_fd((int)s, (what & CURL_POLL_IN) != 0, (what & CURL_POLL_OUT) != 0, c->hook_arg);
+        /* idle in curl's connection cache, or about to be closed (s_close_cb unwatches it) */
+        if (st->kind == S_FD_WATCHED)
+            st->kind = S_FD_PARKED;
+        return 0;
     }
+    bool rd = (what & CURL_POLL_IN) != 0, wr = (what & CURL_POLL_OUT) != 0;
+    if (st->kind != S_FD_NONE && st->rd == rd && st->wr == wr) {
+        st->kind = S_FD_WATCHED; /* a parked connection taken again with the same interest */
+        return 0;
+    }
+    if (c->hooks.watch_fd)
+        c->hooks.watch_fd((int)s, rd, wr, c->hook_arg);
+    *st = (struct s_fdstate){.kind = S_FD_WATCHED, .rd = rd, .wr = wr};
     return 0;
+}
+
+/* s_close_cb closes a socket of curl's, unwatching it first when the hooks still watch it. */
+static int s_close_cb(void *clientp, curl_socket_t item)
+{
+    llm_client_t *c = clientp;
+    struct s_fdstate *st = c->has_hooks ? s_fd(c, item) : NULL;
+    if (st && st->kind != S_FD_NONE) {
+        if (c->hooks.unwatch_fd)
+            c->hooks.unwatch_fd((int)item, c->hook_arg);
+        st->kind = S_FD_NONE;
+    }
+    return close(item);
 }
 
 static int s_timer_cb(CURLM *multi, long timeout_ms, void *userp)
@@ -709,7 +763,8 @@ void llm_client_destroy(llm_client_t **cp)
         curl_easy_cleanup(c->idle[i]);
     free(c->idle);
     if (c->multi)
-        curl_multi_cleanup(c->multi);
+        curl_multi_cleanup(c->multi); /* its connections close through s_close_cb */
+    free(c->fds);
     if (c->has_hooks && c->hooks.set_timer)
         c->hooks.set_timer(-1, c->hook_arg);
     curl_slist_free_all(c->headers);
@@ -752,6 +807,8 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
         curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, s_close_cb);
+        curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, c);
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->cfg.connect_timeout_ms);
         curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, c->cfg.timeout_ms);
         curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -794,6 +851,15 @@ void llm_client_on_fd(llm_client_t *c, int fd, bool readable, bool writable)
 {
     if (!c)
         return;
+    struct s_fdstate *st = (size_t)fd < c->nfds ? &c->fds[fd] : NULL;
+    if (st && st->kind == S_FD_PARKED) {
+        /* an idle connection that curl does not watch: the server closed it, most likely. Stop
+         * watching it (curl finds it dead before it reuses it, and closes it). */
+        if (c->hooks.unwatch_fd)
+            c->hooks.unwatch_fd(fd, c->hook_arg);
+        st->kind = S_FD_NONE;
+        return;
+    }
     int mask = (readable ? CURL_CSELECT_IN : 0) | (writable ? CURL_CSELECT_OUT : 0);
     int running = 0;
     curl_multi_socket_action(c->multi, (curl_socket_t)fd, mask, &running);

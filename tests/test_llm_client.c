@@ -257,7 +257,7 @@ typedef struct {
     int n;
     int64_t timer_due; /* -1 = none */
     llm_client_t *c;
-    int watch_calls, timer_calls;
+    int watch_calls, unwatch_calls, timer_calls;
 } rx_t;
 
 static void rx_watch(int fd, bool rd, bool wr, void *arg)
@@ -277,6 +277,7 @@ static void rx_watch(int fd, bool rd, bool wr, void *arg)
 static void rx_unwatch(int fd, void *arg)
 {
     rx_t *rx = arg;
+    rx->unwatch_calls++;
     for (int i = 0; i < rx->n; i++)
         if (rx->fds[i].fd == fd) {
             rx->fds[i] = rx->fds[--rx->n];
@@ -812,6 +813,39 @@ static void request_body_and_headers_reach_the_server(void **state)
     s_srv_stop(&srv);
 }
 
+/* A kept-alive connection stays watched between requests (no unwatch and watch again for each);
+ * one the server closes while idle is unwatched when it reports it, and none is left watched at
+ * the end. */
+static void an_idle_connection_stays_watched_until_it_closes(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, &srv, "/echo", 0, 5000);
+    llm_chat_t chat = s_chat();
+    int fd = -1;
+    for (int i = 0; i < 4; i++) {
+        seen_t seen = {0};
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        rx_run(&rx, &seen.calls, 5000);
+        assert_int_equal(seen.rc, 0);
+        assert_int_equal(rx.n, 1); /* the connection, idle and still watched */
+        if (i == 0)
+            fd = rx.fds[0].fd;
+        assert_int_equal(rx.fds[0].fd, fd); /* the same connection each time */
+    }
+    assert_int_equal(rx.unwatch_calls, 0);
+    /* the server goes away: the idle connection reports its end and is unwatched */
+    s_srv_stop(&srv);
+    rx_run(&rx, NULL, 300);
+    assert_int_equal(rx.n, 0);
+    assert_int_equal(rx.unwatch_calls, 1);
+    llm_client_destroy(&c);
+    assert_int_equal(rx.n, 0);
+    assert_int_equal(rx.unwatch_calls, 1);
+}
+
 static void http_4xx_is_reported_with_the_server_message_and_not_retried(void **state)
 {
     (void)state;
@@ -1111,6 +1145,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(random_and_cut_bodies_never_crash),
     cmocka_unit_test(error_bodies_of_each_server_yield_their_message),
     cmocka_unit_test(each_server_shape_round_trips_through_reactor_hooks),
+    cmocka_unit_test(an_idle_connection_stays_watched_until_it_closes),
     cmocka_unit_test(request_body_and_headers_reach_the_server),
     cmocka_unit_test(http_4xx_is_reported_with_the_server_message_and_not_retried),
     cmocka_unit_test(wrong_content_type_is_rejected),
