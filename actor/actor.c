@@ -993,6 +993,14 @@ static void s_llm_fd_cb(reactor_t *r, int fd, int revents, void *arg)
     actor_t *a = arg;
     llm_client_on_fd(a->llm, fd, (revents & (REACTOR_READ | REACTOR_ERROR)) != 0,
                      (revents & REACTOR_WRITE) != 0);
+    /* The env steps these answers started (in-process env workers) are answered already: take
+     * the replies now, at the loop's top level, rather than after the other events of this wait
+     * and the next wait, so the next LLM requests go out a loop turn sooner. */
+    if (a->direct_q.len > 0) {
+        if (a->direct_timer > 0)
+            reactor_timer_cancel(a->r, a->direct_timer);
+        s_direct_flush(a->r, 0, a);
+    }
 }
 
 static void s_hook_watch(int fd, bool want_read, bool want_write, void *arg)
