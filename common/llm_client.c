@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,9 @@ typedef enum { S_FD_NONE = 0, S_FD_WATCHED, S_FD_PARKED } s_fdstate_kind_t;
 struct s_fdstate {
     uint8_t kind; /* s_fdstate_kind_t */
     bool rd, wr;  /* the interest the hooks were last given */
+    bool conn;    /* a connection's socket, opened by s_open_cb: only those are parked, since only
+                   * their closing is seen (s_close_cb); curl closes its other descriptors (the
+                   * threaded resolver's socket pair) itself */
 };
 
 static bool s_curl_ready;
@@ -650,9 +654,14 @@ static int s_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void 
     if (!st)
         return 0;
     if (what == CURL_POLL_REMOVE) {
-        /* idle in curl's connection cache, or about to be closed (s_close_cb unwatches it) */
-        if (st->kind == S_FD_WATCHED)
+        if (st->kind == S_FD_WATCHED && st->conn) {
+            /* idle in curl's connection cache, or about to be closed (s_close_cb unwatches it) */
             st->kind = S_FD_PARKED;
+        } else if (st->kind != S_FD_NONE) {
+            if (c->hooks.unwatch_fd)
+                c->hooks.unwatch_fd((int)s, c->hook_arg);
+            st->kind = S_FD_NONE;
+        }
         return 0;
     }
     bool rd = (what & CURL_POLL_IN) != 0, wr = (what & CURL_POLL_OUT) != 0;
@@ -662,8 +671,22 @@ static int s_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void 
     }
     if (c->hooks.watch_fd)
         c->hooks.watch_fd((int)s, rd, wr, c->hook_arg);
-    *st = (struct s_fdstate){.kind = S_FD_WATCHED, .rd = rd, .wr = wr};
+    st->kind = S_FD_WATCHED;
+    st->rd = rd;
+    st->wr = wr;
     return 0;
+}
+
+/* s_open_cb opens a connection's socket for curl and marks it as one (see struct s_fdstate). */
+static curl_socket_t s_open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+    llm_client_t *c = clientp;
+    (void)purpose;
+    curl_socket_t fd = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+    struct s_fdstate *st = fd != CURL_SOCKET_BAD && c->has_hooks ? s_fd(c, fd) : NULL;
+    if (st)
+        *st = (struct s_fdstate){.kind = S_FD_NONE, .conn = true};
+    return fd;
 }
 
 /* s_close_cb closes a socket of curl's, unwatching it first when the hooks still watch it. */
@@ -671,10 +694,10 @@ static int s_close_cb(void *clientp, curl_socket_t item)
 {
     llm_client_t *c = clientp;
     struct s_fdstate *st = c->has_hooks ? s_fd(c, item) : NULL;
-    if (st && st->kind != S_FD_NONE) {
-        if (c->hooks.unwatch_fd)
+    if (st) {
+        if (st->kind != S_FD_NONE && c->hooks.unwatch_fd)
             c->hooks.unwatch_fd((int)item, c->hook_arg);
-        st->kind = S_FD_NONE;
+        *st = (struct s_fdstate){.kind = S_FD_NONE};
     }
     return close(item);
 }
@@ -807,6 +830,8 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
         curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, s_open_cb);
+        curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, c);
         curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, s_close_cb);
         curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, c);
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, c->cfg.connect_timeout_ms);
