@@ -1273,54 +1273,76 @@ static void resume_with_two_rounds_open_keeps_both(void **state)
     coord_cfg_t cfg;
     s_cfg(&f, &cfg);
     cfg.iters = 3;
+    cfg.groups = 2;
     cfg.group_size = 1;
     cfg.lease_ms = 5000;
     s_start(&f, &cfg);
     peer_t a;
     s_peer_open(&a, "actor-a", f.ep.work);
     s_hello(&a, 3, NULL);
-    s_credit(&a, 2);
-    proto_msg_t j0, j1, j2;
-    s_expect(&a, PROTO_JOB, &j0);
-    s_expect(&a, PROTO_JOB, &j1);
-    assert_int_equal(j1.u.job.iteration, 1);
-    s_result(&a, &j1.u.job, "done", 1.0);
-    s_expect_ack(&a, &j1.u.job, true);
-    s_stop(&f); /* a still holds j0 */
+    s_credit(&a, 3);
+    /* round 0's two jobs, then round 1 opens and its first job takes the third slot */
+    proto_msg_t j0a, j0b, j1a, j1b, j2[2];
+    s_expect(&a, PROTO_JOB, &j0a);
+    s_expect(&a, PROTO_JOB, &j0b);
+    s_expect(&a, PROTO_JOB, &j1a);
+    assert_int_equal(j0a.u.job.iteration, 0);
+    assert_int_equal(j0b.u.job.iteration, 0);
+    assert_int_equal(j1a.u.job.iteration, 1);
+    s_result(&a, &j1a.u.job, "done", 1.0);
+    s_expect_ack(&a, &j1a.u.job, true);
+    s_stop(&f); /* a still holds round 0's two jobs; round 1 has one job queued */
     assert_int_equal(f.nsums, 0);
     s_peer_close(&a);
 
+    /* Resumed without overlap: round 1 is handed out at once only because the resume reopened
+     * it beside round 0 (a round that is not open yet would wait for round 0 to end). */
     cfg.resume = true;
+    cfg.overlap = false;
     s_start(&f, &cfg);
     s_peer_open(&a, "actor-a", f.ep.work);
     s_hello(&a, 3, NULL);
-    const proto_job_t *held[1] = {&j0.u.job};
-    s_heartbeat(&a, held, 1);
-    /* round 1 is open again with its result: nothing of it is handed out twice, and round 2
-     * waits for one of the two to end */
-    s_credit(&a, 2);
+    const proto_job_t *held[2] = {&j0a.u.job, &j0b.u.job};
+    s_heartbeat(&a, held, 2);
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j1b);
+    assert_int_equal(j1b.u.job.iteration, 1);
+    assert_string_not_equal(j1b.u.job.job_id, j1a.u.job.job_id); /* j1a's result was kept */
     s_expect_none(&a, 150);
-    s_result(&a, &j0.u.job, "done", 0.0); /* the re-adopted lease of round 0 */
-    s_expect_ack(&a, &j0.u.job, true);
-    s_expect(&a, PROTO_JOB, &j2);
-    assert_int_equal(j2.u.job.iteration, 2);
-    s_result(&a, &j2.u.job, "done", 1.0);
-    s_expect_ack(&a, &j2.u.job, true);
+    s_result(&a, &j1b.u.job, "done", 0.0);
+    s_expect_ack(&a, &j1b.u.job, true);
+    /* the re-adopted leases of round 0 count; then both rounds end, in order */
+    s_result(&a, &j0a.u.job, "done", 0.0);
+    s_expect_ack(&a, &j0a.u.job, true);
+    s_result(&a, &j0b.u.job, "done", 1.0);
+    s_expect_ack(&a, &j0b.u.job, true);
+    s_credit(&a, 2);
+    s_expect(&a, PROTO_JOB, &j2[0]);
+    s_expect(&a, PROTO_JOB, &j2[1]);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(j2[i].u.job.iteration, 2);
+        s_result(&a, &j2[i].u.job, "done", 1.0);
+        s_expect_ack(&a, &j2[i].u.job, true);
+    }
     s_join(&f, WAIT_MS);
     assert_int_equal(f.rc, SR_OK);
     assert_int_equal(f.nsums, 3);
     for (int r = 0; r < 3; r++) {
         assert_int_equal(f.sums[r].round, r);
-        assert_int_equal(f.sums[r].results, 1);
-        assert_int_equal(s_results_in_redis(&f, r), 1);
+        assert_int_equal(f.sums[r].results, 2);
+        assert_int_equal(s_results_in_redis(&f, r), 2);
     }
+    assert_int_equal(f.sums[0].won, 1);
     assert_int_equal(f.sums[1].won, 1);
     int64_t done = 0;
     assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
     assert_int_equal(done, 3);
-    proto_msg_clear(&j0);
-    proto_msg_clear(&j1);
-    proto_msg_clear(&j2);
+    proto_msg_clear(&j0a);
+    proto_msg_clear(&j0b);
+    proto_msg_clear(&j1a);
+    proto_msg_clear(&j1b);
+    for (int i = 0; i < 2; i++)
+        proto_msg_clear(&j2[i]);
     s_peer_close(&a);
     s_fx_free(&f);
 }
