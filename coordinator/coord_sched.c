@@ -548,14 +548,6 @@ int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
     return n;
 }
 
-bool coord_sched_round_complete(const coord_sched_t *s)
-{
-    for (int i = 0; i < s->njobs; i++)
-        if (s->jobs[i].state != COORD_JOB_FINAL && s->jobs[i].state != COORD_JOB_DROPPED)
-            return false;
-    return true;
-}
-
 int coord_sched_queued(const coord_sched_t *s)
 {
     int n = 0;

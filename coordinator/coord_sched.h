@@ -202,9 +202,6 @@ int coord_sched_finish(coord_sched_t *s, int job, const char *status);
  * trajectories in keep_mask. Returns how many jobs were dropped, or SR_ENOTFOUND. */
 int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask);
 
-/* coord_sched_round_complete returns true when every job is FINAL or DROPPED. */
-bool coord_sched_round_complete(const coord_sched_t *s);
-
 /* coord_sched_queued returns how many jobs are QUEUED. */
 int coord_sched_queued(const coord_sched_t *s);
 

@@ -109,7 +109,7 @@ static void spread_caps_a_group_per_actor_until_relaxed(void **state)
     assert_int_equal(s_dispatch(s, &epoch, 100), 2);
     coord_sched_set_strict(s, false);
     assert_int_equal(s_dispatch(s, &epoch, 100), 2);
-    assert_true(coord_sched_round_complete(s) == false);
+    assert_false(coord_sched_round_done(s, 0));
     coord_sched_destroy(&s);
 }
 
@@ -158,7 +158,7 @@ static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **s
     assert_int_equal(coord_sched_cancel_group(s, 7, 0), SR_ENOTFOUND);
     assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_DROPPED);
     assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
-    assert_false(coord_sched_round_complete(s));
+    assert_false(coord_sched_round_done(s, 0));
     /* the running one's lease runs out: dropped, not re-queued */
     assert_int_equal(coord_sched_expire(s, 1000), 1);
     assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_DROPPED);
@@ -166,7 +166,7 @@ static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **s
     assert_int_equal(s_dispatch(s, &epoch, 2000), 1);
     assert_int_equal(coord_sched_finish(s, 3, "cancelled"), SR_OK);
     assert_int_equal(coord_sched_finish(s, 3, "done"), SR_ECONFLICT);
-    assert_true(coord_sched_round_complete(s));
+    assert_true(coord_sched_round_done(s, 0));
     coord_sched_destroy(&s);
 }
 
