@@ -634,14 +634,7 @@ static struct s_fdstate *s_fd(llm_client_t *c, curl_socket_t fd)
 {
     if (fd < 0)
         return NULL;
-    if ((size_t)fd >= c->nfds) {
-        size_t n = c->nfds ? c->nfds : 64;
-        while (n <= (size_t)fd)
-            n *= 2;
-        c->fds = sr_xrealloc(c->fds, n * sizeof *c->fds);
-        memset(c->fds + c->nfds, 0, (n - c->nfds) * sizeof *c->fds);
-        c->nfds = n;
-    }
+    c->fds = sr_xgrow_zero(c->fds, &c->nfds, (size_t)fd, sizeof *c->fds);
     return &c->fds[fd];
 }
 

@@ -197,14 +197,7 @@ static int s_fd_watch(reactor_t *r, int op, s_item_t *it)
 
 static void s_byfd_set(reactor_t *r, int fd, s_item_t *it)
 {
-    if ((size_t)fd >= r->nbyfd) {
-        size_t n = r->nbyfd ? r->nbyfd : 64;
-        while (n <= (size_t)fd)
-            n *= 2;
-        r->byfd = sr_xrealloc(r->byfd, n * sizeof *r->byfd);
-        memset(r->byfd + r->nbyfd, 0, (n - r->nbyfd) * sizeof *r->byfd);
-        r->nbyfd = n;
-    }
+    r->byfd = sr_xgrow_zero(r->byfd, &r->nbyfd, (size_t)fd, sizeof *r->byfd);
     r->byfd[fd] = it;
 }
 

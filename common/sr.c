@@ -89,6 +89,19 @@ char *sr_xstrdup(const char *s)
     return sr_xstrndup(s, strlen(s));
 }
 
+void *sr_xgrow_zero(void *p, size_t *n, size_t index, size_t size)
+{
+    if (index < *n)
+        return p;
+    size_t m = *n ? *n : 64;
+    while (m <= index)
+        m *= 2;
+    p = sr_xrealloc(p, m * size);
+    memset((char *)p + *n * size, 0, (m - *n) * size);
+    *n = m;
+    return p;
+}
+
 char *sr_xstrndup(const char *s, size_t n)
 {
     char *d = sr_xmalloc(n + 1);

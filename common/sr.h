@@ -53,6 +53,11 @@ void *sr_xrealloc(void *p, size_t n);
 char *sr_xstrdup(const char *s);
 char *sr_xstrndup(const char *s, size_t n);
 
+/* sr_xgrow_zero returns the array p of *n elements of `size` bytes grown, when it is too short, to
+ * hold element `index`: the count doubles (from 64) until it does, the new elements are zeroed and
+ * *n is updated. For tables indexed by a file descriptor. Aborts when memory is exhausted. */
+void *sr_xgrow_zero(void *p, size_t *n, size_t index, size_t size);
+
 /* sr_fmt writes a printf-style message into buf (truncated to len; nothing when buf is NULL or
  * len is 0): the one-line error texts functions hand back through (err, errlen). */
 void sr_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -47,6 +47,25 @@ static void median_sorts_and_takes_the_middle(void **state)
     assert_true(sr_cmp_double(&a, &b) < 0 && sr_cmp_double(&b, &a) > 0 && sr_cmp_double(&a, &a) == 0);
 }
 
+static void xgrow_zero_doubles_and_zeroes_the_new_elements(void **state)
+{
+    (void)state;
+    size_t n = 0;
+    int *v = sr_xgrow_zero(NULL, &n, 0, sizeof *v);
+    assert_int_equal(n, 64);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(v[i], 0);
+    v[63] = 7;
+    assert_ptr_equal(sr_xgrow_zero(v, &n, 63, sizeof *v), v); /* fits: unchanged */
+    assert_int_equal(n, 64);
+    v = sr_xgrow_zero(v, &n, 300, sizeof *v);
+    assert_int_equal(n, 512);
+    assert_int_equal(v[63], 7); /* kept */
+    for (size_t i = 64; i < n; i++)
+        assert_int_equal(v[i], 0);
+    free(v);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -54,6 +73,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(errno_maps_to_codes),
         cmocka_unit_test(xstrndup_copies_and_terminates),
         cmocka_unit_test(median_sorts_and_takes_the_middle),
+        cmocka_unit_test(xgrow_zero_doubles_and_zeroes_the_new_elements),
     };
     return harness_run_("sr", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
