@@ -29,8 +29,10 @@ out=$($S run --run 'a+b' 2>&1); rc=$?
 # is not restarted in a loop: selroll run stops everything and exits 2 naming it.
 T=$(mktemp -d)
 out=$(timeout 60 $S run --out "$T/r" --groups 1 --iters 1 --http off --actor-args --bogus-flag 2>&1 >/dev/null); rc=$?
-{ [ $rc -eq 2 ] && grep -q "^selroll run: actor-[0-9] refused its arguments (exit 2); see $T/r/logs/actor-[0-9].log$" <<<"$out" &&
-  grep -q "bogus-flag" "$T/r/logs/actor-1.log" && ! grep -q "restarted actor" <<<"$out"; } ||
+# The first actor to refuse is named, whichever it is (the others may be stopped before they parse).
+who=$(sed -n 's/^selroll run: \(actor-[0-9]\) refused its arguments (exit 2); see .*/\1/p' <<<"$out")
+{ [ $rc -eq 2 ] && grep -q "^selroll run: actor-[0-9] refused its arguments (exit 2); see $T/r/logs/$who.log$" <<<"$out" &&
+  [ -n "$who" ] && grep -q "bogus-flag" "$T/r/logs/$who.log" && ! grep -q "restarted actor" <<<"$out"; } ||
   { echo "selroll run --actor-args --bogus-flag: rc=$rc: $out"; fail=1; }
 rm -rf "$T"
 PY=${SELROLL_PYTHON:-/usr/bin/python3}
