@@ -28,7 +28,13 @@ cleanup() {
 trap cleanup EXIT
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# free_ports N: N distinct free loopback ports (all held open until each is chosen).
+free_ports() {
+  "$PY" -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
 
 # heldout FILE FIRST|LAST: the held-out success of the first or last evaluation line.
 heldout() {
@@ -78,7 +84,7 @@ done
 
 # --- the external example trainer --------------------------------------------------------------
 if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
-  p1=$(free_port); p2=$(free_port)
+  read -r p1 p2 < <(free_ports 2)
   "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
     --run ext >"$T/ext.trainer" 2>&1 &
   pids+=($!)
@@ -89,7 +95,11 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   rc=$?
   [ $rc -eq 0 ] && ok "external trainer: selroll run finished" || { bad "external trainer: rc=$rc"; tail -5 "$T/ext.err"; }
   n=$(grep -c '"trainer_info":"acknowledged without training' "$out/iterations.jsonl" 2>/dev/null)
-  [ "$n" = 2 ] && ok "external trainer: both iterations advanced on its acks" || bad "external trainer: $n acked iterations"
+  if [ "$n" = 2 ]; then ok "external trainer: both iterations advanced on its acks"; else
+    bad "external trainer: ${n:-no} acked iterations (ports $p1 $p2)"
+    tail -5 "$T/ext.err"; tail -3 "$T/ext.out"; tail -c 600 "$out/iterations.jsonl" 2>/dev/null; echo
+    grep -E 'warn|error|WEIGHTS_READY' "$out"/logs/coordinator*.log 2>/dev/null | tail -5
+  fi
   grep -q '"policy_version_after":2' "$out/iterations.jsonl" && ok "external trainer: version 2 at the end" || bad "external trainer: version did not reach 2"
   grep -q "iteration 1 -> acknowledged" "$T/ext.trainer" && ok "external trainer: saw iteration 1" || bad "external trainer: its log: $(tail -2 "$T/ext.trainer")"
 else
