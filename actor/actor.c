@@ -106,6 +106,11 @@ struct actor {
     sr_buf_t direct_spare; /* the queue drained last, kept for its memory */
     int direct_timer;  /* > 0: a zero-delay timer hands direct_q to s_env_reply */
     int slots_n, env_timeout_ms, welcome_timeout_ms, hello_retry_ms, drain_ack_ms;
+    /* ACTIONs held for the next send (action_batch_ms): each a uint32_t topic length, the topic,
+     * a uint32_t body length and the body. */
+    sr_buf_t pubq;
+    int pubq_n, pub_timer, action_batch_ms;
+    int64_t pub_last_ms; /* the last send of ACTIONs, reactor clock */
     bool record_messages, catch_signals, drain_on_term;
     char host[256];
 
@@ -241,6 +246,8 @@ static void s_set_err(actor_t *a, const char *fmt, const char *x, long y)
     snprintf(a->err, sizeof a->err, fmt, x, y);
 }
 
+static void s_pub_flush(actor_t *a);
+
 /* s_send_work encodes m and sends it to the coordinator. A full queue is logged, not fatal:
  * HELLO, CREDIT and HEARTBEAT are repeated by their timers and RESULTs are kept until acked. */
 static int s_send_work(actor_t *a, const proto_msg_t *m)
@@ -285,6 +292,7 @@ static void s_send_credit(actor_t *a, int credits)
 
 static void s_send_bye(actor_t *a, bool drain, const char *reason)
 {
+    s_pub_flush(a);
     proto_msg_t m;
     proto_msg_init(&m, PROTO_BYE);
     m.u.bye.actor_id = a->id;
@@ -468,6 +476,7 @@ static void s_slot_start(actor_t *a, slot_t *s, proto_msg_t *job);
 static void s_send_result(actor_t *a, const slot_t *s, const char *status, const char *error)
 {
     const proto_job_t *j = &s->job.u.job;
+    s_pub_flush(a); /* the trajectory's ACTIONs go out before its RESULT */
     proto_msg_t m;
     proto_msg_init(&m, PROTO_RESULT);
     proto_result_t *res = &m.u.result;
@@ -727,6 +736,42 @@ static void s_take_obs(slot_t *s, const proto_obs_t *o)
     s->n_adm = o->admissible_len;
 }
 
+/* s_pub_flush sends the ACTIONs held in pubq, in the order they were published. Held ACTIONs
+ * make a burst: one wake-up of ZeroMQ's I/O thread, of the bus proxy and of the gate carries them
+ * all, where one each cost those three threads a wake-up per step. */
+static void s_pub_flush(actor_t *a)
+{
+    if (a->pub_timer > 0)
+        reactor_timer_cancel(a->r, a->pub_timer);
+    a->pub_timer = 0;
+    a->pub_last_ms = reactor_now(a->r);
+    const char *p = (const char *)a->pubq.data, *end = p + a->pubq.len;
+    while (a->pub && p < end) {
+        uint32_t tl, bl;
+        memcpy(&tl, p, sizeof tl);
+        char topic[2 * PROTO_MAX_ID + 8];
+        memcpy(topic, p + sizeof tl, tl);
+        topic[tl] = '\0';
+        p += sizeof tl + tl;
+        memcpy(&bl, p, sizeof bl);
+        p += sizeof bl;
+        if (transport_send_topic(a->pub, topic, p, bl) == SR_OK)
+            ST_INC(a, actions_published);
+        p += bl;
+    }
+    a->pubq.len = 0;
+    a->pubq_n = 0;
+}
+
+static void s_pub_timer_cb(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    actor_t *a = arg;
+    a->pub_timer = 0; /* fired: a one-shot timer is gone */
+    s_pub_flush(a);
+}
+
 static void s_publish_action(actor_t *a, slot_t *s, int64_t step, const char *action, bool ended)
 {
     if (!a->pub)
@@ -750,9 +795,25 @@ static void s_publish_action(actor_t *a, slot_t *s, int64_t step, const char *ac
     char topic[2 * PROTO_MAX_ID + 8];
     snprintf(topic, sizeof topic, "act/%s/%s", j->run, j->group);
     a->sbuf.len = 0;
-    if (proto_encode(&m, &a->sbuf) == SR_OK &&
-        transport_send_topic(a->pub, topic, a->sbuf.data, a->sbuf.len) == SR_OK)
-        ST_INC(a, actions_published);
+    if (proto_encode(&m, &a->sbuf) != SR_OK)
+        return;
+    int64_t now = reactor_now(a->r);
+    if (a->pubq_n == 0 && now - a->pub_last_ms >= a->action_batch_ms) {
+        a->pub_last_ms = now;
+        if (transport_send_topic(a->pub, topic, a->sbuf.data, a->sbuf.len) == SR_OK)
+            ST_INC(a, actions_published);
+        return;
+    }
+    uint32_t tl = (uint32_t)strlen(topic), bl = (uint32_t)a->sbuf.len;
+    sr_buf_append(&a->pubq, &tl, sizeof tl);
+    sr_buf_append(&a->pubq, topic, tl);
+    sr_buf_append(&a->pubq, &bl, sizeof bl);
+    sr_buf_append(&a->pubq, a->sbuf.data, bl);
+    if (++a->pubq_n >= ACTOR_MAX_ACTION_BATCH)
+        s_pub_flush(a);
+    else if (a->pub_timer == 0)
+        a->pub_timer = reactor_timer_add(a->r, SR_MAX(0, a->pub_last_ms + a->action_batch_ms - now),
+                                         0, s_pub_timer_cb, a);
 }
 
 static void s_on_reset_obs(actor_t *a, slot_t *s, const proto_obs_t *o)
@@ -1384,6 +1445,7 @@ static void s_before_sleep(reactor_t *r, void *arg)
  * for them (the coordinator re-queues the jobs of an actor that says BYE drain=false). */
 static void s_shutdown(actor_t *a)
 {
+    s_pub_flush(a);
     for (int i = 0; i < a->slots_n; i++) {
         slot_t *s = &a->slots[i];
         if (s->state == SLOT_FREE)
@@ -1510,6 +1572,7 @@ void actor_cfg_init(actor_cfg_t *c)
     c->welcome_timeout_ms = ACTOR_DEFAULT_WELCOME_TIMEOUT_MS;
     c->hello_retry_ms = ACTOR_DEFAULT_HELLO_RETRY_MS;
     c->drain_ack_ms = ACTOR_DEFAULT_DRAIN_ACK_MS;
+    c->action_batch_ms = ACTOR_DEFAULT_ACTION_BATCH_MS;
 }
 
 static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
@@ -1549,6 +1612,10 @@ static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
     if (c->env_timeout_ms < 1 || c->history < 0 || c->hello_retry_ms < 1 || c->drain_ack_ms < 0 ||
         c->welcome_timeout_ms < 0 || c->llm_timeout_ms < 1 || c->llm_retries < 0) {
         snprintf(err, errlen, "timeouts must be positive and history and retries not negative");
+        return SR_EINVAL;
+    }
+    if (c->action_batch_ms < 0 || c->action_batch_ms > 1000) {
+        snprintf(err, errlen, "the ACTION batch time must be 0..1000 ms, not %d", c->action_batch_ms);
         return SR_EINVAL;
     }
     return SR_OK;
@@ -1611,6 +1678,8 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
     a->slots_n = cfg->slots;
     a->n_free = cfg->slots;
     a->env_timeout_ms = cfg->env_timeout_ms;
+    a->action_batch_ms = cfg->action_batch_ms;
+    a->pub_last_ms = INT64_MIN / 4;
     a->welcome_timeout_ms = cfg->welcome_timeout_ms;
     a->hello_retry_ms = cfg->hello_retry_ms;
     a->drain_ack_ms = cfg->drain_ack_ms;
@@ -1764,6 +1833,7 @@ void actor_destroy(actor_t **self_p)
     sr_buf_free(&a->sbuf);
     sr_buf_free(&a->direct_q);
     sr_buf_free(&a->direct_spare);
+    sr_buf_free(&a->pubq);
     free(a);
     *self_p = NULL;
 }

@@ -49,7 +49,7 @@ int actor_main(int argc, char **argv)
     static struct {
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
-        int log_level, local_envw;
+        int log_level, local_envw, action_batch_ms;
         bool record_messages, drain_on_term, drain;
     } o;
     cfg_option_t opts[] = {
@@ -83,6 +83,10 @@ int actor_main(int argc, char **argv)
          .help = "policy retries on connection errors and HTTP 5xx"},
         {.name = "welcome-timeout-ms", .kind = CFG_INT, .dst = &o.welcome_timeout_ms, .def = "10000",
          .min = 0, .max = 86400000, .help = "give up when the coordinator does not answer (0 = wait)"},
+        {.name = "action-batch-ms", .kind = CFG_INT, .dst = &o.action_batch_ms, .def = "5", .min = 0,
+         .max = 1000, .metavar = "MS",
+         .help = "ACTIONs published within MS of the last send go out together at most MS later "
+                 "(fewer wake-ups of the bus and the gate; 0 = each at once)"},
         {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
@@ -124,6 +128,7 @@ int actor_main(int argc, char **argv)
     ac.history = o.history;
     ac.template_path = o.template_path;
     ac.env_timeout_ms = o.env_timeout_ms;
+    ac.action_batch_ms = o.action_batch_ms;
     ac.llm_timeout_ms = o.llm_timeout_ms;
     ac.llm_retries = o.llm_retries;
     ac.welcome_timeout_ms = o.welcome_timeout_ms;

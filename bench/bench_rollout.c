@@ -724,10 +724,21 @@ int bench_rollout_run(int argc, char **argv)
                 s_common[s_ncommon++] = "--coordinator-args";
                 s_common[s_ncommon++] = "--overlap off";
             }
+        } else if (!strcmp(argv[i], "--action-batch-ms")) {
+            char *end = NULL;
+            long ms = i + 1 < argc ? strtol(argv[++i], &end, 10) : -1;
+            if (!end || *end || end == argv[i] || ms < 0 || ms > 1000) {
+                fprintf(stderr, "selroll bench rollout: --action-batch-ms wants 0 to 1000\n");
+                return 2;
+            }
+            static char actor_args[64];
+            snprintf(actor_args, sizeof actor_args, "--action-batch-ms %s", argv[i]);
+            s_common[s_ncommon++] = "--actor-args";
+            s_common[s_ncommon++] = actor_args;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
                    "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N] "
-                   "[--actors N] [--overlap on|off]\n"
+                   "[--actors N] [--overlap on|off] [--action-batch-ms MS]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
@@ -739,7 +750,8 @@ int bench_rollout_run(int argc, char **argv)
                    "actor's process (selroll run --local-env-workers) instead of env-worker "
                    "processes. --actors N (a divisor of 256, default 4) spreads the 50 ms case's "
                    "256 slots over N actors. --overlap off makes every round wait for the "
-                   "previous one to end (selroll coordinator --overlap; default on).\n");
+                   "previous one to end (selroll coordinator --overlap; default on). --action-batch-ms "
+                   "MS is the actors' --action-batch-ms (default theirs, 5).\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);

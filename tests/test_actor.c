@@ -1153,6 +1153,96 @@ static void test_heartbeat_leases_then_stop_says_bye_and_closes_sessions(void **
 }
 
 /* --record-messages puts the chat messages of each step into the RESULT. */
+/* s_collect_batched runs until n_results RESULTs (acked) and every step's ACTION of them have
+ * arrived, reading both sockets in turn: arrived[traj][step] gets each ACTION's wall time of
+ * arrival (ms), t_ms[traj][step] the step's own time from its RESULT (the ACTION was published
+ * then). ACTIONs must come in step order per trajectory, the last one ended. */
+static void s_collect_batched(fx_t *f, int n_results, double arrived[2][8], double t_ms[2][8])
+{
+    int results = 0, actions = 0, want_actions = -1, next[2] = {1, 1};
+    int64_t deadline = harness_now_ms() + 8000;
+    int64_t steps_of[2] = {0, 0};
+    while ((results < n_results || actions < want_actions) && harness_now_ms() < deadline) {
+        proto_msg_t m;
+        if (s_recv_action(f, &m, 2, NULL, 0)) {
+            int t = (int)m.u.action.traj;
+            assert_true(t >= 0 && t < 2);
+            assert_int_equal(m.u.action.step, next[t]);
+            assert_true(next[t] < 8);
+            arrived[t][next[t]++] = (double)clock_wall_us() / 1000.0;
+            actions++;
+            proto_msg_clear(&m);
+        }
+        if (s_co_recv(f, &m, 2) == PROTO_RESULT) {
+            proto_result_t *r = &m.u.result;
+            assert_true(r->traj >= 0 && r->traj < 2 && r->steps_len < 8);
+            steps_of[r->traj] = (int64_t)r->steps_len;
+            for (size_t i = 0; i < r->steps_len; i++)
+                t_ms[r->traj][i + 1] = r->steps[i].t_ms;
+            s_co_ack(f, r, true);
+            if (++results == n_results)
+                want_actions = (int)(steps_of[0] + steps_of[1]);
+        }
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(results, n_results);
+    assert_int_equal(actions, want_actions);
+}
+
+/* ACTIONs published within action_batch_ms of the actor's last send wait, at most that long, and
+ * go out together; the first after a quiet spell goes out at once; a RESULT sends the held ones
+ * of its trajectory first. Nothing is lost and the order holds. */
+static void test_actions_within_the_batch_time_go_out_together(void **state)
+{
+    /* Two trajectories whose steps end together every 300 ms, a batch time of 100 ms: of each
+     * pair of step-1 ACTIONs one goes out at once and the other waits for the batch timer. */
+    fx_t f;
+    s_fx_init(&f, 300);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 2);
+    c.action_batch_ms = 100;
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0000", 0, 2, 2, 1);
+    s_co_job(&f, "r0000-g0000", 1, 2, 2, 1);
+    double arrived[2][8] = {{0}}, t_ms[2][8] = {{0}};
+    s_collect_batched(&f, 2, arrived, t_ms);
+    double wait0 = arrived[0][1] - t_ms[0][1], wait1 = arrived[1][1] - t_ms[1][1];
+    int held = wait0 > wait1 ? 0 : 1;
+    double first = held ? wait0 : wait1, late = held ? wait1 : wait0;
+    print_message("step 1: one ACTION out after %.1f ms, the other held %.1f ms\n", first, late);
+    assert_true(first < 50.0);
+    assert_true(late >= 50.0);
+    /* the timer sent it, not the trajectory's next step or its RESULT */
+    assert_true(arrived[held][1] < t_ms[held][2]);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.actions_published == 4);
+    assert_int_equal(st.actions_published, 4);
+    s_fx_fini(&f);
+
+    /* One trajectory, 100 ms a step, a batch time of 1 s: steps 2 and 3 wait for the RESULT,
+     * which sends them before itself, long before the batch timer would. */
+    s_fx_init(&f, 100);
+    s_fx_cfg(&f, &c, 1);
+    c.action_batch_ms = 1000;
+    s_fx_start(&f, &c);
+    envs[0] = f.env.endpoint;
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0001", 0, 1, 3, 1);
+    memset(arrived, 0, sizeof arrived);
+    memset(t_ms, 0, sizeof t_ms);
+    s_collect_batched(&f, 1, arrived, t_ms);
+    print_message("one trajectory: ACTIONs out %.1f, %.1f, %.1f ms after their steps\n",
+                  arrived[0][1] - t_ms[0][1], arrived[0][2] - t_ms[0][2],
+                  arrived[0][3] - t_ms[0][3]);
+    assert_true(arrived[0][1] < t_ms[0][2]);          /* the first went out at once */
+    assert_true(arrived[0][2] - t_ms[0][2] >= 80.0);  /* step 2 waited for step 3 */
+    assert_true(arrived[0][2] - t_ms[0][2] < 900.0);  /* and not for the timer */
+    assert_true(arrived[0][3] >= arrived[0][2]);
+    s_fx_fini(&f);
+}
+
 static void test_record_messages_keeps_the_prompt_of_each_step(void **state)
 {
     fx_t f;
@@ -1324,6 +1414,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sigterm_with_drain_on_term_drains),
         cmocka_unit_test(test_heartbeat_leases_then_stop_says_bye_and_closes_sessions),
         cmocka_unit_test(test_record_messages_keeps_the_prompt_of_each_step),
+        cmocka_unit_test(test_actions_within_the_batch_time_go_out_together),
         cmocka_unit_test(test_episodes_against_the_policy_server),
         cmocka_unit_test(test_cancel_aborts_requests_at_the_policy_server),
     };
