@@ -4,7 +4,14 @@
  * State: a FIFO queue, a running batch and a "done" list of requests that completed but whose
  * callbacks have not run yet. s_step advances simulated time from event to event: between two
  * events every running request progresses at a constant rate, so each step is exact, however late
- * the thread wakes up. Callbacks run outside the lock, from the done list, so a callback may take
+ * the thread wakes up.
+ *
+ * Every prefilling request progresses at the same rate, and so does every decoding one. So each of
+ * the two classes keeps one "virtual" count of the tokens each of its members has been served
+ * since it was last rebased (vt[S_PRE], vt[S_DEC]), and a request in it carries the count at which
+ * it is through (key = count at entry + its tokens). The next event of a class is its smallest key,
+ * at the top of a min-heap; advancing time adds rate x time to the class's count. Events, admission
+ * and abort cost O(log batch), however large the batch. Callbacks run outside the lock, from the done list, so a callback may take
  * its own locks freely; engine_abort never races one (a request is either still in the engine and
  * is removed, or it is in the done list and engine_abort says SR_ENOTFOUND).
  */
@@ -22,10 +29,14 @@
 
 enum { S_BUSY = -2, S_IDLE = -1 };
 
+enum { S_PRE, S_DEC };
+
 typedef struct s_req {
     uint64_t id;
     int prompt, gen;
-    double pre_left, dec_left; /* tokens still to prefill and to decode */
+    int cls;    /* S_PRE or S_DEC while running */
+    int hidx;   /* its place in its class's heap */
+    double key; /* its class's count at which it is through */
     double t_submit, t_start, t_end;
     engine_done_fn fn;
     void *arg;
@@ -49,8 +60,10 @@ struct engine {
 
     s_req_t *q_head, *q_tail;
     int queued;
-    s_req_t **run;
-    int running;
+    s_req_t **heap[2]; /* min-heaps by key: the prefilling and the decoding requests */
+    int n[2];
+    double vt[2];      /* the tokens each member of the class has been served (see above) */
+    int running;       /* n[S_PRE] + n[S_DEC] */
     s_req_t *done_head, *done_tail;
 
     uint64_t next_id;
@@ -75,16 +88,90 @@ static double s_wall_now(const engine_t *e)
     return s * e->o.time_scale;
 }
 
+/* ---- the two heaps ---- */
+
+static void s_heap_set(engine_t *e, int c, int i, s_req_t *r)
+{
+    e->heap[c][i] = r;
+    r->hidx = i;
+}
+
+static void s_heap_up(engine_t *e, int c, int i)
+{
+    s_req_t *r = e->heap[c][i];
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        s_req_t *p = e->heap[c][parent];
+        if (p->key <= r->key)
+            break;
+        s_heap_set(e, c, i, p);
+        i = parent;
+    }
+    s_heap_set(e, c, i, r);
+}
+
+static void s_heap_down(engine_t *e, int c, int i)
+{
+    int n = e->n[c];
+    s_req_t *r = e->heap[c][i];
+    for (;;) {
+        int l = 2 * i + 1, best = i;
+        double bk = r->key;
+        if (l < n && e->heap[c][l]->key < bk) {
+            best = l;
+            bk = e->heap[c][l]->key;
+        }
+        if (l + 1 < n && e->heap[c][l + 1]->key < bk)
+            best = l + 1;
+        if (best == i)
+            break;
+        s_heap_set(e, c, i, e->heap[c][best]);
+        i = best;
+    }
+    s_heap_set(e, c, i, r);
+}
+
+/* s_heap_push puts r into class c with `tokens` to go. */
+static void s_heap_push(engine_t *e, int c, s_req_t *r, double tokens)
+{
+    r->cls = c;
+    r->key = e->vt[c] + tokens;
+    e->heap[c][e->n[c]] = r;
+    r->hidx = e->n[c]++;
+    e->running++;
+    s_heap_up(e, c, r->hidx);
+}
+
+/* s_heap_remove takes r out of its class. */
+static void s_heap_remove(engine_t *e, s_req_t *r)
+{
+    int c = r->cls, i = r->hidx;
+    e->running--;
+    s_req_t *last = e->heap[c][--e->n[c]];
+    if (last != r) {
+        s_heap_set(e, c, i, last);
+        s_heap_up(e, c, i);
+        s_heap_down(e, c, last->hidx);
+    }
+    if (e->n[c] == 0)
+        e->vt[c] = 0; /* an empty class starts its count again */
+}
+
+/* s_rebase keeps the counts small (and their rounding far below a token): past 2^20 tokens a
+ * class's count and every key of it move down by the count, which keeps the order. */
+static void s_rebase(engine_t *e, int c)
+{
+    if (e->vt[c] < 1048576.0)
+        return;
+    for (int i = 0; i < e->n[c]; i++)
+        e->heap[c][i]->key -= e->vt[c];
+    e->vt[c] = 0;
+}
+
 /* s_rates returns the per-request prefill and decode rates of the current batch. */
 static void s_rates(const engine_t *e, double *pre, double *dec)
 {
-    int np = 0, nd = 0;
-    for (int i = 0; i < e->running; i++) {
-        if (e->run[i]->pre_left > 0)
-            np++;
-        else
-            nd++;
-    }
+    int np = e->n[S_PRE], nd = e->n[S_DEC];
     *pre = np ? e->o.prefill_tps / np : 0;
     *dec = nd ? fmin(e->o.max_seq_tps, e->o.decode_tps / nd) : 0;
 }
@@ -94,15 +181,21 @@ static double s_next_dt(const engine_t *e)
 {
     double pre, dec, best = -1;
     s_rates(e, &pre, &dec);
-    for (int i = 0; i < e->running; i++) {
-        const s_req_t *r = e->run[i];
-        double dt = r->pre_left > 0 ? r->pre_left / pre : r->dec_left / dec;
-        if (r->pre_left <= 0 && r->dec_left <= 0)
-            dt = 0;
+    for (int c = S_PRE; c <= S_DEC; c++) {
+        if (e->n[c] == 0)
+            continue;
+        double left = e->heap[c][0]->key - e->vt[c];
+        double dt = left > 0 ? left / (c == S_PRE ? pre : dec) : 0;
         if (best < 0 || dt < best)
             best = dt;
     }
     return best;
+}
+
+/* s_start_decode moves a request whose prefill is through into the decoding class. */
+static void s_start_decode(engine_t *e, s_req_t *r)
+{
+    s_heap_push(e, S_DEC, r, r->gen);
 }
 
 static void s_admit(engine_t *e)
@@ -115,8 +208,22 @@ static void s_admit(engine_t *e)
         e->queued--;
         r->next = NULL;
         r->t_start = e->now;
-        e->run[e->running++] = r;
+        if (r->prompt > 0)
+            s_heap_push(e, S_PRE, r, r->prompt);
+        else
+            s_start_decode(e, r);
     }
+}
+
+/* s_through tells whether the request at the top of class c has reached its event (within
+ * rounding: a millionth of a millionth of a token per token). */
+static bool s_through(const engine_t *e, int c)
+{
+    if (e->n[c] == 0)
+        return false;
+    const s_req_t *r = e->heap[c][0];
+    int tokens = c == S_PRE ? r->prompt : r->gen;
+    return r->key - e->vt[c] < 1e-9 * (1 + tokens);
 }
 
 /* s_step advances simulated time to t, moving completed requests to the done list. */
@@ -130,36 +237,33 @@ static void s_step(engine_t *e, double t)
         if (adv > 0) {
             double pre, dec;
             s_rates(e, &pre, &dec);
-            for (int i = 0; i < e->running; i++) {
-                s_req_t *r = e->run[i];
-                if (r->pre_left > 0)
-                    r->pre_left -= pre * adv;
-                else
-                    r->dec_left -= dec * adv;
-            }
+            e->vt[S_PRE] += pre * adv;
+            e->vt[S_DEC] += dec * adv;
             e->now += adv;
         }
         if (!event)
             break;
-        /* Settle every request that reached its event (within rounding). */
-        for (int i = 0; i < e->running;) {
-            s_req_t *r = e->run[i];
-            if (r->pre_left > 0 && r->pre_left < 1e-9 * (1 + r->prompt))
-                r->pre_left = 0;
-            if (r->pre_left <= 0 && r->dec_left < 1e-9 * (1 + r->gen)) {
-                r->t_end = e->now;
-                e->run[i] = e->run[--e->running];
-                e->st.completed++;
-                e->st.tokens_generated += (uint64_t)r->gen;
-                if (e->done_tail)
-                    e->done_tail->next = r;
-                else
-                    e->done_head = r;
-                e->done_tail = r;
-                continue;
-            }
-            i++;
+        /* Settle every request that reached its event: prefills first (one whose decode is
+         * empty completes in the same event), then completions. */
+        while (s_through(e, S_PRE)) {
+            s_req_t *r = e->heap[S_PRE][0];
+            s_heap_remove(e, r);
+            s_start_decode(e, r);
         }
+        while (s_through(e, S_DEC)) {
+            s_req_t *r = e->heap[S_DEC][0];
+            s_heap_remove(e, r);
+            r->t_end = e->now;
+            e->st.completed++;
+            e->st.tokens_generated += (uint64_t)r->gen;
+            if (e->done_tail)
+                e->done_tail->next = r;
+            else
+                e->done_head = r;
+            e->done_tail = r;
+        }
+        s_rebase(e, S_PRE);
+        s_rebase(e, S_DEC);
         s_admit(e);
     }
 }
@@ -243,8 +347,11 @@ static engine_t *s_new(const engine_opts_t *o, bool manual)
     e->manual = manual;
     e->next_id = 1;
     e->wake_at = S_BUSY;
-    e->run = calloc((size_t)o->max_batch, sizeof(*e->run));
-    if (!e->run) {
+    e->heap[S_PRE] = calloc((size_t)o->max_batch, sizeof(*e->heap[S_PRE]));
+    e->heap[S_DEC] = calloc((size_t)o->max_batch, sizeof(*e->heap[S_DEC]));
+    if (!e->heap[S_PRE] || !e->heap[S_DEC]) {
+        free(e->heap[S_PRE]);
+        free(e->heap[S_DEC]);
         free(e);
         return NULL;
     }
@@ -298,9 +405,11 @@ void engine_destroy(engine_t **ep)
     }
     s_free_list(e->q_head);
     s_deliver(s_take_done(e));
-    for (int i = 0; i < e->running; i++)
-        free(e->run[i]);
-    free(e->run);
+    for (int c = S_PRE; c <= S_DEC; c++) {
+        for (int i = 0; i < e->n[c]; i++)
+            free(e->heap[c][i]);
+        free(e->heap[c]);
+    }
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -325,8 +434,6 @@ int engine_submit(engine_t *e, int prompt_tokens, int gen_tokens, engine_done_fn
     r->id = e->next_id++;
     r->prompt = prompt_tokens;
     r->gen = gen_tokens;
-    r->pre_left = prompt_tokens;
-    r->dec_left = gen_tokens;
     r->t_submit = e->now;
     r->fn = fn;
     r->arg = arg;
@@ -365,14 +472,16 @@ int engine_abort(engine_t *e, uint64_t id)
     pthread_mutex_lock(&e->mu);
     if (!e->manual)
         s_step(e, s_wall_now(e));
-    for (int i = 0; i < e->running; i++) {
-        if (e->run[i]->id != id)
-            continue;
-        victim = e->run[i];
-        e->run[i] = e->run[--e->running];
-        double decoded = victim->pre_left > 0 ? 0 : victim->gen - victim->dec_left;
-        e->st.tokens_aborted += (uint64_t)floor(decoded + 1e-6);
-        break;
+    for (int c = S_PRE; c <= S_DEC && !victim; c++) {
+        for (int i = 0; i < e->n[c]; i++) {
+            if (e->heap[c][i]->id != id)
+                continue;
+            victim = e->heap[c][i];
+            double decoded = c == S_PRE ? 0 : victim->gen - (victim->key - e->vt[c]);
+            e->st.tokens_aborted += (uint64_t)floor(fmax(decoded, 0) + 1e-6);
+            s_heap_remove(e, victim);
+            break;
+        }
     }
     for (s_req_t **pp = &e->q_head; !victim && *pp; pp = &(*pp)->next) {
         if ((*pp)->id != id)

@@ -257,6 +257,59 @@ static void threaded_engine_matches_analytic_makespan_on_the_wall_clock(void **s
 /* The thread sleeps until the next event and a submit wakes it only when the new request brings
  * that event forward: a short request submitted while a long one runs must be delivered at its own
  * end (about 150 ms in), not at the long one's (2 s in). */
+typedef struct {
+    int n;
+    int64_t last_gen;
+    double worst; /* the largest |t_end - gen / seq| seen */
+    double seq;
+} ontime_t;
+
+static void s_ontime(void *arg, const engine_done_t *d)
+{
+    ontime_t *o = arg;
+    o->n++;
+    o->worst = fmax(o->worst, fabs(d->t_end - d->gen_tokens / o->seq));
+    assert_true(d->gen_tokens > o->last_gen); /* in order of length */
+    o->last_gen = d->gen_tokens;
+}
+
+/* A batch of 1,000 decoding requests of different lengths, submitted out of order: each completes
+ * exactly at its length over the sequence rate, in order of length, while the decode class's
+ * token count passes 2^20 several times over (and is rebased); a request aborted mid-way counts
+ * exactly the tokens it had decoded by then. */
+static void a_large_batch_completes_each_request_on_time(void **state)
+{
+    (void)state;
+    engine_opts_t o = s_opts(1e12, 1e4, 1024, 0);
+    engine_t *e = engine_new_manual(&o);
+    assert_non_null(e);
+    ontime_t ot = {.seq = 1e4};
+    uint64_t long_id = 0;
+    for (int k = 0; k < 1000; k++) {
+        int i = (k * 7919) % 1000; /* a permutation of 0..999 */
+        uint64_t id = 0;
+        assert_int_equal(engine_submit(e, 0, (i + 1) * 5000, s_ontime, &ot, &id), SR_OK);
+        if (i == 999)
+            long_id = id;
+    }
+    engine_stats_t st;
+    engine_stats(e, &st);
+    assert_int_equal(st.running, 1000);
+    engine_advance(e, 100.0);
+    assert_int_equal(ot.n, 200); /* lengths 0.5 s .. 100.0 s: an event at t is due at t */
+    assert_int_equal(engine_abort(e, long_id), SR_OK);
+    engine_stats(e, &st);
+    assert_true(st.tokens_aborted == 1000000 || st.tokens_aborted == 999999);
+    engine_advance(e, 1000.0);
+    assert_int_equal(ot.n, 999);
+    print_message("1,000 requests: worst completion error %.3g s\n", ot.worst);
+    assert_true(ot.worst < 1e-6);
+    engine_stats(e, &st);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.completed, 999);
+    engine_destroy(&e);
+}
+
 static void a_short_request_behind_a_long_one_is_delivered_on_time(void **state)
 {
     (void)state;
@@ -306,6 +359,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(threaded_engine_matches_analytic_makespan_on_the_wall_clock),
         cmocka_unit_test(a_short_request_behind_a_long_one_is_delivered_on_time),
+        cmocka_unit_test(a_large_batch_completes_each_request_on_time),
     };
     return harness_run_("engine", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
