@@ -101,6 +101,28 @@ static char *s_normalise_n(const char *s, size_t n)
     return out;
 }
 
+/* s_normalised_equal tells whether extract_normalise(s) would equal norm, without making it. */
+static bool s_normalised_equal(const char *s, const char *norm)
+{
+    size_t o = 0;
+    bool pending_space = false;
+    for (size_t i = 0; i < S_MAX_CANDIDATE && s[i]; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (isspace(ch)) {
+            pending_space = o > 0;
+            continue;
+        }
+        if (pending_space) {
+            if (norm[o++] != ' ')
+                return false;
+            pending_space = false;
+        }
+        if (norm[o++] != (char)tolower(ch))
+            return false;
+    }
+    return norm[o] == '\0';
+}
+
 char *extract_normalise(const char *s)
 {
     if (!s)
@@ -180,7 +202,16 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
 
     int best = -1;
     double best_d = 2.0;
-    for (size_t i = 0; i < n && admissible; i++) {
+    /* The usual case, an exact match, first: no copy of each admissible action. */
+    bool exact = false;
+    for (size_t i = 0; i < n && admissible && !exact; i++) {
+        if (admissible[i] && s_normalised_equal(admissible[i], cand)) {
+            best = (int)i;
+            best_d = 0.0;
+            exact = true;
+        }
+    }
+    for (size_t i = 0; !exact && i < n && admissible; i++) {
         if (!admissible[i])
             continue;
         char *a = extract_normalise(admissible[i]);

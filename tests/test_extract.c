@@ -7,6 +7,7 @@
 #include "actor/extract.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const ADM[] = {
@@ -50,6 +51,42 @@ static void case_and_spaces_are_normalised_before_matching(void **state)
     n = extract_normalise(NULL);
     assert_string_equal(n, "");
     free(n);
+}
+
+/* The exact match compares the admissible actions normalised as well (case, runs of white space,
+ * leading and trailing space), and the first that matches wins; a prefix or an extension of the
+ * answer is no exact match. Checked against extract_normalise on every pair. */
+static void exact_match_is_the_first_admissible_that_normalises_equal(void **state)
+{
+    (void)state;
+    const char *adm[] = {"go to fridge 10", "go to fridge", " Go  to\tFridge 1 ", "go to fridge 1",
+                         "go to fridge 1x", "", "go to  fridge 1\n"};
+    size_t n = sizeof adm / sizeof adm[0];
+    extract_result_t r;
+    assert_int_equal(extract_action("<action>go to FRIDGE 1</action>", adm, n, -1, &r), 0);
+    assert_int_equal(r.index, 2);
+    assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+    assert_string_equal(r.action, " Go  to\tFridge 1 ");
+    assert_false(r.format_error);
+    extract_result_clear(&r);
+    for (size_t i = 0; i < n; i++) {
+        char *want = extract_normalise(adm[i]);
+        char text[128];
+        snprintf(text, sizeof text, "<action>%s</action>", adm[i]);
+        assert_int_equal(extract_action(text, adm, n, 0.0, &r), 0);
+        size_t first = 0;
+        for (char *x; first < n; first++) {
+            x = extract_normalise(adm[first]);
+            bool eq = strcmp(x, want) == 0;
+            free(x);
+            if (eq)
+                break;
+        }
+        assert_int_equal(r.index, (int)first);
+        assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+        extract_result_clear(&r);
+        free(want);
+    }
 }
 
 static void tags_are_found_in_any_case(void **state)
@@ -222,6 +259,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(tag_with_exact_action_is_matched_without_format_error),
     cmocka_unit_test(case_and_spaces_are_normalised_before_matching),
     cmocka_unit_test(tags_are_found_in_any_case),
+    cmocka_unit_test(exact_match_is_the_first_admissible_that_normalises_equal),
     cmocka_unit_test(last_of_several_tags_wins),
     cmocka_unit_test(action_line_is_used_without_tag_and_flagged),
     cmocka_unit_test(close_misspelling_is_fuzzy_matched),
