@@ -578,9 +578,9 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, s_sys
     free(ts);
 }
 
-/* The arguments every system case adds to its own (--local-env-workers N, --overlap off),
- * NULL-terminated. */
-static const char *s_common[5];
+/* The arguments every system case adds to its own (--local-env-workers N, --overlap off,
+ * --action-batch-ms MS: two words each), NULL-terminated. */
+static const char *s_common[7];
 static int s_ncommon;
 
 /* s_system runs `selroll run` with the extra arguments (and s_common's) and measures it from its
@@ -683,6 +683,8 @@ int bench_rollout_run(int argc, char **argv)
     bool quick = false, skip_system = false;
     int repeat = 1, lat_actors = 4;
     const char *local_envw = NULL;
+    bool overlap_off = false;
+    static char actor_args[64];
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -712,18 +714,13 @@ int bench_rollout_run(int argc, char **argv)
             int n_envw = 0;
             if (!s_count_arg(argc, argv, i++, 64, &n_envw))
                 return 2;
-            s_common[s_ncommon++] = "--local-env-workers";
-            s_common[s_ncommon++] = argv[i];
             local_envw = argv[i];
         } else if (!strcmp(argv[i], "--overlap")) {
             if (i + 1 >= argc || (strcmp(argv[i + 1], "on") && strcmp(argv[i + 1], "off"))) {
                 fprintf(stderr, "selroll bench rollout: --overlap wants on or off\n");
                 return 2;
             }
-            if (!strcmp(argv[++i], "off")) {
-                s_common[s_ncommon++] = "--coordinator-args";
-                s_common[s_ncommon++] = "--overlap off";
-            }
+            overlap_off = !strcmp(argv[++i], "off");
         } else if (!strcmp(argv[i], "--action-batch-ms")) {
             char *end = NULL;
             long ms = i + 1 < argc ? strtol(argv[++i], &end, 10) : -1;
@@ -731,10 +728,7 @@ int bench_rollout_run(int argc, char **argv)
                 fprintf(stderr, "selroll bench rollout: --action-batch-ms wants 0 to 1000\n");
                 return 2;
             }
-            static char actor_args[64];
-            snprintf(actor_args, sizeof actor_args, "--action-batch-ms %s", argv[i]);
-            s_common[s_ncommon++] = "--actor-args";
-            s_common[s_ncommon++] = actor_args;
+            snprintf(actor_args, sizeof actor_args, "--action-batch-ms %ld", ms);
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
                    "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N] "
@@ -758,11 +752,24 @@ int bench_rollout_run(int argc, char **argv)
             return 2;
         }
     }
+    /* Each option once in s_common, whatever the command line repeated. */
+    if (local_envw) {
+        s_common[s_ncommon++] = "--local-env-workers";
+        s_common[s_ncommon++] = local_envw;
+    }
+    if (overlap_off) {
+        s_common[s_ncommon++] = "--coordinator-args";
+        s_common[s_ncommon++] = "--overlap off";
+    }
+    if (actor_args[0]) {
+        s_common[s_ncommon++] = "--actor-args";
+        s_common[s_ncommon++] = actor_args;
+    }
     log_set_level(LOG_WARN);
     if (local_envw)
         printf("rollout: every system case with %s env workers in each actor's process "
                "(--local-env-workers)\n", local_envw);
-    if (s_ncommon && !strcmp(s_common[s_ncommon - 1], "--overlap off"))
+    if (overlap_off)
         printf("rollout: rounds do not overlap (--overlap off)\n");
     if (!only) {
         s_bench_core(quick ? 2000 : 20000);
