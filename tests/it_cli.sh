@@ -67,6 +67,15 @@ out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
 out=$($S bench rollout --local-env-workers 0 2>&1); rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "local-env-workers wants a count" <<<"$out"; } ||
   { echo "selroll bench rollout --local-env-workers 0: rc=$rc: $out"; fail=1; }
+# --action-batch-ms: out of range is a one-line error, for the bench and for the actor.
+out=$($S bench rollout --action-batch-ms 1001 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "action-batch-ms wants 0 to 1000" <<<"$out"; } ||
+  { echo "selroll bench rollout --action-batch-ms 1001: rc=$rc: $out"; fail=1; }
+out=$($S actor --coordinator tcp://127.0.0.1:9 --action-batch-ms -1 2>&1); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "action-batch-ms" <<<"$out"; } ||
+  { echo "selroll actor --action-batch-ms -1: rc=$rc: $out"; fail=1; }
+$S actor --help 2>&1 | grep -q -- "--action-batch-ms MS" ||
+  { echo "selroll actor --help does not list --action-batch-ms"; fail=1; }
 out=$($S actor --coordinator tcp://127.0.0.1:9 --env-workers tcp://127.0.0.1:9 --local-env-workers 1 2>&1); rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "exclude each other" <<<"$out"; } ||
   { echo "selroll actor --env-workers with --local-env-workers: rc=$rc: $out"; fail=1; }
