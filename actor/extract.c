@@ -78,11 +78,14 @@ static bool s_find_action_line(const char *text, const char **start, size_t *len
     return found;
 }
 
-static char *s_normalise_n(const char *s, size_t n)
+/* s_normalise walks the first n bytes of s (at most S_MAX_CANDIDATE) lower-cased, with runs of
+ * white space made one space and none at either end. With out, it writes them there (n + 1 bytes
+ * at least, NUL-terminated); with cmp, it compares them with cmp as it goes and says whether they
+ * equal it whole. */
+static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
 {
     if (n > S_MAX_CANDIDATE)
         n = S_MAX_CANDIDATE;
-    char *out = sr_xmalloc(n + 1);
     size_t o = 0;
     bool pending_space = false;
     for (size_t i = 0; i < n && s[i]; i++) {
@@ -92,35 +95,30 @@ static char *s_normalise_n(const char *s, size_t n)
             continue;
         }
         if (pending_space) {
-            out[o++] = ' ';
+            if (cmp && cmp[o] != ' ')
+                return false;
+            if (out)
+                out[o] = ' ';
+            o++;
             pending_space = false;
         }
-        out[o++] = (char)tolower(ch);
+        char c = (char)tolower(ch);
+        if (cmp && cmp[o] != c)
+            return false;
+        if (out)
+            out[o] = c;
+        o++;
     }
-    out[o] = '\0';
-    return out;
+    if (out)
+        out[o] = '\0';
+    return !cmp || cmp[o] == '\0';
 }
 
-/* s_normalised_equal tells whether extract_normalise(s) would equal norm, without making it. */
-static bool s_normalised_equal(const char *s, const char *norm)
+static char *s_normalise_n(const char *s, size_t n)
 {
-    size_t o = 0;
-    bool pending_space = false;
-    for (size_t i = 0; i < S_MAX_CANDIDATE && s[i]; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (isspace(ch)) {
-            pending_space = o > 0;
-            continue;
-        }
-        if (pending_space) {
-            if (norm[o++] != ' ')
-                return false;
-            pending_space = false;
-        }
-        if (norm[o++] != (char)tolower(ch))
-            return false;
-    }
-    return norm[o] == '\0';
+    char *out = sr_xmalloc((n > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : n) + 1);
+    s_normalise(s, n, out, NULL);
+    return out;
 }
 
 char *extract_normalise(const char *s)
@@ -205,7 +203,7 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
     /* The usual case, an exact match, first: no copy of each admissible action. */
     bool exact = false;
     for (size_t i = 0; i < n && admissible && !exact; i++) {
-        if (admissible[i] && s_normalised_equal(admissible[i], cand)) {
+        if (admissible[i] && s_normalise(admissible[i], SIZE_MAX, NULL, cand)) {
             best = (int)i;
             best_d = 0.0;
             exact = true;
