@@ -221,6 +221,24 @@ static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t
         s_check(e, msgpack_pack_double(&e->pk, a[i]));
 }
 
+/* s_put_raw_map packs key and then the bytes of one encoded msgpack map as its value, which must
+ * be a map header followed by at most PROTO_MAX_TASK_DATA bytes in all. */
+static void s_put_raw_map(s_enc_t *e, const char *key, const uint8_t *p, size_t n)
+{
+    s_key(e, key);
+    if (e->rc)
+        return;
+    if (!p || n == 0 || !((p[0] >= 0x80 && p[0] <= 0x8f) || p[0] == 0xde || p[0] == 0xdf)) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    if (n > PROTO_MAX_TASK_DATA) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_check(e, e->pk.callback(e->pk.data, (const char *)p, n));
+}
+
 static void s_header(s_enc_t *e, proto_type_t type, size_t nfields)
 {
     s_map(e, nfields + 2);
@@ -259,7 +277,7 @@ static void s_enc_welcome(s_enc_t *e, const proto_welcome_t *w)
 
 static void s_enc_job(s_enc_t *e, const proto_job_t *j)
 {
-    s_header(e, PROTO_JOB, 16);
+    s_header(e, PROTO_JOB, 16 + (j->task_data_len > 0));
     s_put_str(e, "job_id", j->job_id, S_ID);
     s_put_int(e, "epoch", j->epoch);
     s_put_str(e, "run", j->run, S_ID);
@@ -267,6 +285,8 @@ static void s_enc_job(s_enc_t *e, const proto_job_t *j)
     s_put_int(e, "traj", j->traj);
     s_put_int(e, "group_size", j->group_size);
     s_put_str(e, "task", j->task, S_ID);
+    if (j->task_data_len > 0)
+        s_put_raw_map(e, "task_data", j->task_data, j->task_data_len);
     s_put_int(e, "iteration", j->iteration);
     s_put_int(e, "policy_version", j->policy_version);
     s_put_uint(e, "seed", j->seed);
@@ -477,10 +497,13 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
         s_put_int(&e, "iteration", m->u.policy_version.iteration);
         break;
     case PROTO_RESET:
-        s_header(&e, PROTO_RESET, 4 + m->u.reset.has_seed);
+        s_header(&e, PROTO_RESET,
+                 4 + m->u.reset.has_seed + (m->u.reset.task_data_len > 0));
         s_put_uint(&e, "rid", m->u.reset.rid);
         s_put_str(&e, "session", m->u.reset.session, S_ID);
         s_put_str(&e, "task", m->u.reset.task, S_ID);
+        if (m->u.reset.task_data_len > 0)
+            s_put_raw_map(&e, "task_data", m->u.reset.task_data, m->u.reset.task_data_len);
         if (m->u.reset.has_seed)
             s_put_uint(&e, "seed", m->u.reset.seed);
         s_put_int(&e, "max_steps", m->u.reset.max_steps);
@@ -1115,6 +1138,35 @@ static int s_enter(s_dec_t *d, const msgpack_object *o, const char *key, size_t 
     return SR_OK;
 }
 
+/* s_raw_map reads an optional map-valued field and keeps it as the msgpack bytes of that one map
+ * (packed again from the tree: the scanner has already checked its sizes, depth and keys). */
+static int s_raw_map(s_dec_t *d, const msgpack_object *map, const char *key, const uint8_t **out,
+                     size_t *len)
+{
+    const msgpack_object *o = s_get(map, key);
+    if (!o)
+        return SR_OK;
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return s_fail(d->err, &d->path, key, SR_EPROTO, "not a map");
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    if (msgpack_pack_object(&pk, *o) != 0) {
+        msgpack_sbuffer_destroy(&sb);
+        return s_fail(d->err, &d->path, key, SR_ENOMEM, "out of memory");
+    }
+    if (sb.size > PROTO_MAX_TASK_DATA) {
+        size_t n = sb.size;
+        msgpack_sbuffer_destroy(&sb);
+        return s_fail(d->err, &d->path, key, SR_ETOOBIG,
+                      "map of %zu encoded bytes exceeds the limit of %u", n, PROTO_MAX_TASK_DATA);
+    }
+    *len = sb.size;
+    *out = (const uint8_t *)msgpack_sbuffer_release(&sb);
+    return SR_OK;
+}
+
 static int s_dec_hello(s_dec_t *d, const msgpack_object *m, proto_hello_t *h)
 {
     static const char *const roles[] = {"actor", "gate", NULL};
@@ -1149,6 +1201,7 @@ static int s_dec_job(s_dec_t *d, const msgpack_object *m, proto_job_t *j)
     S_TRY(s_int(d, m, "group_size", 1, PROTO_MAX_GROUP_SIZE, true, &j->group_size));
     S_TRY(s_int(d, m, "traj", 0, j->group_size - 1, true, &j->traj));
     S_TRY(s_str(d, m, "task", S_ID, true, &j->task));
+    S_TRY(s_raw_map(d, m, "task_data", &j->task_data, &j->task_data_len));
     S_TRY(s_int(d, m, "iteration", S_NONNEG, true, &j->iteration));
     S_TRY(s_int(d, m, "policy_version", S_NONNEG, true, &j->policy_version));
     S_TRY(s_uint(d, m, "seed", true, NULL, &j->seed));
@@ -1391,6 +1444,7 @@ static int s_dec_body(s_dec_t *d, const msgpack_object *m, proto_msg_t *out)
         S_TRY(s_uint(d, m, "rid", true, NULL, &out->u.reset.rid));
         S_TRY(s_str(d, m, "session", S_ID, true, &out->u.reset.session));
         S_TRY(s_str(d, m, "task", S_ID, true, &out->u.reset.task));
+        S_TRY(s_raw_map(d, m, "task_data", &out->u.reset.task_data, &out->u.reset.task_data_len));
         S_TRY(s_uint(d, m, "seed", false, &out->u.reset.has_seed, &out->u.reset.seed));
         return s_int(d, m, "max_steps", 1, INT64_MAX, false, &out->u.reset.max_steps);
     case PROTO_STEP:
@@ -1580,6 +1634,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.job.run);
         S_FREE(m->u.job.group);
         S_FREE(m->u.job.task);
+        S_FREE(m->u.job.task_data);
         break;
     case PROTO_RESULT: s_free_result(&m->u.result); break;
     case PROTO_HEARTBEAT:
@@ -1613,6 +1668,7 @@ void proto_msg_clear(proto_msg_t *m)
     case PROTO_RESET:
         S_FREE(m->u.reset.session);
         S_FREE(m->u.reset.task);
+        S_FREE(m->u.reset.task_data);
         break;
     case PROTO_STEP:
         S_FREE(m->u.step.session);

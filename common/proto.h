@@ -47,6 +47,7 @@
 #define PROTO_MAX_GROUP_SIZE (1024)     /* JOB.group_size; BATCH rewards/advantages/trajectories */
 #define PROTO_MAX_MSG_BYTES (64u << 20) /* a whole encoded message */
 #define PROTO_MAX_DEPTH (16)            /* nesting of maps and arrays; the outer map is level 1 */
+#define PROTO_MAX_TASK_DATA (1u << 20)  /* JOB.task_data and RESET.task_data, encoded */
 
 typedef enum {
     PROTO_NONE = 0, /* not a message type: a zeroed proto_msg_t, or an unreadable buffer */
@@ -109,6 +110,10 @@ typedef struct {
     int64_t traj;       /* 0..group_size-1 */
     int64_t group_size; /* 1..PROTO_MAX_GROUP_SIZE */
     const char *task;   /* e.g. "household/train/17" */
+    /* optional: the task's own description, the raw msgpack bytes of one map (a task file's line,
+     * docs/protocol.md "JOB"); NULL / 0 when absent. Decode allocates a copy, clear frees it. */
+    const uint8_t *task_data;
+    size_t task_data_len;
     int64_t iteration;
     int64_t policy_version;
     uint64_t seed;
@@ -240,6 +245,8 @@ typedef struct {
     uint64_t rid; /* request id, echoed in the reply */
     const char *session;
     const char *task;
+    const uint8_t *task_data; /* optional: as JOB.task_data (raw msgpack of one map) */
+    size_t task_data_len;
     bool has_seed;
     uint64_t seed;     /* optional */
     int64_t max_steps; /* optional, default 50 */

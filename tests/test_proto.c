@@ -683,6 +683,101 @@ static void reset_round_trips_and_defaults(void **state)
     proto_msg_clear(&out);
 }
 
+/* s_task_data packs {"id":"guess-3","type":"guess","n":[1,-2,2.5,"x"],"m":{"ok":true,"z":nil}}. */
+static msgpack_sbuffer s_task_data(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    msgpack_pack_str_with_body(&pk, "id", 2);
+    msgpack_pack_str_with_body(&pk, "guess-3", 7);
+    msgpack_pack_str_with_body(&pk, "type", 4);
+    msgpack_pack_str_with_body(&pk, "guess", 5);
+    msgpack_pack_str_with_body(&pk, "n", 1);
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_int64(&pk, 1);
+    msgpack_pack_int64(&pk, -2);
+    msgpack_pack_double(&pk, 2.5);
+    msgpack_pack_str_with_body(&pk, "x", 1);
+    msgpack_pack_str_with_body(&pk, "m", 1);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "ok", 2);
+    msgpack_pack_true(&pk);
+    msgpack_pack_str_with_body(&pk, "z", 1);
+    msgpack_pack_nil(&pk);
+    return sb;
+}
+
+static void job_and_reset_carry_task_data_byte_for_byte(void **state)
+{
+    msgpack_sbuffer td = s_task_data();
+    proto_type_t types[] = {PROTO_JOB, PROTO_RESET};
+    for (size_t k = 0; k < 2; k++) {
+        proto_msg_t in, out;
+        s_sample(&in, types[k]);
+        if (types[k] == PROTO_JOB) {
+            in.u.job.task_data = (const uint8_t *)td.data;
+            in.u.job.task_data_len = td.size;
+        } else {
+            in.u.reset.task_data = (const uint8_t *)td.data;
+            in.u.reset.task_data_len = td.size;
+        }
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(proto_encode(&in, &b), SR_OK);
+        proto_err_t err;
+        assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+        const uint8_t *p = types[k] == PROTO_JOB ? out.u.job.task_data : out.u.reset.task_data;
+        size_t n = types[k] == PROTO_JOB ? out.u.job.task_data_len : out.u.reset.task_data_len;
+        assert_int_equal(n, td.size);
+        assert_memory_equal(p, td.data, td.size);
+        assert_string_equal(types[k] == PROTO_JOB ? out.u.job.task : out.u.reset.task,
+                            "household/train/17");
+        proto_msg_clear(&out);
+        sr_buf_free(&b);
+    }
+    /* Without task_data the field is absent on the wire and NULL after decode. */
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_JOB, &in, &out);
+    assert_null(out.u.job.task_data);
+    assert_int_equal(out.u.job.task_data_len, 0);
+    proto_msg_clear(&out);
+    msgpack_sbuffer_destroy(&td);
+}
+
+static void task_data_must_be_a_map(void **state)
+{
+    proto_msg_t out;
+    proto_err_t err;
+    msgpack_sbuffer sb = s_edit(PROTO_JOB, "task_data", s_strv("guess-3"));
+    assert_int_equal(proto_decode(sb.data, sb.size, &out, &err), SR_EPROTO);
+    assert_string_equal(err.field, "task_data");
+    assert_string_equal(err.reason, "not a map");
+    msgpack_sbuffer_destroy(&sb);
+    sb = s_edit(PROTO_RESET, "task_data", s_emptyarr());
+    assert_int_equal(proto_decode(sb.data, sb.size, &out, &err), SR_EPROTO);
+    assert_string_equal(err.field, "task_data");
+    msgpack_sbuffer_destroy(&sb);
+    s_decode_edit(PROTO_RESET, "task_data", s_nil(), &out); /* nil counts as absent */
+    assert_null(out.u.reset.task_data);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_JOB, "task_data", s_emptymap(), &out);
+    assert_int_equal(out.u.job.task_data_len, 1);
+    assert_int_equal(out.u.job.task_data[0], 0x80);
+    proto_msg_clear(&out);
+
+    /* The encoder refuses bytes that do not start a map. */
+    proto_msg_t in;
+    s_sample(&in, PROTO_JOB);
+    const uint8_t notmap[] = {0xa1, 'x'};
+    in.u.job.task_data = notmap;
+    in.u.job.task_data_len = sizeof notmap;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_EINVAL);
+    sr_buf_free(&b);
+}
+
 static void step_and_close_round_trip(void **state)
 {
     proto_msg_t in, out;
@@ -1302,6 +1397,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(cancel_round_trips_with_keep),
         cmocka_unit_test(policy_version_round_trips),
         cmocka_unit_test(reset_round_trips_and_defaults),
+        cmocka_unit_test(job_and_reset_carry_task_data_byte_for_byte),
+        cmocka_unit_test(task_data_must_be_a_map),
         cmocka_unit_test(step_and_close_round_trip),
         cmocka_unit_test(obs_round_trips),
         cmocka_unit_test(error_round_trips_and_rid_is_optional),
