@@ -1120,6 +1120,8 @@ static void s_slot_start(actor_t *a, slot_t *s, proto_msg_t *job)
     proto_msg_init(&m, PROTO_RESET);
     m.u.reset.session = s->session;
     m.u.reset.task = j->task;
+    m.u.reset.task_data = j->task_data; /* handed on as it came (docs/protocol.md, RESET) */
+    m.u.reset.task_data_len = j->task_data_len;
     m.u.reset.has_seed = true;
     m.u.reset.seed = j->seed;
     m.u.reset.max_steps = s->max_steps;

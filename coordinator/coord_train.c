@@ -20,7 +20,6 @@
 #include "coordinator/coord_results.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
-#include "env_worker/household.h"
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
@@ -41,6 +40,8 @@ struct coord_train {
     char *strs[8];
     int nstrs;
     coord_driver_t driver;
+    const tasks_t *tasks;
+    tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
     coord_t *c; /* set on the first plan */
     void *zctx;
@@ -140,8 +141,16 @@ static void s_store_json(coord_train_t *t, const char *kind, int64_t iteration, 
 
 /* ---- evaluation -------------------------------------------------------------------------- */
 
+/* Held-out results by task type (the task set's "type"; "untyped" without one). */
 typedef struct {
-    int n[HOUSEHOLD_TASK_COUNT + 1], won[HOUSEHOLD_TASK_COUNT + 1];
+    char name[TASKS_ID_MAX + 1];
+    int n, won;
+} s_type_count_t;
+
+typedef struct {
+    const tasks_t *tasks;
+    s_type_count_t *types;
+    size_t ntypes;
     int total, total_won;
 } s_eval_t;
 
@@ -154,16 +163,22 @@ static int s_eval_result(const void *data, size_t len, void *arg)
         return 0;
     if (m.type == PROTO_RESULT) {
         const proto_result_t *r = &m.u.result;
-        int type = HOUSEHOLD_TASK_COUNT;
-        char err[128];
-        household_t *h = r->task ? household_new(r->task, 0, err, sizeof err) : NULL;
-        if (h)
-            type = (int)household_task_type(h);
-        household_destroy(&h);
-        e->n[type]++;
+        const char *type = tasks_type(e->tasks, r->task);
+        if (!type)
+            type = "untyped";
+        size_t k = 0;
+        while (k < e->ntypes && strcmp(e->types[k].name, type) != 0)
+            k++;
+        if (k == e->ntypes) {
+            e->types = sr_xrealloc(e->types, (e->ntypes + 1) * sizeof *e->types);
+            memset(&e->types[k], 0, sizeof e->types[k]);
+            snprintf(e->types[k].name, sizeof e->types[k].name, "%s", type);
+            e->ntypes++;
+        }
+        e->types[k].n++;
         e->total++;
         if (r->won) {
-            e->won[type]++;
+            e->types[k].won++;
             e->total_won++;
         }
     }
@@ -175,6 +190,7 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
 {
     s_eval_t e;
     memset(&e, 0, sizeof e);
+    e.tasks = t->tasks;
     store_t *st = coord_store(t->c);
     if (store_results_read(st, round, s_eval_result, &e) != SR_OK)
         log_error("evaluation of iteration %lld: cannot read its results: %s", (long long)t->it,
@@ -198,19 +214,17 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     cJSON *pt = cJSON_AddObjectToObject(o, "per_type");
     char line[1024];
     size_t off = 0;
-    for (int k = 0; k <= HOUSEHOLD_TASK_COUNT; k++) {
-        if (!e.n[k])
-            continue;
-        const char *name = k < HOUSEHOLD_TASK_COUNT ? household_task_name((household_task_t)k)
-                                                    : "unknown";
-        cJSON *x = cJSON_AddObjectToObject(pt, name);
-        cJSON_AddNumberToObject(x, "tasks", e.n[k]);
-        cJSON_AddNumberToObject(x, "won", e.won[k]);
-        cJSON_AddNumberToObject(x, "success", (double)e.won[k] / (double)e.n[k]);
+    for (size_t k = 0; k < e.ntypes; k++) {
+        const s_type_count_t *x0 = &e.types[k];
+        cJSON *x = cJSON_AddObjectToObject(pt, x0->name);
+        cJSON_AddNumberToObject(x, "tasks", x0->n);
+        cJSON_AddNumberToObject(x, "won", x0->won);
+        cJSON_AddNumberToObject(x, "success", (double)x0->won / (double)x0->n);
         if (off < sizeof line)
-            off += (size_t)snprintf(line + off, sizeof line - off, " %s %d/%d", name, e.won[k],
-                                    e.n[k]);
+            off += (size_t)snprintf(line + off, sizeof line - off, " %s %d/%d", x0->name,
+                                    x0->won, x0->n);
     }
+    free(e.types);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
              "(%d/%d);%s",
              (long long)t->it, (long long)coord_policy_version(t->c), success, e.total_won,
@@ -241,7 +255,11 @@ static int s_select(coord_train_t *t, size_t want)
         int task = t->perm[p];
         if (t->used[task])
             continue;
-        snprintf(names[n], STORE_TASK_MAX, "household/train/%d", task);
+        if (!tasks_id(t->tasks, t->cfg.train_split, (size_t)task, names[n], STORE_TASK_MAX)) {
+            rc = SR_EINVAL;
+            log_error("the task set has no task %d in split %s", task, t->cfg.train_split);
+            goto cleanup;
+        }
         size_t hl = 0;
         if (t->cfg.prefilter) {
             rc = greso_store_history(st, names[n], hist + n * STORE_PROMPT_HISTORY_MAX,
@@ -681,7 +699,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         t->specs = sr_xrealloc(t->specs, (size_t)t->cfg.eval_tasks * sizeof *t->specs);
         t->nspecs = (size_t)t->cfg.eval_tasks;
         for (int i = 0; i < t->cfg.eval_tasks; i++) {
-            snprintf(t->specs[i].task, STORE_TASK_MAX, "household/%s/%d", t->cfg.eval_split, i);
+            tasks_id(t->tasks, t->cfg.eval_split, (size_t)i, t->specs[i].task, STORE_TASK_MAX);
             t->specs[i].G = 1;
         }
         t->round_eval = true;
@@ -785,6 +803,7 @@ void coord_train_cfg_init(coord_train_cfg_t *cfg)
     cfg->batch_groups = 8;
     cfg->group_size = 8;
     cfg->tasks = 100;
+    cfg->train_split = "train";
     cfg->prefilter = true;
     cfg->backfill = true;
     cfg->post_filter = true;
@@ -810,6 +829,8 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
         bad = "the train pool must hold 1..10000000 tasks";
     else if (cfg->eval_tasks < 0 || cfg->eval_every < 0 || !cfg->eval_split || !*cfg->eval_split)
         bad = "eval tasks and eval every must be >= 0, and the eval split set";
+    else if (!cfg->train_split || !*cfg->train_split)
+        bad = "the train split is empty";
     else if (!(cfg->temperature > 0 && cfg->temperature <= 100))
         bad = "the training temperature must be > 0";
     else if (cfg->trainer_push && !cfg->trainer_pull)
@@ -823,6 +844,34 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     }
     coord_train_t *t = sr_xcalloc(1, sizeof *t);
     t->cfg = *cfg;
+    t->tasks = cfg->task_set;
+    if (!t->tasks)
+        t->tasks = t->own_tasks = tasks_new_household();
+    const char *source = tasks_source_name(t->tasks);
+    if (!tasks_has_split(t->tasks, cfg->train_split))
+        bad = "train";
+    else if (cfg->eval_tasks > 0 && !tasks_has_split(t->tasks, cfg->eval_split))
+        bad = "eval";
+    if (bad) {
+        if (err)
+            snprintf(err, errlen, "the %s task set has no split '%s' (the %s split)", source,
+                     *bad == 't' ? cfg->train_split : cfg->eval_split,
+                     *bad == 't' ? "train" : "held-out");
+        tasks_destroy(&t->own_tasks);
+        free(t);
+        return NULL;
+    }
+    /* A task file holds as many tasks as it has lines: the pools are its first ones. */
+    t->cfg.tasks = (int)tasks_pool_size(t->tasks, cfg->train_split, (size_t)cfg->tasks);
+    if (cfg->eval_tasks > 0)
+        t->cfg.eval_tasks =
+            (int)tasks_pool_size(t->tasks, cfg->eval_split, (size_t)cfg->eval_tasks);
+    if (t->cfg.tasks < cfg->tasks || t->cfg.eval_tasks < cfg->eval_tasks)
+        log_info("task set: a train pool of %d tasks (split %s) and %d held-out tasks (split "
+                 "%s): the whole split where it holds fewer than asked for",
+                 t->cfg.tasks, cfg->train_split, t->cfg.eval_tasks, cfg->eval_split);
+    cfg = &t->cfg;
+    t->cfg.train_split = s_keep(t, t->cfg.train_split);
     t->cfg.eval_split = s_keep(t, cfg->eval_split);
     t->cfg.out_dir = s_keep(t, cfg->out_dir);
     t->cfg.trainer_push = s_keep(t, cfg->trainer_push);
@@ -866,6 +915,7 @@ void coord_train_destroy(coord_train_t **self_p)
     free(t->specs);
     for (int i = 0; i < t->nstrs; i++)
         free(t->strs[i]);
+    tasks_destroy(&t->own_tasks);
     free(t);
     *self_p = NULL;
 }

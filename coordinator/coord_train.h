@@ -45,13 +45,18 @@ typedef struct {
     int iters;              /* training iterations: 10 */
     int batch_groups;       /* informative groups wanted per batch (B): 8 */
     int group_size;         /* G: 8 */
-    int tasks;              /* size of the train pool household/train/0..tasks-1: 100 */
+    int tasks;              /* size of the train pool, the first tasks of train_split: 100 (at
+                               most the split's count: a task file's first lines) */
+    const char *train_split; /* split of the train pool: "train" */
+    const tasks_t *task_set; /* task ids, types and data (borrowed, must outlive t); NULL = the
+                                household source */
     bool prefilter;         /* GRESO pre-filter: true */
     bool backfill;          /* backfill waves until B informative groups or the cap: true */
     bool post_filter;       /* drop zero-variance groups: true */
     adv_kind_t adv;         /* ADV_GRPO */
     int eval_every;         /* held-out evaluation every N iterations (and at 0 and the end): 5 */
-    int eval_tasks;         /* held-out tasks household/<eval_split>/0..n-1 (0 = no evaluation): 20 */
+    int eval_tasks;         /* held-out tasks: the first n of eval_split (0 = no evaluation; at
+                               most the split's count): 20 */
     const char *eval_split; /* "valid_unseen" */
     double temperature;     /* sampling temperature of training rounds: 0.7 */
     uint64_t seed;          /* pool order and the pre-filter's draws: 1 */

@@ -61,6 +61,7 @@ struct coord {
     int nstrs;
     char **env_workers;
     size_t n_env;
+    tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
     void *zctx;
     transport_sock_t *work;
@@ -285,6 +286,7 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
     jb->traj = j->traj;
     jb->group_size = g->G;
     jb->task = g->task;
+    tasks_data(c->cfg.task_set, g->task, &jb->task_data, &jb->task_data_len);
     jb->iteration = c->cfg.driver ? c->plan.iteration : g->round;
     jb->eval = c->cfg.driver ? c->plan.eval : false;
     jb->policy_version = c->cfg.policy_version;
@@ -516,8 +518,13 @@ static int s_open_round(coord_t *c, int64_t round)
     for (int k = 0; !c->cfg.driver && k < c->cfg.groups && rc == SR_OK; k++) {
         char gid[STORE_GID_MAX], task[STORE_TASK_MAX];
         coord_group_id(round, k, gid, sizeof gid);
-        snprintf(task, sizeof task, "household/%s/%d", c->cfg.split,
-                 coord_task_for(c->cfg.seed, c->cfg.tasks, c->cfg.groups, round, k));
+        int pool = (int)tasks_pool_size(c->cfg.task_set, c->cfg.split, (size_t)c->cfg.tasks);
+        if (!tasks_id(c->cfg.task_set, c->cfg.split,
+                      (size_t)coord_task_for(c->cfg.seed, pool, c->cfg.groups, round, k), task,
+                      sizeof task)) {
+            rc = SR_EINVAL;
+            break;
+        }
         rc = store_group_create(c->st, gid, task, round, c->cfg.group_size);
         if (rc == SR_ECONFLICT)
             rc = SR_OK;
@@ -1334,6 +1341,21 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     c->cfg.env_workers = s_keep(c, cfg->env_workers);
     c->cfg.out_dir = s_keep(c, cfg->out_dir);
     s_parse_env_workers(c, c->cfg.env_workers);
+    if (!c->cfg.task_set)
+        c->cfg.task_set = c->own_tasks = tasks_new_household();
+    if (!tasks_has_split(c->cfg.task_set, c->cfg.split)) {
+        if (err)
+            snprintf(err, errlen, "the %s task set has no split '%s'",
+                     tasks_source_name(c->cfg.task_set), c->cfg.split);
+        tasks_destroy(&c->own_tasks);
+        for (int i = 0; i < c->nstrs; i++)
+            free(c->strs[i]);
+        for (size_t i = 0; i < c->n_env; i++)
+            free(c->env_workers[i]);
+        free(c->env_workers);
+        free(c);
+        return NULL;
+    }
     atomic_init(&c->stop_requested, false);
     sr_buf_init(&c->out);
     c->timer = -1;
@@ -1612,6 +1634,7 @@ void coord_destroy(coord_t **self_p)
     free(c->env_workers);
     for (int i = 0; i < c->nstrs; i++)
         free(c->strs[i]);
+    tasks_destroy(&c->own_tasks);
     free(c);
     *self_p = NULL;
 }
@@ -1655,6 +1678,8 @@ void coord_fail(coord_t *c, int rc, const char *why)
 }
 
 store_t *coord_store(coord_t *c) { return c ? c->st : NULL; }
+
+const tasks_t *coord_tasks(const coord_t *c) { return c ? c->cfg.task_set : NULL; }
 
 const char *coord_run_name(const coord_t *c) { return c ? c->cfg.run : ""; }
 

@@ -24,6 +24,7 @@
 #include "common/metrics.h"
 #include "common/proto.h"
 #include "common/store.h"
+#include "common/tasks.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/coord_sched.h"
 
@@ -90,8 +91,11 @@ typedef struct {
     int iters;             /* rounds, 1 */
     int groups;            /* groups per round, 4 */
     int group_size;        /* G, 8 (1..STORE_G_MAX) */
-    int tasks;             /* size of the task pool, 100 */
+    int tasks;             /* size of the task pool, 100 (at most the split's count: a file's
+                              first lines) */
     const char *split;     /* task split, "train" */
+    const tasks_t *task_set; /* where task ids, types and task_data come from (borrowed, must
+                                outlive c); NULL = the household source */
     int max_steps;         /* 30 */
     double temperature;    /* 0.7 */
     double top_p;          /* 1.0 */
@@ -192,6 +196,9 @@ const char *coord_run_name(const coord_t *c);
 
 /* coord_next_round returns the number of the round that starts next (or runs now). */
 int64_t coord_next_round(const coord_t *c);
+
+/* coord_tasks returns the run's task set (cfg.task_set, or the household source c made). */
+const tasks_t *coord_tasks(const coord_t *c);
 
 /* coord_store returns the coordinator's Redis connection (owned by c). */
 store_t *coord_store(coord_t *c);

@@ -43,7 +43,7 @@ int coordinator_main(int argc, char **argv)
     static struct {
         char *run, *redis, *work, *bus_pub, *bus_sub, *bus_external, *advertise, *split;
         char *env_workers, *out, *eval_split, *trainer_push, *trainer_pull;
-        char *http, *http_token;
+        char *http, *http_token, *tasks_file;
         double dash_threshold;
         bool train, http_optional;
         int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
@@ -82,7 +82,11 @@ int coordinator_main(int argc, char **argv)
         {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
          .max = 100000000, .help = "size of the task pool the groups are drawn from"},
         {.name = "split", .kind = CFG_STRING, .dst = &o.split, .def = "train",
-         .help = "task split (household/<split>/<i>)"},
+         .help = "task split the groups (and the training loop's train pool) come from"},
+        {.name = "tasks-file", .kind = CFG_STRING, .dst = &o.tasks_file,
+         .metavar = "SPLIT=PATH[,...]",
+         .help = "the task set: a JSONL file per split, one object with a string \"id\" a line "
+                 "(docs/training.md, \"Task sets\"); default: the generated household splits"},
         {.name = "max-steps", .kind = CFG_INT, .dst = &o.max_steps, .def = "30", .min = 0,
          .max = 1024, .help = "step budget of an episode"},
         {.name = "temperature", .kind = CFG_DOUBLE, .dst = &o.temperature, .def = "0.7",
@@ -168,8 +172,29 @@ int coordinator_main(int argc, char **argv)
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;
     coord_t *c = NULL;
     coord_train_t *train = NULL;
+    tasks_t *task_set = NULL;
     log_set_role("coordinator");
     log_set_level((log_level_t)o.log_level);
+    {
+        char terr[768];
+        task_set = o.tasks_file ? tasks_load_files(o.tasks_file, terr, sizeof terr)
+                                : tasks_new_household();
+        if (!task_set) {
+            fprintf(stderr, "selroll coordinator: --tasks-file: %s\n", terr);
+            cfg_free(&cfg);
+            return 2;
+        }
+        if (!tasks_has_split(task_set, o.split)) {
+            fprintf(stderr, "selroll coordinator: --split: the %s task set has no split '%s'\n",
+                    tasks_source_name(task_set), o.split);
+            tasks_destroy(&task_set);
+            cfg_free(&cfg);
+            return 2;
+        }
+        if (o.tasks_file)
+            log_info("task set from %s: %zu tasks in split %s", o.tasks_file,
+                     tasks_count(task_set, o.split), o.split);
+    }
 
     coord_cfg_t cc;
     coord_cfg_init(&cc);
@@ -205,6 +230,7 @@ int coordinator_main(int argc, char **argv)
     cc.group_size = o.group_size;
     cc.tasks = o.tasks;
     cc.split = o.split;
+    cc.task_set = task_set;
     cc.max_steps = o.max_steps;
     cc.temperature = o.temperature;
     cc.top_p = o.top_p;
@@ -236,6 +262,8 @@ int coordinator_main(int argc, char **argv)
         tc.batch_groups = o.batch_groups;
         tc.group_size = o.group_size;
         tc.tasks = o.tasks;
+        tc.train_split = o.split;
+        tc.task_set = task_set;
         tc.prefilter = o.prefilter == 1;
         tc.backfill = o.backfill == 1;
         tc.adv = (adv_kind_t)o.adv;
@@ -306,6 +334,7 @@ cleanup:
     dashboard_destroy(&s_dash);
     coord_destroy(&c);
     coord_train_destroy(&train);
+    tasks_destroy(&task_set);
     free(ext_pub);
     free(ext_sub);
     free(out);

@@ -23,6 +23,7 @@
 #include "common/curve.h"
 #include "common/log.h"
 #include "common/store.h"
+#include "common/tasks.h"
 #include "coordinator/supervise.h"
 
 #include <arpa/inet.h>
@@ -180,6 +181,7 @@ static struct {
     char *http;
     char *gate, *trainer, *trainer_args, *adv, *eval_split;
     char *gate_rule, *gate_rule_args;
+    char *tasks_file, *env_endpoints;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int local_envw;
     int k, log_level, max_coord_restarts;
@@ -372,6 +374,10 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_argf(&a, "%d", o.group_size);
     s_arg(&a, "--tasks");
     s_argf(&a, "%d", o.tasks);
+    if (o.tasks_file) {
+        s_arg(&a, "--tasks-file");
+        s_arg(&a, o.tasks_file);
+    }
     s_arg(&a, "--max-steps");
     s_argf(&a, "%d", o.max_steps);
     s_arg(&a, "--temperature");
@@ -626,6 +632,15 @@ int run_main(int argc, char **argv)
          .max = 64, .help = "trajectories per group (G)"},
         {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
          .max = 1000000, .help = "size of the training task pool"},
+        {.name = "tasks-file", .kind = CFG_STRING, .dst = &o.tasks_file,
+         .metavar = "SPLIT=PATH[,...]",
+         .help = "the task set: a JSONL file per split (train=PATH,valid_unseen=PATH...), one "
+                 "object with a string \"id\" a line, checked before anything starts; default: "
+                 "the generated household splits"},
+        {.name = "env-endpoints", .kind = CFG_STRING, .dst = &o.env_endpoints,
+         .metavar = "EP[,EP...]",
+         .help = "env workers already running elsewhere (e.g. your own environment's): start no "
+                 "env-worker processes and hand these endpoints to the actors"},
         {.name = "max-steps", .kind = CFG_INT, .dst = &o.max_steps, .def = "30", .min = 1,
          .max = 1000, .help = "steps per episode at most (T_max)"},
         {.name = "temperature", .kind = CFG_DOUBLE, .dst = &o.temperature, .def = "0.7",
@@ -775,6 +790,43 @@ int run_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    if (o.tasks_file) {
+        /* A bad task file is reported here, before any process starts. */
+        char terr[768];
+        tasks_t *ts = tasks_load_files(o.tasks_file, terr, sizeof terr);
+        const char *need = NULL;
+        if (ts && !tasks_has_split(ts, "train"))
+            need = "train";
+        else if (ts && r.train && o.eval_tasks > 0 && !tasks_has_split(ts, o.eval_split))
+            need = o.eval_split;
+        if (!ts)
+            fprintf(stderr, "selroll run: --tasks-file: %s\n", terr);
+        else if (need)
+            fprintf(stderr, "selroll run: --tasks-file: no file for split '%s'%s\n", need,
+                    strcmp(need, "train") ? " (the --eval-split; or --eval-tasks 0)" : "");
+        if (ts && !need) {
+            /* the pools are the files' first tasks when they hold fewer than asked for */
+            o.tasks = (int)tasks_pool_size(ts, "train", (size_t)o.tasks);
+            if (r.train && o.eval_tasks > 0)
+                o.eval_tasks = (int)tasks_pool_size(ts, o.eval_split, (size_t)o.eval_tasks);
+        }
+        tasks_destroy(&ts);
+        if (!ts || need) {
+            code = 2;
+            goto cleanup;
+        }
+    }
+    if (o.env_endpoints) {
+        size_t n = strlen(o.env_endpoints);
+        if (n == 0 || n >= sizeof r.env_list || o.env_endpoints[0] == ',' ||
+            o.env_endpoints[n - 1] == ',' || strstr(o.env_endpoints, ",,") || o.local_envw > 0) {
+            fprintf(stderr, "selroll run: --env-endpoints: '%s' is not EP[,EP...] (at most %zu "
+                            "bytes; not with --local-env-workers)\n",
+                    o.env_endpoints, sizeof r.env_list - 1);
+            code = 2;
+            goto cleanup;
+        }
+    }
     if (strcmp(o.placement, "spread") && strcmp(o.placement, "pack")) {
         fprintf(stderr, "selroll run: --placement: '%s' is not one of spread, pack\n",
                 o.placement);
@@ -863,7 +915,9 @@ int run_main(int argc, char **argv)
 
     /* Env workers. */
     size_t el = 0;
-    for (int i = 0; o.local_envw == 0 && i < o.env_workers; i++) {
+    if (o.env_endpoints)
+        snprintf(r.env_list, sizeof r.env_list, "%s", o.env_endpoints);
+    for (int i = 0; o.local_envw == 0 && !o.env_endpoints && i < o.env_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "env-worker-%d", i + 1);
         int port = s_free_port();
@@ -1048,8 +1102,10 @@ int run_main(int argc, char **argv)
             fclose(f);
         }
     }
-    char envw_desc[64];
-    if (o.local_envw > 0)
+    char envw_desc[1100];
+    if (o.env_endpoints)
+        snprintf(envw_desc, sizeof envw_desc, "env workers at %s", o.env_endpoints);
+    else if (o.local_envw > 0)
         snprintf(envw_desc, sizeof envw_desc, "%d env workers in each actor", o.local_envw);
     else
         snprintf(envw_desc, sizeof envw_desc, "%d env workers", o.env_workers);
