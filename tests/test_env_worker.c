@@ -461,6 +461,18 @@ static void test_bad_requests_get_the_right_error_and_the_worker_keeps_serving(v
         s_expect_error(cl, false, 0, "unknown_type", "CREDIT");
     }
 
+    /* A known type the env channel does not serve, malformed for its own type: still
+     * unknown_type, not bad_message. */
+    msgpack_pack_map(&pk, 3);
+    s_pack_str(&pk, "t");
+    s_pack_str(&pk, "OBS");
+    s_pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    s_pack_str(&pk, "rid");
+    msgpack_pack_uint64(&pk, 10);
+    s_send_sbuf(cl, &sb);
+    s_expect_error(cl, true, 10, "unknown_type", "OBS");
+
     /* A newer protocol version. */
     msgpack_pack_map(&pk, 5);
     s_pack_str(&pk, "t");
@@ -550,18 +562,34 @@ static void test_bad_requests_get_the_right_error_and_the_worker_keeps_serving(v
     assert_string_equal(m.u.obs.obs, "You are not carrying anything.");
     proto_msg_clear(&m);
 
+    /* The built-in worker accepts a RESET with task_data and goes by the task id alone. */
+    {
+        const uint8_t td[] = {0x81, 0xa1, 'k', 0x01}; /* {"k": 1} */
+        proto_msg_t q;
+        proto_msg_init(&q, PROTO_RESET);
+        q.u.reset.rid = 45;
+        q.u.reset.session = "with-data";
+        q.u.reset.task = "household/train/3";
+        q.u.reset.task_data = td;
+        q.u.reset.task_data_len = sizeof td;
+        assert_int_equal(s_send(cl, &q), SR_OK);
+        s_expect_obs(cl, 45, &m);
+        assert_int_equal(m.u.obs.step, 0);
+        proto_msg_clear(&m);
+    }
+
     envw_stats_t st;
     envw_stats(srv.w, &st);
     assert_int_equal(st.errors_by_code[ENVW_ERR_BAD_MESSAGE], 8);
-    assert_int_equal(st.errors_by_code[ENVW_ERR_UNKNOWN_TYPE], 2);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_UNKNOWN_TYPE], 3);
     assert_int_equal(st.errors_by_code[ENVW_ERR_VERSION], 1);
     assert_int_equal(st.errors_by_code[ENVW_ERR_UNKNOWN_SESSION], 2);
     assert_int_equal(st.errors_by_code[ENVW_ERR_BAD_TASK], 2);
     assert_int_equal(st.errors_by_code[ENVW_ERR_EPISODE_DONE], 1);
-    assert_int_equal(st.errors, 16);
-    assert_int_equal(st.resets, 2);
+    assert_int_equal(st.errors, 17);
+    assert_int_equal(st.resets, 3);
     assert_int_equal(st.steps, 2);
-    assert_int_equal(st.sessions, 1);
+    assert_int_equal(st.sessions, 2);
 
     msgpack_sbuffer_destroy(&sb);
     transport_sock_destroy(&cl);
