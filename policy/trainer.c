@@ -182,8 +182,14 @@ static int s_temperature(trainer_t *t, const proto_batch_t *b, double *out)
     return SR_OK;
 }
 
-static int s_check_batch(trainer_t *t, const proto_batch_t *b)
+/* s_check_batch refuses a batch the learner cannot use. A batch whose groups are all of tasks
+ * that are not household ids (another environment's task set) is not refused: *foreign_all is
+ * set and the step learns nothing from it (the weights stay, the version advances), so that a
+ * run on its own environment goes on with the built-in trainer. A batch that mixes household
+ * and other tasks is refused. */
+static int s_check_batch(trainer_t *t, const proto_batch_t *b, bool *foreign_all)
 {
+    *foreign_all = false;
     if (t->run && (!b->run || strcmp(b->run, t->run) != 0)) {
         s_fail(t, "batch of run '%s' refused: this trainer serves run '%s'", b->run ? b->run : "",
                t->run);
@@ -208,6 +214,10 @@ static int s_check_batch(trainer_t *t, const proto_batch_t *b)
         s_fail(t, "batch of iteration %lld refused: it holds no groups", (long long)b->iteration);
         return SR_EINVAL;
     }
+    size_t foreign = 0;
+    for (size_t g = 0; g < b->groups_len; g++)
+        foreign += !s_task_ok(b->groups[g].task);
+    *foreign_all = foreign == b->groups_len;
     for (size_t g = 0; g < b->groups_len; g++) {
         const proto_group_t *gr = &b->groups[g];
         if (gr->rewards_len != gr->advantages_len) {
@@ -224,9 +234,10 @@ static int s_check_batch(trainer_t *t, const proto_batch_t *b)
             s_fail(t, "batch refused: groups[%zu] holds no trajectories", g);
             return SR_EINVAL;
         }
-        if (!s_task_ok(gr->task)) {
-            s_fail(t, "batch refused: groups[%zu] has task '%s' of an unknown format (the built-in "
-                      "learner trains on household/<split>/<index> tasks)",
+        if (!*foreign_all && !s_task_ok(gr->task)) {
+            s_fail(t, "batch refused: groups[%zu] has task '%s' of an unknown format beside "
+                      "household tasks (the built-in learner trains on household/<split>/<index> "
+                      "tasks)",
                    g, gr->task ? gr->task : "");
             return SR_EINVAL;
         }
@@ -445,7 +456,8 @@ int trainer_step(trainer_t *t, const proto_batch_t *b, trainer_report_t *out)
     model_t *next = NULL;
     float *grad = NULL;
     double temperature = 0;
-    int rc = s_check_batch(t, b);
+    bool foreign_all = false;
+    int rc = s_check_batch(t, b, &foreign_all);
     if (rc == SR_OK)
         rc = s_temperature(t, b, &temperature);
     if (rc != SR_OK)
@@ -454,7 +466,13 @@ int trainer_step(trainer_t *t, const proto_batch_t *b, trainer_report_t *out)
     rep.iteration = b->iteration;
     rep.temperature = temperature;
     rep.from_version = model_version(t->cur);
-    rc = s_build(t, b, temperature, &ss, &rep);
+    if (foreign_all) {
+        rep.groups_foreign = b->groups_len; /* nothing to learn: no samples, unchanged weights */
+        for (size_t g = 0; g < b->groups_len; g++)
+            rep.trajectories += b->groups[g].trajectories_len;
+    } else {
+        rc = s_build(t, b, temperature, &ss, &rep);
+    }
     if (rc != SR_OK)
         goto cleanup;
 

@@ -24,8 +24,10 @@
  *    batch give bit-identical new weights.
  *
  * Bad batches are refused before anything changes (wrong shape, another run, an iteration
- * already trained, no recorded messages, a prompt not in the household format): trainer_step
- * returns an error and trainer_errstr says why in one line.
+ * already trained, no recorded messages, a prompt not in the household format, household tasks
+ * mixed with others): trainer_step returns an error and trainer_errstr says why in one line. A
+ * batch of only other environments' tasks (a task file's ids) is not refused: the step learns
+ * nothing from it, keeps the weights and still advances the version, so that such a run goes on.
  *
  * The trainer does no I/O; policy/trainer_svc.h puts it behind ZeroMQ and Redis.
  */
@@ -71,6 +73,8 @@ typedef struct {
     size_t steps_used;      /* steps that entered the loss */
     size_t steps_skipped;   /* steps with a format error or an action not in the admissible list */
     size_t steps_zero_adv;  /* used steps whose advantage (times weight) is 0 */
+    size_t groups_foreign;  /* groups of tasks that are not household ids: all of the batch's or
+                               none (a batch of only those teaches nothing; the weights stay) */
 } trainer_report_t;
 
 typedef struct trainer trainer_t;

@@ -267,6 +267,16 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
         return;
     }
     model_destroy(&backup);
+    if (r.groups_foreign > 0) {
+        snprintf(info, sizeof info,
+                 "iteration %" PRId64 ": nothing learned, weights of version %u kept: its %zu "
+                 "groups are of tasks the built-in learner does not read (not household ids)",
+                 r.iteration, r.from_version, r.groups_foreign);
+        log_warn("version %u: %s", r.version, info);
+        s->stats.trained++;
+        s_ack(s, b->run, r.version, b->iteration, true, r.loss, info);
+        return;
+    }
     snprintf(info, sizeof info,
              "trained iteration %" PRId64 " from version %u: %zu groups, %zu trajectories, %zu "
              "steps used, %zu skipped (format error or not admissible), %zu with zero advantage; "

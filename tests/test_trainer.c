@@ -586,6 +586,44 @@ static void test_bad_batches_are_refused_with_a_reason_and_change_nothing(void *
     pool_free(&p);
 }
 
+/* A batch of only another environment's tasks (a task file's ids, prompts the learner cannot
+ * read) is not refused: nothing is learned, the weights stay and the version advances. */
+static void test_a_batch_of_only_other_tasks_teaches_nothing_but_advances(void **state)
+{
+    (void)state;
+    pool_t p = {0};
+    proto_msg_t msg;
+    make_std_batch(&p, &msg, 0);
+    proto_batch_t *b = &msg.u.batch;
+    trainer_t *t = new_trainer(0.5, 0.01, 1.0, 1);
+    const char *saved[64];
+    for (size_t g = 0; g < b->groups_len; g++) {
+        saved[g] = b->groups[g].task;
+        b->groups[g].task = "guess-7";
+    }
+    model_t *m0 = model_clone(trainer_model(t));
+    assert_non_null(m0);
+    trainer_report_t rep;
+    assert_int_equal(trainer_step(t, b, &rep), 0);
+    assert_int_equal(trainer_version(t), 1);
+    assert_int_equal(rep.version, 1);
+    assert_int_equal(rep.groups_foreign, b->groups_len);
+    assert_int_equal(rep.steps_used, 0);
+    assert_true(rep.update_norm == 0);
+    assert_memory_equal(model_weights_const(m0), model_weights_const(trainer_model(t)),
+                        MODEL_DIM * sizeof(float));
+    model_destroy(&m0);
+    /* Mixed with household tasks, such a group is refused. */
+    b->iteration = 1;
+    b->policy_version = 1;
+    b->groups[0].task = saved[0];
+    expect_refused(t, b, SR_EINVAL, "beside household tasks");
+    for (size_t g = 0; g < b->groups_len; g++)
+        b->groups[g].task = saved[g];
+    trainer_destroy(&t);
+    pool_free(&p);
+}
+
 static void test_bad_configuration_is_refused(void **state)
 {
     (void)state;
@@ -895,6 +933,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_temperature_comes_from_the_batch_stats),
         cmocka_unit_test(test_format_errors_and_unlisted_actions_are_skipped_and_counted),
         cmocka_unit_test(test_bad_batches_are_refused_with_a_reason_and_change_nothing),
+        cmocka_unit_test(test_a_batch_of_only_other_tasks_teaches_nothing_but_advances),
         cmocka_unit_test(test_bad_configuration_is_refused),
         cmocka_unit_test(test_weights_round_trip_through_redis),
         cmocka_unit_test(test_service_trains_a_batch_stores_weights_and_acks),
