@@ -810,8 +810,9 @@ int run_main(int argc, char **argv)
             if (r.train && o.eval_tasks > 0)
                 o.eval_tasks = (int)tasks_pool_size(ts, o.eval_split, (size_t)o.eval_tasks);
         }
+        bool refused = !ts || need;
         tasks_destroy(&ts);
-        if (!ts || need) {
+        if (refused) {
             code = 2;
             goto cleanup;
         }

@@ -269,8 +269,9 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
     model_destroy(&backup);
     if (r.groups_foreign > 0) {
         snprintf(info, sizeof info,
-                 "iteration %" PRId64 ": nothing learned, weights of version %u kept: its %zu "
-                 "groups are of tasks the built-in learner does not read (not household ids)",
+                 "iteration %" PRId64 ": nothing learned, weights of version %u kept: the "
+                 "built-in learner reads only the built-in environment's tasks, and the %zu "
+                 "groups are of other tasks",
                  r.iteration, r.from_version, r.groups_foreign);
         log_warn("version %u: %s", r.version, info);
         s->stats.trained++;

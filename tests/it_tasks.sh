@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# it_tasks.sh: a task set of its own on an environment of its own. tests/py_env_worker.py (Python,
+# zmq + msgpack, written from docs/protocol.md) serves two small games, "copy" and "guess", whose
+# tasks come from two task files (train and held-out, with "type" and extra fields). `selroll
+# run --tasks-file ... --env-endpoints ...` trains on them for 3 iterations end to end with the
+# built-in policy server and trainer, on a private redis-server of this script. Checks: every
+# RESET's task and task_data came from the files, object for object; the held-out evaluations ran
+# the held-out file's tasks and the training rounds and batches the train file's; the per-type
+# breakdowns show the files' types; the GRESO prompt histories in Redis are keyed by the train
+# file's ids; and nothing in the run's outputs says "household". A bad task file makes `selroll
+# run` exit 2 with one line naming the file and the line, before anything starts.
+set -u
+cd "$(dirname "$0")/.."
+. tests/itlib.sh
+
+# ---- the task files and the prompt ------------------------------------------------------------
+cat >"$tmp/train.jsonl" <<'EOF'
+{"id": "copy-amber", "type": "copy", "word": "amber", "choices": ["amber", "birch", "cedar"], "note": "first"}
+{"id": "copy-birch", "type": "copy", "word": "birch", "choices": ["amber", "birch"]}
+
+{"id": "guess-3of4", "type": "guess", "secret": 3, "hi": 4, "level": 1}
+{"id": "guess-1of3", "type": "guess", "secret": 1, "hi": 3, "level": 1}
+{"id": "copy-cedar", "type": "copy", "word": "cedar", "choices": ["birch", "cedar"], "extra": {"k": [1, 2.5, null, true]}}
+{"id": "guess-2of2", "type": "guess", "secret": 2, "hi": 2}
+EOF
+cat >"$tmp/held.jsonl" <<'EOF'
+{"id": "held-copy-oak", "type": "copy", "word": "oak", "choices": ["oak", "elm"]}
+{"id": "held-guess-2of3", "type": "guess", "secret": 2, "hi": 3}
+{"id": "held-copy-fir", "type": "copy", "word": "fir", "choices": ["ash", "fir"]}
+EOF
+# The default user prompt with a system message of this environment (docs/prompt.md).
+{
+  echo "[system]"
+  echo "You are an agent playing small word and number games. Pick one admissible action each step."
+  sed -n '/^\[user\]/,$p' docs/prompt_default.tmpl
+} >"$tmp/games.tmpl"
+
+# ---- a bad task file stops `selroll run` before anything starts -------------------------------
+printf '{"id": "a", "type": "copy"}\n{"type": "copy"}\n' >"$tmp/bad.jsonl"
+"$S" run --run bad --out "$tmp/bad-out" --tasks-file "train=$tmp/train.jsonl,valid_unseen=$tmp/bad.jsonl" \
+  --http off >"$tmp/bad.out" 2>"$tmp/bad.err"
+rc=$?
+[ $rc -eq 2 ] && ok "a bad task file: selroll run exits 2" || bad "a bad task file: exit $rc, want 2"
+want="selroll run: --tasks-file: $tmp/bad.jsonl:2: no \"id\""
+[ "$(cat "$tmp/bad.err")" = "$want" ] && ok "one line naming file and line: $(cat "$tmp/bad.err")" ||
+  bad "bad task file message: '$(cat "$tmp/bad.err")', want '$want'"
+[ ! -e "$tmp/bad-out/logs" ] && ok "nothing was started" || bad "processes were started for a bad task file"
+printf '{"id": "x"}\n{"id": "x"}\n' >"$tmp/dup.jsonl"
+"$S" run --run bad --out "$tmp/bad-out" --tasks-file "train=$tmp/dup.jsonl" --eval-tasks 0 --http off \
+  >/dev/null 2>"$tmp/dup.err"
+rc=$?
+grep -qx "selroll run: --tasks-file: $tmp/dup.jsonl:2: id \"x\" is already the id of $tmp/dup.jsonl:1" \
+  "$tmp/dup.err" && [ $rc -eq 2 ] && ok "a duplicate id is refused with both lines" ||
+  bad "duplicate id: exit $rc, '$(cat "$tmp/dup.err")'"
+
+# ---- the run ---------------------------------------------------------------------------------
+it_redis_start
+eport=$(free_port)
+"$PY" tests/py_env_worker.py "tcp://127.0.0.1:$eport" "$tmp/resets.jsonl" 2>"$tmp/pyworker.err" &
+pids+=($!)
+wait_port "$eport" || { bad "the Python env worker did not start: $(cat "$tmp/pyworker.err")"; exit 1; }
+out="$tmp/out"
+start=$(date +%s)
+timeout 120 "$S" run --run tt --redis "$RURL" --out "$out" --iters 3 \
+  --tasks-file "train=$tmp/train.jsonl,valid_unseen=$tmp/held.jsonl" \
+  --env-endpoints "tcp://127.0.0.1:$eport" --actors 1 --slots 8 --group-size 4 --batch-groups 2 \
+  --eval-every 0 --max-steps 6 --http off --actor-args "--template $tmp/games.tmpl" \
+  --grace-ms 1000 >"$tmp/run.out" 2>"$tmp/run.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 0 ] && ok "selroll run on the task files finished in ${took}s" || {
+  bad "selroll run exited $rc after ${took}s"; tail -5 "$tmp/run.err"; }
+n=$(grep -c '"type":"iteration"' "$out/iterations.jsonl" 2>/dev/null)
+[ "${n:-0}" -eq 3 ] && ok "3 iteration lines" || bad "${n:-0} iteration lines, want 3"
+
+"$PY" - "$tmp/train.jsonl" "$tmp/held.jsonl" "$tmp/resets.jsonl" "$out" <<'EOF'
+import glob, json, sys
+def objs(p):
+    return {o["id"]: o for o in (json.loads(l) for l in open(p) if l.strip())}
+train, held = objs(sys.argv[1]), objs(sys.argv[2])
+files = {**train, **held}
+resets = [json.loads(l) for l in open(sys.argv[3])]
+out = sys.argv[4]
+fail = []
+def check(cond, good, badmsg):
+    print(("ok   " + good) if cond else ("FAIL " + badmsg))
+    if not cond:
+        fail.append(badmsg)
+
+check(len(resets) > 0, f"the Python env worker got {len(resets)} RESETs", "no RESET reached the Python env worker")
+wrong = [r for r in resets if r["task"] not in files or r["task_data"] != files[r["task"]]]
+check(not wrong, "every RESET's task and task_data are a line of the task files, object for object",
+      f"RESETs not from the files: {wrong[:2]}")
+seen = {r["task"] for r in resets}
+check(set(held) <= seen, "every held-out task was played", f"held-out tasks never played: {set(held) - seen}")
+
+evals = [json.loads(l) for l in open(f"{out}/iterations.jsonl") if '"type":"eval"' in l]
+check(len(evals) == 2 and all(e["tasks"] == len(held) for e in evals),
+      f"2 held-out evaluations of {len(held)} tasks (the whole held-out file)",
+      f"evaluations: {[(e['iteration'], e['tasks']) for e in evals]}")
+types = {k for e in evals for k in e.get("per_type", {})}
+check(types == {"copy", "guess"}, f"per-type breakdowns by the files' types: {sorted(types)}",
+      f"per-type keys {sorted(types)}, want copy and guess")
+check(all(e.get("per_type", {}).get("copy", {}).get("tasks") == 2 for e in evals),
+      "2 copy tasks in each evaluation's breakdown", "copy count in the breakdown is not 2")
+
+# Rounds: an evaluation round holds held-out tasks only, a training round train tasks only.
+mixed, foreign, nheld_rounds = [], [], 0
+for p in sorted(glob.glob(f"{out}/rounds/round-*.jsonl")):
+    tasks = {json.loads(l)["task"] for l in open(p) if l.strip()}
+    foreign += [t for t in tasks if t not in files]
+    if tasks & set(held):
+        nheld_rounds += 1
+        if tasks - set(held):
+            mixed.append(p)
+check(not foreign and not mixed and nheld_rounds == 2,
+      f"the 2 evaluation rounds ran the held-out file only, the others the train file",
+      f"rounds: foreign {foreign[:3]}, mixed {mixed}, {nheld_rounds} held-out rounds")
+btasks = set()
+for p in glob.glob(f"{out}/batches/*.jsonl"):
+    for l in open(p):
+        o = json.loads(l)
+        if o.get("type") == "group" or "task" in o:
+            btasks.add(o.get("task"))
+btasks.discard(None)
+check(btasks and btasks <= set(train), f"batches hold train tasks only ({len(btasks)} of them)",
+      f"batch tasks {sorted(btasks)} not all from the train file")
+sys.exit(1 if fail else 0)
+EOF
+[ $? -eq 0 ] || fail=1
+
+# GRESO prompt histories: keyed by the train file's ids.
+keys=$($R --scan --pattern 'selroll:tt:prompt:*' | sed 's/^selroll:tt:prompt://' | sort)
+train_ids=$("$PY" -c 'import json,sys; [print(json.loads(l)["id"]) for l in open(sys.argv[1]) if l.strip()]' \
+  "$tmp/train.jsonl" | sort)
+if [ -n "$keys" ] && [ -z "$(comm -23 <(echo "$keys") <(echo "$train_ids"))" ]; then
+  ok "GRESO histories in Redis are keyed by the train file's ids: $(echo $keys)"
+else
+  bad "GRESO history keys '$(echo $keys)' are not the train file's ids '$(echo $train_ids)'"
+fi
+
+hits=$(grep -ril household "$out" "$tmp/run.out" "$tmp/run.err" 2>/dev/null)
+[ -z "$hits" ] && ok "nothing in the run's outputs says household" ||
+  bad "household in: $hits ($(grep -rih household $hits | head -2 | cut -c1-200))"
+
+exit $fail
