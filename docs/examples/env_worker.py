@@ -94,13 +94,14 @@ class Worker:
         if not isinstance(m, dict):
             return self.error(ident, None, "bad_message", "not a map")
         rid, t, v = m.get("rid"), m.get("t"), m.get("v")
-        if not isinstance(v, int) or isinstance(v, bool):
-            return self.error(ident, rid, "bad_message", "v: missing or not an integer")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            return self.error(ident, rid, "bad_message", "v: missing, not an integer or below 1")
         if v > VERSION:
             return self.error(ident, rid, "version", "v: unsupported version %d (this side speaks %d)"
                               % (v, VERSION))
-        if t not in ("RESET", "STEP", "CLOSE"):
-            return self.error(ident, rid, "unknown_type", "t: unknown type %r" % (t,))
+        if t not in ("RESET", "STEP", "CLOSE"):  # unknown, or a type of another channel
+            return self.error(ident, rid, "unknown_type",
+                              "an env worker serves RESET, STEP and CLOSE, not %r" % (t,))
         if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
             return self.error(ident, None, "bad_message", "rid: missing or not an unsigned integer")
         sid = m.get("session")

@@ -122,8 +122,13 @@ def errors(c, args):
     expect_error(r, "bad_message", "session of the wrong type")
     c.send_raw(msgpack.packb({"t": "TELEPORT", "v": 1, "rid": 6}))
     expect_error(c.recv(), "unknown_type", "unknown type")
+    c.send_raw(msgpack.packb({"t": "OBS", "v": 1, "rid": 8}))
+    expect_error(c.recv(), "unknown_type", "a known type of another channel, malformed for it")
     c.send_raw(msgpack.packb({"t": "STEP", "v": 99, "rid": 7, "session": "a", "action": "look"}))
     expect_error(c.recv(), "version", "newer version")
+    c.send_raw(msgpack.packb({"t": "STEP", "v": 0, "rid": 9, "session": "a", "action": "look"}))
+    expect_error(c.recv(), "bad_message", "v 0 (versions start at 1)")
+    expect_error(c.request("RESET", session="x"), "bad_message", "RESET without a task")
     expect_error(c.request("STEP", session="nobody", action="look"), "unknown_session",
                  "STEP for an unknown session")
     expect_error(c.request("CLOSE", session="nobody"), "unknown_session",
