@@ -245,8 +245,8 @@ static bool s_pack(s_load_t *L, msgpack_packer *pk, const cJSON *v, int depth)
         }
         size_t n = (size_t)cJSON_GetArraySize(v);
         if (n > PROTO_MAX_LIST) {
-            s_err(L, "%s of %zu entries (the limit is %d)", cJSON_IsObject(v) ? "an object" :
-                  "an array", n, PROTO_MAX_LIST);
+            s_err(L, "%s of %zu entries (the limit is %d)",
+                  cJSON_IsObject(v) ? "an object" : "an array", n, PROTO_MAX_LIST);
             return false;
         }
         if (cJSON_IsObject(v))
@@ -457,8 +457,10 @@ tasks_t *tasks_load_files(const char *spec, char *err, size_t errlen)
     for (char *item = strtok_r(copy, ",", &save); ok && item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         if (!eq || !eq[1] || !s_split_name_ok(item, (size_t)(eq - item))) {
-            snprintf(err, errlen, "'%s' is not SPLIT=PATH (a split is 1..64 characters of "
-                                  "A-Z a-z 0-9 _ . -)", item);
+            snprintf(err, errlen,
+                     "'%s' is not SPLIT=PATH (a split is 1..64 characters of "
+                     "A-Z a-z 0-9 _ . -)",
+                     item);
             ok = false;
             break;
         }
