@@ -497,8 +497,7 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
         s_put_int(&e, "iteration", m->u.policy_version.iteration);
         break;
     case PROTO_RESET:
-        s_header(&e, PROTO_RESET,
-                 4 + m->u.reset.has_seed + (m->u.reset.task_data_len > 0));
+        s_header(&e, PROTO_RESET, 4 + m->u.reset.has_seed + (m->u.reset.task_data_len > 0));
         s_put_uint(&e, "rid", m->u.reset.rid);
         s_put_str(&e, "session", m->u.reset.session, S_ID);
         s_put_str(&e, "task", m->u.reset.task, S_ID);

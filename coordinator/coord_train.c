@@ -221,8 +221,8 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
         cJSON_AddNumberToObject(x, "won", x0->won);
         cJSON_AddNumberToObject(x, "success", (double)x0->won / (double)x0->n);
         if (off < sizeof line)
-            off += (size_t)snprintf(line + off, sizeof line - off, " %s %d/%d", x0->name,
-                                    x0->won, x0->n);
+            off += (size_t)snprintf(line + off, sizeof line - off, " %s %d/%d", x0->name, x0->won,
+                                    x0->n);
     }
     free(e.types);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
