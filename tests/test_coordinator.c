@@ -1364,6 +1364,72 @@ static void task_choice_is_deterministic_and_cycles_the_pool(void **state)
     assert_string_equal(gid, "r0003-g0012");
 }
 
+/* With a task file, the groups' tasks are the file's ids (its first --tasks lines) and every JOB
+ * carries the task's object as task_data; a split the task set lacks is refused. */
+static void a_task_file_gives_the_ids_and_the_jobs_carry_task_data(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    char path[600], spec[700], err[512];
+    snprintf(path, sizeof path, "%s/train.jsonl", f.out);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("{\"id\":\"copy-1\",\"type\":\"copy\",\"word\":\"amber\"}\n"
+          "{\"id\":\"copy-2\",\"type\":\"copy\",\"word\":\"birch\"}\n"
+          "{\"id\":\"never\"}\n",
+          fp);
+    fclose(fp);
+    snprintf(spec, sizeof spec, "train=%s", path);
+    tasks_t *ts = tasks_load_files(spec, err, sizeof err);
+    if (!ts)
+        fail_msg("%s", err);
+
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.task_set = ts;
+    cfg.split = "valid_unseen";
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_string_equal(err, "the file task set has no split 'valid_unseen'");
+    cfg.split = "train";
+    cfg.tasks = 2; /* the first two lines */
+    cfg.groups = 2;
+    cfg.group_size = 1;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    proto_msg_t w, j[2];
+    s_hello(&a, 4, &w);
+    proto_msg_clear(&w);
+    s_credit(&a, 2);
+    bool seen[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        s_expect(&a, PROTO_JOB, &j[i]);
+        const proto_job_t *jb = &j[i].u.job;
+        int k = strcmp(jb->task, "copy-1") == 0 ? 0 : strcmp(jb->task, "copy-2") == 0 ? 1 : -1;
+        if (k < 0)
+            fail_msg("JOB task '%s' is not among the file's first two ids", jb->task);
+        seen[k] = true;
+        const uint8_t *td;
+        size_t tdlen;
+        assert_true(tasks_data(ts, jb->task, &td, &tdlen));
+        assert_int_equal(jb->task_data_len, tdlen);
+        assert_memory_equal(jb->task_data, td, tdlen);
+    }
+    assert_true(seen[0] && seen[1]);
+    for (int i = 0; i < 2; i++) {
+        s_result(&a, &j[i].u.job, "done", 1.0);
+        s_expect_ack(&a, &j[i].u.job, true);
+    }
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    for (int i = 0; i < 2; i++)
+        proto_msg_clear(&j[i]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+    tasks_destroy(&ts);
+}
+
 static void bad_configuration_is_refused_with_a_reason(void **state)
 {
     (void)state;
@@ -1406,6 +1472,7 @@ static int group_teardown(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(hello_credit_job_result_flow_completes_the_round),
+    cmocka_unit_test(a_task_file_gives_the_ids_and_the_jobs_carry_task_data),
     cmocka_unit_test(never_more_jobs_in_flight_than_credit),
     cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
