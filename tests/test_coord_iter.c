@@ -712,6 +712,34 @@ static void bad_training_configuration_is_refused_with_a_reason(void **state)
     assert_null(coord_train_new(&tc, err, sizeof err));
     assert_non_null(strstr(err, "batch groups"));
     assert_null(coord_train_new(NULL, NULL, 0));
+
+    /* A file task set must hold the train split, and the held-out one when evaluations run. */
+    char dir[] = "/tmp/test_coord_iter-XXXXXX", path[64], spec[96], terr[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/t.jsonl", dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("{\"id\":\"a\"}\n{\"id\":\"b\"}\n", fp);
+    fclose(fp);
+    snprintf(spec, sizeof spec, "train=%s", path);
+    tasks_t *ts = tasks_load_files(spec, terr, sizeof terr);
+    assert_non_null(ts);
+    coord_train_cfg_init(&tc);
+    tc.task_set = ts;
+    assert_null(coord_train_new(&tc, err, sizeof err));
+    assert_string_equal(err, "the file task set has no split 'valid_unseen' (the held-out split)");
+    tc.eval_tasks = 0;
+    tc.train_split = "other";
+    assert_null(coord_train_new(&tc, err, sizeof err));
+    assert_string_equal(err, "the file task set has no split 'other' (the train split)");
+    tc.train_split = "train";
+    coord_train_t *ok = coord_train_new(&tc, err, sizeof err); /* a pool of 2, not 100 */
+    assert_non_null(ok);
+    coord_train_destroy(&ok);
+    tasks_destroy(&ts);
+    unlink(path);
+    rmdir(dir);
+
     coord_train_t *t = NULL;
     coord_train_destroy(&t);
     coord_train_destroy(NULL);
