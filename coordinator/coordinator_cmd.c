@@ -80,7 +80,8 @@ int coordinator_main(int argc, char **argv)
         {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "8", .min = 1,
          .max = 64, .help = "trajectories per group (G)"},
         {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
-         .max = 100000000, .help = "size of the task pool the groups are drawn from"},
+         .max = 100000000, .help = "size of the task pool the groups are drawn from (with --tasks-file: the "
+                 "split's first N lines, all of them when fewer)"},
         {.name = "split", .kind = CFG_STRING, .dst = &o.split, .def = "train",
          .help = "task split the groups (and the training loop's train pool) come from"},
         {.name = "tasks-file", .kind = CFG_STRING, .dst = &o.tasks_file,

@@ -611,7 +611,9 @@ int run_main(int argc, char **argv)
          .max = 1000000, .help = "training: held-out evaluation every N iterations (and at 0 and "
                                  "the end)"},
         {.name = "eval-tasks", .kind = CFG_INT, .dst = &o.eval_tasks, .def = "48", .min = 0,
-         .max = 100000, .help = "training: held-out tasks per evaluation, greedy, one episode each"},
+         .max = 100000,
+         .help = "training: held-out tasks per evaluation, greedy, one episode each (with "
+                 "--tasks-file: the held-out file's first N, all of them when fewer)"},
         {.name = "eval-split", .kind = CFG_STRING, .dst = &o.eval_split, .def = "valid_unseen",
          .help = "training: held-out split"},
         {.name = "trainer", .kind = CFG_STRING, .dst = &o.trainer, .def = "builtin",
@@ -631,7 +633,9 @@ int run_main(int argc, char **argv)
         {.name = "group-size", .kind = CFG_INT, .dst = &o.group_size, .def = "8", .min = 1,
          .max = 64, .help = "trajectories per group (G)"},
         {.name = "tasks", .kind = CFG_INT, .dst = &o.tasks, .def = "100", .min = 1,
-         .max = 1000000, .help = "size of the training task pool"},
+         .max = 1000000,
+         .help = "size of the training task pool (with --tasks-file: the train file's first N "
+                 "lines, all of them when fewer)"},
         {.name = "tasks-file", .kind = CFG_STRING, .dst = &o.tasks_file,
          .metavar = "SPLIT=PATH[,...]",
          .help = "the task set: a JSONL file per split (train=PATH,valid_unseen=PATH...), one "
