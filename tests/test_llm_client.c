@@ -503,8 +503,12 @@ static char *s_ref_body(const llm_chat_t *req)
             if (req->stop[i])
                 cJSON_AddItemToArray(stop, cJSON_CreateString(req->stop[i]));
     }
-    if (req->has_seed)
-        cJSON_AddNumberToObject(root, "seed", (double)req->seed);
+    if (req->has_seed) {
+        /* an exact integer, which cJSON's number printer (a double) cannot give */
+        char num[24];
+        snprintf(num, sizeof num, "%lld", (long long)(req->seed & LLM_SEED_MAX));
+        cJSON_AddRawToObject(root, "seed", num);
+    }
     if (req->logprobs)
         cJSON_AddTrueToObject(root, "logprobs");
     cJSON_AddNumberToObject(root, "n", 1);
