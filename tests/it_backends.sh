@@ -128,6 +128,31 @@ print("ok   sglang: the answering model Qwen/Qwen3-8B recorded on every step")')
   [ "$n" = 1 ] && ok "sglang: the model mismatch warned once" || bad "sglang: mismatch warned $n times"
 fi
 
+# --- the built-in policy server: the template passes the model check, answers say their version --
+SP=
+OUT="$T/builtin"
+timeout 60 "$S" run --run builtin --out "$OUT" --groups 1 --iters 1 --group-size 2 --actors 1 \
+  --slots 4 --env-workers 1 --max-steps 3 --no-gate --http off \
+  --actor-args "--model selroll-policy-v{version}" >"$T/builtin.out" 2>"$T/builtin.err"
+rc=$?
+if [ $rc -eq 0 ]; then
+  out=$("$PY" - "$OUT/rounds/round-0.jsonl" <<'PYEOF'
+import json, sys
+steps = [s for l in open(sys.argv[1]) for s in json.loads(l)["steps"]]
+good = steps and all(s.get("served_version") == 0 and s.get("model") == "selroll-policy-v0"
+                     for s in steps)
+print(("ok   builtin: %d steps say served_version 0 under selroll-policy-v0" if good else
+       "FAIL builtin: served version or model missing: %s") % (len(steps) if good else steps[:1]))
+PYEOF
+)
+  echo "$out"; [[ $out == ok* ]] || fail=1
+  grep -q "model check: .* serves selroll-policy-v0" "$OUT/logs/actor-1.log" \
+    && ok "builtin: the {version} template passed the model check" || bad "builtin: no model check line"
+else
+  bad "builtin: selroll run exit $rc: $(tail -3 "$T/builtin.err")"
+fi
+stub sglang2 --flavor sglang --model Qwen/Qwen3-8B
+
 # --- the model check refuses a model the server does not list ----------------------------------
 ep="tcp://127.0.0.1:$(free_port)"
 for model in qwen-typo 'Qwen/Qwen3-8B-v{version}'; do
