@@ -101,7 +101,7 @@ enum { STATE_HELLO = 0, STATE_READY };
 struct actor {
     /* Configuration (owned copies). */
     char *coordinator, *id, *policy_url, *model, *api_key;
-    bool model_check;       /* GET /v1/models before the first JOB is taken */
+    bool model_check;       /* GET /v1/models when the loop starts (beside HELLO) */
     llm_request_t *models_req;
     int models_timer, models_tries;
     bool model_warned;      /* a mismatch of the answering model was logged */
@@ -1533,10 +1533,11 @@ static void s_before_sleep(reactor_t *r, void *arg)
  * for them (the coordinator re-queues the jobs of an actor that says BYE drain=false). */
 /* ---- the model check ---------------------------------------------------------------------- */
 
-/* GET /v1/models is asked again this often while the policy server is not reachable yet (it may
- * start beside the actor), at most this many times. */
+/* GET /v1/models is asked again this often while the policy server is not reachable or not ready
+ * (it may start beside the actor, or still load its model: connection refused, 5xx, 429); a
+ * warning is logged on the first such failure and every ACTOR_MODEL_CHECK_WARN_EVERY after. */
 #define ACTOR_MODEL_CHECK_RETRY_MS 1000
-#define ACTOR_MODEL_CHECK_TRIES 30
+#define ACTOR_MODEL_CHECK_WARN_EVERY 30
 
 static void s_models_ask(actor_t *a);
 
@@ -1562,7 +1563,12 @@ static void s_models_done(const llm_response_t *resp, void *arg)
     char *url = llm_models_url(a->policy_url);
     char why[900];
     if (resp->rc != SR_OK) {
-        if (resp->http_status == 0 && ++a->models_tries < ACTOR_MODEL_CHECK_TRIES) {
+        bool transient = resp->http_status == 0 || resp->http_status >= 500 ||
+                         resp->http_status == 429;
+        if (transient) {
+            if (a->models_tries++ % ACTOR_MODEL_CHECK_WARN_EVERY == 0)
+                log_warn("actor %s: model check: GET %s: %s; asking again every %d ms", a->id,
+                         url, resp->error, ACTOR_MODEL_CHECK_RETRY_MS);
             a->models_timer = reactor_timer_add(a->r, ACTOR_MODEL_CHECK_RETRY_MS, 0,
                                                 s_models_timer_cb, a);
         } else {

@@ -171,4 +171,25 @@ apid=$!
 sleep 1
 if kill -0 $apid 2>/dev/null; then ok "model check: --no-model-check skips it"; else bad "model check: --no-model-check still stopped"; fi
 kill $apid; wait $apid 2>/dev/null
+
+# --- a policy server that is not up yet: the check waits for it, then refuses -----------------
+lp=$(free_port)
+"$S" actor --coordinator "$ep" --welcome-timeout-ms 0 --policy "http://127.0.0.1:$lp" \
+  --model qwen-typo --log-level warn >/dev/null 2>"$T/late.err" &
+apid=$!
+sleep 1.5
+if kill -0 $apid 2>/dev/null && grep -q "model check: GET .*asking again every 1000 ms" "$T/late.err"; then
+  "$PY" tests/stub_openai.py --flavor vllm --port "$lp" 2>/dev/null &
+  pids+=($!)
+  for _ in $(seq 100); do kill -0 $apid 2>/dev/null || break; sleep 0.1; done
+  wait $apid; rc=$?
+  if [ $rc -eq 1 ] && grep -q "does not serve model 'qwen-typo'" "$T/late.err"; then
+    ok "model check: waited for a late server, then refused the model"
+  else
+    bad "model check: late server: rc=$rc $(tail -2 "$T/late.err")"
+  fi
+else
+  bad "model check: an unreachable server stopped the actor: $(tail -2 "$T/late.err")"
+  kill $apid 2>/dev/null; wait $apid 2>/dev/null
+fi
 exit $fail
