@@ -30,6 +30,8 @@
 #include "common/sr.h"
 #include "common/transport.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,7 @@ typedef struct slot {
     double reward;
     bool won;
     int64_t llm_calls, prompt_tokens, completion_tokens;
+    int64_t usage_unknown_steps;
 } slot_t;
 
 typedef struct {
@@ -98,6 +101,10 @@ enum { STATE_HELLO = 0, STATE_READY };
 struct actor {
     /* Configuration (owned copies). */
     char *coordinator, *id, *policy_url, *model, *api_key;
+    bool model_check;       /* GET /v1/models when the loop starts (beside HELLO) */
+    llm_request_t *models_req;
+    int models_timer, models_tries;
+    bool model_warned;      /* a mismatch of the answering model was logged */
     char **env_override;
     size_t n_env_override;
     bool local_envs;   /* env workers in this process (local_env_workers): WELCOME's unused */
@@ -195,6 +202,9 @@ static const struct {
     {STAT_IDX(running), "selroll_actor_running", "Episodes running.", true},
     {STAT_IDX(max_running), "selroll_actor_max_running", "Most episodes running at once.", true},
     {STAT_IDX(unacked), "selroll_actor_unacked_results", "RESULTs waiting for an ack.", true},
+    {STAT_IDX(llm_throttled), "selroll_actor_llm_throttled_total", "Policy answers 429 or 503 (retried).", false},
+    {STAT_IDX(usage_unknown), "selroll_actor_usage_unknown_total", "Policy answers without usage.", false},
+    {STAT_IDX(model_mismatch), "selroll_actor_model_mismatch_total", "Policy answers from another model than requested.", false},
 };
 
 #define ST_ADD(a, field, n) metrics_counter_add((a)->ctr[STAT_IDX(field)], (double)(n))
@@ -429,6 +439,8 @@ static void s_step_clear(proto_result_step_t *st)
     free((char *)st->action);
     free((char *)st->raw);
     free((char *)st->obs);
+    free((char *)st->reasoning);
+    free((char *)st->model);
     for (size_t k = 0; k < st->messages_len; k++) {
         free((char *)st->messages[k].role);
         free((char *)st->messages[k].content);
@@ -493,6 +505,7 @@ static void s_send_result(actor_t *a, const slot_t *s, const char *status, const
     res->llm_calls = s->llm_calls;
     res->prompt_tokens = s->prompt_tokens;
     res->completion_tokens = s->completion_tokens;
+    res->usage_unknown_steps = SR_MIN(s->usage_unknown_steps, (int64_t)PROTO_MAX_STEPS);
     int64_t wall = clock_mono_ms() - s->start_ms;
     res->wall_ms = wall > 0 ? wall : 0;
     res->error = error;
@@ -944,11 +957,77 @@ cleanup:
 
 /* ---- the policy ------------------------------------------------------------------------------- */
 
+/* s_requested_model writes the model name asked for at policy version v: the template's
+ * "{version}" replaced by v ("selroll-policy-v{version}" -> "selroll-policy-v3"). */
+static void s_requested_model(const actor_t *a, int64_t v, char *out, size_t n)
+{
+    const char *ph = strstr(a->model, "{version}");
+    if (ph)
+        snprintf(out, n, "%.*s%lld%s", (int)(ph - a->model), a->model, (long long)v,
+                 ph + strlen("{version}"));
+    else
+        snprintf(out, n, "%s", a->model);
+}
+
+/* s_version_in reads the N of a name of the form <prefix>N<suffix> into *v. */
+static bool s_version_in(const char *name, const char *prefix, size_t plen, const char *suffix,
+                         int64_t *v)
+{
+    if (!name || strncmp(name, prefix, plen) != 0 || !isdigit((unsigned char)name[plen]))
+        return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(name + plen, &end, 10);
+    if (errno || strcmp(end, suffix) != 0)
+        return false;
+    *v = x;
+    return true;
+}
+
+/* s_template_matches tells whether name is the model template with some version in it. */
+static bool s_template_matches(const actor_t *a, const char *name, int64_t *v)
+{
+    const char *ph = strstr(a->model, "{version}");
+    int64_t dummy;
+    return ph && s_version_in(name, a->model, (size_t)(ph - a->model), ph + strlen("{version}"),
+                              v ? v : &dummy);
+}
+
+/* s_record_model records the answering model and, when it can be told, the policy version that
+ * answered: the built-in server's system_fingerprint "selroll-policy-v<N>", else the version in
+ * a model name of the template's form. A model other than the one requested is counted and
+ * logged once per actor. */
+static void s_record_model(actor_t *a, slot_t *s, const llm_response_t *resp)
+{
+    proto_result_step_t *cur = &s->cur;
+    char want[512];
+    s_requested_model(a, s->job.u.job.policy_version, want, sizeof want);
+    if (resp->model)
+        cur->model = s_strdup_max(resp->model, PROTO_MAX_ID);
+    int64_t v;
+    if (s_version_in(resp->system_fingerprint, "selroll-policy-v", 16, "", &v) ||
+        s_template_matches(a, resp->model, &v)) {
+        cur->has_served_version = true;
+        cur->served_version = v;
+    }
+    if (resp->model && strcmp(resp->model, want) != 0) {
+        ST_INC(a, model_mismatch);
+        if (!a->model_warned) {
+            a->model_warned = true;
+            log_warn("actor %s: policy %s answered as model '%s' where '%s' was requested "
+                     "(logged once; selroll_actor_model_mismatch_total counts them)",
+                     a->id, a->policy_url, resp->model, want);
+        }
+    }
+}
+
 static void s_llm_done(const llm_response_t *resp, void *arg)
 {
     slot_t *s = arg;
     actor_t *a = s->a;
     s->req = NULL;
+    if (resp->throttled > 0)
+        ST_ADD(a, llm_throttled, resp->throttled);
     if (resp->rc != SR_OK) {
         ST_INC(a, llm_failed);
         char why[512];
@@ -956,13 +1035,23 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
         s_slot_finish(s, "failed", why);
         return;
     }
+    /* The action comes from the content only; reasoning beside it is recorded, not searched. */
     extract_result_t ex;
     extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
     proto_result_step_t *cur = &s->cur;
     cur->action = s_strdup_max(ex.action, PROTO_MAX_ACTION);
     cur->raw = s_strdup_max(resp->content, PROTO_MAX_TEXT);
+    cur->text_truncated = strlen(resp->content) >= PROTO_MAX_TEXT;
+    if (resp->reasoning) {
+        cur->reasoning = s_strdup_max(resp->reasoning, PROTO_MAX_TEXT);
+        cur->text_truncated |= strlen(resp->reasoning) >= PROTO_MAX_TEXT;
+    }
+    cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;
+    cur->reasoning_tokens = resp->reasoning_tokens >= 0 ? resp->reasoning_tokens : 0;
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
+    s_record_model(a, s, resp);
+    cur->usage_unknown = resp->prompt_tokens < 0 || resp->completion_tokens < 0;
     cur->prompt_tokens = resp->prompt_tokens > 0 ? resp->prompt_tokens : 0;
     cur->completion_tokens = resp->completion_tokens > 0 ? resp->completion_tokens : 0;
     cur->has_logprob = resp->has_logprob;
@@ -972,6 +1061,10 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     s->completion_tokens += cur->completion_tokens;
     ST_ADD(a, prompt_tokens, cur->prompt_tokens);
     ST_ADD(a, completion_tokens, cur->completion_tokens);
+    if (cur->usage_unknown) {
+        s->usage_unknown_steps++;
+        ST_INC(a, usage_unknown);
+    }
     if (cur->format_error)
         ST_INC(a, format_errors);
 
@@ -1003,14 +1096,9 @@ static void s_llm_ask(actor_t *a, slot_t *s)
     prompt_messages_t pm = {0};
     prompt_render(a->prompt, &ps, &pm);
     /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
-     * rollouts are exactly on-policy ("selroll-policy-v{version}" -> "selroll-policy-v3"). */
+     * rollouts are exactly on-policy. */
     char model[512];
-    const char *ph = strstr(a->model, "{version}");
-    if (ph)
-        snprintf(model, sizeof model, "%.*s%lld%s", (int)(ph - a->model), a->model,
-                 (long long)j->policy_version, ph + strlen("{version}"));
-    else
-        snprintf(model, sizeof model, "%s", a->model);
+    s_requested_model(a, j->policy_version, model, sizeof model);
     llm_message_t msgs[2];
     size_t n = 0;
     if (pm.system)
@@ -1445,9 +1533,87 @@ static void s_before_sleep(reactor_t *r, void *arg)
 
 /* s_shutdown aborts what still runs: LLM requests, env sessions (CLOSE); no RESULTs are made
  * for them (the coordinator re-queues the jobs of an actor that says BYE drain=false). */
+/* ---- the model check ---------------------------------------------------------------------- */
+
+/* GET /v1/models is asked again this often while the policy server is not reachable or not ready
+ * (it may start beside the actor, or still load its model: connection refused, 5xx, 429); a
+ * warning is logged on the first such failure and every ACTOR_MODEL_CHECK_WARN_EVERY after. */
+#define ACTOR_MODEL_CHECK_RETRY_MS 1000
+#define ACTOR_MODEL_CHECK_WARN_EVERY 30
+
+static void s_models_ask(actor_t *a);
+
+static void s_models_timer_cb(reactor_t *r, int id, void *arg)
+{
+    actor_t *a = arg;
+    a->models_timer = 0;
+    s_models_ask(a);
+}
+
+/* s_models_fail stops actor_run with the one line in why. */
+static void s_models_fail(actor_t *a, const char *why)
+{
+    a->run_rc = SR_ENOTFOUND;
+    snprintf(a->err, sizeof a->err, "%.440s (--no-model-check skips the check)", why);
+    reactor_stop(a->r);
+}
+
+static void s_models_done(const llm_response_t *resp, void *arg)
+{
+    actor_t *a = arg;
+    a->models_req = NULL;
+    char *url = llm_models_url(a->policy_url);
+    char why[900];
+    if (resp->rc != SR_OK) {
+        bool transient = resp->http_status == 0 || resp->http_status >= 500 ||
+                         resp->http_status == 429;
+        if (transient) {
+            if (a->models_tries++ % ACTOR_MODEL_CHECK_WARN_EVERY == 0)
+                log_warn("actor %s: model check: GET %s: %s; asking again every %d ms", a->id,
+                         url, resp->error, ACTOR_MODEL_CHECK_RETRY_MS);
+            a->models_timer = reactor_timer_add(a->r, ACTOR_MODEL_CHECK_RETRY_MS, 0,
+                                                s_models_timer_cb, a);
+        } else {
+            snprintf(why, sizeof why, "model check: GET %s: %s", url, resp->error);
+            s_models_fail(a, why);
+        }
+        free(url);
+        return;
+    }
+    bool templ = strstr(a->model, "{version}") != NULL;
+    for (size_t i = 0; i < resp->n_models; i++) {
+        if (templ ? s_template_matches(a, resp->models[i], NULL)
+                  : strcmp(resp->models[i], a->model) == 0) {
+            log_info("actor %s: model check: %s serves %s", a->id, url, resp->models[i]);
+            free(url);
+            return;
+        }
+    }
+    char list[300] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < resp->n_models && o + 1 < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", resp->models[i]);
+    snprintf(why, sizeof why, "model check: %s does not serve model '%s'%s (it serves: %s)", url,
+             a->model, templ ? " at any version" : "", resp->n_models ? list : "nothing");
+    free(url);
+    s_models_fail(a, why);
+}
+
+static void s_models_ask(actor_t *a)
+{
+    a->models_req = llm_client_models(a->llm, s_models_done, a);
+    if (!a->models_req)
+        s_models_fail(a, "model check: the request could not be started");
+}
+
 static void s_shutdown(actor_t *a)
 {
     s_pub_flush(a);
+    llm_request_abort(a->models_req);
+    a->models_req = NULL;
+    if (a->models_timer > 0)
+        reactor_timer_cancel(a->r, a->models_timer);
+    a->models_timer = 0;
     for (int i = 0; i < a->slots_n; i++) {
         slot_t *s = &a->slots[i];
         if (s->state == SLOT_FREE)
@@ -1478,6 +1644,11 @@ int actor_run(actor_t *a)
     a->err[0] = '\0';
     if (a->catch_signals)
         reactor_catch_signals(a->r);
+    /* The model check runs beside registration: its answer stops the loop when the model is
+     * not served (a JOB taken meanwhile would fail on the same answer anyway). */
+    a->models_tries = 0;
+    if (a->model_check)
+        s_models_ask(a);
     s_begin_hello(a);
     if (a->welcome_timeout_ms > 0)
         a->welcome_timer = reactor_timer_add(a->r, a->welcome_timeout_ms, 0, s_welcome_timer_cb, a);
@@ -1686,6 +1857,7 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
     a->hello_retry_ms = cfg->hello_retry_ms;
     a->drain_ack_ms = cfg->drain_ack_ms;
     a->record_messages = cfg->record_messages;
+    a->model_check = cfg->model_check;
     a->catch_signals = cfg->catch_signals;
     a->drain_on_term = cfg->drain_on_term;
     a->lease_ms = 10000;
@@ -1732,6 +1904,7 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
         .api_key = a->api_key,
         .timeout_ms = cfg->llm_timeout_ms,
         .max_retries = cfg->llm_retries > 0 ? cfg->llm_retries : -1,
+        .max_response_bytes = cfg->llm_max_response_bytes,
     };
     llm_io_hooks_t hooks = {.watch_fd = s_hook_watch, .unwatch_fd = s_hook_unwatch,
                             .set_timer = s_hook_timer};

@@ -62,6 +62,9 @@ typedef struct {
     long llm_timeout_ms;      /* one LLM attempt */
     int llm_retries;          /* LLM retries on connection errors and 5xx (0 = none) */
     bool record_messages;     /* put the chat messages of every step into RESULTs */
+    bool model_check;         /* actor_run first asks GET <policy>/v1/models and fails when the
+                               * model is not listed (actor_cfg_init: false; the command: true) */
+    size_t llm_max_response_bytes; /* policy answers larger than this fail (0: 8 MiB) */
     int welcome_timeout_ms;   /* actor_run fails when no WELCOME arrives in this time (0: wait forever) */
     int hello_retry_ms;       /* HELLO is sent again at this period until a WELCOME arrives */
     int drain_ack_ms;         /* after a drain, how long to wait for the last RESULT_ACKs */
@@ -105,6 +108,9 @@ typedef struct {
     uint64_t running;           /* episodes running now (a gauge) */
     uint64_t max_running;       /* the most episodes ever running at once */
     uint64_t unacked;           /* RESULTs kept waiting for an ack now (a gauge) */
+    uint64_t llm_throttled;     /* policy answers 429 or 503 (each attempt; retried) */
+    uint64_t usage_unknown;     /* answers without usage: their token counts are unknown */
+    uint64_t model_mismatch;    /* answers whose model is not the one requested */
 } actor_stats_t;
 
 typedef struct actor actor_t;

@@ -49,8 +49,8 @@ int actor_main(int argc, char **argv)
     static struct {
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
-        int log_level, local_envw, action_batch_ms;
-        bool record_messages, drain_on_term, drain;
+        int log_level, local_envw, action_batch_ms, llm_max_response_bytes;
+        bool record_messages, drain_on_term, drain, model_check;
     } o;
     cfg_option_t opts[] = {
         {.name = "coordinator", .kind = CFG_STRING, .dst = &o.coordinator, .required = true,
@@ -80,7 +80,16 @@ int actor_main(int argc, char **argv)
         {.name = "llm-timeout-ms", .kind = CFG_INT, .dst = &o.llm_timeout_ms, .def = "30000", .min = 1,
          .max = 3600000, .help = "time limit of one policy request attempt"},
         {.name = "llm-retries", .kind = CFG_INT, .dst = &o.llm_retries, .def = "3", .min = 0, .max = 100,
-         .help = "policy retries on connection errors and HTTP 5xx"},
+         .help = "policy retries on connection errors, HTTP 5xx and 429 (Retry-After honoured, "
+                 "at most 30 s)"},
+        {.name = "llm-max-response-bytes", .kind = CFG_INT, .dst = &o.llm_max_response_bytes,
+         .def = "8388608", .min = 4096, .max = 1073741824, .metavar = "BYTES",
+         .help = "a policy answer larger than this fails the episode (a 12k-token answer with "
+                 "logprobs is about 3 MB)"},
+        {.name = "model-check", .kind = CFG_BOOL, .dst = &o.model_check, .def = "true",
+         .help = "GET <policy>/v1/models at start and stop with one line when --model is not "
+                 "listed (a {version} template needs some version listed); --no-model-check "
+                 "skips it"},
         {.name = "welcome-timeout-ms", .kind = CFG_INT, .dst = &o.welcome_timeout_ms, .def = "10000",
          .min = 0, .max = 86400000, .help = "give up when the coordinator does not answer (0 = wait)"},
         {.name = "action-batch-ms", .kind = CFG_INT, .dst = &o.action_batch_ms, .def = "5", .min = 0,
@@ -131,6 +140,8 @@ int actor_main(int argc, char **argv)
     ac.action_batch_ms = o.action_batch_ms;
     ac.llm_timeout_ms = o.llm_timeout_ms;
     ac.llm_retries = o.llm_retries;
+    ac.llm_max_response_bytes = (size_t)o.llm_max_response_bytes;
+    ac.model_check = o.model_check;
     ac.welcome_timeout_ms = o.welcome_timeout_ms;
     ac.record_messages = o.record_messages;
     ac.drain_on_term = o.drain_on_term || o.drain;

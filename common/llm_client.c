@@ -26,8 +26,12 @@
 
 struct llm_parsed {
     char *content;
+    char *reasoning;
     char *finish_reason;
     char *model;
+    char *fingerprint;
+    char **models;
+    size_t n_models;
 };
 
 struct llm_request {
@@ -37,9 +41,11 @@ struct llm_request {
     char *resp;
     size_t resp_len, resp_cap;
     bool too_big;
+    bool models; /* a GET /v1/models: its easy handle is not kept for chat requests */
     bool in_multi;
     bool completing;
     int attempts;
+    int throttled;
     int64_t t_start_us;
     int64_t retry_due_ms; /* -1 when not waiting for a retry */
     llm_done_cb cb;
@@ -52,6 +58,7 @@ struct llm_client {
     CURLM *multi;
     llm_client_cfg_t cfg;
     char *url;
+    char *models_url;
     char *auth_header;
     struct curl_slist *headers;
     llm_io_hooks_t hooks;
@@ -141,6 +148,19 @@ char *llm_chat_url(const char *base_url)
     return url;
 }
 
+char *llm_models_url(const char *base_url)
+{
+    char *chat = llm_chat_url(base_url);
+    if (!chat)
+        return NULL;
+    size_t len = strlen(chat) - strlen("/chat/completions");
+    size_t n = len + sizeof "/models";
+    char *url = sr_xmalloc(n);
+    snprintf(url, n, "%.*s/models", (int)len, chat);
+    free(chat);
+    return url;
+}
+
 char *llm_chat_body(const llm_chat_t *req)
 {
     if (!req || !req->messages || req->n_messages == 0)
@@ -199,8 +219,10 @@ char *llm_chat_body(const llm_chat_t *req)
         jsonw_lit(&w, "]");
     }
     if (req->has_seed) {
-        jsonw_lit(&w, ",\"seed\":");
-        jsonw_num(&w, (double)req->seed);
+        /* an exact integer: a double loses the low bits, and Ollama's decoder refuses it */
+        char num[40];
+        int n = snprintf(num, sizeof num, ",\"seed\":%lld", (long long)(req->seed & LLM_SEED_MAX));
+        jsonw_raw(&w, num, (size_t)n);
     }
     if (req->logprobs)
         jsonw_lit(&w, ",\"logprobs\":true");
@@ -281,8 +303,13 @@ void llm_parsed_free(llm_parsed_t **store)
     if (!store || !*store)
         return;
     free((*store)->content);
+    free((*store)->reasoning);
     free((*store)->finish_reason);
     free((*store)->model);
+    free((*store)->fingerprint);
+    for (size_t i = 0; i < (*store)->n_models; i++)
+        free((*store)->models[i]);
+    free((*store)->models);
     free(*store);
     *store = NULL;
 }
@@ -303,10 +330,13 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         return SR_EINVAL;
     *store = NULL;
     out->content = NULL;
+    out->reasoning = NULL;
     out->finish_reason = NULL;
     out->model = NULL;
+    out->system_fingerprint = NULL;
     out->prompt_tokens = -1;
     out->completion_tokens = -1;
+    out->reasoning_tokens = -1;
     out->has_logprob = false;
     out->logprob_sum = 0;
     out->error[0] = '\0';
@@ -361,6 +391,15 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     }
     st = sr_xcalloc(1, sizeof *st);
     st->content = sr_xstrdup(cJSON_IsString(content) && content->valuestring ? content->valuestring : "");
+    /* reasoning_content: llama.cpp, SGLang and older vLLM; reasoning: Ollama and newer vLLM */
+    const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(message, "reasoning_content");
+    if (!cJSON_IsString(reasoning))
+        reasoning = cJSON_GetObjectItemCaseSensitive(message, "reasoning");
+    if (cJSON_IsString(reasoning) && reasoning->valuestring && reasoning->valuestring[0])
+        st->reasoning = sr_xstrdup(reasoning->valuestring);
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(root, "system_fingerprint");
+    if (cJSON_IsString(fp) && fp->valuestring)
+        st->fingerprint = sr_xstrdup(fp->valuestring);
     const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
     if (cJSON_IsString(finish) && finish->valuestring)
         st->finish_reason = sr_xstrdup(finish->valuestring);
@@ -372,6 +411,9 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     if (cJSON_IsObject(usage)) {
         out->prompt_tokens = s_int_field(usage, "prompt_tokens");
         out->completion_tokens = s_int_field(usage, "completion_tokens");
+        const cJSON *det = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens_details");
+        if (cJSON_IsObject(det))
+            out->reasoning_tokens = s_int_field(det, "reasoning_tokens");
     }
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(choice, "logprobs");
     const cJSON *lpc = cJSON_IsObject(lp) ? cJSON_GetObjectItemCaseSensitive(lp, "content") : NULL;
@@ -391,8 +433,10 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         out->logprob_sum = any ? sum : 0;
     }
     out->content = st->content;
+    out->reasoning = st->reasoning;
     out->finish_reason = st->finish_reason;
     out->model = st->model;
+    out->system_fingerprint = st->fingerprint;
     *store = st;
     st = NULL;
     rc = SR_OK;
@@ -401,6 +445,39 @@ cleanup:
     llm_parsed_free(&st);
     cJSON_Delete(root);
     return rc;
+}
+
+int llm_parse_models_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
+{
+    if (!out || !store)
+        return SR_EINVAL;
+    *store = NULL;
+    out->models = NULL;
+    out->n_models = 0;
+    out->error[0] = '\0';
+    cJSON *root = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    const cJSON *data = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "data") : NULL;
+    if (!cJSON_IsArray(data)) {
+        sr_fmt(out->error, sizeof out->error, "%s", root ? "model list has no data array"
+                                                         : "model list is not JSON");
+        cJSON_Delete(root);
+        return SR_EPROTO;
+    }
+    llm_parsed_t *st = sr_xcalloc(1, sizeof *st);
+    int n = cJSON_GetArraySize(data);
+    st->models = sr_xcalloc((size_t)n + 1, sizeof *st->models);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, data)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (cJSON_IsString(id) && id->valuestring)
+            st->models[st->n_models++] = sr_xstrdup(id->valuestring);
+    }
+    cJSON_Delete(root);
+    out->models = (const char *const *)st->models;
+    out->n_models = st->n_models;
+    *store = st;
+    return SR_OK;
 }
 
 /* ---- request lifecycle --------------------------------------------------------------------- */
@@ -435,7 +512,9 @@ static void s_req_free(llm_request_t *r)
     c->pending--;
     if (r->retry_due_ms >= 0)
         c->waiting--;
-    if (c->n_idle < LLM_MAX_IDLE_EASY) {
+    if (r->models) {
+        curl_easy_cleanup(r->easy);
+    } else if (c->n_idle < LLM_MAX_IDLE_EASY) {
         if (c->n_idle % 64 == 0)
             c->idle = sr_xrealloc(c->idle, (c->n_idle + 64) * sizeof *c->idle);
         c->idle[c->n_idle++] = r->easy;
@@ -473,6 +552,7 @@ static void s_complete(llm_request_t *r, llm_response_t *resp)
 {
     llm_client_t *c = r->c;
     resp->attempts = r->attempts;
+    resp->throttled = r->throttled;
     resp->latency_ms = (double)(s_now_us() - r->t_start_us) / 1000.0;
     if (resp->rc == SR_OK)
         c->stats.succeeded++;
@@ -497,7 +577,8 @@ static void s_start_attempt(llm_request_t *r)
     r->attempts++;
     CURLMcode mc = curl_multi_add_handle(r->c->multi, r->easy);
     if (mc != CURLM_OK) {
-        llm_response_t resp = {.rc = SR_EIO, .prompt_tokens = -1, .completion_tokens = -1};
+        llm_response_t resp = {.rc = SR_EIO, .prompt_tokens = -1, .completion_tokens = -1,
+                               .reasoning_tokens = -1};
         sr_fmt(resp.error, sizeof resp.error, "curl refused the request: %s", curl_multi_strerror(mc));
         s_complete(r, &resp);
         return;
@@ -540,9 +621,11 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
     curl_multi_remove_handle(c->multi, r->easy);
     r->in_multi = false;
 
-    llm_response_t resp = {.rc = SR_OK, .http_status = http, .prompt_tokens = -1, .completion_tokens = -1};
+    llm_response_t resp = {.rc = SR_OK, .http_status = http, .prompt_tokens = -1,
+                           .completion_tokens = -1, .reasoning_tokens = -1};
     llm_parsed_t *store = NULL;
     bool retry = false;
+    int64_t wait_ms = 0; /* at least this long before a retry (Retry-After) */
     char msg[160];
     if (cc != CURLE_OK) {
         if (r->too_big) {
@@ -569,10 +652,19 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
             sr_fmt(resp.error, sizeof resp.error, "HTTP %ld: %s", http, msg);
         else
             sr_fmt(resp.error, sizeof resp.error, "HTTP %ld", http);
-        retry = http >= 500;
+        retry = http >= 500 || http == 429;
+        if (http == 429 || http == 503) {
+            c->stats.throttled++;
+            r->throttled++;
+            curl_off_t after = -1;
+            if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0)
+                wait_ms = SR_MIN((int64_t)after * 1000, (int64_t)c->cfg.retry_after_max_ms);
+        }
     } else if (ctype && !s_is_json_type(ctype)) {
         resp.rc = SR_EPROTO;
         sr_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
+    } else if (r->models) {
+        resp.rc = llm_parse_models_response(r->resp, r->resp_len, &resp, &store);
     } else {
         resp.rc = llm_parse_chat_response(r->resp, r->resp_len, &resp, &store);
     }
@@ -584,6 +676,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
         if (d > c->cfg.backoff_max_ms)
             d = c->cfg.backoff_max_ms;
         int64_t delay = d / 2 + (int64_t)(s_rand(c) % (uint64_t)(d / 2 + 1));
+        if (delay < wait_ms)
+            delay = wait_ms;
         if (r->retry_due_ms < 0)
             c->waiting++;
         r->retry_due_ms = s_now_ms() + delay;
@@ -738,6 +832,9 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
         c->cfg.backoff_max_ms = c->cfg.backoff_base_ms;
     if (c->cfg.max_response_bytes == 0)
         c->cfg.max_response_bytes = LLM_DEFAULT_MAX_RESPONSE_BYTES;
+    if (c->cfg.retry_after_max_ms <= 0)
+        c->cfg.retry_after_max_ms = LLM_DEFAULT_RETRY_AFTER_MAX_MS;
+    c->models_url = llm_models_url(cfg->base_url);
     c->rng = cfg->jitter_seed ? cfg->jitter_seed : (uint64_t)s_now_us() ^ ((uint64_t)getpid() << 32);
     c->curl_deadline_ms = -1;
 
@@ -786,6 +883,7 @@ void llm_client_destroy(llm_client_t **cp)
     curl_slist_free_all(c->headers);
     free(c->auth_header);
     free(c->url);
+    free(c->models_url);
     free(c);
     *cp = NULL;
 }
@@ -795,14 +893,14 @@ const char *llm_client_url(const llm_client_t *c)
     return c ? c->url : NULL;
 }
 
-llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_cb cb, void *arg)
+/* s_request_start makes and starts a request: a chat POST of body (owned), or the model list GET
+ * when body is NULL. */
+static llm_request_t *s_request_start(llm_client_t *c, char *body, llm_done_cb cb, void *arg)
 {
-    if (!c || !req || !cb)
+    bool models = body == NULL;
+    if (models && !c->models_url)
         return NULL;
-    char *body = llm_chat_body(req);
-    if (!body)
-        return NULL;
-    bool fresh = c->n_idle == 0;
+    bool fresh = models || c->n_idle == 0;
     CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
         free(body);
@@ -812,13 +910,17 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     r->c = c;
     r->easy = easy;
     r->body = body;
+    r->models = models;
     r->cb = cb;
     r->arg = arg;
     r->retry_due_ms = -1;
     r->t_start_us = s_now_us();
     if (fresh) {
-        curl_easy_setopt(easy, CURLOPT_URL, c->url);
-        curl_easy_setopt(easy, CURLOPT_POST, 1L);
+        curl_easy_setopt(easy, CURLOPT_URL, models ? c->models_url : c->url);
+        if (models)
+            curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+        else
+            curl_easy_setopt(easy, CURLOPT_POST, 1L);
         curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_write_cb);
         curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
@@ -831,8 +933,10 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
         curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, c->cfg.timeout_ms);
         curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
     }
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body);
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)strlen(r->body));
+    if (!models) {
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r->body);
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)strlen(r->body));
+    }
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, (char *)r);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -853,6 +957,23 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     }
     r->in_multi = true;
     return r;
+}
+
+llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_cb cb, void *arg)
+{
+    if (!c || !req || !cb)
+        return NULL;
+    char *body = llm_chat_body(req);
+    if (!body)
+        return NULL;
+    return s_request_start(c, body, cb, arg);
+}
+
+llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg)
+{
+    if (!c || !cb)
+        return NULL;
+    return s_request_start(c, NULL, cb, arg);
 }
 
 void llm_request_abort(llm_request_t *r)

@@ -9,9 +9,11 @@
  * callback, unless it is aborted first: llm_request_abort() closes its connection at once (the
  * server sees the disconnect) and the callback is never called for it afterwards.
  *
- * Retries: connection errors (refused, reset, nothing received, a connect timeout) and HTTP 5xx
- * are retried up to max_retries times after an exponential back-off with jitter; 4xx answers,
- * a total timeout, a malformed body and an oversized body are not. The body parser is a pure
+ * Retries: connection errors (refused, reset, nothing received, a connect timeout), HTTP 5xx and
+ * HTTP 429 are retried up to max_retries times after an exponential back-off with jitter; a 429 or
+ * 503 that carries Retry-After (seconds or an HTTP date) waits at least that long, capped at
+ * retry_after_max_ms. Other 4xx answers, a total timeout, a malformed body and an oversized body
+ * are not retried. The body parser is a pure
  * function (llm_parse_chat_response) so each server's documented shapes are tested on bytes.
  */
 #ifndef SR_LLM_CLIENT_H
@@ -33,7 +35,8 @@ typedef struct {
     int max_retries;           /* default 3; a negative value means none */
     long backoff_base_ms;      /* first back-off, default 100; doubles per retry */
     long backoff_max_ms;       /* cap, default 5000 */
-    size_t max_response_bytes; /* bodies larger than this fail, default 1 MiB */
+    size_t max_response_bytes; /* bodies larger than this fail, default 8 MiB */
+    long retry_after_max_ms;   /* cap on a server's Retry-After, default 30000 */
     uint64_t jitter_seed;      /* seeds the back-off jitter; 0 picks one from the clock */
 } llm_client_cfg_t;
 
@@ -42,7 +45,11 @@ typedef struct {
 #define LLM_DEFAULT_MAX_RETRIES 3
 #define LLM_DEFAULT_BACKOFF_BASE_MS 100
 #define LLM_DEFAULT_BACKOFF_MAX_MS 5000
-#define LLM_DEFAULT_MAX_RESPONSE_BYTES (1024 * 1024)
+#define LLM_DEFAULT_MAX_RESPONSE_BYTES (8u * 1024 * 1024)
+#define LLM_DEFAULT_RETRY_AFTER_MAX_MS 30000
+/* The request's seed is sent as a JSON integer in 0..LLM_SEED_MAX (63 bits): vLLM and SGLang take
+ * a signed 64-bit seed, Ollama's Go decoder an int; llama.cpp keeps its low 32 bits. */
+#define LLM_SEED_MAX INT64_MAX
 
 /* How the reactor is told what to watch. watch_fd is called whenever the interest set of fd
  * changes (want_read / want_write), unwatch_fd when curl is done with fd, set_timer with the
@@ -71,7 +78,7 @@ typedef struct {
     const char *const *stop;
     size_t n_stop;
     bool has_seed;
-    int64_t seed;
+    int64_t seed; /* a negative seed is sent as seed & LLM_SEED_MAX */
     bool logprobs; /* ask for the chosen tokens' log-probabilities */
 } llm_chat_t;
 
@@ -81,13 +88,19 @@ typedef struct {
     char error[256];         /* one line when rc != 0: "HTTP 503: queue full", "timeout after 30000 ms" */
     long http_status;        /* last HTTP status, 0 when no answer arrived */
     const char *content;     /* the first choice's message content ("" when null) */
+    const char *reasoning;   /* message.reasoning_content or message.reasoning, NULL when none */
     const char *finish_reason; /* "stop", "length", ... or NULL */
     const char *model;       /* the model the server says it used, or NULL */
+    const char *system_fingerprint; /* the server's system_fingerprint, or NULL */
     long prompt_tokens;      /* -1 when the server sent no usage */
     long completion_tokens;  /* -1 when the server sent no usage */
+    long reasoning_tokens;   /* usage.completion_tokens_details.reasoning_tokens, -1 when absent */
     bool has_logprob;
     double logprob_sum;      /* sum of the chosen tokens' logprobs when has_logprob */
+    const char *const *models; /* llm_client_models only: data[].id of GET /v1/models */
+    size_t n_models;
     int attempts;            /* HTTP attempts made, retries included */
+    int throttled;           /* of which answered 429 or 503 */
     double latency_ms;       /* from llm_client_chat() to the end of the last attempt */
 } llm_response_t;
 
@@ -97,6 +110,7 @@ typedef void (*llm_done_cb)(const llm_response_t *resp, void *arg);
 
 typedef struct {
     uint64_t started, succeeded, failed, aborted, retries;
+    uint64_t throttled; /* 429 and 503 answers (each attempt) */
 } llm_client_stats_t;
 
 /* llm_client_new makes a client. hooks NULL selects the blocking driver (llm_client_run_until_idle)
@@ -116,6 +130,11 @@ const char *llm_client_url(const llm_client_t *c);
  * it is aborted; NULL when c, req or cb is NULL, there are no messages, or curl refused (then
  * the callback is not called). */
 llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_cb cb, void *arg);
+
+/* llm_client_models starts GET <base>/v1/models (the same retries as a chat request); the done
+ * callback gets the listed ids in resp->models. Returns its handle, or NULL when c or cb is NULL
+ * or curl refused (then the callback is not called). */
+llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg);
 
 /* llm_request_abort ends the request now: its connection is closed (a server that streams or
  * computes sees the client disconnect), a pending retry is dropped, and its callback will not be
@@ -156,6 +175,14 @@ char *llm_chat_body(const llm_chat_t *req);
 typedef struct llm_parsed llm_parsed_t;
 int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
 void llm_parsed_free(llm_parsed_t **store);
+
+/* llm_parse_models_response parses a GET /v1/models body ({"object": "list", "data": [{"id"}]})
+ * into out->models / out->n_models (pointing into *store, freed with llm_parsed_free). Returns
+ * SR_EPROTO with out->error set when the body is not such a list. */
+int llm_parse_models_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+
+/* llm_models_url builds the GET /v1/models URL from a base URL, as llm_chat_url does. */
+char *llm_models_url(const char *base_url);
 
 /* llm_error_message extracts the human message from an error body of any of the documented
  * shapes ({"error": {"message"}}, {"error": "text"}, {"object": "error", "message"},

@@ -300,7 +300,9 @@ static void s_enc_job(s_enc_t *e, const proto_job_t *j)
 
 static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
 {
-    s_map(e, 10 + s->has_logprob + s->has_t + (s->messages_len > 0));
+    s_map(e, 10 + s->has_logprob + s->has_t + (s->messages_len > 0) + (s->reasoning != NULL) +
+                 s->has_reasoning_tokens + (s->model != NULL) + s->has_served_version +
+                 s->usage_unknown + s->text_truncated);
     s_put_int(e, "i", s->i);
     s_put_str(e, "action", s->action, S_SHORT);
     s_put_str(e, "raw", s->raw, S_TEXT);
@@ -323,12 +325,24 @@ static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
             s_put_str(e, "content", s->messages[i].content, S_TEXT);
         }
     }
+    if (s->reasoning)
+        s_put_str(e, "reasoning", s->reasoning, S_TEXT);
+    if (s->has_reasoning_tokens)
+        s_put_int(e, "reasoning_tokens", s->reasoning_tokens);
+    if (s->model)
+        s_put_str(e, "model", s->model, S_ID);
+    if (s->has_served_version)
+        s_put_int(e, "served_version", s->served_version);
+    if (s->usage_unknown)
+        s_put_bool(e, "usage_unknown", true);
+    if (s->text_truncated)
+        s_put_bool(e, "text_truncated", true);
 }
 
 /* s_enc_result packs a RESULT; with header false it packs the body only (BATCH trajectories). */
 static void s_enc_result(s_enc_t *e, const proto_result_t *r, bool header)
 {
-    size_t n = 16 + (r->error != NULL);
+    size_t n = 16 + (r->error != NULL) + (r->usage_unknown_steps > 0);
     if (header)
         s_header(e, PROTO_RESULT, n);
     else
@@ -350,6 +364,8 @@ static void s_enc_result(s_enc_t *e, const proto_result_t *r, bool header)
     s_put_int(e, "wall_ms", r->wall_ms);
     if (r->error)
         s_put_str(e, "error", r->error, S_TEXT);
+    if (r->usage_unknown_steps > 0)
+        s_put_int(e, "usage_unknown_steps", r->usage_unknown_steps);
     s_array_head(e, "steps", r->steps, r->steps_len, PROTO_MAX_STEPS);
     for (size_t i = 0; i < r->steps_len && !e->rc; i++)
         s_enc_result_step(e, &r->steps[i]);
@@ -1226,6 +1242,14 @@ static int s_dec_result_step(s_dec_t *d, const msgpack_object *m, proto_result_s
     S_TRY(s_bool(d, m, "format_error", true, NULL, &s->format_error));
     S_TRY(s_num(d, m, "latency_ms", 0.0, HUGE_VAL, true, NULL, &s->latency_ms));
     S_TRY(s_num(d, m, "t_ms", 0.0, HUGE_VAL, false, &s->has_t, &s->t_ms));
+    S_TRY(s_str(d, m, "reasoning", S_TEXT, false, &s->reasoning));
+    s->has_reasoning_tokens = s_get(m, "reasoning_tokens") != NULL;
+    S_TRY(s_int(d, m, "reasoning_tokens", S_NONNEG, false, &s->reasoning_tokens));
+    S_TRY(s_str(d, m, "model", S_ID, false, &s->model));
+    s->has_served_version = s_get(m, "served_version") != NULL;
+    S_TRY(s_int(d, m, "served_version", S_NONNEG, false, &s->served_version));
+    S_TRY(s_bool(d, m, "usage_unknown", false, NULL, &s->usage_unknown));
+    S_TRY(s_bool(d, m, "text_truncated", false, NULL, &s->text_truncated));
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "messages", PROTO_MAX_MESSAGES, false, &a));
     if (!a)
@@ -1261,6 +1285,7 @@ static int s_dec_result(s_dec_t *d, const msgpack_object *m, proto_result_t *r)
     S_TRY(s_int(d, m, "aborted_tokens", S_NONNEG, false, &r->aborted_tokens));
     S_TRY(s_int(d, m, "wall_ms", S_NONNEG, true, &r->wall_ms));
     S_TRY(s_str(d, m, "error", S_TEXT, false, &r->error));
+    S_TRY(s_int(d, m, "usage_unknown_steps", 0, PROTO_MAX_STEPS, false, &r->usage_unknown_steps));
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "steps", PROTO_MAX_STEPS, true, &a));
     S_TRY(s_alloc(d, "steps", a->size, sizeof *r->steps, &r->steps));
@@ -1578,6 +1603,8 @@ static void s_free_result(proto_result_t *r)
         S_FREE(s->action);
         S_FREE(s->raw);
         S_FREE(s->obs);
+        S_FREE(s->reasoning);
+        S_FREE(s->model);
         for (size_t k = 0; k < s->messages_len; k++) {
             S_FREE(s->messages[k].role);
             S_FREE(s->messages[k].content);

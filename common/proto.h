@@ -149,6 +149,14 @@ typedef struct {
     double t_ms; /* optional: wall time the step ended, ms since the Unix epoch (µs precision) */
     proto_chat_msg_t *messages; /* optional: the chat messages sent */
     size_t messages_len;
+    const char *reasoning; /* optional: reasoning the server returned beside the content */
+    bool has_reasoning_tokens;
+    int64_t reasoning_tokens; /* optional: the server's count of reasoning tokens */
+    const char *model;     /* optional: the model the server says answered */
+    bool has_served_version;
+    int64_t served_version; /* optional: the policy version that answered, when known */
+    bool usage_unknown;     /* optional, default false: the server sent no usage (tokens are 0) */
+    bool text_truncated;    /* optional, default false: raw or reasoning cut to the text limit */
 } proto_result_step_t;
 
 /* RESULT, actor -> coordinator: one finished (or stopped) trajectory. Also the element type of
@@ -170,6 +178,7 @@ typedef struct {
     int64_t aborted_tokens; /* optional, default 0 */
     int64_t wall_ms;
     const char *error; /* optional */
+    int64_t usage_unknown_steps; /* optional, default 0: steps whose usage the server did not say */
     proto_result_step_t *steps;
     size_t steps_len;
 } proto_result_t;

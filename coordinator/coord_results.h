@@ -32,6 +32,8 @@ typedef struct {
     int64_t won;          /* results that solved their task */
     double success_rate;  /* won / results with status done or truncated (0 when none) */
     int64_t wall_ms;      /* from the round's start (or resume) to its end */
+    int64_t steps_other_version; /* steps whose served_version is not the JOB's policy_version */
+    int64_t other_version;       /* the served version of the last such step */
 } coord_round_summary_t;
 
 /* One result, as far as the coordinator needs to know it. */

@@ -53,6 +53,7 @@ typedef struct {
     int64_t stale;             /* RESULTs refused for its jobs (unknown jobs: the oldest round) */
     coord_round_summary_t acc; /* its results as they are stored (and as a resume found them) */
     int64_t acc_finished;      /* results with status done or truncated */
+    int64_t policy_version;    /* of its JOBs */
 } s_open_t;
 
 struct coord {
@@ -501,6 +502,7 @@ static int s_open_round(coord_t *c, int64_t round)
     memset(R, 0, sizeof *R);
     R->round = round;
     R->start_ms = clock_mono_ms();
+    R->policy_version = c->cfg.policy_version;
     int first = coord_sched_groups(c->sched);
     int rc = store_run_set_int(c->st, "iteration", round);
     if (rc != SR_OK)
@@ -624,6 +626,8 @@ static void s_summarise(coord_t *c, const s_open_t *R, coord_round_summary_t *su
     sum->llm_calls = R->acc.llm_calls;
     sum->tokens = R->acc.tokens;
     sum->won = R->acc.won;
+    sum->steps_other_version = R->acc.steps_other_version;
+    sum->other_version = R->acc.other_version;
     sum->success_rate = R->acc_finished ? (double)R->acc.won / (double)R->acc_finished : 0.0;
 }
 
@@ -783,6 +787,11 @@ static void s_finish_round(coord_t *c)
              (long long)sum.results, (long long)sum.stale_results, (long long)sum.steps,
              (long long)sum.llm_calls, (long long)sum.tokens, sum.success_rate,
              (long long)sum.wall_ms);
+    if (sum.steps_other_version > 0)
+        log_warn("round %lld: %lld steps were answered by policy version %lld (and maybe others), "
+                 "not by the JOBs' version %lld: the policy server does not serve the run's "
+                 "version", (long long)sum.round, (long long)sum.steps_other_version,
+                 (long long)sum.other_version, (long long)R->policy_version);
     metrics_counter_inc(c->m_rounds);
     /* the callbacks see the scheduler still holding the round */
     if (c->cfg.on_round)
@@ -1024,6 +1033,13 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
     coord_sched_finish(c->sched, ji, r->status);
     s_acc_add(R, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
               r->won);
+    /* Steps that say which policy version answered: another one than the JOB's is off-policy. */
+    for (size_t k = 0; k < r->steps_len; k++) {
+        if (r->steps[k].has_served_version && r->steps[k].served_version != R->policy_version) {
+            R->acc.steps_other_version++;
+            R->acc.other_version = r->steps[k].served_version;
+        }
+    }
     metrics_counter_inc(c->m_stored);
     s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
     s_check_round(c);

@@ -962,8 +962,10 @@ int run_main(int argc, char **argv)
             s_arg(&a, "--no-cost-model");
         s_arg(&a, "--seed");
         s_argf(&a, "%lld", (long long)o.policy_seed);
-        if (r.builtin_trainer) {
-            /* the new weights are in Redis; POLICY_VERSION on the bus says which is current */
+        if (r.train && (r.builtin_trainer || r.trainer_push[0])) {
+            /* the new weights are in Redis (an external trainer stores them there too, under
+             * weights:<version>); POLICY_VERSION on the bus says which is current. A version never
+             * stored is refused and logged, and the steps then say which version answered */
             s_arg(&a, "--redis");
             s_arg(&a, r.redis_url);
             s_arg(&a, "--run");

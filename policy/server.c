@@ -1206,17 +1206,30 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
 
 /* ---------------------------------------------------------------- routes */
 
+/* s_models lists the plain name and each version the server holds now (version 0, the served
+ * one and the cached ones), newest first. Versions still only in the weights source are not
+ * listed: they are loaded on their first request. */
 static void s_models(struct policy_server *s, s_conn_t *c)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    char versioned[160];
-    snprintf(versioned, sizeof versioned, "%s-v%u", s->name, policy_server_version(s));
-    const char *ids[2] = {s->name, versioned};
-    for (int i = 0; i < 2; i++) {
+    uint32_t versions[S_MAX_CACHED + 8];
+    size_t nv = 0;
+    pthread_mutex_lock(&s->mu);
+    versions[nv++] = s->current->version;
+    for (s_mref_t *r = s->models; r && nv < SR_ARRAY_LEN(versions); r = r->next)
+        if (r->version != s->current->version)
+            versions[nv++] = r->version;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i <= nv; i++) {
+        char id[160];
+        if (i == 0)
+            snprintf(id, sizeof id, "%s", s->name);
+        else
+            snprintf(id, sizeof id, "%s-v%u", s->name, versions[i - 1]);
         cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", ids[i]);
+        cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", (double)s->started);
         cJSON_AddStringToObject(m, "owned_by", "selroll");
@@ -1300,9 +1313,16 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
         s_mref_t *mr = NULL;
         rc = s_model_get(s, rq.use_current, rq.version, &mr);
         pthread_mutex_unlock(&s->mu);
-        if (rc != SR_OK) {
-            s_error(c, rc == SR_ENOTFOUND || rc == SR_EPROTO ? 404 : 500,
-                    "The model `%s-v%u` does not exist.", s->name, rq.version);
+        if (rc == SR_ENOTFOUND) {
+            s_error(c, 404, "The model `%s-v%u` does not exist: policy version %u has no weights%s.",
+                    s->name, rq.version, rq.version,
+                    s->o.source ? " in the weights source" : " (the server has no weights source)");
+        } else if (rc == SR_EPROTO) {
+            s_error(c, 404, "The model `%s-v%u` does not exist: the weights of policy version %u "
+                            "are malformed.", s->name, rq.version, rq.version);
+        } else if (rc != SR_OK) {
+            s_error(c, 500, "The weights of policy version %u could not be read: %s", rq.version,
+                    sr_strerror(rc));
         } else {
             s_answer(s, c, &rq, mr->m);
             s_model_put(s, mr);

@@ -280,12 +280,17 @@ static void s_heartbeat(peer_t *p, const proto_job_t *const *jobs, size_t n)
     s_peer_send(p, &m);
 }
 
+/* The served_version of the step s_result sends (-1: none). */
+static int64_t s_served = -1;
+
 /* s_result sends the RESULT of job j with one step. */
 static void s_result(peer_t *p, const proto_job_t *j, const char *status, double reward)
 {
     proto_result_step_t step = {.i = 0, .action = "look", .raw = "<action>look</action>",
                                 .obs = "You see nothing.", .reward = reward, .done = true,
-                                .prompt_tokens = 10, .completion_tokens = 5, .latency_ms = 1.0};
+                                .prompt_tokens = 10, .completion_tokens = 5, .latency_ms = 1.0,
+                                .has_served_version = s_served >= 0,
+                                .served_version = s_served >= 0 ? s_served : 0};
     proto_msg_t m;
     proto_msg_init(&m, PROTO_RESULT);
     proto_result_t *r = &m.u.result;
@@ -393,15 +398,20 @@ static void hello_credit_job_result_flow_completes_the_round(void **state)
     assert_int_not_equal(j1.u.job.traj, j2.u.job.traj);
     assert_true(j2.u.job.epoch != j1.u.job.epoch);
 
+    s_served = 0; /* the JOBs' version: not counted */
     s_result(&a, &j1.u.job, "done", 1.0);
     s_expect_ack(&a, &j1.u.job, true);
+    s_served = 3; /* answered by another version than the JOB's */
     s_result(&a, &j2.u.job, "truncated", 0.0);
+    s_served = -1;
     s_expect_ack(&a, &j2.u.job, true);
     s_join(&f, WAIT_MS);
     assert_int_equal(f.rc, SR_OK);
 
     assert_int_equal(f.nsums, 1);
     coord_round_summary_t *s = &f.sums[0];
+    assert_int_equal(s->steps_other_version, 1);
+    assert_int_equal(s->other_version, 3);
     assert_int_equal(s->round, 0);
     assert_int_equal(s->groups, 1);
     assert_int_equal(s->groups_done, 1);

@@ -50,6 +50,7 @@ typedef struct {
     pthread_mutex_t mu;
     int hits;
     int flaky_left;          /* /flaky answers 503 while this is positive */
+    int throttle_left;       /* /throttle/<code>/<retry-after> answers <code> while positive */
     int slow_disconnects;    /* /slow requests that ended because the client went away */
     char *last_body;
     char last_auth[256];
@@ -139,7 +140,35 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         srv->flaky_left--;
         flaky_fail = true;
     }
+    bool throttle = false;
+    if (strncmp(url, "/throttle/", 10) == 0 && srv->throttle_left > 0) {
+        srv->throttle_left--;
+        throttle = true;
+    }
     pthread_mutex_unlock(&srv->mu);
+
+    if (strcmp(method, "GET") == 0 && strstr(url, "/v1/models")) {
+        const char *m = "{\"object\":\"list\",\"data\":[{\"id\":\"Qwen/Qwen3-8B\",\"object\":\"model\"},"
+                        "{\"id\":\"selroll-policy-v0\",\"object\":\"model\"},{\"object\":\"model\"}]}";
+        return s_queue(conn, 200, "application/json", m, strlen(m));
+    }
+    if (throttle) {
+        /* /throttle/<status>/<Retry-After value>/v1/chat/completions */
+        unsigned code = 429;
+        char after[64] = "";
+        sscanf(url + 10, "%u/%63[^/]", &code, after);
+        for (char *p = after; *p; p++)
+            if (*p == '_')
+                *p = ' ';
+        const char *e = "{\"error\": {\"message\": \"rate limited\", \"type\": \"rate_limit\"}}";
+        struct MHD_Response *r = MHD_create_response_from_buffer(strlen(e), (void *)e, MHD_RESPMEM_MUST_COPY);
+        MHD_add_response_header(r, "Content-Type", "application/json");
+        if (after[0] && strcmp(after, "none") != 0)
+            MHD_add_response_header(r, "Retry-After", after);
+        enum MHD_Result ret = MHD_queue_response(conn, code, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
 
     const char *suffix = "/v1/chat/completions";
     size_t ul = strlen(url), sl = strlen(suffix);
@@ -193,6 +222,26 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
     }
     if (strcmp(route, "/drop") == 0)
         return MHD_NO; /* closes the connection without an answer */
+    if (strcmp(route, "/long") == 0) {
+        /* a 12000-token answer of 60000 bytes with logprobs and one top logprob per token */
+        size_t cap = 4u << 20, n = 0;
+        char *b = malloc(cap);
+        n += (size_t)snprintf(b + n, cap - n, "{\"id\":\"x\",\"object\":\"chat.completion\",\"model\":"
+                              "\"selroll-v0\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                              "\"assistant\",\"content\":\"");
+        for (int i = 0; i < 12000; i++)
+            n += (size_t)snprintf(b + n, cap - n, "word ");
+        n += (size_t)snprintf(b + n, cap - n, "\"},\"logprobs\":{\"content\":[");
+        for (int i = 0; i < 12000; i++)
+            n += (size_t)snprintf(b + n, cap - n, "%s{\"token\":\"word \",\"logprob\":-0.5,\"bytes\":"
+                                  "[119,111,114,100,32],\"top_logprobs\":[{\"token\":\"word \","
+                                  "\"logprob\":-0.5,\"bytes\":[119,111,114,100,32]}]}", i ? "," : "");
+        n += (size_t)snprintf(b + n, cap - n, "]},\"finish_reason\":\"length\"}],\"usage\":"
+                              "{\"prompt_tokens\":400,\"completion_tokens\":12000}}");
+        enum MHD_Result ret = s_queue(conn, 200, "application/json", b, n);
+        free(b);
+        return ret;
+    }
     return s_queue(conn, 200, "application/json", OK_JSON, strlen(OK_JSON));
 }
 
@@ -334,7 +383,10 @@ typedef struct {
     bool has_lp;
     double lp;
     int attempts;
+    int throttled;
     double latency;
+    size_t content_len;
+    char models[256];
 } seen_t;
 
 static void s_done(const llm_response_t *r, void *arg)
@@ -351,7 +403,13 @@ static void s_done(const llm_response_t *r, void *arg)
     s->has_lp = r->has_logprob;
     s->lp = r->logprob_sum;
     s->attempts = r->attempts;
+    s->throttled = r->throttled;
     s->latency = r->latency_ms;
+    s->content_len = r->content ? strlen(r->content) : 0;
+    s->models[0] = '\0';
+    for (size_t i = 0; i < r->n_models; i++)
+        snprintf(s->models + strlen(s->models), sizeof s->models - strlen(s->models), "%s%s",
+                 i ? "," : "", r->models[i]);
 }
 
 static const llm_message_t MSGS[] = {
@@ -503,8 +561,12 @@ static char *s_ref_body(const llm_chat_t *req)
             if (req->stop[i])
                 cJSON_AddItemToArray(stop, cJSON_CreateString(req->stop[i]));
     }
-    if (req->has_seed)
-        cJSON_AddNumberToObject(root, "seed", (double)req->seed);
+    if (req->has_seed) {
+        /* an exact integer, which cJSON's number printer (a double) cannot give */
+        char num[24];
+        snprintf(num, sizeof num, "%lld", (long long)(req->seed & LLM_SEED_MAX));
+        cJSON_AddRawToObject(root, "seed", num);
+    }
     if (req->logprobs)
         cJSON_AddTrueToObject(root, "logprobs");
     cJSON_AddNumberToObject(root, "n", 1);
@@ -1059,6 +1121,234 @@ static void oversized_response_is_refused(void **state)
     s_srv_stop(&srv);
 }
 
+static void seed_is_an_exact_integer_and_steps_differ_in_the_low_bits(void **state)
+{
+    (void)state;
+    llm_chat_t chat = s_chat();
+    chat.has_seed = true;
+    /* 2^53 + 1 and 2^53 + 2: the same double, two different integers */
+    const int64_t seeds[] = {9007199254740993LL, 9007199254740994LL, 1227844342346046700LL, INT64_MAX};
+    char *prev = NULL;
+    for (size_t i = 0; i < SR_ARRAY_LEN(seeds); i++) {
+        chat.seed = seeds[i];
+        char *body = llm_chat_body(&chat);
+        char want[64];
+        snprintf(want, sizeof want, "\"seed\":%lld,", (long long)seeds[i]);
+        if (!strstr(body, want))
+            fail_msg("%s not in %s", want, body);
+        const char *num = strstr(body, "\"seed\":") + 7;
+        assert_int_equal(strspn(num, "0123456789"), strcspn(num, ",")); /* digits only */
+        if (prev)
+            assert_string_not_equal(prev, body);
+        free(prev);
+        prev = body;
+    }
+    free(prev);
+    /* A negative seed is sent within 0..LLM_SEED_MAX, never above INT64_MAX. */
+    chat.seed = -1;
+    char *body = llm_chat_body(&chat);
+    assert_non_null(strstr(body, "\"seed\":9223372036854775807,"));
+    free(body);
+}
+
+static void reasoning_beside_content_is_parsed_with_its_token_count(void **state)
+{
+    (void)state;
+    const struct {
+        const char *body, *reasoning, *content;
+        long reasoning_tokens;
+    } cases[] = {
+        /* vLLM (older) / SGLang / llama.cpp: reasoning_content */
+        {"{\"model\":\"m\",\"choices\":[{\"message\":{\"role\":\"assistant\",\"reasoning_content\":"
+         "\"The mug is in the cabinet.\",\"content\":\"<action>open cabinet 1</action>\"},"
+         "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":20,"
+         "\"completion_tokens_details\":{\"reasoning_tokens\":12}}}",
+         "The mug is in the cabinet.", "<action>open cabinet 1</action>", 12},
+        /* Ollama / newer vLLM: reasoning; no details */
+        {"{\"model\":\"qwen3:8b\",\"system_fingerprint\":\"fp_ollama\",\"choices\":[{\"message\":"
+         "{\"role\":\"assistant\",\"content\":\"<action>look</action>\",\"reasoning\":\"Look first.\"},"
+         "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":8}}",
+         "Look first.", "<action>look</action>", -1},
+        /* reasoning_content null (SGLang without a parser): no reasoning */
+        {"{\"choices\":[{\"message\":{\"content\":\"x\",\"reasoning_content\":null}}]}", NULL, "x", -1},
+    };
+    for (size_t i = 0; i < SR_ARRAY_LEN(cases); i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(cases[i].body, strlen(cases[i].body), &r, &st), 0);
+        assert_string_equal(r.content, cases[i].content);
+        if (cases[i].reasoning)
+            assert_string_equal(r.reasoning, cases[i].reasoning);
+        else
+            assert_null(r.reasoning);
+        assert_int_equal(r.reasoning_tokens, cases[i].reasoning_tokens);
+        llm_parsed_free(&st);
+    }
+    /* Only reasoning, content null (cut by max_tokens): the content is empty, the reasoning kept. */
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(s_parse_fixture("null_content.json", &r, &st), 0);
+    assert_string_equal(r.content, "");
+    assert_string_equal(r.reasoning, "Let me think about where the mug could be");
+    llm_parsed_free(&st);
+    /* The built-in server's fingerprint names the version that answered. */
+    const char *own = "{\"model\":\"selroll-policy\",\"system_fingerprint\":\"selroll-policy-v3\","
+                      "\"choices\":[{\"message\":{\"content\":\"a\"}}]}";
+    assert_int_equal(llm_parse_chat_response(own, strlen(own), &r, &st), 0);
+    assert_string_equal(r.system_fingerprint, "selroll-policy-v3");
+    assert_string_equal(r.model, "selroll-policy");
+    llm_parsed_free(&st);
+}
+
+static void missing_usage_leaves_every_count_unknown(void **state)
+{
+    (void)state;
+    const char *body = "{\"choices\":[{\"message\":{\"content\":\"a\",\"reasoning\":\"b\"}}]}";
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(llm_parse_chat_response(body, strlen(body), &r, &st), 0);
+    assert_int_equal(r.prompt_tokens, -1);
+    assert_int_equal(r.completion_tokens, -1);
+    assert_int_equal(r.reasoning_tokens, -1);
+    llm_parsed_free(&st);
+    /* usage present but without completion_tokens: that one is unknown, not 0 */
+    body = "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":4}}";
+    assert_int_equal(llm_parse_chat_response(body, strlen(body), &r, &st), 0);
+    assert_int_equal(r.prompt_tokens, 4);
+    assert_int_equal(r.completion_tokens, -1);
+    llm_parsed_free(&st);
+}
+
+static void http_429_waits_for_retry_after_then_succeeds(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    seen_t seen;
+    srv.throttle_left = 1;
+    int64_t t0 = harness_now_ms();
+    s_one(&srv, "/throttle/429/1", 3, 5000, &seen);
+    int64_t took = harness_now_ms() - t0;
+    assert_int_equal(seen.rc, 0);
+    assert_int_equal(seen.attempts, 2);
+    assert_int_equal(seen.throttled, 1);
+    assert_true(took >= 950); /* Retry-After: 1, where the back-off alone is 5..10 ms */
+
+    /* 503 with an HTTP date in the past: retried after the usual back-off. */
+    srv.throttle_left = 2;
+    t0 = harness_now_ms();
+    s_one(&srv, "/throttle/503/Wed,_21_Oct_2015_07:28:00_GMT", 3, 5000, &seen);
+    assert_int_equal(seen.rc, 0);
+    assert_int_equal(seen.attempts, 3);
+    assert_int_equal(seen.throttled, 2);
+    assert_true(harness_now_ms() - t0 < 900);
+
+    /* 429 without Retry-After: the back-off; retries run out with the server's message. */
+    srv.throttle_left = 100;
+    s_one(&srv, "/throttle/429/none", 2, 5000, &seen);
+    assert_int_equal(seen.rc, SR_EHTTP);
+    assert_int_equal(seen.http, 429);
+    assert_int_equal(seen.attempts, 3);
+    assert_string_equal(seen.error, "HTTP 429: rate limited");
+
+    /* Retry-After is capped by retry_after_max_ms. */
+    char base[128];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/throttle/429/3600/v1", srv.port);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = 1, .backoff_base_ms = 10,
+                            .retry_after_max_ms = 200};
+    llm_client_t *c = llm_client_new(&cfg, NULL, NULL);
+    srv.throttle_left = 1;
+    llm_chat_t chat = s_chat();
+    memset(&seen, 0, sizeof seen);
+    t0 = harness_now_ms();
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(c, 5000), 0);
+    took = harness_now_ms() - t0;
+    assert_int_equal(seen.rc, 0);
+    assert_true(took >= 190 && took < 3000);
+    llm_client_stats_t st;
+    llm_client_stats(c, &st);
+    assert_int_equal(st.throttled, 1);
+    assert_int_equal(st.retries, 1);
+    llm_client_destroy(&c);
+
+    /* Other 4xx are not retried. */
+    srv.throttle_left = 100;
+    s_one(&srv, "/throttle/400/1", 3, 5000, &seen);
+    assert_int_equal(seen.http, 400);
+    assert_int_equal(seen.attempts, 1);
+    assert_int_equal(seen.throttled, 0);
+    s_srv_stop(&srv);
+}
+
+static void a_12k_token_answer_with_logprobs_fits_the_default_limit(void **state)
+{
+    (void)state;
+    tsrv_t srv;
+    s_srv_start(&srv);
+    char base[128];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/long", srv.port);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = -1};
+    llm_client_t *c = llm_client_new(&cfg, NULL, NULL);
+    llm_chat_t chat = s_chat();
+    seen_t seen = {0};
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(c, 10000), 0);
+    assert_int_equal(seen.rc, 0);
+    assert_int_equal(seen.content_len, 60000);
+    assert_int_equal(seen.ct, 12000);
+    assert_true(seen.has_lp && seen.lp == -6000.0);
+    llm_client_destroy(&c);
+    /* The same body beyond a 1 MiB limit is refused. */
+    cfg.max_response_bytes = 1024 * 1024;
+    c = llm_client_new(&cfg, NULL, NULL);
+    memset(&seen, 0, sizeof seen);
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(c, 10000), 0);
+    assert_int_equal(seen.rc, SR_ETOOBIG);
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+}
+
+static void model_list_is_fetched_and_parsed(void **state)
+{
+    (void)state;
+    char *u = llm_models_url("http://127.0.0.1:8000");
+    assert_string_equal(u, "http://127.0.0.1:8000/v1/models");
+    free(u);
+    u = llm_models_url("https://gpu7:30000/v1/chat/completions");
+    assert_string_equal(u, "https://gpu7:30000/v1/models");
+    free(u);
+    assert_null(llm_models_url("ftp://x"));
+
+    tsrv_t srv;
+    s_srv_start(&srv);
+    rx_t rx;
+    llm_client_t *c = s_client(&rx, &srv, "", 0, 5000);
+    seen_t seen = {0};
+    assert_non_null(llm_client_models(c, s_done, &seen));
+    rx_run(&rx, &seen.calls, 5000);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.models, "Qwen/Qwen3-8B,selroll-policy-v0"); /* an entry without id is skipped */
+    /* a chat request after it still posts (the GET's handle is not reused) */
+    llm_chat_t chat = s_chat();
+    memset(&seen, 0, sizeof seen);
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    rx_run(&rx, &seen.calls, 5000);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.content, "<action>look</action>");
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(llm_parse_models_response("{\"data\":5}", 11, &r, &st), SR_EPROTO);
+    assert_string_equal(r.error, "model list has no data array");
+    assert_null(st);
+    assert_int_equal(llm_parse_models_response("<html>", 6, &r, &st), SR_EPROTO);
+    assert_string_equal(r.error, "model list is not JSON");
+}
+
 static void blocking_driver_runs_concurrent_requests(void **state)
 {
     (void)state;
@@ -1157,6 +1447,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(oversized_response_is_refused),
     cmocka_unit_test(blocking_driver_runs_concurrent_requests),
     cmocka_unit_test(done_callback_may_start_the_next_request),
+    cmocka_unit_test(seed_is_an_exact_integer_and_steps_differ_in_the_low_bits),
+    cmocka_unit_test(reasoning_beside_content_is_parsed_with_its_token_count),
+    cmocka_unit_test(missing_usage_leaves_every_count_unknown),
+    cmocka_unit_test(http_429_waits_for_retry_after_then_succeeds),
+    cmocka_unit_test(a_12k_token_answer_with_logprobs_fits_the_default_limit),
+    cmocka_unit_test(model_list_is_fetched_and_parsed),
 };
 
 HARNESS_MAIN("llm_client", tests)

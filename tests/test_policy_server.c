@@ -557,6 +557,85 @@ static void versions_come_from_the_source_by_name_and_by_set_version(void **stat
     model_destroy(&m);
 }
 
+/* s_model_ids joins the ids of a /v1/models answer with commas. */
+static void s_model_ids(int port, char *out, size_t n)
+{
+    resp_t r = s_http(port, "GET", "/v1/models", NULL);
+    assert_int_equal(r.status, 200);
+    cJSON *j = s_json(&r);
+    out[0] = '\0';
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItem(j, "data"))
+    {
+        size_t o = strlen(out);
+        snprintf(out + o, n - o, "%s%s", o ? "," : "", cJSON_GetObjectItem(m, "id")->valuestring);
+    }
+    cJSON_Delete(j);
+    free(r.body);
+}
+
+static void models_list_held_versions_answers_say_the_version_and_unknown_ones_are_errors(void **state)
+{
+    (void)state;
+    model_t *m = model_new(1);
+    uint8_t *blob;
+    size_t len;
+    model_to_blob(m, &blob, &len);
+    wsource_t *src = wsource_new_mem();
+    wsource_mem_put(src, 3, blob, len);
+    policy_server_t *s = s_start(false, 1, 8, 8, src);
+    int port = policy_server_port(s);
+    char ids[512];
+    s_model_ids(port, ids, sizeof ids);
+    assert_string_equal(ids, "selroll-policy,selroll-policy-v0");
+
+    /* The answer names the version it came from: model and system_fingerprint. */
+    char *req = s_request("selroll-policy-v3", "\"temperature\":0");
+    resp_t r = s_http(port, "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 200);
+    cJSON *j = s_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "selroll-policy-v3");
+    assert_string_equal(cJSON_GetObjectItem(j, "system_fingerprint")->valuestring, "selroll-policy-v3");
+    cJSON_Delete(j);
+    free(r.body);
+    free(req);
+    s_model_ids(port, ids, sizeof ids);
+    assert_string_equal(ids, "selroll-policy,selroll-policy-v0,selroll-policy-v3");
+
+    /* A version the source never had: 404 naming it, not an answer from another version. */
+    req = s_request("selroll-policy-v2", "\"temperature\":0");
+    r = s_http(port, "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 404);
+    assert_non_null(strstr(r.body, "policy version 2 has no weights in the weights source"));
+    free(r.body);
+    free(req);
+
+    /* The plain name: the served version, said by the fingerprint. */
+    req = s_request(NULL, "\"temperature\":0");
+    r = s_http(port, "POST", "/v1/chat/completions", req);
+    j = s_json(&r);
+    assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "selroll-policy");
+    assert_string_equal(cJSON_GetObjectItem(j, "system_fingerprint")->valuestring, "selroll-policy-v0");
+    cJSON_Delete(j);
+    free(r.body);
+    free(req);
+    policy_server_destroy(&s);
+    wsource_destroy(&src);
+
+    /* Without a weights source only version 0 exists. */
+    s = s_start(false, 1, 8, 8, NULL);
+    port = policy_server_port(s);
+    req = s_request("selroll-policy-v1", "");
+    r = s_http(port, "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 404);
+    assert_non_null(strstr(r.body, "policy version 1 has no weights (the server has no weights source)"));
+    free(r.body);
+    free(req);
+    policy_server_destroy(&s);
+    free(blob);
+    model_destroy(&m);
+}
+
 /* Version 2 written to a real redis-server under the run's weights key is served by name. */
 static void versions_come_from_redis(void **state)
 {
@@ -983,6 +1062,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(max_tokens_truncates_and_stop_strings_cut),
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
         cmocka_unit_test(versions_come_from_redis),
+        cmocka_unit_test(models_list_held_versions_answers_say_the_version_and_unknown_ones_are_errors),
         cmocka_unit_test(policy_version_messages_on_the_bus_switch_the_served_version),
         cmocka_unit_test(full_queue_answers_503),
         cmocka_unit_test(client_disconnect_aborts_and_the_queued_request_starts_earlier),

@@ -35,11 +35,14 @@ static proto_result_step_t s_steps[3] = {
      .messages_len = 2},
     {.i = 1, .action = "take apple 1 from countertop 1", .raw = "take apple 1 from countertop 1",
      .obs = "You pick up the apple 1 from the countertop 1.", .reward = 0.0, .prompt_tokens = 150,
-     .completion_tokens = 9, .format_error = true, .latency_ms = 8.0},
+     .completion_tokens = 9, .format_error = true, .latency_ms = 8.0,
+     .reasoning = "The apple is on the countertop; take it first.", .has_reasoning_tokens = true,
+     .reasoning_tokens = 11, .model = "selroll-policy-v4", .has_served_version = true,
+     .served_version = 4, .text_truncated = true},
     {.i = 2, .action = "move apple 1 to fridge 1", .raw = "<action>move apple 1 to fridge 1</action>",
      .obs = "You move the apple 1 to the fridge 1.", .reward = 1.0, .done = true,
      .prompt_tokens = 170, .completion_tokens = 11, .has_logprob = true, .logprob = -0.5,
-     .latency_ms = 9.75},
+     .latency_ms = 9.75, .usage_unknown = true, .model = "Qwen/Qwen3-8B"},
 };
 
 static proto_result_t s_result(void)
@@ -48,7 +51,7 @@ static proto_result_t s_result(void)
         .job_id = "j-42", .epoch = 3, .run = "run-1", .group = "g-7", .traj = 5,
         .task = "household/train/17", .status = "done", .reward = 1.0, .won = true, .n_steps = 3,
         .llm_calls = 3, .prompt_tokens = 440, .completion_tokens = 34, .aborted_tokens = 7,
-        .wall_ms = 1234, .error = NULL, .steps = s_steps, .steps_len = 3};
+        .wall_ms = 1234, .error = NULL, .usage_unknown_steps = 1, .steps = s_steps, .steps_len = 3};
     return r;
 }
 
@@ -507,6 +510,20 @@ static void s_assert_result(const proto_result_t *r, size_t nsteps)
         }
         if (e->messages_len == 0)
             assert_null(a->messages);
+        if (e->reasoning)
+            assert_string_equal(a->reasoning, e->reasoning);
+        else
+            assert_null(a->reasoning);
+        assert_int_equal(a->has_reasoning_tokens, e->has_reasoning_tokens);
+        assert_int_equal(a->reasoning_tokens, e->reasoning_tokens);
+        if (e->model)
+            assert_string_equal(a->model, e->model);
+        else
+            assert_null(a->model);
+        assert_int_equal(a->has_served_version, e->has_served_version);
+        assert_int_equal(a->served_version, e->served_version);
+        assert_int_equal(a->usage_unknown, e->usage_unknown);
+        assert_int_equal(a->text_truncated, e->text_truncated);
     }
 }
 
@@ -521,6 +538,7 @@ static void result_round_trips_with_nested_steps_and_messages(void **state)
     assert_true(r->reward == 1.0);
     assert_true(r->won);
     assert_null(r->error);
+    assert_int_equal(r->usage_unknown_steps, 1);
     proto_msg_clear(&out);
 }
 
@@ -554,6 +572,35 @@ static void result_optional_fields_absent_vs_present(void **state)
     s_decode_edit(PROTO_RESULT, "steps", s_emptyarr(), &out);
     assert_int_equal(out.u.result.steps_len, 0);
     proto_msg_clear(&out);
+
+    /* The backend fields of a step: absent ones read as unknown / false. */
+    s_decode_edit(PROTO_RESULT, "usage_unknown_steps", s_drop(), &out);
+    assert_int_equal(out.u.result.usage_unknown_steps, 0);
+    const proto_result_step_t *st0 = &out.u.result.steps[0];
+    assert_null(st0->reasoning);
+    assert_null(st0->model);
+    assert_false(st0->has_reasoning_tokens);
+    assert_false(st0->has_served_version);
+    assert_false(st0->usage_unknown);
+    assert_false(st0->text_truncated);
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps.1.served_version", s_drop(), &out);
+    assert_false(out.u.result.steps[1].has_served_version);
+    assert_string_equal(out.u.result.steps[1].model, "selroll-policy-v4");
+    proto_msg_clear(&out);
+
+    s_decode_edit(PROTO_RESULT, "steps.1.served_version", s_int(0), &out);
+    assert_true(out.u.result.steps[1].has_served_version);
+    assert_int_equal(out.u.result.steps[1].served_version, 0);
+    proto_msg_clear(&out);
+
+    s_expect_edit(PROTO_RESULT, "steps.1.served_version", s_int(-1), SR_EPROTO,
+                  "steps[1].served_version", "negative");
+    s_expect_edit(PROTO_RESULT, "steps.1.reasoning", s_int(3), SR_EPROTO, "steps[1].reasoning",
+                  "not a string");
+    s_expect_edit(PROTO_RESULT, "usage_unknown_steps", s_int(5000), SR_EPROTO,
+                  "usage_unknown_steps", "out of range");
 }
 
 static void heartbeat_round_trips(void **state)

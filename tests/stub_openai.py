@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""stub_openai.py — an OpenAI-compatible chat server that answers in one real server's documented
+response shape, for tests/it_backends.sh. Python standard library only; one thread per request.
+
+    stub_openai.py --flavor vllm|vllm-new|sglang|llamacpp|ollama [--model NAME] [--log FILE]
+                   [--throttle N] [--long] [--no-usage] [--port-file FILE]
+
+It plays the household environment plausibly: the answer's action is taken from the prompt's
+admissible list (docs/prompt.md), chosen with the request's seed, so episodes proceed.
+
+Shapes (non-streaming `POST /v1/chat/completions`, `GET /v1/models`):
+  vllm      message.reasoning_content beside content, logprobs.content[], usage; model echoed
+  vllm-new  message.reasoning, usage.completion_tokens_details.reasoning_tokens
+  sglang    message.reasoning_content, matched_stop; the model field is the served model path
+            whatever was requested (SGLang answers 200 for an unknown model name)
+  llamacpp  message.reasoning_content, system_fingerprint (build), timings; model echoed
+  ollama    message.reasoning, system_fingerprint "fp_ollama", no logprobs; a seed that is not
+            an integer gets 400 like Ollama's Go JSON decoder (the field is an int)
+
+--model NAME is what /v1/models lists (default Qwen/Qwen3-8B). --log FILE appends one JSON line
+per chat request: {"model", "seed", "seed_type", "step", "status"}. --throttle N answers the
+first N chat requests 429 with Retry-After: 1. --long makes every answer about 12000 tokens (60 KB
+of content) with logprobs. --no-usage leaves usage out. The chosen port is written to
+--port-file once the server listens.
+"""
+import argparse
+import ast
+import json
+import random
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ADM = "Your admissible actions of the current situation are: ["
+
+
+class FloatSeen(float):
+    """A JSON number written with a fraction or an exponent (json's parse_float)."""
+
+
+def admissible(messages):
+    user = ""
+    for m in messages:
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            user = m["content"]
+    i = user.rfind(ADM)
+    if i < 0:
+        return user, []
+    j = user.find("].", i)
+    try:
+        acts = ast.literal_eval(user[i + len(ADM) - 1:j + 1])
+    except (ValueError, SyntaxError):
+        acts = []
+    return user, [a for a in acts if isinstance(a, str)]
+
+
+def tokens(text):
+    return len(text.split())
+
+
+class Stub:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.chats = 0
+        self.log = open(args.log, "a") if args.log else None
+
+    def record(self, entry):
+        if self.log:
+            with self.lock:
+                self.log.write(json.dumps(entry) + "\n")
+                self.log.flush()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    stub = None
+
+    def log_message(self, fmt, *a):
+        pass
+
+    def send_json(self, status, obj, headers=()):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def error_body(self, status, message):
+        a = self.stub.args
+        if a.flavor in ("vllm", "vllm-new", "sglang"):
+            return {"object": "error", "message": message, "type": "BadRequestError",
+                    "param": None, "code": status}
+        return {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+
+    def do_GET(self):
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self.send_json(200, {"object": "list", "data": [
+                {"id": self.stub.args.model, "object": "model", "created": 1737500000,
+                 "owned_by": "stub"}]})
+        elif self.path == "/health":
+            self.send_json(200, {"status": "ok"})
+        else:
+            self.send_json(404, self.error_body(404, "no route " + self.path))
+
+    def do_POST(self):
+        a = self.stub.args
+        n = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(n)
+        if not self.path.endswith("/chat/completions"):
+            self.send_json(404, self.error_body(404, "no route " + self.path))
+            return
+        try:
+            req = json.loads(raw, parse_float=FloatSeen)
+        except ValueError as e:
+            self.send_json(400, self.error_body(400, "invalid JSON: %s" % e))
+            return
+        seed = req.get("seed")
+        seed_type = "float" if isinstance(seed, FloatSeen) else type(seed).__name__
+        user, acts = admissible(req.get("messages") or [])
+        step = 1
+        at = user.find("You are now at step ")
+        if at >= 0:
+            step = int(user[at + 20:].split(" ", 1)[0])
+        entry = {"model": req.get("model"), "seed": seed if seed_type == "int" else str(seed),
+                 "seed_type": seed_type, "step": step}
+        with self.stub.lock:
+            self.stub.chats += 1
+            k = self.stub.chats
+        if k <= a.throttle:
+            entry["status"] = 429
+            self.stub.record(entry)
+            self.send_json(429, self.error_body(429, "rate limited, try again"),
+                           headers=[("Retry-After", "1")])
+            return
+        if a.flavor == "ollama" and seed is not None and seed_type != "int":
+            entry["status"] = 400
+            self.stub.record(entry)
+            self.send_json(400, {"error": {
+                "message": "json: cannot unmarshal number %s into Go struct field "
+                           "ChatCompletionRequest.seed of type int" % seed,
+                "type": "invalid_request_error", "param": None, "code": None}})
+            return
+        entry["status"] = 200
+        self.stub.record(entry)
+        rng = random.Random(seed if seed_type == "int" else 0)
+        action = rng.choice(acts) if acts else "look"
+        reasoning = "The goal needs me to look around first; %s is admissible." % action
+        content = ("word " * 12000 if a.long else "") + "<action>%s</action>" % action
+        n_reason, n_content = tokens(reasoning), (12000 + 1 if a.long else tokens(content))
+        message = {"role": "assistant", "content": content}
+        if a.flavor in ("vllm", "sglang", "llamacpp"):
+            message["reasoning_content"] = reasoning
+        else:
+            message["reasoning"] = reasoning
+        if a.flavor == "vllm":
+            message["tool_calls"] = []
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        if req.get("logprobs") and a.flavor != "ollama":
+            pieces = content.split(" ") if a.long else [content]
+            choice["logprobs"] = {"content": [
+                {"token": p, "logprob": -0.25, "bytes": list(p.encode()[:8]),
+                 "top_logprobs": [{"token": p, "logprob": -0.25, "bytes": list(p.encode()[:8])}]}
+                for p in pieces]}
+        elif a.flavor != "ollama":
+            choice["logprobs"] = None
+        if a.flavor == "vllm":
+            choice["stop_reason"] = None
+        if a.flavor == "sglang":
+            choice["matched_stop"] = 151645
+        usage = {"prompt_tokens": tokens(user), "completion_tokens": n_reason + n_content,
+                 "total_tokens": tokens(user) + n_reason + n_content}
+        if a.flavor == "vllm-new":
+            usage["completion_tokens_details"] = {"reasoning_tokens": n_reason}
+        model = a.model if a.flavor == "sglang" else req.get("model", a.model)
+        body = {"id": "chatcmpl-stub%d" % k, "object": "chat.completion",
+                "created": int(time.time()), "model": model, "choices": [choice]}
+        if not a.no_usage:
+            body["usage"] = usage
+        if a.flavor == "llamacpp":
+            body["system_fingerprint"] = "b4600-1a2b3c4d"
+            body["timings"] = {"prompt_n": usage["prompt_tokens"], "prompt_ms": 3.1,
+                               "predicted_n": usage["completion_tokens"], "predicted_ms": 9.2}
+        if a.flavor == "ollama":
+            body["system_fingerprint"] = "fp_ollama"
+        self.send_json(200, body)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--flavor", required=True,
+                   choices=["vllm", "vllm-new", "sglang", "llamacpp", "ollama"])
+    p.add_argument("--model", default="Qwen/Qwen3-8B")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--port-file")
+    p.add_argument("--log")
+    p.add_argument("--throttle", type=int, default=0)
+    p.add_argument("--long", action="store_true")
+    p.add_argument("--no-usage", action="store_true")
+    args = p.parse_args()
+    Handler.stub = Stub(args)
+    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    srv.daemon_threads = True
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write("%d\n" % srv.server_address[1])
+        import os
+        os.rename(args.port_file + ".tmp", args.port_file)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
