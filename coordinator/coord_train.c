@@ -72,6 +72,8 @@ struct coord_train {
     int refusals;       /* of this batch */
     int64_t deadline_ms;
     char last_refusal[256];
+    int64_t acked_it;      /* the last iteration a WEIGHTS_READY advanced, -1 */
+    int64_t acked_version; /* the version it advanced to */
 
     double eval_success; /* latest held-out success, -1 before */
     coord_train_stats_t st;
@@ -496,15 +498,34 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
     const proto_weights_ready_t *w = &m.u.weights_ready;
     int64_t v = coord_policy_version(t->c);
     const char *info = w->info ? w->info : "";
-    if (t->phase != S_PH_AWAIT || strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0 ||
-        w->iteration != t->it) {
+    /* why a refusal was: the reason, else the free text */
+    const char *why = w->reason && *w->reason ? w->reason : *info ? info : "no reason given";
+    if (strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0) {
         t->st.acks_ignored++;
         log_warn("trainer channel: WEIGHTS_READY of run %s iteration %lld version %lld ignored "
-                 "(waiting for run %s iteration %lld%s)",
+                 "(this is run %s)",
                  w->run ? w->run : "?", (long long)w->iteration, (long long)w->version,
-                 coord_run_name(t->c), (long long)t->it,
-                 t->phase == S_PH_AWAIT ? "" : ": no batch is out");
-    } else if (w->version == v + 1 && strncmp(info, "refused", 7) != 0) {
+                 coord_run_name(t->c));
+    } else if (w->ok && t->acked_it >= 0 && w->iteration == t->acked_it &&
+               w->version == t->acked_version) {
+        /* the trainer acked a batch that was sent twice (a resend after a timeout or a refusal,
+         * or a resumed coordinator) again with the same version: already applied */
+        t->st.acks_duplicate++;
+        log_info("trainer channel: duplicate WEIGHTS_READY of iteration %lld (version %lld), "
+                 "already applied",
+                 (long long)w->iteration, (long long)w->version);
+    } else if (w->iteration < t->it || (w->iteration == t->it && t->phase != S_PH_AWAIT)) {
+        t->st.acks_stale++;
+        log_warn("trainer channel: WEIGHTS_READY of iteration %lld version %lld (ok %s) ignored: "
+                 "stale (iteration %lld%s)",
+                 (long long)w->iteration, (long long)w->version, w->ok ? "true" : "false",
+                 (long long)t->it, t->phase == S_PH_AWAIT ? " awaits its ack" : " has no batch out");
+    } else if (w->iteration != t->it) {
+        t->st.acks_ignored++;
+        log_warn("trainer channel: WEIGHTS_READY of iteration %lld version %lld ignored (waiting "
+                 "for iteration %lld)",
+                 (long long)w->iteration, (long long)w->version, (long long)t->it);
+    } else if (w->ok && w->version == v + 1) {
         t->st.acks_ok++;
         rc = coord_set_policy_version(t->c, v + 1);
         if (rc != SR_OK)
@@ -520,6 +541,8 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         if (coord_publish(t->c, topic, &pv) != SR_OK)
             log_error("cannot publish POLICY_VERSION %lld", (long long)(v + 1));
         t->st.policy_version = v + 1;
+        t->acked_it = t->it;
+        t->acked_version = v + 1;
         log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s",
                  (long long)t->it, (long long)(v + 1), w->has_loss ? "" : "n/a ",
                  w->has_loss ? w->loss : 0.0, info);
@@ -527,18 +550,19 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         proto_msg_clear(&m);
         coord_kick(t->c);
         return;
-    } else if (w->version == v) {
+    } else if (!w->ok || w->version == v) {
+        /* ok false is a refusal; so is an ack that leaves the version where it is */
         t->st.acks_refused++;
         t->refusals++;
-        snprintf(t->last_refusal, sizeof t->last_refusal, "%s", info);
+        snprintf(t->last_refusal, sizeof t->last_refusal, "%s", why);
         log_error("iteration %lld: the trainer refused the batch (version stays %lld): %s",
-                  (long long)t->it, (long long)v, info);
+                  (long long)t->it, (long long)v, why);
         if (t->refusals >= 2) {
-            char why[512];
-            snprintf(why, sizeof why,
+            char stop[512];
+            snprintf(stop, sizeof stop,
                      "the trainer refused the batch of iteration %lld twice (%s): the run stops",
                      (long long)t->it, t->last_refusal);
-            coord_fail(t->c, SR_EPROTO, why);
+            coord_fail(t->c, SR_EPROTO, stop);
         } else {
             s_send_batch(t);
         }
@@ -589,6 +613,9 @@ static void s_resume(coord_train_t *t)
     t->it = it;
     t->st.iteration = it;
     t->st.policy_version = v;
+    /* an ack of the last finished iteration with the version in Redis is a duplicate */
+    t->acked_it = it - 1;
+    t->acked_version = v;
     t->cursor = (size_t)cursor;
     t->eval_done_at = eval_at;
     /* a fresh stream of draws for the rest of the run (not the one an uninterrupted run uses) */
@@ -838,6 +865,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     prng_shuffle(&p, t->perm, (size_t)cfg->tasks, sizeof *t->perm);
     prng_init(&t->prng, cfg->seed, 0x67e5);
     t->eval_done_at = -1;
+    t->acked_it = -1;
     t->eval_success = -1;
     t->st.eval_first = -1;
     t->st.eval_last = -1;
