@@ -47,7 +47,7 @@ struct batch {
     proto_msg_t **owned; /* RESULTs decoded by batch_add_result_msgpack */
     size_t n_owned, cap_owned;
     /* cost statistics over every RESULT added */
-    int64_t trajectories, ended, won, steps, llm_calls, prompt_tokens, completion_tokens,
+    int64_t trajectories, ended, failed, won, steps, llm_calls, prompt_tokens, completion_tokens,
         aborted_tokens;
     double reward_sum_ended;
 };
@@ -221,6 +221,8 @@ int batch_add_result(batch_t *b, const proto_result_t *r)
     b->aborted_tokens += r->aborted_tokens;
     bool cancelled = strcmp(r->status, "cancelled") == 0;
     bool failed = strcmp(r->status, "failed") == 0;
+    if (failed)
+        b->failed++;
     if (!cancelled && !failed) {
         b->ended++;
         b->reward_sum_ended += r->reward;
@@ -461,6 +463,7 @@ void batch_stats(const batch_t *b, batch_stats_t *out)
         out->batch_steps ? (double)out->batch_zero_adv_steps / (double)out->batch_steps : 0.0;
     out->trajectories = b->trajectories;
     out->trajectories_ended = b->ended;
+    out->trajectories_failed = b->failed;
     out->trajectories_won = b->won;
     out->train_success = b->ended ? (double)b->won / (double)b->ended : 0.0;
     out->reward_mean = b->ended ? b->reward_sum_ended / (double)b->ended : 0.0;
@@ -497,6 +500,7 @@ size_t batch_stats_to_proto(const batch_stats_t *st, proto_stat_t *out, size_t m
         {"zero_adv_dilution", st->zero_adv_dilution},
         {"trajectories", (double)st->trajectories},
         {"trajectories_ended", (double)st->trajectories_ended},
+        {"trajectories_failed", (double)st->trajectories_failed},
         {"trajectories_won", (double)st->trajectories_won},
         {"train_success", st->train_success},
         {"reward_mean", st->reward_mean},

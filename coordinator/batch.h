@@ -88,6 +88,7 @@ typedef struct {
     double zero_adv_dilution;     /* batch_zero_adv_steps / batch_steps; 0 if no steps */
     int64_t trajectories;         /* RESULTs received, every group */
     int64_t trajectories_ended;   /* status done or truncated */
+    int64_t trajectories_failed;  /* status failed (after every attempt) */
     int64_t trajectories_won;
     double train_success; /* won / ended; 0 if none ended */
     double reward_mean;   /* mean reward of the ended trajectories */

@@ -18,6 +18,7 @@
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
+#include "coordinator/failtally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
 #include "env_worker/household.h"
@@ -72,6 +73,8 @@ struct coord_train {
     int refusals;       /* of this batch */
     int64_t deadline_ms;
     char last_refusal[256];
+    fail_tally_t it_fails; /* failed trajectories of the current iteration's waves */
+    int64_t it_results;    /* RESULTs of those waves */
     int64_t acked_it;      /* the last iteration a WEIGHTS_READY advanced, -1 */
     int64_t acked_version; /* the version it advanced to */
 
@@ -338,12 +341,14 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     s_store_json(t, "iter", t->it, o);
     cJSON_Delete(o);
     log_info("iteration %lld done: policy version %lld; groups started %lld, skipped %lld, "
-             "cancelled %lld, filtered %lld, in batch %lld; tokens %lld, LLM calls %lld; train "
-             "success %.3f",
+             "cancelled %lld, filtered %lld, failed %lld, in batch %lld; trajectories %lld (%lld "
+             "failed); tokens %lld, LLM calls %lld; train success %.3f",
              (long long)t->it, (long long)coord_policy_version(t->c),
              (long long)t->bstats.groups_started, (long long)t->bstats.groups_skipped,
              (long long)t->bstats.groups_cancelled, (long long)t->bstats.groups_filtered,
-             (long long)t->bstats.batch_groups, (long long)t->bstats.tokens,
+             (long long)t->bstats.groups_failed, (long long)t->bstats.batch_groups,
+             (long long)t->bstats.trajectories, (long long)t->bstats.trajectories_failed,
+             (long long)t->bstats.tokens,
              (long long)t->bstats.llm_calls, t->bstats.train_success);
     store_run_set_int(coord_store(t->c), "iterations_done", t->it + 1);
     batch_destroy(&t->batch);
@@ -357,6 +362,13 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
 static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
     store_t *st = coord_store(t->c);
+    char what[64], why[512];
+    snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
+    if (fail_tally_verdict(&t->it_fails, t->it_results, coord_max_failed_share(t->c), what, why,
+                           sizeof why)) {
+        coord_fail_run(t->c, why);
+        return;
+    }
     for (size_t i = 0; i < batch_group_count(t->batch); i++) {
         batch_group_info_t gi;
         if (batch_group_info(t->batch, i, &gi) != SR_OK)
@@ -420,6 +432,13 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 static void s_train_ended(coord_train_t *t, int64_t round)
 {
     store_t *st = coord_store(t->c);
+    char what[64], why[512];
+    snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
+    /* every trajectory of the iteration so far failed: no backfill wave will change that */
+    if (fail_tally_verdict(&t->it_fails, t->it_results, 1.0, what, why, sizeof why)) {
+        coord_fail_run(t->c, why);
+        return;
+    }
     int rc = store_results_read(st, round, s_wave_result, t);
     if (rc != SR_OK) {
         coord_fail(t->c, rc, "cannot read a wave's results back from Redis");
@@ -736,6 +755,8 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         store_run_set_int(coord_store(c), "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
+        fail_tally_reset(&t->it_fails);
+        t->it_results = 0;
         t->iter_start_ms = clock_mono_ms();
         t->policy_aborted_at_start = s_policy_aborted(coord_store(c));
         t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
@@ -766,13 +787,21 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
 
 static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum)
 {
-    (void)c;
-    (void)sum;
     coord_train_t *t = arg;
-    if (t->round_eval)
+    if (t->round_eval) {
+        char what[96], why[512];
+        snprintf(what, sizeof what, "held-out evaluation at iteration %lld", (long long)t->it);
+        if (fail_tally_verdict(&sum->errors, sum->results, coord_max_failed_share(c), what, why,
+                               sizeof why)) {
+            coord_fail_run(c, why);
+            return;
+        }
         s_eval_ended(t, round);
-    else if (t->batch)
+    } else if (t->batch) {
+        fail_tally_merge(&t->it_fails, &sum->errors);
+        t->it_results += sum->results;
         s_train_ended(t, round);
+    }
 }
 
 static void s_stopped(void *arg, coord_t *c)

@@ -34,6 +34,7 @@ static harness_redis_t s_redis;
 static int s_run_no;
 static void *s_zctx;
 static bool s_only_task0;
+static const char *s_fail_all; /* non-NULL: every RESULT fails with this error text */
 
 typedef struct {
     coord_t *c;
@@ -236,7 +237,8 @@ static void s_answer(fx_t *f, const proto_job_t *j)
     r->group = j->group;
     r->traj = j->traj;
     r->task = j->task;
-    r->status = "done";
+    r->status = s_fail_all ? "failed" : "done";
+    r->error = s_fail_all;
     r->reward = reward;
     r->won = reward > 0.5;
     r->n_steps = 1;
@@ -781,6 +783,48 @@ static void ok_false_refuses_and_duplicate_and_stale_acks_change_nothing(void **
     s_free(&f);
 }
 
+/* An iteration whose every trajectory failed stops the run, naming the most frequent error; so
+ * does a held-out evaluation. Retries do not count: the failures are the final ones. */
+static void an_iteration_or_evaluation_whose_trajectories_all_failed_stops_the_run(void **state)
+{
+    (void)state;
+    s_only_task0 = false;
+    s_fail_all = "policy: HTTP 400: model 'x' not found";
+    coord_train_cfg_t tc;
+    coord_train_cfg_init(&tc);
+    tc.iters = 2;
+    tc.batch_groups = 2;
+    tc.group_size = 2;
+    tc.tasks = 9;
+    tc.prefilter = false;
+    tc.eval_tasks = 0;
+    fx_t f;
+    s_start(&f, &tc);
+    proto_msg_t b;
+    assert_false(s_pump(&f, 3000, &b)); /* no BATCH: the run stops */
+    s_join(&f, WAIT_MS);
+    assert_int_not_equal(f.rc, SR_OK);
+    assert_true(coord_run_failed(f.c));
+    /* wave 0: 2 groups x 2 trajectories, each failed 3 times (the default max attempts) */
+    assert_string_equal(coord_errstr(f.c), "iteration 0: 4 of 4 trajectories failed; most frequent "
+                                           "error (4x): policy: HTTP 400: model 'x' not found");
+    assert_int_equal(f.jobs, 12);
+    coord_train_stats_t st;
+    coord_train_stats(f.t, &st);
+    assert_int_equal(st.batches_sent, 0);
+    s_free(&f);
+
+    tc.eval_tasks = 3;
+    s_start(&f, &tc);
+    assert_false(s_pump(&f, 3000, &b));
+    s_join(&f, WAIT_MS);
+    assert_true(coord_run_failed(f.c));
+    assert_non_null(strstr(coord_errstr(f.c), "held-out evaluation at iteration 0: 3 of 3 "
+                                              "trajectories failed; most frequent error (3x)"));
+    s_free(&f);
+    s_fail_all = NULL;
+}
+
 static void bad_training_configuration_is_refused_with_a_reason(void **state)
 {
     (void)state;
@@ -823,6 +867,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(the_gate_never_cuts_a_group_of_one),
     cmocka_unit_test(a_stopped_training_run_resumes_at_its_unfinished_iteration),
     cmocka_unit_test(ok_false_refuses_and_duplicate_and_stale_acks_change_nothing),
+    cmocka_unit_test(an_iteration_or_evaluation_whose_trajectories_all_failed_stops_the_run),
     cmocka_unit_test(bad_training_configuration_is_refused_with_a_reason),
 };
 
