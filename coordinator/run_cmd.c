@@ -571,13 +571,15 @@ static void s_train_progress(s_run_t *r)
             r->policy_version = (int64_t)s_num(j, "policy_version_after");
             int64_t now = clock_wall_ms();
             printf("iter %3d  policy v%d->v%d  groups started %d skipped %d cancelled %d filtered "
-                   "%d batch %d  tokens %lld  LLM calls %lld  train success %.1f%%  held-out "
-                   "%.1f%%  saved so far: %lld groups skipped, %lld cancelled, %lld aborted "
-                   "tokens  %.1f s\n",
+                   "%d failed %d batch %d  trajectories %lld (failed %lld)  tokens %lld  LLM calls "
+                   "%lld  train success %.1f%%  held-out %.1f%%  saved so far: %lld groups "
+                   "skipped, %lld cancelled, %lld aborted tokens  %.1f s\n",
                    (int)s_num(j, "iteration"), (int)s_num(j, "policy_version"),
                    (int)r->policy_version, (int)s_num(j, "groups_started"),
                    (int)s_num(j, "groups_skipped"), (int)s_num(j, "groups_cancelled"),
-                   (int)s_num(j, "groups_filtered"), (int)s_num(j, "batch_groups"),
+                   (int)s_num(j, "groups_filtered"), (int)s_num(j, "groups_failed"),
+                   (int)s_num(j, "batch_groups"), (long long)s_num(j, "trajectories"),
+                   (long long)s_num(j, "trajectories_failed"),
                    (long long)s_num(j, "tokens"), (long long)s_num(j, "llm_calls"),
                    100.0 * s_num(j, "train_success"),
                    r->eval_last >= 0 ? 100.0 * r->eval_last : 0.0, (long long)r->tot_skipped,
