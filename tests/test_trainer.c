@@ -545,6 +545,16 @@ static void test_bad_batches_are_refused_with_a_reason_and_change_nothing(void *
     expect_refused(t, b, SR_EINVAL, "not a finite number");
     g->advantages[0] = 0;
 
+    /* Raw advantages and an audit weight that do not give the advantages. */
+    double raw[16];
+    for (size_t i = 0; i < g->advantages_len && i < 16; i++)
+        raw[i] = g->advantages[i] / 2.0;
+    g->advantages_raw = raw;
+    g->advantages_raw_len = g->advantages_len;
+    g->audit_weight = 3.0;
+    expect_refused(t, b, SR_EINVAL, "not advantages_raw x audit_weight");
+    g->audit_weight = 2.0; /* consistent: accepted below */
+
     /* A prompt in another format. */
     proto_chat_msg_t *um = &g->trajectories[0].steps[0].messages[1];
     const char *content = um->content;
