@@ -82,12 +82,15 @@ void proto_msg_init(proto_msg_t *m, proto_type_t type)
         m->u.job.top_p = 1.0;
     else if (type == PROTO_RESET)
         m->u.reset.max_steps = 50;
+    else if (type == PROTO_WEIGHTS_READY)
+        m->u.weights_ready.ok = true;
 }
 
 void proto_group_init(proto_group_t *g)
 {
     memset(g, 0, sizeof *g);
     g->weight = 1.0;
+    g->audit_weight = 1.0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -448,19 +451,25 @@ static void s_enc_obs(s_enc_t *e, const proto_obs_t *o)
 
 static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
 {
-    s_header(e, PROTO_BATCH, 5);
+    s_header(e, PROTO_BATCH, 5 + (b->estimator != NULL));
     s_put_str(e, "run", b->run, S_ID);
+    if (b->estimator)
+        s_put_str(e, "estimator", b->estimator, S_ID);
     s_put_int(e, "iteration", b->iteration);
     s_put_int(e, "policy_version", b->policy_version);
     s_array_head(e, "groups", b->groups, b->groups_len, PROTO_MAX_GROUPS);
     for (size_t i = 0; i < b->groups_len && !e->rc; i++) {
         const proto_group_t *g = &b->groups[i];
-        s_map(e, 6);
+        s_map(e, 7 + (g->advantages_raw != NULL));
         s_put_str(e, "group", g->group, S_ID);
         s_put_str(e, "task", g->task, S_ID);
         s_put_num(e, "weight", g->weight);
+        s_put_num(e, "audit_weight", g->audit_weight);
         s_put_num_array(e, "rewards", g->rewards, g->rewards_len, PROTO_MAX_GROUP_SIZE);
         s_put_num_array(e, "advantages", g->advantages, g->advantages_len, PROTO_MAX_GROUP_SIZE);
+        if (g->advantages_raw)
+            s_put_num_array(e, "advantages_raw", g->advantages_raw, g->advantages_raw_len,
+                            PROTO_MAX_GROUP_SIZE);
         s_array_head(e, "trajectories", g->trajectories, g->trajectories_len,
                      PROTO_MAX_GROUP_SIZE);
         for (size_t k = 0; k < g->trajectories_len && !e->rc; k++)
@@ -547,10 +556,14 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
     case PROTO_BATCH: s_enc_batch(&e, &m->u.batch); break;
     case PROTO_WEIGHTS_READY:
         s_header(&e, PROTO_WEIGHTS_READY,
-                 3 + m->u.weights_ready.has_loss + (m->u.weights_ready.info != NULL));
+                 4 + m->u.weights_ready.has_loss + (m->u.weights_ready.info != NULL) +
+                     (m->u.weights_ready.reason != NULL));
         s_put_str(&e, "run", m->u.weights_ready.run, S_ID);
         s_put_int(&e, "version", m->u.weights_ready.version);
         s_put_int(&e, "iteration", m->u.weights_ready.iteration);
+        s_put_bool(&e, "ok", m->u.weights_ready.ok);
+        if (m->u.weights_ready.reason)
+            s_put_str(&e, "reason", m->u.weights_ready.reason, S_SHORT);
         if (m->u.weights_ready.has_loss)
             s_put_num(&e, "loss", m->u.weights_ready.loss);
         if (m->u.weights_ready.info)
@@ -1385,6 +1398,17 @@ static int s_dec_group(s_dec_t *d, const msgpack_object *m, proto_group_t *g)
     if (g->advantages_len != g->rewards_len)
         return s_fail(d->err, &d->path, "advantages", SR_EPROTO,
                       "has %zu entries but rewards has %zu", g->advantages_len, g->rewards_len);
+    S_TRY(s_num(d, m, "audit_weight", 0.0, HUGE_VAL, false, NULL, &g->audit_weight));
+    if (!(g->audit_weight > 0.0))
+        return s_fail(d->err, &d->path, "audit_weight", SR_EPROTO, "must be > 0");
+    if (s_get(m, "advantages_raw")) {
+        S_TRY(s_num_array(d, m, "advantages_raw", PROTO_MAX_GROUP_SIZE, &g->advantages_raw,
+                          &g->advantages_raw_len));
+        if (g->advantages_raw_len != g->rewards_len)
+            return s_fail(d->err, &d->path, "advantages_raw", SR_EPROTO,
+                          "has %zu entries but rewards has %zu", g->advantages_raw_len,
+                          g->rewards_len);
+    }
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "trajectories", PROTO_MAX_GROUP_SIZE, true, &a));
     S_TRY(s_alloc(d, "trajectories", a->size, sizeof *g->trajectories, &g->trajectories));
@@ -1403,6 +1427,7 @@ static int s_dec_batch(s_dec_t *d, const msgpack_object *m, proto_batch_t *b)
     S_TRY(s_str(d, m, "run", S_ID, true, &b->run));
     S_TRY(s_int(d, m, "iteration", S_NONNEG, true, &b->iteration));
     S_TRY(s_int(d, m, "policy_version", S_NONNEG, true, &b->policy_version));
+    S_TRY(s_str(d, m, "estimator", S_ID, false, &b->estimator));
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "groups", PROTO_MAX_GROUPS, true, &a));
     S_TRY(s_alloc(d, "groups", a->size, sizeof *b->groups, &b->groups));
@@ -1439,7 +1464,9 @@ static int s_dec_weights_ready(s_dec_t *d, const msgpack_object *m, proto_weight
     S_TRY(s_int(d, m, "version", S_NONNEG, true, &w->version));
     S_TRY(s_int(d, m, "iteration", S_NONNEG, true, &w->iteration));
     S_TRY(s_num(d, m, "loss", S_ANY, false, &w->has_loss, &w->loss));
-    return s_str(d, m, "info", S_TEXT, false, &w->info);
+    S_TRY(s_str(d, m, "info", S_TEXT, false, &w->info));
+    S_TRY(s_bool(d, m, "ok", false, NULL, &w->ok));
+    return s_str(d, m, "reason", S_SHORT, false, &w->reason);
 }
 
 static int s_dec_body(s_dec_t *d, const msgpack_object *m, proto_msg_t *out)
@@ -1623,11 +1650,13 @@ static void s_free_batch(proto_batch_t *b)
         S_FREE(g->task);
         S_FREE(g->rewards);
         S_FREE(g->advantages);
+        S_FREE(g->advantages_raw);
         for (size_t k = 0; k < g->trajectories_len; k++)
             s_free_result(&g->trajectories[k]);
         S_FREE(g->trajectories);
     }
     S_FREE(b->groups);
+    S_FREE(b->estimator);
     for (size_t i = 0; i < b->stats_len; i++)
         S_FREE(b->stats[i].name);
     S_FREE(b->stats);
@@ -1716,6 +1745,7 @@ void proto_msg_clear(proto_msg_t *m)
     case PROTO_WEIGHTS_READY:
         S_FREE(m->u.weights_ready.run);
         S_FREE(m->u.weights_ready.info);
+        S_FREE(m->u.weights_ready.reason);
         break;
     default: break;
     }

@@ -304,8 +304,12 @@ typedef struct {
     double weight; /* optional, default 1.0 */
     double *rewards;
     size_t rewards_len;
-    double *advantages;
+    double *advantages; /* what the loss uses: advantages_raw[i] x audit_weight */
     size_t advantages_len;
+    double *advantages_raw; /* optional (NULL, 0 = absent): the estimator's values, before the
+                               audit weight; as many as rewards when present */
+    size_t advantages_raw_len;
+    double audit_weight; /* optional, default 1.0: the gate audit's 1/q, > 0 */
     proto_result_t *trajectories;
     size_t trajectories_len;
 } proto_group_t;
@@ -325,6 +329,7 @@ typedef struct {
     size_t groups_len;
     proto_stat_t *stats;
     size_t stats_len;
+    const char *estimator; /* optional: the advantage estimator, "grpo" | "rloo" | "dr-grpo" */
 } proto_batch_t;
 
 /* WEIGHTS_READY, trainer -> coordinator. */
@@ -333,8 +338,10 @@ typedef struct {
     int64_t version;
     int64_t iteration;
     bool has_loss;
-    double loss;      /* optional */
-    const char *info; /* optional */
+    double loss;        /* optional */
+    const char *info;   /* optional */
+    bool ok;            /* optional, default true: false = the batch was refused */
+    const char *reason; /* optional: why, when ok is false */
 } proto_weights_ready_t;
 
 typedef struct {
@@ -389,10 +396,10 @@ const char *proto_type_name(proto_type_t type);
 proto_type_t proto_type_from_name(const char *name);
 
 /* proto_msg_init zeroes m and sets its type and the defaults of its optional fields
- * (JOB.top_p = 1.0, RESET.max_steps = 50). Use it before filling a message to encode. */
+ * (JOB.top_p = 1.0, RESET.max_steps = 50, WEIGHTS_READY.ok = true). Use it before filling a message to encode. */
 void proto_msg_init(proto_msg_t *m, proto_type_t type);
 
-/* proto_group_init zeroes g and sets weight = 1.0. */
+/* proto_group_init zeroes g and sets weight = 1.0 and audit_weight = 1.0. */
 void proto_group_init(proto_group_t *g);
 
 /* proto_encode appends the msgpack encoding of m to out. It reads m and never frees or keeps any

@@ -30,7 +30,8 @@ typedef struct {
     const proto_result_t **res; /* G slots, NULL until that trajectory's RESULT arrived */
     size_t n_res;
     double *rewards; /* G */
-    double *adv;     /* G, valid once informative or zero-variance */
+    double *adv;     /* G, valid once informative or zero-variance: adv_raw x audit_weight */
+    double *adv_raw; /* G, the estimator's values before the audit weight */
     double mean;
     double audit_weight; /* 1, or 1/q for a group the gate's audit let run on */
     char *rules;         /* the gate's per-rule verdicts (JSON text), or NULL */
@@ -46,7 +47,7 @@ struct batch {
     proto_msg_t **owned; /* RESULTs decoded by batch_add_result_msgpack */
     size_t n_owned, cap_owned;
     /* cost statistics over every RESULT added */
-    int64_t trajectories, ended, won, steps, llm_calls, prompt_tokens, completion_tokens,
+    int64_t trajectories, ended, failed, won, steps, llm_calls, prompt_tokens, completion_tokens,
         aborted_tokens;
     double reward_sum_ended;
 };
@@ -98,6 +99,7 @@ void batch_destroy(batch_t **self_p)
         free(b->groups[i].res);
         free(b->groups[i].rewards);
         free(b->groups[i].adv);
+        free(b->groups[i].adv_raw);
         free(b->groups[i].rules);
     }
     free(b->groups);
@@ -150,12 +152,14 @@ int batch_add_group(batch_t *b, const char *group, const char *task, int G, doub
     g.res = calloc((size_t)G, sizeof *g.res);
     g.rewards = calloc((size_t)G, sizeof *g.rewards);
     g.adv = calloc((size_t)G, sizeof *g.adv);
-    if (!g.gid || !g.task || !g.res || !g.rewards || !g.adv) {
+    g.adv_raw = calloc((size_t)G, sizeof *g.adv_raw);
+    if (!g.gid || !g.task || !g.res || !g.rewards || !g.adv || !g.adv_raw) {
         free(g.gid);
         free(g.task);
         free(g.res);
         free(g.rewards);
         free(g.adv);
+        free(g.adv_raw);
         return SR_ENOMEM;
     }
     g.G = G;
@@ -166,6 +170,14 @@ int batch_add_group(batch_t *b, const char *group, const char *task, int G, doub
     return SR_OK;
 }
 
+/* s_weigh sets the advantages the loss uses: the raw ones times the audit weight (the product
+ * adv_compute's weight argument would give, so a trainer can check it to the bit). */
+static void s_weigh(s_group_t *g)
+{
+    for (int i = 0; i < g->G; i++)
+        g->adv[i] = g->adv_raw[i] * g->audit_weight;
+}
+
 /* s_classify decides a complete pending group: zero-variance or informative, with advantages. */
 static void s_classify(const batch_t *b, s_group_t *g)
 {
@@ -173,8 +185,9 @@ static void s_classify(const batch_t *b, s_group_t *g)
         return;
     g->mean = adv_mean(g->rewards, (size_t)g->G);
     /* Rewards were checked finite on entry, so adv_compute cannot fail here. */
-    int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, g->audit_weight, g->adv);
+    int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, 1.0, g->adv_raw);
     SR_ASSERT(rc == SR_OK);
+    s_weigh(g);
     g->state = adv_zero_variance(g->rewards, (size_t)g->G) ? BATCH_GROUP_ZERO_VARIANCE
                                                            : BATCH_GROUP_INFORMATIVE;
 }
@@ -208,6 +221,8 @@ int batch_add_result(batch_t *b, const proto_result_t *r)
     b->aborted_tokens += r->aborted_tokens;
     bool cancelled = strcmp(r->status, "cancelled") == 0;
     bool failed = strcmp(r->status, "failed") == 0;
+    if (failed)
+        b->failed++;
     if (!cancelled && !failed) {
         b->ended++;
         b->reward_sum_ended += r->reward;
@@ -339,10 +354,8 @@ int batch_group_set_gate(batch_t *b, const char *group, const char *rules_json,
     }
     if (audit_weight != g->audit_weight) {
         g->audit_weight = audit_weight;
-        if (g->state == BATCH_GROUP_INFORMATIVE || g->state == BATCH_GROUP_ZERO_VARIANCE) {
-            int rc = adv_compute(b->cfg.adv, g->rewards, (size_t)g->G, audit_weight, g->adv);
-            SR_ASSERT(rc == SR_OK);
-        }
+        if (g->state == BATCH_GROUP_INFORMATIVE || g->state == BATCH_GROUP_ZERO_VARIANCE)
+            s_weigh(g);
     }
     return SR_OK;
 }
@@ -355,6 +368,18 @@ const double *batch_group_advantages(const batch_t *b, size_t index)
     if (g->state != BATCH_GROUP_INFORMATIVE && g->state != BATCH_GROUP_ZERO_VARIANCE)
         return NULL;
     return g->adv;
+}
+
+const double *batch_group_advantages_raw(const batch_t *b, size_t index, double *audit_weight)
+{
+    if (!b || index >= b->n)
+        return NULL;
+    const s_group_t *g = &b->groups[index];
+    if (g->state != BATCH_GROUP_INFORMATIVE && g->state != BATCH_GROUP_ZERO_VARIANCE)
+        return NULL;
+    if (audit_weight)
+        *audit_weight = g->audit_weight;
+    return g->adv_raw;
 }
 
 size_t batch_in_batch(const batch_t *b)
@@ -438,6 +463,7 @@ void batch_stats(const batch_t *b, batch_stats_t *out)
         out->batch_steps ? (double)out->batch_zero_adv_steps / (double)out->batch_steps : 0.0;
     out->trajectories = b->trajectories;
     out->trajectories_ended = b->ended;
+    out->trajectories_failed = b->failed;
     out->trajectories_won = b->won;
     out->train_success = b->ended ? (double)b->won / (double)b->ended : 0.0;
     out->reward_mean = b->ended ? b->reward_sum_ended / (double)b->ended : 0.0;
@@ -474,6 +500,7 @@ size_t batch_stats_to_proto(const batch_stats_t *st, proto_stat_t *out, size_t m
         {"zero_adv_dilution", st->zero_adv_dilution},
         {"trajectories", (double)st->trajectories},
         {"trajectories_ended", (double)st->trajectories_ended},
+        {"trajectories_failed", (double)st->trajectories_failed},
         {"trajectories_won", (double)st->trajectories_won},
         {"train_success", st->train_success},
         {"reward_mean", st->reward_mean},
@@ -521,6 +548,9 @@ static int s_build(const batch_t *b, const batch_stats_t *st, proto_stat_t *stat
         pg->rewards_len = (size_t)g->G;
         pg->advantages = g->adv;
         pg->advantages_len = (size_t)g->G;
+        pg->advantages_raw = g->adv_raw;
+        pg->advantages_raw_len = (size_t)g->G;
+        pg->audit_weight = g->audit_weight;
         pg->trajectories = calloc((size_t)g->G, sizeof *pg->trajectories);
         if (!pg->trajectories) {
             *groups_out = groups;
@@ -536,6 +566,7 @@ static int s_build(const batch_t *b, const batch_stats_t *st, proto_stat_t *stat
     m->u.batch.policy_version = b->policy_version;
     m->u.batch.groups = groups;
     m->u.batch.groups_len = n;
+    m->u.batch.estimator = adv_kind_name(b->cfg.adv);
     m->u.batch.stats = stats;
     m->u.batch.stats_len = batch_stats_to_proto(st, stats, BATCH_STATS_MAX);
     return SR_OK;
@@ -725,6 +756,7 @@ int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *pat
         cJSON_AddNumberToObject(head, "iteration", (double)b->iteration);
         cJSON_AddNumberToObject(head, "policy_version", (double)b->policy_version);
         cJSON_AddStringToObject(head, "adv", adv_kind_name(b->cfg.adv));
+        cJSON_AddStringToObject(head, "estimator", adv_kind_name(b->cfg.adv));
         cJSON_AddNumberToObject(head, "groups", (double)batch_in_batch(b));
         cJSON_AddItemToObject(head, "stats", s_stats_json(st));
     }
@@ -748,6 +780,7 @@ int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *pat
             }
             cJSON_AddItemToObject(o, "rewards", s_num_array(g->rewards, (size_t)g->G));
             cJSON_AddItemToObject(o, "advantages", s_num_array(g->adv, (size_t)g->G));
+            cJSON_AddItemToObject(o, "advantages_raw", s_num_array(g->adv_raw, (size_t)g->G));
             cJSON *trajs = cJSON_AddArrayToObject(o, "trajectories");
             for (int t = 0; trajs && t < g->G; t++)
                 cJSON_AddItemToArray(trajs, s_result_json(g->res[t]));

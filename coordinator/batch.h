@@ -18,7 +18,10 @@
  * The group's weight travels beside its advantages and the trainer multiplies the group's loss
  * by it. A group the gate's audit let run on (docs/gate.md) has its advantages multiplied by its
  * audit weight 1/q here, in the batch (batch_group_set_gate), so any trainer sees the unbiased
- * advantages; its weight stays 1.0 so the factor is applied once.
+ * advantages; its weight stays 1.0 so the factor is applied once. The BATCH carries both:
+ * `advantages` = `advantages_raw` x `audit_weight` (what the loss uses) and the estimator's own
+ * values in `advantages_raw`, with `audit_weight` (1 when not audited) and the estimator's name,
+ * so a trainer can check every advantage against the rewards.
  *
  * Backfill (DAPO-style dynamic sampling): after a wave of groups has ended, batch_backfill_next
  * says how many fresh prompts to start so that the batch holds cfg.batch_groups groups, sized
@@ -85,6 +88,7 @@ typedef struct {
     double zero_adv_dilution;     /* batch_zero_adv_steps / batch_steps; 0 if no steps */
     int64_t trajectories;         /* RESULTs received, every group */
     int64_t trajectories_ended;   /* status done or truncated */
+    int64_t trajectories_failed;  /* status failed (after every attempt) */
     int64_t trajectories_won;
     double train_success; /* won / ended; 0 if none ended */
     double reward_mean;   /* mean reward of the ended trajectories */
@@ -153,6 +157,11 @@ int batch_group_info(const batch_t *b, size_t index, batch_group_info_t *out);
  * or NULL unless the group is informative or zero-variance. */
 const double *batch_group_advantages(const batch_t *b, size_t index);
 
+/* batch_group_advantages_raw returns the G advantages of the index-th group before its audit
+ * weight (the estimator's values), and that weight in *audit_weight (when not NULL); NULL as for
+ * batch_group_advantages. */
+const double *batch_group_advantages_raw(const batch_t *b, size_t index, double *audit_weight);
+
 /* batch_in_batch returns how many groups the BATCH would hold now; batch_pending how many
  * declared groups still wait for results. */
 size_t batch_in_batch(const batch_t *b);
@@ -183,7 +192,9 @@ int batch_jsonl_path(const char *out_dir, int64_t iteration, char *buf, size_t l
 /* batch_write_jsonl writes the batch to path as JSON Lines: first a header object {"type":
  * "batch", "run", "iteration", "policy_version", "groups": n, "stats": {...}}, then one object
  * per in-batch group {"type": "group", "group", "task", "weight", "rewards", "advantages",
- * "trajectories": [RESULT bodies with every field, steps and chat messages included]}. The file
+ * "advantages_raw", "trajectories": [RESULT bodies with every field, steps and chat messages
+ * included]} (plus "audit_weight" when not 1 and "rules"); the header names the estimator as
+ * "adv" and "estimator". The file
  * is written to path.tmp and renamed into place; missing parent folders are created. st NULL
  * means batch_stats(b). Returns SR_OK, SR_EINVAL, SR_EIO or SR_ENOMEM with a one-line reason in
  * err (when not NULL). */

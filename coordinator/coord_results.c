@@ -87,6 +87,7 @@ int coord_results_add(coord_results_t *r, const void *data, size_t len)
     info->n_steps = res->n_steps;
     info->llm_calls = res->llm_calls;
     info->tokens = res->prompt_tokens + res->completion_tokens;
+    snprintf(info->error, sizeof info->error, "%s", res->error ? res->error : "");
     e->audit_weight = 1.0;
     e->data = sr_xmalloc(len);
     memcpy(e->data, data, len);
@@ -129,8 +130,14 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
     int64_t finished = 0;
     sum->results = (int64_t)r->n;
     sum->steps = sum->llm_calls = sum->tokens = sum->won = 0;
+    sum->trajectories_failed = 0;
+    fail_tally_reset(&sum->errors);
     for (size_t i = 0; i < r->n; i++) {
         const coord_result_info_t *in = &r->v[i].info;
+        if (strcmp(in->status, "failed") == 0) {
+            sum->trajectories_failed++;
+            fail_tally_add(&sum->errors, in->error);
+        }
         sum->steps += in->n_steps;
         sum->llm_calls += in->llm_calls;
         sum->tokens += in->tokens;

@@ -12,6 +12,7 @@
 
 #include "common/buf.h"
 #include "common/store.h"
+#include "coordinator/failtally.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +26,8 @@ typedef struct {
     int groups_cancelled; /* cancelled by the gate */
     int groups_failed;    /* some trajectory failed after every attempt */
     int64_t results;      /* distinct final results stored */
+    int64_t trajectories_failed; /* of those, status "failed" (after every attempt) */
+    fail_tally_t errors;  /* their error texts, counted */
     int64_t stale_results; /* RESULTs refused (old epoch, unknown job) during the round */
     int64_t steps;        /* environment steps, summed over the results */
     int64_t llm_calls;
@@ -46,6 +49,7 @@ typedef struct {
     double reward;
     bool won;
     int64_t n_steps, llm_calls, tokens;
+    char error[FAIL_TALLY_TEXT_MAX]; /* RESULT.error (cut), "" when absent */
 } coord_result_info_t;
 
 typedef struct coord_results coord_results_t;
@@ -71,7 +75,7 @@ size_t coord_results_count(const coord_results_t *r);
 const coord_result_info_t *coord_results_info(const coord_results_t *r, size_t index);
 
 /* coord_results_sum fills the result-derived fields of *sum (results, steps, llm_calls, tokens,
- * won, success_rate) and leaves the others alone. */
+ * won, success_rate, trajectories_failed, errors) and leaves the others alone. */
 void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
 
 /* coord_results_write_jsonl writes one JSON object per result (every field of the RESULT but "t"

@@ -18,6 +18,7 @@
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
+#include "coordinator/failtally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
 
@@ -73,6 +74,10 @@ struct coord_train {
     int refusals;       /* of this batch */
     int64_t deadline_ms;
     char last_refusal[256];
+    fail_tally_t it_fails; /* failed trajectories of the current iteration's waves */
+    int64_t it_results;    /* RESULTs of those waves */
+    int64_t acked_it;      /* the last iteration a WEIGHTS_READY advanced, -1 */
+    int64_t acked_version; /* the version it advanced to */
 
     double eval_success; /* latest held-out success, -1 before */
     coord_train_stats_t st;
@@ -354,12 +359,14 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     s_store_json(t, "iter", t->it, o);
     cJSON_Delete(o);
     log_info("iteration %lld done: policy version %lld; groups started %lld, skipped %lld, "
-             "cancelled %lld, filtered %lld, in batch %lld; tokens %lld, LLM calls %lld; train "
-             "success %.3f",
+             "cancelled %lld, filtered %lld, failed %lld, in batch %lld; trajectories %lld (%lld "
+             "failed); tokens %lld, LLM calls %lld; train success %.3f",
              (long long)t->it, (long long)coord_policy_version(t->c),
              (long long)t->bstats.groups_started, (long long)t->bstats.groups_skipped,
              (long long)t->bstats.groups_cancelled, (long long)t->bstats.groups_filtered,
-             (long long)t->bstats.batch_groups, (long long)t->bstats.tokens,
+             (long long)t->bstats.groups_failed, (long long)t->bstats.batch_groups,
+             (long long)t->bstats.trajectories, (long long)t->bstats.trajectories_failed,
+             (long long)t->bstats.tokens,
              (long long)t->bstats.llm_calls, t->bstats.train_success);
     store_run_set_int(coord_store(t->c), "iterations_done", t->it + 1);
     batch_destroy(&t->batch);
@@ -373,6 +380,13 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
 static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
     store_t *st = coord_store(t->c);
+    char what[64], why[512];
+    snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
+    if (fail_tally_verdict(&t->it_fails, t->it_results, coord_max_failed_share(t->c), what, why,
+                           sizeof why)) {
+        coord_fail_run(t->c, why);
+        return;
+    }
     for (size_t i = 0; i < batch_group_count(t->batch); i++) {
         batch_group_info_t gi;
         if (batch_group_info(t->batch, i, &gi) != SR_OK)
@@ -436,6 +450,13 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 static void s_train_ended(coord_train_t *t, int64_t round)
 {
     store_t *st = coord_store(t->c);
+    char what[64], why[512];
+    snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
+    /* every trajectory of the iteration so far failed: no backfill wave will change that */
+    if (fail_tally_verdict(&t->it_fails, t->it_results, 1.0, what, why, sizeof why)) {
+        coord_fail_run(t->c, why);
+        return;
+    }
     int rc = store_results_read(st, round, s_wave_result, t);
     if (rc != SR_OK) {
         coord_fail(t->c, rc, "cannot read a wave's results back from Redis");
@@ -514,15 +535,34 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
     const proto_weights_ready_t *w = &m.u.weights_ready;
     int64_t v = coord_policy_version(t->c);
     const char *info = w->info ? w->info : "";
-    if (t->phase != S_PH_AWAIT || strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0 ||
-        w->iteration != t->it) {
+    /* why a refusal was: the reason, else the free text */
+    const char *why = w->reason && *w->reason ? w->reason : *info ? info : "no reason given";
+    if (strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0) {
         t->st.acks_ignored++;
         log_warn("trainer channel: WEIGHTS_READY of run %s iteration %lld version %lld ignored "
-                 "(waiting for run %s iteration %lld%s)",
+                 "(this is run %s)",
                  w->run ? w->run : "?", (long long)w->iteration, (long long)w->version,
-                 coord_run_name(t->c), (long long)t->it,
-                 t->phase == S_PH_AWAIT ? "" : ": no batch is out");
-    } else if (w->version == v + 1 && strncmp(info, "refused", 7) != 0) {
+                 coord_run_name(t->c));
+    } else if (w->ok && t->acked_it >= 0 && w->iteration == t->acked_it &&
+               w->version == t->acked_version) {
+        /* the trainer acked a batch that was sent twice (a resend after a timeout or a refusal,
+         * or a resumed coordinator) again with the same version: already applied */
+        t->st.acks_duplicate++;
+        log_info("trainer channel: duplicate WEIGHTS_READY of iteration %lld (version %lld), "
+                 "already applied",
+                 (long long)w->iteration, (long long)w->version);
+    } else if (w->iteration < t->it || (w->iteration == t->it && t->phase != S_PH_AWAIT)) {
+        t->st.acks_stale++;
+        log_warn("trainer channel: WEIGHTS_READY of iteration %lld version %lld (ok %s) ignored: "
+                 "stale (iteration %lld%s)",
+                 (long long)w->iteration, (long long)w->version, w->ok ? "true" : "false",
+                 (long long)t->it, t->phase == S_PH_AWAIT ? " awaits its ack" : " has no batch out");
+    } else if (w->iteration != t->it) {
+        t->st.acks_ignored++;
+        log_warn("trainer channel: WEIGHTS_READY of iteration %lld version %lld ignored (waiting "
+                 "for iteration %lld)",
+                 (long long)w->iteration, (long long)w->version, (long long)t->it);
+    } else if (w->ok && w->version == v + 1) {
         t->st.acks_ok++;
         rc = coord_set_policy_version(t->c, v + 1);
         if (rc != SR_OK)
@@ -538,6 +578,8 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         if (coord_publish(t->c, topic, &pv) != SR_OK)
             log_error("cannot publish POLICY_VERSION %lld", (long long)(v + 1));
         t->st.policy_version = v + 1;
+        t->acked_it = t->it;
+        t->acked_version = v + 1;
         log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s",
                  (long long)t->it, (long long)(v + 1), w->has_loss ? "" : "n/a ",
                  w->has_loss ? w->loss : 0.0, info);
@@ -545,18 +587,19 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         proto_msg_clear(&m);
         coord_kick(t->c);
         return;
-    } else if (w->version == v) {
+    } else if (!w->ok || w->version == v) {
+        /* ok false is a refusal; so is an ack that leaves the version where it is */
         t->st.acks_refused++;
         t->refusals++;
-        snprintf(t->last_refusal, sizeof t->last_refusal, "%s", info);
+        snprintf(t->last_refusal, sizeof t->last_refusal, "%s", why);
         log_error("iteration %lld: the trainer refused the batch (version stays %lld): %s",
-                  (long long)t->it, (long long)v, info);
+                  (long long)t->it, (long long)v, why);
         if (t->refusals >= 2) {
-            char why[512];
-            snprintf(why, sizeof why,
+            char stop[512];
+            snprintf(stop, sizeof stop,
                      "the trainer refused the batch of iteration %lld twice (%s): the run stops",
                      (long long)t->it, t->last_refusal);
-            coord_fail(t->c, SR_EPROTO, why);
+            coord_fail(t->c, SR_EPROTO, stop);
         } else {
             s_send_batch(t);
         }
@@ -607,6 +650,9 @@ static void s_resume(coord_train_t *t)
     t->it = it;
     t->st.iteration = it;
     t->st.policy_version = v;
+    /* an ack of the last finished iteration with the version in Redis is a duplicate */
+    t->acked_it = it - 1;
+    t->acked_version = v;
     t->cursor = (size_t)cursor;
     t->eval_done_at = eval_at;
     /* a fresh stream of draws for the rest of the run (not the one an uninterrupted run uses) */
@@ -727,6 +773,8 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         store_run_set_int(coord_store(c), "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
+        fail_tally_reset(&t->it_fails);
+        t->it_results = 0;
         t->iter_start_ms = clock_mono_ms();
         t->policy_aborted_at_start = s_policy_aborted(coord_store(c));
         t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
@@ -757,13 +805,21 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
 
 static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum)
 {
-    (void)c;
-    (void)sum;
     coord_train_t *t = arg;
-    if (t->round_eval)
+    if (t->round_eval) {
+        char what[96], why[512];
+        snprintf(what, sizeof what, "held-out evaluation at iteration %lld", (long long)t->it);
+        if (fail_tally_verdict(&sum->errors, sum->results, coord_max_failed_share(c), what, why,
+                               sizeof why)) {
+            coord_fail_run(c, why);
+            return;
+        }
         s_eval_ended(t, round);
-    else if (t->batch)
+    } else if (t->batch) {
+        fail_tally_merge(&t->it_fails, &sum->errors);
+        t->it_results += sum->results;
         s_train_ended(t, round);
+    }
 }
 
 static void s_stopped(void *arg, coord_t *c)
@@ -887,6 +943,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     prng_shuffle(&p, t->perm, (size_t)cfg->tasks, sizeof *t->perm);
     prng_init(&t->prng, cfg->seed, 0x67e5);
     t->eval_done_at = -1;
+    t->acked_it = -1;
     t->eval_success = -1;
     t->st.eval_first = -1;
     t->st.eval_last = -1;

@@ -18,12 +18,16 @@
  *     coord_destroy(&c);                              // before the driver: it uses c's reactor
  *     coord_train_destroy(&t);
  *
- * The trainer's acknowledgement decides: a WEIGHTS_READY of this run and iteration with version
- * V + 1 advances; an ack with the unchanged version V (a refusal) is logged with its reason and
- * the batch is sent once more; a second refusal stops the run with a clear error. Bytes that are
- * not a WEIGHTS_READY, another run's ack, an ack of another iteration and an ack naming any other
- * version are logged and counted and change nothing: the run keeps waiting. Without an ack within
- * weights_timeout_ms the batch is sent once more; a second timeout stops the run.
+ * The trainer's acknowledgement decides (docs/protocol.md, "The trainer channel"): a WEIGHTS_READY
+ * of this run and iteration with ok true and version V + 1 advances; one with ok false, or with
+ * the unchanged version V, is a refusal, logged with its reason, and the batch is sent once more;
+ * a second refusal stops the run with a clear error. The ack that advanced the last iteration,
+ * received again (the trainer answers a batch sent twice twice, with the same version), is a
+ * duplicate: counted, nothing else. An ack of an earlier iteration is stale: counted and logged.
+ * Bytes that are not a WEIGHTS_READY, another run's ack, an ack of a later iteration and an ack
+ * naming any other version are logged and counted and change nothing: the run keeps waiting.
+ * Without an ack within weights_timeout_ms the batch is sent once more; a second timeout stops
+ * the run.
  *
  * Resume (cfg.resume, the coordinator's --resume): the loop continues a run found in Redis at its
  * first unfinished iteration (run fields iterations_done, pool_cursor, eval_done_at and
@@ -74,8 +78,10 @@ typedef struct {
     int64_t policy_version; /* the version rollouts use now */
     int64_t batches_sent;   /* BATCH messages PUSHed (a resend counts) */
     int64_t acks_ok;        /* WEIGHTS_READY that advanced the version */
-    int64_t acks_refused;   /* acks with the unchanged version */
-    int64_t acks_ignored;   /* garbage, another run, another iteration, an unknown version */
+    int64_t acks_refused;   /* acks with ok false or the unchanged version */
+    int64_t acks_duplicate; /* the ack that advanced the last iteration, received again */
+    int64_t acks_stale;     /* acks of an earlier iteration (or of one with no batch out) */
+    int64_t acks_ignored;   /* garbage, another run, a later iteration, an unknown version */
     int64_t groups_started, groups_skipped, groups_cancelled, groups_filtered, groups_failed;
     int64_t groups_in_batches;
     int64_t eval_groups_in_batches; /* groups of an eval round that went into a batch: always 0 */

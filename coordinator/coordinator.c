@@ -103,6 +103,7 @@ struct coord {
 
     atomic_bool stop_requested;
     bool finished;
+    bool run_failed; /* coord_fail_run: the run's episodes failed, not the coordinator */
     int fatal;
     char err[512];
 
@@ -420,9 +421,13 @@ static void s_dispatch(coord_t *c)
 
 /* s_acc_add counts one stored result into its round's summary. */
 static void s_acc_add(s_open_t *R, const char *status, int64_t steps, int64_t llm_calls,
-                      int64_t tokens, bool won)
+                      int64_t tokens, bool won, const char *error)
 {
     R->acc.results++;
+    if (strcmp(status, "failed") == 0) {
+        R->acc.trajectories_failed++;
+        fail_tally_add(&R->acc.errors, error);
+    }
     R->acc.steps += steps;
     R->acc.llm_calls += llm_calls;
     R->acc.tokens += tokens;
@@ -568,7 +573,7 @@ static int s_open_round(coord_t *c, int64_t round)
     size_t nres = coord_results_count(res);
     for (size_t i = 0; rc == SR_OK && i < nres; i++) {
         const coord_result_info_t *in = coord_results_info(res, i);
-        s_acc_add(R, in->status, in->n_steps, in->llm_calls, in->tokens, in->won);
+        s_acc_add(R, in->status, in->n_steps, in->llm_calls, in->tokens, in->won, in->error);
         int ji = coord_sched_find_job(c->sched, in->job_id);
         if (ji < 0)
             continue;
@@ -628,6 +633,8 @@ static void s_summarise(coord_t *c, const s_open_t *R, coord_round_summary_t *su
     sum->won = R->acc.won;
     sum->steps_other_version = R->acc.steps_other_version;
     sum->other_version = R->acc.other_version;
+    sum->trajectories_failed = R->acc.trajectories_failed;
+    sum->errors = R->acc.errors;
     sum->success_rate = R->acc_finished ? (double)R->acc.won / (double)R->acc_finished : 0.0;
 }
 
@@ -781,10 +788,11 @@ static void s_finish_round(coord_t *c)
         s_fatal(c, SR_ENOMEM, "cannot start the round writer%s", "");
         return;
     }
-    log_info("round %lld done: groups %d done, %d cancelled, %d failed; %lld results, %lld stale, "
-             "%lld steps, %lld LLM calls, %lld tokens, success %.3f, %lld ms",
+    log_info("round %lld done: groups %d done, %d cancelled, %d failed; %lld results (%lld "
+             "failed), %lld stale, %lld steps, %lld LLM calls, %lld tokens, success %.3f, %lld ms",
              (long long)sum.round, sum.groups_done, sum.groups_cancelled, sum.groups_failed,
-             (long long)sum.results, (long long)sum.stale_results, (long long)sum.steps,
+             (long long)sum.results, (long long)sum.trajectories_failed,
+             (long long)sum.stale_results, (long long)sum.steps,
              (long long)sum.llm_calls, (long long)sum.tokens, sum.success_rate,
              (long long)sum.wall_ms);
     if (sum.steps_other_version > 0)
@@ -805,6 +813,13 @@ static void s_finish_round(coord_t *c)
     if (c->cfg.driver) {
         c->cfg.driver->ended(c->cfg.driver->arg, c, c->round - 1, &sum);
         s_next_round(c);
+        return;
+    }
+    char what[64], why[512];
+    snprintf(what, sizeof what, "round %lld", (long long)sum.round);
+    if (fail_tally_verdict(&sum.errors, sum.results, c->cfg.max_failed_share, what, why,
+                           sizeof why)) {
+        coord_fail_run(c, why);
         return;
     }
     int rc;
@@ -1032,7 +1047,7 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         s_mark_cancelled(c, j->group, 0);
     coord_sched_finish(c->sched, ji, r->status);
     s_acc_add(R, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
-              r->won);
+              r->won, r->error);
     /* Steps that say which policy version answered: another one than the JOB's is off-policy. */
     for (size_t k = 0; k < r->steps_len; k++) {
         if (r->steps[k].has_served_version && r->steps[k].served_version != R->policy_version) {
@@ -1271,6 +1286,7 @@ void coord_cfg_init(coord_cfg_t *cfg)
     cfg->placement = COORD_PLACE_SPREAD;
     cfg->spread_wait_ms = 1000;
     cfg->max_attempts = 3;
+    cfg->max_failed_share = 0.5;
     cfg->overlap = true;
 }
 
@@ -1295,6 +1311,8 @@ static int s_check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
         bad = "lease must be >= 10 ms and heartbeat >= 1 ms";
     else if (cfg->max_attempts < 1)
         bad = "max attempts must be >= 1";
+    else if (!(cfg->max_failed_share >= 0 && cfg->max_failed_share <= 1))
+        bad = "the max failed share must be 0..1";
     else if (cfg->max_steps < 0 || cfg->max_tokens < 0)
         bad = "max steps and max tokens must be >= 0";
     else if (!(cfg->temperature >= 0 && cfg->temperature <= 100) ||
@@ -1692,6 +1710,20 @@ void coord_fail(coord_t *c, int rc, const char *why)
     if (c)
         s_fatal(c, rc < 0 ? rc : SR_EINVAL, "%s", why ? why : "failed");
 }
+
+void coord_fail_run(coord_t *c, const char *why)
+{
+    if (!c || c->fatal != SR_OK)
+        return;
+    c->run_failed = true;
+    s_fatal(c, SR_ECONFLICT, "%s", why ? why : "the run failed");
+    if (store_run_set(c->st, "error", c->err) != SR_OK)
+        log_warn("cannot record the run's error: %s", store_errstr(c->st));
+}
+
+bool coord_run_failed(const coord_t *c) { return c && c->run_failed; }
+
+double coord_max_failed_share(const coord_t *c) { return c ? c->cfg.max_failed_share : 0.5; }
 
 store_t *coord_store(coord_t *c) { return c ? c->st : NULL; }
 

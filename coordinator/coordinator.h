@@ -107,6 +107,9 @@ typedef struct {
     int64_t spread_wait_ms; /* spread: how long jobs may wait for a second actor before one actor
                                may take more than half of a group, 1000 */
     int max_attempts;      /* leases of a job that may end "failed" before it counts failed, 3 */
+    double max_failed_share; /* plain rounds: a round in which every trajectory failed, or more
+                                than this share (0..1) did, stops the run (coord_fail_run), 0.5;
+                                a driver applies it to its own units (coord_max_failed_share) */
     bool overlap;          /* plain rounds (no driver): open the next round once the oldest one
                               has handed out its last job, so that its stragglers' slots do not
                               idle; rounds still end in order. true */
@@ -190,6 +193,18 @@ void coord_kick(coord_t *c);
 
 /* coord_fail stops coord_run with rc (an SR_E* code) and the one-line reason `why`. */
 void coord_fail(coord_t *c, int rc, const char *why);
+
+/* coord_fail_run stops coord_run because the run itself failed (its episodes did, e.g. too many
+ * failed trajectories), not the coordinator: like coord_fail with SR_ECONFLICT, and the reason is
+ * also recorded in the run record (field `error`) and coord_run_failed turns true, so that a
+ * launcher reports it and does not start the coordinator again. */
+void coord_fail_run(coord_t *c, const char *why);
+
+/* coord_run_failed returns true after coord_fail_run. */
+bool coord_run_failed(const coord_t *c);
+
+/* coord_max_failed_share returns cfg.max_failed_share. */
+double coord_max_failed_share(const coord_t *c);
 
 /* coord_run_name returns the run id (owned by c). */
 const char *coord_run_name(const coord_t *c);

@@ -11,6 +11,7 @@
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
+#include "coordinator/supervise.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -30,10 +31,11 @@ static void s_progress(const coord_round_summary_t *s, void *arg)
 {
     (void)arg;
     dashboard_on_round(s_dash, s);
-    log_info("round %lld: groups %d (%d done, %d cancelled, %d failed), %lld results (%lld stale), "
-             "%lld steps, %lld LLM calls, %lld tokens, success %.1f%%, %.1f s",
+    log_info("round %lld: groups %d (%d done, %d cancelled, %d failed), %lld results (%lld failed, "
+             "%lld stale), %lld steps, %lld LLM calls, %lld tokens, success %.1f%%, %.1f s",
              (long long)s->round, s->groups, s->groups_done, s->groups_cancelled, s->groups_failed,
-             (long long)s->results, (long long)s->stale_results, (long long)s->steps,
+             (long long)s->results, (long long)s->trajectories_failed,
+             (long long)s->stale_results, (long long)s->steps,
              (long long)s->llm_calls, (long long)s->tokens, 100.0 * s->success_rate,
              (double)s->wall_ms / 1000.0);
 }
@@ -53,6 +55,7 @@ int coordinator_main(int argc, char **argv)
         int log_level;
         int64_t seed, lease_ms, heartbeat_ms, spread_wait_ms;
         double temperature, top_p;
+        double max_failed_share;
         bool resume;
     } o;
     memset(&o, 0, sizeof o);
@@ -113,6 +116,11 @@ int coordinator_main(int argc, char **argv)
                  "round starts when the previous one has ended)"},
         {.name = "max-attempts", .kind = CFG_INT, .dst = &o.max_attempts, .def = "3", .min = 1,
          .max = 100, .help = "attempts of a job that may fail before it counts as failed"},
+        {.name = "max-failed-share", .kind = CFG_DOUBLE, .dst = &o.max_failed_share,
+         .def = "0.5", .min = 0, .max = 1, .metavar = "SHARE",
+         .help = "stop the run (exit 3) when every trajectory of a round, a training iteration "
+                 "or a held-out evaluation failed after its attempts, or more than this share "
+                 "did; the last log line names the most frequent error"},
         {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
          .help = "comma-separated env-worker endpoints for actors (default: Redis registry)"},
         {.name = "out", .kind = CFG_STRING, .dst = &o.out, .metavar = "DIR",
@@ -242,6 +250,7 @@ int coordinator_main(int argc, char **argv)
     cc.placement = o.placement == 1 ? COORD_PLACE_PACK : COORD_PLACE_SPREAD;
     cc.spread_wait_ms = o.spread_wait_ms;
     cc.max_attempts = o.max_attempts;
+    cc.max_failed_share = o.max_failed_share;
     cc.overlap = o.overlap == 1;
     cc.env_workers = o.env_workers;
     if (o.out) {
@@ -328,7 +337,8 @@ int coordinator_main(int argc, char **argv)
     s_running = NULL;
     if (rc != SR_OK) {
         fprintf(stderr, "selroll coordinator: %s\n", coord_errstr(c));
-        exit_code = 1;
+        /* the run failed (its episodes), not this process: a launcher must not restart it */
+        exit_code = coord_run_failed(c) ? SUPERVISE_EXIT_RUN_FAILED : 1;
     }
 
 cleanup:

@@ -187,7 +187,7 @@ static struct {
     int k, log_level, max_coord_restarts;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
-    double temperature, time_scale, threshold, t_high;
+    double temperature, time_scale, threshold, t_high, max_failed_share;
     bool cost_model, no_gate;
     bool curve;
     bool metrics;
@@ -390,6 +390,8 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_argf(&a, "%lld", (long long)o.heartbeat_ms);
     s_arg(&a, "--placement");
     s_arg(&a, o.placement);
+    s_arg(&a, "--max-failed-share");
+    s_argf(&a, "%.17g", o.max_failed_share);
     if (r->env_list[0]) {
         s_arg(&a, "--env-workers");
         s_arg(&a, r->env_list);
@@ -468,7 +470,7 @@ static bool s_round_progress(s_run_t *r, int round)
     FILE *f = fopen(path, "r");
     if (!f)
         return false;
-    long long steps = 0, calls = 0, tokens = 0, results = 0, won = 0;
+    long long steps = 0, calls = 0, tokens = 0, results = 0, won = 0, failed = 0;
     char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, f) > 0) {
@@ -487,6 +489,9 @@ static bool s_round_progress(s_run_t *r, int round)
             tokens += (long long)v->valuedouble;
         if ((v = cJSON_GetObjectItemCaseSensitive(j, "won")) && cJSON_IsTrue(v))
             won++;
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, "status")) && cJSON_IsString(v) &&
+            strcmp(v->valuestring, "failed") == 0)
+            failed++;
         cJSON_Delete(j);
     }
     free(line);
@@ -496,14 +501,25 @@ static bool s_round_progress(s_run_t *r, int round)
     if (r->store)
         store_groups_of(r->store, round, s_count, &g);
     int64_t now = clock_wall_ms();
-    printf("round %d: groups %d (done %d, cancelled %d, failed %d), trajectories %lld, steps %lld, "
-           "LLM calls %lld, tokens %lld, success %.1f%%, wall %.1f s\n",
-           round, g.n, g.done, g.cancelled, g.other, results, steps, calls, tokens,
+    printf("round %d: groups %d (done %d, cancelled %d, failed %d), trajectories %lld (failed "
+           "%lld), steps %lld, LLM calls %lld, tokens %lld, success %.1f%%, wall %.1f s\n",
+           round, g.n, g.done, g.cancelled, g.other, results, failed, steps, calls, tokens,
            results ? 100.0 * (double)won / (double)results : 0.0,
            (double)(now - r->round_t0_ms) / 1000.0);
     fflush(stdout);
     r->round_t0_ms = now;
     return true;
+}
+
+/* s_run_error copies the run record's `error` (the coordinator's reason when the run itself
+ * failed) into buf; "" when there is none. */
+static void s_run_error(s_run_t *r, char *buf, size_t len)
+{
+    char *e = NULL;
+    buf[0] = '\0';
+    if (r->store && store_run_get(r->store, "error", &e) == SR_OK && e)
+        snprintf(buf, len, "%s", e);
+    free(e);
 }
 
 static double s_num(const cJSON *j, const char *name)
@@ -561,13 +577,15 @@ static void s_train_progress(s_run_t *r)
             r->policy_version = (int64_t)s_num(j, "policy_version_after");
             int64_t now = clock_wall_ms();
             printf("iter %3d  policy v%d->v%d  groups started %d skipped %d cancelled %d filtered "
-                   "%d batch %d  tokens %lld  LLM calls %lld  train success %.1f%%  held-out "
-                   "%.1f%%  saved so far: %lld groups skipped, %lld cancelled, %lld aborted "
-                   "tokens  %.1f s\n",
+                   "%d failed %d batch %d  trajectories %lld (failed %lld)  tokens %lld  LLM calls "
+                   "%lld  train success %.1f%%  held-out %.1f%%  saved so far: %lld groups "
+                   "skipped, %lld cancelled, %lld aborted tokens  %.1f s\n",
                    (int)s_num(j, "iteration"), (int)s_num(j, "policy_version"),
                    (int)r->policy_version, (int)s_num(j, "groups_started"),
                    (int)s_num(j, "groups_skipped"), (int)s_num(j, "groups_cancelled"),
-                   (int)s_num(j, "groups_filtered"), (int)s_num(j, "batch_groups"),
+                   (int)s_num(j, "groups_filtered"), (int)s_num(j, "groups_failed"),
+                   (int)s_num(j, "batch_groups"), (long long)s_num(j, "trajectories"),
+                   (long long)s_num(j, "trajectories_failed"),
                    (long long)s_num(j, "tokens"), (long long)s_num(j, "llm_calls"),
                    100.0 * s_num(j, "train_success"),
                    r->eval_last >= 0 ? 100.0 * r->eval_last : 0.0, (long long)r->tot_skipped,
@@ -696,6 +714,11 @@ int run_main(int argc, char **argv)
         {.name = "max-coordinator-restarts", .kind = CFG_INT, .dst = &o.max_coord_restarts,
          .def = "5", .min = 0, .max = 1000,
          .help = "a crashed coordinator is started again with --resume this many times"},
+        {.name = "max-failed-share", .kind = CFG_DOUBLE, .dst = &o.max_failed_share,
+         .def = "0.5", .min = 0, .max = 1, .metavar = "SHARE",
+         .help = "stop the run (exit 1) when every trajectory of a round, an iteration or a "
+                 "held-out evaluation failed after its attempts, or more than this share did; "
+                 "the last line names the most frequent error"},
         {.name = "bus-external", .kind = CFG_STRING, .dst = &o.bus_external,
          .metavar = "PUB,SUB", .help = "use a bus proxy elsewhere (publishers' and subscribers' "
                                        "endpoints) instead of the coordinator's"},
@@ -1143,6 +1166,7 @@ int run_main(int argc, char **argv)
     /* Supervise until the coordinator finished its rounds or a signal came. */
     r.round_t0_ms = clock_wall_ms();
     int64_t last_children = 0;
+    char run_error[600] = "";
     for (;;) {
         supervise_poll(r.sup);
         int64_t now = clock_mono_ms();
@@ -1182,10 +1206,12 @@ int run_main(int argc, char **argv)
                         supervise_pid(r.sup, r.coord_name) == 0)) {
             s_train_progress(&r);
             code = supervise_finished(r.sup, r.coord_name) ? 0 : 1;
-            if (code)
+            if (code) {
+                s_run_error(&r, run_error, sizeof run_error);
                 fprintf(stderr, "selroll run: the coordinator stopped the training run (status "
                                 "%d); see %s/logs/%s.log\n",
                         supervise_last_status(r.sup, r.coord_name), r.out, r.coord_name);
+            }
             printf("summary: policy v0 -> v%lld; held-out success %.1f%% -> %.1f%%; groups "
                    "started %lld, skipped by the pre-filter %lld, cancelled by the gate %lld, "
                    "filtered %lld; %lld tokens, %lld LLM calls, %lld aborted tokens\n",
@@ -1207,6 +1233,16 @@ int run_main(int argc, char **argv)
         }
         if (supervise_pid(r.sup, r.coord_name) == 0) {
             int st = supervise_last_status(r.sup, r.coord_name);
+            if (st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == SUPERVISE_EXIT_RUN_FAILED) {
+                /* the run failed by the coordinator's verdict: starting it again would not help */
+                while (r.next_round < o.iters && s_round_progress(&r, r.next_round))
+                    r.next_round++;
+                s_run_error(&r, run_error, sizeof run_error);
+                fprintf(stderr, "selroll run: the coordinator stopped the run; see %s/logs/%s.log\n",
+                        r.out, r.coord_name);
+                code = 1;
+                break;
+            }
             if (r.coord_starts > o.max_coord_restarts) {
                 fprintf(stderr, "selroll run: the coordinator failed %d times; giving up (see "
                                 "%s/logs/%s.log)\n", r.coord_starts, r.out, r.coord_name);
@@ -1223,6 +1259,8 @@ int run_main(int argc, char **argv)
     printf("selroll run %s: %s after %.1f s\n", o.run, code == 0 ? "finished" : "failed",
            (double)(clock_wall_ms() - r.started_ms) / 1000.0);
     fflush(stdout);
+    if (code != 0 && run_error[0])
+        fprintf(stderr, "selroll run: %s\n", run_error); /* the last line: why */
 
 cleanup:
     if (r.sup) {

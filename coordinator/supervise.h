@@ -79,6 +79,11 @@ int supervise_last_status(const supervise_t *s, const char *name);
  * child that exits with it is not restarted, since the same arguments would fail the same way. */
 #define SUPERVISE_EXIT_USAGE 2
 
+/* The exit status of the coordinator when the run itself failed (too many failed trajectories,
+ * docs/operations.md "Runs that fail loudly"): `selroll run` reports the run record's error and
+ * does not start the coordinator again. */
+#define SUPERVISE_EXIT_RUN_FAILED 3
+
 /* supervise_usage_error returns true when `name` is down after exiting SUPERVISE_EXIT_USAGE (it
  * stays down). */
 bool supervise_usage_error(const supervise_t *s, const char *name);

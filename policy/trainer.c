@@ -251,6 +251,16 @@ static int s_check_batch(trainer_t *t, const proto_batch_t *b, bool *foreign_all
                 s_fail(t, "batch refused: groups[%zu].advantages[%zu] is not a finite number", g, i);
                 return SR_EINVAL;
             }
+            /* the loss uses advantages; when the raw ones are there they must agree with them */
+            if (gr->advantages_raw && i < gr->advantages_raw_len) {
+                double want = gr->advantages_raw[i] * gr->audit_weight;
+                if (!(fabs(gr->advantages[i] - want) <= 1e-9 * fmax(1.0, fabs(want)))) {
+                    s_fail(t, "batch refused: groups[%zu].advantages[%zu] is %g, not "
+                              "advantages_raw x audit_weight = %g",
+                           g, i, gr->advantages[i], want);
+                    return SR_EINVAL;
+                }
+            }
         }
     }
     return SR_OK;

@@ -136,11 +136,12 @@ int trainer_main(int argc, char **argv)
     if (s_stop) {
         trainer_svc_stats_t st;
         trainer_svc_stats(svc, &st);
-        printf("trainer: signal %d, stopping at version %u (%llu batches: %llu trained, %llu "
-               "refused; %llu discarded messages)\n",
+        printf("trainer: signal %d, stopping at version %u (%llu batches: %llu trained, %llu acked "
+               "again, %llu refused; %llu discarded messages)\n",
                (int)s_stop, trainer_version(trainer_svc_trainer(svc)),
                (unsigned long long)st.batches, (unsigned long long)st.trained,
-               (unsigned long long)st.refused, (unsigned long long)st.garbage);
+               (unsigned long long)st.duplicates, (unsigned long long)st.refused,
+               (unsigned long long)st.garbage);
         code = 0;
     }
 

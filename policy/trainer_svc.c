@@ -186,10 +186,14 @@ static void s_flush(trainer_svc_t *s)
 }
 
 /* s_ack encodes WEIGHTS_READY and queues it (the oldest queued ack is dropped when the queue is
- * full: the coordinator has then been gone for S_OUTBOX_MAX batches). */
+ * full: the coordinator has then been gone for S_OUTBOX_MAX batches). reason NULL = ok true;
+ * otherwise ok false with that reason (cut to the protocol's 1 KiB). */
 static void s_ack(trainer_svc_t *s, const char *run, int64_t version, int64_t iteration,
-                  bool has_loss, double loss, const char *info)
+                  bool has_loss, double loss, const char *info, const char *reason)
 {
+    char short_reason[1000];
+    if (reason)
+        snprintf(short_reason, sizeof short_reason, "%s", reason);
     proto_msg_t m;
     proto_msg_init(&m, PROTO_WEIGHTS_READY);
     m.u.weights_ready.run = run && run[0] ? run : s->run;
@@ -198,6 +202,8 @@ static void s_ack(trainer_svc_t *s, const char *run, int64_t version, int64_t it
     m.u.weights_ready.has_loss = has_loss;
     m.u.weights_ready.loss = loss;
     m.u.weights_ready.info = info;
+    m.u.weights_ready.ok = reason == NULL;
+    m.u.weights_ready.reason = reason ? short_reason : NULL;
     sr_buf_t out;
     sr_buf_init(&out);
     if (proto_encode(&m, &out) != SR_OK) {
@@ -244,6 +250,18 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
 {
     char info[1024];
     s->stats.batches++;
+    if (b->iteration >= 0 && b->iteration == trainer_last_iteration(s->trainer) &&
+        (!s->run || (b->run && strcmp(b->run, s->run) == 0))) {
+        /* The batch of the iteration trained last, sent again (the coordinator resent it after a
+         * timeout, or was restarted): not trained twice, acked again with the same version. */
+        snprintf(info, sizeof info,
+                 "iteration %" PRId64 " is trained already: version %u (a batch sent again)",
+                 b->iteration, trainer_version(s->trainer));
+        log_info("%s", info);
+        s->stats.duplicates++;
+        s_ack(s, b->run, trainer_version(s->trainer), b->iteration, false, 0, info, NULL);
+        return;
+    }
     model_t *backup = model_clone(trainer_model(s->trainer));
     int64_t last_iter = trainer_last_iteration(s->trainer);
     trainer_report_t r;
@@ -253,7 +271,7 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
         log_error("%s", why);
         snprintf(info, sizeof info, "refused: %s", why);
         s->stats.refused++;
-        s_ack(s, b->run, trainer_version(s->trainer), b->iteration, false, 0, info);
+        s_ack(s, b->run, trainer_version(s->trainer), b->iteration, false, 0, info, why);
         model_destroy(&backup);
         return;
     }
@@ -263,7 +281,7 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
         log_error("iteration %" PRId64 ": %s", b->iteration, why);
         snprintf(info, sizeof info, "refused: %s", why);
         s->stats.refused++;
-        s_ack(s, b->run, trainer_version(s->trainer), b->iteration, false, 0, info);
+        s_ack(s, b->run, trainer_version(s->trainer), b->iteration, false, 0, info, why);
         return;
     }
     model_destroy(&backup);
@@ -275,7 +293,7 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
                  r.iteration, r.from_version, r.groups_foreign);
         log_warn("version %u: %s", r.version, info);
         s->stats.trained++;
-        s_ack(s, b->run, r.version, b->iteration, true, r.loss, info);
+        s_ack(s, b->run, r.version, b->iteration, true, r.loss, info, NULL);
         return;
     }
     snprintf(info, sizeof info,
@@ -288,7 +306,7 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
              r.clipped_epochs, r.update_norm);
     log_info("version %u: %s", r.version, info);
     s->stats.trained++;
-    s_ack(s, b->run, r.version, b->iteration, true, r.loss, info);
+    s_ack(s, b->run, r.version, b->iteration, true, r.loss, info, NULL);
 }
 
 int trainer_svc_poll(trainer_svc_t *s, int wait_ms)

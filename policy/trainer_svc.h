@@ -4,16 +4,21 @@
  * BATCH messages arrive on a PULL socket; each one is trained (trainer_step), the new weights are
  * written to Redis (selroll:<run>:weights:<version>, store_weights_put with model_to_blob) and the
  * run record gets trained_version and trained_iteration, and only then WEIGHTS_READY {run,
- * version, iteration, loss, info} goes out on a PUSH socket. So a coordinator that receives the
+ * version, iteration, ok true, loss, info} goes out on a PUSH socket. So a coordinator that receives the
  * ack can announce the version and every policy server finds the weights.
  *
  * Refusals (docs/training.md, "Trainer"):
  *  - a message that does not decode, or is not a BATCH: logged (rate-limited) and counted, no ack
  *    (there is no run or iteration to answer to);
- *  - a BATCH the learner refuses (wrong shape, another run, an iteration already trained, no
- *    recorded messages, an unknown task format) or whose weights cannot be stored: logged, no new
- *    weights, and an ack WEIGHTS_READY whose version is the unchanged current version, without
- *    loss, with info "refused: <reason>".
+ *  - a BATCH the learner refuses (wrong shape, another run, an earlier iteration, no recorded
+ *    messages, an unknown task format) or whose weights cannot be stored: logged, no new
+ *    weights, and an ack WEIGHTS_READY with ok false and the reason, the unchanged current
+ *    version, no loss, and info "refused: <reason>".
+ *
+ * A BATCH of the iteration trained last (the same run and iteration sent again: a coordinator's
+ * resend after a timeout, or a restarted coordinator) is not trained twice: it is acked again,
+ * ok true, with the current version (the one that iteration produced), and counted as a
+ * duplicate (docs/protocol.md, "The trainer channel").
  *
  * Endpoints: "@tcp://..." binds, ">tcp://..." connects (the czmq convention); without a prefix
  * the PULL socket binds and the PUSH socket connects, as in docs/protocol.md §5 (the coordinator
@@ -40,7 +45,8 @@ typedef struct {
 typedef struct {
     uint64_t batches;      /* BATCH messages received */
     uint64_t trained;      /* batches trained and published */
-    uint64_t refused;      /* batches refused (an ack with "refused:" was sent) */
+    uint64_t refused;      /* batches refused (an ack with ok false was sent) */
+    uint64_t duplicates;   /* batches of the iteration trained last, acked again */
     uint64_t garbage;      /* messages that did not decode or were not a BATCH */
     uint64_t acks_pending; /* acks waiting for the PUSH socket to take them */
 } trainer_svc_stats_t;

@@ -5,7 +5,13 @@
 # finish, write iterations.jsonl with one line per iteration and a held-out evaluation at
 # iteration 0 and at the end, batches under batches/, and its held-out success at the end must be
 # strictly above iteration 0's. Then a run with docs/examples/trainer.py as the external trainer
-# proceeds on its acks (the version advances once per iteration, the info is the example's).
+# proceeds on its acks (the version advances once per iteration, the info is the example's): it
+# refuses the first batch with ok false and a reason (the run logs the reason and sends the batch
+# again), checks every group's advantages against its rewards with the BATCH's estimator and
+# audit_weight (the gate runs the audit rule, so audited groups with a weight 1/q may appear), and
+# acks. Last, runs that fail loudly: with a policy server answering 400 to every chat completion
+# (tests/py/openai_400.py) and with an env-worker endpoint nobody serves, `selroll run` exits 1 and
+# its last line names the most frequent error.
 #
 # Sizes: 10 iterations on each of 3 seeds, as the training loop's acceptance test asks (about six
 # minutes on two cores); IT_TRAIN_ITERS, IT_TRAIN_SEEDS and IT_TRAIN_EVAL shrink it for a quick
@@ -86,11 +92,14 @@ done
 if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   read -r p1 p2 < <(free_ports 2)
   "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
-    --run ext >"$T/ext.trainer" 2>&1 &
+    --run ext --check --refuse-first >"$T/ext.trainer" 2>&1 &
   pids+=($!)
   out="$T/ext"
+  # The audit rule with q = 0.5 over a gate that cuts early (K = 2, a loose threshold): groups it
+  # would cut run on with audit_weight 2 about half the time.
   timeout 200 "$S" run --run ext --out "$out" --iters 2 --batch-groups 2 --group-size 4 \
     --eval-tasks 4 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --grace-ms 2000 \
+    --gate-rule audit --gate-rule-args "--audit-q 0.5" --k 2 --threshold 0.9 \
     >"$T/ext.out" 2>"$T/ext.err"
   rc=$?
   [ $rc -eq 0 ] && ok "external trainer: selroll run finished" || { bad "external trainer: rc=$rc"; tail -5 "$T/ext.err"; }
@@ -102,7 +111,49 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   fi
   grep -q '"policy_version_after":2' "$out/iterations.jsonl" && ok "external trainer: version 2 at the end" || bad "external trainer: version did not reach 2"
   grep -q "iteration 1 -> acknowledged" "$T/ext.trainer" && ok "external trainer: saw iteration 1" || bad "external trainer: its log: $(tail -2 "$T/ext.trainer")"
+  # The refusal: ok false with a reason, logged by the coordinator, the batch sent again.
+  if grep -q "the trainer refused the batch (version stays 0): --refuse-first" "$out"/logs/coordinator*.log 2>/dev/null &&
+     grep -q "BATCH of .* sent to the trainer (.*, again)" "$out"/logs/coordinator*.log; then
+    ok "external trainer: its ok:false refusal was logged with the reason and the batch sent again"
+  else
+    bad "external trainer: no logged refusal or no resend"; grep -E "refused|again" "$out"/logs/coordinator*.log | tail -3
+  fi
+  nc=$(grep -c "follow from the rewards (grpo)" "$T/ext.trainer")
+  aud=$(sed -n 's/.*(\([0-9]*\) audited).*/\1/p' "$T/ext.trainer" | awk '{s += $1} END {print s + 0}')
+  [ "$nc" -ge 2 ] && ok "external trainer: every group's advantages follow from rewards, estimator and audit_weight ($aud audited groups)" ||
+    bad "external trainer: advantages not checked: $(grep -E 'refused|follow' "$T/ext.trainer" | tail -2)"
 else
   echo "skip external trainer: python3-zmq or python3-msgpack missing"
+fi
+# --- runs that fail loudly ----------------------------------------------------------------------
+# A policy server that answers 400 to every chat completion: iteration 0 fails entirely.
+read -r pp dead < <(free_ports 2)
+"$PY" tests/py/openai_400.py --port "$pp" --model stub-model >"$T/f400.stub" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do grep -q listening "$T/f400.stub" && break; sleep 0.1; done
+out="$T/f400"
+timeout 120 "$S" run --run f400 --out "$out" --iters 2 --batch-groups 1 --group-size 2 \
+  --eval-tasks 0 --trainer none --actors 1 --env-workers 1 --no-gate --grace-ms 1000 \
+  --actor-args "--policy http://127.0.0.1:$pp/v1 --model stub-model --llm-retries 0" \
+  >"$T/f400.log" 2>&1
+rc=$?
+last=$(tail -1 "$T/f400.log")
+if [ $rc -eq 1 ] && [[ "$last" == "selroll run: iteration 0: "*" trajectories failed; most frequent error ("*"x): "*400* ]]; then
+  ok "all-400 policy: selroll run exits 1: $last"
+else
+  bad "all-400 policy: rc=$rc, last line: $last"; tail -4 "$T/f400.log"
+fi
+# An env-worker endpoint nobody serves: round 0 of a plain run fails entirely.
+out="$T/fdead"
+timeout 120 "$S" run --run fdead --out "$out" --groups 2 --group-size 2 --iters 2 --actors 1 \
+  --env-workers 1 --no-gate --grace-ms 1000 \
+  --actor-args "--env-workers tcp://127.0.0.1:$dead --env-timeout-ms 300" >"$T/fdead.log" 2>&1
+rc=$?
+last=$(tail -1 "$T/fdead.log")
+if [ $rc -eq 1 ] && [[ "$last" == "selroll run: round 0: 4 of 4 trajectories failed; most frequent error (4x): "* ]] &&
+   grep -q "trajectories 4 (failed 4)" "$T/fdead.log"; then
+  ok "dead env worker: selroll run exits 1: $last"
+else
+  bad "dead env worker: rc=$rc, last line: $last"; tail -4 "$T/fdead.log"
 fi
 exit $fail

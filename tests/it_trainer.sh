@@ -2,8 +2,9 @@
 # it_trainer.sh: the real `selroll trainer` process with a private redis-server (mktemp -d) and a
 # real env worker. tests/py/trainer_push.py records household episodes through the env worker with
 # the real prompt text, pushes BATCHes and checks the WEIGHTS_READY acks: garbage gets none,
-# wrong-shape and message-less batches are refused, iterations 0 and 1 give versions 1 and 2,
-# iteration 0 again is refused. Redis then holds the weights and the run record. A restarted
+# wrong-shape and message-less batches are refused (ok false with the reason), iterations 0 and 1
+# give versions 1 and 2, iteration 0 sent twice is acked again with version 1 (not trained), and
+# iteration 0 after iteration 1 is refused. Redis then holds the weights and the run record. A restarted
 # trainer resumes at version 2. Bad flags exit 2 with one line; SIGTERM exits 0. Then the
 # example external trainer (docs/examples/trainer.py) acks a saved batch.
 set -u
@@ -45,7 +46,7 @@ grep -q 'already trained' "$tmp/trainer.log" || { echo "repeated iteration not l
 # SIGTERM: exit 0 with a summary line.
 kill -TERM "$tpid"; wait "$tpid"; rc=$?
 [ $rc -eq 0 ] || { echo "trainer exit $rc after SIGTERM"; fail=1; }
-grep -q 'stopping at version 2 (5 batches: 2 trained, 3 refused; 1 discarded' "$tmp/trainer.log" \
+grep -q 'stopping at version 2 (6 batches: 2 trained, 1 acked again, 3 refused; 1 discarded' "$tmp/trainer.log" \
   || { echo "no shutdown summary"; tail -3 "$tmp/trainer.log"; fail=1; }
 
 # A restarted trainer resumes at version 2.

@@ -620,6 +620,56 @@ static void audited_group_advantages_carry_the_audit_weight(void **state)
     batch_destroy(&b);
 }
 
+/* The BATCH of an audited group carries what a trainer needs to check it: the estimator's raw
+ * advantages, the audit weight and the estimator's name, with advantages = raw x audit_weight to
+ * the bit; an unaudited group carries audit_weight 1 and raw = advantages. */
+static void batch_message_carries_raw_advantages_audit_weight_and_estimator(void **state)
+{
+    (void)state;
+    static pool_t p;
+    memset(&p, 0, sizeof p);
+    batch_cfg_t bc;
+    batch_cfg_default(&bc);
+    bc.adv = ADV_RLOO;
+    batch_t *b = batch_new(&bc, "r", 2, 1);
+    const double r[4] = {1, 0, 0, 0};
+    const int64_t s[4] = {3, 3, 3, 3};
+    s_group(b, &p, "aud", 4, r, s);
+    s_group(b, &p, "plain", 4, r, s);
+    assert_int_equal(batch_group_set_gate(b, "aud", NULL, 1.0 / 0.3), SR_OK);
+    double w = 0;
+    const double *raw = batch_group_advantages_raw(b, 0, &w);
+    assert_non_null(raw);
+    assert_true(w == 1.0 / 0.3);
+    assert_null(batch_group_advantages_raw(b, 7, NULL));
+
+    sr_buf_t buf = SR_BUF_INIT;
+    assert_int_equal(batch_encode(b, NULL, &buf), SR_OK);
+    proto_msg_t m;
+    proto_err_t err;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &err), SR_OK);
+    assert_string_equal(m.u.batch.estimator, "rloo");
+    assert_int_equal(m.u.batch.groups_len, 2);
+    const proto_group_t *ga = &m.u.batch.groups[0], *gp = &m.u.batch.groups[1];
+    assert_true(ga->weight == 1.0 && gp->weight == 1.0);
+    assert_true(ga->audit_weight == 1.0 / 0.3);
+    assert_true(gp->audit_weight == 1.0);
+    assert_int_equal(ga->advantages_raw_len, 4);
+    assert_int_equal(gp->advantages_raw_len, 4);
+    for (int t = 0; t < 4; t++) {
+        /* RLOO for {1,0,0,0}: 1 - 0 = 1 and 0 - 1/3 */
+        double want = t == 0 ? 1.0 : -1.0 / 3.0;
+        assert_true(NEAR(ga->advantages_raw[t], want));
+        assert_true(ga->advantages_raw[t] == gp->advantages_raw[t]);
+        assert_true(ga->advantages[t] == ga->advantages_raw[t] * ga->audit_weight);
+        assert_true(gp->advantages[t] == gp->advantages_raw[t]);
+        assert_true(ga->advantages[t] == raw[t] * w);
+    }
+    proto_msg_clear(&m);
+    sr_buf_free(&buf);
+    batch_destroy(&b);
+}
+
 static void stats_map_names_every_field(void **state)
 {
     (void)state;
@@ -654,6 +704,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(jsonl_copy_has_a_header_and_one_line_per_group),
     cmocka_unit_test(stats_map_names_every_field),
     cmocka_unit_test(audited_group_advantages_carry_the_audit_weight),
+    cmocka_unit_test(batch_message_carries_raw_advantages_audit_weight_and_estimator),
 };
 
 HARNESS_MAIN("batch", tests)

@@ -34,6 +34,7 @@ static harness_redis_t s_redis;
 static int s_run_no;
 static void *s_zctx;
 static bool s_only_task0;
+static const char *s_fail_all; /* non-NULL: every RESULT fails with this error text */
 
 typedef struct {
     coord_t *c;
@@ -236,7 +237,8 @@ static void s_answer(fx_t *f, const proto_job_t *j)
     r->group = j->group;
     r->traj = j->traj;
     r->task = j->task;
-    r->status = "done";
+    r->status = s_fail_all ? "failed" : "done";
+    r->error = s_fail_all;
     r->reward = reward;
     r->won = reward > 0.5;
     r->n_steps = 1;
@@ -303,6 +305,23 @@ static void s_ack(fx_t *f, int64_t iteration, int64_t version, const char *info,
     m.u.weights_ready.has_loss = strncmp(info, "refused", 7) != 0;
     m.u.weights_ready.loss = 0.25;
     m.u.weights_ready.info = info;
+    s_send(f->tr_push, &m);
+}
+
+/* s_ack_ok sends a WEIGHTS_READY with an explicit ok and reason (reason may be NULL). */
+static void s_ack_ok(fx_t *f, int64_t iteration, int64_t version, bool ok, const char *reason)
+{
+    if (!f->tr_push) {
+        f->tr_push = s_sock(ZMQ_PUSH, NULL);
+        assert_int_equal(transport_connect(f->tr_push, f->ep_acks), SR_OK);
+    }
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_WEIGHTS_READY);
+    m.u.weights_ready.run = f->run;
+    m.u.weights_ready.version = version;
+    m.u.weights_ready.iteration = iteration;
+    m.u.weights_ready.ok = ok;
+    m.u.weights_ready.reason = reason;
     s_send(f->tr_push, &m);
 }
 
@@ -698,6 +717,114 @@ static void a_stopped_training_run_resumes_at_its_unfinished_iteration(void **st
     s_free(&f);
 }
 
+/* ok false is a refusal whatever the version says, and its reason is what the run reports; the
+ * ack of the last iteration received again is a duplicate and an ack of an earlier iteration is
+ * stale: both are counted and change nothing. */
+static void ok_false_refuses_and_duplicate_and_stale_acks_change_nothing(void **state)
+{
+    (void)state;
+    s_only_task0 = false;
+    coord_train_cfg_t tc;
+    coord_train_cfg_init(&tc);
+    tc.iters = 2;
+    tc.batch_groups = 1;
+    tc.group_size = 2;
+    tc.tasks = 9;
+    tc.prefilter = false;
+    tc.eval_tasks = 0;
+    fx_t f;
+    s_start(&f, &tc);
+    proto_msg_t b;
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH");
+    assert_string_equal(b.u.batch.estimator, "grpo");
+    for (size_t i = 0; i < b.u.batch.groups_len; i++)
+        assert_true(b.u.batch.groups[i].audit_weight == 1.0);
+    proto_msg_clear(&b);
+
+    /* ok false with the next version: still a refusal; the batch goes out again. */
+    s_ack_ok(&f, 0, 1, false, "groups[0]: advantages do not follow from the rewards");
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("the refused batch was not sent again");
+    assert_int_equal(b.u.batch.iteration, 0);
+    proto_msg_clear(&b);
+    assert_int_equal(s_run_int(&f, "policy_version"), 0);
+
+    /* Accepted; then the same ack again (a duplicate) and an old iteration's ack (stale). */
+    s_ack_ok(&f, 0, 1, true, NULL);
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("no BATCH for iteration 1");
+    assert_int_equal(b.u.batch.iteration, 1);
+    assert_int_equal(b.u.batch.policy_version, 1);
+    proto_msg_clear(&b);
+    s_ack_ok(&f, 0, 1, true, NULL);
+    s_ack_ok(&f, 0, 4, true, NULL);
+    s_ack_ok(&f, 0, 1, false, "late refusal");
+    assert_false(s_pump(&f, 300, &b));
+    assert_int_equal(s_run_int(&f, "policy_version"), 1);
+
+    /* Two refusals of iteration 1 stop the run, naming the reason. */
+    s_ack_ok(&f, 1, 1, false, "first reason");
+    if (!s_pump(&f, WAIT_MS, &b))
+        fail_msg("the refused batch of iteration 1 was not sent again");
+    proto_msg_clear(&b);
+    s_ack_ok(&f, 1, 2, false, "the loss is not finite");
+    s_join(&f, WAIT_MS);
+    assert_int_not_equal(f.rc, SR_OK);
+    assert_non_null(strstr(coord_errstr(f.c), "the loss is not finite"));
+    coord_train_stats_t st;
+    coord_train_stats(f.t, &st);
+    assert_int_equal(st.acks_ok, 1);
+    assert_int_equal(st.acks_refused, 3);
+    assert_int_equal(st.acks_duplicate, 1);
+    assert_int_equal(st.acks_stale, 2);
+    assert_int_equal(st.acks_ignored, 0);
+    assert_int_equal(s_run_int(&f, "policy_version"), 1);
+    s_free(&f);
+}
+
+/* An iteration whose every trajectory failed stops the run, naming the most frequent error; so
+ * does a held-out evaluation. Retries do not count: the failures are the final ones. */
+static void an_iteration_or_evaluation_whose_trajectories_all_failed_stops_the_run(void **state)
+{
+    (void)state;
+    s_only_task0 = false;
+    s_fail_all = "policy: HTTP 400: model 'x' not found";
+    coord_train_cfg_t tc;
+    coord_train_cfg_init(&tc);
+    tc.iters = 2;
+    tc.batch_groups = 2;
+    tc.group_size = 2;
+    tc.tasks = 9;
+    tc.prefilter = false;
+    tc.eval_tasks = 0;
+    fx_t f;
+    s_start(&f, &tc);
+    proto_msg_t b;
+    assert_false(s_pump(&f, 3000, &b)); /* no BATCH: the run stops */
+    s_join(&f, WAIT_MS);
+    assert_int_not_equal(f.rc, SR_OK);
+    assert_true(coord_run_failed(f.c));
+    /* wave 0: 2 groups x 2 trajectories, each failed 3 times (the default max attempts) */
+    assert_string_equal(coord_errstr(f.c), "iteration 0: 4 of 4 trajectories failed; most frequent "
+                                           "error (4x): policy: HTTP 400: model 'x' not found");
+    assert_int_equal(f.jobs, 12);
+    coord_train_stats_t st;
+    coord_train_stats(f.t, &st);
+    assert_int_equal(st.batches_sent, 0);
+    s_free(&f);
+
+    tc.eval_tasks = 3;
+    s_start(&f, &tc);
+    assert_false(s_pump(&f, 3000, &b));
+    s_join(&f, WAIT_MS);
+    assert_true(coord_run_failed(f.c));
+    assert_non_null(strstr(coord_errstr(f.c), "held-out evaluation at iteration 0: 3 of 3 "
+                                              "trajectories failed; most frequent error (3x)"));
+    s_free(&f);
+    s_fail_all = NULL;
+}
+
 static void bad_training_configuration_is_refused_with_a_reason(void **state)
 {
     (void)state;
@@ -767,6 +894,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(prefilter_skips_prompts_whose_groups_were_all_correct_or_all_wrong),
     cmocka_unit_test(the_gate_never_cuts_a_group_of_one),
     cmocka_unit_test(a_stopped_training_run_resumes_at_its_unfinished_iteration),
+    cmocka_unit_test(ok_false_refuses_and_duplicate_and_stale_acks_change_nothing),
+    cmocka_unit_test(an_iteration_or_evaluation_whose_trajectories_all_failed_stops_the_run),
     cmocka_unit_test(bad_training_configuration_is_refused_with_a_reason),
 };
 

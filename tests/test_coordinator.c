@@ -313,6 +313,23 @@ static void s_result(peer_t *p, const proto_job_t *j, const char *status, double
     s_peer_send(p, &m);
 }
 
+/* s_result_err sends a RESULT of job j with status "failed" and error text err. */
+static void s_result_err(peer_t *p, const proto_job_t *j, const char *err)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESULT);
+    proto_result_t *r = &m.u.result;
+    r->job_id = j->job_id;
+    r->epoch = j->epoch;
+    r->run = j->run;
+    r->group = j->group;
+    r->traj = j->traj;
+    r->task = j->task;
+    r->status = "failed";
+    r->error = err;
+    s_peer_send(p, &m);
+}
+
 /* s_expect_ack receives a RESULT_ACK for job j and checks ok. */
 static void s_expect_ack(peer_t *p, const proto_job_t *j, bool ok)
 {
@@ -1076,6 +1093,96 @@ static void failed_attempts_are_retried_then_count_the_group_failed(void **state
     s_fx_free(&f);
 }
 
+/* s_fail_round serves one round of 2 groups x 2 with one actor: the first `nfail` trajectories
+ * fail (the first two with one error text, the rest with another), the others finish. */
+static void s_fail_round(fx_t *f, int nfail)
+{
+    peer_t a;
+    s_peer_open(&a, "actor-a", f->ep.work);
+    s_hello(&a, 4, NULL);
+    s_credit(&a, 4);
+    proto_msg_t j[4];
+    for (int i = 0; i < 4; i++)
+        s_expect(&a, PROTO_JOB, &j[i]);
+    for (int i = 0; i < 4; i++) {
+        if (i < nfail)
+            s_result_err(&a, &j[i].u.job, i < 2 ? "policy: HTTP 400: bad seed\nmore detail"
+                                                : "env: no reply within 300 ms");
+        else
+            s_result(&a, &j[i].u.job, "done", 1.0);
+        s_expect_ack(&a, &j[i].u.job, true);
+    }
+    s_join(f, WAIT_MS);
+    for (int i = 0; i < 4; i++)
+        proto_msg_clear(&j[i]);
+    s_peer_close(&a);
+}
+
+static void a_round_with_too_many_failed_trajectories_stops_the_run_naming_the_error(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.iters = 3;
+    cfg.max_attempts = 1;
+    s_start(&f, &cfg);
+    s_fail_round(&f, 3);
+    assert_int_not_equal(f.rc, SR_OK);
+    assert_true(coord_run_failed(f.c));
+    assert_string_equal(coord_errstr(f.c), "round 0: 3 of 4 trajectories failed; most frequent "
+                                           "error (2x): policy: HTTP 400: bad seed");
+    assert_int_equal(f.nsums, 1);
+    assert_int_equal(f.sums[0].trajectories_failed, 3);
+    assert_int_equal(f.sums[0].groups_failed, 2);
+    char *e = NULL;
+    assert_int_equal(store_run_get(f.st, "error", &e), SR_OK);
+    assert_string_equal(e, coord_errstr(f.c));
+    free(e);
+    assert_int_equal(store_run_get(f.st, "status", &e), SR_OK);
+    assert_string_equal(e, "failed");
+    free(e);
+    s_fx_free(&f);
+}
+
+static void half_failed_is_not_more_than_the_share_and_the_run_finishes(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.iters = 1;
+    cfg.max_attempts = 1;
+    s_start(&f, &cfg);
+    s_fail_round(&f, 2);
+    assert_int_equal(f.rc, SR_OK);
+    assert_false(coord_run_failed(f.c));
+    assert_int_equal(f.sums[0].trajectories_failed, 2);
+    int64_t top = 0;
+    assert_string_equal(fail_tally_top(&f.sums[0].errors, &top), "policy: HTTP 400: bad seed");
+    assert_int_equal(top, 2);
+    s_fx_free(&f);
+    /* With a share of 0 one failure is too many; a share outside 0..1 is refused. */
+    s_fx_init(&f);
+    s_cfg(&f, &cfg);
+    cfg.groups = 2;
+    cfg.max_attempts = 1;
+    cfg.max_failed_share = 0.0;
+    s_start(&f, &cfg);
+    s_fail_round(&f, 1);
+    assert_true(coord_run_failed(f.c));
+    assert_non_null(strstr(coord_errstr(f.c), "1 of 4 trajectories failed"));
+    s_fx_free(&f);
+    cfg.max_failed_share = 1.5;
+    char err[256] = "";
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "failed share"));
+}
+
 static void several_rounds_run_in_order_with_distinct_groups(void **state)
 {
     (void)state;
@@ -1494,6 +1601,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(malformed_messages_get_bad_message_and_the_round_still_completes),
     cmocka_unit_test(resume_after_a_stop_keeps_every_acknowledged_result),
     cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),
+    cmocka_unit_test(a_round_with_too_many_failed_trajectories_stops_the_run_naming_the_error),
+    cmocka_unit_test(half_failed_is_not_more_than_the_share_and_the_run_finishes),
     cmocka_unit_test(several_rounds_run_in_order_with_distinct_groups),
     cmocka_unit_test(an_ended_round_is_written_even_when_the_coordinator_stops_next),
     cmocka_unit_test(the_next_round_opens_when_the_queue_is_empty_and_rounds_end_in_order),

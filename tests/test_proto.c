@@ -61,6 +61,7 @@ static proto_lease_t s_leases[2] = {{.job_id = "j-1", .epoch = 0}, {.job_id = "j
 static int64_t s_keep[2] = {2, 6};
 static double s_rewards[2] = {1.0, 0.0};
 static double s_advs[2] = {0.999999, -0.999999};
+static double s_advs_raw[2] = {0.4999995, -0.4999995};
 static proto_result_t s_trajs[2];
 static proto_group_t s_groups[1];
 static proto_stat_t s_stats[2] = {{.name = "zv_ratio", .value = 0.4}, {.name = "wall_s", .value = 61.5}};
@@ -150,16 +151,19 @@ static void s_sample(proto_msg_t *m, proto_type_t type)
         s_groups[0].rewards_len = 2;
         s_groups[0].advantages = s_advs;
         s_groups[0].advantages_len = 2;
+        s_groups[0].advantages_raw = s_advs_raw;
+        s_groups[0].advantages_raw_len = 2;
+        s_groups[0].audit_weight = 2.0;
         s_groups[0].trajectories = s_trajs;
         s_groups[0].trajectories_len = 2;
         m->u.batch = (proto_batch_t){.run = "run-1", .iteration = 12, .policy_version = 4,
                                      .groups = s_groups, .groups_len = 1, .stats = s_stats,
-                                     .stats_len = 2};
+                                     .stats_len = 2, .estimator = "grpo"};
         break;
     case PROTO_WEIGHTS_READY:
         m->u.weights_ready = (proto_weights_ready_t){.run = "run-1", .version = 5, .iteration = 12,
                                                      .has_loss = true, .loss = 0.125,
-                                                     .info = "grad_norm=1.2"};
+                                                     .info = "grad_norm=1.2", .ok = true};
         break;
     default: fail();
     }
@@ -910,6 +914,57 @@ static void batch_round_trips_with_groups_trajectories_and_stats(void **state)
     proto_msg_clear(&out);
 }
 
+static void batch_carries_the_audit_weight_raw_advantages_and_the_estimator(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    s_roundtrip(PROTO_BATCH, &in, &out);
+    const proto_group_t *g = &out.u.batch.groups[0];
+    assert_string_equal(out.u.batch.estimator, "grpo");
+    assert_true(g->audit_weight == 2.0);
+    assert_int_equal(g->advantages_raw_len, 2);
+    assert_true(g->advantages_raw[0] == 0.4999995 && g->advantages_raw[1] == -0.4999995);
+    /* advantages = advantages_raw x audit_weight, to the bit */
+    for (size_t i = 0; i < 2; i++)
+        assert_true(g->advantages[i] == g->advantages_raw[i] * g->audit_weight);
+    proto_msg_clear(&out);
+    /* An older sender's BATCH: audit weight 1, no raw advantages, no estimator. */
+    s_decode_edit(PROTO_BATCH, "groups.0.audit_weight", s_drop(), &out);
+    assert_true(out.u.batch.groups[0].audit_weight == 1.0);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_BATCH, "groups.0.advantages_raw", s_drop(), &out);
+    assert_null(out.u.batch.groups[0].advantages_raw);
+    assert_int_equal(out.u.batch.groups[0].advantages_raw_len, 0);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_BATCH, "estimator", s_nil(), &out);
+    assert_null(out.u.batch.estimator);
+    proto_msg_clear(&out);
+    /* Refused: a weight that is not > 0, raw advantages of another length, a number estimator. */
+    s_expect_edit(PROTO_BATCH, "groups.0.audit_weight", s_float(0.0), SR_EPROTO,
+                  "groups[0].audit_weight", "must be > 0");
+    s_expect_edit(PROTO_BATCH, "groups.0.audit_weight", s_float(-1.0), SR_EPROTO,
+                  "groups[0].audit_weight", "");
+    s_expect_edit(PROTO_BATCH, "groups.0.advantages_raw", s_emptyarr(), SR_EPROTO,
+                  "groups[0].advantages_raw", "has 0 entries but rewards has 2");
+    s_expect_edit(PROTO_BATCH, "estimator", s_int(3), SR_EPROTO, "estimator", "not a string");
+    /* Left out of the encoding when absent. */
+    s_sample(&in, PROTO_BATCH);
+    in.u.batch.estimator = NULL;
+    in.u.batch.groups[0].advantages_raw = NULL;
+    in.u.batch.groups[0].advantages_raw_len = 0;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    proto_err_t e;
+    assert_int_equal(proto_decode(b.data, b.len, &out, &e), SR_OK);
+    assert_null(out.u.batch.estimator);
+    assert_null(out.u.batch.groups[0].advantages_raw);
+    assert_true(out.u.batch.groups[0].audit_weight == 2.0);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+    s_groups[0].advantages_raw = s_advs_raw; /* the sample's arrays are shared */
+    s_groups[0].advantages_raw_len = 2;
+}
+
 static void weights_ready_round_trips_and_defaults(void **state)
 {
     proto_msg_t in, out;
@@ -920,10 +975,55 @@ static void weights_ready_round_trips_and_defaults(void **state)
     assert_true(out.u.weights_ready.has_loss);
     assert_true(out.u.weights_ready.loss == 0.125);
     assert_string_equal(out.u.weights_ready.info, "grad_norm=1.2");
+    assert_true(out.u.weights_ready.ok);
+    assert_null(out.u.weights_ready.reason);
     proto_msg_clear(&out);
     s_decode_edit(PROTO_WEIGHTS_READY, "loss", s_drop(), &out);
     assert_false(out.u.weights_ready.has_loss);
     proto_msg_clear(&out);
+    /* ok absent (an older trainer): true */
+    s_decode_edit(PROTO_WEIGHTS_READY, "ok", s_drop(), &out);
+    assert_true(out.u.weights_ready.ok);
+    proto_msg_clear(&out);
+}
+
+static void weights_ready_refusal_carries_ok_false_and_a_reason(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_WEIGHTS_READY);
+    assert_true(in.u.weights_ready.ok); /* the default */
+    in.u.weights_ready.run = "run-1";
+    in.u.weights_ready.version = 3;
+    in.u.weights_ready.iteration = 3;
+    in.u.weights_ready.ok = false;
+    in.u.weights_ready.reason = "groups[2]: advantages do not follow from the rewards";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    proto_err_t e;
+    assert_int_equal(proto_decode(b.data, b.len, &out, &e), SR_OK);
+    assert_false(out.u.weights_ready.ok);
+    assert_string_equal(out.u.weights_ready.reason,
+                        "groups[2]: advantages do not follow from the rewards");
+    assert_null(out.u.weights_ready.info);
+    assert_false(out.u.weights_ready.has_loss);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+    s_expect_edit(PROTO_WEIGHTS_READY, "ok", s_int(0), SR_EPROTO, "ok", "not a boolean");
+    s_expect_edit(PROTO_WEIGHTS_READY, "ok", s_strv("false"), SR_EPROTO, "ok", "not a boolean");
+    /* reason is a short text: 1 KiB at most */
+    static char longer[1026];
+    memset(longer, 'r', 1025);
+    in.u.weights_ready.reason = longer;
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode(&in, &b), SR_ETOOBIG);
+    longer[1024] = '\0';
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &e), SR_OK);
+    assert_int_equal(strlen(out.u.weights_ready.reason), 1024);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1451,6 +1551,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(error_round_trips_and_rid_is_optional),
         cmocka_unit_test(batch_round_trips_with_groups_trajectories_and_stats),
         cmocka_unit_test(weights_ready_round_trips_and_defaults),
+    cmocka_unit_test(weights_ready_refusal_carries_ok_false_and_a_reason),
+    cmocka_unit_test(batch_carries_the_audit_weight_raw_advantages_and_the_estimator),
         cmocka_unit_test(unknown_keys_are_ignored),
         cmocka_unit_test(integers_in_any_msgpack_width_and_numbers_as_ints_are_accepted),
         cmocka_unit_test(strings_exactly_at_their_limit_are_accepted),

@@ -545,6 +545,16 @@ static void test_bad_batches_are_refused_with_a_reason_and_change_nothing(void *
     expect_refused(t, b, SR_EINVAL, "not a finite number");
     g->advantages[0] = 0;
 
+    /* Raw advantages and an audit weight that do not give the advantages. */
+    double raw[16];
+    for (size_t i = 0; i < g->advantages_len && i < 16; i++)
+        raw[i] = g->advantages[i] / 2.0;
+    g->advantages_raw = raw;
+    g->advantages_raw_len = g->advantages_len;
+    g->audit_weight = 3.0;
+    expect_refused(t, b, SR_EINVAL, "not advantages_raw x audit_weight");
+    g->audit_weight = 2.0; /* consistent: accepted below */
+
     /* A prompt in another format. */
     proto_chat_msg_t *um = &g->trajectories[0].steps[0].messages[1];
     const char *content = um->content;
@@ -803,28 +813,48 @@ static void test_service_trains_a_batch_stores_weights_and_acks(void **state)
     assert_int_equal(v, 1);
     assert_int_equal(it, 0);
 
-    /* A restarted service resumes at version 1 and refuses iteration 0 again. */
+    /* A restarted service resumes at version 1; the batch of iteration 0 sent again (a
+     * coordinator's resend) is not trained twice: acked again, ok, with the same version. */
     rig_stop(&r);
     rig_start(&r, rs.url);
     assert_int_equal(trainer_version(trainer_svc_trainer(r.svc)), 1);
     assert_int_equal(trainer_last_iteration(trainer_svc_trainer(r.svc)), 0);
-    msg.u.batch.policy_version = 1;
     rig_send_msg(&r, &msg);
     rig_serve(&r);
     assert_true(rig_ack(&r, &ack, 3000));
     assert_int_equal(ack.u.weights_ready.version, 1);
+    assert_int_equal(ack.u.weights_ready.iteration, 0);
+    assert_true(ack.u.weights_ready.ok);
+    assert_null(ack.u.weights_ready.reason);
     assert_false(ack.u.weights_ready.has_loss);
-    assert_non_null(strstr(ack.u.weights_ready.info, "refused: "));
-    assert_non_null(strstr(ack.u.weights_ready.info, "already trained"));
+    assert_non_null(strstr(ack.u.weights_ready.info, "trained already"));
     proto_msg_clear(&ack);
+    trainer_svc_stats_t ss;
+    trainer_svc_stats(r.svc, &ss);
+    assert_int_equal(ss.duplicates, 1);
+    assert_int_equal(ss.trained, 0);
+    assert_int_equal(trainer_version(trainer_svc_trainer(r.svc)), 1);
+    msg.u.batch.policy_version = 1;
     msg.u.batch.iteration = 1;
     rig_send_msg(&r, &msg);
     rig_serve(&r);
     assert_true(rig_ack(&r, &ack, 3000));
     assert_int_equal(ack.u.weights_ready.version, 2);
+    assert_true(ack.u.weights_ready.ok);
     proto_msg_clear(&ack);
     assert_int_equal(store_run_get_int(st, "trained_version", &v), 0);
     assert_int_equal(v, 2);
+    /* An earlier iteration than the last one is refused: ok false with the reason. */
+    msg.u.batch.iteration = 0;
+    rig_send_msg(&r, &msg);
+    rig_serve(&r);
+    assert_true(rig_ack(&r, &ack, 3000));
+    assert_int_equal(ack.u.weights_ready.version, 2);
+    assert_false(ack.u.weights_ready.ok);
+    assert_non_null(ack.u.weights_ready.reason);
+    assert_non_null(strstr(ack.u.weights_ready.reason, "already trained"));
+    assert_non_null(strstr(ack.u.weights_ready.info, "refused: "));
+    proto_msg_clear(&ack);
 
     store_destroy(&st);
     rig_stop(&r);
@@ -868,6 +898,8 @@ static void test_service_refuses_garbage_and_wrong_shapes_and_keeps_serving(void
     assert_int_equal(ack.u.weights_ready.version, 0);
     assert_non_null(strstr(ack.u.weights_ready.info, "refused: "));
     assert_non_null(strstr(ack.u.weights_ready.info, "groups[2] has 2 trajectories but 4 rewards"));
+    assert_false(ack.u.weights_ready.ok);
+    assert_non_null(strstr(ack.u.weights_ready.reason, "groups[2] has 2 trajectories but 4 rewards"));
     proto_msg_clear(&ack);
     msg.u.batch.groups[2].trajectories_len = 4;
 

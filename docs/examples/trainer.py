@@ -8,15 +8,26 @@ with the next version number so that a run can proceed on its acks (the policy s
 serving what it has, or the weights you publish under that version).
 
     trainer.py --pull tcp://*:5570 --push tcp://127.0.0.1:5571 [--run RUN] [--count N]
+               [--check] [--refuse-first]
 
 --pull binds (the coordinator connects its PUSH here), --push connects (to the coordinator's PULL
-for the acks). --count N exits after N batches (0 = serve until interrupted).
+for the acks). --count N exits after N batches (0 = serve until interrupted). --check recomputes
+every group's advantages from its rewards with the batch's estimator and audit weight and refuses
+a batch where they differ. --refuse-first refuses the first batch (ok false, with a reason), to
+see the coordinator send it again.
+
+The rules of docs/protocol.md ("The trainer channel") it follows: a refusal is WEIGHTS_READY with
+"ok": false and a "reason" (the version stays what it was); an accepted batch is acked with "ok":
+true and the next version; a batch of a run and iteration it acked already (the coordinator sends
+a batch again after a timeout or a refusal, and a restarted coordinator may send it again) is not
+trained twice: it is acked again with the same version.
 
 Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
   - each step carries the chat messages the policy saw (step["messages"], recorded by actors with
     --record-messages) and the raw model answer (step["raw"]); prompt = the messages, response =
-    raw, and the token-level advantage is the trajectory's advantage times the group weight, the
-    same for every token of every step of that trajectory (GRPO);
+    raw, and the token-level advantage is the trajectory's advantage (g["advantages"], the audit
+    weight already in it) times the group weight, the same for every token of every step of that
+    trajectory (GRPO);
   - verl: build a DataProto with input_ids/responses/attention_mask from the tokenised prompt and
     response, put the advantages in batch["advantages"] (skip verl's own advantage estimator, the
     coordinator already normalised within groups) and call the actor's update_policy; OpenRLHF:
@@ -29,10 +40,57 @@ Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
     with it.
 """
 import argparse
+import math
 import sys
 
 import msgpack
 import zmq
+
+
+def estimator_advantages(estimator, rewards):
+    """The advantages the coordinator computes (docs/training.md, "Advantages"), before the audit
+    weight: in the same order of operations, so they agree to the last bit or nearly."""
+    n = len(rewards)
+    if n <= 1 or all(abs(r - rewards[0]) <= 1e-9 for r in rewards):
+        return [0.0] * n                       # zero variance: no signal, exact zeros
+    total = 0.0
+    for r in rewards:
+        total += r
+    mean = total / n
+    var = 0.0
+    for r in rewards:
+        var += (r - mean) * (r - mean)
+    std = math.sqrt(var / n)
+    if estimator == "grpo":
+        return [(r - mean) / (std + 1e-6) for r in rewards]
+    if estimator == "rloo":
+        return [r - (total - r) / (n - 1) for r in rewards]
+    if estimator == "dr-grpo":
+        return [r - mean for r in rewards]
+    raise ValueError("unknown estimator %r" % estimator)
+
+
+def check_advantages(batch):
+    """Checks every group: advantages_raw follow from the rewards with the estimator, and
+    advantages = advantages_raw x audit_weight. Returns (groups checked, audited groups)."""
+    estimator = batch.get("estimator", "grpo")
+    audited = 0
+    for i, g in enumerate(batch["groups"]):
+        w = g.get("audit_weight", 1.0)
+        raw = g.get("advantages_raw", g["advantages"] if w == 1.0 else None)
+        if raw is None:
+            raise ValueError("groups[%d]: audit_weight %g but no advantages_raw" % (i, w))
+        if w != 1.0:
+            audited += 1
+        want = estimator_advantages(estimator, g["rewards"])
+        for k, (a, r, e) in enumerate(zip(g["advantages"], raw, want)):
+            if abs(r - e) > 1e-9 * max(1.0, abs(e)):
+                raise ValueError("groups[%d].advantages_raw[%d] is %r, %s of the rewards gives %r"
+                                 % (i, k, r, estimator, e))
+            if abs(a - r * w) > 1e-12 * max(1.0, abs(a)):
+                raise ValueError("groups[%d].advantages[%d] is %r, not advantages_raw x "
+                                 "audit_weight = %r" % (i, k, a, r * w))
+    return len(batch["groups"]), audited
 
 
 def summarise(batch):
@@ -62,6 +120,10 @@ def main():
     ap.add_argument("--push", default="tcp://127.0.0.1:5571", help="connect: the coordinator's PULL")
     ap.add_argument("--run", help="accept batches of this run only")
     ap.add_argument("--count", type=int, default=0, help="exit after N batches (0 = never)")
+    ap.add_argument("--check", action="store_true",
+                    help="check every group's advantages against its rewards; refuse on a mismatch")
+    ap.add_argument("--refuse-first", action="store_true",
+                    help="refuse the first batch (ok false, with a reason)")
     args = ap.parse_args()
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
@@ -70,6 +132,8 @@ def main():
     push.setsockopt(zmq.LINGER, 2000)
     push.connect(args.push)
     version = None        # the latest version this trainer acknowledged
+    acked = {}            # (run, iteration) -> the version it was acked with
+    refused_one = False
     done = 0
     try:
         while args.count == 0 or done < args.count:
@@ -87,13 +151,27 @@ def main():
             try:
                 if args.run and run != args.run:
                     raise ValueError("batch of run %r, this trainer serves %r" % (run, args.run))
-                groups, trajs, steps, msgs = summarise(b)
-                version = max(pv, version if version is not None else pv) + 1
-                ack.update(version=version, loss=0.0,
-                           info="acknowledged without training: %d groups, %d trajectories, %d steps, "
-                                "%d messages" % (groups, trajs, steps, msgs))
+                if (run, it) in acked:           # sent again: ack again, with the same version
+                    ack.update(ok=True, version=acked[(run, it)],
+                               info="iteration %d acknowledged already (a batch sent again)" % it)
+                else:
+                    checked = ""
+                    if args.check:
+                        n, audited = check_advantages(b)
+                        checked = "; advantages of %d groups (%d audited) follow from the rewards " \
+                                  "(%s)" % (n, audited, b.get("estimator", "grpo"))
+                    if args.refuse_first and not refused_one:
+                        refused_one = True
+                        raise ValueError("--refuse-first: the first batch is refused on purpose")
+                    groups, trajs, steps, msgs = summarise(b)
+                    version = max(pv, version if version is not None else pv) + 1
+                    acked[(run, it)] = version
+                    ack.update(ok=True, version=version, loss=0.0,
+                               info="acknowledged without training: %d groups, %d trajectories, "
+                                    "%d steps, %d messages%s" % (groups, trajs, steps, msgs, checked))
             except (ValueError, KeyError, TypeError) as e:
-                ack.update(version=version if version is not None else pv, info="refused: %s" % e)
+                ack.update(ok=False, version=version if version is not None else pv,
+                           reason=str(e)[:1000], info="refused: %s" % e)
             push.send(msgpack.packb(ack, use_bin_type=True))
             print("trainer.py: iteration %d -> %s" % (it, ack["info"]), flush=True)
             done += 1

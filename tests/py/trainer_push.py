@@ -7,9 +7,10 @@ seen), builds BATCHes with GRPO advantages and PUSHes them to a trainer, and che
 WEIGHTS_READY acks that come back on its PULL socket.
 
   trainer_push.py --env EP --trainer EP --acks EP --run RUN scenario [--save FILE]
-      garbage (no ack), a wrong-shape BATCH and one without messages (refused acks), iteration 0
-      (version 1), iteration 0 again (refused), iteration 1 (version 2). --save writes the good
-      batch (msgpack) for `send`.
+      garbage (no ack), a wrong-shape BATCH and one without messages (refused acks: ok false and
+      the reason), iteration 0 (version 1), iteration 0 again (a batch sent twice: acked again
+      with version 1, not trained), iteration 1 (version 2), iteration 0 once more (now an
+      earlier iteration: refused). --save writes the good batch (msgpack) for `send`.
   trainer_push.py --trainer EP --acks EP send FILE --expect-version N
       pushes a saved BATCH and checks that its ack names version N.
 
@@ -168,6 +169,18 @@ def expect_refused(ch, needle, version):
     info = a.get("info", "")
     if not info.startswith("refused: ") or needle not in info or a["version"] != version or "loss" in a:
         raise Check("expected a refusal mentioning %r at version %d, got %r" % (needle, version, a))
+    if a.get("ok") is not False or needle not in a.get("reason", ""):
+        raise Check("a refusal must carry ok false and the reason, got %r" % a)
+
+
+def expect_acked_again(ch, version, iteration):
+    a = ch.ack()
+    if a is None:
+        raise Check("no WEIGHTS_READY for iteration %d sent again" % iteration)
+    if (a.get("ok") is not True or a["version"] != version or a["iteration"] != iteration
+            or "loss" in a or "trained already" not in a.get("info", "")):
+        raise Check("iteration %d sent again: expected ok true, version %d, no loss, got %r"
+                    % (iteration, version, a))
 
 
 def scenario(args, ctx):
@@ -193,11 +206,13 @@ def scenario(args, ctx):
     a = expect_trained(ch, 1, 0)
     print("iteration 0 -> version 1, loss %.6g: %s" % (a["loss"], a["info"]))
     ch.send(good)
-    expect_refused(ch, "already trained", 1)
+    expect_acked_again(ch, 1, 0)
     second = make_batch(env, args.selroll, args.run, 1, 1, tasks, 4, 2, 20)
     ch.send(second)
     a = expect_trained(ch, 2, 1)
     print("iteration 1 -> version 2, loss %.6g" % a["loss"])
+    ch.send(good)
+    expect_refused(ch, "already trained", 2)
     if args.save:
         with open(args.save, "wb") as f:
             f.write(msgpack.packb(good, use_bin_type=True))
