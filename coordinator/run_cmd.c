@@ -1106,8 +1106,9 @@ int run_main(int argc, char **argv)
         }
         if (r.train)
             s_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
-        if (r.builtin_trainer) {
-            /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy */
+        if (r.builtin_trainer || (r.train && r.trainer_push[0])) {
+            /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy, and a
+             * version an external trainer never stored is an error (404), not answers of another */
             s_arg(&a, "--model");
             s_arg(&a, "selroll-policy-v{version}");
         }

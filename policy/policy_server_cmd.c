@@ -5,7 +5,10 @@
 
 #include "common/config.h"
 #include "common/sr.h"
+#include "common/log.h"
 #include "common/store.h"
+#include "policy/model.h"
+#include "policy/prior.h"
 #include "policy/server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
@@ -45,6 +48,28 @@ static void s_flush_aborted(store_t *stats, policy_server_t *s, uint64_t *flushe
     if (store_command(stats, 0, NULL, "INCRBY %s %lld", key,
                       (long long)(es.tokens_aborted - *flushed)) == SR_OK)
         *flushed = es.tokens_aborted;
+}
+
+/* s_store_version0 puts the weights of version 0 (built from the prior options) into Redis under
+ * weights:0 when none are there, so an external trainer can start from exactly the weights this
+ * server serves (docs/redis.md). It runs once, before the server answers anything. */
+static void s_store_version0(store_t *st, const policy_server_opts_t *o)
+{
+    void *old = NULL;
+    size_t oldlen = 0;
+    int rc = store_weights_get(st, 0, &old, &oldlen);
+    free(old);
+    if (rc != SR_ENOTFOUND)
+        return; /* there already, or Redis trouble that serving reports on its own */
+    model_t *m0 = prior_build(&o->prior);
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    if (!m0 || model_to_blob(m0, &blob, &len) != SR_OK)
+        log_warn("policy-server: cannot serialise version 0 for Redis");
+    else if (store_weights_put(st, 0, blob, len) != SR_OK)
+        log_warn("policy-server: cannot store version 0 in Redis: %s", store_errstr(st));
+    free(blob);
+    model_destroy(&m0);
 }
 
 int policy_server_main(int argc, char **argv)
@@ -182,6 +207,8 @@ int policy_server_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    if (stats)
+        s_store_version0(stats, &o);
     if (version > 0) {
         int rc = policy_server_set_version(s, (uint32_t)version);
         if (rc != SR_OK) {

@@ -90,15 +90,22 @@ done
 
 # --- the external example trainer --------------------------------------------------------------
 if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
-  read -r p1 p2 < <(free_ports 2)
+  # The built-in policy server loads each version's weights from Redis: the example trainer
+  # copies the batch's version to the one it acks there (--redis), in a Redis of the test's own.
+  read -r p1 p2 rp < <(free_ports 3)
+  redis-server --port "$rp" --bind 127.0.0.1 --dir "$T" --save '' --appendonly no \
+    >"$T/ext.redis" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do redis-cli -p "$rp" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
-    --run ext --check --refuse-first >"$T/ext.trainer" 2>&1 &
+    --run ext --check --refuse-first --redis "redis://127.0.0.1:$rp" >"$T/ext.trainer" 2>&1 &
   pids+=($!)
   out="$T/ext"
   # The audit rule with q = 0.5 over a gate that cuts early (K = 2, a loose threshold): groups it
   # would cut run on with audit_weight 2 about half the time.
   timeout 200 "$S" run --run ext --out "$out" --iters 2 --batch-groups 2 --group-size 4 \
     --eval-tasks 4 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --grace-ms 2000 \
+    --redis "redis://127.0.0.1:$rp" \
     --gate-rule audit --gate-rule-args "--audit-q 0.5" --k 2 --threshold 0.9 \
     >"$T/ext.out" 2>"$T/ext.err"
   rc=$?
@@ -122,6 +129,30 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   aud=$(sed -n 's/.*(\([0-9]*\) audited).*/\1/p' "$T/ext.trainer" | awk '{s += $1} END {print s + 0}')
   [ "$nc" -ge 2 ] && ok "external trainer: every group's advantages follow from rewards, estimator and audit_weight ($aud audited groups)" ||
     bad "external trainer: advantages not checked: $(grep -E 'refused|follow' "$T/ext.trainer" | tail -2)"
+  # Every step of iteration 1 was answered by version 1, the one the trainer acked (and stored).
+  if grep -q '"served_version":1' "$out"/rounds/*.jsonl 2>/dev/null &&
+     ! grep -q "answered by policy version" "$out"/logs/coordinator*.log; then
+    ok "external trainer: the steps of iteration 1 were answered by version 1"
+  else
+    bad "external trainer: no step answered by version 1, or steps of another version"
+    grep "answered by policy version" "$out"/logs/coordinator*.log | tail -2
+  fi
+  # The same trainer without --redis acks version 1 but stores no weights for it: the built-in
+  # policy server cannot serve it, the actors' requests for it fail, and the run stops naming it.
+  read -r p1 p2 < <(free_ports 2)
+  "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
+    --run nowt >"$T/nowt.trainer" 2>&1 &
+  pids+=($!)
+  timeout 120 "$S" run --run nowt --out "$T/nowt" --iters 2 --batch-groups 1 --group-size 2 \
+    --eval-tasks 0 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --no-gate --grace-ms 1000 \
+    --actors 1 --env-workers 1 >"$T/nowt.log" 2>&1
+  rc=$?
+  last=$(tail -1 "$T/nowt.log")
+  if [ $rc -eq 1 ] && [[ "$last" == "selroll run: iteration 1: "*"policy version 1 has no weights"* ]]; then
+    ok "external trainer without weights: selroll run exits 1: $last"
+  else
+    bad "external trainer without weights: rc=$rc, last line: $last"; tail -4 "$T/nowt.log"
+  fi
 else
   echo "skip external trainer: python3-zmq or python3-msgpack missing"
 fi

@@ -8,13 +8,18 @@ with the next version number so that a run can proceed on its acks (the policy s
 serving what it has, or the weights you publish under that version).
 
     trainer.py --pull tcp://*:5570 --push tcp://127.0.0.1:5571 [--run RUN] [--count N]
-               [--check] [--refuse-first]
+               [--check] [--refuse-first] [--redis redis://HOST:PORT[/DB]]
 
 --pull binds (the coordinator connects its PUSH here), --push connects (to the coordinator's PULL
 for the acks). --count N exits after N batches (0 = serve until interrupted). --check recomputes
 every group's advantages from its rewards with the batch's estimator and audit weight and refuses
 a batch where they differ. --refuse-first refuses the first batch (ok false, with a reason), to
-see the coordinator send it again.
+see the coordinator send it again. --redis (for runs served by selroll's built-in policy server,
+which loads each version's weights from Redis): before acking version N+1 the trainer copies the
+weights of the batch's version N to N+1 (`COPY selroll:<run>:weights:<N> ...:<N+1>`), so the server
+can serve the version this trainer names — untrained weights under a new number. Without it, the
+built-in server has no weights for the new version and the actors' requests for it fail (the run
+stops, naming `policy version N+1 has no weights`).
 
 The rules of docs/protocol.md ("The trainer channel") it follows: a refusal is WEIGHTS_READY with
 "ok": false and a "reason" (the version stays what it was); an accepted batch is acked with "ok":
@@ -41,7 +46,9 @@ Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
 """
 import argparse
 import math
+import socket
 import sys
+import urllib.parse
 
 import msgpack
 import zmq
@@ -114,6 +121,28 @@ def summarise(batch):
     return len(batch["groups"]), n_traj, n_steps, n_msgs
 
 
+def redis_command(url, *args):
+    """One command to the Redis server at url (redis://[:PASSWORD@]HOST[:PORT][/DB]), the reply."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "redis" or not u.hostname:
+        raise ValueError("--redis: not a redis://HOST[:PORT][/DB] URL: %r" % url)
+    cmds = []
+    if u.password:
+        cmds.append(("AUTH", u.password) if not u.username else ("AUTH", u.username, u.password))
+    if u.path.strip("/"):
+        cmds.append(("SELECT", u.path.strip("/")))
+    cmds.append(args)
+    with socket.create_connection((u.hostname, u.port or 6379), timeout=5) as s:
+        f = s.makefile("rb")
+        for c in cmds:
+            parts = [str(a).encode() for a in c]
+            s.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
+            line = f.readline().rstrip(b"\r\n")
+            if not line or line[:1] == b"-":
+                raise ValueError("redis %s: %s" % (c[0], line[1:].decode(errors="replace") or "no answer"))
+        return int(line[1:]) if line[:1] == b":" else line[1:].decode(errors="replace")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pull", default="tcp://*:5570", help="bind: BATCHes arrive here")
@@ -124,6 +153,8 @@ def main():
                     help="check every group's advantages against its rewards; refuse on a mismatch")
     ap.add_argument("--refuse-first", action="store_true",
                     help="refuse the first batch (ok false, with a reason)")
+    ap.add_argument("--redis", help="copy the weights of the batch's version to the acked one in "
+                    "this Redis (for selroll's built-in policy server)")
     args = ap.parse_args()
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
@@ -164,12 +195,17 @@ def main():
                         refused_one = True
                         raise ValueError("--refuse-first: the first batch is refused on purpose")
                     groups, trajs, steps, msgs = summarise(b)
-                    version = max(pv, version if version is not None else pv) + 1
+                    new = max(pv, version if version is not None else pv) + 1
+                    if args.redis:
+                        key = "selroll:%s:weights:%%d" % run
+                        if redis_command(args.redis, "COPY", key % pv, key % new, "REPLACE") != 1:
+                            raise ValueError("no weights of version %d in Redis to carry over" % pv)
+                    version = new
                     acked[(run, it)] = version
                     ack.update(ok=True, version=version, loss=0.0,
                                info="acknowledged without training: %d groups, %d trajectories, "
                                     "%d steps, %d messages%s" % (groups, trajs, steps, msgs, checked))
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, OSError) as e:
                 ack.update(ok=False, version=version if version is not None else pv,
                            reason=str(e)[:1000], info="refused: %s" % e)
             push.send(msgpack.packb(ack, use_bin_type=True))
