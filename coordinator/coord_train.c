@@ -156,7 +156,7 @@ typedef struct {
     const tasks_t *tasks;
     s_type_count_t *types;
     size_t ntypes;
-    int total, total_won;
+    int total, total_won, total_failed;
 } s_eval_t;
 
 static int s_eval_result(const void *data, size_t len, void *arg)
@@ -182,6 +182,8 @@ static int s_eval_result(const void *data, size_t len, void *arg)
         }
         e->types[k].n++;
         e->total++;
+        if (r->status && strcmp(r->status, "failed") == 0)
+            e->total_failed++;
         if (r->won) {
             e->types[k].won++;
             e->total_won++;
@@ -215,6 +217,7 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     cJSON_AddStringToObject(o, "split", t->cfg.eval_split);
     cJSON_AddNumberToObject(o, "tasks", e.total);
     cJSON_AddNumberToObject(o, "won", e.total_won);
+    cJSON_AddNumberToObject(o, "failed", e.total_failed);
     cJSON_AddNumberToObject(o, "heldout_success", success);
     cJSON *pt = cJSON_AddObjectToObject(o, "per_type");
     char line[1024];
@@ -231,9 +234,9 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     }
     free(e.types);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
-             "(%d/%d);%s",
+             "(%d/%d, %d failed);%s",
              (long long)t->it, (long long)coord_policy_version(t->c), success, e.total_won,
-             e.total, off ? line : "");
+             e.total, e.total_failed, off ? line : "");
     s_append_jsonl(t, o);
     s_store_json(t, "eval", t->it, o);
     cJSON_Delete(o);

@@ -458,6 +458,7 @@ static void iteration_sends_informative_groups_and_weights_ready_advances_the_ve
     assert_int_equal(s_file_count(path, "\"type\":\"eval\""), 2);
     assert_int_equal(s_file_count(path, "\"type\":\"iteration\""), 2);
     assert_int_equal(s_file_count(path, "\"heldout_success\":1"), 1);
+    assert_int_equal(s_file_count(path, "\"won\":0,\"failed\":0,"), 1); /* eval lines count failures */
     snprintf(path, sizeof path, "%s/batches/iter_000001.jsonl", f.dir);
     assert_int_equal(s_file_count(path, "\"type\":\"batch\""), 1);
     assert_true(s_file_count(path, "valid_unseen") == 0);
