@@ -275,6 +275,10 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
     fprintf(out, "selroll status: run %s (%s), round %s, rounds done %s, iterations done %s, "
                  "policy v%s  [%s UTC]\n",
             run, status, iteration, rounds, iters, policy, ts);
+    char *why = NULL;
+    if (store_run_get(st, "error", &why) == SR_OK && why && why[0])
+        fprintf(out, "the run failed: %s\n", why);
+    free(why);
 
     char key[256];
     store_key(st, key, sizeof key, "dashboard");

@@ -145,7 +145,7 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   pids+=($!)
   timeout 120 "$S" run --run nowt --out "$T/nowt" --iters 2 --batch-groups 1 --group-size 2 \
     --eval-tasks 0 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --no-gate --grace-ms 1000 \
-    --actors 1 --env-workers 1 >"$T/nowt.log" 2>&1
+    --actors 1 --env-workers 1 --redis "redis://127.0.0.1:$rp" >"$T/nowt.log" 2>&1
   rc=$?
   last=$(tail -1 "$T/nowt.log")
   if [ $rc -eq 1 ] && [[ "$last" == "selroll run: iteration 1: "*"policy version 1 has no weights"* ]]; then
@@ -153,6 +153,9 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   else
     bad "external trainer without weights: rc=$rc, last line: $last"; tail -4 "$T/nowt.log"
   fi
+  "$S" status --redis "redis://127.0.0.1:$rp" --run nowt >"$T/nowt.status" 2>&1
+  grep -q "^the run failed: iteration 1: .*policy version 1 has no weights" "$T/nowt.status" &&
+    ok "selroll status names why the run failed" || { bad "selroll status of the failed run:"; head -3 "$T/nowt.status"; }
 else
   echo "skip external trainer: python3-zmq or python3-msgpack missing"
 fi
