@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define ENVKIND_MAX 64                  /* longest kind name, bytes */
-#define ENVKIND_HOUSEHOLD "household"   /* the built-in env worker's kind */
+#define ENVKIND_MAX 64                    /* longest kind name, bytes */
+#define ENVKIND_HOUSEHOLD "household"     /* the built-in env worker's kind */
 #define ENVKIND_CHARS "A-Z a-z 0-9 _ . -" /* the bytes a kind is made of, for error texts */
 
 /* envkind_valid tells whether kind is a kind name: 1..ENVKIND_MAX bytes of ENVKIND_CHARS. */

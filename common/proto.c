@@ -1201,8 +1201,7 @@ static int s_dec_welcome(s_dec_t *d, const msgpack_object *m, proto_welcome_t *w
                       &w->env_kinds_len));
     if (s_get(m, "env_kinds") && w->env_kinds_len != w->env_workers_len)
         return s_fail(d->err, &d->path, "env_kinds", SR_EPROTO,
-                      "%zu entries, but env_workers has %zu", w->env_kinds_len,
-                      w->env_workers_len);
+                      "%zu entries, but env_workers has %zu", w->env_kinds_len, w->env_workers_len);
     return SR_OK;
 }
 

@@ -599,8 +599,9 @@ static int s_env_endpoints_ok(const char *list)
     size_t n = l.n;
     envkind_list_free(&l);
     if (n == 0 || strlen(list) + 48 * (size_t)o.env_workers >= 1000 || o.local_envw > 0) {
-        fprintf(stderr, "selroll run: --env-endpoints: '%s' is not [KIND=]EP[,...] (at most %d "
-                        "bytes; not with --local-env-workers)\n",
+        fprintf(stderr,
+                "selroll run: --env-endpoints: '%s' is not [KIND=]EP[,...] (at most %d "
+                "bytes; not with --local-env-workers)\n",
                 list, 1000 - 48 * o.env_workers);
         return SR_EINVAL;
     }
@@ -639,8 +640,9 @@ static int s_check_envs(const tasks_t *ts, bool with_eval, s_run_t *r)
                 served = true;
             }
             if (!served) {
-                fprintf(stderr, "selroll run: --tasks-file: task \"%s\" names env \"%s\", but no "
-                                "--env-endpoints worker is of that kind (give it as %s=EP)\n",
+                fprintf(stderr,
+                        "selroll run: --tasks-file: task \"%s\" names env \"%s\", but no "
+                        "--env-endpoints worker is of that kind (give it as %s=EP)\n",
                         id, env, env);
                 rc = SR_EINVAL;
             }
@@ -885,7 +887,8 @@ int run_main(int argc, char **argv)
                 o.eval_tasks = (int)tasks_pool_size(ts, o.eval_split, (size_t)o.eval_tasks);
         }
         bool refused = !ts || need;
-        if (!refused && o.env_endpoints && s_check_envs(ts, r.train && o.eval_tasks > 0, &r) != SR_OK)
+        if (!refused && o.env_endpoints &&
+            s_check_envs(ts, r.train && o.eval_tasks > 0, &r) != SR_OK)
             refused = true;
         tasks_destroy(&ts);
         if (refused) {
@@ -991,13 +994,13 @@ int run_main(int argc, char **argv)
         envkind_list_t given;
         envkind_list_parse(o.env_endpoints, &given, NULL, 0); /* checked above */
         for (size_t i = 0; i < given.n; i++) {
-            el += (size_t)snprintf(r.env_list + el, sizeof r.env_list - el, "%s%s%s%s",
-                                   el ? "," : "", given.kinds[i], given.kinds[i][0] ? "=" : "",
+            el +=
+                (size_t)snprintf(r.env_list + el, sizeof r.env_list - el, "%s%s%s%s", el ? "," : "",
+                                 given.kinds[i], given.kinds[i][0] ? "=" : "", given.endpoints[i]);
+            pl += (size_t)snprintf(r.env_plain + pl, sizeof r.env_plain - pl, "%s%s", pl ? "," : "",
                                    given.endpoints[i]);
-            pl += (size_t)snprintf(r.env_plain + pl, sizeof r.env_plain - pl, "%s%s",
-                                   pl ? "," : "", given.endpoints[i]);
-            kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl, "%s%s",
-                                   i ? "," : "", given.kinds[i]);
+            kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl, "%s%s", i ? "," : "",
+                                   given.kinds[i]);
         }
         envkind_list_free(&given);
     }
@@ -1028,8 +1031,8 @@ int run_main(int argc, char **argv)
                                "%s" ENVKIND_HOUSEHOLD "=tcp://127.0.0.1:%d", el ? "," : "", port);
         pl += (size_t)snprintf(r.env_plain + pl, sizeof r.env_plain - pl, "%stcp://127.0.0.1:%d",
                                pl ? "," : "", port);
-        kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl,
-                               "%s" ENVKIND_HOUSEHOLD, kl || i || o.env_endpoints ? "," : "");
+        kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl, "%s" ENVKIND_HOUSEHOLD,
+                               i || o.env_endpoints ? "," : "");
     }
 
     /* Policy server. */
@@ -1192,8 +1195,9 @@ int run_main(int argc, char **argv)
     }
     char envw_desc[1100];
     if (o.env_endpoints && r.own_envw)
-        snprintf(envw_desc, sizeof envw_desc, "%d env workers of kind " ENVKIND_HOUSEHOLD
-                 " and env workers at %s", o.env_workers, o.env_endpoints);
+        snprintf(envw_desc, sizeof envw_desc,
+                 "%d env workers of kind " ENVKIND_HOUSEHOLD " and env workers at %s",
+                 o.env_workers, o.env_endpoints);
     else if (o.env_endpoints)
         snprintf(envw_desc, sizeof envw_desc, "env workers at %s", o.env_endpoints);
     else if (o.local_envw > 0)

@@ -916,8 +916,8 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     }
     if (cfg->kind && !envkind_valid(cfg->kind)) {
-        snprintf(why, sizeof why, "the kind '%s' is not 1..%d bytes of %s", cfg->kind,
-                 ENVKIND_MAX, ENVKIND_CHARS);
+        snprintf(why, sizeof why, "the kind '%s' is not 1..%d bytes of %s", cfg->kind, ENVKIND_MAX,
+                 ENVKIND_CHARS);
         goto fail;
     }
     w = calloc(1, sizeof *w);

@@ -1044,17 +1044,15 @@ static void test_jobs_go_to_env_workers_of_their_env_kind(void **state)
     actor_stats_t st;
     STATS_EVENTUALLY(&f, st, st.jobs_no_env_kind == 1);
     assert_int_equal(st.jobs_no_env_kind, 1);
-    assert_int_equal(s_env_count(&f.env, 'r') + s_env_count(&games, 'r') +
-                         s_env_count(&games2, 'r'),
-                     7);
+    assert_int_equal(
+        s_env_count(&f.env, 'r') + s_env_count(&games, 'r') + s_env_count(&games2, 'r'), 7);
 
     s_co_job(&f, "r0000-g0003", 0, 1, 2, 1); /* no env: any worker */
     s_co_expect(&f, PROTO_RESULT, 3000, &m);
     assert_string_equal(m.u.result.status, "truncated");
     proto_msg_clear(&m);
-    assert_int_equal(s_env_count(&f.env, 'r') + s_env_count(&games, 'r') +
-                         s_env_count(&games2, 'r'),
-                     8);
+    assert_int_equal(
+        s_env_count(&f.env, 'r') + s_env_count(&games, 'r') + s_env_count(&games2, 'r'), 8);
     s_env_stop(&games);
     s_env_stop(&games2);
     s_fx_fini(&f);

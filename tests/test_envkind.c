@@ -28,9 +28,8 @@ static void items_split_into_kind_and_endpoint(void **state)
 {
     char kind[ENVKIND_MAX + 1], err[256];
     const char *ep;
-    assert_int_equal(envkind_split("games=tcp://10.0.0.5:5560", kind, sizeof kind, &ep, err,
-                                   sizeof err),
-                     SR_OK);
+    assert_int_equal(
+        envkind_split("games=tcp://10.0.0.5:5560", kind, sizeof kind, &ep, err, sizeof err), SR_OK);
     assert_string_equal(kind, "games");
     assert_string_equal(ep, "tcp://10.0.0.5:5560");
     assert_int_equal(envkind_split("tcp://10.0.0.5:5560", kind, sizeof kind, &ep, err, sizeof err),
