@@ -167,6 +167,18 @@ want='selroll run: --tasks-file: task "copy-x" names env "cards", but no --env-e
   ok "a task env no env worker is of: exit 2 before starting, '$(cat "$tmp/cards.err")'" ||
   bad "task env without a worker: exit $rc, '$(cat "$tmp/cards.err")'"
 
+# A kind that is not a kind name is a one-line usage error wherever kinds are given.
+kmsg="'my games' is not 1..64 bytes of A-Z a-z 0-9 _ . -"
+emsg="'my games=tcp://127.0.0.1:1': the kind before '=' must be 1..64 bytes of A-Z a-z 0-9 _ . -"
+for cmd in "env-worker --bind tcp://127.0.0.1:0 --capacity 1 --kind|my games|selroll env-worker: --kind: $kmsg" \
+           "actor --coordinator tcp://127.0.0.1:1 --env-workers|my games=tcp://127.0.0.1:1|selroll actor: --env-workers: $emsg" \
+           "run --http off --env-endpoints|my games=tcp://127.0.0.1:1|selroll run: --env-endpoints: $emsg"; do
+  IFS='|' read -r args val want <<<"$cmd"
+  # shellcheck disable=SC2086
+  got=$("$S" $args "$val" 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] && [ "$got" = "$want" ] && ok "bad kind: $want" || bad "bad kind ($args): exit $rc, '$got'"
+done
+
 mport=$(free_port)
 "$PY" tests/py_env_worker.py "tcp://127.0.0.1:$mport" "$tmp/mixed-resets.jsonl" 2>"$tmp/pymixed.err" &
 pids+=($!)
