@@ -11,7 +11,9 @@
 # run` exit 2 with one line naming the file and the line, before anything starts. Then one run
 # mixes two kinds of env worker: a task file whose lines say "env": "games" (the Python worker,
 # given as games=EP) or "env": "household" (generated ids, the launcher's own household worker);
-# every RESET reaches a worker of its task's env, and a task env no worker is of is refused.
+# every RESET reaches a worker of its task's env, and a task env no worker is of is refused; the
+# same mix again with no list at all: both workers register in Redis with their kinds (the
+# Python one over a plain socket) and the coordinator names them from the registry.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -196,19 +198,19 @@ took=$(( $(date +%s) - start ))
 grep -q "1 env workers of kind household and env workers at games=tcp://127.0.0.1:$mport" "$tmp/mixed.out" &&
   ok "the launcher started its own household env worker beside the games one" ||
   bad "the mixed run's first line: $(head -1 "$tmp/mixed.out")"
-# the household env workers' closing lines: "... N requests, R resets, ... (... bad_task=B)"
-hresets=$(sed -n 's/.* requests, \([0-9]*\) resets, .*/\1/p' "$mout"/logs/env-worker-*.log | awk '{s+=$1} END {print s+0}')
-hbadtask=$(grep -ho 'bad_task=[0-9]*' "$mout"/logs/env-worker-*.log | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
-"$PY" - "$tmp/mixed.jsonl" "$tmp/mixed-resets.jsonl" "$mout/rounds/round-0.jsonl" "$hresets" \
-  "$hbadtask" <<'EOF'
+# check_mixed LABEL RESETS_LOG OUT ENVW_LOG...: every RESET of the run in OUT reached a worker of
+# its task's env: the Python worker's RESETs (RESETS_LOG) are the games trajectories, the household
+# env workers' closing lines ("... N requests, R resets, ... bad_task=B ...") count the others.
+cat >"$tmp/check_mixed.py" <<'EOF'
 import json, sys
+label = sys.argv[6]
 lines = {o["id"]: o for o in (json.loads(l) for l in open(sys.argv[1]) if l.strip())}
 resets = [json.loads(l) for l in open(sys.argv[2])]
 results = [json.loads(l) for l in open(sys.argv[3]) if l.strip()]
 hresets, hbadtask = int(sys.argv[4]), int(sys.argv[5])
 fail = []
 def check(cond, good, badmsg):
-    print(("ok   " + good) if cond else ("FAIL " + badmsg))
+    print(("ok   " + label + good) if cond else ("FAIL " + label + badmsg))
     if not cond:
         fail.append(badmsg)
 games = [r for r in results if lines[r["task"]]["env"] == "games"]
@@ -231,6 +233,53 @@ check(all(r["n_steps"] > 0 for r in house), "the household tasks given by id in 
       "a household trajectory took no step")
 sys.exit(1 if fail else 0)
 EOF
-[ $? -eq 0 ] || fail=1
+check_mixed() {
+  local label=$1 resets=$2 out=$3; shift 3
+  local hr hb
+  hr=$(sed -n 's/.* requests, \([0-9]*\) resets, .*/\1/p' "$@" | awk '{s+=$1} END {print s+0}')
+  hb=$(grep -ho 'bad_task=[0-9]*' "$@" | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
+  "$PY" "$tmp/check_mixed.py" "$tmp/mixed.jsonl" "$resets" "$out/rounds/round-0.jsonl" "$hr" "$hb" \
+    "$label" || fail=1
+}
+check_mixed "" "$tmp/mixed-resets.jsonl" "$mout" "$mout"/logs/env-worker-*.log
+
+# ---- the same mix from the registry ----------------------------------------------------------
+# No list of env workers anywhere: the built-in env worker (kind household by default) and the
+# Python one (HSET/PEXPIRE over a plain socket, kind games) register in Redis, and the coordinator
+# names both, with their kinds, in WELCOME; each RESET still reaches a worker of its env.
+gport=$(free_port); hport=$(free_port); wport=$(free_port); pport=$(free_port)
+"$PY" tests/py_env_worker.py "tcp://127.0.0.1:$gport" "$tmp/reg-resets.jsonl" "127.0.0.1:$rport" rg \
+  py-1 games 2>"$tmp/pyreg.err" &
+pids+=($!)
+"$S" env-worker --bind "tcp://127.0.0.1:$hport" --capacity 64 --redis "$RURL" --run rg --id hh-1 \
+  >"$tmp/reg-envw.log" 2>&1 &
+envw=$!; pids+=($envw)
+"$S" policy-server --listen "127.0.0.1:$pport" --time-scale 20 >"$tmp/reg-policy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  [ "$($R --scan --pattern 'selroll:rg:envw:*' | wc -l)" -eq 2 ] && break; sleep 0.05
+done
+kinds="$($R hget selroll:rg:envw:py-1 kind) $($R hget selroll:rg:envw:hh-1 kind)"
+[ "$kinds" = "games household" ] && ok "registry: the Python worker as games, the built-in one as household" ||
+  bad "registry kinds: '$kinds' ($(cat "$tmp/pyreg.err"))"
+rout="$tmp/reg-out"
+timeout 60 "$S" coordinator --redis "$RURL" --run rg --work-bind "tcp://127.0.0.1:$wport" \
+  --bus-pub-bind "tcp://127.0.0.1:$(free_port)" --bus-sub-bind "tcp://127.0.0.1:$(free_port)" \
+  --http off --groups 6 --iters 1 --tasks 6 --group-size 2 --max-steps 4 \
+  --tasks-file "train=$tmp/mixed.jsonl" --out "$rout" >"$tmp/reg-coord.log" 2>&1 &
+coord=$!
+"$S" actor --coordinator "tcp://127.0.0.1:$wport" --id reg-actor --slots 6 \
+  --policy "http://127.0.0.1:$pport" >"$tmp/reg-actor.log" 2>&1 &
+actor=$!; pids+=($actor)
+wait $coord
+rc=$?
+kill $actor $envw 2>/dev/null; wait $actor $envw 2>/dev/null
+[ $rc -eq 0 ] && ok "registry: the coordinator's round finished" ||
+  bad "registry: the coordinator exited $rc: $(tail -3 "$tmp/reg-coord.log")"
+grep -q "env worker tcp://127.0.0.1:$gport (games)" "$tmp/reg-actor.log" &&
+  grep -q "env worker tcp://127.0.0.1:$hport (household)" "$tmp/reg-actor.log" &&
+  ok "registry: WELCOME gave the actor both workers with their kinds" ||
+  bad "registry: the actor's env workers: $(grep 'env worker' "$tmp/reg-actor.log" | head -3)"
+check_mixed "registry: " "$tmp/reg-resets.jsonl" "$rout" "$tmp/reg-envw.log"
 
 exit $fail
