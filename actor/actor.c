@@ -1158,6 +1158,7 @@ static void s_slot_start(actor_t *a, slot_t *s, proto_msg_t *job)
             if (!seen)
                 n += (size_t)snprintf(why + n, sizeof why - n, "%s %s", k ? "," : "",
                                       a->envs[k]->kind);
+            n = SR_MIN(n, sizeof why - 2); /* a kind from WELCOME may be up to 256 bytes */
         }
         snprintf(why + n, sizeof why - n, ")");
         ST_INC(a, jobs_no_env_kind);

@@ -1114,6 +1114,41 @@ static void test_unknown_kinds_serve_any_env_and_local_workers_are_household(voi
     s_fx_fini(&f);
 }
 
+/* The error of a JOB no worker serves stays one bounded line whatever WELCOME's kinds hold (each
+ * up to the wire's 256 bytes). */
+static void test_no_env_kind_error_is_bounded_with_long_kinds(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    s_fx_start(&f, &c);
+    static char kinds_buf[6][PROTO_MAX_ID + 1];
+    const char *kinds[6], *envs[6];
+    char eps[6][64];
+    for (int i = 0; i < 6; i++) {
+        size_t len = i % 2 ? 200 : PROTO_MAX_ID; /* lengths that end past the buffer */
+        memset(kinds_buf[i], 'a' + i, len);
+        kinds_buf[i][len] = '\0';
+        kinds[i] = kinds_buf[i];
+        snprintf(eps[i], sizeof eps[i], "tcp://127.0.0.1:%d", 1 + i);
+        envs[i] = eps[i];
+    }
+    s_co_welcome_kinds(&f, 10000, envs, kinds, 6);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    s_co_job_env(&f, "r0000-g0000", 0, 1, 2, 1, "games");
+    s_co_expect(&f, PROTO_RESULT, 2000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_true(strncmp(m.u.result.error, "no env worker of kind games (this actor's are of kind aaa",
+                        57) == 0);
+    assert_true(strlen(m.u.result.error) < PROTO_MAX_ID + 600);
+    assert_int_equal(m.u.result.error[strlen(m.u.result.error) - 1], ')');
+    proto_msg_clear(&m);
+    s_fx_fini(&f);
+}
+
 /* A policy nobody serves fails the episode with the policy's URL in the error. */
 static void test_unreachable_policy_fails_the_episode(void **state)
 {
@@ -1542,6 +1577,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sessions_spread_over_env_workers),
         cmocka_unit_test(test_jobs_go_to_env_workers_of_their_env_kind),
         cmocka_unit_test(test_unknown_kinds_serve_any_env_and_local_workers_are_household),
+        cmocka_unit_test(test_no_env_kind_error_is_bounded_with_long_kinds),
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),
