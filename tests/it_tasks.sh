@@ -273,7 +273,11 @@ coord=$!
 actor=$!; pids+=($actor)
 wait $coord
 rc=$?
+st=$("$S" status --redis "$RURL" --run rg 2>&1) # the workers are still registered
 kill $actor $envw 2>/dev/null; wait $actor $envw 2>/dev/null
+grep -Eq "py-1 .*kind games" <<<"$st" && grep -Eq "hh-1 .*kind household" <<<"$st" &&
+  ok "registry: selroll status shows each env worker's kind" ||
+  bad "registry: selroll status: $(grep -A3 'env workers' <<<"$st" || head -3 <<<"$st")"
 [ $rc -eq 0 ] && ok "registry: the coordinator's round finished" ||
   bad "registry: the coordinator exited $rc: $(tail -3 "$tmp/reg-coord.log")"
 grep -q "env worker tcp://127.0.0.1:$gport (games)" "$tmp/reg-actor.log" &&
