@@ -639,7 +639,13 @@ static int s_check_envs(const tasks_t *ts, bool with_eval, s_run_t *r)
                 r->own_envw = true;
                 served = true;
             }
-            if (!served) {
+            if (!served && !envkind_valid(env)) {
+                fprintf(stderr,
+                        "selroll run: --tasks-file: task \"%s\" names env \"%s\", which is not "
+                        "a kind name (1..%d bytes of %s)\n",
+                        id, env, ENVKIND_MAX, ENVKIND_CHARS);
+                rc = SR_EINVAL;
+            } else if (!served) {
                 fprintf(stderr,
                         "selroll run: --tasks-file: task \"%s\" names env \"%s\", but no "
                         "--env-endpoints worker is of that kind (give it as %s=EP)\n",

@@ -169,6 +169,14 @@ want='selroll run: --tasks-file: task "copy-x" names env "cards", but no --env-e
   ok "a task env no env worker is of: exit 2 before starting, '$(cat "$tmp/cards.err")'" ||
   bad "task env without a worker: exit $rc, '$(cat "$tmp/cards.err")'"
 
+printf '{"id": "copy-y", "env": "my games", "word": "y", "choices": ["y"]}\n' >"$tmp/badenv.jsonl"
+"$S" run --run cards --out "$tmp/cards-out" --tasks-file "train=$tmp/badenv.jsonl" --groups 1 \
+  --env-endpoints "games=tcp://127.0.0.1:1" --http off >/dev/null 2>"$tmp/badenv.err"
+rc=$?
+want='selroll run: --tasks-file: task "copy-y" names env "my games", which is not a kind name (1..64 bytes of A-Z a-z 0-9 _ . -)'
+[ $rc -eq 2 ] && [ "$(cat "$tmp/badenv.err")" = "$want" ] && ok "a task env that is no kind name: exit 2, one line" ||
+  bad "task env not a kind name: exit $rc, '$(cat "$tmp/badenv.err")'"
+
 # A kind that is not a kind name is a one-line usage error wherever kinds are given.
 kmsg="'my games' is not 1..64 bytes of A-Z a-z 0-9 _ . -"
 emsg="'my games=tcp://127.0.0.1:1': the kind before '=' must be 1..64 bytes of A-Z a-z 0-9 _ . -"
