@@ -23,6 +23,7 @@
 #include "env_worker/env_worker.h"
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/envkind.h"
 #include "common/llm_client.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -50,6 +51,7 @@ typedef enum { SLOT_FREE = 0, SLOT_RESET, SLOT_LLM, SLOT_STEP } slot_state_t;
 typedef struct envconn {
     struct actor *a;
     char *endpoint;
+    char *kind;             /* the env it serves (envkind.h); "" = unknown: serves any task */
     transport_sock_t *sock; /* NULL for an env worker in this process (direct) */
     envw_t *direct;         /* the env worker served by envw_call on this thread, or NULL */
     int sessions;    /* sessions this actor holds on the worker now */
@@ -199,6 +201,7 @@ static const struct {
     {STAT_IDX(bad_bus), "selroll_actor_bad_bus_total", "Bad messages on the bus.", false},
     {STAT_IDX(bad_env), "selroll_actor_bad_env_total", "Bad or unmatched env replies.", false},
     {STAT_IDX(env_timeouts), "selroll_actor_env_timeouts_total", "Env requests timed out.", false},
+    {STAT_IDX(jobs_no_env_kind), "selroll_actor_jobs_no_env_kind_total", "JOBs failed at once: no env worker of their env's kind.", false},
     {STAT_IDX(running), "selroll_actor_running", "Episodes running.", true},
     {STAT_IDX(max_running), "selroll_actor_max_running", "Most episodes running at once.", true},
     {STAT_IDX(unacked), "selroll_actor_unacked_results", "RESULTs waiting for an ack.", true},
@@ -686,12 +689,13 @@ static void s_env_close(actor_t *a, slot_t *s)
 static void s_env_handler(reactor_t *r, void *sock, int revents, void *arg);
 
 /* s_envconn_push adds an env worker to the actor's list: a socket, or an in-process worker. */
-static envconn_t *s_envconn_push(actor_t *a, const char *name, transport_sock_t *sock,
-                                 envw_t *direct)
+static envconn_t *s_envconn_push(actor_t *a, const char *name, const char *kind,
+                                 transport_sock_t *sock, envw_t *direct)
 {
     envconn_t *e = sr_xcalloc(1, sizeof *e);
     e->a = a;
     e->endpoint = sr_xstrdup(name);
+    e->kind = sr_xstrdup(kind ? kind : "");
     e->sock = sock;
     e->direct = direct;
     a->envs = sr_xrealloc(a->envs, (a->n_envs + 1) * sizeof *a->envs);
@@ -699,11 +703,21 @@ static envconn_t *s_envconn_push(actor_t *a, const char *name, transport_sock_t 
     return e;
 }
 
-static envconn_t *s_env_add(actor_t *a, const char *endpoint, char *err, size_t errlen)
+/* s_env_add connects to the env worker at endpoint, of kind (NULL or "" = unknown), or returns
+ * the one this actor has already, its kind set to kind. */
+static envconn_t *s_env_add(actor_t *a, const char *endpoint, const char *kind, char *err,
+                            size_t errlen)
 {
-    for (size_t i = 0; i < a->n_envs; i++)
-        if (strcmp(a->envs[i]->endpoint, endpoint) == 0)
-            return a->envs[i];
+    for (size_t i = 0; i < a->n_envs; i++) {
+        envconn_t *e = a->envs[i];
+        if (strcmp(e->endpoint, endpoint) == 0) {
+            if (strcmp(e->kind, kind ? kind : "") != 0) {
+                free(e->kind);
+                e->kind = sr_xstrdup(kind ? kind : "");
+            }
+            return e;
+        }
+    }
     transport_opts_t o;
     transport_opts_init(&o);
     o.identity = a->id;
@@ -715,18 +729,36 @@ static envconn_t *s_env_add(actor_t *a, const char *endpoint, char *err, size_t 
         transport_sock_destroy(&sock);
         return NULL;
     }
-    envconn_t *e = s_envconn_push(a, endpoint, sock, NULL);
+    envconn_t *e = s_envconn_push(a, endpoint, kind, sock, NULL);
     reactor_add_zsock(a->r, transport_sock_zmq(sock), REACTOR_READ, s_env_handler, e);
-    log_info("actor %s: env worker %s", a->id, endpoint);
+    if (e->kind[0])
+        log_info("actor %s: env worker %s (%s)", a->id, endpoint, e->kind);
+    else
+        log_info("actor %s: env worker %s", a->id, endpoint);
     return e;
 }
 
-/* s_env_pick returns the least-loaded env worker, preferring those that answered last time. */
-static envconn_t *s_env_pick(actor_t *a)
+/* s_env_serves tells whether e may take a task of env (NULL or "": any worker may): the workers
+ * of that kind if there are some (exact), else those of unknown kind. */
+static bool s_env_serves(const envconn_t *e, const char *env, bool exact)
 {
+    if (!env || !*env)
+        return true;
+    return exact ? strcmp(e->kind, env) == 0 : e->kind[0] == '\0';
+}
+
+/* s_env_pick returns the least-loaded env worker that serves env (see s_env_serves), preferring
+ * those that answered last time; NULL when none does. */
+static envconn_t *s_env_pick(actor_t *a, const char *env)
+{
+    bool exact = false;
+    for (size_t k = 0; env && *env && k < a->n_envs && !exact; k++)
+        exact = strcmp(a->envs[k]->kind, env) == 0;
     envconn_t *best = NULL;
     for (size_t k = 0; k < a->n_envs; k++) {
         envconn_t *e = a->envs[(a->env_rr + k) % a->n_envs];
+        if (!s_env_serves(e, env, exact))
+            continue;
         if (!best || (e->fail_streak > 0) < (best->fail_streak > 0) ||
             ((e->fail_streak > 0) == (best->fail_streak > 0) && e->sessions < best->sessions))
             best = e;
@@ -1201,7 +1233,26 @@ static void s_slot_start(actor_t *a, slot_t *s, proto_msg_t *job)
         s_slot_finish(s, "failed", "no env worker is known (none in WELCOME, none given)");
         return;
     }
-    s->env = s_env_pick(a);
+    s->env = s_env_pick(a, j->env);
+    if (!s->env) {
+        /* never to a worker of another kind: it would play another environment's task */
+        char why[PROTO_MAX_ID + 600];
+        size_t n = (size_t)snprintf(why, sizeof why,
+                                    "no env worker of kind %s (this actor's are of kind", j->env);
+        for (size_t k = 0; k < a->n_envs && n < sizeof why - 80; k++) {
+            bool seen = false;
+            for (size_t i = 0; i < k && !seen; i++)
+                seen = strcmp(a->envs[i]->kind, a->envs[k]->kind) == 0;
+            if (!seen)
+                n += (size_t)snprintf(why + n, sizeof why - n, "%s %s", k ? "," : "",
+                                      a->envs[k]->kind);
+            n = SR_MIN(n, sizeof why - 2); /* a kind from WELCOME may be up to 256 bytes */
+        }
+        snprintf(why + n, sizeof why - n, ")");
+        ST_INC(a, jobs_no_env_kind);
+        s_slot_finish(s, "failed", why);
+        return;
+    }
     s->env->sessions++;
     s->session_open = true;
     proto_msg_t m;
@@ -1402,7 +1453,8 @@ static void s_on_welcome(actor_t *a, const proto_welcome_t *w)
     if (!a->env_override && !a->local_envs) {
         for (size_t i = 0; i < w->env_workers_len; i++) {
             char err[256];
-            if (!s_env_add(a, w->env_workers[i], err, sizeof err))
+            const char *kind = i < w->env_kinds_len ? w->env_kinds[i] : NULL;
+            if (!s_env_add(a, w->env_workers[i], kind, err, sizeof err))
                 log_warn("actor %s: env worker %s: %s", a->id, w->env_workers[i], err);
         }
     }
@@ -1815,7 +1867,7 @@ static int s_local_envs(actor_t *a, int n, char *err, size_t errlen)
             return SR_EINVAL;
         }
         snprintf(name, sizeof name, "local-%d", i + 1);
-        s_envconn_push(a, name, NULL, w);
+        s_envconn_push(a, name, ENVKIND_HOUSEHOLD, NULL, w);
     }
     log_info("actor %s: %d env workers in this process (capacity %d sessions each)", a->id, n,
              SR_MAX(64, 2 * a->slots_n));
@@ -1943,7 +1995,8 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
         a->n_env_override = cfg->n_env_workers;
         for (size_t i = 0; i < cfg->n_env_workers; i++) {
             a->env_override[i] = sr_xstrdup(cfg->env_workers[i]);
-            if (!s_env_add(a, cfg->env_workers[i], why, sizeof why)) {
+            const char *kind = cfg->env_kinds ? cfg->env_kinds[i] : NULL;
+            if (!s_env_add(a, cfg->env_workers[i], kind, why, sizeof why)) {
                 snprintf(err, errlen, "env worker %s: %s", cfg->env_workers[i], why);
                 goto fail;
             }
@@ -1982,6 +2035,7 @@ void actor_destroy(actor_t **self_p)
         transport_sock_destroy(&a->envs[i]->sock);
         envw_destroy(&a->envs[i]->direct);
         free(a->envs[i]->endpoint);
+        free(a->envs[i]->kind);
         free(a->envs[i]);
     }
     free(a->envs);

@@ -8,7 +8,9 @@
  * llm_client's hooks (one chat request per step). Nothing blocks: every wait is a socket event or a
  * reactor timer.
  *
- * An episode (one JOB) lives in a slot: RESET on the least-loaded env worker, then per step render
+ * An episode (one JOB) lives in a slot: RESET on the least-loaded env worker of the JOB's env kind
+ * (JOB.env; env workers of unknown kind when none has that kind, any worker when the JOB names no
+ * env; none at all fails the JOB at once, "no env worker of kind X"), then per step render
  * the prompt, ask the policy, extract the action, STEP, publish ACTION, record the step; then CLOSE
  * and a RESULT. A CANCEL for the slot's group aborts the LLM request, closes the env session and
  * reports a "cancelled" RESULT at once. A dead env worker (no answer within env_timeout_ms) or an
@@ -52,6 +54,7 @@ typedef struct {
     const char *model;        /* model name sent to the policy */
     const char *api_key;      /* NULL or "": no Authorization header */
     const char *const *env_workers; /* endpoints that override WELCOME's list; NULL: use WELCOME's */
+    const char *const *env_kinds;   /* NULL, or the kind of each env_workers entry ("" = unknown) */
     size_t n_env_workers;
     int local_env_workers;    /* > 0: this many env workers inside the actor instead (envw_call on
                                * its own thread: no socket, no thread, no registry; their sessions
@@ -105,6 +108,7 @@ typedef struct {
     uint64_t bad_bus;           /* malformed or unexpected messages on the bus */
     uint64_t bad_env;           /* malformed or unmatched env replies */
     uint64_t env_timeouts;      /* env requests that timed out */
+    uint64_t jobs_no_env_kind;  /* JOBs failed at once: no env worker of the JOB's env kind */
     uint64_t running;           /* episodes running now (a gauge) */
     uint64_t max_running;       /* the most episodes ever running at once */
     uint64_t unacked;           /* RESULTs kept waiting for an ack now (a gauge) */

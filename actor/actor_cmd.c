@@ -7,6 +7,7 @@
 #include "actor/actor.h"
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/llm_client.h"
 #include "common/log.h"
@@ -27,21 +28,6 @@ static void s_on_usr1(int sig)
 {
     (void)sig;
     actor_drain(atomic_load(&s_drain_target));
-}
-
-/* s_split_list splits a comma-separated list in place into at most max items (empty ones are
- * skipped). Returns the number of items. */
-static size_t s_split_list(char *s, const char **items, size_t max)
-{
-    size_t n = 0;
-    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok && n < max;
-         tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        if (*tok)
-            items[n++] = tok;
-    }
-    return n;
 }
 
 int actor_main(int argc, char **argv)
@@ -65,7 +51,9 @@ int actor_main(int argc, char **argv)
         {.name = "api-key", .kind = CFG_STRING, .dst = &o.api_key, .metavar = "KEY",
          .help = "bearer token for the policy server"},
         {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
-         .help = "comma-separated env-worker endpoints (overrides the coordinator's list)"},
+         .help = "comma-separated env workers, each ENDPOINT or KIND=ENDPOINT (a JOB goes to a "
+                 "worker of its env's kind; plain = unknown kind, serves any task); overrides the "
+                 "coordinator's list"},
         {.name = "local-env-workers", .kind = CFG_INT, .dst = &o.local_envw, .def = "0", .min = 0,
          .max = ACTOR_MAX_LOCAL_ENV_WORKERS, .metavar = "N",
          .help = "host N env workers in this process (called on the actor's own thread: no "
@@ -122,7 +110,7 @@ int actor_main(int argc, char **argv)
     int code = 0;
     actor_t *a = NULL;
     http_srv_t *http = NULL;
-    const char *envs[256];
+    envkind_list_t envs = {0};
     log_set_role("actor");
     log_set_level((log_level_t)o.log_level);
 
@@ -153,8 +141,15 @@ int actor_main(int argc, char **argv)
         goto cleanup;
     }
     if (o.env_workers) {
-        ac.env_workers = envs;
-        ac.n_env_workers = s_split_list(o.env_workers, envs, SR_ARRAY_LEN(envs));
+        char why[512];
+        if (envkind_list_parse(o.env_workers, &envs, why, sizeof why) != SR_OK) {
+            fprintf(stderr, "selroll actor: --env-workers: %s\n", why);
+            code = 2;
+            goto cleanup;
+        }
+        ac.env_workers = (const char *const *)envs.endpoints;
+        ac.env_kinds = (const char *const *)envs.kinds;
+        ac.n_env_workers = envs.n;
     }
     ac.local_env_workers = o.local_envw;
     char err[512];
@@ -187,6 +182,7 @@ int actor_main(int argc, char **argv)
 cleanup:
     http_srv_destroy(&http);
     actor_destroy(&a);
+    envkind_list_free(&envs);
     llm_global_cleanup();
     cfg_free(&cfg);
     return code;

@@ -265,7 +265,11 @@ static void s_enc_hello(s_enc_t *e, const proto_hello_t *h)
 
 static void s_enc_welcome(s_enc_t *e, const proto_welcome_t *w)
 {
-    s_header(e, PROTO_WELCOME, 7 + (w->env_workers_len > 0));
+    if (w->env_kinds_len > 0 && w->env_kinds_len != w->env_workers_len) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    s_header(e, PROTO_WELCOME, 7 + (w->env_workers_len > 0) + (w->env_kinds_len > 0));
     s_put_str(e, "run", w->run, S_ID);
     s_put_str(e, "actor_id", w->actor_id, S_ID);
     s_put_int(e, "lease_ms", w->lease_ms);
@@ -276,11 +280,13 @@ static void s_enc_welcome(s_enc_t *e, const proto_welcome_t *w)
     if (w->env_workers_len > 0)
         s_put_str_array(e, "env_workers", w->env_workers, w->env_workers_len, PROTO_MAX_LIST,
                         S_SHORT);
+    if (w->env_kinds_len > 0)
+        s_put_str_array(e, "env_kinds", w->env_kinds, w->env_kinds_len, PROTO_MAX_LIST, S_ID);
 }
 
 static void s_enc_job(s_enc_t *e, const proto_job_t *j)
 {
-    s_header(e, PROTO_JOB, 16 + (j->task_data_len > 0));
+    s_header(e, PROTO_JOB, 16 + (j->task_data_len > 0) + (j->env != NULL));
     s_put_str(e, "job_id", j->job_id, S_ID);
     s_put_int(e, "epoch", j->epoch);
     s_put_str(e, "run", j->run, S_ID);
@@ -290,6 +296,8 @@ static void s_enc_job(s_enc_t *e, const proto_job_t *j)
     s_put_str(e, "task", j->task, S_ID);
     if (j->task_data_len > 0)
         s_put_raw_map(e, "task_data", j->task_data, j->task_data_len);
+    if (j->env)
+        s_put_str(e, "env", j->env, S_ID);
     s_put_int(e, "iteration", j->iteration);
     s_put_int(e, "policy_version", j->policy_version);
     s_put_uint(e, "seed", j->seed);
@@ -1216,8 +1224,14 @@ static int s_dec_welcome(s_dec_t *d, const msgpack_object *m, proto_welcome_t *w
     S_TRY(s_str(d, m, "bus_pub", S_SHORT, true, &w->bus_pub));
     S_TRY(s_str(d, m, "bus_sub", S_SHORT, true, &w->bus_sub));
     S_TRY(s_int(d, m, "policy_version", S_NONNEG, true, &w->policy_version));
-    return s_str_array(d, m, "env_workers", PROTO_MAX_LIST, S_SHORT, false, &w->env_workers,
-                       &w->env_workers_len);
+    S_TRY(s_str_array(d, m, "env_workers", PROTO_MAX_LIST, S_SHORT, false, &w->env_workers,
+                      &w->env_workers_len));
+    S_TRY(s_str_array(d, m, "env_kinds", PROTO_MAX_LIST, S_ID, false, &w->env_kinds,
+                      &w->env_kinds_len));
+    if (s_get(m, "env_kinds") && w->env_kinds_len != w->env_workers_len)
+        return s_fail(d->err, &d->path, "env_kinds", SR_EPROTO,
+                      "%zu entries, but env_workers has %zu", w->env_kinds_len, w->env_workers_len);
+    return SR_OK;
 }
 
 static int s_dec_job(s_dec_t *d, const msgpack_object *m, proto_job_t *j)
@@ -1230,6 +1244,7 @@ static int s_dec_job(s_dec_t *d, const msgpack_object *m, proto_job_t *j)
     S_TRY(s_int(d, m, "traj", 0, j->group_size - 1, true, &j->traj));
     S_TRY(s_str(d, m, "task", S_ID, true, &j->task));
     S_TRY(s_raw_map(d, m, "task_data", &j->task_data, &j->task_data_len));
+    S_TRY(s_str(d, m, "env", S_ID, false, &j->env));
     S_TRY(s_int(d, m, "iteration", S_NONNEG, true, &j->iteration));
     S_TRY(s_int(d, m, "policy_version", S_NONNEG, true, &j->policy_version));
     S_TRY(s_uint(d, m, "seed", true, NULL, &j->seed));
@@ -1683,6 +1698,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.welcome.bus_pub);
         S_FREE(m->u.welcome.bus_sub);
         s_free_strs(m->u.welcome.env_workers, m->u.welcome.env_workers_len);
+        s_free_strs(m->u.welcome.env_kinds, m->u.welcome.env_kinds_len);
         break;
     case PROTO_JOB:
         S_FREE(m->u.job.job_id);
@@ -1690,6 +1706,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.job.group);
         S_FREE(m->u.job.task);
         S_FREE(m->u.job.task_data);
+        S_FREE(m->u.job.env);
         break;
     case PROTO_RESULT: s_free_result(&m->u.result); break;
     case PROTO_HEARTBEAT:

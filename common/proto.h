@@ -94,6 +94,11 @@ typedef struct {
     int64_t policy_version;
     const char **env_workers; /* optional: env-worker endpoints */
     size_t env_workers_len;
+    /* optional: the kind of each env worker, parallel to env_workers ("" = unknown, serves any
+     * task); absent (NULL / 0) = every kind unknown. When present it has env_workers_len
+     * entries: encode refuses another length (SR_EINVAL), decode too (SR_EPROTO). */
+    const char **env_kinds;
+    size_t env_kinds_len;
 } proto_welcome_t;
 
 /* CREDIT, actor -> coordinator: free slots granted for new jobs. */
@@ -114,6 +119,7 @@ typedef struct {
      * docs/protocol.md "JOB"); NULL / 0 when absent. Decode allocates a copy, clear frees it. */
     const uint8_t *task_data;
     size_t task_data_len;
+    const char *env; /* optional: the env-worker kind that serves the task (the task set's env) */
     int64_t iteration;
     int64_t policy_version;
     uint64_t seed;

@@ -22,6 +22,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
+#include "common/envkind.h"
 #include "common/log.h"
 #include "common/peerlimit.h"
 #include "common/prng.h"
@@ -60,8 +61,7 @@ struct coord {
     coord_cfg_t cfg;
     char *strs[16]; /* copies of cfg's strings */
     int nstrs;
-    char **env_workers;
-    size_t n_env;
+    envkind_list_t envs; /* --env-workers: endpoints and kinds; empty = the Redis registry */
     tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
     void *zctx;
@@ -289,6 +289,7 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
     jb->group_size = g->G;
     jb->task = g->task;
     tasks_data(c->cfg.task_set, g->task, &jb->task_data, &jb->task_data_len);
+    jb->env = tasks_env(c->cfg.task_set, g->task);
     jb->iteration = c->cfg.driver ? c->plan.iteration : g->round;
     jb->eval = c->cfg.driver ? c->plan.eval : false;
     jb->policy_version = c->cfg.policy_version;
@@ -880,31 +881,32 @@ static void s_check_round(coord_t *c)
 
 /* ---- messages ------------------------------------------------------------------------------ */
 
+/* s_collect_envw adds a registry entry's endpoint, and its kind ("" when the entry has none or
+ * not a kind name), to the envkind_list_t at arg. */
 static int s_collect_envw(const char *id, const store_field_t *fields, size_t n, void *arg)
 {
     (void)id;
-    void **a = arg;
-    char ***list = (char ***)a[0];
-    size_t *len = a[1];
+    envkind_list_t *l = arg;
+    const char *ep = NULL, *kind = "";
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(fields[i].name, "endpoint") == 0 && *len < 256) {
-            *list = sr_xrealloc(*list, (*len + 1) * sizeof **list);
-            (*list)[(*len)++] = sr_xstrdup(fields[i].value);
-        }
+        if (strcmp(fields[i].name, "endpoint") == 0)
+            ep = fields[i].value;
+        else if (strcmp(fields[i].name, "kind") == 0 && envkind_valid(fields[i].value))
+            kind = fields[i].value;
+    }
+    if (ep && *ep && l->n < 256) {
+        l->endpoints = sr_xrealloc(l->endpoints, (l->n + 1) * sizeof *l->endpoints);
+        l->kinds = sr_xrealloc(l->kinds, (l->n + 1) * sizeof *l->kinds);
+        l->endpoints[l->n] = sr_xstrdup(ep);
+        l->kinds[l->n++] = sr_xstrdup(kind);
     }
     return 0;
 }
 
-static void s_env_workers_from_registry(coord_t *c, const char ***out, size_t *n, char ***owned)
+static void s_env_workers_from_registry(coord_t *c, envkind_list_t *l)
 {
-    char **list = NULL;
-    size_t len = 0;
-    void *arg[2] = {&list, &len};
-    if (store_list(c->st, "envw", s_collect_envw, arg) != SR_OK)
+    if (store_list(c->st, "envw", s_collect_envw, l) != SR_OK)
         log_warn_limited(1, "cannot list env workers: %s", store_errstr(c->st));
-    *owned = list;
-    *out = (const char **)list;
-    *n = len;
 }
 
 static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hello_t *h)
@@ -933,17 +935,20 @@ static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hel
     w->bus_pub = c->ep_pub;
     w->bus_sub = c->ep_sub;
     w->policy_version = c->cfg.policy_version;
-    char **owned = NULL;
-    if (c->n_env) {
-        w->env_workers = (const char **)c->env_workers;
-        w->env_workers_len = c->n_env;
-    } else {
-        s_env_workers_from_registry(c, &w->env_workers, &w->env_workers_len, &owned);
+    envkind_list_t reg = {0};
+    const envkind_list_t *l = &c->envs;
+    if (c->envs.n == 0) {
+        s_env_workers_from_registry(c, &reg);
+        l = &reg;
+    }
+    w->env_workers = (const char **)l->endpoints;
+    w->env_workers_len = l->n;
+    if (envkind_list_any_kind(l)) { /* kinds only when one is known: older actors need none */
+        w->env_kinds = (const char **)l->kinds;
+        w->env_kinds_len = l->n;
     }
     s_send(c, id, idlen, &m);
-    for (size_t i = 0; owned && i < w->env_workers_len; i++)
-        free(owned[i]);
-    free(owned);
+    envkind_list_free(&reg);
 }
 
 static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t *hb)
@@ -1327,30 +1332,6 @@ static int s_check_cfg(const coord_cfg_t *cfg, char *err, size_t errlen)
     return bad ? SR_EINVAL : SR_OK;
 }
 
-static void s_parse_env_workers(coord_t *c, const char *list)
-{
-    if (!list)
-        return;
-    const char *p = list;
-    while (*p) {
-        const char *e = strchr(p, ',');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        while (n && (*p == ' ')) {
-            p++;
-            n--;
-        }
-        while (n && p[n - 1] == ' ')
-            n--;
-        if (n) {
-            c->env_workers = sr_xrealloc(c->env_workers, (c->n_env + 1) * sizeof *c->env_workers);
-            c->env_workers[c->n_env++] = sr_xstrndup(p, n);
-        }
-        if (!e)
-            break;
-        p = e + 1;
-    }
-}
-
 coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
 {
     char e2[512] = "";
@@ -1374,7 +1355,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     c->cfg.split = s_keep(c, cfg->split);
     c->cfg.env_workers = s_keep(c, cfg->env_workers);
     c->cfg.out_dir = s_keep(c, cfg->out_dir);
-    s_parse_env_workers(c, c->cfg.env_workers);
+    if (envkind_list_parse(c->cfg.env_workers, &c->envs, e2, sizeof e2) != SR_OK) {
+        if (err)
+            snprintf(err, errlen, "env workers: %s", e2);
+        for (int i = 0; i < c->nstrs; i++)
+            free(c->strs[i]);
+        free(c);
+        return NULL;
+    }
     if (!c->cfg.task_set)
         c->cfg.task_set = c->own_tasks = tasks_new_household();
     if (!tasks_has_split(c->cfg.task_set, c->cfg.split)) {
@@ -1384,9 +1372,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         tasks_destroy(&c->own_tasks);
         for (int i = 0; i < c->nstrs; i++)
             free(c->strs[i]);
-        for (size_t i = 0; i < c->n_env; i++)
-            free(c->env_workers[i]);
-        free(c->env_workers);
+        envkind_list_free(&c->envs);
         free(c);
         return NULL;
     }
@@ -1663,9 +1649,7 @@ void coord_destroy(coord_t **self_p)
     peerlimit_destroy(&c->peers);
     metrics_registry_destroy(&c->metrics);
     sr_buf_free(&c->out);
-    for (size_t i = 0; i < c->n_env; i++)
-        free(c->env_workers[i]);
-    free(c->env_workers);
+    envkind_list_free(&c->envs);
     for (int i = 0; i < c->nstrs; i++)
         free(c->strs[i]);
     tasks_destroy(&c->own_tasks);

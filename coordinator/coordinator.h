@@ -113,7 +113,8 @@ typedef struct {
     bool overlap;          /* plain rounds (no driver): open the next round once the oldest one
                               has handed out its last job, so that its stragglers' slots do not
                               idle; rounds still end in order. true */
-    const char *env_workers; /* comma-separated endpoints for WELCOME; NULL = Redis registry */
+    const char *env_workers; /* comma-separated ENDPOINT or KIND=ENDPOINT items for WELCOME
+                              * (envkind.h); NULL = the Redis registry's, with their kinds */
     const char *out_dir;     /* results go to <out_dir>/rounds/round-<r>.jsonl; NULL = none */
     bool resume;             /* continue the run found in Redis */
     int64_t policy_version;  /* 0 */

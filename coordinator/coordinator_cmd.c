@@ -122,7 +122,9 @@ int coordinator_main(int argc, char **argv)
                  "or a held-out evaluation failed after its attempts, or more than this share "
                  "did; the last log line names the most frequent error"},
         {.name = "env-workers", .kind = CFG_STRING, .dst = &o.env_workers, .metavar = "LIST",
-         .help = "comma-separated env-worker endpoints for actors (default: Redis registry)"},
+         .help = "comma-separated env workers for the actors' WELCOME, each ENDPOINT or "
+                 "KIND=ENDPOINT (KIND: the env its tasks name; plain = unknown kind, serves any "
+                 "task); default: the Redis registry, with each worker's registered kind"},
         {.name = "out", .kind = CFG_STRING, .dst = &o.out, .metavar = "DIR",
          .help = "results folder (default runs/<run>); rounds/round-<r>.jsonl"},
         {.name = "resume", .kind = CFG_BOOL, .dst = &o.resume, .def = "false",

@@ -383,7 +383,7 @@ static int s_collect_envw(const char *id, const store_field_t *f, size_t n, void
     cJSON_AddStringToObject(o, "id", id);
     for (size_t i = 0; i < n; i++) {
         const char *k = f[i].name;
-        if (!strcmp(k, "endpoint") || !strcmp(k, "host"))
+        if (!strcmp(k, "endpoint") || !strcmp(k, "host") || !strcmp(k, "kind"))
             cJSON_AddStringToObject(o, k, f[i].value);
         else if (!strcmp(k, "capacity") || !strcmp(k, "load") || !strcmp(k, "step_latency_ms"))
             cJSON_AddNumberToObject(o, k, atof(f[i].value));

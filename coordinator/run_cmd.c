@@ -21,6 +21,7 @@
 #include "common/cmds.h"
 #include "common/config.h"
 #include "common/curve.h"
+#include "common/envkind.h"
 #include "common/log.h"
 #include "common/store.h"
 #include "common/tasks.h"
@@ -202,7 +203,10 @@ typedef struct {
     char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
     char http[96]; /* the coordinator's dashboard address, "" = none */
     bool http_optional; /* the address was not asked for: losing it is no error */
-    char env_list[1024];
+    char env_list[1024];  /* the env workers for coordinator and actors, KIND=EP items */
+    char env_plain[1024]; /* the same endpoints without kinds (endpoints.env ENV_WORKERS) */
+    char env_kinds[1024]; /* their kinds, comma-separated, "" = unknown (ENV_KINDS) */
+    bool own_envw;        /* env-worker children of this launcher (household) */
     bool train;                    /* the training loop (--groups 0) */
     char trainer_push[1100];       /* the trainer's PULL, where BATCHes go; "" = no trainer */
     char trainer_pull[1100];       /* the coordinator binds it for WEIGHTS_READY */
@@ -600,6 +604,78 @@ static void s_train_progress(s_run_t *r)
     fflush(stdout);
 }
 
+/* s_env_endpoints_ok checks --env-endpoints: [KIND=]EP items that fit the lists beside the
+ * launcher's own env workers, not with --local-env-workers. Prints one line when it is not. */
+static int s_env_endpoints_ok(const char *list)
+{
+    envkind_list_t l;
+    char why[600];
+    if (envkind_list_parse(list, &l, why, sizeof why) != SR_OK) {
+        fprintf(stderr, "selroll run: --env-endpoints: %s\n", why);
+        return SR_EINVAL;
+    }
+    size_t n = l.n;
+    envkind_list_free(&l);
+    if (n == 0 || strlen(list) + 48 * (size_t)o.env_workers >= 1000 || o.local_envw > 0) {
+        fprintf(stderr,
+                "selroll run: --env-endpoints: '%s' is not [KIND=]EP[,...] (at most %d "
+                "bytes; not with --local-env-workers)\n",
+                list, 1000 - 48 * o.env_workers);
+        return SR_EINVAL;
+    }
+    return SR_OK;
+}
+
+/* s_check_envs checks --env-endpoints against the envs the task set's tasks name (the train
+ * split, and the held-out one when with_eval): a task whose env no endpoint is of, when every
+ * endpoint has a kind, is refused with one line; tasks of env household with no endpoint of that
+ * kind make the launcher start its own (household) env workers too (r->own_envw). */
+static int s_check_envs(const tasks_t *ts, bool with_eval, s_run_t *r)
+{
+    if (s_env_endpoints_ok(o.env_endpoints) != SR_OK)
+        return SR_EINVAL;
+    envkind_list_t l;
+    envkind_list_parse(o.env_endpoints, &l, NULL, 0);
+    bool any = false, household = false;
+    for (size_t i = 0; i < l.n; i++) {
+        any = any || !l.kinds[i][0];
+        household = household || strcmp(l.kinds[i], ENVKIND_HOUSEHOLD) == 0;
+    }
+    const char *splits[2] = {"train", with_eval ? o.eval_split : NULL};
+    int rc = SR_OK;
+    for (int k = 0; k < 2 && splits[k] && rc == SR_OK; k++) {
+        size_t n = tasks_count(ts, splits[k]);
+        for (size_t i = 0; i < n && n != TASKS_UNBOUNDED && rc == SR_OK; i++) {
+            char id[TASKS_ID_MAX + 1];
+            if (!tasks_id(ts, splits[k], i, id, sizeof id))
+                break;
+            const char *env = tasks_env(ts, id);
+            bool served = !env || !*env || any;
+            for (size_t e = 0; e < l.n && !served; e++)
+                served = strcmp(l.kinds[e], env) == 0;
+            if (!served && strcmp(env, ENVKIND_HOUSEHOLD) == 0 && !household) {
+                r->own_envw = true;
+                served = true;
+            }
+            if (!served && !envkind_valid(env)) {
+                fprintf(stderr,
+                        "selroll run: --tasks-file: task \"%s\" names env \"%s\", which is not "
+                        "a kind name (1..%d bytes of %s)\n",
+                        id, env, ENVKIND_MAX, ENVKIND_CHARS);
+                rc = SR_EINVAL;
+            } else if (!served) {
+                fprintf(stderr,
+                        "selroll run: --tasks-file: task \"%s\" names env \"%s\", but no "
+                        "--env-endpoints worker is of that kind (give it as %s=EP)\n",
+                        id, env, env);
+                rc = SR_EINVAL;
+            }
+        }
+    }
+    envkind_list_free(&l);
+    return rc;
+}
+
 int run_main(int argc, char **argv)
 {
     memset(&o, 0, sizeof o);
@@ -660,9 +736,11 @@ int run_main(int argc, char **argv)
                  "object with a string \"id\" a line, checked before anything starts; default: "
                  "the generated household splits"},
         {.name = "env-endpoints", .kind = CFG_STRING, .dst = &o.env_endpoints,
-         .metavar = "EP[,EP...]",
-         .help = "env workers already running elsewhere (e.g. your own environment's): start no "
-                 "env-worker processes and hand these endpoints to the actors"},
+         .metavar = "[KIND=]EP[,...]",
+         .help = "env workers already running elsewhere (e.g. your own environment's), handed to "
+                 "the actors; KIND= names the env of the tasks each serves (plain = any). No "
+                 "env-worker processes start, unless a --tasks-file task names env household "
+                 "and no endpoint is of that kind: then --env-workers household ones start too"},
         {.name = "max-steps", .kind = CFG_INT, .dst = &o.max_steps, .def = "30", .min = 1,
          .max = 1000, .help = "steps per episode at most (T_max)"},
         {.name = "temperature", .kind = CFG_DOUBLE, .dst = &o.temperature, .def = "0.7",
@@ -838,22 +916,19 @@ int run_main(int argc, char **argv)
                 o.eval_tasks = (int)tasks_pool_size(ts, o.eval_split, (size_t)o.eval_tasks);
         }
         bool refused = !ts || need;
+        if (!refused && o.env_endpoints &&
+            s_check_envs(ts, r.train && o.eval_tasks > 0, &r) != SR_OK)
+            refused = true;
         tasks_destroy(&ts);
         if (refused) {
             code = 2;
             goto cleanup;
         }
     }
-    if (o.env_endpoints) {
-        size_t n = strlen(o.env_endpoints);
-        if (n == 0 || n >= sizeof r.env_list || o.env_endpoints[0] == ',' ||
-            o.env_endpoints[n - 1] == ',' || strstr(o.env_endpoints, ",,") || o.local_envw > 0) {
-            fprintf(stderr, "selroll run: --env-endpoints: '%s' is not EP[,EP...] (at most %zu "
-                            "bytes; not with --local-env-workers)\n",
-                    o.env_endpoints, sizeof r.env_list - 1);
-            code = 2;
-            goto cleanup;
-        }
+    r.own_envw = o.local_envw == 0 && (!o.env_endpoints || r.own_envw);
+    if (o.env_endpoints && !o.tasks_file && s_env_endpoints_ok(o.env_endpoints) != SR_OK) {
+        code = 2;
+        goto cleanup;
     }
     if (strcmp(o.placement, "spread") && strcmp(o.placement, "pack")) {
         fprintf(stderr, "selroll run: --placement: '%s' is not one of spread, pack\n",
@@ -943,9 +1018,22 @@ int run_main(int argc, char **argv)
 
     /* Env workers. */
     size_t el = 0;
-    if (o.env_endpoints)
-        snprintf(r.env_list, sizeof r.env_list, "%s", o.env_endpoints);
-    for (int i = 0; o.local_envw == 0 && !o.env_endpoints && i < o.env_workers; i++) {
+    size_t pl = 0, kl = 0;
+    if (o.env_endpoints) {
+        envkind_list_t given;
+        envkind_list_parse(o.env_endpoints, &given, NULL, 0); /* checked above */
+        for (size_t i = 0; i < given.n; i++) {
+            el +=
+                (size_t)snprintf(r.env_list + el, sizeof r.env_list - el, "%s%s%s%s", el ? "," : "",
+                                 given.kinds[i], given.kinds[i][0] ? "=" : "", given.endpoints[i]);
+            pl += (size_t)snprintf(r.env_plain + pl, sizeof r.env_plain - pl, "%s%s", pl ? "," : "",
+                                   given.endpoints[i]);
+            kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl, "%s%s", i ? "," : "",
+                                   given.kinds[i]);
+        }
+        envkind_list_free(&given);
+    }
+    for (int i = 0; r.own_envw && i < o.env_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "env-worker-%d", i + 1);
         int port = s_free_port();
@@ -968,8 +1056,12 @@ int run_main(int argc, char **argv)
         if (rc != SR_OK)
             goto cleanup;
         names[nnames++] = sr_xstrdup(name);
-        el += (size_t)snprintf(r.env_list + el, sizeof r.env_list - el, "%stcp://127.0.0.1:%d",
-                               i ? "," : "", port);
+        el += (size_t)snprintf(r.env_list + el, sizeof r.env_list - el,
+                               "%s" ENVKIND_HOUSEHOLD "=tcp://127.0.0.1:%d", el ? "," : "", port);
+        pl += (size_t)snprintf(r.env_plain + pl, sizeof r.env_plain - pl, "%stcp://127.0.0.1:%d",
+                               pl ? "," : "", port);
+        kl += (size_t)snprintf(r.env_kinds + kl, sizeof r.env_kinds - kl, "%s" ENVKIND_HOUSEHOLD,
+                               i || o.env_endpoints ? "," : "");
     }
 
     /* Policy server. */
@@ -1127,14 +1219,18 @@ int run_main(int argc, char **argv)
         FILE *f = fopen(path, "w");
         if (f) {
             fprintf(f, "REDIS_URL=%s\nRUN=%s\nWORK_EP=%s\nBUS_PUB_EP=%s\nBUS_SUB_EP=%s\n"
-                       "POLICY_URL=%s\nENV_WORKERS=%s\nOUT=%s\n",
+                       "POLICY_URL=%s\nENV_WORKERS=%s\nENV_KINDS=%s\nOUT=%s\n",
                     r.redis_url, o.run, r.work_ep, r.bus_pub_ep, r.bus_sub_ep, r.policy_url,
-                    r.env_list, r.out);
+                    r.env_plain, r.env_kinds, r.out);
             fclose(f);
         }
     }
     char envw_desc[1100];
-    if (o.env_endpoints)
+    if (o.env_endpoints && r.own_envw)
+        snprintf(envw_desc, sizeof envw_desc,
+                 "%d env workers of kind " ENVKIND_HOUSEHOLD " and env workers at %s",
+                 o.env_workers, o.env_endpoints);
+    else if (o.env_endpoints)
         snprintf(envw_desc, sizeof envw_desc, "env workers at %s", o.env_endpoints);
     else if (o.local_envw > 0)
         snprintf(envw_desc, sizeof envw_desc, "%d env workers in each actor", o.local_envw);

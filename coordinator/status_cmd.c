@@ -155,8 +155,9 @@ static void s_print_envw(FILE *out, const cJSON *list, const cJSON *lost)
     const cJSON *e;
     fprintf(out, "env workers:\n");
     cJSON_ArrayForEach(e, list)
-    fprintf(out, "  %-24s %-28s sessions %.0f/%.0f\n", s_str(e, "id", "?"),
-            s_str(e, "endpoint", ""), s_num(e, "load", 0), s_num(e, "capacity", 0));
+    fprintf(out, "  %-24s %-28s sessions %.0f/%.0f%s%s\n", s_str(e, "id", "?"),
+            s_str(e, "endpoint", ""), s_num(e, "load", 0), s_num(e, "capacity", 0),
+            *s_str(e, "kind", "") ? "  kind " : "", s_str(e, "kind", ""));
     cJSON_ArrayForEach(e, lost)
     fprintf(out, "  %-24s LOST %.0f s ago\n", s_str(e, "name", "?"), s_num(e, "ago_ms", 0) / 1000);
 }
@@ -185,8 +186,8 @@ static int s_envw_entry(const char *id, const store_field_t *f, size_t n, void *
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     for (size_t i = 0; i < n; i++) {
-        if (!strcmp(f[i].name, "endpoint"))
-            cJSON_AddStringToObject(o, "endpoint", f[i].value);
+        if (!strcmp(f[i].name, "endpoint") || !strcmp(f[i].name, "kind"))
+            cJSON_AddStringToObject(o, f[i].name, f[i].value);
         else if (!strcmp(f[i].name, "capacity") || !strcmp(f[i].name, "load"))
             cJSON_AddNumberToObject(o, f[i].name, atof(f[i].value));
     }

@@ -16,6 +16,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
+#include "common/envkind.h"
 #include "common/log.h"
 #include "common/peerlimit.h"
 #include "common/proto.h"
@@ -73,6 +74,7 @@ struct envw {
     bool catch_signals;
     char *id;
     char *advertise;
+    char *kind; /* registered in the field "kind" */
     char host[256];
 
     /* ZeroMQ and the loop */
@@ -794,7 +796,7 @@ static void s_register(envw_t *w)
     store_field_t f[] = {
         {"endpoint", w->advertise}, {"capacity", cap},  {"load", load},
         {"pid", pid},               {"host", w->host},  {"step_latency_ms", lat},
-        {"version", SELROLL_VERSION},
+        {"version", SELROLL_VERSION}, {"kind", w->kind},
     };
     int rc = store_register(w->store, "envw", w->id, f, SR_ARRAY_LEN(f), 3 * w->heartbeat_ms);
     if (rc != SR_OK) {
@@ -913,11 +915,17 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
         snprintf(why, sizeof why, "the id must have 1..128 characters");
         goto fail;
     }
+    if (cfg->kind && !envkind_valid(cfg->kind)) {
+        snprintf(why, sizeof why, "the kind '%s' is not 1..%d bytes of %s", cfg->kind, ENVKIND_MAX,
+                 ENVKIND_CHARS);
+        goto fail;
+    }
     w = calloc(1, sizeof *w);
     if (!w) {
         snprintf(why, sizeof why, "out of memory");
         goto fail;
     }
+    w->kind = sr_xstrdup(cfg->kind ? cfg->kind : ENVKIND_HOUSEHOLD);
     pthread_mutex_init(&w->reg_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1115,6 +1123,7 @@ void envw_destroy(envw_t **self_p)
     free(w->buckets);
     free(w->id);
     free(w->advertise);
+    free(w->kind);
     pthread_cond_destroy(&w->reg_cv);
     pthread_mutex_destroy(&w->reg_mu);
     free(w);

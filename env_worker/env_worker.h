@@ -11,9 +11,10 @@
  * episode_done, bad_task) and the worker goes on.
  *
  * With a step latency the replies wait on a timer (the reactor is never blocked), which models a
- * slow environment. With a Redis URL the worker registers itself (kind "envw") while envw_run
- * runs: a small registry thread with its own connection refreshes the entry and its TTL, reading
- * the load from an atomic counter, and deletes the entry when the loop ends.
+ * slow environment. With a Redis URL the worker registers itself (registry kind "envw", with its
+ * env-worker kind, "household" by default, in the field "kind") while envw_run runs: a small
+ * registry thread with its own connection refreshes the entry and its TTL, reading the load from an
+ * atomic counter, and deletes the entry when the loop ends.
  *
  * The server is a library object so that tests and the benchmark can run it in-process (envw_run
  * in a thread of their own, envw_stop from any thread); `selroll env-worker` is a thin command
@@ -43,6 +44,8 @@ typedef struct {
     const char *run;         /* run name of the registry keys; NULL: "default" */
     const char *id;          /* registry id; NULL: "<host>-<pid>" */
     const char *advertise;   /* endpoint actors should connect to; NULL: derived from the bind */
+    const char *kind;        /* the kind registered beside the endpoint (envkind.h); NULL:
+                              * "household", the environment this worker serves */
     int64_t heartbeat_ms;    /* registry refresh period, > 0; the entry's TTL is 3 periods */
     bool catch_signals;      /* SIGINT/SIGTERM stop envw_run (for the command, not for tests) */
     void *zmq_ctx;           /* a ZeroMQ context to use (borrowed); NULL: the worker makes its own */

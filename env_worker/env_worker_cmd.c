@@ -7,6 +7,7 @@
  */
 #include "common/cmds.h"
 #include "common/config.h"
+#include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/log.h"
 #include "common/sr.h"
@@ -18,7 +19,7 @@
 int env_worker_main(int argc, char **argv)
 {
     struct {
-        char *bind, *redis, *run, *id, *advertise, *metrics_port;
+        char *bind, *redis, *run, *id, *advertise, *metrics_port, *kind;
         int capacity, latency, level;
         int64_t ttl, heartbeat;
     } o = {0};
@@ -39,6 +40,10 @@ int env_worker_main(int argc, char **argv)
          .help = "registry id (default <host>-<pid>)"},
         {.name = "advertise", .kind = CFG_STRING, .dst = &o.advertise, .metavar = "ENDPOINT",
          .help = "endpoint written to the registry (default: the bound one, host name for *)"},
+        {.name = "kind", .kind = CFG_STRING, .dst = &o.kind, .def = "household",
+         .metavar = "NAME",
+         .help = "env-worker kind written to the registry beside the endpoint: actors send it "
+                 "only tasks whose env is NAME (or that name none); 1..64 of A-Z a-z 0-9 _ . -"},
         {.name = "heartbeat-ms", .kind = CFG_I64, .dst = &o.heartbeat, .def = "2000", .min = 10,
          .max = 600000, .help = "registry refresh period; the entry lives 3 periods"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.level, .def = "info",
@@ -64,6 +69,12 @@ int env_worker_main(int argc, char **argv)
     log_set_role("env-worker");
     log_set_level((log_level_t)o.level);
 
+    if (!envkind_valid(o.kind)) {
+        fprintf(stderr, "selroll env-worker: --kind: '%s' is not 1..%d bytes of %s\n", o.kind,
+                ENVKIND_MAX, ENVKIND_CHARS);
+        code = 2;
+        goto cleanup;
+    }
     envw_cfg_t c;
     envw_cfg_init(&c);
     c.bind = o.bind;
@@ -74,6 +85,7 @@ int env_worker_main(int argc, char **argv)
     c.run = o.run;
     c.id = o.id;
     c.advertise = o.advertise;
+    c.kind = o.kind;
     c.heartbeat_ms = o.heartbeat;
     c.catch_signals = true;
     w = envw_new(&c, err, sizeof err);

@@ -13,11 +13,17 @@ The task id alone says nothing to it: a RESET without task_data (or one it canno
 `bad_task`. Every RESET it receives is appended to the log file as one JSON line
 {"task", "task_data", "session", "seed", "max_steps"}, so a test can check what it was given.
 
-usage: py_env_worker.py ENDPOINT LOGFILE
+With REDIS (host:port), RUN, ID and KIND it also registers in the selroll registry the way
+docs/protocol.md ("Env-worker kinds") says, with nothing but a socket: every second HSET
+selroll:<RUN>:envw:<ID> endpoint ENDPOINT kind KIND and PEXPIRE it 3000 ms, DEL when it stops.
+
+usage: py_env_worker.py ENDPOINT LOGFILE [REDIS RUN ID KIND]
 """
 import json
 import signal
+import socket
 import sys
+import threading
 
 import msgpack
 import zmq
@@ -72,11 +78,46 @@ class Game:
         return obs, 0.0
 
 
+def resp(*args):
+    """one Redis command in RESP: an array of bulk strings"""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def register(redis, key, endpoint, kind, stop):
+    """keeps the registry entry alive until stop is set, then deletes it"""
+    host, port = redis.rsplit(":", 1)
+    conn = socket.create_connection((host, int(port)), timeout=2)
+    replies = conn.makefile("rb")
+    while True:
+        conn.sendall(resp("HSET", key, "endpoint", endpoint, "kind", kind) +
+                     resp("PEXPIRE", key, "3000"))
+        for _ in range(2):
+            line = replies.readline()
+            if not line.startswith(b":"):
+                print(f"registry: unexpected reply {line!r}", file=sys.stderr)
+        if stop.wait(1.0):
+            break
+    conn.sendall(resp("DEL", key))
+    replies.readline()
+    conn.close()
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 7):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     endpoint, logpath = sys.argv[1], sys.argv[2]
+    stop = threading.Event()
+    reg = None
+    if len(sys.argv) == 7:
+        redis, run, wid, kind = sys.argv[3:7]
+        reg = threading.Thread(target=register,
+                               args=(redis, f"selroll:{run}:envw:{wid}", endpoint, kind, stop))
+        reg.start()
     log = open(logpath, "a", buffering=1)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
@@ -175,6 +216,9 @@ def main():
         obs(ident, rid, sid, g, text, reward)
     sock.close()
     ctx.term()
+    stop.set()
+    if reg:
+        reg.join()
     return 0
 
 

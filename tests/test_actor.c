@@ -296,7 +296,10 @@ static void s_co_expect(fx_t *f, proto_type_t type, int wait_ms, proto_msg_t *m)
     }
 }
 
-static void s_co_welcome(fx_t *f, int64_t lease_ms, const char *const *envs, size_t n_envs)
+/* s_co_welcome_kinds answers the actor's HELLO with WELCOME: env workers envs, of kinds kinds
+ * (NULL: no env_kinds). */
+static void s_co_welcome_kinds(fx_t *f, int64_t lease_ms, const char *const *envs,
+                               const char *const *kinds, size_t n_envs)
 {
     proto_msg_t m;
     s_co_expect(f, PROTO_HELLO, 5000, &m);
@@ -313,10 +316,19 @@ static void s_co_welcome(fx_t *f, int64_t lease_ms, const char *const *envs, siz
     w.u.welcome.bus_sub = transport_proxy_sub_endpoint(f->proxy);
     w.u.welcome.env_workers = (const char **)envs;
     w.u.welcome.env_workers_len = n_envs;
+    w.u.welcome.env_kinds = (const char **)kinds;
+    w.u.welcome.env_kinds_len = kinds ? n_envs : 0;
     s_co_send(f, &w);
 }
 
-static void s_co_job(fx_t *f, const char *group, int traj, int group_size, int max_steps, int epoch)
+static void s_co_welcome(fx_t *f, int64_t lease_ms, const char *const *envs, size_t n_envs)
+{
+    s_co_welcome_kinds(f, lease_ms, envs, NULL, n_envs);
+}
+
+/* s_co_job_env sends a JOB of household task 3 whose env is env (NULL: none). */
+static void s_co_job_env(fx_t *f, const char *group, int traj, int group_size, int max_steps,
+                         int epoch, const char *env)
 {
     char job_id[128];
     snprintf(job_id, sizeof job_id, "%s/t%d", group, traj);
@@ -333,8 +345,14 @@ static void s_co_job(fx_t *f, const char *group, int traj, int group_size, int m
     j.u.job.temperature = 0.7;
     j.u.job.max_steps = max_steps;
     j.u.job.lease_ms = 10000;
+    j.u.job.env = env;
     s_co_send(f, &j);
     f->jobs_sent++;
+}
+
+static void s_co_job(fx_t *f, const char *group, int traj, int group_size, int max_steps, int epoch)
+{
+    s_co_job_env(f, group, traj, group_size, max_steps, epoch, NULL);
 }
 
 static void s_co_ack(fx_t *f, const proto_result_t *r, bool ok)
@@ -982,6 +1000,155 @@ static void test_sessions_spread_over_env_workers(void **state)
     s_fx_fini(&f);
 }
 
+/* A JOB's RESET goes only to env workers of the JOB's env kind (spread over them), a JOB
+ * without env to any; a JOB whose env no worker of this actor is of fails at once, is counted,
+ * and reaches no env worker. */
+static void test_jobs_go_to_env_workers_of_their_env_kind(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 50); /* every JOB has started before the first episode ends */
+    tenv_t games, games2;
+    s_env_start(&games, f.ctx);
+    s_env_start(&games2, f.ctx);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 8);
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint, games.endpoint, games2.endpoint};
+    const char *kinds[] = {"household", "games", "games"};
+    s_co_welcome_kinds(&f, 10000, envs, kinds, 3);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    for (int t = 0; t < 3; t++)
+        s_co_job_env(&f, "r0000-g0000", t, 3, 2, 1, "household");
+    for (int t = 0; t < 4; t++)
+        s_co_job_env(&f, "r0000-g0001", t, 4, 2, 1, "games");
+    for (int n = 0; n < 7; n++) {
+        s_co_expect(&f, PROTO_RESULT, 5000, &m);
+        assert_string_equal(m.u.result.status, "truncated");
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(s_env_count(&f.env, 'r'), 3);
+    assert_int_equal(s_env_count(&games, 'r'), 2); /* least-loaded among the games workers */
+    assert_int_equal(s_env_count(&games2, 'r'), 2);
+
+    s_co_job_env(&f, "r0000-g0002", 0, 1, 2, 1, "cards");
+    s_co_expect(&f, PROTO_RESULT, 2000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_string_equal(m.u.result.error,
+                        "no env worker of kind cards (this actor's are of kind household, games)");
+    assert_int_equal(m.u.result.n_steps, 0);
+    s_co_ack(&f, &m.u.result, true);
+    proto_msg_clear(&m);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.jobs_no_env_kind == 1);
+    assert_int_equal(st.jobs_no_env_kind, 1);
+    assert_int_equal(
+        s_env_count(&f.env, 'r') + s_env_count(&games, 'r') + s_env_count(&games2, 'r'), 7);
+
+    s_co_job(&f, "r0000-g0003", 0, 1, 2, 1); /* no env: any worker */
+    s_co_expect(&f, PROTO_RESULT, 3000, &m);
+    assert_string_equal(m.u.result.status, "truncated");
+    proto_msg_clear(&m);
+    assert_int_equal(
+        s_env_count(&f.env, 'r') + s_env_count(&games, 'r') + s_env_count(&games2, 'r'), 8);
+    s_env_stop(&games);
+    s_env_stop(&games2);
+    s_fx_fini(&f);
+}
+
+/* Given by hand (--env-workers KIND=EP), an env worker of unknown kind serves the JOBs whose env
+ * no worker is of, and only those when a worker of the env is there; local env workers are
+ * household. */
+static void test_unknown_kinds_serve_any_env_and_local_workers_are_household(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 5);
+    tenv_t plain;
+    s_env_start(&plain, f.ctx);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 4);
+    const char *envs[] = {f.env.endpoint, plain.endpoint};
+    const char *kinds[] = {"household", ""};
+    c.env_workers = envs;
+    c.env_kinds = kinds;
+    c.n_env_workers = 2;
+    s_fx_start(&f, &c);
+    s_co_welcome(&f, 10000, NULL, 0);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    for (int t = 0; t < 2; t++)
+        s_co_job_env(&f, "r0000-g0000", t, 2, 2, 1, "household");
+    s_co_job_env(&f, "r0000-g0001", 0, 1, 2, 1, "games");
+    for (int n = 0; n < 3; n++) {
+        s_co_expect(&f, PROTO_RESULT, 5000, &m);
+        assert_string_equal(m.u.result.status, "truncated");
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(s_env_count(&f.env, 'r'), 2);
+    assert_int_equal(s_env_count(&plain, 'r'), 1);
+    s_env_stop(&plain);
+    s_fx_fini(&f);
+
+    s_fx_init(&f, 5);
+    s_fx_cfg(&f, &c, 4);
+    c.local_env_workers = 1;
+    s_fx_start(&f, &c);
+    s_co_welcome(&f, 10000, NULL, 0);
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    s_co_job_env(&f, "r0000-g0000", 0, 1, 2, 1, "household");
+    s_co_expect(&f, PROTO_RESULT, 5000, &m);
+    assert_string_equal(m.u.result.status, "truncated");
+    s_co_ack(&f, &m.u.result, true);
+    proto_msg_clear(&m);
+    s_co_job_env(&f, "r0000-g0001", 0, 1, 2, 1, "games");
+    s_co_expect(&f, PROTO_RESULT, 2000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_string_equal(m.u.result.error,
+                        "no env worker of kind games (this actor's are of kind household)");
+    proto_msg_clear(&m);
+    s_fx_fini(&f);
+}
+
+/* The error of a JOB no worker serves stays one bounded line whatever WELCOME's kinds hold (each
+ * up to the wire's 256 bytes). */
+static void test_no_env_kind_error_is_bounded_with_long_kinds(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    s_fx_start(&f, &c);
+    static char kinds_buf[6][PROTO_MAX_ID + 1];
+    const char *kinds[6], *envs[6];
+    char eps[6][64];
+    for (int i = 0; i < 6; i++) {
+        size_t len = i % 2 ? 200 : PROTO_MAX_ID; /* lengths that end past the buffer */
+        memset(kinds_buf[i], 'a' + i, len);
+        kinds_buf[i][len] = '\0';
+        kinds[i] = kinds_buf[i];
+        snprintf(eps[i], sizeof eps[i], "tcp://127.0.0.1:%d", 1 + i);
+        envs[i] = eps[i];
+    }
+    s_co_welcome_kinds(&f, 10000, envs, kinds, 6);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    s_co_job_env(&f, "r0000-g0000", 0, 1, 2, 1, "games");
+    s_co_expect(&f, PROTO_RESULT, 2000, &m);
+    assert_string_equal(m.u.result.status, "failed");
+    assert_true(strncmp(m.u.result.error, "no env worker of kind games (this actor's are of kind aaa",
+                        57) == 0);
+    assert_true(strlen(m.u.result.error) < PROTO_MAX_ID + 600);
+    assert_int_equal(m.u.result.error[strlen(m.u.result.error) - 1], ')');
+    proto_msg_clear(&m);
+    s_fx_fini(&f);
+}
+
 /* A policy nobody serves fails the episode with the policy's URL in the error. */
 static void test_unreachable_policy_fails_the_episode(void **state)
 {
@@ -1408,6 +1575,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_env_worker_dying_mid_episode_fails_it),
         cmocka_unit_test(test_garbage_from_an_env_worker_is_counted),
         cmocka_unit_test(test_sessions_spread_over_env_workers),
+        cmocka_unit_test(test_jobs_go_to_env_workers_of_their_env_kind),
+        cmocka_unit_test(test_unknown_kinds_serve_any_env_and_local_workers_are_household),
+        cmocka_unit_test(test_no_env_kind_error_is_bounded_with_long_kinds),
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),

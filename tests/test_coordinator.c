@@ -407,6 +407,7 @@ static void hello_credit_job_result_flow_completes_the_round(void **state)
     assert_true(j1.u.job.epoch > 0);
     assert_int_equal(j1.u.job.lease_ms, 2000);
     assert_non_null(strstr(j1.u.job.task, "household/train/"));
+    assert_string_equal(j1.u.job.env, "household"); /* the household task set's env */
     s_expect_none(&a, 250); /* one credit, one job: the second waits for credit */
 
     s_credit(&a, 1);
@@ -1492,7 +1493,7 @@ static void a_task_file_gives_the_ids_and_the_jobs_carry_task_data(void **state)
     snprintf(path, sizeof path, "%s/train.jsonl", f.out);
     FILE *fp = fopen(path, "w");
     assert_non_null(fp);
-    fputs("{\"id\":\"copy-1\",\"type\":\"copy\",\"word\":\"amber\"}\n"
+    fputs("{\"id\":\"copy-1\",\"type\":\"copy\",\"env\":\"games\",\"word\":\"amber\"}\n"
           "{\"id\":\"copy-2\",\"type\":\"copy\",\"word\":\"birch\"}\n"
           "{\"id\":\"never\"}\n",
           fp);
@@ -1532,6 +1533,10 @@ static void a_task_file_gives_the_ids_and_the_jobs_carry_task_data(void **state)
         assert_true(tasks_data(ts, jb->task, &td, &tdlen));
         assert_int_equal(jb->task_data_len, tdlen);
         assert_memory_equal(jb->task_data, td, tdlen);
+        if (k == 0) /* the line's env rides in JOB.env; a line without one sends none */
+            assert_string_equal(jb->env, "games");
+        else
+            assert_null(jb->env);
     }
     assert_true(seen[0] && seen[1]);
     for (int i = 0; i < 2; i++) {
@@ -1545,6 +1550,89 @@ static void a_task_file_gives_the_ids_and_the_jobs_carry_task_data(void **state)
     s_peer_close(&a);
     s_fx_free(&f);
     tasks_destroy(&ts);
+}
+
+/* s_welcome_kind returns the kind WELCOME w gives endpoint ep ("" unknown), NULL when w does
+ * not list ep. */
+static const char *s_welcome_kind(const proto_welcome_t *w, const char *ep)
+{
+    for (size_t i = 0; i < w->env_workers_len; i++)
+        if (strcmp(w->env_workers[i], ep) == 0)
+            return w->env_kinds_len ? w->env_kinds[i] : "";
+    return NULL;
+}
+
+/* WELCOME names each env worker's kind: from --env-workers KIND=EP items, or from the field
+ * "kind" of the registry entries; a list without kinds sends no env_kinds; a bad kind in the
+ * list is refused by coord_new. */
+static void env_kinds_come_from_env_workers_and_from_the_registry(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.env_workers = "games=tcp://10.0.0.5:5560, tcp://10.0.0.6:5560";
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    proto_msg_t w;
+    s_hello(&a, 1, &w);
+    assert_int_equal(w.u.welcome.env_workers_len, 2);
+    assert_int_equal(w.u.welcome.env_kinds_len, 2);
+    assert_string_equal(w.u.welcome.env_workers[0], "tcp://10.0.0.5:5560");
+    assert_string_equal(w.u.welcome.env_kinds[0], "games");
+    assert_string_equal(w.u.welcome.env_workers[1], "tcp://10.0.0.6:5560");
+    assert_string_equal(w.u.welcome.env_kinds[1], "");
+    proto_msg_clear(&w);
+    s_peer_close(&a);
+    s_fx_free(&f);
+
+    s_fx_init(&f);
+    s_cfg(&f, &cfg);
+    cfg.env_workers = "tcp://10.0.0.5:5560,tcp://10.0.0.6:5560";
+    s_start(&f, &cfg);
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, &w);
+    assert_int_equal(w.u.welcome.env_workers_len, 2);
+    assert_int_equal(w.u.welcome.env_kinds_len, 0); /* no kind known: none sent */
+    proto_msg_clear(&w);
+    s_peer_close(&a);
+    s_fx_free(&f);
+
+    /* The registry: a built-in worker's entry (kind household), a Python one's (kind games), one
+     * without a kind and one whose kind is not a kind name (both unknown). */
+    s_fx_init(&f);
+    store_field_t f1[] = {{"endpoint", "tcp://10.0.0.1:5560"}, {"kind", "household"}};
+    store_field_t f2[] = {{"endpoint", "tcp://10.0.0.2:5560"}, {"kind", "games"}};
+    store_field_t f3[] = {{"endpoint", "tcp://10.0.0.3:5560"}};
+    store_field_t f4[] = {{"endpoint", "tcp://10.0.0.4:5560"}, {"kind", "two words"}};
+    assert_int_equal(store_register(f.st, "envw", "w1", f1, 2, 60000), SR_OK);
+    assert_int_equal(store_register(f.st, "envw", "w2", f2, 2, 60000), SR_OK);
+    assert_int_equal(store_register(f.st, "envw", "w3", f3, 1, 60000), SR_OK);
+    assert_int_equal(store_register(f.st, "envw", "w4", f4, 2, 60000), SR_OK);
+    s_cfg(&f, &cfg);
+    s_start(&f, &cfg);
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, &w);
+    assert_int_equal(w.u.welcome.env_workers_len, 4);
+    assert_int_equal(w.u.welcome.env_kinds_len, 4);
+    assert_string_equal(s_welcome_kind(&w.u.welcome, "tcp://10.0.0.1:5560"), "household");
+    assert_string_equal(s_welcome_kind(&w.u.welcome, "tcp://10.0.0.2:5560"), "games");
+    assert_string_equal(s_welcome_kind(&w.u.welcome, "tcp://10.0.0.3:5560"), "");
+    assert_string_equal(s_welcome_kind(&w.u.welcome, "tcp://10.0.0.4:5560"), "");
+    proto_msg_clear(&w);
+    s_peer_close(&a);
+    s_fx_free(&f);
+
+    s_fx_init(&f);
+    s_cfg(&f, &cfg);
+    cfg.env_workers = "games=tcp://10.0.0.5:5560,my games=tcp://10.0.0.6:5560";
+    char err[512];
+    assert_null(coord_new(&cfg, err, sizeof err));
+    assert_string_equal(err, "env workers: 'my games=tcp://10.0.0.6:5560': the kind before '=' "
+                             "must be 1..64 bytes of A-Z a-z 0-9 _ . -");
+    s_fx_free(&f);
 }
 
 static void bad_configuration_is_refused_with_a_reason(void **state)
@@ -1590,6 +1678,7 @@ static int group_teardown(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(hello_credit_job_result_flow_completes_the_round),
     cmocka_unit_test(a_task_file_gives_the_ids_and_the_jobs_carry_task_data),
+    cmocka_unit_test(env_kinds_come_from_env_workers_and_from_the_registry),
     cmocka_unit_test(never_more_jobs_in_flight_than_credit),
     cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),

@@ -878,7 +878,7 @@ static void test_step_latency_delays_replies_without_blocking_the_loop(void **st
 /* ---- the registry in a real redis-server -------------------------------------------------- */
 
 typedef struct {
-    char endpoint[128], capacity[16], load[16], pid[16];
+    char endpoint[128], capacity[16], load[16], pid[16], kind[80];
     int found;
 } s_entry_t;
 
@@ -897,6 +897,8 @@ static int s_find_entry(const char *id, const store_field_t *f, size_t n, void *
             snprintf(e->load, sizeof e->load, "%s", f[i].value);
         else if (!strcmp(f[i].name, "pid"))
             snprintf(e->pid, sizeof e->pid, "%s", f[i].value);
+        else if (!strcmp(f[i].name, "kind"))
+            snprintf(e->kind, sizeof e->kind, "%s", f[i].value);
     }
     return 0;
 }
@@ -942,6 +944,7 @@ static void test_registers_in_redis_with_a_ttl_and_unregisters_on_stop(void **st
     assert_string_equal(e.load, "2");
     assert_string_equal(e.capacity, "7");
     assert_string_equal(e.endpoint, envw_endpoint(srv.w));
+    assert_string_equal(e.kind, "household"); /* the default kind, the environment it serves */
     char pid[16];
     snprintf(pid, sizeof pid, "%ld", (long)getpid());
     assert_string_equal(e.pid, pid);
@@ -981,6 +984,10 @@ static void test_new_reports_bad_configuration_and_unreachable_redis(void **stat
     assert_null(envw_new(&c, err, sizeof err));
     assert_true(err[0] != '\0');
     c.bind = "tcp://127.0.0.1:0";
+    c.kind = "two words";
+    assert_null(envw_new(&c, err, sizeof err));
+    assert_string_equal(err, "the kind 'two words' is not 1..64 bytes of A-Z a-z 0-9 _ . -");
+    c.kind = NULL;
     int port = harness_free_port();
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);

@@ -407,6 +407,67 @@ static void welcome_round_trips_with_and_without_env_workers(void **state)
     proto_msg_clear(&out);
 }
 
+/* env_kinds rides beside env_workers, entry for entry; "" is an env worker of unknown kind. */
+static void welcome_carries_env_kinds_parallel_to_env_workers(void **state)
+{
+    static const char *kinds[2] = {"household", ""};
+    proto_msg_t in, out;
+    s_sample(&in, PROTO_WELCOME);
+    in.u.welcome.env_kinds = kinds;
+    in.u.welcome.env_kinds_len = 2;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, NULL), SR_OK);
+    assert_int_equal(out.u.welcome.env_kinds_len, 2);
+    assert_string_equal(out.u.welcome.env_kinds[0], "household");
+    assert_string_equal(out.u.welcome.env_kinds[1], "");
+    assert_string_equal(out.u.welcome.env_workers[1], "tcp://10.0.0.2:5560");
+    proto_msg_clear(&out);
+
+    /* A list of another length than env_workers is refused both ways. */
+    in.u.welcome.env_kinds_len = 1;
+    b.len = 0;
+    assert_int_equal(proto_encode(&in, &b), SR_EINVAL);
+    sr_buf_free(&b);
+    s_expect_edit(PROTO_WELCOME, "env_kinds", s_emptyarr(), SR_EPROTO, "env_kinds",
+                  "0 entries, but env_workers has 2");
+    s_expect_edit(PROTO_WELCOME, "env_kinds", s_strv("household"), SR_EPROTO, "env_kinds",
+                  "not an array");
+
+    /* Absent (or nil): every kind unknown. */
+    s_roundtrip(PROTO_WELCOME, &in, &out);
+    assert_null(out.u.welcome.env_kinds);
+    assert_int_equal(out.u.welcome.env_kinds_len, 0);
+    proto_msg_clear(&out);
+    s_decode_edit(PROTO_WELCOME, "env_kinds", s_nil(), &out);
+    assert_int_equal(out.u.welcome.env_kinds_len, 0);
+    proto_msg_clear(&out);
+}
+
+/* JOB.env names the env-worker kind of the task; absent when the task set says none. */
+static void job_carries_the_tasks_env(void **state)
+{
+    proto_msg_t in, out;
+    s_sample(&in, PROTO_JOB);
+    in.u.job.env = "games";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, NULL), SR_OK);
+    assert_string_equal(out.u.job.env, "games");
+    assert_string_equal(out.u.job.task, "household/train/17");
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+
+    s_roundtrip(PROTO_JOB, &in, &out);
+    assert_null(out.u.job.env);
+    proto_msg_clear(&out);
+    s_expect_edit(PROTO_JOB, "env", s_int(3), SR_EPROTO, "env", "not a string");
+    char big[PROTO_MAX_ID + 2];
+    memset(big, 'k', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    s_expect_edit(PROTO_JOB, "env", s_strv(big), SR_ETOOBIG, "env", "string of 257 bytes");
+}
+
 static void credit_round_trips(void **state)
 {
     proto_msg_t in, out;
@@ -1532,6 +1593,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(hello_round_trips),
         cmocka_unit_test(hello_optional_fields_absent_are_null),
         cmocka_unit_test(welcome_round_trips_with_and_without_env_workers),
+        cmocka_unit_test(welcome_carries_env_kinds_parallel_to_env_workers),
+        cmocka_unit_test(job_carries_the_tasks_env),
         cmocka_unit_test(credit_round_trips),
         cmocka_unit_test(job_round_trips),
         cmocka_unit_test(job_optional_fields_absent_take_defaults),
