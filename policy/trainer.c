@@ -185,8 +185,8 @@ static int s_temperature(trainer_t *t, const proto_batch_t *b, double *out)
 /* s_check_batch refuses a batch the learner cannot use. A batch whose groups are all of tasks
  * that are not household ids (another environment's task set) is not refused: *foreign_all is
  * set and the step learns nothing from it (the weights stay, the version advances), so that a
- * run on its own environment goes on with the built-in trainer. A batch that mixes household
- * and other tasks is refused. */
+ * run on its own environment goes on with the built-in trainer. In a batch that mixes household
+ * and other tasks the other tasks' groups are left out of the step (counted in groups_foreign). */
 static int s_check_batch(trainer_t *t, const proto_batch_t *b, bool *foreign_all)
 {
     *foreign_all = false;
@@ -232,13 +232,6 @@ static int s_check_batch(trainer_t *t, const proto_batch_t *b, bool *foreign_all
         }
         if (gr->trajectories_len == 0) {
             s_fail(t, "batch refused: groups[%zu] holds no trajectories", g);
-            return SR_EINVAL;
-        }
-        if (!*foreign_all && !s_task_ok(gr->task)) {
-            s_fail(t, "batch refused: groups[%zu] has task '%s' of an unknown format beside "
-                      "household tasks (the built-in learner trains on household/<split>/<index> "
-                      "tasks)",
-                   g, gr->task ? gr->task : "");
             return SR_EINVAL;
         }
         if (!isfinite(gr->weight) || gr->weight < 0) {
@@ -353,6 +346,10 @@ static int s_build(trainer_t *t, const proto_batch_t *b, double temperature, s_s
     for (size_t g = 0; g < b->groups_len; g++) {
         const proto_group_t *gr = &b->groups[g];
         rep->trajectories += gr->trajectories_len;
+        if (!s_task_ok(gr->task)) {
+            rep->groups_foreign++; /* another environment's task: nothing the learner can read */
+            continue;
+        }
         for (size_t j = 0; j < gr->trajectories_len; j++) {
             const proto_result_t *tr = &gr->trajectories[j];
             double coef = gr->weight * gr->advantages[j];

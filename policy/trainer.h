@@ -73,8 +73,8 @@ typedef struct {
     size_t steps_used;      /* steps that entered the loss */
     size_t steps_skipped;   /* steps with a format error or an action not in the admissible list */
     size_t steps_zero_adv;  /* used steps whose advantage (times weight) is 0 */
-    size_t groups_foreign;  /* groups of tasks that are not household ids: all of the batch's or
-                               none (a batch of only those teaches nothing; the weights stay) */
+    size_t groups_foreign;  /* groups of tasks that are not household ids, left out of the step
+                               (a batch of only those teaches nothing; the weights stay) */
 } trainer_report_t;
 
 typedef struct trainer trainer_t;

@@ -285,7 +285,7 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
         return;
     }
     model_destroy(&backup);
-    if (r.groups_foreign > 0) {
+    if (r.groups_foreign > 0 && r.groups_foreign == r.groups) {
         snprintf(info, sizeof info,
                  "iteration %" PRId64 ": nothing learned, weights of version %u kept: the "
                  "built-in learner reads only the built-in environment's tasks, and the %zu "
@@ -298,12 +298,12 @@ static void s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
     }
     snprintf(info, sizeof info,
              "trained iteration %" PRId64 " from version %u: %zu groups, %zu trajectories, %zu "
-             "steps used, %zu skipped (format error or not admissible), %zu with zero advantage; "
-             "T %.3g, pg loss %.6g, kl %.6g -> %.6g, grad norm %.6g (%d of the epochs clipped), "
-             "update norm %.6g",
+             "steps used, %zu skipped (format error or not admissible), %zu with zero advantage, "
+             "%zu groups of other tasks left out; T %.3g, pg loss %.6g, kl %.6g -> %.6g, grad "
+             "norm %.6g (%d of the epochs clipped), update norm %.6g",
              r.iteration, r.from_version, r.groups, r.trajectories, r.steps_used, r.steps_skipped,
-             r.steps_zero_adv, r.temperature, r.pg_loss, r.kl, r.kl_after, r.grad_norm,
-             r.clipped_epochs, r.update_norm);
+             r.steps_zero_adv, r.groups_foreign, r.temperature, r.pg_loss, r.kl, r.kl_after,
+             r.grad_norm, r.clipped_epochs, r.update_norm);
     log_info("version %u: %s", r.version, info);
     s->stats.trained++;
     s_ack(s, b->run, r.version, b->iteration, true, r.loss, info, NULL);

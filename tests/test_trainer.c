@@ -536,11 +536,6 @@ static void test_bad_batches_are_refused_with_a_reason_and_change_nothing(void *
     expect_refused(t, b, SR_EINVAL, "advantages");
     g->advantages_len++;
 
-    const char *task = g->task;
-    g->task = "alfworld/train/1";
-    expect_refused(t, b, SR_EINVAL, "unknown format");
-    g->task = task;
-
     g->advantages[0] = NAN;
     expect_refused(t, b, SR_EINVAL, "not a finite number");
     g->advantages[0] = 0;
@@ -623,14 +618,44 @@ static void test_a_batch_of_only_other_tasks_teaches_nothing_but_advances(void *
     assert_memory_equal(model_weights_const(m0), model_weights_const(trainer_model(t)),
                         MODEL_DIM * sizeof(float));
     model_destroy(&m0);
-    /* Mixed with household tasks, such a group is refused. */
-    b->iteration = 1;
-    b->policy_version = 1;
-    b->groups[0].task = saved[0];
-    expect_refused(t, b, SR_EINVAL, "beside household tasks");
     for (size_t g = 0; g < b->groups_len; g++)
         b->groups[g].task = saved[g];
     trainer_destroy(&t);
+    pool_free(&p);
+}
+
+/* Mixed with household tasks, another environment's groups are left out of the step: the step
+ * learns from the household groups exactly what it learns from them alone. */
+static void test_other_tasks_beside_household_ones_are_left_out(void **state)
+{
+    (void)state;
+    pool_t p = {0};
+    proto_msg_t msg;
+    make_std_batch(&p, &msg, 0);
+    proto_batch_t *b = &msg.u.batch;
+    assert_true(b->groups_len >= 2);
+    trainer_t *mixed = new_trainer(0.5, 0.01, 1.0, 1);
+    trainer_t *alone = new_trainer(0.5, 0.01, 1.0, 1);
+    const char *task = b->groups[0].task;
+    b->groups[0].task = "alfworld/train/1";
+    trainer_report_t rm, ra;
+    assert_int_equal(trainer_step(mixed, b, &rm), 0);
+    assert_int_equal(rm.groups_foreign, 1);
+    assert_int_equal(rm.version, 1);
+    /* the same batch without that group */
+    b->groups[0].task = task;
+    b->groups++;
+    b->groups_len--;
+    assert_int_equal(trainer_step(alone, b, &ra), 0);
+    b->groups--;
+    b->groups_len++;
+    assert_int_equal(ra.groups_foreign, 0);
+    assert_true(rm.steps_used > 0);
+    assert_int_equal(rm.steps_used, ra.steps_used);
+    assert_memory_equal(model_weights_const(trainer_model(mixed)),
+                        model_weights_const(trainer_model(alone)), MODEL_DIM * sizeof(float));
+    trainer_destroy(&mixed);
+    trainer_destroy(&alone);
     pool_free(&p);
 }
 
@@ -966,6 +991,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_format_errors_and_unlisted_actions_are_skipped_and_counted),
         cmocka_unit_test(test_bad_batches_are_refused_with_a_reason_and_change_nothing),
         cmocka_unit_test(test_a_batch_of_only_other_tasks_teaches_nothing_but_advances),
+        cmocka_unit_test(test_other_tasks_beside_household_ones_are_left_out),
         cmocka_unit_test(test_bad_configuration_is_refused),
         cmocka_unit_test(test_weights_round_trip_through_redis),
         cmocka_unit_test(test_service_trains_a_batch_stores_weights_and_acks),
