@@ -2,7 +2,8 @@
 # deps.sh [--test]: install, only when missing, every Debian package that selroll's build and
 # `make run` need; with --test also what the tests need (valgrind, Python with zmq and msgpack,
 # chromium and node for the dashboard's browser test, prometheus, clang for fuzzing, iproute2 for
-# the network-namespace tests). Idempotent and quiet when everything is present. Run as root (or
+# the network-namespace tests, slurm-wlm and munge for the Slurm cluster of tests/it_slurm.sh).
+# Idempotent and quiet when everything is present. Run as root (or
 # through sudo).
 set -u
 
@@ -19,6 +20,7 @@ if [ $TEST = 1 ]; then
     valgrind
     python3 python3-zmq python3-msgpack python3-yaml curl
     iproute2 procps
+    slurm-wlm munge         # tests/it_slurm.sh: slurmctld, slurmd, sbatch... on test hosts
     chromium prometheus
     clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
   )
