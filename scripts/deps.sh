@@ -19,7 +19,7 @@ if [ $TEST = 1 ]; then
   PKGS+=(
     valgrind
     python3 python3-zmq python3-msgpack python3-yaml curl
-    iproute2 procps
+    iproute2 procps systemd  # systemd: systemd-analyze verify in tests/it_deploy.sh
     slurm-wlm munge         # tests/it_slurm.sh: slurmctld, slurmd, sbatch... on test hosts
     chromium prometheus
     clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)

@@ -5,7 +5,10 @@
 # /health, Redis with AOF); every selroll invocation in the manifests, the systemd units and the
 # Slurm script checked against the options of its role (`selroll ROLE --help`), and the INI files'
 # keys too; the systemd units' restart policies; the Containerfile's runtime packages against the
-# libraries bin/selroll links.
+# libraries bin/selroll links. Then every systemd unit through `systemd-analyze verify` (systemd's
+# own parser: unknown keys and sections, bad values, missing executables, broken dependencies),
+# in a private root holding the units, the system's unit files and bin/selroll as
+# /usr/local/bin/selroll; any message counts as a failure.
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
@@ -15,3 +18,25 @@ if ! "$PY" -c 'import yaml' 2>/dev/null; then
   exit 1
 fi
 "$PY" tests/py/deploy_check.py --selroll "$ROOT/bin/selroll" --deploy "$ROOT/deploy"
+fail=$?
+
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "FAIL systemd: no systemd-analyze (Debian package systemd; scripts/deps.sh --test installs it)"
+  exit 1
+fi
+R=$(mktemp -d)
+trap 'rm -rf "$R"' EXIT
+mkdir -p "$R/usr/local/bin" "$R/etc/systemd/system" "$R/usr/lib/systemd"
+cp "$ROOT/bin/selroll" "$R/usr/local/bin/selroll"
+cp -a /usr/lib/systemd/system "$R/usr/lib/systemd/"
+cp "$ROOT"/deploy/systemd/*.service "$R/etc/systemd/system/"
+for u in "$ROOT"/deploy/systemd/*.service; do
+  b=$(basename "$u")
+  msg=$(systemd-analyze verify --root="$R" "$R/etc/systemd/system/$b" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && [ -z "$msg" ]; then
+    echo "ok   systemd: systemd-analyze verify $b"
+  else
+    echo "FAIL systemd: systemd-analyze verify $b (exit $rc):"; sed 's/^/     /' <<<"$msg"; fail=1
+  fi
+done
+exit $fail
