@@ -15,8 +15,10 @@
 #            (TRAIN=1): n1 is node 0 (redis, gate, trainer, coordinator), n2 and n3 the workers
 #   elastic  a second sbatch --nodes=2 in the script's actors-only mode (MODE=actors) joins the
 #            running campaign: the coordinator's step rate rises (selroll_coordinator_actions_total
-#            on its /metrics, before and after); scancel of that job drains its actors (BYE at the
-#            coordinator, the job ends)
+#            on its /metrics, before and after); `scancel --signal=USR1` of that job drains its
+#            actors (they finish their running episodes, BYE, no job back, the job ends
+#            COMPLETED); a third such job ended by plain scancel: its actors BYE (drain), the
+#            episodes their node's env worker and policy server no longer serve run again
 #   down     a worker node of the main job is lost (every process of the host killed, then
 #            `scontrol update state=down`): its leases expire and its jobs re-run on the other node
 #   end      the main job ends COMPLETED (scontrol show job, kept MinJobAge=600 s; no slurmdbd, so
@@ -237,7 +239,7 @@ metric() {   # metric NAME: a value of the coordinator's /metrics (node 0 of the
 OUT="$T/out/main"
 RUN=slurm-main
 G=4
-ITERS=4
+ITERS=3
 BG=4
 export SELROLL_TIME_SCALE=16   # the built-in policy servers: a policy call of about 100 ms, on timers
 say "main: sbatch --nodes=3 deploy/slurm/selroll.sbatch, TRAIN=1, $ITERS iterations, G=$G, $BG groups a batch"
@@ -290,14 +292,43 @@ if awk "BEGIN{exit !($ra >= 1.3 * $rb && $rb > 0)}"; then
 else
   bad "elastic: the step rate did not rise by 1.3x: $rb steps/s before, $ra after"
 fi
-at ctl scancel "$je"
+at ctl scancel --signal=USR1 "$je"
 wait_end "$je" 60
 st=$(job_field "$je" JobState)
-[ "$st" = CANCELLED ] && ok "elastic: scancel $je: job CANCELLED" || bad "elastic: after scancel, job $je is $st"
+[ "$st" = COMPLETED ] && ok "elastic: scancel --signal=USR1 $je: the job ended COMPLETED, exit code $(job_field "$je" ExitCode)" \
+  || bad "elastic: after scancel --signal=USR1, job $je is $st (want COMPLETED)"
 for a in n4-1 n4-2 n5-1 n5-2; do
-  line=$(grep -h "actor $a left\|actor $a drains\|actor $a is not connected" "$CLOG" | tr '\n' '|')
-  echo "     $a: ${line//$'\n'/ }" | sed 's/[0-9T:.-]*Z INFO coordinator\[[0-9]*\] //g'
+  if grep -q "actor $a drains" "$CLOG" && grep -q "actor $a left (drained): 0 jobs back" "$CLOG"; then
+    ok "elastic: $a: $(grep -h 'draining (' "$OUT/logs/${a%-*}-actor-${a##*-}.log" | sed 's/.*: draining/draining/'), BYE drain at the coordinator, $(grep -h "actor $a left" "$CLOG" | sed 's/.*left/left/')"
+  else
+    bad "elastic: $a did not drain: $(grep -h "actor $a" "$CLOG" | tail -2 | sed 's/.*coordinator\[[0-9]*\] //' | tr '\n' '|')"
+  fi
 done
+nf=$(grep -h 'failed (attempt' "$CLOG" | wc -l)
+[ "$nf" -eq 0 ] && ok "elastic: no episode failed: the env workers and policy servers of n4 and n5 served them to their end" \
+  || bad "elastic: $nf episodes failed at the coordinator: $(grep -h 'failed (attempt' "$CLOG" | head -2 | sed 's/.*coordinator\[[0-9]*\] //')"
+
+# plain scancel: SIGTERM to every process of the job: the actors drain, their node's env worker
+# and policy server stop at once, so the episodes still running fail and run again elsewhere
+say "elastic: a third job (MODE=actors on n4 and n5), ended by plain scancel"
+je2=$(at ctl sbatch --parsable --nodes=2 --chdir="$T" --export="$el_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-el2.err")
+[ -n "$je2" ] || bad "elastic: sbatch refused the job: $(cat "$T/log/sbatch-el2.err")"
+wait_state "$je2" RUNNING 30 || bad "elastic: job $je2 not running: $(job_field "$je2" JobState) $(job_field "$je2" Reason)"
+joined=0
+for a in n4-1 n4-2 n5-1 n5-2; do
+  for _ in $(seq 200); do [ "$(grep -c "actor $a joined" "$CLOG")" -ge 2 ] && break; sleep 0.1; done
+  [ "$(grep -c "actor $a joined" "$CLOG")" -ge 2 ] && joined=$((joined + 1))
+done
+[ "$joined" -eq 4 ] || bad "elastic: $joined of the 4 actors of job $je2 joined"
+sleep 1
+nd0=$(grep -c 'drains (drain)' "$CLOG")
+at ctl scancel "$je2"
+wait_end "$je2" 60
+st=$(job_field "$je2" JobState)
+nd=$(($(grep -c 'drains (drain)' "$CLOG") - nd0))
+[ "$st" = CANCELLED ] && [ "$nd" -eq 4 ] \
+  && ok "elastic: scancel $je2: job CANCELLED, its 4 actors said BYE (drain); $(grep -c 'failed (attempt' "$CLOG") episodes failed with their node's env worker or policy server and were queued again" \
+  || bad "elastic: scancel $je2: job $st, $nd of its 4 actors drained"
 
 # --- down: worker node n3 of the main job is lost -----------------------------------------------
 say "down: every process of n3 killed (-9), then scontrol update nodename=n3 state=down"
