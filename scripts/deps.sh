@@ -29,15 +29,23 @@ if [ $TEST = 1 ]; then
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 fi
 
-# browser_deps installs playwright-core for the dashboard's browser test (tests/browser) from the
-# npm registry, once: `npm ci` against the committed package-lock.json. Only with --test.
+# browser_deps installs playwright-core for the dashboard's browser test (tests/browser) and
+# kubernetes-models for the manifests' schema check (tests/k8s) from the npm registry, once:
+# `npm ci` against the committed package-lock.json files. Only with --test.
 browser_deps() {
   [ $TEST = 1 ] || return 0
-  [ -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ] && return 0
   command -v npm >/dev/null 2>&1 || return 0
-  echo "deps.sh: npm ci in tests/browser"
-  (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --silent) ||
-    echo "deps.sh: npm ci in tests/browser failed (is the npm registry reachable?)" >&2
+  if [ ! -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ]; then
+    echo "deps.sh: npm ci in tests/browser"
+    (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --silent) ||
+      echo "deps.sh: npm ci in tests/browser failed (is the npm registry reachable?)" >&2
+  fi
+  # tests/it_deploy.sh: kubernetes-models, the Kubernetes API's schemas for the manifests
+  if [ ! -d "$(dirname "$0")/../tests/k8s/node_modules/kubernetes-models" ]; then
+    echo "deps.sh: npm ci in tests/k8s"
+    (cd "$(dirname "$0")/../tests/k8s" && npm ci --no-audit --no-fund --silent) ||
+      echo "deps.sh: npm ci in tests/k8s failed (is the npm registry reachable?)" >&2
+  fi
 }
 
 missing=()
