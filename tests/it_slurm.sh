@@ -9,23 +9,25 @@
 # (slurm.conf) is written by the test: SlurmUser=root, proctrack/linuxproc, task/none, no cgroups,
 # no accounting storage, the state and spool folders in the temp folder. Ports inside the test's
 # own namespaces are the defaults (6817/6818, selroll's 5555...): nothing else listens there.
-# Checks, in one campaign:
+# Checks:
 #   up       sinfo shows the five nodes idle (bounded wait; the daemons' logs printed on failure)
-#   main     sbatch --nodes=3 deploy/slurm/selroll.sbatch, a training run with the built-in policy
-#            (TRAIN=1): n1 is node 0 (redis, gate, trainer, coordinator), n2 and n3 the workers
-#   elastic  a second sbatch --nodes=2 in the script's actors-only mode (MODE=actors) joins the
-#            running campaign: the coordinator's step rate rises (selroll_coordinator_actions_total
-#            on its /metrics, before and after); `scancel --signal=USR1` of that job drains its
-#            actors (they finish their running episodes, BYE, no job back, the job ends
-#            COMPLETED); a third such job ended by plain scancel: its actors BYE (drain), the
-#            episodes their node's env worker and policy server no longer serve run again
-#   down     a worker node of the main job is lost (every process of the host killed, then
-#            `scontrol update state=down`): its leases expire and its jobs re-run on the other node
-#   end      the main job ends COMPLETED (scontrol show job, kept MinJobAge=600 s; no slurmdbd, so
-#            no sacct) with exit code 0:0; the results are in $OUT as the script says
+#   train    sbatch --nodes=3 deploy/slurm/selroll.sbatch, a training run with the built-in policy
+#            (TRAIN=1): n1 is node 0 (redis, gate, trainer, coordinator), n2 and n3 the workers;
+#            the job ends COMPLETED (scontrol show job, kept MinJobAge=600 s; no slurmdbd, so no
+#            sacct) with exit code 0:0; the results are in $OUT as the script says
 #            (iterations.jsonl with every iteration once), the logs in $OUT/logs/<node>-<role>.log,
-#            every worker node's actors joined, and every group of every iteration has exactly G
-#            results in Redis
+#            every worker node's actors joined, every group of every round has exactly G results
+#   rollout  the same with rollout rounds (TRAIN=0: a steady demand of jobs), and while it runs:
+#   elastic  a second sbatch --nodes=2 in the script's actors-only mode (MODE=actors) on n4 and n5
+#            joins the running campaign: the coordinator's step rate rises
+#            (selroll_coordinator_actions_total on its /metrics, before and after); `scancel
+#            --signal=USR1` of that job drains its actors (they finish their running episodes,
+#            BYE, no job back, the job ends COMPLETED)
+#   down     worker node n3 is lost (every process of the host killed, then `scontrol update
+#            state=down`): the job stays RUNNING (--no-kill), n3's leases expire and its jobs re-run
+#   scancel  a third such job ended by plain scancel: its actors BYE (drain), the episodes their
+#            node's env worker and policy server no longer serve run again
+#            and the campaign ends COMPLETED with exactly G results for every group
 # Exits 77 with a "SKIP: ..." line when the machine does not allow network namespaces or the Slurm
 # packages (slurm-wlm, munge; scripts/deps.sh --test installs them) are missing.
 # IT_SLURM_KEEP=1 keeps the temp folder.
@@ -50,11 +52,11 @@ now() { "$PY" -c 'import time; print("%.3f" % time.monotonic())'; }
 [ "$(id -u)" -eq 0 ] || skip "network namespaces and Slurm's daemons need root; run as root"
 command -v ip >/dev/null 2>&1 || skip "no ip command (Debian package iproute2)"
 command -v unshare >/dev/null 2>&1 || skip "no unshare command (Debian package util-linux)"
+PATH=$PATH:/usr/sbin
 for c in slurmctld slurmd slurmstepd sbatch sinfo scontrol scancel munged; do
-  command -v "$c" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "$c" >/dev/null 2>&1 ||
+  command -v "$c" >/dev/null 2>&1 ||
     skip "no $c (Debian packages slurm-wlm and munge; scripts/deps.sh --test installs them)"
 done
-PATH=$PATH:/usr/sbin
 [ -x "$S" ] || { echo "FAIL it_slurm: $S not built"; exit 1; }
 if ! ip netns add "$P-probe" 2>/dev/null; then
   skip "this machine does not allow network namespaces (ip netns add failed)"
@@ -235,15 +237,25 @@ metric() {   # metric NAME: a value of the coordinator's /metrics (node 0 of the
   at ctl curl -sf --max-time 2 "http://n1:8600/metrics" 2>/dev/null | awk -v m="$1" '$1 == m {print $2}'
 }
 
+# campaign KIND: one sbatch --nodes=3 of the script on n1..n3 and its checks. KIND train: a
+# training run (TRAIN=1); KIND rollout: rollout rounds (TRAIN=0, a steady demand of jobs), with
+# the elastic jobs on n4 and n5 and the loss of n3 while it runs.
+campaign() {
+KIND=$1
 # --- the main job -------------------------------------------------------------------------------
-OUT="$T/out/main"
-RUN=slurm-main
+RUN=slurm-$KIND
+OUT="$T/out/$RUN"
 G=4
-ITERS=3
-BG=4
-export SELROLL_TIME_SCALE=16   # the built-in policy servers: a policy call of about 100 ms, on timers
-say "main: sbatch --nodes=3 deploy/slurm/selroll.sbatch, TRAIN=1, $ITERS iterations, G=$G, $BG groups a batch"
-main_exp="ALL,SELROLL=$S,RUN=$RUN,OUT=$OUT,TRAIN=1,ITERS=$ITERS,BATCH_GROUPS=$BG,GROUP_SIZE=$G"
+ITERS=2
+if [ "$KIND" = train ]; then
+  TR=1
+  say "main: sbatch --nodes=3 deploy/slurm/selroll.sbatch, TRAIN=1: $ITERS iterations, G=$G, 4 groups a batch"
+  main_exp="ALL,SELROLL=$S,RUN=$RUN,OUT=$OUT,TRAIN=1,ITERS=$ITERS,BATCH_GROUPS=4,GROUP_SIZE=$G"
+else
+  TR=0
+  say "main: sbatch --nodes=3 deploy/slurm/selroll.sbatch, TRAIN=0: $ITERS rounds of 20 groups, G=$G"
+  main_exp="ALL,SELROLL=$S,RUN=$RUN,OUT=$OUT,TRAIN=0,ITERS=$ITERS,ROUND_GROUPS=20,GROUP_SIZE=$G"
+fi
 main_exp+=",ACTORS_PER_NODE=2,SLOTS=2,LEASE_MS=3000,COORDINATOR_ARGS=--max-steps 20 --eval-tasks 0 --heartbeat-ms 500"
 jm=$(at ctl sbatch --parsable --nodes=3 --chdir="$T" --export="$main_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-main.err")
 if [ -z "$jm" ]; then
@@ -255,7 +267,6 @@ else
   bad "main: job $jm not running after 30 s: $(job_field "$jm" JobState) $(job_field "$jm" Reason)"; daemon_logs; exit 1
 fi
 
-# --- elastic: an actors-only job joins the campaign, then leaves by scancel ---------------------
 CLOG="$OUT/logs/n1-coordinator.log"
 wait_clog() {   # wait_clog PATTERN LIMIT_S: until the coordinator's log has PATTERN
   local i
@@ -273,11 +284,13 @@ joined=0
 for a in n2-1 n2-2 n3-1 n3-2; do wait_clog "actor $a joined" 30 && joined=$((joined + 1)); done
 [ "$joined" -eq 4 ] && ok "main: the 4 actors of worker nodes n2 and n3 joined the coordinator on n1" \
   || bad "main: $joined of the 4 actors of n2 and n3 joined"
-wait_clog 'round 0 done' 30
+if [ "$KIND" = rollout ]; then
+# --- elastic: actors-only jobs join the campaign, then leave by scancel -------------------------
+for _ in $(seq 300); do [ "$(metric selroll_coordinator_actions_total)" -ge 40 ] 2>/dev/null && break; sleep 0.1; done
 rb=$(rate 4)
 say "elastic: sbatch --nodes=2 MODE=actors (2 actors x 2 slots on n4 and n5) into run $RUN at n1"
-el_exp="ALL,SELROLL=$S,MODE=actors,RUN=$RUN,HEAD_ADDR=n1,OUT=$OUT,TRAIN=1,ACTORS_PER_NODE=2,SLOTS=2"
-je=$(at ctl sbatch --parsable --nodes=2 --chdir="$T" --export="$el_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-el.err")
+el_exp="ALL,SELROLL=$S,MODE=actors,RUN=$RUN,HEAD_ADDR=n1,OUT=$OUT,TRAIN=$TR,ACTORS_PER_NODE=2,SLOTS=2"
+je=$(at ctl sbatch --parsable --nodes=2 --nodelist=n4,n5 --chdir="$T" --export="$el_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-el.err")
 [ -n "$je" ] || bad "elastic: sbatch refused the job: $(cat "$T/log/sbatch-el.err")"
 wait_state "$je" RUNNING 30 && ok "elastic: job $je running on $(job_field "$je" NodeList)" \
   || bad "elastic: job $je not running: $(job_field "$je" JobState) $(job_field "$je" Reason)"
@@ -308,10 +321,20 @@ nf=$(grep -h 'failed (attempt' "$CLOG" | wc -l)
 [ "$nf" -eq 0 ] && ok "elastic: no episode failed: the env workers and policy servers of n4 and n5 served them to their end" \
   || bad "elastic: $nf episodes failed at the coordinator: $(grep -h 'failed (attempt' "$CLOG" | head -2 | sed 's/.*coordinator\[[0-9]*\] //')"
 
+# --- down: worker node n3 of the main job is lost -----------------------------------------------
+say "down: every process of n3 killed (-9), then scontrol update nodename=n3 state=down"
+nexp0=$(grep -c 'leases expired\|actor n3-[12] is not connected\|actor n3-[12] left' "$CLOG")
+for p in $(ip netns pids "$P-n3"); do kill -9 "$p" 2>/dev/null; done
+at ctl scontrol update nodename=n3 state=down reason=it_slurm
+sleep 1
+st=$(job_field "$jm" JobState)
+[ "$st" = RUNNING ] || bad "down: job $jm is $st after n3 went down (want RUNNING: the script's --no-kill)"
+ok "down: n3 is $(at ctl sinfo -h -N -n n3 -o '%T' | head -1), job $jm is $(job_field "$jm" JobState)"
+
 # plain scancel: SIGTERM to every process of the job: the actors drain, their node's env worker
 # and policy server stop at once, so the episodes still running fail and run again elsewhere
 say "elastic: a third job (MODE=actors on n4 and n5), ended by plain scancel"
-je2=$(at ctl sbatch --parsable --nodes=2 --chdir="$T" --export="$el_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-el2.err")
+je2=$(at ctl sbatch --parsable --nodes=2 --nodelist=n4,n5 --chdir="$T" --export="$el_exp" "$ROOT/deploy/slurm/selroll.sbatch" 2>"$T/log/sbatch-el2.err")
 [ -n "$je2" ] || bad "elastic: sbatch refused the job: $(cat "$T/log/sbatch-el2.err")"
 wait_state "$je2" RUNNING 30 || bad "elastic: job $je2 not running: $(job_field "$je2" JobState) $(job_field "$je2" Reason)"
 joined=0
@@ -330,21 +353,15 @@ nd=$(($(grep -c 'drains (drain)' "$CLOG") - nd0))
   && ok "elastic: scancel $je2: job CANCELLED, its 4 actors said BYE (drain); $(grep -c 'failed (attempt' "$CLOG") episodes failed with their node's env worker or policy server and were queued again" \
   || bad "elastic: scancel $je2: job $st, $nd of its 4 actors drained"
 
-# --- down: worker node n3 of the main job is lost -----------------------------------------------
-say "down: every process of n3 killed (-9), then scontrol update nodename=n3 state=down"
-nexp0=$(grep -c 'leases expired\|actor n3-[12] is not connected\|actor n3-[12] left' "$CLOG")
-for p in $(ip netns pids "$P-n3"); do kill -9 "$p" 2>/dev/null; done
-at ctl scontrol update nodename=n3 state=down reason=it_slurm
-sleep 1
-st=$(job_field "$jm" JobState)
-[ "$st" = RUNNING ] || bad "down: job $jm is $st after n3 went down (want RUNNING: the script's --no-kill)"
-ok "down: n3 is $(at ctl sinfo -h -N -n n3 -o '%T' | head -1), job $jm is $(job_field "$jm" JobState)"
+fi
 
 wait_end "$jm" 150
+[ "$KIND" = rollout ] && {
 lines=$(grep -h 'leases expired\|actor n3-[12] is not connected\|actor n3-[12] left' "$CLOG" | tail -n +$((nexp0 + 1)) | grep -v 'coordinator finished' |
         sed 's/.*coordinator\[[0-9]*\] //' | tr '\n' '|')
 [ -n "$lines" ] && ok "down: the coordinator took n3's jobs back: ${lines%|}" \
   || bad "down: no lease expired and no actor of n3 left at the coordinator after n3 went down"
+}
 if [ "$(job_field "$jm" JobState)" = COMPLETED ]; then
   ok "main: job $jm COMPLETED, exit code $(job_field "$jm" ExitCode)"
 else
@@ -355,14 +372,17 @@ else
 fi
 [ "$(job_field "$jm" ExitCode)" = "0:0" ] || bad "main: exit code $(job_field "$jm" ExitCode) (want 0:0)"
 
+if [ "$KIND" = train ]; then
 its=$(grep -o '"type":"iteration","iteration":[0-9]*' "$OUT/iterations.jsonl" 2>/dev/null | sed 's/.*://' | tr '\n' ' ')
 want=$(seq 0 $((ITERS - 1)) | tr '\n' ' ')
 [ "$its" = "$want" ] && ok "main: $OUT/iterations.jsonl holds iterations $its once each" \
   || bad "main: iterations in $OUT/iterations.jsonl: '$its' (want '$want')"
+fi
 grep -q "run $RUN finished (coordinator exit 0)" "$T/selroll-$jm.out" 2>/dev/null \
   && ok "main: selroll-$jm.out: $(grep -h 'finished' "$T/selroll-$jm.out")" \
   || { bad "main: selroll-$jm.out does not say the run finished:"; sed 's/^/     /' "$T/selroll-$jm.out" 2>/dev/null | tail -5; }
-for f in n1-redis n1-gate n1-trainer n1-coordinator n2-env-worker n2-policy-server n2-actor-1 n2-actor-2 \
+[ "$KIND" = train ] && [ ! -s "$OUT/logs/n1-trainer.log" ] && bad "main: no log $OUT/logs/n1-trainer.log"
+for f in n1-redis n1-gate n1-coordinator n2-env-worker n2-policy-server n2-actor-1 n2-actor-2 \
          n3-env-worker n3-policy-server n3-actor-1 n3-actor-2; do
   [ -s "$OUT/logs/$f.log" ] || bad "main: no log $OUT/logs/$f.log"
 done
@@ -401,6 +421,12 @@ then
 else
   bad "main: round results:"; sed 's/^/     /' "$T/log/rounds.check" | head -10
 fi
+
+}
+
+export SELROLL_TIME_SCALE=16   # the built-in policy servers: a policy call of about 100 ms, on timers
+campaign train
+campaign rollout
 
 [ $fail -eq 0 ] && echo "it_slurm: all checks passed" || echo "it_slurm: FAILED"
 exit $fail
