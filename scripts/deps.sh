@@ -2,7 +2,8 @@
 # deps.sh [--test]: install, only when missing, every Debian package that selroll's build and
 # `make run` need; with --test also what the tests need (valgrind, Python with zmq and msgpack,
 # chromium and node for the dashboard's browser test, prometheus, clang for fuzzing, iproute2 for
-# the network-namespace tests). Idempotent and quiet when everything is present. Run as root (or
+# the network-namespace tests, slurm-wlm and munge for the Slurm cluster of tests/it_slurm.sh).
+# Idempotent and quiet when everything is present. Run as root (or
 # through sudo).
 set -u
 
@@ -18,7 +19,8 @@ if [ $TEST = 1 ]; then
   PKGS+=(
     valgrind
     python3 python3-zmq python3-msgpack python3-yaml curl
-    iproute2 procps
+    iproute2 procps systemd  # systemd: systemd-analyze verify in tests/it_deploy.sh
+    slurm-wlm munge         # tests/it_slurm.sh: slurmctld, slurmd, sbatch... on test hosts
     chromium prometheus
     clang libclang-rt-dev   # make fuzz: clang -fsanitize=fuzzer needs libclang-rt-dev (libFuzzer)
   )
@@ -27,15 +29,23 @@ if [ $TEST = 1 ]; then
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
 fi
 
-# browser_deps installs playwright-core for the dashboard's browser test (tests/browser) from the
-# npm registry, once: `npm ci` against the committed package-lock.json. Only with --test.
+# browser_deps installs playwright-core for the dashboard's browser test (tests/browser) and
+# kubernetes-models for the manifests' schema check (tests/k8s) from the npm registry, once:
+# `npm ci` against the committed package-lock.json files. Only with --test.
 browser_deps() {
   [ $TEST = 1 ] || return 0
-  [ -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ] && return 0
   command -v npm >/dev/null 2>&1 || return 0
-  echo "deps.sh: npm ci in tests/browser"
-  (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --silent) ||
-    echo "deps.sh: npm ci in tests/browser failed (is the npm registry reachable?)" >&2
+  if [ ! -d "$(dirname "$0")/../tests/browser/node_modules/playwright-core" ]; then
+    echo "deps.sh: npm ci in tests/browser"
+    (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --silent) ||
+      echo "deps.sh: npm ci in tests/browser failed (is the npm registry reachable?)" >&2
+  fi
+  # tests/it_deploy.sh: kubernetes-models, the Kubernetes API's schemas for the manifests
+  if [ ! -d "$(dirname "$0")/../tests/k8s/node_modules/kubernetes-models" ]; then
+    echo "deps.sh: npm ci in tests/k8s"
+    (cd "$(dirname "$0")/../tests/k8s" && npm ci --no-audit --no-fund --silent) ||
+      echo "deps.sh: npm ci in tests/k8s failed (is the npm registry reachable?)" >&2
+  fi
 }
 
 missing=()
