@@ -17,6 +17,7 @@
 #include <cJSON.h>
 #include <curl/curl.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ struct llm_parsed {
     char *fingerprint;
     char **models;
     size_t n_models;
+    int32_t *token_ids, *prompt_token_ids;
+    size_t n_token_ids, n_prompt_token_ids;
+    float *token_logprobs;
+    size_t n_token_logprobs;
 };
 
 struct llm_request {
@@ -226,6 +231,8 @@ char *llm_chat_body(const llm_chat_t *req)
     }
     if (req->logprobs)
         jsonw_lit(&w, ",\"logprobs\":true");
+    if (req->token_ids)
+        jsonw_lit(&w, ",\"return_token_ids\":true");
     jsonw_lit(&w, ",\"n\":1,\"stream\":false}");
     char *out = jsonw_finish(&w);
     if (!out)
@@ -234,6 +241,101 @@ char *llm_chat_body(const llm_chat_t *req)
 }
 
 /* ---- response parsing ---------------------------------------------------------------------- */
+
+/* s_id_array copies a JSON array of token ids (integers 0..INT32_MAX) into a new array; returns
+ * false (nothing kept) when a is not such an array. An empty array is kept as none. */
+static bool s_id_array(const cJSON *a, int32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!cJSON_IsArray(a))
+        return false;
+    int len = cJSON_GetArraySize(a);
+    if (len <= 0)
+        return true;
+    int32_t *v = sr_xcalloc((size_t)len, sizeof *v);
+    size_t k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX ||
+            e->valuedouble != (double)(int32_t)e->valuedouble) {
+            free(v);
+            return false;
+        }
+        v[k++] = (int32_t)e->valuedouble;
+    }
+    *out = v;
+    *n = k;
+    return true;
+}
+
+/* s_token_id_str reads vLLM's "token_id:N" form of logprobs.content[].token into *id. */
+static bool s_token_id_str(const cJSON *t, int32_t *id)
+{
+    if (!cJSON_IsString(t) || !t->valuestring || strncmp(t->valuestring, "token_id:", 9) != 0)
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(t->valuestring + 9, &end, 10);
+    if (errno || end == t->valuestring + 9 || *end || v < 0 || v > INT32_MAX)
+        return false;
+    *id = (int32_t)v;
+    return true;
+}
+
+/* s_parse_tokens fills st's token arrays from a response root and its first choice. */
+static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *lpc,
+                           llm_parsed_t *st)
+{
+    if (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "token_ids"), &st->token_ids,
+                    &st->n_token_ids) ||
+        st->n_token_ids == 0) {
+        const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "sglext");
+        if (cJSON_IsObject(ext))
+            s_id_array(cJSON_GetObjectItemCaseSensitive(ext, "completion_token_ids"),
+                       &st->token_ids, &st->n_token_ids);
+    }
+    if (!s_id_array(cJSON_GetObjectItemCaseSensitive(root, "prompt_token_ids"),
+                    &st->prompt_token_ids, &st->n_prompt_token_ids) ||
+        st->n_prompt_token_ids == 0) {
+        if (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "prompt_token_ids"),
+                        &st->prompt_token_ids, &st->n_prompt_token_ids) ||
+            st->n_prompt_token_ids == 0) {
+            const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "sglext");
+            if (cJSON_IsObject(ext))
+                s_id_array(cJSON_GetObjectItemCaseSensitive(ext, "prompt_token_ids"),
+                           &st->prompt_token_ids, &st->n_prompt_token_ids);
+        }
+    }
+    if (!cJSON_IsArray(lpc))
+        return;
+    int n = cJSON_GetArraySize(lpc);
+    if (n <= 0)
+        return;
+    st->token_logprobs = sr_xcalloc((size_t)n, sizeof *st->token_logprobs);
+    st->n_token_logprobs = (size_t)n;
+    int32_t *ids = st->token_ids ? NULL : sr_xcalloc((size_t)n, sizeof *ids);
+    bool all_ids = ids != NULL;
+    size_t k = 0;
+    const cJSON *tok;
+    cJSON_ArrayForEach(tok, lpc)
+    {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tok, "logprob");
+        double x = cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+        /* -inf travels as a large negative number (vLLM's -9999.0); keep it finite */
+        st->token_logprobs[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+        if (all_ids && !s_token_id_str(cJSON_GetObjectItemCaseSensitive(tok, "token"), &ids[k]))
+            all_ids = false;
+        k++;
+    }
+    if (all_ids) {
+        st->token_ids = ids;
+        st->n_token_ids = (size_t)n;
+    } else {
+        free(ids);
+    }
+}
 
 /* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
 static void s_one_line(const char *s, size_t len, char *buf, size_t n)
@@ -310,6 +412,9 @@ void llm_parsed_free(llm_parsed_t **store)
     for (size_t i = 0; i < (*store)->n_models; i++)
         free((*store)->models[i]);
     free((*store)->models);
+    free((*store)->token_ids);
+    free((*store)->prompt_token_ids);
+    free((*store)->token_logprobs);
     free(*store);
     *store = NULL;
 }
@@ -339,6 +444,9 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     out->reasoning_tokens = -1;
     out->has_logprob = false;
     out->logprob_sum = 0;
+    out->token_ids = out->prompt_token_ids = NULL;
+    out->token_logprobs = NULL;
+    out->n_token_ids = out->n_prompt_token_ids = out->n_token_logprobs = 0;
     out->error[0] = '\0';
     int rc = SR_EPROTO;
     cJSON *root = NULL;
@@ -432,6 +540,13 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         out->has_logprob = any;
         out->logprob_sum = any ? sum : 0;
     }
+    s_parse_tokens(root, choice, lpc, st);
+    out->token_ids = st->token_ids;
+    out->n_token_ids = st->n_token_ids;
+    out->token_logprobs = st->token_logprobs;
+    out->n_token_logprobs = st->n_token_logprobs;
+    out->prompt_token_ids = st->prompt_token_ids;
+    out->n_prompt_token_ids = st->n_prompt_token_ids;
     out->content = st->content;
     out->reasoning = st->reasoning;
     out->finish_reason = st->finish_reason;

@@ -80,6 +80,7 @@ typedef struct {
     bool has_seed;
     int64_t seed; /* a negative seed is sent as seed & LLM_SEED_MAX */
     bool logprobs; /* ask for the chosen tokens' log-probabilities */
+    bool token_ids; /* ask for the token ids too: "return_token_ids": true (vLLM, SGLang) */
 } llm_chat_t;
 
 /* The outcome of a request, valid only during the done callback. */
@@ -97,6 +98,17 @@ typedef struct {
     long reasoning_tokens;   /* usage.completion_tokens_details.reasoning_tokens, -1 when absent */
     bool has_logprob;
     double logprob_sum;      /* sum of the chosen tokens' logprobs when has_logprob */
+    /* Token ids, when the server returned them: token_ids from choices[0].token_ids (vLLM,
+     * SGLang), sglext.completion_token_ids, or the "token_id:N" strings of
+     * logprobs.content[].token (vLLM's --return-tokens-as-token-ids); prompt_token_ids from the
+     * response (vLLM) or choices[0] (SGLang). token_logprobs has n_token_logprobs entries, the
+     * logprobs.content[].logprob values in order (0 when absent). */
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    const float *token_logprobs;
+    size_t n_token_logprobs;
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
     const char *const *models; /* llm_client_models only: data[].id of GET /v1/models */
     size_t n_models;
     int attempts;            /* HTTP attempts made, retries included */
