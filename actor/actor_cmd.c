@@ -100,7 +100,7 @@ int actor_main(int argc, char **argv)
          .choices = ACTOR_TOKENS_CHOICES,
          .help = "record each step's token ids and logprobs: completion = the completion's ids "
                  "and per-token logprobs, full = also the prompt's ids (asks the policy for "
-                 "return_token_ids; selroll run passes completion with its built-in server)"},
+                 "return_token_ids)"},
         {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
