@@ -184,7 +184,7 @@ static struct {
     char *tasks_file, *env_endpoints;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int local_envw;
-    int k, log_level, max_coord_restarts;
+    int k, log_level, max_coord_restarts, tokens;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
     double temperature, time_scale, threshold, t_high, max_failed_share;
@@ -731,6 +731,11 @@ int run_main(int argc, char **argv)
          .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every actor"},
+        {.name = "tokens", .kind = CFG_ENUM, .dst = &o.tokens, .def = "completion",
+         .choices = "off|completion|full",
+         .help = "the actors' --tokens: each step records the completion's token ids and "
+                 "logprobs (completion), also the prompt's (full), or none (off); the built-in "
+                 "policy server returns them, and the built-in trainer checks them"},
         {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for the gate"},
         {.name = "gate-rule", .kind = CFG_STRING, .dst = &o.gate_rule, .def = "paper",
@@ -1106,6 +1111,9 @@ int run_main(int argc, char **argv)
         }
         if (r.train)
             s_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
+        static const char *const tokens_words[] = {"off", "completion", "full"};
+        s_arg(&a, "--tokens");
+        s_arg(&a, tokens_words[o.tokens]);
         if (r.builtin_trainer) {
             /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy */
             s_arg(&a, "--model");

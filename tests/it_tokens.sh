@@ -3,7 +3,10 @@
 # return_token_ids: the token ids, per-token logprobs and (with full) the prompt ids the stub sent
 # are in the round file step by step, exactly; the prompt rebuilds from
 # its delta; vLLM's "token_id:N" strings are read as ids; a count that disagrees with usage is
-# flagged with tokens_mismatch; with tokens off nothing is asked for.
+# flagged with tokens_mismatch; with tokens off nothing is asked for. The built-in policy server
+# with --tokens full: the ids decode (docs/policy.md's vocabulary, decoded here in Python) to the
+# step's text and to the prompt, the logprobs sum to the step's logprob, and a training run of 3
+# iterations passes the built-in trainer's id check.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -133,5 +136,76 @@ if run_stub off "--groups 1 --group-size 2 --iters 1 --max-steps 2" "--tokens of
   else
     bad "off: $n answers with ids"
   fi
+fi
+# --- the built-in policy server, --tokens full: ids decode to the texts ---------------------------
+OUT="$T/builtin"
+if timeout 90 "$S" run --run builtin --out "$OUT" --groups 2 --group-size 2 --iters 1 --max-steps 3 \
+    --actors 1 --slots 4 --env-workers 1 --no-gate --http off --tokens full \
+    --actor-args "--record-messages" >"$T/builtin.out" 2>"$T/builtin.err"; then
+  out=$("$PY" - "$OUT/rounds/round-0.jsonl" <<'PYEOF'
+import json, sys
+A = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+P = 62 + 62**2 + 62**3 + 62**4
+C = 256 + P
+OFF = [0, 0, 62, 62 + 62**2, 62 + 62**2 + 62**3, P]
+def piece(i):
+    pre, core = divmod(i, C)
+    assert 0 <= pre <= 2, i
+    s = b"" if pre == 0 else (b" " if pre == 1 else b"\n")
+    if core < 256:
+        return s + bytes([core])
+    k = core - 256
+    n = max(l for l in range(1, 5) if k >= OFF[l])
+    v, out = k - OFF[n], ""
+    for _ in range(n):
+        v, d = divmod(v, 62)
+        out = A[d] + out
+    return s + out.encode()
+def decode(ids):
+    return b"".join(piece(i) for i in ids).decode()
+trajs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [s for t in trajs for s in t["steps"]]
+def need(c, what):
+    if not c:
+        print("FAIL builtin: " + what); sys.exit(1)
+need(steps, "no steps")
+for t in trajs:
+    prev = None
+    for s in t["steps"]:
+        need(decode(s["token_ids"]) == s["raw"], "step %d: ids do not decode to raw" % s["i"])
+        need(abs(sum(s["token_logprobs"]) - s["logprob"]) < 1e-5, "logprob sum %g vs %g" %
+             (sum(s["token_logprobs"]), s["logprob"]))
+        need(not s.get("tokens_mismatch") and s["completion_tokens"] == len(s["token_ids"]), "mismatch")
+        full = s.get("prompt_token_ids", []) if prev is None else prev[:s["prompt_prefix"]] + s.get("prompt_token_ids", [])
+        want = "".join("<|%s|>\n%s\n" % (m["role"], m["content"]) for m in s["messages"]) + "<|assistant|>\n"
+        need(decode(full) == want, "step %d: prompt ids do not decode to the messages" % s["i"])
+        need(s["prompt_tokens"] == len(full), "prompt_tokens is not the id count")
+        prev = full + s["token_ids"]
+print("ok   builtin full: %d steps: ids decode to raw and to the prompt, logprobs sum to logprob" % len(steps))
+PYEOF
+)
+  echo "$out"; [[ $out == ok* ]] || fail=1
+else
+  bad "builtin: selroll run exit $?: $(tail -3 "$T/builtin.err")"
+fi
+
+# --- training with the built-in trainer: 3 iterations pass its id check --------------------------
+OUT="$T/train3"
+if timeout 120 "$S" run --run train3 --out "$OUT" --iters 3 --batch-groups 1 --group-size 4 \
+    --max-steps 15 --eval-tasks 0 --actors 1 --slots 8 --env-workers 1 --no-gate --http off \
+    --grace-ms 1000 --tokens full >"$T/train3.out" 2>"$T/train3.err"; then
+  n=$(cat "$OUT"/batches/iter_*.jsonl 2>/dev/null | grep -c '"token_ids"')
+  if grep -rq "refused:" "$OUT/logs" "$T/train3.err"; then
+    bad "train3: a batch was refused: $(grep -rh "refused:" "$OUT/logs" "$T/train3.err" | head -1)"
+  elif ! line=$(grep -h "stopping at version" "$OUT/logs/trainer.log" "$T/train3.err" | head -1) ||
+       ! grep -Eq "[1-9][0-9]* trained, 0 acked again, 0 refused" <<<"$line"; then
+    bad "train3: the trainer did not train without refusals: $line"
+  elif [ "$n" -gt 0 ]; then
+    ok "train3: 3 iterations, no batch refused, $n batch lines carry token ids ($line)"
+  else
+    bad "train3: no token ids in the batches"
+  fi
+else
+  bad "train3: selroll run exit $?: $(tail -3 "$T/train3.err")"
 fi
 exit $fail
