@@ -47,6 +47,7 @@ struct llm_request {
     size_t resp_len, resp_cap;
     bool too_big;
     bool models; /* a GET /v1/models: its easy handle is not kept for chat requests */
+    char *url;   /* llm_client_post: its own URL (owned); the easy handle is not kept either */
     bool in_multi;
     bool completing;
     int attempts;
@@ -627,7 +628,7 @@ static void s_req_free(llm_request_t *r)
     c->pending--;
     if (r->retry_due_ms >= 0)
         c->waiting--;
-    if (r->models) {
+    if (r->models || r->url) {
         curl_easy_cleanup(r->easy);
     } else if (c->n_idle < LLM_MAX_IDLE_EASY) {
         if (c->n_idle % 64 == 0)
@@ -638,6 +639,7 @@ static void s_req_free(llm_request_t *r)
     }
     free(r->body);
     free(r->resp);
+    free(r->url);
     free(r);
 }
 
@@ -775,6 +777,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
             if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0)
                 wait_ms = SR_MIN((int64_t)after * 1000, (int64_t)c->cfg.retry_after_max_ms);
         }
+    } else if (r->url) {
+        s_one_line(r->resp ? r->resp : "", r->resp_len, resp.error, sizeof resp.error);
     } else if (ctype && !s_is_json_type(ctype)) {
         resp.rc = SR_EPROTO;
         sr_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
@@ -1010,15 +1014,17 @@ const char *llm_client_url(const llm_client_t *c)
 
 /* s_request_start makes and starts a request: a chat POST of body (owned), or the model list GET
  * when body is NULL. */
-static llm_request_t *s_request_start(llm_client_t *c, char *body, llm_done_cb cb, void *arg)
+static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, llm_done_cb cb,
+                                      void *arg)
 {
     bool models = body == NULL;
     if (models && !c->models_url)
         return NULL;
-    bool fresh = models || c->n_idle == 0;
+    bool fresh = models || url || c->n_idle == 0;
     CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
         free(body);
+        free(url);
         return NULL;
     }
     llm_request_t *r = sr_xcalloc(1, sizeof *r);
@@ -1026,12 +1032,13 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, llm_done_cb c
     r->easy = easy;
     r->body = body;
     r->models = models;
+    r->url = url;
     r->cb = cb;
     r->arg = arg;
     r->retry_due_ms = -1;
     r->t_start_us = s_now_us();
     if (fresh) {
-        curl_easy_setopt(easy, CURLOPT_URL, models ? c->models_url : c->url);
+        curl_easy_setopt(easy, CURLOPT_URL, url ? url : models ? c->models_url : c->url);
         if (models)
             curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
         else
@@ -1081,14 +1088,34 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     char *body = llm_chat_body(req);
     if (!body)
         return NULL;
-    return s_request_start(c, body, cb, arg);
+    return s_request_start(c, body, NULL, cb, arg);
+}
+
+llm_request_t *llm_client_post(llm_client_t *c, const char *path, const char *json, llm_done_cb cb,
+                               void *arg)
+{
+    if (!c || !path || !json || !cb)
+        return NULL;
+    /* the chat URL minus "/v1/chat/completions" (llm_chat_url always ends so, or in
+     * "/chat/completions" for a base given whole) */
+    size_t n = strlen(c->url);
+    static const char v1[] = "/v1/chat/completions", cc[] = "/chat/completions";
+    if (n >= sizeof v1 - 1 && strcmp(c->url + n - (sizeof v1 - 1), v1) == 0)
+        n -= sizeof v1 - 1;
+    else if (n >= sizeof cc - 1 && strcmp(c->url + n - (sizeof cc - 1), cc) == 0)
+        n -= sizeof cc - 1;
+    size_t ul = n + strlen(path) + 2;
+    char *url = sr_xmalloc(ul);
+    snprintf(url, ul, "%.*s%s%s", (int)n, c->url, path[0] == '/' ? "" : "/", path);
+    llm_request_t *r = s_request_start(c, sr_xstrdup(json), url, cb, arg);
+    return r;
 }
 
 llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg)
 {
     if (!c || !cb)
         return NULL;
-    return s_request_start(c, NULL, cb, arg);
+    return s_request_start(c, NULL, NULL, cb, arg);
 }
 
 void llm_request_abort(llm_request_t *r)

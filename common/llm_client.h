@@ -148,6 +148,14 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
  * or curl refused (then the callback is not called). */
 llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg);
 
+/* llm_client_post starts POST <base><path> with the JSON body json (copied) and the same retries
+ * as a chat request; any 2xx answer is success, whatever its body (resp->error then holds the
+ * body's first line, for logs). Used for a server's admin routes (vLLM's /v1/load_lora_adapter,
+ * SGLang's /update_weights_from_disk). <base> is the client's base URL without a trailing /v1 or
+ * /chat/completions. Returns its handle, or NULL when an argument is NULL or curl refused. */
+llm_request_t *llm_client_post(llm_client_t *c, const char *path, const char *json, llm_done_cb cb,
+                               void *arg);
+
 /* llm_request_abort ends the request now: its connection is closed (a server that streams or
  * computes sees the client disconnect), a pending retry is dropped, and its callback will not be
  * called. Accepts NULL; a no-op on a request whose callback is running. */

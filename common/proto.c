@@ -601,7 +601,7 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
     case PROTO_WEIGHTS_READY:
         s_header(&e, PROTO_WEIGHTS_READY,
                  4 + m->u.weights_ready.has_loss + (m->u.weights_ready.info != NULL) +
-                     (m->u.weights_ready.reason != NULL));
+                     (m->u.weights_ready.reason != NULL) + (m->u.weights_ready.path != NULL));
         s_put_str(&e, "run", m->u.weights_ready.run, S_ID);
         s_put_int(&e, "version", m->u.weights_ready.version);
         s_put_int(&e, "iteration", m->u.weights_ready.iteration);
@@ -612,6 +612,8 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
             s_put_num(&e, "loss", m->u.weights_ready.loss);
         if (m->u.weights_ready.info)
             s_put_str(&e, "info", m->u.weights_ready.info, S_TEXT);
+        if (m->u.weights_ready.path)
+            s_put_str(&e, "path", m->u.weights_ready.path, S_SHORT);
         break;
     default: return SR_EINVAL;
     }
@@ -1562,6 +1564,7 @@ static int s_dec_weights_ready(s_dec_t *d, const msgpack_object *m, proto_weight
     S_TRY(s_num(d, m, "loss", S_ANY, false, &w->has_loss, &w->loss));
     S_TRY(s_str(d, m, "info", S_TEXT, false, &w->info));
     S_TRY(s_bool(d, m, "ok", false, NULL, &w->ok));
+    S_TRY(s_str(d, m, "path", S_SHORT, false, &w->path));
     return s_str(d, m, "reason", S_SHORT, false, &w->reason);
 }
 
@@ -1845,6 +1848,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.weights_ready.run);
         S_FREE(m->u.weights_ready.info);
         S_FREE(m->u.weights_ready.reason);
+        S_FREE(m->u.weights_ready.path);
         break;
     default: break;
     }

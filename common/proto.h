@@ -354,6 +354,8 @@ typedef struct {
     const char *info;   /* optional */
     bool ok;            /* optional, default true: false = the batch was refused */
     const char *reason; /* optional: why, when ok is false */
+    const char *path;   /* optional: where the trainer saved the adapter or weights of version,
+                           for --weights-sync (<= PROTO_MAX_ACTION bytes) */
 } proto_weights_ready_t;
 
 typedef struct {

@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_MAX_ARGS 64
+#define S_MAX_ARGS 128
 /* The training loop's default time scale of the policy server's latency model: it keeps the
  * default campaign (`make run`) within its time budget on a 2-core machine. */
 #define S_TRAIN_TIME_SCALE 20.0

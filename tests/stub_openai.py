@@ -4,7 +4,7 @@ response shape, for tests/it_backends.sh. Python standard library only; one thre
 
     stub_openai.py --flavor vllm|vllm-new|sglang|llamacpp|ollama [--model NAME] [--log FILE]
                    [--throttle N] [--long] [--no-usage] [--port-file FILE]
-                   [--token-id-strings] [--token-mismatch]
+                   [--token-id-strings] [--token-mismatch] [--load-delay-ms MS] [--refuse-load]
 
 It plays the household environment plausibly: the answer's action is taken from the prompt's
 admissible list (docs/prompt.md), chosen with the request's seed, so episodes proceed.
@@ -32,6 +32,12 @@ the choice. --token-id-strings leaves token_ids out and writes logprobs.content[
 "token_id:N" (vLLM's --return-tokens-as-token-ids). --token-mismatch says one completion token more
 in usage than it sent. The request log entry then also holds "reasoning", "token_ids",
 "token_logprobs" and "prompt_token_ids" as sent.
+
+Weight loading (for --weights-sync): POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+(vLLM: 200 with a plain-text "Success: ..." body), /load_lora_adapter, /unload_lora_adapter and
+/update_weights_from_disk (SGLang: 200 with {"success": true, "message": ...}) each append
+{"admin": ROUTE, "body": {...}, "t0": start, "t1": end} to the log; --load-delay-ms waits that long
+before answering a load, --refuse-load answers every load 400 in the flavor's error shape.
 """
 import argparse
 import ast
@@ -43,6 +49,8 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+ADMIN = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/load_lora_adapter",
+         "/unload_lora_adapter", "/update_weights_from_disk")
 ADM = "Your admissible actions of the current situation are: ["
 
 
@@ -116,6 +124,31 @@ class Handler(BaseHTTPRequestHandler):
                     "param": None, "code": status}
         return {"error": {"message": message, "type": "invalid_request_error", "code": status}}
 
+    def admin(self, raw):
+        a = self.stub.args
+        t0 = time.time()
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = None
+        load = "unload" not in self.path
+        if load and a.load_delay_ms:
+            time.sleep(a.load_delay_ms / 1000.0)
+        self.stub.record({"admin": self.path, "body": body, "t0": t0, "t1": time.time()})
+        if load and a.refuse_load:
+            self.send_json(400, self.error_body(400, "Loading lora %s failed: No adapter found for %s" % (
+                (body or {}).get("lora_name"), (body or {}).get("lora_path") or (body or {}).get("model_path"))))
+        elif self.path.startswith("/v1/"):
+            msg = ("Success: LoRA adapter '%s' %s successfully." % (
+                (body or {}).get("lora_name"), "added" if load else "removed")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+        else:
+            self.send_json(200, {"success": True, "message": "Succeeded to update model weights."})
+
     def do_GET(self):
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self.send_json(200, {"object": "list", "data": [
@@ -130,6 +163,9 @@ class Handler(BaseHTTPRequestHandler):
         a = self.stub.args
         n = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(n)
+        if self.path in ADMIN:
+            self.admin(raw)
+            return
         if not self.path.endswith("/chat/completions"):
             self.send_json(404, self.error_body(404, "no route " + self.path))
             return
@@ -246,6 +282,8 @@ def main():
     p.add_argument("--no-usage", action="store_true")
     p.add_argument("--token-id-strings", action="store_true")
     p.add_argument("--token-mismatch", action="store_true")
+    p.add_argument("--load-delay-ms", type=int, default=0)
+    p.add_argument("--refuse-load", action="store_true")
     args = p.parse_args()
     Handler.stub = Stub(args)
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)

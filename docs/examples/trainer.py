@@ -122,6 +122,9 @@ def main():
     ap.add_argument("--count", type=int, default=0, help="exit after N batches (0 = never)")
     ap.add_argument("--check", action="store_true",
                     help="check every group's advantages against its rewards; refuse on a mismatch")
+    ap.add_argument("--path", metavar="TEMPLATE",
+                    help="put path TEMPLATE ({version} replaced) into every WEIGHTS_READY: where "
+                         "this trainer saved the version, for the coordinator's --weights-sync")
     ap.add_argument("--refuse-first", action="store_true",
                     help="refuse the first batch (ok false, with a reason)")
     args = ap.parse_args()
@@ -166,6 +169,8 @@ def main():
                     groups, trajs, steps, msgs = summarise(b)
                     version = max(pv, version if version is not None else pv) + 1
                     acked[(run, it)] = version
+                    if args.path:
+                        ack["path"] = args.path.replace("{version}", str(version))
                     ack.update(ok=True, version=version, loss=0.0,
                                info="acknowledged without training: %d groups, %d trajectories, "
                                     "%d steps, %d messages%s" % (groups, trajs, steps, msgs, checked))
