@@ -1066,6 +1066,31 @@ static void weights_ready_round_trips_and_defaults(void **state)
     proto_msg_clear(&out);
 }
 
+/* WEIGHTS_READY.path: where the trainer saved the version, for --weights-sync; optional. */
+static void weights_ready_path_round_trips_and_is_optional(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_WEIGHTS_READY);
+    in.u.weights_ready.run = "run-1";
+    in.u.weights_ready.version = 3;
+    in.u.weights_ready.iteration = 2;
+    in.u.weights_ready.path = "/ckpt/run-1/v3";
+    sr_buf_t b = SR_BUF_INIT;
+    proto_err_t err;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    assert_string_equal(out.u.weights_ready.path, "/ckpt/run-1/v3");
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+    in.u.weights_ready.path = NULL;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    assert_null(out.u.weights_ready.path);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+}
+
 static void weights_ready_refusal_carries_ok_false_and_a_reason(void **state)
 {
     (void)state;
@@ -1609,6 +1634,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(result_step_tokens_round_trip_as_little_endian_bins),
+        cmocka_unit_test(weights_ready_path_round_trips_and_is_optional),
         cmocka_unit_test(hello_round_trips),
         cmocka_unit_test(hello_optional_fields_absent_are_null),
         cmocka_unit_test(welcome_round_trips_with_and_without_env_workers),
