@@ -35,7 +35,8 @@ Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
     training step; TRL: feed (prompt, completion, advantage) to a GRPOTrainer subclass whose
     _generate_and_score_completions returns these instead of sampling;
   - after the update, publish the weights where the inference servers read them (for vLLM, load
-    the new checkpoint, e.g. /v1/load_lora_adapter or a restart), then send WEIGHTS_READY with the
+    the new checkpoint, e.g. /v1/load_lora_adapter or a restart, or send --path and let the
+    coordinator's --weights-sync do it), then send WEIGHTS_READY with the
     new version. The coordinator announces it (POLICY_VERSION) and samples the next iteration
     with it.
 """
