@@ -200,8 +200,36 @@ if timeout 120 "$S" run --run train3 --out "$OUT" --iters 3 --batch-groups 1 --g
   elif ! line=$(grep -h "stopping at version" "$OUT/logs/trainer.log" "$T/train3.err" | head -1) ||
        ! grep -Eq "[1-9][0-9]* trained, 0 acked again, 0 refused" <<<"$line"; then
     bad "train3: the trainer did not train without refusals: $line"
+  elif ! same=$("$PY" - "$OUT" <<'PYEOF'
+import glob, json, sys
+res = {}
+for f in glob.glob(sys.argv[1] + "/rounds/round-*.jsonl"):
+    for l in open(f):
+        r = json.loads(l)
+        res[r["job_id"]] = r
+n = 0
+for f in glob.glob(sys.argv[1] + "/batches/iter_*.jsonl"):
+    for l in open(f):
+        g = json.loads(l)
+        for k, t in enumerate(g.get("trajectories", [])):
+            r = res.get(t["job_id"])
+            if not r:
+                print("no round line for %s" % t["job_id"]); sys.exit(1)
+            for a, b in zip(t["steps"], r["steps"]):
+                for key in ("token_ids", "token_logprobs", "prompt_token_ids", "prompt_prefix"):
+                    if a.get(key) != b.get(key):
+                        print("%s step %d: %s differs from the RESULT" % (t["job_id"], a["i"], key)); sys.exit(1)
+                n += 1
+            if not t["steps"] or "token_ids" not in t["steps"][0]:
+                print("a batch trajectory without token ids"); sys.exit(1)
+            if not isinstance(g["advantages"][k], (int, float)):
+                print("no advantage for trajectory %d" % k); sys.exit(1)
+print(n)
+PYEOF
+); then
+    bad "train3: batch and RESULT differ: $same"
   elif [ "$n" -gt 0 ]; then
-    ok "train3: 3 iterations, no batch refused, $n batch lines carry token ids ($line)"
+    ok "train3: 3 iterations, no batch refused, $same batch steps carry the RESULT's ids and logprobs exactly ($line)"
   else
     bad "train3: no token ids in the batches"
   fi
