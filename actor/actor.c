@@ -1176,6 +1176,7 @@ static void s_llm_ask(actor_t *a, slot_t *s)
         .seed = (int64_t)((j->seed + s->n_steps) & INT64_MAX),
         .logprobs = true,
         .token_ids = a->tokens != ACTOR_TOKENS_OFF,
+        .no_prompt_ids = a->tokens == ACTOR_TOKENS_COMPLETION,
     };
     if (a->record_messages) {
         s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);

@@ -234,6 +234,8 @@ char *llm_chat_body(const llm_chat_t *req)
         jsonw_lit(&w, ",\"logprobs\":true");
     if (req->token_ids)
         jsonw_lit(&w, ",\"return_token_ids\":true");
+    if (req->token_ids && req->no_prompt_ids)
+        jsonw_lit(&w, ",\"return_prompt_token_ids\":false");
     jsonw_lit(&w, ",\"n\":1,\"stream\":false}");
     char *out = jsonw_finish(&w);
     if (!out)

@@ -81,6 +81,8 @@ typedef struct {
     int64_t seed; /* a negative seed is sent as seed & LLM_SEED_MAX */
     bool logprobs; /* ask for the chosen tokens' log-probabilities */
     bool token_ids; /* ask for the token ids too: "return_token_ids": true (vLLM, SGLang) */
+    bool no_prompt_ids; /* with token_ids: "return_prompt_token_ids": false (SGLang's name; the
+                           built-in server then leaves prompt_token_ids out; vLLM ignores it) */
 } llm_chat_t;
 
 /* The outcome of a request, valid only during the done callback. */

@@ -418,6 +418,7 @@ typedef struct {
     char *user; /* the last user message text (owned) */
     int prompt_tokens;
     bool token_ids;  /* return_token_ids: ids beside the text, usage counts the ids */
+    bool prompt_ids; /* and prompt_token_ids too (return_prompt_token_ids, default true) */
     s_buf_t prompt;  /* with token_ids: the rendered prompt the ids are of (owned) */
 } s_req_t;
 
@@ -487,6 +488,15 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
             return SR_EINVAL;
         }
         rq->token_ids = cJSON_IsTrue(rti);
+    }
+    rq->prompt_ids = rq->token_ids;
+    const cJSON *rpi = cJSON_GetObjectItemCaseSensitive(root, "return_prompt_token_ids");
+    if (rpi && !cJSON_IsNull(rpi)) {
+        if (!cJSON_IsBool(rpi)) {
+            s_error(c, 400, "'return_prompt_token_ids' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->prompt_ids = rq->token_ids && cJSON_IsTrue(rpi);
     }
     const cJSON *m;
     int idx = 0;
@@ -814,7 +824,7 @@ static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const d
         jsonw_strn(w, piece, k > 0 ? (size_t)k : 0);
         jsonw_lit(w, ",\"logprob\":");
         jsonw_num(w, i == at ? lp : 0.0);
-        jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":[");
+        jsonw_lit(w, ",\"top_logprobs\":[");
         int order[PPARSE_MAX_ACTIONS];
         int nt = i == at ? s_top_order(st, p_unit, top, order) : 0;
         (void)chosen;
@@ -894,8 +904,10 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
         ptok_encode(content.p, content.len, ids, n_ids);
         n_pids = ptok_count(rq->prompt.p);
-        pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
-        ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
+        if (rq->prompt_ids) {
+            pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
+            ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
+        }
         const char *a = content.p ? strstr(content.p, "<action>") : NULL;
         lp_at = a ? ptok_encode(content.p, (size_t)(a - content.p) + 8, NULL, 0) : 0;
         if (n_ids > 0 && lp_at >= n_ids)
@@ -949,7 +961,7 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
             s_ids_write(&w, ids, n_ids);
         }
         jsonw_lit(&w, "}],");
-        if (ids) {
+        if (pids) {
             jsonw_lit(&w, "\"prompt_token_ids\":");
             s_ids_write(&w, pids, n_pids);
             jsonw_lit(&w, ",");

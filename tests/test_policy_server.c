@@ -336,6 +336,18 @@ static void token_ids_decode_to_the_text_and_logprobs_sum_to_the_choice(void **s
     free(r0.body);
     free(req);
     free(plain);
+    /* return_prompt_token_ids false: no prompt ids, the same counts */
+    req = s_request("selroll-policy", "\"seed\":5,\"return_token_ids\":true,"
+                                      "\"return_prompt_token_ids\":false");
+    r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 200);
+    j = s_json(&r);
+    assert_null(cJSON_GetObjectItem(j, "prompt_token_ids"));
+    assert_int_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens")->valueint, np);
+    cJSON_Delete(j);
+    free(r.body);
+    free(req);
     /* a bad return_token_ids is refused */
     req = s_request("selroll-policy", "\"return_token_ids\":1");
     r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
