@@ -808,8 +808,8 @@ static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
 
 /* s_token_logprobs_write writes logprobs.content with one entry per token of ids (return_token_ids):
  * the choice's logprob on token `at` (the first of the action), with the top alternatives there,
- * and 0 on every other token (they follow from the choice), so the entries sum to the choice's
- * logprob exactly. */
+ * and 0 on every other token (they follow from the choice; those entries are {token, logprob}
+ * only), so the entries sum to the choice's logprob exactly. */
 static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
                                    int chosen, double lp, int top, const int32_t *ids, size_t n,
                                    size_t at)
@@ -822,11 +822,15 @@ static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const d
             jsonw_lit(w, ",");
         jsonw_lit(w, "{\"token\":");
         jsonw_strn(w, piece, k > 0 ? (size_t)k : 0);
+        if (i != at) {
+            jsonw_lit(w, ",\"logprob\":0}"); /* lean: no alternatives off the action */
+            continue;
+        }
         jsonw_lit(w, ",\"logprob\":");
-        jsonw_num(w, i == at ? lp : 0.0);
+        jsonw_num(w, lp);
         jsonw_lit(w, ",\"top_logprobs\":[");
         int order[PPARSE_MAX_ACTIONS];
-        int nt = i == at ? s_top_order(st, p_unit, top, order) : 0;
+        int nt = s_top_order(st, p_unit, top, order);
         (void)chosen;
         for (int j = 0; j < nt; j++) {
             int best = order[j];
