@@ -57,8 +57,9 @@ char *wsync_request(wsync_mode_t mode, const char *lora_name, int64_t version, c
     switch (mode) {
     case WSYNC_VLLM_LORA:
     case WSYNC_SGLANG_LORA:
-        *route = mode == WSYNC_VLLM_LORA ? (unload ? "/v1/unload_lora_adapter" : "/v1/load_lora_adapter")
-                                         : (unload ? "/unload_lora_adapter" : "/load_lora_adapter");
+        *route = mode == WSYNC_VLLM_LORA
+                     ? (unload ? "/v1/unload_lora_adapter" : "/v1/load_lora_adapter")
+                     : (unload ? "/unload_lora_adapter" : "/load_lora_adapter");
         jsonw_lit(&jw, "{\"lora_name\":");
         jsonw_str(&jw, name);
         if (!unload) {
@@ -77,7 +78,9 @@ char *wsync_request(wsync_mode_t mode, const char *lora_name, int64_t version, c
         jsonw_str(&jw, path ? path : "");
         jsonw_lit(&jw, "}");
         break;
-    default: sr_buf_free(&b); return NULL;
+    default:
+        sr_buf_free(&b);
+        return NULL;
     }
     char *out = jsonw_finish(&jw);
     if (!out)
@@ -160,8 +163,8 @@ static void s_load_done(const llm_response_t *resp, void *arg)
     s_server_t *sv = arg;
     wsync_t *w = sv->w;
     sv->req = NULL;
-    bool refused = resp->rc != SR_OK ||
-                   strstr(resp->error, "\"success\": false") || strstr(resp->error, "\"success\":false");
+    bool refused = resp->rc != SR_OK || strstr(resp->error, "\"success\": false") ||
+                   strstr(resp->error, "\"success\":false");
     if (refused) {
         char why[768];
         snprintf(why, sizeof why, "weights sync: %s did not load version %lld: %s", sv->url,
@@ -207,8 +210,7 @@ int wsync_load(wsync_t *w, int64_t version, const char *path, wsync_done_cb done
         w->sv[i].req = llm_client_post(w->sv[i].llm, route, body, s_load_done, &w->sv[i]);
         if (!w->sv[i].req) {
             char why[640];
-            snprintf(why, sizeof why, "weights sync: cannot start the request to %s",
-                     w->sv[i].url);
+            snprintf(why, sizeof why, "weights sync: cannot start the request to %s", w->sv[i].url);
             s_abort_all(w);
             free(body);
             w->busy = false;
@@ -233,8 +235,9 @@ wsync_t *wsync_new(const wsync_cfg_t *cfg, reactor_t *r, char *err, size_t errle
     }
     if (cfg->n_servers == 0) {
         snprintf(err, errlen, "--weights-sync %s needs --policy-servers URL,...",
-                 cfg->mode == WSYNC_VLLM_LORA ? "vllm-lora"
-                 : cfg->mode == WSYNC_SGLANG_LORA ? "sglang-lora" : "sglang-disk");
+                 cfg->mode == WSYNC_VLLM_LORA     ? "vllm-lora"
+                 : cfg->mode == WSYNC_SGLANG_LORA ? "sglang-lora"
+                                                  : "sglang-disk");
         return NULL;
     }
     const char *name = cfg->lora_name ? cfg->lora_name : WSYNC_DEFAULT_LORA_NAME;

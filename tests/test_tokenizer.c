@@ -58,7 +58,8 @@ static void any_text_round_trips_exactly(void **state)
         "  leading and trailing  \t\r\n",
         "Supercalifragilisticexpialidocious 1234567890",
         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 na\xc3\xafve",
-        "<|system|>\nYou are in a house.\n<|user|>\nGoal: put a mug in the cabinet.\n<|assistant|>\n",
+        "<|system|>\nYou are in a house.\n<|user|>\nGoal: put a mug in the "
+        "cabinet.\n<|assistant|>\n",
     };
     for (size_t i = 0; i < SR_ARRAY_LEN(texts); i++)
         s_roundtrip(texts[i], strlen(texts[i]));
