@@ -22,10 +22,14 @@ stub() {
   wait_port "$SP" || { bad "$name: the stub did not start"; exit 1; }
 }
 
-# train NAME ITERS COORD-ARGS: selroll run with docs/examples/trainer.py (paths /ckpt/v<N>);
-# sets OUT and RC.
+# train NAME ITERS COORD-ARGS [run]: selroll run with docs/examples/trainer.py (paths
+# /ckpt/<name>/v<N>); COORD-ARGS go through --coordinator-args, or with "run" are selroll run's own
+# flags; sets OUT and RC.
 train() {
-  local name=$1 iters=$2 cargs=$3
+  local name=$1 iters=$2 cargs=$3 how=${4:-coord}
+  local extra=(--coordinator-args "$cargs")
+  # shellcheck disable=SC2206
+  [ "$how" = run ] && extra=($cargs)
   p1=$(free_port); p2=$(free_port)
   "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
     --run "$name" --path "/ckpt/$name/v{version}" >"$T/$name.trainer" 2>&1 &
@@ -34,7 +38,7 @@ train() {
   timeout 120 "$S" run --run "$name" --out "$OUT" --iters "$iters" --batch-groups 1 --group-size 4 \
     --max-steps 15 --eval-tasks 0 --actors 1 --slots 8 --env-workers 1 --no-gate --http off \
     --grace-ms 1000 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" \
-    --coordinator-args "$cargs" >"$T/$name.out" 2>"$T/$name.err"
+    "${extra[@]}" >"$T/$name.out" 2>"$T/$name.err"
   RC=$?
 }
 
@@ -81,10 +85,10 @@ fi
 
 # --- SGLang update_weights_from_disk --------------------------------------------------------------
 stub c --flavor sglang; C=$SP; CLOG=$SLOG
-train wsd 1 "--weights-sync sglang-disk --policy-servers http://127.0.0.1:$C"
+train wsd 1 "--weights-sync sglang-disk --policy-servers http://127.0.0.1:$C" run
 if [ $RC -eq 0 ] && grep -q '"admin": "/update_weights_from_disk", "body": {"model_path": "/ckpt/wsd/v1"}' "$CLOG" &&
    grep -q "trainer ready with version 1" "$OUT/logs/coordinator.log"; then
-  ok "sglang-disk: update_weights_from_disk with the trainer's path, then version 1 published"
+  ok "sglang-disk (selroll run's flags): update_weights_from_disk with the trainer's path, then version 1 published"
 else
   bad "sglang-disk: rc=$RC $(tail -2 "$T/wsd.err") $(tail -2 "$CLOG")"
 fi
