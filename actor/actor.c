@@ -522,8 +522,10 @@ static void s_send_result(actor_t *a, const slot_t *s, const char *status, const
 
     sr_buf_t buf = SR_BUF_INIT;
     int rc = proto_encode(&m, &buf);
+    if (rc == SR_OK && buf.len > PROTO_MAX_MSG_BYTES)
+        rc = SR_ETOOBIG; /* long trajectories with --tokens full: the message limit */
     if (rc != SR_OK) {
-        /* Should not happen (every field is capped), but a RESULT must go out in any case. */
+        /* Every field is capped, but not their sum; a RESULT must go out in any case. */
         char why[256];
         snprintf(why, sizeof why, "the result could not be encoded: %s", sr_strerror(rc));
         log_error("actor %s: job %s: %s", a->id, j->job_id, why);

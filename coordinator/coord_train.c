@@ -449,6 +449,15 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
         coord_fail(t->c, rc, "cannot encode the BATCH");
         return;
     }
+    if (t->batch_msg.len > PROTO_MAX_MSG_BYTES) {
+        char big[256];
+        snprintf(big, sizeof big,
+                 "the BATCH of iteration %lld is %zu bytes, above the %u-byte message limit "
+                 "(fewer --batch-groups, or --tokens completion instead of full)",
+                 (long long)t->it, t->batch_msg.len, PROTO_MAX_MSG_BYTES);
+        coord_fail(t->c, SR_ETOOBIG, big);
+        return;
+    }
     t->sends = 0;
     t->refusals = 0;
     t->phase = S_PH_AWAIT;
