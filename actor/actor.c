@@ -85,6 +85,8 @@ typedef struct slot {
     bool won;
     int64_t llm_calls, prompt_tokens, completion_tokens;
     int64_t usage_unknown_steps;
+    int32_t *last_ids; /* --tokens full: the last step's prompt ids followed by its completion's */
+    size_t n_last_ids;
 } slot_t;
 
 typedef struct {
@@ -121,6 +123,7 @@ struct actor {
     int pubq_n, pub_timer, action_batch_ms;
     int64_t pub_last_ms; /* the last send of ACTIONs, reactor clock */
     bool record_messages, catch_signals, drain_on_term;
+    actor_tokens_t tokens;
     char host[256];
 
     void *ctx;
@@ -208,6 +211,7 @@ static const struct {
     {STAT_IDX(llm_throttled), "selroll_actor_llm_throttled_total", "Policy answers 429 or 503 (retried).", false},
     {STAT_IDX(usage_unknown), "selroll_actor_usage_unknown_total", "Policy answers without usage.", false},
     {STAT_IDX(model_mismatch), "selroll_actor_model_mismatch_total", "Policy answers from another model than requested.", false},
+    {STAT_IDX(tokens_mismatch), "selroll_actor_tokens_mismatch_total", "Policy answers whose token ids disagree with usage.completion_tokens.", false},
 };
 
 #define ST_ADD(a, field, n) metrics_counter_add((a)->ctr[STAT_IDX(field)], (double)(n))
@@ -444,6 +448,9 @@ static void s_step_clear(proto_result_step_t *st)
     free((char *)st->obs);
     free((char *)st->reasoning);
     free((char *)st->model);
+    free((void *)st->token_ids);
+    free((void *)st->token_logprobs);
+    free((void *)st->prompt_token_ids);
     for (size_t k = 0; k < st->messages_len; k++) {
         free((char *)st->messages[k].role);
         free((char *)st->messages[k].content);
@@ -476,6 +483,7 @@ static void s_slot_clear(slot_t *s)
         s_step_clear(&s->steps[i]);
     free(s->steps);
     s_step_clear(&s->cur);
+    free(s->last_ids);
     actor_t *a = s->a;
     int idx = s->idx;
     memset(s, 0, sizeof *s);
@@ -517,8 +525,10 @@ static void s_send_result(actor_t *a, const slot_t *s, const char *status, const
 
     sr_buf_t buf = SR_BUF_INIT;
     int rc = proto_encode(&m, &buf);
+    if (rc == SR_OK && buf.len > PROTO_MAX_MSG_BYTES)
+        rc = SR_ETOOBIG; /* long trajectories with --tokens full: the message limit */
     if (rc != SR_OK) {
-        /* Should not happen (every field is capped), but a RESULT must go out in any case. */
+        /* Every field is capped, but not their sum; a RESULT must go out in any case. */
         char why[256];
         snprintf(why, sizeof why, "the result could not be encoded: %s", sr_strerror(rc));
         log_error("actor %s: job %s: %s", a->id, j->job_id, why);
@@ -1053,6 +1063,57 @@ static void s_record_model(actor_t *a, slot_t *s, const llm_response_t *resp)
     }
 }
 
+static int32_t *s_ids_dup(const int32_t *v, size_t n)
+{
+    int32_t *d = n ? sr_xcalloc(n, sizeof *d) : NULL;
+    if (n)
+        memcpy(d, v, n * sizeof *d);
+    return d;
+}
+
+/* s_record_tokens puts the answer's token ids and logprobs into the step being built (--tokens).
+ * With full, the prompt's ids are stored as the delta against the previous step's prompt and
+ * completion: prompt_prefix tokens of those, then prompt_token_ids. A count that disagrees with
+ * usage.completion_tokens, or logprobs that are not one per id, set tokens_mismatch. */
+static void s_record_tokens(actor_t *a, slot_t *s, const llm_response_t *resp)
+{
+    proto_result_step_t *cur = &s->cur;
+    size_t n = SR_MIN(resp->n_token_ids, (size_t)PROTO_MAX_TOKENS);
+    cur->token_ids = s_ids_dup(resp->token_ids, n);
+    cur->token_ids_len = n;
+    if (resp->n_token_logprobs == n && n > 0) {
+        float *lp = sr_xcalloc(n, sizeof *lp);
+        memcpy(lp, resp->token_logprobs, n * sizeof *lp);
+        cur->token_logprobs = lp;
+        cur->token_logprobs_len = n;
+    }
+    cur->tokens_mismatch = n != resp->n_token_ids ||
+                           (resp->n_token_logprobs > 0 && resp->n_token_logprobs != n) ||
+                           (resp->completion_tokens >= 0 && (long)n != resp->completion_tokens);
+    if (cur->tokens_mismatch)
+        ST_INC(a, tokens_mismatch);
+    if (a->tokens != ACTOR_TOKENS_FULL)
+        return;
+    size_t np = SR_MIN(resp->n_prompt_token_ids, (size_t)PROTO_MAX_TOKENS);
+    const int32_t *p = resp->prompt_token_ids;
+    size_t k = 0;
+    if (s->n_steps > 0 && s->last_ids) {
+        while (k < np && k < s->n_last_ids && p[k] == s->last_ids[k])
+            k++;
+        cur->has_prompt_prefix = true;
+        cur->prompt_prefix = (int64_t)k;
+    }
+    cur->prompt_token_ids = s_ids_dup(p + k, np - k);
+    cur->prompt_token_ids_len = np - k;
+    free(s->last_ids);
+    s->n_last_ids = np + n;
+    s->last_ids = s->n_last_ids ? sr_xcalloc(s->n_last_ids, sizeof *s->last_ids) : NULL;
+    if (np)
+        memcpy(s->last_ids, p, np * sizeof *p);
+    if (n)
+        memcpy(s->last_ids + np, cur->token_ids, n * sizeof *p);
+}
+
 static void s_llm_done(const llm_response_t *resp, void *arg)
 {
     slot_t *s = arg;
@@ -1088,6 +1149,8 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     cur->completion_tokens = resp->completion_tokens > 0 ? resp->completion_tokens : 0;
     cur->has_logprob = resp->has_logprob;
     cur->logprob = resp->logprob_sum;
+    if (a->tokens != ACTOR_TOKENS_OFF)
+        s_record_tokens(a, s, resp);
     cur->latency_ms = resp->latency_ms > 0 ? resp->latency_ms : 0;
     s->prompt_tokens += cur->prompt_tokens;
     s->completion_tokens += cur->completion_tokens;
@@ -1146,6 +1209,8 @@ static void s_llm_ask(actor_t *a, slot_t *s)
         .has_seed = true,
         .seed = (int64_t)((j->seed + s->n_steps) & INT64_MAX),
         .logprobs = true,
+        .token_ids = a->tokens != ACTOR_TOKENS_OFF,
+        .no_prompt_ids = a->tokens == ACTOR_TOKENS_COMPLETION,
     };
     if (a->record_messages) {
         s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);
@@ -1909,6 +1974,7 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
     a->hello_retry_ms = cfg->hello_retry_ms;
     a->drain_ack_ms = cfg->drain_ack_ms;
     a->record_messages = cfg->record_messages;
+    a->tokens = cfg->tokens;
     a->model_check = cfg->model_check;
     a->catch_signals = cfg->catch_signals;
     a->drain_on_term = cfg->drain_on_term;

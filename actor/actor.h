@@ -46,6 +46,11 @@
 
 /* The configuration of an actor. actor_cfg_init fills the defaults. Strings and the env_workers
  * array are borrowed and only read during actor_new (the actor copies what it keeps). */
+/* What a step records of the tokens (--tokens): nothing, the completion's ids and logprobs, or
+ * those and the prompt's ids. */
+typedef enum { ACTOR_TOKENS_OFF = 0, ACTOR_TOKENS_COMPLETION, ACTOR_TOKENS_FULL } actor_tokens_t;
+#define ACTOR_TOKENS_CHOICES "off|completion|full"
+
 typedef struct {
     const char *coordinator;  /* work endpoint of the coordinator, e.g. "tcp://127.0.0.1:5555" */
     const char *id;           /* actor id (DEALER identity); NULL: "<host>-<pid>" */
@@ -65,6 +70,7 @@ typedef struct {
     long llm_timeout_ms;      /* one LLM attempt */
     int llm_retries;          /* LLM retries on connection errors and 5xx (0 = none) */
     bool record_messages;     /* put the chat messages of every step into RESULTs */
+    actor_tokens_t tokens;    /* token ids and logprobs of every step (docs/protocol.md) */
     bool model_check;         /* actor_run first asks GET <policy>/v1/models and fails when the
                                * model is not listed (actor_cfg_init: false; the command: true) */
     size_t llm_max_response_bytes; /* policy answers larger than this fail (0: 8 MiB) */
@@ -115,6 +121,7 @@ typedef struct {
     uint64_t llm_throttled;     /* policy answers 429 or 503 (each attempt; retried) */
     uint64_t usage_unknown;     /* answers without usage: their token counts are unknown */
     uint64_t model_mismatch;    /* answers whose model is not the one requested */
+    uint64_t tokens_mismatch;   /* --tokens: answers whose ids disagree with usage (or are missing) */
 } actor_stats_t;
 
 typedef struct actor actor_t;

@@ -35,7 +35,7 @@ int actor_main(int argc, char **argv)
     static struct {
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
-        int log_level, local_envw, action_batch_ms, llm_max_response_bytes;
+        int log_level, local_envw, action_batch_ms, llm_max_response_bytes, tokens;
         bool record_messages, drain_on_term, drain, model_check;
     } o;
     cfg_option_t opts[] = {
@@ -84,6 +84,11 @@ int actor_main(int argc, char **argv)
          .max = 1000, .metavar = "MS",
          .help = "ACTIONs published within MS of the last send go out together at most MS later "
                  "(fewer wake-ups of the bus and the gate; 0 = each at once)"},
+        {.name = "tokens", .kind = CFG_ENUM, .dst = &o.tokens, .def = "off",
+         .choices = ACTOR_TOKENS_CHOICES,
+         .help = "record each step's token ids and logprobs: completion = the completion's ids "
+                 "and per-token logprobs, full = also the prompt's ids (asks the policy for "
+                 "return_token_ids)"},
         {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
@@ -132,6 +137,7 @@ int actor_main(int argc, char **argv)
     ac.model_check = o.model_check;
     ac.welcome_timeout_ms = o.welcome_timeout_ms;
     ac.record_messages = o.record_messages;
+    ac.tokens = (actor_tokens_t)o.tokens;
     ac.drain_on_term = o.drain_on_term || o.drain;
     ac.catch_signals = true;
     if (o.env_workers && o.local_envw > 0) {

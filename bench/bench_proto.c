@@ -5,7 +5,10 @@
  * Each repetition runs a batch of operations sized (once, by a calibration run) to last about
  * --ms milliseconds; the figure reported is the median over --reps repetitions, which is robust
  * against a noisy neighbour. Messages are realistic in size: the RESULT carries 30 steps with
- * observations, raw model responses and the two chat messages sent at each step.
+ * observations, raw model responses and the two chat messages sent at each step. The same RESULT
+ * is measured with the token fields of --tokens completion (50 completion ids and logprobs a
+ * step) and full (also 600 prompt ids a step, stored whole), and as the trajectories of a BATCH
+ * group of 8.
  */
 #include "bench/bench_proto.h"
 
@@ -19,6 +22,10 @@
 #include <time.h>
 
 #define S_RESULT_STEPS 30
+#define S_COMPLETION_IDS 50
+#define S_PROMPT_IDS 600
+#define S_BATCH_G 8
+#define S_NCASES 9
 
 typedef enum { S_ENCODE, S_DECODE, S_ROUNDTRIP } s_mode_t;
 
@@ -28,6 +35,12 @@ typedef struct {
 } s_case_t;
 
 static proto_result_step_t s_steps[S_RESULT_STEPS];
+static proto_result_step_t s_steps_tok[2][S_RESULT_STEPS]; /* completion, full */
+static int32_t s_ids[S_RESULT_STEPS][S_COMPLETION_IDS], s_pids[S_RESULT_STEPS][S_PROMPT_IDS];
+static float s_lps[S_RESULT_STEPS][S_COMPLETION_IDS];
+static proto_result_t s_trajs[3][S_BATCH_G];
+static proto_group_t s_group[3];
+static double s_rewards[S_BATCH_G], s_adv[S_BATCH_G];
 static proto_chat_msg_t s_chat[S_RESULT_STEPS][2];
 static const char *s_admissible[24];
 static char s_adm_text[24][40];
@@ -51,7 +64,7 @@ static const char s_obs[] =
     "You pick up the apple 1 from the countertop 1. On the countertop 1, you see a bread 1, "
     "a butterknife 2, a dishsponge 1, a fork 1, a knife 1, a lettuce 1, and a spatula 1.";
 
-static void s_cases(s_case_t c[4])
+static void s_cases(s_case_t c[S_NCASES])
 {
     c[0].name = "JOB";
     proto_msg_init(&c[0].msg, PROTO_JOB);
@@ -96,6 +109,64 @@ static void s_cases(s_case_t c[4])
         .n_steps = S_RESULT_STEPS, .llm_calls = S_RESULT_STEPS, .prompt_tokens = 28800,
         .completion_tokens = 1380, .wall_ms = 5400, .steps = s_steps,
         .steps_len = S_RESULT_STEPS};
+
+    /* token ids below 151000 (a Qwen-sized vocabulary), logprobs in (-3, 0] */
+    uint32_t x = 2463534242u;
+    for (int i = 0; i < S_RESULT_STEPS; i++) {
+        for (int k = 0; k < S_COMPLETION_IDS; k++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            s_ids[i][k] = (int32_t)(x % 151000);
+            s_lps[i][k] = -(float)(x % 3000) / 1000.0f;
+        }
+        for (int k = 0; k < S_PROMPT_IDS; k++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            s_pids[i][k] = (int32_t)(x % 151000);
+        }
+        for (int f = 0; f < 2; f++) {
+            s_steps_tok[f][i] = s_steps[i];
+            s_steps_tok[f][i].token_ids = s_ids[i];
+            s_steps_tok[f][i].token_ids_len = S_COMPLETION_IDS;
+            s_steps_tok[f][i].token_logprobs = s_lps[i];
+            s_steps_tok[f][i].token_logprobs_len = S_COMPLETION_IDS;
+            if (f == 1) {
+                s_steps_tok[f][i].prompt_token_ids = s_pids[i];
+                s_steps_tok[f][i].prompt_token_ids_len = S_PROMPT_IDS;
+            }
+        }
+    }
+    static const char *const names[] = {"RESULT tokens comp", "RESULT tokens full",
+                                        "BATCH(8) tok off", "BATCH(8) tok comp",
+                                        "BATCH(8) tok full"};
+    for (int f = 0; f < 2; f++) {
+        c[4 + f].name = names[f];
+        c[4 + f].msg = c[3].msg;
+        c[4 + f].msg.u.result.steps = s_steps_tok[f];
+    }
+    for (int k = 0; k < S_BATCH_G; k++) {
+        s_rewards[k] = k % 2;
+        s_adv[k] = k % 2 ? 1.0 : -1.0;
+    }
+    for (int f = 0; f < 3; f++) {
+        for (int k = 0; k < S_BATCH_G; k++) {
+            s_trajs[f][k] = c[3].msg.u.result;
+            s_trajs[f][k].traj = k;
+            s_trajs[f][k].steps = f == 0 ? s_steps : s_steps_tok[f - 1];
+        }
+        proto_group_init(&s_group[f]);
+        s_group[f].group = "g-0007";
+        s_group[f].task = "household/train/17";
+        s_group[f].rewards = s_rewards;
+        s_group[f].rewards_len = S_BATCH_G;
+        s_group[f].advantages = s_adv;
+        s_group[f].advantages_len = S_BATCH_G;
+        s_group[f].trajectories = s_trajs[f];
+        s_group[f].trajectories_len = S_BATCH_G;
+        c[6 + f].name = names[2 + f];
+        proto_msg_init(&c[6 + f].msg, PROTO_BATCH);
+        c[6 + f].msg.u.batch = (proto_batch_t){.run = "r1", .iteration = 12, .policy_version = 12,
+                                               .groups = &s_group[f], .groups_len = 1,
+                                               .estimator = "grpo"};
+    }
 }
 
 static double s_now_ns(void)
@@ -156,7 +227,9 @@ int bench_proto_run(int argc, char **argv)
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench proto [--reps N] [--ms N]\n"
                    "Median ns/msg and messages/s of encode, decode and encode+decode of JOB,\n"
-                   "STEP, OBS and RESULT with 30 steps, over N repetitions of about N ms each.\n");
+                   "STEP, OBS and RESULT with 30 steps (also with the token fields of --tokens\n"
+                   "completion and full: 50 completion, 600 prompt ids a step), and BATCH of 8\n"
+                   "such trajectories, over N repetitions of about N ms each.\n");
             return 0;
         } else {
             fprintf(stderr, "bench proto: unknown option %s (try --help)\n", argv[i]);
@@ -168,7 +241,7 @@ int bench_proto_run(int argc, char **argv)
         return 2;
     }
 
-    s_case_t cases[4];
+    s_case_t cases[S_NCASES];
     s_cases(cases);
     sr_buf_t enc = SR_BUF_INIT, scratch = SR_BUF_INIT;
     int rc = 0;

@@ -686,6 +686,8 @@ int bench_rollout_run(int argc, char **argv)
     bool overlap_off = false;
     static char actor_args[64];
     const char *only = NULL;
+    const char *tok_modes[3] = {"off"}; /* the 50 ms case runs once per mode, in this order */
+    int n_tok = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = true;
@@ -729,10 +731,28 @@ int bench_rollout_run(int argc, char **argv)
                 return 2;
             }
             snprintf(actor_args, sizeof actor_args, "--action-batch-ms %ld", ms);
+        } else if (!strcmp(argv[i], "--tokens")) {
+            static char list[64];
+            snprintf(list, sizeof list, "%s", i + 1 < argc ? argv[++i] : "");
+            n_tok = 0;
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                if ((strcmp(t, "off") && strcmp(t, "completion") && strcmp(t, "full")) ||
+                    n_tok == 3) {
+                    fprintf(stderr, "selroll bench rollout: --tokens wants up to three of off, "
+                                    "completion, full, comma-separated\n");
+                    return 2;
+                }
+                tok_modes[n_tok++] = t;
+            }
+            if (n_tok == 0) {
+                fprintf(stderr, "selroll bench rollout: --tokens wants off, completion or full\n");
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench rollout [--quick] [--skip-system] "
                    "[--only overhead|saturation|50ms] [--repeat N] [--local-env-workers N] "
-                   "[--actors N] [--overlap on|off] [--action-batch-ms MS]\n"
+                   "[--actors N] [--overlap on|off] [--action-batch-ms MS] "
+                   "[--tokens MODE[,MODE...]]\n"
                    "Gate core per ACTION and the cost of one ZeroMQ and one plain-socket round "
                    "trip on this machine; then, through selroll run: overhead per step on one "
                    "slot (cost model off), saturation steps/s, and steps/s at ~50 ms policy "
@@ -745,7 +765,9 @@ int bench_rollout_run(int argc, char **argv)
                    "processes. --actors N (a divisor of 256, default 4) spreads the 50 ms case's "
                    "256 slots over N actors. --overlap off makes every round wait for the "
                    "previous one to end (selroll coordinator --overlap; default on). --action-batch-ms "
-                   "MS is the actors' --action-batch-ms (default theirs, 5).\n");
+                   "MS is the actors' --action-batch-ms (default theirs, 5). --tokens off,completion "
+                   "runs the 50 ms case with selroll run --tokens off and then completion (each "
+                   "--repeat times), to compare; default off (every case).\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -788,7 +810,7 @@ int bench_rollout_run(int argc, char **argv)
     /* Each case runs unless --only names another; a case that runs and fails sets code 1. */
     const char *one[] = {"--actors",      "1", "--slots",         "1",
                          "--env-workers", "1", "--groups",        quick ? "1" : "4",
-                         "--group-size",  "8", "--no-cost-model", NULL};
+                         "--group-size",  "8", "--no-cost-model", "--tokens", "off", NULL};
     double m1[9], m2[9], m3[9], m4[9], m5[9];
     int ok_runs = 0;
     char list[256];
@@ -815,7 +837,7 @@ int bench_rollout_run(int argc, char **argv)
 
     const char *sat[] = {"--actors",      "3", "--slots",         "64",
                          "--env-workers", "2", "--groups",        quick ? "16" : "48",
-                         "--group-size",  "8", "--no-cost-model", NULL};
+                         "--group-size",  "8", "--no-cost-model", "--tokens", "off", NULL};
     ok_runs = 0;
     for (int k = 0; (!only || !strcmp(only, "saturation")) && k < repeat; k++) {
         s_system(self, "bench-saturation", sat, &r);
@@ -865,7 +887,13 @@ int bench_rollout_run(int argc, char **argv)
                          "--max-seq-tps " S_STR(S_SEQ_TPS) " --decode-tps 10000000 "
                          "--prefill-tps 1000000000 "
                          "--max-batch 1024 --max-queue 4096",
+                         "--tokens",
+                         tok_modes[0],
                          NULL};
+    for (int tm = 0; tm < n_tok; tm++) {
+    lat[SR_ARRAY_LEN(lat) - 2] = tok_modes[tm];
+    if (n_tok > 1)
+        printf("rollout 50ms: --tokens %s\n", tok_modes[tm]);
     ok_runs = 0;
     for (int k = 0; (!only || !strcmp(only, "50ms")) && k < repeat; k++) {
         s_system(self, "bench-50ms", lat, &r);
@@ -918,6 +946,7 @@ int bench_rollout_run(int argc, char **argv)
         s_runs(m5, ok_runs, "%.1f%%", list, sizeof list);
         printf("rollout 50ms: median of %d runs inside the rounds: %.1f%% of 5120 (runs: %s)\n",
                ok_runs, sr_median(m5, (size_t)ok_runs), list);
+    }
     }
     return code;
 }

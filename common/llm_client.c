@@ -17,6 +17,7 @@
 #include <cJSON.h>
 #include <curl/curl.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ struct llm_parsed {
     char *fingerprint;
     char **models;
     size_t n_models;
+    int32_t *token_ids, *prompt_token_ids;
+    size_t n_token_ids, n_prompt_token_ids;
+    float *token_logprobs;
+    size_t n_token_logprobs;
 };
 
 struct llm_request {
@@ -42,6 +47,7 @@ struct llm_request {
     size_t resp_len, resp_cap;
     bool too_big;
     bool models; /* a GET /v1/models: its easy handle is not kept for chat requests */
+    char *url;   /* llm_client_post: its own URL (owned); the easy handle is not kept either */
     bool in_multi;
     bool completing;
     int attempts;
@@ -226,6 +232,10 @@ char *llm_chat_body(const llm_chat_t *req)
     }
     if (req->logprobs)
         jsonw_lit(&w, ",\"logprobs\":true");
+    if (req->token_ids)
+        jsonw_lit(&w, ",\"return_token_ids\":true");
+    if (req->token_ids && req->no_prompt_ids)
+        jsonw_lit(&w, ",\"return_prompt_token_ids\":false");
     jsonw_lit(&w, ",\"n\":1,\"stream\":false}");
     char *out = jsonw_finish(&w);
     if (!out)
@@ -234,6 +244,101 @@ char *llm_chat_body(const llm_chat_t *req)
 }
 
 /* ---- response parsing ---------------------------------------------------------------------- */
+
+/* s_id_array copies a JSON array of token ids (integers 0..INT32_MAX) into a new array; returns
+ * false (nothing kept) when a is not such an array. An empty array is kept as none. */
+static bool s_id_array(const cJSON *a, int32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!cJSON_IsArray(a))
+        return false;
+    int len = cJSON_GetArraySize(a);
+    if (len <= 0)
+        return true;
+    int32_t *v = sr_xcalloc((size_t)len, sizeof *v);
+    size_t k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > INT32_MAX ||
+            e->valuedouble != (double)(int32_t)e->valuedouble) {
+            free(v);
+            return false;
+        }
+        v[k++] = (int32_t)e->valuedouble;
+    }
+    *out = v;
+    *n = k;
+    return true;
+}
+
+/* s_token_id_str reads vLLM's "token_id:N" form of logprobs.content[].token into *id. */
+static bool s_token_id_str(const cJSON *t, int32_t *id)
+{
+    if (!cJSON_IsString(t) || !t->valuestring || strncmp(t->valuestring, "token_id:", 9) != 0)
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(t->valuestring + 9, &end, 10);
+    if (errno || end == t->valuestring + 9 || *end || v < 0 || v > INT32_MAX)
+        return false;
+    *id = (int32_t)v;
+    return true;
+}
+
+/* s_parse_tokens fills st's token arrays from a response root and its first choice. */
+static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *lpc,
+                           llm_parsed_t *st)
+{
+    if (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "token_ids"), &st->token_ids,
+                    &st->n_token_ids) ||
+        st->n_token_ids == 0) {
+        const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "sglext");
+        if (cJSON_IsObject(ext))
+            s_id_array(cJSON_GetObjectItemCaseSensitive(ext, "completion_token_ids"),
+                       &st->token_ids, &st->n_token_ids);
+    }
+    if (!s_id_array(cJSON_GetObjectItemCaseSensitive(root, "prompt_token_ids"),
+                    &st->prompt_token_ids, &st->n_prompt_token_ids) ||
+        st->n_prompt_token_ids == 0) {
+        if (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "prompt_token_ids"),
+                        &st->prompt_token_ids, &st->n_prompt_token_ids) ||
+            st->n_prompt_token_ids == 0) {
+            const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "sglext");
+            if (cJSON_IsObject(ext))
+                s_id_array(cJSON_GetObjectItemCaseSensitive(ext, "prompt_token_ids"),
+                           &st->prompt_token_ids, &st->n_prompt_token_ids);
+        }
+    }
+    if (!cJSON_IsArray(lpc))
+        return;
+    int n = cJSON_GetArraySize(lpc);
+    if (n <= 0)
+        return;
+    st->token_logprobs = sr_xcalloc((size_t)n, sizeof *st->token_logprobs);
+    st->n_token_logprobs = (size_t)n;
+    int32_t *ids = st->token_ids ? NULL : sr_xcalloc((size_t)n, sizeof *ids);
+    bool all_ids = ids != NULL;
+    size_t k = 0;
+    const cJSON *tok;
+    cJSON_ArrayForEach(tok, lpc)
+    {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tok, "logprob");
+        double x = cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+        /* -inf travels as a large negative number (vLLM's -9999.0); keep it finite */
+        st->token_logprobs[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+        if (all_ids && !s_token_id_str(cJSON_GetObjectItemCaseSensitive(tok, "token"), &ids[k]))
+            all_ids = false;
+        k++;
+    }
+    if (all_ids) {
+        st->token_ids = ids;
+        st->n_token_ids = (size_t)n;
+    } else {
+        free(ids);
+    }
+}
 
 /* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
 static void s_one_line(const char *s, size_t len, char *buf, size_t n)
@@ -310,6 +415,9 @@ void llm_parsed_free(llm_parsed_t **store)
     for (size_t i = 0; i < (*store)->n_models; i++)
         free((*store)->models[i]);
     free((*store)->models);
+    free((*store)->token_ids);
+    free((*store)->prompt_token_ids);
+    free((*store)->token_logprobs);
     free(*store);
     *store = NULL;
 }
@@ -339,6 +447,9 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     out->reasoning_tokens = -1;
     out->has_logprob = false;
     out->logprob_sum = 0;
+    out->token_ids = out->prompt_token_ids = NULL;
+    out->token_logprobs = NULL;
+    out->n_token_ids = out->n_prompt_token_ids = out->n_token_logprobs = 0;
     out->error[0] = '\0';
     int rc = SR_EPROTO;
     cJSON *root = NULL;
@@ -432,6 +543,13 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         out->has_logprob = any;
         out->logprob_sum = any ? sum : 0;
     }
+    s_parse_tokens(root, choice, lpc, st);
+    out->token_ids = st->token_ids;
+    out->n_token_ids = st->n_token_ids;
+    out->token_logprobs = st->token_logprobs;
+    out->n_token_logprobs = st->n_token_logprobs;
+    out->prompt_token_ids = st->prompt_token_ids;
+    out->n_prompt_token_ids = st->n_prompt_token_ids;
     out->content = st->content;
     out->reasoning = st->reasoning;
     out->finish_reason = st->finish_reason;
@@ -512,7 +630,7 @@ static void s_req_free(llm_request_t *r)
     c->pending--;
     if (r->retry_due_ms >= 0)
         c->waiting--;
-    if (r->models) {
+    if (r->models || r->url) {
         curl_easy_cleanup(r->easy);
     } else if (c->n_idle < LLM_MAX_IDLE_EASY) {
         if (c->n_idle % 64 == 0)
@@ -523,6 +641,7 @@ static void s_req_free(llm_request_t *r)
     }
     free(r->body);
     free(r->resp);
+    free(r->url);
     free(r);
 }
 
@@ -660,6 +779,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
             if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0)
                 wait_ms = SR_MIN((int64_t)after * 1000, (int64_t)c->cfg.retry_after_max_ms);
         }
+    } else if (r->url) {
+        s_one_line(r->resp ? r->resp : "", r->resp_len, resp.error, sizeof resp.error);
     } else if (ctype && !s_is_json_type(ctype)) {
         resp.rc = SR_EPROTO;
         sr_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
@@ -895,15 +1016,17 @@ const char *llm_client_url(const llm_client_t *c)
 
 /* s_request_start makes and starts a request: a chat POST of body (owned), or the model list GET
  * when body is NULL. */
-static llm_request_t *s_request_start(llm_client_t *c, char *body, llm_done_cb cb, void *arg)
+static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, llm_done_cb cb,
+                                      void *arg)
 {
     bool models = body == NULL;
     if (models && !c->models_url)
         return NULL;
-    bool fresh = models || c->n_idle == 0;
+    bool fresh = models || url || c->n_idle == 0;
     CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
         free(body);
+        free(url);
         return NULL;
     }
     llm_request_t *r = sr_xcalloc(1, sizeof *r);
@@ -911,12 +1034,13 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, llm_done_cb c
     r->easy = easy;
     r->body = body;
     r->models = models;
+    r->url = url;
     r->cb = cb;
     r->arg = arg;
     r->retry_due_ms = -1;
     r->t_start_us = s_now_us();
     if (fresh) {
-        curl_easy_setopt(easy, CURLOPT_URL, models ? c->models_url : c->url);
+        curl_easy_setopt(easy, CURLOPT_URL, url ? url : models ? c->models_url : c->url);
         if (models)
             curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
         else
@@ -966,14 +1090,34 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
     char *body = llm_chat_body(req);
     if (!body)
         return NULL;
-    return s_request_start(c, body, cb, arg);
+    return s_request_start(c, body, NULL, cb, arg);
+}
+
+llm_request_t *llm_client_post(llm_client_t *c, const char *path, const char *json, llm_done_cb cb,
+                               void *arg)
+{
+    if (!c || !path || !json || !cb)
+        return NULL;
+    /* the chat URL minus "/v1/chat/completions" (llm_chat_url always ends so, or in
+     * "/chat/completions" for a base given whole) */
+    size_t n = strlen(c->url);
+    static const char v1[] = "/v1/chat/completions", cc[] = "/chat/completions";
+    if (n >= sizeof v1 - 1 && strcmp(c->url + n - (sizeof v1 - 1), v1) == 0)
+        n -= sizeof v1 - 1;
+    else if (n >= sizeof cc - 1 && strcmp(c->url + n - (sizeof cc - 1), cc) == 0)
+        n -= sizeof cc - 1;
+    size_t ul = n + strlen(path) + 2;
+    char *url = sr_xmalloc(ul);
+    snprintf(url, ul, "%.*s%s%s", (int)n, c->url, path[0] == '/' ? "" : "/", path);
+    llm_request_t *r = s_request_start(c, sr_xstrdup(json), url, cb, arg);
+    return r;
 }
 
 llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg)
 {
     if (!c || !cb)
         return NULL;
-    return s_request_start(c, NULL, cb, arg);
+    return s_request_start(c, NULL, NULL, cb, arg);
 }
 
 void llm_request_abort(llm_request_t *r)

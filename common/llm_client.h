@@ -80,6 +80,9 @@ typedef struct {
     bool has_seed;
     int64_t seed; /* a negative seed is sent as seed & LLM_SEED_MAX */
     bool logprobs; /* ask for the chosen tokens' log-probabilities */
+    bool token_ids; /* ask for the token ids too: "return_token_ids": true (vLLM, SGLang) */
+    bool no_prompt_ids; /* with token_ids: "return_prompt_token_ids": false (SGLang's name; the
+                           built-in server then leaves prompt_token_ids out; vLLM ignores it) */
 } llm_chat_t;
 
 /* The outcome of a request, valid only during the done callback. */
@@ -97,6 +100,17 @@ typedef struct {
     long reasoning_tokens;   /* usage.completion_tokens_details.reasoning_tokens, -1 when absent */
     bool has_logprob;
     double logprob_sum;      /* sum of the chosen tokens' logprobs when has_logprob */
+    /* Token ids, when the server returned them: token_ids from choices[0].token_ids (vLLM,
+     * SGLang), sglext.completion_token_ids, or the "token_id:N" strings of
+     * logprobs.content[].token (vLLM's --return-tokens-as-token-ids); prompt_token_ids from the
+     * response (vLLM) or choices[0] (SGLang). token_logprobs has n_token_logprobs entries, the
+     * logprobs.content[].logprob values in order (0 when absent). */
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    const float *token_logprobs;
+    size_t n_token_logprobs;
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
     const char *const *models; /* llm_client_models only: data[].id of GET /v1/models */
     size_t n_models;
     int attempts;            /* HTTP attempts made, retries included */
@@ -135,6 +149,14 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
  * callback gets the listed ids in resp->models. Returns its handle, or NULL when c or cb is NULL
  * or curl refused (then the callback is not called). */
 llm_request_t *llm_client_models(llm_client_t *c, llm_done_cb cb, void *arg);
+
+/* llm_client_post starts POST <base><path> with the JSON body json (copied) and the same retries
+ * as a chat request; any 2xx answer is success, whatever its body (resp->error then holds the
+ * body's first line, for logs). Used for a server's admin routes (vLLM's /v1/load_lora_adapter,
+ * SGLang's /update_weights_from_disk). <base> is the client's base URL without a trailing /v1 or
+ * /chat/completions. Returns its handle, or NULL when an argument is NULL or curl refused. */
+llm_request_t *llm_client_post(llm_client_t *c, const char *path, const char *json, llm_done_cb cb,
+                               void *arg);
 
 /* llm_request_abort ends the request now: its connection is closed (a server that streams or
  * computes sees the client disconnect), a pending retry is dropped, and its callback will not be

@@ -224,6 +224,38 @@ static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t
         s_check(e, msgpack_pack_double(&e->pk, a[i]));
 }
 
+/* s_put_bin32 packs n 32-bit values (int32_t or float bits) as one msgpack bin of little-endian
+ * words. */
+static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
+{
+    s_key(e, key);
+    if (e->rc)
+        return;
+    if (n > 0 && !a) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    if (n > PROTO_MAX_TOKENS) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_check(e, msgpack_pack_bin(&e->pk, n * 4));
+    const uint8_t *src = a;
+    uint8_t chunk[256];
+    for (size_t i = 0; i < n && !e->rc;) {
+        size_t k = 0;
+        for (; i < n && k < sizeof chunk; i++, k += 4) {
+            uint32_t w;
+            memcpy(&w, src + i * 4, 4);
+            chunk[k] = (uint8_t)w;
+            chunk[k + 1] = (uint8_t)(w >> 8);
+            chunk[k + 2] = (uint8_t)(w >> 16);
+            chunk[k + 3] = (uint8_t)(w >> 24);
+        }
+        s_check(e, msgpack_pack_bin_body(&e->pk, chunk, k));
+    }
+}
+
 /* s_put_raw_map packs key and then the bytes of one encoded msgpack map as its value, which must
  * be a map header followed by at most PROTO_MAX_TASK_DATA bytes in all. */
 static void s_put_raw_map(s_enc_t *e, const char *key, const uint8_t *p, size_t n)
@@ -313,7 +345,9 @@ static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
 {
     s_map(e, 10 + s->has_logprob + s->has_t + (s->messages_len > 0) + (s->reasoning != NULL) +
                  s->has_reasoning_tokens + (s->model != NULL) + s->has_served_version +
-                 s->usage_unknown + s->text_truncated);
+                 s->usage_unknown + s->text_truncated + (s->token_ids_len > 0) +
+                 (s->token_logprobs_len > 0) + (s->prompt_token_ids_len > 0) +
+                 s->has_prompt_prefix + s->tokens_mismatch);
     s_put_int(e, "i", s->i);
     s_put_str(e, "action", s->action, S_SHORT);
     s_put_str(e, "raw", s->raw, S_TEXT);
@@ -348,6 +382,16 @@ static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
         s_put_bool(e, "usage_unknown", true);
     if (s->text_truncated)
         s_put_bool(e, "text_truncated", true);
+    if (s->token_ids_len > 0)
+        s_put_bin32(e, "token_ids", s->token_ids, s->token_ids_len);
+    if (s->token_logprobs_len > 0)
+        s_put_bin32(e, "token_logprobs", s->token_logprobs, s->token_logprobs_len);
+    if (s->prompt_token_ids_len > 0)
+        s_put_bin32(e, "prompt_token_ids", s->prompt_token_ids, s->prompt_token_ids_len);
+    if (s->has_prompt_prefix)
+        s_put_int(e, "prompt_prefix", s->prompt_prefix);
+    if (s->tokens_mismatch)
+        s_put_bool(e, "tokens_mismatch", true);
 }
 
 /* s_enc_result packs a RESULT; with header false it packs the body only (BATCH trajectories). */
@@ -565,7 +609,7 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
     case PROTO_WEIGHTS_READY:
         s_header(&e, PROTO_WEIGHTS_READY,
                  4 + m->u.weights_ready.has_loss + (m->u.weights_ready.info != NULL) +
-                     (m->u.weights_ready.reason != NULL));
+                     (m->u.weights_ready.reason != NULL) + (m->u.weights_ready.path != NULL));
         s_put_str(&e, "run", m->u.weights_ready.run, S_ID);
         s_put_int(&e, "version", m->u.weights_ready.version);
         s_put_int(&e, "iteration", m->u.weights_ready.iteration);
@@ -576,6 +620,8 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out)
             s_put_num(&e, "loss", m->u.weights_ready.loss);
         if (m->u.weights_ready.info)
             s_put_str(&e, "info", m->u.weights_ready.info, S_TEXT);
+        if (m->u.weights_ready.path)
+            s_put_str(&e, "path", m->u.weights_ready.path, S_SHORT);
         break;
     default: return SR_EINVAL;
     }
@@ -773,7 +819,7 @@ static int s_head(const uint8_t **pp, const uint8_t *end, s_head_t *h)
 
 typedef struct {
     const uint8_t *p, *end;
-    size_t max_blob; /* longest string or binary anywhere */
+    size_t max_blob; /* longest string or extension anywhere */
     proto_err_t *err;
     s_path_t path;
 } s_scan_t;
@@ -842,16 +888,20 @@ static int s_scan_value(s_scan_t *sc, int depth)
     switch (h.kind) {
     case H_STR:
     case H_BIN:
-    case H_EXT:
-        if (h.n > sc->max_blob)
+    case H_EXT: {
+        /* a binary is a step's tokens (PROTO_MAX_TOKENS 32-bit words) or as long as a text */
+        size_t lim = h.kind == H_BIN ? SR_MAX(sc->max_blob, (size_t)PROTO_MAX_TOKENS * 4)
+                                     : sc->max_blob;
+        if (h.n > lim)
             return s_fail(sc->err, &sc->path, "", SR_ETOOBIG,
                           "%s of %llu bytes exceeds the limit of %zu",
                           h.kind == H_STR ? "string" : h.kind == H_BIN ? "binary" : "extension",
-                          (unsigned long long)h.n, sc->max_blob);
+                          (unsigned long long)h.n, lim);
         if (h.n > (size_t)(sc->end - sc->p))
             return s_fail(sc->err, &sc->path, "", SR_EPROTO, "truncated message");
         sc->p += h.n;
         return SR_OK;
+    }
     case H_ARRAY:
     case H_MAP: return s_scan_container(sc, &h, depth);
     default: return SR_OK;
@@ -1256,6 +1306,44 @@ static int s_dec_job(s_dec_t *d, const msgpack_object *m, proto_job_t *j)
     return s_int(d, m, "lease_ms", S_NONNEG, true, &j->lease_ms);
 }
 
+/* s_bin32 reads an optional bin of little-endian 32-bit words (int32 ids or float32 logprobs)
+ * into a new array of *len elements; floats must be finite. */
+static int s_bin32(s_dec_t *d, const msgpack_object *m, const char *key, bool is_float,
+                   void *out, size_t *len)
+{
+    const msgpack_object *o = s_get(m, key);
+    if (!o)
+        return SR_OK;
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return s_fail(d->err, &d->path, key, SR_EPROTO, "not a binary");
+    size_t nb = o->via.bin.size;
+    if (nb % 4 != 0)
+        return s_fail(d->err, &d->path, key, SR_EPROTO, "binary of %zu bytes is not whole 32-bit words", nb);
+    if (nb / 4 > PROTO_MAX_TOKENS)
+        return s_fail(d->err, &d->path, key, SR_ETOOBIG,
+                      "%zu tokens exceed the limit of %d", nb / 4, PROTO_MAX_TOKENS);
+    uint8_t *a = NULL;
+    S_TRY(s_alloc(d, key, nb / 4, 4, &a));
+    const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
+    for (size_t i = 0; i < nb; i += 4) {
+        uint32_t w = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
+                     (uint32_t)p[i + 3] << 24;
+        memcpy(a + i, &w, 4);
+        if (is_float) {
+            float f;
+            memcpy(&f, &w, 4);
+            if (!isfinite(f)) {
+                free(a);
+                return s_fail(d->err, &d->path, key, SR_EPROTO, "element %zu is not a number",
+                              i / 4);
+            }
+        }
+    }
+    memcpy(out, &a, sizeof a);
+    *len = nb / 4;
+    return SR_OK;
+}
+
 static int s_dec_result_step(s_dec_t *d, const msgpack_object *m, proto_result_step_t *s)
 {
     S_TRY(s_int(d, m, "i", S_NONNEG, true, &s->i));
@@ -1278,6 +1366,16 @@ static int s_dec_result_step(s_dec_t *d, const msgpack_object *m, proto_result_s
     S_TRY(s_int(d, m, "served_version", S_NONNEG, false, &s->served_version));
     S_TRY(s_bool(d, m, "usage_unknown", false, NULL, &s->usage_unknown));
     S_TRY(s_bool(d, m, "text_truncated", false, NULL, &s->text_truncated));
+    S_TRY(s_bin32(d, m, "token_ids", false, &s->token_ids, &s->token_ids_len));
+    S_TRY(s_bin32(d, m, "token_logprobs", true, &s->token_logprobs, &s->token_logprobs_len));
+    if (s->token_logprobs_len > 0 && s->token_logprobs_len != s->token_ids_len)
+        return s_fail(d->err, &d->path, "token_logprobs", SR_EPROTO,
+                      "%zu logprobs for %zu token_ids", s->token_logprobs_len, s->token_ids_len);
+    S_TRY(s_bin32(d, m, "prompt_token_ids", false, &s->prompt_token_ids,
+                  &s->prompt_token_ids_len));
+    s->has_prompt_prefix = s_get(m, "prompt_prefix") != NULL;
+    S_TRY(s_int(d, m, "prompt_prefix", 0, 2 * (int64_t)PROTO_MAX_TOKENS, false, &s->prompt_prefix));
+    S_TRY(s_bool(d, m, "tokens_mismatch", false, NULL, &s->tokens_mismatch));
     const msgpack_object_array *a;
     S_TRY(s_arr(d, m, "messages", PROTO_MAX_MESSAGES, false, &a));
     if (!a)
@@ -1481,6 +1579,7 @@ static int s_dec_weights_ready(s_dec_t *d, const msgpack_object *m, proto_weight
     S_TRY(s_num(d, m, "loss", S_ANY, false, &w->has_loss, &w->loss));
     S_TRY(s_str(d, m, "info", S_TEXT, false, &w->info));
     S_TRY(s_bool(d, m, "ok", false, NULL, &w->ok));
+    S_TRY(s_str(d, m, "path", S_SHORT, false, &w->path));
     return s_str(d, m, "reason", S_SHORT, false, &w->reason);
 }
 
@@ -1647,6 +1746,9 @@ static void s_free_result(proto_result_t *r)
         S_FREE(s->obs);
         S_FREE(s->reasoning);
         S_FREE(s->model);
+        S_FREE(s->token_ids);
+        S_FREE(s->token_logprobs);
+        S_FREE(s->prompt_token_ids);
         for (size_t k = 0; k < s->messages_len; k++) {
             S_FREE(s->messages[k].role);
             S_FREE(s->messages[k].content);
@@ -1763,6 +1865,7 @@ void proto_msg_clear(proto_msg_t *m)
         S_FREE(m->u.weights_ready.run);
         S_FREE(m->u.weights_ready.info);
         S_FREE(m->u.weights_ready.reason);
+        S_FREE(m->u.weights_ready.path);
         break;
     default: break;
     }

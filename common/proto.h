@@ -48,6 +48,7 @@
 #define PROTO_MAX_MSG_BYTES (64u << 20) /* a whole encoded message */
 #define PROTO_MAX_DEPTH (16)            /* nesting of maps and arrays; the outer map is level 1 */
 #define PROTO_MAX_TASK_DATA (1u << 20)  /* JOB.task_data and RESET.task_data, encoded */
+#define PROTO_MAX_TOKENS (131072)       /* a step's token_ids, token_logprobs, prompt_token_ids */
 
 typedef enum {
     PROTO_NONE = 0, /* not a message type: a zeroed proto_msg_t, or an unreadable buffer */
@@ -163,6 +164,17 @@ typedef struct {
     int64_t served_version; /* optional: the policy version that answered, when known */
     bool usage_unknown;     /* optional, default false: the server sent no usage (tokens are 0) */
     bool text_truncated;    /* optional, default false: raw or reasoning cut to the text limit */
+    /* Tokens (optional, --tokens): on the wire msgpack bin of little-endian int32 / float32. */
+    const int32_t *token_ids; /* the completion's ids, reasoning included */
+    size_t token_ids_len;
+    const float *token_logprobs; /* the sampled tokens' logprobs, as many as token_ids */
+    size_t token_logprobs_len;
+    const int32_t *prompt_token_ids; /* the prompt's ids after prompt_prefix (--tokens full) */
+    size_t prompt_token_ids_len;
+    bool has_prompt_prefix;
+    int64_t prompt_prefix; /* optional: the prompt starts with this many tokens of the previous
+                              step's prompt followed by its token_ids */
+    bool tokens_mismatch; /* optional, default false: token_ids disagree with completion_tokens */
 } proto_result_step_t;
 
 /* RESULT, actor -> coordinator: one finished (or stopped) trajectory. Also the element type of
@@ -348,6 +360,8 @@ typedef struct {
     const char *info;   /* optional */
     bool ok;            /* optional, default true: false = the batch was refused */
     const char *reason; /* optional: why, when ok is false */
+    const char *path;   /* optional: where the trainer saved the adapter or weights of version,
+                           for --weights-sync (<= PROTO_MAX_ACTION bytes) */
 } proto_weights_ready_t;
 
 typedef struct {

@@ -622,6 +622,37 @@ static void s_add_str(cJSON *o, const char *k, const char *v)
         cJSON_AddStringToObject(o, k, v);
 }
 
+static cJSON *s_ids_json(const int32_t *v, size_t n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+/* s_add_tokens adds a step's token fields (docs/protocol.md "Tokens") to its JSON object. */
+static void s_add_tokens(cJSON *j, const proto_result_step_t *s)
+{
+    if (s->token_ids_len > 0)
+        cJSON_AddItemToObject(j, "token_ids", s_ids_json(s->token_ids, s->token_ids_len));
+    if (s->token_logprobs_len > 0) {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; a && i < s->token_logprobs_len; i++) {
+            char num[32];
+            snprintf(num, sizeof num, "%.9g", (double)s->token_logprobs[i]);
+            cJSON_AddItemToArray(a, cJSON_CreateRaw(num));
+        }
+        cJSON_AddItemToObject(j, "token_logprobs", a);
+    }
+    if (s->prompt_token_ids_len > 0)
+        cJSON_AddItemToObject(j, "prompt_token_ids",
+                              s_ids_json(s->prompt_token_ids, s->prompt_token_ids_len));
+    if (s->has_prompt_prefix)
+        cJSON_AddNumberToObject(j, "prompt_prefix", (double)s->prompt_prefix);
+    if (s->tokens_mismatch)
+        cJSON_AddBoolToObject(j, "tokens_mismatch", true);
+}
+
 static cJSON *s_result_json(const proto_result_t *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -674,6 +705,7 @@ static cJSON *s_result_json(const proto_result_t *r)
                 cJSON_AddItemToArray(msgs, mj);
             }
         }
+        s_add_tokens(j, s);
         cJSON_AddItemToArray(steps, j);
     }
     return o;

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -156,6 +157,42 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
  * for nil, binary and what nests deeper than PROTO_MAX_DEPTH; strings and numbers as cJSON prints
  * them. It writes with no tree: a round of 256 groups x 8 trajectories is ~20 MB of JSON, and
  * building and printing a cJSON tree for it cost the round writer several times the CPU. */
+/* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
+ * JSON array; a length that is not whole words gives null. */
+static void s_write_bin32(jsonw_t *w, const msgpack_object *o, bool is_float)
+{
+    size_t n = o->via.bin.size;
+    if (n % 4) {
+        jsonw_lit(w, "null");
+        return;
+    }
+    const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
+    jsonw_lit(w, "[");
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
+                     (uint32_t)p[i + 3] << 24;
+        char num[32];
+        int k;
+        if (is_float) {
+            float f;
+            memcpy(&f, &v, 4);
+            k = isfinite(f) ? snprintf(num, sizeof num, "%.9g", (double)f)
+                            : snprintf(num, sizeof num, "null");
+        } else {
+            k = snprintf(num, sizeof num, "%" PRId32, (int32_t)v);
+        }
+        if (i)
+            jsonw_lit(w, ",");
+        jsonw_raw(w, num, (size_t)k);
+    }
+    jsonw_lit(w, "]");
+}
+
+static bool s_key_is(const char *k, size_t kl, const char *want)
+{
+    return kl == strlen(want) && memcmp(k, want, kl) == 0;
+}
+
 static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
 {
     if (depth > PROTO_MAX_DEPTH) {
@@ -207,7 +244,13 @@ static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
             first = false;
             jsonw_strn(w, k, kl);
             jsonw_lit(w, ":");
-            s_write_json(w, &kv->val, depth + 1);
+            if (kv->val.type == MSGPACK_OBJECT_BIN &&
+                (s_key_is(k, kl, "token_ids") || s_key_is(k, kl, "prompt_token_ids")))
+                s_write_bin32(w, &kv->val, false);
+            else if (kv->val.type == MSGPACK_OBJECT_BIN && s_key_is(k, kl, "token_logprobs"))
+                s_write_bin32(w, &kv->val, true);
+            else
+                s_write_json(w, &kv->val, depth + 1);
         }
         jsonw_lit(w, "}");
         return;

@@ -33,6 +33,7 @@
 typedef enum {
     S_PH_TRAIN = 0, /* planning or running the waves of the current iteration */
     S_PH_AWAIT,     /* the BATCH is out: waiting for WEIGHTS_READY */
+    S_PH_SYNC,      /* WEIGHTS_READY came: the inference servers are loading the version */
     S_PH_DONE,
 } s_phase_t;
 
@@ -56,6 +57,13 @@ struct coord_train {
     bool *used;   /* tasks started in the current iteration */
 
     s_phase_t phase;
+    wsync_t *wsync; /* made on the first WEIGHTS_READY, with cfg.wsync.mode set */
+    struct {
+        int64_t version;
+        bool has_loss;
+        double loss;
+        char info[512];
+    } synced; /* the WEIGHTS_READY waiting for the servers (S_PH_SYNC) */
     int64_t it;           /* current iteration */
     int64_t eval_done_at; /* iteration whose evaluation is done, -1 */
     bool round_eval;      /* the running round is an evaluation */
@@ -444,6 +452,15 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
         coord_fail(t->c, rc, "cannot encode the BATCH");
         return;
     }
+    if (t->batch_msg.len > PROTO_MAX_MSG_BYTES) {
+        char big[256];
+        snprintf(big, sizeof big,
+                 "the BATCH of iteration %lld is %zu bytes, above the %u-byte message limit "
+                 "(fewer --batch-groups, or --tokens completion instead of full)",
+                 (long long)t->it, t->batch_msg.len, PROTO_MAX_MSG_BYTES);
+        coord_fail(t->c, SR_ETOOBIG, big);
+        return;
+    }
     t->sends = 0;
     t->refusals = 0;
     t->phase = S_PH_AWAIT;
@@ -506,6 +523,50 @@ static void s_train_ended(coord_train_t *t, int64_t round)
 
 /* ---- the trainer's acks ------------------------------------------------------------------- */
 
+/* s_publish makes version the run's: the run record, POLICY_VERSION on the bus, the iteration
+ * done. */
+static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double loss,
+                      const char *info)
+{
+    int rc = coord_set_policy_version(t->c, version);
+    if (rc != SR_OK)
+        log_error("cannot record policy version %lld in the run record: %s", (long long)version,
+                  store_errstr(coord_store(t->c)));
+    proto_msg_t pv;
+    proto_msg_init(&pv, PROTO_POLICY_VERSION);
+    pv.u.policy_version.run = coord_run_name(t->c);
+    pv.u.policy_version.version = version;
+    pv.u.policy_version.iteration = t->it;
+    char topic[PROTO_MAX_ID + 32];
+    snprintf(topic, sizeof topic, "ctl/%s/policy", coord_run_name(t->c));
+    if (coord_publish(t->c, topic, &pv) != SR_OK)
+        log_error("cannot publish POLICY_VERSION %lld", (long long)version);
+    t->st.policy_version = version;
+    t->acked_it = t->it;
+    t->acked_version = version;
+    log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s", (long long)t->it,
+             (long long)version, has_loss ? "" : "n/a ", has_loss ? loss : 0.0, info);
+    s_iteration_done(t, has_loss, loss, info);
+    coord_kick(t->c);
+}
+
+/* s_synced ends a weight sync: the version is published, or the run stops with the line that
+ * names the server that did not load it. */
+static void s_synced(bool ok, const char *why, void *arg)
+{
+    coord_train_t *t = arg;
+    if (t->phase != S_PH_SYNC)
+        return;
+    if (!ok) {
+        log_error("%s: the run stops", why);
+        coord_fail(t->c, SR_EHTTP, why);
+        return;
+    }
+    char info[sizeof t->synced.info];
+    snprintf(info, sizeof info, "%s", t->synced.info);
+    s_publish(t, t->synced.version, t->synced.has_loss, t->synced.loss, info);
+}
+
 static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
 {
     (void)r;
@@ -565,30 +626,38 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         log_warn("trainer channel: WEIGHTS_READY of iteration %lld version %lld ignored (waiting "
                  "for iteration %lld)",
                  (long long)w->iteration, (long long)w->version, (long long)t->it);
+    } else if (w->ok && w->version == v + 1 && t->cfg.wsync.mode != WSYNC_NONE) {
+        /* the servers load the version first; it is published once all confirmed */
+        t->st.acks_ok++;
+        char err[512];
+        if (!w->path || !*w->path) {
+            snprintf(err, sizeof err,
+                     "WEIGHTS_READY of iteration %lld (version %lld) has no path: --weights-sync "
+                     "needs where the trainer saved the weights",
+                     (long long)w->iteration, (long long)w->version);
+            coord_fail(t->c, SR_EPROTO, err);
+        } else if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, coord_reactor(t->c), err,
+                                                       sizeof err))) {
+            coord_fail(t->c, SR_EINVAL, err);
+        } else {
+            t->synced.version = v + 1;
+            t->synced.has_loss = w->has_loss;
+            t->synced.loss = w->loss;
+            snprintf(t->synced.info, sizeof t->synced.info, "%s", info);
+            t->phase = S_PH_SYNC;
+            rc = wsync_load(t->wsync, v + 1, w->path, s_synced, t);
+            if (rc != SR_OK) {
+                snprintf(err, sizeof err, "weights sync of version %lld could not start: %s",
+                         (long long)(v + 1), sr_strerror(rc));
+                coord_fail(t->c, rc, err);
+            }
+        }
+        proto_msg_clear(&m);
+        return;
     } else if (w->ok && w->version == v + 1) {
         t->st.acks_ok++;
-        rc = coord_set_policy_version(t->c, v + 1);
-        if (rc != SR_OK)
-            log_error("cannot record policy version %lld in the run record: %s",
-                      (long long)(v + 1), store_errstr(coord_store(t->c)));
-        proto_msg_t pv;
-        proto_msg_init(&pv, PROTO_POLICY_VERSION);
-        pv.u.policy_version.run = coord_run_name(t->c);
-        pv.u.policy_version.version = v + 1;
-        pv.u.policy_version.iteration = t->it;
-        char topic[PROTO_MAX_ID + 32];
-        snprintf(topic, sizeof topic, "ctl/%s/policy", coord_run_name(t->c));
-        if (coord_publish(t->c, topic, &pv) != SR_OK)
-            log_error("cannot publish POLICY_VERSION %lld", (long long)(v + 1));
-        t->st.policy_version = v + 1;
-        t->acked_it = t->it;
-        t->acked_version = v + 1;
-        log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s",
-                 (long long)t->it, (long long)(v + 1), w->has_loss ? "" : "n/a ",
-                 w->has_loss ? w->loss : 0.0, info);
-        s_iteration_done(t, w->has_loss, w->loss, info);
+        s_publish(t, v + 1, w->has_loss, w->loss, info);
         proto_msg_clear(&m);
-        coord_kick(t->c);
         return;
     } else if (!w->ok || w->version == v) {
         /* ok false is a refusal; so is an ack that leaves the version where it is */
@@ -828,6 +897,7 @@ static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summ
 static void s_stopped(void *arg, coord_t *c)
 {
     coord_train_t *t = arg;
+    wsync_destroy(&t->wsync);
     if (t->pull)
         reactor_remove_zsock(coord_reactor(c), transport_sock_zmq(t->pull));
     transport_sock_destroy(&t->push);
@@ -965,6 +1035,7 @@ void coord_train_destroy(coord_train_t **self_p)
     if (!self_p || !*self_p)
         return;
     coord_train_t *t = *self_p;
+    wsync_destroy(&t->wsync);
     transport_sock_destroy(&t->push);
     transport_sock_destroy(&t->pull);
     greso_destroy(&t->greso);

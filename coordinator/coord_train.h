@@ -40,6 +40,7 @@
 
 #include "coordinator/advantage.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/wsync.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,6 +71,8 @@ typedef struct {
     const char *trainer_pull; /* bound for WEIGHTS_READY; required with trainer_push */
     int64_t weights_timeout_ms; /* wait for WEIGHTS_READY this long before sending again: 120000 */
     bool resume;            /* continue the run in Redis at its first unfinished iteration: false */
+    wsync_cfg_t wsync;      /* weight sync with the inference servers (mode WSYNC_NONE: none): a
+                               WEIGHTS_READY's version is published once every server loaded it */
 } coord_train_cfg_t;
 
 /* Counters and results so far. */

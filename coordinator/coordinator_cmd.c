@@ -9,6 +9,7 @@
 #include "common/sr.h"
 #include "common/transport.h"
 #include "coordinator/coord_train.h"
+#include "coordinator/wsync.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
 #include "coordinator/supervise.h"
@@ -46,6 +47,9 @@ int coordinator_main(int argc, char **argv)
         char *run, *redis, *work, *bus_pub, *bus_sub, *bus_external, *advertise, *split;
         char *env_workers, *out, *eval_split, *trainer_push, *trainer_pull;
         char *http, *http_token, *tasks_file;
+        char *policy_servers, *lora_name;
+        int weights_sync, keep_versions;
+        int64_t weights_sync_timeout_ms;
         double dash_threshold;
         bool train, http_optional;
         int batch_groups, prefilter, backfill, adv, eval_every, eval_tasks;
@@ -157,6 +161,25 @@ int coordinator_main(int argc, char **argv)
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY, then send once more, then stop"},
+        {.name = "weights-sync", .kind = CFG_ENUM, .dst = &o.weights_sync, .def = "none",
+         .choices = WSYNC_MODE_CHOICES,
+         .help = "training: on WEIGHTS_READY {version, path} tell every --policy-servers server "
+                 "to load it (vLLM or SGLang LoRA hot swap, or SGLang's update_weights_from_disk) "
+                 "and publish the version only once all confirmed; a server that refuses stops "
+                 "the run"},
+        {.name = "policy-servers", .kind = CFG_STRING, .dst = &o.policy_servers,
+         .metavar = "URL,...", .help = "training: the inference servers --weights-sync loads"},
+        {.name = "keep-versions", .kind = CFG_INT, .dst = &o.keep_versions, .def = "2", .min = 0,
+         .max = 1000, .metavar = "N",
+         .help = "training: LoRA modes unload the adapter of version v-N once v is loaded (0 = "
+                 "never unload)"},
+        {.name = "lora-name", .kind = CFG_STRING, .dst = &o.lora_name,
+         .def = WSYNC_DEFAULT_LORA_NAME, .metavar = "NAME-v{version}",
+         .help = "training: the adapter name of a version, the actors' --model"},
+        {.name = "weights-sync-timeout-ms", .kind = CFG_I64, .dst = &o.weights_sync_timeout_ms,
+         .def = "60000", .min = 1, .max = 86400000, .metavar = "MS",
+         .help = "training: one load request's time limit (connection errors, 5xx and 429 are "
+                 "retried 3 times)"},
         {.name = "http", .kind = CFG_STRING, .dst = &o.http, .metavar = "HOST:PORT",
          .help = "serve the dashboard, /metrics and /health here (default 127.0.0.1:8600, "
                  "skipped with a warning when busy; off = none)"},
@@ -180,6 +203,7 @@ int coordinator_main(int argc, char **argv)
         return rc;
     }
     int exit_code = 0;
+    const char *servers[64];
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;
     coord_t *c = NULL;
     coord_train_t *train = NULL;
@@ -288,6 +312,35 @@ int coordinator_main(int argc, char **argv)
         tc.trainer_push = o.trainer_push;
         tc.trainer_pull = o.trainer_pull;
         tc.weights_timeout_ms = o.weights_timeout_ms;
+        tc.wsync.mode = (wsync_mode_t)o.weights_sync;
+        tc.wsync.keep_versions = o.keep_versions;
+        tc.wsync.lora_name = o.lora_name;
+        tc.wsync.timeout_ms = (long)o.weights_sync_timeout_ms;
+        tc.wsync.retries = 3;
+        if (tc.wsync.mode != WSYNC_NONE) {
+            size_t n = 0;
+            for (char *tok = o.policy_servers ? strtok(o.policy_servers, ",") : NULL;
+                 tok && n < SR_ARRAY_LEN(servers); tok = strtok(NULL, ","))
+                if (*tok)
+                    servers[n++] = tok;
+            tc.wsync.servers = servers;
+            tc.wsync.n_servers = n;
+            const char *why = NULL;
+            if (n == 0)
+                why = "--weights-sync needs --policy-servers URL,...";
+            else if (tc.wsync.mode != WSYNC_SGLANG_DISK && !strstr(o.lora_name, "{version}"))
+                why = "--lora-name has no {version}";
+            for (size_t i = 0; !why && i < n; i++)
+                if (strncmp(servers[i], "http://", 7) && strncmp(servers[i], "https://", 8))
+                    why = "--policy-servers: a URL is not http:// or https://";
+            if (!why && !o.trainer_push)
+                why = "--weights-sync needs a trainer (--trainer-push)";
+            if (why) {
+                fprintf(stderr, "selroll coordinator: %s\n", why);
+                exit_code = 2;
+                goto cleanup;
+            }
+        }
         tc.resume = o.resume;
         train = coord_train_new(&tc, err, sizeof err);
         if (!train) {

@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_MAX_ARGS 64
+#define S_MAX_ARGS 128
 /* The training loop's default time scale of the policy server's latency model: it keeps the
  * default campaign (`make run`) within its time budget on a 2-core machine. */
 #define S_TRAIN_TIME_SCALE 20.0
@@ -185,7 +185,8 @@ static struct {
     char *tasks_file, *env_endpoints;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int local_envw;
-    int k, log_level, max_coord_restarts;
+    int k, log_level, max_coord_restarts, tokens, weights_sync, keep_versions;
+    char *policy_servers;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
     double temperature, time_scale, threshold, t_high, max_failed_share;
@@ -427,6 +428,16 @@ static int s_start_coordinator(s_run_t *r, bool resume)
             s_arg(&a, r->trainer_push);
             s_arg(&a, "--trainer-pull");
             s_arg(&a, r->trainer_pull);
+        }
+        if (o.weights_sync != 0) {
+            static const char *const modes[] = {"none", "vllm-lora", "sglang-lora",
+                                                "sglang-disk"};
+            s_arg(&a, "--weights-sync");
+            s_arg(&a, modes[o.weights_sync]);
+            s_arg(&a, "--policy-servers");
+            s_arg(&a, o.policy_servers ? o.policy_servers : "");
+            s_arg(&a, "--keep-versions");
+            s_argf(&a, "%d", o.keep_versions);
         }
     } else {
         s_arg(&a, "--groups");
@@ -719,6 +730,16 @@ int run_main(int argc, char **argv)
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
+        {.name = "weights-sync", .kind = CFG_ENUM, .dst = &o.weights_sync, .def = "none",
+         .choices = "none|vllm-lora|sglang-lora|sglang-disk",
+         .help = "training, with an external --trainer PULL,ACK: the coordinator's --weights-sync "
+                 "(each WEIGHTS_READY's path loaded on every --policy-servers server before the "
+                 "version is published)"},
+        {.name = "policy-servers", .kind = CFG_STRING, .dst = &o.policy_servers,
+         .metavar = "URL,...", .help = "training: the inference servers --weights-sync loads"},
+        {.name = "keep-versions", .kind = CFG_INT, .dst = &o.keep_versions, .def = "2", .min = 0,
+         .max = 1000, .metavar = "N",
+         .help = "training: --weights-sync LoRA modes unload version v-N once v is loaded"},
         {.name = "policy-seed", .kind = CFG_I64, .dst = &o.policy_seed, .def = "0", .min = 0,
          .max = 9007199254740992.0,
          .help = "seed of the built-in policy's version 0, given to policy server and trainer"},
@@ -809,6 +830,11 @@ int run_main(int argc, char **argv)
          .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every actor"},
+        {.name = "tokens", .kind = CFG_ENUM, .dst = &o.tokens, .def = "completion",
+         .choices = "off|completion|full",
+         .help = "the actors' --tokens: each step records the completion's token ids and "
+                 "logprobs (completion), also the prompt's (full), or none (off); the built-in "
+                 "policy server returns them, and the built-in trainer checks them"},
         {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for the gate"},
         {.name = "gate-rule", .kind = CFG_STRING, .dst = &o.gate_rule, .def = "paper",
@@ -866,6 +892,12 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
+    if (o.weights_sync != 0 && (!r.train || !r.trainer_push[0] || !o.policy_servers)) {
+        fprintf(stderr, "selroll run: --weights-sync needs training with an external --trainer "
+                        "PULL,ACK (its WEIGHTS_READY carries the path) and --policy-servers\n");
+        code = 2;
+        goto cleanup;
+    }
     if (!store_run_name_ok(o.run)) {
         fprintf(stderr, "selroll run: --run: '%s' is not a run name (1..%d characters of A-Z a-z "
                         "0-9 _ . -)\n", o.run, STORE_RUN_MAX - 1);
@@ -1198,6 +1230,9 @@ int run_main(int argc, char **argv)
         }
         if (r.train)
             s_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
+        static const char *const tokens_words[] = {"off", "completion", "full"};
+        s_arg(&a, "--tokens");
+        s_arg(&a, tokens_words[o.tokens]);
         if (r.builtin_trainer || (r.train && r.trainer_push[0])) {
             /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy, and a
              * version an external trainer never stored is an error (404), not answers of another */

@@ -16,6 +16,7 @@
 #include "common/sr.h"
 #include "policy/model.h"
 #include "policy/prompt_parse.h"
+#include "policy/tokenizer.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -416,6 +417,9 @@ typedef struct {
     bool stream, include_usage;
     char *user; /* the last user message text (owned) */
     int prompt_tokens;
+    bool token_ids;  /* return_token_ids: ids beside the text, usage counts the ids */
+    bool prompt_ids; /* and prompt_token_ids too (return_prompt_token_ids, default true) */
+    s_buf_t prompt;  /* with token_ids: the rendered prompt the ids are of (owned) */
 } s_req_t;
 
 static char *s_content_text(const cJSON *content)
@@ -477,6 +481,23 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
         s_error(c, 400, "'messages' must be a non-empty array");
         return SR_EINVAL;
     }
+    const cJSON *rti = cJSON_GetObjectItemCaseSensitive(root, "return_token_ids");
+    if (rti && !cJSON_IsNull(rti)) {
+        if (!cJSON_IsBool(rti)) {
+            s_error(c, 400, "'return_token_ids' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->token_ids = cJSON_IsTrue(rti);
+    }
+    rq->prompt_ids = rq->token_ids;
+    const cJSON *rpi = cJSON_GetObjectItemCaseSensitive(root, "return_prompt_token_ids");
+    if (rpi && !cJSON_IsNull(rpi)) {
+        if (!cJSON_IsBool(rpi)) {
+            s_error(c, 400, "'return_prompt_token_ids' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->prompt_ids = rq->token_ids && cJSON_IsTrue(rpi);
+    }
     const cJSON *m;
     int idx = 0;
     cJSON_ArrayForEach(m, msgs)
@@ -490,6 +511,8 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
             return SR_EINVAL;
         }
         rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
+        if (rq->token_ids)
+            s_buf_printf(&rq->prompt, "<|%s|>\n%s\n", role->valuestring, text);
         if (strcmp(role->valuestring, "user") == 0) {
             free(rq->user);
             rq->user = text;
@@ -499,6 +522,10 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
         idx++;
     }
     rq->prompt_tokens += 2; /* the assistant's turn header */
+    if (rq->token_ids) {
+        s_buf_printf(&rq->prompt, "<|assistant|>\n");
+        rq->prompt_tokens = (int)ptok_count(rq->prompt.p);
+    }
     if (!rq->user) {
         s_error(c, 400, "'messages' holds no user message");
         return SR_EINVAL;
@@ -767,6 +794,59 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
     jsonw_lit(w, "]}]}");
 }
 
+/* s_ids_write writes ids as a JSON array of integers. */
+static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
+{
+    jsonw_lit(w, "[");
+    for (size_t i = 0; i < n; i++) {
+        char num[16];
+        int k = snprintf(num, sizeof num, i ? ",%d" : "%d", (int)ids[i]);
+        jsonw_raw(w, num, (size_t)k);
+    }
+    jsonw_lit(w, "]");
+}
+
+/* s_token_logprobs_write writes logprobs.content with one entry per token of ids (return_token_ids):
+ * the choice's logprob on token `at` (the first of the action), with the top alternatives there,
+ * and 0 on every other token (they follow from the choice; those entries are {token, logprob}
+ * only), so the entries sum to the choice's logprob exactly. */
+static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                                   int chosen, double lp, int top, const int32_t *ids, size_t n,
+                                   size_t at)
+{
+    jsonw_lit(w, "{\"content\":[");
+    for (size_t i = 0; i < n; i++) {
+        char piece[8];
+        int k = ptok_piece(ids[i], piece);
+        if (i)
+            jsonw_lit(w, ",");
+        jsonw_lit(w, "{\"token\":");
+        jsonw_strn(w, piece, k > 0 ? (size_t)k : 0);
+        if (i != at) {
+            jsonw_lit(w, ",\"logprob\":0}"); /* lean: no alternatives off the action */
+            continue;
+        }
+        jsonw_lit(w, ",\"logprob\":");
+        jsonw_num(w, lp);
+        jsonw_lit(w, ",\"top_logprobs\":[");
+        int order[PPARSE_MAX_ACTIONS];
+        int nt = s_top_order(st, p_unit, top, order);
+        (void)chosen;
+        for (int j = 0; j < nt; j++) {
+            int best = order[j];
+            if (j)
+                jsonw_lit(w, ",");
+            jsonw_lit(w, "{\"token\":");
+            jsonw_str(w, st->actions[best]);
+            jsonw_lit(w, ",\"logprob\":");
+            jsonw_num(w, p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
+            jsonw_lit(w, ",\"bytes\":null}");
+        }
+        jsonw_lit(w, "]}");
+    }
+    jsonw_lit(w, "]}");
+}
+
 static cJSON *s_usage_json(int prompt, int completion)
 {
     cJSON *u = cJSON_CreateObject();
@@ -820,6 +900,24 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
     s_buf_printf(&content, "<action>%s</action>", action);
     const char *finish = s_cut(&content, rq);
     int completion = policy_tokens(content.p);
+    int32_t *ids = NULL, *pids = NULL;
+    size_t n_ids = 0, n_pids = 0, lp_at = 0;
+    if (rq->token_ids && !rq->stream) {
+        /* usage counts the ids; the choice's logprob sits on the action's first token */
+        n_ids = ptok_encode(content.p, content.len, NULL, 0);
+        ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
+        ptok_encode(content.p, content.len, ids, n_ids);
+        n_pids = ptok_count(rq->prompt.p);
+        if (rq->prompt_ids) {
+            pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
+            ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
+        }
+        const char *a = content.p ? strstr(content.p, "<action>") : NULL;
+        lp_at = a ? ptok_encode(content.p, (size_t)(a - content.p) + 8, NULL, 0) : 0;
+        if (n_ids > 0 && lp_at >= n_ids)
+            lp_at = n_ids - 1;
+        completion = (int)n_ids;
+    }
     c->completion_tokens = completion;
     s_add64(&s->tokens_prompt, (uint64_t)rq->prompt_tokens);
 
@@ -853,13 +951,26 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
                       "\"content\":");
         jsonw_strn(&w, content.p, content.len);
         jsonw_lit(&w, "},\"logprobs\":");
-        if (rq->logprobs)
+        if (rq->logprobs && ids)
+            s_token_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs, ids, n_ids,
+                                   lp_at);
+        else if (rq->logprobs)
             s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);
         else
             jsonw_lit(&w, "null");
         jsonw_lit(&w, ",\"finish_reason\":");
         jsonw_str(&w, finish);
-        jsonw_lit(&w, "}],\"usage\":{\"prompt_tokens\":");
+        if (ids) {
+            jsonw_lit(&w, ",\"token_ids\":");
+            s_ids_write(&w, ids, n_ids);
+        }
+        jsonw_lit(&w, "}],");
+        if (pids) {
+            jsonw_lit(&w, "\"prompt_token_ids\":");
+            s_ids_write(&w, pids, n_pids);
+            jsonw_lit(&w, ",");
+        }
+        jsonw_lit(&w, "\"usage\":{\"prompt_tokens\":");
         jsonw_num(&w, rq->prompt_tokens);
         jsonw_lit(&w, ",\"completion_tokens\":");
         jsonw_num(&w, completion);
@@ -933,6 +1044,8 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
     }
     free(content.p);
     free(p);
+    free(ids);
+    free(pids);
     pparse_state_clear(&st);
 }
 
@@ -1330,6 +1443,7 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
     }
     int prompt_tokens = rq.prompt_tokens;
     free(rq.user);
+    free(rq.prompt.p);
     cJSON_Delete(root);
     if (rc != SR_OK || !s->o.cost_model) {
         if (rc == SR_OK)

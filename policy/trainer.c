@@ -13,6 +13,7 @@
 #include "policy/trainer.h"
 
 #include "common/sr.h"
+#include "policy/tokenizer.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -182,6 +183,93 @@ static int s_temperature(trainer_t *t, const proto_batch_t *b, double *out)
     return SR_OK;
 }
 
+/* s_ids_equal compares n ids with the tokenizer's ids of len bytes of text. */
+static bool s_ids_equal(const char *text, size_t len, const int32_t *ids, size_t n)
+{
+    size_t m = ptok_encode(text, len, NULL, 0);
+    if (m != n)
+        return false;
+    int32_t *mine = sr_xcalloc(m ? m : 1, sizeof *mine);
+    ptok_encode(text, len, mine, m);
+    bool same = m == 0 || memcmp(mine, ids, m * sizeof *mine) == 0;
+    free(mine);
+    return same;
+}
+
+/* s_check_tokens refuses a batch whose token ids are not the ones the built-in policy server
+ * produced: each step's token_ids must be the tokenizer's ids of its raw text (a step without
+ * reasoning; the built-in server gives none), and where the prompt ids and the messages are both
+ * there, the prompt rebuilt from prompt_prefix and prompt_token_ids must be the ids of the
+ * server's rendering of the messages. Steps without ids, and cut texts, are not checked. */
+static int s_check_tokens(trainer_t *t, const proto_batch_t *b)
+{
+    int rc = SR_OK;
+    int32_t *full = NULL;
+    size_t n_full = 0;
+    for (size_t g = 0; g < b->groups_len && rc == SR_OK; g++) {
+        const proto_group_t *gr = &b->groups[g];
+        for (size_t k = 0; k < gr->trajectories_len && rc == SR_OK; k++) {
+            const proto_result_t *tr = &gr->trajectories[k];
+            n_full = 0;
+            bool have_full = false;
+            for (size_t i = 0; i < tr->steps_len && rc == SR_OK; i++) {
+                const proto_result_step_t *st = &tr->steps[i];
+                if (st->token_ids_len > 0 && !st->text_truncated &&
+                    (st->reasoning || !s_ids_equal(st->raw, strlen(st->raw), st->token_ids,
+                                                   st->token_ids_len))) {
+                    s_fail(t, "batch of iteration %lld refused: groups[%zu].trajectories[%zu]."
+                              "steps[%zu].token_ids are not this policy's tokens of its text",
+                           (long long)b->iteration, g, k, i);
+                    rc = SR_EINVAL;
+                    break;
+                }
+                /* the prompt: rebuilt from the delta, compared with the messages' rendering */
+                size_t keep = st->has_prompt_prefix ? (size_t)st->prompt_prefix : 0;
+                bool ok_prefix = !st->has_prompt_prefix || (have_full && keep <= n_full);
+                have_full = ok_prefix && (st->prompt_token_ids_len > 0 || st->has_prompt_prefix);
+                if (!have_full)
+                    continue;
+                size_t n_prompt = keep + st->prompt_token_ids_len;
+                full = sr_xrealloc(full, (n_prompt + st->token_ids_len + 1) * sizeof *full);
+                if (st->prompt_token_ids_len)
+                    memcpy(full + keep, st->prompt_token_ids,
+                           st->prompt_token_ids_len * sizeof *full);
+                bool whole = st->messages_len > 0;
+                for (size_t m = 0; m < st->messages_len; m++)
+                    whole = whole && strlen(st->messages[m].content) < PROTO_MAX_TEXT;
+                if (whole) {
+                    sr_buf_t r = SR_BUF_INIT;
+                    for (size_t m = 0; m < st->messages_len; m++) {
+                        const char *role = st->messages[m].role, *text = st->messages[m].content;
+                        sr_buf_append(&r, "<|", 2);
+                        sr_buf_append(&r, role, strlen(role));
+                        sr_buf_append(&r, "|>\n", 3);
+                        sr_buf_append(&r, text, strlen(text));
+                        sr_buf_append(&r, "\n", 1);
+                    }
+                    sr_buf_append(&r, "<|assistant|>\n", 14);
+                    bool same = s_ids_equal(r.data ? (const char *)r.data : "", r.len, full,
+                                            n_prompt);
+                    sr_buf_free(&r);
+                    if (!same) {
+                        s_fail(t, "batch of iteration %lld refused: groups[%zu].trajectories[%zu]."
+                                  "steps[%zu]: the prompt ids are not this policy's tokens of the "
+                                  "messages",
+                               (long long)b->iteration, g, k, i);
+                        rc = SR_EINVAL;
+                        break;
+                    }
+                }
+                if (st->token_ids_len)
+                    memcpy(full + n_prompt, st->token_ids, st->token_ids_len * sizeof *full);
+                n_full = n_prompt + st->token_ids_len;
+            }
+        }
+    }
+    free(full);
+    return rc;
+}
+
 /* s_check_batch refuses a batch the learner cannot use. A batch whose groups are all of tasks
  * that are not household ids (another environment's task set) is not refused: *foreign_all is
  * set and the step learns nothing from it (the weights stay, the version advances), so that a
@@ -256,7 +344,7 @@ static int s_check_batch(trainer_t *t, const proto_batch_t *b, bool *foreign_all
             }
         }
     }
-    return SR_OK;
+    return s_check_tokens(t, b);
 }
 
 /* ------------------------------------------------------------------------ building samples */

@@ -4,6 +4,7 @@ response shape, for tests/it_backends.sh. Python standard library only; one thre
 
     stub_openai.py --flavor vllm|vllm-new|sglang|llamacpp|ollama [--model NAME] [--log FILE]
                    [--throttle N] [--long] [--no-usage] [--port-file FILE]
+                   [--token-id-strings] [--token-mismatch] [--load-delay-ms MS] [--refuse-load]
 
 It plays the household environment plausibly: the answer's action is taken from the prompt's
 admissible list (docs/prompt.md), chosen with the request's seed, so episodes proceed.
@@ -22,6 +23,21 @@ per chat request: {"model", "seed", "seed_type", "step", "status"}. --throttle N
 first N chat requests 429 with Retry-After: 1. --long makes every answer about 12000 tokens (60 KB
 of content) with logprobs. --no-usage leaves usage out. The chosen port is written to
 --port-file once the server listens.
+
+Token ids (vllm, vllm-new, sglang, when the request has "return_token_ids": true): the completion
+(reasoning, a space, content) is split on spaces, each piece one token with id crc32(piece) % 150000
+and logprob -(id % 97 + 1) / 64; the prompt (every message's content joined with spaces) likewise.
+vLLM's shape puts prompt_token_ids on the response and token_ids on the choice, SGLang's both on
+the choice. --token-id-strings leaves token_ids out and writes logprobs.content[].token as
+"token_id:N" (vLLM's --return-tokens-as-token-ids). --token-mismatch says one completion token more
+in usage than it sent. The request log entry then also holds "reasoning", "token_ids",
+"token_logprobs" and "prompt_token_ids" as sent.
+
+Weight loading (for --weights-sync): POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+(vLLM: 200 with a plain-text "Success: ..." body), /load_lora_adapter, /unload_lora_adapter and
+/update_weights_from_disk (SGLang: 200 with {"success": true, "message": ...}) each append
+{"admin": ROUTE, "body": {...}, "t0": start, "t1": end} to the log; --load-delay-ms waits that long
+before answering a load, --refuse-load answers every load 400 in the flavor's error shape.
 """
 import argparse
 import ast
@@ -30,8 +46,11 @@ import random
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+ADMIN = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/load_lora_adapter",
+         "/unload_lora_adapter", "/update_weights_from_disk")
 ADM = "Your admissible actions of the current situation are: ["
 
 
@@ -57,6 +76,14 @@ def admissible(messages):
 
 def tokens(text):
     return len(text.split())
+
+
+def tok_ids(text):
+    return [zlib.crc32(p.encode()) % 150000 for p in text.split(" ")]
+
+
+def tok_lp(i):
+    return -((i % 97) + 1) / 64.0
 
 
 class Stub:
@@ -97,6 +124,31 @@ class Handler(BaseHTTPRequestHandler):
                     "param": None, "code": status}
         return {"error": {"message": message, "type": "invalid_request_error", "code": status}}
 
+    def admin(self, raw):
+        a = self.stub.args
+        t0 = time.time()
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = None
+        load = "unload" not in self.path
+        if load and a.load_delay_ms:
+            time.sleep(a.load_delay_ms / 1000.0)
+        self.stub.record({"admin": self.path, "body": body, "t0": t0, "t1": time.time()})
+        if load and a.refuse_load:
+            self.send_json(400, self.error_body(400, "Loading lora %s failed: No adapter found for %s" % (
+                (body or {}).get("lora_name"), (body or {}).get("lora_path") or (body or {}).get("model_path"))))
+        elif self.path.startswith("/v1/"):
+            msg = ("Success: LoRA adapter '%s' %s successfully." % (
+                (body or {}).get("lora_name"), "added" if load else "removed")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+        else:
+            self.send_json(200, {"success": True, "message": "Succeeded to update model weights."})
+
     def do_GET(self):
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self.send_json(200, {"object": "list", "data": [
@@ -111,6 +163,9 @@ class Handler(BaseHTTPRequestHandler):
         a = self.stub.args
         n = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(n)
+        if self.path in ADMIN:
+            self.admin(raw)
+            return
         if not self.path.endswith("/chat/completions"):
             self.send_json(404, self.error_body(404, "no route " + self.path))
             return
@@ -150,6 +205,9 @@ class Handler(BaseHTTPRequestHandler):
         rng = random.Random(seed if seed_type == "int" else 0)
         action = rng.choice(acts) if acts else "look"
         reasoning = "The goal needs me to look around first; %s is admissible." % action
+        want_ids = req.get("return_token_ids") is True and a.flavor in ("vllm", "vllm-new", "sglang")
+        if want_ids:
+            reasoning += " #%d" % k  # one answer told apart from another
         content = ("word " * 12000 if a.long else "") + "<action>%s</action>" % action
         n_reason, n_content = tokens(reasoning), (12000 + 1 if a.long else tokens(content))
         message = {"role": "assistant", "content": content}
@@ -160,7 +218,22 @@ class Handler(BaseHTTPRequestHandler):
         if a.flavor == "vllm":
             message["tool_calls"] = []
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        if req.get("logprobs") and a.flavor != "ollama":
+        if want_ids:
+            ids = tok_ids(reasoning + " " + content)
+            pids = tok_ids(" ".join(m.get("content") or "" for m in req.get("messages") or []))
+            lps = [tok_lp(i) for i in ids]
+            if req.get("logprobs"):
+                choice["logprobs"] = {"content": [
+                    {"token": ("token_id:%d" % i) if a.token_id_strings else "t%d" % i,
+                     "logprob": lp, "bytes": None, "top_logprobs": []} for i, lp in zip(ids, lps)]}
+            if not a.token_id_strings:
+                choice["token_ids"] = ids
+            if a.flavor == "sglang":
+                choice["prompt_token_ids"] = pids
+            entry.update({"reasoning": reasoning, "token_ids": ids, "token_logprobs": lps,
+                          "prompt_token_ids": pids})
+            self.stub.record(dict(entry, status="ids"))
+        elif req.get("logprobs") and a.flavor != "ollama":
             pieces = content.split(" ") if a.long else [content]
             choice["logprobs"] = {"content": [
                 {"token": p, "logprob": -0.25, "bytes": list(p.encode()[:8]),
@@ -174,6 +247,10 @@ class Handler(BaseHTTPRequestHandler):
             choice["matched_stop"] = 151645
         usage = {"prompt_tokens": tokens(user), "completion_tokens": n_reason + n_content,
                  "total_tokens": tokens(user) + n_reason + n_content}
+        if want_ids:
+            n_out = len(ids) + (1 if a.token_mismatch else 0)
+            usage = {"prompt_tokens": len(pids), "completion_tokens": n_out,
+                     "total_tokens": len(pids) + n_out}
         if a.flavor == "vllm-new":
             usage["completion_tokens_details"] = {"reasoning_tokens": n_reason}
         model = a.model if a.flavor == "sglang" else req.get("model", a.model)
@@ -181,6 +258,8 @@ class Handler(BaseHTTPRequestHandler):
                 "created": int(time.time()), "model": model, "choices": [choice]}
         if not a.no_usage:
             body["usage"] = usage
+        if want_ids and a.flavor != "sglang":
+            body["prompt_token_ids"] = pids
         if a.flavor == "llamacpp":
             body["system_fingerprint"] = "b4600-1a2b3c4d"
             body["timings"] = {"prompt_n": usage["prompt_tokens"], "prompt_ms": 3.1,
@@ -201,6 +280,10 @@ def main():
     p.add_argument("--throttle", type=int, default=0)
     p.add_argument("--long", action="store_true")
     p.add_argument("--no-usage", action="store_true")
+    p.add_argument("--token-id-strings", action="store_true")
+    p.add_argument("--token-mismatch", action="store_true")
+    p.add_argument("--load-delay-ms", type=int, default=0)
+    p.add_argument("--refuse-load", action="store_true")
     args = p.parse_args()
     Handler.stub = Stub(args)
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)

@@ -1424,7 +1424,67 @@ static void done_callback_may_start_the_next_request(void **state)
     assert_null(llm_client_chat(NULL, &chat, s_chain_done, &ch));
 }
 
+/* Token ids in vLLM's shape (prompt_token_ids on the response, token_ids on the choice), SGLang's
+ * (both on the choice), SGLang's sglext, and vLLM's "token_id:N" strings; logprobs one per token. */
+static void token_ids_are_parsed_from_each_servers_shape(void **state)
+{
+    (void)state;
+    const char *lp = "\"logprobs\":{\"content\":[{\"token\":\"token_id:7\",\"logprob\":-0.5},"
+                     "{\"token\":\"token_id:151645\",\"logprob\":-0.25}]}";
+    char bodies[4][512];
+    snprintf(bodies[0], sizeof bodies[0],
+             "{\"prompt_token_ids\":[1,2,3],\"choices\":[{\"message\":{\"content\":\"x\"},"
+             "\"token_ids\":[7,151645],%s}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}",
+             lp);
+    snprintf(bodies[1], sizeof bodies[1],
+             "{\"choices\":[{\"message\":{\"content\":\"x\"},\"prompt_token_ids\":[1,2,3],"
+             "\"token_ids\":[7,151645],%s}]}", lp);
+    snprintf(bodies[2], sizeof bodies[2],
+             "{\"choices\":[{\"message\":{\"content\":\"x\"},%s}],\"sglext\":{"
+             "\"prompt_token_ids\":[1,2,3],\"completion_token_ids\":[7,151645]}}", lp);
+    snprintf(bodies[3], sizeof bodies[3],
+             "{\"prompt_token_ids\":[1,2,3],\"choices\":[{\"message\":{\"content\":\"x\"},%s}]}", lp);
+    for (int i = 0; i < 4; i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(bodies[i], strlen(bodies[i]), &r, &st), 0);
+        assert_int_equal(r.n_token_ids, 2);
+        assert_int_equal(r.token_ids[0], 7);
+        assert_int_equal(r.token_ids[1], 151645);
+        assert_int_equal(r.n_prompt_token_ids, 3);
+        assert_int_equal(r.prompt_token_ids[2], 3);
+        assert_int_equal(r.n_token_logprobs, 2);
+        assert_true(r.token_logprobs[0] == -0.5f && r.token_logprobs[1] == -0.25f);
+        assert_true(r.has_logprob && r.logprob_sum == -0.75);
+        llm_parsed_free(&st);
+    }
+    /* no ids: none; plain token strings are no ids; a bad id keeps none */
+    const char *none[] = {
+        "{\"choices\":[{\"message\":{\"content\":\"x\"},\"logprobs\":{\"content\":"
+        "[{\"token\":\"x\",\"logprob\":-1}]}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"x\"},\"token_ids\":[1,-2]}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"x\"},\"token_ids\":[1.5]}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"x\"},\"token_ids\":\"1 2\"}]}",
+    };
+    for (size_t i = 0; i < SR_ARRAY_LEN(none); i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(none[i], strlen(none[i]), &r, &st), 0);
+        assert_int_equal(r.n_token_ids, 0);
+        assert_null(r.token_ids);
+        llm_parsed_free(&st);
+    }
+    /* the request asks with vLLM's and SGLang's field name */
+    llm_message_t m = {.role = "user", .content = "hi"};
+    llm_chat_t req = {.model = "m", .messages = &m, .n_messages = 1, .temperature = -1,
+                      .top_p = -1, .logprobs = true, .token_ids = true};
+    char *body = llm_chat_body(&req);
+    assert_non_null(strstr(body, "\"logprobs\":true,\"return_token_ids\":true"));
+    free(body);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(token_ids_are_parsed_from_each_servers_shape),
     cmocka_unit_test(base_urls_are_normalised),
     cmocka_unit_test(request_body_carries_the_openai_fields),
     cmocka_unit_test(request_body_is_byte_for_byte_what_cjson_prints),

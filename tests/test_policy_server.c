@@ -17,6 +17,7 @@
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
 #include "policy/server.h"
+#include "policy/tokenizer.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
 
@@ -275,6 +276,82 @@ static void completion_is_openai_shaped_with_usage_and_logprobs(void **state)
     assert_true(ct >= 16);
     free(action);
     cJSON_Delete(j);
+    free(r.body);
+    free(req);
+    policy_server_destroy(&s);
+}
+
+/* return_token_ids: vLLM's fields; the ids decode to the content and to the rendered prompt, the
+ * per-token logprobs sum to the choice's logprob (the same as without ids), usage counts the ids. */
+static void token_ids_decode_to_the_text_and_logprobs_sum_to_the_choice(void **state)
+{
+    (void)state;
+    policy_server_t *s = s_start(false, 1, 8, 8, NULL);
+    char *plain = s_request("selroll-policy", "\"temperature\":0.7,\"seed\":5,\"logprobs\":true");
+    char *req = s_request("selroll-policy",
+                          "\"temperature\":0.7,\"seed\":5,\"logprobs\":true,\"return_token_ids\":true");
+    resp_t r0 = s_http(policy_server_port(s), "POST", "/v1/chat/completions", plain);
+    resp_t r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 200);
+    cJSON *j0 = s_json(&r0), *j = s_json(&r);
+    const char *content = s_content(j);
+    assert_string_equal(content, s_content(j0)); /* the same answer with and without ids */
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    cJSON *tid = cJSON_GetObjectItem(c0, "token_ids"), *pid = cJSON_GetObjectItem(j, "prompt_token_ids");
+    assert_true(cJSON_IsArray(tid) && cJSON_IsArray(pid));
+    int n = cJSON_GetArraySize(tid), np = cJSON_GetArraySize(pid);
+    int32_t *ids = calloc((size_t)n + (size_t)np, sizeof *ids);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)cJSON_GetArrayItem(tid, i)->valuedouble;
+    for (int i = 0; i < np; i++)
+        ids[n + i] = (int32_t)cJSON_GetArrayItem(pid, i)->valuedouble;
+    char *text = ptok_decode(ids, (size_t)n, NULL);
+    assert_string_equal(text, content);
+    free(text);
+    text = ptok_decode(ids + n, (size_t)np, NULL);
+    char want[8192];
+    snprintf(want, sizeof want, "<|system|>\n%s\n<|user|>\n%s\n<|assistant|>\n", SYSTEM, PROMPT);
+    assert_string_equal(text, want);
+    free(text);
+    free(ids);
+    cJSON *lpc = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
+    assert_int_equal(cJSON_GetArraySize(lpc), n);
+    double sum = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, lpc) sum += cJSON_GetObjectItem(e, "logprob")->valuedouble;
+    cJSON *lp0 = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j0, "choices"), 0),
+                                                "logprobs"), "content"), 0);
+    assert_true(sum == cJSON_GetObjectItem(lp0, "logprob")->valuedouble);
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    assert_int_equal(cJSON_GetObjectItem(u, "completion_tokens")->valueint, n);
+    assert_int_equal(cJSON_GetObjectItem(u, "prompt_tokens")->valueint, np);
+    /* cJSON prints the answer back unchanged: the hand-written JSON is well-formed */
+    char *back = cJSON_PrintUnformatted(j);
+    assert_string_equal(back, r.body);
+    free(back);
+    cJSON_Delete(j);
+    cJSON_Delete(j0);
+    free(r.body);
+    free(r0.body);
+    free(req);
+    free(plain);
+    /* return_prompt_token_ids false: no prompt ids, the same counts */
+    req = s_request("selroll-policy", "\"seed\":5,\"return_token_ids\":true,"
+                                      "\"return_prompt_token_ids\":false");
+    r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 200);
+    j = s_json(&r);
+    assert_null(cJSON_GetObjectItem(j, "prompt_token_ids"));
+    assert_int_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens")->valueint, np);
+    cJSON_Delete(j);
+    free(r.body);
+    free(req);
+    /* a bad return_token_ids is refused */
+    req = s_request("selroll-policy", "\"return_token_ids\":1");
+    r = s_http(policy_server_port(s), "POST", "/v1/chat/completions", req);
+    assert_int_equal(r.status, 400);
     free(r.body);
     free(req);
     policy_server_destroy(&s);
@@ -1055,6 +1132,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(health_models_metrics_and_unknown_routes_answer),
         cmocka_unit_test(completion_is_openai_shaped_with_usage_and_logprobs),
+        cmocka_unit_test(token_ids_decode_to_the_text_and_logprobs_sum_to_the_choice),
         cmocka_unit_test(tokenizer_rule_counts_letter_runs_by_four_and_symbols_by_one),
         cmocka_unit_test(seeded_sampling_is_reproducible_and_temperature_zero_is_greedy),
         cmocka_unit_test(bad_requests_get_openai_shaped_errors),

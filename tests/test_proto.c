@@ -668,6 +668,85 @@ static void result_optional_fields_absent_vs_present(void **state)
                   "usage_unknown_steps", "out of range");
 }
 
+/* A step's tokens travel as msgpack bin of little-endian int32 / float32 and come back exact. */
+static void result_step_tokens_round_trip_as_little_endian_bins(void **state)
+{
+    (void)state;
+    static const int32_t ids[] = {0, 1, 151645, INT32_MAX, 70000};
+    static const float lps[] = {-0.25f, 0.0f, -1e-7f, -12.5f, -0.693147182f};
+    static const int32_t pids[] = {9, 8, 7};
+    proto_result_step_t st = s_steps[2];
+    st.token_ids = ids;
+    st.token_ids_len = 5;
+    st.token_logprobs = lps;
+    st.token_logprobs_len = 5;
+    st.prompt_token_ids = pids;
+    st.prompt_token_ids_len = 3;
+    st.has_prompt_prefix = true;
+    st.prompt_prefix = 40;
+    st.tokens_mismatch = true;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_RESULT);
+    in.u.result = s_result();
+    in.u.result.steps = &st;
+    in.u.result.steps_len = 1;
+    in.u.result.n_steps = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    /* the ids' bin: 0xc4, 20 bytes, then 151645 = 0x0002505d as 5d 50 02 00 */
+    static const uint8_t want[] = {0xc4, 20, 0, 0, 0, 0, 1, 0, 0, 0, 0x5d, 0x50, 0x02, 0x00};
+    bool found = false;
+    for (size_t i = 0; i + sizeof want <= b.len && !found; i++)
+        found = memcmp(b.data + i, want, sizeof want) == 0;
+    assert_true(found);
+    proto_err_t err;
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    const proto_result_step_t *d = &out.u.result.steps[0];
+    assert_int_equal(d->token_ids_len, 5);
+    assert_memory_equal(d->token_ids, ids, sizeof ids);
+    assert_int_equal(d->token_logprobs_len, 5);
+    assert_memory_equal(d->token_logprobs, lps, sizeof lps);
+    assert_int_equal(d->prompt_token_ids_len, 3);
+    assert_memory_equal(d->prompt_token_ids, pids, sizeof pids);
+    assert_true(d->has_prompt_prefix);
+    assert_int_equal(d->prompt_prefix, 40);
+    assert_true(d->tokens_mismatch);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+
+    /* absent: all empty, no flags */
+    st = s_steps[2];
+    in.u.result.steps = &st;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    d = &out.u.result.steps[0];
+    assert_null(d->token_ids);
+    assert_int_equal(d->token_ids_len + d->token_logprobs_len + d->prompt_token_ids_len, 0);
+    assert_false(d->has_prompt_prefix);
+    assert_false(d->tokens_mismatch);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+
+    /* logprobs that are not one per id, and a ragged bin, are refused by name */
+    st.token_ids = ids;
+    st.token_ids_len = 5;
+    st.token_logprobs = lps;
+    st.token_logprobs_len = 4;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_EPROTO);
+    assert_string_equal(err.field, "steps[0].token_logprobs");
+    sr_buf_free(&b);
+    st.token_logprobs_len = 0;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    for (size_t i = 0; i + 2 <= b.len; i++)
+        if (b.data[i] == 0xc4 && b.data[i + 1] == 20) {
+            b.data[i + 1] = 19; /* 19 bytes of ids, and one byte more for the next key */
+            break;
+        }
+    assert_int_not_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    sr_buf_free(&b);
+}
+
 static void heartbeat_round_trips(void **state)
 {
     proto_msg_t in, out;
@@ -1046,6 +1125,31 @@ static void weights_ready_round_trips_and_defaults(void **state)
     s_decode_edit(PROTO_WEIGHTS_READY, "ok", s_drop(), &out);
     assert_true(out.u.weights_ready.ok);
     proto_msg_clear(&out);
+}
+
+/* WEIGHTS_READY.path: where the trainer saved the version, for --weights-sync; optional. */
+static void weights_ready_path_round_trips_and_is_optional(void **state)
+{
+    (void)state;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_WEIGHTS_READY);
+    in.u.weights_ready.run = "run-1";
+    in.u.weights_ready.version = 3;
+    in.u.weights_ready.iteration = 2;
+    in.u.weights_ready.path = "/ckpt/run-1/v3";
+    sr_buf_t b = SR_BUF_INIT;
+    proto_err_t err;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    assert_string_equal(out.u.weights_ready.path, "/ckpt/run-1/v3");
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
+    in.u.weights_ready.path = NULL;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    assert_null(out.u.weights_ready.path);
+    proto_msg_clear(&out);
+    sr_buf_free(&b);
 }
 
 static void weights_ready_refusal_carries_ok_false_and_a_reason(void **state)
@@ -1590,6 +1694,8 @@ static void random_mutations_never_crash_and_always_explain(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(result_step_tokens_round_trip_as_little_endian_bins),
+        cmocka_unit_test(weights_ready_path_round_trips_and_is_optional),
         cmocka_unit_test(hello_round_trips),
         cmocka_unit_test(hello_optional_fields_absent_are_null),
         cmocka_unit_test(welcome_round_trips_with_and_without_env_workers),

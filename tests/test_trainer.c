@@ -18,6 +18,7 @@
 #include "policy/model.h"
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
+#include "policy/tokenizer.h"
 #include "policy/trainer.h"
 #include "policy/trainer_svc.h"
 
@@ -659,6 +660,46 @@ static void test_other_tasks_beside_household_ones_are_left_out(void **state)
     pool_free(&p);
 }
 
+/* Token ids that are not the built-in tokenizer's ids of the step's text (or of the messages'
+ * rendering, for the prompt) refuse the batch; the right ones pass. */
+static void test_token_ids_not_of_this_policy_refuse_the_batch(void **state)
+{
+    (void)state;
+    pool_t p = {0};
+    proto_msg_t msg;
+    make_std_batch(&p, &msg, 0);
+    proto_batch_t *b = &msg.u.batch;
+    trainer_t *t = new_trainer(0.5, 0.01, 1.0, 1);
+    proto_result_step_t *st = &b->groups[0].trajectories[0].steps[0];
+    int32_t ids[4096], pids[8192];
+    size_t n = ptok_encode(st->raw, strlen(st->raw), ids, 4096);
+    assert_true(n > 0 && n < 4096);
+    st->token_ids = ids;
+    st->token_ids_len = n;
+    char prompt[16384] = "";
+    for (size_t m = 0; m < st->messages_len; m++)
+        snprintf(prompt + strlen(prompt), sizeof prompt - strlen(prompt), "<|%s|>\n%s\n",
+                 st->messages[m].role, st->messages[m].content);
+    strcat(prompt, "<|assistant|>\n");
+    size_t np = ptok_encode(prompt, strlen(prompt), pids, 8192);
+    assert_true(np > 0 && np < 8192);
+    st->prompt_token_ids = pids;
+    st->prompt_token_ids_len = np;
+
+    ids[n - 1] ^= 1;
+    expect_refused(t, b, SR_EINVAL, "token_ids are not this policy's tokens");
+    ids[n - 1] ^= 1;
+    pids[np / 2] ^= 1;
+    expect_refused(t, b, SR_EINVAL, "prompt ids are not this policy's tokens");
+    pids[np / 2] ^= 1;
+    st->reasoning = "thinking aloud";
+    expect_refused(t, b, SR_EINVAL, "token_ids are not this policy's tokens");
+    st->reasoning = NULL;
+    assert_int_equal(trainer_step(t, b, NULL), 0);
+    trainer_destroy(&t);
+    pool_free(&p);
+}
+
 static void test_bad_configuration_is_refused(void **state)
 {
     (void)state;
@@ -990,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_temperature_comes_from_the_batch_stats),
         cmocka_unit_test(test_format_errors_and_unlisted_actions_are_skipped_and_counted),
         cmocka_unit_test(test_bad_batches_are_refused_with_a_reason_and_change_nothing),
+        cmocka_unit_test(test_token_ids_not_of_this_policy_refuse_the_batch),
         cmocka_unit_test(test_a_batch_of_only_other_tasks_teaches_nothing_but_advances),
         cmocka_unit_test(test_other_tasks_beside_household_ones_are_left_out),
         cmocka_unit_test(test_bad_configuration_is_refused),

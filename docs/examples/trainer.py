@@ -40,7 +40,8 @@ Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
     training step; TRL: feed (prompt, completion, advantage) to a GRPOTrainer subclass whose
     _generate_and_score_completions returns these instead of sampling;
   - after the update, publish the weights where the inference servers read them (for vLLM, load
-    the new checkpoint, e.g. /v1/load_lora_adapter or a restart), then send WEIGHTS_READY with the
+    the new checkpoint, e.g. /v1/load_lora_adapter or a restart, or send --path and let the
+    coordinator's --weights-sync do it), then send WEIGHTS_READY with the
     new version. The coordinator announces it (POLICY_VERSION) and samples the next iteration
     with it.
 """
@@ -151,6 +152,9 @@ def main():
     ap.add_argument("--count", type=int, default=0, help="exit after N batches (0 = never)")
     ap.add_argument("--check", action="store_true",
                     help="check every group's advantages against its rewards; refuse on a mismatch")
+    ap.add_argument("--path", metavar="TEMPLATE",
+                    help="put path TEMPLATE ({version} replaced) into every WEIGHTS_READY: where "
+                         "this trainer saved the version, for the coordinator's --weights-sync")
     ap.add_argument("--refuse-first", action="store_true",
                     help="refuse the first batch (ok false, with a reason)")
     ap.add_argument("--redis", help="copy the weights of the batch's version to the acked one in "
@@ -202,6 +206,8 @@ def main():
                             raise ValueError("no weights of version %d in Redis to carry over" % pv)
                     version = new
                     acked[(run, it)] = version
+                    if args.path:
+                        ack["path"] = args.path.replace("{version}", str(version))
                     ack.update(ok=True, version=version, loss=0.0,
                                info="acknowledged without training: %d groups, %d trajectories, "
                                     "%d steps, %d messages%s" % (groups, trajs, steps, msgs, checked))

@@ -1,0 +1,107 @@
+/*
+ * tokenizer.c — the built-in policy server's tokenizer (see tokenizer.h for the vocabulary).
+ * Pure functions over bytes: no tables, no allocation but the decoder's result.
+ */
+#include "policy/tokenizer.h"
+
+#include "common/sr.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char s_alpha[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+static const int32_t s_offset[5] = {0, 0, 62, 62 + 62 * 62, 62 + 62 * 62 + 62 * 62 * 62};
+
+static int s_digit(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'Z')
+        return 10 + (c - 'A');
+    if (c >= 'a' && c <= 'z')
+        return 36 + (c - 'a');
+    return -1;
+}
+
+static bool s_space(unsigned char c)
+{
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+size_t ptok_encode(const char *text, size_t len, int32_t *ids, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t i = 0, n = 0;
+    while (p && i < len) {
+        int32_t prefix = 0;
+        if ((p[i] == ' ' || p[i] == '\n') && i + 1 < len && !s_space(p[i + 1])) {
+            prefix = p[i] == ' ' ? 1 : 2;
+            i++;
+        }
+        int32_t core;
+        if (s_digit(p[i]) >= 0) {
+            int32_t v = 0;
+            int k = 0;
+            while (k < 4 && i < len && s_digit(p[i]) >= 0) {
+                v = v * 62 + s_digit(p[i]);
+                i++;
+                k++;
+            }
+            core = 256 + s_offset[k] + v;
+        } else {
+            core = p[i++];
+        }
+        if (ids && n < cap)
+            ids[n] = prefix * PTOK_CORES + core;
+        n++;
+    }
+    return n;
+}
+
+size_t ptok_count(const char *text)
+{
+    return text ? ptok_encode(text, strlen(text), NULL, 0) : 0;
+}
+
+int ptok_piece(int32_t id, char *buf)
+{
+    if (id < 0 || id >= PTOK_VOCAB)
+        return -1;
+    int n = 0;
+    int32_t prefix = id / PTOK_CORES, core = id % PTOK_CORES;
+    if (prefix)
+        buf[n++] = prefix == 1 ? ' ' : '\n';
+    if (core < 256) {
+        buf[n++] = (char)core;
+        return n;
+    }
+    int32_t k = core - 256;
+    int len = 4;
+    while (len > 1 && k < s_offset[len])
+        len--;
+    int32_t v = k - s_offset[len];
+    for (int j = len - 1; j >= 0; j--) {
+        buf[n + j] = s_alpha[v % 62];
+        v /= 62;
+    }
+    return n + len;
+}
+
+char *ptok_decode(const int32_t *ids, size_t n, size_t *len)
+{
+    char *out = sr_xcalloc(n * 5 + 1, 1);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = ptok_piece(ids[i], out + at);
+        if (k < 0) {
+            free(out);
+            return NULL;
+        }
+        at += (size_t)k;
+    }
+    out[at] = '\0';
+    if (len)
+        *len = at;
+    return out;
+}
