@@ -5,7 +5,7 @@
  * facts about the candidate relative to the state ("go|obj=apple|rt=fridge|hold=empty": going to a
  * fridge while searching for an apple with empty hands). Facts are relational — types, not
  * instance numbers or task ids — so what the weights learn on one floor plan carries over to
- * another. Names hash (FNV-1a) into the named region of the weight vector; the action string
+ * another. Beliefs about one task (model.h) enter as features too. Names hash (FNV-1a) into the named region of the weight vector; the action string
  * itself hashes into the string region. All feature values are 1, so w . phi(s, a) is a sum of
  * weights, and the gradient of log pi is a difference of feature counts.
  */
@@ -148,9 +148,8 @@ typedef struct {
 #define S_FNV_OFFSET 1469598103934665603ULL
 #define S_FNV_STEP(h, c) ((h) = ((h) ^ (unsigned char)(c)) * 1099511628211ULL)
 
-static void s_emit(s_emit_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void s_emit(s_emit_t *e, const char *fmt, ...)
+/* s_emit_ap emits the feature named by fmt and ap with value v. */
+static void s_emit_ap(s_emit_t *e, float v, const char *fmt, va_list ap0)
 {
     if (e->n >= e->max)
         return;
@@ -161,7 +160,7 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
     uint64_t h = S_FNV_OFFSET; /* model_hash64's start for seed 0 */
     size_t n = 0;
     va_list ap;
-    va_start(ap, fmt);
+    va_copy(ap, ap0);
     for (const char *f = fmt; *f && n < S_NAME_MAX - 1; f++) {
         if (*f != '%') {
             S_FNV_STEP(h, *f);
@@ -176,31 +175,28 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
                 S_FNV_STEP(h, *str);
             f++;
         } else if (f[1] == 'd') {
-            int v = va_arg(ap, int);
+            int iv = va_arg(ap, int);
             char dig[12];
             int k = 0;
-            unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+            unsigned u = iv < 0 ? 0u - (unsigned)iv : (unsigned)iv;
             do {
                 dig[k++] = (char)('0' + u % 10);
                 u /= 10;
             } while (u);
-            if (v < 0)
+            if (iv < 0)
                 dig[k++] = '-';
             for (; k > 0 && n < S_NAME_MAX - 1; n++)
                 S_FNV_STEP(h, dig[--k]);
             f++;
         } else {
             char name[S_NAME_MAX];
-            va_list rest;
             va_end(ap);
-            va_start(rest, fmt);
-            vsnprintf(name, sizeof name, fmt, rest);
-            va_end(rest);
-            va_start(ap, fmt);
+            va_copy(ap, ap0);
+            vsnprintf(name, sizeof name, fmt, ap);
+            va_end(ap);
             e->out[e->n].idx = model_feature_index(name);
-            e->out[e->n].val = 1.0f;
+            e->out[e->n].val = v;
             e->n++;
-            va_end(ap);
             return;
         }
     }
@@ -209,8 +205,30 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
     e->out[e->n].idx = (uint32_t)(h % MODEL_NAMED_DIM);
-    e->out[e->n].val = 1.0f;
+    e->out[e->n].val = v;
     e->n++;
+}
+
+static void s_emit(s_emit_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void s_emit(s_emit_t *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_emit_ap(e, 1.0f, fmt, ap);
+    va_end(ap);
+}
+
+/* s_emit_val emits a feature of value v (s_emit's are 1). */
+static void s_emit_val(s_emit_t *e, double v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void s_emit_val(s_emit_t *e, double v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_emit_ap(e, (float)v, fmt, ap);
+    va_end(ap);
 }
 
 /* s_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ") into a
@@ -278,18 +296,197 @@ static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int 
     return others > 0;
 }
 
-int model_features(const pparse_state_t *st, int action, model_feat_t *out, int max)
+/* ---------------------------------------------------------------- beliefs */
+
+/* Look-alike object types: a 7B model reading "butterknife" may well take the knife. */
+static const char *const S_ALIKE[][2] = {
+    {"butterknife", "knife"}, {"knife", "butterknife"}, {"cup", "mug"},       {"mug", "cup"},
+    {"pot", "pan"},           {"pan", "pot"},           {"soapbar", "soapbottle"},
+    {"soapbottle", "soapbar"}, {"pen", "pencil"},       {"pencil", "pen"},
+    {"saltshaker", "peppershaker"}, {"peppershaker", "saltshaker"}, {"bowl", "plate"},
+    {"plate", "bowl"},        {"spoon", "ladle"},       {"ladle", "spoon"},
+    {"cellphone", "remotecontrol"}, {"remotecontrol", "cellphone"}, {"cloth", "dishsponge"},
+    {"dishsponge", "cloth"},
+};
+
+/* Object classes: the unit over which a belief correction generalises. */
+static const struct {
+    const char *oc;
+    const char *types;
+} S_CLASSES[] = {
+    {"food", " apple bread egg lettuce potato tomato winebottle "},
+    {"dish", " mug cup bowl plate pan pot kettle "},
+    {"utensil", " knife butterknife fork spoon spatula ladle peppershaker saltshaker "},
+    {"bath", " dishsponge soapbar soapbottle spraybottle toiletpaper cloth towel handtowel candle "
+             "plunger "},
+    {"small", " pen pencil cd creditcard keychain cellphone watch remotecontrol alarmclock "},
+    {"decor", " book laptop pillow newspaper statue vase box tissuebox "},
+};
+
+/* How often a task holds a belief, by task type (unk pick look clean heat cool two): the chance
+ * that the model confuses the goal object with its look-alike, and that it forgets a step. */
+static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.30, 0.15, 0.30, 0.15, 0.30, 0.35};
+static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.35, 0.10, 0.40, 0.45};
+
+typedef struct {
+    uint64_t key; /* task key x salt */
+    const char *oc;
+    const char *alike; /* the look-alike taken for the goal object, NULL if none */
+    bool alike_here;   /* a take of it is admissible */
+    bool forget;
+} s_task_belief_t;
+
+static uint64_t s_mix(uint64_t h)
 {
-    if (!st || !out || max < 1 || action < 0 || action >= st->n_actions)
+    h ^= h >> 31;
+    h *= 0x7fb5d329728ea185ULL;
+    h ^= h >> 27;
+    h *= 0x81dadef4bc2dd44dULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static double s_unit(uint64_t h)
+{
+    return (double)(s_mix(h) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* s_normal_of maps a hash to a value of mean 0 and standard deviation 1 (the sum of the four
+ * 16-bit uniforms of one mixed hash, nearly normal). */
+static double s_normal_of(uint64_t h)
+{
+    uint64_t x = s_mix(h);
+    double s = 0;
+    for (int i = 0; i < 4; i++, x >>= 16)
+        s += (double)(x & 0xFFFF) * (1.0 / 65536.0);
+    return (s - 2.0) * 1.7320508075688772;
+}
+
+static bool s_processing_task(pparse_task_t t)
+{
+    return t == PPARSE_TASK_CLEAN || t == PPARSE_TASK_HEAT || t == PPARSE_TASK_COOL;
+}
+
+uint32_t model_salt(const model_t *m)
+{
+    if (!m)
+        return 0;
+    float v = m->w[MODEL_META_SALT];
+    return isfinite(v) && v >= 0 && v < 16777216.0f ? (uint32_t)v : 0;
+}
+
+static void s_task_belief_pure(const pparse_state_t *st, uint32_t salt, s_task_belief_t *tb);
+
+/* The last task's beliefs, per thread: model_features asks for them once per candidate action
+ * of the same state. Everything cached is a function of the task key and the salt alone. */
+static __thread struct {
+    uint64_t task_key;
+    uint32_t salt;
+    bool valid;
+    s_task_belief_t tb;
+} s_last;
+
+static void s_task_belief(const model_t *m, const pparse_state_t *st, s_task_belief_t *tb)
+{
+    uint32_t salt = model_salt(m);
+    if (s_last.valid && s_last.task_key == st->task_key && s_last.salt == salt && st->task_key) {
+        *tb = s_last.tb;
+    } else {
+        s_task_belief_pure(st, salt, tb);
+        s_last.task_key = st->task_key;
+        s_last.salt = salt;
+        s_last.tb = *tb;
+        s_last.valid = true;
+    }
+    tb->alike_here = false;
+    if (tb->alike) {
+        size_t l = strlen(tb->alike);
+        for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
+            const char *a = st->actions[i];
+            tb->alike_here = strncmp(a, "take ", 5) == 0 && strncmp(a + 5, tb->alike, l) == 0 &&
+                             a[5 + l] == ' ';
+        }
+    }
+}
+
+/* s_task_belief_pure computes the beliefs that depend on the task and the salt only. */
+static void s_task_belief_pure(const pparse_state_t *st, uint32_t salt, s_task_belief_t *tb)
+{
+    memset(tb, 0, sizeof *tb);
+    tb->key = s_mix(st->task_key ^ ((uint64_t)salt + 1) * 0xD6E8FEB86659FD93ULL);
+    tb->oc = "other";
+    char pat[PPARSE_NAME_MAX + 2];
+    snprintf(pat, sizeof pat, " %s ", st->goal_obj);
+    for (size_t i = 0; st->goal_obj[0] && i < SR_ARRAY_LEN(S_CLASSES); i++)
+        if (strstr(S_CLASSES[i].types, pat))
+            tb->oc = S_CLASSES[i].oc;
+    if (!st->task_key)
+        return;
+    unsigned t = (unsigned)st->task < PPARSE_TASK_COUNT ? (unsigned)st->task : 0;
+    if (s_unit(tb->key ^ 0xA11CEULL) < S_P_ALIKE[t]) {
+        for (size_t i = 0; i < SR_ARRAY_LEN(S_ALIKE); i++)
+            if (strcmp(S_ALIKE[i][0], st->goal_obj) == 0)
+                tb->alike = S_ALIKE[i][1];
+    }
+    tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
+}
+
+static bool s_is_alike(const s_task_belief_t *tb, const char *type)
+{
+    return tb->alike && strcmp(tb->alike, type) == 0;
+}
+
+/* s_where_value is how strongly the task's belief puts the goal object in receptacle `name` of
+ * type `type`: a belief about the type (where such things are kept here) and a weaker one about
+ * the instance (which of the look-alike receptacles), both fixed per task and salt. */
+static double s_where_value(const s_task_belief_t *tb, const char *name, const char *type)
+{
+    uint64_t ht = model_hash64(type, tb->key), hi = model_hash64(name, tb->key ^ 0x1ULL);
+    return s_normal_of(ht) + 0.5 * s_normal_of(hi);
+}
+
+void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!m || !st)
+        return;
+    s_task_belief_t tb;
+    s_task_belief(m, st, &tb);
+    if (tb.alike)
+        snprintf(out->alike, sizeof out->alike, "%s", tb.alike);
+    out->forget = tb.forget;
+    double best = -1e300;
+    char type[PPARSE_NAME_MAX];
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "go to ", 6) != 0)
+            continue;
+        pparse_type_of(a + 6, type, sizeof type);
+        double v = s_where_value(&tb, a + 6, type);
+        if (v > best) {
+            best = v;
+            snprintf(out->where, sizeof out->where, "%s", a + 6);
+        }
+    }
+}
+
+int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
+                   int max)
+{
+    if (!m || !st || !out || max < 1 || action < 0 || action >= st->n_actions)
         return SR_EINVAL;
     s_emit_t e = {.out = out, .n = 0, .max = max};
     const char *a = st->actions[action];
     const char *task = s_task_short(st->task);
+    s_task_belief_t tb;
+    s_task_belief(m, st, &tb);
     char held_type[PPARSE_NAME_MAX];
     pparse_type_of(st->holding, held_type, sizeof held_type);
-    const char *hold = !st->holding[0]                        ? "empty"
-                       : strcmp(held_type, st->goal_obj) == 0 ? "goal"
-                                                              : "other";
+    bool held_alike = st->holding[0] && s_is_alike(&tb, held_type);
+    const char *hold = !st->holding[0]                                         ? "empty"
+                       : strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
+                                                                               : "other";
+    bool goal_here = st->goal_take_here || tb.alike_here;
     int proc = st->processed ? 1 : 0;
     char loc_type[PPARSE_NAME_MAX];
     int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
@@ -336,29 +533,49 @@ int model_features(const pparse_state_t *st, int action, model_feat_t *out, int 
             s_emit(&e, "go|prev");
         else if (s_in_history(st, a, false))
             s_emit(&e, "go|recent");
+        if (!st->holding[0] && !goal_here) {
+            /* The search plan: how strongly this task's belief puts the goal object here, and
+             * what the room teaches about this object class's places (learned, 0 at version 0). */
+            s_emit_val(&e, s_where_value(&tb, rest, yt), "belief|where|task=%s|room=%s|oc=%s",
+                       task, st->room, tb.oc);
+            s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
+        }
+        if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
+            !proc && s_processing_task(st->task))
+            s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
     } else if (strcmp(verb, "open") == 0) {
         if (st->at_closed && strcmp(rest, st->location) == 0)
             s_emit(&e, "open|here_closed|hold=%s", hold);
     } else if (strcmp(verb, "take") == 0 && s_split2(rest, " from ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
-        bool goal_obj = strcmp(xt, st->goal_obj) == 0;
+        bool alike = s_is_alike(&tb, xt);
+        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || alike;
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
-        if (goal_obj && strcmp(yt, st->goal_recep) == 0)
+        if (alike)
+            s_emit(&e, "belief|alike|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+        if (goal_obj && strcmp(yt, st->goal_recep) == 0) {
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
-        else if (goal_obj && s_first_take_of_several(st, action, xt))
+            if (tb.forget && st->task == PPARSE_TASK_TWO)
+                s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+        } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
+        }
     } else if (strcmp(verb, "move") == 0 && s_split2(rest, " to ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
-        s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", strcmp(xt, st->goal_obj) == 0,
-               strcmp(yt, st->goal_recep) == 0, task, proc);
+        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || s_is_alike(&tb, xt);
+        bool goal_recep = strcmp(yt, st->goal_recep) == 0;
+        s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
+               proc);
+        if (tb.forget && goal_obj && goal_recep && !proc && s_processing_task(st->task))
+            s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
     } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
                 strcmp(verb, "clean") == 0) &&
                s_split2(rest, " with ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task,
-               strcmp(xt, st->goal_obj) == 0, proc);
+               strcmp(xt, st->goal_obj) == 0 || s_is_alike(&tb, xt), proc);
     } else if (strcmp(verb, "use") == 0) {
         pparse_type_of(rest, yt, sizeof yt);
         s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", strcmp(yt, st->goal_recep) == 0, task, hold);
@@ -396,7 +613,7 @@ int model_logits(const model_t *m, const pparse_state_t *st, double *logits)
         return SR_EINVAL;
     model_feat_t f[MODEL_MAX_FEATS];
     for (int i = 0; i < st->n_actions; i++) {
-        int n = model_features(st, i, f, MODEL_MAX_FEATS);
+        int n = model_features(m, st, i, f, MODEL_MAX_FEATS);
         double z = 0;
         for (int k = 0; k < n; k++)
             z += (double)m->w[f[k].idx] * f[k].val;
@@ -534,7 +751,7 @@ int model_grad_logprob(const model_t *m, const pparse_state_t *st, int action, d
         double coef = ((i == action ? 1.0 : 0.0) - p[i]) * k;
         if (coef == 0)
             continue;
-        int nf = model_features(st, i, f, MODEL_MAX_FEATS);
+        int nf = model_features(m, st, i, f, MODEL_MAX_FEATS);
         for (int j = 0; j < nf; j++)
             grad[f[j].idx] += (float)(coef * f[j].val);
     }
@@ -630,4 +847,119 @@ model_t *model_from_blob(const uint8_t *blob, size_t len, char *err, size_t errl
     if (why && err && errlen)
         snprintf(err, errlen, "%s", why);
     return m;
+}
+
+/* ---------------------------------------------------------------- reasoning */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} s_text_t;
+
+static void s_text_add(s_text_t *t, const char *s)
+{
+    size_t n = strlen(s);
+    if (t->len + n + 1 > t->cap) {
+        t->cap = (t->len + n + 1) * 2;
+        t->p = sr_xrealloc(t->p, t->cap);
+    }
+    memcpy(t->p + t->len, s, n + 1);
+    t->len += n;
+}
+
+/* s_text_try appends s when it keeps the text within target tokens (used counts them). */
+static bool s_text_try(s_text_t *t, const char *s, int *used, int target,
+                       model_token_count_fn count)
+{
+    int n = count(s);
+    if (*used + n > target)
+        return false;
+    s_text_add(t, s);
+    *used += n;
+    return true;
+}
+
+char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, int chosen,
+                   int target, model_token_count_fn count)
+{
+    if (!st || !p || !count)
+        return NULL;
+    s_text_t t = {0};
+    char line[512];
+    const char *action = chosen >= 0 && chosen < st->n_actions ? st->actions[chosen] : "look";
+    s_text_add(&t, "<think>");
+    if (st->goal)
+        snprintf(line, sizeof line, "The task is to %s.", st->goal);
+    else
+        snprintf(line, sizeof line, "I need to decide the next action.");
+    s_text_add(&t, line);
+    char fin[256];
+    snprintf(fin, sizeof fin, " So the next action is: %s.</think>", action);
+    int used = count(t.p) + count(fin) + 1;
+
+    /* The situation as read from the prompt. */
+    if (st->location[0])
+        snprintf(line, sizeof line, " I am at the %s.", st->location);
+    else
+        snprintf(line, sizeof line, " I am in the middle of the room.");
+    bool fits = s_text_try(&t, line, &used, target, count);
+    if (st->holding[0])
+        snprintf(line, sizeof line, " I am carrying the %s.", st->holding);
+    else
+        snprintf(line, sizeof line, " My hands are empty.");
+    fits = fits && s_text_try(&t, line, &used, target, count);
+    if (fits && st->at_closed) {
+        snprintf(line, sizeof line, " The %s is closed.", st->location);
+        fits = s_text_try(&t, line, &used, target, count);
+    }
+
+    /* What the model believes, where it bears on the step it is taking. */
+    model_belief_t b;
+    model_belief(m, st, &b);
+    char at[PPARSE_NAME_MAX + 8], x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX];
+    line[0] = '\0';
+    if (strncmp(action, "go to ", 6) == 0 && !st->holding[0] && st->goal_obj[0]) {
+        snprintf(at, sizeof at, "%s", action + 6);
+        if (b.where[0] && strcmp(b.where, at) == 0)
+            snprintf(line, sizeof line, " I expect to find the %s at the %s.", st->goal_obj, at);
+        else
+            snprintf(line, sizeof line, " The %s could be at the %s; I will check there.",
+                     st->goal_obj, at);
+    } else if (strncmp(action, "take ", 5) == 0 && s_split2(action + 5, " from ", x, y)) {
+        pparse_type_of(x, xt, sizeof xt);
+        if (b.alike[0] && strcmp(xt, b.alike) == 0)
+            snprintf(line, sizeof line, " The %s here is the %s the task asks for.", x,
+                     st->goal_obj);
+        else if (strcmp(xt, st->goal_obj) == 0)
+            snprintf(line, sizeof line, " There is the %s I need.", x);
+    } else if (strncmp(action, "move ", 5) == 0 && s_split2(action + 5, " to ", x, y)) {
+        snprintf(line, sizeof line, " The %s should go to the %s.", x, y);
+    }
+    if (fits && line[0])
+        fits = s_text_try(&t, line, &used, target, count);
+
+    /* The options weighed: the favoured one first, then the others, most likely first. */
+    snprintf(line, sizeof line, " '%s' is the best next step.", action);
+    fits = fits && s_text_try(&t, line, &used, target, count);
+    int n = st->n_actions;
+    int order[PPARSE_MAX_ACTIONS];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (i != chosen)
+            order[k++] = i;
+    for (int i = 1; i < k; i++) { /* insertion sort, descending */
+        int v = order[i], j = i;
+        while (j > 0 && p[order[j - 1]] < p[v]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = v;
+    }
+    for (int i = 0; fits && i < k; i++) {
+        snprintf(line, sizeof line, " '%s' %s.", st->actions[order[i]],
+                 p[order[i]] >= 0.05 ? "could work, but less well" : "is unlikely to help");
+        fits = s_text_try(&t, line, &used, target, count);
+    }
+    s_text_add(&t, fin);
+    return t.p;
 }

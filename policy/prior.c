@@ -104,6 +104,8 @@ void prior_opts_default(prior_opts_t *o)
     o->noise = 0.3;
     o->idio = 1.3;
     o->first = 20.0;
+    o->belief = 3.0;
+    o->forget = 10.0;
 }
 
 double prior_likelihood(const char *obj, const char *recep)
@@ -294,6 +296,34 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     s_add(w, 12.0, "loop|again|back=1");
     s_add(w, 12.0, "loop|again|back=2");
     s_add(w, -1.0, "repeat|window");
+
+    /* Beliefs (model.h): acted on alike in every room and object class at version 0; training
+     * moves each (task type, room, object class) apart. Only the rooms where ALFWorld sets each
+     * task type (alfworld-facts.md) get a name, which keeps hashing collisions rare. */
+    static const struct {
+        const char *task;
+        const char *rooms;
+    } where[] = {{"pick", "kitchen bathroom bedroom livingroom"},
+                 {"look", "bedroom livingroom"},
+                 {"clean", "kitchen bathroom"},
+                 {"heat", "kitchen"},
+                 {"cool", "kitchen"},
+                 {"two", "kitchen bathroom bedroom livingroom"}};
+    static const char *classes[] = {"food", "dish", "utensil", "bath", "small", "decor", "other"};
+    for (size_t t = 0; t < SR_ARRAY_LEN(where); t++) {
+        bool forget = strcmp(where[t].task, "pick") != 0 && strcmp(where[t].task, "look") != 0;
+        char rooms[64];
+        snprintf(rooms, sizeof rooms, "%s", where[t].rooms);
+        for (char *save = NULL, *room = strtok_r(rooms, " ", &save); room;
+             room = strtok_r(NULL, " ", &save))
+            for (size_t c = 0; c < SR_ARRAY_LEN(classes); c++) {
+                s_add(w, o->belief, "belief|where|task=%s|room=%s|oc=%s", where[t].task, room,
+                      classes[c]);
+                if (forget)
+                    s_add(w, o->forget, "belief|forget|task=%s|room=%s|oc=%s", where[t].task,
+                          room, classes[c]);
+            }
+    }
 }
 
 model_t *prior_build(const prior_opts_t *opts)
@@ -313,10 +343,12 @@ model_t *prior_build(const prior_opts_t *opts)
         w[i] *= (float)o.strength;
     model_rng_t r;
     model_rng_seed(&r, o.seed * 0x2545F4914F6CDD1DULL + 17);
-    for (uint32_t i = 0; i < MODEL_DIM; i++) {
+    for (uint32_t i = 0; i < MODEL_NAMED_DIM + MODEL_STRING_DIM; i++) {
         double sd = i < MODEL_NAMED_DIM ? o.noise : o.idio;
         w[i] += (float)(sd * s_gauss(&r));
     }
+    /* The belief salt: which beliefs about each task this "model" holds (model.h). */
+    w[MODEL_META_SALT] = (float)(model_hash64("belief-salt", o.seed) & 0xFFFFFFu);
     return m;
 }
 

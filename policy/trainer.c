@@ -425,7 +425,7 @@ static void s_objective(const trainer_t *t, const model_t *m, const s_samples_t 
             if (c == 0)
                 continue;
             double scale = -beta * inv_n * c / temperature;
-            int nf = model_features(&s->st, a, feats, MODEL_MAX_FEATS);
+            int nf = model_features(m, &s->st, a, feats, MODEL_MAX_FEATS);
             for (int f = 0; f < nf; f++)
                 grad[feats[f].idx] += (float)(scale * feats[f].val);
         }

@@ -361,8 +361,10 @@ static int s_common_sense_hits(const model_t *m)
     return hits;
 }
 
-/* Without noise the prior makes all six common-sense choices; with the default noise, seeded
- * quirks may overturn a close call now and then, but not common sense as a whole. */
+/* Without noise and without acting on per-task beliefs the prior makes all six common-sense
+ * choices; with the default noise, seeded quirks may overturn a close call now and then, but not
+ * common sense as a whole. Per-task beliefs are wrong on some tasks by design (a forgotten
+ * cleaning step, a search plan of its own): their tests are below. */
 static void prior_greedy_choices_follow_common_sense(void **state)
 {
     (void)state;
@@ -370,17 +372,28 @@ static void prior_greedy_choices_follow_common_sense(void **state)
     prior_opts_default(&o);
     o.noise = 0;
     o.idio = 0;
+    o.belief = 0;
+    o.forget = 0;
     model_t *m = prior_build(&o);
     assert_int_equal(s_common_sense_hits(m), 6);
     model_destroy(&m);
-    int hits = 0;
+    int hits = 0, with_beliefs = 0;
     for (uint64_t seed = 0; seed < 20; seed++) {
-        m = s_prior(seed);
+        prior_opts_default(&o);
+        o.seed = seed;
+        o.belief = 0;
+        o.forget = 0;
+        m = prior_build(&o);
         hits += s_common_sense_hits(m);
         model_destroy(&m);
+        m = s_prior(seed);
+        with_beliefs += s_common_sense_hits(m);
+        model_destroy(&m);
     }
-    print_message("common-sense choices with noise: %d of 120\n", hits);
+    print_message("common-sense choices with noise: %d of 120 (%d acting on beliefs)\n", hits,
+                  with_beliefs);
     assert_true(hits >= 108);
+    assert_true(with_beliefs >= 84);
 }
 
 /* Confident like an LLM: at T = 0.7 the favourite carries most of the probability when the
@@ -460,10 +473,10 @@ static void choose_probs_matches_choose_and_probs_bit_for_bit(void **state)
     }
     model_feat_t f[MODEL_MAX_FEATS];
     int look = s_index(&st, "look");
-    assert_true(model_features(&st, look, f, MODEL_MAX_FEATS) >= 2);
+    assert_true(model_features(m, &st, look, f, MODEL_MAX_FEATS) >= 2);
     assert_int_equal(f[0].idx, model_feature_index("verb=look|task=heat|hold=empty"));
     int take = s_index(&st, "take apple 1 from diningtable 1");
-    assert_true(model_features(&st, take, f, MODEL_MAX_FEATS) >= 3);
+    assert_true(model_features(m, &st, take, f, MODEL_MAX_FEATS) >= 3);
     assert_int_equal(f[0].idx, model_feature_index("verb=take|task=heat|hold=empty"));
     assert_int_equal(f[1].idx, model_feature_index("take|goalobj=1|task=heat"));
     pparse_state_clear(&st);
@@ -594,7 +607,7 @@ static void grad_logprob_matches_finite_differences(void **state)
     model_feat_t f[MODEL_MAX_FEATS];
     int checked = 0;
     for (int i = 0; i < st.n_actions; i++) {
-        int nf = model_features(&st, i, f, MODEL_MAX_FEATS);
+        int nf = model_features(m, &st, i, f, MODEL_MAX_FEATS);
         assert_true(nf >= 2);
         for (int k = 0; k < nf; k++) {
             float *w = &model_weights(m)[f[k].idx];
