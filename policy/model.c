@@ -219,18 +219,6 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
     va_end(ap);
 }
 
-/* s_emit_val emits a feature of value v (s_emit's are 1). */
-static void s_emit_val(s_emit_t *e, double v, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void s_emit_val(s_emit_t *e, double v, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    s_emit_ap(e, (float)v, fmt, ap);
-    va_end(ap);
-}
-
 /* s_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ") into a
  * and b. Returns 1 when SEP is found. */
 static int s_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
@@ -328,13 +316,6 @@ static const struct {
 static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.30, 0.15, 0.30, 0.15, 0.30, 0.35};
 static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.35, 0.10, 0.40, 0.45};
 
-typedef struct {
-    uint64_t key; /* task key x salt */
-    const char *oc;
-    const char *alike; /* the look-alike taken for the goal object, NULL if none */
-    bool alike_here;   /* a take of it is admissible */
-    bool forget;
-} s_task_belief_t;
 
 static uint64_t s_mix(uint64_t h)
 {
@@ -375,43 +356,10 @@ uint32_t model_salt(const model_t *m)
     return isfinite(v) && v >= 0 && v < 16777216.0f ? (uint32_t)v : 0;
 }
 
-static void s_task_belief_pure(const pparse_state_t *st, uint32_t salt, s_task_belief_t *tb);
-
-/* The last task's beliefs, per thread: model_features asks for them once per candidate action
- * of the same state. Everything cached is a function of the task key and the salt alone. */
-static __thread struct {
-    uint64_t task_key;
-    uint32_t salt;
-    bool valid;
-    s_task_belief_t tb;
-} s_last;
-
-static void s_task_belief(const model_t *m, const pparse_state_t *st, s_task_belief_t *tb)
+/* s_task_belief fills what tb holds about the task (not the plan). */
+static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_t *tb)
 {
     uint32_t salt = model_salt(m);
-    if (s_last.valid && s_last.task_key == st->task_key && s_last.salt == salt && st->task_key) {
-        *tb = s_last.tb;
-    } else {
-        s_task_belief_pure(st, salt, tb);
-        s_last.task_key = st->task_key;
-        s_last.salt = salt;
-        s_last.tb = *tb;
-        s_last.valid = true;
-    }
-    tb->alike_here = false;
-    if (tb->alike) {
-        size_t l = strlen(tb->alike);
-        for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
-            const char *a = st->actions[i];
-            tb->alike_here = strncmp(a, "take ", 5) == 0 && strncmp(a + 5, tb->alike, l) == 0 &&
-                             a[5 + l] == ' ';
-        }
-    }
-}
-
-/* s_task_belief_pure computes the beliefs that depend on the task and the salt only. */
-static void s_task_belief_pure(const pparse_state_t *st, uint32_t salt, s_task_belief_t *tb)
-{
     memset(tb, 0, sizeof *tb);
     tb->key = s_mix(st->task_key ^ ((uint64_t)salt + 1) * 0xD6E8FEB86659FD93ULL);
     tb->oc = "other";
@@ -429,20 +377,96 @@ static void s_task_belief_pure(const pparse_state_t *st, uint32_t salt, s_task_b
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
+    if (tb->alike) {
+        size_t l = strlen(tb->alike);
+        for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
+            const char *a = st->actions[i];
+            tb->alike_here = strncmp(a, "take ", 5) == 0 && strncmp(a + 5, tb->alike, l) == 0 &&
+                             a[5 + l] == ' ';
+        }
+    }
 }
 
-static bool s_is_alike(const s_task_belief_t *tb, const char *type)
+static bool s_is_alike(const model_ctx_t *tb, const char *type)
 {
     return tb->alike && strcmp(tb->alike, type) == 0;
 }
 
+#define S_PLAN_SPREAD 1.5 /* how far a task's belief moves a receptacle in its plan */
+
 /* s_where_value is how strongly the task's belief puts the goal object in receptacle `name` of
  * type `type`: a belief about the type (where such things are kept here) and a weaker one about
  * the instance (which of the look-alike receptacles), both fixed per task and salt. */
-static double s_where_value(const s_task_belief_t *tb, const char *name, const char *type)
+static double s_where_value(const model_ctx_t *tb, const char *name, const char *type)
 {
     uint64_t ht = model_hash64(type, tb->key), hi = model_hash64(name, tb->key ^ 0x1ULL);
     return s_normal_of(ht) + 0.5 * s_normal_of(hi);
+}
+
+/* s_plan_score orders the receptacles of the task's search plan: the model's own knowledge of
+ * where goal objects of this type are kept (its weights, learned further by training), shifted by
+ * the task's belief, and the lower number first among look-alike receptacles. */
+static double s_plan_score(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
+                           const char *name)
+{
+    char type[PPARSE_NAME_MAX], fname[S_NAME_MAX];
+    int num = pparse_type_of(name, type, sizeof type);
+    double known;
+    if (tb->plan_lamp) {
+        snprintf(fname, sizeof fname, "go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type);
+        known = m->w[model_feature_index(fname)];
+    } else {
+        snprintf(fname, sizeof fname, "go|obj=%s|rt=%s|hold=empty", st->goal_obj, type);
+        known = m->w[model_feature_index(fname)];
+        snprintf(fname, sizeof fname, "go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type);
+        known += m->w[model_feature_index(fname)];
+    }
+    return known + S_PLAN_SPREAD * s_where_value(tb, name, type) - 0.05 * num;
+}
+
+/* s_plan_next finds the receptacle the task's plan visits after the current location (the first
+ * of the plan at the start or where the location is not a receptacle of the plan): the highest
+ * scored one below the location's score, wrapping to the top. */
+static void s_plan_next(const model_t *m, const pparse_state_t *st, model_ctx_t *tb)
+{
+    double here = st->location[0] ? s_plan_score(m, st, tb, st->location) : INFINITY;
+    double best = -INFINITY, top = -INFINITY;
+    const char *next = NULL, *first = NULL;
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "go to ", 6) != 0)
+            continue;
+        double v = s_plan_score(m, st, tb, a + 6);
+        if (v > top) {
+            top = v;
+            first = a + 6;
+        }
+        if (v < here && v > best) {
+            best = v;
+            next = a + 6;
+        }
+    }
+    if (!next)
+        next = first;
+    snprintf(tb->plan_next, sizeof tb->plan_next, "%s", next ? next : "");
+}
+
+void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c)
+{
+    s_task_belief(m, st, c);
+    char held[PPARSE_NAME_MAX];
+    pparse_type_of(st->holding, held, sizeof held);
+    bool lamp_here = false;
+    size_t ll = strlen(st->goal_recep);
+    for (int i = 0; i < st->n_actions && ll; i++)
+        lamp_here = lamp_here || (strncmp(st->actions[i], "use ", 4) == 0 &&
+                                  strncmp(st->actions[i] + 4, st->goal_recep, ll) == 0);
+    c->plan_lamp = st->task == PPARSE_TASK_LOOK && st->holding[0] && !lamp_here &&
+                   !st->lamp_seen_at[0] &&
+                   (strcmp(held, st->goal_obj) == 0 || (c->alike && strcmp(held, c->alike) == 0));
+    bool plan_obj = !st->holding[0] && !st->goal_take_here && !c->alike_here && st->goal_obj[0];
+    if (plan_obj || c->plan_lamp)
+        s_plan_next(m, st, c);
 }
 
 void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *out)
@@ -450,36 +474,33 @@ void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *ou
     memset(out, 0, sizeof *out);
     if (!m || !st)
         return;
-    s_task_belief_t tb;
-    s_task_belief(m, st, &tb);
+    model_ctx_t tb;
+    model_ctx_init(m, st, &tb);
     if (tb.alike)
         snprintf(out->alike, sizeof out->alike, "%s", tb.alike);
     out->forget = tb.forget;
-    double best = -1e300;
-    char type[PPARSE_NAME_MAX];
-    for (int i = 0; i < st->n_actions; i++) {
-        const char *a = st->actions[i];
-        if (strncmp(a, "go to ", 6) != 0)
-            continue;
-        pparse_type_of(a + 6, type, sizeof type);
-        double v = s_where_value(&tb, a + 6, type);
-        if (v > best) {
-            best = v;
-            snprintf(out->where, sizeof out->where, "%s", a + 6);
-        }
-    }
+    snprintf(out->where, sizeof out->where, "%s", tb.plan_next);
 }
 
 int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
                    int max)
 {
-    if (!m || !st || !out || max < 1 || action < 0 || action >= st->n_actions)
+    if (!m || !st)
+        return SR_EINVAL;
+    model_ctx_t c;
+    model_ctx_init(m, st, &c);
+    return model_features_ctx(st, &c, action, out, max);
+}
+
+int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                       model_feat_t *out, int max)
+{
+    if (!st || !ctx || !out || max < 1 || action < 0 || action >= st->n_actions)
         return SR_EINVAL;
     s_emit_t e = {.out = out, .n = 0, .max = max};
     const char *a = st->actions[action];
     const char *task = s_task_short(st->task);
-    s_task_belief_t tb;
-    s_task_belief(m, st, &tb);
+    model_ctx_t tb = *ctx;
     char held_type[PPARSE_NAME_MAX];
     pparse_type_of(st->holding, held_type, sizeof held_type);
     bool held_alike = st->holding[0] && s_is_alike(&tb, held_type);
@@ -533,13 +554,12 @@ int model_features(const model_t *m, const pparse_state_t *st, int action, model
             s_emit(&e, "go|prev");
         else if (s_in_history(st, a, false))
             s_emit(&e, "go|recent");
-        if (!st->holding[0] && !goal_here) {
-            /* The search plan: how strongly this task's belief puts the goal object here, and
-             * what the room teaches about this object class's places (learned, 0 at version 0). */
-            s_emit_val(&e, s_where_value(&tb, rest, yt), "belief|where|task=%s|room=%s|oc=%s",
-                       task, st->room, tb.oc);
+        /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
+         * and what the room teaches about this object class's places (learned, 0 at version 0). */
+        if (tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
+            s_emit(&e, "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+        if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
-        }
         if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
             !proc && s_processing_task(st->task))
             s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
@@ -612,8 +632,10 @@ int model_logits(const model_t *m, const pparse_state_t *st, double *logits)
     if (!m || !st || (!logits && st->n_actions))
         return SR_EINVAL;
     model_feat_t f[MODEL_MAX_FEATS];
+    model_ctx_t c;
+    model_ctx_init(m, st, &c);
     for (int i = 0; i < st->n_actions; i++) {
-        int n = model_features(m, st, i, f, MODEL_MAX_FEATS);
+        int n = model_features_ctx(st, &c, i, f, MODEL_MAX_FEATS);
         double z = 0;
         for (int k = 0; k < n; k++)
             z += (double)m->w[f[k].idx] * f[k].val;
@@ -747,11 +769,13 @@ int model_grad_logprob(const model_t *m, const pparse_state_t *st, int action, d
     model_probs(m, st, temperature, p);
     model_feat_t f[MODEL_MAX_FEATS];
     double k = scale / temperature;
+    model_ctx_t c;
+    model_ctx_init(m, st, &c);
     for (int i = 0; i < n; i++) {
         double coef = ((i == action ? 1.0 : 0.0) - p[i]) * k;
         if (coef == 0)
             continue;
-        int nf = model_features(m, st, i, f, MODEL_MAX_FEATS);
+        int nf = model_features_ctx(st, &c, i, f, MODEL_MAX_FEATS);
         for (int j = 0; j < nf; j++)
             grad[f[j].idx] += (float)(coef * f[j].val);
     }

@@ -88,12 +88,32 @@ uint32_t model_string_index(const char *action);
 int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
                    int max);
 
+/* What a model takes for true about the task of one state, computed once per state: the task's
+ * beliefs and the next receptacle of its search plan. Filled by model_ctx_init. */
+typedef struct {
+    uint64_t key;      /* task key x salt */
+    const char *oc;    /* the goal object's class ("food", "dish", ...; "other") */
+    const char *alike; /* the look-alike type it takes for the goal object, NULL if none */
+    bool alike_here;   /* a take of it is admissible */
+    bool forget;       /* it skips a step of the task (processing, the second object) */
+    bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */
+    char plan_next[PPARSE_NAME_MAX]; /* the plan's next receptacle while searching, "" if none */
+} model_ctx_t;
+
+/* model_ctx_init fills *c for m and st (neither NULL). */
+void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c);
+
+/* model_features_ctx is model_features with the state's context computed once by the caller:
+ * what model_logits and the gradients use for every candidate of a state. */
+int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                       model_feat_t *out, int max);
+
 /* model_salt returns the belief salt held in m's weights (0 for NULL). */
 uint32_t model_salt(const model_t *m);
 
 /* What a model believes about one task (the features of model_features are built from it). */
 typedef struct {
-    char where[PPARSE_NAME_MAX]; /* the receptacle it believes holds the goal object, "" if none */
+    char where[PPARSE_NAME_MAX]; /* the next receptacle of its search plan, "" if not searching */
     char alike[PPARSE_NAME_MAX]; /* a look-alike type it takes for the goal object, "" if none */
     bool forget;                 /* it tends to skip a step (processing; the second object) */
 } model_belief_t;
