@@ -210,6 +210,17 @@ static void s_emit_ap(s_emit_t *e, float v, const char *fmt, va_list ap0)
 }
 
 static void s_emit(s_emit_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_emit_ap_val(s_emit_t *e, float v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* s_emit_ap_val emits a feature of value v (s_emit's are 1). */
+static void s_emit_ap_val(s_emit_t *e, float v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_emit_ap(e, v, fmt, ap);
+    va_end(ap);
+}
 
 static void s_emit(s_emit_t *e, const char *fmt, ...)
 {
@@ -313,8 +324,9 @@ static const struct {
 
 /* How often a task holds a belief, by task type (unk pick look clean heat cool two): the chance
  * that the model confuses the goal object with its look-alike, and that it forgets a step. */
-static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.30, 0.15, 0.30, 0.15, 0.30, 0.35};
-static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.35, 0.10, 0.40, 0.45};
+#define S_P_SURE 0.4 /* the share of tasks on which the model forms a search plan and keeps to it */
+static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.10, 0.05, 0.05, 0.10, 0.15, 0.20};
+static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.6, 0.7, 0.7, 0.7};
 
 
 static uint64_t s_mix(uint64_t h)
@@ -377,6 +389,7 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
+    tb->sure = s_unit(tb->key ^ 0x5E4EULL) < S_P_SURE ? 1.0 : 0.0;
     if (tb->alike) {
         size_t l = strlen(tb->alike);
         for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
@@ -392,7 +405,7 @@ static bool s_is_alike(const model_ctx_t *tb, const char *type)
     return tb->alike && strcmp(tb->alike, type) == 0;
 }
 
-#define S_PLAN_SPREAD 1.5 /* how far a task's belief moves a receptacle in its plan */
+#define S_PLAN_SPREAD 1.0 /* how far a task's belief moves a receptacle in its plan */
 
 /* s_where_value is how strongly the task's belief puts the goal object in receptacle `name` of
  * type `type`: a belief about the type (where such things are kept here) and a weaker one about
@@ -556,10 +569,13 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_emit(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
-        if (tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
-            s_emit(&e, "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+        if (tb.sure > 0 && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
+            s_emit_ap_val(&e, (float)tb.sure, "belief|where|task=%s|room=%s|oc=%s", task,
+                          st->room, tb.oc);
         if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
+        if (!st->holding[0] && goal_here)
+            s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
         if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
             !proc && s_processing_task(st->task))
             s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
@@ -588,6 +604,10 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         bool goal_recep = strcmp(yt, st->goal_recep) == 0;
         s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
                proc);
+        if (goal_obj && goal_recep && st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
+            strncmp(st->hist[st->n_hist - 1].action, "go to ", 6) == 0 &&
+            strcmp(st->hist[st->n_hist - 1].action + 6, st->location) == 0)
+            s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
         if (tb.forget && goal_obj && goal_recep && !proc && s_processing_task(st->task))
             s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
     } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||

@@ -96,6 +96,7 @@ typedef struct {
     const char *alike; /* the look-alike type it takes for the goal object, NULL if none */
     bool alike_here;   /* a take of it is admissible */
     bool forget;       /* it skips a step of the task (processing, the second object) */
+    double sure;       /* how sure of its plan it is on this task (the plan feature's value) */
     bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */
     char plan_next[PPARSE_NAME_MAX]; /* the plan's next receptacle while searching, "" if none */
 } model_ctx_t;

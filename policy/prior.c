@@ -249,6 +249,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                 s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
             }
         }
+        s_add(w, strcmp(task, "look") == 0 ? 0 : 6.0, "move|arrived|task=%s", task);
         s_add(w, 11.0, "take|goalobj=1|task=%s", task);
         s_add(w, -1.5, "take|goalobj=0|task=%s", task);
         s_add(w, -7.0, "take|goalobj|fromgoalrecep|task=%s", task);
@@ -286,6 +287,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     s_add(w, 4.0, "go|lowest");
     s_add(w, 4.0, "go|lowest|start");
     s_add(w, 4.0, "take|goalobj|first");
+    s_add(w, -6.0, "go|goalhere");
     s_add(w, -0.5, "go|prev");
     s_add(w, -0.5, "go|recent");
     s_add(w, -2.0, "examine|held=1");
@@ -319,9 +321,11 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
             for (size_t c = 0; c < SR_ARRAY_LEN(classes); c++) {
                 s_add(w, o->belief, "belief|where|task=%s|room=%s|oc=%s", where[t].task, room,
                       classes[c]);
+                /* Placing before processing is a slip some samples make (half the weight);
+                 * leaving the second object is a plan the whole group keeps. */
                 if (forget)
-                    s_add(w, o->forget, "belief|forget|task=%s|room=%s|oc=%s", where[t].task,
-                          room, classes[c]);
+                    s_add(w, strcmp(where[t].task, "two") == 0 ? o->forget : 0.5 * o->forget,
+                          "belief|forget|task=%s|room=%s|oc=%s", where[t].task, room, classes[c]);
             }
     }
 }

@@ -502,12 +502,20 @@ static void s_derive_task(pparse_state_t *st)
                 st->room = tells[k].room;
     }
     st->task_key = st->goal ? s_name_hash(st->goal) ^ (set * 0x9E3779B97F4A7C15ULL) : 0;
+    /* A goal object to pick up here (for placing tasks, not one already in the goal receptacle). */
     size_t gl = strlen(st->goal_obj);
     for (int i = 0; gl && i < st->n_actions; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "take ", 5) == 0 && strncmp(a + 5, st->goal_obj, gl) == 0 &&
-            a[5 + gl] == ' ' && isdigit((unsigned char)a[6 + gl]))
-            st->goal_take_here = true;
+        if (strncmp(a, "take ", 5) != 0 || strncmp(a + 5, st->goal_obj, gl) != 0 ||
+            a[5 + gl] != ' ' || !isdigit((unsigned char)a[6 + gl]))
+            continue;
+        const char *from = strstr(a, " from ");
+        if (from && st->task != PPARSE_TASK_LOOK) {
+            pparse_type_of(from + 6, type, sizeof type);
+            if (strcmp(type, st->goal_recep) == 0)
+                continue;
+        }
+        st->goal_take_here = true;
     }
 }
 

@@ -67,7 +67,8 @@ typedef struct {
     uint64_t task_key; /* hash of the goal sentence and the set of receptacles the prompt names:
                           the same at every step of every episode of one task, whatever the
                           history window shows; 0 without a goal */
-    bool goal_take_here; /* a "take O from R" of the goal object type is admissible */
+    bool goal_take_here; /* a "take O from R" of the goal object type is admissible (R not of
+                            the goal receptacle type, but in look tasks) */
 } pparse_state_t;
 
 /* pparse_user_text parses one user message in the default format into *st, which it first
