@@ -231,7 +231,7 @@ static void s_usage(FILE *out)
         "       [--temperature 0.7] [--seed 0] [--policy-seeds 1] [--max-steps 30] [--k 10]\n"
         "       [--heldout-tasks 50] [--train-iterations 0] [--train-tasks 10]\n"
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
-        "       [--prior-first 20] [--prior-belief 3] [--prior-forget 10]\n"
+        "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
         "Plays the built-in policy against the household environment in-process and prints, beside\n"
         "the reference LLM agent's figures, the outcome mix overall and per task type and, per label\n"

@@ -324,9 +324,10 @@ static const struct {
 
 /* How often a task holds a belief, by task type (unk pick look clean heat cool two): the chance
  * that the model confuses the goal object with its look-alike, and that it forgets a step. */
-#define S_P_SURE 0.4 /* the share of tasks on which the model forms a search plan and keeps to it */
-static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.10, 0.05, 0.05, 0.10, 0.15, 0.20};
-static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.6, 0.7, 0.7, 0.7};
+/* The share of tasks on which the model forms a search plan and keeps to it, by task type. */
+static const double S_P_SURE[PPARSE_TASK_COUNT] = {0, 0.4, 0.4, 0.1, 0.1, 0.1, 0.8};
+static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.35, 0.30, 0.10, 0.10, 0.15, 0.20};
+static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.8, 0.9, 0.9, 0.9};
 
 
 static uint64_t s_mix(uint64_t h)
@@ -389,7 +390,7 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
-    tb->sure = s_unit(tb->key ^ 0x5E4EULL) < S_P_SURE ? 1.0 : 0.0;
+    tb->sure = s_unit(tb->key ^ 0x5E4EULL) < S_P_SURE[t] ? 1.0 : 0.0;
     if (tb->alike) {
         size_t l = strlen(tb->alike);
         for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
@@ -419,22 +420,58 @@ static double s_where_value(const model_ctx_t *tb, const char *name, const char 
 /* s_plan_score orders the receptacles of the task's search plan: the model's own knowledge of
  * where goal objects of this type are kept (its weights, learned further by training), shifted by
  * the task's belief, and the lower number first among look-alike receptacles. */
-static double s_plan_score(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
-                           const char *name)
+static uint32_t s_index_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* s_index_of is model_feature_index of a name put together as s_emit does (no buffer). */
+static uint32_t s_index_of(const char *fmt, ...)
 {
-    char type[PPARSE_NAME_MAX], fname[S_NAME_MAX];
-    int num = pparse_type_of(name, type, sizeof type);
-    double known;
-    if (tb->plan_lamp) {
-        snprintf(fname, sizeof fname, "go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type);
-        known = m->w[model_feature_index(fname)];
-    } else {
-        snprintf(fname, sizeof fname, "go|obj=%s|rt=%s|hold=empty", st->goal_obj, type);
-        known = m->w[model_feature_index(fname)];
-        snprintf(fname, sizeof fname, "go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type);
-        known += m->w[model_feature_index(fname)];
-    }
+    model_feat_t f;
+    s_emit_t e = {.out = &f, .n = 0, .max = 1};
+    va_list ap;
+    va_start(ap, fmt);
+    s_emit_ap(&e, 1.0f, fmt, ap);
+    va_end(ap);
+    return f.idx;
+}
+
+/* s_plan_known is what the model's weights say of receptacle type `type` as the place to look. */
+static double s_plan_known(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
+                           const char *type)
+{
+    if (tb->plan_lamp)
+        return m->w[s_index_of("go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type)];
+    return m->w[s_index_of("go|obj=%s|rt=%s|hold=empty", st->goal_obj, type)] +
+           m->w[s_index_of("go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type)];
+}
+
+/* s_plan_score orders the receptacles of the task's search plan: the model's own knowledge of
+ * where goal objects of this type are kept (its weights, learned further by training, `known`),
+ * shifted by the task's belief, and the lower number first among look-alike receptacles. */
+static double s_plan_score(const model_ctx_t *tb, const char *name, const char *type, int num,
+                           double known)
+{
     return known + S_PLAN_SPREAD * s_where_value(tb, name, type) - 0.05 * num;
+}
+
+/* The receptacle types of a room, with what the weights say of each, computed once a state. */
+typedef struct {
+    char type[PPARSE_NAME_MAX];
+    double known;
+} s_known_t;
+
+static double s_known_of(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
+                         s_known_t *kt, int *nk, const char *type)
+{
+    for (int i = 0; i < *nk; i++)
+        if (strcmp(kt[i].type, type) == 0)
+            return kt[i].known;
+    double v = s_plan_known(m, st, tb, type);
+    if (*nk < 32) {
+        snprintf(kt[*nk].type, sizeof kt[*nk].type, "%s", type);
+        kt[*nk].known = v;
+        (*nk)++;
+    }
+    return v;
 }
 
 /* s_plan_next finds the receptacle the task's plan visits after the current location (the first
@@ -442,14 +479,22 @@ static double s_plan_score(const model_t *m, const pparse_state_t *st, const mod
  * scored one below the location's score, wrapping to the top. */
 static void s_plan_next(const model_t *m, const pparse_state_t *st, model_ctx_t *tb)
 {
-    double here = st->location[0] ? s_plan_score(m, st, tb, st->location) : INFINITY;
+    s_known_t kt[32];
+    int nk = 0;
+    char type[PPARSE_NAME_MAX];
+    double here = INFINITY;
+    if (st->location[0]) {
+        int num = pparse_type_of(st->location, type, sizeof type);
+        here = s_plan_score(tb, st->location, type, num, s_known_of(m, st, tb, kt, &nk, type));
+    }
     double best = -INFINITY, top = -INFINITY;
     const char *next = NULL, *first = NULL;
     for (int i = 0; i < st->n_actions; i++) {
         const char *a = st->actions[i];
         if (strncmp(a, "go to ", 6) != 0)
             continue;
-        double v = s_plan_score(m, st, tb, a + 6);
+        int num = pparse_type_of(a + 6, type, sizeof type);
+        double v = s_plan_score(tb, a + 6, type, num, s_known_of(m, st, tb, kt, &nk, type));
         if (v > top) {
             top = v;
             first = a + 6;
@@ -569,9 +614,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_emit(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
-        if (tb.sure > 0 && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
-            s_emit_ap_val(&e, (float)tb.sure, "belief|where|task=%s|room=%s|oc=%s", task,
-                          st->room, tb.oc);
+        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
+            s_emit_ap_val(&e, tb.plan_lamp ? 1.0f : (float)tb.sure,
+                          "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
         if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
         if (!st->holding[0] && goal_here)

@@ -104,7 +104,7 @@ void prior_opts_default(prior_opts_t *o)
     o->noise = 0.3;
     o->idio = 1.3;
     o->first = 20.0;
-    o->belief = 3.0;
+    o->belief = 8.0;
     o->forget = 10.0;
 }
 
@@ -288,8 +288,8 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     s_add(w, 4.0, "go|lowest|start");
     s_add(w, 4.0, "take|goalobj|first");
     s_add(w, -6.0, "go|goalhere");
-    s_add(w, -0.5, "go|prev");
-    s_add(w, -0.5, "go|recent");
+    s_add(w, -3.0, "go|prev");
+    s_add(w, -2.0, "go|recent");
     s_add(w, -2.0, "examine|held=1");
     s_add(w, -0.5, "examine|held=0");
     s_add(w, -2.5, "repeat|last");

@@ -25,7 +25,7 @@ typedef struct {
     double first;  /* weight of the table (squared plausibility) at an episode's first step: how
                       sure the model is of its first guess per goal object type (default 20) */
     double belief; /* how much version 0 acts on its per-task belief of where the goal object is
-                      kept (the weight of the belief|where features; default 3) */
+                      kept (the weight of the belief|where features; default 8) */
     double forget; /* how much version 0 acts on a belief that skips a step (default 10) */
 } prior_opts_t;
 
