@@ -308,6 +308,17 @@ static const char *const S_ALIKE[][2] = {
     {"dishsponge", "cloth"},
 };
 
+/* Look-alike receptacle types: "put it in the diningtable" read as the countertop beside it. */
+static const char *const S_RALIKE[][2] = {
+    {"diningtable", "countertop"}, {"countertop", "diningtable"}, {"sidetable", "desk"},
+    {"desk", "sidetable"},         {"coffeetable", "sidetable"}, {"dresser", "sidetable"},
+    {"cabinet", "drawer"},         {"drawer", "cabinet"},        {"shelf", "cabinet"},
+    {"armchair", "sofa"},          {"sofa", "armchair"},         {"bathtubbasin", "sinkbasin"},
+    {"sinkbasin", "bathtubbasin"}, {"garbagecan", "cart"},       {"cart", "garbagecan"},
+    {"toilet", "garbagecan"},      {"bed", "sofa"},              {"fridge", "cabinet"},
+    {"microwave", "cabinet"},
+};
+
 /* Object classes: the unit over which a belief correction generalises. */
 static const struct {
     const char *oc;
@@ -327,6 +338,7 @@ static const struct {
 /* The share of tasks on which the model forms a search plan and keeps to it, by task type. */
 static const double S_P_SURE[PPARSE_TASK_COUNT] = {0, 0.4, 0.4, 0.1, 0.1, 0.1, 0.8};
 static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.35, 0.30, 0.10, 0.10, 0.15, 0.20};
+static const double S_P_RALIKE[PPARSE_TASK_COUNT] = {0, 0.6, 0, 0.2, 0.2, 0.2, 0.2};
 static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.8, 0.9, 0.9, 0.9};
 
 
@@ -390,6 +402,11 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
+    if (s_unit(tb->key ^ 0x4A11CEULL) < S_P_RALIKE[t]) {
+        for (size_t i = 0; i < SR_ARRAY_LEN(S_RALIKE); i++)
+            if (strcmp(S_RALIKE[i][0], st->goal_recep) == 0)
+                tb->ralike = S_RALIKE[i][1];
+    }
     tb->sure = s_unit(tb->key ^ 0x5E4EULL) < S_P_SURE[t] ? 1.0 : 0.0;
     if (tb->alike) {
         size_t l = strlen(tb->alike);
@@ -621,6 +638,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
         if (!st->holding[0] && goal_here)
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
+        if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
+            (proc || !s_processing_task(st->task)))
+            s_emit(&e, "belief|ralike|go|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
         if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
             !proc && s_processing_task(st->task))
             s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
@@ -653,6 +673,8 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             strncmp(st->hist[st->n_hist - 1].action, "go to ", 6) == 0 &&
             strcmp(st->hist[st->n_hist - 1].action + 6, st->location) == 0)
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
+        if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
+            s_emit(&e, "belief|ralike|move|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
         if (tb.forget && goal_obj && goal_recep && !proc && s_processing_task(st->task))
             s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
     } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||

@@ -95,6 +95,7 @@ typedef struct {
     const char *oc;    /* the goal object's class ("food", "dish", ...; "other") */
     const char *alike; /* the look-alike type it takes for the goal object, NULL if none */
     bool alike_here;   /* a take of it is admissible */
+    const char *ralike; /* a receptacle type it takes for the goal receptacle's, NULL if none */
     bool forget;       /* it skips a step of the task (processing, the second object) */
     double sure;       /* how sure of its plan it is on this task (the plan feature's value) */
     bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */

@@ -106,6 +106,8 @@ void prior_opts_default(prior_opts_t *o)
     o->first = 20.0;
     o->belief = 8.0;
     o->forget = 10.0;
+    o->ralike_go = 9.0;
+    o->ralike_move = 11.0;
 }
 
 double prior_likelihood(const char *obj, const char *recep)
@@ -321,6 +323,12 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
             for (size_t c = 0; c < SR_ARRAY_LEN(classes); c++) {
                 s_add(w, o->belief, "belief|where|task=%s|room=%s|oc=%s", where[t].task, room,
                       classes[c]);
+                if (strcmp(where[t].task, "look") != 0) {
+                    s_add(w, o->ralike_go, "belief|ralike|go|task=%s|room=%s|oc=%s",
+                          where[t].task, room, classes[c]);
+                    s_add(w, o->ralike_move, "belief|ralike|move|task=%s|room=%s|oc=%s",
+                          where[t].task, room, classes[c]);
+                }
                 /* Placing before processing is a slip some samples make (half the weight);
                  * leaving the second object is a plan the whole group keeps. */
                 if (forget)

@@ -27,6 +27,9 @@ typedef struct {
     double belief; /* how much version 0 acts on its per-task belief of where the goal object is
                       kept (the weight of the belief|where features; default 8) */
     double forget; /* how much version 0 acts on a belief that skips a step (default 10) */
+    double ralike_go, ralike_move; /* how much version 0 takes a look-alike receptacle type for
+                                      the goal receptacle's: going there with the goal object
+                                      (default 7) and putting it there (default 11) */
 } prior_opts_t;
 
 /* prior_opts_default fills o with the documented defaults (seed 0). */

@@ -365,7 +365,7 @@ static int s_common_sense_hits(const model_t *m)
 /* Without noise and without acting on per-task beliefs the prior makes all six common-sense
  * choices; with the default noise, seeded quirks may overturn a close call now and then, but not
  * common sense as a whole. Per-task beliefs are wrong on some tasks by design (a forgotten
- * cleaning step, a search plan of its own): their tests are below. */
+ * cleaning step, a search plan of its own, a look-alike receptacle): their tests are below. */
 static void prior_greedy_choices_follow_common_sense(void **state)
 {
     (void)state;
@@ -375,6 +375,7 @@ static void prior_greedy_choices_follow_common_sense(void **state)
     o.idio = 0;
     o.belief = 0;
     o.forget = 0;
+    o.ralike_go = o.ralike_move = 0;
     model_t *m = prior_build(&o);
     assert_int_equal(s_common_sense_hits(m), 6);
     model_destroy(&m);
@@ -384,6 +385,7 @@ static void prior_greedy_choices_follow_common_sense(void **state)
         o.seed = seed;
         o.belief = 0;
         o.forget = 0;
+        o.ralike_go = o.ralike_move = 0;
         m = prior_build(&o);
         hits += s_common_sense_hits(m);
         model_destroy(&m);
