@@ -632,7 +632,7 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
         if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
-            s_emit_ap_val(&e, tb.plan_lamp ? 1.0f : (float)tb.sure,
+            s_emit_ap_val(&e, tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure,
                           "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
         if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
