@@ -332,7 +332,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                 /* Placing before processing is a slip some samples make (half the weight);
                  * leaving the second object is a plan the whole group keeps. */
                 if (forget)
-                    s_add(w, strcmp(where[t].task, "two") == 0 ? o->forget : 0.5 * o->forget,
+                    s_add(w, strcmp(where[t].task, "two") == 0 ? 0.9 * o->forget : 0.5 * o->forget,
                           "belief|forget|task=%s|room=%s|oc=%s", where[t].task, room, classes[c]);
             }
     }
