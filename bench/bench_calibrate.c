@@ -229,7 +229,7 @@ static void s_usage(FILE *out)
         out,
         "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group 8]\n"
         "       [--temperature 0.7] [--seed 0] [--policy-seeds 1] [--max-steps 30] [--k 10]\n"
-        "       [--heldout-tasks 50] [--train-iterations 0] [--train-tasks 10]\n"
+        "       [--heldout-tasks 50] [--train-iterations 0] [--train-tasks 10] [--train-lr 10]\n"
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
         "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
@@ -239,7 +239,8 @@ static void s_usage(FILE *out)
         "at K = 10, 15 and 20; also success, greedy held-out success (valid_unseen) and the d_K\n"
         "histogram at --k. --policy-seeds N plays seeds seed..seed+N-1 (different models) and pools\n"
         "their groups. --train-iterations N trains the built-in trainer in-process for N iterations\n"
-        "of --train-tasks train tasks each (G episodes each) and measures the groups of the last 3\n"
+        "of --train-tasks train tasks each (G episodes each; learning rate --train-lr, the trainer's\n"
+        "default) and measures the groups of the last 3\n"
         "iterations instead (--split and --tasks are then not used). --trace N prints the first\n"
         "episode of the first N tasks; --show-groups N the first K actions of every episode of the\n"
         "first N groups.\n");
@@ -536,7 +537,7 @@ int bench_calibrate_run(int argc, char **argv)
     const char *split = "valid_unseen";
     int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = S_TMAX, K = 10,
         pseeds = 1, heldout = 50, train_iters = 0, train_tasks = 10;
-    double temperature = 0.7;
+    double temperature = 0.7, train_lr = 0;
     prior_opts_t po;
     prior_opts_default(&po);
     static const struct option longopts[] = {
@@ -559,6 +560,7 @@ int bench_calibrate_run(int argc, char **argv)
         {"heldout-tasks", required_argument, NULL, 11},
         {"train-iterations", required_argument, NULL, 12},
         {"train-tasks", required_argument, NULL, 13},
+        {"train-lr", required_argument, NULL, 14},
         {"trace", required_argument, NULL, 5},
         {"show-groups", required_argument, NULL, 6},
         {"help", no_argument, NULL, 'h'},
@@ -652,6 +654,10 @@ int bench_calibrate_run(int argc, char **argv)
             ok = s_parse_int(optarg, 1, 1000, &train_tasks);
             bad = "--train-tasks";
             break;
+        case 14:
+            ok = s_parse_double(optarg, 1e-6, 1e6, &train_lr);
+            bad = "--train-lr";
+            break;
         case 'h':
             s_usage(stdout);
             return 0;
@@ -698,6 +704,8 @@ int bench_calibrate_run(int argc, char **argv)
             trainer_cfg_default(&tc);
             tc.prior = po;
             tc.temperature = temperature > 0 ? temperature : 0.7;
+            if (train_lr > 0)
+                tc.lr = train_lr;
             tr = trainer_new(&tc, err, sizeof err);
             if (!tr) {
                 fprintf(stderr, "bench calibrate: %s\n", err);

@@ -29,7 +29,7 @@ else
   bad "bench calibrate --train-iterations (rc=$rc)"
 fi
 
-for arg in "--policy-seeds 0" "--train-iterations -1" "--prior-belief x" "--tasks 0"; do
+for arg in "--policy-seeds 0" "--train-iterations -1" "--train-lr 0" "--prior-belief x" "--tasks 0"; do
   err=$($S bench calibrate $arg 2>&1 >/dev/null)
   rc=$?
   if [ $rc -eq 2 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && echo "$err" | grep -q "^bench calibrate: ${arg%% *} "; then
