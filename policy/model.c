@@ -230,6 +230,16 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
     va_end(ap);
 }
 
+/* s_belief2 emits a belief feature at two levels of generalisation: per (task type, room type,
+ * object class), and per task type alone, so that a correction learned on one task carries over
+ * fully to its closest kin and in part to every task of its type. */
+static void s_belief2(s_emit_t *e, const char *kind, const char *task, const char *room,
+                      const char *oc)
+{
+    s_emit(e, "belief|%s|task=%s|room=%s|oc=%s", kind, task, room, oc);
+    s_emit(e, "belief|%s|task=%s", kind, task);
+}
+
 /* s_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ") into a
  * and b. Returns 1 when SEP is found. */
 static int s_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
@@ -631,19 +641,21 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_emit(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
-        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0)
-            s_emit_ap_val(&e, tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure,
-                          "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0) {
+            float v = tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure;
+            s_emit_ap_val(&e, v, "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_emit_ap_val(&e, v, "belief|where|task=%s", task); /* the coarse level */
+        }
         if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
         if (!st->holding[0] && goal_here)
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
         if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
             (proc || !s_processing_task(st->task)))
-            s_emit(&e, "belief|ralike|go|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_belief2(&e, "ralike|go", task, st->room, tb.oc);
         if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
             !proc && s_processing_task(st->task))
-            s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_belief2(&e, "forget", task, st->room, tb.oc);
     } else if (strcmp(verb, "open") == 0) {
         if (st->at_closed && strcmp(rest, st->location) == 0)
             s_emit(&e, "open|here_closed|hold=%s", hold);
@@ -654,11 +666,11 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         bool goal_obj = strcmp(xt, st->goal_obj) == 0 || alike;
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
         if (alike)
-            s_emit(&e, "belief|alike|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_belief2(&e, "alike", task, st->room, tb.oc);
         if (goal_obj && strcmp(yt, st->goal_recep) == 0) {
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
             if (tb.forget && st->task == PPARSE_TASK_TWO)
-                s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+                s_belief2(&e, "forget", task, st->room, tb.oc);
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
         }
@@ -674,9 +686,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             strcmp(st->hist[st->n_hist - 1].action + 6, st->location) == 0)
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
         if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
-            s_emit(&e, "belief|ralike|move|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_belief2(&e, "ralike|move", task, st->room, tb.oc);
         if (tb.forget && goal_obj && goal_recep && !proc && s_processing_task(st->task))
-            s_emit(&e, "belief|forget|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
+            s_belief2(&e, "forget", task, st->room, tb.oc);
     } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
                 strcmp(verb, "clean") == 0) &&
                s_split2(rest, " with ", x, y)) {
