@@ -770,17 +770,14 @@ static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, in
     return lps;
 }
 
-/* s_logprobs_write writes what s_logprobs_json builds, as cJSON would print it. */
-static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
-                             int chosen, double lp, int top)
+/* s_top_logprobs_write writes the top_logprobs array: the `top` most likely admissible actions
+ * (s_top_order) with their log probabilities. */
+static void s_top_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                                 int top)
 {
-    jsonw_lit(w, "{\"content\":[{\"token\":");
-    jsonw_str(w, chosen >= 0 ? st->actions[chosen] : "look");
-    jsonw_lit(w, ",\"logprob\":");
-    jsonw_num(w, lp);
-    jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":[");
     int order[PPARSE_MAX_ACTIONS];
     int n = s_top_order(st, p_unit, top, order);
+    jsonw_lit(w, "[");
     for (int k = 0; k < n; k++) {
         int best = order[k];
         if (k)
@@ -791,7 +788,20 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
         jsonw_num(w, p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
         jsonw_lit(w, ",\"bytes\":null}");
     }
-    jsonw_lit(w, "]}]}");
+    jsonw_lit(w, "]");
+}
+
+/* s_logprobs_write writes what s_logprobs_json builds, as cJSON would print it. */
+static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                             int chosen, double lp, int top)
+{
+    jsonw_lit(w, "{\"content\":[{\"token\":");
+    jsonw_str(w, chosen >= 0 ? st->actions[chosen] : "look");
+    jsonw_lit(w, ",\"logprob\":");
+    jsonw_num(w, lp);
+    jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":");
+    s_top_logprobs_write(w, st, p_unit, top);
+    jsonw_lit(w, "}]}");
 }
 
 /* s_ids_write writes ids as a JSON array of integers. */
@@ -811,8 +821,7 @@ static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
  * and 0 on every other token (they follow from the choice; those entries are {token, logprob}
  * only), so the entries sum to the choice's logprob exactly. */
 static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
-                                   int chosen, double lp, int top, const int32_t *ids, size_t n,
-                                   size_t at)
+                                   double lp, int top, const int32_t *ids, size_t n, size_t at)
 {
     jsonw_lit(w, "{\"content\":[");
     for (size_t i = 0; i < n; i++) {
@@ -828,21 +837,9 @@ static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const d
         }
         jsonw_lit(w, ",\"logprob\":");
         jsonw_num(w, lp);
-        jsonw_lit(w, ",\"top_logprobs\":[");
-        int order[PPARSE_MAX_ACTIONS];
-        int nt = s_top_order(st, p_unit, top, order);
-        (void)chosen;
-        for (int j = 0; j < nt; j++) {
-            int best = order[j];
-            if (j)
-                jsonw_lit(w, ",");
-            jsonw_lit(w, "{\"token\":");
-            jsonw_str(w, st->actions[best]);
-            jsonw_lit(w, ",\"logprob\":");
-            jsonw_num(w, p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
-            jsonw_lit(w, ",\"bytes\":null}");
-        }
-        jsonw_lit(w, "]}");
+        jsonw_lit(w, ",\"top_logprobs\":");
+        s_top_logprobs_write(w, st, p_unit, top);
+        jsonw_lit(w, "}");
     }
     jsonw_lit(w, "]}");
 }
@@ -952,7 +949,7 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         jsonw_strn(&w, content.p, content.len);
         jsonw_lit(&w, "},\"logprobs\":");
         if (rq->logprobs && ids)
-            s_token_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs, ids, n_ids,
+            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, ids, n_ids,
                                    lp_at);
         else if (rq->logprobs)
             s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);

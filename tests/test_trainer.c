@@ -547,8 +547,10 @@ static void test_bad_batches_are_refused_with_a_reason_and_change_nothing(void *
         raw[i] = g->advantages[i] / 2.0;
     g->advantages_raw = raw;
     g->advantages_raw_len = g->advantages_len;
-    g->audit_weight = 3.0;
+    g->audit_weight = 3.0; /* 3 x raw differs from the advantages unless they are all 0 */
+    raw[0] += 0.25;         /* so one of them is not */
     expect_refused(t, b, SR_EINVAL, "not advantages_raw x audit_weight");
+    raw[0] -= 0.25;
     g->audit_weight = 2.0; /* consistent: accepted below */
 
     /* A prompt in another format. */
