@@ -109,7 +109,8 @@ struct coord {
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
-        *m_unknown, *m_cancels, *m_rounds;
+        *m_unknown, *m_cancels, *m_cancels_refused, *m_subs_refused, *m_rounds;
+    metrics_gauge_t *g_bus_topics;
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
      * CURVE clients refused by the ZAP handler. */
     peerlimit_t *peers;
@@ -981,6 +982,30 @@ static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
     log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
 }
 
+/* s_on_cancel acts on a bus CANCEL of group gi only when Redis says the group is cancelled: the
+ * gate moves the group to cancelled in Redis before it publishes (actor/gate_svc.c), so a CANCEL
+ * for a group still running there is forged (or stale) and is counted and ignored. The look-up is
+ * one HGET-sized round trip on the reactor today; it is the single place to make asynchronous
+ * (the check's answer then calls s_mark_cancelled). */
+static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
+{
+    coord_group_t *g = coord_sched_group(c->sched, gi);
+    if (g->cancelled)
+        return;
+    store_group_t sg;
+    int rc = store_group_get(c->st, g->gid, &sg);
+    if (rc != SR_OK || sg.status != STORE_GROUP_CANCELLED) {
+        metrics_counter_inc(c->m_cancels_refused);
+        log_warn_limited(5, "CANCEL of group %s ignored: %s", g->gid,
+                         rc != SR_OK ? "its state cannot be read from Redis"
+                                     : "the group is not cancelled in Redis");
+        return;
+    }
+    metrics_counter_inc(c->m_cancels);
+    s_mark_cancelled(c, gi, keep);
+    s_check_round(c);
+}
+
 static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
                         const void *body, size_t len)
 {
@@ -1098,6 +1123,14 @@ static void s_sync_security(coord_t *c)
     double now = (double)curve_refused(curve_default());
     if (now > seen)
         metrics_counter_add(c->m_curve_refused, now - seen);
+    if (c->proxy) {
+        transport_proxy_stats_t ps;
+        transport_proxy_stats(c->proxy, &ps);
+        double had = metrics_counter_value(c->m_subs_refused);
+        if ((double)ps.subs_refused > had)
+            metrics_counter_add(c->m_subs_refused, (double)ps.subs_refused - had);
+        metrics_gauge_set(c->g_bus_topics, (double)ps.topics);
+    }
 }
 
 static void s_on_work(reactor_t *r, void *sock, int revents, void *arg)
@@ -1208,9 +1241,7 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
             for (size_t i = 0; i < m.u.cancel.keep_len; i++)
                 if (m.u.cancel.keep[i] >= 0 && m.u.cancel.keep[i] < 64)
                     keep |= 1ull << m.u.cancel.keep[i];
-            metrics_counter_inc(c->m_cancels);
-            s_mark_cancelled(c, gi, keep);
-            s_check_round(c);
+            s_on_cancel(c, gi, keep);
         }
     }
     proto_msg_clear(&m);
@@ -1421,6 +1452,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                    "Messages from actors that had not said HELLO.", NULL);
     c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",
                                    "CANCELs of current groups seen on the bus.", NULL);
+    c->m_subs_refused = metrics_counter(
+        c->metrics, "selroll_bus_subscriptions_refused_total",
+        "Bus subscriptions the proxy dropped: outside the run's topics or over a limit.", NULL);
+    c->g_bus_topics =
+        metrics_gauge(c->metrics, "selroll_bus_topics", "Distinct topics the bus proxy holds.", NULL);
+    c->m_cancels_refused =
+        metrics_counter(c->metrics, "selroll_coord_cancels_refused_total",
+                        "Bus CANCELs ignored because Redis does not show the group cancelled.", NULL);
     c->m_rounds = metrics_counter(c->metrics, "selroll_coord_rounds_total", "Rounds ended.", NULL);
     c->peers = peerlimit_new(0, 0, 0, 0);
     c->m_peer_bans = metrics_counter(c->metrics, "selroll_peer_bans_total",
@@ -1467,8 +1506,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         snprintf(c->ep_sub, sizeof c->ep_sub, "%s", c->cfg.bus_external_sub);
         snprintf(sub_local, sizeof sub_local, "%s", c->cfg.bus_external_sub);
     } else {
-        c->proxy = transport_proxy_new(c->zctx, c->cfg.bus_pub_bind, c->cfg.bus_sub_bind, NULL, e2,
-                                       sizeof e2);
+        /* Subscribers take fixed prefixes of this run (ctl/<run>/, ctl/<run>/cancel,
+         * ctl/<run>/policy, act/<run>/): 64 bytes past the run name is room to spare. */
+        transport_proxy_limits_t lim = {.run = c->cfg.run,
+                                        .topic_max = (int)strlen(c->cfg.run) + 64,
+                                        .per_peer = TRANSPORT_PROXY_PER_PEER,
+                                        .total = TRANSPORT_PROXY_TOTAL};
+        c->proxy = transport_proxy_new_limited(c->zctx, c->cfg.bus_pub_bind, c->cfg.bus_sub_bind,
+                                               NULL, &lim, e2, sizeof e2);
         if (!c->proxy)
             goto fail;
         s_advertise(transport_proxy_pub_endpoint(c->proxy), host, c->ep_pub, sizeof c->ep_pub);
@@ -1690,6 +1735,7 @@ void coord_stats(const coord_t *c, coord_stats_t *out)
     out->bad_messages = (uint64_t)metrics_counter_value(c->m_bad);
     out->unknown_actor = (uint64_t)metrics_counter_value(c->m_unknown);
     out->cancels = (uint64_t)metrics_counter_value(c->m_cancels);
+    out->cancels_refused = (uint64_t)metrics_counter_value(c->m_cancels_refused);
     out->rounds_done = (uint64_t)metrics_counter_value(c->m_rounds);
 }
 
