@@ -982,25 +982,30 @@ static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
     log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
 }
 
-/* s_on_cancel acts on a bus CANCEL of group gi only when Redis says the group is cancelled: the
- * gate moves the group to cancelled in Redis before it publishes (actor/gate_svc.c), so a CANCEL
- * for a group still running there is forged (or stale) and is counted and ignored. The look-up is
- * one HGET-sized round trip on the reactor today; it is the single place to make asynchronous
- * (the check's answer then calls s_mark_cancelled). */
+/* s_cancel_confirmed tells whether Redis shows group g cancelled: the gate moves a group to
+ * cancelled in Redis before it publishes the CANCEL (actor/gate_svc.c), so a CANCEL for a group
+ * still running there is forged (or stale). Counted and logged when not. The look-up is one
+ * round trip on the reactor today; this is the single place to make asynchronous (its answer
+ * then continues s_on_cancel or s_on_result). */
+static bool s_cancel_confirmed(coord_t *c, const coord_group_t *g, const char *what)
+{
+    store_group_t sg;
+    int rc = store_group_get(c->st, g->gid, &sg);
+    if (rc == SR_OK && sg.status == STORE_GROUP_CANCELLED)
+        return true;
+    metrics_counter_inc(c->m_cancels_refused);
+    log_warn_limited(5, "%s of group %s ignored: %s", what, g->gid,
+                     rc != SR_OK ? "its state cannot be read from Redis"
+                                 : "the group is not cancelled in Redis");
+    return false;
+}
+
+/* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. */
 static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
-    if (g->cancelled)
+    if (g->cancelled || !s_cancel_confirmed(c, g, "CANCEL"))
         return;
-    store_group_t sg;
-    int rc = store_group_get(c->st, g->gid, &sg);
-    if (rc != SR_OK || sg.status != STORE_GROUP_CANCELLED) {
-        metrics_counter_inc(c->m_cancels_refused);
-        log_warn_limited(5, "CANCEL of group %s ignored: %s", g->gid,
-                         rc != SR_OK ? "its state cannot be read from Redis"
-                                     : "the group is not cancelled in Redis");
-        return;
-    }
     metrics_counter_inc(c->m_cancels);
     s_mark_cancelled(c, gi, keep);
     s_check_round(c);
@@ -1037,6 +1042,16 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         metrics_counter_inc(c->m_requeued);
         log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures,
                          c->cfg.max_attempts, r->error ? r->error : "no reason given");
+        s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+        s_dispatch(c);
+        return;
+    }
+    if (strcmp(r->status, "cancelled") == 0 && !g->cancelled &&
+        !s_cancel_confirmed(c, g, "a cancelled RESULT")) {
+        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
+         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
         s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
         s_dispatch(c);
         return;

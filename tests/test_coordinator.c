@@ -888,6 +888,16 @@ static void forged_cancel_of_a_running_group_is_ignored(void **state)
     assert_int_equal(store_group_get(f.st, "r0000-g0000", &g), SR_OK);
     assert_int_equal(g.status, STORE_GROUP_RUNNING);
 
+    /* an actor that stopped on the forged CANCEL reports cancelled: the job runs again */
+    proto_msg_t j0;
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j0);
+    s_result(&a, &j0.u.job, "cancelled", 0.0);
+    s_expect_ack(&a, &j0.u.job, true);
+    coord_stats(f.c, &st);
+    assert_true(st.cancels_refused >= 2);
+    proto_msg_clear(&j0);
+
     /* every job of the group is still dispatched and the group ends done */
     for (int i = 0; i < cfg.group_size; i++) {
         proto_msg_t j;
