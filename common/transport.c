@@ -49,6 +49,7 @@ typedef struct s_peer {
 } s_peer_t;
 
 #define S_TOPIC_BUCKETS 4096
+#define S_CURVE_ROOM 1024 /* ZMQ_MAXMSGSIZE room for CURVE's framing and handshake */
 #define S_PEER_BUCKETS 256
 
 struct transport_proxy {
@@ -60,7 +61,9 @@ struct transport_proxy {
     s_topic_t *topics[S_TOPIC_BUCKETS];
     s_peer_t *peers[S_PEER_BUCKETS];
     /* read from other threads with __atomic_load_n */
-    uint64_t subs_applied, subs_refused, topics_now;
+    uint64_t subs_applied, subs_refused, topics_now, pubs_refused;
+    char cancel_topic[TRANSPORT_ENDPOINT_LEN + 16];
+    char cancel_key[64]; /* "" = any publisher may CANCEL */
     void *ctl_main;    /* PAIR the owner sends TERMINATE on */
     void *ctl_proxy;   /* PAIR the proxy thread listens on */
     char local_ep[64]; /* the XPUB side again, over inproc, for subscribers in this process */
@@ -597,15 +600,24 @@ void transport_msg_close(transport_msg_t *m)
 
 /* ---- the bus proxy ---- */
 
+static void s_count(uint64_t *v, uint64_t set, int add);
+
+/* s_is_cancel tells whether the topic frame f is the run's CANCEL topic. */
+static int s_is_cancel(const transport_proxy_t *p, zmq_msg_t *f)
+{
+    size_t n = zmq_msg_size(f), cl = strlen(p->cancel_topic);
+    return n >= cl && memcmp(zmq_msg_data(f), p->cancel_topic, cl) == 0;
+}
+
 /* s_forward moves whole messages from `from` to `to` without blocking, at most budget of them,
  * and returns how many it moved, or -1 when the context is gone. Fewer than budget means the
  * last receive found `from` empty, which also brought libzmq's view of it up to date. A
  * publication that finds a subscriber's queue full is dropped for that subscriber, as PUB does. */
-static int s_forward(void *from, void *to, int budget)
+static int s_forward(transport_proxy_t *p, void *from, void *to, int budget)
 {
     int n = 0;
     for (; n < budget; n++) {
-        int more = 1, first = 1;
+        int more = 1, first = 1, drop = 0;
         while (more) {
             zmq_msg_t f;
             zmq_msg_init(&f);
@@ -617,9 +629,18 @@ static int s_forward(void *from, void *to, int budget)
                     return n;
                 return e == ETERM ? -1 : n;
             }
+            if (first && p->cancel_key[0] && s_is_cancel(p, &f)) {
+                const char *uid = zmq_msg_gets(&f, "User-Id");
+                drop = !uid || strcmp(uid, p->cancel_key) != 0;
+                if (drop) {
+                    s_count(&p->pubs_refused, 1, 1);
+                    log_warn_limited(5, "bus proxy: a CANCEL from a key that is not the gate's "
+                                        "dropped");
+                }
+            }
             first = 0;
             more = zmq_msg_more(&f);
-            if (zmq_msg_send(&f, to, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+            if (drop || zmq_msg_send(&f, to, (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
                 zmq_msg_close(&f);
         }
     }
@@ -843,7 +864,7 @@ static void *s_proxy_main(void *arg)
                 break; /* TERMINATE: the only command sent */
         }
         if (pending[IN]) {
-            int n = s_forward(socks[IN], socks[OUT], BUDGET);
+            int n = s_forward(p, socks[IN], socks[OUT], BUDGET);
             if (n < 0)
                 break;
             pending[IN] = n == BUDGET;
@@ -892,13 +913,24 @@ transport_proxy_t *transport_proxy_new_limited(void *ctx, const char *pub_ep, co
         return NULL;
     }
     snprintf(p->run, sizeof p->run, "%s", lim && lim->run ? lim->run : "");
+    if (lim && lim->cancel_key && lim->cancel_key[0] && p->run[0]) {
+        snprintf(p->cancel_key, sizeof p->cancel_key, "%s", lim->cancel_key);
+        snprintf(p->cancel_topic, sizeof p->cancel_topic, "ctl/%s/cancel", p->run);
+    }
     p->xsub = transport_sock_new(ctx, ZMQ_XSUB, opts, err, errlen);
     p->xpub = transport_sock_new(ctx, ZMQ_XPUB, opts, err, errlen);
     if (!p->xsub || !p->xpub)
         goto fail;
     /* Before any bind: a subscriber's messages are its subscriptions, none longer than
-     * 1 + topic_max bytes; libzmq drops a connection that sends more, before storing it. */
-    int64_t maxsub = 1 + (int64_t)p->topic_max;
+     * 1 + topic_max bytes; libzmq drops a connection that sends more, before storing it. The
+     * limit applies to frames on the wire: with CURVE they carry 33 bytes more, and the
+     * handshake's INITIATE (vouch and metadata) a few hundred, hence the room. */
+    transport_opts_t eff;
+    if (opts)
+        eff = *opts;
+    else
+        transport_opts_init(&eff);
+    int64_t maxsub = 1 + (int64_t)p->topic_max + (eff.curve ? S_CURVE_ROOM : 0);
     if (zmq_setsockopt(transport_sock_zmq(p->xpub), ZMQ_MAXMSGSIZE, &maxsub, sizeof maxsub) != 0 ||
         zmq_setsockopt(transport_sock_zmq(p->xpub), ZMQ_XPUB_MANUAL, &manual, sizeof manual) !=
             0) {
@@ -963,6 +995,7 @@ void transport_proxy_stats(const transport_proxy_t *p, transport_proxy_stats_t *
     out->subs_applied = __atomic_load_n(&p->subs_applied, __ATOMIC_RELAXED);
     out->subs_refused = __atomic_load_n(&p->subs_refused, __ATOMIC_RELAXED);
     out->topics = __atomic_load_n(&p->topics_now, __ATOMIC_RELAXED);
+    out->pubs_refused = __atomic_load_n(&p->pubs_refused, __ATOMIC_RELAXED);
 }
 
 const char *transport_proxy_local_endpoint(const transport_proxy_t *p)

@@ -188,6 +188,9 @@ typedef struct {
     int topic_max;   /* longest topic accepted, bytes (default 256) */
     int per_peer;    /* distinct topics one peer may hold (default 64) */
     int total;       /* distinct topics the proxy holds (default 4096) */
+    /* non-empty (needs run): a publication on ctl/<run>/cancel is forwarded only when its
+     * publisher's ZAP User-Id (its CURVE public key in Z85, common/curve.h) equals this key */
+    const char *cancel_key;
 } transport_proxy_limits_t;
 
 #define TRANSPORT_PROXY_TOPIC_MAX 256
@@ -199,6 +202,7 @@ typedef struct {
     uint64_t subs_applied;  /* subscriptions applied (a new topic or one more holder of one) */
     uint64_t subs_refused;  /* dropped: outside the run's prefixes, empty, or over a limit */
     uint64_t topics;        /* distinct topics held now */
+    uint64_t pubs_refused;  /* CANCELs dropped: not from the cancel_key's holder */
 } transport_proxy_stats_t;
 
 /* transport_proxy_new binds an XSUB socket on pub_ep and an XPUB socket on sub_ep (wildcard
