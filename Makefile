@@ -18,7 +18,7 @@ TEST_LIBS   := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 # SANITIZE=address,undefined (or any -fsanitize= list) builds into build-san/ and
 # build-san/selroll, so the plain build and bin/selroll stay as they are; UBSan errors abort.
 ifneq ($(SANITIZE),)
-CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -DSELROLL_SANITIZE
 LDFLAGS += -fsanitize=$(SANITIZE)
 ifneq ($(findstring undefined,$(SANITIZE)),)
 CFLAGS  += -fno-sanitize-recover=undefined
