@@ -736,12 +736,17 @@ static void s_subscription(transport_proxy_t *p, zmq_msg_t *msg, void *xpub, voi
     uint64_t h = s_fnv(t, tl);
     s_topic_t **slot = s_topic_slot(p, t, tl, h);
     if (d[0] == 0) {
-        /* A cancel: explicit, or libzmq's for every topic of a connection that went away (those
-         * carry no properties and no pipe; ZMQ_UNSUBSCRIBE then does nothing). */
+        /* A cancel: libzmq's for every topic of a connection that went away (no properties, no
+         * pipe; ZMQ_UNSUBSCRIBE then does nothing), or an explicit one. An explicit one from a
+         * remote peer is applied to its own connection only: the proxy cannot tell whether that
+         * connection held the topic, so it leaves the count alone; else anyone could cancel the
+         * topics others hold upstream. selroll's subscribers never unsubscribe. */
         s_topic_t *e = *slot;
         if (!e)
             return; /* never accepted */
         zmq_setsockopt(xpub, ZMQ_UNSUBSCRIBE, t, tl);
+        if (zmq_msg_gets(msg, "Peer-Address"))
+            return;
         if (--e->refs > 0)
             return;
         zmq_send(xsub, d, n, ZMQ_DONTWAIT);

@@ -472,9 +472,10 @@ static void pubsub_through_proxy_filters_by_topic(void **state)
     zmq_ctx_term(ctx);
 }
 
-/* s_raw_subscribe speaks ZMTP 3.0 (NULL mechanism) as a SUB over a plain TCP socket to the
- * tcp://127.0.0.1:<port> endpoint ep and sends one subscription of topic_len bytes. */
-static void s_raw_subscribe(const char *ep, size_t topic_len)
+/* s_raw_sub speaks ZMTP 3.0 (NULL mechanism) as a SUB over a plain TCP socket to the
+ * tcp://127.0.0.1:<port> endpoint ep and sends one (un)subscription (flag 1 or 0) of topic_len
+ * bytes: "act/r1/" then 'x's, or topic when not NULL. */
+static void s_raw_sub(const char *ep, int flag, size_t topic_len, const char *topic)
 {
     const char *colon = strrchr(ep, ':');
     assert_non_null(colon);
@@ -492,9 +493,12 @@ static void s_raw_subscribe(const char *ep, size_t topic_len)
     frame[0] = 0x02; /* a long message frame, the last */
     for (int i = 0; i < 8; i++)
         frame[1 + i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
-    frame[9] = 1;
+    frame[9] = (unsigned char)flag;
     memset(frame + 10, 'x', topic_len);
-    memcpy(frame + 10, "act/r1/", topic_len < 7 ? topic_len : 7);
+    memcpy(frame + 10, topic ? topic : "act/r1/",
+           topic           ? topic_len
+           : topic_len < 7 ? topic_len
+                           : 7);
     /* libzmq takes the rest only after its own greeting went out: read it first */
     unsigned char theirs[64];
     ssize_t w = send(fd, greet, sizeof greet, MSG_NOSIGNAL);
@@ -510,6 +514,11 @@ static void s_raw_subscribe(const char *ep, size_t topic_len)
     free(frame);
     usleep(50000);
     close(fd);
+}
+
+static void s_raw_subscribe(const char *ep, size_t topic_len)
+{
+    s_raw_sub(ep, 1, topic_len, NULL);
 }
 
 /* s_wait_stats waits until the proxy has applied at least applied and refused at least refused
@@ -598,6 +607,15 @@ static void proxy_filters_subscriptions(void **state)
     usleep(100000);
     transport_proxy_stats(p, &st);
     assert_int_equal(st.subs_refused, refused + 1); /* never seen by the proxy thread */
+
+    /* a stranger's unsubscription of a topic others hold cancels nothing upstream */
+    for (int i = 0; i < 3; i++)
+        s_raw_sub(transport_proxy_sub_endpoint(p), 0, 7, "ctl/r1/");
+    usleep(100000);
+    transport_proxy_stats(p, &st);
+    assert_int_equal(st.topics, 8);
+    while (zmq_recv(zup, buf, sizeof buf, ZMQ_DONTWAIT) >= 0)
+        assert_false(buf[0] == 0 && memcmp(buf + 1, "ctl/r1/", 7) == 0);
 
     /* the accepted subscriptions still deliver */
     int got = 0;
