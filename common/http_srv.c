@@ -572,9 +572,9 @@ static void s_answer_health(http_srv_t *s, int i, const s_route_t *r, size_t len
     s_pend_close(s, i);
 }
 
-/* s_pend_ready looks at what pending connection i sent so far (peeked, left in place): nothing
- * complete yet = wait; a complete GET /health = answered here; anything else = handed to
- * libmicrohttpd, which reads it from the start. */
+/* s_pend_ready looks at what pending connection i sent so far (peeked, left in place): no
+ * complete request head yet = wait; a complete GET /health = answered here; any other complete
+ * head (or one of 1 KiB and more) = handed to libmicrohttpd, which reads it from the start. */
 static void s_pend_ready(http_srv_t *s, int ep, int i)
 {
     char buf[S_HEAD_MAX];
@@ -590,15 +590,15 @@ static void s_pend_ready(http_srv_t *s, int ep, int i)
     const s_route_t *hr = s_health_route(s);
     bool health_prefix = hr && memcmp(buf, want, got < wl ? got : wl) == 0 &&
                          (got <= wl || buf[wl] == ' ' || buf[wl] == '?');
-    if (health_prefix) {
-        const char *end = memmem(buf, got, "\r\n\r\n", 4);
-        if (end) {
-            s_answer_health(s, i, hr, (size_t)(end + 4 - buf));
-            return;
-        }
-        if (got < sizeof buf)
-            return; /* more of the head to come */
+    const char *end = memmem(buf, got, "\r\n\r\n", 4);
+    if (health_prefix && end) {
+        s_answer_health(s, i, hr, (size_t)(end + 4 - buf));
+        return;
     }
+    /* A request goes on only with its head complete (or longer than this buffer): a client that
+     * sends a head slowly waits here, without a thread, not in one of libmicrohttpd's. */
+    if (!end && got < sizeof buf)
+        return;
     epoll_ctl(ep, EPOLL_CTL_DEL, s->pend[i].fd, NULL);
     int fd = s->pend[i].fd;
     s->pend[i].fd = -1;

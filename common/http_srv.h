@@ -22,8 +22,9 @@
  * Connections are accepted by a thread of the server's own, which holds each one, without a
  * thread, until its first request is there: a complete "GET /health" it answers itself (from the
  * route's function, when /health is public or there is no token) and closes; any other request
- * goes to libmicrohttpd. At most HTTP_SRV_PENDING_MAX connections wait so, HTTP_SRV_PENDING_PER_IP
- * from one address, each at most cfg.timeout_s; over a limit the oldest waiting one (of that
+ * goes to libmicrohttpd once its head is complete (or 1 KiB long). At most HTTP_SRV_PENDING_MAX
+ * connections wait so, HTTP_SRV_PENDING_PER_IP from one address, each at most cfg.timeout_s;
+ * over a limit the oldest waiting one (of that
  * address when the address is at its limit) is closed to make room (counted, http_srv_refused).
  * So idle connections take none of libmicrohttpd's cfg.max_conns, and a request that arrives
  * complete, as a probe's /health does, is always served.
