@@ -812,9 +812,10 @@ static void s_publish_action(actor_t *a, slot_t *s, int64_t step, const char *ac
     if (proto_encode(&m, &a->sbuf) != SR_OK)
         return;
     int64_t now = reactor_now(a->r);
-    /* The ACTION of a gate checkpoint step can be the one the gate's decision waits for: it goes
-     * out now, after the ones held (a trajectory's steps stay in order). */
-    bool urgent = false;
+    /* The ACTION of a gate checkpoint step, or one that ends a trajectory (before K), can be the
+     * one the gate's decision waits for: it goes out now, after the ones held (a trajectory's
+     * steps stay in order). */
+    bool urgent = ended;
     for (int i = 0; i < a->n_gate_steps && !urgent; i++)
         urgent = step == a->gate_steps[i];
     if (a->pubq_n == 0 && (urgent || now - a->pub_last_ms >= a->action_batch_ms)) {

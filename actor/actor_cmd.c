@@ -99,8 +99,9 @@ int actor_main(int argc, char **argv)
                  "(fewer wake-ups of the bus and the gate; 0 = each at once)"},
         {.name = "gate-steps", .kind = CFG_STRING, .dst = &o.gate_steps, .def = "10",
          .metavar = "LIST",
-         .help = "steps whose ACTIONs go out at once, past --action-batch-ms: the gate's "
-                 "checkpoints (comma-separated, 1..1024, at most 16; default the gate's --k)"},
+         .help = "steps whose ACTIONs go out at once, past --action-batch-ms, like an episode's "
+                 "last: the gate's checkpoints (comma-separated, 1..1024, at most 16; default "
+                 "the gate's --k)"},
         {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
