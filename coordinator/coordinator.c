@@ -109,7 +109,7 @@ struct coord {
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
-        *m_unknown, *m_cancels, *m_cancels_refused, *m_subs_refused, *m_rounds;
+        *m_unknown, *m_cancels, *m_cancels_refused, *m_subs_refused, *m_pubs_refused, *m_rounds;
     metrics_gauge_t *g_bus_topics;
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
      * CURVE clients refused by the ZAP handler. */
@@ -1145,6 +1145,9 @@ static void s_sync_security(coord_t *c)
         if ((double)ps.subs_refused > had)
             metrics_counter_add(c->m_subs_refused, (double)ps.subs_refused - had);
         metrics_gauge_set(c->g_bus_topics, (double)ps.topics);
+        had = metrics_counter_value(c->m_pubs_refused);
+        if ((double)ps.pubs_refused > had)
+            metrics_counter_add(c->m_pubs_refused, (double)ps.pubs_refused - had);
     }
 }
 
@@ -1470,6 +1473,9 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     c->m_subs_refused = metrics_counter(
         c->metrics, "selroll_bus_subscriptions_refused_total",
         "Bus subscriptions the proxy dropped: outside the run's topics or over a limit.", NULL);
+    c->m_pubs_refused = metrics_counter(
+        c->metrics, "selroll_bus_cancels_dropped_total",
+        "CANCELs the bus proxy dropped under CURVE: not published with the gate's key.", NULL);
     c->g_bus_topics =
         metrics_gauge(c->metrics, "selroll_bus_topics", "Distinct topics the bus proxy holds.", NULL);
     c->m_cancels_refused =
