@@ -15,12 +15,20 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 TEST_CFLAGS := $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
+# SANITIZE=address,undefined (or any -fsanitize= list) builds into build-san/ and
+# build-san/selroll, so the plain build and bin/selroll stay as they are; UBSan errors abort.
 ifneq ($(SANITIZE),)
-CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -DSELROLL_SANITIZE
 LDFLAGS += -fsanitize=$(SANITIZE)
+ifneq ($(findstring undefined,$(SANITIZE)),)
+CFLAGS  += -fno-sanitize-recover=undefined
 endif
-
-B := build
+B   := build-san
+BIN := $(B)/selroll
+else
+B   := build
+BIN := bin/selroll
+endif
 LIB_SRCS  := $(sort $(wildcard common/*.c coordinator/*.c actor/*.c env_worker/*.c policy/*.c bench/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/%.o)
 # The dashboard page is built into the binary: scripts/embed.sh turns it into a C array.
@@ -33,7 +41,7 @@ HARNESS   := $(B)/tests/harness.o
 .PHONY: all deps deps-test test test-unit test-valgrind test-integration run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
-all: bin/selroll $(TEST_BINS)
+all: $(BIN) $(TEST_BINS)
 
 deps:
 	@bash scripts/deps.sh
@@ -60,8 +68,8 @@ $(B)/libselroll.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-bin/selroll: $(B)/selroll.o $(B)/libselroll.a
-	@mkdir -p bin
+$(BIN): $(B)/selroll.o $(B)/libselroll.a
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/test_%: $(B)/tests/test_%.o $(HARNESS) $(B)/libselroll.a
@@ -133,6 +141,6 @@ format:
 	clang-format -i $(LIB_SRCS) $(wildcard common/*.h coordinator/*.h actor/*.h env_worker/*.h policy/*.h bench/*.h tests/*.c tests/*.h) selroll.c
 
 clean:
-	rm -rf $(B) bin
+	rm -rf build build-san bin
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -121,6 +121,7 @@ struct actor {
      * a uint32_t body length and the body. */
     sr_buf_t pubq;
     int pubq_n, pub_timer, action_batch_ms;
+    int gate_steps[ACTOR_MAX_GATE_STEPS], n_gate_steps; /* sent at once: the gate decides there */
     int64_t pub_last_ms; /* the last send of ACTIONs, reactor clock */
     bool record_messages, catch_signals, drain_on_term;
     actor_tokens_t tokens;
@@ -853,7 +854,13 @@ static void s_publish_action(actor_t *a, slot_t *s, int64_t step, const char *ac
     if (proto_encode(&m, &a->sbuf) != SR_OK)
         return;
     int64_t now = reactor_now(a->r);
-    if (a->pubq_n == 0 && now - a->pub_last_ms >= a->action_batch_ms) {
+    /* The ACTION of a gate checkpoint step, or one that ends a trajectory (before K), can be the
+     * one the gate's decision waits for: it goes out now, after the ones held (a trajectory's
+     * steps stay in order). */
+    bool urgent = ended;
+    for (int i = 0; i < a->n_gate_steps && !urgent; i++)
+        urgent = step == a->gate_steps[i];
+    if (a->pubq_n == 0 && (urgent || now - a->pub_last_ms >= a->action_batch_ms)) {
         a->pub_last_ms = now;
         if (transport_send_topic(a->pub, topic, a->sbuf.data, a->sbuf.len) == SR_OK)
             ST_INC(a, actions_published);
@@ -864,7 +871,7 @@ static void s_publish_action(actor_t *a, slot_t *s, int64_t step, const char *ac
     sr_buf_append(&a->pubq, topic, tl);
     sr_buf_append(&a->pubq, &bl, sizeof bl);
     sr_buf_append(&a->pubq, a->sbuf.data, bl);
-    if (++a->pubq_n >= ACTOR_MAX_ACTION_BATCH)
+    if (++a->pubq_n >= ACTOR_MAX_ACTION_BATCH || urgent)
         s_pub_flush(a);
     else if (a->pub_timer == 0)
         a->pub_timer = reactor_timer_add(a->r, SR_MAX(0, a->pub_last_ms + a->action_batch_ms - now),
@@ -1863,6 +1870,8 @@ void actor_cfg_init(actor_cfg_t *c)
     c->hello_retry_ms = ACTOR_DEFAULT_HELLO_RETRY_MS;
     c->drain_ack_ms = ACTOR_DEFAULT_DRAIN_ACK_MS;
     c->action_batch_ms = ACTOR_DEFAULT_ACTION_BATCH_MS;
+    c->gate_steps[0] = ACTOR_DEFAULT_GATE_STEP;
+    c->n_gate_steps = 1;
 }
 
 static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
@@ -1908,6 +1917,16 @@ static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
         snprintf(err, errlen, "the ACTION batch time must be 0..1000 ms, not %d", c->action_batch_ms);
         return SR_EINVAL;
     }
+    if (c->n_gate_steps < 0 || c->n_gate_steps > ACTOR_MAX_GATE_STEPS) {
+        snprintf(err, errlen, "at most %d gate steps, not %d", ACTOR_MAX_GATE_STEPS,
+                 c->n_gate_steps);
+        return SR_EINVAL;
+    }
+    for (int i = 0; i < c->n_gate_steps; i++)
+        if (c->gate_steps[i] < 1 || c->gate_steps[i] > 1024) {
+            snprintf(err, errlen, "a gate step must be 1..1024, not %d", c->gate_steps[i]);
+            return SR_EINVAL;
+        }
     return SR_OK;
 }
 
@@ -1969,6 +1988,8 @@ actor_t *actor_new(const actor_cfg_t *cfg, char *err, size_t errlen)
     a->n_free = cfg->slots;
     a->env_timeout_ms = cfg->env_timeout_ms;
     a->action_batch_ms = cfg->action_batch_ms;
+    memcpy(a->gate_steps, cfg->gate_steps, sizeof a->gate_steps);
+    a->n_gate_steps = cfg->n_gate_steps;
     a->pub_last_ms = INT64_MIN / 4;
     a->welcome_timeout_ms = cfg->welcome_timeout_ms;
     a->hello_retry_ms = cfg->hello_retry_ms;

@@ -42,7 +42,9 @@
 #define ACTOR_DEFAULT_HELLO_RETRY_MS 2000
 #define ACTOR_DEFAULT_DRAIN_ACK_MS 5000
 #define ACTOR_DEFAULT_ACTION_BATCH_MS 5
-#define ACTOR_MAX_ACTION_BATCH 64 /* ACTIONs held at most before they go out */
+#define ACTOR_MAX_ACTION_BATCH 64  /* ACTIONs held at most before they go out */
+#define ACTOR_MAX_GATE_STEPS 16    /* --gate-steps entries */
+#define ACTOR_DEFAULT_GATE_STEP 10 /* the gate's default --k */
 
 /* The configuration of an actor. actor_cfg_init fills the defaults. Strings and the env_workers
  * array are borrowed and only read during actor_new (the actor copies what it keeps). */
@@ -79,6 +81,9 @@ typedef struct {
     int drain_ack_ms;         /* after a drain, how long to wait for the last RESULT_ACKs */
     int action_batch_ms;      /* ACTIONs published within this long of the last send wait and go
                                * out together, at most this much later (0: each at once) */
+    int gate_steps[ACTOR_MAX_GATE_STEPS]; /* ACTIONs of these steps (the gate's checkpoints) go
+                               * out at once, with any held before them (actor_cfg_init: {10}) */
+    int n_gate_steps;
     bool catch_signals;       /* SIGINT/SIGTERM end actor_run (for the command, not for tests) */
     bool drain_on_term;       /* with catch_signals: a signal drains instead of leaving at once */
     void *zmq_ctx;            /* ZeroMQ context to use (borrowed); NULL: the actor makes its own */

@@ -30,10 +30,26 @@ static void s_on_usr1(int sig)
     actor_drain(atomic_load(&s_drain_target));
 }
 
+/* s_split_list splits a comma-separated list in place into at most max items (empty ones are
+ * skipped). Returns the number of items. */
+static size_t s_split_list(char *s, const char **items, size_t max)
+{
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok && n < max;
+         tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (*tok)
+            items[n++] = tok;
+    }
+    return n;
+}
+
 int actor_main(int argc, char **argv)
 {
     static struct {
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
+        char *gate_steps;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
         int log_level, local_envw, action_batch_ms, llm_max_response_bytes, tokens;
         bool record_messages, drain_on_term, drain, model_check;
@@ -89,6 +105,11 @@ int actor_main(int argc, char **argv)
          .help = "record each step's token ids and logprobs: completion = the completion's ids "
                  "and per-token logprobs, full = also the prompt's ids (asks the policy for "
                  "return_token_ids)"},
+        {.name = "gate-steps", .kind = CFG_STRING, .dst = &o.gate_steps, .def = "10",
+         .metavar = "LIST",
+         .help = "steps whose ACTIONs go out at once, past --action-batch-ms, like an episode's "
+                 "last: the gate's checkpoints (comma-separated, 1..1024, at most 16; default "
+                 "the gate's --k)"},
         {.name = "record-messages", .kind = CFG_BOOL, .dst = &o.record_messages, .def = "false",
          .help = "put each step's chat messages into RESULTs"},
         {.name = "drain-on-term", .kind = CFG_BOOL, .dst = &o.drain_on_term, .def = "false",
@@ -131,6 +152,27 @@ int actor_main(int argc, char **argv)
     ac.template_path = o.template_path;
     ac.env_timeout_ms = o.env_timeout_ms;
     ac.action_batch_ms = o.action_batch_ms;
+    {
+        char *copy = sr_xstrdup(o.gate_steps ? o.gate_steps : "");
+        const char *items[ACTOR_MAX_GATE_STEPS + 1];
+        size_t n = s_split_list(copy, items, SR_ARRAY_LEN(items));
+        bool ok = n <= ACTOR_MAX_GATE_STEPS;
+        for (size_t i = 0; ok && i < n; i++) {
+            char *end = NULL;
+            long v = strtol(items[i], &end, 10);
+            ok = end != items[i] && *end == '\0' && v >= 1 && v <= 1024;
+            ac.gate_steps[i] = (int)v;
+        }
+        free(copy);
+        if (!ok) {
+            fprintf(stderr, "selroll actor: --gate-steps: '%s' is not a list of at most %d steps "
+                            "in 1..1024\n",
+                    o.gate_steps, ACTOR_MAX_GATE_STEPS);
+            code = 2;
+            goto cleanup;
+        }
+        ac.n_gate_steps = (int)n;
+    }
     ac.llm_timeout_ms = o.llm_timeout_ms;
     ac.llm_retries = o.llm_retries;
     ac.llm_max_response_bytes = (size_t)o.llm_max_response_bytes;

@@ -39,6 +39,7 @@ struct curve {
     uint8_t (*authorized)[32];
     size_t nauthorized;
     int has_authorized_dir;
+    char adir[PATH_MAX]; /* the authorised-keys folder ("" when none) */
     _Atomic uint64_t refused, accepted;
     curve_t *next; /* registry link */
 };
@@ -308,6 +309,7 @@ curve_t *curve_new(const char *keys_dir, const char *name, const char *authorize
         if (s_load_authorized(c, adir, err, errlen) != SR_OK)
             goto fail;
         c->has_authorized_dir = 1;
+        snprintf(c->adir, sizeof c->adir, "%s", adir);
     } else if (authorized_dir && *authorized_dir) {
         sr_fmt(err, errlen, "authorised-keys folder %s: %s", adir, strerror(ENOENT));
         goto fail;
@@ -392,15 +394,21 @@ static int s_zap_check(const char *domain, size_t dlen, const char *mech, size_t
     return ok;
 }
 
-static void s_zap_reply(void *sock, zmq_msg_t *reqid, int ok)
+/* s_zap_reply answers a ZAP request; an accepted client's User-Id is its public key in Z85, so
+ * the messages it sends carry it (zmq_msg_gets "User-Id"; the bus proxy checks CANCELs by it). */
+static void s_zap_reply(void *sock, zmq_msg_t *reqid, int ok, const zmq_msg_t *key)
 {
     const char *code = ok ? "200" : "400";
     const char *text = ok ? "OK" : "client key not authorised";
+    char user[CURVE_KEY_Z85_LEN + 1] = "";
+    if (ok && zmq_msg_size(key) == 32 &&
+        !zmq_z85_encode(user, (const uint8_t *)zmq_msg_data((zmq_msg_t *)key), 32))
+        user[0] = '\0';
     zmq_send(sock, "1.0", 3, ZMQ_SNDMORE);
     zmq_send(sock, zmq_msg_data(reqid), zmq_msg_size(reqid), ZMQ_SNDMORE);
     zmq_send(sock, code, 3, ZMQ_SNDMORE);
     zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
-    zmq_send(sock, "", 0, ZMQ_SNDMORE);
+    zmq_send(sock, user, strlen(user), ZMQ_SNDMORE);
     zmq_send(sock, "", 0, 0);
 }
 
@@ -444,7 +452,7 @@ static void *s_zap_main(void *arg)
                 log_warn_limited(5, "curve: refused a peer from %s: client key not authorised",
                                  addr);
             }
-            s_zap_reply(z->sock, &f[1], ok);
+            s_zap_reply(z->sock, &f[1], ok, n == ZAP_FRAMES ? &f[6] : &f[1]);
         }
         for (int i = 0; i < n; i++)
             zmq_msg_close(&f[i]);
@@ -560,6 +568,16 @@ uint64_t curve_accepted(const curve_t *c)
 size_t curve_authorized_count(const curve_t *c)
 {
     return c ? c->nauthorized : 0;
+}
+
+int curve_role_key(const curve_t *c, const char *role, char *out)
+{
+    char path[PATH_MAX], err[256];
+    out[0] = '\0';
+    if (!c || !c->adir[0] || !role || s_path(path, sizeof path, c->adir, role, ".pub") != SR_OK ||
+        !s_exists(path))
+        return SR_ENOTFOUND;
+    return curve_read_key(path, out, err, sizeof err) == SR_OK ? SR_OK : SR_EINVAL;
 }
 
 const char *curve_public(const curve_t *c)

@@ -88,6 +88,12 @@ uint64_t curve_accepted(const curve_t *c);
 /* curve_authorized_count returns how many client keys c accepts. */
 size_t curve_authorized_count(const curve_t *c);
 
+/* curve_role_key reads the public key of role (e.g. "gate") from c's authorised-keys folder,
+ * <folder>/<role>.pub, into out (CURVE_KEY_Z85_LEN + 1 bytes). SR_OK, SR_ENOTFOUND (no folder
+ * or no such file) or SR_EINVAL (not a key). A server's ZAP handler gives every client it lets
+ * in its public key in Z85 as the ZAP User-Id. */
+int curve_role_key(const curve_t *c, const char *role, char *out);
+
 /* curve_public returns c's client public key in Z85 ("" for NULL). Owned by c. */
 const char *curve_public(const curve_t *c);
 

@@ -19,7 +19,17 @@
  *     http_srv_sse_publish(s, "state", json, len);  // every open stream gets it
  *     http_srv_destroy(&s);
  *
- * The server runs a thread per connection (libmicrohttpd's own threads, at most cfg.max_conns):
+ * Connections are accepted by a thread of the server's own, which holds each one, without a
+ * thread, until its first request is there: a complete "GET /health" it answers itself (from the
+ * route's function, when /health is public or there is no token) and closes; any other request
+ * goes to libmicrohttpd once its head is complete (or 1 KiB long). At most HTTP_SRV_PENDING_MAX
+ * connections wait so, HTTP_SRV_PENDING_PER_IP from one address, each at most cfg.timeout_s;
+ * over a limit the oldest waiting one (of that
+ * address when the address is at its limit) is closed to make room (counted, http_srv_refused).
+ * So idle connections take none of libmicrohttpd's cfg.max_conns, and a request that arrives
+ * complete, as a probe's /health does, is always served.
+ *
+ * libmicrohttpd runs a thread per connection handed to it (at most cfg.max_conns):
  * an SSE stream's thread sleeps on a condition variable until something new is published.
  * Handlers therefore run on those threads, never on the owner's reactor: they must only read
  * state the owner shares under its own lock (or atomics). With a token, a request is let in by
@@ -36,6 +46,9 @@
 #include <stdint.h>
 
 typedef struct http_srv http_srv_t;
+
+#define HTTP_SRV_PENDING_MAX 1024   /* connections waiting for their first request */
+#define HTTP_SRV_PENDING_PER_IP 256 /* of them from one IPv4 address */
 
 typedef struct {
     const char *bind;        /* "HOST:PORT" (IPv4 address, "*" = every interface; port 0 = free) */
@@ -99,6 +112,11 @@ int http_srv_decide(const http_srv_t *s, const char *method, const char *path,
 /* http_srv_start starts listening. Returns SR_OK, or SR_EIO with a one-line reason in err (the
  * address cannot be bound). */
 int http_srv_start(http_srv_t *s, char *err, size_t errlen);
+
+/* http_srv_refused counts connections closed at accept (over a pending limit);
+ * http_srv_health_early the /health requests the acceptor answered itself. 0 for NULL. */
+uint64_t http_srv_refused(http_srv_t *s);
+uint64_t http_srv_health_early(http_srv_t *s);
 
 /* http_srv_port returns the bound port (0 before http_srv_start). */
 int http_srv_port(const http_srv_t *s);

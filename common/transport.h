@@ -19,9 +19,10 @@
  *   PUB/SUB     [topic][body]      transport_send_topic  / transport_recv (head = topic)
  * Sends never block: a full queue is SR_EAGAIN, which a reactor handler can act upon.
  *
- * The bus proxy (XSUB <-> XPUB) runs zmq_proxy_steerable in a thread of its own, so forwarding
- * never waits behind the coordinator's handlers; transport_proxy_destroy stops it cleanly through
- * an inproc control socket.
+ * The bus proxy (XSUB <-> XPUB) forwards in a thread of its own, so forwarding never waits behind
+ * the coordinator's handlers, and checks every subscription against its limits before libzmq or
+ * any publisher stores it; transport_proxy_destroy stops it cleanly through an inproc control
+ * socket.
  *
  * A transport_sock_t, like the libzmq socket inside it, is used by one thread at a time.
  */
@@ -170,11 +171,53 @@ void transport_msg_close(transport_msg_t *m);
  * forwarded by a thread of its own. */
 typedef struct transport_proxy transport_proxy_t;
 
+/* Subscription limits. The XPUB side runs with ZMQ_XPUB_MANUAL: the proxy thread sees every
+ * (un)subscription and applies (ZMQ_SUBSCRIBE on the XPUB) and forwards upstream only the ones it
+ * accepts, so a subscription it drops reaches neither the proxy's matching trie nor any publisher.
+ * A subscription longer than topic_max bytes never gets that far: the XPUB's ZMQ_MAXMSGSIZE is
+ * 1 + topic_max, so libzmq's decoder drops the connection that sent it before the subscription is
+ * stored anywhere (libzmq 4.3.4 keeps every manual subscription in a trie of its own, and that
+ * trie overflows its stack on topics of >= 256 KiB).
+ *
+ * A peer is the subscriber's CURVE User-Id when ZAP set one, else its source IP address
+ * ("Peer-Address"; libzmq 4.3.4's XPUB does not tell connections apart), else "local" (inproc).
+ * A peer holds at most per_peer distinct topics, counted against the peer that first subscribed
+ * to a topic; a topic already held by anyone costs nothing more. */
+typedef struct {
+    const char *run; /* non-empty: only act/<run>/, ctl/<run>/, evt/<run>/ topics; NULL/"" = any */
+    int topic_max;   /* longest topic accepted, bytes (default 256) */
+    int per_peer;    /* distinct topics one peer may hold (default 64) */
+    int total;       /* distinct topics the proxy holds (default 4096) */
+    /* non-empty (needs run): a publication on ctl/<run>/cancel is forwarded only when its
+     * publisher's ZAP User-Id (its CURVE public key in Z85, common/curve.h) equals this key */
+    const char *cancel_key;
+} transport_proxy_limits_t;
+
+#define TRANSPORT_PROXY_TOPIC_MAX 256
+#define TRANSPORT_PROXY_PER_PEER 64
+#define TRANSPORT_PROXY_TOTAL 4096
+
+/* What the proxy did with subscriptions, read from any thread. */
+typedef struct {
+    uint64_t subs_applied;  /* subscriptions applied (a new topic or one more holder of one) */
+    uint64_t subs_refused;  /* dropped: outside the run's prefixes, empty, or over a limit */
+    uint64_t topics;        /* distinct topics held now */
+    uint64_t pubs_refused;  /* CANCELs dropped: not from the cancel_key's holder */
+} transport_proxy_stats_t;
+
 /* transport_proxy_new binds an XSUB socket on pub_ep and an XPUB socket on sub_ep (wildcard
  * ports allowed) and starts forwarding in a new thread. opts (NULL = defaults) applies to both.
- * Returns NULL on failure with one line in err (when not NULL). The caller owns the proxy. */
+ * Subscriptions are checked against lim (NULL = the defaults, any topic). Returns NULL on failure
+ * with one line in err (when not NULL). The caller owns the proxy. */
 transport_proxy_t *transport_proxy_new(void *ctx, const char *pub_ep, const char *sub_ep,
                                        const transport_opts_t *opts, char *err, size_t errlen);
+transport_proxy_t *transport_proxy_new_limited(void *ctx, const char *pub_ep, const char *sub_ep,
+                                               const transport_opts_t *opts,
+                                               const transport_proxy_limits_t *lim, char *err,
+                                               size_t errlen);
+
+/* transport_proxy_stats fills out (zeroes for p NULL). */
+void transport_proxy_stats(const transport_proxy_t *p, transport_proxy_stats_t *out);
 
 /* transport_proxy_pub_endpoint is where publishers connect (the XSUB side, resolved);
  * transport_proxy_sub_endpoint is where subscribers connect (the XPUB side). Owned by p. */

@@ -109,7 +109,8 @@ struct coord {
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
-        *m_unknown, *m_cancels, *m_rounds;
+        *m_unknown, *m_cancels, *m_cancels_refused, *m_subs_refused, *m_pubs_refused, *m_rounds;
+    metrics_gauge_t *g_bus_topics;
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
      * CURVE clients refused by the ZAP handler. */
     peerlimit_t *peers;
@@ -986,6 +987,35 @@ static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
     log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
 }
 
+/* s_cancel_confirmed tells whether Redis shows group g cancelled: the gate moves a group to
+ * cancelled in Redis before it publishes the CANCEL (actor/gate_svc.c), so a CANCEL for a group
+ * still running there is forged (or stale). Counted and logged when not. The look-up is one
+ * round trip on the reactor today; this is the single place to make asynchronous (its answer
+ * then continues s_on_cancel or s_on_result). */
+static bool s_cancel_confirmed(coord_t *c, const coord_group_t *g, const char *what)
+{
+    store_group_t sg;
+    int rc = store_group_get(c->st, g->gid, &sg);
+    if (rc == SR_OK && sg.status == STORE_GROUP_CANCELLED)
+        return true;
+    metrics_counter_inc(c->m_cancels_refused);
+    log_warn_limited(5, "%s of group %s ignored: %s", what, g->gid,
+                     rc != SR_OK ? "its state cannot be read from Redis"
+                                 : "the group is not cancelled in Redis");
+    return false;
+}
+
+/* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. */
+static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
+{
+    coord_group_t *g = coord_sched_group(c->sched, gi);
+    if (g->cancelled || !s_cancel_confirmed(c, g, "CANCEL"))
+        return;
+    metrics_counter_inc(c->m_cancels);
+    s_mark_cancelled(c, gi, keep);
+    s_check_round(c);
+}
+
 static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
                         const void *body, size_t len)
 {
@@ -1017,6 +1047,16 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         metrics_counter_inc(c->m_requeued);
         log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures,
                          c->cfg.max_attempts, r->error ? r->error : "no reason given");
+        s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+        s_dispatch(c);
+        return;
+    }
+    if (strcmp(r->status, "cancelled") == 0 && !g->cancelled &&
+        !s_cancel_confirmed(c, g, "a cancelled RESULT")) {
+        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
+         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
         s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
         s_dispatch(c);
         return;
@@ -1103,6 +1143,17 @@ static void s_sync_security(coord_t *c)
     double now = (double)curve_refused(curve_default());
     if (now > seen)
         metrics_counter_add(c->m_curve_refused, now - seen);
+    if (c->proxy) {
+        transport_proxy_stats_t ps;
+        transport_proxy_stats(c->proxy, &ps);
+        double had = metrics_counter_value(c->m_subs_refused);
+        if ((double)ps.subs_refused > had)
+            metrics_counter_add(c->m_subs_refused, (double)ps.subs_refused - had);
+        metrics_gauge_set(c->g_bus_topics, (double)ps.topics);
+        had = metrics_counter_value(c->m_pubs_refused);
+        if ((double)ps.pubs_refused > had)
+            metrics_counter_add(c->m_pubs_refused, (double)ps.pubs_refused - had);
+    }
 }
 
 static void s_on_work(reactor_t *r, void *sock, int revents, void *arg)
@@ -1213,9 +1264,7 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
             for (size_t i = 0; i < m.u.cancel.keep_len; i++)
                 if (m.u.cancel.keep[i] >= 0 && m.u.cancel.keep[i] < 64)
                     keep |= 1ull << m.u.cancel.keep[i];
-            metrics_counter_inc(c->m_cancels);
-            s_mark_cancelled(c, gi, keep);
-            s_check_round(c);
+            s_on_cancel(c, gi, keep);
         }
     }
     proto_msg_clear(&m);
@@ -1407,6 +1456,17 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                    "Messages from actors that had not said HELLO.", NULL);
     c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",
                                    "CANCELs of current groups seen on the bus.", NULL);
+    c->m_subs_refused = metrics_counter(
+        c->metrics, "selroll_bus_subscriptions_refused_total",
+        "Bus subscriptions the proxy dropped: outside the run's topics or over a limit.", NULL);
+    c->m_pubs_refused = metrics_counter(
+        c->metrics, "selroll_bus_cancels_dropped_total",
+        "CANCELs the bus proxy dropped under CURVE: not published with the gate's key.", NULL);
+    c->g_bus_topics =
+        metrics_gauge(c->metrics, "selroll_bus_topics", "Distinct topics the bus proxy holds.", NULL);
+    c->m_cancels_refused =
+        metrics_counter(c->metrics, "selroll_coord_cancels_refused_total",
+                        "Bus CANCELs ignored because Redis does not show the group cancelled.", NULL);
     c->m_rounds = metrics_counter(c->metrics, "selroll_coord_rounds_total", "Rounds ended.", NULL);
     c->peers = peerlimit_new(0, 0, 0, 0);
     c->m_peer_bans = metrics_counter(c->metrics, "selroll_peer_bans_total",
@@ -1453,8 +1513,23 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         snprintf(c->ep_sub, sizeof c->ep_sub, "%s", c->cfg.bus_external_sub);
         snprintf(sub_local, sizeof sub_local, "%s", c->cfg.bus_external_sub);
     } else {
-        c->proxy = transport_proxy_new(c->zctx, c->cfg.bus_pub_bind, c->cfg.bus_sub_bind, NULL, e2,
-                                       sizeof e2);
+        /* Subscribers take fixed prefixes of this run (ctl/<run>/, ctl/<run>/cancel,
+         * ctl/<run>/policy, act/<run>/): 64 bytes past the run name is room to spare. */
+        transport_proxy_limits_t lim = {.run = c->cfg.run,
+                                        .topic_max = (int)strlen(c->cfg.run) + 64,
+                                        .per_peer = TRANSPORT_PROXY_PER_PEER,
+                                        .total = TRANSPORT_PROXY_TOTAL};
+        /* With CURVE only the gate's key may publish CANCEL (docs/security.md). */
+        char gate_key[CURVE_KEY_Z85_LEN + 1] = "";
+        if (curve_default()) {
+            if (curve_role_key(curve_default(), "gate", gate_key) == SR_OK)
+                lim.cancel_key = gate_key;
+            else
+                log_warn("no gate.pub among the authorised keys: any authorised key may publish "
+                         "CANCEL on the bus");
+        }
+        c->proxy = transport_proxy_new_limited(c->zctx, c->cfg.bus_pub_bind, c->cfg.bus_sub_bind,
+                                               NULL, &lim, e2, sizeof e2);
         if (!c->proxy)
             goto fail;
         s_advertise(transport_proxy_pub_endpoint(c->proxy), host, c->ep_pub, sizeof c->ep_pub);
@@ -1674,6 +1749,7 @@ void coord_stats(const coord_t *c, coord_stats_t *out)
     out->bad_messages = (uint64_t)metrics_counter_value(c->m_bad);
     out->unknown_actor = (uint64_t)metrics_counter_value(c->m_unknown);
     out->cancels = (uint64_t)metrics_counter_value(c->m_cancels);
+    out->cancels_refused = (uint64_t)metrics_counter_value(c->m_cancels_refused);
     out->rounds_done = (uint64_t)metrics_counter_value(c->m_rounds);
 }
 

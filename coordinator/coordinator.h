@@ -141,6 +141,7 @@ typedef struct {
     uint64_t bad_messages;
     uint64_t unknown_actor;
     uint64_t cancels; /* CANCELs of this run's current groups seen on the bus */
+    uint64_t cancels_refused; /* bus CANCELs of groups Redis does not show cancelled */
     uint64_t rounds_done;
 } coord_stats_t;
 

@@ -258,8 +258,8 @@ static exp_group_t *s_pool(const exp_report_t *r, size_t *n)
     exp_group_t *v = sr_xcalloc(total ? total : 1, sizeof *v);
     for (size_t s = 0; s < r->nseeds; s++) {
         const exp_run_t *b = s_baseline(r, s);
-        if (!b)
-            continue;
+        if (!b || !b->ngroups)
+            continue; /* b->groups may be NULL then: memcpy must not see it */
         memcpy(v + *n, b->groups, b->ngroups * sizeof *v);
         *n += b->ngroups;
     }

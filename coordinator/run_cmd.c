@@ -43,7 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_MAX_ARGS 128
+#define S_MAX_ARGS 160     /* arguments of one child */
+#define S_USER_WORDS 64    /* words of one --*-args option (each child has <= 90 of its own) */
+#define S_MAX_CHILDREN 512 /* redis, 64 env workers, policy server, gate, trainer, 256 actors */
 /* The training loop's default time scale of the policy server's latency model: it keeps the
  * default campaign (`make run`) within its time budget on a 2-core machine. */
 #define S_TRAIN_TIME_SCALE 20.0
@@ -136,11 +138,15 @@ static int s_rm_entry(const char *path, const struct stat *sb, int flag, struct 
 typedef struct {
     char *v[S_MAX_ARGS + 1];
     int n;
+    bool overflow; /* an argument did not fit: the child is not started */
 } s_argv_t;
 
 static void s_arg(s_argv_t *a, const char *s)
 {
-    SR_ASSERT(a->n < S_MAX_ARGS);
+    if (a->n >= S_MAX_ARGS) {
+        a->overflow = true;
+        return;
+    }
     a->v[a->n++] = sr_xstrdup(s);
     a->v[a->n] = NULL;
 }
@@ -165,6 +171,33 @@ static void s_args_split(s_argv_t *a, const char *text)
     for (char *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
         s_arg(a, w);
     free(copy);
+}
+
+/* s_count_words counts the space-separated words of text (NULL = 0). */
+static int s_count_words(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; p && *p;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            break;
+        n++;
+        while (*p && *p != ' ' && *p != '\t')
+            p++;
+    }
+    return n;
+}
+
+/* s_supervise_add starts child name with a's arguments, or refuses it with one line when they
+ * did not fit (SR_EINVAL). */
+static int s_supervise_add(supervise_t *sup, const char *name, const s_argv_t *a, bool restart)
+{
+    if (a->overflow) {
+        fprintf(stderr, "selroll run: %s: more than %d arguments\n", name, S_MAX_ARGS);
+        return SR_EINVAL;
+    }
+    return supervise_add(sup, name, (char *const *)a->v, restart);
 }
 
 static void s_argv_free(s_argv_t *a)
@@ -227,7 +260,7 @@ typedef struct {
     /* --metrics: where each child serves /metrics, for OUT/prometheus-targets.json */
     struct {
         char name[32], role[16], addr[64];
-    } targets[S_MAX_ARGS * 4];
+    } targets[S_MAX_CHILDREN];
     int ntargets;
 } s_run_t;
 
@@ -308,7 +341,7 @@ static int s_start_redis(s_run_t *r)
     s_arg(&a, "no");
     s_arg(&a, "--daemonize");
     s_arg(&a, "no");
-    int rc = supervise_add(r->sup, "redis", a.v, true);
+    int rc = s_supervise_add(r->sup, "redis", &a, true);
     s_argv_free(&a);
     if (rc != SR_OK)
         return rc;
@@ -446,7 +479,7 @@ static int s_start_coordinator(s_run_t *r, bool resume)
     s_arg(&a, "--dashboard-threshold"); /* the gate's d_L, drawn on the d_K histogram */
     s_argf(&a, "%.17g", o.threshold);
     s_args_split(&a, o.coordinator_args);
-    int rc = supervise_add(r->sup, r->coord_name, a.v, false);
+    int rc = s_supervise_add(r->sup, r->coord_name, &a, false);
     s_argv_free(&a);
     return rc;
 }
@@ -726,7 +759,7 @@ int run_main(int argc, char **argv)
          .help = "training: the built-in `selroll trainer`, none (iterations without training), or "
                  "an external trainer: its PULL endpoint and the endpoint bound here for acks"},
         {.name = "trainer-args", .kind = CFG_STRING, .dst = &o.trainer_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for the built-in trainer"},
+         .help = "extra space-separated arguments for the built-in trainer (at most 64 words)"},
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
@@ -822,26 +855,28 @@ int run_main(int argc, char **argv)
          .metavar = "PUB,SUB", .help = "use a bus proxy elsewhere (publishers' and subscribers' "
                                        "endpoints) instead of the coordinator's"},
         {.name = "policy-args", .kind = CFG_STRING, .dst = &o.policy_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for the policy server"},
+         .help = "extra space-separated arguments for the policy server (at most 64 words)"},
         {.name = "http", .kind = CFG_STRING, .dst = &o.http, .metavar = "HOST:PORT|off",
          .help = "the coordinator's dashboard, /metrics and /health (default 127.0.0.1:8600, "
                  "or a free port when that one is busy)"},
         {.name = "coordinator-args", .kind = CFG_STRING, .dst = &o.coordinator_args,
-         .metavar = "ARGS", .help = "extra space-separated arguments for the coordinator"},
+         .metavar = "ARGS",
+         .help = "extra space-separated arguments for the coordinator (at most 64 words)"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &o.actor_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for every actor"},
+         .help = "extra space-separated arguments for every actor (at most 64 words)"},
         {.name = "tokens", .kind = CFG_ENUM, .dst = &o.tokens, .def = "completion",
          .choices = "off|completion|full",
          .help = "the actors' --tokens: each step records the completion's token ids and "
                  "logprobs (completion), also the prompt's (full), or none (off); the built-in "
                  "policy server returns them, and the built-in trainer checks them"},
         {.name = "gate-args", .kind = CFG_STRING, .dst = &o.gate_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for the gate"},
+         .help = "extra space-separated arguments for the gate (at most 64 words)"},
         {.name = "gate-rule", .kind = CFG_STRING, .dst = &o.gate_rule, .def = "paper",
          .metavar = "RULE",
          .help = "the gate's deciding rule: paper|multi|prior|keep-two|audit|learned"},
         {.name = "gate-rule-args", .kind = CFG_STRING, .dst = &o.gate_rule_args, .metavar = "ARGS",
-         .help = "the rule's options for the gate, e.g. \"--audit-q 0.1\" (docs/gate.md)"},
+         .help = "the rule's options for the gate, e.g. \"--audit-q 0.1\" (docs/gate.md; at most 64 "
+                 "words)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
          .def = "info", .help = "most verbose level logged by this process"},
         {0},
@@ -854,7 +889,7 @@ int run_main(int argc, char **argv)
     int code = 1;
     s_run_t r;
     memset(&r, 0, sizeof r);
-    char *names[S_MAX_ARGS * 4];
+    char *names[S_MAX_CHILDREN];
     int nnames = 0;
     struct sigaction old_int, old_term;
     bool handlers = false;
@@ -903,6 +938,23 @@ int run_main(int argc, char **argv)
                         "0-9 _ . -)\n", o.run, STORE_RUN_MAX - 1);
         code = 2;
         goto cleanup;
+    }
+    {
+        /* Bounded before any child starts: each option's words go into a child's argv. */
+        const struct {
+            const char *flag, *text;
+        } lists[] = {{"policy-args", o.policy_args},       {"coordinator-args", o.coordinator_args},
+                     {"actor-args", o.actor_args},         {"gate-args", o.gate_args},
+                     {"gate-rule-args", o.gate_rule_args}, {"trainer-args", o.trainer_args}};
+        for (size_t i = 0; i < SR_ARRAY_LEN(lists); i++) {
+            int n = s_count_words(lists[i].text);
+            if (n > S_USER_WORDS) {
+                fprintf(stderr, "selroll run: --%s: %d words, at most %d\n", lists[i].flag, n,
+                        S_USER_WORDS);
+                code = 2;
+                goto cleanup;
+            }
+        }
     }
     {
         char herr[160];
@@ -1083,7 +1135,7 @@ int run_main(int argc, char **argv)
         s_arg(&a, "--id");
         s_arg(&a, name);
         s_metrics_arg(&r, &a, name, "env-worker");
-        rc = supervise_add(r.sup, name, a.v, true);
+        rc = s_supervise_add(r.sup, name, &a, true);
         s_argv_free(&a);
         if (rc != SR_OK)
             goto cleanup;
@@ -1121,7 +1173,7 @@ int run_main(int argc, char **argv)
             s_arg(&a, r.bus_sub_ep);
         }
         s_args_split(&a, o.policy_args);
-        rc = supervise_add(r.sup, "policy-server", a.v, true);
+        rc = s_supervise_add(r.sup, "policy-server", &a, true);
         s_argv_free(&a);
         if (rc != SR_OK)
             goto cleanup;
@@ -1161,7 +1213,7 @@ int run_main(int argc, char **argv)
         s_metrics_arg(&r, &a, "gate", "gate");
         s_args_split(&a, o.gate_rule_args);
         s_args_split(&a, o.gate_args);
-        rc = supervise_add(r.sup, "gate", a.v, true);
+        rc = s_supervise_add(r.sup, "gate", &a, true);
         s_argv_free(&a);
         if (rc != SR_OK)
             goto cleanup;
@@ -1195,7 +1247,7 @@ int run_main(int argc, char **argv)
         s_arg(&a, "--temperature");
         s_argf(&a, "%.17g", o.temperature);
         s_args_split(&a, o.trainer_args);
-        rc = supervise_add(r.sup, "trainer", a.v, true);
+        rc = s_supervise_add(r.sup, "trainer", &a, true);
         s_argv_free(&a);
         if (rc != SR_OK)
             goto cleanup;
@@ -1239,9 +1291,13 @@ int run_main(int argc, char **argv)
             s_arg(&a, "--model");
             s_arg(&a, "selroll-policy-v{version}");
         }
+        if (!o.no_gate) {
+            s_arg(&a, "--gate-steps"); /* the gate decides at step K: that ACTION goes at once */
+            s_argf(&a, "%d", o.k);
+        }
         s_metrics_arg(&r, &a, name, "actor");
         s_args_split(&a, o.actor_args);
-        rc = supervise_add(r.sup, name, a.v, true);
+        rc = s_supervise_add(r.sup, name, &a, true);
         s_argv_free(&a);
         if (rc != SR_OK)
             goto cleanup;
@@ -1303,7 +1359,7 @@ int run_main(int argc, char **argv)
         supervise_poll(r.sup);
         int64_t now = clock_mono_ms();
         if (now - last_children >= 200) {
-            char *all[S_MAX_ARGS * 4 + 1];
+            char *all[S_MAX_CHILDREN + 1];
             int na = 0;
             for (int i = 0; i < nnames; i++)
                 all[na++] = names[i];

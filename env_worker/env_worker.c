@@ -41,8 +41,20 @@
 #define S_IDENTITY_MAX 255
 #define S_SWEEP_MAX_MS 1000
 
+/* One client (routing identity) and the sessions it holds. */
+typedef struct s_owner {
+    struct s_owner *next;
+    uint64_t hash;
+    int sessions;
+    uint8_t idlen;
+    uint8_t id[];
+} s_owner_t;
+
+#define S_OWNER_BUCKETS 256
+
 /* One session: an environment instance owned by one client under one name. */
 typedef struct s_session {
+    struct s_owner *owner;
     struct s_session *hnext;       /* next in the hash chain */
     struct s_session *prev, *next; /* neighbours in the last-use list (oldest first) */
     uint64_t hash;
@@ -92,6 +104,8 @@ struct envw {
     size_t nbuckets;
     size_t nsessions;
     s_session_t *lru_head, *lru_tail;
+    s_owner_t *owners[S_OWNER_BUCKETS];
+    int max_per_peer;
 
     /* delayed replies */
     s_reply_t *q_head, *q_tail;
@@ -107,6 +121,7 @@ struct envw {
     /* Hostile input (docs/security.md): clients ignored after too many malformed requests. */
     peerlimit_t *peers;
     metrics_counter_t *m_peer_bans, *m_peer_dropped, *m_curve_refused;
+    metrics_counter_t *m_peer_capped, *m_evicted;
     metrics_gauge_t *m_sessions;
 
     /* registry */
@@ -370,7 +385,49 @@ static void s_grow(envw_t *w)
     w->nbuckets = n;
 }
 
-static s_session_t *s_insert(envw_t *w, const uint8_t *key, size_t keylen, uint64_t h)
+/* s_owner_get returns the client's entry, made when absent (NULL when out of memory). */
+static s_owner_t *s_owner_get(envw_t *w, const uint8_t *id, size_t idlen)
+{
+    uint64_t h = s_hash(id, idlen);
+    s_owner_t **pp = &w->owners[h % S_OWNER_BUCKETS];
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->hash == h && (*pp)->idlen == idlen && !memcmp((*pp)->id, id, idlen))
+            return *pp;
+    s_owner_t *o = calloc(1, sizeof *o + idlen);
+    if (!o)
+        return NULL;
+    o->hash = h;
+    o->idlen = (uint8_t)idlen;
+    memcpy(o->id, id, idlen);
+    *pp = o;
+    return o;
+}
+
+/* s_owner_release forgets o when it holds no session. */
+static void s_owner_release(envw_t *w, s_owner_t *o)
+{
+    if (o->sessions > 0)
+        return;
+    s_owner_t **pp = &w->owners[o->hash % S_OWNER_BUCKETS];
+    while (*pp != o)
+        pp = &(*pp)->next;
+    *pp = o->next;
+    free(o);
+}
+
+/* s_top_owner returns the client holding the most sessions (NULL when none). */
+static s_owner_t *s_top_owner(envw_t *w)
+{
+    s_owner_t *top = NULL;
+    for (size_t i = 0; i < S_OWNER_BUCKETS; i++)
+        for (s_owner_t *o = w->owners[i]; o; o = o->next)
+            if (!top || o->sessions > top->sessions)
+                top = o;
+    return top;
+}
+
+static s_session_t *s_insert(envw_t *w, const uint8_t *key, size_t keylen, uint64_t h,
+                             s_owner_t *owner)
 {
     s_session_t *s = calloc(1, sizeof *s);
     uint8_t *k = malloc(keylen);
@@ -389,6 +446,8 @@ static s_session_t *s_insert(envw_t *w, const uint8_t *key, size_t keylen, uint6
     s->hnext = w->buckets[i];
     w->buckets[i] = s;
     s_lru_append(w, s);
+    s->owner = owner;
+    owner->sessions++;
     w->nsessions++;
     metrics_gauge_set(w->m_sessions, (double)w->nsessions);
     return s;
@@ -412,6 +471,8 @@ static void s_remove(envw_t *w, s_session_t *s)
     s_lru_unlink(w, s);
     w->nsessions--;
     metrics_gauge_set(w->m_sessions, (double)w->nsessions);
+    s->owner->sessions--;
+    s_owner_release(w, s->owner);
     s_session_free(s);
 }
 
@@ -574,22 +635,55 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
                       "bad task id '%s': no environment of that name is hosted here", q->task);
         return;
     }
-    if (!s && w->nsessions >= (size_t)w->capacity) {
+    s_owner_t *owner = s ? s->owner : s_owner_get(w, id, idlen);
+    if (!owner) {
         s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_FULL, q->session,
-                      "no capacity for a new session (%zu of %d in use)", w->nsessions,
-                      w->capacity);
+                      "out of memory for a new session");
         return;
+    }
+    if (!s && w->max_per_peer > 0 && owner->sessions >= w->max_per_peer) {
+        metrics_counter_inc(w->m_peer_capped);
+        log_warn_limited(1, "a client holds its limit of %d sessions: RESET refused",
+                         w->max_per_peer);
+        s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_FULL, q->session,
+                      "this client holds its limit of %d sessions", w->max_per_peer);
+        s_owner_release(w, owner);
+        return;
+    }
+    if (!s && w->nsessions >= (size_t)w->capacity) {
+        /* Fair share: the biggest holder gives up its least recently used session when it holds
+         * more than this client would after the RESET. */
+        s_owner_t *top = s_top_owner(w);
+        if (!top || top == owner || top->sessions <= owner->sessions + 1) {
+            s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_FULL, q->session,
+                          "no capacity for a new session (%zu of %d in use)", w->nsessions,
+                          w->capacity);
+            s_owner_release(w, owner);
+            return;
+        }
+        s_session_t *old = w->lru_head;
+        while (old && old->owner != top)
+            old = old->next;
+        SR_ASSERT(old); /* top holds at least two sessions, all in the list */
+        metrics_counter_inc(w->m_evicted);
+        log_warn_limited(1,
+                         "at capacity (%d sessions): a client holding %d gives up its oldest "
+                         "session to one holding %d",
+                         w->capacity, top->sessions, owner->sessions);
+        s_remove(w, old); /* frees top when that was its last, which it was not */
     }
     int max_steps = q->max_steps > INT_MAX ? INT_MAX : (int)q->max_steps;
     void *env = ops->create(q->task, q->has_seed ? q->seed : 0, max_steps, err, sizeof err);
     if (!env) {
         s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_BAD_TASK, q->session, "%s",
                       err[0] ? err : "the environment refused the task");
+        s_owner_release(w, owner);
         return;
     }
     if (!s) {
-        s = s_insert(w, key, keylen, h);
+        s = s_insert(w, key, keylen, h, owner);
         if (!s) {
+            s_owner_release(w, owner);
             ops->destroy(&env);
             s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_FULL, q->session,
                           "out of memory for a new session");
@@ -863,6 +957,13 @@ static int s_metrics_init(envw_t *w)
                                        "Replies that could not be sent.", NULL);
     w->m_registry_failures = metrics_counter(m, "selroll_envw_registry_failures_total",
                                              "Failed registry writes to Redis.", NULL);
+    w->m_peer_capped = metrics_counter(m, "selroll_envw_peer_capped_total",
+                                       "RESETs refused: the client holds its limit of sessions.",
+                                       NULL);
+    w->m_evicted = metrics_counter(m, "selroll_envw_evicted_total",
+                                   "Sessions the biggest holder gave up, at capacity, to a "
+                                   "client holding fewer.",
+                                   NULL);
     w->m_peer_bans = metrics_counter(m, "selroll_peer_bans_total",
                                      "Peers ignored for a while after too many malformed messages.",
                                      "channel", "env", NULL);
@@ -907,6 +1008,11 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
                  ENVW_MAX_CAPACITY);
         goto fail;
     }
+    if (cfg->max_per_peer < 0 || cfg->max_per_peer > cfg->capacity) {
+        snprintf(why, sizeof why, "sessions per client %d is outside 0..%d (the capacity)",
+                 cfg->max_per_peer, cfg->capacity);
+        goto fail;
+    }
     if (cfg->step_latency_ms < 0 || cfg->session_ttl_ms <= 0 || cfg->heartbeat_ms <= 0) {
         snprintf(why, sizeof why, "step latency must be >= 0, session TTL and heartbeat > 0");
         goto fail;
@@ -934,6 +1040,7 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     pthread_condattr_destroy(&ca);
     sr_buf_init(&w->out);
     w->capacity = cfg->capacity;
+    w->max_per_peer = cfg->max_per_peer; /* 0: only the capacity bounds a client */
     w->step_latency_ms = cfg->step_latency_ms;
     w->session_ttl_ms = cfg->session_ttl_ms;
     w->heartbeat_ms = cfg->heartbeat_ms;

@@ -5,10 +5,13 @@
  * One ZeroMQ ROUTER socket on one reactor serves every client. A session is keyed by the pair
  * (client routing identity, session id), so two actors may use the same session name without
  * meeting. The worker holds at most `capacity` sessions; a RESET that would open one more gets
- * ERROR "full". Sessions idle for longer than the session TTL are dropped by a timer sweep. Every
- * reply echoes the rid of its request, and no request, however malformed, stops the worker: it
- * gets an ERROR with a code (bad_message, unknown_type, version, unknown_session, full,
- * episode_done, bad_task) and the worker goes on.
+ * ERROR "full", and one client (routing identity) at most max_per_peer of them. At capacity a new
+ * session from a client that holds fewer than the biggest holder minus one takes the place of
+ * that holder's least recently used session (fair share: a client that opens sessions without end
+ * crowds out nobody but itself). Sessions idle for longer than the session TTL are dropped by a
+ * timer sweep. Every reply echoes the rid of its request, and no request, however malformed,
+ * stops the worker: it gets an ERROR with a code (bad_message, unknown_type, version,
+ * unknown_session, full, episode_done, bad_task) and the worker goes on.
  *
  * With a step latency the replies wait on a timer (the reactor is never blocked), which models a
  * slow environment. With a Redis URL the worker registers itself (registry kind "envw", with its
@@ -38,6 +41,7 @@
 typedef struct {
     const char *bind;        /* endpoint to bind, e.g. "tcp://0.0.0.0:5560", or port 0 for any free port */
     int capacity;            /* most sessions held at once, 1..ENVW_MAX_CAPACITY */
+    int max_per_peer;        /* most sessions one client (routing identity) holds, 0 = capacity */
     int step_latency_ms;     /* delay of every reply, >= 0 (0: reply at once) */
     int64_t session_ttl_ms;  /* drop a session idle this long, > 0 */
     const char *redis_url;   /* NULL: no registry */

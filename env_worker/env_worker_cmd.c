@@ -20,7 +20,7 @@ int env_worker_main(int argc, char **argv)
 {
     struct {
         char *bind, *redis, *run, *id, *advertise, *metrics_port, *kind;
-        int capacity, latency, level;
+        int capacity, latency, level, per_peer;
         int64_t ttl, heartbeat;
     } o = {0};
     cfg_option_t opts[] = {
@@ -28,6 +28,10 @@ int env_worker_main(int argc, char **argv)
          .metavar = "ENDPOINT", .help = "endpoint of the ROUTER socket, e.g. tcp://*:5560"},
         {.name = "capacity", .kind = CFG_INT, .dst = &o.capacity, .required = true, .min = 1,
          .max = ENVW_MAX_CAPACITY, .help = "most sessions held at once; beyond: ERROR full"},
+        {.name = "sessions-per-peer", .kind = CFG_INT, .dst = &o.per_peer, .def = "0", .min = 0,
+         .max = ENVW_MAX_CAPACITY, .metavar = "N",
+         .help = "most sessions one client (routing identity) holds; beyond: ERROR full "
+                 "(0 = the capacity; at capacity the biggest holder gives way to a smaller one)"},
         {.name = "step-latency-ms", .kind = CFG_INT, .dst = &o.latency, .def = "0", .min = 0,
          .max = 3600000, .help = "delay every reply by this many ms (models a slow environment)"},
         {.name = "session-ttl-ms", .kind = CFG_I64, .dst = &o.ttl, .def = "600000", .min = 1,
@@ -75,10 +79,17 @@ int env_worker_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    if (o.per_peer > o.capacity) {
+        fprintf(stderr, "selroll env-worker: --sessions-per-peer %d is more than --capacity %d\n",
+                o.per_peer, o.capacity);
+        code = 2;
+        goto cleanup;
+    }
     envw_cfg_t c;
     envw_cfg_init(&c);
     c.bind = o.bind;
     c.capacity = o.capacity;
+    c.max_per_peer = o.per_peer;
     c.step_latency_ms = o.latency;
     c.session_ttl_ms = o.ttl;
     c.redis_url = o.redis;

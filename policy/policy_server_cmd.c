@@ -101,6 +101,13 @@ int policy_server_main(int argc, char **argv)
          .min = 1, .max = 64,
          .help = "1: one event loop serves HTTP and drives the cost model (no hand-off between "
                  "threads); N > 1: N libmicrohttpd threads, the cost model on a thread of its own"},
+        {.name = "conn-timeout-s", .kind = CFG_INT, .dst = &o.conn_timeout_s, .def = "600",
+         .min = 1, .max = 86400, .metavar = "S",
+         .help = "close a connection idle for S seconds (of 10,000 connections at most)"},
+        {.name = "max-conns-per-ip", .kind = CFG_INT, .dst = &o.max_conns_per_ip, .def = "0",
+         .min = 0, .max = 10000, .metavar = "N",
+         .help = "connections at once from one address; beyond, new ones are closed (0 = no "
+                 "limit: every actor of a host shares its address)"},
         {.name = "no-cost-model", .kind = CFG_BOOL, .dst = &no_cost, .def = "false",
          .help = "answer at once (no inference-engine latency)"},
         {.name = "time-scale", .kind = CFG_DOUBLE, .dst = &o.engine.time_scale,

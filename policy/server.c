@@ -1533,6 +1533,7 @@ void policy_server_opts_default(policy_server_opts_t *o)
     o->model_name = "selroll-policy";
     prior_opts_default(&o->prior);
     o->cost_model = true;
+    o->conn_timeout_s = 600;
     engine_opts_default(&o->engine);
     o->think_mean = 120;
     o->think_sd = 40;
@@ -1600,9 +1601,11 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, s_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_NOTIFY_CONNECTION, s_notify, s,
-        MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)(o->threads > 1 ? o->threads : 0), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 1 ? o->threads : 0),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->conn_timeout_s > 0 ? o->conn_timeout_s : 600),
+        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(o->max_conns_per_ip > 0 ? o->max_conns_per_ip : 0),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!s->d) {
         why = "cannot listen on the address (in use?)";
         goto fail;

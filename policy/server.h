@@ -40,6 +40,8 @@ typedef struct {
                         * N libmicrohttpd threads, the cost model and the watcher on threads of
                         * their own */
     size_t max_body;   /* largest request body accepted, bytes (default 4 MiB) */
+    int conn_timeout_s;   /* a connection idle this long is closed (default 600) */
+    int max_conns_per_ip; /* connections at once from one address, 0 = no limit (default) */
 } policy_server_opts_t;
 
 /* policy_server_opts_default fills o with the documented defaults. */

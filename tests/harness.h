@@ -38,4 +38,12 @@ void harness_redis_stop(harness_redis_t *r);
 /* harness_now_ms: monotonic milliseconds, for test timeouts. */
 int64_t harness_now_ms(void);
 
+/* HARNESS_SLOWDOWN multiplies a wall-time bound: 10 in a sanitizer build (make SANITIZE=...),
+ * where instrumented code runs several times slower, else 1. */
+#ifdef SELROLL_SANITIZE
+#define HARNESS_SLOWDOWN 10.0
+#else
+#define HARNESS_SLOWDOWN 1.0
+#endif
+
 #endif

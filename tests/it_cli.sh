@@ -34,6 +34,16 @@ who=$(sed -n 's/^selroll run: \(actor-[0-9]\) refused its arguments (exit 2); se
 { [ $rc -eq 2 ] && grep -q "^selroll run: actor-[0-9] refused its arguments (exit 2); see $T/r/logs/$who.log$" <<<"$out" &&
   [ -n "$who" ] && grep -q "bogus-flag" "$T/r/logs/$who.log" && ! grep -q "restarted actor" <<<"$out"; } ||
   { echo "selroll run --actor-args --bogus-flag: rc=$rc: $out"; fail=1; }
+# Argument lists are bounded before any child starts: 200 words in --actor-args is one line, exit 2,
+# no logs folder (nothing was started); 64 words is the limit.
+words=$(printf -- '--x%d ' $(seq 200))
+out=$(timeout 20 $S run --out "$T/w" --groups 1 --iters 1 --http off --actor-args "$words" 2>&1 >/dev/null); rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "^selroll run: --actor-args: 200 words, at most 64$" <<<"$out" &&
+  [ ! -d "$T/w/logs" ]; } || { echo "selroll run --actor-args with 200 words: rc=$rc: $out"; fail=1; }
+words=$(printf -- '--x%d ' $(seq 65))
+out=$(timeout 20 $S run --out "$T/w" --groups 1 --iters 1 --http off --gate-rule-args "$words" 2>&1 >/dev/null); rc=$?
+{ [ $rc -eq 2 ] && grep -q "^selroll run: --gate-rule-args: 65 words, at most 64$" <<<"$out"; } ||
+  { echo "selroll run --gate-rule-args with 65 words: rc=$rc: $out"; fail=1; }
 rm -rf "$T"
 PY=${SELROLL_PYTHON:-/usr/bin/python3}
 out=$("$PY" - "$S" <<'EOF'
@@ -90,5 +100,5 @@ out=$($S bench rollout --quick --skip-system 2>&1); rc=$?
   grep -Eq "^rollout wire: a 512-byte round trip over loopback TCP, 2000 times: ZeroMQ DEALER/ROUTER [1-9][0-9]* us, [0-9]+ us of CPU .*plain sockets [0-9]+ us" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout saturation\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --skip-system: rc=$rc: $out"; fail=1; }
-[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bench rollout --only with CPU and context switches by role, --repeat with medians and --local-env-workers, the gate core and wire parts alone"
+[ $fail -eq 0 ] && echo "ok   every --help, bad commands and flags, bounded --*-args, bench rollout --only with CPU and context switches by role, --repeat with medians and --local-env-workers, the gate core and wire parts alone"
 exit $fail

@@ -10,7 +10,10 @@
 # run: coordinator --http, gate and env worker --metrics-port on free ports, the actors'
 # --metrics-port on a free port each, found in /proc; the trainer, which serves no /metrics, from
 # its final counter line), and the work channel ignored the peer that kept sending garbage.
-# Budget: 60 s.
+# Before that, tests/py/hostile_bounds.py's bounded-resource attacks (docs/security.md): a 1 MiB
+# subscription, 5,000 subscriptions, forged CANCELs, 1,000 RESETs from one client, 200 idle HTTP
+# connections; the coordinator and an actor stay within 32 MiB of their memory, /health answers.
+# Budget: 75 s.
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
@@ -96,6 +99,28 @@ c0=$(scrape "$DASH" selroll_coord_bad_messages_total); g0=$(scrape "$GATE_M" sel
 e0=$(scrape "$ENV_M" selroll_envw_errors_total); a0=$(scrape "$ACTOR_M" selroll_actor_bad_bus_total)
 say "before: coordinator ${c0:-?}, gate ${g0:-?}, env worker ${e0:-?}, actor-1 bus ${a0:-?} (from /metrics)"
 [ -n "$c0" ] && [ -n "$g0" ] && [ -n "$e0" ] && [ -n "$a0" ] || bad "a role's /metrics did not answer before the attack"
+
+# Bounded against hostile peers (tests/py/hostile_bounds.py): a 1 MiB subscription, 5,000
+# subscriptions, forged CANCELs for every group, 1,000 RESETs from one unknown client, 200 idle
+# connections to the dashboard and to the policy server with /health asked meanwhile. Memory
+# bound: the coordinator's and actor-1's VmRSS grow by less than 32 MiB each.
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null; }
+pid_of() { awk -v n="$1" '$1 ~ "^"n {print $2; exit}' "$T/r/children.txt"; }
+CPID=$(pid_of coordinator); APID=$(pid_of actor-1)
+rc0=$(rss "$CPID"); ra0=$(rss "$APID")
+"$PY" tests/py/hostile_bounds.py --bus-sub "$BUS_SUB_EP" --bus-pub "$BUS_PUB_EP" --run hostile \
+  --groups 6 --env "$ENV_WORKERS" --http "$DASH,$POLICY_URL" >"$T/bounds.out" 2>&1 \
+  || bad "hostile_bounds.py: $(tail -n 3 "$T/bounds.out")"
+sed 's/^/   /' "$T/bounds.out"
+rc1=$(rss "$CPID"); ra1=$(rss "$APID")
+say "VmRSS: coordinator ${rc0:-?} -> ${rc1:-?} kB, actor-1 ${ra0:-?} -> ${ra1:-?} kB"
+[ -n "$rc1" ] && [ $((rc1 - rc0)) -lt 32768 ] || bad "the coordinator grew by more than 32 MiB (or is gone)"
+[ -n "$ra1" ] && [ $((ra1 - ra0)) -lt 32768 ] || bad "actor-1 grew by more than 32 MiB (or is gone)"
+sleep 1.2 # the coordinator's tick copies the proxy's counters into /metrics
+v=$(scrape "$DASH" selroll_bus_subscriptions_refused_total)
+[ "${v:-0}" -gt 0 ] && say "bus proxy refused $v subscriptions" || bad "the bus proxy refused no subscription"
+v=$(scrape "$DASH" selroll_coord_cancels_refused_total)
+[ "${v:-0}" -gt 0 ] && say "coordinator ignored $v forged cancels" || bad "the coordinator ignored no forged CANCEL"
 
 # sample: the counters now; a value is kept only when its endpoint answered, so the last
 # answered scrape survives the roles' exit at the end of the round.

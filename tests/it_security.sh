@@ -165,7 +165,9 @@ if name != "none":
     s.curve_secretkey = sec
     s.curve_publickey = zmq.curve_public(sec)
     s.curve_serverkey = key(os.path.join(kdir, "server.pub"))
-s.setsockopt(zmq.SUBSCRIBE, b"")
+# the run's topics: the bus proxy refuses an empty (everything) subscription
+s.setsockopt(zmq.SUBSCRIBE, b"act/sec-run/")
+s.setsockopt(zmq.SUBSCRIBE, b"ctl/sec-run/")
 s.connect(ep)
 n, end = 0, time.time() + 2.5
 while time.time() < end:

@@ -4,6 +4,9 @@
 set -u
 pass=0; fail=0; failed=()
 limit=${SELROLL_TEST_TIMEOUT:-120}
+# In a sanitizer build (make SANITIZE=address,undefined: build-san/) an UndefinedBehaviorSanitizer
+# report stops the test with an error (the build also has -fno-sanitize-recover=undefined).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 for t in "$@"; do
   name=$(basename "$t")
   if [ "${SELROLL_VALGRIND:-0}" = 1 ]; then

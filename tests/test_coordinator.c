@@ -843,6 +843,79 @@ static void cancel_on_the_bus_drops_queued_jobs_of_the_group(void **state)
     s_fx_free(&f);
 }
 
+/* A well-formed CANCEL for a group that Redis shows running (a forged one: the gate writes the
+ * cancel to Redis before it publishes) is counted and ignored; the group's jobs are served. */
+static void forged_cancel_of_a_running_group_is_ignored(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.groups = 1;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(s_zctx, ZMQ_PUB, NULL, err, sizeof err);
+    s_open_socks++;
+    assert_non_null(pub);
+    assert_int_equal(transport_connect(pub, f.ep.bus_pub), SR_OK);
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = f.run;
+    c.u.cancel.group = "r0000-g0000";
+    c.u.cancel.step = 1;
+    c.u.cancel.d = 0.0;
+    c.u.cancel.reason = "forged";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&c, &b), SR_OK);
+    char topic[64];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", f.run);
+    coord_stats_t st = {0};
+    int64_t t0 = harness_now_ms();
+    while (st.cancels_refused == 0 && harness_now_ms() - t0 < WAIT_MS) {
+        transport_send_topic(pub, topic, b.data, b.len);
+        usleep(20000);
+        coord_stats(f.c, &st);
+    }
+    assert_true(st.cancels_refused >= 1);
+    assert_int_equal(st.cancels, 0);
+    sr_buf_free(&b);
+    transport_sock_destroy(&pub);
+    s_open_socks--;
+    store_group_t g;
+    assert_int_equal(store_group_get(f.st, "r0000-g0000", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_RUNNING);
+
+    /* an actor that stopped on the forged CANCEL reports cancelled: the job runs again */
+    proto_msg_t j0;
+    s_credit(&a, 1);
+    s_expect(&a, PROTO_JOB, &j0);
+    s_result(&a, &j0.u.job, "cancelled", 0.0);
+    s_expect_ack(&a, &j0.u.job, true);
+    coord_stats(f.c, &st);
+    assert_true(st.cancels_refused >= 2);
+    proto_msg_clear(&j0);
+
+    /* every job of the group is still dispatched and the group ends done */
+    for (int i = 0; i < cfg.group_size; i++) {
+        proto_msg_t j;
+        s_credit(&a, 1);
+        s_expect(&a, PROTO_JOB, &j);
+        assert_string_equal(j.u.job.group, "r0000-g0000");
+        s_result(&a, &j.u.job, "done", 1.0);
+        s_expect_ack(&a, &j.u.job, true);
+        proto_msg_clear(&j);
+    }
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].groups_done, 1);
+    assert_int_equal(f.sums[0].groups_cancelled, 0);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 static void malformed_messages_get_bad_message_and_the_round_still_completes(void **state)
 {
     (void)state;
@@ -1687,6 +1760,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(bye_drain_finishes_jobs_and_bye_without_drain_requeues_them),
     cmocka_unit_test(unknown_actor_gets_error_unknown_actor),
     cmocka_unit_test(cancel_on_the_bus_drops_queued_jobs_of_the_group),
+        cmocka_unit_test(forged_cancel_of_a_running_group_is_ignored),
     cmocka_unit_test(malformed_messages_get_bad_message_and_the_round_still_completes),
     cmocka_unit_test(resume_after_a_stop_keeps_every_acknowledged_result),
     cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),

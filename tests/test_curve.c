@@ -230,17 +230,86 @@ static void process_default_reaches_every_new_socket(void **state)
     assert_null(curve_default());
 }
 
+/* With a cancel key the bus proxy forwards a CANCEL only from that key's holder (the gate); other
+ * topics from any authorised key pass. */
+static void only_the_cancel_key_publishes_cancel(void **state)
+{
+    keys_t *k = *state;
+    char adir[PATH_MAX], err[256] = "";
+    snprintf(adir, sizeof adir, "%s/authorized", k->dir);
+    assert_int_equal(curve_write_pair(k->dir, "carol", adir, err, sizeof err), SR_OK);
+    void *ctx = zmq_ctx_new();
+    curve_t *srv = s_curve(k, "server", NULL);
+    curve_t *alice = s_curve(k, "alice", NULL);
+    curve_t *carol = s_curve(k, "carol", NULL);
+    char gate[CURVE_KEY_Z85_LEN + 1];
+    assert_int_equal(curve_role_key(srv, "alice", gate), SR_OK);
+    assert_string_equal(gate, curve_public(alice));
+    assert_int_equal(curve_role_key(srv, "nobody", gate), SR_ENOTFOUND);
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.curve = srv;
+    transport_proxy_limits_t lim = {.run = "r1", .cancel_key = curve_public(alice)};
+    transport_proxy_t *p = transport_proxy_new_limited(
+        ctx, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", &o, &lim, err, sizeof err);
+    if (!p)
+        fail_msg("proxy: %s", err);
+    transport_sock_t *sub = s_sock(ctx, ZMQ_SUB, carol);
+    assert_int_equal(transport_connect(sub, transport_proxy_sub_endpoint(p)), SR_OK);
+    assert_int_equal(zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, "ctl/r1/", 7), 0);
+    transport_sock_t *pa = s_sock(ctx, ZMQ_PUB, alice);
+    transport_sock_t *pc = s_sock(ctx, ZMQ_PUB, carol);
+    assert_int_equal(transport_connect(pa, transport_proxy_pub_endpoint(p)), SR_OK);
+    assert_int_equal(transport_connect(pc, transport_proxy_pub_endpoint(p)), SR_OK);
+    int real = 0, policy = 0, forged = 0;
+    int64_t deadline = harness_now_ms() + WAIT_MS;
+    while ((!real || !policy) && harness_now_ms() < deadline) {
+        (void)transport_send_topic(pc, "ctl/r1/cancel", "forged", 6);
+        (void)transport_send_topic(pc, "ctl/r1/policy", "p", 1);
+        (void)transport_send_topic(pa, "ctl/r1/cancel", "real", 4);
+        transport_msg_t m;
+        while (transport_recv(sub, &m, 20) == SR_OK) {
+            size_t hl = 0, bl = 0;
+            const char *h = transport_msg_head(&m, &hl);
+            const char *b = transport_msg_body(&m, &bl);
+            if (hl == 13 && !memcmp(h, "ctl/r1/cancel", 13)) {
+                if (bl == 4 && !memcmp(b, "real", 4))
+                    real++;
+                else
+                    forged++;
+            } else {
+                policy++;
+            }
+            transport_msg_close(&m);
+        }
+    }
+    assert_true(real > 0);
+    assert_true(policy > 0);
+    assert_int_equal(forged, 0);
+    transport_proxy_stats_t st;
+    transport_proxy_stats(p, &st);
+    assert_true(st.pubs_refused > 0);
+    transport_sock_destroy(&pa);
+    transport_sock_destroy(&pc);
+    transport_sock_destroy(&sub);
+    transport_proxy_destroy(&p);
+    zmq_ctx_term(ctx);
+    curve_destroy(&srv);
+    curve_destroy(&alice);
+    curve_destroy(&carol);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(only_the_cancel_key_publishes_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(keygen_files_read_back_and_secrets_are_private, setup,
                                         teardown),
         cmocka_unit_test(missing_server_key_is_a_clear_error),
         cmocka_unit_test_setup_teardown(authorised_client_connects_others_are_refused_and_counted,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(rotation_by_a_new_authorized_folder, setup, teardown),
-        cmocka_unit_test_setup_teardown(process_default_reaches_every_new_socket, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(process_default_reaches_every_new_socket, setup, teardown),
     };
     return harness_run_("curve", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -648,6 +648,55 @@ static void test_capacity_full_refuses_new_sessions_but_not_restarts(void **stat
     zmq_ctx_term(ctx);
 }
 
+/* One client holds at most max_per_peer sessions; at capacity the biggest holder gives its least
+ * recently used session to a client holding fewer (1,000 RESETs from one client take nobody's). */
+static void test_sessions_per_client_are_capped_and_shared_fairly(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 6;
+    c.max_per_peer = 4;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *a = s_client(ctx, envw_endpoint(srv.w));
+    transport_sock_t *b = s_client(ctx, envw_endpoint(srv.w));
+    proto_msg_t m;
+    char name[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "a%d", i);
+        s_reset(a, (uint64_t)i, name, "household/train/1", 0);
+        s_expect_obs(a, (uint64_t)i, &m);
+        proto_msg_clear(&m);
+    }
+    for (int i = 4; i < 1000; i++) {
+        snprintf(name, sizeof name, "a%d", i);
+        s_reset(a, (uint64_t)i, name, "household/train/1", 0);
+        s_expect_error(a, true, (uint64_t)i, "full", "limit of 4");
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        s_reset(b, 2000 + (uint64_t)i, name, "household/train/1", 0);
+        s_expect_obs(b, 2000 + (uint64_t)i, &m); /* the third one takes a's oldest */
+        proto_msg_clear(&m);
+    }
+    s_reset(b, 2003, "b3", "household/train/1", 0);
+    s_expect_error(b, true, 2003, "full", "6 of 6"); /* 3 and 3: an even share */
+    s_step(a, 3000, "a0", "look");
+    s_expect_error(a, true, 3000, "unknown_session", "a0");
+    s_step(a, 3001, "a1", "look");
+    s_expect_obs(a, 3001, &m);
+    proto_msg_clear(&m);
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.sessions, 6);
+    transport_sock_destroy(&a);
+    transport_sock_destroy(&b);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
 static void test_idle_sessions_are_dropped_after_the_ttl(void **state)
 {
     (void)state;
@@ -1016,6 +1065,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_500_concurrent_sessions_match_in_process_transcripts),
     cmocka_unit_test(test_bad_requests_get_the_right_error_and_the_worker_keeps_serving),
     cmocka_unit_test(test_capacity_full_refuses_new_sessions_but_not_restarts),
+    cmocka_unit_test(test_sessions_per_client_are_capped_and_shared_fairly),
     cmocka_unit_test(test_idle_sessions_are_dropped_after_the_ttl),
     cmocka_unit_test(test_session_names_belong_to_their_client),
     cmocka_unit_test(test_direct_calls_serve_on_the_callers_thread),

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 typedef struct {
     char *data;
@@ -357,6 +360,57 @@ static void a_role_serves_its_registry_and_health(void **state)
     metrics_registry_destroy(&reg);
 }
 
+/* Idle connections (300 from one address, over the 256 that may wait) take none of
+ * libmicrohttpd's threads: /health is answered by the acceptor, other paths by libmicrohttpd, and
+ * the connections over the limit are closed at once, counted. */
+static void idle_connections_leave_health_and_routes_reachable(void **state)
+{
+    (void)state;
+    http_srv_t *s = s_start(NULL, NULL);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_srv_port(s))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    enum { N = 300 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    int64_t t0 = harness_now_ms();
+    while (http_srv_refused(s) < N - HTTP_SRV_PENDING_PER_IP && harness_now_ms() - t0 < 5000)
+        usleep(10000);
+    assert_true(http_srv_refused(s) >= N - HTTP_SRV_PENDING_PER_IP);
+    /* the refused ones make room: /health from the same address waits at most for that */
+    char url[128];
+    s_body_t b = {0};
+    s_url(s, "/health", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 503);
+    assert_string_equal(b.data, "redis unreachable\n");
+    free(b.data);
+    assert_true(http_srv_health_early(s) >= 1);
+    b = (s_body_t){0};
+    s_url(s, "/hello", url, sizeof url);
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_string_equal(b.data, "hello\n");
+    free(b.data);
+    /* 100 heads sent slowly (never finished; on the newest connections, which no eviction
+     * closed) wait in the acceptor: libmicrohttpd's 64 threads stay free for a request that
+     * comes whole */
+    for (int i = 0; i < 100; i++) {
+        static const char part[] = "GET /hello HTTP/1.1\r\nHost: x\r\n";
+        assert_int_equal(send(fds[N - 1 - i], part, sizeof part - 1, MSG_NOSIGNAL),
+                         (ssize_t)sizeof part - 1);
+    }
+    usleep(100000);
+    b = (s_body_t){0};
+    assert_int_equal(s_get(url, NULL, NULL, &b), 200);
+    assert_string_equal(b.data, "hello\n");
+    free(b.data);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    http_srv_destroy(&s);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -370,6 +424,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(an_open_stream_does_not_hold_up_shutdown),
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
         cmocka_unit_test(a_role_serves_its_registry_and_health),
+        cmocka_unit_test(idle_connections_leave_health_and_routes_reachable),
     };
     int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();
