@@ -63,6 +63,7 @@ typedef struct {
     size_t actor_len;
     int64_t deadline_ms;           /* lease expiry while LEASED */
     int failures;                  /* attempts that ended with status "failed" */
+    bool storing;                  /* LEASED, its RESULT being stored: never re-leased */
     uint32_t qseq_;                /* queue entry that is current (lazy deletion) */
     char status[COORD_STATUS_MAX]; /* the final RESULT's status when FINAL */
 } coord_job_t;
@@ -190,8 +191,15 @@ int coord_sched_renew(coord_sched_t *s, int job, int64_t epoch, const void *id, 
  * its group is cancelled. Returns SR_OK or SR_ECONFLICT when the job is not leased. */
 int coord_sched_requeue(coord_sched_t *s, int job);
 
+/* coord_sched_store marks a LEASED job's RESULT as being stored (SR_ECONFLICT unless LEASED);
+ * coord_sched_unstore clears the mark (the store gave up: the lease may expire again). */
+int coord_sched_store(coord_sched_t *s, int job);
+void coord_sched_unstore(coord_sched_t *s, int job);
+
 /* coord_sched_expire re-queues (or drops, in a cancelled group) every LEASED job whose deadline is
- * before now_ms, and returns how many leases expired. */
+ * before now_ms, and returns how many leases expired. A job whose RESULT is being stored
+ * (storing) keeps its lease: it is neither expired, released nor re-queued until
+ * coord_sched_finish or coord_sched_unstore. */
 int coord_sched_expire(coord_sched_t *s, int64_t now_ms);
 
 /* coord_sched_finish marks the job FINAL with the RESULT status (copied, cut to fit), from any
