@@ -1160,6 +1160,7 @@ typedef struct {
     void *body;
     size_t len;
     int attempts;
+    int64_t t0_ms; /* when the RESULT came in */
     /* the store thread's answer */
     int64_t final_epoch;
     store_group_status_t gst;
@@ -1253,6 +1254,10 @@ static void s_put_done(int rc, const char *err, void *arg)
     }
     if (p->group_missing)
         log_error("group %s is missing in Redis", p->gid);
+    int64_t took = clock_mono_ms() - p->t0_ms;
+    if (took > c->cfg.redis_timeout_ms)
+        log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
+                         p->job_id, (long long)took, p->attempts);
     if (!p->failed && p->gst == STORE_GROUP_CANCELLED)
         s_mark_cancelled(c, j->group, 0);
     if (strcmp(p->status, "cancelled") == 0)
@@ -1311,6 +1316,7 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
      * acknowledgement (s_put_done). The job keeps its lease meanwhile. */
     s_put_t *p = sr_xcalloc(1, sizeof *p);
     p->c = c;
+    p->t0_ms = clock_mono_ms();
     p->round = R->round;
     p->epoch = r->epoch;
     snprintf(p->job_id, sizeof p->job_id, "%s", r->job_id);
