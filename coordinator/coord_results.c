@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -366,23 +367,42 @@ int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *
                 snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
             goto cleanup;
         }
-        fwrite(line.data, 1, line.len, f);
-        fputc('\n', f);
+        if (fwrite(line.data, 1, line.len, f) != line.len || fputc('\n', f) == EOF) {
+            sr_buf_free(&line);
+            rc = SR_EIO;
+            if (err)
+                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+            goto cleanup;
+        }
     }
     sr_buf_free(&line);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
+        rc = SR_EIO;
+        if (err)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+        goto cleanup;
+    }
+    int cerr = fclose(f);
+    f = NULL;
+    if (cerr != 0) {
         rc = SR_EIO;
         if (err)
             snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        unlink(tmp);
         goto cleanup;
     }
-    fclose(f);
-    f = NULL;
     if (rename(tmp, path) != 0) {
         rc = SR_EIO;
         if (err)
             snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
         goto cleanup;
+    }
+    /* the rename itself is durable once the folder is synced */
+    int dfd = open(slash && slash != dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
     }
 cleanup:
     if (f) {

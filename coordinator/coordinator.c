@@ -761,7 +761,8 @@ static void s_next_round(coord_t *c);
 
 /* s_write_round reads round `round` back from Redis on the writer's own connection (*st, made on
  * first use), writes its JSONL file when the run has an output folder, then records rounds_done.
- * Returns SR_OK, or the Redis error that makes the writer try again. */
+ * Returns SR_OK, or the Redis or file error that makes the writer try again: a round whose file
+ * could not be written is never recorded as done. */
 static int s_write_round(coord_t *c, store_t **st, int64_t round)
 {
     char err[512];
@@ -786,9 +787,13 @@ static int s_write_round(coord_t *c, store_t **st, int64_t round)
         if (coord_results_load_gate(res, *st) != SR_OK)
             log_warn("round %lld: cannot read the gate's rule records: %s", (long long)round,
                      store_errstr(*st));
-        if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
-            log_error("round %lld: %s", (long long)round, err);
+        rc = coord_results_write_jsonl(res, path, err, sizeof err);
         coord_results_destroy(&res);
+        if (rc != SR_OK) {
+            /* never recorded as done: the writer tries the same round again */
+            log_error_limited(1, "round %lld: %s; trying again", (long long)round, err);
+            return rc;
+        }
     }
     if ((rc = store_run_set_int(*st, "rounds_done", round + 1)) != SR_OK)
         log_error_limited(1, "round %lld: cannot record the end of the round: %s",
