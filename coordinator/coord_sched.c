@@ -565,6 +565,18 @@ int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
     return n;
 }
 
+int coord_sched_cancel(coord_sched_t *s, int group, bool keep_known, uint64_t keep)
+{
+    coord_group_t *g = coord_sched_group(s, group);
+    if (!g)
+        return SR_ENOTFOUND;
+    if (g->cancelled && (g->keep_known || !keep_known))
+        return -1;
+    int n = coord_sched_cancel_group(s, group, keep_known ? keep : ~0ull);
+    g->keep_known = keep_known;
+    return n;
+}
+
 int coord_sched_queued(const coord_sched_t *s)
 {
     int n = 0;

@@ -1137,13 +1137,16 @@ static void s_refuse(coord_t *c, s_open_t *R, const void *id, size_t idlen,
     s_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
 }
 
-static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
+/* s_mark_cancelled follows a cancel learnt from the gate's CANCEL (keep_known, its keep list) or
+ * from a RESULT or Redis (the keep list not known yet): coord_sched_cancel owns the rules. */
+static void s_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
-    if (g->cancelled)
-        return;
-    int dropped = coord_sched_cancel_group(c->sched, gi, keep);
-    log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
+    bool first = !g->cancelled;
+    int dropped = coord_sched_cancel(c->sched, gi, keep_known, keep);
+    if (dropped > 0 || (dropped == 0 && first))
+        log_info("group %s cancelled: %d queued jobs dropped%s", g->gid, dropped,
+                 keep_known ? "" : " (keep list not known yet)");
 }
 
 /* ---- storing a RESULT -------------------------------------------------------------------- */
@@ -1213,7 +1216,7 @@ static int s_put_work(store_t *st, void *arg, char *err)
     return rc;
 }
 
-static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep);
+static void s_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep);
 static void s_check_round(coord_t *c);
 
 /* s_put_done (loop) finishes a stored RESULT: the job is final, the round's summary counts it,
@@ -1263,10 +1266,8 @@ static void s_put_done(int rc, const char *err, void *arg)
     if (took > c->cfg.redis_timeout_ms)
         log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
                          p->job_id, (long long)took, p->attempts);
-    if (!p->failed && p->gst == STORE_GROUP_CANCELLED)
-        s_mark_cancelled(c, j->group, 0);
-    if (strcmp(p->status, "cancelled") == 0)
-        s_mark_cancelled(c, j->group, 0);
+    if ((!p->failed && p->gst == STORE_GROUP_CANCELLED) || strcmp(p->status, "cancelled") == 0)
+        s_mark_cancelled(c, j->group, false, 0);
     coord_sched_finish(c->sched, ji, p->status);
     if (R) {
         s_acc_add(R, p->status, p->n_steps, p->llm_calls, p->tokens, p->won, p->error);
@@ -1503,7 +1504,7 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
                 if (m.u.cancel.keep[i] >= 0 && m.u.cancel.keep[i] < 64)
                     keep |= 1ull << m.u.cancel.keep[i];
             metrics_counter_inc(c->m_cancels);
-            s_mark_cancelled(c, gi, keep);
+            s_mark_cancelled(c, gi, true, keep);
             s_check_round(c);
         }
     }
