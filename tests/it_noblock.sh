@@ -3,12 +3,15 @@
 # stored exactly once. A real `selroll coordinator` and a private redis-server; synthetic actors
 # (tests/py/noblock_actor.py) on the work channel.
 #  1. Redis SIGSTOPped for 3 s three times mid-run (longer than the 2 s Redis command timeout, so
-#     RESULT stores time out and are sent again): a HELLO probe is answered within 50 ms during
-#     every stall, no lease expires (heartbeats are served; leases are 2 s), every group of every
+#     RESULT stores time out and are sent again): a HELLO probe is answered within 50 ms (p99)
+#     during the stalls, no lease expires (heartbeats are served; leases are 2 s), every group of every
 #     round ends done with G results, one stored copy and one final epoch per job.
 #  2. The same with an actor killed with SIGKILL inside a stall, after it sent RESULTs that the
 #     coordinator could not store yet, and a second actor that joins during the stall: every
 #     group ends done with G results, one copy and one epoch each.
+#  3. A real actor joins while Redis is stopped for 1 s and before any env worker registered: its
+#     WELCOME names none, so it takes no job and says HELLO again until one does; the env worker
+#     registers, the round completes with no failed trajectory.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -17,9 +20,9 @@ rpid=${pids[-1]}
 free="--work-bind tcp://127.0.0.1:* --bus-pub-bind tcp://127.0.0.1:* --bus-sub-bind tcp://127.0.0.1:* --http off"
 stall="$tmp/stall"
 
-coord() { # coord RUN ITERS GROUPS G: starts the coordinator, sets cpid and work
+coord() { # coord RUN ITERS GROUPS G [ENV]: starts the coordinator, sets cpid and work
   $S coordinator --redis "$RURL" --run "$1" $free --out "$tmp/out-$1" --iters "$2" --groups "$3" \
-    --group-size "$4" --lease-ms 2000 --heartbeat-ms 300 --env-workers tcp://127.0.0.1:9 \
+    --group-size "$4" --lease-ms 2000 --heartbeat-ms 300 ${5---env-workers tcp://127.0.0.1:9} \
     2>"$tmp/coord-$1.log" &
   cpid=$!
   pids+=($cpid)
@@ -104,10 +107,13 @@ grep -q "stored after" "$tmp/coord-st.log" && ok "stalls: RESULTs stored after m
   bad "stalls: no RESULT store was retried (the stalls missed the run?)"
 grep -q " 0 leases expired" "$tmp/coord-st.log" && ok "stalls: no lease expired" ||
   { bad "stalls: leases expired"; grep "expired" "$tmp/coord-st.log" | tail -3; }
-"$PY" - "$out" <<'EOF' && ok "stalls: every HELLO during the stalls answered within 50 ms ($out)" || bad "stalls: probe or acks: $out"
+"$PY" - "$out" <<'EOF' && ok "stalls: HELLOs during the stalls answered within 50 ms (p99; $out)" || bad "stalls: probe or acks: $out"
 import json, sys
 o = json.loads(sys.argv[1])
-sys.exit(0 if o["stall_n"] >= 20 and o["stall_max"] < 50 and o["unacked"] == 0 and o["ack_refused"] == 0 else 1)
+# p99 within 50 ms; the worst single one within 250 ms (a shared, loaded machine can deschedule
+# the probe itself), far below the 2 s Redis timeout a blocked loop would add
+sys.exit(0 if o["stall_n"] >= 20 and o["stall_p99"] < 50 and o["stall_max"] < 250 and
+         o["unacked"] == 0 and o["ack_refused"] == 0 else 1)
 EOF
 check_groups st 3 6 4 && ok "stalls: 3 rounds x 6 groups done with 4 results each, one copy and one epoch per job" ||
   bad "stalls: groups or stored results wrong"
@@ -134,4 +140,33 @@ wait "$bpid"
   { bad "killed actor: coordinator exit $crc"; tail -20 "$tmp/coord-kill.log"; }
 check_groups kill 1 4 4 && ok "killed actor: 4 groups done with 4 results each, one copy and one epoch per job" ||
   { bad "killed actor: groups or stored results wrong"; tail -20 "$tmp/coord-kill.log"; }
+
+# ---- 3. an actor joins while Redis is down, before any env worker registered ----------------
+pport=$(free_port)
+$S policy-server --listen "127.0.0.1:$pport" --time-scale 100 >"$tmp/policy.log" 2>&1 &
+pids+=($!)
+wait_port "$pport" || bad "join: the policy server did not start"
+coord join 1 2 4 ""
+stop_redis
+$S actor --coordinator "$work" --id join-1 --slots 8 --policy "http://127.0.0.1:$pport" \
+  >"$tmp/actor-join.log" 2>&1 &
+apid=$!
+pids+=($apid)
+sleep 1
+cont_redis
+eport=$(free_port)
+$S env-worker --bind "tcp://127.0.0.1:$eport" --redis "$RURL" --run join --id envw-join --capacity 16 \
+  --heartbeat-ms 500 >"$tmp/envw-join.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 600); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
+wait "$cpid"; crc=$?
+[ $crc -eq 0 ] && ok "join: the coordinator finished the run (exit 0)" ||
+  { bad "join: coordinator exit $crc"; tail -20 "$tmp/coord-join.log"; tail -20 "$tmp/actor-join.log"; }
+grep -q "named no env worker" "$tmp/actor-join.log" &&
+  ok "join: welcomed without env workers, the actor took no job and asked again" ||
+  bad "join: the actor was never welcomed without env workers (the scenario missed)"
+nf=$($R scard selroll:join:failed:0)
+check_groups join 1 2 4 && [ "$nf" = 0 ] &&
+  ok "join: 2 groups done with 4 results each, no trajectory failed" ||
+  { bad "join: $nf groups failed, or results wrong"; tail -20 "$tmp/actor-join.log"; }
 exit $fail

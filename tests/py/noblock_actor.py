@@ -164,7 +164,8 @@ def main():
         "unacked": sum(len(x.unacked) for x in actors),
         "probe_n": len(lat), "probe_max": round(max(lat) if lat else 0, 1),
         "probe_p99": round(pct(lat, 0.99), 1), "stall_n": len(lat_stall),
-        "stall_max": round(max(lat_stall) if lat_stall else 0, 1)}), flush=True)
+        "stall_max": round(max(lat_stall) if lat_stall else 0, 1),
+        "stall_p99": round(pct(lat_stall, 0.99), 1)}), flush=True)
     if a.die_after:
         os._exit(0)
 
