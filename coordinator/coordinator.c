@@ -470,7 +470,9 @@ static void s_dispatch_pass(coord_t *c)
                 break;
             epoch = s_epoch(c);
             SR_ASSERT(epoch > 0); /* checked above */
-            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, now + c->cfg.lease_ms) == SR_OK);
+            /* No deadline until the JOB is sent (s_leases_done): a lease that expired before
+             * would take the actor's credit with it, as the actor never saw the job. */
+            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2) == SR_OK);
             if (!L) {
                 L = sr_xcalloc(1, sizeof *L);
                 L->c = c;
