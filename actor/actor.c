@@ -141,6 +141,8 @@ struct actor {
     bool ever_welcomed;
     int64_t lease_ms, heartbeat_ms, policy_version;
     int hello_timer, welcome_timer, hb_timer, resend_timer, drain_timer;
+    int reask_timer;    /* welcomed without env workers: HELLO again then */
+    int64_t reask_ms;   /* the pause before that HELLO, doubling to 5 s */
 
     envconn_t **envs;
     size_t n_envs;
@@ -365,6 +367,7 @@ static void s_hello_timer_cb(reactor_t *r, int id, void *arg)
         s_send_hello(a);
 }
 
+
 static void s_welcome_timer_cb(reactor_t *r, int id, void *arg)
 {
     actor_t *a = arg;
@@ -385,6 +388,14 @@ static void s_begin_hello(actor_t *a)
     if (a->hello_timer > 0)
         reactor_timer_cancel(a->r, a->hello_timer);
     a->hello_timer = reactor_timer_add(a->r, a->hello_retry_ms, a->hello_retry_ms, s_hello_timer_cb, a);
+}
+
+static void s_reask_timer_cb(reactor_t *r, int id, void *arg)
+{
+    actor_t *a = arg;
+    a->reask_timer = 0;
+    if (a->state == STATE_READY && a->n_envs == 0)
+        s_begin_hello(a); /* its WELCOME names the env workers registered by now */
 }
 
 /* ---- results ------------------------------------------------------------------------------------ */
@@ -1539,10 +1550,23 @@ static void s_on_welcome(actor_t *a, const proto_welcome_t *w)
     int64_t period = SR_MAX(20, SR_MIN(1000, a->lease_ms / 4));
     a->resend_timer = reactor_timer_add(a->r, period, period, s_resend_timer_cb, a);
 
+    /* Welcomed without an env worker (none registered yet, or the coordinator could not read
+     * the registry): every job would fail at once. No credit then: ask again, later and later. */
+    bool no_envs = !a->env_override && !a->local_envs && a->n_envs == 0;
+    if (no_envs) {
+        a->reask_ms = a->reask_ms ? SR_MIN(a->reask_ms * 2, 5000) : 250;
+        log_warn_limited(1, "actor %s: the WELCOME named no env worker: no jobs taken, HELLO "
+                         "again in %lld ms", a->id, (long long)a->reask_ms);
+        if (a->reask_timer > 0)
+            reactor_timer_cancel(a->r, a->reask_timer);
+        a->reask_timer = reactor_timer_add(a->r, a->reask_ms, 0, s_reask_timer_cb, a);
+    } else {
+        a->reask_ms = 0;
+    }
     a->credit_pending = 0;
     if (a->draining)
         s_send_bye(a, true, "drain");
-    else
+    else if (!no_envs)
         s_send_credit(a, a->n_free - (int)a->n_backlog);
     s_send_heartbeat(a);
     for (size_t i = 0; i < a->n_pend; i++)

@@ -6,6 +6,7 @@
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "bench/bench_calibrate.h"
+#include "bench/bench_control.h"
 #include "bench/bench_editdist.h"
 #include "bench/bench_policy.h"
 #include "bench/bench_proto.h"
@@ -28,6 +29,7 @@ static const s_bench_t s_benches[] = {
     {"policy", bench_policy_run, "policy server requests/s (cost model off) and client CPU per request"},
     {"calibrate", bench_calibrate_run, "built-in policy vs household: success, zero-variance groups, d_10"},
     {"rollout", bench_rollout_run, "gate core; overhead per step, saturation, 50 ms x 256 slots"},
+    {"control", bench_control_run, "control plane alone: trajectories held without spurious lease expiry, RESULTs/s, coordinator CPU per RESULT"},
 };
 
 static void s_usage(FILE *out)

@@ -1450,6 +1450,51 @@ int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size
     return s_cmd(s, false, NULL, "RPUSH %s %b", key, msgpack, len);
 }
 
+int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                     const void *msgpack, size_t len, int64_t *final_epoch)
+{
+    char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
+    redisReply *r = NULL;
+    if (!s)
+        return SR_EINVAL;
+    if (!msgpack || !len || !job_id || !*job_id || epoch <= 0) {
+        s_set_err(s, "store: empty result, job id or epoch");
+        return SR_EINVAL;
+    }
+    int rc = s_key(s, key, sizeof key, "results:%" PRId64, iteration);
+    if (rc || (rc = s_key(s, fkey, sizeof fkey, "final:%" PRId64, iteration)))
+        return rc;
+    snprintf(ep, sizeof ep, "%" PRId64, epoch);
+    /* One script: the job's final epoch and its one copy in the list are written together, and
+     * a job already final keeps the copy it has. Sending it again changes nothing. */
+    static const char lua[] = "local e = redis.call('HGET', KEYS[2], ARGV[1])\n"
+                              "if e then return tonumber(e) end\n"
+                              "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+                              "redis.call('RPUSH', KEYS[1], ARGV[3])\n"
+                              "return tonumber(ARGV[2])\n";
+    const char *argv[] = {"EVAL", lua, "2", key, fkey, job_id, ep, msgpack};
+    size_t argvlen[] = {4, strlen(lua), 1, strlen(key), strlen(fkey), strlen(job_id), strlen(ep),
+                        len};
+    if ((rc = s_execv(s, true, 8, argv, argvlen, &r, NULL)) != SR_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        if (final_epoch)
+            *final_epoch = r->integer;
+        rc = r->integer == epoch ? SR_OK : SR_ECONFLICT;
+        if (rc == SR_ECONFLICT)
+            s_set_err(s, "store: job %s is final under epoch %lld", job_id, (long long)r->integer);
+    } else {
+        rc = s_check(s, &r);
+        if (rc == SR_OK) {
+            s_set_err(s, "store: unexpected reply from the result script");
+            rc = SR_EPROTO;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
 int store_results_read(store_t *s, int64_t iteration, store_result_fn fn, void *arg)
 {
     char key[STORE_KEY_MAX];

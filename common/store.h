@@ -246,6 +246,17 @@ int store_list(store_t *s, const char *kind, store_entry_fn fn, void *arg);
  * drop duplicates by job id and epoch. Not retried after a reconnect (it is not idempotent). */
 int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size_t len);
 
+/* store_result_put stores the result of job `job_id` (msgpack bytes, len > 0) leased under
+ * `epoch` (> 0) as the job's final one, exactly once: one script records the job's final epoch
+ * in hash final:<iteration> and appends the bytes to results:<iteration>, unless the job is
+ * final already, and then changes nothing. It is idempotent, hence retried after a reconnect,
+ * and a caller that saw a timeout learns the outcome by calling it again. *final_epoch (may be
+ * NULL) receives the epoch the job is final under. Returns SR_OK when that is `epoch`,
+ * SR_ECONFLICT when the job is final under another epoch (that copy stays the only one), or an
+ * error. */
+int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                     const void *msgpack, size_t len, int64_t *final_epoch);
+
 /* store_result_fn receives one stored result (bytes valid during the call); non-zero stops the
  * walk and becomes the result of store_results_read. */
 typedef int (*store_result_fn)(const void *data, size_t len, void *arg);

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
@@ -33,7 +34,38 @@ typedef struct {
 struct coord_results {
     s_entry_t *v;
     size_t n, cap;
+    size_t *idx; /* open addressing by job id: entry index + 1, 0 = free; idx_cap a power of 2 */
+    size_t idx_cap;
 };
+
+static uint64_t s_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* s_slot returns the index slot of job_id: the one holding it, or the free one it would take. */
+static size_t s_slot(const coord_results_t *r, const char *job_id)
+{
+    size_t mask = r->idx_cap - 1, i = (size_t)s_hash(job_id) & mask;
+    while (r->idx[i] && strcmp(r->v[r->idx[i] - 1].info.job_id, job_id) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* s_index_grow keeps the index at most half full. */
+static void s_index_grow(coord_results_t *r)
+{
+    if (r->idx_cap && (r->n + 1) * 2 <= r->idx_cap)
+        return;
+    free(r->idx);
+    r->idx_cap = r->idx_cap ? r->idx_cap * 2 : 128;
+    r->idx = sr_xcalloc(r->idx_cap, sizeof *r->idx);
+    for (size_t k = 0; k < r->n; k++)
+        r->idx[s_slot(r, r->v[k].info.job_id)] = k + 1;
+}
 
 coord_results_t *coord_results_new(void)
 {
@@ -50,6 +82,7 @@ void coord_results_destroy(coord_results_t **self_p)
         free(r->v[i].rules);
     }
     free(r->v);
+    free(r->idx);
     free(r);
     *self_p = NULL;
 }
@@ -65,11 +98,11 @@ int coord_results_add(coord_results_t *r, const void *data, size_t len)
         return SR_EPROTO;
     }
     const proto_result_t *res = &m.u.result;
-    for (size_t i = 0; i < r->n; i++) {
-        if (strcmp(r->v[i].info.job_id, res->job_id) == 0) {
-            proto_msg_clear(&m);
-            return SR_ECONFLICT;
-        }
+    s_index_grow(r);
+    size_t slot = s_slot(r, res->job_id);
+    if (r->idx[slot]) {
+        proto_msg_clear(&m);
+        return SR_ECONFLICT;
     }
     if (r->n == r->cap) {
         r->cap = r->cap ? r->cap * 2 : 64;
@@ -79,6 +112,7 @@ int coord_results_add(coord_results_t *r, const void *data, size_t len)
     memset(e, 0, sizeof *e);
     coord_result_info_t *info = &e->info;
     snprintf(info->job_id, sizeof info->job_id, "%s", res->job_id);
+    r->idx[slot] = r->n;
     snprintf(info->group, sizeof info->group, "%s", res->group);
     snprintf(info->status, sizeof info->status, "%s", res->status);
     info->epoch = res->epoch;
@@ -331,23 +365,30 @@ int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
 
 int coord_results_load_gate(coord_results_t *r, store_t *st)
 {
-    for (size_t i = 0; i < r->n; i++) {
-        size_t first = 0;
-        while (first < i && strcmp(r->v[first].info.group, r->v[i].info.group) != 0)
-            first++;
-        if (first < i) {
+    /* groups seen so far: open addressing by group id, the first entry's index + 1 */
+    size_t cap = 128;
+    while (cap < r->n * 2)
+        cap *= 2;
+    size_t *seen = sr_xcalloc(cap, sizeof *seen);
+    int rc = SR_OK;
+    for (size_t i = 0; i < r->n && rc == SR_OK; i++) {
+        size_t k = (size_t)s_hash(r->v[i].info.group) & (cap - 1);
+        while (seen[k] && strcmp(r->v[seen[k] - 1].info.group, r->v[i].info.group) != 0)
+            k = (k + 1) & (cap - 1);
+        if (seen[k]) {
             /* Another result of the same group was read already. */
-            if (r->v[first].rules)
-                r->v[i].rules = sr_xstrdup(r->v[first].rules);
-            r->v[i].audit_weight = r->v[first].audit_weight;
+            const s_entry_t *first = &r->v[seen[k] - 1];
+            if (first->rules)
+                r->v[i].rules = sr_xstrdup(first->rules);
+            r->v[i].audit_weight = first->audit_weight;
             continue;
         }
-        int rc = coord_results_gate_fields(st, r->v[i].info.group, &r->v[i].rules,
-                                           &r->v[i].audit_weight);
-        if (rc != SR_OK)
-            return rc;
+        seen[k] = i + 1;
+        rc = coord_results_gate_fields(st, r->v[i].info.group, &r->v[i].rules,
+                                       &r->v[i].audit_weight);
     }
-    return SR_OK;
+    free(seen);
+    return rc;
 }
 
 int coord_mkdirs(const char *path)
@@ -409,23 +450,42 @@ int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *
                 snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
             goto cleanup;
         }
-        fwrite(line.data, 1, line.len, f);
-        fputc('\n', f);
+        if (fwrite(line.data, 1, line.len, f) != line.len || fputc('\n', f) == EOF) {
+            sr_buf_free(&line);
+            rc = SR_EIO;
+            if (err)
+                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+            goto cleanup;
+        }
     }
     sr_buf_free(&line);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
+        rc = SR_EIO;
+        if (err)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+        goto cleanup;
+    }
+    int cerr = fclose(f);
+    f = NULL;
+    if (cerr != 0) {
         rc = SR_EIO;
         if (err)
             snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        unlink(tmp);
         goto cleanup;
     }
-    fclose(f);
-    f = NULL;
     if (rename(tmp, path) != 0) {
         rc = SR_EIO;
         if (err)
             snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
         goto cleanup;
+    }
+    /* the rename itself is durable once the folder is synced */
+    int dfd = open(slash && slash != dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
     }
 cleanup:
     if (f) {

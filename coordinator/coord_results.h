@@ -80,8 +80,9 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
 
 /* coord_results_write_jsonl writes one JSON object per result (every field of the RESULT but "t"
  * and "v"), in storage order, to path, through a temporary file renamed into place; missing
- * parent folders are created. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err
- * (when err is not NULL). */
+ * parent folders are created. Every write, the flush, fsync, close and rename are checked, then
+ * the folder is synced. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err (when
+ * err is not NULL); on failure the temporary file is removed and path is left as it was. */
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
                               size_t errlen);
 

@@ -309,7 +309,7 @@ int coord_sched_actor_release(coord_sched_t *s, const void *id, size_t idlen)
     int n = 0;
     for (int i = 0; i < s->njobs; i++) {
         coord_job_t *j = &s->jobs[i];
-        if (j->state == COORD_JOB_LEASED && j->actor_len == idlen &&
+        if (j->state == COORD_JOB_LEASED && !j->storing && j->actor_len == idlen &&
             memcmp(j->actor, id, idlen) == 0) {
             coord_sched_requeue(s, i);
             n++;
@@ -485,7 +485,7 @@ int coord_sched_renew(coord_sched_t *s, int job, int64_t epoch, const void *id, 
 int coord_sched_requeue(coord_sched_t *s, int job)
 {
     coord_job_t *j = coord_sched_job(s, job);
-    if (!j || j->state != COORD_JOB_LEASED)
+    if (!j || j->state != COORD_JOB_LEASED || j->storing)
         return SR_ECONFLICT;
     coord_actor_t *a = s_actor_of(s, j);
     if (a && a->held > 0)
@@ -505,12 +505,28 @@ int coord_sched_expire(coord_sched_t *s, int64_t now_ms)
     int n = 0;
     for (int i = 0; i < s->njobs; i++) {
         coord_job_t *j = &s->jobs[i];
-        if (j->state == COORD_JOB_LEASED && j->deadline_ms < now_ms) {
+        if (j->state == COORD_JOB_LEASED && !j->storing && j->deadline_ms < now_ms) {
             coord_sched_requeue(s, i);
             n++;
         }
     }
     return n;
+}
+
+int coord_sched_store(coord_sched_t *s, int job)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (!j || j->state != COORD_JOB_LEASED)
+        return SR_ECONFLICT;
+    j->storing = true;
+    return SR_OK;
+}
+
+void coord_sched_unstore(coord_sched_t *s, int job)
+{
+    coord_job_t *j = coord_sched_job(s, job);
+    if (j)
+        j->storing = false;
 }
 
 int coord_sched_finish(coord_sched_t *s, int job, const char *status)
@@ -524,6 +540,7 @@ int coord_sched_finish(coord_sched_t *s, int job, const char *status)
             a->held--;
     }
     j->state = COORD_JOB_FINAL;
+    j->storing = false;
     j->qseq_++;
     snprintf(j->status, sizeof j->status, "%s", status ? status : "done");
     return SR_OK;
@@ -545,6 +562,18 @@ int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
             n++;
         }
     }
+    return n;
+}
+
+int coord_sched_cancel(coord_sched_t *s, int group, bool keep_known, uint64_t keep)
+{
+    coord_group_t *g = coord_sched_group(s, group);
+    if (!g)
+        return SR_ENOTFOUND;
+    if (g->cancelled && (g->keep_known || !keep_known))
+        return -1;
+    int n = coord_sched_cancel_group(s, group, keep_known ? keep : ~0ull);
+    g->keep_known = keep_known;
     return n;
 }
 

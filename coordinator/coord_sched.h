@@ -63,6 +63,7 @@ typedef struct {
     size_t actor_len;
     int64_t deadline_ms;           /* lease expiry while LEASED */
     int failures;                  /* attempts that ended with status "failed" */
+    bool storing;                  /* LEASED, its RESULT being stored: never re-leased */
     uint32_t qseq_;                /* queue entry that is current (lazy deletion) */
     char status[COORD_STATUS_MAX]; /* the final RESULT's status when FINAL */
 } coord_job_t;
@@ -74,6 +75,7 @@ typedef struct {
     int first_job;      /* its jobs are first_job .. first_job + G - 1 */
     bool cancelled;     /* a CANCEL was seen, or Redis says so */
     uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
+    bool keep_known;    /* keep_mask is the gate's (its CANCEL came), not a placeholder */
     int64_t round;      /* the round it belongs to (set by the caller; 0 unless set) */
 } coord_group_t;
 
@@ -190,8 +192,15 @@ int coord_sched_renew(coord_sched_t *s, int job, int64_t epoch, const void *id, 
  * its group is cancelled. Returns SR_OK or SR_ECONFLICT when the job is not leased. */
 int coord_sched_requeue(coord_sched_t *s, int job);
 
+/* coord_sched_store marks a LEASED job's RESULT as being stored (SR_ECONFLICT unless LEASED);
+ * coord_sched_unstore clears the mark (the store gave up: the lease may expire again). */
+int coord_sched_store(coord_sched_t *s, int job);
+void coord_sched_unstore(coord_sched_t *s, int job);
+
 /* coord_sched_expire re-queues (or drops, in a cancelled group) every LEASED job whose deadline is
- * before now_ms, and returns how many leases expired. */
+ * before now_ms, and returns how many leases expired. A job whose RESULT is being stored
+ * (storing) keeps its lease: it is neither expired, released nor re-queued until
+ * coord_sched_finish or coord_sched_unstore. */
 int coord_sched_expire(coord_sched_t *s, int64_t now_ms);
 
 /* coord_sched_finish marks the job FINAL with the RESULT status (copied, cut to fit), from any
@@ -201,6 +210,16 @@ int coord_sched_finish(coord_sched_t *s, int job, const char *status);
 /* coord_sched_cancel_group marks the group cancelled and drops its QUEUED jobs except the
  * trajectories in keep_mask. Returns how many jobs were dropped, or SR_ENOTFOUND. */
 int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask);
+
+/* coord_sched_cancel is the one function that changes a group's cancel state in a running
+ * coordinator. keep_known: the gate's CANCEL came with its keep list `keep` (keep-two); the
+ * group's queued jobs outside it are dropped. Otherwise the cancel was learnt another way (a
+ * RESULT with status cancelled, Redis saying so) and the keep list is not known yet: the group
+ * is cancelled, but no queued job is dropped, since any may be one the gate keeps; a CANCEL that
+ * comes later narrows it to its keep list. Once a keep list is known it is final: a repeated
+ * CANCEL or a later RESULT changes nothing. Returns the number of jobs dropped (0 or more), -1
+ * when nothing changed, or SR_ENOTFOUND. */
+int coord_sched_cancel(coord_sched_t *s, int group, bool keep_known, uint64_t keep);
 
 /* coord_sched_queued returns how many jobs are QUEUED. */
 int coord_sched_queued(const coord_sched_t *s);

@@ -30,6 +30,7 @@
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 
 #include <pthread.h>
@@ -62,6 +63,9 @@ struct coord {
     char *strs[16]; /* copies of cfg's strings */
     int nstrs;
     envkind_list_t envs; /* --env-workers: endpoints and kinds; empty = the Redis registry */
+    envkind_list_t reg;  /* without env_workers: the registry's env workers as last read */
+    int64_t reg_at_ms;   /* when they were read */
+    bool reg_asked;      /* a refresh is on its way */
     tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
     void *zctx;
@@ -70,7 +74,9 @@ struct coord {
     transport_sock_t *pub; /* the driver's bus publisher, created on first use */
     transport_proxy_t *proxy;
     reactor_t *r;
-    store_t *st;
+    store_t *st;     /* blocking: outside the loop only (start, resume, round opening, end) */
+    storeq_t *sq;    /* the loop's Redis: RESULTs, leases, epochs, the env-worker registry */
+    bool sq_closing; /* completions after the loop are only freed */
     coord_sched_t *sched;
     int timer;
 
@@ -84,6 +90,8 @@ struct coord {
     int64_t resume_started; /* a resumed plain run: the last round started before, or -1 */
     int64_t groups_retired; /* groups removed from the scheduler's front since coord_new */
     int64_t epoch_next, epoch_limit;
+    int64_t epoch_spare; /* the top of the next block, 0 = none yet */
+    bool epoch_asked;    /* an INCRBY is on its way */
     int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
@@ -224,25 +232,84 @@ static void s_send_ack(coord_t *c, const void *id, size_t idlen, const char *job
 
 /* ---- epochs ------------------------------------------------------------------------------- */
 
-/* s_epoch allocates the next fencing epoch (> every epoch handed out before, in this process or
- * an earlier one on the same run). Returns it, or a negative SR_E* code when Redis fails. */
+/* Epochs come in blocks of EPOCH_BLOCK from the run's counter (INCRBY on the store thread), so
+ * they grow across restarts. The next block is asked for when half of the current one is used:
+ * dispatch waits for an epoch only when Redis stayed slow for a whole half block. */
+typedef struct {
+    coord_t *c;
+    int64_t top; /* the counter's value after INCRBY */
+} s_epochs_t;
+
+static int s_epochs_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_epochs_t *e = arg;
+    if (!st)
+        return SR_EREDIS;
+    char key[256];
+    store_key(st, key, sizeof key, "epoch");
+    redisReply *rep = NULL;
+    /* not idempotent, and not retried: a lost block only leaves a gap in the epochs */
+    int rc = store_command(st, 0, &rep, "INCRBY %s %d", key, EPOCH_BLOCK);
+    if (rc != SR_OK)
+        return rc;
+    if (rep->type == REDIS_REPLY_INTEGER)
+        e->top = rep->integer;
+    else
+        rc = SR_EREDIS;
+    freeReplyObject(rep);
+    return rc;
+}
+
+static void s_dispatch(coord_t *c);
+
+static void s_epochs_done(int rc, const char *err, void *arg)
+{
+    s_epochs_t *e = arg;
+    coord_t *c = e->c;
+    if (c->sq_closing) {
+        free(e);
+        return;
+    }
+    c->epoch_asked = false;
+    if (rc != SR_OK) {
+        log_error_limited(1, "cannot allocate epochs, dispatch retried later: %s", err);
+    } else if (c->epoch_next >= c->epoch_limit) {
+        c->epoch_limit = e->top + 1;
+        c->epoch_next = e->top - EPOCH_BLOCK + 1;
+    } else {
+        c->epoch_spare = e->top; /* used once the current block runs out */
+    }
+    free(e);
+    if (rc == SR_OK)
+        s_dispatch(c);
+}
+
+static void s_epochs_ask(coord_t *c)
+{
+    if (c->epoch_asked || c->epoch_spare > 0 || c->sq_closing)
+        return;
+    s_epochs_t *e = sr_xcalloc(1, sizeof *e);
+    e->c = c;
+    if (storeq_submit(c->sq, s_epochs_work, s_epochs_done, e) == SR_OK)
+        c->epoch_asked = true;
+    else
+        free(e);
+}
+
+/* s_epoch returns the next fencing epoch (> every epoch handed out before, in this process or
+ * an earlier one on the same run), or SR_EAGAIN while the next block is on its way. */
 static int64_t s_epoch(coord_t *c)
 {
-    if (c->epoch_next >= c->epoch_limit) {
-        char key[256];
-        store_key(c->st, key, sizeof key, "epoch");
-        redisReply *rep = NULL;
-        int rc = store_command(c->st, 0, &rep, "INCRBY %s %d", key, EPOCH_BLOCK);
-        if (rc != SR_OK)
-            return rc;
-        if (rep->type != REDIS_REPLY_INTEGER) {
-            freeReplyObject(rep);
-            return SR_EREDIS;
-        }
-        c->epoch_limit = rep->integer + 1;
-        c->epoch_next = rep->integer - EPOCH_BLOCK + 1;
-        freeReplyObject(rep);
+    if (c->epoch_next >= c->epoch_limit && c->epoch_spare > 0) {
+        c->epoch_limit = c->epoch_spare + 1;
+        c->epoch_next = c->epoch_spare - EPOCH_BLOCK + 1;
+        c->epoch_spare = 0;
     }
+    if (c->epoch_limit - c->epoch_next <= EPOCH_BLOCK / 2)
+        s_epochs_ask(c);
+    if (c->epoch_next >= c->epoch_limit)
+        return SR_EAGAIN;
     return c->epoch_next++;
 }
 
@@ -267,11 +334,6 @@ static int s_first_group(const coord_t *c, int64_t round)
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
-
-typedef struct {
-    int job;
-    coord_actor_t *actor;
-} s_assign_t;
 
 static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
 {
@@ -317,76 +379,132 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
     }
 }
 
-static int s_persist_leases(coord_t *c, const s_assign_t *as, size_t n)
+/* A batch of leases on its way to Redis (hash lease:<round>, so a resumed coordinator can
+ * re-adopt them); its JOBs are sent once they are persisted. */
+typedef struct {
+    coord_t *c;
+    size_t n;
+    struct {
+        int job;
+        int64_t epoch, round;
+        char job_id[COORD_JOB_ID_MAX];
+        uint8_t actor[COORD_ID_MAX];
+        size_t actor_len;
+    } v[DISPATCH_BATCH];
+} s_leases_t;
+
+static int s_leases_work(store_t *st, void *arg, char *err)
 {
+    (void)err;
+    s_leases_t *L = arg;
+    if (!st)
+        return SR_EREDIS;
     char key[256];
     int64_t key_round = -1;
-    for (size_t i = 0; i < n; i++) {
-        coord_job_t *j = coord_sched_job(c->sched, as[i].job);
-        int64_t round = coord_sched_group(c->sched, j->group)->round;
-        if (round != key_round) {
-            store_key(c->st, key, sizeof key, "lease:%lld", (long long)round);
-            key_round = round;
+    for (size_t i = 0; i < L->n; i++) {
+        if (L->v[i].round != key_round) {
+            store_key(st, key, sizeof key, "lease:%lld", (long long)L->v[i].round);
+            key_round = L->v[i].round;
         }
-        char job_id[COORD_JOB_ID_MAX];
-        coord_sched_job_id(c->sched, as[i].job, job_id, sizeof job_id);
         char val[COORD_ID_MAX + 32];
-        int hl = snprintf(val, sizeof val, "%lld ", (long long)j->epoch);
-        memcpy(val + hl, j->actor, j->actor_len);
-        int rc = store_pipe_append(c->st, "HSET %s %s %b", key, job_id, val,
-                                   (size_t)hl + j->actor_len);
-        if (rc != SR_OK)
+        int hl = snprintf(val, sizeof val, "%lld ", (long long)L->v[i].epoch);
+        memcpy(val + hl, L->v[i].actor, L->v[i].actor_len);
+        int rc = store_pipe_append(st, "HSET %s %s %b", key, L->v[i].job_id, val,
+                                   (size_t)hl + L->v[i].actor_len);
+        if (rc != SR_OK) {
+            store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
             return rc;
+        }
     }
-    return store_pipe_exec(c->st, NULL, NULL);
+    return store_pipe_exec(st, NULL, NULL);
 }
 
-/* s_dispatch_pass leases queued jobs to actors with credit, persists the leases, sends the JOBs. */
+static void s_leases_done(int rc, const char *err, void *arg)
+{
+    s_leases_t *L = arg;
+    coord_t *c = L->c;
+    if (c->sq_closing) {
+        free(L);
+        return;
+    }
+    if (rc != SR_OK)
+        log_error_limited(1, "cannot persist leases, dispatch retried later: %s", err);
+    int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
+    for (size_t i = 0; c->round_active && i < L->n; i++) {
+        /* the lease may have expired or its actor gone while Redis answered */
+        int ji = coord_sched_find_job(c->sched, L->v[i].job_id);
+        coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+        if (!j || j->state != COORD_JOB_LEASED || j->epoch != L->v[i].epoch || j->storing)
+            continue;
+        coord_actor_t *a = coord_sched_actor_find(c->sched, j->actor, j->actor_len);
+        if (rc != SR_OK || !a) {
+            coord_sched_requeue(c->sched, ji);
+            if (a)
+                a->credit++;
+            continue;
+        }
+        j->deadline_ms = deadline; /* the lease starts when the JOB leaves */
+        s_send_job(c, ji, a);
+    }
+    free(L);
+    if (rc == SR_OK)
+        s_dispatch(c);
+}
+
+/* s_dispatch_pass leases queued jobs to actors with credit and hands each batch to the store
+ * thread; its JOBs go out once the leases are persisted (s_leases_done). */
 static void s_dispatch_pass(coord_t *c)
 {
-    s_assign_t as[DISPATCH_BATCH];
     for (;;) {
-        size_t n = 0;
+        s_leases_t *L = NULL;
         int ji;
         coord_actor_t *a;
         int64_t now = clock_mono_ms();
-        bool more;
-        while ((more = n < DISPATCH_BATCH && coord_sched_pick(c->sched, &ji, &a))) {
-            int64_t epoch = s_epoch(c);
-            if (epoch < 0) {
-                log_error_limited(1, "cannot allocate an epoch: %s", store_errstr(c->st));
+        bool more = true;
+        while (more && (!L || L->n < DISPATCH_BATCH)) {
+            int64_t epoch = c->epoch_next < c->epoch_limit || c->epoch_spare > 0 ? 0 : SR_EAGAIN;
+            if (epoch == SR_EAGAIN) {
+                s_epochs_ask(c);
                 break;
             }
-            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, now + c->cfg.lease_ms) == SR_OK);
-            as[n++] = (s_assign_t){ji, a};
+            if (!(more = coord_sched_pick(c->sched, &ji, &a)))
+                break;
+            epoch = s_epoch(c);
+            SR_ASSERT(epoch > 0); /* checked above */
+            /* No deadline until the JOB is sent (s_leases_done): a lease that expired before
+             * would take the actor's credit with it, as the actor never saw the job. */
+            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2) == SR_OK);
+            if (!L) {
+                L = sr_xcalloc(1, sizeof *L);
+                L->c = c;
+            }
+            coord_job_t *j = coord_sched_job(c->sched, ji);
+            L->v[L->n].job = ji;
+            L->v[L->n].epoch = epoch;
+            L->v[L->n].round = coord_sched_group(c->sched, j->group)->round;
+            coord_sched_job_id(c->sched, ji, L->v[L->n].job_id, sizeof L->v[L->n].job_id);
+            memcpy(L->v[L->n].actor, j->actor, j->actor_len);
+            L->v[L->n].actor_len = j->actor_len;
+            L->n++;
         }
-        if (!more && n < DISPATCH_BATCH) {
+        if (!more) {
             if (!coord_sched_capped(c->sched))
                 c->capped_since = 0;
             else if (c->capped_since == 0)
                 c->capped_since = now;
         }
-        if (n == 0)
+        if (!L)
             return;
-        if (s_persist_leases(c, as, n) != SR_OK) {
-            log_error_limited(1, "cannot persist leases, dispatch retried later: %s",
-                              store_errstr(c->st));
+        size_t n = L->n;
+        if (storeq_submit(c->sq, s_leases_work, s_leases_done, L) != SR_OK) {
             for (size_t i = 0; i < n; i++) {
-                coord_sched_requeue(c->sched, as[i].job);
-                as[i].actor->credit++;
+                coord_actor_t *a2 = coord_sched_actor_find(c->sched, L->v[i].actor,
+                                                           L->v[i].actor_len);
+                if (coord_sched_requeue(c->sched, L->v[i].job) == SR_OK && a2)
+                    a2->credit++;
             }
+            free(L);
             return;
-        }
-        for (size_t i = 0; i < n; i++) {
-            /* an earlier failed send in this batch may have removed the actor */
-            coord_job_t *j = coord_sched_job(c->sched, as[i].job);
-            coord_actor_t *a2 = coord_sched_actor_find(c->sched, j->actor, j->actor_len);
-            if (j->state != COORD_JOB_LEASED || !a2) {
-                if (j->state == COORD_JOB_LEASED)
-                    coord_sched_requeue(c->sched, as[i].job);
-                continue;
-            }
-            s_send_job(c, as[i].job, a2);
         }
         if (n < DISPATCH_BATCH)
             return;
@@ -646,7 +764,8 @@ static void s_next_round(coord_t *c);
 
 /* s_write_round reads round `round` back from Redis on the writer's own connection (*st, made on
  * first use), writes its JSONL file when the run has an output folder, then records rounds_done.
- * Returns SR_OK, or the Redis error that makes the writer try again. */
+ * Returns SR_OK, or the Redis or file error that makes the writer try again: a round whose file
+ * could not be written is never recorded as done. */
 static int s_write_round(coord_t *c, store_t **st, int64_t round)
 {
     char err[512];
@@ -671,9 +790,13 @@ static int s_write_round(coord_t *c, store_t **st, int64_t round)
         if (coord_results_load_gate(res, *st) != SR_OK)
             log_warn("round %lld: cannot read the gate's rule records: %s", (long long)round,
                      store_errstr(*st));
-        if (coord_results_write_jsonl(res, path, err, sizeof err) != SR_OK)
-            log_error("round %lld: %s", (long long)round, err);
+        rc = coord_results_write_jsonl(res, path, err, sizeof err);
         coord_results_destroy(&res);
+        if (rc != SR_OK) {
+            /* never recorded as done: the writer tries the same round again */
+            log_error_limited(1, "round %lld: %s; trying again", (long long)round, err);
+            return rc;
+        }
     }
     if ((rc = store_run_set_int(*st, "rounds_done", round + 1)) != SR_OK)
         log_error_limited(1, "round %lld: cannot record the end of the round: %s",
@@ -882,12 +1005,22 @@ static void s_check_round(coord_t *c)
 
 /* ---- messages ------------------------------------------------------------------------------ */
 
+/* Without --env-workers the WELCOME lists the env workers registered in Redis. The loop keeps
+ * a copy, refreshed on the store thread (REGISTRY_REFRESH_MS, and at once when a HELLO finds it
+ * empty), so a HELLO never waits for Redis. */
+#define REGISTRY_REFRESH_MS 2000
+
+typedef struct {
+    coord_t *c;
+    envkind_list_t list;
+} s_registry_t;
+
 /* s_collect_envw adds a registry entry's endpoint, and its kind ("" when the entry has none or
- * not a kind name), to the envkind_list_t at arg. */
+ * not a kind name), to the list of the s_registry_t at arg. */
 static int s_collect_envw(const char *id, const store_field_t *fields, size_t n, void *arg)
 {
     (void)id;
-    envkind_list_t *l = arg;
+    envkind_list_t *l = &((s_registry_t *)arg)->list;
     const char *ep = NULL, *kind = "";
     for (size_t i = 0; i < n; i++) {
         if (strcmp(fields[i].name, "endpoint") == 0)
@@ -904,10 +1037,43 @@ static int s_collect_envw(const char *id, const store_field_t *fields, size_t n,
     return 0;
 }
 
-static void s_env_workers_from_registry(coord_t *c, envkind_list_t *l)
+static int s_registry_work(store_t *st, void *arg, char *err)
 {
-    if (store_list(c->st, "envw", s_collect_envw, l) != SR_OK)
-        log_warn_limited(1, "cannot list env workers: %s", store_errstr(c->st));
+    (void)err;
+    s_registry_t *rg = arg;
+    return st ? store_list(st, "envw", s_collect_envw, rg) : SR_EREDIS;
+}
+
+static void s_registry_done(int rc, const char *err, void *arg)
+{
+    s_registry_t *rg = arg;
+    coord_t *c = rg->c;
+    if (!c->sq_closing) {
+        c->reg_asked = false;
+        c->reg_at_ms = clock_mono_ms();
+        if (rc != SR_OK) {
+            log_warn_limited(1, "cannot list env workers: %s", err);
+        } else {
+            envkind_list_free(&c->reg);
+            c->reg = rg->list; /* moved: rg's list is empty after */
+            memset(&rg->list, 0, sizeof rg->list);
+        }
+    }
+    envkind_list_free(&rg->list);
+    free(rg);
+}
+
+static void s_registry_refresh(coord_t *c, bool now)
+{
+    if (c->envs.n || c->reg_asked || c->sq_closing ||
+        (!now && clock_mono_ms() - c->reg_at_ms < REGISTRY_REFRESH_MS))
+        return;
+    s_registry_t *rg = sr_xcalloc(1, sizeof *rg);
+    rg->c = c;
+    if (storeq_submit(c->sq, s_registry_work, s_registry_done, rg) == SR_OK)
+        c->reg_asked = true;
+    else
+        free(rg);
 }
 
 static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hello_t *h)
@@ -936,12 +1102,9 @@ static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hel
     w->bus_pub = c->ep_pub;
     w->bus_sub = c->ep_sub;
     w->policy_version = c->cfg.policy_version;
-    envkind_list_t reg = {0};
-    const envkind_list_t *l = &c->envs;
-    if (c->envs.n == 0) {
-        s_env_workers_from_registry(c, &reg);
-        l = &reg;
-    }
+    const envkind_list_t *l = c->envs.n ? &c->envs : &c->reg;
+    if (!c->envs.n)
+        s_registry_refresh(c, c->reg.n == 0);
     w->env_workers = (const char **)l->endpoints;
     w->env_workers_len = l->n;
     if (envkind_list_any_kind(l)) { /* kinds only when one is known: older actors need none */
@@ -949,7 +1112,6 @@ static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hel
         w->env_kinds_len = l->n;
     }
     s_send(c, id, idlen, &m);
-    envkind_list_free(&reg);
 }
 
 static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t *hb)
@@ -978,13 +1140,148 @@ static void s_refuse(coord_t *c, s_open_t *R, const void *id, size_t idlen,
     s_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
 }
 
-static void s_mark_cancelled(coord_t *c, int gi, uint64_t keep)
+/* s_mark_cancelled follows a cancel learnt from the gate's CANCEL (keep_known, its keep list) or
+ * from a RESULT or Redis (the keep list not known yet): coord_sched_cancel owns the rules. */
+static void s_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
-    if (g->cancelled)
+    bool first = !g->cancelled;
+    int dropped = coord_sched_cancel(c->sched, gi, keep_known, keep);
+    if (dropped > 0 || (dropped == 0 && first))
+        log_info("group %s cancelled: %d queued jobs dropped%s", g->gid, dropped,
+                 keep_known ? "" : " (keep list not known yet)");
+}
+
+/* ---- storing a RESULT -------------------------------------------------------------------- */
+
+/* One RESULT on its way to Redis: what the loop needs to finish it once stored. */
+typedef struct {
+    coord_t *c;
+    int64_t round, epoch;
+    char job_id[COORD_JOB_ID_MAX];
+    char gid[STORE_GID_MAX];
+    char status[COORD_STATUS_MAX];
+    int traj;
+    double reward;
+    bool failed, won;
+    int64_t n_steps, llm_calls, tokens, steps_other, other_version;
+    char *error;
+    uint8_t id[COORD_ID_MAX];
+    size_t idlen;
+    void *body;
+    size_t len;
+    int attempts;
+    int64_t t0_ms; /* when the RESULT came in */
+    /* the store thread's answer */
+    int64_t final_epoch;
+    store_group_status_t gst;
+    bool group_missing;
+} s_put_t;
+
+static void s_put_free(s_put_t *p)
+{
+    free(p->error);
+    free(p->body);
+    free(p);
+}
+
+/* s_put_work (store thread) stores the result exactly once and counts it in its group. Both
+ * steps are idempotent, so a request that failed or timed out is simply run again: its second
+ * run reads back what the first one did. */
+static int s_put_work(store_t *st, void *arg, char *err)
+{
+    s_put_t *p = arg;
+    if (p->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: the loop does not wait */
+    if (!st)
+        return SR_EREDIS;
+    p->final_epoch = 0;
+    int rc = store_result_put(st, p->round, p->job_id, p->epoch, p->body, p->len,
+                              &p->final_epoch);
+    if (rc == SR_ECONFLICT)
+        return rc; /* another epoch's copy is final: it is counted already */
+    if (rc != SR_OK)
+        return rc;
+    if (p->failed) {
+        char key[256];
+        store_key(st, key, sizeof key, "failed:%lld", (long long)p->round);
+        return store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, p->gid);
+    }
+    p->gst = STORE_GROUP_RUNNING;
+    rc = store_group_finish_traj(st, p->gid, p->traj, p->reward, NULL, &p->gst);
+    if (rc == SR_ECONFLICT && p->gst == STORE_GROUP_CANCELLED)
+        return SR_OK;
+    if (rc == SR_ENOTFOUND) {
+        p->group_missing = true;
+        return SR_OK;
+    }
+    (void)err;
+    return rc;
+}
+
+static void s_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep);
+static void s_check_round(coord_t *c);
+
+/* s_put_done (loop) finishes a stored RESULT: the job is final, the round's summary counts it,
+ * the actor gets its acknowledgement. A failed attempt is submitted again, never given up while
+ * the coordinator runs: the job stays leased (not re-leased under a new epoch) until the store
+ * answered. */
+static void s_put_done(int rc, const char *err, void *arg)
+{
+    s_put_t *p = arg;
+    coord_t *c = p->c;
+    if (c->sq_closing) {
+        s_put_free(p);
         return;
-    int dropped = coord_sched_cancel_group(c->sched, gi, keep);
-    log_info("group %s cancelled: %d queued jobs dropped", g->gid, dropped);
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, p->job_id) : -1;
+    coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+    if (!j || j->state != COORD_JOB_LEASED || j->epoch != p->epoch || !j->storing) {
+        s_put_free(p); /* cannot happen while storing holds the lease; nothing to finish */
+        return;
+    }
+    if (rc != SR_OK && rc != SR_ECONFLICT) {
+        log_error_limited(1, "cannot store RESULT %s yet (%s): trying again", p->job_id, err);
+        if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+            coord_sched_unstore(c->sched, ji);
+            s_put_free(p);
+        }
+        return;
+    }
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    s_open_t *R = s_find_open(c, g->round);
+    if (rc == SR_ECONFLICT) {
+        /* The copy stored under final_epoch is the job's result; this one is not. */
+        log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
+                 (long long)p->epoch, (long long)p->final_epoch);
+        coord_sched_finish(c->sched, ji, p->status);
+        metrics_counter_inc(c->m_stale);
+        if (R)
+            R->stale++;
+        s_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
+        s_put_free(p);
+        s_check_round(c);
+        return;
+    }
+    if (p->group_missing)
+        log_error("group %s is missing in Redis", p->gid);
+    int64_t took = clock_mono_ms() - p->t0_ms;
+    if (took > c->cfg.redis_timeout_ms)
+        log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
+                         p->job_id, (long long)took, p->attempts);
+    if ((!p->failed && p->gst == STORE_GROUP_CANCELLED) || strcmp(p->status, "cancelled") == 0)
+        s_mark_cancelled(c, j->group, false, 0);
+    coord_sched_finish(c->sched, ji, p->status);
+    if (R) {
+        s_acc_add(R, p->status, p->n_steps, p->llm_calls, p->tokens, p->won, p->error);
+        R->acc.steps_other_version += p->steps_other;
+        if (p->steps_other)
+            R->acc.other_version = p->other_version;
+    }
+    metrics_counter_inc(c->m_stored);
+    s_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+    s_put_free(p);
+    s_check_round(c);
 }
 
 /* s_cancel_confirmed tells whether Redis shows group g cancelled: the gate moves a group to
@@ -1005,14 +1302,18 @@ static bool s_cancel_confirmed(coord_t *c, const coord_group_t *g, const char *w
     return false;
 }
 
-/* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. */
+/* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. A group already
+ * known cancelled (from a RESULT or Redis, both confirmed) needs no look-up: the CANCEL brings
+ * its keep list, which narrows what may still finish. */
 static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
-    if (g->cancelled || !s_cancel_confirmed(c, g, "CANCEL"))
+    if (g->cancelled && g->keep_known)
+        return; /* a CANCEL seen again */
+    if (!g->cancelled && !s_cancel_confirmed(c, g, "CANCEL"))
         return;
     metrics_counter_inc(c->m_cancels);
-    s_mark_cancelled(c, gi, keep);
+    s_mark_cancelled(c, gi, true, keep);
     s_check_round(c);
 }
 
@@ -1036,6 +1337,8 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
         return;
     }
+    if (j->state == COORD_JOB_LEASED && j->epoch == r->epoch && j->storing)
+        return; /* being stored: acknowledged once it is */
     if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
         s_refuse(c, R, id, idlen, r, "stale epoch");
         return;
@@ -1061,48 +1364,41 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         s_dispatch(c);
         return;
     }
-    /* Durable first: the result, then the group's count. Only then the acknowledgement. */
-    int rc = store_result_append(c->st, R->round, body, len);
-    if (rc != SR_OK) {
-        log_error_limited(1, "cannot store RESULT %s, not acknowledged: %s", r->job_id,
-                          store_errstr(c->st));
-        return;
-    }
-    if (failed) {
-        char key[256];
-        store_key(c->st, key, sizeof key, "failed:%lld", (long long)R->round);
-        rc = store_command(c->st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, g->gid);
-    } else {
-        store_group_status_t st = STORE_GROUP_RUNNING;
-        rc = store_group_finish_traj(c->st, g->gid, j->traj, r->reward, NULL, &st);
-        if (rc == SR_ECONFLICT && st == STORE_GROUP_CANCELLED) {
-            s_mark_cancelled(c, j->group, 0);
-            rc = SR_OK;
-        } else if (rc == SR_ENOTFOUND) {
-            log_error("group %s is missing in Redis", g->gid);
-            rc = SR_OK;
-        }
-    }
-    if (rc != SR_OK) {
-        log_error_limited(1, "cannot record RESULT %s in its group, not acknowledged: %s",
-                          r->job_id, store_errstr(c->st));
-        return;
-    }
-    if (strcmp(r->status, "cancelled") == 0)
-        s_mark_cancelled(c, j->group, 0);
-    coord_sched_finish(c->sched, ji, r->status);
-    s_acc_add(R, r->status, r->n_steps, r->llm_calls, r->prompt_tokens + r->completion_tokens,
-              r->won, r->error);
+    /* Durable first: the result, then the group's count, on the store thread. Only then the
+     * acknowledgement (s_put_done). The job keeps its lease meanwhile. */
+    s_put_t *p = sr_xcalloc(1, sizeof *p);
+    p->c = c;
+    p->t0_ms = clock_mono_ms();
+    p->round = R->round;
+    p->epoch = r->epoch;
+    snprintf(p->job_id, sizeof p->job_id, "%s", r->job_id);
+    snprintf(p->gid, sizeof p->gid, "%s", g->gid);
+    snprintf(p->status, sizeof p->status, "%s", r->status);
+    p->traj = j->traj;
+    p->reward = r->reward;
+    p->failed = failed;
+    p->n_steps = r->n_steps;
+    p->llm_calls = r->llm_calls;
+    p->tokens = r->prompt_tokens + r->completion_tokens;
+    p->won = r->won;
+    p->error = r->error ? sr_xstrdup(r->error) : NULL;
     /* Steps that say which policy version answered: another one than the JOB's is off-policy. */
     for (size_t k = 0; k < r->steps_len; k++) {
         if (r->steps[k].has_served_version && r->steps[k].served_version != R->policy_version) {
-            R->acc.steps_other_version++;
-            R->acc.other_version = r->steps[k].served_version;
+            p->steps_other++;
+            p->other_version = r->steps[k].served_version;
         }
     }
-    metrics_counter_inc(c->m_stored);
-    s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
-    s_check_round(c);
+    memcpy(p->id, id, idlen);
+    p->idlen = idlen;
+    p->body = sr_xmalloc(len);
+    memcpy(p->body, body, len);
+    p->len = len;
+    SR_ASSERT(coord_sched_store(c->sched, ji) == SR_OK); /* LEASED: checked above */
+    if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+        coord_sched_unstore(c->sched, ji);
+        s_put_free(p);
+    }
 }
 
 static void s_on_bye(coord_t *c, coord_actor_t *a, const proto_bye_t *b)
@@ -1283,6 +1579,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
         return;
     }
     int64_t now = clock_mono_ms();
+    s_registry_refresh(c, false);
     if (c->round_active) {
         int n = coord_sched_expire(c->sched, now);
         if (n > 0) {
@@ -1484,6 +1781,9 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
 
     if (store_connect(&c->st, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
                       sizeof e2) != SR_OK)
+        goto fail;
+    c->sq = storeq_new(c->r, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2, sizeof e2);
+    if (!c->sq)
         goto fail;
 
     c->zctx = zmq_ctx_new();
@@ -1718,8 +2018,11 @@ void coord_destroy(coord_t **self_p)
     transport_proxy_destroy(&c->proxy);
     if (c->zctx)
         zmq_ctx_term(c->zctx);
+    c->sq_closing = true;
+    storeq_destroy(&c->sq);
     reactor_destroy(&c->r);
     store_destroy(&c->st);
+    envkind_list_free(&c->reg);
     coord_sched_destroy(&c->sched);
     peerlimit_destroy(&c->peers);
     metrics_registry_destroy(&c->metrics);

@@ -47,7 +47,22 @@ static const double S_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                    0.5,   1,     2.5,  5,     10,   30,  60};
 #define S_NBUCKETS (sizeof(S_BUCKETS) / sizeof(S_BUCKETS[0]))
 
-typedef enum { S_NEW = 0, S_SUBMITTING, S_EARLY, S_WAITING, S_DONE, S_ABORTED } s_state_t;
+/* S_LOADING: suspended while the loader fetches its policy version; S_LOADED: resumed, the
+ * request is answered again from the start, now with the version cached (or known missing). */
+typedef enum {
+    S_NEW = 0,
+    S_SUBMITTING,
+    S_EARLY,
+    S_WAITING,
+    S_DONE,
+    S_ABORTED,
+    S_LOADING,
+    S_LOADED
+} s_state_t;
+
+#define S_NEG_CACHE 64       /* versions remembered as missing or malformed */
+#define S_NEG_TTL_MS 1000    /* for this long: a request for them is answered without a fetch */
+#define S_MAX_LOADS 64       /* weight loads queued at most; more are answered 503 */
 
 typedef struct s_mref {
     model_t *m;
@@ -76,6 +91,12 @@ typedef struct {
     uint64_t engine_id;
     int64_t t0_ns;
     bool completion; /* a POST /v1/chat/completions: counted in the metrics */
+    /* A version not cached: the loader thread fetches it while the connection is suspended. */
+    uint32_t load_version;
+    bool loaded;    /* the loader answered: load_rc, and pinned when it is SR_OK */
+    int load_rc;
+    struct s_mref *pinned;   /* the loaded model, referenced until the request is answered */
+    void *ld_next;           /* the loader queue */
 } s_conn_t;
 
 /* A client connection (libmicrohttpd's socket context): its socket is in the server's epoll set
@@ -104,6 +125,19 @@ struct policy_server {
 
     pthread_mutex_t mu;
     s_mref_t *models; /* version cache; models->... */
+    struct {
+        uint32_t version;
+        int rc;
+        int64_t until_ms;
+    } neg[S_NEG_CACHE]; /* under mu: versions the source lacks (or holds malformed) */
+    int neg_next;
+    /* The loader: fetches and decodes uncached versions, off mu and off the HTTP threads. */
+    pthread_t loader;
+    bool loader_started, ld_stop;
+    pthread_mutex_t ld_mu;
+    pthread_cond_t ld_cv;
+    void *ld_head, *ld_tail; /* s_conn_t queue, under ld_mu */
+    int ld_n;
     s_mref_t *current;
     s_watch_t *watch; /* the client connections' sockets in epfd */
     int n_watch, cap_watch;
@@ -238,9 +272,18 @@ static void s_buf_add(s_buf_t *b, const char *s, size_t n)
 
 /* ---------------------------------------------------------------- models by version */
 
-/* s_model_get returns a referenced model for version (current when use_current), loading it from
- * the source when needed. Called with the mutex held. */
-static int s_model_get(struct policy_server *s, bool use_current, uint32_t version, s_mref_t **out)
+static int64_t s_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* s_model_lookup_locked returns a referenced model for version (current when use_current) when
+ * it is cached, SR_ENOTFOUND without a source, the remembered answer of a recent failed load,
+ * or SR_EAGAIN when the version has to be loaded. Mutex held. */
+static int s_model_lookup_locked(struct policy_server *s, bool use_current, uint32_t version,
+                                 s_mref_t **out)
 {
     if (use_current) {
         s->current->refs++;
@@ -256,19 +299,26 @@ static int s_model_get(struct policy_server *s, bool use_current, uint32_t versi
     }
     if (!s->o.source)
         return SR_ENOTFOUND;
-    uint8_t *blob = NULL;
-    size_t len = 0;
-    int rc = wsource_fetch(s->o.source, version, &blob, &len);
-    if (rc != SR_OK)
-        return rc;
-    char err[128];
-    model_t *m = model_from_blob(blob, len, err, sizeof err);
-    free(blob);
-    if (!m) {
-        fprintf(stderr, "policy-server: weights of version %u refused: %s\n", version, err);
-        return SR_EPROTO;
+    int64_t now = s_mono_ms();
+    for (int i = 0; i < S_NEG_CACHE; i++)
+        if (s->neg[i].until_ms > now && s->neg[i].version == version)
+            return s->neg[i].rc;
+    return SR_EAGAIN;
+}
+
+/* s_model_insert_locked caches model m of version (or, when another load cached the version
+ * meanwhile, frees m and takes that one) and returns it referenced. Mutex held. */
+static void s_model_insert_locked(struct policy_server *s, uint32_t version, model_t *m,
+                                  s_mref_t **out)
+{
+    for (s_mref_t *x = s->models; x; x = x->next) {
+        if (x->version == version) {
+            model_destroy(&m);
+            x->refs++;
+            *out = x;
+            return;
+        }
     }
-    model_set_version(m, version);
     s_mref_t *r = sr_xcalloc(1, sizeof(*r));
     r->m = m;
     r->version = version;
@@ -288,7 +338,45 @@ static int s_model_get(struct policy_server *s, bool use_current, uint32_t versi
     }
     r->refs++;
     *out = r;
-    return SR_OK;
+}
+
+/* s_model_acquire returns a referenced model for version, fetching and decoding it when it is
+ * not cached: without the mutex, so that requests for cached versions and /health never wait
+ * for the weights source. A version the source lacks, or holds malformed, is remembered for
+ * S_NEG_TTL_MS. Blocks on the source: call it from the loader or a control thread only. */
+static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t **out)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = s_model_lookup_locked(s, false, version, out);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SR_EAGAIN)
+        return rc;
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    model_t *m = NULL;
+    rc = wsource_fetch(s->o.source, version, &blob, &len);
+    if (rc == SR_OK) {
+        char err[128];
+        m = model_from_blob(blob, len, err, sizeof err);
+        if (!m) {
+            fprintf(stderr, "policy-server: weights of version %u refused: %s\n", version, err);
+            rc = SR_EPROTO;
+        } else {
+            model_set_version(m, version);
+        }
+    }
+    free(blob);
+    pthread_mutex_lock(&s->mu);
+    if (rc == SR_OK) {
+        s_model_insert_locked(s, version, m, out);
+    } else if (rc == SR_ENOTFOUND || rc == SR_EPROTO) {
+        s->neg[s->neg_next].version = version;
+        s->neg[s->neg_next].rc = rc;
+        s->neg[s->neg_next].until_ms = s_mono_ms() + S_NEG_TTL_MS;
+        s->neg_next = (s->neg_next + 1) % S_NEG_CACHE;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 static void s_model_put(struct policy_server *s, s_mref_t *r)
@@ -302,14 +390,14 @@ int policy_server_set_version(policy_server_t *s, uint32_t version)
 {
     if (!s)
         return SR_EINVAL;
-    pthread_mutex_lock(&s->mu);
     s_mref_t *r = NULL;
-    int rc = s_model_get(s, false, version, &r);
+    int rc = s_model_acquire(s, version, &r);
     if (rc == SR_OK) {
+        pthread_mutex_lock(&s->mu);
         s->current = r;
         r->refs--;
+        pthread_mutex_unlock(&s->mu);
     }
-    pthread_mutex_unlock(&s->mu);
     return rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
 }
 
@@ -1404,6 +1492,71 @@ static void s_metrics(struct policy_server *s, s_conn_t *c)
     s_set_resp(c, 200, "text/plain; version=0.0.4", b.p);
 }
 
+/* ---------------------------------------------------------------- the loader */
+
+/* s_loader_main fetches the versions of suspended requests one at a time, then resumes each:
+ * its handler runs again (S_LOADED) and finds the version cached, or its failure remembered. */
+static void *s_loader_main(void *arg)
+{
+    struct policy_server *s = arg;
+    pthread_mutex_lock(&s->ld_mu);
+    for (;;) {
+        while (!s->ld_stop && !s->ld_head)
+            pthread_cond_wait(&s->ld_cv, &s->ld_mu);
+        s_conn_t *c = s->ld_head;
+        if (!c)
+            break; /* stopping, nothing queued */
+        s->ld_head = c->ld_next;
+        if (!s->ld_head)
+            s->ld_tail = NULL;
+        s->ld_n--;
+        bool stop = s->ld_stop;
+        pthread_mutex_unlock(&s->ld_mu);
+        s_mref_t *mr = NULL;
+        int rc = stop ? SR_ECLOSED : s_model_acquire(s, c->load_version, &mr);
+        pthread_mutex_lock(&s->mu);
+        c->loaded = true;
+        c->load_rc = rc;
+        c->pinned = rc == SR_OK ? mr : NULL;
+        c->state = S_LOADED;
+        MHD_resume_connection(c->conn);
+        pthread_mutex_unlock(&s->mu);
+        s_wake(s);
+        s_conn_unref(c);
+        pthread_mutex_lock(&s->ld_mu);
+    }
+    pthread_mutex_unlock(&s->ld_mu);
+    return NULL;
+}
+
+/* s_load_later suspends request c until the loader has fetched `version`. SR_EFULL when too many
+ * loads are queued. */
+static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c,
+                        uint32_t version)
+{
+    pthread_mutex_lock(&s->ld_mu);
+    if (s->ld_n >= S_MAX_LOADS || s->ld_stop || !s->loader_started) {
+        pthread_mutex_unlock(&s->ld_mu);
+        return SR_EFULL;
+    }
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the loader's */
+    c->load_version = version;
+    c->ld_next = NULL;
+    pthread_mutex_lock(&s->mu);
+    c->state = S_LOADING;
+    MHD_suspend_connection(conn);
+    pthread_mutex_unlock(&s->mu);
+    if (s->ld_tail)
+        ((s_conn_t *)s->ld_tail)->ld_next = c;
+    else
+        s->ld_head = c;
+    s->ld_tail = c;
+    s->ld_n++;
+    pthread_cond_signal(&s->ld_cv);
+    pthread_mutex_unlock(&s->ld_mu);
+    return SR_OK;
+}
+
 static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connection *conn,
                                      s_conn_t *c)
 {
@@ -1421,9 +1574,23 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
     if (rc == SR_OK) {
         pthread_mutex_lock(&s->mu);
         s_mref_t *mr = NULL;
-        rc = s_model_get(s, rq.use_current, rq.version, &mr);
+        rc = s_model_lookup_locked(s, rq.use_current, rq.version, &mr);
+        if (c->pinned) { /* the loader's reference: the lookup took its own */
+            c->pinned->refs--;
+            c->pinned = NULL;
+        }
         pthread_mutex_unlock(&s->mu);
-        if (rc == SR_ENOTFOUND) {
+        if (rc == SR_EAGAIN && c->loaded)
+            rc = c->load_rc; /* loaded once already: its answer, not a second load */
+        if (rc == SR_EAGAIN) {
+            rc = s_load_later(s, conn, c, rq.version);
+            if (rc == SR_OK) {
+                free(rq.user);
+                cJSON_Delete(root);
+                return MHD_YES; /* answered when the loader resumes it */
+            }
+            s_error(c, 503, "too many policy versions are being loaded; try again later");
+        } else if (rc == SR_ENOTFOUND) {
             s_error(c, 404, "The model `%s-v%u` does not exist: policy version %u has no weights%s.",
                     s->name, rq.version, rq.version,
                     s->o.source ? " in the weights source" : " (the server has no weights source)");
@@ -1472,6 +1639,10 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
         return s_queue(conn, c);
     if (st == S_ABORTED)
         return MHD_NO;
+    if (st == S_LOADED) {
+        c->state = S_DONE;
+        return s_completions(s, conn, c);
+    }
     if (*upload_size) {
         if (c->len + *upload_size > s->o.max_body) {
             c->too_big = true;
@@ -1563,6 +1734,8 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->o.model_name = s->name;
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->ld_mu, NULL);
+    pthread_cond_init(&s->ld_cv, NULL);
 
     model_t *m0 = prior_build(&o->prior);
     if (!m0) {
@@ -1620,6 +1793,13 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         }
         s->watcher_started = true;
     }
+    if (o->source) {
+        if (pthread_create(&s->loader, NULL, s_loader_main, s) != 0) {
+            why = "cannot start the weights loader";
+            goto fail;
+        }
+        s->loader_started = true;
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     return s;
@@ -1648,6 +1828,14 @@ void policy_server_destroy(policy_server_t **sp)
     if (!sp || !*sp)
         return;
     struct policy_server *s = *sp;
+    /* The loader first: requests still queued are resumed with SR_ECLOSED (answered 500). */
+    pthread_mutex_lock(&s->ld_mu);
+    s->ld_stop = true;
+    pthread_cond_signal(&s->ld_cv);
+    pthread_mutex_unlock(&s->ld_mu);
+    if (s->loader_started)
+        pthread_join(s->loader, NULL);
+    s->loader_started = false;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     for (int i = 0; i < s->n_watch; i++) {
@@ -1687,6 +1875,8 @@ void policy_server_destroy(policy_server_t **sp)
     }
     free(s->watch);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->ld_mu);
+    pthread_cond_destroy(&s->ld_cv);
     free(s);
     *sp = NULL;
 }

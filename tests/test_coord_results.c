@@ -17,6 +17,8 @@
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- the reference: a cJSON tree of the msgpack object ---------------------------------- */
 
@@ -240,10 +242,73 @@ static void bytes_that_are_not_a_map_are_refused(void **state)
     sr_buf_free(&b);
 }
 
+/* The round file: written whole through a temporary file, or not at all. A write that fails (the
+ * temporary file is a link to /dev/full, a full disk) is an error with its reason, leaves no
+ * file behind and no temporary one; the next attempt writes it. */
+static void a_failed_write_is_an_error_and_leaves_no_file(void **state)
+{
+    (void)state;
+    coord_results_t *res = coord_results_new();
+    assert_non_null(res);
+    for (int i = 0; i < 200; i++) {
+        char jid[64];
+        snprintf(jid, sizeof jid, "r0000-g%04d/t0", i);
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_RESULT);
+        proto_result_t *r = &m.u.result;
+        r->job_id = jid;
+        r->epoch = i + 1;
+        r->run = "t";
+        r->group = "g";
+        r->task = "household/train/1";
+        r->status = "done";
+        r->reward = 1.0;
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(proto_encode(&m, &b), SR_OK);
+        assert_int_equal(coord_results_add(res, b.data, b.len), SR_OK);
+        sr_buf_free(&b);
+    }
+    char dir[] = "/tmp/selroll-crw-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], tmp[300];
+    snprintf(path, sizeof path, "%s/round-0.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(symlink("/dev/full", tmp), 0);
+    char err[512] = "";
+    assert_int_equal(coord_results_write_jsonl(res, path, err, sizeof err), SR_EIO);
+    assert_non_null(strstr(err, "cannot write"));
+    assert_non_null(strstr(err, "No space"));
+    assert_int_not_equal(access(path, F_OK), 0);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    /* a folder where the file should be: the rename fails */
+    assert_int_equal(mkdir(path, 0755), 0);
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/x", path);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(coord_results_write_jsonl(res, path, err, sizeof err), SR_EIO);
+    assert_non_null(strstr(err, "cannot rename"));
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    assert_int_equal(rmdir(sub), 0);
+    assert_int_equal(rmdir(path), 0);
+    /* the next attempt writes it */
+    assert_int_equal(coord_results_write_jsonl(res, path, err, sizeof err), SR_OK);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int lines = 0, ch;
+    while ((ch = fgetc(f)) != EOF)
+        lines += ch == '\n';
+    fclose(f);
+    assert_int_equal(lines, 200);
+    unlink(path);
+    rmdir(dir);
+    coord_results_destroy(&res);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
     cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),
     cmocka_unit_test(bytes_that_are_not_a_map_are_refused),
+    cmocka_unit_test(a_failed_write_is_an_error_and_leaves_no_file),
 };
 
 int main(int argc, char **argv)

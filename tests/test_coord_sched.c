@@ -170,6 +170,52 @@ static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **s
     coord_sched_destroy(&s);
 }
 
+/* One function owns a group's cancel state: a cancel learnt from a RESULT before the gate's
+ * CANCEL drops nothing (the keep list is not known yet); the CANCEL then narrows it to its keep
+ * list; a repeated CANCEL, or a RESULT after it, changes nothing. A job being stored keeps its
+ * lease through expiry, release and re-queue. */
+static void a_cancel_learnt_before_the_cancel_keeps_the_keep_list(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 6);
+    coord_actor_t *a = s_actor(s, "a", 2, 2);
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2); /* t0, t1 leased; t2..t5 queued */
+    /* a RESULT says cancelled: the group is, but no queued job goes */
+    assert_int_equal(coord_sched_cancel(s, 0, false, 0), 0);
+    assert_true(coord_sched_group(s, 0)->cancelled);
+    assert_false(coord_sched_group(s, 0)->keep_known);
+    assert_int_equal(coord_sched_queued(s), 4);
+    assert_int_equal(coord_sched_cancel(s, 0, false, 0), -1); /* a second RESULT: nothing */
+    /* the CANCEL with keep {t3, t4}: t2 and t5 dropped, t3 and t4 stay queued */
+    assert_int_equal(coord_sched_cancel(s, 0, true, (1ull << 3) | (1ull << 4)), 2);
+    assert_int_equal(coord_sched_job(s, 2)->state, COORD_JOB_DROPPED);
+    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_sched_job(s, 4)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_sched_job(s, 5)->state, COORD_JOB_DROPPED);
+    /* final: a repeated CANCEL (even with another list) and a later RESULT change nothing */
+    assert_int_equal(coord_sched_cancel(s, 0, true, 0), -1);
+    assert_int_equal(coord_sched_cancel(s, 0, false, 0), -1);
+    assert_int_equal(coord_sched_queued(s), 2);
+    assert_int_equal(coord_sched_cancel(s, 9, true, 0), SR_ENOTFOUND);
+    /* the CANCEL first: its keep list at once */
+    coord_sched_add_group(s, "g1", "t", 3);
+    assert_int_equal(coord_sched_cancel(s, 1, true, 1ull << 1), 2);
+    assert_int_equal(coord_sched_cancel(s, 1, false, 0), -1);
+    /* t0 is being stored: its lease survives expiry, its actor's release and a re-queue */
+    assert_int_equal(coord_sched_store(s, 0), SR_OK);
+    assert_int_equal(coord_sched_expire(s, 1000000), 1); /* t1 only */
+    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_LEASED);
+    assert_int_equal(coord_sched_actor_release(s, "a", 1), 0);
+    assert_int_equal(coord_sched_requeue(s, 0), SR_ECONFLICT);
+    assert_int_equal(coord_sched_finish(s, 0, "cancelled"), SR_OK);
+    assert_false(coord_sched_job(s, 0)->storing);
+    assert_int_equal(coord_sched_store(s, 0), SR_ECONFLICT); /* final: not leased */
+    (void)a;
+    coord_sched_destroy(&s);
+}
+
 static void adopted_lease_counts_for_its_actor_and_epoch(void **state)
 {
     (void)state;
@@ -261,6 +307,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spread_caps_a_group_per_actor_until_relaxed),
     cmocka_unit_test(expired_and_released_jobs_come_back_first_with_new_epochs),
     cmocka_unit_test(cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running),
+    cmocka_unit_test(a_cancel_learnt_before_the_cancel_keeps_the_keep_list),
     cmocka_unit_test(adopted_lease_counts_for_its_actor_and_epoch),
     cmocka_unit_test(an_ended_round_retires_and_the_next_moves_down_intact),
 };

@@ -1687,7 +1687,14 @@ static void env_kinds_come_from_env_workers_and_from_the_registry(void **state)
     s_cfg(&f, &cfg);
     s_start(&f, &cfg);
     s_peer_open(&a, "actor-a", f.ep.work);
+    /* The coordinator reads the registry on its store thread: a WELCOME before the first read
+     * is empty, and an actor says HELLO again (docs/protocol.md, WELCOME.env_workers). */
     s_hello(&a, 1, &w);
+    for (int tries = 0; w.u.welcome.env_workers_len == 0 && tries < 50; tries++) {
+        proto_msg_clear(&w);
+        usleep(50 * 1000);
+        s_hello(&a, 1, &w);
+    }
     assert_int_equal(w.u.welcome.env_workers_len, 4);
     assert_int_equal(w.u.welcome.env_kinds_len, 4);
     assert_string_equal(s_welcome_kind(&w.u.welcome, "tcp://10.0.0.1:5560"), "household");

@@ -24,9 +24,11 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *PROMPT = "Your task is to: put a clean lettuce in diningtable.\n"
                             "Prior to this step, you have already taken 1 step(s). Below are the "
@@ -1126,6 +1128,110 @@ static void actor_client_abort_is_seen_by_the_server(void **state)
     policy_server_destroy(&s);
 }
 
+/* A weights source as slow as a stalled Redis: each fetch takes 2.5 s; version 1 exists, the
+ * others do not. Fetches are counted per version. */
+typedef struct {
+    uint8_t *blob;
+    size_t len;
+    int fetches[16];
+} slow_src_t;
+
+static int s_slow_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
+{
+    slow_src_t *ss = ctx;
+    __atomic_add_fetch(&ss->fetches[version % 16], 1, __ATOMIC_SEQ_CST);
+    usleep(2500 * 1000);
+    if (version != 1)
+        return SR_ENOTFOUND;
+    *blob = malloc(ss->len);
+    memcpy(*blob, ss->blob, ss->len);
+    *len = ss->len;
+    return SR_OK;
+}
+
+typedef struct {
+    int port;
+    const char *model;
+    long status;
+    int done; /* atomic */
+} bg_req_t;
+
+static void *s_bg_request(void *arg)
+{
+    bg_req_t *b = arg;
+    char *req = s_request(b->model, "\"temperature\":0");
+    resp_t r = s_http(b->port, "POST", "/v1/chat/completions", req);
+    b->status = r.status;
+    __atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
+    free(r.body);
+    free(req);
+    return NULL;
+}
+
+/* A version that is not cached is fetched off the HTTP handlers and off the server's lock: while
+ * the (slow) source answers, /health and requests for the served version are answered at once;
+ * a version the source lacks is fetched once for requests close together. */
+static void health_and_cached_versions_never_wait_for_the_weights_source(void **state)
+{
+    (void)state;
+    model_t *m = model_new(1);
+    model_weights(m)[model_string_index("look")] = 50;
+    slow_src_t *ss = calloc(1, sizeof *ss);
+    model_to_blob(m, &ss->blob, &ss->len);
+    static const wsource_ops_t ops = {.name = "slow", .fetch = s_slow_fetch};
+    wsource_t *src = wsource_new(&ops, ss);
+    policy_server_t *s = s_start(false, 1, 8, 8, src);
+    int port = policy_server_port(s);
+
+    bg_req_t b1 = {.port = port, .model = "selroll-policy-v1"};
+    pthread_t t1;
+    assert_int_equal(pthread_create(&t1, NULL, s_bg_request, &b1), 0);
+    usleep(200 * 1000); /* the fetch of version 1 is under way */
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = harness_now_ms();
+        resp_t r = s_http(port, "GET", "/health", NULL);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+        int64_t took = harness_now_ms() - t0;
+        if (took > 1000) /* well below the 2.5 s fetch it would wait for */
+            fail_msg("/health took %lld ms during a fetch", (long long)took);
+        char *req = s_request(NULL, "\"temperature\":0");
+        r = s_http(port, "POST", "/v1/chat/completions", req);
+        assert_int_equal(r.status, 200);
+        free(r.body);
+        free(req);
+    }
+    /* all of that was answered while the fetch was still under way */
+    assert_int_equal(__atomic_load_n(&b1.done, __ATOMIC_SEQ_CST), 0);
+    pthread_join(t1, NULL);
+    assert_int_equal(b1.status, 200);
+    assert_int_equal(ss->fetches[1], 1);
+
+    /* an unknown version: two requests, one fetch; both 404 */
+    bg_req_t b5a = {.port = port, .model = "selroll-policy-v5"}, b5b = b5a;
+    pthread_t t5a, t5b;
+    assert_int_equal(pthread_create(&t5a, NULL, s_bg_request, &b5a), 0);
+    usleep(100 * 1000);
+    assert_int_equal(pthread_create(&t5b, NULL, s_bg_request, &b5b), 0);
+    pthread_join(t5a, NULL);
+    pthread_join(t5b, NULL);
+    assert_int_equal(b5a.status, 404);
+    assert_int_equal(b5b.status, 404);
+    assert_int_equal(ss->fetches[5], 1);
+    /* and right after: answered from the negative cache, without a fetch */
+    int64_t t0 = harness_now_ms();
+    s_bg_request(&b5a);
+    assert_int_equal(b5a.status, 404);
+    assert_true(harness_now_ms() - t0 < 1500); /* no 2.5 s fetch */
+    assert_int_equal(ss->fetches[5], 1);
+
+    policy_server_destroy(&s);
+    wsource_destroy(&src);
+    free(ss->blob);
+    free(ss);
+    model_destroy(&m);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -1140,6 +1246,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(max_tokens_truncates_and_stop_strings_cut),
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
         cmocka_unit_test(versions_come_from_redis),
+        cmocka_unit_test(health_and_cached_versions_never_wait_for_the_weights_source),
         cmocka_unit_test(models_list_held_versions_answers_say_the_version_and_unknown_ones_are_errors),
         cmocka_unit_test(policy_version_messages_on_the_bus_switch_the_served_version),
         cmocka_unit_test(full_queue_answers_503),

@@ -1,0 +1,481 @@
+/*
+ * bench_control.c — `selroll bench control`: the control plane alone (bench_control.h).
+ *
+ * Every role but the actors is a real process: a private redis-server and `selroll coordinator`
+ * (its bus proxy inside). The actors are DEALER sockets in this process, driven by one poll loop:
+ * HELLO, CREDIT of their slots, each JOB held for --job-ms then answered with a RESULT (status
+ * done), a HEARTBEAT with every held lease each heartbeat period, one CREDIT back per
+ * RESULT_ACK. Two scenarios:
+ *
+ *  - hold: actors x slots trajectories at once (one round of exactly that many jobs), each held
+ *    longer than two lease periods, so that every lease lives on heartbeats alone: a lease that
+ *    expires anyway is spurious, and its RESULT comes back refused as stale;
+ *  - rate: the same actors answering at once (--job-ms 0): RESULTs/s the coordinator sustains,
+ *    and its CPU time (user + system, from wait4) per RESULT.
+ */
+#include "bench/bench_control.h"
+
+#include "common/proto.h"
+#include "common/buf.h"
+#include "common/sr.h"
+#include "common/store.h"
+
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define G 64 /* trajectories per group */
+#define JOB_ID_MAX (STORE_GID_MAX + 16)
+
+static int64_t s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static pid_t s_spawn(char *const args[], const char *log_path)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log_path, "w", stderr);
+        (void)f;
+        if (!freopen("/dev/null", "w", stdout))
+            _exit(127);
+        execvp(args[0], args);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* One held job. */
+typedef struct {
+    char job_id[JOB_ID_MAX];
+    char run[64], group[STORE_GID_MAX], task[STORE_TASK_MAX];
+    int64_t epoch, traj, due_ms;
+} s_job_t;
+
+typedef struct {
+    void *sock;
+    char name[64];
+    int slots;
+    s_job_t *jobs; /* held, at most slots */
+    int njobs;
+    int64_t hb_ms, next_hb_ms;
+} s_actor_t;
+
+typedef struct {
+    int64_t held_max, results, acked_ok, refused, first_job_ms, last_ack_ms;
+} s_tally_t;
+
+static void s_send(void *sock, const proto_msg_t *m, sr_buf_t *b)
+{
+    sr_buf_reset(b);
+    if (proto_encode(m, b) == SR_OK)
+        zmq_send(sock, b->data, b->len, 0);
+}
+
+static void s_credit(s_actor_t *a, int n, sr_buf_t *b)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_CREDIT);
+    m.u.credit.credits = n;
+    s_send(a->sock, &m, b);
+}
+
+static void s_hello(s_actor_t *a, sr_buf_t *b)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HELLO);
+    m.u.hello.actor_id = a->name;
+    m.u.hello.role = "actor";
+    m.u.hello.slots = a->slots;
+    m.u.hello.host = "bench";
+    m.u.hello.pid = getpid();
+    s_send(a->sock, &m, b);
+}
+
+static void s_on_msg(s_actor_t *a, const proto_msg_t *m, int64_t now, int job_ms, s_tally_t *t,
+                     int64_t *held, sr_buf_t *b)
+{
+    switch (m->type) {
+    case PROTO_WELCOME:
+        a->hb_ms = m->u.welcome.heartbeat_ms > 0 ? m->u.welcome.heartbeat_ms : 1000;
+        s_credit(a, a->slots, b);
+        break;
+    case PROTO_JOB: {
+        if (a->njobs >= a->slots)
+            break; /* more than the credit: not expected */
+        s_job_t *j = &a->jobs[a->njobs++];
+        snprintf(j->job_id, sizeof j->job_id, "%s", m->u.job.job_id);
+        snprintf(j->run, sizeof j->run, "%s", m->u.job.run);
+        snprintf(j->group, sizeof j->group, "%s", m->u.job.group);
+        snprintf(j->task, sizeof j->task, "%s", m->u.job.task);
+        j->epoch = m->u.job.epoch;
+        j->traj = m->u.job.traj;
+        j->due_ms = now + job_ms;
+        if (!t->first_job_ms)
+            t->first_job_ms = now;
+        if (++*held > t->held_max)
+            t->held_max = *held;
+        break;
+    }
+    case PROTO_RESULT_ACK:
+        if (m->u.result_ack.ok)
+            t->acked_ok++;
+        else
+            t->refused++;
+        t->last_ack_ms = now;
+        s_credit(a, 1, b);
+        break;
+    case PROTO_ERROR:
+        if (m->u.error.code && strcmp(m->u.error.code, "unknown_actor") == 0)
+            s_hello(a, b);
+        break;
+    default:
+        break;
+    }
+}
+
+static void s_tick(s_actor_t *a, int64_t now, s_tally_t *t, int64_t *held, sr_buf_t *b,
+                   proto_lease_t *leases)
+{
+    for (int i = 0; i < a->njobs;) {
+        s_job_t *j = &a->jobs[i];
+        if (j->due_ms > now) {
+            i++;
+            continue;
+        }
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_RESULT);
+        proto_result_t *r = &m.u.result;
+        r->job_id = j->job_id;
+        r->epoch = j->epoch;
+        r->run = j->run;
+        r->group = j->group;
+        r->task = j->task;
+        r->traj = j->traj;
+        r->status = "done";
+        r->reward = (double)(j->traj % 2);
+        r->won = j->traj % 2;
+        r->n_steps = 1;
+        r->llm_calls = 1;
+        s_send(a->sock, &m, b);
+        t->results++;
+        (*held)--;
+        *j = a->jobs[--a->njobs];
+    }
+    if (now < a->next_hb_ms)
+        return;
+    a->next_hb_ms = now + a->hb_ms;
+    for (int i = 0; i < a->njobs; i++)
+        leases[i] = (proto_lease_t){a->jobs[i].job_id, a->jobs[i].epoch};
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HEARTBEAT);
+    m.u.heartbeat.actor_id = a->name;
+    m.u.heartbeat.running = a->njobs;
+    m.u.heartbeat.free = a->slots - a->njobs;
+    m.u.heartbeat.leases = leases;
+    m.u.heartbeat.leases_len = (size_t)a->njobs;
+    s_send(a->sock, &m, b);
+}
+
+typedef struct {
+    const char *redis_url;
+    const char *exe;
+    const char *dir;
+    int actors, slots, job_ms, lease_ms, heartbeat_ms, timeout_s;
+    int64_t jobs;
+} s_scn_t;
+
+typedef struct {
+    s_tally_t t;
+    double wall_s, coord_cpu_s;
+    int coord_exit;
+    bool timed_out;
+} s_out_t;
+
+static int s_scenario(const s_scn_t *sc, const char *run, s_out_t *out)
+{
+    memset(out, 0, sizeof *out);
+    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port();
+    char work[64], bpub[64], bsub[64], groups[32], gs[16], lease[16], hb[16], outdir[512],
+        logp[512];
+    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
+    snprintf(bpub, sizeof bpub, "tcp://127.0.0.1:%d", pp);
+    snprintf(bsub, sizeof bsub, "tcp://127.0.0.1:%d", ps);
+    snprintf(groups, sizeof groups, "%lld", (long long)((sc->jobs + G - 1) / G));
+    snprintf(gs, sizeof gs, "%d", G);
+    snprintf(lease, sizeof lease, "%d", sc->lease_ms);
+    snprintf(hb, sizeof hb, "%d", sc->heartbeat_ms);
+    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
+    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
+    char *args[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
+                    (char *)run, "--work-bind", work, "--bus-pub-bind", bpub, "--bus-sub-bind",
+                    bsub, "--http", "off", "--iters", "1", "--groups", groups, "--group-size", gs,
+                    "--lease-ms", lease, "--heartbeat-ms", hb, "--spread-wait-ms", "0",
+                    "--env-workers", "tcp://127.0.0.1:9", "--out", outdir, "--log-level", "warn",
+                    NULL};
+    pid_t cpid = s_spawn(args, logp);
+    if (cpid <= 0)
+        return SR_EIO;
+    void *ctx = zmq_ctx_new();
+    s_actor_t *as = calloc((size_t)sc->actors, sizeof *as);
+    zmq_pollitem_t *items = calloc((size_t)sc->actors, sizeof *items);
+    proto_lease_t *leases = calloc((size_t)sc->slots, sizeof *leases);
+    sr_buf_t b = SR_BUF_INIT;
+    usleep(300 * 1000); /* the coordinator binds */
+    for (int i = 0; i < sc->actors; i++) {
+        s_actor_t *a = &as[i];
+        a->sock = zmq_socket(ctx, ZMQ_DEALER);
+        snprintf(a->name, sizeof a->name, "bench-%s-%d", run, i);
+        zmq_setsockopt(a->sock, ZMQ_ROUTING_ID, a->name, strlen(a->name));
+        int zero = 0;
+        zmq_setsockopt(a->sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(a->sock, ZMQ_SNDHWM, &zero, sizeof zero);
+        zmq_setsockopt(a->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+        zmq_connect(a->sock, work);
+        a->slots = sc->slots;
+        a->jobs = calloc((size_t)sc->slots, sizeof *a->jobs);
+        a->hb_ms = sc->heartbeat_ms;
+        items[i] = (zmq_pollitem_t){.socket = a->sock, .events = ZMQ_POLLIN};
+        s_hello(a, &b);
+    }
+    int64_t t0 = s_now_ms(), held = 0;
+    while (out->t.acked_ok + out->t.refused < sc->jobs) {
+        int64_t now = s_now_ms();
+        if (now - t0 > (int64_t)sc->timeout_s * 1000) {
+            out->timed_out = true;
+            break;
+        }
+        zmq_poll(items, sc->actors, 2);
+        now = s_now_ms();
+        for (int i = 0; i < sc->actors; i++) {
+            for (int k = 0; k < 4096; k++) {
+                zmq_msg_t zm;
+                zmq_msg_init(&zm);
+                if (zmq_msg_recv(&zm, as[i].sock, ZMQ_DONTWAIT) < 0) {
+                    zmq_msg_close(&zm);
+                    break;
+                }
+                proto_msg_t m;
+                proto_err_t perr;
+                if (proto_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), &m, &perr) == SR_OK) {
+                    s_on_msg(&as[i], &m, now, sc->job_ms, &out->t, &held, &b);
+                    proto_msg_clear(&m);
+                }
+                zmq_msg_close(&zm);
+            }
+        }
+        for (int i = 0; i < sc->actors; i++)
+            s_tick(&as[i], now, &out->t, &held, &b, leases);
+    }
+    out->wall_s = out->t.last_ack_ms > out->t.first_job_ms
+                      ? (double)(out->t.last_ack_ms - out->t.first_job_ms) / 1000.0
+                      : 0;
+    /* the coordinator ends the run by itself once every job is final */
+    int status = 0;
+    struct rusage ru;
+    int64_t deadline = s_now_ms() + 20000;
+    pid_t w;
+    while ((w = wait4(cpid, &status, WNOHANG, &ru)) == 0 && s_now_ms() < deadline)
+        usleep(20 * 1000);
+    if (w == 0) {
+        kill(cpid, SIGTERM);
+        w = wait4(cpid, &status, 0, &ru);
+    }
+    out->coord_exit = w == cpid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    out->coord_cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    for (int i = 0; i < sc->actors; i++) {
+        zmq_close(as[i].sock);
+        free(as[i].jobs);
+    }
+    zmq_ctx_term(ctx);
+    free(as);
+    free(items);
+    free(leases);
+    sr_buf_free(&b);
+    return SR_OK;
+}
+
+int bench_control_run(int argc, char **argv)
+{
+    int actors = 16, hold_slots = 4096, rate_slots = 256, job_ms = -1, lease_ms = 2000,
+        heartbeat_ms = 500, timeout_s = 300;
+    int64_t rate_jobs = 32768;
+    const char *redis_url = NULL;
+    bool skip_hold = false;
+    static const struct option longopts[] = {
+        {"actors", required_argument, NULL, 'a'},
+        {"slots", required_argument, NULL, 's'},
+        {"rate-slots", required_argument, NULL, 'S'},
+        {"rate-jobs", required_argument, NULL, 'n'},
+        {"hold-ms", required_argument, NULL, 'j'},
+        {"lease-ms", required_argument, NULL, 'l'},
+        {"heartbeat-ms", required_argument, NULL, 'b'},
+        {"redis", required_argument, NULL, 'r'},
+        {"skip-hold", no_argument, NULL, 'k'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'a':
+            actors = atoi(optarg);
+            break;
+        case 's':
+            hold_slots = atoi(optarg);
+            break;
+        case 'S':
+            rate_slots = atoi(optarg);
+            break;
+        case 'n':
+            rate_jobs = atoll(optarg);
+            break;
+        case 'j':
+            job_ms = atoi(optarg);
+            break;
+        case 'l':
+            lease_ms = atoi(optarg);
+            break;
+        case 'b':
+            heartbeat_ms = atoi(optarg);
+            break;
+        case 'r':
+            redis_url = optarg;
+            break;
+        case 'k':
+            skip_hold = true;
+            break;
+        case 'h':
+            printf("usage: selroll bench control [--actors 16] [--slots 4096] [--hold-ms "
+                   "2.5 x lease] [--lease-ms 2000] [--heartbeat-ms 500] [--rate-slots 256] "
+                   "[--rate-jobs 32768] [--skip-hold] [--redis URL]\n"
+                   "The control plane alone: a private redis-server (or --redis) and `selroll "
+                   "coordinator` as processes, synthetic actors in this one. hold: actors x slots "
+                   "trajectories at once, each held --hold-ms, leases renewed by heartbeats only "
+                   "(spurious expiries counted); rate: --rate-jobs answered at once by actors x "
+                   "rate-slots: RESULTs/s and the coordinator's CPU per RESULT.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (job_ms < 0)
+        job_ms = lease_ms * 5 / 2;
+    if (actors < 1 || actors > 1024 || hold_slots < 1 || hold_slots > 4096 || rate_slots < 1 ||
+        rate_slots > 4096 || rate_jobs < 1 || lease_ms < 10 || heartbeat_ms < 1 ||
+        heartbeat_ms >= lease_ms) {
+        fprintf(stderr, "bench control: bad options (actors 1..1024, slots 1..4096, heartbeat "
+                        "below the lease)\n");
+        return 2;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "bench control: cannot find the selroll binary\n");
+        return 1;
+    }
+    exe[n] = '\0';
+    char dir[] = "/tmp/selroll-bench-control-XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "bench control: cannot create a temporary folder\n");
+        return 1;
+    }
+    pid_t rpid = 0;
+    char url[128];
+    if (!redis_url) {
+        int port = s_free_port();
+        char ports[16], rlog[600];
+        snprintf(ports, sizeof ports, "%d", port);
+        snprintf(rlog, sizeof rlog, "%s/redis.log", dir);
+        char *rargs[] = {"redis-server", "--port", ports, "--bind", "127.0.0.1", "--save", "",
+                         "--appendonly", "no", "--dir", dir, NULL};
+        rpid = s_spawn(rargs, rlog);
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+        redis_url = url;
+        store_t *st = NULL;
+        for (int i = 0; i < 100 && !st; i++) {
+            usleep(50 * 1000);
+            st = store_new(redis_url, "bench", 500);
+        }
+        if (!st) {
+            fprintf(stderr, "bench control: redis-server did not start (is it installed?)\n");
+            kill(rpid, SIGTERM);
+            waitpid(rpid, NULL, 0);
+            return 1;
+        }
+        store_destroy(&st);
+    }
+    int rc = 0;
+    s_scn_t sc = {.redis_url = redis_url, .exe = exe, .dir = dir, .actors = actors,
+                  .lease_ms = lease_ms, .heartbeat_ms = heartbeat_ms, .timeout_s = timeout_s};
+    s_out_t o;
+    if (!skip_hold) {
+        sc.slots = hold_slots;
+        sc.job_ms = job_ms;
+        sc.jobs = (int64_t)actors * hold_slots;
+        s_scenario(&sc, "hold", &o);
+        printf("control hold: %lld trajectories held at once (%d actors x %d slots, each %d ms, "
+               "lease %d ms, heartbeat %d ms): %lld spurious lease expiries (RESULTs refused), "
+               "%lld acknowledged, coordinator exit %d%s\n",
+               (long long)o.t.held_max, actors, hold_slots, job_ms, lease_ms, heartbeat_ms,
+               (long long)o.t.refused, (long long)o.t.acked_ok, o.coord_exit,
+               o.timed_out ? ", TIMED OUT" : "");
+        if (o.t.refused || o.timed_out || o.coord_exit != 0)
+            rc = 1;
+    }
+    sc.slots = rate_slots;
+    sc.job_ms = 0;
+    sc.jobs = rate_jobs;
+    s_scenario(&sc, "rate", &o);
+    printf("control rate: %lld RESULTs in %.2f s = %.0f RESULTs/s (%d actors x %d slots, "
+           "answered at once); coordinator CPU %.1f us per RESULT (%.2f s in all, start and end "
+           "included); %lld refused, coordinator exit %d%s\n",
+           (long long)o.t.acked_ok, o.wall_s, o.wall_s > 0 ? (double)o.t.acked_ok / o.wall_s : 0,
+           actors, rate_slots, o.t.acked_ok ? o.coord_cpu_s * 1e6 / (double)o.t.acked_ok : 0,
+           o.coord_cpu_s, (long long)o.t.refused, o.coord_exit,
+           o.timed_out ? ", TIMED OUT" : "");
+    if (o.timed_out || o.coord_exit != 0)
+        rc = 1;
+    if (rpid > 0) {
+        kill(rpid, SIGTERM);
+        waitpid(rpid, NULL, 0);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench control: cannot remove %s\n", dir);
+    return rc;
+}
