@@ -31,16 +31,20 @@ train() {
   # shellcheck disable=SC2206
   [ "$how" = run ] && extra=($cargs)
   p1=$(free_port); p2=$(free_port)
+  # The rollouts come from the built-in policy server, which serves a version only with weights in
+  # Redis: the example trainer carries them over to the version it acks (--redis).
   "$PY" docs/examples/trainer.py --pull "tcp://127.0.0.1:$p1" --push "tcp://127.0.0.1:$p2" \
-    --run "$name" --path "/ckpt/$name/v{version}" >"$T/$name.trainer" 2>&1 &
+    --run "$name" --path "/ckpt/$name/v{version}" --redis "$RURL" >"$T/$name.trainer" 2>&1 &
   pids+=($!)
   OUT="$T/$name"
   timeout 120 "$S" run --run "$name" --out "$OUT" --iters "$iters" --batch-groups 1 --group-size 4 \
     --max-steps 15 --eval-tasks 0 --actors 1 --slots 8 --env-workers 1 --no-gate --http off \
-    --grace-ms 1000 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" \
+    --grace-ms 1000 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --redis "$RURL" \
     "${extra[@]}" >"$T/$name.out" 2>"$T/$name.err"
   RC=$?
 }
+
+it_redis_start
 
 # --- vLLM LoRA: two servers, published after both confirmed, the old adapter unloaded ------------
 stub a --flavor vllm; A=$SP; ALOG=$SLOG
