@@ -1620,6 +1620,10 @@ static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
     case PROTO_RESULT_ACK:
         s_on_ack(a, &m.u.result_ack);
         break;
+    case PROTO_CANCEL: /* the coordinator tells a CANCEL the bus may have dropped */
+        if (strcmp(m.u.cancel.run, a->run) == 0)
+            s_cancel_group(a, &m.u.cancel);
+        break;
     case PROTO_ERROR:
         if (strcmp(m.u.error.code, "unknown_actor") == 0) {
             ST_INC(a, unknown_actor);

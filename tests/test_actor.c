@@ -754,6 +754,60 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
     s_fx_fini(&f);
 }
 
+/* A CANCEL the bus never delivered (none is published here) still stops the group when the
+ * coordinator tells it on the work channel, in answer to a heartbeat: its keep list is respected. */
+static void test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list(void **state)
+{
+    fx_t f;
+    s_start_welcomed(&f, 4, 40, 10000);
+    enum { G = 3 };
+    for (int t = 0; t < G; t++)
+        s_co_job(&f, "r0000-g0005", t, G, 12, 0);
+    proto_msg_t m;
+    int64_t deadline = harness_now_ms() + 3000;
+    bool seen = false;
+    while (!seen && harness_now_ms() < deadline) {
+        if (!s_recv_action(&f, &m, 100, NULL, 0))
+            continue;
+        seen = m.u.action.step >= 2;
+        proto_msg_clear(&m);
+    }
+    assert_true(seen);
+    int64_t keep[] = {1};
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = "t";
+    c.u.cancel.group = "r0000-g0005";
+    c.u.cancel.step = 2;
+    c.u.cancel.d = 0.1;
+    c.u.cancel.reason = "converged";
+    c.u.cancel.keep = keep;
+    c.u.cancel.keep_len = 1;
+    int64_t t0 = harness_now_ms();
+    s_co_send(&f, &c);
+    int cancelled = 0, kept = 0;
+    while (cancelled + kept < G) {
+        s_co_expect(&f, PROTO_RESULT, 3000, &m);
+        if (m.u.result.traj == 1) {
+            assert_string_equal(m.u.result.status, "truncated");
+            assert_int_equal(m.u.result.n_steps, 12);
+            kept++;
+        } else {
+            assert_string_equal(m.u.result.status, "cancelled");
+            assert_true(harness_now_ms() - t0 < 500);
+            cancelled++;
+        }
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(cancelled, 2);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.episodes_cancelled == 2 && st.cancels == 1);
+    assert_int_equal(st.episodes_cancelled, 2);
+    assert_int_equal(st.cancels, 1);
+    s_fx_fini(&f);
+}
+
 /* A CANCEL also covers a job of the group that still waits for a slot: it is reported cancelled
  * with no steps, and never started. */
 static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
@@ -1568,6 +1622,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_local_env_workers_run_and_cancel_in_process),
         cmocka_unit_test(test_credits_never_exceed_slots),
         cmocka_unit_test(test_cancel_stops_the_group_within_milliseconds),
+        cmocka_unit_test(test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list),
         cmocka_unit_test(test_cancel_covers_jobs_waiting_for_a_slot),
         cmocka_unit_test(test_result_resent_until_acked),
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
