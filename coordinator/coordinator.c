@@ -1186,8 +1186,9 @@ static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t
             continue;
         const coord_job_t *j = coord_sched_job(c->sched, ji);
         coord_group_t *g = coord_sched_group(c->sched, j->group);
-        if (g->cancelled && g->keep_known && g->told_seq != seq &&
-            !(j->traj < 64 && (g->keep_mask & (1ull << j->traj)))) {
+        bool kept = j->traj < 64 && (g->keep_mask & (1ull << j->traj));
+        if (g->cancelled && g->keep_known && !kept && g->told_seq != seq &&
+            j->state == COORD_JOB_LEASED && !j->storing) {
             proto_msg_t m;
             int64_t keep[64];
             s_cancel_msg(c, g, &m, keep);
