@@ -155,9 +155,9 @@ struct actor {
     pending_t *pend;
     size_t n_pend, cap_pend;
     int credit_pending;
-    /* Backoff of slots whose job failed at once (within FAST_FAIL_MS of its start): their credits
-     * are held, released together when backoff_timer fires; backoff_ms doubles per backoff from
-     * BACKOFF_MIN_MS to BACKOFF_MAX_MS and goes back to 0 when a job runs FAST_FAIL_MS or longer. */
+    /* Backoff of slots whose job failed at once (within FAST_FAIL_MS of its start): their
+     * credits are held, released together when backoff_timer fires; backoff_ms doubles per
+     * backoff from BACKOFF_MIN_MS to BACKOFF_MAX_MS, back to 0 once a job runs FAST_FAIL_MS. */
     int credit_held;
     int64_t backoff_ms;
     int backoff_timer;

@@ -117,7 +117,8 @@ struct coord {
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
-        *m_unknown, *m_cancels, *m_cancels_refused, *m_cancels_reannounced, *m_cancels_told, *m_subs_refused, *m_pubs_refused, *m_rounds;
+        *m_unknown, *m_cancels, *m_cancels_refused, *m_cancels_reannounced, *m_cancels_told,
+        *m_subs_refused, *m_pubs_refused, *m_rounds;
     metrics_gauge_t *g_bus_topics;
     uint64_t hb_seq; /* heartbeats handled: one CANCEL per group and heartbeat */
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and

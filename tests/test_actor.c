@@ -755,7 +755,7 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
 }
 
 /* A CANCEL the bus never delivered (none is published here) still stops the group when the
- * coordinator tells it on the work channel, in answer to a heartbeat: its keep list is respected. */
+ * coordinator tells it on the work channel, in answer to a heartbeat; its keep list holds. */
 static void test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list(void **state)
 {
     fx_t f;
