@@ -155,6 +155,12 @@ struct actor {
     pending_t *pend;
     size_t n_pend, cap_pend;
     int credit_pending;
+    /* Backoff of slots whose job failed at once (within FAST_FAIL_MS of its start): their
+     * credits are held, released together when backoff_timer fires; backoff_ms doubles per
+     * backoff from BACKOFF_MIN_MS to BACKOFF_MAX_MS, back to 0 once a job runs FAST_FAIL_MS. */
+    int credit_held;
+    int64_t backoff_ms;
+    int backoff_timer;
     uint64_t rid_seq;
 
     atomic_int stop_req;
@@ -215,6 +221,7 @@ static const struct {
     {STAT_IDX(usage_unknown), "selroll_actor_usage_unknown_total", "Policy answers without usage.", false},
     {STAT_IDX(model_mismatch), "selroll_actor_model_mismatch_total", "Policy answers from another model than requested.", false},
     {STAT_IDX(tokens_mismatch), "selroll_actor_tokens_mismatch_total", "Policy answers whose token ids disagree with usage.completion_tokens.", false},
+    {STAT_IDX(credits_delayed), "selroll_actor_credits_delayed_total", "Slots held back after a job failed at once (backoff).", false},
 };
 
 #define ST_ADD(a, field, n) metrics_counter_add((a)->ctr[STAT_IDX(field)], (double)(n))
@@ -558,9 +565,45 @@ static void s_send_result(actor_t *a, const slot_t *s, const char *status, const
 
 /* s_slot_finish ends the slot's episode: stops what is in flight, closes the env session, keeps
  * and sends the RESULT, frees the slot and hands it to the backlog or back as a credit. */
+#define FAST_FAIL_MS 100
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+
+static void s_backoff_timer_cb(reactor_t *r, int id, void *arg)
+{
+    actor_t *a = arg;
+    a->backoff_timer = 0;
+    if (a->state == STATE_READY && !a->draining)
+        a->credit_pending += a->credit_held; /* sent by the before-sleep hook */
+    a->credit_held = 0;
+}
+
+/* s_slot_credit hands a freed slot back as a credit: at once, unless its job (which started at
+ * start_ms) failed at once, when the credit waits for the backoff. */
+static void s_slot_credit(actor_t *a, bool failed, int64_t start_ms)
+{
+    int64_t ran = clock_mono_ms() - start_ms;
+    if (!failed || ran >= FAST_FAIL_MS) {
+        if (ran >= FAST_FAIL_MS)
+            a->backoff_ms = 0;
+        a->credit_pending++;
+        return;
+    }
+    a->credit_held++;
+    ST_INC(a, credits_delayed);
+    if (a->backoff_timer > 0)
+        return; /* released with the others of this backoff */
+    a->backoff_ms = a->backoff_ms ? SR_MIN(a->backoff_ms * 2, BACKOFF_MAX_MS) : BACKOFF_MIN_MS;
+    log_info_limited(5, "actor %s: a job failed within %d ms of its start: its slot is offered "
+                     "again in %lld ms", a->id, FAST_FAIL_MS, (long long)a->backoff_ms);
+    a->backoff_timer = reactor_timer_add(a->r, a->backoff_ms, 0, s_backoff_timer_cb, a);
+}
+
 static void s_slot_finish(slot_t *s, const char *status, const char *error)
 {
     actor_t *a = s->a;
+    int64_t start_ms = s->start_ms;
+    bool failed = strcmp(status, "failed") == 0;
     if (s->req) {
         llm_request_abort(s->req);
         s->req = NULL;
@@ -597,7 +640,7 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
         a->n_backlog--;
         s_slot_start(a, s, &next);
     } else if (a->state == STATE_READY && !a->draining) {
-        a->credit_pending++;
+        s_slot_credit(a, failed, start_ms);
     }
     s_gauges(a);
 }
@@ -1567,7 +1610,7 @@ static void s_on_welcome(actor_t *a, const proto_welcome_t *w)
     if (a->draining)
         s_send_bye(a, true, "drain");
     else if (!no_envs)
-        s_send_credit(a, a->n_free - (int)a->n_backlog);
+        s_send_credit(a, a->n_free - (int)a->n_backlog - a->credit_held); /* held: backoff */
     s_send_heartbeat(a);
     for (size_t i = 0; i < a->n_pend; i++)
         s_pending_send(a, &a->pend[i], a->pend[i].sent_ms != 0);
@@ -1619,6 +1662,10 @@ static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
         break;
     case PROTO_RESULT_ACK:
         s_on_ack(a, &m.u.result_ack);
+        break;
+    case PROTO_CANCEL: /* the coordinator tells a CANCEL the bus may have dropped */
+        if (strcmp(m.u.cancel.run, a->run) == 0)
+            s_cancel_group(a, &m.u.cancel);
         break;
     case PROTO_ERROR:
         if (strcmp(m.u.error.code, "unknown_actor") == 0) {

@@ -127,6 +127,7 @@ typedef struct {
     uint64_t usage_unknown;     /* answers without usage: their token counts are unknown */
     uint64_t model_mismatch;    /* answers whose model is not the one requested */
     uint64_t tokens_mismatch;   /* --tokens: answers whose ids disagree with usage (or are missing) */
+    uint64_t credits_delayed;   /* slots held back after a job failed at once (backoff) */
 } actor_stats_t;
 
 typedef struct actor actor_t;

@@ -76,6 +76,14 @@ typedef struct {
     bool cancelled;     /* a CANCEL was seen, or Redis says so */
     uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
     bool keep_known;    /* keep_mask is the gate's (its CANCEL came), not a placeholder */
+    /* The gate's CANCEL, kept by the coordinator to tell it again (bus re-announcements and
+     * CANCELs to actors whose heartbeat lists a lease of the group); set with keep_known. */
+    int64_t cancel_step;
+    double cancel_d;
+    char cancel_reason[64];
+    int announces;          /* bus re-announcements made */
+    int64_t next_announce_ms;
+    uint64_t told_seq;      /* the heartbeat that last told an actor (one CANCEL per heartbeat) */
     int64_t round;      /* the round it belongs to (set by the caller; 0 unless set) */
 } coord_group_t;
 

@@ -117,8 +117,10 @@ struct coord {
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
-        *m_unknown, *m_cancels, *m_cancels_refused, *m_subs_refused, *m_pubs_refused, *m_rounds;
+        *m_unknown, *m_cancels, *m_cancels_refused, *m_cancels_reannounced, *m_cancels_told,
+        *m_subs_refused, *m_pubs_refused, *m_rounds;
     metrics_gauge_t *g_bus_topics;
+    uint64_t hb_seq; /* heartbeats handled: one CANCEL per group and heartbeat */
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
      * CURVE clients refused by the ZAP handler. */
     peerlimit_t *peers;
@@ -1114,13 +1116,87 @@ static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hel
     s_send(c, id, idlen, &m);
 }
 
+/* s_cancel_msg fills m with the gate's CANCEL of group g as the coordinator keeps it; keep is
+ * the caller's array of at least 64 entries. */
+static void s_cancel_msg(coord_t *c, const coord_group_t *g, proto_msg_t *m, int64_t *keep)
+{
+    proto_msg_init(m, PROTO_CANCEL);
+    m->u.cancel.run = c->cfg.run;
+    m->u.cancel.group = g->gid;
+    m->u.cancel.step = g->cancel_step;
+    m->u.cancel.d = g->cancel_d;
+    m->u.cancel.reason = g->cancel_reason;
+    size_t n = 0;
+    for (int t = 0; t < 64 && t < g->G; t++)
+        if (g->keep_mask & (1ull << t))
+            keep[n++] = t;
+    m->u.cancel.keep = n ? keep : NULL;
+    m->u.cancel.keep_len = n;
+}
+
+/* s_cancel_pending tells whether a trajectory of cancelled group gi outside its keep list still
+ * runs (LEASED): the CANCEL has not reached its actor, or its RESULT is on the way. */
+static bool s_cancel_pending(coord_t *c, int gi)
+{
+    coord_group_t *g = coord_sched_group(c->sched, gi);
+    for (int t = 0; t < g->G; t++) {
+        const coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
+        if (j->state == COORD_JOB_LEASED && !j->storing &&
+            !(t < 64 && (g->keep_mask & (1ull << t))))
+            return true;
+    }
+    return false;
+}
+
+/* s_reannounce_cancels publishes again, every CANCEL_ANNOUNCE_MS and at most CANCEL_ANNOUNCES
+ * times, the CANCEL of each group whose cancelled trajectories have not all reported: a bus
+ * PUB drops at its high-water mark without telling anyone. */
+#define CANCEL_ANNOUNCE_MS 200
+#define CANCEL_ANNOUNCES 25
+static void s_reannounce_cancels(coord_t *c, int64_t now)
+{
+    char topic[PROTO_MAX_ID + 16];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", c->cfg.run);
+    for (int gi = 0; gi < coord_sched_groups(c->sched); gi++) {
+        coord_group_t *g = coord_sched_group(c->sched, gi);
+        if (!g->cancelled || !g->keep_known || g->announces >= CANCEL_ANNOUNCES ||
+            now < g->next_announce_ms || !s_cancel_pending(c, gi))
+            continue;
+        proto_msg_t m;
+        int64_t keep[64];
+        s_cancel_msg(c, g, &m, keep);
+        if (coord_publish(c, topic, &m) != SR_OK) {
+            log_warn_limited(5, "CANCEL of group %s cannot be announced again", g->gid);
+            return;
+        }
+        g->announces++;
+        g->next_announce_ms = now + CANCEL_ANNOUNCE_MS;
+        metrics_counter_inc(c->m_cancels_reannounced);
+    }
+}
+
+/* s_on_heartbeat renews the leases an actor lists and sends it, on the work channel, the CANCEL
+ * of each cancelled group (keep list known) of which it lists a lease outside the keep list. */
 static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t *hb)
 {
     int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
+    uint64_t seq = ++c->hb_seq;
     for (size_t i = 0; i < hb->leases_len; i++) {
         int ji = coord_sched_find_job(c->sched, hb->leases[i].job_id);
         if (ji < 0)
             continue;
+        const coord_job_t *j = coord_sched_job(c->sched, ji);
+        coord_group_t *g = coord_sched_group(c->sched, j->group);
+        bool kept = j->traj < 64 && (g->keep_mask & (1ull << j->traj));
+        if (g->cancelled && g->keep_known && !kept && g->told_seq != seq &&
+            j->state == COORD_JOB_LEASED && !j->storing) {
+            proto_msg_t m;
+            int64_t keep[64];
+            s_cancel_msg(c, g, &m, keep);
+            g->told_seq = seq;
+            if (s_send(c, a->id, a->idlen, &m) == SR_OK)
+                metrics_counter_inc(c->m_cancels_told);
+        }
         if (coord_sched_renew(c->sched, ji, hb->leases[i].epoch, a->id, a->idlen, deadline) !=
             SR_OK)
             log_debug("heartbeat of %s: lease %s epoch %lld is not current", a->name,
@@ -1305,7 +1381,7 @@ static bool s_cancel_confirmed(coord_t *c, const coord_group_t *g, const char *w
 /* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. A group already
  * known cancelled (from a RESULT or Redis, both confirmed) needs no look-up: the CANCEL brings
  * its keep list, which narrows what may still finish. */
-static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
+static void s_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
     if (g->cancelled && g->keep_known)
@@ -1313,6 +1389,11 @@ static void s_on_cancel(coord_t *c, int gi, uint64_t keep)
     if (!g->cancelled && !s_cancel_confirmed(c, g, "CANCEL"))
         return;
     metrics_counter_inc(c->m_cancels);
+    g->cancel_step = cm->step;
+    g->cancel_d = cm->d;
+    snprintf(g->cancel_reason, sizeof g->cancel_reason, "%s", cm->reason ? cm->reason : "");
+    g->announces = 0;
+    g->next_announce_ms = clock_mono_ms() + CANCEL_ANNOUNCE_MS;
     s_mark_cancelled(c, gi, true, keep);
     s_check_round(c);
 }
@@ -1560,7 +1641,7 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
             for (size_t i = 0; i < m.u.cancel.keep_len; i++)
                 if (m.u.cancel.keep[i] >= 0 && m.u.cancel.keep[i] < 64)
                     keep |= 1ull << m.u.cancel.keep[i];
-            s_on_cancel(c, gi, keep);
+            s_on_cancel(c, gi, keep, &m.u.cancel);
         }
     }
     proto_msg_clear(&m);
@@ -1605,6 +1686,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
         c->capped_since = 0;
     }
     if (c->round_active) {
+        s_reannounce_cancels(c, now);
         s_check_round(c);
         s_dispatch(c);
     }
@@ -1753,6 +1835,12 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                    "Messages from actors that had not said HELLO.", NULL);
     c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",
                                    "CANCELs of current groups seen on the bus.", NULL);
+    c->m_cancels_reannounced = metrics_counter(
+        c->metrics, "selroll_coord_cancels_reannounced_total",
+        "CANCELs published again on the bus while a cancelled trajectory had not reported.", NULL);
+    c->m_cancels_told = metrics_counter(
+        c->metrics, "selroll_coord_cancels_told_total",
+        "CANCELs sent to an actor whose heartbeat listed a lease of a cancelled group.", NULL);
     c->m_subs_refused = metrics_counter(
         c->metrics, "selroll_bus_subscriptions_refused_total",
         "Bus subscriptions the proxy dropped: outside the run's topics or over a limit.", NULL);

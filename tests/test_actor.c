@@ -754,6 +754,60 @@ static void test_cancel_stops_the_group_within_milliseconds(void **state)
     s_fx_fini(&f);
 }
 
+/* A CANCEL the bus never delivered (none is published here) still stops the group when the
+ * coordinator tells it on the work channel, in answer to a heartbeat; its keep list holds. */
+static void test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list(void **state)
+{
+    fx_t f;
+    s_start_welcomed(&f, 4, 40, 10000);
+    enum { G = 3 };
+    for (int t = 0; t < G; t++)
+        s_co_job(&f, "r0000-g0005", t, G, 12, 0);
+    proto_msg_t m;
+    int64_t deadline = harness_now_ms() + 3000;
+    bool seen = false;
+    while (!seen && harness_now_ms() < deadline) {
+        if (!s_recv_action(&f, &m, 100, NULL, 0))
+            continue;
+        seen = m.u.action.step >= 2;
+        proto_msg_clear(&m);
+    }
+    assert_true(seen);
+    int64_t keep[] = {1};
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = "t";
+    c.u.cancel.group = "r0000-g0005";
+    c.u.cancel.step = 2;
+    c.u.cancel.d = 0.1;
+    c.u.cancel.reason = "converged";
+    c.u.cancel.keep = keep;
+    c.u.cancel.keep_len = 1;
+    int64_t t0 = harness_now_ms();
+    s_co_send(&f, &c);
+    int cancelled = 0, kept = 0;
+    while (cancelled + kept < G) {
+        s_co_expect(&f, PROTO_RESULT, 3000, &m);
+        if (m.u.result.traj == 1) {
+            assert_string_equal(m.u.result.status, "truncated");
+            assert_int_equal(m.u.result.n_steps, 12);
+            kept++;
+        } else {
+            assert_string_equal(m.u.result.status, "cancelled");
+            assert_true(harness_now_ms() - t0 < 500);
+            cancelled++;
+        }
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(cancelled, 2);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.episodes_cancelled == 2 && st.cancels == 1);
+    assert_int_equal(st.episodes_cancelled, 2);
+    assert_int_equal(st.cancels, 1);
+    s_fx_fini(&f);
+}
+
 /* A CANCEL also covers a job of the group that still waits for a slot: it is reported cancelled
  * with no steps, and never started. */
 static void test_cancel_covers_jobs_waiting_for_a_slot(void **state)
@@ -1146,6 +1200,58 @@ static void test_no_env_kind_error_is_bounded_with_long_kinds(void **state)
     assert_true(strlen(m.u.result.error) < PROTO_MAX_ID + 600);
     assert_int_equal(m.u.result.error[strlen(m.u.result.error) - 1], ')');
     proto_msg_clear(&m);
+    s_fx_fini(&f);
+}
+
+/* A job that fails at once (here: no env worker of its kind) does not get its slot offered again
+ * at once: the CREDIT waits 50 ms, then 100, 200 ... while jobs keep failing, so a coordinator
+ * that re-sends the job on each credit spreads its attempts over the backoff instead of burning
+ * them in milliseconds. A job that runs longer resets the backoff. */
+static void test_jobs_failing_at_once_get_their_slot_back_with_a_backoff(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 40);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint}, *kinds[] = {"household"};
+    s_co_welcome_kinds(&f, 10000, envs, kinds, 1);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+    proto_msg_clear(&m);
+    int64_t gap[4];
+    for (int k = 0; k < 4; k++) {
+        if (k == 3) { /* a job that runs (4 steps of >= 40 ms each) resets the backoff */
+            s_co_job(&f, "r0000-g0001", 0, 1, 4, 1);
+            s_co_expect(&f, PROTO_RESULT, 5000, &m);
+            assert_string_equal(m.u.result.status, "truncated");
+            s_co_ack(&f, &m.u.result, true);
+            proto_msg_clear(&m);
+            s_co_expect(&f, PROTO_CREDIT, 2000, &m);
+            proto_msg_clear(&m);
+        }
+        s_co_job_env(&f, "r0000-g0000", 0, 1, 2, k + 1, "games");
+        s_co_expect(&f, PROTO_RESULT, 2000, &m);
+        int64_t t_fail = harness_now_ms();
+        assert_string_equal(m.u.result.status, "failed");
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+        s_co_expect(&f, PROTO_CREDIT, 5000, &m);
+        assert_int_equal(m.u.credit.credits, 1);
+        proto_msg_clear(&m);
+        gap[k] = harness_now_ms() - t_fail;
+    }
+    print_message("credit after a failure at once: %lld, %lld, %lld ms; after a job that ran: "
+                  "%lld ms\n", (long long)gap[0], (long long)gap[1], (long long)gap[2],
+                  (long long)gap[3]);
+    assert_true(gap[0] >= 40); /* timers fire to the millisecond; t_fail is taken late */
+    assert_true(gap[1] >= 90);
+    assert_true(gap[2] >= 180);
+    assert_true(gap[3] >= 40 && gap[3] < 350); /* reset: 50 ms again, not 400 */
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.credits_delayed == 4);
+    assert_int_equal(st.credits_delayed, 4);
+    assert_int_equal(st.episodes_failed, 4);
     s_fx_fini(&f);
 }
 
@@ -1568,6 +1674,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_local_env_workers_run_and_cancel_in_process),
         cmocka_unit_test(test_credits_never_exceed_slots),
         cmocka_unit_test(test_cancel_stops_the_group_within_milliseconds),
+        cmocka_unit_test(test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list),
         cmocka_unit_test(test_cancel_covers_jobs_waiting_for_a_slot),
         cmocka_unit_test(test_result_resent_until_acked),
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
@@ -1578,6 +1685,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_jobs_go_to_env_workers_of_their_env_kind),
         cmocka_unit_test(test_unknown_kinds_serve_any_env_and_local_workers_are_household),
         cmocka_unit_test(test_no_env_kind_error_is_bounded_with_long_kinds),
+        cmocka_unit_test(test_jobs_failing_at_once_get_their_slot_back_with_a_backoff),
         cmocka_unit_test(test_unreachable_policy_fails_the_episode),
         cmocka_unit_test(test_malformed_messages_are_counted_and_ignored),
         cmocka_unit_test(test_drain_finishes_running_jobs_then_says_bye),

@@ -843,6 +843,121 @@ static void cancel_on_the_bus_drops_queued_jobs_of_the_group(void **state)
     s_fx_free(&f);
 }
 
+/* A CANCEL lost on the bus (here: published before the subscriber below existed, or never seen
+ * by the actor) still reaches everyone: the coordinator tells it to an actor whose heartbeat lists
+ * a lease of the group (keep list included) and publishes it again while a cancelled trajectory
+ * has not reported. */
+static void a_cancel_lost_on_the_bus_is_told_on_heartbeats_and_announced_again(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.placement = COORD_PLACE_PACK;
+    cfg.spread_wait_ms = 0;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j[2], m;
+    s_expect(&a, PROTO_JOB, &j[0]);
+    s_expect(&a, PROTO_JOB, &j[1]);
+    if (j[0].u.job.traj == 1) {
+        proto_msg_t t = j[0];
+        j[0] = j[1];
+        j[1] = t;
+    }
+
+    assert_int_equal(store_group_cancel(f.st, "r0000-g0000", 3, 0.25, "converged"), SR_OK);
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(s_zctx, ZMQ_PUB, NULL, err, sizeof err);
+    s_open_socks++;
+    assert_non_null(pub);
+    assert_int_equal(transport_connect(pub, f.ep.bus_pub), SR_OK);
+    int64_t keep[] = {1};
+    proto_msg_t c;
+    proto_msg_init(&c, PROTO_CANCEL);
+    c.u.cancel.run = f.run;
+    c.u.cancel.group = "r0000-g0000";
+    c.u.cancel.step = 3;
+    c.u.cancel.d = 0.25;
+    c.u.cancel.reason = "converged";
+    c.u.cancel.keep = keep;
+    c.u.cancel.keep_len = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&c, &b), SR_OK);
+    char topic[64];
+    snprintf(topic, sizeof topic, "ctl/%s/cancel", f.run);
+    coord_stats_t st = {0};
+    int64_t t0 = harness_now_ms();
+    while (st.cancels == 0 && harness_now_ms() - t0 < WAIT_MS) {
+        transport_send_topic(pub, topic, b.data, b.len);
+        usleep(20000);
+        coord_stats(f.c, &st);
+    }
+    assert_true(st.cancels >= 1);
+    sr_buf_free(&b);
+    transport_sock_destroy(&pub);
+    s_open_socks--;
+
+    /* the heartbeat listing both leases gets the gate's CANCEL back, once */
+    const proto_job_t *hb[] = {&j[0].u.job, &j[1].u.job};
+    s_heartbeat(&a, hb, 2);
+    s_expect(&a, PROTO_CANCEL, &m);
+    assert_string_equal(m.u.cancel.run, f.run);
+    assert_string_equal(m.u.cancel.group, "r0000-g0000");
+    assert_int_equal(m.u.cancel.step, 3);
+    assert_true(m.u.cancel.d > 0.24 && m.u.cancel.d < 0.26);
+    assert_string_equal(m.u.cancel.reason, "converged");
+    assert_int_equal(m.u.cancel.keep_len, 1);
+    assert_int_equal(m.u.cancel.keep[0], 1);
+    proto_msg_clear(&m);
+    s_expect_none(&a, 150);
+    /* a heartbeat listing only the kept trajectory gets nothing */
+    s_heartbeat(&a, hb + 1, 1);
+    s_expect_none(&a, 150);
+
+    /* a subscriber that missed the CANCEL hears it again on the bus */
+    transport_sock_t *sub = transport_sock_new(s_zctx, ZMQ_SUB, NULL, err, sizeof err);
+    s_open_socks++;
+    assert_non_null(sub);
+    zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, topic, strlen(topic));
+    assert_int_equal(transport_connect(sub, f.ep.bus_sub), SR_OK);
+    transport_msg_t tm;
+    assert_int_equal(transport_recv(sub, &tm, 3000), SR_OK);
+    size_t len;
+    const void *body = transport_msg_body(&tm, &len);
+    proto_err_t pe;
+    assert_int_equal(proto_decode(body, len, &m, &pe), SR_OK);
+    transport_msg_close(&tm);
+    assert_int_equal(m.type, PROTO_CANCEL);
+    assert_string_equal(m.u.cancel.group, "r0000-g0000");
+    assert_int_equal(m.u.cancel.keep_len, 1);
+    assert_int_equal(m.u.cancel.keep[0], 1);
+    proto_msg_clear(&m);
+
+    /* once the cancelled trajectory reported, the announcements stop */
+    s_result(&a, &j[0].u.job, "cancelled", 0.0);
+    s_expect_ack(&a, &j[0].u.job, true);
+    usleep(300000);
+    while (transport_recv(sub, &tm, 0) == SR_OK)
+        transport_msg_close(&tm);
+    assert_int_not_equal(transport_recv(sub, &tm, 600), SR_OK);
+    transport_sock_destroy(&sub);
+    s_open_socks--;
+    s_result(&a, &j[1].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[1].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.sums[0].groups_cancelled, 1);
+    assert_int_equal(f.sums[0].results, 2);
+    proto_msg_clear(&j[0]);
+    proto_msg_clear(&j[1]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 /* A well-formed CANCEL for a group that Redis shows running (a forged one: the gate writes the
  * cancel to Redis before it publishes) is counted and ignored; the group's jobs are served. */
 static void forged_cancel_of_a_running_group_is_ignored(void **state)
@@ -1767,7 +1882,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(bye_drain_finishes_jobs_and_bye_without_drain_requeues_them),
     cmocka_unit_test(unknown_actor_gets_error_unknown_actor),
     cmocka_unit_test(cancel_on_the_bus_drops_queued_jobs_of_the_group),
-        cmocka_unit_test(forged_cancel_of_a_running_group_is_ignored),
+    cmocka_unit_test(a_cancel_lost_on_the_bus_is_told_on_heartbeats_and_announced_again),
+    cmocka_unit_test(forged_cancel_of_a_running_group_is_ignored),
     cmocka_unit_test(malformed_messages_get_bad_message_and_the_round_still_completes),
     cmocka_unit_test(resume_after_a_stop_keeps_every_acknowledged_result),
     cmocka_unit_test(failed_attempts_are_retried_then_count_the_group_failed),
