@@ -340,6 +340,221 @@ static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *
     }
 }
 
+/* ---- light scanner of logprobs.content -----------------------------------------------------
+ * A response with per-token logprobs holds one small object per completion token; a cJSON tree
+ * of them costs the actor more than the rest of the response. s_lp_scan finds the first choice's
+ * "logprobs" value in the raw bytes and reads each content entry's "logprob" and "token" without
+ * a tree; the cJSON parse then sees that value as null. Anything the scanner does not understand
+ * leaves the body to the cJSON path. */
+
+typedef struct {
+    const char *at, *end; /* the "logprobs" value's bytes in the body */
+    float *lp;            /* one per content entry */
+    int32_t *ids;         /* from "token_id:N" tokens, when every entry has one */
+    size_t n;
+    bool any;    /* some entry had a numeric logprob */
+    bool all_ids;
+    double sum;
+} s_lpscan_t;
+
+static const char *s_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* s_str_end returns the byte after the string that starts at p ('"'), or NULL. */
+static const char *s_str_end(const char *p, const char *e)
+{
+    for (p++; p < e; p++) {
+        if (*p == '\\') {
+            p++;
+            continue;
+        }
+        if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* s_val_end returns the byte after the JSON value that starts at p, or NULL (depth-bounded). */
+static const char *s_val_end(const char *p, const char *e, int depth)
+{
+    p = s_ws(p, e);
+    if (p >= e || depth > 64)
+        return NULL;
+    if (*p == '"')
+        return s_str_end(p, e);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = s_ws(p + 1, e);
+        if (p < e && *p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (p >= e || *p != '"' || !(p = s_str_end(p, e)))
+                    return NULL;
+                p = s_ws(p, e);
+                if (p >= e || *p != ':')
+                    return NULL;
+                p++;
+            }
+            if (!(p = s_val_end(p, e, depth + 1)))
+                return NULL;
+            p = s_ws(p, e);
+            if (p < e && *p == ',') {
+                p = s_ws(p + 1, e);
+                continue;
+            }
+            return p < e && *p == close ? p + 1 : NULL;
+        }
+    }
+    const char *q = p;
+    while (q < e && (isalnum((unsigned char)*q) || *q == '-' || *q == '+' || *q == '.'))
+        q++;
+    return q > p ? q : NULL;
+}
+
+/* s_key_val returns the value of key (first occurrence, plain ASCII name) in the object at p. */
+static const char *s_key_val(const char *p, const char *e, const char *key)
+{
+    p = s_ws(p, e);
+    if (p >= e || *p != '{')
+        return NULL;
+    size_t kl = strlen(key);
+    p = s_ws(p + 1, e);
+    while (p < e && *p == '"') {
+        const char *ke = s_str_end(p, e);
+        if (!ke)
+            return NULL;
+        bool match = (size_t)(ke - p) == kl + 2 && memcmp(p + 1, key, kl) == 0;
+        p = s_ws(ke, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = s_ws(p + 1, e);
+        if (match)
+            return p;
+        if (!(p = s_val_end(p, e, 0)))
+            return NULL;
+        p = s_ws(p, e);
+        if (p < e && *p == ',')
+            p = s_ws(p + 1, e);
+        else
+            return NULL;
+    }
+    return NULL;
+}
+
+/* s_lp_entry reads one content entry {token, logprob, ...} at p; returns the byte after it. */
+static const char *s_lp_entry(const char *p, const char *e, s_lpscan_t *sc, size_t k)
+{
+    p = s_ws(p, e);
+    if (p >= e || *p != '{')
+        return NULL;
+    bool got_id = false;
+    p = s_ws(p + 1, e);
+    if (p < e && *p == '}')
+        goto done;
+    for (;;) {
+        if (p >= e || *p != '"')
+            return NULL;
+        const char *ke = s_str_end(p, e);
+        if (!ke)
+            return NULL;
+        size_t kl = (size_t)(ke - p) - 2;
+        const char *key = p + 1;
+        p = s_ws(ke, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = s_ws(p + 1, e);
+        const char *ve = s_val_end(p, e, 1);
+        if (!ve)
+            return NULL;
+        if (kl == 7 && memcmp(key, "logprob", 7) == 0 && (*p == '-' || isdigit((unsigned char)*p))) {
+            char num[64];
+            size_t nl = (size_t)(ve - p);
+            if (nl >= sizeof num)
+                return NULL;
+            memcpy(num, p, nl);
+            num[nl] = '\0';
+            char *ne;
+            double x = strtod(num, &ne);
+            if (*ne)
+                return NULL;
+            sc->sum += x;
+            sc->any = true;
+            sc->lp[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+        } else if (kl == 5 && memcmp(key, "token", 5) == 0 && *p == '"' && ve - p > 11 &&
+                   memcmp(p + 1, "token_id:", 9) == 0) {
+            long long v = 0;
+            const char *d = p + 10;
+            for (; d < ve - 1 && isdigit((unsigned char)*d) && v <= INT32_MAX; d++)
+                v = v * 10 + (*d - '0');
+            if (d == ve - 1 && d > p + 10 && v <= INT32_MAX) {
+                sc->ids[k] = (int32_t)v;
+                got_id = true;
+            }
+        }
+        p = s_ws(ve, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        if (p < e && *p == '}')
+            break;
+        return NULL;
+    }
+done:
+    if (!got_id)
+        sc->all_ids = false;
+    return p + 1;
+}
+
+/* s_lp_scan fills sc from body; false when the body is not in the shape it reads. */
+static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    const char *e = body + len;
+    const char *ch = s_key_val(body, e, "choices");
+    if (!ch || *ch != '[')
+        return false;
+    const char *c0 = s_ws(ch + 1, e);
+    const char *lp = s_key_val(c0, e, "logprobs");
+    if (!lp || *lp != '{')
+        return false;
+    const char *lpe = s_val_end(lp, e, 0);
+    const char *ct = lpe ? s_key_val(lp, lpe, "content") : NULL;
+    if (!ct || *ct != '[')
+        return false;
+    size_t cap = 0;
+    for (const char *q = ct; q < lpe; q++)
+        cap += *q == '{';
+    sc->at = lp;
+    sc->end = lpe;
+    sc->all_ids = true;
+    sc->lp = sr_xcalloc(cap ? cap : 1, sizeof *sc->lp);
+    sc->ids = sr_xcalloc(cap ? cap : 1, sizeof *sc->ids);
+    const char *p = s_ws(ct + 1, lpe);
+    if (p < lpe && *p == ']')
+        return true;
+    while (sc->n < cap && (p = s_lp_entry(p, lpe, sc, sc->n))) {
+        sc->n++;
+        p = s_ws(p, lpe);
+        if (p < lpe && *p == ',') {
+            p++;
+            continue;
+        }
+        if (p < lpe && *p == ']')
+            return true;
+        break;
+    }
+    free(sc->lp);
+    free(sc->ids);
+    memset(sc, 0, sizeof *sc);
+    return false;
+}
+
 /* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
 static void s_one_line(const char *s, size_t len, char *buf, size_t n)
 {
@@ -454,13 +669,26 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     int rc = SR_EPROTO;
     cJSON *root = NULL;
     llm_parsed_t *st = NULL;
+    s_lpscan_t sc = {0};
+    bool scanned = false;
+    char *copy = NULL;
 
     if (!body || len == 0) {
         sr_fmt(out->error, sizeof out->error, "empty response body");
         goto cleanup;
     }
+    if (s_lp_scan(body, len, &sc)) {
+        copy = sr_xmalloc(len);
+        memcpy(copy, body, len);
+        size_t at = (size_t)(sc.at - body);
+        memset(copy + at, ' ', (size_t)(sc.end - sc.at));
+        memcpy(copy + at, "null", 4);
+        scanned = true;
+    }
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    root = cJSON_ParseWithLengthOpts(scanned ? copy : body, len, &end, false);
+    if (scanned && end)
+        end = body + (end - copy);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         sr_fmt(out->error, sizeof out->error, "invalid JSON at byte %zu", at);
@@ -543,7 +771,23 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         out->has_logprob = any;
         out->logprob_sum = any ? sum : 0;
     }
-    s_parse_tokens(root, choice, lpc, st);
+    if (scanned) {
+        out->has_logprob = sc.any;
+        out->logprob_sum = sc.any ? sc.sum : 0;
+        s_parse_tokens(root, choice, NULL, st);
+        if (sc.n > 0) {
+            st->token_logprobs = sc.lp;
+            st->n_token_logprobs = sc.n;
+            sc.lp = NULL;
+            if (!st->token_ids && sc.all_ids) {
+                st->token_ids = sc.ids;
+                st->n_token_ids = sc.n;
+                sc.ids = NULL;
+            }
+        }
+    } else {
+        s_parse_tokens(root, choice, lpc, st);
+    }
     out->token_ids = st->token_ids;
     out->n_token_ids = st->n_token_ids;
     out->token_logprobs = st->token_logprobs;
@@ -562,6 +806,9 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
 cleanup:
     llm_parsed_free(&st);
     cJSON_Delete(root);
+    free(copy);
+    free(sc.lp);
+    free(sc.ids);
     return rc;
 }
 

@@ -21,6 +21,7 @@
 #include "coordinator/failtally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
+#include "common/storeq.h"
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
@@ -58,6 +59,8 @@ struct coord_train {
 
     s_phase_t phase;
     wsync_t *wsync; /* made on the first WEIGHTS_READY, with cfg.wsync.mode set */
+    char **reg_urls; /* without cfg.wsync servers: the registry's servers wsync was made for */
+    size_t n_reg_urls;
     struct {
         int64_t version;
         bool has_loss;
@@ -567,6 +570,158 @@ static void s_synced(bool ok, const char *why, void *arg)
     s_publish(t, t->synced.version, t->synced.has_loss, t->synced.loss, info);
 }
 
+/* ---- policy servers from the Redis registry ---------------------------------------------
+ * Without --policy-servers, a weight sync reads the servers at the moment its WEIGHTS_READY
+ * arrives: every live hash selroll:<run>:policy:<id> with a non-empty "url" field (written by the
+ * inference servers' launchers, with a TTL they renew), listed on the store thread. */
+
+#define S_POLREG_MAX 64
+
+typedef struct {
+    coord_train_t *t;
+    char *urls[S_POLREG_MAX];
+    size_t n;
+    int64_t version;
+    char *path;
+} s_polreg_t;
+
+static int s_polreg_collect(const char *id, const store_field_t *fields, size_t n, void *arg)
+{
+    (void)id;
+    s_polreg_t *pr = arg;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(fields[i].name, "url") == 0 && fields[i].value && *fields[i].value &&
+            pr->n < S_POLREG_MAX)
+            pr->urls[pr->n++] = sr_xstrdup(fields[i].value);
+    return 0;
+}
+
+static int s_polreg_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    return st ? store_list(st, "policy", s_polreg_collect, arg) : SR_EREDIS;
+}
+
+static int s_strp_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* s_same_servers: t->wsync was made for exactly these (sorted) URLs. */
+static bool s_same_servers(const coord_train_t *t, char *const *urls, size_t n)
+{
+    if (!t->wsync || t->n_reg_urls != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t->reg_urls[i], urls[i]) != 0)
+            return false;
+    return true;
+}
+
+static void s_reg_urls_free(coord_train_t *t)
+{
+    for (size_t i = 0; i < t->n_reg_urls; i++)
+        free(t->reg_urls[i]);
+    free(t->reg_urls);
+    t->reg_urls = NULL;
+    t->n_reg_urls = 0;
+}
+
+static void s_polreg_done(int rc, const char *err, void *arg)
+{
+    s_polreg_t *pr = arg;
+    coord_train_t *t = pr->t;
+    char msg[768];
+    if (rc == SR_ECLOSED || !coord_storeq(t->c) || t->phase != S_PH_SYNC ||
+        t->synced.version != pr->version)
+        goto out;
+    if (rc != SR_OK) {
+        snprintf(msg, sizeof msg,
+                 "weights sync of version %lld: cannot list the policy servers in Redis: %s",
+                 (long long)pr->version, err && *err ? err : sr_strerror(rc));
+        log_error("%s: the run stops", msg);
+        coord_fail(t->c, rc, msg);
+        goto out;
+    }
+    if (pr->n == 0) {
+        snprintf(msg, sizeof msg,
+                 "weights sync of version %lld: no --policy-servers and no policy server in "
+                 "Redis (hashes selroll:%s:policy:<id> with an url field)",
+                 (long long)pr->version, coord_run_name(t->c));
+        log_error("%s: the run stops", msg);
+        coord_fail(t->c, SR_ENOTFOUND, msg);
+        goto out;
+    }
+    qsort(pr->urls, pr->n, sizeof pr->urls[0], s_strp_cmp);
+    size_t k = 0; /* the same URL under two ids is one server */
+    for (size_t i = 0; i < pr->n; i++) {
+        if (k > 0 && strcmp(pr->urls[k - 1], pr->urls[i]) == 0) {
+            free(pr->urls[i]);
+            continue;
+        }
+        pr->urls[k++] = pr->urls[i];
+    }
+    pr->n = k;
+    if (!s_same_servers(t, pr->urls, pr->n)) {
+        wsync_destroy(&t->wsync);
+        s_reg_urls_free(t);
+        wsync_cfg_t cfg = t->cfg.wsync;
+        cfg.servers = (const char *const *)pr->urls;
+        cfg.n_servers = pr->n;
+        if (!(t->wsync = wsync_new(&cfg, coord_reactor(t->c), msg, sizeof msg))) {
+            log_error("weights sync from the Redis registry: %s: the run stops", msg);
+            coord_fail(t->c, SR_EINVAL, msg);
+            goto out;
+        }
+        t->reg_urls = sr_xcalloc(pr->n, sizeof *t->reg_urls);
+        for (size_t i = 0; i < pr->n; i++)
+            t->reg_urls[i] = pr->urls[i];
+        t->n_reg_urls = pr->n;
+        pr->n = 0; /* moved */
+    }
+    log_info("weights sync of version %lld: %zu policy server(s) from Redis",
+             (long long)pr->version, t->n_reg_urls);
+    rc = wsync_load(t->wsync, pr->version, pr->path, s_synced, t);
+    if (rc != SR_OK) {
+        snprintf(msg, sizeof msg, "weights sync of version %lld could not start: %s",
+                 (long long)pr->version, sr_strerror(rc));
+        coord_fail(t->c, rc, msg);
+    }
+out:
+    for (size_t i = 0; i < pr->n; i++)
+        free(pr->urls[i]);
+    free(pr->path);
+    free(pr);
+}
+
+/* s_sync_start loads version v from path on the configured servers, or on those the registry
+ * lists now. */
+static int s_sync_start(coord_train_t *t, int64_t v, const char *path, char *err, size_t errlen)
+{
+    if (t->cfg.wsync.n_servers > 0) {
+        if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, coord_reactor(t->c), err, errlen)))
+            return SR_EINVAL;
+        int rc = wsync_load(t->wsync, v, path, s_synced, t);
+        if (rc != SR_OK)
+            snprintf(err, errlen, "weights sync of version %lld could not start: %s",
+                     (long long)v, sr_strerror(rc));
+        return rc;
+    }
+    struct storeq *q = coord_storeq(t->c);
+    s_polreg_t *pr = sr_xcalloc(1, sizeof *pr);
+    pr->t = t;
+    pr->version = v;
+    pr->path = sr_xstrdup(path);
+    if (!q || storeq_submit(q, s_polreg_work, s_polreg_done, pr) != SR_OK) {
+        free(pr->path);
+        free(pr);
+        snprintf(err, errlen, "weights sync of version %lld: the store thread is closed",
+                 (long long)v);
+        return SR_ECLOSED;
+    }
+    return SR_OK;
+}
+
 static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
 {
     (void)r;
@@ -636,21 +791,15 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
                      "needs where the trainer saved the weights",
                      (long long)w->iteration, (long long)w->version);
             coord_fail(t->c, SR_EPROTO, err);
-        } else if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, coord_reactor(t->c), err,
-                                                       sizeof err))) {
-            coord_fail(t->c, SR_EINVAL, err);
         } else {
             t->synced.version = v + 1;
             t->synced.has_loss = w->has_loss;
             t->synced.loss = w->loss;
             snprintf(t->synced.info, sizeof t->synced.info, "%s", info);
             t->phase = S_PH_SYNC;
-            rc = wsync_load(t->wsync, v + 1, w->path, s_synced, t);
-            if (rc != SR_OK) {
-                snprintf(err, sizeof err, "weights sync of version %lld could not start: %s",
-                         (long long)(v + 1), sr_strerror(rc));
+            rc = s_sync_start(t, v + 1, w->path, err, sizeof err);
+            if (rc != SR_OK)
                 coord_fail(t->c, rc, err);
-            }
         }
         proto_msg_clear(&m);
         return;
@@ -898,6 +1047,7 @@ static void s_stopped(void *arg, coord_t *c)
 {
     coord_train_t *t = arg;
     wsync_destroy(&t->wsync);
+    s_reg_urls_free(t);
     if (t->pull)
         reactor_remove_zsock(coord_reactor(c), transport_sock_zmq(t->pull));
     transport_sock_destroy(&t->push);
@@ -1036,6 +1186,7 @@ void coord_train_destroy(coord_train_t **self_p)
         return;
     coord_train_t *t = *self_p;
     wsync_destroy(&t->wsync);
+    s_reg_urls_free(t);
     transport_sock_destroy(&t->push);
     transport_sock_destroy(&t->pull);
     greso_destroy(&t->greso);

@@ -2186,6 +2186,8 @@ int64_t coord_next_round(const coord_t *c) { return c ? c->round : 0; }
 
 reactor_t *coord_reactor(coord_t *c) { return c ? c->r : NULL; }
 
+struct storeq *coord_storeq(coord_t *c) { return c && !c->sq_closing ? c->sq : NULL; }
+
 void *coord_zctx(coord_t *c) { return c ? c->zctx : NULL; }
 
 int coord_set_policy_version(coord_t *c, int64_t version)

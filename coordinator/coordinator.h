@@ -220,6 +220,11 @@ const tasks_t *coord_tasks(const coord_t *c);
 /* coord_store returns the coordinator's Redis connection (owned by c). */
 store_t *coord_store(coord_t *c);
 
+/* coord_storeq returns the coordinator's store thread (common/storeq.h), where a driver submits
+ * its Redis work; NULL once the coordinator is being destroyed (a done function running then
+ * only frees its request). */
+struct storeq *coord_storeq(coord_t *c);
+
 /* coord_reactor returns the coordinator's reactor, where a driver may register its sockets and
  * timers (owned by c; remove them before coord_destroy). */
 struct reactor *coord_reactor(coord_t *c);

@@ -163,12 +163,15 @@ int coordinator_main(int argc, char **argv)
          .help = "training: wait this long for WEIGHTS_READY, then send once more, then stop"},
         {.name = "weights-sync", .kind = CFG_ENUM, .dst = &o.weights_sync, .def = "none",
          .choices = WSYNC_MODE_CHOICES,
-         .help = "training: on WEIGHTS_READY {version, path} tell every --policy-servers server "
+         .help = "training: on WEIGHTS_READY {version, path} tell every policy server "
                  "to load it (vLLM or SGLang LoRA hot swap, or SGLang's update_weights_from_disk) "
                  "and publish the version only once all confirmed; a server that refuses stops "
                  "the run"},
         {.name = "policy-servers", .kind = CFG_STRING, .dst = &o.policy_servers,
-         .metavar = "URL,...", .help = "training: the inference servers --weights-sync loads"},
+         .metavar = "URL,...",
+         .help = "training: the inference servers --weights-sync loads (default: those in Redis "
+                 "when a WEIGHTS_READY arrives, hashes selroll:<run>:policy:<id> with an url "
+                 "field)"},
         {.name = "keep-versions", .kind = CFG_INT, .dst = &o.keep_versions, .def = "2", .min = 0,
          .max = 1000, .metavar = "N",
          .help = "training: LoRA modes unload the adapter of version v-N once v is loaded (0 = "
@@ -326,9 +329,7 @@ int coordinator_main(int argc, char **argv)
             tc.wsync.servers = servers;
             tc.wsync.n_servers = n;
             const char *why = NULL;
-            if (n == 0)
-                why = "--weights-sync needs --policy-servers URL,...";
-            else if (tc.wsync.mode != WSYNC_SGLANG_DISK && !strstr(o.lora_name, "{version}"))
+            if (tc.wsync.mode != WSYNC_SGLANG_DISK && !strstr(o.lora_name, "{version}"))
                 why = "--lora-name has no {version}";
             for (size_t i = 0; !why && i < n; i++)
                 if (strncmp(servers[i], "http://", 7) && strncmp(servers[i], "https://", 8))

@@ -467,8 +467,10 @@ static int s_start_coordinator(s_run_t *r, bool resume)
                                                 "sglang-disk"};
             s_arg(&a, "--weights-sync");
             s_arg(&a, modes[o.weights_sync]);
-            s_arg(&a, "--policy-servers");
-            s_arg(&a, o.policy_servers ? o.policy_servers : "");
+            if (o.policy_servers && *o.policy_servers) {
+                s_arg(&a, "--policy-servers");
+                s_arg(&a, o.policy_servers);
+            }
             s_arg(&a, "--keep-versions");
             s_argf(&a, "%d", o.keep_versions);
         }
@@ -769,7 +771,9 @@ int run_main(int argc, char **argv)
                  "(each WEIGHTS_READY's path loaded on every --policy-servers server before the "
                  "version is published)"},
         {.name = "policy-servers", .kind = CFG_STRING, .dst = &o.policy_servers,
-         .metavar = "URL,...", .help = "training: the inference servers --weights-sync loads"},
+         .metavar = "URL,...",
+         .help = "training: the inference servers --weights-sync loads (default: the Redis "
+                 "registry's, hashes selroll:<run>:policy:<id> with an url field)"},
         {.name = "keep-versions", .kind = CFG_INT, .dst = &o.keep_versions, .def = "2", .min = 0,
          .max = 1000, .metavar = "N",
          .help = "training: --weights-sync LoRA modes unload version v-N once v is loaded"},
@@ -927,9 +931,9 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
-    if (o.weights_sync != 0 && (!r.train || !r.trainer_push[0] || !o.policy_servers)) {
+    if (o.weights_sync != 0 && (!r.train || !r.trainer_push[0])) {
         fprintf(stderr, "selroll run: --weights-sync needs training with an external --trainer "
-                        "PULL,ACK (its WEIGHTS_READY carries the path) and --policy-servers\n");
+                        "PULL,ACK (its WEIGHTS_READY carries the path)\n");
         code = 2;
         goto cleanup;
     }

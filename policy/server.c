@@ -88,6 +88,7 @@ typedef struct {
     size_t resp_len;
     const char *ctype;
     int completion_tokens;
+    int cost_tokens; /* what the cost model decodes: the word count, whether ids were asked for */
     uint64_t engine_id;
     int64_t t0_ns;
     bool completion; /* a POST /v1/chat/completions: counted in the metrics */
@@ -505,6 +506,7 @@ typedef struct {
     bool stream, include_usage;
     char *user; /* the last user message text (owned) */
     int prompt_tokens;
+    int cost_prompt_tokens; /* the word count the cost model prefills (ids or not) */
     bool token_ids;  /* return_token_ids: ids beside the text, usage counts the ids */
     bool prompt_ids; /* and prompt_token_ids too (return_prompt_token_ids, default true) */
     s_buf_t prompt;  /* with token_ids: the rendered prompt the ids are of (owned) */
@@ -599,8 +601,13 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
             return SR_EINVAL;
         }
         rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
-        if (rq->token_ids)
-            s_buf_printf(&rq->prompt, "<|%s|>\n%s\n", role->valuestring, text);
+        if (rq->token_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
+            s_buf_add(&rq->prompt, "<|", 2);
+            s_buf_add(&rq->prompt, role->valuestring, strlen(role->valuestring));
+            s_buf_add(&rq->prompt, "|>\n", 3);
+            s_buf_add(&rq->prompt, text, strlen(text));
+            s_buf_add(&rq->prompt, "\n", 1);
+        }
         if (strcmp(role->valuestring, "user") == 0) {
             free(rq->user);
             rq->user = text;
@@ -610,9 +617,10 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
         idx++;
     }
     rq->prompt_tokens += 2; /* the assistant's turn header */
+    rq->cost_prompt_tokens = rq->prompt_tokens;
     if (rq->token_ids) {
-        s_buf_printf(&rq->prompt, "<|assistant|>\n");
-        rq->prompt_tokens = (int)ptok_count(rq->prompt.p);
+        s_buf_add(&rq->prompt, "<|assistant|>\n", 14);
+        rq->prompt_tokens = (int)ptok_encode(rq->prompt.p, rq->prompt.len, NULL, 0);
     }
     if (!rq->user) {
         s_error(c, 400, "'messages' holds no user message");
@@ -992,7 +1000,7 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         n_ids = ptok_encode(content.p, content.len, NULL, 0);
         ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
         ptok_encode(content.p, content.len, ids, n_ids);
-        n_pids = ptok_count(rq->prompt.p);
+        n_pids = (size_t)rq->prompt_tokens; /* the prompt's id count, from the parse */
         if (rq->prompt_ids) {
             pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
             ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
@@ -1004,6 +1012,7 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         completion = (int)n_ids;
     }
     c->completion_tokens = completion;
+    c->cost_tokens = policy_tokens(content.p);
     s_add64(&s->tokens_prompt, (uint64_t)rq->prompt_tokens);
 
     char id[40];
@@ -1368,7 +1377,7 @@ static enum MHD_Result s_hold(struct policy_server *s, struct MHD_Connection *co
     uint64_t id = 0;
     if (s->loop) /* the request arrives now, not at the engine's last event */
         engine_advance(s->engine, engine_wall_now(s->engine));
-    int rc = engine_submit(s->engine, prompt_tokens, c->completion_tokens, s_engine_done, c, &id);
+    int rc = engine_submit(s->engine, prompt_tokens, c->cost_tokens, s_engine_done, c, &id);
 
     pthread_mutex_lock(&s->mu);
     if (rc != SR_OK) {
@@ -1605,7 +1614,7 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
             s_model_put(s, mr);
         }
     }
-    int prompt_tokens = rq.prompt_tokens;
+    int prompt_tokens = rq.cost_prompt_tokens;
     free(rq.user);
     free(rq.prompt.p);
     cJSON_Delete(root);

@@ -6,7 +6,9 @@
 # flagged with tokens_mismatch; with tokens off nothing is asked for. The built-in policy server
 # with --tokens full: the ids decode (docs/policy.md's vocabulary, decoded here in Python) to the
 # step's text and to the prompt, the logprobs sum to the step's logprob, and a training run of 3
-# iterations passes the built-in trainer's id check.
+# iterations passes the built-in trainer's id check. The stub serving a training run on copy games
+# (tests/py_env_worker.py, for a reward spread): the BATCH an external trainer (a Python PULL/PUSH
+# here) receives carries, step by step, exactly the ids and logprobs the stub sent.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -235,5 +237,61 @@ PYEOF
   fi
 else
   bad "train3: selroll run exit $?: $(tail -3 "$T/train3.err")"
+fi
+
+# --- the stub's ids all the way into a BATCH: an external trainer records what it received --------
+# Copy games (tests/py_env_worker.py) give the groups a reward spread: the stub says one of the
+# words at random, right or wrong.
+stub trainstub --flavor vllm
+gport=$(free_port)
+"$PY" tests/py_env_worker.py "tcp://127.0.0.1:$gport" "$T/trainstub.resets.jsonl" 2>"$T/trainstub.envw.err" &
+pids+=($!)
+wait_port "$gport" || { bad "trainstub: the Python env worker did not start"; exit 1; }
+for w in amber birch cedar delta ember; do
+  printf '{"id": "copy-%s", "type": "copy", "env": "games", "word": "%s", "choices": ["%s", "other"]}\n' "$w" "$w" "$w"
+done >"$T/copy.jsonl"
+p1=$(free_port); p2=$(free_port)
+"$PY" - "tcp://127.0.0.1:$p1" "tcp://127.0.0.1:$p2" "$T/trainstub.batches.jsonl" >"$T/trainstub.trainer" 2>&1 <<'PYEOF' &
+import json, struct, sys, msgpack, zmq
+ctx = zmq.Context()
+pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+pull.bind(sys.argv[1]); push.connect(sys.argv[2])
+out = open(sys.argv[3], "a")
+def ints(b): return list(struct.unpack("<%di" % (len(b) // 4), b)) if isinstance(b, bytes) else b
+def floats(b): return list(struct.unpack("<%df" % (len(b) // 4), b)) if isinstance(b, bytes) else b
+while True:
+    b = msgpack.unpackb(pull.recv(), raw=False)
+    if b.get("t") != "BATCH":
+        continue
+    for g in b["groups"]:
+        for t, adv in zip(g["trajectories"], g["advantages"]):
+            steps = []
+            for st in t["steps"]:
+                steps.append({"reasoning": st.get("reasoning"), "advantage": adv,
+                              "logprob": st.get("logprob"),
+                              "completion_tokens": st.get("completion_tokens"),
+                              "tokens_mismatch": st.get("tokens_mismatch", False),
+                              "token_ids": ints(st.get("token_ids", b"")),
+                              "token_logprobs": floats(st.get("token_logprobs", b""))})
+            out.write(json.dumps({"steps": steps}) + "\n")
+    out.flush()
+    push.send(msgpack.packb({"t": "WEIGHTS_READY", "v": 1, "run": b["run"], "iteration": b["iteration"],
+                             "ok": True, "version": int(b["policy_version"]) + 1, "loss": 0.0,
+                             "info": "recorded"}, use_bin_type=True))
+PYEOF
+pids+=($!)
+OUT="$T/trainstub"
+if timeout 90 "$S" run --run trainstub --out "$OUT" --iters 1 --batch-groups 1 --group-size 4 \
+    --max-steps 3 --eval-tasks 0 --tasks 5 --tasks-file "train=$T/copy.jsonl" \
+    --env-endpoints "games=tcp://127.0.0.1:$gport" --actors 1 --slots 4 --no-gate --http off \
+    --grace-ms 1000 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" \
+    --actor-args "--policy http://127.0.0.1:$SP --model Qwen/Qwen3-8B --tokens completion" \
+    >"$T/trainstub.out" 2>"$T/trainstub.err"; then
+  out=$(check trainstub "$T/trainstub.batches.jsonl" "$EXACT
+need(any(s['advantage'] != 0 for s in steps), 'no trajectory with a non-zero advantage')
+print('ok   stub -> BATCH: %d steps of the BATCH an external trainer received carry exactly the ids and logprobs the stub sent' % len(steps))")
+  echo "$out"; [[ $out == ok* ]] || fail=1
+else
+  bad "trainstub: selroll run exit $?: $(tail -3 "$T/trainstub.err") $(tail -2 "$T/trainstub.trainer")"
 fi
 exit $fail

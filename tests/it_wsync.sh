@@ -4,7 +4,9 @@
 # WEIGHTS_READY {version, path}, both servers are told to load lora-v<N> from that path and
 # POLICY_VERSION is published only after both confirmed; with --keep-versions 1 the previous
 # adapter is unloaded; SGLang's update_weights_from_disk takes the path; a server that refuses
-# stops the run with exit 1 and one line naming it.
+# stops the run with exit 1 and one line naming it; without --policy-servers the servers are the
+# Redis registry's (selroll:<run>:policy:<id> hashes with an url field), and with none there the
+# first WEIGHTS_READY stops the run.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -108,9 +110,42 @@ else
   bad "refusing server: rc=$RC line='$line' $(tail -2 "$T/wsr.err")"
 fi
 
-# --- the flags are checked -----------------------------------------------------------------------
-out=$("$S" coordinator --redis redis://127.0.0.1:1 --run x --train --trainer-push tcp://127.0.0.1:1 --trainer-pull tcp://127.0.0.1:2 \
-  --weights-sync vllm-lora 2>&1); rc=$?
-[ $rc -eq 2 ] && grep -q "needs --policy-servers" <<<"$out" && ok "flags: --weights-sync without servers: $out" ||
-  bad "flags: rc=$rc $out"
+# --- servers from the Redis registry: no --policy-servers, two hashes selroll:<run>:policy:<id> ----
+it_redis_start
+stub e --flavor vllm; E=$SP; ELOG=$SLOG
+stub f --flavor vllm --load-delay-ms 300; F=$SP; FLOG=$SLOG
+$R HSET selroll:wsq:policy:e url "http://127.0.0.1:$E" >/dev/null
+$R PEXPIRE selroll:wsq:policy:e 120000 >/dev/null
+$R HSET selroll:wsq:policy:f url "http://127.0.0.1:$F" model lora >/dev/null
+$R PEXPIRE selroll:wsq:policy:f 120000 >/dev/null
+train wsq 1 "--redis $RURL --weights-sync vllm-lora" run
+out=$("$PY" - "$ELOG" "$FLOG" "$OUT/logs/coordinator.log" <<'PYEOF'
+import json, re, sys, datetime
+coord = open(sys.argv[3]).read().splitlines()
+def when(pat):
+    for l in coord:
+        if re.search(pat, l):
+            return datetime.datetime.strptime(l[:23], "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    print("FAIL registry: no log line %r" % pat); sys.exit(1)
+ready = when("trainer ready with version 1")
+when("2 policy server\\(s\\) from Redis")
+for f in sys.argv[1:3]:
+    loads = [q for q in map(json.loads, open(f)) if q.get("admin") == "/v1/load_lora_adapter"]
+    if [q["body"] for q in loads] != [{"lora_name": "selroll-policy-v1", "lora_path": "/ckpt/wsq/v1"}]:
+        print("FAIL registry: %s loads %s" % (f, [q["body"] for q in loads])); sys.exit(1)
+    if ready < loads[0]["t1"] - 0.05:
+        print("FAIL registry: version 1 published %.3f s before %s confirmed" % (loads[0]["t1"] - ready, f)); sys.exit(1)
+print("ok   registry: no --policy-servers, both servers of selroll:wsq:policy:* loaded selroll-policy-v1 before version 1 was published")
+PYEOF
+)
+if [ $RC -eq 0 ] && [[ $out == ok* ]]; then echo "$out"; else bad "registry: rc=$RC $out $(tail -2 "$T/wsq.err")"; fi
+
+# --- neither --policy-servers nor a registered server: the first WEIGHTS_READY stops the run --------
+train wsn 1 "--redis $RURL --weights-sync vllm-lora" run
+line=$(grep -h "no --policy-servers and no policy server in Redis" "$T/wsn.err" "$OUT/logs/coordinator.log" 2>/dev/null | head -1)
+if [ $RC -eq 1 ] && [ -n "$line" ] && ! grep -q "trainer ready with version 1" "$OUT/logs/coordinator.log"; then
+  ok "no server anywhere: exit 1, version 1 never published: ${line#*ERROR }"
+else
+  bad "no server anywhere: rc=$RC line='$line' $(tail -2 "$T/wsn.err")"
+fi
 exit $fail

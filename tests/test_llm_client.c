@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1456,6 +1457,25 @@ static void token_ids_are_parsed_from_each_servers_shape(void **state)
         assert_int_equal(r.n_token_logprobs, 2);
         assert_true(r.token_logprobs[0] == -0.5f && r.token_logprobs[1] == -0.25f);
         assert_true(r.has_logprob && r.logprob_sum == -0.75);
+        llm_parsed_free(&st);
+    }
+    /* the scanner of logprobs.content: nested top_logprobs, escaped strings, a "logprobs" inside
+     * the content text and a key order with logprobs before message */
+    const char *nested =
+        "{\"choices\":[{\"index\":0,\"logprobs\":{\"content\":[{\"token\":\"a\\\"}\",\"bytes\":[97],"
+        "\"logprob\":-1.5e-1,\"top_logprobs\":[{\"token\":\"b\",\"logprob\":-9}]},"
+        "{\"top_logprobs\":[],\"logprob\":-0.25,\"token\":\"]\"}]},\"message\":{\"content\":"
+        "\"\\\"logprobs\\\":{\"},\"token_ids\":[4,5]}]}";
+    {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(nested, strlen(nested), &r, &st), 0);
+        assert_string_equal(r.content, "\"logprobs\":{");
+        assert_int_equal(r.n_token_ids, 2);
+        assert_int_equal(r.token_ids[1], 5);
+        assert_int_equal(r.n_token_logprobs, 2);
+        assert_true(r.token_logprobs[0] == -0.15f && r.token_logprobs[1] == -0.25f);
+        assert_true(r.has_logprob && fabs(r.logprob_sum + 0.4) < 1e-12);
         llm_parsed_free(&st);
     }
     /* no ids: none; plain token strings are no ids; a bad id keeps none */
