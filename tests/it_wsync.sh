@@ -111,14 +111,14 @@ else
 fi
 
 # --- servers from the Redis registry: no --policy-servers, two hashes selroll:<run>:policy:<id> ----
-it_redis_start
+# (the run's Redis is the one train() gives every run, started above)
 stub e --flavor vllm; E=$SP; ELOG=$SLOG
 stub f --flavor vllm --load-delay-ms 300; F=$SP; FLOG=$SLOG
 $R HSET selroll:wsq:policy:e url "http://127.0.0.1:$E" >/dev/null
 $R PEXPIRE selroll:wsq:policy:e 120000 >/dev/null
 $R HSET selroll:wsq:policy:f url "http://127.0.0.1:$F" model lora >/dev/null
 $R PEXPIRE selroll:wsq:policy:f 120000 >/dev/null
-train wsq 1 "--redis $RURL --weights-sync vllm-lora" run
+train wsq 1 "--weights-sync vllm-lora" run
 out=$("$PY" - "$ELOG" "$FLOG" "$OUT/logs/coordinator.log" <<'PYEOF'
 import json, re, sys, datetime
 coord = open(sys.argv[3]).read().splitlines()
@@ -141,7 +141,7 @@ PYEOF
 if [ $RC -eq 0 ] && [[ $out == ok* ]]; then echo "$out"; else bad "registry: rc=$RC $out $(tail -2 "$T/wsq.err")"; fi
 
 # --- neither --policy-servers nor a registered server: the first WEIGHTS_READY stops the run --------
-train wsn 1 "--redis $RURL --weights-sync vllm-lora" run
+train wsn 1 "--weights-sync vllm-lora" run
 line=$(grep -h "no --policy-servers and no policy server in Redis" "$T/wsn.err" "$OUT/logs/coordinator.log" 2>/dev/null | head -1)
 if [ $RC -eq 1 ] && [ -n "$line" ] && ! grep -q "trainer ready with version 1" "$OUT/logs/coordinator.log"; then
   ok "no server anywhere: exit 1, version 1 never published: ${line#*ERROR }"
