@@ -434,7 +434,7 @@ static const char *s_key_val(const char *p, const char *e, const char *key)
             return NULL;
         p = s_ws(p + 1, e);
         if (match)
-            return p;
+            return p < e ? p : NULL; /* a key with nothing after its colon has no value */
         if (!(p = s_val_end(p, e, 0)))
             return NULL;
         p = s_ws(p, e);

@@ -7,6 +7,7 @@
 #include "common/llm_client.h"
 #include "common/sr.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* fuzz_llm_response, UndefinedBehaviorSanitizer: a usage count of 3e118 was converted to long
@@ -35,10 +36,29 @@ static void llm_huge_token_counts_read_as_unknown(void **state)
     }
 }
 
+/* fuzz_llm_response, AddressSanitizer: a body that ends right after `"logprobs":` made the
+ * logprobs scanner read one byte past the body. A key with nothing after its colon has no value. */
+static void llm_body_ending_after_a_key_is_not_read_past(void **state)
+{
+    (void)state;
+    static const char body[] = "{\"choices\": [\n{ \"message\": { \"too\": []\n      },\n"
+                               "      \"logprobs\":";
+    size_t len = sizeof body - 1;
+    char *exact = sr_xmalloc(len); /* no terminator after it: valgrind and ASan see a read past */
+    memcpy(exact, body, len);
+    llm_response_t r;
+    llm_parsed_t *store = NULL;
+    memset(&r, 0, sizeof r);
+    assert_int_not_equal(llm_parse_chat_response(exact, len, &r, &store), SR_OK);
+    llm_parsed_free(&store);
+    free(exact);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llm_huge_token_counts_read_as_unknown),
+        cmocka_unit_test(llm_body_ending_after_a_key_is_not_read_past),
     };
     return harness_run_("fuzz_regress", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
