@@ -17,13 +17,18 @@ TEST_LIBS   := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 # SANITIZE=address,undefined (or any -fsanitize= list) builds into build-san/ and
 # build-san/selroll, so the plain build and bin/selroll stay as they are; UBSan errors abort.
+# SANITIZE=undefined alone (what `make test-ubsan` uses) builds into build-ubsan/.
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -DSELROLL_SANITIZE
 LDFLAGS += -fsanitize=$(SANITIZE)
 ifneq ($(findstring undefined,$(SANITIZE)),)
 CFLAGS  += -fno-sanitize-recover=undefined
 endif
+ifeq ($(SANITIZE),undefined)
+B   := build-ubsan
+else
 B   := build-san
+endif
 BIN := $(B)/selroll
 else
 B   := build
@@ -38,7 +43,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
-.PHONY: all deps deps-test test test-unit test-valgrind test-integration run bench clean install format
+.PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
 all: $(BIN) $(TEST_BINS)
@@ -83,6 +88,12 @@ test-unit: all
 test-valgrind: all
 	@SELROLL_VALGRIND=1 bash tests/run_unit.sh $(TEST_BINS)
 
+# The same unit tests built with UndefinedBehaviorSanitizer (build-ubsan/): any report fails the
+# test (-fno-sanitize-recover=undefined). The ASan + UBSan build is `make SANITIZE=address,undefined
+# test-unit` (slower; not part of `make test`).
+test-ubsan:
+	@$(MAKE) --no-print-directory -j$$(nproc) SANITIZE=undefined test-unit
+
 # Integration tests: real processes, real sockets, a private redis-server each.
 test-integration: all
 	@bash tests/run_integration.sh
@@ -91,6 +102,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory test-valgrind
+	@$(MAKE) --no-print-directory test-ubsan
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory test-integration
 
@@ -141,6 +153,6 @@ format:
 	clang-format -i $(LIB_SRCS) $(wildcard common/*.h coordinator/*.h actor/*.h env_worker/*.h policy/*.h bench/*.h tests/*.c tests/*.h) selroll.c
 
 clean:
-	rm -rf build build-san bin
+	rm -rf build build-san build-ubsan bin
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
