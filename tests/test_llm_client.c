@@ -1045,7 +1045,11 @@ static void abort_closes_the_connection_and_no_callback_follows(void **state)
     seen_t seen = {0};
     llm_request_t *req = llm_client_chat(c, &chat, s_done, &seen);
     assert_non_null(req);
-    rx_run(&rx, NULL, 150); /* the server is now generating */
+    /* the server is now generating (a loaded or sanitized build may take a while to get there) */
+    int64_t up = harness_now_ms() + 3000;
+    while (s_srv_get(&srv, &srv.hits) == 0 && harness_now_ms() < up)
+        rx_run(&rx, NULL, 10);
+    rx_run(&rx, NULL, 20);
     assert_int_equal(s_srv_get(&srv, &srv.hits), 1);
     assert_int_equal(s_srv_get(&srv, &srv.slow_disconnects), 0);
     llm_request_abort(req);
@@ -1090,7 +1094,15 @@ static void abort_during_backoff_drops_the_retry(void **state)
     int64_t end = harness_now_ms() + 2000;
     while (s_srv_get(&srv, &srv.hits) < 1 && harness_now_ms() < end)
         rx_run(&rx, NULL, 5);
-    rx_run(&rx, NULL, 30); /* the 503 arrived; the retry waits >= 200 ms */
+    /* the 503 arrived when it is counted; the retry waits >= 200 ms after it */
+    llm_client_stats_t st;
+    llm_client_stats(c, &st);
+    while (st.throttled == 0 && harness_now_ms() < end) {
+        rx_run(&rx, NULL, 1);
+        llm_client_stats(c, &st);
+    }
+    assert_int_equal(st.throttled, 1);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 1);
     assert_int_equal(llm_client_pending(c), 1);
     assert_true(rx.timer_due >= 0);
     llm_request_abort(req);
