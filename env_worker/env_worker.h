@@ -15,9 +15,10 @@
  *
  * With a step latency the replies wait on a timer (the reactor is never blocked), which models a
  * slow environment. With a Redis URL the worker registers itself (registry kind "envw", with its
- * env-worker kind, "household" by default, in the field "kind") while envw_run runs: a small
- * registry thread with its own connection refreshes the entry and its TTL, reading the load from an
- * atomic counter, and deletes the entry when the loop ends.
+ * env-worker kind, "household" by default, in the field "kind") while envw_run runs: a timer on
+ * the loop submits the entry (its load, its TTL) to the process's store queue (common/storeq.h) once
+ * per heartbeat, so a slow or stopped Redis delays the registry, never a RESET or a STEP, and the
+ * entry is deleted when the loop ends.
  *
  * The server is a library object so that tests and the benchmark can run it in-process (envw_run
  * in a thread of their own, envw_stop from any thread); `selroll env-worker` is a thin command
