@@ -33,13 +33,16 @@ typedef enum {
 
 typedef struct s_job {
     struct gate_svc *svc;
+    struct s_job *next; /* in the retry list while it waits for its timer */
     s_job_kind_t kind;
+    int phase;          /* DECISION: 0 the transition, 1 the annotation */
+    int attempts;       /* submissions that failed for want of Redis */
+    int64_t first_ms;   /* monotonic time of the first submission */
     gate_decision_t d; /* DECISION; d.group and d.task for the others */
     int64_t wall_ms;   /* wall time of the decision */
     int64_t recv_us;   /* monotonic time the deciding ACTION was received */
     bool publish;      /* set on the store thread: the cancel transition succeeded */
     bool too_late;     /* set on the store thread: the group finished first */
-    int trans_rc;      /* set on the store thread: the transition's result */
     char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
     gate_history_t hist; /* HISTORY: set on the store thread */
     bool hist_ok;
@@ -72,10 +75,12 @@ struct gate_svc {
     int run_rc;
 
     storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
+    s_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
+    bool stopping;  /* gate_svc_destroy: no more retries */
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
-        *m_too_late, *m_redis_err, *m_welcomes;
+        *m_too_late, *m_redis_err, *m_welcomes, *m_retries;
     metrics_histogram_t *m_latency;
     metrics_gauge_t *m_audit_precision;
     metrics_counter_t *m_records, *m_outcomes;
@@ -114,6 +119,13 @@ static int s_transition(store_t *st, s_job_t *j)
     if (!d->cancel)
         return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
     int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
+    if (rc == SR_ECONFLICT && j->attempts > 0) {
+        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
+        store_group_t g;
+        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
+            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
+            rc = SR_OK;
+    }
     if (rc == SR_OK) {
         j->publish = true;
     } else if (rc == SR_ECONFLICT) {
@@ -230,41 +242,91 @@ static void s_job_free(s_job_t *j)
 }
 
 static void s_publish_cancel(gate_svc_t *s, const s_job_t *j);
+static void s_submit(gate_svc_t *s, s_job_t *j);
+
+/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
+ * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
+ * stalled Redis delays the gate's records, it does not lose them. */
+#define S_RETRY_MIN_MS 100
+#define S_RETRY_MAX_MS 2000
+#define S_RETRY_FOR_MS 120000
+
+static void s_on_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    for (s_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    }
+    j->next = NULL;
+    s_submit(s, j);
+}
+
+/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
+ * time left. Returns true when it did (the caller no longer owns j). */
+static bool s_retry_later(gate_svc_t *s, s_job_t *j, int rc)
+{
+    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
+        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
+        return false;
+    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
+    j->attempts++;
+    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
+        0)
+        return false;
+    j->next = s->retry;
+    s->retry = j;
+    metrics_counter_inc(s->m_retries);
+    return true;
+}
 
 static int s_work_transition(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_job_t *j = arg;
-    j->trans_rc = s_transition(st, j);
-    return j->trans_rc;
+    return s_transition(st, j);
 }
 
-/* s_done_transition publishes the CANCEL whose transition succeeded. The job stays alive: the
- * annotation request that follows it owns it (and reads it meanwhile on the store thread, which
- * is why nothing here writes to it). */
+/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
+ * fields; a transition that found no Redis is tried again later. */
 static void s_done_transition(int rc, const char *err, void *arg)
 {
-    (void)rc;
-    (void)err;
     s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    if (rc != SR_OK) {
+        if (!s_retry_later(s, j, rc)) {
+            s_record_failed(s, &j->d, rc, err);
+            s_job_free(j);
+        }
+        return;
+    }
     if (j->too_late)
-        metrics_counter_inc(j->svc->m_too_late);
+        metrics_counter_inc(s->m_too_late);
     if (j->publish)
-        s_publish_cancel(j->svc, j);
+        s_publish_cancel(s, j);
+    j->phase = 1;
+    j->attempts = 0;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
 }
 
 static int s_work_annotate(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_job_t *j = arg;
-    if (j->trans_rc != SR_OK)
-        return j->trans_rc;
     return st ? s_annotate(st, j->svc, &j->d, j->wall_ms) : SR_EREDIS;
 }
 
 static void s_done_annotate(int rc, const char *err, void *arg)
 {
     s_job_t *j = arg;
+    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
+        return;
     if (rc == SR_OK)
         metrics_counter_inc(j->svc->m_recorded);
     else
@@ -289,6 +351,10 @@ static void s_done_other(int rc, const char *err, void *arg)
 {
     s_job_t *j = arg;
     gate_svc_t *s = j->svc;
+    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
+     * RPUSH) and a history read is only useful now: neither is. */
+    if (rc != SR_OK && j->kind == S_JOB_RULES && s_retry_later(s, j, rc))
+        return;
     if (j->kind == S_JOB_HISTORY) {
         if (rc == SR_OK && j->hist_ok && s->gate)
             gate_set_history(s->gate, j->d.group, &j->hist);
@@ -327,22 +393,25 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
     return SR_OK;
 }
 
-/* s_queue submits job j to the store thread: a decision as its transition and its annotation,
- * anything else as one request. The store queue owns j from then on. */
+/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
+ * its annotation; anything else as one request. The store queue owns j from then on. */
+static void s_submit(gate_svc_t *s, s_job_t *j)
+{
+    int rc;
+    if (j->kind == S_JOB_DECISION)
+        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
+                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
+    else
+        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
+    if (rc != SR_OK)
+        s_job_free(j);
+}
+
 static void s_queue(gate_svc_t *s, s_job_t *j)
 {
     j->svc = s;
-    if (j->kind == S_JOB_DECISION) {
-        if (storeq_submit(s->sq, s_work_transition, s_done_transition, j) != SR_OK) {
-            s_job_free(j);
-            return;
-        }
-        /* Cannot fail after the first one succeeded (the queue closes only in destroy). */
-        storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
-        return;
-    }
-    if (storeq_submit(s->sq, s_work_other, s_done_other, j) != SR_OK)
-        s_job_free(j);
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
 }
 
 /* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
@@ -767,6 +836,9 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                     NULL);
     s->m_redis_err = metrics_counter(s->metrics, "selroll_gate_redis_errors_total",
                                      "Decisions that could not be recorded.", NULL);
+    s->m_retries = metrics_counter(s->metrics, "selroll_gate_redis_retries_total",
+                                   "Records submitted again after Redis could not be reached.",
+                                   NULL);
     s->m_welcomes = metrics_counter(s->metrics, "selroll_gate_welcomes_total",
                                     "WELCOMEs received from the coordinator.", NULL);
     s->m_audit_precision = metrics_gauge(
@@ -960,12 +1032,22 @@ void gate_svc_destroy(gate_svc_t **self_p)
     if (!self_p || !*self_p)
         return;
     gate_svc_t *s = *self_p;
+    s->stopping = true;
     /* The decisions still queued are recorded (and their CANCELs published) before the bus
      * sockets close, as long as Redis answers within a few of its timeouts. */
     if (s->sq && storeq_flush(s->sq, 2 * s->cfg.redis_timeout_ms + 1000) != SR_OK)
         log_warn("gate: %zu Redis writes still queued at exit are dropped",
                  storeq_pending(s->sq));
     storeq_destroy(&s->sq);
+    size_t dropped = 0;
+    while (s->retry) {
+        s_job_t *j = s->retry;
+        s->retry = j->next;
+        s_job_free(j);
+        dropped++;
+    }
+    if (dropped)
+        log_warn("gate: %zu records waiting for Redis are dropped at exit", dropped);
     if (s->reactor) {
         if (s->sub)
             reactor_remove_zsock(s->reactor, transport_sock_zmq(s->sub));
