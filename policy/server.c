@@ -424,6 +424,17 @@ int policy_server_set_version(policy_server_t *s, uint32_t version)
     return rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
 }
 
+int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,
+                         void *arg)
+{
+    if (!s)
+        return SR_EINVAL;
+    pthread_mutex_lock(&s->mu);
+    bool closed = s->stopping || !s->sq;
+    pthread_mutex_unlock(&s->mu);
+    return closed ? SR_ECLOSED : storeq_submit(s->sq, work, done, arg);
+}
+
 uint32_t policy_server_version(const policy_server_t *s)
 {
     pthread_mutex_lock((pthread_mutex_t *)&s->mu);
@@ -1576,7 +1587,7 @@ static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, s_
                         uint32_t version)
 {
     pthread_mutex_lock(&s->mu);
-    if (s->ld_n >= S_MAX_LOADS || s->stopping || !s->sq) {
+    if (s->ld_n >= S_MAX_LOADS || s->stopping || !s->sq || !s->o.source) {
         pthread_mutex_unlock(&s->mu);
         return SR_EFULL;
     }
@@ -1797,10 +1808,11 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         why = "cannot create the watcher's epoll set";
         goto fail;
     }
-    if (o->source) {
-        /* No Redis of its own: the weights source keeps its connection, used there only. */
+    if (o->source || o->redis_url) {
+        /* The weights source keeps its own connection, used on this thread only; redis_url is
+         * the thread's connection for policy_server_submit. */
         char qerr[STOREQ_ERR_MAX];
-        s->sq = storeq_new_fd(NULL, NULL, 0, qerr, sizeof qerr);
+        s->sq = storeq_new_fd(o->redis_url, o->run ? o->run : "default", 1000, qerr, sizeof qerr);
         struct epoll_event qev = {.events = EPOLLIN, .data.u64 = S_KEY_STOREQ};
         if (!s->sq || epoll_ctl(s->epfd, EPOLL_CTL_ADD, storeq_fd(s->sq), &qev) != 0) {
             why = "cannot start the weights loader";
