@@ -345,10 +345,6 @@ static void s_model_insert_locked(struct policy_server *s, uint32_t version, mod
     *out = r;
 }
 
-/* s_model_acquire returns a referenced model for version, fetching and decoding it when it is
- * not cached: without the mutex, so that requests for cached versions and /health never wait
- * for the weights source. A version the source lacks, or holds malformed, is remembered for
- * S_NEG_TTL_MS. Blocks on the source: call it from a control thread only (policy_server_set_version). */
 /* s_model_fetch fetches and decodes version from the source, without the mutex: a new model in
  * *out, or SR_ENOTFOUND, SR_EPROTO (malformed) or the source's error. */
 static int s_model_fetch(struct policy_server *s, uint32_t version, model_t **out)
@@ -387,6 +383,11 @@ static void s_model_settle_locked(struct policy_server *s, uint32_t version, int
     }
 }
 
+/* s_model_acquire returns a referenced model for version, fetching and decoding it when it is
+ * not cached: without the mutex, so that requests for cached versions and /health never wait
+ * for the weights source. A version the source lacks, or holds malformed, is remembered for
+ * S_NEG_TTL_MS. Blocks on the source: the store thread calls it (a request's load, a version
+ * switch), and a caller without a source (the cache only). */
 static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t **out)
 {
     pthread_mutex_lock(&s->mu);
@@ -409,12 +410,58 @@ static void s_model_put(struct policy_server *s, s_mref_t *r)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A version switch: its load runs on the store thread like a request's (the weights source's
+ * connection is used by that thread only), and the caller waits for it. */
+typedef struct {
+    struct policy_server *s;
+    uint32_t version;
+    s_mref_t *mr;
+    int rc;
+    bool done;
+    pthread_cond_t cv; /* with s->mu */
+} s_setv_t;
+
+static int s_setv_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    (void)err;
+    s_setv_t *w = arg;
+    return s_model_acquire(w->s, w->version, &w->mr);
+}
+
+static void s_setv_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    s_setv_t *w = arg;
+    pthread_mutex_lock(&w->s->mu);
+    w->rc = rc;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 int policy_server_set_version(policy_server_t *s, uint32_t version)
 {
     if (!s)
         return SR_EINVAL;
     s_mref_t *r = NULL;
-    int rc = s_model_acquire(s, version, &r);
+    int rc;
+    if (!s->o.source || !s->sq) {
+        rc = s_model_acquire(s, version, &r); /* no source: the cache only, nothing to wait for */
+    } else {
+        s_setv_t w = {.s = s, .version = version};
+        pthread_cond_init(&w.cv, NULL);
+        rc = storeq_submit(s->sq, s_setv_work, s_setv_done, &w);
+        if (rc == SR_OK) {
+            pthread_mutex_lock(&s->mu);
+            while (!w.done)
+                pthread_cond_wait(&w.cv, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+            rc = w.rc;
+            r = w.mr;
+        }
+        pthread_cond_destroy(&w.cv);
+    }
     if (rc == SR_OK) {
         pthread_mutex_lock(&s->mu);
         s->current = r;

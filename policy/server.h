@@ -61,8 +61,10 @@ int policy_server_port(const policy_server_t *s);
 
 /* policy_server_set_version makes version the one served under the plain model name (this is
  * what a POLICY_VERSION message does). Version 0 is always available; others are fetched from the
- * weights source. Returns 0, SR_ENOTFOUND when the source does not have it, SR_EPROTO for a bad
- * blob, SR_EINVAL without a source. */
+ * weights source, on the server's store thread (the caller waits: call it from a control thread,
+ * never from a done function of policy_server_submit). Returns 0, SR_ENOTFOUND when the source
+ * does not have it, SR_EPROTO for a bad blob, SR_EINVAL without a source, SR_ECLOSED while the
+ * server is being destroyed. */
 int policy_server_set_version(policy_server_t *s, uint32_t version);
 
 /* policy_server_submit queues Redis work on the server's store thread (common/storeq.h; the one
