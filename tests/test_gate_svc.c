@@ -3,7 +3,8 @@
  * published through a transport_proxy, CANCELs received on a SUB socket, decisions read back from
  * Redis; the three modes, a group that finished first, bad bus messages, the HELLO/WELCOME
  * handshake with a ROUTER standing in for the coordinator, keep-two's CANCEL with its kept pair
- * and the per-rule record, and the learned model's examples shared through Redis.
+ * and the per-rule record, the learned model's examples shared through Redis, and a decision made
+ * while Redis is stopped, recorded once it answers.
  */
 #include "tests/harness.h"
 #include "actor/gate_svc.h"
