@@ -255,16 +255,19 @@ int storeq_flush(storeq_t *q, int timeout_ms)
     int64_t ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
     ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
     ts.tv_nsec = ns % 1000000000;
-    pthread_mutex_lock(&q->mu);
     int rc = SR_OK;
-    while (q->ran < q->submitted) {
-        if (pthread_cond_timedwait(&q->ran_cv, &q->mu, &ts) == ETIMEDOUT) {
-            rc = q->ran < q->submitted ? SR_ETIMEDOUT : SR_OK;
-            break;
+    /* Done functions may submit more (a record's second half): wait for those too. */
+    while (rc == SR_OK && storeq_pending(q) > 0) {
+        pthread_mutex_lock(&q->mu);
+        while (q->ran < q->submitted) {
+            if (pthread_cond_timedwait(&q->ran_cv, &q->mu, &ts) == ETIMEDOUT) {
+                rc = q->ran < q->submitted ? SR_ETIMEDOUT : SR_OK;
+                break;
+            }
         }
+        pthread_mutex_unlock(&q->mu);
+        storeq_dispatch(q);
     }
-    pthread_mutex_unlock(&q->mu);
-    storeq_dispatch(q);
     return rc;
 }
 

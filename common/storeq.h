@@ -73,7 +73,7 @@ int storeq_fd(const storeq_t *q);
 size_t storeq_dispatch(storeq_t *q);
 
 /* storeq_flush waits until every request submitted so far has run, or timeout_ms passed, and
- * calls the done functions of those that ran. It blocks: for a shutdown path outside the loop
+ * calls the done functions of those that ran (and so on for requests those submit). It blocks: for a shutdown path outside the loop
  * (a last unregister, the last records), never from a handler or a done function. Returns SR_OK,
  * or SR_ETIMEDOUT with requests still queued (their done functions come later, at the latest
  * from storeq_destroy). */

@@ -345,6 +345,45 @@ static void plain_done(int rc, const char *err, void *arg)
     snprintf(p->err, sizeof p->err, "%s", err);
 }
 
+typedef struct {
+    storeq_t *q;
+    int first, second;
+} chain_t;
+
+static int chain_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    (void)arg;
+    (void)err;
+    return SR_OK;
+}
+
+static void chain_second_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    chain_t *c = arg;
+    c->second = rc == SR_OK ? 1 : -1;
+}
+
+static void chain_first_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    chain_t *c = arg;
+    c->first = rc == SR_OK ? 1 : -1;
+    assert_int_equal(storeq_submit(c->q, chain_work, chain_second_done, c), SR_OK);
+}
+
+static void flush_waits_for_what_done_functions_submit(void **state)
+{
+    fixture_t *f = *state;
+    chain_t c = {.q = f->q};
+    assert_int_equal(storeq_submit(f->q, chain_work, chain_first_done, &c), SR_OK);
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(c.first, 1);
+    assert_int_equal(c.second, 1);
+    assert_int_equal(storeq_pending(f->q), 0);
+}
+
 static void a_queue_without_a_reactor_is_dispatched_by_its_own_loop(void **state)
 {
     fixture_t *f = *state;
@@ -400,6 +439,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(a_result_is_stored_once_under_one_epoch, setup, teardown),
     cmocka_unit_test_setup_teardown(flush_runs_every_request_and_delivers_it_before_returning,
                                     setup, teardown),
+    cmocka_unit_test_setup_teardown(flush_waits_for_what_done_functions_submit, setup, teardown),
     cmocka_unit_test_setup_teardown(a_queue_without_a_reactor_is_dispatched_by_its_own_loop,
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(a_queue_without_redis_runs_its_work_off_the_loop, setup,
