@@ -4,9 +4,10 @@
 # registers, a policy server with its weights in Redis — and a private redis-server, SIGSTOPped for
 # 3 s while tests/py/noblock_roles.py probes every role round after round and publishes converged
 # groups' ACTIONs on the bus:
-#  - during the stall, each probe (the gate's /metrics, the policy server's /health and a chat
-#    completion, the dashboard's /api/state, /health and page, an env worker RESET and STEP) answers
-#    within 50 ms p99, and the gate consumes the bus (its ACTIONs counter moves);
+#  - during the stall the probes (the gate's /metrics, the policy server's /health and a chat
+#    completion, the dashboard's /api/state, /health and page, an env worker RESET and STEP) answer
+#    within 50 ms (p99 of all of them, p95 of each kind, none near the 2 s Redis timeout), and the
+#    gate consumes the bus (its ACTIONs counter moves);
 #  - a request for a policy version that is not cached, sent during the stall, holds up nothing and
 #    is answered once Redis is back;
 #  - after SIGCONT everything catches up: the gate's decisions and cancels are in the group hashes,
@@ -94,17 +95,25 @@ wait "$ppid"
 out=$(cat "$tmp/probe.json")
 [ -n "$out" ] || { bad "the probe printed nothing"; cat "$tmp/probe.err"; exit 1; }
 
-"$PY" - "$out" <<'PYEOF' && ok "stall: every role answered within 50 ms (p99) while Redis was stopped" || bad "stall: latencies or errors: $out"
+"$PY" - "$out" <<'PYEOF' && ok "stall: every role answered within 50 ms (p99 of all probes, p95 of each kind) while Redis was stopped" || bad "stall: latencies or errors (above)"
 import json, sys
 o = json.loads(sys.argv[1])
 bad = []
-for k in ("gate_metrics", "policy_health", "policy_chat", "dash_state", "dash_health", "dash_page",
-          "env_reset", "env_step"):
+kinds = ("gate_metrics", "policy_health", "policy_chat", "dash_state", "dash_health", "dash_page",
+         "env_reset", "env_step")
+pooled = []
+for k in kinds:
     v = o[k]
-    # p99 within 50 ms; the worst single one within 250 ms (a loaded 2-core machine can
-    # deschedule the probe itself), far below the 2 s Redis timeout a blocked loop would add
-    if v["n"] < 10 or v["p99"] >= 50 or v["max"] >= 250 or v["errors"]:
-        bad.append("%s %s" % (k, v))
+    pooled += v["lat"]
+    # each kind: p95 within 50 ms, and the worst one far below the 2 s Redis timeout that a
+    # handler waiting on Redis would add (a loaded 2-core machine can deschedule the probe itself
+    # for a few hundred ms, all kinds at once)
+    if v["n"] < 20 or v["p95"] >= 50 or v["max"] >= 1000 or v["errors"]:
+        bad.append("%s n %d p95 %.1f max %.1f errors %d" % (k, v["n"], v["p95"], v["max"], v["errors"]))
+pooled.sort()
+p99 = pooled[int(len(pooled) * 0.99)] if pooled else 1e9
+if p99 >= 50:
+    bad.append("p99 of all %d probes %.1f ms" % (len(pooled), p99))
 for b in bad:
     print(b)
 sys.exit(1 if bad else 0)
@@ -112,7 +121,7 @@ PYEOF
 echo "$out" | "$PY" -c '
 import json, sys
 o = json.load(sys.stdin)
-print("  " + ", ".join("%s p99 %.1f ms max %.1f ms (%d)" % (k, v["p99"], v["max"], v["n"])
+print("  " + ", ".join("%s p95 %.1f ms p99 %.1f ms max %.1f ms (%d)" % (k, v["p95"], v["p99"], v["max"], v["n"])
                        for k, v in o.items() if isinstance(v, dict)))'
 "$PY" - "$out" $((4 * G * K)) <<'PYEOF' && ok "stall: the gate consumed the bus while Redis was stopped" || bad "stall: the gate's ACTIONs counter did not move: $out"
 import json, sys

@@ -14,8 +14,8 @@ gate decides during the stall. A request for an uncached policy version is also 
 thread of its own: it must not hold up the rest. The gate's selroll_gate_actions_total is read
 before and at the end of the stall.
 
-Prints one JSON object: per kind, the number of probes during the stall, their p99 and max (ms),
-the errors, the gate's ACTIONs consumed during the stall, the uncached request's status.
+Prints one JSON object: per kind, the number of probes during the stall, their p95, p99 and max
+and every latency (ms), the errors, the gate's ACTIONs consumed during the stall, the uncached request's status.
 """
 import argparse
 import http.client
@@ -179,7 +179,9 @@ def main():
     for k in kinds:
         v = sorted(lat[k])
         out[k] = {"n": len(v), "p99": v[min(len(v) - 1, int(len(v) * 0.99))] if v else -1,
-                  "max": v[-1] if v else -1, "errors": errors[k]}
+                  "p95": v[min(len(v) - 1, int(len(v) * 0.95))] if v else -1,
+                  "max": v[-1] if v else -1, "errors": errors[k],
+                  "lat": [round(x, 2) for x in v]}
     print(json.dumps(out))
     pub.close()
     env.close()
