@@ -395,13 +395,59 @@ typedef struct {
     dashboard_gate_t gate;
 } s_pass_t;
 
+typedef struct {
+    s_pass_t *p;
+    int base;
+} s_dreply_t;
+
+/* s_decision_reply reads one group's HMGET status step d decision (all nil: no such group). */
+static int s_decision_reply(size_t index, const redisReply *rep, void *arg)
+{
+    s_dreply_t *x = arg;
+    s_gread_t *r = &x->p->groups[x->base + (int)index];
+    r->rc = SR_ENOTFOUND;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return 0;
+    store_group_t *g = &r->g;
+    g->gate_step = -1;
+    g->divergence = -1;
+    g->status = STORE_GROUP_RUNNING;
+    for (int st = 0; st <= STORE_GROUP_FILTERED; st++)
+        if (!strcmp(rep->element[0]->str, store_group_status_name((store_group_status_t)st)))
+            g->status = (store_group_status_t)st;
+    if (rep->element[1]->type == REDIS_REPLY_STRING)
+        g->gate_step = atoi(rep->element[1]->str);
+    if (rep->element[2]->type == REDIS_REPLY_STRING)
+        g->divergence = strtod(rep->element[2]->str, NULL);
+    if (rep->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(g->decision, sizeof g->decision, "%s", rep->element[3]->str);
+    r->rc = SR_OK;
+    return 0;
+}
+
+/* s_read_decisions reads the groups' decision fields, pipelined a slice at a time: one round trip
+ * per slice, not per group, so a pass holds the store thread (and the RESULTs behind it) briefly. */
 static int s_read_decisions(store_t *st, s_pass_t *p)
 {
-    for (int i = 0; i < p->ngroups; i++) {
-        s_gread_t *r = &p->groups[i];
-        r->rc = store_group_get(st, r->gid, &r->g);
-        if (r->rc != SR_OK && r->rc != SR_ENOTFOUND && r->rc != SR_EPROTO)
-            return r->rc;
+    enum { SLICE = 512 };
+    for (int base = 0; base < p->ngroups; base += SLICE) {
+        int n = SR_MIN(SLICE, p->ngroups - base);
+        for (int i = 0; i < n; i++) {
+            char key[STORE_GID_MAX + 96];
+            int rc = store_key(st, key, sizeof key, "group:%s", p->groups[base + i].gid);
+            if (rc == SR_OK)
+                rc = store_pipe_append(st, "HMGET %s status step d decision", key);
+            if (rc != SR_OK) {
+                if (store_pipe_pending(st) > 0)
+                    store_pipe_exec(st, NULL, NULL); /* leave the connection in step */
+                return rc;
+            }
+        }
+        s_dreply_t x = {.p = p, .base = base};
+        int rc = store_pipe_exec(st, s_decision_reply, &x);
+        if (rc != SR_OK)
+            return rc;
     }
     return SR_OK;
 }
