@@ -93,7 +93,8 @@ void envw_cfg_init(envw_cfg_t *c);
 const char *envw_err_code(envw_err_t e);
 
 /* envw_new checks cfg, binds the ROUTER socket and, when cfg->redis_url is set, connects to Redis
- * (so that a bad flag, a bind failure or an unreachable Redis is known before serving). On
+ * once (so that a bad flag, a bind failure or an unreachable Redis is known before serving) and
+ * starts the store thread the registry goes through. On
  * failure it returns NULL and writes one line into err (errlen bytes; err may be NULL). The caller
  * owns the worker and frees it with envw_destroy. */
 envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);
@@ -148,7 +149,7 @@ metrics_registry_t *envw_metrics(envw_t *w);
 void envw_log_stats(const envw_t *w);
 
 /* envw_destroy frees the worker: its sessions, replies still waiting for their latency, socket,
- * reactor, Redis connection and (when it made one) its ZeroMQ context. Must not be called while
+ * reactor, store thread and (when it made one) its ZeroMQ context. Must not be called while
  * envw_run runs. Accepts NULL and *self_p == NULL; sets *self_p to NULL. */
 void envw_destroy(envw_t **self_p);
 
