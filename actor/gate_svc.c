@@ -1,12 +1,13 @@
 /*
  * gate_svc.c — the gate service: one reactor over the bus SUB socket, the bus PUB socket and
- * (optionally) the work DEALER to the coordinator, plus one writer thread that owns the Redis
- * connection.
+ * (optionally) the work DEALER to the coordinator, and the process's store queue
+ * (common/storeq.h) for Redis.
  *
- * The reactor never blocks on Redis: a decision is copied into a job and queued for the writer;
- * the writer records it and moves the job to a done queue, then wakes the reactor, whose
- * before-sleep hook publishes the CANCELs whose transition succeeded. Both queues are short
- * linked lists under one mutex.
+ * The reactor never blocks on Redis: a decision is copied into a job and submitted to the store
+ * thread, twice: the transition first, whose completion (on the reactor) publishes the CANCEL
+ * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
+ * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
+ * loop runs: it checks the address, loads the learned examples and records the configuration.
  */
 #include "actor/gate_svc.h"
 
@@ -15,9 +16,9 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +32,19 @@ typedef enum {
 } s_job_kind_t;
 
 typedef struct s_job {
-    struct s_job *next;
+    struct gate_svc *svc;
+    struct s_job *next; /* in the retry list while it waits for its timer */
     s_job_kind_t kind;
+    int phase;          /* DECISION: 0 the transition, 1 the annotation */
+    int attempts;       /* submissions that failed for want of Redis */
+    int64_t first_ms;   /* monotonic time of the first submission */
     gate_decision_t d; /* DECISION; d.group and d.task for the others */
     int64_t wall_ms;   /* wall time of the decision */
     int64_t recv_us;   /* monotonic time the deciding ACTION was received */
-    bool publish;      /* set by the writer: the cancel transition succeeded */
+    bool publish;      /* set on the store thread: the cancel transition succeeded */
+    bool too_late;     /* set on the store thread: the group finished first */
     char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
-    gate_history_t hist; /* HISTORY: set by the writer */
+    gate_history_t hist; /* HISTORY: set on the store thread */
     bool hist_ok;
     bool has_stats;    /* OUTCOME: the figures below go to the gate's stats hash */
     gate_stats_t st;
@@ -68,18 +74,13 @@ struct gate_svc {
     int64_t last_hello_ms;
     int run_rc;
 
-    store_t *store; /* used by the writer thread only (after gate_svc_new) */
-    pthread_t writer;
-    bool writer_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    s_job_t *todo_head, *todo_tail;
-    s_job_t *done_head, *done_tail;
-    bool stopping;
+    storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
+    s_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
+    bool stopping;  /* gate_svc_destroy: no more retries */
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
-        *m_too_late, *m_redis_err, *m_welcomes;
+        *m_too_late, *m_redis_err, *m_welcomes, *m_retries;
     metrics_histogram_t *m_latency;
     metrics_gauge_t *m_audit_precision;
     metrics_counter_t *m_records, *m_outcomes;
@@ -105,107 +106,107 @@ static char *s_dup(const char *s)
     return s ? sr_xstrdup(s) : NULL;
 }
 
-/* ---- the writer thread ------------------------------------------------------------------ */
-
-static void s_push(s_job_t **head, s_job_t **tail, s_job_t *j)
-{
-    j->next = NULL;
-    if (*tail)
-        (*tail)->next = j;
-    else
-        *head = j;
-    *tail = j;
-}
+/* ---- Redis: work on the store thread, completions on the reactor ------------------------ */
 
 /* s_transition records the decision itself: the cancel transition (enforce) or the decision
  * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
  * the store's error. */
-static int s_transition(gate_svc_t *s, s_job_t *j)
+static int s_transition(store_t *st, s_job_t *j)
 {
     const gate_decision_t *d = &j->d;
+    if (!st)
+        return SR_EREDIS;
     if (!d->cancel)
-        return store_group_decide(s->store, d->group, d->step, d->d,
-                                  gate_verdict_name(d->verdict));
-    int rc = store_group_cancel(s->store, d->group, d->step, d->d, "cancel");
+        return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
+    int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
+    if (rc == SR_ECONFLICT && j->attempts > 0) {
+        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
+        store_group_t g;
+        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
+            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
+            rc = SR_OK;
+    }
     if (rc == SR_OK) {
         j->publish = true;
     } else if (rc == SR_ECONFLICT) {
         /* The group finished first: record what the gate decided, cancel nothing. */
-        metrics_counter_inc(s->m_too_late);
-        rc = store_group_decide(s->store, d->group, d->step, d->d, "cancel");
+        j->too_late = true;
+        rc = store_group_decide(st, d->group, d->step, d->d, "cancel");
     }
     return rc;
 }
 
 /* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
-static int s_annotate(gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
+static int s_annotate(store_t *st, const gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
 {
     char key[STORE_GID_MAX + 96];
-    int rc = store_key(s->store, key, sizeof key, "group:%s", d->group);
+    int rc = store_key(st, key, sizeof key, "group:%s", d->group);
     if (rc != SR_OK)
         return rc;
     char wall[32], share[32];
     snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
     snprintf(share, sizeof share, "%.17g", d->ended_share);
-    rc = store_command(s->store, STORE_IDEMPOTENT, NULL,
+    rc = store_command(st, STORE_IDEMPOTENT, NULL,
                        "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
                        key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
     if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
-        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
                            gate_rule_name(d->rule));
     if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
         char w[32];
         snprintf(w, sizeof w, "%.17g", d->audit_weight);
-        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
     }
     return rc;
 }
 
 /* s_write_rules stores every rule's verdict (JSON) in the group hash, field "rules". */
-static int s_write_rules(gate_svc_t *s, const s_job_t *j)
+static int s_write_rules(store_t *st, const s_job_t *j)
 {
     char key[STORE_GID_MAX + 96];
-    int rc = store_key(s->store, key, sizeof key, "group:%s", j->d.group);
+    int rc = store_key(st, key, sizeof key, "group:%s", j->d.group);
     if (rc != SR_OK)
         return rc;
     /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
     redisReply *r = NULL;
-    rc = store_command(s->store, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
+    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
     if (rc != SR_OK)
         return rc;
     bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     if (!exists)
         return SR_ENOTFOUND;
-    return store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
+    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
 }
 
 /* s_read_history reads the prompt's history for the prior and learned rules. */
-static void s_read_history(gate_svc_t *s, s_job_t *j)
+static int s_read_history(store_t *st, s_job_t *j)
 {
     store_prompt_entry_t e[16];
     size_t n = 0;
-    if (store_prompt_history(s->store, j->d.task, e, SR_ARRAY_LEN(e), &n) != SR_OK)
-        return;
+    int rc = store_prompt_history(st, j->d.task, e, SR_ARRAY_LEN(e), &n);
+    if (rc != SR_OK)
+        return rc;
     double means[16];
     for (size_t i = 0; i < n; i++)
         means[i] = e[i].mean_reward;
     gate_history_from_means(means, n, &j->hist);
     j->hist_ok = true;
+    return SR_OK;
 }
 
 /* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
  * audit's and keep-two's running figures. */
-static int s_write_outcome(gate_svc_t *s, const s_job_t *j)
+static int s_write_outcome(store_t *st, const gate_svc_t *s, const s_job_t *j)
 {
     char key[STORE_GID_MAX + 96];
     int rc = SR_OK;
     if (j->text) {
-        rc = store_key(s->store, key, sizeof key, "gate:learned:examples");
+        rc = store_key(st, key, sizeof key, "gate:learned:examples");
         if (rc == SR_OK)
-            rc = store_command(s->store, 0, NULL, "RPUSH %s %s", key, j->text);
+            rc = store_command(st, 0, NULL, "RPUSH %s %s", key, j->text);
         if (rc == SR_OK)
-            rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
+            rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
                                (long long)s->cfg.gate.learned_capacity);
         if (rc != SR_OK)
             return rc;
@@ -213,10 +214,10 @@ static int s_write_outcome(gate_svc_t *s, const s_job_t *j)
     if (j->has_stats) {
         char prec[32];
         snprintf(prec, sizeof prec, "%.6g", j->audit_precision);
-        rc = store_key(s->store, key, sizeof key, "gate:stats");
+        rc = store_key(st, key, sizeof key, "gate:stats");
         if (rc == SR_OK)
             rc = store_command(
-                s->store, STORE_IDEMPOTENT, NULL,
+                st, STORE_IDEMPOTENT, NULL,
                 "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
                 "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
                 key, (unsigned long long)j->st.outcomes, (unsigned long long)j->st.audit_groups,
@@ -227,62 +228,140 @@ static int s_write_outcome(gate_svc_t *s, const s_job_t *j)
     return rc;
 }
 
-static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc)
+static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)
 {
     metrics_counter_inc(s->m_redis_err);
     log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
-                     sr_strerror(rc), store_errstr(s->store));
+                     sr_strerror(rc), err);
 }
 
-static void *s_writer_main(void *arg)
+static void s_job_free(s_job_t *j)
 {
-    gate_svc_t *s = arg;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->todo_head && !s->stopping)
-            pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->todo_head)
-            break; /* stopping and nothing left to record */
-        s_job_t *j = s->todo_head;
-        s->todo_head = j->next;
-        if (!s->todo_head)
-            s->todo_tail = NULL;
-        pthread_mutex_unlock(&s->mu);
-        if (j->kind != S_JOB_DECISION) {
-            int rc = SR_OK;
-            if (j->kind == S_JOB_RULES)
-                rc = s_write_rules(s, j);
-            else if (j->kind == S_JOB_HISTORY)
-                s_read_history(s, j);
-            else
-                rc = s_write_outcome(s, j);
-            if (rc != SR_OK && rc != SR_ENOTFOUND)
-                s_record_failed(s, &j->d, rc);
-            pthread_mutex_lock(&s->mu);
-            s_push(&s->done_head, &s->done_tail, j);
-            if (j->kind == S_JOB_HISTORY)
-                reactor_wake(s->reactor);
-            continue;
+    free(j->text);
+    free(j);
+}
+
+static void s_publish_cancel(gate_svc_t *s, const s_job_t *j);
+static void s_submit(gate_svc_t *s, s_job_t *j);
+
+/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
+ * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
+ * stalled Redis delays the gate's records, it does not lose them. */
+#define S_RETRY_MIN_MS 100
+#define S_RETRY_MAX_MS 2000
+#define S_RETRY_FOR_MS 120000
+
+static void s_on_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    for (s_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            break;
         }
-        /* The transition first and the CANCEL handed to the reactor at once; the gate's extra
-         * fields are written afterwards, off the cancel's path. */
-        gate_decision_t d = j->d;
-        int64_t wall_ms = j->wall_ms;
-        int rc = s_transition(s, j);
-        pthread_mutex_lock(&s->mu);
-        s_push(&s->done_head, &s->done_tail, j); /* the reactor frees j */
-        reactor_wake(s->reactor);
-        pthread_mutex_unlock(&s->mu);
-        if (rc == SR_OK)
-            rc = s_annotate(s, &d, wall_ms);
-        if (rc == SR_OK)
-            metrics_counter_inc(s->m_recorded);
-        else
-            s_record_failed(s, &d, rc);
-        pthread_mutex_lock(&s->mu);
     }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    j->next = NULL;
+    s_submit(s, j);
+}
+
+/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
+ * time left. Returns true when it did (the caller no longer owns j). */
+static bool s_retry_later(gate_svc_t *s, s_job_t *j, int rc)
+{
+    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
+        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
+        return false;
+    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
+    j->attempts++;
+    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
+        0)
+        return false;
+    j->next = s->retry;
+    s->retry = j;
+    metrics_counter_inc(s->m_retries);
+    return true;
+}
+
+static int s_work_transition(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    return s_transition(st, j);
+}
+
+/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
+ * fields; a transition that found no Redis is tried again later. */
+static void s_done_transition(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    if (rc != SR_OK) {
+        if (!s_retry_later(s, j, rc)) {
+            s_record_failed(s, &j->d, rc, err);
+            s_job_free(j);
+        }
+        return;
+    }
+    if (j->too_late)
+        metrics_counter_inc(s->m_too_late);
+    if (j->publish)
+        s_publish_cancel(s, j);
+    j->phase = 1;
+    j->attempts = 0;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
+}
+
+static int s_work_annotate(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    return st ? s_annotate(st, j->svc, &j->d, j->wall_ms) : SR_EREDIS;
+}
+
+static void s_done_annotate(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
+        return;
+    if (rc == SR_OK)
+        metrics_counter_inc(j->svc->m_recorded);
+    else
+        s_record_failed(j->svc, &j->d, rc, err);
+    s_job_free(j);
+}
+
+static int s_work_other(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    if (!st)
+        return SR_EREDIS;
+    if (j->kind == S_JOB_RULES)
+        return s_write_rules(st, j);
+    if (j->kind == S_JOB_HISTORY)
+        return s_read_history(st, j);
+    return s_write_outcome(st, j->svc, j);
+}
+
+static void s_done_other(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
+     * RPUSH) and a history read is only useful now: neither is. */
+    if (rc != SR_OK && j->kind == S_JOB_RULES && s_retry_later(s, j, rc))
+        return;
+    if (j->kind == S_JOB_HISTORY) {
+        if (rc == SR_OK && j->hist_ok && s->gate)
+            gate_set_history(s->gate, j->d.group, &j->hist);
+    } else if (rc != SR_OK && rc != SR_ENOTFOUND) {
+        s_record_failed(s, &j->d, rc, err);
+    }
+    s_job_free(j);
 }
 
 /* ---- bus -------------------------------------------------------------------------------- */
@@ -314,12 +393,25 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
     return SR_OK;
 }
 
+/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
+ * its annotation; anything else as one request. The store queue owns j from then on. */
+static void s_submit(gate_svc_t *s, s_job_t *j)
+{
+    int rc;
+    if (j->kind == S_JOB_DECISION)
+        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
+                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
+    else
+        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
+    if (rc != SR_OK)
+        s_job_free(j);
+}
+
 static void s_queue(gate_svc_t *s, s_job_t *j)
 {
-    pthread_mutex_lock(&s->mu);
-    s_push(&s->todo_head, &s->todo_tail, j);
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    j->svc = s;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
 }
 
 /* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
@@ -349,7 +441,7 @@ static char *s_rules_json(const gate_event_t *e)
     return (char *)b.data;
 }
 
-/* s_drain_events hands the core's events to the writer: verdict records, learned examples and
+/* s_drain_events hands the core's events to the store thread: verdict records, learned examples and
  * the audit's figures. */
 static void s_drain_events(gate_svc_t *s)
 {
@@ -385,14 +477,14 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
 {
     gate_decision_t d;
     int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
-    if (rc >= 0 && s->store && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
+    if (rc >= 0 && s->sq && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
         s_job_t *h = sr_xcalloc(1, sizeof *h);
         h->kind = S_JOB_HISTORY;
         snprintf(h->d.group, sizeof h->d.group, "%s", a->group);
         snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
         s_queue(s, h);
     }
-    if (s->store) /* without one (mode off) the core queues no event */
+    if (s->sq) /* without one (mode off) the core queues no event */
         s_drain_events(s);
     if (rc < 0) {
         metrics_counter_inc(s->m_refused);
@@ -413,6 +505,10 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
     j->d = d;
     j->wall_ms = clock_wall_ms();
     j->recv_us = recv_us;
+    if (!s->sq) {
+        s_job_free(j);
+        return;
+    }
     s_queue(s, j);
     /* A decision can close a record (an enforced cancel): queue it after the decision. */
     s_drain_events(s);
@@ -454,59 +550,42 @@ static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
     proto_msg_clear(&msg);
 }
 
-/* s_drain_done publishes the CANCELs whose Redis transition succeeded; before-sleep hook. */
-static void s_drain_done(reactor_t *r, void *arg)
+/* s_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
+static void s_publish_cancel(gate_svc_t *s, const s_job_t *j)
 {
-    gate_svc_t *s = arg;
-    pthread_mutex_lock(&s->mu);
-    s_job_t *j = s->done_head;
-    s->done_head = s->done_tail = NULL;
-    pthread_mutex_unlock(&s->mu);
-    sr_buf_t buf = SR_BUF_INIT;
-    while (j) {
-        s_job_t *next = j->next;
-        if (j->publish) {
-            proto_msg_t m;
-            proto_msg_init(&m, PROTO_CANCEL);
-            m.u.cancel.run = s->run;
-            m.u.cancel.group = j->d.group;
-            m.u.cancel.step = j->d.step;
-            m.u.cancel.d = j->d.d;
-            m.u.cancel.reason = j->d.reason;
-            int64_t keep[GATE_MAX_G];
-            size_t nkeep = 0;
-            for (int t = 0; t < GATE_MAX_G; t++) {
-                if (j->d.keep_mask & (1ull << t))
-                    keep[nkeep++] = t;
-            }
-            if (nkeep > 0) {
-                m.u.cancel.keep = keep;
-                m.u.cancel.keep_len = nkeep;
-            }
-            sr_buf_reset(&buf);
-            int rc = proto_encode(&m, &buf);
-            if (rc == SR_OK)
-                rc = transport_send_topic(s->pub, s->cancel_topic, buf.data, buf.len);
-            if (rc == SR_OK) {
-                int64_t lat_us = clock_mono_us() - j->recv_us;
-                metrics_counter_inc(s->m_cancels);
-                metrics_histogram_observe(s->m_latency, (double)lat_us / 1e6);
-                if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
-                    __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
-                log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step,
-                         j->d.d, j->d.reason);
-            } else {
-                log_warn_limited(5, "gate: CANCEL of %s not published: %s", j->d.group,
-                                 sr_strerror(rc));
-            }
-        }
-        if (j->kind == S_JOB_HISTORY && j->hist_ok)
-            gate_set_history(s->gate, j->d.group, &j->hist);
-        free(j->text);
-        free(j);
-        j = next;
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_CANCEL);
+    m.u.cancel.run = s->run;
+    m.u.cancel.group = j->d.group;
+    m.u.cancel.step = j->d.step;
+    m.u.cancel.d = j->d.d;
+    m.u.cancel.reason = j->d.reason;
+    int64_t keep[GATE_MAX_G];
+    size_t nkeep = 0;
+    for (int t = 0; t < GATE_MAX_G; t++) {
+        if (j->d.keep_mask & (1ull << t))
+            keep[nkeep++] = t;
     }
+    if (nkeep > 0) {
+        m.u.cancel.keep = keep;
+        m.u.cancel.keep_len = nkeep;
+    }
+    sr_buf_t buf = SR_BUF_INIT;
+    int rc = proto_encode(&m, &buf);
+    if (rc == SR_OK)
+        rc = transport_send_topic(s->pub, s->cancel_topic, buf.data, buf.len);
     sr_buf_free(&buf);
+    if (rc == SR_OK) {
+        int64_t lat_us = clock_mono_us() - j->recv_us;
+        metrics_counter_inc(s->m_cancels);
+        metrics_histogram_observe(s->m_latency, (double)lat_us / 1e6);
+        if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
+        log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step, j->d.d,
+                 j->d.reason);
+    } else {
+        log_warn_limited(5, "gate: CANCEL of %s not published: %s", j->d.group, sr_strerror(rc));
+    }
 }
 
 /* ---- work channel ----------------------------------------------------------------------- */
@@ -652,12 +731,12 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
 
 /* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
  * restart, or by other shards), so it starts from what was learned already. */
-static void s_load_examples(gate_svc_t *s)
+static void s_load_examples(gate_svc_t *s, store_t *st)
 {
     char key[STORE_GID_MAX + 96];
     redisReply *r = NULL;
-    if (store_key(s->store, key, sizeof key, "gate:learned:examples") != SR_OK ||
-        store_command(s->store, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
+    if (store_key(st, key, sizeof key, "gate:learned:examples") != SR_OK ||
+        store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
         return;
     size_t loaded = 0, bad = 0;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
@@ -680,25 +759,25 @@ static void s_load_examples(gate_svc_t *s)
  * audit's base rule and, when the learned model is in play, the labels it needs before it may
  * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
  * logged: the figures are informative, the gate runs without them. */
-static void s_write_config(gate_svc_t *s)
+static void s_write_config(gate_svc_t *s, store_t *st)
 {
     char key[STORE_GID_MAX + 96], min_groups[32];
     snprintf(min_groups, sizeof min_groups, "%lld",
              (long long)s->cfg.gate.rules.learned_min_groups);
-    int rc = store_key(s->store, key, sizeof key, "gate:stats");
+    int rc = store_key(st, key, sizeof key, "gate:stats");
     if (rc == SR_OK)
-        rc = store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
                            key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
                            gate_rule_name(s->cfg.gate.rules.audit_base));
     if (rc == SR_OK)
         rc = gate_model(s->gate)
-                 ? store_command(s->store, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
+                 ? store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
                                  key, min_groups)
-                 : store_command(s->store, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
+                 : store_command(st, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
                                  key);
     if (rc != SR_OK)
         log_warn("gate: cannot record its configuration in gate:stats: %s",
-                 store_errstr(s->store));
+                 store_errstr(st));
 }
 
 static void s_fail(char *err, size_t errlen, const char *msg)
@@ -714,6 +793,7 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
         return NULL;
     }
     gate_svc_t *s = sr_xcalloc(1, sizeof *s);
+    store_t *st = NULL; /* the start-up connection, closed before gate_svc_new returns */
     s->cfg = *c;
     s->run = s_dup(c->run ? c->run : "default");
     s->redis = s_dup(c->redis);
@@ -731,8 +811,6 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     s->cfg.redis = s->redis;
     s->cfg.coordinator = s->coordinator;
     s->cfg.gate.run = s->run;
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
     snprintf(s->act_prefix, sizeof s->act_prefix, "act/%s/", s->run);
     snprintf(s->cancel_topic, sizeof s->cancel_topic, "ctl/%s/cancel", s->run);
 
@@ -758,6 +836,9 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                     NULL);
     s->m_redis_err = metrics_counter(s->metrics, "selroll_gate_redis_errors_total",
                                      "Decisions that could not be recorded.", NULL);
+    s->m_retries = metrics_counter(s->metrics, "selroll_gate_redis_retries_total",
+                                   "Records submitted again after Redis could not be reached.",
+                                   NULL);
     s->m_welcomes = metrics_counter(s->metrics, "selroll_gate_welcomes_total",
                                     "WELCOMEs received from the coordinator.", NULL);
     s->m_audit_precision = metrics_gauge(
@@ -794,7 +875,7 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                      gate_mode_name(s->cfg.gate.mode));
             goto fail;
         }
-        if (store_connect(&s->store, s->redis, s->run, c->redis_timeout_ms, why, sizeof why) !=
+        if (store_connect(&st, s->redis, s->run, c->redis_timeout_ms, why, sizeof why) !=
             SR_OK) {
             snprintf(s->err, sizeof s->err, "gate: %s", why);
             goto fail;
@@ -833,21 +914,22 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     reactor_add_zsock(s->reactor, transport_sock_zmq(s->sub), REACTOR_READ, s_on_bus, s);
     if (s->work)
         reactor_add_zsock(s->reactor, transport_sock_zmq(s->work), REACTOR_READ, s_on_work, s);
-    reactor_set_before_sleep(s->reactor, s_drain_done, s);
     reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
-    if (s->store && gate_model(s->gate))
-        s_load_examples(s);
-    if (s->store)
-        s_write_config(s);
-    if (s->store) {
-        if (pthread_create(&s->writer, NULL, s_writer_main, s) != 0) {
-            snprintf(s->err, sizeof s->err, "gate: cannot start the writer thread");
+    if (st) {
+        /* Before the loop runs, on a connection of its own: the loop's Redis is the queue. */
+        if (gate_model(s->gate))
+            s_load_examples(s, st);
+        s_write_config(s, st);
+        store_destroy(&st);
+        s->sq = storeq_new(s->reactor, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
+        if (!s->sq) {
+            snprintf(s->err, sizeof s->err, "gate: %s", why);
             goto fail;
         }
-        s->writer_started = true;
     }
     return s;
 fail:
+    store_destroy(&st);
     s_fail(err, errlen, s->err);
     gate_svc_destroy(&s);
     return NULL;
@@ -950,25 +1032,22 @@ void gate_svc_destroy(gate_svc_t **self_p)
     if (!self_p || !*self_p)
         return;
     gate_svc_t *s = *self_p;
-    if (s->writer_started) {
-        pthread_mutex_lock(&s->mu);
-        s->stopping = true;
-        pthread_cond_signal(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->writer, NULL);
+    s->stopping = true;
+    /* The decisions still queued are recorded (and their CANCELs published) before the bus
+     * sockets close, as long as Redis answers within a few of its timeouts. */
+    if (s->sq && storeq_flush(s->sq, 2 * s->cfg.redis_timeout_ms + 1000) != SR_OK)
+        log_warn("gate: %zu Redis writes still queued at exit are dropped",
+                 storeq_pending(s->sq));
+    storeq_destroy(&s->sq);
+    size_t dropped = 0;
+    while (s->retry) {
+        s_job_t *j = s->retry;
+        s->retry = j->next;
+        s_job_free(j);
+        dropped++;
     }
-    for (s_job_t *j = s->todo_head; j;) {
-        s_job_t *n = j->next;
-        free(j->text);
-        free(j);
-        j = n;
-    }
-    for (s_job_t *j = s->done_head; j;) {
-        s_job_t *n = j->next;
-        free(j->text);
-        free(j);
-        j = n;
-    }
+    if (dropped)
+        log_warn("gate: %zu records waiting for Redis are dropped at exit", dropped);
     if (s->reactor) {
         if (s->sub)
             reactor_remove_zsock(s->reactor, transport_sock_zmq(s->sub));
@@ -981,11 +1060,8 @@ void gate_svc_destroy(gate_svc_t **self_p)
     transport_sock_destroy(&s->work);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
-    store_destroy(&s->store);
     gate_destroy(&s->gate);
     metrics_registry_destroy(&s->metrics);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     free(s->run);
     free(s->id);
     free(s->redis);

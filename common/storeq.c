@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* After a failed connect the next attempt waits this long; requests meanwhile fail at once. */
@@ -41,10 +42,12 @@ struct storeq {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t ran_cv; /* signalled after each request ran (storeq_flush) */
     bool stop;
-    s_list_t todo, done; /* both under mu */
-    size_t pending;      /* reactor thread only */
-    size_t completed;    /* reactor thread only */
+    s_list_t todo, done;        /* both under mu */
+    uint64_t submitted, ran;    /* under mu */
+    size_t pending;             /* atomic */
+    size_t completed;           /* atomic */
     /* store thread only */
     store_t *st;
     int64_t connect_after_ms;
@@ -78,6 +81,10 @@ static store_t *s_store(storeq_t *q)
 {
     if (q->st)
         return q->st;
+    if (!q->url) {
+        snprintf(q->connect_err, sizeof q->connect_err, "this store queue has no Redis");
+        return NULL;
+    }
     int64_t now = clock_mono_ms();
     if (now < q->connect_after_ms)
         return NULL;
@@ -121,6 +128,8 @@ static void *s_main(void *arg)
         s_run(q, rq);
         pthread_mutex_lock(&q->mu);
         s_push(&q->done, rq);
+        q->ran++;
+        pthread_cond_broadcast(&q->ran_cv);
         uint64_t one = 1;
         ssize_t w = write(q->efd, &one, sizeof one);
         (void)w; /* the counter cannot overflow: the loop reads it before 2^64 writes */
@@ -132,57 +141,74 @@ static void *s_main(void *arg)
 
 static void s_deliver(storeq_t *q, s_req_t *rq)
 {
-    q->pending--;
-    q->completed++;
+    __atomic_sub_fetch(&q->pending, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&q->completed, 1, __ATOMIC_RELAXED);
     if (rq->done)
         rq->done(rq->rc, rq->err, rq->arg);
     free(rq);
 }
 
-static void s_on_efd(reactor_t *r, int fd, int revents, void *arg)
+size_t storeq_dispatch(storeq_t *q)
 {
-    (void)r;
-    (void)revents;
-    storeq_t *q = arg;
+    if (!q)
+        return 0;
     uint64_t n;
-    while (read(fd, &n, sizeof n) < 0 && errno == EINTR) {
+    while (read(q->efd, &n, sizeof n) < 0 && errno == EINTR) {
     }
     pthread_mutex_lock(&q->mu);
     s_list_t done = q->done;
     q->done.head = q->done.tail = NULL;
     pthread_mutex_unlock(&q->mu);
+    size_t k = 0;
     s_req_t *rq;
-    while ((rq = s_pop(&done)))
+    while ((rq = s_pop(&done))) {
         s_deliver(q, rq);
+        k++;
+    }
+    return k;
 }
 
-storeq_t *storeq_new(reactor_t *r, const char *url, const char *run, int timeout_ms, char *err,
-                     size_t errlen)
+static void s_on_efd(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    (void)revents;
+    storeq_dispatch(arg);
+}
+
+static storeq_t *s_new(reactor_t *r, const char *url, const char *run, int timeout_ms, char *err,
+                       size_t errlen)
 {
     char dummy[8];
     if (!err) {
         err = dummy;
         errlen = sizeof dummy;
     }
-    if (!r || !url || !store_run_name_ok(run)) {
+    if (url && !store_run_name_ok(run)) {
         snprintf(err, errlen, "storeq: bad arguments");
         return NULL;
     }
     storeq_t *q = sr_xcalloc(1, sizeof *q);
     q->r = r;
-    q->url = sr_xstrdup(url);
-    q->run = sr_xstrdup(run);
+    q->url = url ? sr_xstrdup(url) : NULL;
+    q->run = url ? sr_xstrdup(run) : NULL;
     q->timeout_ms = timeout_ms;
     q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
-    if (q->efd < 0 || reactor_add_fd(r, q->efd, REACTOR_READ, s_on_efd, q) != SR_OK) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->ran_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (q->efd < 0 || (r && reactor_add_fd(r, q->efd, REACTOR_READ, s_on_efd, q) != SR_OK)) {
         snprintf(err, errlen, "storeq: cannot watch an eventfd: %s", strerror(errno));
         goto fail;
     }
     if (pthread_create(&q->thread, NULL, s_main, q) != 0) {
         snprintf(err, errlen, "storeq: cannot start the store thread");
-        reactor_remove_fd(r, q->efd);
+        if (r)
+            reactor_remove_fd(r, q->efd);
         goto fail;
     }
     return q;
@@ -191,10 +217,58 @@ fail:
         close(q->efd);
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
+    pthread_cond_destroy(&q->ran_cv);
     free(q->url);
     free(q->run);
     free(q);
     return NULL;
+}
+
+storeq_t *storeq_new(reactor_t *r, const char *url, const char *run, int timeout_ms, char *err,
+                     size_t errlen)
+{
+    if (!r) {
+        if (err && errlen)
+            snprintf(err, errlen, "storeq: bad arguments");
+        return NULL;
+    }
+    return s_new(r, url, run, timeout_ms, err, errlen);
+}
+
+storeq_t *storeq_new_fd(const char *url, const char *run, int timeout_ms, char *err,
+                        size_t errlen)
+{
+    return s_new(NULL, url, run, timeout_ms, err, errlen);
+}
+
+int storeq_fd(const storeq_t *q)
+{
+    return q ? q->efd : -1;
+}
+
+int storeq_flush(storeq_t *q, int timeout_ms)
+{
+    if (!q)
+        return SR_OK;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
+    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    int rc = SR_OK;
+    /* Done functions may submit more (a record's second half): wait for those too. */
+    while (rc == SR_OK && storeq_pending(q) > 0) {
+        pthread_mutex_lock(&q->mu);
+        while (q->ran < q->submitted) {
+            if (pthread_cond_timedwait(&q->ran_cv, &q->mu, &ts) == ETIMEDOUT) {
+                rc = q->ran < q->submitted ? SR_ETIMEDOUT : SR_OK;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&q->mu);
+        storeq_dispatch(q);
+    }
+    return rc;
 }
 
 int storeq_submit(storeq_t *q, storeq_work_fn *work, storeq_done_fn *done, void *arg)
@@ -210,20 +284,21 @@ int storeq_submit(storeq_t *q, storeq_work_fn *work, storeq_done_fn *done, void 
         return SR_ECLOSED;
     }
     s_push(&q->todo, rq);
+    q->submitted++;
+    __atomic_add_fetch(&q->pending, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
-    q->pending++;
     return SR_OK;
 }
 
 size_t storeq_pending(const storeq_t *q)
 {
-    return q ? q->pending : 0;
+    return q ? __atomic_load_n(&q->pending, __ATOMIC_RELAXED) : 0;
 }
 
 size_t storeq_completed(const storeq_t *q)
 {
-    return q ? q->completed : 0;
+    return q ? __atomic_load_n(&q->completed, __ATOMIC_RELAXED) : 0;
 }
 
 void storeq_destroy(storeq_t **self_p)
@@ -236,7 +311,8 @@ void storeq_destroy(storeq_t **self_p)
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     pthread_join(q->thread, NULL);
-    reactor_remove_fd(q->r, q->efd);
+    if (q->r)
+        reactor_remove_fd(q->r, q->efd);
     close(q->efd);
     s_req_t *rq;
     while ((rq = s_pop(&q->done)))
@@ -248,6 +324,7 @@ void storeq_destroy(storeq_t **self_p)
     }
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
+    pthread_cond_destroy(&q->ran_cv);
     free(q->url);
     free(q->run);
     free(q);

@@ -17,7 +17,16 @@
  * ends with SR_EREDIS and a one-line reason, without waiting longer than one connect timeout.
  *
  * Every submitted request's done function is called exactly once: on the reactor thread from the
- * loop, or from storeq_destroy (with SR_ECLOSED for requests that never ran).
+ * loop, or from storeq_flush / storeq_destroy (with SR_ECLOSED for requests that never ran).
+ *
+ * A loop that is not a common/reactor (the policy server's epoll loop) creates the queue with
+ * storeq_new_fd, watches storeq_fd for reading and calls storeq_dispatch when it is readable: the
+ * done functions then run on the thread that dispatches. A queue may also have no Redis at all
+ * (url NULL): its work functions get st == NULL and do their own blocking work (a weights file,
+ * another connection) on the store thread, off every loop.
+ *
+ * Every role uses this one mechanism: the coordinator and its dashboard (one queue), the gate,
+ * the env worker's registry, the policy server's weight loads.
  */
 #ifndef SR_STOREQ_H
 #define SR_STOREQ_H
@@ -43,14 +52,36 @@ typedef void(storeq_done_fn)(int rc, const char *err, void *arg);
 
 /* storeq_new starts the store thread for `url`/`run` (timeout_ms as in store_connect) and
  * watches its completion eventfd on reactor r. It does not connect: the thread does, on the
- * first request. Returns NULL with a reason in err on bad arguments or when the thread or the
- * eventfd cannot be created. */
+ * first request. url NULL: a queue without Redis (work functions get st == NULL; run is then not
+ * used). Returns NULL with a reason in err on bad arguments or when the thread or the eventfd
+ * cannot be created. */
 storeq_t *storeq_new(reactor_t *r, const char *url, const char *run, int timeout_ms, char *err,
                      size_t errlen);
 
+/* storeq_new_fd is storeq_new for a loop that is not a reactor: nothing watches the completion
+ * eventfd; the caller polls storeq_fd and calls storeq_dispatch. */
+storeq_t *storeq_new_fd(const char *url, const char *run, int timeout_ms, char *err,
+                        size_t errlen);
+
+/* storeq_fd returns the completion eventfd (readable when done functions are due), or -1 for
+ * NULL. */
+int storeq_fd(const storeq_t *q);
+
+/* storeq_dispatch calls the done functions of the requests that ran, in submission order, on the
+ * calling thread (one thread at a time), and returns how many. The reactor of storeq_new calls it
+ * itself. */
+size_t storeq_dispatch(storeq_t *q);
+
+/* storeq_flush waits until every request submitted so far has run, or timeout_ms passed, and
+ * calls the done functions of those that ran (and so on for requests those submit). It blocks: for a shutdown path outside the loop
+ * (a last unregister, the last records), never from a handler or a done function. Returns SR_OK,
+ * or SR_ETIMEDOUT with requests still queued (their done functions come later, at the latest
+ * from storeq_destroy). */
+int storeq_flush(storeq_t *q, int timeout_ms);
+
 /* storeq_submit queues one request. work may be NULL (the done function then only keeps the
  * order), done may be NULL. Returns SR_OK (done will be called), or SR_ECLOSED once the queue is
- * being destroyed. Thread: the reactor's. */
+ * being destroyed. Thread: any; the done function runs on the dispatching thread. */
 int storeq_submit(storeq_t *q, storeq_work_fn *work, storeq_done_fn *done, void *arg);
 
 /* storeq_pending returns the number of requests submitted whose done function was not called

@@ -7,11 +7,14 @@
  *    dropped), the actors with slots, credit and last message;
  *  - the bus: every ACTION moves its trajectory's lane to its step (and marks it ended), every
  *    CANCEL stamps its group with the checkpoint K and d_K at once;
- *  - Redis, at most once per redis_every_ms and abandoned at the first error (a Redis that is
- *    down must not stall the coordinator for more than one timeout): the gate's decision fields
- *    of the current iteration's groups (the d_K histogram, shadow "cancel" decisions), the env
- *    worker registry, the training loop's iteration records, the gate's running figures
- *    (gate:stats: its rule, the audit's precision estimate, the learned model's progress).
+ *  - Redis, through the coordinator's store queue (common/storeq.h), never on the loop: one pass
+ *    at most in flight, submitted at most once per redis_every_ms and stopped at its first
+ *    error; its completion applies what it read: the gate's decision fields of the current
+ *    iteration's groups (the d_K histogram, shadow "cancel" decisions), the env worker registry,
+ *    the training loop's iteration records, the gate's running figures (gate:stats: its rule,
+ *    the audit's precision estimate, the learned model's progress). The snapshot is stored the
+ *    same way. A stopped Redis delays those figures; the page, /api/state and /health are
+ *    served from the last snapshot meanwhile.
  *
  * Compute saved, in LLM calls (one per step) and tokens: a cancelled trajectory at step s would
  * have run on for the mean of (length - s) over the episodes of uncut groups longer than s; in shadow mode the same figure is measured exactly on groups
@@ -27,6 +30,7 @@
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 #include "coordinator/coord_sched.h"
 #include "coordinator/dashboard_gate.h"
@@ -133,6 +137,8 @@ struct dashboard {
 
     int64_t last_redis_ms;
     atomic_int_fast64_t redis_ok_ms;
+    struct s_anchor *anchor; /* what the store queue's requests hold on to */
+    bool pass_inflight, snap_inflight;
 
     pthread_mutex_t mu;
     char *snap;
@@ -342,36 +348,106 @@ static void s_account(dashboard_t *d)
     }
 }
 
-/* ---- Redis -------------------------------------------------------------------------------- */
+/* ---- Redis: passes on the store thread, applied on the loop ------------------------------ */
 
-static int s_read_decisions(dashboard_t *d, store_t *st)
+/* A request's link to the dashboard: the dashboard may be destroyed while a request is queued
+ * (its completion then comes from coord_destroy); the last of the two frees it. */
+typedef struct s_anchor {
+    dashboard_t *d; /* NULL once the dashboard is gone */
+    int refs;       /* loop thread only */
+} s_anchor_t;
+
+static s_anchor_t *s_anchor_hold(dashboard_t *d)
 {
-    coord_sched_t *s = coord_scheduler(d->c);
-    int ng = SR_MIN(coord_sched_groups(s), d->nlanes);
-    for (int gi = 0; gi < ng; gi++) {
-        s_lanes_t *l = &d->lanes[gi];
-        if (l->final_read || (l->in_hist && (l->filtered || l->accounted || l->shadow_accounted)))
-            continue; /* nothing left to learn about it */
-        coord_group_t *cg = coord_sched_group(s, gi);
-        bool final = true;
-        for (int t = 0; t < cg->G && final; t++) {
-            coord_job_state_t js = coord_sched_job(s, cg->first_job + t)->state;
-            final = js == COORD_JOB_FINAL || js == COORD_JOB_DROPPED;
+    d->anchor->refs++;
+    return d->anchor;
+}
+
+/* s_anchor_drop releases one reference and returns the dashboard, or NULL when it is gone. */
+static dashboard_t *s_anchor_drop(s_anchor_t *a)
+{
+    dashboard_t *d = a->d;
+    if (--a->refs == 0)
+        free(a);
+    return d;
+}
+
+typedef struct {
+    char gid[STORE_GID_MAX];
+    bool final; /* all its jobs were final when the pass was submitted */
+    int rc;
+    store_group_t g;
+} s_gread_t;
+
+/* One pass: what to read (filled on the loop), what was read (on the store thread). */
+typedef struct {
+    s_anchor_t *anchor;
+    bool decisions_only; /* the last read of a round that ended */
+    int64_t round;
+    s_gread_t *groups;
+    int ngroups;
+    int64_t iters_from;
+    /* results, in the order read; `stage` is how far the pass got without an error */
+    int stage; /* 0 nothing, 1 ping, 2 decisions, 3 env workers, 4 iterations, 5 gate */
+    cJSON *envw;
+    char **iters;
+    int64_t niters;
+    dashboard_gate_t gate;
+} s_pass_t;
+
+typedef struct {
+    s_pass_t *p;
+    int base;
+} s_dreply_t;
+
+/* s_decision_reply reads one group's HMGET status step d decision (all nil: no such group). */
+static int s_decision_reply(size_t index, const redisReply *rep, void *arg)
+{
+    s_dreply_t *x = arg;
+    s_gread_t *r = &x->p->groups[x->base + (int)index];
+    r->rc = SR_ENOTFOUND;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return 0;
+    store_group_t *g = &r->g;
+    g->gate_step = -1;
+    g->divergence = -1;
+    g->status = STORE_GROUP_RUNNING;
+    for (int st = 0; st <= STORE_GROUP_FILTERED; st++)
+        if (!strcmp(rep->element[0]->str, store_group_status_name((store_group_status_t)st)))
+            g->status = (store_group_status_t)st;
+    if (rep->element[1]->type == REDIS_REPLY_STRING)
+        g->gate_step = atoi(rep->element[1]->str);
+    if (rep->element[2]->type == REDIS_REPLY_STRING)
+        g->divergence = strtod(rep->element[2]->str, NULL);
+    if (rep->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(g->decision, sizeof g->decision, "%s", rep->element[3]->str);
+    r->rc = SR_OK;
+    return 0;
+}
+
+/* s_read_decisions reads the groups' decision fields, pipelined a slice at a time: one round trip
+ * per slice, not per group, so a pass holds the store thread (and the RESULTs behind it) briefly. */
+static int s_read_decisions(store_t *st, s_pass_t *p)
+{
+    enum { SLICE = 512 };
+    for (int base = 0; base < p->ngroups; base += SLICE) {
+        int n = SR_MIN(SLICE, p->ngroups - base);
+        for (int i = 0; i < n; i++) {
+            char key[STORE_GID_MAX + 96];
+            int rc = store_key(st, key, sizeof key, "group:%s", p->groups[base + i].gid);
+            if (rc == SR_OK)
+                rc = store_pipe_append(st, "HMGET %s status step d decision", key);
+            if (rc != SR_OK) {
+                if (store_pipe_pending(st) > 0)
+                    store_pipe_exec(st, NULL, NULL); /* leave the connection in step */
+                return rc;
+            }
         }
-        store_group_t g;
-        int rc = store_group_get(st, cg->gid, &g);
-        if (rc == SR_ENOTFOUND || rc == SR_EPROTO)
-            continue;
+        s_dreply_t x = {.p = p, .base = base};
+        int rc = store_pipe_exec(st, s_decision_reply, &x);
         if (rc != SR_OK)
             return rc;
-        l->filtered = g.status == STORE_GROUP_FILTERED;
-        l->final_read = final && g.gate_step >= 0; /* a decision may still be on its way */
-        if (g.gate_step >= 0 && g.divergence >= 0) {
-            l->k = g.gate_step;
-            l->d = g.divergence;
-            l->decided = true;
-            l->cancel_decision = strcmp(g.decision, "cancel") == 0;
-        }
     }
     return SR_OK;
 }
@@ -390,6 +466,99 @@ static int s_collect_envw(const char *id, const store_field_t *f, size_t n, void
     }
     cJSON_AddItemToArray(arr, o);
     return 0;
+}
+
+static int s_read_iterations(store_t *st, s_pass_t *p)
+{
+    int64_t done = 0;
+    int rc = store_run_get_int(st, "iterations_done", &done);
+    if (rc == SR_ENOTFOUND)
+        return SR_OK;
+    if (rc != SR_OK)
+        return rc;
+    if (done <= p->iters_from)
+        return SR_OK;
+    /* A long history is read a bounded slice per pass; the next pass goes on. */
+    int64_t n = SR_MIN(done - p->iters_from, (int64_t)DASH_ITERS);
+    p->iters = sr_xcalloc((size_t)n, sizeof *p->iters);
+    for (; p->niters < n; p->niters++) {
+        char key[256];
+        store_key(st, key, sizeof key, "iter:%lld", (long long)(p->iters_from + p->niters));
+        redisReply *rep = NULL;
+        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
+        if (rc != SR_OK)
+            return rc;
+        if (rep->type == REDIS_REPLY_STRING) {
+            p->iters[p->niters] = sr_xmalloc(rep->len + 1);
+            memcpy(p->iters[p->niters], rep->str, rep->len);
+            p->iters[p->niters][rep->len] = '\0';
+        }
+        freeReplyObject(rep);
+    }
+    return SR_OK;
+}
+
+/* s_pass_work reads what only Redis knows, stopping at the first error. */
+static int s_pass_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_pass_t *p = arg;
+    if (!st)
+        return SR_EREDIS;
+    int rc = store_ping(st);
+    if (rc != SR_OK)
+        return rc;
+    p->stage = 1;
+    rc = s_read_decisions(st, p);
+    if (rc != SR_OK || p->decisions_only) {
+        p->stage += rc == SR_OK;
+        return rc;
+    }
+    p->stage = 2;
+    p->envw = cJSON_CreateArray();
+    if ((rc = store_list(st, "envw", s_collect_envw, p->envw)) != SR_OK)
+        return rc;
+    p->stage = 3;
+    if ((rc = s_read_iterations(st, p)) != SR_OK)
+        return rc;
+    p->stage = 4;
+    if ((rc = dashboard_gate_read(st, &p->gate)) != SR_OK)
+        return rc;
+    p->stage = 5;
+    return SR_OK;
+}
+
+static void s_pass_free(s_pass_t *p)
+{
+    free(p->groups);
+    cJSON_Delete(p->envw);
+    for (int64_t i = 0; i < p->niters; i++)
+        free(p->iters[i]);
+    free(p->iters);
+    free(p);
+}
+
+/* s_apply_decisions takes the groups' decision fields, found again by id (the lanes may have
+ * moved since the pass was submitted). */
+static void s_apply_decisions(dashboard_t *d, const s_pass_t *p)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    for (int i = 0; i < p->ngroups; i++) {
+        const s_gread_t *r = &p->groups[i];
+        int gi = r->rc == SR_OK ? s_group_index(s, r->gid) : -1;
+        if (gi < 0 || gi >= d->nlanes)
+            continue;
+        s_lanes_t *l = &d->lanes[gi];
+        const store_group_t *g = &r->g;
+        l->filtered = g->status == STORE_GROUP_FILTERED;
+        l->final_read = r->final && g->gate_step >= 0; /* a decision may still be on its way */
+        if (g->gate_step >= 0 && g->divergence >= 0) {
+            l->k = g->gate_step;
+            l->d = g->divergence;
+            l->decided = true;
+            l->cancel_decision = strcmp(g->decision, "cancel") == 0;
+        }
+    }
 }
 
 /* s_track_lost compares the names now present with those of the last pass: names gone are
@@ -422,14 +591,10 @@ static void s_track_lost(s_name_t **prev, int *nprev, const s_name_t *now, int n
     *nprev = nnow;
 }
 
-static int s_read_envw(dashboard_t *d, store_t *st)
+static void s_apply_envw(dashboard_t *d, s_pass_t *p)
 {
-    cJSON *arr = cJSON_CreateArray();
-    int rc = store_list(st, "envw", s_collect_envw, arr);
-    if (rc != SR_OK) {
-        cJSON_Delete(arr);
-        return rc;
-    }
+    cJSON *arr = p->envw;
+    p->envw = NULL;
     cJSON_Delete(d->envw);
     d->envw = arr;
     int n = cJSON_GetArraySize(arr);
@@ -442,7 +607,6 @@ static int s_read_envw(dashboard_t *d, store_t *st)
                  clock_wall_ms(), d->m_lost);
     free(names);
     metrics_gauge_set(d->g_envw, n);
-    return SR_OK;
 }
 
 static double s_num(cJSON *o, const char *k, double def)
@@ -451,24 +615,12 @@ static double s_num(cJSON *o, const char *k, double def)
     return cJSON_IsNumber(x) ? x->valuedouble : def;
 }
 
-static int s_read_iterations(dashboard_t *d, store_t *st)
+static void s_apply_iterations(dashboard_t *d, const s_pass_t *p)
 {
-    int64_t done = 0;
-    int rc = store_run_get_int(st, "iterations_done", &done);
-    if (rc == SR_ENOTFOUND)
-        return SR_OK;
-    if (rc != SR_OK)
-        return rc;
-    for (; d->iters_read < done; d->iters_read++) {
-        char key[256];
-        store_key(st, key, sizeof key, "iter:%lld", (long long)d->iters_read);
-        redisReply *rep = NULL;
-        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
-        if (rc != SR_OK)
-            return rc;
-        cJSON *o = rep->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(rep->str, rep->len)
-                                                   : NULL;
-        freeReplyObject(rep);
+    if (p->iters_from != d->iters_read)
+        return; /* not expected: one pass at a time */
+    for (int64_t i = 0; i < p->niters; i++, d->iters_read++) {
+        cJSON *o = p->iters[i] ? cJSON_Parse(p->iters[i]) : NULL;
         if (!o)
             continue;
         static const char *keep[] = {"iteration",         "train_success",   "heldout_success",
@@ -477,10 +629,10 @@ static int s_read_iterations(dashboard_t *d, store_t *st)
                                      "groups_filtered",   "llm_calls",       "tokens",
                                      "aborted_tokens",    "policy_version_after"};
         cJSON *row = cJSON_CreateObject();
-        for (size_t i = 0; i < SR_ARRAY_LEN(keep); i++) {
-            cJSON *x = cJSON_GetObjectItem(o, keep[i]);
+        for (size_t k = 0; k < SR_ARRAY_LEN(keep); k++) {
+            cJSON *x = cJSON_GetObjectItem(o, keep[k]);
             if (cJSON_IsNumber(x))
-                cJSON_AddNumberToObject(row, keep[i], x->valuedouble);
+                cJSON_AddNumberToObject(row, keep[k], x->valuedouble);
         }
         d->skipped_total = (int64_t)s_num(o, "skipped_total", (double)d->skipped_total);
         d->filtered_total = (int64_t)s_num(o, "filtered_total", (double)d->filtered_total);
@@ -496,29 +648,136 @@ static int s_read_iterations(dashboard_t *d, store_t *st)
         if (cJSON_GetArraySize(d->iters) > DASH_ITERS)
             cJSON_DeleteItemFromArray(d->iters, 0);
     }
-    return SR_OK;
 }
 
-/* s_redis_pass reads what only Redis knows, stopping at the first error. */
-static void s_redis_pass(dashboard_t *d)
+static void s_account(dashboard_t *d);
+
+/* s_pass_done applies, on the loop, what the pass read before its first error. */
+static void s_pass_done(int rc, const char *err, void *arg)
 {
-    store_t *st = coord_store(d->c);
-    int rc = store_ping(st);
-    if (rc == SR_OK)
-        atomic_store(&d->redis_ok_ms, clock_mono_ms());
-    if (rc == SR_OK && coord_round_active(d->c))
-        rc = s_read_decisions(d, st);
-    if (rc == SR_OK)
-        rc = s_read_envw(d, st);
-    if (rc == SR_OK)
-        rc = s_read_iterations(d, st);
-    if (rc == SR_OK) {
-        rc = dashboard_gate_read(st, &d->gate);
-        metrics_gauge_set(d->g_audit_precision, d->gate.audit_precision);
+    s_pass_t *p = arg;
+    dashboard_t *d = s_anchor_drop(p->anchor);
+    if (!d || rc == SR_ECLOSED) {
+        s_pass_free(p);
+        return;
     }
-    metrics_gauge_set(d->g_redis_up, rc == SR_OK ? 1 : 0);
+    if (!p->decisions_only)
+        d->pass_inflight = false;
+    if (p->stage >= 1)
+        atomic_store(&d->redis_ok_ms, clock_mono_ms());
+    if (p->stage >= 2 && d->have_round)
+        s_apply_decisions(d, p);
+    if (p->decisions_only) {
+        if (p->stage >= 2 && p->round == d->round)
+            s_account(d);
+    } else {
+        if (p->stage >= 3)
+            s_apply_envw(d, p);
+        if (p->stage >= 4)
+            s_apply_iterations(d, p);
+        if (p->stage >= 5) {
+            d->gate = p->gate;
+            metrics_gauge_set(d->g_audit_precision, d->gate.audit_precision);
+        }
+        metrics_gauge_set(d->g_redis_up, rc == SR_OK ? 1 : 0);
+    }
     if (rc != SR_OK)
-        log_warn_limited(5, "dashboard: Redis: %s", store_errstr(st));
+        log_warn_limited(5, "dashboard: Redis: %s", err);
+    s_pass_free(p);
+}
+
+/* s_pass_groups lists the groups whose decision fields are still worth a read. */
+static void s_pass_groups(dashboard_t *d, s_pass_t *p)
+{
+    coord_sched_t *s = coord_scheduler(d->c);
+    int ng = SR_MIN(coord_sched_groups(s), d->nlanes);
+    p->groups = sr_xcalloc((size_t)(ng ? ng : 1), sizeof *p->groups);
+    for (int gi = 0; gi < ng; gi++) {
+        s_lanes_t *l = &d->lanes[gi];
+        if (l->final_read || (l->in_hist && (l->filtered || l->accounted || l->shadow_accounted)))
+            continue; /* nothing left to learn about it */
+        coord_group_t *cg = coord_sched_group(s, gi);
+        bool final = true;
+        for (int t = 0; t < cg->G && final; t++) {
+            coord_job_state_t js = coord_sched_job(s, cg->first_job + t)->state;
+            final = js == COORD_JOB_FINAL || js == COORD_JOB_DROPPED;
+        }
+        s_gread_t *r = &p->groups[p->ngroups++];
+        snprintf(r->gid, sizeof r->gid, "%s", cg->gid);
+        r->final = final;
+    }
+}
+
+/* s_redis_pass submits a pass (decisions_only: the groups of the round that just ended). */
+static void s_redis_pass(dashboard_t *d, bool decisions_only)
+{
+    storeq_t *q = coord_storeq(d->c);
+    if (!q || (!decisions_only && d->pass_inflight))
+        return;
+    s_pass_t *p = sr_xcalloc(1, sizeof *p);
+    p->decisions_only = decisions_only;
+    p->round = d->round;
+    p->iters_from = d->iters_read;
+    if (d->have_round && (decisions_only || coord_round_active(d->c)))
+        s_pass_groups(d, p);
+    p->anchor = s_anchor_hold(d);
+    if (storeq_submit(q, s_pass_work, s_pass_done, p) != SR_OK) {
+        s_anchor_drop(p->anchor);
+        s_pass_free(p);
+        return;
+    }
+    if (!decisions_only)
+        d->pass_inflight = true;
+}
+
+typedef struct {
+    s_anchor_t *anchor;
+    char *text;
+    size_t len;
+} s_snap_t;
+
+static int s_snap_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_snap_t *w = arg;
+    if (!st)
+        return SR_EREDIS;
+    char key[256];
+    store_key(st, key, sizeof key, "dashboard");
+    return store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %b PX 60000", key, w->text, w->len);
+}
+
+static void s_snap_done(int rc, const char *err, void *arg)
+{
+    s_snap_t *w = arg;
+    dashboard_t *d = s_anchor_drop(w->anchor);
+    if (d)
+        d->snap_inflight = false;
+    if (d && rc != SR_OK && rc != SR_ECLOSED)
+        log_warn_limited(5, "dashboard: cannot store the snapshot: %s", err);
+    free(w->text);
+    free(w);
+}
+
+/* s_store_snapshot submits the snapshot for `selroll status`, unless the last one is still on
+ * its way. */
+static void s_store_snapshot(dashboard_t *d, const char *text, size_t len)
+{
+    storeq_t *q = coord_storeq(d->c);
+    if (!q || d->snap_inflight)
+        return;
+    s_snap_t *w = sr_xcalloc(1, sizeof *w);
+    w->text = sr_xmalloc(len + 1);
+    memcpy(w->text, text, len + 1);
+    w->len = len;
+    w->anchor = s_anchor_hold(d);
+    if (storeq_submit(q, s_snap_work, s_snap_done, w) != SR_OK) {
+        s_anchor_drop(w->anchor);
+        free(w->text);
+        free(w);
+        return;
+    }
+    d->snap_inflight = true;
 }
 
 /* ---- the snapshot -------------------------------------------------------------------------- */
@@ -799,7 +1058,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
         s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
     if (now - d->last_redis_ms >= d->cfg.redis_every_ms) {
         d->last_redis_ms = now;
-        s_redis_pass(d);
+        s_redis_pass(d, false);
     }
     s_account(d);
     s_throughput_point(d, now);
@@ -810,11 +1069,7 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
     http_srv_sse_publish(d->http, "state", text, len);
     if (now - d->last_store_ms >= 1000) {
         d->last_store_ms = now;
-        char key[256];
-        store_t *st = coord_store(d->c);
-        store_key(st, key, sizeof key, "dashboard");
-        if (store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %b PX 60000", key, text, len) != SR_OK)
-            log_warn_limited(5, "dashboard: cannot store the snapshot: %s", store_errstr(st));
+        s_store_snapshot(d, text, len);
     }
     pthread_mutex_lock(&d->mu);
     free(d->snap);
@@ -828,13 +1083,13 @@ void dashboard_on_round(dashboard_t *d, const coord_round_summary_t *sum)
     if (!d || !sum)
         return;
     /* The scheduler still holds the round that ended: take the ACTIONs still queued on the bus
-     * and the last decisions in Redis, and account for it. */
+     * and account for it, and ask Redis for its last decisions (accounted for when they come,
+     * if the next round has not opened by then). */
     if (sum->round == d->round && d->have_round) {
         s_drain(d, DASH_DRAIN_MAX);
         s_ensure_lanes(d, coord_sched_groups(coord_scheduler(d->c)));
-        if (s_read_decisions(d, coord_store(d->c)) != SR_OK)
-            log_warn_limited(5, "dashboard: Redis: %s", store_errstr(coord_store(d->c)));
         s_account(d);
+        s_redis_pass(d, true);
     }
     d->run_calls += sum->llm_calls;
     d->run_tokens += sum->tokens;
@@ -984,6 +1239,9 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
     d->t0_ms = clock_mono_ms();
     dashboard_gate_init(&d->gate);
     atomic_init(&d->redis_ok_ms, 0);
+    d->anchor = sr_xcalloc(1, sizeof *d->anchor);
+    d->anchor->d = d;
+    d->anchor->refs = 1;
     pthread_mutex_init(&d->mu, NULL);
     s_metrics(d, coord_metrics(c));
 
@@ -1026,8 +1284,7 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
         snprintf(e, sizeof e, "dashboard: cannot register a timer");
         goto fail;
     }
-    if (store_ping(coord_store(c)) == SR_OK)
-        atomic_store(&d->redis_ok_ms, clock_mono_ms());
+    /* /health says Redis is up once the first pass (the first tick's) answered. */
     if (http_srv_start(d->http, e, sizeof e) != SR_OK)
         goto fail;
     return d;
@@ -1052,6 +1309,10 @@ void dashboard_destroy(dashboard_t **self_p)
     if (d->drain_timer >= 0)
         reactor_timer_cancel(coord_reactor(d->c), d->drain_timer);
     transport_sock_destroy(&d->sub);
+    if (d->anchor) { /* requests still queued find the dashboard gone */
+        d->anchor->d = NULL;
+        s_anchor_drop(d->anchor);
+    }
     cJSON_Delete(d->rounds);
     cJSON_Delete(d->iters);
     cJSON_Delete(d->envw);

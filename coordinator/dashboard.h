@@ -12,8 +12,9 @@
  *
  * Everything the page shows is gathered on the coordinator's thread, from its scheduler (groups,
  * jobs, actors), from the bus (one SUB socket on act/<run>/ and ctl/<run>/cancel: each
- * trajectory's step, cancellations) and from Redis once a second (the gate's decisions in the
- * group records, env workers in the registry, the training loop's iteration records). A timer
+ * trajectory's step, cancellations) and from Redis at most once a second, through the
+ * coordinator's store thread (coord_storeq: the gate's decisions in the group records, env workers
+ * in the registry, the training loop's iteration records), never on the loop itself. A timer
  * turns it into one JSON snapshot every period: that snapshot is published to the event stream,
  * kept for GET /api/state, and written to Redis (selroll:<run>:dashboard, 60 s expiry) for
  * `selroll status`. The HTTP threads only copy the latest snapshot under a mutex. docs/dashboard.md

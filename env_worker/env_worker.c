@@ -8,8 +8,9 @@
  * wait for the step latency go to a FIFO queue: the delay is the same for every reply, so the
  * queue is ordered by due time and one timer, armed for its head, is enough.
  *
- * The registry thread owns its own Redis connection (the store is blocking and not thread-safe)
- * and reads the session count from the metrics gauge, which is atomic.
+ * The registry is requests to the store queue (common/storeq.h): a timer on the loop builds the
+ * entry and submits it when the last one has completed, so requests never pile up behind a
+ * stopped Redis; the completion, on the loop, counts a failure.
  */
 #include "env_worker/env_worker.h"
 
@@ -23,13 +24,13 @@
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 #include "env_worker/env.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,12 +126,9 @@ struct envw {
     metrics_gauge_t *m_sessions;
 
     /* registry */
-    store_t *store;
-    pthread_t reg_thread;
-    bool reg_started;
-    bool reg_stop;
-    pthread_mutex_t reg_mu;
-    pthread_cond_t reg_cv;
+    storeq_t *sq;
+    int reg_timer;
+    bool reg_inflight; /* a registration was submitted and has not completed */
 };
 
 static const char *const s_err_codes[ENVW_ERR_COUNT] = {
@@ -880,57 +878,91 @@ static void s_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
  * Registry thread
  * ------------------------------------------------------------------------------------------- */
 
-static void s_register(envw_t *w)
-{
+typedef struct {
+    envw_t *w;
     char cap[32], load[32], pid[32], lat[32];
-    snprintf(cap, sizeof cap, "%d", w->capacity);
-    snprintf(load, sizeof load, "%.0f", metrics_gauge_value(w->m_sessions));
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    snprintf(lat, sizeof lat, "%d", w->step_latency_ms);
+} s_reg_t;
+
+/* s_register_work writes the entry on the store thread from the copy the loop made. */
+static int s_register_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_reg_t *g = arg;
+    envw_t *w = g->w;
+    if (!st)
+        return SR_EREDIS;
     store_field_t f[] = {
-        {"endpoint", w->advertise}, {"capacity", cap},  {"load", load},
-        {"pid", pid},               {"host", w->host},  {"step_latency_ms", lat},
+        {"endpoint", w->advertise}, {"capacity", g->cap},  {"load", g->load},
+        {"pid", g->pid},            {"host", w->host},     {"step_latency_ms", g->lat},
         {"version", SELROLL_VERSION}, {"kind", w->kind},
     };
-    int rc = store_register(w->store, "envw", w->id, f, SR_ARRAY_LEN(f), 3 * w->heartbeat_ms);
-    if (rc != SR_OK) {
-        metrics_counter_inc(w->m_registry_failures);
-        log_warn_limited(1, "registry refresh failed: %s", store_errstr(w->store));
-    }
+    return store_register(st, "envw", w->id, f, SR_ARRAY_LEN(f), 3 * w->heartbeat_ms);
 }
 
-static void *s_registry_main(void *arg)
+static void s_register_done(int rc, const char *err, void *arg)
 {
-    envw_t *w = arg;
-    pthread_mutex_lock(&w->reg_mu);
-    while (!w->reg_stop) {
-        pthread_mutex_unlock(&w->reg_mu);
-        s_register(w);
-        pthread_mutex_lock(&w->reg_mu);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t ns = ts.tv_nsec + (w->heartbeat_ms % 1000) * 1000000;
-        ts.tv_sec += w->heartbeat_ms / 1000 + ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
-        while (!w->reg_stop && pthread_cond_timedwait(&w->reg_cv, &w->reg_mu, &ts) != ETIMEDOUT) {
-        }
+    s_reg_t *g = arg;
+    envw_t *w = g->w;
+    w->reg_inflight = false;
+    if (rc != SR_OK && rc != SR_ECLOSED) {
+        metrics_counter_inc(w->m_registry_failures);
+        log_warn_limited(1, "registry refresh failed: %s", err);
     }
-    pthread_mutex_unlock(&w->reg_mu);
-    if (store_unregister(w->store, "envw", w->id) != SR_OK)
-        log_warn("could not unregister from Redis: %s", store_errstr(w->store));
-    return NULL;
+    free(g);
 }
 
+/* s_register submits the entry, unless the last one is still on its way. */
+static void s_register(envw_t *w)
+{
+    if (!w->sq || w->reg_inflight)
+        return;
+    s_reg_t *g = sr_xcalloc(1, sizeof *g);
+    g->w = w;
+    snprintf(g->cap, sizeof g->cap, "%d", w->capacity);
+    snprintf(g->load, sizeof g->load, "%.0f", metrics_gauge_value(w->m_sessions));
+    snprintf(g->pid, sizeof g->pid, "%ld", (long)getpid());
+    snprintf(g->lat, sizeof g->lat, "%d", w->step_latency_ms);
+    if (storeq_submit(w->sq, s_register_work, s_register_done, g) != SR_OK) {
+        free(g);
+        return;
+    }
+    w->reg_inflight = true;
+}
+
+static void s_on_register(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_register(arg);
+}
+
+static int s_unregister_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    envw_t *w = arg;
+    return st ? store_unregister(st, "envw", w->id) : SR_EREDIS;
+}
+
+static void s_unregister_done(int rc, const char *err, void *arg)
+{
+    (void)arg;
+    if (rc != SR_OK)
+        log_warn("could not unregister from Redis: %s", err);
+}
+
+/* s_registry_stop deletes the entry after the loop ended: the last request, waited for (up to a
+ * few Redis timeouts) since nothing else runs any more. */
 static void s_registry_stop(envw_t *w)
 {
-    if (!w->reg_started)
+    if (!w->sq)
         return;
-    pthread_mutex_lock(&w->reg_mu);
-    w->reg_stop = true;
-    pthread_cond_signal(&w->reg_cv);
-    pthread_mutex_unlock(&w->reg_mu);
-    pthread_join(w->reg_thread, NULL);
-    w->reg_started = false;
+    if (w->reg_timer > 0) {
+        reactor_timer_cancel(w->reactor, w->reg_timer);
+        w->reg_timer = 0;
+    }
+    if (storeq_submit(w->sq, s_unregister_work, s_unregister_done, w) == SR_OK &&
+        storeq_flush(w->sq, 5000) != SR_OK)
+        log_warn("could not unregister from Redis: it did not answer in 5 s");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1032,12 +1064,6 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     }
     w->kind = sr_xstrdup(cfg->kind ? cfg->kind : ENVKIND_HOUSEHOLD);
-    pthread_mutex_init(&w->reg_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->reg_cv, &ca);
-    pthread_condattr_destroy(&ca);
     sr_buf_init(&w->out);
     w->capacity = cfg->capacity;
     w->max_per_peer = cfg->max_per_peer; /* 0: only the capacity bounds a client */
@@ -1081,9 +1107,17 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     w->advertise = cfg->advertise ? sr_xstrdup(cfg->advertise)
                                   : s_derive_advertise(transport_sock_endpoint(w->sock), w->host);
     if (cfg->redis_url) {
+        /* An unreachable Redis is known before serving; the loop's Redis is the store queue. */
         char serr[512] = "";
-        if (store_connect(&w->store, cfg->redis_url, cfg->run ? cfg->run : "default", 2000, serr,
-                          sizeof serr) != SR_OK) {
+        const char *run = cfg->run ? cfg->run : "default";
+        store_t *st = NULL;
+        if (store_connect(&st, cfg->redis_url, run, 2000, serr, sizeof serr) != SR_OK) {
+            snprintf(why, sizeof why, "%s", serr);
+            goto fail;
+        }
+        store_destroy(&st);
+        w->sq = storeq_new(w->reactor, cfg->redis_url, run, 2000, serr, sizeof serr);
+        if (!w->sq) {
             snprintf(why, sizeof why, "%s", serr);
             goto fail;
         }
@@ -1121,12 +1155,12 @@ int envw_run(envw_t *w)
             goto cleanup;
         rc = SR_OK;
     }
-    if (w->store) {
-        w->reg_stop = false;
-        if (pthread_create(&w->reg_thread, NULL, s_registry_main, w) == 0)
-            w->reg_started = true;
-        else
-            log_error("cannot start the registry thread; the worker is not registered");
+    if (w->sq) {
+        s_register(w);
+        w->reg_timer = reactor_timer_add(w->reactor, w->heartbeat_ms, w->heartbeat_ms,
+                                         s_on_register, w);
+        if (w->reg_timer <= 0)
+            log_error("cannot add the registry timer; the entry will expire");
     }
     log_info("env worker %s serving on %s (capacity %d, step latency %d ms, session ttl %lld ms)",
              w->id, transport_sock_endpoint(w->sock), w->capacity, w->step_latency_ms,
@@ -1209,7 +1243,7 @@ void envw_destroy(envw_t **self_p)
     if (!self_p || !*self_p)
         return;
     envw_t *w = *self_p;
-    s_registry_stop(w);
+    storeq_destroy(&w->sq); /* before the reactor, which watches its eventfd */
     if (w->buckets) {
         while (w->lru_head)
             s_remove(w, w->lru_head);
@@ -1223,7 +1257,6 @@ void envw_destroy(envw_t **self_p)
     transport_sock_destroy(&w->sock);
     if (w->own_ctx && w->ctx)
         zmq_ctx_term(w->ctx);
-    store_destroy(&w->store);
     peerlimit_destroy(&w->peers);
     metrics_registry_destroy(&w->metrics);
     sr_buf_free(&w->out);
@@ -1231,8 +1264,6 @@ void envw_destroy(envw_t **self_p)
     free(w->id);
     free(w->advertise);
     free(w->kind);
-    pthread_cond_destroy(&w->reg_cv);
-    pthread_mutex_destroy(&w->reg_mu);
     free(w);
     *self_p = NULL;
 }

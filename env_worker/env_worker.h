@@ -15,9 +15,10 @@
  *
  * With a step latency the replies wait on a timer (the reactor is never blocked), which models a
  * slow environment. With a Redis URL the worker registers itself (registry kind "envw", with its
- * env-worker kind, "household" by default, in the field "kind") while envw_run runs: a small
- * registry thread with its own connection refreshes the entry and its TTL, reading the load from an
- * atomic counter, and deletes the entry when the loop ends.
+ * env-worker kind, "household" by default, in the field "kind") while envw_run runs: a timer on
+ * the loop submits the entry (its load, its TTL) to the process's store queue (common/storeq.h) once
+ * per heartbeat, so a slow or stopped Redis delays the registry, never a RESET or a STEP, and the
+ * entry is deleted when the loop ends.
  *
  * The server is a library object so that tests and the benchmark can run it in-process (envw_run
  * in a thread of their own, envw_stop from any thread); `selroll env-worker` is a thin command
@@ -92,7 +93,8 @@ void envw_cfg_init(envw_cfg_t *c);
 const char *envw_err_code(envw_err_t e);
 
 /* envw_new checks cfg, binds the ROUTER socket and, when cfg->redis_url is set, connects to Redis
- * (so that a bad flag, a bind failure or an unreachable Redis is known before serving). On
+ * once (so that a bad flag, a bind failure or an unreachable Redis is known before serving) and
+ * starts the store thread the registry goes through. On
  * failure it returns NULL and writes one line into err (errlen bytes; err may be NULL). The caller
  * owns the worker and frees it with envw_destroy. */
 envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);
@@ -147,7 +149,7 @@ metrics_registry_t *envw_metrics(envw_t *w);
 void envw_log_stats(const envw_t *w);
 
 /* envw_destroy frees the worker: its sessions, replies still waiting for their latency, socket,
- * reactor, Redis connection and (when it made one) its ZeroMQ context. Must not be called while
+ * reactor, store thread and (when it made one) its ZeroMQ context. Must not be called while
  * envw_run runs. Accepts NULL and *self_p == NULL; sets *self_p to NULL. */
 void envw_destroy(envw_t **self_p);
 

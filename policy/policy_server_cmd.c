@@ -31,23 +31,74 @@ static const char *s_def(char *buf, size_t cap, double v)
     return buf;
 }
 
-/* s_flush_aborted adds the tokens decoded for aborted requests since the last call to the run's
- * counter selroll:<run>:policy:aborted_tokens (INCRBY, so several policy servers add up), which
- * the coordinator reads per iteration: an aborted request's client never learns that count. Best
- * effort: a failed write is retried with the whole delta next time. */
-static void s_flush_aborted(store_t *stats, policy_server_t *s, uint64_t *flushed)
+/* The aborted-token counter (selroll:<run>:policy:aborted_tokens), which the coordinator reads
+ * per iteration: an aborted request's client never learns that count. Flushed through the
+ * server's store thread, one INCRBY in flight at a time; best effort: a failed write is retried
+ * with the whole delta next time. */
+typedef struct {
+    policy_server_t *s;
+    bool on;
+    uint64_t flushed; /* atomic: tokens counted in Redis */
+    int inflight;     /* atomic: an INCRBY is on its way */
+} s_aborted_t;
+
+typedef struct {
+    s_aborted_t *a;
+    uint64_t target, delta;
+} s_aborted_req_t;
+
+static int s_aborted_work(store_t *st, void *arg, char *err)
 {
-    if (!stats)
+    (void)err;
+    s_aborted_req_t *q = arg;
+    if (!st)
+        return SR_EREDIS;
+    char key[160];
+    store_key(st, key, sizeof key, "policy:aborted_tokens");
+    return store_command(st, 0, NULL, "INCRBY %s %lld", key, (long long)q->delta);
+}
+
+static void s_aborted_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    s_aborted_req_t *q = arg;
+    if (rc == SR_OK)
+        __atomic_store_n(&q->a->flushed, q->target, __ATOMIC_RELEASE);
+    __atomic_store_n(&q->a->inflight, 0, __ATOMIC_RELEASE);
+    free(q);
+}
+
+static void s_flush_aborted(s_aborted_t *a)
+{
+    if (!a->on || __atomic_load_n(&a->inflight, __ATOMIC_ACQUIRE))
         return;
     engine_stats_t es;
-    policy_server_engine_stats(s, &es);
-    if (es.tokens_aborted <= *flushed)
+    policy_server_engine_stats(a->s, &es);
+    uint64_t flushed = __atomic_load_n(&a->flushed, __ATOMIC_ACQUIRE);
+    if (es.tokens_aborted <= flushed)
         return;
-    char key[160];
-    store_key(stats, key, sizeof key, "policy:aborted_tokens");
-    if (store_command(stats, 0, NULL, "INCRBY %s %lld", key,
-                      (long long)(es.tokens_aborted - *flushed)) == SR_OK)
-        *flushed = es.tokens_aborted;
+    s_aborted_req_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return;
+    q->a = a;
+    q->target = es.tokens_aborted;
+    q->delta = es.tokens_aborted - flushed;
+    __atomic_store_n(&a->inflight, 1, __ATOMIC_RELEASE);
+    if (policy_server_submit(a->s, s_aborted_work, s_aborted_done, q) != SR_OK) {
+        __atomic_store_n(&a->inflight, 0, __ATOMIC_RELEASE);
+        free(q);
+    }
+}
+
+/* s_flush_aborted_last flushes the counter once more at exit and waits for it (3 s at most:
+ * this thread serves nothing). */
+static void s_flush_aborted_last(s_aborted_t *a)
+{
+    for (int i = 0; i < 300 && __atomic_load_n(&a->inflight, __ATOMIC_ACQUIRE); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    s_flush_aborted(a);
+    for (int i = 0; i < 300 && __atomic_load_n(&a->inflight, __ATOMIC_ACQUIRE); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 }
 
 /* s_store_version0 puts the weights of version 0 (built from the prior options) into Redis under
@@ -186,8 +237,7 @@ int policy_server_main(int argc, char **argv)
     int code = 1;
     void *zctx = NULL;
     vfollow_t *follow = NULL;
-    store_t *stats = NULL; /* aborted-token counter of the run, with --redis */
-    uint64_t aborted_flushed = 0;
+    s_aborted_t aborted = {0}; /* the run's aborted-token counter, with --redis */
     if (wdir && redis) {
         fprintf(stderr, "selroll policy-server: give --weights-dir or --redis, not both\n");
         cfg_free(&cfg);
@@ -201,8 +251,8 @@ int policy_server_main(int argc, char **argv)
         return 1;
     }
     o.source = src;
-    if (redis)
-        stats = store_new(redis, run, 1000); /* NULL: no counter, serving goes on */
+    o.redis_url = redis;
+    o.run = run;
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -214,8 +264,15 @@ int policy_server_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
-    if (stats)
-        s_store_version0(stats, &o);
+    aborted.s = s;
+    aborted.on = redis != NULL;
+    if (redis) {
+        /* Start-up, on a connection of its own: once serving, Redis is the store thread's. */
+        store_t *st = store_new(redis, run, 1000);
+        if (st)
+            s_store_version0(st, &o);
+        store_destroy(&st);
+    }
     if (version > 0) {
         int rc = policy_server_set_version(s, (uint32_t)version);
         if (rc != SR_OK) {
@@ -240,7 +297,7 @@ int policy_server_main(int argc, char **argv)
         fflush(stdout);
         const struct timespec now = {0, 0};
         while ((sig = sigtimedwait(&sigs, NULL, &now)) < 0) {
-            s_flush_aborted(stats, s, &aborted_flushed);
+            s_flush_aborted(&aborted);
             int rc = vfollow_poll(follow, 200);
             if (rc == 1) {
                 printf("policy-server: now serving version %u\n", policy_server_version(s));
@@ -250,19 +307,18 @@ int policy_server_main(int argc, char **argv)
                 goto cleanup;
             }
         }
-    } else if (stats) {
+    } else if (aborted.on) {
         const struct timespec tick = {0, 200 * 1000 * 1000};
         while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0)
-            s_flush_aborted(stats, s, &aborted_flushed);
+            s_flush_aborted(&aborted);
     } else {
         sigwait(&sigs, &sig);
     }
-    s_flush_aborted(stats, s, &aborted_flushed);
+    s_flush_aborted_last(&aborted);
     printf("policy-server: signal %d, stopping\n", sig);
     code = 0;
 
 cleanup:
-    store_destroy(&stats);
     vfollow_destroy(&follow);
     if (zctx)
         zmq_ctx_term(zctx);

@@ -9,11 +9,18 @@
  * callback (the response goes out), the watcher on a hang-up (the request is aborted in the engine
  * and the connection closed), or shutdown. A request's context is reference-counted: one reference
  * for libmicrohttpd (dropped when the request completes), one while the engine holds it.
+ *
+ * A version not cached is loaded through the store queue (common/storeq.h, one store thread, as in
+ * every role): the request is suspended, the store thread fetches and decodes the weights off the
+ * server mutex, and the completion, dispatched by the loop (or the watcher) from the queue's
+ * eventfd in the same epoll set, caches the model and resumes the request. /health and requests
+ * for cached versions never wait for the weights source.
  */
 #include "policy/server.h"
 
 #include "common/jsonw.h"
 #include "common/sr.h"
+#include "common/storeq.h"
 #include "policy/model.h"
 #include "policy/prompt_parse.h"
 #include "policy/tokenizer.h"
@@ -47,7 +54,7 @@ static const double S_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                    0.5,   1,     2.5,  5,     10,   30,  60};
 #define S_NBUCKETS (sizeof(S_BUCKETS) / sizeof(S_BUCKETS[0]))
 
-/* S_LOADING: suspended while the loader fetches its policy version; S_LOADED: resumed, the
+/* S_LOADING: suspended while the store thread fetches its policy version; S_LOADED: resumed, the
  * request is answered again from the start, now with the version cached (or known missing). */
 typedef enum {
     S_NEW = 0,
@@ -92,12 +99,11 @@ typedef struct {
     uint64_t engine_id;
     int64_t t0_ns;
     bool completion; /* a POST /v1/chat/completions: counted in the metrics */
-    /* A version not cached: the loader thread fetches it while the connection is suspended. */
+    /* A version not cached: the store thread fetches it while the connection is suspended. */
     uint32_t load_version;
-    bool loaded;    /* the loader answered: load_rc, and pinned when it is SR_OK */
+    bool loaded;    /* the load answered: load_rc, and pinned when it is SR_OK */
     int load_rc;
     struct s_mref *pinned;   /* the loaded model, referenced until the request is answered */
-    void *ld_next;           /* the loader queue */
 } s_conn_t;
 
 /* A client connection (libmicrohttpd's socket context): its socket is in the server's epoll set
@@ -132,19 +138,17 @@ struct policy_server {
         int64_t until_ms;
     } neg[S_NEG_CACHE]; /* under mu: versions the source lacks (or holds malformed) */
     int neg_next;
-    /* The loader: fetches and decodes uncached versions, off mu and off the HTTP threads. */
-    pthread_t loader;
-    bool loader_started, ld_stop;
-    pthread_mutex_t ld_mu;
-    pthread_cond_t ld_cv;
-    void *ld_head, *ld_tail; /* s_conn_t queue, under ld_mu */
-    int ld_n;
+    /* Weight loads: fetched and decoded on the store thread, off mu and off the HTTP threads;
+     * completions dispatched by the thread that waits on epfd. */
+    storeq_t *sq;
+    int ld_n; /* loads queued, under mu */
     s_mref_t *current;
     s_watch_t *watch; /* the client connections' sockets in epfd */
     int n_watch, cap_watch;
     uint64_t next_watch_id;
     int wake_fd;
-    int epfd; /* the connections' sockets (EPOLLRDHUP, keyed by watch id) and wake_fd (key 0) */
+    int epfd; /* the connections' sockets (EPOLLRDHUP, keyed by watch id), wake_fd (key 0) and
+               * the store queue's eventfd (S_KEY_STOREQ) */
     pthread_t watcher; /* with one thread (o.threads == 1): the event loop, s_loop */
     bool watcher_started;
     bool loop; /* one thread: libmicrohttpd's epoll set, the engine and the watch list */
@@ -341,21 +345,14 @@ static void s_model_insert_locked(struct policy_server *s, uint32_t version, mod
     *out = r;
 }
 
-/* s_model_acquire returns a referenced model for version, fetching and decoding it when it is
- * not cached: without the mutex, so that requests for cached versions and /health never wait
- * for the weights source. A version the source lacks, or holds malformed, is remembered for
- * S_NEG_TTL_MS. Blocks on the source: call it from the loader or a control thread only. */
-static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t **out)
+/* s_model_fetch fetches and decodes version from the source, without the mutex: a new model in
+ * *out, or SR_ENOTFOUND, SR_EPROTO (malformed) or the source's error. */
+static int s_model_fetch(struct policy_server *s, uint32_t version, model_t **out)
 {
-    pthread_mutex_lock(&s->mu);
-    int rc = s_model_lookup_locked(s, false, version, out);
-    pthread_mutex_unlock(&s->mu);
-    if (rc != SR_EAGAIN)
-        return rc;
     uint8_t *blob = NULL;
     size_t len = 0;
     model_t *m = NULL;
-    rc = wsource_fetch(s->o.source, version, &blob, &len);
+    int rc = wsource_fetch(s->o.source, version, &blob, &len);
     if (rc == SR_OK) {
         char err[128];
         m = model_from_blob(blob, len, err, sizeof err);
@@ -367,7 +364,15 @@ static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t *
         }
     }
     free(blob);
-    pthread_mutex_lock(&s->mu);
+    *out = m;
+    return rc;
+}
+
+/* s_model_settle_locked takes the outcome of a fetch: m cached and returned referenced, or a
+ * missing or malformed version remembered for S_NEG_TTL_MS. Mutex held. */
+static void s_model_settle_locked(struct policy_server *s, uint32_t version, int rc, model_t *m,
+                                  s_mref_t **out)
+{
     if (rc == SR_OK) {
         s_model_insert_locked(s, version, m, out);
     } else if (rc == SR_ENOTFOUND || rc == SR_EPROTO) {
@@ -376,6 +381,24 @@ static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t *
         s->neg[s->neg_next].until_ms = s_mono_ms() + S_NEG_TTL_MS;
         s->neg_next = (s->neg_next + 1) % S_NEG_CACHE;
     }
+}
+
+/* s_model_acquire returns a referenced model for version, fetching and decoding it when it is
+ * not cached: without the mutex, so that requests for cached versions and /health never wait
+ * for the weights source. A version the source lacks, or holds malformed, is remembered for
+ * S_NEG_TTL_MS. Blocks on the source: the store thread calls it (a request's load, a version
+ * switch), and a caller without a source (the cache only). */
+static int s_model_acquire(struct policy_server *s, uint32_t version, s_mref_t **out)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = s_model_lookup_locked(s, false, version, out);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SR_EAGAIN)
+        return rc;
+    model_t *m = NULL;
+    rc = s_model_fetch(s, version, &m);
+    pthread_mutex_lock(&s->mu);
+    s_model_settle_locked(s, version, rc, m, out);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -387,12 +410,58 @@ static void s_model_put(struct policy_server *s, s_mref_t *r)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A version switch: its load runs on the store thread like a request's (the weights source's
+ * connection is used by that thread only), and the caller waits for it. */
+typedef struct {
+    struct policy_server *s;
+    uint32_t version;
+    s_mref_t *mr;
+    int rc;
+    bool done;
+    pthread_cond_t cv; /* with s->mu */
+} s_setv_t;
+
+static int s_setv_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    (void)err;
+    s_setv_t *w = arg;
+    return s_model_acquire(w->s, w->version, &w->mr);
+}
+
+static void s_setv_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    s_setv_t *w = arg;
+    pthread_mutex_lock(&w->s->mu);
+    w->rc = rc;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->s->mu);
+}
+
 int policy_server_set_version(policy_server_t *s, uint32_t version)
 {
     if (!s)
         return SR_EINVAL;
     s_mref_t *r = NULL;
-    int rc = s_model_acquire(s, version, &r);
+    int rc;
+    if (!s->o.source || !s->sq) {
+        rc = s_model_acquire(s, version, &r); /* no source: the cache only, nothing to wait for */
+    } else {
+        s_setv_t w = {.s = s, .version = version};
+        pthread_cond_init(&w.cv, NULL);
+        rc = storeq_submit(s->sq, s_setv_work, s_setv_done, &w);
+        if (rc == SR_OK) {
+            pthread_mutex_lock(&s->mu);
+            while (!w.done)
+                pthread_cond_wait(&w.cv, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+            rc = w.rc;
+            r = w.mr;
+        }
+        pthread_cond_destroy(&w.cv);
+    }
     if (rc == SR_OK) {
         pthread_mutex_lock(&s->mu);
         s->current = r;
@@ -400,6 +469,17 @@ int policy_server_set_version(policy_server_t *s, uint32_t version)
         pthread_mutex_unlock(&s->mu);
     }
     return rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
+}
+
+int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,
+                         void *arg)
+{
+    if (!s)
+        return SR_EINVAL;
+    pthread_mutex_lock(&s->mu);
+    bool closed = s->stopping || !s->sq;
+    pthread_mutex_unlock(&s->mu);
+    return closed ? SR_ECLOSED : storeq_submit(s->sq, work, done, arg);
 }
 
 uint32_t policy_server_version(const policy_server_t *s)
@@ -1247,9 +1327,10 @@ static void s_abort_locked(struct policy_server *s, s_conn_t *c)
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
 }
 
-/* The epoll key of libmicrohttpd's own epoll set in the single event loop (watch ids count up
- * from 1, the wake fd is 0). */
+/* The epoll keys of libmicrohttpd's own epoll set in the single event loop and of the store
+ * queue's eventfd (watch ids count up from 1, the wake fd is 0). */
 #define S_KEY_MHD UINT64_MAX
+#define S_KEY_STOREQ (UINT64_MAX - 1)
 
 /* s_epoll_wait waits on the server's epoll set at most wait_ns (< 0: no limit). */
 static int s_epoll_wait(struct policy_server *s, struct epoll_event *evs, int n, int64_t wait_ns)
@@ -1274,12 +1355,15 @@ static int s_epoll_wait(struct policy_server *s, struct epoll_event *evs, int n,
  * it after every wait). Returns true when the server is stopping. */
 static bool s_events(struct policy_server *s, const struct epoll_event *evs, int r)
 {
+    bool loads = false;
     pthread_mutex_lock(&s->mu);
     bool stop = s->stopping;
     for (int i = 0; i < r && !stop; i++) {
         uint64_t id = evs[i].data.u64;
         if (id == S_KEY_MHD) {
             continue;
+        } else if (id == S_KEY_STOREQ) {
+            loads = true;
         } else if (id == 0) {
             uint64_t v;
             ssize_t got = read(s->wake_fd, &v, sizeof v);
@@ -1297,6 +1381,8 @@ static bool s_events(struct policy_server *s, const struct epoll_event *evs, int
         }
     }
     pthread_mutex_unlock(&s->mu);
+    if (loads && !stop)
+        storeq_dispatch(s->sq); /* the completions take the mutex themselves */
     return stop;
 }
 
@@ -1501,68 +1587,69 @@ static void s_metrics(struct policy_server *s, s_conn_t *c)
     s_set_resp(c, 200, "text/plain; version=0.0.4", b.p);
 }
 
-/* ---------------------------------------------------------------- the loader */
+/* ---------------------------------------------------------------- weight loads */
 
-/* s_loader_main fetches the versions of suspended requests one at a time, then resumes each:
- * its handler runs again (S_LOADED) and finds the version cached, or its failure remembered. */
-static void *s_loader_main(void *arg)
+typedef struct {
+    struct policy_server *s;
+    s_conn_t *c;
+    uint32_t version;
+    s_mref_t *mr; /* the model, referenced, when the load succeeded */
+} s_load_t;
+
+/* s_load_work fetches and decodes the version off the mutex, then caches it (or remembers it
+ * missing) under the mutex, all on the store thread: the next load of the same version, right
+ * behind it in the queue, finds it settled. */
+static int s_load_work(store_t *st, void *arg, char *err)
 {
-    struct policy_server *s = arg;
-    pthread_mutex_lock(&s->ld_mu);
-    for (;;) {
-        while (!s->ld_stop && !s->ld_head)
-            pthread_cond_wait(&s->ld_cv, &s->ld_mu);
-        s_conn_t *c = s->ld_head;
-        if (!c)
-            break; /* stopping, nothing queued */
-        s->ld_head = c->ld_next;
-        if (!s->ld_head)
-            s->ld_tail = NULL;
-        s->ld_n--;
-        bool stop = s->ld_stop;
-        pthread_mutex_unlock(&s->ld_mu);
-        s_mref_t *mr = NULL;
-        int rc = stop ? SR_ECLOSED : s_model_acquire(s, c->load_version, &mr);
-        pthread_mutex_lock(&s->mu);
-        c->loaded = true;
-        c->load_rc = rc;
-        c->pinned = rc == SR_OK ? mr : NULL;
-        c->state = S_LOADED;
-        MHD_resume_connection(c->conn);
-        pthread_mutex_unlock(&s->mu);
-        s_wake(s);
-        s_conn_unref(c);
-        pthread_mutex_lock(&s->ld_mu);
-    }
-    pthread_mutex_unlock(&s->ld_mu);
-    return NULL;
+    (void)st;
+    (void)err;
+    s_load_t *l = arg;
+    return s_model_acquire(l->s, l->version, &l->mr);
 }
 
-/* s_load_later suspends request c until the loader has fetched `version`. SR_EFULL when too many
- * loads are queued. */
+/* s_load_done resumes the request: its handler runs again (S_LOADED) and finds the version
+ * cached, or its failure remembered. */
+static void s_load_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    s_load_t *l = arg;
+    struct policy_server *s = l->s;
+    s_conn_t *c = l->c;
+    pthread_mutex_lock(&s->mu);
+    s->ld_n--;
+    c->loaded = true;
+    c->load_rc = rc;
+    c->pinned = rc == SR_OK ? l->mr : NULL;
+    c->state = S_LOADED;
+    MHD_resume_connection(c->conn);
+    pthread_mutex_unlock(&s->mu);
+    s_wake(s);
+    s_conn_unref(c);
+    free(l);
+}
+
+/* s_load_later suspends request c until the store thread has fetched `version`. SR_EFULL when
+ * too many loads are queued. */
 static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, s_conn_t *c,
                         uint32_t version)
 {
-    pthread_mutex_lock(&s->ld_mu);
-    if (s->ld_n >= S_MAX_LOADS || s->ld_stop || !s->loader_started) {
-        pthread_mutex_unlock(&s->ld_mu);
+    pthread_mutex_lock(&s->mu);
+    if (s->ld_n >= S_MAX_LOADS || s->stopping || !s->sq || !s->o.source) {
+        pthread_mutex_unlock(&s->mu);
         return SR_EFULL;
     }
-    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the loader's */
+    s->ld_n++;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the load's */
     c->load_version = version;
-    c->ld_next = NULL;
-    pthread_mutex_lock(&s->mu);
     c->state = S_LOADING;
     MHD_suspend_connection(conn);
     pthread_mutex_unlock(&s->mu);
-    if (s->ld_tail)
-        ((s_conn_t *)s->ld_tail)->ld_next = c;
-    else
-        s->ld_head = c;
-    s->ld_tail = c;
-    s->ld_n++;
-    pthread_cond_signal(&s->ld_cv);
-    pthread_mutex_unlock(&s->ld_mu);
+    s_load_t *l = sr_xcalloc(1, sizeof *l);
+    l->s = s;
+    l->c = c;
+    l->version = version;
+    if (storeq_submit(s->sq, s_load_work, s_load_done, l) != SR_OK)
+        s_load_done(SR_ECLOSED, "the store queue was closed", l);
     return SR_OK;
 }
 
@@ -1584,7 +1671,7 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
         pthread_mutex_lock(&s->mu);
         s_mref_t *mr = NULL;
         rc = s_model_lookup_locked(s, rq.use_current, rq.version, &mr);
-        if (c->pinned) { /* the loader's reference: the lookup took its own */
+        if (c->pinned) { /* the load's reference: the lookup took its own */
             c->pinned->refs--;
             c->pinned = NULL;
         }
@@ -1596,7 +1683,7 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
             if (rc == SR_OK) {
                 free(rq.user);
                 cJSON_Delete(root);
-                return MHD_YES; /* answered when the loader resumes it */
+                return MHD_YES; /* answered when its load resumes it */
             }
             s_error(c, 503, "too many policy versions are being loaded; try again later");
         } else if (rc == SR_ENOTFOUND) {
@@ -1743,8 +1830,6 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->o.model_name = s->name;
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_mutex_init(&s->ld_mu, NULL);
-    pthread_cond_init(&s->ld_cv, NULL);
 
     model_t *m0 = prior_build(&o->prior);
     if (!m0) {
@@ -1766,8 +1851,22 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event wev = {.events = EPOLLIN, .data.u64 = 0};
-    if (s->wake_fd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0 ||
-        (!s->loop && pthread_create(&s->watcher, NULL, s_watcher, s) != 0)) {
+    if (s->wake_fd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0) {
+        why = "cannot create the watcher's epoll set";
+        goto fail;
+    }
+    if (o->source || o->redis_url) {
+        /* The weights source keeps its own connection, used on this thread only; redis_url is
+         * the thread's connection for policy_server_submit. */
+        char qerr[STOREQ_ERR_MAX];
+        s->sq = storeq_new_fd(o->redis_url, o->run ? o->run : "default", 1000, qerr, sizeof qerr);
+        struct epoll_event qev = {.events = EPOLLIN, .data.u64 = S_KEY_STOREQ};
+        if (!s->sq || epoll_ctl(s->epfd, EPOLL_CTL_ADD, storeq_fd(s->sq), &qev) != 0) {
+            why = "cannot start the weights loader";
+            goto fail;
+        }
+    }
+    if (!s->loop && pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
         why = "cannot start the watcher thread";
         goto fail;
     }
@@ -1802,13 +1901,6 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         }
         s->watcher_started = true;
     }
-    if (o->source) {
-        if (pthread_create(&s->loader, NULL, s_loader_main, s) != 0) {
-            why = "cannot start the weights loader";
-            goto fail;
-        }
-        s->loader_started = true;
-    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     return s;
@@ -1837,14 +1929,6 @@ void policy_server_destroy(policy_server_t **sp)
     if (!sp || !*sp)
         return;
     struct policy_server *s = *sp;
-    /* The loader first: requests still queued are resumed with SR_ECLOSED (answered 500). */
-    pthread_mutex_lock(&s->ld_mu);
-    s->ld_stop = true;
-    pthread_cond_signal(&s->ld_cv);
-    pthread_mutex_unlock(&s->ld_mu);
-    if (s->loader_started)
-        pthread_join(s->loader, NULL);
-    s->loader_started = false;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     for (int i = 0; i < s->n_watch; i++) {
@@ -1863,6 +1947,8 @@ void policy_server_destroy(policy_server_t **sp)
         if (s->watcher_started)
             pthread_join(s->watcher, NULL);
         s->watcher_started = false;
+        /* Loads still queued: their requests resumed with SR_ECLOSED (answered 500). */
+        storeq_destroy(&s->sq);
         if (s->d)
             MHD_run(s->d);
     }
@@ -1870,6 +1956,7 @@ void policy_server_destroy(policy_server_t **sp)
         &s->engine); /* delivers completions still pending: they resume their connections */
     if (s->watcher_started)
         pthread_join(s->watcher, NULL);
+    storeq_destroy(&s->sq); /* resumes the loads' requests before the daemon stops */
     if (s->d)
         MHD_stop_daemon(s->d);
     if (s->wake_fd >= 0)
@@ -1884,8 +1971,6 @@ void policy_server_destroy(policy_server_t **sp)
     }
     free(s->watch);
     pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->ld_mu);
-    pthread_cond_destroy(&s->ld_cv);
     free(s);
     *sp = NULL;
 }

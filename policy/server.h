@@ -18,6 +18,7 @@
 
 #include "policy/engine.h"
 #include "policy/prior.h"
+#include "common/storeq.h"
 #include "policy/wsource.h"
 
 #include <stdbool.h>
@@ -42,6 +43,9 @@ typedef struct {
     size_t max_body;   /* largest request body accepted, bytes (default 4 MiB) */
     int conn_timeout_s;   /* a connection idle this long is closed (default 600) */
     int max_conns_per_ip; /* connections at once from one address, 0 = no limit (default) */
+    const char *redis_url; /* the run's Redis for the store thread's own connection (the
+                            * requests of policy_server_submit); NULL: none */
+    const char *run;       /* its run name (with redis_url) */
 } policy_server_opts_t;
 
 /* policy_server_opts_default fills o with the documented defaults. */
@@ -57,9 +61,19 @@ int policy_server_port(const policy_server_t *s);
 
 /* policy_server_set_version makes version the one served under the plain model name (this is
  * what a POLICY_VERSION message does). Version 0 is always available; others are fetched from the
- * weights source. Returns 0, SR_ENOTFOUND when the source does not have it, SR_EPROTO for a bad
- * blob, SR_EINVAL without a source. */
+ * weights source, on the server's store thread (the caller waits: call it from a control thread,
+ * never from a done function of policy_server_submit). Returns 0, SR_ENOTFOUND when the source
+ * does not have it, SR_EPROTO for a bad blob, SR_EINVAL without a source, SR_ECLOSED while the
+ * server is being destroyed. */
 int policy_server_set_version(policy_server_t *s, uint32_t version);
+
+/* policy_server_submit queues Redis work on the server's store thread (common/storeq.h; the one
+ * that loads weights): work gets the thread's connection to o->redis_url (NULL without one, or
+ * while Redis cannot be reached), done runs later on the server's loop (or watcher) thread, never
+ * on an HTTP handler. Any thread. Returns SR_OK, or SR_ECLOSED when the server has no store
+ * thread (neither a source nor redis_url) or is being destroyed. */
+int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,
+                         void *arg);
 
 /* policy_server_version returns the version served under the plain model name. */
 uint32_t policy_server_version(const policy_server_t *s);

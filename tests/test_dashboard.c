@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/store.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
@@ -17,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,6 +358,34 @@ static void the_dashboard_follows_the_run_and_reports_redis_health(void **state)
     assert_non_null(fgets(line, sizeof line, p));
     pclose(p);
     assert_string_equal(line, "1\n");
+
+    /* a decision the gate recorded in Redis reaches the group's row (a pass on the store thread) */
+    st = s_state(port);
+    assert_non_null(st);
+    char gid[STORE_GID_MAX];
+    snprintf(gid, sizeof gid, "%s",
+             cJSON_GetStringValue(cJSON_GetObjectItem(
+                 cJSON_GetArrayItem(cJSON_GetObjectItem(st, "groups"), 0), "id")));
+    cJSON_Delete(st);
+    store_t *gst = store_new(redis.url, "dash", 2000);
+    assert_non_null(gst);
+    assert_int_equal(store_group_decide(gst, gid, 3, 0.05, "cancel"), SR_OK);
+    store_destroy(&gst);
+    int k = -1;
+    deadline = harness_now_ms() + 10000;
+    while (k != 3 && harness_now_ms() < deadline) {
+        usleep(50 * 1000);
+        st = s_state(port);
+        cJSON *row = st ? cJSON_GetArrayItem(cJSON_GetObjectItem(st, "groups"), 0) : NULL;
+        cJSON *kk = row ? cJSON_GetObjectItem(row, "k") : NULL;
+        if (cJSON_IsNumber(kk)) {
+            k = kk->valueint;
+            assert_true(fabs(cJSON_GetObjectItem(row, "d")->valuedouble - 0.05) < 1e-9);
+            assert_true(cJSON_IsTrue(cJSON_GetObjectItem(row, "cut")));
+        }
+        cJSON_Delete(st);
+    }
+    assert_int_equal(k, 3);
 
     /* /health: 200 while Redis answers, 503 once it is gone; the server keeps answering */
     assert_int_equal(s_get(port, "/health", NULL, NULL), 200);

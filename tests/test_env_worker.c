@@ -21,6 +21,7 @@
 
 #include <msgpack.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1016,6 +1017,70 @@ static void test_registers_in_redis_with_a_ttl_and_unregisters_on_stop(void **st
     zmq_ctx_term(ctx);
 }
 
+/* Redis stopped: RESETs are answered at once while the registry refresh waits on the store thread;
+ * the entry, expired meanwhile, is written again once Redis answers. */
+static void test_a_stopped_redis_delays_the_registry_never_a_reply(void **state)
+{
+    (void)state;
+    harness_redis_t redis;
+    assert_int_equal(harness_redis_start(&redis), 0);
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 4;
+    c.redis_url = redis.url;
+    c.run = "rs";
+    c.id = "w2";
+    c.heartbeat_ms = 100;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    store_t *st = store_new(redis.url, "rs", 2000);
+    assert_non_null(st);
+    char key[128];
+    assert_int_equal(store_key(st, key, sizeof key, "envw:w2"), SR_OK);
+    redisReply *r = NULL;
+    int64_t deadline = harness_now_ms() + 5000;
+    long long exists = 0;
+    while (!exists && harness_now_ms() < deadline) {
+        assert_int_equal(store_command(st, 0, &r, "EXISTS %s", key), SR_OK);
+        exists = r->integer;
+        freeReplyObject(r);
+        usleep(10 * 1000);
+    }
+    assert_int_equal(exists, 1);
+
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl = s_client(ctx, envw_endpoint(srv.w));
+    assert_int_equal(kill(redis.pid, SIGSTOP), 0);
+    int64_t worst = 0;
+    for (int i = 0; i < 20; i++) { /* 1 s of RESETs, past the entry's 300 ms TTL */
+        proto_msg_t m;
+        int64_t t0 = harness_now_ms();
+        s_reset(cl, (uint64_t)i + 1, "x", "household/train/1", 0);
+        s_expect_obs(cl, (uint64_t)i + 1, &m);
+        proto_msg_clear(&m);
+        worst = SR_MAX(worst, harness_now_ms() - t0);
+        usleep(50 * 1000);
+    }
+    assert_int_equal(kill(redis.pid, SIGCONT), 0);
+    if (worst > 500) /* far below the 2 s Redis timeout a blocked loop would add */
+        fail_msg("a RESET took %lld ms while Redis was stopped", (long long)worst);
+    /* written again: present with a fresh TTL */
+    deadline = harness_now_ms() + 5000;
+    long long ttl = -2;
+    while (ttl <= 0 && harness_now_ms() < deadline) {
+        assert_int_equal(store_command(st, 0, &r, "PTTL %s", key), SR_OK);
+        ttl = r->integer;
+        freeReplyObject(r);
+        usleep(10 * 1000);
+    }
+    assert_true(ttl > 0 && ttl <= 300);
+    transport_sock_destroy(&cl);
+    s_server_stop(&srv);
+    store_destroy(&st);
+    harness_redis_stop(&redis);
+    zmq_ctx_term(ctx);
+}
+
 static void test_new_reports_bad_configuration_and_unreachable_redis(void **state)
 {
     (void)state;
@@ -1071,6 +1136,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_direct_calls_serve_on_the_callers_thread),
     cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
     cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
+    cmocka_unit_test(test_a_stopped_redis_delays_the_registry_never_a_reply),
     cmocka_unit_test(test_new_reports_bad_configuration_and_unreachable_redis),
     cmocka_unit_test(test_bench_env_runs_a_short_closed_loop_measurement),
 };

@@ -3,7 +3,8 @@
  * published through a transport_proxy, CANCELs received on a SUB socket, decisions read back from
  * Redis; the three modes, a group that finished first, bad bus messages, the HELLO/WELCOME
  * handshake with a ROUTER standing in for the coordinator, keep-two's CANCEL with its kept pair
- * and the per-rule record, and the learned model's examples shared through Redis.
+ * and the per-rule record, the learned model's examples shared through Redis, and a decision made
+ * while Redis is stopped, recorded once it answers.
  */
 #include "tests/harness.h"
 #include "actor/gate_svc.h"
@@ -14,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,8 @@ static void s_svc_stop(fix_t *f)
 static int teardown(void **state)
 {
     fix_t *f = *state;
+    if (f->redis.pid > 0)
+        kill(f->redis.pid, SIGCONT); /* a test that stopped it and failed */
     s_svc_stop(f);
     store_destroy(&f->store);
     transport_sock_destroy(&f->pub);
@@ -611,6 +615,56 @@ static void bad_configurations_fail_with_a_reason(void **state)
     (void)f;
 }
 
+/* Redis stopped when a group is decided: the gate goes on consuming the bus, and the decision,
+ * which cannot reach Redis (its request times out), is submitted again until Redis answers; then
+ * the cancel lands and its CANCEL goes out. */
+static void a_decision_made_while_redis_is_stopped_lands_when_it_answers(void **state)
+{
+    fix_t *f = *state;
+    s_group(f, "r0000-g0004", 2);
+    gate_svc_cfg_t c;
+    gate_svc_cfg_init(&c);
+    c.gate.mode = GATE_MODE_ENFORCE;
+    c.redis_timeout_ms = 300;
+    s_start_with(f, &c);
+    gate_svc_stats_t st0;
+    gate_svc_stats(f->svc, &st0);
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    for (int t = 0; t < 2; t++) {
+        s_publish(f, "r0000-g0004", 2, t, 1, "look", false);
+        s_publish(f, "r0000-g0004", 2, t, 2, "look", false);
+    }
+    proto_msg_t m;
+    assert_false(s_recv_cancel(f, 1200, &m)); /* no CANCEL before Redis says cancelled */
+    gate_svc_stats_t st;
+    gate_svc_stats(f->svc, &st);
+    assert_true(st.actions >= st0.actions + 4); /* the bus was consumed meanwhile */
+    assert_int_equal(st.decisions, st0.decisions + 1);
+    assert_int_equal(st.recorded, st0.recorded);
+    assert_int_equal(st.redis_errors, st0.redis_errors); /* not given up */
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    assert_true(s_recv_cancel(f, WAIT_MS, &m));
+    assert_string_equal(m.u.cancel.group, "r0000-g0004");
+    proto_msg_clear(&m);
+    s_wait_recorded(f, st0.recorded + 1);
+    gate_svc_stats(f->svc, &st);
+    assert_int_equal(st.recorded, st0.recorded + 1);
+    assert_int_equal(st.cancels_sent, st0.cancels_sent + 1);
+    store_group_t g;
+    assert_int_equal(store_group_get(f->store, "r0000-g0004", &g), SR_OK);
+    assert_int_equal(g.status, STORE_GROUP_CANCELLED);
+    assert_string_equal(g.decision, "cancel");
+    char v[64];
+    s_hget(f, "r0000-g0004", "gate_mode", v, sizeof v);
+    assert_string_equal(v, "enforce"); /* the annotation followed */
+    char *text = NULL;
+    size_t tlen = 0;
+    assert_int_equal(metrics_render(gate_svc_metrics(f->svc), &text, &tlen), SR_OK);
+    assert_non_null(strstr(text, "selroll_gate_redis_retries_total "));
+    assert_null(strstr(text, "selroll_gate_redis_retries_total 0\n"));
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -627,6 +681,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(keep_two_cancel_names_the_kept_pair_and_every_rule_is_recorded,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(learned_examples_are_kept_in_redis_and_loaded_by_the_next_gate,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(a_decision_made_while_redis_is_stopped_lands_when_it_answers,
                                         setup, teardown),
     };
     return harness_run_("gate_svc", tests, SR_ARRAY_LEN(tests), argc, argv);

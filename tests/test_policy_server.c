@@ -1236,11 +1236,90 @@ static void health_and_cached_versions_never_wait_for_the_weights_source(void **
     model_destroy(&m);
 }
 
+typedef struct {
+    pthread_t work_thread, done_thread;
+    long long value;
+    int rc;
+    int done; /* atomic */
+} submit_t;
+
+static int s_incr_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    submit_t *q = arg;
+    q->work_thread = pthread_self();
+    if (!st)
+        return SR_EREDIS;
+    char key[128];
+    store_key(st, key, sizeof key, "policy:probe");
+    redisReply *rep = NULL;
+    int rc = store_command(st, 0, &rep, "INCR %s", key);
+    if (rc == SR_OK) {
+        q->value = rep->integer;
+        freeReplyObject(rep);
+    }
+    return rc;
+}
+
+static void s_incr_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    submit_t *q = arg;
+    q->rc = rc;
+    q->done_thread = pthread_self();
+    __atomic_store_n(&q->done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* policy_server_submit runs Redis work on the server's store thread, with its own connection to
+ * the run's Redis, and its completion on the server's loop: neither on the caller's thread. A
+ * server with neither a source nor a Redis has no store thread. */
+static void submitted_redis_work_runs_on_the_store_thread(void **state)
+{
+    (void)state;
+    harness_redis_t rs;
+    assert_int_equal(harness_redis_start(&rs), 0);
+    policy_server_opts_t o;
+    policy_server_opts_default(&o);
+    o.port = 0;
+    o.cost_model = false;
+    o.redis_url = rs.url;
+    o.run = "subrun";
+    char err[128];
+    policy_server_t *s = policy_server_new(&o, err, sizeof err);
+    assert_non_null(s);
+    submit_t q[2] = {{0}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(policy_server_submit(s, s_incr_work, s_incr_done, &q[i]), SR_OK);
+    int64_t end = harness_now_ms() + 5000;
+    while (!__atomic_load_n(&q[1].done, __ATOMIC_SEQ_CST) && harness_now_ms() < end)
+        usleep(5000);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(__atomic_load_n(&q[i].done, __ATOMIC_SEQ_CST), 1);
+        assert_int_equal(q[i].rc, SR_OK);
+        assert_int_equal(q[i].value, i + 1);
+        assert_false(pthread_equal(q[i].work_thread, pthread_self()));
+        assert_false(pthread_equal(q[i].done_thread, pthread_self()));
+        assert_false(pthread_equal(q[i].done_thread, q[i].work_thread));
+    }
+    /* /health meanwhile is the loop's, as ever */
+    resp_t r = s_http(policy_server_port(s), "GET", "/health", NULL);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    policy_server_destroy(&s);
+    o.redis_url = NULL;
+    s = policy_server_new(&o, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(policy_server_submit(s, s_incr_work, s_incr_done, &q[0]), SR_ECLOSED);
+    policy_server_destroy(&s);
+    harness_redis_stop(&rs);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(health_models_metrics_and_unknown_routes_answer),
+        cmocka_unit_test(submitted_redis_work_runs_on_the_store_thread),
         cmocka_unit_test(completion_is_openai_shaped_with_usage_and_logprobs),
         cmocka_unit_test(token_ids_decode_to_the_text_and_logprobs_sum_to_the_choice),
         cmocka_unit_test(tokenizer_rule_counts_letter_runs_by_four_and_symbols_by_one),

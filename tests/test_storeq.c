@@ -11,7 +11,9 @@
 #include "common/store.h"
 #include "common/storeq.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +278,157 @@ static void a_result_is_stored_once_under_one_epoch(void **state)
     store_destroy(&st);
 }
 
+static void flush_runs_every_request_and_delivers_it_before_returning(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 20 };
+    req_t reqs[N];
+    int order = 0, seen[N];
+    for (int i = 0; i < N; i++) {
+        reqs[i] = (req_t){.r = f->r, .index = i, .order = &order, .seen = seen, .stop_after = -1};
+        assert_int_equal(storeq_submit(f->q, incr_work, incr_done, &reqs[i]), SR_OK);
+    }
+    /* no loop runs: the flush itself waits for the thread and calls the done functions */
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(order, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(seen[i], i);
+        assert_int_equal(reqs[i].rc, SR_OK);
+        assert_int_equal(reqs[i].value, i + 1);
+    }
+    assert_int_equal(storeq_pending(f->q), 0);
+
+    /* a stopped server: the flush gives up at its timeout, the request is still owed its done */
+    req_t late = {.r = f->r, .index = 0, .order = &order, .seen = seen, .stop_after = -1};
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    assert_int_equal(storeq_submit(f->q, incr_work, incr_done, &late), SR_OK);
+    int64_t t0 = harness_now_ms();
+    assert_int_equal(storeq_flush(f->q, 100), SR_ETIMEDOUT);
+    assert_true(harness_now_ms() - t0 < 400);
+    assert_int_equal(storeq_pending(f->q), 1);
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(storeq_pending(f->q), 0);
+    assert_int_equal(order, N + 1);
+}
+
+typedef struct {
+    int calls;
+    bool had_store;
+    int dones;
+    int rc;
+    char err[STOREQ_ERR_MAX];
+} plain_t;
+
+static int plain_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    plain_t *p = arg;
+    p->calls++;
+    p->had_store = st != NULL;
+    return SR_OK;
+}
+
+static int plain_fail(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    (void)arg;
+    snprintf(err, STOREQ_ERR_MAX, "no such version");
+    return SR_ENOTFOUND;
+}
+
+static void plain_done(int rc, const char *err, void *arg)
+{
+    plain_t *p = arg;
+    p->dones++;
+    p->rc = rc;
+    snprintf(p->err, sizeof p->err, "%s", err);
+}
+
+typedef struct {
+    storeq_t *q;
+    int first, second;
+} chain_t;
+
+static int chain_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    (void)arg;
+    (void)err;
+    return SR_OK;
+}
+
+static void chain_second_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    chain_t *c = arg;
+    c->second = rc == SR_OK ? 1 : -1;
+}
+
+static void chain_first_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    chain_t *c = arg;
+    c->first = rc == SR_OK ? 1 : -1;
+    assert_int_equal(storeq_submit(c->q, chain_work, chain_second_done, c), SR_OK);
+}
+
+static void flush_waits_for_what_done_functions_submit(void **state)
+{
+    fixture_t *f = *state;
+    chain_t c = {.q = f->q};
+    assert_int_equal(storeq_submit(f->q, chain_work, chain_first_done, &c), SR_OK);
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(c.first, 1);
+    assert_int_equal(c.second, 1);
+    assert_int_equal(storeq_pending(f->q), 0);
+}
+
+static void a_queue_without_a_reactor_is_dispatched_by_its_own_loop(void **state)
+{
+    fixture_t *f = *state;
+    char err[256];
+    storeq_t *q = storeq_new_fd(f->redis.url, "t", 500, err, sizeof err);
+    assert_non_null(q);
+    int fd = storeq_fd(q);
+    assert_true(fd >= 0);
+    plain_t a = {0}, b = {0};
+    assert_int_equal(storeq_submit(q, plain_work, plain_done, &a), SR_OK);
+    assert_int_equal(storeq_submit(q, plain_fail, plain_done, &b), SR_OK);
+    size_t got = 0;
+    for (int i = 0; i < 50 && got < 2; i++) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) == 1)
+            got += storeq_dispatch(q);
+    }
+    assert_int_equal(got, 2);
+    assert_int_equal(a.dones, 1);
+    assert_true(a.had_store);
+    assert_int_equal(b.rc, SR_ENOTFOUND);
+    assert_string_equal(b.err, "no such version");
+    assert_int_equal(storeq_dispatch(q), 0);
+    storeq_destroy(&q);
+    assert_null(q);
+}
+
+static void a_queue_without_redis_runs_its_work_off_the_loop(void **state)
+{
+    (void)state;
+    char err[256];
+    storeq_t *q = storeq_new_fd(NULL, NULL, 0, err, sizeof err);
+    assert_non_null(q);
+    plain_t a = {0};
+    a.had_store = true;
+    assert_int_equal(storeq_submit(q, plain_work, plain_done, &a), SR_OK);
+    assert_int_equal(storeq_flush(q, 5000), SR_OK);
+    assert_int_equal(a.calls, 1);
+    assert_false(a.had_store);
+    assert_int_equal(a.dones, 1);
+    assert_int_equal(a.rc, SR_OK);
+    storeq_destroy(&q);
+    assert_null(storeq_new(NULL, NULL, NULL, 0, err, sizeof err));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(completions_come_back_in_submission_order, setup, teardown),
     cmocka_unit_test_setup_teardown(a_stopped_server_times_requests_out_while_the_loop_runs, setup,
@@ -284,6 +437,13 @@ static const struct CMUnitTest tests[] = {
                                     teardown),
     cmocka_unit_test_setup_teardown(destroy_completes_every_request_once, setup, teardown),
     cmocka_unit_test_setup_teardown(a_result_is_stored_once_under_one_epoch, setup, teardown),
+    cmocka_unit_test_setup_teardown(flush_runs_every_request_and_delivers_it_before_returning,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(flush_waits_for_what_done_functions_submit, setup, teardown),
+    cmocka_unit_test_setup_teardown(a_queue_without_a_reactor_is_dispatched_by_its_own_loop,
+                                    setup, teardown),
+    cmocka_unit_test_setup_teardown(a_queue_without_redis_runs_its_work_off_the_loop, setup,
+                                    teardown),
 };
 
 HARNESS_MAIN("storeq", tests)
