@@ -920,12 +920,19 @@ static void full_queue_answers_503(void **state)
     char *req = s_request(NULL, "\"seed\":1");
     CURLM *mh = curl_multi_init();
     flight_t a, b;
-    s_fly(mh, &a, port, req, 0);
-    s_pump(mh, 40);
-    s_fly(mh, &b, port, req, 0);
-    s_pump(mh, 40);
     engine_stats_t es;
-    policy_server_engine_stats(s, &es);
+    s_fly(mh, &a, port, req, 0);
+    /* wait (bounded) for A to run and then B to queue: a loaded machine is slow to get there */
+    int64_t end = harness_now_ms() + 3000;
+    do {
+        s_pump(mh, 10);
+        policy_server_engine_stats(s, &es);
+    } while (es.running == 0 && harness_now_ms() < end);
+    s_fly(mh, &b, port, req, 0);
+    do {
+        s_pump(mh, 10);
+        policy_server_engine_stats(s, &es);
+    } while (es.queued == 0 && harness_now_ms() < end);
     assert_int_equal(es.running, 1);
     assert_int_equal(es.queued, 1);
     s_expect_error(port, req, 503, "queue is full");
