@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -224,6 +225,22 @@ size_t storeq_pending(const storeq_t *q)
 size_t storeq_completed(const storeq_t *q)
 {
     return q ? q->completed : 0;
+}
+
+size_t storeq_drain(storeq_t *q, int timeout_ms)
+{
+    if (!q)
+        return 0;
+    int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    while (q->pending > 0) {
+        int64_t left = deadline - clock_mono_ms();
+        if (left <= 0)
+            break;
+        struct pollfd pfd = {.fd = q->efd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)SR_MIN(left, 100)) > 0)
+            s_on_efd(q->r, q->efd, REACTOR_READ, q);
+    }
+    return q->pending;
 }
 
 void storeq_destroy(storeq_t **self_p)

@@ -60,6 +60,11 @@ size_t storeq_pending(const storeq_t *q);
 /* storeq_completed returns how many done functions were called since storeq_new. */
 size_t storeq_completed(const storeq_t *q);
 
+/* storeq_drain waits, on the reactor's thread while its loop does not run (shutdown), until
+ * every submitted request's done function was called (done functions that submit again are
+ * waited for too) or timeout_ms passed. Returns the number of requests still pending. */
+size_t storeq_drain(storeq_t *q, int timeout_ms);
+
 /* storeq_destroy stops the store thread after its current request, calls the done functions of
  * the requests that ran (with their results) and of the others (SR_ECLOSED), in submission
  * order, closes the connection and frees everything. Accepts NULL and *self_p == NULL. Must not
