@@ -593,6 +593,7 @@ typedef struct {
     char gid[STORE_GID_MAX];
     char task[STORE_TASK_MAX];
     int G;
+    int finished; /* as Redis counts it */
     bool cancelled;
 } s_og_t;
 
@@ -660,6 +661,45 @@ static int s_read_leases(store_t *st, s_opening_t *o)
     return SR_OK;
 }
 
+/* s_count_stored makes each group's count agree with its stored results: a coordinator that
+ * stopped between a RESULT's append and its group's count (killed, or the append's outcome
+ * unknown after a timeout and the append landed) left a final result its group does not count.
+ * Both steps of s_put_work again, for the results of groups Redis does not show complete; both
+ * are idempotent, so a result counted already changes nothing. */
+static int s_count_stored(store_t *st, s_opening_t *o)
+{
+    size_t nres = coord_results_count(o->res);
+    int rc = SR_OK;
+    for (size_t i = 0; i < nres && rc == SR_OK; i++) {
+        const coord_result_info_t *in = coord_results_info(o->res, i);
+        s_og_t *og = NULL;
+        for (size_t k = 0; k < o->ngroups && !og; k++)
+            if (strcmp(o->groups[k].gid, in->group) == 0)
+                og = &o->groups[k];
+        if (!og || og->finished >= og->G)
+            continue;
+        if (strcmp(in->status, "failed") == 0) {
+            char key[256];
+            store_key(st, key, sizeof key, "failed:%lld", (long long)o->round);
+            rc = store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, og->gid);
+            continue;
+        }
+        int fin = 0;
+        store_group_status_t gst = STORE_GROUP_RUNNING;
+        rc = store_group_finish_traj(st, og->gid, in->traj, in->reward, &fin, &gst);
+        if (rc == SR_ECONFLICT || rc == SR_EINVAL || rc == SR_ENOTFOUND)
+            rc = SR_OK; /* cancelled (counted all the same), or nothing to count */
+        if (gst == STORE_GROUP_CANCELLED)
+            og->cancelled = true;
+        if (fin > og->finished && fin <= og->G) {
+            log_info("group %s: a stored result of trajectory %d was not counted yet: counted "
+                     "(%d of %d)", og->gid, in->traj, fin, og->G);
+            og->finished = fin;
+        }
+    }
+    return rc;
+}
+
 static int s_open_work(store_t *st, void *arg, char *err)
 {
     (void)err;
@@ -699,6 +739,7 @@ static int s_open_work(store_t *st, void *arg, char *err)
         snprintf(og->gid, sizeof og->gid, "%s", gids.v[k]);
         snprintf(og->task, sizeof og->task, "%s", g.task);
         og->G = g.G;
+        og->finished = g.finished;
         og->cancelled = g.status == STORE_GROUP_CANCELLED;
     }
     free(gids.v);
@@ -706,6 +747,8 @@ static int s_open_work(store_t *st, void *arg, char *err)
         o->res = coord_results_new();
         rc = o->res ? coord_results_load(o->res, st, o->round, NULL) : SR_ENOMEM;
     }
+    if (rc == SR_OK)
+        rc = s_count_stored(st, o);
     if (rc == SR_OK)
         rc = s_read_leases(st, o);
     return rc;
