@@ -2212,12 +2212,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                         .topic_max = (int)strlen(c->cfg.run) + 64,
                                         .per_peer = TRANSPORT_PROXY_PER_PEER,
                                         .total = TRANSPORT_PROXY_TOTAL};
-        /* With CURVE only the gate's key may publish CANCEL (docs/security.md). */
+        /* With CURVE only the gate's key may publish CANCEL (docs/security.md), and the
+         * coordinator's own: its publisher re-announces the CANCELs it checked in Redis. */
         char gate_key[CURVE_KEY_Z85_LEN + 1] = "";
         if (curve_default()) {
-            if (curve_role_key(curve_default(), "gate", gate_key) == SR_OK)
+            if (curve_role_key(curve_default(), "gate", gate_key) == SR_OK) {
                 lim.cancel_key = gate_key;
-            else
+                lim.cancel_key_also = curve_public(curve_default());
+            } else
                 log_warn("no gate.pub among the authorised keys: any authorised key may publish "
                          "CANCEL on the bus");
         }
