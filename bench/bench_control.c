@@ -733,8 +733,8 @@ int bench_control_run(int argc, char **argv)
                    "--publishers PUB sockets publish ACTIONs of --action-groups groups of 64 as "
                    "fast as they can for --actions-seconds (0 = skip) into the bus proxy and a "
                    "real `selroll gate` (shadow): the ACTIONs/s the gate counted, the CPU of the "
-                   "coordinator and the gate per ACTION; cancel: --cancel-groups groups (0 = skip), "
-                   "one every 20 ms, whose step-K ACTIONs make the gate (enforce, K 3) cancel "
+                   "coordinator and the gate per ACTION; cancel: --cancel-groups groups "
+                   "(0 = skip), one every 20 ms, whose step-K ACTIONs make the gate (enforce, K 3) cancel "
                    "them: p50/p99 from a group's last step-K ACTION to its CANCEL on the bus.\n");
             return 0;
         default:

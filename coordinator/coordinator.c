@@ -78,6 +78,7 @@ struct coord {
     storeq_t *sq;    /* the loop's Redis: rounds, RESULTs, leases, epochs, CANCEL checks, the
                       * env-worker registry, the run record */
     bool sq_closing; /* completions after the loop are only freed */
+    bool draining;   /* the loop stopped: completions finish what they must, start nothing */
     coord_sched_t *sched;
     int timer;
 
@@ -427,8 +428,8 @@ static void s_leases_done(int rc, const char *err, void *arg)
 {
     s_leases_t *L = arg;
     coord_t *c = L->c;
-    if (c->sq_closing) {
-        free(L);
+    if (c->sq_closing || c->draining) {
+        free(L); /* no JOB goes out once the loop stopped: a resume re-adopts the leases */
         return;
     }
     if (rc != SR_OK)
@@ -530,7 +531,7 @@ static bool s_ahead_due(coord_t *c)
 /* s_dispatch hands out queued jobs, and opens the next plain round once the queue runs dry. */
 static void s_dispatch(coord_t *c)
 {
-    if (!c->round_active)
+    if (!c->round_active || c->draining)
         return;
     s_dispatch_pass(c);
     if (!s_ahead_due(c))
@@ -881,7 +882,7 @@ static void s_open_done(int rc, const char *err, void *arg);
  * out) when its writes and reads completed (s_open_done). One opening at a time (c->opening). */
 static int s_open_round(coord_t *c, int64_t round)
 {
-    if (c->opening)
+    if (c->opening || c->draining)
         return SR_OK;
     int rc;
     s_opening_t *o = s_opening_new(c, round, &rc);
@@ -905,7 +906,7 @@ static void s_open_done(int rc, const char *err, void *arg)
         s_opening_free(o);
         return;
     }
-    if (c->fatal != SR_OK || c->finished) {
+    if (c->fatal != SR_OK || c->finished || c->draining) {
         c->opening = false;
         s_opening_free(o);
         return;
@@ -1169,7 +1170,7 @@ static void s_finish_round(coord_t *c)
 static void s_next_round(coord_t *c)
 {
     if (!c->cfg.driver || c->round_active || c->opening || c->planning || c->finished ||
-        c->closing || c->fatal != SR_OK)
+        c->closing || c->draining || c->fatal != SR_OK)
         return;
     c->planning = true;
     memset(&c->plan, 0, sizeof c->plan);
@@ -1202,7 +1203,8 @@ static void s_next_round(coord_t *c)
  * that is over waits for the ones before it). */
 static void s_check_round(coord_t *c)
 {
-    while (c->nopen > 0 && c->fatal == SR_OK && !c->finished &&
+    /* once the loop stopped, a round is not ended (a resume finds it complete and ends it) */
+    while (c->nopen > 0 && c->fatal == SR_OK && !c->finished && !c->draining &&
            coord_sched_round_done(c->sched, c->open[0].round))
         s_finish_round(c);
 }
@@ -2367,6 +2369,7 @@ int coord_run(coord_t *c)
         c->cfg.driver->stopped(c->cfg.driver->arg, c);
     /* Shutdown, the loop stopped: the store thread's last writes (the run record, RESULTs on
      * their way) finish first, then the run's end is recorded on the blocking connection. */
+    c->draining = true;
     storeq_drain(c->sq, c->cfg.redis_timeout_ms + 1000);
     if (c->run_failed && store_run_set(c->st, "error", c->err) != SR_OK)
         log_warn("cannot record the run's error: %s", store_errstr(c->st));
@@ -2497,7 +2500,10 @@ int64_t coord_next_round(const coord_t *c) { return c ? c->round : 0; }
 
 reactor_t *coord_reactor(coord_t *c) { return c ? c->r : NULL; }
 
-struct storeq *coord_storeq(coord_t *c) { return c && !c->sq_closing ? c->sq : NULL; }
+struct storeq *coord_storeq(coord_t *c)
+{
+    return c && !c->sq_closing && !c->draining ? c->sq : NULL;
+}
 
 void *coord_zctx(coord_t *c) { return c ? c->zctx : NULL; }
 

@@ -221,8 +221,8 @@ const tasks_t *coord_tasks(const coord_t *c);
 store_t *coord_store(coord_t *c);
 
 /* coord_storeq returns the coordinator's store thread (common/storeq.h), where a driver submits
- * its Redis work; NULL once the coordinator is being destroyed (a done function running then
- * only frees its request). */
+ * its Redis work; NULL once coord_run's loop stopped (its queue is being drained) and while the
+ * coordinator is destroyed: a done function running then only frees its request. */
 struct storeq *coord_storeq(coord_t *c);
 
 /* coord_reactor returns the coordinator's reactor, where a driver may register its sockets and

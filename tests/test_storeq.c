@@ -2,7 +2,8 @@
  * test_storeq.c — the store thread against a real redis-server: completions come back on the
  * reactor in submission order, a stopped server (SIGSTOP) costs the requests a timeout while the
  * loop's timers keep firing, the thread reconnects to a restarted server, destroy completes every
- * request once, drain finishes them with the loop stopped; and store_result_put keeps one copy under one epoch.
+ * request once, drain finishes them with the loop stopped; and store_result_put keeps one copy
+ * under one epoch.
  */
 #include "tests/harness.h"
 
