@@ -11,7 +11,12 @@
  *    longer than two lease periods, so that every lease lives on heartbeats alone: a lease that
  *    expires anyway is spurious, and its RESULT comes back refused as stale;
  *  - rate: the same actors answering at once (--job-ms 0): RESULTs/s the coordinator sustains,
- *    and its CPU time (user + system, from wait4) per RESULT.
+ *    and its CPU time (user + system, from wait4) per RESULT;
+ *  - actions: a real `selroll gate` (shadow) on the coordinator's bus and PUB sockets of this
+ *    process publishing ACTIONs as fast as they can: the ACTIONs/s the gate counts through the bus
+ *    proxy, and the CPU of the coordinator and of the gate per ACTION (from /proc);
+ *  - cancel: the same gate in enforce mode (K 3), groups whose step-K ACTIONs agree published one
+ *    at a time: the latency from a group's last step-K ACTION to its CANCEL on the bus.
  */
 #include "bench/bench_control.h"
 
@@ -19,6 +24,7 @@
 #include "common/buf.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "coordinator/coordinator.h"
 
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -327,6 +333,325 @@ static int s_scenario(const s_scn_t *sc, const char *run, s_out_t *out)
     return SR_OK;
 }
 
+/* ---- actions: ACTIONs/s through the bus proxy into the gate ---------------------------------- */
+
+/* s_proc_cpu_s returns the CPU time (user + system) process pid used so far, in seconds, from
+ * /proc/<pid>/stat; -1 when it cannot be read. */
+static double s_proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* s_metric reads the counter `name` from http://127.0.0.1:port/metrics; -1 when it cannot. */
+static double s_metric(int port, const char *name)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 2};
+    double v = -1;
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+        close(fd);
+        return -1;
+    }
+    sr_buf_t b = SR_BUF_INIT;
+    char chunk[4096];
+    ssize_t got;
+    while ((got = read(fd, chunk, sizeof chunk)) > 0 && b.len < (1u << 22))
+        sr_buf_append(&b, chunk, (size_t)got);
+    close(fd);
+    sr_buf_append(&b, "", 1);
+    size_t nl = strlen(name);
+    for (const char *p = (const char *)b.data; p && *p; p = strchr(p, '\n')) {
+        if (*p == '\n')
+            p++;
+        if (strncmp(p, name, nl) == 0 && (p[nl] == ' ' || p[nl] == '{')) {
+            const char *sp = strchr(p, ' ');
+            if (sp)
+                v = strtod(sp + 1, NULL);
+            break;
+        }
+    }
+    sr_buf_free(&b);
+    return v;
+}
+
+typedef struct {
+    double published_s, gate_s, coord_cpu, gate_cpu, window_s;
+    int64_t published, counted;
+    bool ok;
+} s_act_out_t;
+
+/* s_actions runs a coordinator (one round of `groups` groups of G, never leased: no actor) and a
+ * real `selroll gate` in shadow mode on its bus; `pubs` PUB sockets of this process publish
+ * ACTIONs for those groups (every trajectory, steps counting up) as fast as libzmq takes them
+ * for warm-up + window seconds. ACTIONs/s is what the gate counted (selroll_gate_actions_total)
+ * during the window; the publishers' PUBs drop at their high-water mark what the proxy and the
+ * gate cannot take. CPU of the coordinator (its proxy) and the gate over the window, from /proc. */
+static int s_actions(const s_scn_t *sc, const char *run, int pubs, int groups, int seconds,
+                     s_act_out_t *out)
+{
+    memset(out, 0, sizeof *out);
+    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port(), gm = s_free_port();
+    char work[64], bpub[64], bsub[64], ng[32], gs[16], outdir[512], logp[512], glog[512],
+        gmet[64];
+    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
+    snprintf(bpub, sizeof bpub, "tcp://127.0.0.1:%d", pp);
+    snprintf(bsub, sizeof bsub, "tcp://127.0.0.1:%d", ps);
+    snprintf(ng, sizeof ng, "%d", groups);
+    snprintf(gs, sizeof gs, "%d", G);
+    snprintf(gmet, sizeof gmet, "127.0.0.1:%d", gm);
+    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
+    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
+    snprintf(glog, sizeof glog, "%s/gate-%s.log", sc->dir, run);
+    char *cargs[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
+                     (char *)run, "--work-bind", work, "--bus-pub-bind", bpub, "--bus-sub-bind",
+                     bsub, "--http", "off", "--iters", "1", "--groups", ng, "--group-size", gs,
+                     "--env-workers", "tcp://127.0.0.1:9", "--out", outdir, "--log-level", "warn",
+                     NULL};
+    pid_t cpid = s_spawn(cargs, logp);
+    if (cpid <= 0)
+        return SR_EIO;
+    usleep(300 * 1000);
+    char *gargs[] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
+                     (char *)sc->redis_url, "--run", (char *)run, "--mode", "shadow",
+                     "--metrics-port", gmet, "--log-level", "warn", NULL};
+    pid_t gpid = s_spawn(gargs, glog);
+    void *ctx = zmq_ctx_new();
+    void **ss = calloc((size_t)pubs, sizeof *ss);
+    for (int i = 0; i < pubs; i++) {
+        ss[i] = zmq_socket(ctx, ZMQ_PUB);
+        int zero = 0;
+        zmq_setsockopt(ss[i], ZMQ_LINGER, &zero, sizeof zero);
+        zmq_connect(ss[i], bpub);
+    }
+    /* the gate is welcomed and subscribed, the publishers connected */
+    double c0 = -1;
+    for (int i = 0; i < 100 && c0 < 0; i++) {
+        usleep(50 * 1000);
+        c0 = s_metric(gm, "selroll_gate_actions_total");
+    }
+    usleep(500 * 1000);
+    sr_buf_t b = SR_BUF_INIT;
+    char topic[STORE_GID_MAX + 160], gid[STORE_GID_MAX], actor[32];
+    int64_t step = 1, t_start = s_now_ms(), t_win = t_start + 1000,
+            t_end = t_win + (int64_t)seconds * 1000, pub_win = 0;
+    double cpu_c0 = 0, cpu_g0 = 0, cnt0 = 0;
+    bool in_window = false;
+    while (c0 >= 0) {
+        int64_t now = s_now_ms();
+        if (!in_window && now >= t_win) {
+            in_window = true;
+            cnt0 = s_metric(gm, "selroll_gate_actions_total");
+            cpu_c0 = s_proc_cpu_s(cpid);
+            cpu_g0 = s_proc_cpu_s(gpid);
+            pub_win = out->published;
+            t_win = s_now_ms();
+        }
+        if (now >= t_end)
+            break;
+        /* one step of every trajectory of every group, the groups spread over the publishers */
+        for (int g = 0; g < groups; g++) {
+            coord_group_id(0, g, gid, sizeof gid);
+            snprintf(topic, sizeof topic, "act/%s/%s", run, gid);
+            snprintf(actor, sizeof actor, "bench-pub-%d", g % pubs);
+            for (int t = 0; t < G; t++) {
+                proto_msg_t m;
+                proto_msg_init(&m, PROTO_ACTION);
+                m.u.action.run = run;
+                m.u.action.group = gid;
+                m.u.action.traj = t;
+                m.u.action.step = step;
+                m.u.action.action = (t % 2) ? "go to desk 1" : "open drawer 2";
+                m.u.action.actor_id = actor;
+                m.u.action.group_size = G;
+                sr_buf_reset(&b);
+                if (proto_encode(&m, &b) != SR_OK)
+                    continue;
+                void *s = ss[g % pubs];
+                zmq_send(s, topic, strlen(topic), ZMQ_SNDMORE);
+                zmq_send(s, b.data, b.len, 0);
+                out->published++;
+            }
+        }
+        step++;
+    }
+    double cnt1 = s_metric(gm, "selroll_gate_actions_total");
+    int64_t t_stop = s_now_ms();
+    out->coord_cpu = s_proc_cpu_s(cpid) - cpu_c0;
+    out->gate_cpu = s_proc_cpu_s(gpid) - cpu_g0;
+    out->window_s = (double)(t_stop - t_win) / 1000.0;
+    out->published -= pub_win;
+    out->counted = cnt1 >= 0 && cnt0 >= 0 ? (int64_t)(cnt1 - cnt0) : 0;
+    out->published_s = out->window_s > 0 ? (double)out->published / out->window_s : 0;
+    out->gate_s = out->window_s > 0 ? (double)out->counted / out->window_s : 0;
+    out->ok = c0 >= 0 && cnt1 >= 0;
+    for (int i = 0; i < pubs; i++)
+        zmq_close(ss[i]);
+    zmq_ctx_term(ctx);
+    free(ss);
+    sr_buf_free(&b);
+    kill(gpid, SIGTERM);
+    kill(cpid, SIGTERM);
+    waitpid(gpid, NULL, 0);
+    waitpid(cpid, NULL, 0);
+    return out->ok ? SR_OK : SR_EIO;
+}
+
+/* ---- cancel: from a group's last step-K ACTION to its CANCEL -------------------------------- */
+
+static int s_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* s_cancel runs a coordinator (one round of `groups` groups of G, never leased) and a real
+ * `selroll gate` (enforce, K = 3, threshold 0.99) on its bus; this process publishes, one group
+ * every gap_ms, steps 1..K of every trajectory of the group with one action for all (d_K = 0:
+ * the gate cancels), each step-K ACTION at once, and listens on the bus for the CANCELs. The
+ * latency of a group is from the send of its last step-K ACTION to its CANCEL's arrival: the
+ * bus proxy, the gate's decision, its Redis transition and the CANCEL back through the proxy.
+ * lat receives up to `groups` latencies in ms; *n how many groups were cancelled. */
+static int s_cancel(const s_scn_t *sc, const char *run, int groups, int gap_ms, double *lat,
+                    int *n)
+{
+    *n = 0;
+    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port(), gm = s_free_port();
+    char work[64], bpub[64], bsub[64], ng[32], gs[16], outdir[512], logp[512], glog[512],
+        gmet[64];
+    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
+    snprintf(bpub, sizeof bpub, "tcp://127.0.0.1:%d", pp);
+    snprintf(bsub, sizeof bsub, "tcp://127.0.0.1:%d", ps);
+    snprintf(ng, sizeof ng, "%d", groups);
+    snprintf(gs, sizeof gs, "%d", G);
+    snprintf(gmet, sizeof gmet, "127.0.0.1:%d", gm);
+    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
+    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
+    snprintf(glog, sizeof glog, "%s/gate-%s.log", sc->dir, run);
+    char *cargs[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
+                     (char *)run, "--work-bind", work, "--bus-pub-bind", bpub, "--bus-sub-bind",
+                     bsub, "--http", "off", "--iters", "1", "--groups", ng, "--group-size", gs,
+                     "--env-workers", "tcp://127.0.0.1:9", "--out", outdir, "--log-level", "warn",
+                     NULL};
+    pid_t cpid = s_spawn(cargs, logp);
+    if (cpid <= 0)
+        return SR_EIO;
+    usleep(300 * 1000);
+    char *gargs[] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
+                     (char *)sc->redis_url, "--run", (char *)run, "--mode", "enforce", "--k", "3",
+                     "--threshold", "0.99", "--metrics-port", gmet, "--log-level", "warn", NULL};
+    pid_t gpid = s_spawn(gargs, glog);
+    void *ctx = zmq_ctx_new();
+    void *pub = zmq_socket(ctx, ZMQ_PUB), *sub = zmq_socket(ctx, ZMQ_SUB);
+    int zero = 0;
+    zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof zero);
+    char ctopic[128];
+    snprintf(ctopic, sizeof ctopic, "ctl/%s/cancel", run);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, ctopic, strlen(ctopic));
+    zmq_connect(pub, bpub);
+    zmq_connect(sub, bsub);
+    double ok = -1;
+    for (int i = 0; i < 100 && ok < 0; i++) { /* the gate is up, welcomed and subscribed */
+        usleep(50 * 1000);
+        ok = s_metric(gm, "selroll_gate_actions_total");
+    }
+    usleep(500 * 1000);
+    int64_t *sent_us = calloc((size_t)groups, sizeof *sent_us);
+    sr_buf_t b = SR_BUF_INIT;
+    char topic[STORE_GID_MAX + 160], gid[STORE_GID_MAX];
+    int64_t deadline = s_now_ms() + (int64_t)groups * gap_ms + 5000;
+    int next = 0;
+    while (ok >= 0 && *n < groups && s_now_ms() < deadline) {
+        if (next < groups) {
+            coord_group_id(0, next, gid, sizeof gid);
+            snprintf(topic, sizeof topic, "act/%s/%s", run, gid);
+            for (int step = 1; step <= 3; step++)
+                for (int t = 0; t < G; t++) {
+                    proto_msg_t m;
+                    proto_msg_init(&m, PROTO_ACTION);
+                    m.u.action.run = run;
+                    m.u.action.group = gid;
+                    m.u.action.traj = t;
+                    m.u.action.step = step;
+                    m.u.action.action = "look";
+                    m.u.action.actor_id = "bench-cancel";
+                    m.u.action.group_size = G;
+                    sr_buf_reset(&b);
+                    if (proto_encode(&m, &b) != SR_OK)
+                        continue;
+                    zmq_send(pub, topic, strlen(topic), ZMQ_SNDMORE);
+                    zmq_send(pub, b.data, b.len, 0);
+                }
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            sent_us[next++] = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        }
+        int64_t until = s_now_ms() + gap_ms;
+        while (s_now_ms() < until) {
+            zmq_pollitem_t it = {.socket = sub, .events = ZMQ_POLLIN};
+            if (zmq_poll(&it, 1, 1) <= 0)
+                continue;
+            zmq_msg_t f1, f2;
+            zmq_msg_init(&f1);
+            zmq_msg_init(&f2);
+            if (zmq_msg_recv(&f1, sub, 0) >= 0 && zmq_msg_more(&f1) &&
+                zmq_msg_recv(&f2, sub, 0) >= 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+                proto_msg_t m;
+                proto_err_t perr;
+                if (proto_decode(zmq_msg_data(&f2), zmq_msg_size(&f2), &m, &perr) == SR_OK) {
+                    int gi = -1;
+                    if (m.type == PROTO_CANCEL && m.u.cancel.group &&
+                        sscanf(m.u.cancel.group, "r0000-g%d", &gi) == 1 && gi >= 0 &&
+                        gi < next && sent_us[gi] > 0) {
+                        lat[(*n)++] = (double)(now_us - sent_us[gi]) / 1000.0;
+                        sent_us[gi] = -1; /* the first CANCEL of the group only */
+                    }
+                    proto_msg_clear(&m);
+                }
+            }
+            zmq_msg_close(&f1);
+            zmq_msg_close(&f2);
+        }
+    }
+    zmq_close(pub);
+    zmq_close(sub);
+    zmq_ctx_term(ctx);
+    free(sent_us);
+    sr_buf_free(&b);
+    kill(gpid, SIGTERM);
+    kill(cpid, SIGTERM);
+    waitpid(gpid, NULL, 0);
+    waitpid(cpid, NULL, 0);
+    if (*n > 1)
+        qsort(lat, (size_t)*n, sizeof *lat, s_cmp_d);
+    return ok >= 0 ? SR_OK : SR_EIO;
+}
+
 int bench_control_run(int argc, char **argv)
 {
     int actors = 16, hold_slots = 4096, rate_slots = 256, job_ms = -1, lease_ms = 2000,
@@ -334,7 +659,12 @@ int bench_control_run(int argc, char **argv)
     int64_t rate_jobs = 32768;
     const char *redis_url = NULL;
     bool skip_hold = false;
+    int act_seconds = 5, act_pubs = 4, act_groups = 64, cancel_groups = 200;
     static const struct option longopts[] = {
+        {"cancel-groups", required_argument, NULL, 'c'},
+        {"actions-seconds", required_argument, NULL, 'A'},
+        {"publishers", required_argument, NULL, 'P'},
+        {"action-groups", required_argument, NULL, 'g'},
         {"actors", required_argument, NULL, 'a'},
         {"slots", required_argument, NULL, 's'},
         {"rate-slots", required_argument, NULL, 'S'},
@@ -378,15 +708,34 @@ int bench_control_run(int argc, char **argv)
         case 'k':
             skip_hold = true;
             break;
+        case 'A':
+            act_seconds = atoi(optarg);
+            break;
+        case 'P':
+            act_pubs = atoi(optarg);
+            break;
+        case 'g':
+            act_groups = atoi(optarg);
+            break;
+        case 'c':
+            cancel_groups = atoi(optarg);
+            break;
         case 'h':
             printf("usage: selroll bench control [--actors 16] [--slots 4096] [--hold-ms "
                    "2.5 x lease] [--lease-ms 2000] [--heartbeat-ms 500] [--rate-slots 256] "
-                   "[--rate-jobs 32768] [--skip-hold] [--redis URL]\n"
+                   "[--rate-jobs 32768] [--skip-hold] [--actions-seconds 5] [--publishers 4] "
+                   "[--action-groups 64] [--cancel-groups 200] [--redis URL]\n"
                    "The control plane alone: a private redis-server (or --redis) and `selroll "
                    "coordinator` as processes, synthetic actors in this one. hold: actors x slots "
                    "trajectories at once, each held --hold-ms, leases renewed by heartbeats only "
                    "(spurious expiries counted); rate: --rate-jobs answered at once by actors x "
-                   "rate-slots: RESULTs/s and the coordinator's CPU per RESULT.\n");
+                   "rate-slots: RESULTs/s and the coordinator's CPU per RESULT; actions: "
+                   "--publishers PUB sockets publish ACTIONs of --action-groups groups of 64 as "
+                   "fast as they can for --actions-seconds (0 = skip) into the bus proxy and a "
+                   "real `selroll gate` (shadow): the ACTIONs/s the gate counted, the CPU of the "
+                   "coordinator and the gate per ACTION; cancel: --cancel-groups groups "
+                   "(0 = skip), one every 20 ms, whose step-K ACTIONs make the gate (enforce, K 3) cancel "
+                   "them: p50/p99 from a group's last step-K ACTION to its CANCEL on the bus.\n");
             return 0;
         default:
             return 2;
@@ -399,6 +748,12 @@ int bench_control_run(int argc, char **argv)
         heartbeat_ms >= lease_ms) {
         fprintf(stderr, "bench control: bad options (actors 1..1024, slots 1..4096, heartbeat "
                         "below the lease)\n");
+        return 2;
+    }
+    if (act_seconds < 0 || act_seconds > 600 || act_pubs < 1 || act_pubs > 64 || act_groups < 1 ||
+        act_groups > 4096 || cancel_groups < 0 || cancel_groups > 10000) {
+        fprintf(stderr, "bench control: bad options (actions-seconds 0..600, publishers 1..64, "
+                        "action-groups 1..4096, cancel-groups 0..10000)\n");
         return 2;
     }
     char exe[4096];
@@ -469,6 +824,36 @@ int bench_control_run(int argc, char **argv)
            o.timed_out ? ", TIMED OUT" : "");
     if (o.timed_out || o.coord_exit != 0)
         rc = 1;
+    if (act_seconds > 0) {
+        s_act_out_t ao;
+        if (s_actions(&sc, "actions", act_pubs, act_groups, act_seconds, &ao) != SR_OK) {
+            printf("control actions: the gate's /metrics did not answer\n");
+            rc = 1;
+        } else {
+            printf("control actions: %.0f ACTIONs/s counted by the gate through the bus proxy "
+                   "(%d publishers, %d groups x %d, %.1f s; %.0f/s published, %.1f%% of them "
+                   "through); CPU per ACTION: coordinator (proxy) %.2f us, gate %.2f us\n",
+                   ao.gate_s, act_pubs, act_groups, G, ao.window_s, ao.published_s,
+                   ao.published ? 100.0 * (double)ao.counted / (double)ao.published : 0,
+                   ao.counted ? ao.coord_cpu * 1e6 / (double)ao.counted : 0,
+                   ao.counted ? ao.gate_cpu * 1e6 / (double)ao.counted : 0);
+        }
+    }
+    if (cancel_groups > 0) {
+        double *lat = calloc((size_t)cancel_groups, sizeof *lat);
+        int nl = 0;
+        if (s_cancel(&sc, "cancel", cancel_groups, 20, lat, &nl) != SR_OK || nl == 0) {
+            printf("control cancel: no CANCEL came (%d of %d groups)\n", nl, cancel_groups);
+            rc = 1;
+        } else {
+            printf("control cancel: %d of %d groups cancelled; from the last step-K ACTION to the "
+                   "CANCEL on the bus: p50 %.2f ms, p99 %.2f ms, max %.2f ms (bus proxy, gate "
+                   "decision, Redis transition, CANCEL back through the proxy)\n",
+                   nl, cancel_groups, lat[nl / 2], lat[SR_MIN(nl - 1, nl * 99 / 100)],
+                   lat[nl - 1]);
+        }
+        free(lat);
+    }
     if (rpid > 0) {
         kill(rpid, SIGTERM);
         waitpid(rpid, NULL, 0);

@@ -73,8 +73,9 @@ int storeq_fd(const storeq_t *q);
 size_t storeq_dispatch(storeq_t *q);
 
 /* storeq_flush waits until every request submitted so far has run, or timeout_ms passed, and
- * calls the done functions of those that ran (and so on for requests those submit). It blocks: for a shutdown path outside the loop
- * (a last unregister, the last records), never from a handler or a done function. Returns SR_OK,
+ * calls the done functions of those that ran (and so on for requests those submit). It blocks: for a shutdown path outside the
+ * loop, or on a reactor's thread once its loop stopped (a last unregister, the last records),
+ * never from a handler or a done function. Returns SR_OK,
  * or SR_ETIMEDOUT with requests still queued (their done functions come later, at the latest
  * from storeq_destroy). */
 int storeq_flush(storeq_t *q, int timeout_ms);

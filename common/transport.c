@@ -64,6 +64,7 @@ struct transport_proxy {
     uint64_t subs_applied, subs_refused, topics_now, pubs_refused;
     char cancel_topic[TRANSPORT_ENDPOINT_LEN + 16];
     char cancel_key[64]; /* "" = any publisher may CANCEL */
+    char cancel_key_also[64]; /* a second key that may, "" = none */
     void *ctl_main;    /* PAIR the owner sends TERMINATE on */
     void *ctl_proxy;   /* PAIR the proxy thread listens on */
     char local_ep[64]; /* the XPUB side again, over inproc, for subscribers in this process */
@@ -631,7 +632,8 @@ static int s_forward(transport_proxy_t *p, void *from, void *to, int budget)
             }
             if (first && p->cancel_key[0] && s_is_cancel(p, &f)) {
                 const char *uid = zmq_msg_gets(&f, "User-Id");
-                drop = !uid || strcmp(uid, p->cancel_key) != 0;
+                drop = !uid || (strcmp(uid, p->cancel_key) != 0 &&
+                                (!p->cancel_key_also[0] || strcmp(uid, p->cancel_key_also) != 0));
                 if (drop) {
                     s_count(&p->pubs_refused, 1, 1);
                     log_warn_limited(5, "bus proxy: a CANCEL from a key that is not the gate's "
@@ -920,6 +922,8 @@ transport_proxy_t *transport_proxy_new_limited(void *ctx, const char *pub_ep, co
     snprintf(p->run, sizeof p->run, "%s", lim && lim->run ? lim->run : "");
     if (lim && lim->cancel_key && lim->cancel_key[0] && p->run[0]) {
         snprintf(p->cancel_key, sizeof p->cancel_key, "%s", lim->cancel_key);
+        if (lim->cancel_key_also)
+            snprintf(p->cancel_key_also, sizeof p->cancel_key_also, "%s", lim->cancel_key_also);
         snprintf(p->cancel_topic, sizeof p->cancel_topic, "ctl/%s/cancel", p->run);
     }
     p->xsub = transport_sock_new(ctx, ZMQ_XSUB, opts, err, errlen);

@@ -191,6 +191,9 @@ typedef struct {
     /* non-empty (needs run): a publication on ctl/<run>/cancel is forwarded only when its
      * publisher's ZAP User-Id (its CURVE public key in Z85, common/curve.h) equals this key */
     const char *cancel_key;
+    /* with cancel_key: one more key whose CANCELs are forwarded (the coordinator's own, for its
+     * re-announcements of CANCELs it checked against Redis); NULL or "" = none */
+    const char *cancel_key_also;
 } transport_proxy_limits_t;
 
 #define TRANSPORT_PROXY_TOPIC_MAX 256

@@ -84,6 +84,7 @@ typedef struct {
     int announces;          /* bus re-announcements made */
     int64_t next_announce_ms;
     uint64_t told_seq;      /* the heartbeat that last told an actor (one CANCEL per heartbeat) */
+    void *confirming;       /* the coordinator's Redis look-up of a CANCEL on its way, or NULL */
     int64_t round;      /* the round it belongs to (set by the caller; 0 unless set) */
 } coord_group_t;
 

@@ -70,6 +70,7 @@ struct coord_train {
     int64_t it;           /* current iteration */
     int64_t eval_done_at; /* iteration whose evaluation is done, -1 */
     bool round_eval;      /* the running round is an evaluation */
+    bool eval_reading;    /* its results are being read back: the next plan waits */
     coord_group_spec_t *specs;
     size_t nspecs;
     batch_t *batch;
@@ -141,18 +142,47 @@ static void s_append_jsonl(coord_train_t *t, cJSON *o)
     free(text);
 }
 
-/* s_store_json keeps one JSON object in Redis under selroll:<run>:<kind>:<iteration>. */
+/* s_store_json keeps one JSON object in Redis under selroll:<run>:<kind>:<iteration>, written on
+ * the store thread (a failure is logged). */
+typedef struct {
+    char key[256];
+    char *text;
+} s_json_req_t;
+
+static int s_json_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_json_req_t *q = arg;
+    if (!st)
+        return SR_EREDIS;
+    char key[320];
+    store_key(st, key, sizeof key, "%s", q->key);
+    return store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %s", key, q->text);
+}
+
+static void s_json_done(int rc, const char *err, void *arg)
+{
+    s_json_req_t *q = arg;
+    if (rc != SR_OK)
+        log_warn("cannot store %s in Redis: %s", q->key, err);
+    cJSON_free(q->text);
+    free(q);
+}
+
 static void s_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON *o)
 {
-    store_t *st = coord_store(t->c);
-    char key[256];
+    struct storeq *sq = coord_storeq(t->c);
     char *text = cJSON_PrintUnformatted(o);
     if (!text)
         return;
-    store_key(st, key, sizeof key, "%s:%lld", kind, (long long)iteration);
-    if (store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %s", key, text) != SR_OK)
-        log_warn("cannot store %s in Redis: %s", key, store_errstr(st));
-    free(text);
+    s_json_req_t *q = sr_xcalloc(1, sizeof *q);
+    snprintf(q->key, sizeof q->key, "%s:%lld", kind, (long long)iteration);
+    q->text = text;
+    if (!sq || storeq_submit(sq, s_json_work, s_json_done, q) != SR_OK) {
+        log_warn("cannot store %s in Redis: the store queue is closed", q->key);
+        cJSON_free(text);
+        free(q);
+    }
 }
 
 /* ---- evaluation -------------------------------------------------------------------------- */
@@ -204,19 +234,66 @@ static int s_eval_result(const void *data, size_t len, void *arg)
     return 0;
 }
 
+/* The held-out round's results are read back on the store thread (s_eval_work); the evaluation
+ * is summed up on the loop (s_eval_done), which asks the coordinator for the next plan. Until
+ * then the plan waits (eval_reading). */
+typedef struct {
+    coord_train_t *t;
+    int64_t round;
+    s_eval_t e;
+} s_eval_req_t;
+
+static int s_eval_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_eval_req_t *q = arg;
+    return st ? store_results_read(st, q->round, s_eval_result, &q->e) : SR_EREDIS;
+}
+
+static void s_eval_finish(coord_train_t *t, s_eval_t *ep);
+
+static void s_eval_done(int rc, const char *err, void *arg)
+{
+    s_eval_req_t *q = arg;
+    coord_train_t *t = q->t;
+    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+        free(q->e.types);
+        free(q);
+        return;
+    }
+    if (rc != SR_OK)
+        log_error("evaluation of iteration %lld: cannot read its results: %s", (long long)t->it,
+                  err);
+    t->eval_reading = false;
+    s_eval_finish(t, &q->e);
+    free(q);
+    coord_kick(t->c);
+}
+
 static void s_eval_ended(coord_train_t *t, int64_t round)
 {
-    s_eval_t e;
-    memset(&e, 0, sizeof e);
-    e.tasks = t->tasks;
-    store_t *st = coord_store(t->c);
-    if (store_results_read(st, round, s_eval_result, &e) != SR_OK)
-        log_error("evaluation of iteration %lld: cannot read its results: %s", (long long)t->it,
-                  store_errstr(st));
+    s_eval_req_t *q = sr_xcalloc(1, sizeof *q);
+    q->t = t;
+    q->round = round;
+    q->e.tasks = t->tasks;
+    struct storeq *sq = coord_storeq(t->c);
+    if (!sq || storeq_submit(sq, s_eval_work, s_eval_done, q) != SR_OK) {
+        log_error("evaluation of iteration %lld: cannot read its results: the store queue is "
+                  "closed", (long long)t->it);
+        s_eval_finish(t, &q->e);
+        free(q);
+        return;
+    }
+    t->eval_reading = true;
+}
+
+static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
+{
+    s_eval_t e = *ep;
     double success = e.total ? (double)e.total_won / (double)e.total : 0.0;
     t->eval_success = success;
     t->eval_done_at = t->it;
-    store_run_set_int(st, "eval_done_at", t->it);
+    coord_record_int(t->c, "eval_done_at", t->it);
     if (t->st.evals == 0)
         t->st.eval_first = success;
     t->st.eval_last = success;
@@ -382,7 +459,7 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
              (long long)t->bstats.trajectories, (long long)t->bstats.trajectories_failed,
              (long long)t->bstats.tokens,
              (long long)t->bstats.llm_calls, t->bstats.train_success);
-    store_run_set_int(coord_store(t->c), "iterations_done", t->it + 1);
+    coord_record_int(t->c, "iterations_done", t->it + 1);
     batch_destroy(&t->batch);
     t->it++;
     t->st.iteration = t->it;
@@ -958,7 +1035,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         if (rc != SR_OK)
             return rc;
     }
-    if (t->phase == S_PH_AWAIT)
+    if (t->phase == S_PH_AWAIT || t->eval_reading)
         return COORD_PLAN_WAIT;
     if (t->phase == S_PH_DONE)
         return COORD_PLAN_DONE;
@@ -978,7 +1055,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
     }
     if (t->it >= t->cfg.iters) {
         t->phase = S_PH_DONE;
-        store_run_set_int(coord_store(c), "policy_version", coord_policy_version(c));
+        coord_record_int(c, "policy_version", coord_policy_version(c));
         return COORD_PLAN_DONE;
     }
     if (!t->batch) {
@@ -991,7 +1068,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
             return SR_ENOMEM;
         memset(t->used, 0, (size_t)t->cfg.tasks * sizeof *t->used);
         /* where this iteration starts in the pool: a resumed run runs it again from here */
-        store_run_set_int(coord_store(c), "pool_cursor", (int64_t)t->cursor);
+        coord_record_int(c, "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
         fail_tally_reset(&t->it_fails);

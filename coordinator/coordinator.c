@@ -74,9 +74,11 @@ struct coord {
     transport_sock_t *pub; /* the driver's bus publisher, created on first use */
     transport_proxy_t *proxy;
     reactor_t *r;
-    store_t *st;     /* blocking: outside the loop only (start, resume, round opening, end) */
-    storeq_t *sq;    /* the loop's Redis: RESULTs, leases, epochs, the env-worker registry */
+    store_t *st;     /* blocking: outside the loop only (start-up, resume, shutdown) */
+    storeq_t *sq;    /* the loop's Redis: rounds, RESULTs, leases, epochs, CANCEL checks, the
+                      * env-worker registry, the run record */
     bool sq_closing; /* completions after the loop are only freed */
+    bool draining;   /* the loop stopped: completions finish what they must, start nothing */
     coord_sched_t *sched;
     int timer;
 
@@ -95,6 +97,7 @@ struct coord {
     int64_t capped_since; /* jobs held back by the spread cap since then, 0 = not */
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
+    bool opening;            /* a round's opening is on the store thread (s_open_round) */
 
     /* The round writer: a thread of its own, with its own Redis connection, reads each ended
      * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
@@ -425,8 +428,8 @@ static void s_leases_done(int rc, const char *err, void *arg)
 {
     s_leases_t *L = arg;
     coord_t *c = L->c;
-    if (c->sq_closing) {
-        free(L);
+    if (c->sq_closing || c->draining) {
+        free(L); /* no JOB goes out once the loop stopped: a resume re-adopts the leases */
         return;
     }
     if (rc != SR_OK)
@@ -519,7 +522,8 @@ static int s_open_round(coord_t *c, int64_t round);
  * its last job (nothing is queued) and is the only one open. */
 static bool s_ahead_due(coord_t *c)
 {
-    return c->cfg.overlap && !c->cfg.driver && c->nopen == 1 && !c->closing && !c->finished &&
+    return c->cfg.overlap && !c->cfg.driver && c->nopen == 1 && !c->opening && !c->closing &&
+           !c->finished &&
            c->fatal == SR_OK && !atomic_load(&c->stop_requested) &&
            c->open[0].round + 1 < c->cfg.iters && coord_sched_queue_empty(c->sched);
 }
@@ -527,7 +531,7 @@ static bool s_ahead_due(coord_t *c)
 /* s_dispatch hands out queued jobs, and opens the next plain round once the queue runs dry. */
 static void s_dispatch(coord_t *c)
 {
-    if (!c->round_active)
+    if (!c->round_active || c->draining)
         return;
     s_dispatch_pass(c);
     if (!s_ahead_due(c))
@@ -535,7 +539,7 @@ static void s_dispatch(coord_t *c)
     int64_t next = c->open[0].round + 1;
     int rc = s_open_round(c, next);
     if (rc != SR_OK) {
-        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+        s_fatal(c, rc, "cannot start the next round: %s", sr_strerror(rc));
         return;
     }
     s_dispatch_pass(c);
@@ -581,120 +585,211 @@ static int s_cmp_gid(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
-/* s_load_leases re-adopts the leases of `round` persisted by a previous coordinator for jobs not
- * final. */
-static int s_load_leases(coord_t *c, int64_t round)
+/* A round being opened: its Redis work (s_open_work: the run record, the groups created unless
+ * they exist, the round's groups, stored results and persisted leases read back) runs on the
+ * store thread, or at start-up on the coordinator's own connection before the loop runs; the
+ * loop then builds the round from what was read (s_open_apply). Every step is idempotent, so a
+ * request that failed or timed out is simply run again. */
+typedef struct {
+    char gid[STORE_GID_MAX];
+    char task[STORE_TASK_MAX];
+    int G;
+    int finished; /* as Redis counts it */
+    bool cancelled;
+} s_og_t;
+
+typedef struct {
+    char job_id[COORD_JOB_ID_MAX];
+    int64_t epoch;
+    uint8_t actor[COORD_ID_MAX];
+    size_t actor_len;
+} s_ol_t;
+
+typedef struct {
+    coord_t *c;
+    int64_t round;
+    int64_t t0_ms;
+    int attempts;
+    /* in: the groups to create (gid, task, G) */
+    s_og_t *want;
+    size_t nwant;
+    /* out */
+    s_og_t *groups;
+    size_t ngroups;
+    coord_results_t *res;
+    s_ol_t *leases;
+    size_t nleases;
+} s_opening_t;
+
+static void s_opening_free(s_opening_t *o)
+{
+    if (!o)
+        return;
+    free(o->want);
+    free(o->groups);
+    coord_results_destroy(&o->res);
+    free(o->leases);
+    free(o);
+}
+
+/* s_read_leases reads the leases of o->round persisted by a coordinator (hash lease:<round>). */
+static int s_read_leases(store_t *st, s_opening_t *o)
 {
     char key[256];
-    store_key(c->st, key, sizeof key, "lease:%lld", (long long)round);
+    store_key(st, key, sizeof key, "lease:%lld", (long long)o->round);
     redisReply *rep = NULL;
-    int rc = store_command(c->st, STORE_IDEMPOTENT, &rep, "HGETALL %s", key);
+    int rc = store_command(st, STORE_IDEMPOTENT, &rep, "HGETALL %s", key);
     if (rc != SR_OK)
         return rc;
-    int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
-    int adopted = 0;
     for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
         const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+            f->len >= COORD_JOB_ID_MAX)
             continue;
-        int ji = coord_sched_find_job(c->sched, f->str);
         const char *sp = memchr(v->str, ' ', v->len);
-        if (ji < 0 || !sp)
+        size_t idlen = sp ? v->len - (size_t)(sp + 1 - v->str) : 0;
+        if (!sp || idlen == 0 || idlen > COORD_ID_MAX)
             continue;
-        coord_job_t *j = coord_sched_job(c->sched, ji);
-        if (j->state == COORD_JOB_FINAL)
-            continue;
-        int64_t epoch = strtoll(v->str, NULL, 10);
-        size_t idlen = v->len - (size_t)(sp + 1 - v->str);
-        if (coord_sched_adopt(c->sched, ji, sp + 1, idlen, epoch, deadline) == SR_OK)
-            adopted++;
+        o->leases = sr_xrealloc(o->leases, (o->nleases + 1) * sizeof *o->leases);
+        s_ol_t *l = &o->leases[o->nleases++];
+        memcpy(l->job_id, f->str, f->len);
+        l->job_id[f->len] = '\0';
+        l->epoch = strtoll(v->str, NULL, 10);
+        memcpy(l->actor, sp + 1, idlen);
+        l->actor_len = idlen;
     }
     freeReplyObject(rep);
-    if (adopted)
-        log_info("round %lld: %d leases of the previous coordinator kept for %lld ms",
-                 (long long)round, adopted, (long long)c->cfg.lease_ms);
     return SR_OK;
 }
 
-/* s_open_round builds round `round` from Redis and queues it behind the open rounds (the
- * scheduler starts afresh when none is open): it creates the groups that do not exist yet, then
- * marks the jobs that have a stored final result, re-adopts persisted leases and drops the queued
- * jobs of cancelled groups. A fresh round simply has nothing to mark. */
-static int s_open_round(coord_t *c, int64_t round)
+/* s_count_stored makes each group's count agree with its stored results: a coordinator that
+ * stopped between a RESULT's append and its group's count (killed, or the append's outcome
+ * unknown after a timeout and the append landed) left a final result its group does not count.
+ * Both steps of s_put_work again, for the results of groups Redis does not show complete; both
+ * are idempotent, so a result counted already changes nothing. */
+static int s_count_stored(store_t *st, s_opening_t *o)
+{
+    size_t nres = coord_results_count(o->res);
+    int rc = SR_OK;
+    for (size_t i = 0; i < nres && rc == SR_OK; i++) {
+        const coord_result_info_t *in = coord_results_info(o->res, i);
+        s_og_t *og = NULL;
+        for (size_t k = 0; k < o->ngroups && !og; k++)
+            if (strcmp(o->groups[k].gid, in->group) == 0)
+                og = &o->groups[k];
+        if (!og || og->finished >= og->G)
+            continue;
+        if (strcmp(in->status, "failed") == 0) {
+            char key[256];
+            store_key(st, key, sizeof key, "failed:%lld", (long long)o->round);
+            rc = store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, og->gid);
+            continue;
+        }
+        int fin = 0;
+        store_group_status_t gst = STORE_GROUP_RUNNING;
+        rc = store_group_finish_traj(st, og->gid, in->traj, in->reward, &fin, &gst);
+        if (rc == SR_ECONFLICT || rc == SR_EINVAL || rc == SR_ENOTFOUND)
+            rc = SR_OK; /* cancelled (counted all the same), or nothing to count */
+        if (gst == STORE_GROUP_CANCELLED)
+            og->cancelled = true;
+        if (fin > og->finished && fin <= og->G) {
+            log_info("group %s: a stored result of trajectory %d was not counted yet: counted "
+                     "(%d of %d)", og->gid, in->traj, fin, og->G);
+            og->finished = fin;
+        }
+    }
+    return rc;
+}
+
+static int s_open_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_opening_t *o = arg;
+    if (o->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread (or before the loop): nothing waits on it */
+    if (!st)
+        return SR_EREDIS;
+    free(o->groups);
+    o->groups = NULL;
+    o->ngroups = 0;
+    free(o->leases);
+    o->leases = NULL;
+    o->nleases = 0;
+    coord_results_destroy(&o->res);
+    int rc = store_run_set_int(st, "iteration", o->round);
+    for (size_t k = 0; k < o->nwant && rc == SR_OK; k++) {
+        rc = store_group_create(st, o->want[k].gid, o->want[k].task, o->round, o->want[k].G);
+        if (rc == SR_ECONFLICT)
+            rc = SR_OK;
+    }
+    /* The configured groups and any other group Redis holds for this round (a resumed round),
+     * in id order so that jobs go out group by group. */
+    s_gids_t gids = {NULL, 0};
+    if (rc == SR_OK)
+        rc = store_groups_of(st, o->round, s_collect_gid, &gids);
+    if (gids.n > 1)
+        qsort(gids.v, gids.n, STORE_GID_MAX, s_cmp_gid);
+    if (rc == SR_OK && gids.n)
+        o->groups = sr_xcalloc(gids.n, sizeof *o->groups);
+    for (size_t k = 0; k < gids.n && rc == SR_OK; k++) {
+        store_group_t g;
+        rc = store_group_get(st, gids.v[k], &g);
+        if (rc != SR_OK)
+            break;
+        s_og_t *og = &o->groups[o->ngroups++];
+        snprintf(og->gid, sizeof og->gid, "%s", gids.v[k]);
+        snprintf(og->task, sizeof og->task, "%s", g.task);
+        og->G = g.G;
+        og->finished = g.finished;
+        og->cancelled = g.status == STORE_GROUP_CANCELLED;
+    }
+    free(gids.v);
+    if (rc == SR_OK) {
+        o->res = coord_results_new();
+        rc = o->res ? coord_results_load(o->res, st, o->round, NULL) : SR_ENOMEM;
+    }
+    if (rc == SR_OK)
+        rc = s_count_stored(st, o);
+    if (rc == SR_OK)
+        rc = s_read_leases(st, o);
+    return rc;
+}
+
+/* s_open_apply (loop) queues the round read by s_open_work behind the open rounds (the scheduler
+ * starts afresh when none is open): its groups, the jobs that have a stored final result marked,
+ * the persisted leases re-adopted, the queued jobs of cancelled groups dropped. A fresh round
+ * simply has nothing to mark. */
+static void s_open_apply(coord_t *c, s_opening_t *o)
 {
     SR_ASSERT(c->nopen < (int)SR_ARRAY_LEN(c->open));
     if (c->nopen == 0)
         coord_sched_reset(c->sched);
     s_open_t *R = &c->open[c->nopen];
     memset(R, 0, sizeof *R);
-    R->round = round;
-    R->start_ms = clock_mono_ms();
+    R->round = o->round;
+    R->start_ms = o->t0_ms;
     R->policy_version = c->cfg.policy_version;
     int first = coord_sched_groups(c->sched);
-    int rc = store_run_set_int(c->st, "iteration", round);
-    if (rc != SR_OK)
-        return rc;
-
-    /* The groups: the configured ones (created unless they exist) and any other group Redis
-     * holds for this round (a resumed round), in id order so that jobs go out group by group. */
-    for (size_t k = 0; c->cfg.driver && k < c->plan.n && rc == SR_OK; k++) {
-        char gid[STORE_GID_MAX];
-        coord_group_id(round, (int)k, gid, sizeof gid);
-        rc = store_group_create(c->st, gid, c->plan.groups[k].task, round, c->plan.groups[k].G);
-        if (rc == SR_ECONFLICT)
-            rc = SR_OK;
-    }
-    for (int k = 0; !c->cfg.driver && k < c->cfg.groups && rc == SR_OK; k++) {
-        char gid[STORE_GID_MAX], task[STORE_TASK_MAX];
-        coord_group_id(round, k, gid, sizeof gid);
-        int pool = (int)tasks_pool_size(c->cfg.task_set, c->cfg.split, (size_t)c->cfg.tasks);
-        if (!tasks_id(c->cfg.task_set, c->cfg.split,
-                      (size_t)coord_task_for(c->cfg.seed, pool, c->cfg.groups, round, k), task,
-                      sizeof task)) {
-            rc = SR_EINVAL;
-            break;
-        }
-        rc = store_group_create(c->st, gid, task, round, c->cfg.group_size);
-        if (rc == SR_ECONFLICT)
-            rc = SR_OK;
-    }
-    s_gids_t gids = {NULL, 0};
-    if (rc == SR_OK)
-        rc = store_groups_of(c->st, round, s_collect_gid, &gids);
-    if (gids.n > 1)
-        qsort(gids.v, gids.n, STORE_GID_MAX, s_cmp_gid);
-    for (size_t k = 0; k < gids.n && rc == SR_OK; k++) {
-        store_group_t g;
-        rc = store_group_get(c->st, gids.v[k], &g);
-        if (rc != SR_OK)
-            break;
-        int gi = coord_sched_add_group(c->sched, gids.v[k], g.task, g.G);
+    for (size_t k = 0; k < o->ngroups; k++) {
+        int gi = coord_sched_add_group(c->sched, o->groups[k].gid, o->groups[k].task,
+                                       o->groups[k].G);
         if (gi < 0) {
-            log_warn("group %s of round %lld cannot be loaded (G=%d)", gids.v[k],
-                     (long long)round, g.G);
+            log_warn("group %s of round %lld cannot be loaded (G=%d)", o->groups[k].gid,
+                     (long long)o->round, o->groups[k].G);
             continue;
         }
-        coord_sched_group(c->sched, gi)->round = round;
-        if (g.status == STORE_GROUP_CANCELLED)
+        coord_sched_group(c->sched, gi)->round = o->round;
+        if (o->groups[k].cancelled)
             coord_sched_group(c->sched, gi)->cancelled = true; /* its jobs are dropped below */
     }
-    free(gids.v);
-    /* From here on the round is open: a failure below is fatal to the run anyway, and the
-     * scheduler's groups and the open rounds agree. */
     R->ngroups = coord_sched_groups(c->sched) - first;
     c->nopen++;
     c->round_active = true;
-    if (rc != SR_OK)
-        return rc;
 
     /* Results already stored are final. */
-    coord_results_t *res = coord_results_new();
-    if (!res)
-        return SR_ENOMEM;
-    rc = coord_results_load(res, c->st, round, NULL);
-    size_t nres = coord_results_count(res);
-    for (size_t i = 0; rc == SR_OK && i < nres; i++) {
-        const coord_result_info_t *in = coord_results_info(res, i);
+    size_t nres = coord_results_count(o->res);
+    for (size_t i = 0; i < nres; i++) {
+        const coord_result_info_t *in = coord_results_info(o->res, i);
         s_acc_add(R, in->status, in->n_steps, in->llm_calls, in->tokens, in->won, in->error);
         int ji = coord_sched_find_job(c->sched, in->job_id);
         if (ji < 0)
@@ -702,16 +797,25 @@ static int s_open_round(coord_t *c, int64_t round)
         coord_sched_finish(c->sched, ji, in->status);
         coord_sched_job(c->sched, ji)->epoch = in->epoch;
     }
-    coord_results_destroy(&res);
-    if (rc == SR_OK)
-        rc = s_load_leases(c, round);
-    for (int i = first; rc == SR_OK && i < coord_sched_groups(c->sched); i++) {
+    /* Leases of the previous coordinator for jobs not final are kept for a lease period. */
+    int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
+    int adopted = 0;
+    for (size_t i = 0; i < o->nleases; i++) {
+        int ji = coord_sched_find_job(c->sched, o->leases[i].job_id);
+        if (ji < 0 || coord_sched_job(c->sched, ji)->state == COORD_JOB_FINAL)
+            continue;
+        if (coord_sched_adopt(c->sched, ji, o->leases[i].actor, o->leases[i].actor_len,
+                              o->leases[i].epoch, deadline) == SR_OK)
+            adopted++;
+    }
+    if (adopted)
+        log_info("round %lld: %d leases of the previous coordinator kept for %lld ms",
+                 (long long)o->round, adopted, (long long)c->cfg.lease_ms);
+    for (int i = first; i < coord_sched_groups(c->sched); i++) {
         coord_group_t *g = coord_sched_group(c->sched, i);
         if (g->cancelled)
             coord_sched_cancel_group(c->sched, i, 0);
     }
-    if (rc != SR_OK)
-        return rc;
     int jobs = 0, queued = 0;
     for (int i = first; i < coord_sched_groups(c->sched); i++) {
         const coord_group_t *g = coord_sched_group(c->sched, i);
@@ -719,10 +823,109 @@ static int s_open_round(coord_t *c, int64_t round)
         for (int t = 0; t < g->G; t++)
             queued += coord_sched_job(c->sched, g->first_job + t)->state == COORD_JOB_QUEUED;
     }
-    log_info("round %lld: %d groups, %d jobs, %d queued%s", (long long)round, R->ngroups, jobs,
+    log_info("round %lld: %d groups, %d jobs, %d queued%s", (long long)o->round, R->ngroups, jobs,
              queued,
              c->nopen > 1 ? " (the previous round's last trajectories still run)" : "");
+}
+
+/* s_opening_new lists the groups round `round` must have: the driver's plan or the configured
+ * ones. NULL with SR_EINVAL in *rc when a configured task does not exist. */
+static s_opening_t *s_opening_new(coord_t *c, int64_t round, int *rc)
+{
+    s_opening_t *o = sr_xcalloc(1, sizeof *o);
+    o->c = c;
+    o->round = round;
+    o->t0_ms = clock_mono_ms();
+    size_t n = c->cfg.driver ? c->plan.n : (size_t)c->cfg.groups;
+    o->want = sr_xcalloc(n ? n : 1, sizeof *o->want);
+    int pool = (int)tasks_pool_size(c->cfg.task_set, c->cfg.split, (size_t)c->cfg.tasks);
+    for (size_t k = 0; k < n; k++) {
+        s_og_t *w = &o->want[o->nwant++];
+        coord_group_id(round, (int)k, w->gid, sizeof w->gid);
+        if (c->cfg.driver) {
+            snprintf(w->task, sizeof w->task, "%s", c->plan.groups[k].task);
+            w->G = c->plan.groups[k].G;
+        } else if (tasks_id(c->cfg.task_set, c->cfg.split,
+                            (size_t)coord_task_for(c->cfg.seed, pool, c->cfg.groups, round,
+                                                   (int)k),
+                            w->task, sizeof w->task)) {
+            w->G = c->cfg.group_size;
+        } else {
+            s_opening_free(o);
+            *rc = SR_EINVAL;
+            return NULL;
+        }
+    }
+    *rc = SR_OK;
+    return o;
+}
+
+/* s_open_round_now opens round `round` at once on the coordinator's own connection: start-up
+ * only, before the loop runs. */
+static int s_open_round_now(coord_t *c, int64_t round)
+{
+    int rc;
+    s_opening_t *o = s_opening_new(c, round, &rc);
+    if (!o)
+        return rc;
+    char err[STOREQ_ERR_MAX] = "";
+    rc = s_open_work(c->st, o, err);
+    if (rc == SR_OK)
+        s_open_apply(c, o);
+    s_opening_free(o);
+    return rc;
+}
+
+static void s_open_done(int rc, const char *err, void *arg);
+
+/* s_open_round asks the store thread to open round `round`; the round opens (and its jobs go
+ * out) when its writes and reads completed (s_open_done). One opening at a time (c->opening). */
+static int s_open_round(coord_t *c, int64_t round)
+{
+    if (c->opening || c->draining)
+        return SR_OK;
+    int rc;
+    s_opening_t *o = s_opening_new(c, round, &rc);
+    if (!o)
+        return rc;
+    if ((rc = storeq_submit(c->sq, s_open_work, s_open_done, o)) != SR_OK) {
+        s_opening_free(o);
+        return rc;
+    }
+    c->opening = true;
     return SR_OK;
+}
+
+static void s_check_round(coord_t *c);
+
+static void s_open_done(int rc, const char *err, void *arg)
+{
+    s_opening_t *o = arg;
+    coord_t *c = o->c;
+    if (c->sq_closing) {
+        s_opening_free(o);
+        return;
+    }
+    if (c->fatal != SR_OK || c->finished || c->draining) {
+        c->opening = false;
+        s_opening_free(o);
+        return;
+    }
+    if (rc != SR_OK) {
+        /* Redis slow or down: the same idempotent work again, until it answers. */
+        log_error_limited(1, "round %lld cannot open yet (%s): trying again", (long long)o->round,
+                          err);
+        if (storeq_submit(c->sq, s_open_work, s_open_done, o) != SR_OK) {
+            c->opening = false;
+            s_opening_free(o);
+        }
+        return;
+    }
+    c->opening = false;
+    s_open_apply(c, o);
+    s_opening_free(o);
+    s_check_round(c); /* a resumed round may be over already */
+    s_dispatch(c);
 }
 
 static void s_summarise(coord_t *c, const s_open_t *R, coord_round_summary_t *sum)
@@ -950,13 +1153,13 @@ static void s_finish_round(coord_t *c)
         return;
     }
     int rc;
-    if (c->nopen == 0) {
+    if (c->nopen == 0 && !c->opening) {
         if (c->round >= c->cfg.iters) {
             s_finish_run(c);
             return;
         }
         if ((rc = s_open_round(c, c->round)) != SR_OK) {
-            s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+            s_fatal(c, rc, "cannot start the next round: %s", sr_strerror(rc));
             return;
         }
     }
@@ -966,8 +1169,8 @@ static void s_finish_round(coord_t *c)
 /* s_next_round asks the driver what to do while no round runs, and starts the round it plans. */
 static void s_next_round(coord_t *c)
 {
-    if (!c->cfg.driver || c->round_active || c->planning || c->finished || c->closing ||
-        c->fatal != SR_OK)
+    if (!c->cfg.driver || c->round_active || c->opening || c->planning || c->finished ||
+        c->closing || c->draining || c->fatal != SR_OK)
         return;
     c->planning = true;
     memset(&c->plan, 0, sizeof c->plan);
@@ -990,7 +1193,7 @@ static void s_next_round(coord_t *c)
         return;
     }
     if ((rc = s_open_round(c, c->round)) != SR_OK) {
-        s_fatal(c, rc, "cannot start the next round: %s", store_errstr(c->st));
+        s_fatal(c, rc, "cannot start the next round: %s", sr_strerror(rc));
         return;
     }
     s_dispatch(c);
@@ -1000,7 +1203,8 @@ static void s_next_round(coord_t *c)
  * that is over waits for the ones before it). */
 static void s_check_round(coord_t *c)
 {
-    while (c->nopen > 0 && c->fatal == SR_OK && !c->finished &&
+    /* once the loop stopped, a round is not ended (a resume finds it complete and ends it) */
+    while (c->nopen > 0 && c->fatal == SR_OK && !c->finished && !c->draining &&
            coord_sched_round_done(c->sched, c->open[0].round))
         s_finish_round(c);
 }
@@ -1252,6 +1456,8 @@ typedef struct {
     int64_t final_epoch;
     store_group_status_t gst;
     bool group_missing;
+    bool confirm; /* status cancelled: store only if Redis shows the group cancelled */
+    bool refused; /* it does not: nothing was stored */
 } s_put_t;
 
 static void s_put_free(s_put_t *p)
@@ -1271,6 +1477,17 @@ static int s_put_work(store_t *st, void *arg, char *err)
         usleep(100 * 1000); /* on the store thread: the loop does not wait */
     if (!st)
         return SR_EREDIS;
+    p->refused = false;
+    if (p->confirm) {
+        store_group_t sg;
+        int grc = store_group_get(st, p->gid, &sg);
+        if (grc != SR_OK)
+            return grc;
+        if (sg.status != STORE_GROUP_CANCELLED) {
+            p->refused = true;
+            return SR_OK;
+        }
+    }
     p->final_epoch = 0;
     int rc = store_result_put(st, p->round, p->job_id, p->epoch, p->body, p->len,
                               &p->final_epoch);
@@ -1297,6 +1514,7 @@ static int s_put_work(store_t *st, void *arg, char *err)
 
 static void s_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep);
 static void s_check_round(coord_t *c);
+static void s_cancel_refused(coord_t *c, const char *gid, const char *what, bool unreadable);
 
 /* s_put_done (loop) finishes a stored RESULT: the job is final, the round's summary counts it,
  * the actor gets its acknowledgement. A failed attempt is submitted again, never given up while
@@ -1326,6 +1544,24 @@ static void s_put_done(int rc, const char *err, void *arg)
     }
     coord_group_t *g = coord_sched_group(c->sched, j->group);
     s_open_t *R = s_find_open(c, g->round);
+    if (rc == SR_OK && p->refused) {
+        if (g->cancelled) {
+            /* confirmed on the loop meanwhile: stored as any cancelled RESULT */
+            p->confirm = false;
+            if (storeq_submit(c->sq, s_put_work, s_put_done, p) == SR_OK)
+                return;
+        }
+        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
+         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
+        s_cancel_refused(c, g->gid, "a cancelled RESULT", false);
+        coord_sched_unstore(c->sched, ji);
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
+        s_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+        s_put_free(p);
+        s_dispatch(c);
+        return;
+    }
     if (rc == SR_ECONFLICT) {
         /* The copy stored under final_epoch is the job's result; this one is not. */
         log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
@@ -1360,42 +1596,120 @@ static void s_put_done(int rc, const char *err, void *arg)
     s_check_round(c);
 }
 
-/* s_cancel_confirmed tells whether Redis shows group g cancelled: the gate moves a group to
+/* A CANCEL is applied only when Redis shows its group cancelled: the gate moves a group to
  * cancelled in Redis before it publishes the CANCEL (actor/gate_svc.c), so a CANCEL for a group
- * still running there is forged (or stale). Counted and logged when not. The look-up is one
- * round trip on the reactor today; this is the single place to make asynchronous (its answer
- * then continues s_on_cancel or s_on_result). */
-static bool s_cancel_confirmed(coord_t *c, const coord_group_t *g, const char *what)
+ * still running there is forged (or stale). The look-up runs on the store thread, one per group
+ * at a time (g->confirming); a CANCEL seen while it runs replaces the one to apply and, should
+ * Redis not show the group cancelled, asks once more (the gate's write may have come between). */
+typedef struct {
+    coord_t *c;
+    char gid[STORE_GID_MAX];
+    bool cancelled; /* the store thread's answer */
+    bool again;     /* a CANCEL came while the look-up ran */
+    uint64_t keep;
+    int64_t step;
+    double d;
+    char reason[64];
+} s_confirm_t;
+
+static void s_cancel_refused(coord_t *c, const char *gid, const char *what, bool unreadable)
 {
-    store_group_t sg;
-    int rc = store_group_get(c->st, g->gid, &sg);
-    if (rc == SR_OK && sg.status == STORE_GROUP_CANCELLED)
-        return true;
     metrics_counter_inc(c->m_cancels_refused);
-    log_warn_limited(5, "%s of group %s ignored: %s", what, g->gid,
-                     rc != SR_OK ? "its state cannot be read from Redis"
-                                 : "the group is not cancelled in Redis");
-    return false;
+    log_warn_limited(5, "%s of group %s ignored: %s", what, gid,
+                     unreadable ? "its state cannot be read from Redis"
+                                : "the group is not cancelled in Redis");
 }
 
-/* s_on_cancel acts on a bus CANCEL of group gi only when Redis confirms it. A group already
- * known cancelled (from a RESULT or Redis, both confirmed) needs no look-up: the CANCEL brings
- * its keep list, which narrows what may still finish. */
+static int s_confirm_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_confirm_t *k = arg;
+    if (!st)
+        return SR_EREDIS;
+    store_group_t sg;
+    int rc = store_group_get(st, k->gid, &sg);
+    k->cancelled = rc == SR_OK && sg.status == STORE_GROUP_CANCELLED;
+    return rc;
+}
+
+static void s_apply_cancel(coord_t *c, int gi, uint64_t keep, int64_t step, double d,
+                           const char *reason)
+{
+    coord_group_t *g = coord_sched_group(c->sched, gi);
+    metrics_counter_inc(c->m_cancels);
+    g->cancel_step = step;
+    g->cancel_d = d;
+    snprintf(g->cancel_reason, sizeof g->cancel_reason, "%s", reason ? reason : "");
+    g->announces = 0;
+    g->next_announce_ms = clock_mono_ms() + CANCEL_ANNOUNCE_MS;
+    s_mark_cancelled(c, gi, true, keep);
+    s_check_round(c);
+}
+
+static void s_confirm_done(int rc, const char *err, void *arg)
+{
+    (void)err;
+    s_confirm_t *k = arg;
+    coord_t *c = k->c;
+    int gi = !c->sq_closing && c->round_active ? coord_sched_find_group(c->sched, k->gid) : -1;
+    coord_group_t *g = gi >= 0 ? coord_sched_group(c->sched, gi) : NULL;
+    if (!g || g->confirming != k) {
+        free(k); /* the group's round ended meanwhile */
+        return;
+    }
+    g->confirming = NULL;
+    if (g->cancelled && g->keep_known) {
+        free(k);
+        return;
+    }
+    if (k->cancelled || g->cancelled) {
+        s_apply_cancel(c, gi, k->keep, k->step, k->d, k->reason);
+        free(k);
+        return;
+    }
+    if (k->again && !c->sq_closing) {
+        k->again = false;
+        if (storeq_submit(c->sq, s_confirm_work, s_confirm_done, k) == SR_OK) {
+            g->confirming = k;
+            return;
+        }
+    }
+    s_cancel_refused(c, k->gid, "CANCEL", rc != SR_OK);
+    free(k);
+}
+
+/* s_on_cancel acts on a bus CANCEL of group gi once Redis confirms it. A group already known
+ * cancelled (from a RESULT or Redis, both confirmed) needs no look-up: the CANCEL brings its
+ * keep list, which narrows what may still finish. */
 static void s_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm)
 {
     coord_group_t *g = coord_sched_group(c->sched, gi);
     if (g->cancelled && g->keep_known)
         return; /* a CANCEL seen again */
-    if (!g->cancelled && !s_cancel_confirmed(c, g, "CANCEL"))
+    if (g->cancelled) {
+        s_apply_cancel(c, gi, keep, cm->step, cm->d, cm->reason);
         return;
-    metrics_counter_inc(c->m_cancels);
-    g->cancel_step = cm->step;
-    g->cancel_d = cm->d;
-    snprintf(g->cancel_reason, sizeof g->cancel_reason, "%s", cm->reason ? cm->reason : "");
-    g->announces = 0;
-    g->next_announce_ms = clock_mono_ms() + CANCEL_ANNOUNCE_MS;
-    s_mark_cancelled(c, gi, true, keep);
-    s_check_round(c);
+    }
+    s_confirm_t *k = g->confirming;
+    bool fresh = !k;
+    if (fresh) {
+        k = sr_xcalloc(1, sizeof *k);
+        k->c = c;
+        snprintf(k->gid, sizeof k->gid, "%s", g->gid);
+    } else {
+        k->again = true;
+    }
+    k->keep = keep;
+    k->step = cm->step;
+    k->d = cm->d;
+    snprintf(k->reason, sizeof k->reason, "%s", cm->reason ? cm->reason : "");
+    if (!fresh)
+        return;
+    if (c->sq_closing || storeq_submit(c->sq, s_confirm_work, s_confirm_done, k) != SR_OK) {
+        free(k);
+        return;
+    }
+    g->confirming = k;
 }
 
 static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
@@ -1435,16 +1749,6 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         s_dispatch(c);
         return;
     }
-    if (strcmp(r->status, "cancelled") == 0 && !g->cancelled &&
-        !s_cancel_confirmed(c, g, "a cancelled RESULT")) {
-        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
-         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
-        coord_sched_requeue(c->sched, ji);
-        metrics_counter_inc(c->m_requeued);
-        s_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
-        s_dispatch(c);
-        return;
-    }
     /* Durable first: the result, then the group's count, on the store thread. Only then the
      * acknowledgement (s_put_done). The job keeps its lease meanwhile. */
     s_put_t *p = sr_xcalloc(1, sizeof *p);
@@ -1458,6 +1762,9 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
     p->traj = j->traj;
     p->reward = r->reward;
     p->failed = failed;
+    /* A cancelled RESULT of a group not known cancelled is stored only once Redis shows the group
+     * cancelled (s_put_work): the actor may have stopped on a forged CANCEL. */
+    p->confirm = strcmp(r->status, "cancelled") == 0 && !g->cancelled;
     p->n_steps = r->n_steps;
     p->llm_calls = r->llm_calls;
     p->tokens = r->prompt_tokens + r->completion_tokens;
@@ -1907,12 +2214,14 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                         .topic_max = (int)strlen(c->cfg.run) + 64,
                                         .per_peer = TRANSPORT_PROXY_PER_PEER,
                                         .total = TRANSPORT_PROXY_TOTAL};
-        /* With CURVE only the gate's key may publish CANCEL (docs/security.md). */
+        /* With CURVE only the gate's key may publish CANCEL (docs/security.md), and the
+         * coordinator's own: its publisher re-announces the CANCELs it checked in Redis. */
         char gate_key[CURVE_KEY_Z85_LEN + 1] = "";
         if (curve_default()) {
-            if (curve_role_key(curve_default(), "gate", gate_key) == SR_OK)
+            if (curve_role_key(curve_default(), "gate", gate_key) == SR_OK) {
                 lim.cancel_key = gate_key;
-            else
+                lim.cancel_key_also = curve_public(curve_default());
+            } else
                 log_warn("no gate.pub among the authorised keys: any authorised key may publish "
                          "CANCEL on the bus");
         }
@@ -2021,7 +2330,7 @@ int coord_run(coord_t *c)
     for (int64_t r = c->round; !c->cfg.driver && rc == SR_OK && r < c->cfg.iters &&
                                (r == c->round || r <= c->resume_started) && c->nopen < 2;
          r++) {
-        if ((rc = s_open_round(c, r)) != SR_OK) {
+        if ((rc = s_open_round_now(c, r)) != SR_OK) {
             snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)r,
                      store_errstr(c->st));
             log_error("%s", c->err);
@@ -2058,6 +2367,13 @@ int coord_run(coord_t *c)
     reactor_timer_cancel(c->r, c->timer);
     if (c->cfg.driver && c->cfg.driver->stopped)
         c->cfg.driver->stopped(c->cfg.driver->arg, c);
+    /* Shutdown, the loop stopped: the store thread's last writes (the run record, RESULTs on
+     * their way) finish first, then the run's end is recorded on the blocking connection. */
+    c->draining = true;
+    if (storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
+        log_warn("shutdown: %zu store requests still pending", storeq_pending(c->sq));
+    if (c->run_failed && store_run_set(c->st, "error", c->err) != SR_OK)
+        log_warn("cannot record the run's error: %s", store_errstr(c->st));
     const char *st = c->finished ? "finished" : c->fatal ? "failed" : "stopped";
     if (store_run_set(c->st, "status", st) != SR_OK)
         log_warn("cannot record run status %s: %s", st, store_errstr(c->st));
@@ -2168,8 +2484,7 @@ void coord_fail_run(coord_t *c, const char *why)
         return;
     c->run_failed = true;
     s_fatal(c, SR_ECONFLICT, "%s", why ? why : "the run failed");
-    if (store_run_set(c->st, "error", c->err) != SR_OK)
-        log_warn("cannot record the run's error: %s", store_errstr(c->st));
+    /* recorded in the run record by coord_run once the loop stopped (s_fatal stops it) */
 }
 
 bool coord_run_failed(const coord_t *c) { return c && c->run_failed; }
@@ -2186,7 +2501,10 @@ int64_t coord_next_round(const coord_t *c) { return c ? c->round : 0; }
 
 reactor_t *coord_reactor(coord_t *c) { return c ? c->r : NULL; }
 
-struct storeq *coord_storeq(coord_t *c) { return c && !c->sq_closing ? c->sq : NULL; }
+struct storeq *coord_storeq(coord_t *c)
+{
+    return c && !c->sq_closing && !c->draining ? c->sq : NULL;
+}
 
 void *coord_zctx(coord_t *c) { return c ? c->zctx : NULL; }
 
@@ -2195,7 +2513,44 @@ int coord_set_policy_version(coord_t *c, int64_t version)
     if (!c || version < 0)
         return SR_EINVAL;
     c->cfg.policy_version = version;
-    return store_run_set_int(c->st, "policy_version", version);
+    return coord_record_int(c, "policy_version", version);
+}
+
+/* The run record written from the loop: one field on the store thread, its failure logged. */
+typedef struct {
+    char field[64];
+    int64_t value;
+} s_record_t;
+
+static int s_record_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_record_t *w = arg;
+    return st ? store_run_set_int(st, w->field, w->value) : SR_EREDIS;
+}
+
+static void s_record_done(int rc, const char *err, void *arg)
+{
+    s_record_t *w = arg;
+    if (rc != SR_OK)
+        log_warn("cannot record %s = %lld in the run record: %s", w->field, (long long)w->value,
+                 err);
+    free(w);
+}
+
+int coord_record_int(coord_t *c, const char *field, int64_t value)
+{
+    if (!c || !field || strlen(field) >= 64)
+        return SR_EINVAL;
+    if (c->sq_closing || !c->sq)
+        return store_run_set_int(c->st, field, value); /* after the loop: blocking is fine */
+    s_record_t *w = sr_xcalloc(1, sizeof *w);
+    snprintf(w->field, sizeof w->field, "%s", field);
+    w->value = value;
+    int rc = storeq_submit(c->sq, s_record_work, s_record_done, w);
+    if (rc != SR_OK)
+        free(w);
+    return rc;
 }
 
 int64_t coord_policy_version(const coord_t *c) { return c ? c->cfg.policy_version : 0; }

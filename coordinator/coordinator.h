@@ -221,8 +221,8 @@ const tasks_t *coord_tasks(const coord_t *c);
 store_t *coord_store(coord_t *c);
 
 /* coord_storeq returns the coordinator's store thread (common/storeq.h), where a driver submits
- * its Redis work; NULL once the coordinator is being destroyed (a done function running then
- * only frees its request). */
+ * its Redis work; NULL once coord_run's loop stopped (its queue is being drained) and while the
+ * coordinator is destroyed: a done function running then only frees its request. */
 struct storeq *coord_storeq(coord_t *c);
 
 /* coord_reactor returns the coordinator's reactor, where a driver may register its sockets and
@@ -233,8 +233,15 @@ struct reactor *coord_reactor(coord_t *c);
 void *coord_zctx(coord_t *c);
 
 /* coord_set_policy_version sets the version JOBs and WELCOMEs carry from now on and records it in
- * the run record (field policy_version). Returns SR_OK or the store's error. */
+ * the run record (field policy_version) as coord_record_int does. Returns SR_OK, or SR_EINVAL
+ * for a negative version. */
 int coord_set_policy_version(coord_t *c, int64_t version);
+
+/* coord_record_int sets one integer field of the run record (selroll:<run>:run) from the loop:
+ * on the store thread, in order with the coordinator's other Redis work, a failure logged; after
+ * the loop (shutdown), at once on the blocking connection. The loop never waits for it. Returns
+ * SR_OK once queued, SR_EINVAL for a field name of 64 bytes or more. */
+int coord_record_int(coord_t *c, const char *field, int64_t value);
 
 /* coord_policy_version returns that version. */
 int64_t coord_policy_version(const coord_t *c);

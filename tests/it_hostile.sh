@@ -169,6 +169,20 @@ line=$(grep '^round 0:' "$T/run.out")
 say "$line"
 echo "$line" | grep -q 'groups 6 (done 6, cancelled 0, failed 0)\|groups 6 (done [0-6], cancelled [0-6], failed 0)' \
   || bad "round 0 did not finish every group: $line"
+# Every group correct in the round file (written from Redis's one copy per job): each of the 6
+# groups has its 4 trajectories, each job once.
+out=$("$PY" - "$T/r/rounds/round-0.jsonl" <<'PYEOF'
+import collections, json, sys
+jobs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    jobs[r["group"]].append(r["job_id"])
+bad = [g for g, j in jobs.items() if len(j) != 4 or len(set(j)) != 4]
+print("%d groups, %d results%s" % (len(jobs), sum(map(len, jobs.values())),
+      (", wrong: " + " ".join(bad)) if bad else ""))
+sys.exit(0 if len(jobs) == 6 and not bad else 1)
+PYEOF
+) && say "round file: $out, each job once" || bad "round file: $out"
 grep -q "crashed\|signal 11\|signal 6\|SIGSEGV\|SIGABRT" "$T/run.err" "$T"/r/logs/*.log \
   && bad "a process crashed: $(grep -h "crashed\|signal 11\|signal 6" "$T/run.err" "$T"/r/logs/*.log | head -n 2)"
 

@@ -2,10 +2,12 @@
 # it_noblock.sh: Redis latency costs the coordinator throughput, never liveness, and a RESULT is
 # stored exactly once. A real `selroll coordinator` and a private redis-server; synthetic actors
 # (tests/py/noblock_actor.py) on the work channel.
-#  1. Redis SIGSTOPped for 3 s three times mid-run (longer than the 2 s Redis command timeout, so
-#     RESULT stores time out and are sent again): a HELLO probe is answered within 50 ms (p99)
-#     during the stalls, no lease expires (heartbeats are served; leases are 2 s), every group of every
-#     round ends done with G results, one stored copy and one final epoch per job.
+#  1. Redis SIGSTOPped for 3 s every 10 s, five times, mid-run (longer than the 2 s Redis command
+#     timeout, so RESULT stores and round openings time out and are sent again): a HELLO probe is
+#     answered within 50 ms (p99) during the stalls, no lease expires (heartbeats are served;
+#     leases are 2 s), every group of every round ends done with G results, one stored copy and
+#     one final epoch per job. The run (4 rounds x 8 groups x 4 on 2 x 2 slots of 1 s jobs) lasts
+#     past the fifth stall.
 #  2. The same with an actor killed with SIGKILL inside a stall, after it sent RESULTs that the
 #     coordinator could not store yet, and a second actor that joins during the stall: every
 #     group ends done with G results, one copy and one epoch each.
@@ -88,18 +90,23 @@ EOF
   return $bad_n
 }
 
-# ---- 1. three 3 s stalls mid-run ------------------------------------------------------------
-coord st 3 6 4
-"$PY" tests/py/noblock_actor.py --work "$work" --run st --actors 2 --slots 4 --job-ms 300 \
-  --seconds 40 --probe-ms 50 --stall-file "$stall" --name st >"$tmp/actors-st.json" 2>"$tmp/actors-st.err" &
+# ---- 1. five 3 s stalls, one every 10 s, mid-run ------------------------------------------
+coord st 4 8 4
+"$PY" tests/py/noblock_actor.py --work "$work" --run st --actors 2 --slots 2 --job-ms 1000 \
+  --seconds 90 --probe-ms 50 --stall-file "$stall" --name st >"$tmp/actors-st.json" 2>"$tmp/actors-st.err" &
 apid=$!
 pids+=($apid)
 sleep 1
-for _ in 1 2 3; do
-  stop_redis; sleep 3; cont_redis; sleep 1
+mid=0
+for i in 1 2 3 4 5; do
+  kill -0 "$cpid" 2>/dev/null && mid=$((mid + 1))
+  stop_redis; sleep 3; cont_redis
+  [ $i -lt 5 ] && sleep 7
 done
 wait "$cpid"; crc=$?
 wait "$apid"
+[ $mid -eq 5 ] && ok "stalls: all five stalls came while the run was in progress" ||
+  bad "stalls: only $mid of the five stalls came while the run was in progress"
 out=$(cat "$tmp/actors-st.json")
 [ $crc -eq 0 ] && ok "stalls: the coordinator finished the run (exit 0)" ||
   { bad "stalls: coordinator exit $crc"; tail -20 "$tmp/coord-st.log"; }
@@ -115,7 +122,7 @@ o = json.loads(sys.argv[1])
 sys.exit(0 if o["stall_n"] >= 20 and o["stall_p99"] < 50 and o["stall_max"] < 250 and
          o["unacked"] == 0 and o["ack_refused"] == 0 else 1)
 EOF
-check_groups st 3 6 4 && ok "stalls: 3 rounds x 6 groups done with 4 results each, one copy and one epoch per job" ||
+check_groups st 4 8 4 && ok "stalls: 4 rounds x 8 groups done with 4 results each, one copy and one epoch per job" ||
   bad "stalls: groups or stored results wrong"
 
 # ---- 2. an actor killed inside a stall ------------------------------------------------------

@@ -7,6 +7,9 @@
 #             refusal is logged); rotation: restarted with a new authorised-keys folder, the new key
 #             gets in and the old one is refused
 #   plain     without keys, a non-loopback bind logs the one-line warning
+#   cancel    a coordinator with --curve-keys: a CANCEL published with the gate's key reaches a bus
+#             subscriber and, its group's trajectories not reported, is re-announced by the
+#             coordinator (own key) through the proxy; one published with the actor's key is dropped
 #   run       `selroll run --curve` on the password-protected Redis: every role over CURVE, the
 #             round completes; meanwhile a client without keys gets nothing from the coordinator
 #             and a bus subscriber without keys nothing from the bus, one with a key does; a
@@ -138,6 +141,74 @@ kill "$WILD"; wait "$WILD" 2>/dev/null
 grep -q "unencrypted" "$T/wild.log" && [ "$(grep -c unencrypted "$T/wild.log")" -eq 1 ] \
   && ok "non-loopback bind without keys warns once: $(grep -o 'binding.*' "$T/wild.log" | head -c 90)" \
   || bad "no warning for an unencrypted non-loopback bind"
+
+# --- CANCEL under CURVE: the gate's, forwarded and re-announced; an actor key's, dropped ----------
+say "CANCEL under CURVE: the coordinator's re-announcements pass the proxy"
+CW=$(free_port); CB1=$(free_port); CB2=$(free_port)
+"$S" coordinator --redis "$PASS" --run sec-cancel --curve-keys "$K" --work-bind "tcp://127.0.0.1:$CW" \
+  --bus-pub-bind "tcp://127.0.0.1:$CB1" --bus-sub-bind "tcp://127.0.0.1:$CB2" --http off --iters 1 \
+  --groups 1 --group-size 4 --lease-ms 10000 --env-workers tcp://127.0.0.1:9 --out "$T/cc" \
+  >"$T/cc.log" 2>&1 &
+CC_PID=$!
+pids+=("$CC_PID")
+for _ in $(seq 100); do grep -q "coordinator of run" "$T/cc.log" && break; sleep 0.05; done
+cres=$("$PY" - "$CW" "$CB1" "$CB2" "$K" "$RP" <<'PY'
+import json, os, subprocess, sys, time, msgpack, zmq
+wp, pp, sp, kdir, rp = sys.argv[1:6]
+def key(path):
+    with open(path) as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")][0].encode()
+ctx = zmq.Context()
+def sock(kind, name):
+    s = ctx.socket(kind)
+    s.setsockopt(zmq.LINGER, 0)
+    sec = key(os.path.join(kdir, name + ".key"))
+    s.curve_secretkey = sec
+    s.curve_publickey = zmq.curve_public(sec)
+    s.curve_serverkey = key(os.path.join(kdir, "server.pub"))
+    return s
+pk = lambda t, **f: msgpack.packb({"t": t, "v": 1, **f})
+sub = sock(zmq.SUB, "actor")
+sub.setsockopt(zmq.SUBSCRIBE, b"ctl/sec-cancel/cancel")
+sub.connect("tcp://127.0.0.1:" + sp)
+d = sock(zmq.DEALER, "actor")
+d.setsockopt(zmq.IDENTITY, b"curve-actor")
+d.connect("tcp://127.0.0.1:" + wp)
+d.send(pk("HELLO", actor_id="curve-actor", role="actor", slots=4, host="it", pid=os.getpid()))
+jobs, end = [], time.time() + 10
+while len(jobs) < 4 and time.time() < end:
+    if d.poll(100):
+        m = msgpack.unpackb(d.recv(), raw=False)
+        if m["t"] == "WELCOME":
+            d.send(pk("CREDIT", credits=4))
+        elif m["t"] == "JOB":
+            jobs.append(m)  # held: never reported, so the cancel stays pending
+gid = jobs[0]["group"] if jobs else "r0000-g0000"
+subprocess.run(["redis-cli", "-p", rp, "-a", "s3cret", "--no-auth-warning", "hset",
+                "selroll:sec-cancel:group:" + gid, "status", "cancelled"], stdout=subprocess.DEVNULL)
+gate, rogue = sock(zmq.PUB, "gate"), sock(zmq.PUB, "actor")
+for s in (gate, rogue):
+    s.connect("tcp://127.0.0.1:" + pp)
+time.sleep(0.5)
+topic = b"ctl/sec-cancel/cancel"
+rogue.send_multipart([topic, pk("CANCEL", run="sec-cancel", group=gid, step=1, d=0.1, reason="forged")])
+gate.send_multipart([topic, pk("CANCEL", run="sec-cancel", group=gid, step=2, d=0.5, reason="converged")])
+seen = {"converged": 0, "forged": 0}
+end = time.time() + 2.0
+while time.time() < end:
+    if sub.poll(100):
+        _, body = sub.recv_multipart()
+        r = msgpack.unpackb(body, raw=False).get("reason")
+        seen[r] = seen.get(r, 0) + 1
+print(json.dumps({"jobs": len(jobs), **seen}))
+PY
+)
+kill "$CC_PID"; wait "$CC_PID" 2>/dev/null
+"$PY" -c 'import json,sys; o=json.loads(sys.argv[1]); sys.exit(0 if o["jobs"] == 4 and o["converged"] >= 3 and o["forged"] == 0 else 1)' "$cres" \
+  && ok "CANCEL under CURVE: the gate's seen with the coordinator's re-announcements, the actor key's dropped ($cres)" \
+  || bad "CANCEL under CURVE: $cres $(tail -n 3 "$T/cc.log")"
+grep -q "a CANCEL from a key that is not the gate's dropped" "$T/cc.log" \
+  && ok "CANCEL under CURVE: the proxy logged the dropped one" || bad "CANCEL under CURVE: no drop logged"
 
 # --- selroll run --curve on the password-protected Redis -------------------------------------------
 say "selroll run --curve: every role over CURVE"

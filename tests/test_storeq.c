@@ -2,7 +2,8 @@
  * test_storeq.c — the store thread against a real redis-server: completions come back on the
  * reactor in submission order, a stopped server (SIGSTOP) costs the requests a timeout while the
  * loop's timers keep firing, the thread reconnects to a restarted server, destroy completes every
- * request once; and store_result_put keeps one copy under one epoch.
+ * request once, flush finishes them with the loop stopped; and store_result_put keeps one copy
+ * under one epoch.
  */
 #include "tests/harness.h"
 
@@ -252,6 +253,41 @@ static void destroy_completes_every_request_once(void **state)
     assert_int_equal(reqs[N - 1].rc, SR_ECLOSED);
 }
 
+/* Shutdown: with the loop stopped, flush runs every request to its end (none closed unrun), and
+ * gives up after its timeout while the server is stopped. */
+static void flush_finishes_the_requests_without_the_loop(void **state)
+{
+    fixture_t *f = *state;
+    enum { N = 30 };
+    req_t reqs[N];
+    int order = 0, seen[N];
+    for (int i = 0; i < N; i++) {
+        reqs[i] = (req_t){.r = f->r, .index = i, .order = &order, .seen = seen, .stop_after = -1};
+        assert_int_equal(storeq_submit(f->q, incr_work, incr_done, &reqs[i]), SR_OK);
+    }
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(storeq_pending(f->q), 0);
+    assert_int_equal(order, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(reqs[i].rc, SR_OK);
+        assert_int_equal(seen[i], i);
+        assert_int_equal(reqs[i].value, i + 1);
+    }
+    assert_int_equal(kill(f->redis.pid, SIGSTOP), 0);
+    req_t late = {.r = f->r, .index = 0, .order = &order, .seen = seen, .stop_after = -1};
+    order = 0;
+    assert_int_equal(storeq_submit(f->q, incr_work, incr_done, &late), SR_OK);
+    int64_t t0 = harness_now_ms();
+    assert_int_equal(storeq_flush(f->q, 100), SR_ETIMEDOUT); /* the server answers nothing */
+    assert_int_equal(storeq_pending(f->q), 1);
+    assert_true(harness_now_ms() - t0 < 400);
+    assert_int_equal(storeq_flush(NULL, 10), SR_OK);
+    assert_int_equal(kill(f->redis.pid, SIGCONT), 0);
+    assert_int_equal(storeq_flush(f->q, 5000), SR_OK);
+    assert_int_equal(storeq_pending(f->q), 0);
+    assert_int_equal(order, 1);
+}
+
 static void a_result_is_stored_once_under_one_epoch(void **state)
 {
     fixture_t *f = *state;
@@ -436,6 +472,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(the_thread_connects_again_once_the_server_answers, setup,
                                     teardown),
     cmocka_unit_test_setup_teardown(destroy_completes_every_request_once, setup, teardown),
+    cmocka_unit_test_setup_teardown(flush_finishes_the_requests_without_the_loop, setup, teardown),
     cmocka_unit_test_setup_teardown(a_result_is_stored_once_under_one_epoch, setup, teardown),
     cmocka_unit_test_setup_teardown(flush_runs_every_request_and_delivers_it_before_returning,
                                     setup, teardown),

@@ -9,10 +9,13 @@ Each actor is a DEALER that says HELLO, grants its slots as CREDIT, answers ever
 heartbeat_ms of the WELCOME, and sends a RESULT again every second until its RESULT_ACK came
 (docs/protocol.md). The probe, another DEALER, sends HELLO every --probe-ms and times the WELCOME;
 while the file --stall-file exists (the test creates it while Redis is stopped) its times count
-as "in stall". --die-after N: exit (without BYE) right after the Nth RESULT was sent.
+as "in stall". --die-after N: exit (without BYE) right after the Nth RESULT was sent. The actors
+never subscribe to the bus: a CANCEL reaches them only from the coordinator on the work channel
+(its heartbeat reply), and stops the group's jobs outside `keep` with RESULT status cancelled.
 Runs until --seconds passed or the coordinator stopped answering for 3 s after jobs ran dry.
 Prints one JSON line: results sent, acks ok/refused, RESULTs sent again, probe max and p99 (ms)
-overall and in stall, the HELLOs of the probe in stall.
+overall and in stall, the HELLOs of the probe in stall, the CANCELs received, the jobs they
+cancelled and when (time.time()) the first CANCEL came.
 """
 import argparse
 import json
@@ -40,6 +43,8 @@ class Actor:
         self.unacked = {}  # (job_id, epoch) -> (last sent, body)
         self.hb_ms, self.next_hb = 1000, 0.0
         self.sent = self.resent = self.ack_ok = self.ack_refused = 0
+        self.cancels = self.cancelled = 0
+        self.cancel_first = None  # time.time() of the first CANCEL received
         self.s.send(pack("HELLO", actor_id=name, role="actor", slots=slots, host="it", pid=os.getpid()))
 
     def on_msg(self, m, now, job_s):
@@ -56,22 +61,37 @@ class Actor:
                 else:
                     self.ack_refused += 1
                 self.s.send(pack("CREDIT", credits=1))
+        elif t == "CANCEL":
+            # From the coordinator on the work channel (this actor never subscribes to the bus):
+            # the group's jobs outside keep stop at once and report cancelled.
+            keep = set(m.get("keep") or [])
+            self.cancels += 1
+            if self.cancel_first is None:
+                self.cancel_first = time.time()
+            for jid, (_, j) in list(self.jobs.items()):
+                if j["group"] == m.get("group") and j["traj"] not in keep:
+                    del self.jobs[jid]
+                    self.send_result(jid, j, now, "cancelled")
+                    self.cancelled += 1
         elif t == "ERROR" and m.get("code") == "unknown_actor":
             self.s.send(pack("HELLO", actor_id=self.name, role="actor", slots=self.slots, host="it",
                              pid=os.getpid()))
+
+    def send_result(self, jid, j, now, status):
+        body = pack("RESULT", job_id=jid, epoch=j["epoch"], run=j["run"], group=j["group"],
+                    task=j["task"], traj=j["traj"], status=status, reward=float(j["traj"] % 2),
+                    won=j["traj"] % 2 == 1, n_steps=1, llm_calls=1, prompt_tokens=1,
+                    completion_tokens=1, wall_ms=1, steps=[])
+        self.unacked[(jid, j["epoch"])] = (now, body)
+        self.s.send(body)
+        self.sent += 1
 
     def tick(self, now):
         for jid, (due, j) in list(self.jobs.items()):
             if due > now:
                 continue
             del self.jobs[jid]
-            body = pack("RESULT", job_id=jid, epoch=j["epoch"], run=j["run"], group=j["group"],
-                        task=j["task"], traj=j["traj"], status="done", reward=float(j["traj"] % 2),
-                        won=j["traj"] % 2 == 1, n_steps=1, llm_calls=1, prompt_tokens=1,
-                        completion_tokens=1, wall_ms=1, steps=[])
-            self.unacked[(jid, j["epoch"])] = (now, body)
-            self.s.send(body)
-            self.sent += 1
+            self.send_result(jid, j, now, "done")
         for k, (last, body) in list(self.unacked.items()):
             if now - last >= 1.0:
                 self.unacked[k] = (now, body)
@@ -165,7 +185,10 @@ def main():
         "probe_n": len(lat), "probe_max": round(max(lat) if lat else 0, 1),
         "probe_p99": round(pct(lat, 0.99), 1), "stall_n": len(lat_stall),
         "stall_max": round(max(lat_stall) if lat_stall else 0, 1),
-        "stall_p99": round(pct(lat_stall, 0.99), 1)}), flush=True)
+        "stall_p99": round(pct(lat_stall, 0.99), 1),
+        "cancels": sum(x.cancels for x in actors), "cancelled": sum(x.cancelled for x in actors),
+        "cancel_first": min([x.cancel_first for x in actors if x.cancel_first] or [0])}),
+        flush=True)
     if a.die_after:
         os._exit(0)
 
