@@ -230,14 +230,18 @@ static void s_emit(s_emit_t *e, const char *fmt, ...)
     va_end(ap);
 }
 
-/* s_belief2 emits a belief feature at two levels of generalisation: per (task type, room type,
- * object class), and per task type alone, so that a correction learned on one task carries over
- * fully to its closest kin and in part to every task of its type. */
-static void s_belief2(s_emit_t *e, const char *kind, const char *task, const char *room,
+/* s_belief3 emits a belief feature, of value MODEL_BELIEF_VALUE times v, at three levels of
+ * generalisation: per (task type, room type, object class), per (task type, room type) and per
+ * task type alone, so that a correction learned on one task carries over fully to its closest
+ * kin, largely to the tasks of its type in the same kind of room, and in part to every task of its
+ * type. */
+static void s_belief3(s_emit_t *e, float v, const char *kind, const char *task, const char *room,
                       const char *oc)
 {
-    s_emit(e, "belief|%s|task=%s|room=%s|oc=%s", kind, task, room, oc);
-    s_emit(e, "belief|%s|task=%s", kind, task);
+    float x = v * MODEL_BELIEF_VALUE;
+    s_emit_ap_val(e, x, "belief|%s|task=%s|room=%s|oc=%s", kind, task, room, oc);
+    s_emit_ap_val(e, x, "belief|%s|task=%s|room=%s", kind, task, room);
+    s_emit_ap_val(e, x, "belief|%s|task=%s", kind, task);
 }
 
 /* s_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ") into a
@@ -643,8 +647,7 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
         if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0) {
             float v = tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure;
-            s_emit_ap_val(&e, v, "belief|where|task=%s|room=%s|oc=%s", task, st->room, tb.oc);
-            s_emit_ap_val(&e, v, "belief|where|task=%s", task); /* the coarse level */
+            s_belief3(&e, v, "where", task, st->room, tb.oc);
         }
         if (!st->holding[0] && !goal_here)
             s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
@@ -652,10 +655,10 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
         if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
             (proc || !s_processing_task(st->task)))
-            s_belief2(&e, "ralike|go", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb.oc);
         if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 &&
             !proc && s_processing_task(st->task))
-            s_belief2(&e, "forget", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
     } else if (strcmp(verb, "open") == 0) {
         if (st->at_closed && strcmp(rest, st->location) == 0)
             s_emit(&e, "open|here_closed|hold=%s", hold);
@@ -666,11 +669,11 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         bool goal_obj = strcmp(xt, st->goal_obj) == 0 || alike;
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
         if (alike)
-            s_belief2(&e, "alike", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "alike", task, st->room, tb.oc);
         if (goal_obj && strcmp(yt, st->goal_recep) == 0) {
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
             if (tb.forget && st->task == PPARSE_TASK_TWO)
-                s_belief2(&e, "forget", task, st->room, tb.oc);
+                s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
         }
@@ -686,9 +689,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             strcmp(st->hist[st->n_hist - 1].action + 6, st->location) == 0)
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
         if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
-            s_belief2(&e, "ralike|move", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb.oc);
         if (tb.forget && goal_obj && goal_recep && !proc && s_processing_task(st->task))
-            s_belief2(&e, "forget", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
     } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
                 strcmp(verb, "clean") == 0) &&
                s_split2(rest, " with ", x, y)) {

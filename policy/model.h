@@ -34,7 +34,11 @@
 #define MODEL_META_DIM 8u /* entries no feature maps to: the policy's identity (below) */
 #define MODEL_DIM (MODEL_NAMED_DIM + MODEL_STRING_DIM + MODEL_META_DIM)
 #define MODEL_META_SALT (MODEL_NAMED_DIM + MODEL_STRING_DIM) /* belief salt, an integer < 2^24 */
-#define MODEL_MAX_FEATS 28 /* features per candidate action, at most */
+#define MODEL_MAX_FEATS 32 /* features per candidate action, at most */
+/* The value of a belief feature (model.c): its weights are in units of 1 / MODEL_BELIEF_VALUE of a
+ * logit, so a gradient step moves what the model acts on as fast as it moves a feature that
+ * fires on every step (see docs/policy.md, "Learning moves beliefs"). */
+#define MODEL_BELIEF_VALUE 10.0f
 
 typedef struct model model_t;
 
