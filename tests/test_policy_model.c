@@ -1097,6 +1097,79 @@ static void correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room(voi
     model_destroy(&m);
 }
 
+/* s_plan_logit is what the belief features add to the logit of the next receptacle of the plan
+ * of *st (the plan forced, as if the task held one). */
+static double s_plan_logit(const model_t *m, const pparse_state_t *st, const model_ctx_t *c)
+{
+    model_ctx_t forced = *c;
+    forced.sure = 1;
+    char act[80];
+    snprintf(act, sizeof act, "go to %s", c->plan_next);
+    model_feat_t f[MODEL_MAX_FEATS];
+    int nf = model_features_ctx(st, &forced, s_index(st, act), f, MODEL_MAX_FEATS);
+    const float *w = model_weights_const(m);
+    double z = 0;
+    for (int k = 0; k < nf; k++)
+        if (f[k].val == MODEL_BELIEF_VALUE)
+            z += (double)w[f[k].idx] * f[k].val;
+    return z;
+}
+
+/* A step against following a plan on one task lowers the trust in plans most on that task, then
+ * on a task of the same type and room (another object class), then on a task of the same type in
+ * another room: each shared level moves the logit by value^2 times the step, as a gradient step
+ * on a feature of value MODEL_BELIEF_VALUE does. */
+static void a_belief_step_carries_over_by_type_and_room(void **state)
+{
+    (void)state;
+    model_t *m = s_prior(0);
+    static const char *kitchen[] = {"go to cabinet 2",   "go to countertop 1", "go to diningtable 1",
+                                    "go to fridge 1",    "go to garbagecan 1", "go to microwave 1",
+                                    "go to sinkbasin 1", "inventory",          "look"};
+    static const char *bath[] = {"go to bathtubbasin 1", "go to cabinet 2",   "go to countertop 1",
+                                 "go to garbagecan 1",   "go to sinkbasin 1", "go to toilet 1",
+                                 "inventory",            "look"};
+    static const char *hist[] = {"You are in the middle of a room.", "go to cabinet 1"};
+    const char *goals[] = {"put a apple in diningtable.", "put a mug in diningtable.",
+                           "put a apple in countertop."};
+    const char *rooms[] = {"kitchen", "kitchen", "bathroom"};
+    pparse_state_t st[3];
+    model_ctx_t c[3];
+    double before[3];
+    for (int i = 0; i < 3; i++) {
+        char *t = s_render(goals[i], 1, hist, 1,
+                           "You arrive at cabinet 1. On the cabinet 1, you see nothing.",
+                           i < 2 ? kitchen : bath, i < 2 ? 9 : 8);
+        pparse_user_text(t, &st[i]);
+        free(t);
+        assert_string_equal(st[i].room, rooms[i]);
+        model_ctx_init(m, &st[i], &c[i]);
+        assert_true(c[i].plan_next[0]);
+        before[i] = s_plan_logit(m, &st[i], &c[i]);
+    }
+    /* A negative advantage on following task 0's plan: its log pi's gradient on each of the
+     * plan's belief weights is (1 - p) x value / T; a small step against it. */
+    model_ctx_t forced = c[0];
+    forced.sure = 1;
+    char plan0[80];
+    snprintf(plan0, sizeof plan0, "go to %s", c[0].plan_next);
+    model_feat_t f[MODEL_MAX_FEATS];
+    int nf = model_features_ctx(&st[0], &forced, s_index(&st[0], plan0), f, MODEL_MAX_FEATS);
+    float *w = model_weights(m);
+    for (int k = 0; k < nf; k++)
+        if (f[k].val == MODEL_BELIEF_VALUE)
+            w[f[k].idx] += -0.01f * f[k].val;
+    double unit = 0.01 * MODEL_BELIEF_VALUE * MODEL_BELIEF_VALUE;
+    for (int i = 0; i < 3; i++) {
+        double d = s_plan_logit(m, &st[i], &c[i]) - before[i];
+        print_message("task %d (%s): the plan's logit moves by %.3f\n", i, rooms[i], d);
+        assert_true(fabs(d + (3 - i) * unit) < 1e-3); /* 3, 2 and 1 levels shared */
+    }
+    for (int i = 0; i < 3; i++)
+        pparse_state_clear(&st[i]);
+    model_destroy(&m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1119,6 +1192,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(reasoning_names_the_sampled_action_as_the_favoured_one),
         cmocka_unit_test(visible_goal_object_is_taken_at_temperature_0_7),
         cmocka_unit_test(correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room),
+        cmocka_unit_test(a_belief_step_carries_over_by_type_and_room),
     };
     return harness_run_("policy_model", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
