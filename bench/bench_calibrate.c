@@ -14,13 +14,17 @@
 
 #include "actor/prompt.h"
 #include "common/editdist.h"
+#include "common/proto.h"
+#include "coordinator/advantage.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
 #include "env_worker/household.h"
 #include "policy/model.h"
 #include "policy/prior.h"
 #include "policy/prompt_parse.h"
+#include "policy/trainer.h"
 
+#include <math.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +36,46 @@
 
 typedef struct {
     char **actions;
+    char **users; /* the user message of every step, when asked for (training) */
     size_t n;
     bool won;
 } s_episode_t;
+
+/* One group's figures for the reference table. */
+#define S_NK 3
+static const int S_KS[S_NK] = {10, 15, 20};
+
+typedef struct {
+    int type;  /* household_task_t */
+    int label; /* 0 all fail, 1 all succeed, 2 mixed */
+    double d[S_NK];
+    double ended[S_NK];
+} s_group_stat_t;
+
+typedef struct {
+    s_group_stat_t *v;
+    size_t n, cap;
+} s_group_stats_t;
+
+/* The reference (../shared/reference/llm-agent-groups.md): Qwen2.5-7B-Instruct on ALFWorld,
+ * G = 8, T = 0.7, 100 train groups. Per K and label: d_K quartiles, share below 0.12, ended
+ * quartiles. */
+static const double S_REF_MIX[3] = {25, 14, 61};
+static const double S_REF_D[S_NK][3][3] = {
+    {{0.00, 0.20, 0.49}, {0.00, 0.17, 0.40}, {0.29, 0.48, 0.56}},
+    {{0.12, 0.25, 0.55}, {0.00, 0.19, 0.28}, {0.37, 0.47, 0.60}},
+    {{0.27, 0.36, 0.63}, {0.00, 0.16, 0.21}, {0.40, 0.54, 0.63}},
+};
+static const double S_REF_LOW[S_NK][3] = {{40, 50, 7}, {24, 43, 3}, {4, 43, 3}};
+static const double S_REF_ENDED[S_NK][3][3] = {
+    {{0, 0, 0}, {0.00, 0.88, 1.00}, {0.00, 0.00, 0.12}},
+    {{0, 0, 0}, {1, 1, 1}, {0.00, 0.12, 0.38}},
+    {{0, 0, 0}, {1, 1, 1}, {0.12, 0.25, 0.62}},
+};
+/* Per task type (household_task_t order): groups all fail / all succeed / mixed. */
+static const int S_REF_TYPE[6][3] = {{2, 11, 11}, {0, 2, 6}, {4, 1, 13},
+                                     {1, 0, 10},  {5, 0, 14}, {13, 0, 7}};
+static const char *const S_LABELS[3] = {"all fail", "all succeed", "mixed"};
 
 static double s_now(void)
 {
@@ -72,7 +113,8 @@ static double g_fav_sum; /* sum over sampled steps of the favourite's probabilit
 static long g_fav_n;
 
 static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, int max_steps,
-                  double temperature, uint64_t seed, s_episode_t *ep, long *steps, bool trace)
+                  double temperature, uint64_t seed, s_episode_t *ep, long *steps, bool trace,
+                  bool keep_users)
 {
     char err[160];
     household_t *env = household_new(task_id, max_steps, err, sizeof err);
@@ -92,6 +134,8 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
     model_rng_t rng;
     model_rng_seed(&rng, seed);
     ep->actions = sr_xcalloc((size_t)max_steps + 1, sizeof(char *));
+    if (keep_users)
+        ep->users = sr_xcalloc((size_t)max_steps + 1, sizeof(char *));
     while (!obs.done) {
         prompt_state_t ps = {.goal = goal,
                              .history = hist,
@@ -122,6 +166,8 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
             s_trace_top(m, &st, temperature);
         }
         pparse_state_clear(&st);
+        if (ep->users)
+            ep->users[ep->n] = sr_xstrdup(msgs.user);
         prompt_messages_clear(&msgs);
 
         hist[n_hist].obs = cur;
@@ -152,9 +198,13 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
 
 static void s_episode_free(s_episode_t *ep)
 {
-    for (size_t i = 0; i < ep->n; i++)
+    for (size_t i = 0; i < ep->n; i++) {
         free(ep->actions[i]);
+        if (ep->users)
+            free(ep->users[i]);
+    }
     free(ep->actions);
+    free(ep->users);
     memset(ep, 0, sizeof(*ep));
 }
 
@@ -177,27 +227,317 @@ static void s_usage(FILE *out)
 {
     fprintf(
         out,
-        "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group "
-        "8]\n"
-        "       [--temperature 0.7] [--seed 0] [--max-steps 30] [--k 10]\n"
+        "usage: selroll bench calibrate [--split valid_unseen] [--tasks 100] [--first 0] [--group 8]\n"
+        "       [--temperature 0.7] [--seed 0] [--policy-seeds 1] [--max-steps 30] [--k 10]\n"
+        "       [--heldout-tasks 50] [--train-iterations 0] [--train-tasks 10] [--train-lr 10]\n"
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
-        "       [--prior-first 20]\n"
+        "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
-        "Plays version 0 of the built-in policy against the household environment in-process and "
-        "prints\n"
-        "success, zero-variance groups and the d_K distribution (DESIGN section 8). --trace N "
-        "prints the\n"
-        "first episode of the first N tasks; --show-groups N the first K actions of every episode "
-        "of the\n"
+        "Plays the built-in policy against the household environment in-process and prints, beside\n"
+        "the reference LLM agent's figures, the outcome mix overall and per task type and, per label\n"
+        "(all fail / all succeed / mixed), the d_K quartiles, the share below 0.12 and the ended share\n"
+        "at K = 10, 15 and 20; also success, greedy held-out success (valid_unseen) and the d_K\n"
+        "histogram at --k. --policy-seeds N plays seeds seed..seed+N-1 (different models) and pools\n"
+        "their groups. --train-iterations N trains the built-in trainer in-process for N iterations\n"
+        "of --train-tasks train tasks each (G episodes each; learning rate --train-lr, the trainer's\n"
+        "default) and measures the groups of the last 3\n"
+        "iterations instead (--split and --tasks are then not used). --trace N prints the first\n"
+        "episode of the first N tasks; --show-groups N the first K actions of every episode of the\n"
         "first N groups.\n");
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* s_quartiles writes the first quartile, the median and the third quartile of v (n > 0; v is
+ * sorted in place), linear between order statistics. */
+static void s_quartiles(double *v, size_t n, double q[3])
+{
+    qsort(v, n, sizeof(double), s_cmp_double);
+    for (int i = 0; i < 3; i++) {
+        double pos = (double)(n - 1) * 0.25 * (i + 1);
+        size_t lo = (size_t)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
+        q[i] = v[lo] + (v[hi] - v[lo]) * (pos - (double)lo);
+    }
+}
+
+/* What the run measures, pooled over seeds. */
+typedef struct {
+    const prompt_t *tmpl;
+    int G, max_steps, K, show, trace;
+    double temperature;
+    long steps, episodes, wins, groups, low_d, wins_hist[S_MAX_G + 1];
+    long per_type_tasks[HOUSEHOLD_TASK_COUNT], per_type_wins[HOUSEHOLD_TASK_COUNT];
+    long hist[9];
+    long *split_hist;
+    double d_sum;
+    s_group_stats_t gs;
+    int shown, traced;
+} s_run_t;
+
+static const double S_EDGES[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001};
+
+/* s_group plays G episodes of task_id with m and records the group's figures in r; with users,
+ * the episodes keep their prompts and stay in eps for the caller (who frees them), else they are
+ * freed. Returns 0, or an SR_E* code (the task cannot be made). */
+static int s_group(s_run_t *r, const model_t *m, uint64_t pseed, const char *task_id, int salt,
+                   s_episode_t *eps, bool users)
+{
+    char err[160];
+    household_t *probe = household_new(task_id, r->max_steps, err, sizeof err);
+    if (!probe) {
+        fprintf(stderr, "bench calibrate: %s\n", err);
+        return SR_EINVAL;
+    }
+    household_task_t type = household_task_type(probe);
+    household_destroy(&probe);
+    int G = r->G, won = 0;
+    for (int g = 0; g < G; g++) {
+        uint64_t seed = model_hash64(task_id, pseed * 1000003ULL + (uint64_t)salt * 7919ULL +
+                                                  (uint64_t)g + 1);
+        bool trace = g == 0 && r->traced < r->trace;
+        if (s_play(m, r->tmpl, task_id, r->max_steps, r->temperature, seed, &eps[g], &r->steps,
+                   trace, users) != SR_OK) {
+            for (int k = 0; k < g; k++)
+                s_episode_free(&eps[k]);
+            return SR_EINVAL;
+        }
+        won += eps[g].won;
+        r->per_type_tasks[type]++;
+        r->per_type_wins[type] += eps[g].won;
+    }
+    r->traced++;
+    r->episodes += G;
+    r->wins += won;
+    r->groups++;
+    r->wins_hist[won]++;
+    const char *const *seqs[S_MAX_G];
+    size_t lens[S_MAX_G];
+    for (int g = 0; g < G; g++) {
+        seqs[g] = (const char *const *)eps[g].actions;
+        lens[g] = eps[g].n;
+    }
+    s_group_stat_t gsx = {.type = type, .label = won == 0 ? 0 : won == G ? 1 : 2};
+    for (int k = 0; k < S_NK; k++) {
+        gsx.d[k] = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)S_KS[k]);
+        int ended = 0;
+        for (int g = 0; g < G; g++)
+            ended += eps[g].won && eps[g].n <= (size_t)S_KS[k];
+        gsx.ended[k] = (double)ended / G;
+    }
+    if (r->gs.n == r->gs.cap) {
+        r->gs.cap = r->gs.cap ? 2 * r->gs.cap : 128;
+        r->gs.v = sr_xrealloc(r->gs.v, r->gs.cap * sizeof *r->gs.v);
+    }
+    r->gs.v[r->gs.n++] = gsx;
+    double d = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)r->K);
+    r->split_hist[s_split_step(eps, G, r->K)]++;
+    if (r->shown < r->show) {
+        r->shown++;
+        printf("== %s: %d of %d won, d_%d = %.3f\n", task_id, won, G, r->K, d);
+        for (int g = 0; g < G; g++) {
+            printf("  %s", eps[g].won ? "W" : "-");
+            for (size_t i = 0; i < eps[g].n && i < (size_t)r->K; i++)
+                printf(" | %s", eps[g].actions[i]);
+            printf("\n");
+        }
+    }
+    r->d_sum += d;
+    if (d < 0.12)
+        r->low_d++;
+    for (size_t b = 0; b + 1 < SR_ARRAY_LEN(S_EDGES); b++)
+        if (d >= S_EDGES[b] && d < S_EDGES[b + 1])
+            r->hist[b]++;
+    if (!users)
+        for (int g = 0; g < G; g++)
+            s_episode_free(&eps[g]);
+    return SR_OK;
+}
+
+/* s_train_step turns the P groups of eps (G episodes each, with prompts) into a BATCH and trains
+ * t on it. Returns trainer_step's result. */
+static int s_train_step(trainer_t *t, s_episode_t (*eps)[S_MAX_G], char (*tasks)[96], int P,
+                        int G, int64_t iteration)
+{
+    proto_group_t *groups = sr_xcalloc((size_t)P, sizeof *groups);
+    size_t nsteps = 0;
+    for (int j = 0; j < P; j++)
+        for (int g = 0; g < G; g++)
+            nsteps += eps[j][g].n;
+    proto_result_step_t *steps = sr_xcalloc(nsteps ? nsteps : 1, sizeof *steps);
+    proto_chat_msg_t *msgs = sr_xcalloc(nsteps ? nsteps : 1, sizeof *msgs);
+    proto_result_t *trajs = sr_xcalloc((size_t)P * (size_t)G, sizeof *trajs);
+    double *rw = sr_xcalloc((size_t)P * (size_t)G, sizeof(double));
+    double *adv = sr_xcalloc((size_t)P * (size_t)G, sizeof(double));
+    size_t k = 0;
+    char gname[P > 0 ? P : 1][32];
+    for (int j = 0; j < P; j++) {
+        proto_group_t *gr = &groups[j];
+        proto_group_init(gr);
+        snprintf(gname[j], sizeof gname[j], "g%d", j);
+        gr->group = gname[j];
+        gr->task = tasks[j];
+        gr->rewards = rw + (size_t)j * G;
+        gr->advantages = adv + (size_t)j * G;
+        gr->rewards_len = gr->advantages_len = gr->trajectories_len = (size_t)G;
+        gr->trajectories = trajs + (size_t)j * G;
+        for (int g = 0; g < G; g++) {
+            s_episode_t *ep = &eps[j][g];
+            proto_result_t *tr = &gr->trajectories[g];
+            gr->rewards[g] = ep->won ? 1.0 : 0.0;
+            tr->task = tasks[j];
+            tr->status = "done";
+            tr->won = ep->won;
+            tr->reward = gr->rewards[g];
+            tr->steps = steps + k;
+            tr->steps_len = ep->n;
+            for (size_t i = 0; i < ep->n; i++, k++) {
+                msgs[k].role = "user";
+                msgs[k].content = ep->users[i];
+                steps[k].i = (int64_t)i;
+                steps[k].action = ep->actions[i];
+                steps[k].messages = &msgs[k];
+                steps[k].messages_len = 1;
+            }
+        }
+        adv_compute(ADV_GRPO, gr->rewards, (size_t)G, 1.0, gr->advantages);
+    }
+    proto_stat_t temp = {.name = "temperature", .value = 0.7};
+    proto_batch_t b = {.iteration = iteration,
+                       .policy_version = trainer_version(t),
+                       .groups = groups,
+                       .groups_len = (size_t)P,
+                       .stats = &temp,
+                       .stats_len = 1};
+    trainer_report_t rep;
+    int rc = trainer_step(t, &b, &rep);
+    if (rc != SR_OK)
+        fprintf(stderr, "bench calibrate: trainer: %s\n", trainer_errstr(t));
+    free(groups);
+    free(steps);
+    free(msgs);
+    free(trajs);
+    free(rw);
+    free(adv);
+    return rc;
+}
+
+/* s_print_reference prints the measured table beside the reference. */
+static void s_print_reference(s_run_t *r, const char *what)
+{
+    size_t n = r->gs.n;
+    if (n == 0)
+        return;
+    long lab[3] = {0}, type_lab[HOUSEHOLD_TASK_COUNT][3];
+    memset(type_lab, 0, sizeof type_lab);
+    for (size_t i = 0; i < n; i++) {
+        lab[r->gs.v[i].label]++;
+        type_lab[r->gs.v[i].type][r->gs.v[i].label]++;
+    }
+    printf("reference table (%s; %zu groups; reference: Qwen2.5-7B-Instruct on ALFWorld, 100 "
+           "groups)\n",
+           what, n);
+    printf("  outcome mix:");
+    for (int l = 0; l < 3; l++)
+        printf(" %s %.0f%% (ref %.0f%%)%s", S_LABELS[l], 100.0 * (double)lab[l] / (double)n,
+               S_REF_MIX[l], l < 2 ? "," : "\n");
+    printf("  zero-variance share: %.0f%% (ref %.0f%%)\n",
+           100.0 * (double)(lab[0] + lab[1]) / (double)n, S_REF_MIX[0] + S_REF_MIX[1]);
+    printf("  per task type, groups all fail / all succeed / mixed as %% of the type's groups "
+           "(ref), success at T:\n");
+    for (int ty = 0; ty < HOUSEHOLD_TASK_COUNT && ty < 6; ty++) {
+        long tn = type_lab[ty][0] + type_lab[ty][1] + type_lab[ty][2];
+        int rn = S_REF_TYPE[ty][0] + S_REF_TYPE[ty][1] + S_REF_TYPE[ty][2];
+        if (tn == 0)
+            continue;
+        printf("    %-32s %3.0f / %3.0f / %3.0f (ref %3.0f / %3.0f / %3.0f)  success %.0f%%\n",
+               household_task_name((household_task_t)ty), 100.0 * (double)type_lab[ty][0] / (double)tn,
+               100.0 * (double)type_lab[ty][1] / (double)tn,
+               100.0 * (double)type_lab[ty][2] / (double)tn, 100.0 * S_REF_TYPE[ty][0] / rn,
+               100.0 * S_REF_TYPE[ty][1] / rn, 100.0 * S_REF_TYPE[ty][2] / rn,
+               r->per_type_tasks[ty]
+                   ? 100.0 * (double)r->per_type_wins[ty] / (double)r->per_type_tasks[ty]
+                   : 0);
+    }
+    printf("  | K | label | groups | d_K q1 / median / q3 (ref) | d_K < 0.12 (ref) | ended q1 / "
+           "median / q3 (ref) |\n");
+    double *v = sr_xcalloc(n, sizeof(double)), *e = sr_xcalloc(n, sizeof(double));
+    for (int k = 0; k < S_NK; k++)
+        for (int l = 0; l < 3; l++) {
+            size_t m = 0, low = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (r->gs.v[i].label != l)
+                    continue;
+                v[m] = r->gs.v[i].d[k];
+                e[m] = r->gs.v[i].ended[k];
+                low += v[m] < 0.12;
+                m++;
+            }
+            if (m == 0) {
+                printf("  | %d | %s | 0 | - | - | - |\n", S_KS[k], S_LABELS[l]);
+                continue;
+            }
+            double qd[3], qe[3];
+            s_quartiles(v, m, qd);
+            s_quartiles(e, m, qe);
+            printf("  | %d | %s | %zu | %.2f / %.2f / %.2f (%.2f / %.2f / %.2f) | %.0f%% (%.0f%%) "
+                   "| %.2f / %.2f / %.2f (%.2f / %.2f / %.2f) |\n",
+                   S_KS[k], S_LABELS[l], m, qd[0], qd[1], qd[2], S_REF_D[k][l][0],
+                   S_REF_D[k][l][1], S_REF_D[k][l][2], 100.0 * (double)low / (double)m,
+                   S_REF_LOW[k][l], qe[0], qe[1], qe[2], S_REF_ENDED[k][l][0],
+                   S_REF_ENDED[k][l][1], S_REF_ENDED[k][l][2]);
+        }
+    free(v);
+    free(e);
+}
+
+/* s_greedy plays one greedy episode of each of the first n tasks of split with m and returns
+ * the number won (-1 when a task cannot be made). */
+static int s_greedy(s_run_t *r, const model_t *m, const char *split, int first, int n)
+{
+    int won = 0;
+    for (int t = 0; t < n; t++) {
+        char task_id[96];
+        snprintf(task_id, sizeof task_id, "household/%s/%d", split, first + t);
+        s_episode_t ep;
+        long steps = 0;
+        if (s_play(m, r->tmpl, task_id, r->max_steps, 0, 1, &ep, &steps, false, false) != SR_OK)
+            return -1;
+        won += ep.won;
+        s_episode_free(&ep);
+    }
+    return won;
+}
+
+static bool s_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!end || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool s_parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!end || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
 }
 
 int bench_calibrate_run(int argc, char **argv)
 {
     const char *split = "valid_unseen";
-    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = S_TMAX,
-        K = 10;
-    double temperature = 0.7;
+    int tasks = 100, first = 0, G = 8, trace = 0, show = 0, max_steps = S_TMAX, K = 10,
+        pseeds = 1, heldout = 50, train_iters = 0, train_tasks = 10;
+    double temperature = 0.7, train_lr = 0;
     prior_opts_t po;
     prior_opts_default(&po);
     static const struct option longopts[] = {
@@ -214,6 +554,13 @@ int bench_calibrate_run(int argc, char **argv)
         {"prior-noise", required_argument, NULL, 3},
         {"prior-idio", required_argument, NULL, 4},
         {"prior-first", required_argument, NULL, 7},
+        {"prior-belief", required_argument, NULL, 8},
+        {"prior-forget", required_argument, NULL, 9},
+        {"policy-seeds", required_argument, NULL, 10},
+        {"heldout-tasks", required_argument, NULL, 11},
+        {"train-iterations", required_argument, NULL, 12},
+        {"train-tasks", required_argument, NULL, 13},
+        {"train-lr", required_argument, NULL, 14},
         {"trace", required_argument, NULL, 5},
         {"show-groups", required_argument, NULL, 6},
         {"help", no_argument, NULL, 'h'},
@@ -221,52 +568,95 @@ int bench_calibrate_run(int argc, char **argv)
     };
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    bool ok = true;
+    const char *bad = NULL;
+    while (ok && (opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case 5:
-            trace = atoi(optarg);
+            ok = s_parse_int(optarg, 0, 1000000, &trace);
+            bad = "--trace";
             break;
         case 6:
-            show = atoi(optarg);
+            ok = s_parse_int(optarg, 0, 1000000, &show);
+            bad = "--show-groups";
             break;
         case 'S':
             split = optarg;
             break;
         case 'n':
-            tasks = atoi(optarg);
+            ok = s_parse_int(optarg, 1, 100000, &tasks);
+            bad = "--tasks";
             break;
         case 'f':
-            first = atoi(optarg);
+            ok = s_parse_int(optarg, 0, 100000000, &first);
+            bad = "--first";
             break;
         case 'g':
-            G = atoi(optarg);
+            ok = s_parse_int(optarg, 2, S_MAX_G, &G);
+            bad = "--group";
             break;
         case 'T':
-            temperature = atof(optarg);
+            ok = s_parse_double(optarg, 0, 2, &temperature);
+            bad = "--temperature";
             break;
         case 's':
             po.seed = strtoull(optarg, NULL, 10);
             break;
         case 'm':
-            max_steps = atoi(optarg);
+            ok = s_parse_int(optarg, 1, 1000, &max_steps);
+            bad = "--max-steps";
             break;
         case 'k':
-            K = atoi(optarg);
+            ok = s_parse_int(optarg, 1, 1000, &K);
+            bad = "--k";
             break;
         case 1:
-            po.strength = atof(optarg);
+            ok = s_parse_double(optarg, 0, 100, &po.strength);
+            bad = "--prior-strength";
             break;
         case 2:
-            po.search = atof(optarg);
+            ok = s_parse_double(optarg, 0, 100, &po.search);
+            bad = "--prior-search";
             break;
         case 3:
-            po.noise = atof(optarg);
+            ok = s_parse_double(optarg, 0, 100, &po.noise);
+            bad = "--prior-noise";
             break;
         case 4:
-            po.idio = atof(optarg);
+            ok = s_parse_double(optarg, 0, 100, &po.idio);
+            bad = "--prior-idio";
             break;
         case 7:
-            po.first = atof(optarg);
+            ok = s_parse_double(optarg, 0, 1000, &po.first);
+            bad = "--prior-first";
+            break;
+        case 8:
+            ok = s_parse_double(optarg, 0, 100, &po.belief);
+            bad = "--prior-belief";
+            break;
+        case 9:
+            ok = s_parse_double(optarg, 0, 100, &po.forget);
+            bad = "--prior-forget";
+            break;
+        case 10:
+            ok = s_parse_int(optarg, 1, 100, &pseeds);
+            bad = "--policy-seeds";
+            break;
+        case 11:
+            ok = s_parse_int(optarg, 0, 100000, &heldout);
+            bad = "--heldout-tasks";
+            break;
+        case 12:
+            ok = s_parse_int(optarg, 0, 10000, &train_iters);
+            bad = "--train-iterations";
+            break;
+        case 13:
+            ok = s_parse_int(optarg, 1, 1000, &train_tasks);
+            bad = "--train-tasks";
+            break;
+        case 14:
+            ok = s_parse_double(optarg, 1e-6, 1e6, &train_lr);
+            bad = "--train-lr";
             break;
         case 'h':
             s_usage(stdout);
@@ -276,135 +666,165 @@ int bench_calibrate_run(int argc, char **argv)
             return 2;
         }
     }
-    if (tasks < 1 || first < 0 || G < 2 || G > S_MAX_G || max_steps < 1 || K < 1 ||
-        temperature < 0) {
-        s_usage(stderr);
+    if (!ok) {
+        fprintf(stderr, "bench calibrate: %s '%s' is not a valid value (see --help)\n", bad,
+                optarg);
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench calibrate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
     int code = 0;
     char err[160];
-    model_t *m = prior_build(&po);
     prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);
-    if (!m || !tmpl) {
-        fprintf(stderr, "bench calibrate: %s\n", tmpl ? "out of memory" : err);
-        model_destroy(&m);
-        prompt_destroy(&tmpl);
+    if (!tmpl) {
+        fprintf(stderr, "bench calibrate: %s\n", err);
         return 1;
     }
-    long steps = 0, episodes = 0, wins = 0, zv_fail = 0, zv_win = 0, groups = 0, greedy_wins = 0,
-         low_d = 0;
-    long wins_hist[S_MAX_G + 1] = {0};
-    long per_type_tasks[HOUSEHOLD_TASK_COUNT] = {0}, per_type_wins[HOUSEHOLD_TASK_COUNT] = {0};
-    static const double edges[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001};
-    long hist[SR_ARRAY_LEN(edges) - 1] = {0};
-    long *split_hist = sr_xcalloc((size_t)K + 1, sizeof(long));
-    double d_sum = 0, t0 = s_now();
+    s_run_t r = {.tmpl = tmpl,
+                 .G = G,
+                 .max_steps = max_steps,
+                 .K = K,
+                 .show = show,
+                 .trace = trace,
+                 .temperature = temperature};
+    r.split_hist = sr_xcalloc((size_t)K + 1, sizeof(long));
+    long greedy_wins = 0, greedy_n = 0, heldout_wins = 0, heldout_n = 0;
+    double t0 = s_now();
+    uint64_t seed0 = po.seed;
     s_episode_t eps[S_MAX_G];
-    for (int t = 0; t < tasks && code == 0; t++) {
-        char task_id[96];
-        snprintf(task_id, sizeof task_id, "household/%s/%d", split, first + t);
-        household_t *probe = household_new(task_id, max_steps, err, sizeof err);
-        if (!probe) {
-            fprintf(stderr, "bench calibrate: %s\n", err);
-            code = 2;
-            break;
-        }
-        household_task_t type = household_task_type(probe);
-        household_destroy(&probe);
-        int won = 0;
-        for (int g = 0; g < G; g++) {
-            uint64_t seed = model_hash64(task_id, po.seed * 1000003ULL + (uint64_t)g + 1);
-            if (s_play(m, tmpl, task_id, max_steps, temperature, seed, &eps[g], &steps,
-                       g == 0 && t < trace) != SR_OK) {
+    for (int ps = 0; ps < pseeds && code == 0; ps++) {
+        po.seed = seed0 + (uint64_t)ps;
+        model_t *m0 = NULL;
+        trainer_t *tr = NULL;
+        const model_t *m;
+        if (train_iters > 0) {
+            trainer_cfg_t tc;
+            trainer_cfg_default(&tc);
+            tc.prior = po;
+            tc.temperature = temperature > 0 ? temperature : 0.7;
+            if (train_lr > 0)
+                tc.lr = train_lr;
+            tr = trainer_new(&tc, err, sizeof err);
+            if (!tr) {
+                fprintf(stderr, "bench calibrate: %s\n", err);
                 code = 1;
                 break;
             }
-            won += eps[g].won;
-            per_type_tasks[type]++;
-            per_type_wins[type] += eps[g].won;
-        }
-        if (code)
-            break;
-        episodes += G;
-        wins += won;
-        groups++;
-        wins_hist[won]++;
-        if (won == 0)
-            zv_fail++;
-        if (won == G)
-            zv_win++;
-        const char *const *seqs[S_MAX_G];
-        size_t lens[S_MAX_G];
-        for (int g = 0; g < G; g++) {
-            seqs[g] = (const char *const *)eps[g].actions;
-            lens[g] = eps[g].n;
-        }
-        double d = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)K);
-        split_hist[s_split_step(eps, G, K)]++;
-        if (t < show) {
-            printf("== %s: %d of %d won, d_%d = %.3f\n", task_id, won, G, K, d);
-            for (int g = 0; g < G; g++) {
-                printf("  %s", eps[g].won ? "W" : "-");
-                for (size_t i = 0; i < eps[g].n && i < (size_t)K; i++)
-                    printf(" | %s", eps[g].actions[i]);
-                printf("\n");
+            m = trainer_model(tr);
+        } else {
+            m0 = prior_build(&po);
+            if (!m0) {
+                fprintf(stderr, "bench calibrate: out of memory\n");
+                code = 1;
+                break;
             }
+            m = m0;
         }
-        d_sum += d;
-        if (d < 0.12)
-            low_d++;
-        for (size_t b = 0; b + 1 < SR_ARRAY_LEN(edges); b++)
-            if (d >= edges[b] && d < edges[b + 1])
-                hist[b]++;
-        for (int g = 0; g < G; g++)
-            s_episode_free(&eps[g]);
-
-        s_episode_t greedy;
-        if (s_play(m, tmpl, task_id, max_steps, 0, 1, &greedy, &steps, false) == SR_OK) {
-            greedy_wins += greedy.won;
-            s_episode_free(&greedy);
+        if (train_iters == 0) {
+            for (int t = 0; t < tasks && code == 0; t++) {
+                char task_id[96];
+                snprintf(task_id, sizeof task_id, "household/%s/%d", split, first + t);
+                if (s_group(&r, m, po.seed, task_id, 0, eps, false) != SR_OK)
+                    code = 2;
+            }
+            int gw = code ? -1 : s_greedy(&r, m, split, first, tasks);
+            greedy_wins += gw > 0 ? gw : 0;
+            greedy_n += tasks;
+        } else {
+            s_episode_t(*ieps)[S_MAX_G] = sr_xcalloc((size_t)train_tasks, sizeof *ieps);
+            char(*ids)[96] = sr_xcalloc((size_t)train_tasks, sizeof *ids);
+            for (int it = 0; it < train_iters && code == 0; it++) {
+                bool measure = it >= train_iters - 3;
+                int made = 0;
+                for (int j = 0; j < train_tasks; j++) {
+                    /* Tasks drawn from the train split, a fresh seeded choice each iteration. */
+                    uint64_t h = model_hash64("train-task", (po.seed << 20) ^
+                                                                ((uint64_t)it * 1000 + (uint64_t)j));
+                    snprintf(ids[j], sizeof ids[j], "household/train/%llu",
+                             (unsigned long long)(h % 3553));
+                    s_run_t scratch = r;
+                    s_run_t *rr = measure ? &r : &scratch;
+                    scratch.gs = (s_group_stats_t){0};
+                    scratch.show = 0;
+                    scratch.trace = 0;
+                    scratch.split_hist = sr_xcalloc((size_t)K + 1, sizeof(long));
+                    int rc = s_group(rr, m, po.seed, ids[j], it + 1, ieps[j], true);
+                    free(scratch.gs.v);
+                    free(scratch.split_hist);
+                    if (rc != SR_OK) {
+                        code = 2;
+                        break;
+                    }
+                    made++;
+                }
+                if (code == 0 && s_train_step(tr, ieps, ids, train_tasks, G, it) != SR_OK)
+                    code = 1;
+                for (int j = 0; j < made; j++)
+                    for (int g = 0; g < G; g++)
+                        s_episode_free(&ieps[j][g]);
+                m = trainer_model(tr);
+            }
+            free(ieps);
+            free(ids);
         }
+        if (code == 0 && heldout > 0) {
+            int hw = s_greedy(&r, m, "valid_unseen", 0, heldout);
+            heldout_wins += hw > 0 ? hw : 0;
+            heldout_n += heldout;
+        }
+        trainer_destroy(&tr);
+        model_destroy(&m0);
     }
+    po.seed = seed0;
     double secs = s_now() - t0;
-    if (groups > 0) {
-        printf("calibrate: split %s, %ld tasks from %d, G = %d, T = %.2f, seed %llu (strength %.2f "
-               "search %.2f noise "
-               "%.2f idio %.2f)\n",
-               split, groups, first, G, temperature, (unsigned long long)po.seed, po.strength,
-               po.search, po.noise, po.idio);
-        printf("  success at T: %.1f%% of %ld episodes; greedy success: %.1f%% of %ld tasks\n",
-               100.0 * (double)wins / (double)episodes, episodes,
-               100.0 * (double)greedy_wins / (double)groups, groups);
-        printf("  zero-variance groups: %.1f%% (all fail %.1f%%, all succeed %.1f%%)\n",
-               100.0 * (double)(zv_fail + zv_win) / (double)groups,
-               100.0 * (double)zv_fail / (double)groups, 100.0 * (double)zv_win / (double)groups);
+    if (r.groups > 0 && code == 0) {
+        long groups = r.groups;
+        if (train_iters > 0)
+            printf("calibrate: %d training iterations of %d train tasks, measured over the last 3, "
+                   "G = %d, T = %.2f, %d policy seed(s) from %llu\n",
+                   train_iters, train_tasks, G, temperature, pseeds, (unsigned long long)seed0);
+        else
+            printf("calibrate: split %s, %d tasks from %d, G = %d, T = %.2f, %d policy seed(s) "
+                   "from %llu (strength %.2f search %.2f noise %.2f idio %.2f belief %.2f forget "
+                   "%.2f)\n",
+                   split, tasks, first, G, temperature, pseeds, (unsigned long long)seed0,
+                   po.strength, po.search, po.noise, po.idio, po.belief, po.forget);
+        printf("  success at T: %.1f%% of %ld episodes", 100.0 * (double)r.wins / (double)r.episodes,
+               r.episodes);
+        if (greedy_n)
+            printf("; greedy success: %.1f%% of %ld tasks", 100.0 * (double)greedy_wins / (double)greedy_n,
+                   greedy_n);
+        printf("\n");
+        if (heldout_n)
+            printf("  greedy held-out success (valid_unseen, first %d tasks%s): %.1f%% (ref 38%%)\n",
+                   heldout, train_iters > 0 ? ", after training" : "",
+                   100.0 * (double)heldout_wins / (double)heldout_n);
         printf("  confidence: the favourite action carries %.1f%% of the probability on average at "
                "T\n",
                g_fav_n ? 100.0 * g_fav_sum / (double)g_fav_n : 0);
         printf("  groups by successes (0..%d of %d):", G, G);
         for (int k = 0; k <= G; k++)
-            printf(" %ld", wins_hist[k]);
+            printf(" %ld", r.wins_hist[k]);
         printf("\n");
-        printf("  d_%d: mean %.3f, share below 0.12: %.1f%% (paper: about 21%%)\n", K,
-               d_sum / (double)groups, 100.0 * (double)low_d / (double)groups);
-        for (size_t b = 0; b + 1 < SR_ARRAY_LEN(edges); b++)
-            printf("    [%.2f, %.2f): %5.1f%%\n", edges[b], edges[b + 1] > 1 ? 1.0 : edges[b + 1],
-                   100.0 * (double)hist[b] / (double)groups);
+        printf("  d_%d: mean %.3f, share below 0.12: %.1f%%\n", K, r.d_sum / (double)groups,
+               100.0 * (double)r.low_d / (double)groups);
+        for (size_t b = 0; b + 1 < SR_ARRAY_LEN(S_EDGES); b++)
+            printf("    [%.2f, %.2f): %5.1f%%\n", S_EDGES[b], S_EDGES[b + 1] > 1 ? 1.0 : S_EDGES[b + 1],
+                   100.0 * (double)r.hist[b] / (double)groups);
         printf("  groups by the first step where not all %d agree (steps 1..%d, then agreed to K):",
                G, K);
         for (int k = 0; k <= K; k++)
-            printf(" %ld", split_hist[k]);
+            printf(" %ld", r.split_hist[k]);
         printf("\n");
-        printf("  success by task type:");
-        for (int ty = 0; ty < HOUSEHOLD_TASK_COUNT; ty++)
-            if (per_type_tasks[ty])
-                printf(" %s %.0f%%", household_task_name((household_task_t)ty),
-                       100.0 * (double)per_type_wins[ty] / (double)per_type_tasks[ty]);
-        printf("\n  %ld steps in %.2f s (%.1f us per step, prompt render + parse + model)\n", steps,
-               secs, steps ? secs * 1e6 / (double)steps : 0);
+        s_print_reference(&r, train_iters > 0 ? "groups of the last 3 training iterations"
+                                              : "version 0");
+        printf("  %ld steps in %.2f s (%.1f us per step, prompt render + parse + model)\n", r.steps,
+               secs, r.steps ? secs * 1e6 / (double)r.steps : 0);
     }
-    free(split_hist);
-    model_destroy(&m);
+    free(r.split_hist);
+    free(r.gs.v);
     prompt_destroy(&tmpl);
     return code;
 }

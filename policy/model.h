@@ -11,6 +11,14 @@
  * MODEL_DIM entries, versioned, serialised to a little-endian binary blob, and differentiable:
  * model_grad_logprob gives d log pi(a|s) / d w for a GRPO trainer.
  *
+ * Beliefs: what the model takes for true about one task (where the goal object is kept, whether a
+ * look-alike object is the one meant, a step of the task it forgets) is a pure function of the
+ * task as the prompt shows it (pparse_state_t.task_key) and of a salt stored in the weights
+ * (MODEL_META_SALT, set from the policy seed by the prior and never moved by a gradient). All the
+ * samples of a group therefore share their beliefs, and two policy seeds hold different ones. How
+ * much the model acts on a belief is a learned weight per (task type, room, object class), so
+ * correcting a belief on one task carries over in part to the tasks that share those features.
+ *
  * Temperature 0 means greedy (argmax, ties to the first action in the admissible list).
  */
 #ifndef SR_POLICY_MODEL_H
@@ -23,8 +31,14 @@
 
 #define MODEL_NAMED_DIM 262144u
 #define MODEL_STRING_DIM 16384u
-#define MODEL_DIM (MODEL_NAMED_DIM + MODEL_STRING_DIM)
-#define MODEL_MAX_FEATS 24 /* features per candidate action, at most */
+#define MODEL_META_DIM 8u /* entries no feature maps to: the policy's identity (below) */
+#define MODEL_DIM (MODEL_NAMED_DIM + MODEL_STRING_DIM + MODEL_META_DIM)
+#define MODEL_META_SALT (MODEL_NAMED_DIM + MODEL_STRING_DIM) /* belief salt, an integer < 2^24 */
+#define MODEL_MAX_FEATS 32 /* features per candidate action, at most */
+/* The value of a belief feature (model.c): its weights are in units of 1 / MODEL_BELIEF_VALUE of a
+ * logit, so a gradient step moves what the model acts on as fast as it moves a feature that
+ * fires on every step (see docs/policy.md, "Learning moves beliefs"). */
+#define MODEL_BELIEF_VALUE 10.0f
 
 typedef struct model model_t;
 
@@ -73,8 +87,57 @@ uint32_t model_feature_index(const char *name);
 uint32_t model_string_index(const char *action);
 
 /* model_features writes phi(st, st->actions[action]) into out (at most max entries, max >= 1) and
- * returns the number written, or SR_EINVAL for a bad action index or NULL arguments. */
-int model_features(const pparse_state_t *st, int action, model_feat_t *out, int max);
+ * returns the number written, or SR_EINVAL for a bad action index or NULL arguments. The belief
+ * features depend on m's salt, so phi is the features of m's beliefs. */
+int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
+                   int max);
+
+/* What a model takes for true about the task of one state, computed once per state: the task's
+ * beliefs and the next receptacle of its search plan. Filled by model_ctx_init. */
+typedef struct {
+    uint64_t key;      /* task key x salt */
+    const char *oc;    /* the goal object's class ("food", "dish", ...; "other") */
+    const char *alike; /* the look-alike type it takes for the goal object, NULL if none */
+    bool alike_here;   /* a take of it is admissible */
+    const char *ralike; /* a receptacle type it takes for the goal receptacle's, NULL if none */
+    bool forget;       /* it skips a step of the task (processing, the second object) */
+    double sure;       /* how sure of its plan it is on this task (the plan feature's value) */
+    bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */
+    char plan_next[PPARSE_NAME_MAX]; /* the plan's next receptacle while searching, "" if none */
+} model_ctx_t;
+
+/* model_ctx_init fills *c for m and st (neither NULL). */
+void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c);
+
+/* model_features_ctx is model_features with the state's context computed once by the caller:
+ * what model_logits and the gradients use for every candidate of a state. */
+int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                       model_feat_t *out, int max);
+
+/* model_salt returns the belief salt held in m's weights (0 for NULL). */
+uint32_t model_salt(const model_t *m);
+
+/* What a model believes about one task (the features of model_features are built from it). */
+typedef struct {
+    char where[PPARSE_NAME_MAX]; /* the next receptacle of its search plan, "" if not searching */
+    char alike[PPARSE_NAME_MAX]; /* a look-alike type it takes for the goal object, "" if none */
+    bool forget;                 /* it tends to skip a step (processing; the second object) */
+} model_belief_t;
+
+/* model_belief fills *out with m's beliefs about the task of st (never NULL arguments). */
+void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *out);
+
+/* model_token_count_fn counts the tokens of a text (the server's tokenizer rule). */
+typedef int (*model_token_count_fn)(const char *text);
+
+/* model_reason writes the reasoning of a step, "<think>...</think>", into a new string (caller
+ * frees): the situation, what the model believes, then the options weighed, the favoured one
+ * first, while the text fits about target tokens (counted with count), and the decision. The
+ * favoured option is st->actions[chosen], the action the answer then takes: the reasoning is what
+ * picks it. p holds pi over the actions (st->n_actions entries); chosen may be -1 (no actions).
+ * Returns NULL for NULL st, p or count. */
+char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, int chosen,
+                   int target, model_token_count_fn count);
 
 /* model_logits writes w . phi(s, a) for every admissible action into logits (st->n_actions
  * entries). Returns the number of actions, or SR_EINVAL for NULL arguments. */

@@ -104,6 +104,10 @@ void prior_opts_default(prior_opts_t *o)
     o->noise = 0.3;
     o->idio = 1.3;
     o->first = 20.0;
+    o->belief = 8.0;
+    o->forget = 10.0;
+    o->ralike_go = 9.0;
+    o->ralike_move = 11.0;
 }
 
 double prior_likelihood(const char *obj, const char *recep)
@@ -135,7 +139,12 @@ typedef struct {
     uint32_t *idx;
     uint64_t *hash;
     size_t n, cap;
+    uint32_t *belief; /* the indices s_add_belief wrote, when not NULL (room for S_BELIEF_MAX) */
+    size_t nbelief;
 } s_sink_t;
+
+/* The belief weights the prior sets: 5 kinds x 6 task types x (4 rooms x 8 + 1) at most. */
+#define S_BELIEF_MAX 1024
 
 /* s_add adds v to the weight of a named feature. */
 static void s_add(s_sink_t *k, double v, const char *fmt, ...)
@@ -160,6 +169,23 @@ static void s_add(s_sink_t *k, double v, const char *fmt, ...)
     k->idx[k->n] = i;
     k->hash[k->n] = model_hash64(name, 7);
     k->n++;
+}
+
+/* s_add_belief adds v, a logit, to a belief weight: v / MODEL_BELIEF_VALUE, as the feature has
+ * that value (model.h). */
+static void s_add_belief(s_sink_t *k, double v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void s_add_belief(s_sink_t *k, double v, const char *fmt, ...)
+{
+    char name[192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    s_add(k, v / MODEL_BELIEF_VALUE, "%s", name);
+    if (k->belief && k->nbelief < S_BELIEF_MAX)
+        k->belief[k->nbelief++] = model_feature_index(name);
 }
 
 static bool s_processing(const char *task)
@@ -247,6 +273,7 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
                 s_add(w, -3.0, "proc|verb=%s|task=%s|goalobj=0|proc=%d", pverbs[pv], task, proc);
             }
         }
+        s_add(w, strcmp(task, "look") == 0 ? 0 : 6.0, "move|arrived|task=%s", task);
         s_add(w, 11.0, "take|goalobj=1|task=%s", task);
         s_add(w, -1.5, "take|goalobj=0|task=%s", task);
         s_add(w, -7.0, "take|goalobj|fromgoalrecep|task=%s", task);
@@ -284,8 +311,9 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     s_add(w, 4.0, "go|lowest");
     s_add(w, 4.0, "go|lowest|start");
     s_add(w, 4.0, "take|goalobj|first");
-    s_add(w, -0.5, "go|prev");
-    s_add(w, -0.5, "go|recent");
+    s_add(w, -6.0, "go|goalhere");
+    s_add(w, -3.0, "go|prev");
+    s_add(w, -2.0, "go|recent");
     s_add(w, -2.0, "examine|held=1");
     s_add(w, -0.5, "examine|held=0");
     s_add(w, -2.5, "repeat|last");
@@ -294,6 +322,52 @@ static void s_hand_set(s_sink_t *w, const prior_opts_t *o)
     s_add(w, 12.0, "loop|again|back=1");
     s_add(w, 12.0, "loop|again|back=2");
     s_add(w, -1.0, "repeat|window");
+
+    /* Beliefs (model.h): acted on alike in every room and object class at version 0; training
+     * moves each (task type, room, object class) apart. Only the rooms where ALFWorld sets each
+     * task type (alfworld-facts.md) get a name, which keeps hashing collisions rare. */
+    static const struct {
+        const char *task;
+        const char *rooms;
+    } where[] = {{"pick", "kitchen bathroom bedroom livingroom"},
+                 {"look", "bedroom livingroom"},
+                 {"clean", "kitchen bathroom"},
+                 {"heat", "kitchen"},
+                 {"cool", "kitchen"},
+                 {"two", "kitchen bathroom bedroom livingroom"}};
+    static const char *classes[] = {"food", "dish", "utensil", "bath", "small", "decor", "other"};
+    static const char *kinds[] = {"where", "forget", "ralike|go", "ralike|move", "alike"};
+    for (size_t t = 0; t < SR_ARRAY_LEN(where); t++) {
+        bool forget = strcmp(where[t].task, "pick") != 0 && strcmp(where[t].task, "look") != 0;
+        /* The coarser levels start at 0 (learned), with a logit's noise as the finest. */
+        for (size_t k = 0; k < SR_ARRAY_LEN(kinds); k++)
+            s_add_belief(w, 0, "belief|%s|task=%s", kinds[k], where[t].task);
+        char rooms[64];
+        snprintf(rooms, sizeof rooms, "%s", where[t].rooms);
+        for (char *save = NULL, *room = strtok_r(rooms, " ", &save); room;
+             room = strtok_r(NULL, " ", &save))
+        {
+            for (size_t k = 0; k < SR_ARRAY_LEN(kinds); k++)
+                s_add_belief(w, 0, "belief|%s|task=%s|room=%s", kinds[k], where[t].task, room);
+            for (size_t c = 0; c < SR_ARRAY_LEN(classes); c++) {
+                s_add_belief(w, o->belief, "belief|where|task=%s|room=%s|oc=%s", where[t].task, room,
+                      classes[c]);
+                if (strcmp(where[t].task, "look") != 0) {
+                    s_add_belief(w, o->ralike_go, "belief|ralike|go|task=%s|room=%s|oc=%s",
+                          where[t].task, room, classes[c]);
+                    s_add_belief(w, o->ralike_move, "belief|ralike|move|task=%s|room=%s|oc=%s",
+                          where[t].task, room, classes[c]);
+                }
+                /* Placing before processing is a slip some samples make (half the weight);
+                 * leaving the second object is a plan most of the group keeps (0.9 of it: some
+                 * groups stay mixed, so training sees the belief fail and corrects it). */
+                if (forget)
+                    s_add_belief(w, strcmp(where[t].task, "two") == 0 ? 0.9 * o->forget
+                                                                     : 0.5 * o->forget,
+                          "belief|forget|task=%s|room=%s|oc=%s", where[t].task, room, classes[c]);
+            }
+        }
+    }
 }
 
 model_t *prior_build(const prior_opts_t *opts)
@@ -307,16 +381,26 @@ model_t *prior_build(const prior_opts_t *opts)
     if (!m)
         return NULL;
     float *w = model_weights(m);
-    s_sink_t sink = {.w = w};
+    uint32_t bidx[S_BELIEF_MAX];
+    float bval[S_BELIEF_MAX];
+    s_sink_t sink = {.w = w, .belief = bidx};
     s_hand_set(&sink, &o);
     for (uint32_t i = 0; i < MODEL_NAMED_DIM; i++)
         w[i] *= (float)o.strength;
+    for (size_t i = 0; i < sink.nbelief; i++)
+        bval[i] = w[bidx[i]];
     model_rng_t r;
     model_rng_seed(&r, o.seed * 0x2545F4914F6CDD1DULL + 17);
-    for (uint32_t i = 0; i < MODEL_DIM; i++) {
+    for (uint32_t i = 0; i < MODEL_NAMED_DIM + MODEL_STRING_DIM; i++) {
         double sd = i < MODEL_NAMED_DIM ? o.noise : o.idio;
         w[i] += (float)(sd * s_gauss(&r));
     }
+    /* A belief's noise is that of a logit, like every other weight's (its feature value scales
+     * what its weight adds). */
+    for (size_t i = 0; i < sink.nbelief; i++)
+        w[bidx[i]] = bval[i] + (w[bidx[i]] - bval[i]) / MODEL_BELIEF_VALUE;
+    /* The belief salt: which beliefs about each task this "model" holds (model.h). */
+    w[MODEL_META_SALT] = (float)(model_hash64("belief-salt", o.seed) & 0xFFFFFFu);
     return m;
 }
 

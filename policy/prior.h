@@ -24,6 +24,12 @@ typedef struct {
     double idio;   /* std dev of the seeded per-action-string preferences (default 1.3) */
     double first;  /* weight of the table (squared plausibility) at an episode's first step: how
                       sure the model is of its first guess per goal object type (default 20) */
+    double belief; /* how much version 0 acts on its per-task belief of where the goal object is
+                      kept (the weight of the belief|where features; default 8) */
+    double forget; /* how much version 0 acts on a belief that skips a step (default 10) */
+    double ralike_go, ralike_move; /* how much version 0 takes a look-alike receptacle type for
+                                      the goal receptacle's: going there with the goal object
+                                      (default 7) and putting it there (default 11) */
 } prior_opts_t;
 
 /* prior_opts_default fills o with the documented defaults (seed 0). */

@@ -313,6 +313,8 @@ static bool s_same_type(const char *name, const char *type)
     return type[0] && strcmp(t, type) == 0;
 }
 
+static void s_derive_task(pparse_state_t *st);
+
 /* s_derive fills the derived fields from the observations, newest first. */
 static void s_derive(pparse_state_t *st)
 {
@@ -447,6 +449,73 @@ static void s_derive(pparse_state_t *st)
         if (!st->goal_seen_at[0] && s_list_has_type(list, st->goal_obj) &&
             !(st->task != PPARSE_TASK_LOOK && s_same_type(recep, st->goal_recep)))
             memcpy(st->goal_seen_at, recep, sizeof recep);
+    }
+    s_derive_task(st);
+}
+
+/* s_name_hash is FNV-1a with a final mix, over one NUL-terminated name. */
+static uint64_t s_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* s_derive_task finds what identifies the task in every prompt of its episodes: the goal and the
+ * room's receptacles (every one but the current location is a "go to" target, so their union with
+ * the location is the whole room whatever step it is), and the room type they give away. */
+static void s_derive_task(pparse_state_t *st)
+{
+    static const struct {
+        const char *recep;
+        const char *room;
+    } tells[] = {{"fridge", "kitchen"},
+                 {"stoveburner", "kitchen"},
+                 {"toilet", "bathroom"},
+                 {"bathtubbasin", "bathroom"},
+                 {"bed", "bedroom"},
+                 {"sofa", "livingroom"}};
+    st->room = "room";
+    uint64_t set = st->location[0] ? s_name_hash(st->location) : 0;
+    char type[PPARSE_NAME_MAX];
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "go to ", 6) != 0)
+            continue;
+        if (strcmp(a + 6, st->location) != 0)
+            set ^= s_name_hash(a + 6); /* order-free: the admissible list is sorted anyway */
+        pparse_type_of(a + 6, type, sizeof type);
+        for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
+            if (strcmp(type, tells[k].recep) == 0 && strcmp(st->room, "room") == 0)
+                st->room = tells[k].room;
+    }
+    if (st->location[0] && strcmp(st->room, "room") == 0) {
+        pparse_type_of(st->location, type, sizeof type);
+        for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
+            if (strcmp(type, tells[k].recep) == 0)
+                st->room = tells[k].room;
+    }
+    st->task_key = st->goal ? s_name_hash(st->goal) ^ (set * 0x9E3779B97F4A7C15ULL) : 0;
+    /* A goal object to pick up here (for placing tasks, not one already in the goal receptacle). */
+    size_t gl = strlen(st->goal_obj);
+    for (int i = 0; gl && i < st->n_actions; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "take ", 5) != 0 || strncmp(a + 5, st->goal_obj, gl) != 0 ||
+            a[5 + gl] != ' ' || !isdigit((unsigned char)a[6 + gl]))
+            continue;
+        const char *from = strstr(a, " from ");
+        if (from && st->task != PPARSE_TASK_LOOK) {
+            pparse_type_of(from + 6, type, sizeof type);
+            if (strcmp(type, st->goal_recep) == 0)
+                continue;
+        }
+        st->goal_take_here = true;
     }
 }
 

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define PPARSE_MAX_ACTIONS 256 /* admissible actions kept; the rest are dropped */
 #define PPARSE_MAX_HIST 8      /* history entries kept (the newest ones) */
@@ -61,6 +62,13 @@ typedef struct {
     char prev_location[PPARSE_NAME_MAX]; /* the receptacle the agent stood at before, if visible */
     char lamp_seen_at[PPARSE_NAME_MAX];  /* a receptacle where a lamp of the goal type was seen */
     char goal_seen_at[PPARSE_NAME_MAX];  /* a receptacle where a goal-type object was seen */
+    const char *room; /* "kitchen", "bathroom", "bedroom", "livingroom" from the receptacles the
+                         prompt names (static string); "room" when none gives it away */
+    uint64_t task_key; /* hash of the goal sentence and the set of receptacles the prompt names:
+                          the same at every step of every episode of one task, whatever the
+                          history window shows; 0 without a goal */
+    bool goal_take_here; /* a "take O from R" of the goal object type is admissible (R not of
+                            the goal receptacle type, but in look tasks) */
 } pparse_state_t;
 
 /* pparse_user_text parses one user message in the default format into *st, which it first

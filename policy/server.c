@@ -806,85 +806,6 @@ static double s_gauss(model_rng_t *r)
     return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
 }
 
-static const char *s_hold_phrase(const pparse_state_t *st, char *buf, size_t n)
-{
-    if (st->holding[0])
-        snprintf(buf, n, "I am carrying the %s.", st->holding);
-    else
-        snprintf(buf, n, "My hands are empty.");
-    return buf;
-}
-
-/* s_think writes the reasoning: a summary of the state, the options weighed, the decision;
- * sentences are added while they fit the sampled reasoning length. */
-static void s_think(s_buf_t *b, const pparse_state_t *st, const double *p, const char *action,
-                    int target)
-{
-    char line[512], hold[128];
-    s_buf_add(b, "<think>", 7);
-    if (st->goal)
-        snprintf(line, sizeof line, "The task is to %s.", st->goal);
-    else
-        snprintf(line, sizeof line, "I need to decide the next action.");
-    s_buf_add(b, line, strlen(line));
-    char fin[256];
-    snprintf(fin, sizeof fin, " So the next action is: %s.</think>", action);
-    int used = policy_tokens(b->p) + policy_tokens(fin) + 1;
-    const char *sentences[3];
-    char s0[192], s2[192];
-    if (st->location[0])
-        snprintf(s0, sizeof s0, " I am at the %s.", st->location);
-    else
-        snprintf(s0, sizeof s0, " I am in the middle of the room.");
-    sentences[0] = s0;
-    char h[140];
-    snprintf(h, sizeof h, " %s", s_hold_phrase(st, hold, sizeof hold));
-    sentences[1] = h;
-    if (st->at_closed)
-        snprintf(s2, sizeof s2, " The %s is closed.", st->location);
-    else
-        snprintf(s2, sizeof s2, " I have taken %d step(s) so far.", st->n_prev);
-    sentences[2] = s2;
-    for (int i = 0; i < 3; i++) {
-        int t = policy_tokens(sentences[i]);
-        if (used + t > target)
-            break;
-        s_buf_add(b, sentences[i], strlen(sentences[i]));
-        used += t;
-    }
-    /* Weigh the options, most likely first, round and round until the length is reached. */
-    int n = st->n_actions;
-    int order[PPARSE_MAX_ACTIONS];
-    for (int i = 0; i < n; i++)
-        order[i] = i;
-    for (int i = 1; i < n; i++) { /* insertion sort, descending */
-        int k = order[i], j = i;
-        while (j > 0 && p[order[j - 1]] < p[k]) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = k;
-    }
-    static const char *verdicts[] = {"looks promising", "could work", "seems less useful",
-                                     "is unlikely to help"};
-    for (int round = 0; n > 0 && round < 64; round++) {
-        int k = order[round % n];
-        int pct = (int)lround(p[k] * 100);
-        snprintf(line, sizeof line, " Option '%s' %s (%d%%).", st->actions[k],
-                 verdicts[pct >= 50   ? 0
-                          : pct >= 20 ? 1
-                          : pct >= 5  ? 2
-                                      : 3],
-                 pct);
-        int t = policy_tokens(line);
-        if (used + t > target)
-            break;
-        s_buf_add(b, line, strlen(line));
-        used += t;
-    }
-    s_buf_add(b, fin, strlen(fin));
-}
-
 /* s_cut applies stop strings and max_tokens to the content; returns the finish reason. */
 static const char *s_cut(s_buf_t *content, const s_req_t *rq)
 {
@@ -1069,7 +990,10 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
     double want = s->o.think_mean + s->o.think_sd * s_gauss(&rng);
     int target = (int)lround(fmax(s->o.think_min, fmin(s->o.think_max, want)));
     s_buf_t content = {0};
-    s_think(&content, &st, p, action, target);
+    /* The reasoning favours the option the choice drew and is written before the action. */
+    char *think = model_reason(m, &st, p, ch.index, target, policy_tokens);
+    s_buf_add(&content, think, strlen(think));
+    free(think);
     s_buf_printf(&content, "<action>%s</action>", action);
     const char *finish = s_cut(&content, rq);
     int completion = policy_tokens(content.p);

@@ -526,12 +526,14 @@ static void s_objective(const trainer_t *t, const model_t *m, const s_samples_t 
         if (!grad || beta == 0)
             continue;
         /* d KL / d w = 1/T sum_a pi_a (log pi_a - log pi_ref_a - KL) phi(s, a) */
+        model_ctx_t ctx;
+        model_ctx_init(m, &s->st, &ctx);
         for (int a = 0; a < n; a++) {
             double c = exp(lp[a]) * (lp[a] - s->ref_lp[a] - kl);
             if (c == 0)
                 continue;
             double scale = -beta * inv_n * c / temperature;
-            int nf = model_features(&s->st, a, feats, MODEL_MAX_FEATS);
+            int nf = model_features_ctx(&s->st, &ctx, a, feats, MODEL_MAX_FEATS);
             for (int f = 0; f < nf; f++)
                 grad[feats[f].idx] += (float)(scale * feats[f].val);
         }

@@ -102,8 +102,10 @@ if "$PY" -c 'import zmq, msgpack' 2>/dev/null; then
   pids+=($!)
   out="$T/ext"
   # The audit rule with q = 0.5 over a gate that cuts early (K = 2, a loose threshold): groups it
-  # would cut run on with audit_weight 2 about half the time.
-  timeout 200 "$S" run --run ext --out "$out" --iters 2 --batch-groups 2 --group-size 4 \
+  # would cut run on with audit_weight 2 about half the time. Groups of 8: the built-in policy's
+  # groups agree on their first steps as an LLM agent's do, so the gate cuts most of them and
+  # groups of 4 are too rarely mixed to fill a batch in the backfill waves of one iteration.
+  timeout 200 "$S" run --run ext --out "$out" --iters 2 --batch-groups 2 --group-size 8 \
     --eval-tasks 4 --trainer "tcp://127.0.0.1:$p1,tcp://127.0.0.1:$p2" --grace-ms 2000 \
     --redis "redis://127.0.0.1:$rp" \
     --gate-rule audit --gate-rule-args "--audit-q 0.5" --k 2 --threshold 0.9 \

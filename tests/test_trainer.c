@@ -368,7 +368,7 @@ static void test_zero_advantages_move_only_by_kl(void **state)
                 pparse_user_text(b->groups[g].trajectories[i].steps[k].messages[1].content, &st);
                 for (int a = 0; a < st.n_actions; a++) {
                     model_feat_t f[MODEL_MAX_FEATS];
-                    int nf = model_features(&st, a, f, MODEL_MAX_FEATS);
+                    int nf = model_features(before, &st, a, f, MODEL_MAX_FEATS);
                     for (int j = 0; j < nf; j++)
                         seen[f[j].idx] = 1;
                 }
