@@ -16,6 +16,7 @@
 # Sizes: 10 iterations on each of 3 seeds, as the training loop's acceptance test asks (about six
 # minutes on two cores); IT_TRAIN_ITERS, IT_TRAIN_SEEDS and IT_TRAIN_EVAL shrink it for a quick
 # local check. docs/training.md ("Iterations") gives the measured figures.
+# time limit: 1200 s
 set -u
 cd "$(dirname "$0")/.."
 S=bin/selroll
