@@ -13,6 +13,7 @@
 #include "bench/bench_calibrate.h"
 
 #include "actor/prompt.h"
+#include "common/cmds.h"
 #include "common/editdist.h"
 #include "common/proto.h"
 #include "coordinator/advantage.h"

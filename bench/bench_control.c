@@ -20,6 +20,7 @@
  */
 #include "bench/bench_control.h"
 
+#include "common/cmds.h"
 #include "common/proto.h"
 #include "common/buf.h"
 #include "common/sr.h"
@@ -682,25 +683,31 @@ int bench_control_run(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'a':
-            actors = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--actors", optarg, &actors))
+                return 2;
             break;
         case 's':
-            hold_slots = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--slots", optarg, &hold_slots))
+                return 2;
             break;
         case 'S':
-            rate_slots = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--rate-slots", optarg, &rate_slots))
+                return 2;
             break;
         case 'n':
             rate_jobs = atoll(optarg);
             break;
         case 'j':
-            job_ms = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--hold-ms", optarg, &job_ms))
+                return 2;
             break;
         case 'l':
-            lease_ms = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--lease-ms", optarg, &lease_ms))
+                return 2;
             break;
         case 'b':
-            heartbeat_ms = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--heartbeat-ms", optarg, &heartbeat_ms))
+                return 2;
             break;
         case 'r':
             redis_url = optarg;
@@ -709,16 +716,20 @@ int bench_control_run(int argc, char **argv)
             skip_hold = true;
             break;
         case 'A':
-            act_seconds = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--actions-seconds", optarg, &act_seconds))
+                return 2;
             break;
         case 'P':
-            act_pubs = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--publishers", optarg, &act_pubs))
+                return 2;
             break;
         case 'g':
-            act_groups = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--action-groups", optarg, &act_groups))
+                return 2;
             break;
         case 'c':
-            cancel_groups = atoi(optarg);
+            if (!sr_cmd_int("bench control", "--cancel-groups", optarg, &cancel_groups))
+                return 2;
             break;
         case 'h':
             printf("usage: selroll bench control [--actors 16] [--slots 4096] [--hold-ms "

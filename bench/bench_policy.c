@@ -10,6 +10,7 @@
  */
 #include "bench/bench_policy.h"
 
+#include "common/cmds.h"
 #include "common/sr.h"
 #include "policy/server.h"
 
@@ -184,19 +185,24 @@ int bench_policy_run(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case 't':
-            threads = atoi(optarg);
+            if (!sr_cmd_int("bench policy", "--threads", optarg, &threads))
+                return 2;
             break;
         case 'c':
-            inflight = atoi(optarg);
+            if (!sr_cmd_int("bench policy", "--inflight", optarg, &inflight))
+                return 2;
             break;
         case 's':
-            seconds = atof(optarg);
+            if (!sr_cmd_double("bench policy", "--seconds", optarg, &seconds))
+                return 2;
             break;
         case 'r':
-            repeats = atoi(optarg);
+            if (!sr_cmd_int("bench policy", "--repeats", optarg, &repeats))
+                return 2;
             break;
         case 'w':
-            server_threads = atoi(optarg);
+            if (!sr_cmd_int("bench policy", "--server-threads", optarg, &server_threads))
+                return 2;
             break;
         case 'h':
             printf("usage: selroll bench policy [--threads 2] [--inflight 4] [--seconds 2] "

@@ -6,6 +6,8 @@
 #ifndef SR_CMDS_H
 #define SR_CMDS_H
 
+#include <stdbool.h>
+
 int coordinator_main(int argc, char **argv);
 int actor_main(int argc, char **argv);
 int gate_main(int argc, char **argv);
@@ -19,8 +21,10 @@ int bench_main(int argc, char **argv);
 int experiment_main(int argc, char **argv);
 int keygen_main(int argc, char **argv);
 
-/* sr_cmd_not_built serves a subcommand whose implementation has not landed yet: it prints
- * `usage` for --help/-h (exit 0), otherwise a one-line "not built yet" message (exit 2). */
-int sr_cmd_not_built(int argc, char **argv, const char *usage);
+/* sr_cmd_int and sr_cmd_double read the text given to a subcommand's flag as a whole number /
+ * a finite number (all of it); on anything else they print "selroll CMD: FLAG wants ..., got
+ * 'TEXT'" on stderr and return false (the caller exits 2). The flag's range is the caller's. */
+bool sr_cmd_int(const char *cmd, const char *flag, const char *text, int *out);
+bool sr_cmd_double(const char *cmd, const char *flag, const char *text, double *out);
 
 #endif
