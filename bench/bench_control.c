@@ -403,6 +403,63 @@ typedef struct {
     bool ok;
 } s_act_out_t;
 
+/* A coordinator (one round of `groups` groups of G, never leased: no actor) and a real `selroll
+ * gate` on its bus, started for the actions and cancel cases; gate_args are the gate's mode
+ * flags (NULL-ended). */
+typedef struct {
+    char bpub[64], bsub[64];
+    int gate_metrics_port;
+    pid_t cpid, gpid;
+} s_pair_t;
+
+static int s_pair_start(const s_scn_t *sc, const char *run, int groups, char *const *gate_args,
+                        s_pair_t *p)
+{
+    memset(p, 0, sizeof *p);
+    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port();
+    p->gate_metrics_port = s_free_port();
+    char work[64], ng[32], gs[16], outdir[512], logp[512], glog[512], gmet[64];
+    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
+    snprintf(p->bpub, sizeof p->bpub, "tcp://127.0.0.1:%d", pp);
+    snprintf(p->bsub, sizeof p->bsub, "tcp://127.0.0.1:%d", ps);
+    snprintf(ng, sizeof ng, "%d", groups);
+    snprintf(gs, sizeof gs, "%d", G);
+    snprintf(gmet, sizeof gmet, "127.0.0.1:%d", p->gate_metrics_port);
+    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
+    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
+    snprintf(glog, sizeof glog, "%s/gate-%s.log", sc->dir, run);
+    char *cargs[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
+                     (char *)run, "--work-bind", work, "--bus-pub-bind", p->bpub,
+                     "--bus-sub-bind", p->bsub, "--http", "off", "--iters", "1", "--groups", ng,
+                     "--group-size", gs, "--env-workers", "tcp://127.0.0.1:9", "--out", outdir,
+                     "--log-level", "warn", NULL};
+    p->cpid = s_spawn(cargs, logp);
+    if (p->cpid <= 0)
+        return SR_EIO;
+    usleep(300 * 1000);
+    char *gargs[32] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
+                       (char *)sc->redis_url, "--run", (char *)run, "--metrics-port", gmet,
+                       "--log-level", "warn"};
+    int n = 12;
+    for (int i = 0; gate_args[i] && n < 31; i++)
+        gargs[n++] = gate_args[i];
+    gargs[n] = NULL;
+    p->gpid = s_spawn(gargs, glog);
+    return SR_OK;
+}
+
+static void s_pair_stop(s_pair_t *p)
+{
+    if (p->gpid > 0)
+        kill(p->gpid, SIGTERM);
+    if (p->cpid > 0)
+        kill(p->cpid, SIGTERM);
+    if (p->gpid > 0)
+        waitpid(p->gpid, NULL, 0);
+    if (p->cpid > 0)
+        waitpid(p->cpid, NULL, 0);
+}
+
 /* s_actions runs a coordinator (one round of `groups` groups of G, never leased: no actor) and a
  * real `selroll gate` in shadow mode on its bus; `pubs` PUB sockets of this process publish
  * ACTIONs for those groups (every trajectory, steps counting up) as fast as libzmq takes them
@@ -413,31 +470,13 @@ static int s_actions(const s_scn_t *sc, const char *run, int pubs, int groups, i
                      s_act_out_t *out)
 {
     memset(out, 0, sizeof *out);
-    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port(), gm = s_free_port();
-    char work[64], bpub[64], bsub[64], ng[32], gs[16], outdir[512], logp[512], glog[512],
-        gmet[64];
-    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
-    snprintf(bpub, sizeof bpub, "tcp://127.0.0.1:%d", pp);
-    snprintf(bsub, sizeof bsub, "tcp://127.0.0.1:%d", ps);
-    snprintf(ng, sizeof ng, "%d", groups);
-    snprintf(gs, sizeof gs, "%d", G);
-    snprintf(gmet, sizeof gmet, "127.0.0.1:%d", gm);
-    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
-    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
-    snprintf(glog, sizeof glog, "%s/gate-%s.log", sc->dir, run);
-    char *cargs[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
-                     (char *)run, "--work-bind", work, "--bus-pub-bind", bpub, "--bus-sub-bind",
-                     bsub, "--http", "off", "--iters", "1", "--groups", ng, "--group-size", gs,
-                     "--env-workers", "tcp://127.0.0.1:9", "--out", outdir, "--log-level", "warn",
-                     NULL};
-    pid_t cpid = s_spawn(cargs, logp);
-    if (cpid <= 0)
+    s_pair_t pr;
+    static char *const shadow[] = {"--mode", "shadow", NULL};
+    if (s_pair_start(sc, run, groups, shadow, &pr) != SR_OK)
         return SR_EIO;
-    usleep(300 * 1000);
-    char *gargs[] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
-                     (char *)sc->redis_url, "--run", (char *)run, "--mode", "shadow",
-                     "--metrics-port", gmet, "--log-level", "warn", NULL};
-    pid_t gpid = s_spawn(gargs, glog);
+    const char *bpub = pr.bpub;
+    int gm = pr.gate_metrics_port;
+    pid_t cpid = pr.cpid, gpid = pr.gpid;
     void *ctx = zmq_ctx_new();
     void **ss = calloc((size_t)pubs, sizeof *ss);
     for (int i = 0; i < pubs; i++) {
@@ -512,10 +551,7 @@ static int s_actions(const s_scn_t *sc, const char *run, int pubs, int groups, i
     zmq_ctx_term(ctx);
     free(ss);
     sr_buf_free(&b);
-    kill(gpid, SIGTERM);
-    kill(cpid, SIGTERM);
-    waitpid(gpid, NULL, 0);
-    waitpid(cpid, NULL, 0);
+    s_pair_stop(&pr);
     return out->ok ? SR_OK : SR_EIO;
 }
 
@@ -538,31 +574,12 @@ static int s_cancel(const s_scn_t *sc, const char *run, int groups, int gap_ms, 
                     int *n)
 {
     *n = 0;
-    int pw = s_free_port(), pp = s_free_port(), ps = s_free_port(), gm = s_free_port();
-    char work[64], bpub[64], bsub[64], ng[32], gs[16], outdir[512], logp[512], glog[512],
-        gmet[64];
-    snprintf(work, sizeof work, "tcp://127.0.0.1:%d", pw);
-    snprintf(bpub, sizeof bpub, "tcp://127.0.0.1:%d", pp);
-    snprintf(bsub, sizeof bsub, "tcp://127.0.0.1:%d", ps);
-    snprintf(ng, sizeof ng, "%d", groups);
-    snprintf(gs, sizeof gs, "%d", G);
-    snprintf(gmet, sizeof gmet, "127.0.0.1:%d", gm);
-    snprintf(outdir, sizeof outdir, "%s/out-%s", sc->dir, run);
-    snprintf(logp, sizeof logp, "%s/coord-%s.log", sc->dir, run);
-    snprintf(glog, sizeof glog, "%s/gate-%s.log", sc->dir, run);
-    char *cargs[] = {(char *)sc->exe, "coordinator", "--redis", (char *)sc->redis_url, "--run",
-                     (char *)run, "--work-bind", work, "--bus-pub-bind", bpub, "--bus-sub-bind",
-                     bsub, "--http", "off", "--iters", "1", "--groups", ng, "--group-size", gs,
-                     "--env-workers", "tcp://127.0.0.1:9", "--out", outdir, "--log-level", "warn",
-                     NULL};
-    pid_t cpid = s_spawn(cargs, logp);
-    if (cpid <= 0)
+    s_pair_t pr;
+    static char *const enforce[] = {"--mode", "enforce", "--k", "3", "--threshold", "0.99", NULL};
+    if (s_pair_start(sc, run, groups, enforce, &pr) != SR_OK)
         return SR_EIO;
-    usleep(300 * 1000);
-    char *gargs[] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
-                     (char *)sc->redis_url, "--run", (char *)run, "--mode", "enforce", "--k", "3",
-                     "--threshold", "0.99", "--metrics-port", gmet, "--log-level", "warn", NULL};
-    pid_t gpid = s_spawn(gargs, glog);
+    const char *bpub = pr.bpub, *bsub = pr.bsub;
+    int gm = pr.gate_metrics_port;
     void *ctx = zmq_ctx_new();
     void *pub = zmq_socket(ctx, ZMQ_PUB), *sub = zmq_socket(ctx, ZMQ_SUB);
     int zero = 0;
@@ -644,10 +661,7 @@ static int s_cancel(const s_scn_t *sc, const char *run, int groups, int gap_ms, 
     zmq_ctx_term(ctx);
     free(sent_us);
     sr_buf_free(&b);
-    kill(gpid, SIGTERM);
-    kill(cpid, SIGTERM);
-    waitpid(gpid, NULL, 0);
-    waitpid(cpid, NULL, 0);
+    s_pair_stop(&pr);
     if (*n > 1)
         qsort(lat, (size_t)*n, sizeof *lat, s_cmp_d);
     return ok >= 0 ? SR_OK : SR_EIO;
