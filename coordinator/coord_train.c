@@ -71,6 +71,7 @@ struct coord_train {
     int64_t eval_done_at; /* iteration whose evaluation is done, -1 */
     bool round_eval;      /* the running round is an evaluation */
     bool eval_reading;    /* its results are being read back: the next plan waits */
+    int wave_reading;     /* training waves whose results are being read back: the plan waits */
     coord_group_spec_t *specs;
     size_t nspecs;
     batch_t *batch;
@@ -547,9 +548,115 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     s_send_batch(t);
 }
 
+/* A training wave's results, its groups' status and gate fields are read back on the store
+ * thread (s_wave_work) into the request; the loop folds them into the batch (s_wave_done) and
+ * goes on with the iteration. Until then the plan waits (wave_reading). */
+typedef struct {
+    void *data;
+    size_t len;
+} s_blob_t;
+
+typedef struct {
+    bool cancelled;
+    bool gate_read; /* rules and audit_weight were read */
+    char *rules;
+    double audit_weight;
+} s_wave_group_t;
+
+typedef struct {
+    coord_train_t *t;
+    int64_t round;
+    size_t ngroups;
+    s_wave_group_t *groups;
+    s_blob_t *blobs;
+    size_t nblobs, cap;
+} s_wave_req_t;
+
+static int s_wave_keep(const void *data, size_t len, void *arg)
+{
+    s_wave_req_t *q = arg;
+    if (q->nblobs == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->blobs = sr_xrealloc(q->blobs, q->cap * sizeof *q->blobs);
+    }
+    q->blobs[q->nblobs].data = sr_xmalloc(len ? len : 1);
+    memcpy(q->blobs[q->nblobs].data, data, len);
+    q->blobs[q->nblobs++].len = len;
+    return 0;
+}
+
+static void s_wave_req_free(s_wave_req_t *q)
+{
+    for (size_t i = 0; i < q->nblobs; i++)
+        free(q->blobs[i].data);
+    for (size_t k = 0; k < q->ngroups; k++)
+        free(q->groups[k].rules);
+    free(q->blobs);
+    free(q->groups);
+    free(q);
+}
+
+static int s_wave_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_wave_req_t *q = arg;
+    if (!st)
+        return SR_EREDIS;
+    /* a retried request starts over */
+    for (size_t i = 0; i < q->nblobs; i++)
+        free(q->blobs[i].data);
+    q->nblobs = 0;
+    int rc = store_results_read(st, q->round, s_wave_keep, q);
+    for (size_t k = 0; rc == SR_OK && k < q->ngroups; k++) {
+        char gid[STORE_GID_MAX];
+        coord_group_id(q->round, (int)k, gid, sizeof gid);
+        store_group_t g;
+        q->groups[k].cancelled =
+            store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED;
+        free(q->groups[k].rules);
+        q->groups[k].rules = NULL;
+        q->groups[k].audit_weight = 1.0;
+        q->groups[k].gate_read = coord_results_gate_fields(st, gid, &q->groups[k].rules,
+                                                           &q->groups[k].audit_weight) == SR_OK;
+    }
+    return rc;
+}
+
+static void s_wave_continue(coord_train_t *t);
+
+static void s_wave_done(int rc, const char *err, void *arg)
+{
+    s_wave_req_t *q = arg;
+    coord_train_t *t = q->t;
+    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+        s_wave_req_free(q);
+        return;
+    }
+    t->wave_reading--;
+    if (rc != SR_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "cannot read a wave's results back from Redis: %s", err);
+        s_wave_req_free(q);
+        coord_fail(t->c, rc, why);
+        return;
+    }
+    for (size_t i = 0; i < q->nblobs; i++)
+        s_wave_result(q->blobs[i].data, q->blobs[i].len, t);
+    for (size_t k = 0; k < q->ngroups; k++) {
+        char gid[STORE_GID_MAX];
+        coord_group_id(q->round, (int)k, gid, sizeof gid);
+        if (q->groups[k].cancelled)
+            batch_group_cancel(t->batch, gid);
+        if (q->groups[k].gate_read)
+            batch_group_set_gate(t->batch, gid, q->groups[k].rules, q->groups[k].audit_weight);
+    }
+    s_wave_req_free(q);
+    s_wave_continue(t);
+    coord_kick(t->c);
+}
+
 static void s_train_ended(coord_train_t *t, int64_t round)
 {
-    store_t *st = coord_store(t->c);
     char what[64], why[512];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
     /* every trajectory of the iteration so far failed: no backfill wave will change that */
@@ -557,23 +664,22 @@ static void s_train_ended(coord_train_t *t, int64_t round)
         coord_fail_run(t->c, why);
         return;
     }
-    int rc = store_results_read(st, round, s_wave_result, t);
-    if (rc != SR_OK) {
-        coord_fail(t->c, rc, "cannot read a wave's results back from Redis");
+    s_wave_req_t *q = sr_xcalloc(1, sizeof *q);
+    q->t = t;
+    q->round = round;
+    q->ngroups = t->nspecs;
+    q->groups = sr_xcalloc(q->ngroups ? q->ngroups : 1, sizeof *q->groups);
+    struct storeq *sq = coord_storeq(t->c);
+    if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
+        s_wave_req_free(q);
+        coord_fail(t->c, SR_ECLOSED, "cannot read a wave's results back: the store queue is closed");
         return;
     }
-    for (size_t k = 0; k < t->nspecs; k++) {
-        char gid[STORE_GID_MAX];
-        coord_group_id(round, (int)k, gid, sizeof gid);
-        store_group_t g;
-        if (store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED)
-            batch_group_cancel(t->batch, gid);
-        char *rules = NULL;
-        double audit_weight = 1.0;
-        if (coord_results_gate_fields(st, gid, &rules, &audit_weight) == SR_OK)
-            batch_group_set_gate(t->batch, gid, rules, audit_weight);
-        free(rules);
-    }
+    t->wave_reading++;
+}
+
+static void s_wave_continue(coord_train_t *t)
+{
     /* A group still pending after its round (jobs dropped without a RESULT) cannot complete. */
     for (size_t i = 0; i < batch_group_count(t->batch); i++) {
         batch_group_info_t gi;
@@ -1035,7 +1141,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         if (rc != SR_OK)
             return rc;
     }
-    if (t->phase == S_PH_AWAIT || t->eval_reading)
+    if (t->phase == S_PH_AWAIT || t->eval_reading || t->wave_reading > 0)
         return COORD_PLAN_WAIT;
     if (t->phase == S_PH_DONE)
         return COORD_PLAN_DONE;
