@@ -80,6 +80,8 @@ struct coord_train {
     int64_t skipped; /* prompts skipped in this iteration */
     int64_t iter_start_ms;
     int64_t policy_aborted_at_start; /* the policy servers' aborted-token counter then */
+    int64_t policy_aborted_now;      /* the counter as the last wave's read-back found it */
+    int records_pending;             /* GRESO records on the store thread: the plan waits */
 
     sr_buf_t batch_msg; /* the BATCH sent, for a resend */
     batch_stats_t bstats;
@@ -467,11 +469,59 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     t->phase = S_PH_TRAIN;
 }
 
+/* An iteration's GRESO records (each finished group's mean in its prompt's history) and the
+ * pre-filter's state are written on the store thread; the next plan, which reads histories,
+ * waits for them (records_pending). */
+typedef struct {
+    char task[STORE_TASK_MAX];
+    double mean;
+} s_greso_rec_t;
+
+typedef struct {
+    coord_train_t *t;
+    int64_t it;
+    s_greso_rec_t *recs;
+    size_t n;
+    double p_easy, p_hard, zv;
+} s_greso_req_t;
+
+static int s_greso_work(store_t *st, void *arg, char *err)
+{
+    s_greso_req_t *q = arg;
+    if (!st)
+        return SR_EREDIS;
+    for (size_t i = 0; i < q->n; i++)
+        if (greso_store_record(st, q->recs[i].task, q->it, q->recs[i].mean) != SR_OK) {
+            snprintf(err, STOREQ_ERR_MAX, "cannot record the history of %.96s: %.120s", q->recs[i].task,
+                     store_errstr(st));
+            return SR_EREDIS;
+        }
+    if (store_greso_set(st, q->p_easy, q->p_hard, q->zv) != SR_OK) {
+        snprintf(err, STOREQ_ERR_MAX, "cannot save the pre-filter's state: %.200s", store_errstr(st));
+        return SR_EREDIS;
+    }
+    return SR_OK;
+}
+
+static void s_greso_done(int rc, const char *err, void *arg)
+{
+    s_greso_req_t *q = arg;
+    coord_train_t *t = q->t;
+    bool open = coord_storeq(t->c) != NULL;
+    if (rc != SR_OK)
+        log_warn("iteration %lld: %s", (long long)q->it, err);
+    free(q->recs);
+    free(q);
+    if (!open)
+        return;
+    t->records_pending--;
+    coord_kick(t->c);
+}
+
 /* s_finish_iteration closes the iteration's batch: histories, statistics, the GRESO adaptation,
  * the JSONL copy, and the BATCH to the trainer. */
 static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
-    store_t *st = coord_store(t->c);
     char what[64], why[512];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
     if (fail_tally_verdict(&t->it_fails, t->it_results, coord_max_failed_share(t->c), what, why,
@@ -479,13 +529,19 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
         coord_fail_run(t->c, why);
         return;
     }
-    for (size_t i = 0; i < batch_group_count(t->batch); i++) {
+    s_greso_req_t *gq = sr_xcalloc(1, sizeof *gq);
+    gq->t = t;
+    gq->it = t->it;
+    size_t ng = batch_group_count(t->batch);
+    gq->recs = sr_xcalloc(ng ? ng : 1, sizeof *gq->recs);
+    for (size_t i = 0; i < ng; i++) {
         batch_group_info_t gi;
         if (batch_group_info(t->batch, i, &gi) != SR_OK)
             continue;
-        if ((gi.state == BATCH_GROUP_INFORMATIVE || gi.state == BATCH_GROUP_ZERO_VARIANCE) &&
-            greso_store_record(st, gi.task, t->it, gi.mean) != SR_OK)
-            log_warn("cannot record the history of %s: %s", gi.task, store_errstr(st));
+        if (gi.state == BATCH_GROUP_INFORMATIVE || gi.state == BATCH_GROUP_ZERO_VARIANCE) {
+            snprintf(gq->recs[gq->n].task, sizeof gq->recs[gq->n].task, "%s", gi.task);
+            gq->recs[gq->n++].mean = gi.mean;
+        }
     }
     batch_stats_t *bs = &t->bstats;
     batch_stats(t->batch, bs);
@@ -494,13 +550,22 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     bs->backfill_waves = (int64_t)t->waves;
     bs->backfill_cap_reached = cap_reached && (size_t)bs->batch_groups < (size_t)t->cfg.batch_groups;
     bs->temperature = t->cfg.temperature;
-    int64_t policy_aborted = s_policy_aborted(st) - t->policy_aborted_at_start;
+    int64_t policy_aborted = t->policy_aborted_now - t->policy_aborted_at_start;
     if (policy_aborted > 0)
         bs->aborted_tokens += policy_aborted;
     greso_end_iteration(t->greso, (size_t)bs->groups_all_correct, (size_t)bs->groups_all_wrong,
                         (size_t)(bs->groups_informative + bs->groups_zero_variance));
-    if (greso_store_save(t->greso, st) != SR_OK)
-        log_warn("cannot save the pre-filter's state: %s", store_errstr(st));
+    gq->p_easy = greso_p_easy(t->greso);
+    gq->p_hard = greso_p_hard(t->greso);
+    gq->zv = greso_zv_ratio(t->greso);
+    struct storeq *sq = coord_storeq(t->c);
+    if (!sq || storeq_submit(sq, s_greso_work, s_greso_done, gq) != SR_OK) {
+        log_warn("cannot record the pre-filter's histories and state: the store queue is closed");
+        free(gq->recs);
+        free(gq);
+    } else {
+        t->records_pending++;
+    }
     t->st.groups_started += bs->groups_started;
     t->st.groups_cancelled += bs->groups_cancelled;
     t->st.groups_filtered += bs->groups_filtered;
@@ -570,6 +635,7 @@ typedef struct {
     s_wave_group_t *groups;
     s_blob_t *blobs;
     size_t nblobs, cap;
+    int64_t policy_aborted; /* selroll:<run>:policy:aborted_tokens when read */
 } s_wave_req_t;
 
 static int s_wave_keep(const void *data, size_t len, void *arg)
@@ -607,6 +673,7 @@ static int s_wave_work(store_t *st, void *arg, char *err)
         free(q->blobs[i].data);
     q->nblobs = 0;
     int rc = store_results_read(st, q->round, s_wave_keep, q);
+    q->policy_aborted = s_policy_aborted(st);
     for (size_t k = 0; rc == SR_OK && k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
@@ -640,6 +707,7 @@ static void s_wave_done(int rc, const char *err, void *arg)
         coord_fail(t->c, rc, why);
         return;
     }
+    t->policy_aborted_now = q->policy_aborted;
     for (size_t i = 0; i < q->nblobs; i++)
         s_wave_result(q->blobs[i].data, q->blobs[i].len, t);
     for (size_t k = 0; k < q->ngroups; k++) {
@@ -1141,7 +1209,8 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         if (rc != SR_OK)
             return rc;
     }
-    if (t->phase == S_PH_AWAIT || t->eval_reading || t->wave_reading > 0)
+    if (t->phase == S_PH_AWAIT || t->eval_reading || t->wave_reading > 0 ||
+        t->records_pending > 0)
         return COORD_PLAN_WAIT;
     if (t->phase == S_PH_DONE)
         return COORD_PLAN_DONE;
@@ -1181,6 +1250,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         t->it_results = 0;
         t->iter_start_ms = clock_mono_ms();
         t->policy_aborted_at_start = s_policy_aborted(coord_store(c));
+        t->policy_aborted_now = t->policy_aborted_at_start;
         t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
                                    : (size_t)t->cfg.batch_groups;
     }
