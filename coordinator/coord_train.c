@@ -82,6 +82,11 @@ struct coord_train {
     int64_t policy_aborted_at_start; /* the policy servers' aborted-token counter then */
     int64_t policy_aborted_now;      /* the counter as the last wave's read-back found it */
     int records_pending;             /* GRESO records on the store thread: the plan waits */
+    /* every pool task's GRESO history, read on the store thread at an iteration's start */
+    greso_entry_t *hcache; /* tasks x STORE_PROMPT_HISTORY_MAX */
+    size_t *hlen;          /* entries per task */
+    int64_t hcache_it;     /* the iteration it was read for, -1 */
+    bool hcache_reading;
 
     sr_buf_t batch_msg; /* the BATCH sent, for a resend */
     batch_stats_t bstats;
@@ -335,20 +340,96 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
 
 /* ---- training waves ---------------------------------------------------------------------- */
 
+/* At an iteration's start the pre-filter's inputs, every pool task's history, are read on the
+ * store thread into the request and copied into hcache on the loop; the plan waits meanwhile.
+ * Histories change only when an iteration ends (s_greso_work), so one read serves every wave. */
+typedef struct {
+    coord_train_t *t;
+    int64_t it;
+    size_t pool;
+    greso_entry_t *hist;
+    size_t *len;
+} s_hist_req_t;
+
+static int s_hist_work(store_t *st, void *arg, char *err)
+{
+    s_hist_req_t *q = arg;
+    coord_train_t *t = q->t;
+    if (!st)
+        return SR_EREDIS;
+    for (size_t task = 0; task < q->pool; task++) {
+        char name[STORE_TASK_MAX];
+        q->len[task] = 0;
+        if (!tasks_id(t->tasks, t->cfg.train_split, task, name, sizeof name))
+            continue; /* s_select names the missing task */
+        if (greso_store_history(st, name, q->hist + task * STORE_PROMPT_HISTORY_MAX,
+                                STORE_PROMPT_HISTORY_MAX, &q->len[task]) != SR_OK) {
+            snprintf(err, STOREQ_ERR_MAX, "cannot read the history of %.96s: %.120s", name,
+                     store_errstr(st));
+            return SR_EREDIS;
+        }
+    }
+    return SR_OK;
+}
+
+static void s_hist_done(int rc, const char *err, void *arg)
+{
+    s_hist_req_t *q = arg;
+    coord_train_t *t = q->t;
+    if (coord_storeq(t->c)) {
+        t->hcache_reading = false;
+        if (rc != SR_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "iteration %lld: %s", (long long)q->it, err);
+            coord_fail(t->c, rc, why);
+        } else {
+            free(t->hcache);
+            free(t->hlen);
+            t->hcache = q->hist;
+            t->hlen = q->len;
+            t->hcache_it = q->it;
+            q->hist = NULL;
+            q->len = NULL;
+            coord_kick(t->c);
+        }
+    }
+    free(q->hist);
+    free(q->len);
+    free(q);
+}
+
+/* s_hist_fetch starts the read of the histories for iteration t->it; SR_OK when it runs. */
+static int s_hist_fetch(coord_train_t *t)
+{
+    s_hist_req_t *q = sr_xcalloc(1, sizeof *q);
+    q->t = t;
+    q->it = t->it;
+    q->pool = (size_t)t->cfg.tasks;
+    q->hist = sr_xcalloc(q->pool * STORE_PROMPT_HISTORY_MAX, sizeof *q->hist);
+    q->len = sr_xcalloc(q->pool ? q->pool : 1, sizeof *q->len);
+    struct storeq *sq = coord_storeq(t->c);
+    if (!sq || storeq_submit(sq, s_hist_work, s_hist_done, q) != SR_OK) {
+        free(q->hist);
+        free(q->len);
+        free(q);
+        return SR_ECLOSED;
+    }
+    t->hcache_reading = true;
+    return SR_OK;
+}
+
 /* s_select picks up to `want` fresh prompts of the pool (not started in this iteration) through
  * the pre-filter, from the cursor on, into t->specs. */
 static int s_select(coord_train_t *t, size_t want)
 {
     size_t pool = (size_t)t->cfg.tasks;
     greso_candidate_t *cands = sr_xcalloc(pool, sizeof *cands);
-    greso_entry_t *hist = sr_xcalloc(pool * STORE_PROMPT_HISTORY_MAX, sizeof *hist);
     char(*names)[STORE_TASK_MAX] = sr_xcalloc(pool, STORE_TASK_MAX);
     size_t *pos = sr_xcalloc(pool, sizeof *pos);
     size_t *sel = sr_xcalloc(want ? want : 1, sizeof *sel);
     size_t *skip = sr_xcalloc(pool, sizeof *skip);
     size_t n = 0, nsel = 0, nskip = 0;
     int rc = SR_OK;
-    store_t *st = coord_store(t->c);
     for (size_t k = 0; k < pool; k++) {
         size_t p = (t->cursor + k) % pool;
         int task = t->perm[p];
@@ -359,16 +440,9 @@ static int s_select(coord_train_t *t, size_t want)
             log_error("the task set has no task %d in split %s", task, t->cfg.train_split);
             goto cleanup;
         }
-        size_t hl = 0;
-        if (t->cfg.prefilter) {
-            rc = greso_store_history(st, names[n], hist + n * STORE_PROMPT_HISTORY_MAX,
-                                     STORE_PROMPT_HISTORY_MAX, &hl);
-            if (rc != SR_OK) {
-                log_error("cannot read the history of %s: %s", names[n], store_errstr(st));
-                goto cleanup;
-            }
-        }
-        cands[n] = (greso_candidate_t){names[n], hist + n * STORE_PROMPT_HISTORY_MAX, hl};
+        size_t hl = t->cfg.prefilter && t->hcache_it == t->it ? t->hlen[task] : 0;
+        cands[n] = (greso_candidate_t){
+            names[n], hl ? t->hcache + (size_t)task * STORE_PROMPT_HISTORY_MAX : NULL, hl};
         pos[n] = p;
         n++;
     }
@@ -392,7 +466,6 @@ static int s_select(coord_train_t *t, size_t want)
     t->st.groups_skipped += (int64_t)nskip;
 cleanup:
     free(cands);
-    free(hist);
     free(names);
     free(pos);
     free(sel);
@@ -1233,6 +1306,11 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         coord_record_int(c, "policy_version", coord_policy_version(c));
         return COORD_PLAN_DONE;
     }
+    if (!t->batch && t->cfg.prefilter && t->hcache_it != t->it) {
+        if (!t->hcache_reading && s_hist_fetch(t) != SR_OK)
+            return SR_ECLOSED;
+        return COORD_PLAN_WAIT;
+    }
     if (!t->batch) {
         batch_cfg_t bc;
         batch_cfg_default(&bc);
@@ -1412,6 +1490,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->greso = greso_new(NULL);
     t->perm = sr_xmalloc((size_t)cfg->tasks * sizeof *t->perm);
     t->used = sr_xcalloc((size_t)cfg->tasks, sizeof *t->used);
+    t->hcache_it = -1;
     for (int i = 0; i < cfg->tasks; i++)
         t->perm[i] = i;
     prng_t p;
@@ -1447,6 +1526,8 @@ void coord_train_destroy(coord_train_t **self_p)
     sr_buf_free(&t->batch_msg);
     free(t->perm);
     free(t->used);
+    free(t->hcache);
+    free(t->hlen);
     free(t->specs);
     for (int i = 0; i < t->nstrs; i++)
         free(t->strs[i]);
