@@ -87,6 +87,7 @@ struct coord_train {
     size_t *hlen;          /* entries per task */
     int64_t hcache_it;     /* the iteration it was read for, -1 */
     bool hcache_reading;
+    int64_t aborted_prefetched; /* the aborted-token counter read with them */
 
     sr_buf_t batch_msg; /* the BATCH sent, for a resend */
     batch_stats_t bstats;
@@ -340,8 +341,8 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
 
 /* ---- training waves ---------------------------------------------------------------------- */
 
-/* At an iteration's start the pre-filter's inputs, every pool task's history, are read on the
- * store thread into the request and copied into hcache on the loop; the plan waits meanwhile.
+/* At an iteration's start the policy servers' aborted-token counter and the pre-filter's inputs,
+ * every pool task's history, are read on the store thread into the request and copied into hcache on the loop; the plan waits meanwhile.
  * Histories change only when an iteration ends (s_greso_work), so one read serves every wave. */
 typedef struct {
     coord_train_t *t;
@@ -349,6 +350,8 @@ typedef struct {
     size_t pool;
     greso_entry_t *hist;
     size_t *len;
+    bool histories;  /* the pre-filter is on: read them */
+    int64_t aborted; /* the policy servers' aborted-token counter */
 } s_hist_req_t;
 
 static int s_hist_work(store_t *st, void *arg, char *err)
@@ -357,7 +360,8 @@ static int s_hist_work(store_t *st, void *arg, char *err)
     coord_train_t *t = q->t;
     if (!st)
         return SR_EREDIS;
-    for (size_t task = 0; task < q->pool; task++) {
+    q->aborted = s_policy_aborted(st);
+    for (size_t task = 0; q->histories && task < q->pool; task++) {
         char name[STORE_TASK_MAX];
         q->len[task] = 0;
         if (!tasks_id(t->tasks, t->cfg.train_split, task, name, sizeof name))
@@ -388,6 +392,7 @@ static void s_hist_done(int rc, const char *err, void *arg)
             t->hcache = q->hist;
             t->hlen = q->len;
             t->hcache_it = q->it;
+            t->aborted_prefetched = q->aborted;
             q->hist = NULL;
             q->len = NULL;
             coord_kick(t->c);
@@ -405,7 +410,8 @@ static int s_hist_fetch(coord_train_t *t)
     q->t = t;
     q->it = t->it;
     q->pool = (size_t)t->cfg.tasks;
-    q->hist = sr_xcalloc(q->pool * STORE_PROMPT_HISTORY_MAX, sizeof *q->hist);
+    q->histories = t->cfg.prefilter;
+    q->hist = sr_xcalloc(q->histories ? q->pool * STORE_PROMPT_HISTORY_MAX : 1, sizeof *q->hist);
     q->len = sr_xcalloc(q->pool ? q->pool : 1, sizeof *q->len);
     struct storeq *sq = coord_storeq(t->c);
     if (!sq || storeq_submit(sq, s_hist_work, s_hist_done, q) != SR_OK) {
@@ -1306,7 +1312,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         coord_record_int(c, "policy_version", coord_policy_version(c));
         return COORD_PLAN_DONE;
     }
-    if (!t->batch && t->cfg.prefilter && t->hcache_it != t->it) {
+    if (!t->batch && t->hcache_it != t->it) {
         if (!t->hcache_reading && s_hist_fetch(t) != SR_OK)
             return SR_ECLOSED;
         return COORD_PLAN_WAIT;
@@ -1327,7 +1333,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         fail_tally_reset(&t->it_fails);
         t->it_results = 0;
         t->iter_start_ms = clock_mono_ms();
-        t->policy_aborted_at_start = s_policy_aborted(coord_store(c));
+        t->policy_aborted_at_start = t->aborted_prefetched;
         t->policy_aborted_now = t->policy_aborted_at_start;
         t->want = t->cfg.prefilter ? greso_oversize_next(t->greso, (size_t)t->cfg.batch_groups)
                                    : (size_t)t->cfg.batch_groups;
