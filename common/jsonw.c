@@ -13,6 +13,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -103,6 +104,164 @@ void jsonw_num(jsonw_t *w, double d)
     double big = fabs(back) > fabs(d) ? fabs(back) : fabs(d);
     if (!(fabs(back - d) <= big * DBL_EPSILON))
         n = snprintf(out, sizeof out, "%1.17g", d);
+    jsonw_raw(w, out, (size_t)n);
+}
+
+/* s_udec writes u in decimal at the end of buf[0..24) and returns the first digit's index. */
+static int s_udec(unsigned long long u, char *buf)
+{
+    int k = 24;
+    do {
+        buf[--k] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    return k;
+}
+
+void jsonw_int(jsonw_t *w, long long v)
+{
+    char buf[24];
+    int k = s_udec(v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, buf);
+    if (v < 0)
+        buf[--k] = '-';
+    jsonw_raw(w, buf + k, (size_t)(24 - k));
+}
+
+/* s_f32_g9 writes "%.9g" of a finite, non-zero |f| = m * 2^e into out (room for 32) and returns
+ * its length, or -1 outside the range it handles exactly with 128-bit integers. The nine digits
+ * are q = round(m * 2^e * 10^k) with 10^8 <= q < 10^9, the tie to even as glibc rounds. */
+static int s_f32_g9(bool neg, uint32_t m, int e, char *out)
+{
+    typedef unsigned __int128 u128;
+    static const unsigned long long p10[20] = {1ull,
+                                               10ull,
+                                               100ull,
+                                               1000ull,
+                                               10000ull,
+                                               100000ull,
+                                               1000000ull,
+                                               10000000ull,
+                                               100000000ull,
+                                               1000000000ull,
+                                               10000000000ull,
+                                               100000000000ull,
+                                               1000000000000ull,
+                                               10000000000000ull,
+                                               100000000000000ull,
+                                               1000000000000000ull,
+                                               10000000000000000ull,
+                                               100000000000000000ull,
+                                               1000000000000000000ull,
+                                               10000000000000000000ull};
+    double v = ldexp((double)m, e);
+    int x = (int)floor(log10(v)); /* the decimal exponent, corrected below when off by one */
+    unsigned long long q = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        int k = 8 - x;
+        if (k > 31 || k < -30 || e < -127 || e > 103)
+            return -1;
+        u128 num = m, den = 1;
+        if (e >= 0)
+            num <<= e;
+        else
+            den <<= -e;
+        if (k >= 0) {
+            u128 t = k > 19 ? (u128)p10[19] * p10[k - 19] : p10[k];
+            if (num > ~(u128)0 / t)
+                return -1;
+            num *= t;
+        } else {
+            u128 t = -k > 19 ? (u128)p10[19] * p10[-k - 19] : p10[-k];
+            den *= t;
+        }
+        u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
+        u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
+        if (qq >= 1000000000ull) {
+            x++;
+            continue;
+        }
+        if (qq < 100000000ull) {
+            x--;
+            continue;
+        }
+        q = (unsigned long long)qq;
+        if (2 * r > den || (2 * r == den && (q & 1)))
+            q++;
+        if (q == 1000000000ull) {
+            q = 100000000ull;
+            x++;
+        }
+        break;
+    }
+    if (!q)
+        return -1;
+    char dig[9];
+    for (int i = 8; i >= 0; i--, q /= 10)
+        dig[i] = (char)('0' + q % 10);
+    int nd = 9; /* %g drops the trailing zeros of the fraction */
+    while (nd > 1 && dig[nd - 1] == '0')
+        nd--;
+    int n = 0;
+    if (neg)
+        out[n++] = '-';
+    if (x < -4 || x >= 9) {
+        out[n++] = dig[0];
+        if (nd > 1) {
+            out[n++] = '.';
+            memcpy(out + n, dig + 1, (size_t)nd - 1);
+            n += nd - 1;
+        }
+        out[n++] = 'e';
+        out[n++] = x < 0 ? '-' : '+';
+        int ax = x < 0 ? -x : x;
+        if (ax >= 10)
+            out[n++] = (char)('0' + ax / 10);
+        else
+            out[n++] = '0';
+        out[n++] = (char)('0' + ax % 10);
+    } else if (x >= 0) {
+        memcpy(out + n, dig, (size_t)x + 1);
+        n += x + 1;
+        if (nd > x + 1) {
+            out[n++] = '.';
+            memcpy(out + n, dig + x + 1, (size_t)(nd - x - 1));
+            n += nd - x - 1;
+        }
+    } else {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int i = 0; i < -x - 1; i++)
+            out[n++] = '0';
+        memcpy(out + n, dig, (size_t)nd);
+        n += nd;
+    }
+    return n;
+}
+
+void jsonw_f32(jsonw_t *w, float f)
+{
+    if (!isfinite(f)) {
+        jsonw_lit(w, "null");
+        return;
+    }
+    char out[48];
+    int n = -1;
+    if (f == 0) {
+        n = signbit(f) ? 2 : 1;
+        memcpy(out, "-0", 2);
+        if (n == 1)
+            out[0] = '0';
+    } else {
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        uint32_t ef = (bits >> 23) & 0xff, m = bits & 0x7fffff;
+        int e = ef ? (int)ef - 150 : -149;
+        if (ef)
+            m |= 1u << 23;
+        n = s_f32_g9(bits >> 31, m, e, out);
+    }
+    if (n < 0)
+        n = snprintf(out, sizeof out, "%.9g", (double)f);
     jsonw_raw(w, out, (size_t)n);
 }
 

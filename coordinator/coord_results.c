@@ -205,19 +205,15 @@ static void s_write_bin32(jsonw_t *w, const msgpack_object *o, bool is_float)
     for (size_t i = 0; i < n; i += 4) {
         uint32_t v = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
                      (uint32_t)p[i + 3] << 24;
-        char num[32];
-        int k;
+        if (i)
+            jsonw_lit(w, ",");
         if (is_float) {
             float f;
             memcpy(&f, &v, 4);
-            k = isfinite(f) ? snprintf(num, sizeof num, "%.9g", (double)f)
-                            : snprintf(num, sizeof num, "null");
+            jsonw_f32(w, f); /* "%.9g", null when not finite */
         } else {
-            k = snprintf(num, sizeof num, "%" PRId32, (int32_t)v);
+            jsonw_int(w, (int32_t)v);
         }
-        if (i)
-            jsonw_lit(w, ",");
-        jsonw_raw(w, num, (size_t)k);
     }
     jsonw_lit(w, "]");
 }
