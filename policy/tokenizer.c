@@ -29,22 +29,38 @@ static bool s_space(unsigned char c)
     return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* s_class maps a byte to its digit value (0..61), 64 for a space, 65 for anything else. */
+static const unsigned char *s_classes(void)
+{
+    static unsigned char t[256];
+    static int ready; /* benign: every thread writes the same bytes */
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        for (int c = 0; c < 256; c++) {
+            int d = s_digit((unsigned char)c);
+            t[c] = d >= 0 ? (unsigned char)d : s_space((unsigned char)c) ? 64 : 65;
+        }
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return t;
+}
+
 size_t ptok_encode(const char *text, size_t len, int32_t *ids, size_t cap)
 {
     const unsigned char *p = (const unsigned char *)text;
+    const unsigned char *cls = s_classes();
     size_t i = 0, n = 0;
     while (p && i < len) {
         int32_t prefix = 0;
-        if ((p[i] == ' ' || p[i] == '\n') && i + 1 < len && !s_space(p[i + 1])) {
+        if ((p[i] == ' ' || p[i] == '\n') && i + 1 < len && cls[p[i + 1]] != 64) {
             prefix = p[i] == ' ' ? 1 : 2;
             i++;
         }
         int32_t core;
-        if (s_digit(p[i]) >= 0) {
+        if (cls[p[i]] < 62) {
             int32_t v = 0;
             int k = 0;
-            while (k < 4 && i < len && s_digit(p[i]) >= 0) {
-                v = v * 62 + s_digit(p[i]);
+            while (k < 4 && i < len && cls[p[i]] < 62) {
+                v = v * 62 + cls[p[i]];
                 i++;
                 k++;
             }
