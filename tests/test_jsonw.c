@@ -140,6 +140,12 @@ static void numbers_are_printed_as_cjson_prints_them(void **state)
         s_check_num((double)(int64_t)(x & INT64_MAX));
         s_check_num((double)(x % 100000) / 997.0);
         s_check_num((double)(int32_t)x);
+        /* any bit pattern, and logprob-like values near every binary exponent */
+        double d;
+        memcpy(&d, &x, sizeof d);
+        s_check_num(d);
+        s_check_num(-ldexp((double)(x >> 11), (int)(x % 160) - 150));
+        s_check_num((double)(float)(-(double)(x % 100000) / 997.0));
     }
 }
 
