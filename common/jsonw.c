@@ -290,31 +290,36 @@ static int s_dbl_g15(double d, char *out)
     return s_gfmt(neg, m, e, 17, out, NULL, NULL);
 }
 
-void jsonw_f32(jsonw_t *w, float f)
+size_t jsonw_f32_fmt(float f, char *out)
 {
     if (!isfinite(f)) {
-        jsonw_lit(w, "null");
-        return;
+        memcpy(out, "null", 4);
+        return 4;
     }
-    char out[48];
-    int n = -1;
+    int n;
     if (f == 0) {
         n = signbit(f) ? 2 : 1;
         memcpy(out, "-0", 2);
         if (n == 1)
             out[0] = '0';
-    } else {
-        uint32_t bits;
-        memcpy(&bits, &f, 4);
-        uint32_t ef = (bits >> 23) & 0xff, m = bits & 0x7fffff;
-        int e = ef ? (int)ef - 150 : -149;
-        if (ef)
-            m |= 1u << 23;
-        n = s_gfmt(bits >> 31, m, e, 9, out, NULL, NULL);
+        return (size_t)n;
     }
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    uint32_t ef = (bits >> 23) & 0xff, m = bits & 0x7fffff;
+    int e = ef ? (int)ef - 150 : -149;
+    if (ef)
+        m |= 1u << 23;
+    n = s_gfmt(bits >> 31, m, e, 9, out, NULL, NULL);
     if (n < 0)
-        n = snprintf(out, sizeof out, "%.9g", (double)f);
-    jsonw_raw(w, out, (size_t)n);
+        n = snprintf(out, 32, "%.9g", (double)f);
+    return (size_t)n;
+}
+
+void jsonw_f32(jsonw_t *w, float f)
+{
+    char out[32];
+    jsonw_raw(w, out, jsonw_f32_fmt(f, out));
 }
 
 char *jsonw_finish(jsonw_t *w)

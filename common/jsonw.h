@@ -50,6 +50,10 @@ void jsonw_int(jsonw_t *w, long long v);
  * printf for the magnitudes a logprob has (1e-23 to 2^104; others go through snprintf). */
 void jsonw_f32(jsonw_t *w, float f);
 
+/* jsonw_f32_fmt writes what jsonw_f32 appends into out (room for 32 bytes, no NUL) and returns
+ * its length. */
+size_t jsonw_f32_fmt(float f, char *out);
+
 /* jsonw_finish terminates the text with a NUL (not counted in b->len) and returns b->data, or
  * NULL when an append failed. The buffer still owns the memory. */
 char *jsonw_finish(jsonw_t *w);
