@@ -341,6 +341,8 @@ static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *
     }
 }
 
+#define S_MAX_SCAN_IDS (1 << 24) /* more ids than this are left to the JSON parser */
+
 /* ---- light scanner of logprobs.content -----------------------------------------------------
  * A response with per-token logprobs holds one small object per completion token; a cJSON tree
  * of them costs the actor more than the rest of the response. s_lp_scan finds the first choice's
@@ -371,13 +373,17 @@ static const char *s_ws(const char *p, const char *e)
 /* s_str_end returns the byte after the string that starts at p ('"'), or NULL. */
 static const char *s_str_end(const char *p, const char *e)
 {
-    for (p++; p < e; p++) {
-        if (*p == '\\') {
-            p++;
-            continue;
-        }
-        if (*p == '"')
-            return p + 1;
+    const char *s0 = ++p;
+    while (p < e) {
+        const char *q = memchr(p, '"', (size_t)(e - p));
+        if (!q)
+            return NULL;
+        size_t bs = 0; /* the quote is escaped after an odd run of backslashes */
+        while (q - bs > s0 && q[-1 - (ptrdiff_t)bs] == '\\')
+            bs++;
+        if (!(bs & 1))
+            return q + 1;
+        p = q + 1;
     }
     return NULL;
 }
@@ -492,38 +498,40 @@ static bool s_fast_num(const char *p, const char *e, double *out)
     return true;
 }
 
-/* s_ids_scan reads [p, e), a JSON array of integers in 0..INT32_MAX written as plain digits, into
- * a new array (*ids, *n); false (nothing kept) for any other form, left to the JSON parser. */
-static bool s_ids_scan(const char *p, const char *e, int32_t **ids, size_t *n)
+/* s_ids_scan reads the JSON array at p ('[') of integers in 0..INT32_MAX written as plain digits
+ * into a new array (*ids, *n) and returns the byte after it; NULL (nothing kept) for any other
+ * form, left to the JSON parser. */
+static const char *s_ids_scan(const char *p, const char *e, int32_t **ids, size_t *n)
 {
-    size_t cap = 1;
-    for (const char *q = p; q < e; q++)
-        cap += *q == ',';
+    size_t cap = 64, k = 0;
     int32_t *v = sr_xmalloc(cap * sizeof *v);
-    size_t k = 0;
     p = s_ws(p + 1, e);
-    while (p < e && k < cap && *p >= '0' && *p <= '9') {
+    while (p < e && *p >= '0' && *p <= '9') {
         uint64_t x = 0;
         const char *d0 = p;
         for (; p < e && *p >= '0' && *p <= '9' && p - d0 <= 10; p++)
             x = x * 10 + (uint64_t)(*p - '0');
-        if (x > INT32_MAX || (p - d0 > 1 && *d0 == '0'))
+        if (x > INT32_MAX || (p - d0 > 1 && *d0 == '0') || k >= S_MAX_SCAN_IDS)
             break;
+        if (k == cap) {
+            cap *= 2;
+            v = sr_xrealloc(v, cap * sizeof *v);
+        }
         v[k++] = (int32_t)x;
         p = s_ws(p, e);
         if (p < e && *p == ',') {
             p = s_ws(p + 1, e);
             continue;
         }
-        if (p < e && *p == ']' && p + 1 == e) {
+        if (p < e && *p == ']') {
             *ids = v;
             *n = k;
-            return true;
+            return p + 1;
         }
         break;
     }
     free(v);
-    return false;
+    return NULL;
 }
 
 /* s_lp_entry reads one content entry {token, logprob, ...} at p; returns the byte after it. */
@@ -594,8 +602,78 @@ done:
     return p + 1;
 }
 
-/* s_lp_scan fills sc from body: the first choice's logprobs.content (sc->at) and its token_ids
- * (sc->ids_at), each when it is in the shape read here; false when neither is. */
+/* s_lp_content reads the content array at p ('[') into sc and returns the byte after it, or
+ * NULL (sc's arrays then hold nothing usable). */
+static const char *s_lp_content(const char *p, const char *e, s_lpscan_t *sc)
+{
+    size_t cap = 64;
+    sc->all_ids = true;
+    sc->lp = sr_xcalloc(cap, sizeof *sc->lp);
+    sc->ids = sr_xcalloc(cap, sizeof *sc->ids);
+    p = s_ws(p + 1, e);
+    if (p < e && *p == ']')
+        return p + 1;
+    for (;;) {
+        if (sc->n == cap) {
+            cap *= 2;
+            sc->lp = sr_xrealloc(sc->lp, cap * sizeof *sc->lp);
+            sc->ids = sr_xrealloc(sc->ids, cap * sizeof *sc->ids);
+            memset(sc->lp + sc->n, 0, (cap - sc->n) * sizeof *sc->lp);
+            memset(sc->ids + sc->n, 0, (cap - sc->n) * sizeof *sc->ids);
+        }
+        if (!(p = s_lp_entry(p, e, sc, sc->n)))
+            return NULL;
+        sc->n++;
+        p = s_ws(p, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        return p < e && *p == ']' ? p + 1 : NULL;
+    }
+}
+
+/* s_lp_obj reads the logprobs object at p ('{'): its first "content" array into sc; returns the
+ * byte after the object, or NULL when it is not in the shape read here. */
+static const char *s_lp_obj(const char *p, const char *e, s_lpscan_t *sc)
+{
+    bool seen = false, ok = false;
+    p = s_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return NULL; /* no content */
+    while (p < e && *p == '"') {
+        const char *ke = s_str_end(p, e);
+        if (!ke)
+            return NULL;
+        bool is_content = ke - p == 9 && memcmp(p + 1, "content", 7) == 0;
+        p = s_ws(ke, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = s_ws(p + 1, e);
+        const char *ve;
+        if (is_content && !seen) {
+            seen = true;
+            if (p >= e || *p != '[')
+                return NULL;
+            ve = s_lp_content(p, e, sc);
+            ok = ve != NULL;
+        } else {
+            ve = p < e ? s_val_end(p, e, 1) : NULL;
+        }
+        if (!ve)
+            return NULL;
+        p = s_ws(ve, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        return ok && p < e && *p == '}' ? p + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* s_lp_scan fills sc from body in one pass over the first choice: its logprobs.content (sc->at)
+ * and its token_ids (sc->ids_at), each when it is in the shape read here; false when neither is. */
 static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
 {
     memset(sc, 0, sizeof *sc);
@@ -606,8 +684,6 @@ static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
     const char *p = s_ws(ch + 1, e);
     if (p >= e || *p != '{')
         return false;
-    /* one walk over the first choice's keys: the first "logprobs" and "token_ids" */
-    const char *lp = NULL, *lpe = NULL, *ti = NULL, *tie = NULL;
     bool seen_lp = false, seen_ti = false;
     p = s_ws(p + 1, e);
     while (p < e && *p == '"') {
@@ -620,65 +696,44 @@ static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
         if (p >= e || *p != ':')
             break;
         p = s_ws(p + 1, e);
-        const char *ve = p < e ? s_val_end(p, e, 0) : NULL;
-        if (!ve)
+        if (p >= e)
             break;
+        const char *ve = NULL;
         if (kl == 8 && memcmp(key, "logprobs", 8) == 0 && !seen_lp) {
             seen_lp = true;
-            if (*p == '{')
-                lp = p, lpe = ve;
+            if (*p == '{' && (ve = s_lp_obj(p, e, sc))) {
+                sc->at = p;
+                sc->end = ve;
+            } else {
+                free(sc->lp);
+                free(sc->ids);
+                sc->lp = NULL;
+                sc->ids = NULL;
+                sc->n = 0;
+                sc->any = sc->all_ids = false;
+                sc->sum = 0;
+            }
         } else if (kl == 9 && memcmp(key, "token_ids", 9) == 0 && !seen_ti) {
             seen_ti = true;
-            if (*p == '[')
-                ti = p, tie = ve;
+            if (*p == '[' && (ve = s_ids_scan(p, e, &sc->tids, &sc->n_tids))) {
+                if (sc->n_tids > 0) {
+                    sc->ids_at = p;
+                    sc->ids_end = ve;
+                } else { /* [] is the JSON parser's: it then looks for sglext's */
+                    free(sc->tids);
+                    sc->tids = NULL;
+                }
+            }
         }
+        if (!ve && !(ve = s_val_end(p, e, 0)))
+            break;
         p = s_ws(ve, e);
         if (p < e && *p == ',')
             p = s_ws(p + 1, e);
         else
             break;
     }
-    if (ti && s_ids_scan(ti, tie, &sc->tids, &sc->n_tids)) {
-        sc->ids_at = ti;
-        sc->ids_end = tie;
-    }
-    const char *ct = lp ? s_key_val(lp, lpe, "content") : NULL;
-    if (!ct || *ct != '[')
-        return sc->ids_at != NULL;
-    size_t cap = 0;
-    for (const char *q = ct; q < lpe; q++)
-        cap += *q == '{';
-    sc->all_ids = true;
-    sc->lp = sr_xcalloc(cap ? cap : 1, sizeof *sc->lp);
-    sc->ids = sr_xcalloc(cap ? cap : 1, sizeof *sc->ids);
-    p = s_ws(ct + 1, lpe);
-    if (p < lpe && *p == ']') {
-        sc->at = lp;
-        sc->end = lpe;
-        return true;
-    }
-    while (sc->n < cap && (p = s_lp_entry(p, lpe, sc, sc->n))) {
-        sc->n++;
-        p = s_ws(p, lpe);
-        if (p < lpe && *p == ',') {
-            p++;
-            continue;
-        }
-        if (p < lpe && *p == ']') {
-            sc->at = lp;
-            sc->end = lpe;
-            return true;
-        }
-        break;
-    }
-    free(sc->lp);
-    free(sc->ids);
-    sc->lp = NULL;
-    sc->ids = NULL;
-    sc->n = 0;
-    sc->any = sc->all_ids = false;
-    sc->sum = 0;
-    return sc->ids_at != NULL;
+    return sc->at || sc->ids_at;
 }
 
 /* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
