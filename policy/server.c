@@ -590,6 +590,7 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
     }
     const cJSON *m;
     int idx = 0;
+    size_t ptok_n = 0; /* with ids but no prompt ids: the prompt's tokens, turn by turn */
     cJSON_ArrayForEach(m, msgs)
     {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -601,7 +602,9 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
             return SR_EINVAL;
         }
         rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
-        if (rq->token_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
+        if (rq->token_ids && !rq->prompt_ids) { /* counted, not rendered */
+            ptok_n += ptok_turn_count(role->valuestring, text, strlen(text));
+        } else if (rq->token_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
             s_buf_add(&rq->prompt, "<|", 2);
             s_buf_add(&rq->prompt, role->valuestring, strlen(role->valuestring));
             s_buf_add(&rq->prompt, "|>\n", 3);
@@ -618,7 +621,9 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
     }
     rq->prompt_tokens += 2; /* the assistant's turn header */
     rq->cost_prompt_tokens = rq->prompt_tokens;
-    if (rq->token_ids) {
+    if (rq->token_ids && !rq->prompt_ids) {
+        rq->prompt_tokens = (int)(ptok_n + ptok_count("<|assistant|>\n"));
+    } else if (rq->token_ids) {
         s_buf_add(&rq->prompt, "<|assistant|>\n", 14);
         rq->prompt_tokens = (int)ptok_encode(rq->prompt.p, rq->prompt.len, NULL, 0);
     }

@@ -80,6 +80,26 @@ size_t ptok_count(const char *text)
     return text ? ptok_encode(text, strlen(text), NULL, 0) : 0;
 }
 
+size_t ptok_turn_count(const char *role, const char *text, size_t text_len)
+{
+    /* The header "<|role|>\n" ends with a newline: a core of its own, or the prefix of the
+     * text's first token when that is not whitespace. The text's tokens are its own (its end
+     * meets a newline, which joins nothing before it), and the turn's closing newline becomes
+     * the prefix of the next '<'. */
+    size_t rl = strlen(role);
+    char small[80];
+    char *hdr = rl + 5 <= sizeof small ? small : sr_xmalloc(rl + 5);
+    memcpy(hdr, "<|", 2);
+    memcpy(hdr + 2, role, rl);
+    memcpy(hdr + 2 + rl, "|>\n", 3);
+    size_t n = ptok_encode(hdr, rl + 5, NULL, 0) + ptok_encode(text, text_len, NULL, 0);
+    if (hdr != small)
+        free(hdr);
+    if (text_len > 0 && !s_space((unsigned char)text[0]))
+        n--;
+    return n;
+}
+
 int ptok_piece(int32_t id, char *buf)
 {
     if (id < 0 || id >= PTOK_VOCAB)

@@ -32,6 +32,12 @@ size_t ptok_encode(const char *text, size_t len, int32_t *ids, size_t cap);
 /* ptok_count returns the number of tokens of the NUL-terminated text (0 for NULL). */
 size_t ptok_count(const char *text);
 
+/* ptok_turn_count returns how many tokens the turn "<|role|>\ntext\n" adds to a rendered chat
+ * prompt in which the next thing is another turn or "<|assistant|>\n" (both start with '<', so
+ * the turn's last newline is that token's prefix): ptok_encode of the whole prompt equals the sum
+ * over its turns plus ptok_count("<|assistant|>\n"). Text need not be rendered for it. */
+size_t ptok_turn_count(const char *role, const char *text, size_t text_len);
+
 /* ptok_piece writes the text of one id into buf (at least 8 bytes) and returns its length, or -1
  * for an id outside 0..PTOK_VOCAB-1. The text is not NUL-terminated when it is a NUL byte. */
 int ptok_piece(int32_t id, char *buf);
