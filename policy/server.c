@@ -601,10 +601,16 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
                     "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
             return SR_EINVAL;
         }
-        rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
-        if (rq->token_ids && !rq->prompt_ids) { /* counted, not rendered */
-            ptok_n += ptok_turn_count(role->valuestring, text, strlen(text));
-        } else if (rq->token_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
+        if (rq->token_ids && !rq->prompt_ids) { /* counted, not rendered: one pass */
+            int words;
+            size_t tl;
+            size_t tt = ptok_count_words(text, &words, &tl);
+            rq->prompt_tokens += words + 4; /* role and framing */
+            ptok_n += ptok_turn_tokens(role->valuestring, text[0], tt);
+        } else {
+            rq->prompt_tokens += policy_tokens(text) + 4;
+        }
+        if (rq->token_ids && rq->prompt_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
             s_buf_add(&rq->prompt, "<|", 2);
             s_buf_add(&rq->prompt, role->valuestring, strlen(role->valuestring));
             s_buf_add(&rq->prompt, "|>\n", 3);

@@ -80,7 +80,7 @@ size_t ptok_count(const char *text)
     return text ? ptok_encode(text, strlen(text), NULL, 0) : 0;
 }
 
-size_t ptok_turn_count(const char *role, const char *text, size_t text_len)
+size_t ptok_turn_tokens(const char *role, char first, size_t text_tokens)
 {
     /* The header "<|role|>\n" ends with a newline: a core of its own, or the prefix of the
      * text's first token when that is not whitespace. The text's tokens are its own (its end
@@ -92,12 +92,46 @@ size_t ptok_turn_count(const char *role, const char *text, size_t text_len)
     memcpy(hdr, "<|", 2);
     memcpy(hdr + 2, role, rl);
     memcpy(hdr + 2 + rl, "|>\n", 3);
-    size_t n = ptok_encode(hdr, rl + 5, NULL, 0) + ptok_encode(text, text_len, NULL, 0);
+    size_t n = ptok_encode(hdr, rl + 5, NULL, 0) + text_tokens;
     if (hdr != small)
         free(hdr);
-    if (text_len > 0 && !s_space((unsigned char)text[0]))
+    if (first && !s_space((unsigned char)first))
         n--;
     return n;
+}
+
+size_t ptok_turn_count(const char *role, const char *text, size_t text_len)
+{
+    return ptok_turn_tokens(role, text_len ? text[0] : '\0', ptok_encode(text, text_len, NULL, 0));
+}
+
+size_t ptok_count_words(const char *text, int *words, size_t *len)
+{
+    /* ptok's count is the words' count plus each whitespace byte that is no token's prefix (a
+     * space or newline before a non-whitespace byte is one; whitespace is no word token) */
+    int w = 0;
+    size_t ws = 0;
+    const unsigned char *p = (const unsigned char *)(text ? text : "");
+    const unsigned char *s0 = p;
+    while (*p) {
+        if (s_digit(*p) >= 0) {
+            int run = 0;
+            while (s_digit(*p) >= 0) {
+                run++;
+                p++;
+            }
+            w += (run + 3) / 4;
+        } else if (s_space(*p)) {
+            ws += !((*p == ' ' || *p == '\n') && p[1] && !s_space(p[1]));
+            p++;
+        } else {
+            w++;
+            p++;
+        }
+    }
+    *words = w;
+    *len = (size_t)(p - s0);
+    return (size_t)w + ws;
 }
 
 int ptok_piece(int32_t id, char *buf)
