@@ -4,7 +4,9 @@
  * Strings are copied in runs: the scan stops only at the bytes that need an escape, so a prompt
  * of plain text is one memcpy. Integers in the int range are written by hand (%1.15g would print
  * the same digits; negative zero, which cJSON prints "-0", takes the general path); other numbers
- * go through snprintf with cJSON's formats and its read-back test.
+ * get cJSON's formats and its read-back test computed exactly with 128-bit integers (the digits
+ * of m * 2^e * 10^k, rounded half to even as printf rounds), and snprintf and strtod outside the
+ * range where that is exact. tests/test_jsonw.c compares both writers with printf.
  */
 #include "common/jsonw.h"
 
@@ -13,6 +15,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -73,6 +76,8 @@ void jsonw_str(jsonw_t *w, const char *s)
     jsonw_strn(w, s ? s : "", s ? strlen(s) : 0);
 }
 
+static int s_dbl_g15(double d, char *out);
+
 void jsonw_num(jsonw_t *w, double d)
 {
     char out[32];
@@ -98,12 +103,223 @@ void jsonw_num(jsonw_t *w, double d)
         jsonw_raw(w, out, (size_t)n);
         return;
     }
+    n = s_dbl_g15(d, out);
+    if (n >= 0) {
+        jsonw_raw(w, out, (size_t)n);
+        return;
+    }
     n = snprintf(out, sizeof out, "%1.15g", d);
     double back = strtod(out, NULL);
     double big = fabs(back) > fabs(d) ? fabs(back) : fabs(d);
     if (!(fabs(back - d) <= big * DBL_EPSILON))
         n = snprintf(out, sizeof out, "%1.17g", d);
     jsonw_raw(w, out, (size_t)n);
+}
+
+/* s_udec writes u in decimal at the end of buf[0..24) and returns the first digit's index. */
+static int s_udec(unsigned long long u, char *buf)
+{
+    int k = 24;
+    do {
+        buf[--k] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    return k;
+}
+
+void jsonw_int(jsonw_t *w, long long v)
+{
+    char buf[24];
+    int k = s_udec(v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, buf);
+    if (v < 0)
+        buf[--k] = '-';
+    jsonw_raw(w, buf + k, (size_t)(24 - k));
+}
+
+/* s_gfmt writes "%.Pg" (P = 1..17) of a finite, non-zero value (-1)^neg * m * 2^e into out (room
+ * for 32) and returns its length, or -1 outside the range it handles exactly with 128-bit
+ * integers. The P digits are q = round(m * 2^e * 10^k) with 10^(P-1) <= q < 10^P, the tie to even
+ * as glibc rounds; *q_out and *x_out (when not NULL) get q and the decimal exponent x of its first
+ * digit (the text's value is q * 10^(x - P + 1)). */
+static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long long *q_out,
+                  int *x_out)
+{
+    typedef unsigned __int128 u128;
+    static const unsigned long long p10[20] = {1ull,
+                                               10ull,
+                                               100ull,
+                                               1000ull,
+                                               10000ull,
+                                               100000ull,
+                                               1000000ull,
+                                               10000000ull,
+                                               100000000ull,
+                                               1000000000ull,
+                                               10000000000ull,
+                                               100000000000ull,
+                                               1000000000000ull,
+                                               10000000000000ull,
+                                               100000000000000ull,
+                                               1000000000000000ull,
+                                               10000000000000000ull,
+                                               100000000000000000ull,
+                                               1000000000000000000ull,
+                                               10000000000000000000ull};
+    double v = ldexp((double)m, e);
+    int x = (int)floor(log10(v)); /* the decimal exponent, corrected below when off by one */
+    unsigned long long q = 0;
+    const unsigned long long lo = p10[P - 1], hi = p10[P];
+    for (int tries = 0; tries < 3; tries++) {
+        int k = P - 1 - x;
+        if (k > 38 || k < -38 || e < -127 || e > 127 - 53)
+            return -1;
+        u128 num = m, den = 1;
+        if (e >= 0)
+            num <<= e;
+        else
+            den <<= -e;
+        if (k >= 0) {
+            u128 t = k > 19 ? (u128)p10[19] * p10[k - 19] : p10[k];
+            if (num > ~(u128)0 / t)
+                return -1;
+            num *= t;
+        } else {
+            u128 t = -k > 19 ? (u128)p10[19] * p10[-k - 19] : p10[-k];
+            if (den > ~(u128)0 / t)
+                return -1;
+            den *= t;
+        }
+        u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
+        u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
+        if (qq >= hi) {
+            x++;
+            continue;
+        }
+        if (qq < lo) {
+            x--;
+            continue;
+        }
+        q = (unsigned long long)qq;
+        if (2 * r > den || (2 * r == den && (q & 1)))
+            q++;
+        if (q == hi) {
+            q = lo;
+            x++;
+        }
+        break;
+    }
+    if (!q)
+        return -1;
+    if (q_out)
+        *q_out = q;
+    if (x_out)
+        *x_out = x;
+    char dig[17];
+    for (int i = P - 1; i >= 0; i--, q /= 10)
+        dig[i] = (char)('0' + q % 10);
+    int nd = P; /* %g drops the trailing zeros of the fraction */
+    while (nd > 1 && dig[nd - 1] == '0')
+        nd--;
+    int n = 0;
+    if (neg)
+        out[n++] = '-';
+    if (x < -4 || x >= P) {
+        out[n++] = dig[0];
+        if (nd > 1) {
+            out[n++] = '.';
+            memcpy(out + n, dig + 1, (size_t)nd - 1);
+            n += nd - 1;
+        }
+        out[n++] = 'e';
+        out[n++] = x < 0 ? '-' : '+';
+        int ax = x < 0 ? -x : x;
+        if (ax >= 10)
+            out[n++] = (char)('0' + ax / 10);
+        else
+            out[n++] = '0';
+        out[n++] = (char)('0' + ax % 10);
+    } else if (x >= 0) {
+        memcpy(out + n, dig, (size_t)x + 1);
+        n += x + 1;
+        if (nd > x + 1) {
+            out[n++] = '.';
+            memcpy(out + n, dig + x + 1, (size_t)(nd - x - 1));
+            n += nd - x - 1;
+        }
+    } else {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int i = 0; i < -x - 1; i++)
+            out[n++] = '0';
+        memcpy(out + n, dig, (size_t)nd);
+        n += nd;
+    }
+    return n;
+}
+
+/* s_dbl_g15 writes d (finite, not an int) as jsonw_num does: "%1.15g" when that reads back as d
+ * within a relative DBL_EPSILON, else "%1.17g"; -1 when the read-back or the digits are out of
+ * the exact fast range (the caller then uses snprintf and strtod). The read-back is q * 10^j or
+ * q / 10^-j with q < 2^53 and |j| <= 22: one correctly rounded operation, as strtod gives. */
+static int s_dbl_g15(double d, char *out)
+{
+    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    uint64_t ef = (bits >> 52) & 0x7ff, m = bits & ((1ull << 52) - 1);
+    if (!ef || ef == 0x7ff)
+        return -1; /* subnormals (and what is not finite): printf */
+    m |= 1ull << 52;
+    int e = (int)ef - 1075;
+    bool neg = bits >> 63;
+    unsigned long long q;
+    int x;
+    int n = s_gfmt(neg, m, e, 15, out, &q, &x);
+    if (n < 0)
+        return -1;
+    int j = x - 14;
+    if (j < -22 || j > 22)
+        return -1;
+    double back = j >= 0 ? (double)q * p10[j] : (double)q / p10[-j];
+    double ad = fabs(d);
+    double big = back > ad ? back : ad;
+    if (fabs(back - ad) <= big * DBL_EPSILON)
+        return n;
+    return s_gfmt(neg, m, e, 17, out, NULL, NULL);
+}
+
+size_t jsonw_f32_fmt(float f, char *out)
+{
+    if (!isfinite(f)) {
+        memcpy(out, "null", 4);
+        return 4;
+    }
+    int n;
+    if (f == 0) {
+        n = signbit(f) ? 2 : 1;
+        memcpy(out, "-0", 2);
+        if (n == 1)
+            out[0] = '0';
+        return (size_t)n;
+    }
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    uint32_t ef = (bits >> 23) & 0xff, m = bits & 0x7fffff;
+    int e = ef ? (int)ef - 150 : -149;
+    if (ef)
+        m |= 1u << 23;
+    n = s_gfmt(bits >> 31, m, e, 9, out, NULL, NULL);
+    if (n < 0)
+        n = snprintf(out, 32, "%.9g", (double)f);
+    return (size_t)n;
+}
+
+void jsonw_f32(jsonw_t *w, float f)
+{
+    char out[32];
+    jsonw_raw(w, out, jsonw_f32_fmt(f, out));
 }
 
 char *jsonw_finish(jsonw_t *w)

@@ -42,6 +42,18 @@ void jsonw_strn(jsonw_t *w, const char *s, size_t n);
  * %1.17g when %1.15g does not read back as d (within a relative DBL_EPSILON). */
 void jsonw_num(jsonw_t *w, double d);
 
+/* jsonw_int appends v in decimal, as printf's %lld writes it. */
+void jsonw_int(jsonw_t *w, long long v);
+
+/* jsonw_f32 appends f as printf's "%.9g" writes (double)f (nine significant digits, which read
+ * back as f exactly), or null when f is not finite; byte for byte the same text, written without
+ * printf for the magnitudes a logprob has (1e-23 to 2^104; others go through snprintf). */
+void jsonw_f32(jsonw_t *w, float f);
+
+/* jsonw_f32_fmt writes what jsonw_f32 appends into out (room for 32 bytes, no NUL) and returns
+ * its length. */
+size_t jsonw_f32_fmt(float f, char *out);
+
 /* jsonw_finish terminates the text with a NUL (not counted in b->len) and returns b->data, or
  * NULL when an append failed. The buffer still owns the memory. */
 char *jsonw_finish(jsonw_t *w);

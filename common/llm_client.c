@@ -291,9 +291,10 @@ static bool s_token_id_str(const cJSON *t, int32_t *id)
 static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *lpc,
                            llm_parsed_t *st)
 {
-    if (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "token_ids"), &st->token_ids,
-                    &st->n_token_ids) ||
-        st->n_token_ids == 0) {
+    if (!st->token_ids && /* the scanner's, when it read them */
+        (!s_id_array(cJSON_GetObjectItemCaseSensitive(choice, "token_ids"), &st->token_ids,
+                     &st->n_token_ids) ||
+         st->n_token_ids == 0)) {
         const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "sglext");
         if (cJSON_IsObject(ext))
             s_id_array(cJSON_GetObjectItemCaseSensitive(ext, "completion_token_ids"),
@@ -340,6 +341,8 @@ static void s_parse_tokens(const cJSON *root, const cJSON *choice, const cJSON *
     }
 }
 
+#define S_MAX_SCAN_IDS (1 << 24) /* more ids than this are left to the JSON parser */
+
 /* ---- light scanner of logprobs.content -----------------------------------------------------
  * A response with per-token logprobs holds one small object per completion token; a cJSON tree
  * of them costs the actor more than the rest of the response. s_lp_scan finds the first choice's
@@ -355,6 +358,9 @@ typedef struct {
     bool any;    /* some entry had a numeric logprob */
     bool all_ids;
     double sum;
+    const char *ids_at, *ids_end; /* the first choice's "token_ids" array, when read */
+    int32_t *tids;
+    size_t n_tids;
 } s_lpscan_t;
 
 static const char *s_ws(const char *p, const char *e)
@@ -367,13 +373,17 @@ static const char *s_ws(const char *p, const char *e)
 /* s_str_end returns the byte after the string that starts at p ('"'), or NULL. */
 static const char *s_str_end(const char *p, const char *e)
 {
-    for (p++; p < e; p++) {
-        if (*p == '\\') {
-            p++;
-            continue;
-        }
-        if (*p == '"')
-            return p + 1;
+    const char *s0 = ++p;
+    while (p < e) {
+        const char *q = memchr(p, '"', (size_t)(e - p));
+        if (!q)
+            return NULL;
+        size_t bs = 0; /* the quote is escaped after an odd run of backslashes */
+        while (q - bs > s0 && q[-1 - (ptrdiff_t)bs] == '\\')
+            bs++;
+        if (!(bs & 1))
+            return q + 1;
+        p = q + 1;
     }
     return NULL;
 }
@@ -446,6 +456,84 @@ static const char *s_key_val(const char *p, const char *e, const char *key)
     return NULL;
 }
 
+/* s_fast_num reads the JSON number [p, e) as strtod would when that is exact in a few steps:
+ * at most 15 significant digits and a power of ten within 10^22 (both exact doubles, so one
+ * multiplication or division rounds correctly, as strtod does). False: use strtod. */
+static bool s_fast_num(const char *p, const char *e, double *out)
+{
+    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    bool neg = p < e && *p == '-';
+    p += neg;
+    uint64_t mant = 0;
+    int digits = 0, scale = 0;
+    const char *d0 = p;
+    for (; p < e && *p >= '0' && *p <= '9'; p++) {
+        if (mant || *p != '0')
+            digits++;
+        mant = mant * 10 + (uint64_t)(*p - '0');
+        if (digits > 15)
+            return false;
+    }
+    if (p == d0 || (p - d0 > 1 && *d0 == '0'))
+        return false;
+    if (p < e && *p == '.') {
+        const char *f0 = ++p;
+        for (; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (mant || *p != '0')
+                digits++;
+            mant = mant * 10 + (uint64_t)(*p - '0');
+            scale--;
+            if (digits > 15)
+                return false;
+        }
+        if (p == f0)
+            return false;
+    }
+    if (p != e || scale < -22) /* exponents and the rest: strtod */
+        return false;
+    double x = (double)mant / p10[-scale];
+    *out = neg ? -x : x;
+    return true;
+}
+
+/* s_ids_scan reads the JSON array at p ('[') of integers in 0..INT32_MAX written as plain digits
+ * into a new array (*ids, *n) and returns the byte after it; NULL (nothing kept) for any other
+ * form, left to the JSON parser. */
+static const char *s_ids_scan(const char *p, const char *e, int32_t **ids, size_t *n)
+{
+    size_t cap = 64, k = 0;
+    int32_t *v = sr_xmalloc(cap * sizeof *v);
+    p = s_ws(p + 1, e);
+    while (p < e && *p >= '0' && *p <= '9') {
+        uint64_t x = 0;
+        const char *d0 = p;
+        for (; p < e && *p >= '0' && *p <= '9' && p - d0 <= 10; p++)
+            x = x * 10 + (uint64_t)(*p - '0');
+        if (x > INT32_MAX || (p - d0 > 1 && *d0 == '0') || k >= S_MAX_SCAN_IDS)
+            break;
+        if (k == cap) {
+            cap *= 2;
+            v = sr_xrealloc(v, cap * sizeof *v);
+        }
+        v[k++] = (int32_t)x;
+        p = s_ws(p, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        if (p < e && *p == ']') {
+            *ids = v;
+            *n = k;
+            return p + 1;
+        }
+        break;
+    }
+    free(v);
+    return NULL;
+}
+
 /* s_lp_entry reads one content entry {token, logprob, ...} at p; returns the byte after it. */
 static const char *s_lp_entry(const char *p, const char *e, s_lpscan_t *sc, size_t k)
 {
@@ -472,16 +560,19 @@ static const char *s_lp_entry(const char *p, const char *e, s_lpscan_t *sc, size
         if (!ve)
             return NULL;
         if (kl == 7 && memcmp(key, "logprob", 7) == 0 && (*p == '-' || isdigit((unsigned char)*p))) {
-            char num[64];
-            size_t nl = (size_t)(ve - p);
-            if (nl >= sizeof num)
-                return NULL;
-            memcpy(num, p, nl);
-            num[nl] = '\0';
-            char *ne;
-            double x = strtod(num, &ne);
-            if (*ne)
-                return NULL;
+            double x;
+            if (!s_fast_num(p, ve, &x)) {
+                char num[64];
+                size_t nl = (size_t)(ve - p);
+                if (nl >= sizeof num)
+                    return NULL;
+                memcpy(num, p, nl);
+                num[nl] = '\0';
+                char *ne;
+                x = strtod(num, &ne);
+                if (*ne)
+                    return NULL;
+            }
             sc->sum += x;
             sc->any = true;
             sc->lp[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
@@ -511,7 +602,78 @@ done:
     return p + 1;
 }
 
-/* s_lp_scan fills sc from body; false when the body is not in the shape it reads. */
+/* s_lp_content reads the content array at p ('[') into sc and returns the byte after it, or
+ * NULL (sc's arrays then hold nothing usable). */
+static const char *s_lp_content(const char *p, const char *e, s_lpscan_t *sc)
+{
+    size_t cap = 64;
+    sc->all_ids = true;
+    sc->lp = sr_xcalloc(cap, sizeof *sc->lp);
+    sc->ids = sr_xcalloc(cap, sizeof *sc->ids);
+    p = s_ws(p + 1, e);
+    if (p < e && *p == ']')
+        return p + 1;
+    for (;;) {
+        if (sc->n == cap) {
+            cap *= 2;
+            sc->lp = sr_xrealloc(sc->lp, cap * sizeof *sc->lp);
+            sc->ids = sr_xrealloc(sc->ids, cap * sizeof *sc->ids);
+            memset(sc->lp + sc->n, 0, (cap - sc->n) * sizeof *sc->lp);
+            memset(sc->ids + sc->n, 0, (cap - sc->n) * sizeof *sc->ids);
+        }
+        if (!(p = s_lp_entry(p, e, sc, sc->n)))
+            return NULL;
+        sc->n++;
+        p = s_ws(p, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        return p < e && *p == ']' ? p + 1 : NULL;
+    }
+}
+
+/* s_lp_obj reads the logprobs object at p ('{'): its first "content" array into sc; returns the
+ * byte after the object, or NULL when it is not in the shape read here. */
+static const char *s_lp_obj(const char *p, const char *e, s_lpscan_t *sc)
+{
+    bool seen = false, ok = false;
+    p = s_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return NULL; /* no content */
+    while (p < e && *p == '"') {
+        const char *ke = s_str_end(p, e);
+        if (!ke)
+            return NULL;
+        bool is_content = ke - p == 9 && memcmp(p + 1, "content", 7) == 0;
+        p = s_ws(ke, e);
+        if (p >= e || *p != ':')
+            return NULL;
+        p = s_ws(p + 1, e);
+        const char *ve;
+        if (is_content && !seen) {
+            seen = true;
+            if (p >= e || *p != '[')
+                return NULL;
+            ve = s_lp_content(p, e, sc);
+            ok = ve != NULL;
+        } else {
+            ve = p < e ? s_val_end(p, e, 1) : NULL;
+        }
+        if (!ve)
+            return NULL;
+        p = s_ws(ve, e);
+        if (p < e && *p == ',') {
+            p = s_ws(p + 1, e);
+            continue;
+        }
+        return ok && p < e && *p == '}' ? p + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* s_lp_scan fills sc from body in one pass over the first choice: its logprobs.content (sc->at)
+ * and its token_ids (sc->ids_at), each when it is in the shape read here; false when neither is. */
 static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
 {
     memset(sc, 0, sizeof *sc);
@@ -519,40 +681,59 @@ static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
     const char *ch = s_key_val(body, e, "choices");
     if (!ch || *ch != '[')
         return false;
-    const char *c0 = s_ws(ch + 1, e);
-    const char *lp = s_key_val(c0, e, "logprobs");
-    if (!lp || *lp != '{')
+    const char *p = s_ws(ch + 1, e);
+    if (p >= e || *p != '{')
         return false;
-    const char *lpe = s_val_end(lp, e, 0);
-    const char *ct = lpe ? s_key_val(lp, lpe, "content") : NULL;
-    if (!ct || *ct != '[')
-        return false;
-    size_t cap = 0;
-    for (const char *q = ct; q < lpe; q++)
-        cap += *q == '{';
-    sc->at = lp;
-    sc->end = lpe;
-    sc->all_ids = true;
-    sc->lp = sr_xcalloc(cap ? cap : 1, sizeof *sc->lp);
-    sc->ids = sr_xcalloc(cap ? cap : 1, sizeof *sc->ids);
-    const char *p = s_ws(ct + 1, lpe);
-    if (p < lpe && *p == ']')
-        return true;
-    while (sc->n < cap && (p = s_lp_entry(p, lpe, sc, sc->n))) {
-        sc->n++;
-        p = s_ws(p, lpe);
-        if (p < lpe && *p == ',') {
-            p++;
-            continue;
+    bool seen_lp = false, seen_ti = false;
+    p = s_ws(p + 1, e);
+    while (p < e && *p == '"') {
+        const char *ke = s_str_end(p, e);
+        if (!ke)
+            break;
+        size_t kl = (size_t)(ke - p) - 2;
+        const char *key = p + 1;
+        p = s_ws(ke, e);
+        if (p >= e || *p != ':')
+            break;
+        p = s_ws(p + 1, e);
+        if (p >= e)
+            break;
+        const char *ve = NULL;
+        if (kl == 8 && memcmp(key, "logprobs", 8) == 0 && !seen_lp) {
+            seen_lp = true;
+            if (*p == '{' && (ve = s_lp_obj(p, e, sc))) {
+                sc->at = p;
+                sc->end = ve;
+            } else {
+                free(sc->lp);
+                free(sc->ids);
+                sc->lp = NULL;
+                sc->ids = NULL;
+                sc->n = 0;
+                sc->any = sc->all_ids = false;
+                sc->sum = 0;
+            }
+        } else if (kl == 9 && memcmp(key, "token_ids", 9) == 0 && !seen_ti) {
+            seen_ti = true;
+            if (*p == '[' && (ve = s_ids_scan(p, e, &sc->tids, &sc->n_tids))) {
+                if (sc->n_tids > 0) {
+                    sc->ids_at = p;
+                    sc->ids_end = ve;
+                } else { /* [] is the JSON parser's: it then looks for sglext's */
+                    free(sc->tids);
+                    sc->tids = NULL;
+                }
+            }
         }
-        if (p < lpe && *p == ']')
-            return true;
-        break;
+        if (!ve && !(ve = s_val_end(p, e, 0)))
+            break;
+        p = s_ws(ve, e);
+        if (p < e && *p == ',')
+            p = s_ws(p + 1, e);
+        else
+            break;
     }
-    free(sc->lp);
-    free(sc->ids);
-    memset(sc, 0, sizeof *sc);
-    return false;
+    return sc->at || sc->ids_at;
 }
 
 /* s_one_line copies s into buf as one line: control characters become spaces, the ends trimmed. */
@@ -677,12 +858,17 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         sr_fmt(out->error, sizeof out->error, "empty response body");
         goto cleanup;
     }
-    if (s_lp_scan(body, len, &sc)) {
+    if (s_lp_scan(body, len, &sc)) { /* the scanned values become null for the JSON parser */
         copy = sr_xmalloc(len);
         memcpy(copy, body, len);
-        size_t at = (size_t)(sc.at - body);
-        memset(copy + at, ' ', (size_t)(sc.end - sc.at));
-        memcpy(copy + at, "null", 4);
+        const char *from[2] = {sc.at, sc.ids_at}, *to[2] = {sc.end, sc.ids_end};
+        for (int i = 0; i < 2; i++) {
+            if (!from[i])
+                continue;
+            size_t at = (size_t)(from[i] - body);
+            memset(copy + at, ' ', (size_t)(to[i] - from[i]));
+            memcpy(copy + at, "null", 4);
+        }
         scanned = true;
     }
     const char *end = NULL;
@@ -771,7 +957,12 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         out->has_logprob = any;
         out->logprob_sum = any ? sum : 0;
     }
-    if (scanned) {
+    if (sc.tids) {
+        st->token_ids = sc.tids;
+        st->n_token_ids = sc.n_tids;
+        sc.tids = NULL;
+    }
+    if (sc.at) {
         out->has_logprob = sc.any;
         out->logprob_sum = sc.any ? sc.sum : 0;
         s_parse_tokens(root, choice, NULL, st);
@@ -809,6 +1000,7 @@ cleanup:
     free(copy);
     free(sc.lp);
     free(sc.ids);
+    free(sc.tids);
     return rc;
 }
 

@@ -821,6 +821,7 @@ typedef struct {
     const uint8_t *p, *end;
     size_t max_blob; /* longest string or extension anywhere */
     proto_err_t *err;
+    bool paths; /* keep the path (for err); a scan without is rerun with it when it fails */
     s_path_t path;
 } s_scan_t;
 
@@ -852,9 +853,10 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
     if (h->n * (h->kind == H_MAP ? 2 : 1) > avail)
         return s_fail(sc->err, &sc->path, "", SR_EPROTO, "truncated message");
     for (uint64_t i = 0; i < h->n; i++) {
-        size_t old;
+        size_t old = 0;
         if (h->kind == H_ARRAY) {
-            old = s_path_push(&sc->path, NULL, 0, (long)i);
+            if (sc->paths)
+                old = s_path_push(&sc->path, NULL, 0, (long)i);
         } else {
             s_head_t k;
             int rc = s_scan_head(sc, &k);
@@ -868,13 +870,15 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
                               (unsigned long long)k.n, PROTO_MAX_ID);
             if (k.n > (size_t)(sc->end - sc->p))
                 return s_fail(sc->err, &sc->path, "", SR_EPROTO, "truncated message");
-            old = s_path_push(&sc->path, (const char *)sc->p, (size_t)k.n, -1);
+            if (sc->paths)
+                old = s_path_push(&sc->path, (const char *)sc->p, (size_t)k.n, -1);
             sc->p += k.n;
         }
         int rc = s_scan_value(sc, depth + 1);
         if (rc != SR_OK)
             return rc;
-        s_path_pop(&sc->path, old);
+        if (sc->paths)
+            s_path_pop(&sc->path, old);
     }
     return SR_OK;
 }
@@ -1682,11 +1686,16 @@ int proto_decode_limits(const void *buf, size_t len, const proto_limits_t *lim, 
     if (!((*p >= 0x80 && *p <= 0x8f) || *p == 0xde || *p == 0xdf))
         return s_fail(err, NULL, "", SR_EPROTO, "not a map");
 
-    s_scan_t sc = {.p = p, .end = p + len, .err = err,
+    /* The scan runs without the field path (a copy of every key's name); a message it refuses
+     * is scanned again with the path, for the error. */
+    s_scan_t sc = {.p = p, .end = p + len,
                    .max_blob = SR_MAX(lim->max_text, (size_t)PROTO_MAX_ACTION)};
     int rc = s_scan_value(&sc, 1);
-    if (rc != SR_OK)
-        return rc;
+    if (rc != SR_OK) {
+        sc = (s_scan_t){.p = p, .end = p + len, .err = err, .paths = true,
+                        .max_blob = SR_MAX(lim->max_text, (size_t)PROTO_MAX_ACTION)};
+        return s_scan_value(&sc, 1);
+    }
     if (sc.p != sc.end)
         return s_fail(err, NULL, "", SR_EPROTO, "trailing bytes after the map (%zu)",
                       (size_t)(sc.end - sc.p));

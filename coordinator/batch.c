@@ -8,6 +8,8 @@
  */
 #include "coordinator/batch.h"
 
+#include "common/buf.h"
+#include "common/jsonw.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/greso.h"
@@ -622,11 +624,28 @@ static void s_add_str(cJSON *o, const char *k, const char *v)
         cJSON_AddStringToObject(o, k, v);
 }
 
-static cJSON *s_ids_json(const int32_t *v, size_t n)
+/* s_bin_json returns a token array (int32 ids, or float32 logprobs as "%.9g") as one raw JSON
+ * item: written by jsonw, the same text as an array of numbers, without an item per token. */
+static cJSON *s_bin_json(const void *v, size_t n, bool is_float)
 {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    if (sr_buf_reserve(&b, 12 * n + 3) != SR_OK)
+        w.rc = SR_ENOMEM;
+    jsonw_lit(&w, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jsonw_lit(&w, ",");
+        if (is_float)
+            jsonw_f32(&w, ((const float *)v)[i]);
+        else
+            jsonw_int(&w, ((const int32_t *)v)[i]);
+    }
+    jsonw_lit(&w, "]");
+    const char *t = jsonw_finish(&w);
+    cJSON *a = t ? cJSON_CreateRaw(t) : NULL;
+    sr_buf_free(&b);
     return a;
 }
 
@@ -634,19 +653,13 @@ static cJSON *s_ids_json(const int32_t *v, size_t n)
 static void s_add_tokens(cJSON *j, const proto_result_step_t *s)
 {
     if (s->token_ids_len > 0)
-        cJSON_AddItemToObject(j, "token_ids", s_ids_json(s->token_ids, s->token_ids_len));
-    if (s->token_logprobs_len > 0) {
-        cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; a && i < s->token_logprobs_len; i++) {
-            char num[32];
-            snprintf(num, sizeof num, "%.9g", (double)s->token_logprobs[i]);
-            cJSON_AddItemToArray(a, cJSON_CreateRaw(num));
-        }
-        cJSON_AddItemToObject(j, "token_logprobs", a);
-    }
+        cJSON_AddItemToObject(j, "token_ids", s_bin_json(s->token_ids, s->token_ids_len, false));
+    if (s->token_logprobs_len > 0)
+        cJSON_AddItemToObject(j, "token_logprobs",
+                              s_bin_json(s->token_logprobs, s->token_logprobs_len, true));
     if (s->prompt_token_ids_len > 0)
         cJSON_AddItemToObject(j, "prompt_token_ids",
-                              s_ids_json(s->prompt_token_ids, s->prompt_token_ids_len));
+                              s_bin_json(s->prompt_token_ids, s->prompt_token_ids_len, false));
     if (s->has_prompt_prefix)
         cJSON_AddNumberToObject(j, "prompt_prefix", (double)s->prompt_prefix);
     if (s->tokens_mismatch)

@@ -201,25 +201,39 @@ static void s_write_bin32(jsonw_t *w, const msgpack_object *o, bool is_float)
         return;
     }
     const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
-    jsonw_lit(w, "[");
+    char chunk[4096]; /* written here, appended a chunk at a time */
+    size_t at = 0;
+    chunk[at++] = '[';
     for (size_t i = 0; i < n; i += 4) {
         uint32_t v = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
                      (uint32_t)p[i + 3] << 24;
-        char num[32];
-        int k;
+        if (at > sizeof chunk - 40) {
+            jsonw_raw(w, chunk, at);
+            at = 0;
+        }
+        if (i)
+            chunk[at++] = ',';
         if (is_float) {
             float f;
             memcpy(&f, &v, 4);
-            k = isfinite(f) ? snprintf(num, sizeof num, "%.9g", (double)f)
-                            : snprintf(num, sizeof num, "null");
+            at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
         } else {
-            k = snprintf(num, sizeof num, "%" PRId32, (int32_t)v);
+            int32_t x = (int32_t)v;
+            uint32_t u = x < 0 ? 0u - v : v;
+            char dig[12];
+            int k = 0;
+            do {
+                dig[k++] = (char)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            if (x < 0)
+                chunk[at++] = '-';
+            while (k > 0)
+                chunk[at++] = dig[--k];
         }
-        if (i)
-            jsonw_lit(w, ",");
-        jsonw_raw(w, num, (size_t)k);
     }
-    jsonw_lit(w, "]");
+    chunk[at++] = ']';
+    jsonw_raw(w, chunk, at);
 }
 
 static bool s_key_is(const char *k, size_t kl, const char *want)

@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "common/curve.h"
 #include "common/envkind.h"
+#include "common/jsonscan.h"
 #include "common/log.h"
 #include "common/store.h"
 #include "common/tasks.h"
@@ -523,8 +524,28 @@ static bool s_round_progress(s_run_t *r, int round)
     long long steps = 0, calls = 0, tokens = 0, results = 0, won = 0, failed = 0;
     char *line = NULL;
     size_t cap = 0;
-    while (getline(&line, &cap, f) > 0) {
-        cJSON *j = cJSON_Parse(line);
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        /* a line is a trajectory with all its steps: only its top-level fields are read */
+        static const char *const keys[] = {"n_steps",           "llm_calls", "prompt_tokens",
+                                           "completion_tokens", "won",       "status"};
+        jsonscan_val_t v6[SR_ARRAY_LEN(keys)];
+        if (jsonscan_fields(line, (size_t)len, keys, SR_ARRAY_LEN(keys), v6)) {
+            double x;
+            results++;
+            if (jsonscan_num(v6[0], &x))
+                steps += (long long)x;
+            if (jsonscan_num(v6[1], &x))
+                calls += (long long)x;
+            if (jsonscan_num(v6[2], &x))
+                tokens += (long long)x;
+            if (jsonscan_num(v6[3], &x))
+                tokens += (long long)x;
+            won += jsonscan_is(v6[4], "true");
+            failed += jsonscan_is(v6[5], "\"failed\"");
+            continue;
+        }
+        cJSON *j = cJSON_Parse(line); /* what the scan does not read */
         if (!j)
             continue;
         const cJSON *v;

@@ -670,6 +670,7 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
     }
     const cJSON *m;
     int idx = 0;
+    size_t ptok_n = 0; /* with ids but no prompt ids: the prompt's tokens, turn by turn */
     cJSON_ArrayForEach(m, msgs)
     {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -680,8 +681,16 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
                     "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
             return SR_EINVAL;
         }
-        rq->prompt_tokens += policy_tokens(text) + 4; /* role and framing */
-        if (rq->token_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
+        if (rq->token_ids && !rq->prompt_ids) { /* counted, not rendered: one pass */
+            int words;
+            size_t tl;
+            size_t tt = ptok_count_words(text, &words, &tl);
+            rq->prompt_tokens += words + 4; /* role and framing */
+            ptok_n += ptok_turn_tokens(role->valuestring, text[0], tt);
+        } else {
+            rq->prompt_tokens += policy_tokens(text) + 4;
+        }
+        if (rq->token_ids && rq->prompt_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
             s_buf_add(&rq->prompt, "<|", 2);
             s_buf_add(&rq->prompt, role->valuestring, strlen(role->valuestring));
             s_buf_add(&rq->prompt, "|>\n", 3);
@@ -698,7 +707,9 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
     }
     rq->prompt_tokens += 2; /* the assistant's turn header */
     rq->cost_prompt_tokens = rq->prompt_tokens;
-    if (rq->token_ids) {
+    if (rq->token_ids && !rq->prompt_ids) {
+        rq->prompt_tokens = (int)(ptok_n + ptok_count("<|assistant|>\n"));
+    } else if (rq->token_ids) {
         s_buf_add(&rq->prompt, "<|assistant|>\n", 14);
         rq->prompt_tokens = (int)ptok_encode(rq->prompt.p, rq->prompt.len, NULL, 0);
     }
@@ -901,44 +912,93 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
     jsonw_lit(w, "}]}");
 }
 
-/* s_ids_write writes ids as a JSON array of integers. */
+/* s_ids_write writes ids as a JSON array of integers, into one piece of scratch memory. */
 static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
 {
-    jsonw_lit(w, "[");
+    char *t = sr_xmalloc(12 * n + 2), *q = t;
+    *q++ = '[';
     for (size_t i = 0; i < n; i++) {
-        char num[16];
-        int k = snprintf(num, sizeof num, i ? ",%d" : "%d", (int)ids[i]);
-        jsonw_raw(w, num, (size_t)k);
+        if (i)
+            *q++ = ',';
+        char dig[12];
+        int k = 0;
+        uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
+        do {
+            dig[k++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (ids[i] < 0)
+            *q++ = '-';
+        while (k > 0)
+            *q++ = dig[--k];
     }
-    jsonw_lit(w, "]");
+    *q++ = ']';
+    jsonw_raw(w, t, (size_t)(q - t));
+    free(t);
+}
+
+/* s_piece_json writes id's piece at q as a quoted JSON string, escaped as jsonw_strn escapes it
+ * (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
+static char *s_piece_json(int32_t id, char *q)
+{
+    static const char hex[] = "0123456789abcdef";
+    char piece[8];
+    int k = ptok_piece(id, piece);
+    *q++ = '"';
+    for (int i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)piece[i];
+        char e = c == '"' ? '"' : c == '\\' ? '\\' : c == '\b' ? 'b' : c == '\f' ? 'f'
+               : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : c < 0x20 ? 'u' : 0;
+        if (!e) {
+            *q++ = (char)c;
+        } else if (e == 'u') {
+            memcpy(q, "\\u00", 4);
+            q[4] = hex[c >> 4];
+            q[5] = hex[c & 15];
+            q += 6;
+        } else {
+            *q++ = '\\';
+            *q++ = e;
+        }
+    }
+    *q++ = '"';
+    return q;
 }
 
 /* s_token_logprobs_write writes logprobs.content with one entry per token of ids (return_token_ids):
  * the choice's logprob on token `at` (the first of the action), with the top alternatives there,
  * and 0 on every other token (they follow from the choice; those entries are {token, logprob}
- * only), so the entries sum to the choice's logprob exactly. */
+ * only), so the entries sum to the choice's logprob exactly. The lean entries are written into
+ * scratch memory and appended in runs. */
 static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
                                    double lp, int top, const int32_t *ids, size_t n, size_t at)
 {
-    jsonw_lit(w, "{\"content\":[");
+    static const char open[] = "{\"token\":", lean[] = ",\"logprob\":0}";
+    char *t = sr_xmalloc(64 * n + 16), *q = t;
+    memcpy(q, "{\"content\":[", 12);
+    q += 12;
     for (size_t i = 0; i < n; i++) {
-        char piece[8];
-        int k = ptok_piece(ids[i], piece);
         if (i)
-            jsonw_lit(w, ",");
-        jsonw_lit(w, "{\"token\":");
-        jsonw_strn(w, piece, k > 0 ? (size_t)k : 0);
+            *q++ = ',';
+        memcpy(q, open, sizeof open - 1);
+        q = s_piece_json(ids[i], q + sizeof open - 1);
         if (i != at) {
-            jsonw_lit(w, ",\"logprob\":0}"); /* lean: no alternatives off the action */
+            memcpy(q, lean, sizeof lean - 1); /* lean: no alternatives off the action */
+            q += sizeof lean - 1;
             continue;
         }
+        jsonw_raw(w, t, (size_t)(q - t));
+        q = t;
         jsonw_lit(w, ",\"logprob\":");
         jsonw_num(w, lp);
         jsonw_lit(w, ",\"top_logprobs\":");
         s_top_logprobs_write(w, st, p_unit, top);
         jsonw_lit(w, "}");
     }
-    jsonw_lit(w, "]}");
+    memcpy(q, "]}", 2);
+    q += 2;
+    jsonw_raw(w, t, (size_t)(q - t));
+    free(t);
 }
 
 static cJSON *s_usage_json(int prompt, int completion)

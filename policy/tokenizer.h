@@ -32,6 +32,21 @@ size_t ptok_encode(const char *text, size_t len, int32_t *ids, size_t cap);
 /* ptok_count returns the number of tokens of the NUL-terminated text (0 for NULL). */
 size_t ptok_count(const char *text);
 
+/* ptok_turn_count returns how many tokens the turn "<|role|>\ntext\n" adds to a rendered chat
+ * prompt in which the next thing is another turn or "<|assistant|>\n" (both start with '<', so
+ * the turn's last newline is that token's prefix): ptok_encode of the whole prompt equals the sum
+ * over its turns plus ptok_count("<|assistant|>\n"). Text need not be rendered for it. */
+size_t ptok_turn_count(const char *role, const char *text, size_t text_len);
+
+/* ptok_count_words returns ptok_count(text) and, in one pass, sets *words to policy_tokens(text)
+ * (policy/server.h: runs of letters and digits by 4, other bytes but whitespace one each) and
+ * *len to strlen(text). NULL text: 0 of each. */
+size_t ptok_count_words(const char *text, int *words, size_t *len);
+
+/* ptok_turn_tokens is ptok_turn_count for a text whose ptok_count is text_tokens and whose first
+ * byte is first ('\0' for an empty text). */
+size_t ptok_turn_tokens(const char *role, char first, size_t text_tokens);
+
 /* ptok_piece writes the text of one id into buf (at least 8 bytes) and returns its length, or -1
  * for an id outside 0..PTOK_VOCAB-1. The text is not NUL-terminated when it is a NUL byte. */
 int ptok_piece(int32_t id, char *buf);

@@ -14,6 +14,7 @@
 #include "coordinator/coord_results.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,72 @@ static void odd_shapes_come_out_as_the_cjson_tree_prints_them(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+static void s_bin_le(msgpack_packer *pk, const uint32_t *w, size_t n)
+{
+    uint8_t b[64];
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 * i + (size_t)k] = (uint8_t)(w[i] >> (8 * k));
+    msgpack_pack_bin(pk, 4 * n);
+    msgpack_pack_bin_body(pk, b, 4 * n);
+}
+
+/* A step's token bins come out as JSON arrays: ids as %d, logprobs as %.9g (null when not
+ * finite), a bin that is not whole words as null, and a bin under another key as null. */
+static void token_bins_come_out_as_arrays_of_ints_and_g9_floats(void **state)
+{
+    (void)state;
+    const uint32_t ids[] = {0, 1, 7, 151645, 2147483647u, 0xffffffffu /* -1 */};
+    const float lps[] = {0.0f, -0.0f, -0.5f, -1e-7f, -0.693147182f, -9999.0f, -1e30f,
+                         -3.4028235e38f, -1.4e-45f, -12.345678f, NAN};
+    uint32_t lpw[SR_ARRAY_LEN(lps)];
+    memcpy(lpw, lps, sizeof lps);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    S_LIT(&pk, "t");
+    S_LIT(&pk, "RESULT");
+    S_LIT(&pk, "job_id");
+    S_LIT(&pk, "j");
+    S_LIT(&pk, "steps");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 5);
+    S_LIT(&pk, "token_ids");
+    s_bin_le(&pk, ids, SR_ARRAY_LEN(ids));
+    S_LIT(&pk, "token_logprobs");
+    s_bin_le(&pk, lpw, SR_ARRAY_LEN(lpw));
+    S_LIT(&pk, "prompt_token_ids");
+    msgpack_pack_bin(&pk, 6);
+    msgpack_pack_bin_body(&pk, "abcdef", 6);
+    S_LIT(&pk, "other");
+    s_bin_le(&pk, ids, 2);
+    S_LIT(&pk, "i");
+    msgpack_pack_int(&pk, 0);
+    char want[1024];
+    size_t at = (size_t)snprintf(want, sizeof want, "{\"job_id\":\"j\",\"steps\":[{\"token_ids\":[");
+    for (size_t i = 0; i < SR_ARRAY_LEN(ids); i++)
+        at += (size_t)snprintf(want + at, sizeof want - at, "%s%d", i ? "," : "", (int32_t)ids[i]);
+    at += (size_t)snprintf(want + at, sizeof want - at, "],\"token_logprobs\":[");
+    for (size_t i = 0; i < SR_ARRAY_LEN(lps); i++) {
+        if (isfinite(lps[i]))
+            at += (size_t)snprintf(want + at, sizeof want - at, "%s%.9g", i ? "," : "",
+                                   (double)lps[i]);
+        else
+            at += (size_t)snprintf(want + at, sizeof want - at, "%snull", i ? "," : "");
+    }
+    snprintf(want + at, sizeof want - at,
+             "],\"prompt_token_ids\":null,\"other\":null,\"i\":0}]}");
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(coord_results_json_line(sb.data, sb.size, NULL, 1.0, &b), SR_OK);
+    assert_int_equal(sr_buf_reserve(&b, 1), SR_OK);
+    b.data[b.len] = '\0';
+    assert_string_equal((char *)b.data, want);
+    sr_buf_free(&b);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void bytes_that_are_not_a_map_are_refused(void **state)
 {
     (void)state;
@@ -305,6 +372,7 @@ static void a_failed_write_is_an_error_and_leaves_no_file(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(token_bins_come_out_as_arrays_of_ints_and_g9_floats),
     cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
     cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),
     cmocka_unit_test(bytes_that_are_not_a_map_are_refused),

@@ -12,6 +12,7 @@
 #include <cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,83 @@ static void numbers_are_printed_as_cjson_prints_them(void **state)
         s_check_num((double)(int64_t)(x & INT64_MAX));
         s_check_num((double)(x % 100000) / 997.0);
         s_check_num((double)(int32_t)x);
+        /* any bit pattern, and logprob-like values near every binary exponent */
+        double d;
+        memcpy(&d, &x, sizeof d);
+        s_check_num(d);
+        s_check_num(-ldexp((double)(x >> 11), (int)(x % 160) - 150));
+        s_check_num((double)(float)(-(double)(x % 100000) / 997.0));
+    }
+}
+
+/* s_check_f32 compares jsonw_f32 with printf's "%.9g" (null for NaN and infinities). */
+static void s_check_f32(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, 4);
+    char ref[64];
+    if (isfinite(f))
+        snprintf(ref, sizeof ref, "%.9g", (double)f);
+    else
+        snprintf(ref, sizeof ref, "null");
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_f32(&w, f);
+    char *mine = jsonw_finish(&w);
+    assert_non_null(mine);
+    if (strcmp(mine, ref) != 0)
+        fail_msg("float bits %08x: jsonw %s, printf %s", bits, mine, ref);
+    sr_buf_free(&b);
+}
+
+static void float32_is_printed_as_printf_g9_prints_it(void **state)
+{
+    (void)state;
+    const float v[] = {0.0f,       -0.0f,       1.0f,        -1.0f,       0.1f,        -0.5f,
+                       1e-4f,      9.99999975e-5f, 1e-5f,    123456789.f, 999999999.f, 1e9f,
+                       1e10f,      3.4028235e38f, 1.17549435e-38f, 1.4e-45f, -9999.0f, -1e30f,
+                       -0.693147182f, -2.30258512f, 16777216.f, 0.000123456789f};
+    for (size_t i = 0; i < SR_ARRAY_LEN(v); i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        s_check_f32(bits);
+        s_check_f32(bits + 1);
+        s_check_f32(bits - 1);
+    }
+    s_check_f32(0x7f800000u); /* +inf */
+    s_check_f32(0xff800000u); /* -inf */
+    s_check_f32(0x7fc00000u); /* NaN */
+    /* Every 65,521st bit pattern: each exponent, both signs, subnormals. */
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521)
+        s_check_f32((uint32_t)u);
+    /* Logprobs: a sweep of small negative numbers. */
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; i < 20000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float f = -(float)((double)(x % 1000000007ull) / (double)(1 + (x >> 40) % 100000));
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        s_check_f32(bits);
+    }
+}
+
+static void integers_are_printed_in_decimal(void **state)
+{
+    (void)state;
+    const long long v[] = {0, 1, -1, 9, 10, 42, -42, 2147483647LL, -2147483648LL,
+                           LLONG_MAX, LLONG_MIN, 1000000000000LL};
+    for (size_t i = 0; i < SR_ARRAY_LEN(v); i++) {
+        char ref[32];
+        snprintf(ref, sizeof ref, "%lld", v[i]);
+        sr_buf_t b = SR_BUF_INIT;
+        jsonw_t w;
+        jsonw_init(&w, &b);
+        jsonw_int(&w, v[i]);
+        char *mine = jsonw_finish(&w);
+        assert_non_null(mine);
+        assert_string_equal(mine, ref);
+        sr_buf_free(&b);
     }
 }
 
@@ -166,6 +244,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(strings_are_escaped_as_cjson_escapes_them),
         cmocka_unit_test(numbers_are_printed_as_cjson_prints_them),
+        cmocka_unit_test(float32_is_printed_as_printf_g9_prints_it),
+        cmocka_unit_test(integers_are_printed_in_decimal),
         cmocka_unit_test(errors_are_sticky_and_finish_terminates),
     };
     return harness_run_("jsonw", tests, SR_ARRAY_LEN(tests), argc, argv);

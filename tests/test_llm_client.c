@@ -1439,6 +1439,68 @@ static void done_callback_may_start_the_next_request(void **state)
 
 /* Token ids in vLLM's shape (prompt_token_ids on the response, token_ids on the choice), SGLang's
  * (both on the choice), SGLang's sglext, and vLLM's "token_id:N" strings; logprobs one per token. */
+/* The scanner reads token_ids and logprob numbers without the JSON parser: every form must give
+ * what the parser gives (ids: the JSON array; logprobs: (float)strtod of the text), including the
+ * forms it leaves to the parser (fractions, exponents, leading zeros, 16+ digits, 1e22+). */
+static void scanned_ids_and_logprobs_equal_what_the_parser_reads(void **state)
+{
+    (void)state;
+    const char *nums[] = {"0",     "-0",        "-0.5",   "-1",   "-12.75",  "-0.000123456789",
+                          "-1e-3", "-1.5E+2",   "-00.5",  "-3.0", "-0.1",    "-9999.0",
+                          "-0.693147180559945",   "-0.6931471805599453", "-1234567890123456789",
+                          "-0.0000000000000000000000123", "-1.00000000000000000000"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(nums); i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"choices\":[{\"message\":{\"content\":\"x\"},\"logprobs\":{\"content\":"
+                 "[{\"token\":\"a\",\"logprob\":%s},{\"token\":\"b\",\"logprob\":-2}]},"
+                 "\"token_ids\":[ 0 , 2147483647,12 ]}]}",
+                 nums[i]);
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_int_equal(llm_parse_chat_response(body, strlen(body), &r, &st), 0);
+        double x = strtod(nums[i], NULL);
+        float want = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+        assert_int_equal(r.n_token_logprobs, 2);
+        if (memcmp(&r.token_logprobs[0], &want, 4) != 0)
+            fail_msg("logprob %s: read %.9g, strtod %.9g", nums[i], (double)r.token_logprobs[0],
+                     (double)want);
+        assert_true(r.logprob_sum == x + -2.0);
+        assert_int_equal(r.n_token_ids, 3);
+        assert_int_equal(r.token_ids[0], 0);
+        assert_int_equal(r.token_ids[1], 2147483647);
+        assert_int_equal(r.token_ids[2], 12);
+        llm_parsed_free(&st);
+    }
+    /* ids the scanner leaves to the parser, and what the parser makes of them */
+    struct {
+        const char *ids;
+        size_t n;
+        int32_t last;
+    } forms[] = {{"[01,2]", 2, 2},      {"[1e1,2]", 2, 2},       {"[3.0]", 1, 3},
+                 {"[2147483648]", 0, 0}, {"[99999999999]", 0, 0}, {"[]", 0, 0},
+                 {"[1,]", 0, 0},         {"[ 5 ]", 1, 5},         {"[7, -1]", 0, 0}};
+    for (size_t i = 0; i < SR_ARRAY_LEN(forms); i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"choices\":[{\"message\":{\"content\":\"x\"},\"token_ids\":%s}]}",
+                 forms[i].ids);
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        int rc = llm_parse_chat_response(body, strlen(body), &r, &st);
+        if (!strcmp(forms[i].ids, "[1,]")) { /* not JSON */
+            assert_int_not_equal(rc, 0);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        if (r.n_token_ids != forms[i].n)
+            fail_msg("token_ids %s: %zu ids, want %zu", forms[i].ids, r.n_token_ids, forms[i].n);
+        if (forms[i].n)
+            assert_int_equal(r.token_ids[forms[i].n - 1], forms[i].last);
+        llm_parsed_free(&st);
+    }
+}
+
 static void token_ids_are_parsed_from_each_servers_shape(void **state)
 {
     (void)state;
@@ -1517,6 +1579,7 @@ static void token_ids_are_parsed_from_each_servers_shape(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(token_ids_are_parsed_from_each_servers_shape),
+    cmocka_unit_test(scanned_ids_and_logprobs_equal_what_the_parser_reads),
     cmocka_unit_test(base_urls_are_normalised),
     cmocka_unit_test(request_body_carries_the_openai_fields),
     cmocka_unit_test(request_body_is_byte_for_byte_what_cjson_prints),

@@ -4,6 +4,7 @@
  */
 #include "tests/harness.h"
 #include "common/sr.h"
+#include "policy/server.h"
 #include "policy/tokenizer.h"
 
 #include <stdio.h>
@@ -91,6 +92,66 @@ static void counts_and_caps_agree(void **state)
     assert_int_equal(ptok_count(""), 0);
     /* letter runs are cut by four: as policy_tokens counts them */
     assert_int_equal(ptok_count("abcdefghi"), 3);
+    /* counting alone (no ids) gives the length of the encoding, for any text */
+    static const char alpha[] = "aZ09 \n\t\r<|.'\x80\xff";
+    uint64_t x = 88172645463325252ULL;
+    for (int round = 0; round < 20000; round++) {
+        char text[40];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t y = x;
+        size_t len = (size_t)(x % 33);
+        for (size_t i = 0; i < len; i++) {
+            if (i % 12 == 0)
+                y = y * 6364136223846793005ULL + 1442695040888963407ULL;
+            text[i] = alpha[(y >> (4 + 5 * (i % 12))) % (sizeof alpha - 1)];
+        }
+        int32_t all[40];
+        size_t with_ids = ptok_encode(text, len, all, SR_ARRAY_LEN(all));
+        /* and the one-pass count of both rules */
+        char z[41];
+        memcpy(z, text, len);
+        z[len] = '\0';
+        size_t zl = strlen(z), got_len;
+        int words;
+        size_t both = ptok_count_words(z, &words, &got_len);
+        if (both != ptok_encode(z, zl, NULL, 0) || words != policy_tokens(z) || got_len != zl)
+            fail_msg("round %d: ptok_count_words %zu (words %d), ptok %zu, policy_tokens %d",
+                     round, both, words, ptok_encode(z, zl, NULL, 0), policy_tokens(z));
+        if (ptok_encode(text, len, NULL, 0) != with_ids)
+            fail_msg("round %d: %zu tokens counted, %zu encoded", round,
+                     ptok_encode(text, len, NULL, 0), with_ids);
+    }
+}
+
+/* A rendered prompt's count is the sum of its turns' counts and the assistant header's, for any
+ * texts and roles (whitespace and '<' at their ends included). */
+static void turn_counts_add_up_to_the_rendered_prompt(void **state)
+{
+    (void)state;
+    static const char alpha[] = "aZ0 \n\t<|>.\x80";
+    static const char *roles[] = {"user", "system", "a b ", "x\n", " ", "", "assistant"};
+    uint64_t x = 88172645463325252ULL;
+    for (int round = 0; round < 3000; round++) {
+        char prompt[512];
+        size_t len = 0, sum = 0;
+        int turns = 1 + round % 3;
+        for (int t = 0; t < turns; t++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *role = roles[x % SR_ARRAY_LEN(roles)];
+            char text[16];
+            size_t tl = (x >> 8) % 13;
+            for (size_t i = 0; i < tl; i++)
+                text[i] = alpha[(x >> (12 + 3 * i)) % (sizeof alpha - 1)];
+            len += (size_t)snprintf(prompt + len, sizeof prompt - len, "<|%s|>\n%.*s\n", role,
+                                    (int)tl, text);
+            sum += ptok_turn_count(role, text, tl);
+        }
+        len += (size_t)snprintf(prompt + len, sizeof prompt - len, "<|assistant|>\n");
+        sum += ptok_count("<|assistant|>\n");
+        if (ptok_encode(prompt, len, NULL, 0) != sum)
+            fail_msg("round %d: %zu tokens rendered, %zu by turns", round,
+                     ptok_encode(prompt, len, NULL, 0), sum);
+    }
 }
 
 static void ids_outside_the_vocabulary_are_refused(void **state)
@@ -112,6 +173,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(any_text_round_trips_exactly),
         cmocka_unit_test(counts_and_caps_agree),
         cmocka_unit_test(ids_outside_the_vocabulary_are_refused),
+        cmocka_unit_test(turn_counts_add_up_to_the_rendered_prompt),
     };
     return harness_run_("tokenizer", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

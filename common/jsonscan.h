@@ -1,0 +1,34 @@
+/*
+ * jsonscan.h — the top-level fields of a JSON object, found without building a tree.
+ *
+ * A line of a round file is one trajectory with every step (texts, token arrays): a reader that
+ * wants a few top-level numbers of it need not parse the rest. jsonscan_fields walks the
+ * object's keys and skips each value by its structure (strings with their escapes, nested
+ * brackets), so the cost is one pass over the bytes with no allocation.
+ */
+#ifndef SR_JSONSCAN_H
+#define SR_JSONSCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    const char *p; /* the value's first byte, NULL when the key is absent */
+    size_t n;      /* its length */
+} jsonscan_val_t;
+
+/* jsonscan_fields finds the values of keys[0..nkeys) (plain ASCII names, the first occurrence
+ * of each) in the JSON object held by s[0..len) (whitespace around it allowed). Returns false
+ * when the text is not one well-formed object: brackets that do not match, a string that does
+ * not end, a key without a value, or bytes after the object. Numbers and literals are checked
+ * for their characters only (0-9 + - . e E, letters), not their grammar. */
+bool jsonscan_fields(const char *s, size_t len, const char *const *keys, size_t nkeys,
+                     jsonscan_val_t *out);
+
+/* jsonscan_num reads v as a JSON number into *x (strtod); false when it is not one. */
+bool jsonscan_num(jsonscan_val_t v, double *x);
+
+/* jsonscan_is reports whether v is exactly the JSON text lit (e.g. "true", "\"failed\""). */
+bool jsonscan_is(jsonscan_val_t v, const char *lit);
+
+#endif
