@@ -766,8 +766,9 @@ int bench_rollout_run(int argc, char **argv)
                    "256 slots over N actors. --overlap off makes every round wait for the "
                    "previous one to end (selroll coordinator --overlap; default on). --action-batch-ms "
                    "MS is the actors' --action-batch-ms (default theirs, 5). --tokens off,completion "
-                   "runs the 50 ms case with selroll run --tokens off and then completion (each "
-                   "--repeat times), to compare; default off (every case).\n");
+                   "runs the 50 ms case with selroll run --tokens off and completion, the modes "
+                   "alternating inside each of the --repeat runs, and prints each mode's median "
+                   "and their ratio; default off (every case).\n");
             return 0;
         } else {
             fprintf(stderr, "selroll bench rollout: unknown option %s\n", argv[i]);
@@ -811,7 +812,7 @@ int bench_rollout_run(int argc, char **argv)
     const char *one[] = {"--actors",      "1", "--slots",         "1",
                          "--env-workers", "1", "--groups",        quick ? "1" : "4",
                          "--group-size",  "8", "--no-cost-model", "--tokens", "off", NULL};
-    double m1[9], m2[9], m3[9], m4[9], m5[9];
+    double m1[9], m2[9];
     int ok_runs = 0;
     char list[256];
     for (int k = 0; (!only || !strcmp(only, "overhead")) && k < repeat; k++) {
@@ -890,16 +891,21 @@ int bench_rollout_run(int argc, char **argv)
                          "--tokens",
                          tok_modes[0],
                          NULL};
-    for (int tm = 0; tm < n_tok; tm++) {
-    lat[SR_ARRAY_LEN(lat) - 2] = tok_modes[tm];
-    if (n_tok > 1)
-        printf("rollout 50ms: --tokens %s\n", tok_modes[tm]);
-    ok_runs = 0;
+    /* With several --tokens modes the modes alternate inside each repeat (off, completion, off,
+     * completion, ...), so a machine whose load drifts moves both alike; each mode's median and
+     * the ratio of the medians follow. */
+    double tm1[3][9], tm2[3][9], tm3[3][9], tm4[3][9], tm5[3][9];
+    int tok_ok[3] = {0, 0, 0};
     for (int k = 0; (!only || !strcmp(only, "50ms")) && k < repeat; k++) {
-        s_system(self, "bench-50ms", lat, &r);
-        if (!r.ok) {
-            code = 1;
-        } else {
+        for (int tm = 0; tm < n_tok; tm++) {
+            lat[SR_ARRAY_LEN(lat) - 2] = tok_modes[tm];
+            if (n_tok > 1)
+                printf("rollout 50ms: run %d, --tokens %s\n", k + 1, tok_modes[tm]);
+            s_system(self, "bench-50ms", lat, &r);
+            if (!r.ok) {
+                code = 1;
+                continue;
+            }
             double ideal = r.llm_mean_ms > 0 ? 256.0 * 1000.0 / r.llm_mean_ms : 0;
             double ceiling = s_cpu_ceiling(r.cpu_us_per_step);
             printf("rollout 50ms: 256 slots, cost model %.1f ms a call (%.1f tokens at %d "
@@ -929,24 +935,41 @@ int bench_rollout_run(int argc, char **argv)
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
             if (r.csw[0])
                 printf("rollout 50ms: context switches per step by role: %s\n", r.csw);
-            m1[ok_runs] = 100.0 * r.rate / 5120.0;
-            m2[ok_runs] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
-            m3[ok_runs] = r.cpu_us_per_step;
-            m4[ok_runs] = 100.0 * ceiling / 5120.0;
-            m5[ok_runs++] = 100.0 * r.steady_rate / 5120.0;
+            int j = tok_ok[tm]++;
+            tm1[tm][j] = 100.0 * r.rate / 5120.0;
+            tm2[tm][j] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
+            tm3[tm][j] = r.cpu_us_per_step;
+            tm4[tm][j] = 100.0 * ceiling / 5120.0;
+            tm5[tm][j] = 100.0 * r.steady_rate / 5120.0;
         }
     }
-    if (ok_runs > 1) {
-        s_runs(m1, ok_runs, "%.1f%%", list, sizeof list);
-        printf("rollout 50ms: median of %d runs: %.1f%% of the ideal 5120 steps/s (runs: %s), "
-               "%.1f%% of the ideal at the measured latency, CPU %.0f us per step, CPU ceiling "
-               "%.1f%% of 5120\n",
-               ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs),
-               sr_median(m3, (size_t)ok_runs), sr_median(m4, (size_t)ok_runs));
-        s_runs(m5, ok_runs, "%.1f%%", list, sizeof list);
-        printf("rollout 50ms: median of %d runs inside the rounds: %.1f%% of 5120 (runs: %s)\n",
-               ok_runs, sr_median(m5, (size_t)ok_runs), list);
+    double med_rate[3] = {0, 0, 0};
+    for (int tm = 0; tm < n_tok; tm++) {
+        int n = tok_ok[tm];
+        if (n < 1)
+            continue;
+        med_rate[tm] = sr_median(tm1[tm], (size_t)n);
+        if (n < 2)
+            continue;
+        const char *tag = n_tok > 1 ? tok_modes[tm] : NULL;
+        s_runs(tm1[tm], n, "%.1f%%", list, sizeof list);
+        printf("rollout 50ms: %s%s%smedian of %d runs: %.1f%% of the ideal 5120 steps/s (runs: "
+               "%s), %.1f%% of the ideal at the measured latency, CPU %.0f us per step, CPU "
+               "ceiling %.1f%% of 5120\n",
+               tag ? "--tokens " : "", tag ? tag : "", tag ? ": " : "", n, med_rate[tm], list,
+               sr_median(tm2[tm], (size_t)n), sr_median(tm3[tm], (size_t)n),
+               sr_median(tm4[tm], (size_t)n));
+        s_runs(tm5[tm], n, "%.1f%%", list, sizeof list);
+        printf("rollout 50ms: %s%s%smedian of %d runs inside the rounds: %.1f%% of 5120 (runs: "
+               "%s)\n",
+               tag ? "--tokens " : "", tag ? tag : "", tag ? ": " : "", n,
+               sr_median(tm5[tm], (size_t)n), list);
     }
-    }
+    for (int tm = 1; tm < n_tok; tm++)
+        if (med_rate[0] > 0 && med_rate[tm] > 0)
+            printf("rollout 50ms: --tokens %s against %s (medians, alternated runs): %.3f x the "
+                   "step rate (%+.1f%%)\n",
+                   tok_modes[tm], tok_modes[0], med_rate[tm] / med_rate[0],
+                   100.0 * (med_rate[tm] / med_rate[0] - 1.0));
     return code;
 }
