@@ -170,3 +170,18 @@ bool jsonscan_is(jsonscan_val_t v, const char *lit)
 {
     return v.p && strlen(lit) == v.n && memcmp(v.p, lit, v.n) == 0;
 }
+
+const char *jsonscan_ws(const char *p, const char *e)
+{
+    return s_ws(p, e);
+}
+
+const char *jsonscan_str_end(const char *p, const char *e)
+{
+    return s_str_end(p, e);
+}
+
+const char *jsonscan_value_end(const char *p, const char *e)
+{
+    return s_val_end(p, e);
+}

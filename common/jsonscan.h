@@ -25,6 +25,15 @@ typedef struct {
 bool jsonscan_fields(const char *s, size_t len, const char *const *keys, size_t nkeys,
                      jsonscan_val_t *out);
 
+/* The pieces other scanners over JSON bytes use (the LLM client's logprobs scanner), each on
+ * [p, e): jsonscan_ws returns the first byte that is not JSON whitespace; jsonscan_str_end the
+ * byte after the string that starts at p ('"'), or NULL; jsonscan_value_end the byte after the
+ * value that starts at p (whitespace before it skipped; brackets matched, depth-bounded, no
+ * recursion), or NULL. */
+const char *jsonscan_ws(const char *p, const char *e);
+const char *jsonscan_str_end(const char *p, const char *e);
+const char *jsonscan_value_end(const char *p, const char *e);
+
 /* jsonscan_num reads v as a JSON number into *x (strtod); false when it is not one. */
 bool jsonscan_num(jsonscan_val_t v, double *x);
 

@@ -11,6 +11,8 @@
  */
 #include "common/llm_client.h"
 
+#include "common/jsonscan.h"
+
 #include "common/jsonw.h"
 #include "common/sr.h"
 
@@ -363,93 +365,30 @@ typedef struct {
     size_t n_tids;
 } s_lpscan_t;
 
-static const char *s_ws(const char *p, const char *e)
-{
-    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
-    return p;
-}
-
-/* s_str_end returns the byte after the string that starts at p ('"'), or NULL. */
-static const char *s_str_end(const char *p, const char *e)
-{
-    const char *s0 = ++p;
-    while (p < e) {
-        const char *q = memchr(p, '"', (size_t)(e - p));
-        if (!q)
-            return NULL;
-        size_t bs = 0; /* the quote is escaped after an odd run of backslashes */
-        while (q - bs > s0 && q[-1 - (ptrdiff_t)bs] == '\\')
-            bs++;
-        if (!(bs & 1))
-            return q + 1;
-        p = q + 1;
-    }
-    return NULL;
-}
-
-/* s_val_end returns the byte after the JSON value that starts at p, or NULL (depth-bounded). */
-static const char *s_val_end(const char *p, const char *e, int depth)
-{
-    p = s_ws(p, e);
-    if (p >= e || depth > 64)
-        return NULL;
-    if (*p == '"')
-        return s_str_end(p, e);
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        p = s_ws(p + 1, e);
-        if (p < e && *p == close)
-            return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (p >= e || *p != '"' || !(p = s_str_end(p, e)))
-                    return NULL;
-                p = s_ws(p, e);
-                if (p >= e || *p != ':')
-                    return NULL;
-                p++;
-            }
-            if (!(p = s_val_end(p, e, depth + 1)))
-                return NULL;
-            p = s_ws(p, e);
-            if (p < e && *p == ',') {
-                p = s_ws(p + 1, e);
-                continue;
-            }
-            return p < e && *p == close ? p + 1 : NULL;
-        }
-    }
-    const char *q = p;
-    while (q < e && (isalnum((unsigned char)*q) || *q == '-' || *q == '+' || *q == '.'))
-        q++;
-    return q > p ? q : NULL;
-}
-
 /* s_key_val returns the value of key (first occurrence, plain ASCII name) in the object at p. */
 static const char *s_key_val(const char *p, const char *e, const char *key)
 {
-    p = s_ws(p, e);
+    p = jsonscan_ws(p, e);
     if (p >= e || *p != '{')
         return NULL;
     size_t kl = strlen(key);
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     while (p < e && *p == '"') {
-        const char *ke = s_str_end(p, e);
+        const char *ke = jsonscan_str_end(p, e);
         if (!ke)
             return NULL;
         bool match = (size_t)(ke - p) == kl + 2 && memcmp(p + 1, key, kl) == 0;
-        p = s_ws(ke, e);
+        p = jsonscan_ws(ke, e);
         if (p >= e || *p != ':')
             return NULL;
-        p = s_ws(p + 1, e);
+        p = jsonscan_ws(p + 1, e);
         if (match)
             return p < e ? p : NULL; /* a key with nothing after its colon has no value */
-        if (!(p = s_val_end(p, e, 0)))
+        if (!(p = jsonscan_value_end(p, e)))
             return NULL;
-        p = s_ws(p, e);
+        p = jsonscan_ws(p, e);
         if (p < e && *p == ',')
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
         else
             return NULL;
     }
@@ -505,7 +444,7 @@ static const char *s_ids_scan(const char *p, const char *e, int32_t **ids, size_
 {
     size_t cap = 64, k = 0;
     int32_t *v = sr_xmalloc(cap * sizeof *v);
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     while (p < e && *p >= '0' && *p <= '9') {
         uint64_t x = 0;
         const char *d0 = p;
@@ -518,9 +457,9 @@ static const char *s_ids_scan(const char *p, const char *e, int32_t **ids, size_
             v = sr_xrealloc(v, cap * sizeof *v);
         }
         v[k++] = (int32_t)x;
-        p = s_ws(p, e);
+        p = jsonscan_ws(p, e);
         if (p < e && *p == ',') {
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
             continue;
         }
         if (p < e && *p == ']') {
@@ -537,26 +476,26 @@ static const char *s_ids_scan(const char *p, const char *e, int32_t **ids, size_
 /* s_lp_entry reads one content entry {token, logprob, ...} at p; returns the byte after it. */
 static const char *s_lp_entry(const char *p, const char *e, s_lpscan_t *sc, size_t k)
 {
-    p = s_ws(p, e);
+    p = jsonscan_ws(p, e);
     if (p >= e || *p != '{')
         return NULL;
     bool got_id = false;
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     if (p < e && *p == '}')
         goto done;
     for (;;) {
         if (p >= e || *p != '"')
             return NULL;
-        const char *ke = s_str_end(p, e);
+        const char *ke = jsonscan_str_end(p, e);
         if (!ke)
             return NULL;
         size_t kl = (size_t)(ke - p) - 2;
         const char *key = p + 1;
-        p = s_ws(ke, e);
+        p = jsonscan_ws(ke, e);
         if (p >= e || *p != ':')
             return NULL;
-        p = s_ws(p + 1, e);
-        const char *ve = s_val_end(p, e, 1);
+        p = jsonscan_ws(p + 1, e);
+        const char *ve = jsonscan_value_end(p, e);
         if (!ve)
             return NULL;
         if (kl == 7 && memcmp(key, "logprob", 7) == 0 && (*p == '-' || isdigit((unsigned char)*p))) {
@@ -587,9 +526,9 @@ static const char *s_lp_entry(const char *p, const char *e, s_lpscan_t *sc, size
                 got_id = true;
             }
         }
-        p = s_ws(ve, e);
+        p = jsonscan_ws(ve, e);
         if (p < e && *p == ',') {
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
             continue;
         }
         if (p < e && *p == '}')
@@ -610,7 +549,7 @@ static const char *s_lp_content(const char *p, const char *e, s_lpscan_t *sc)
     sc->all_ids = true;
     sc->lp = sr_xcalloc(cap, sizeof *sc->lp);
     sc->ids = sr_xcalloc(cap, sizeof *sc->ids);
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     if (p < e && *p == ']')
         return p + 1;
     for (;;) {
@@ -624,9 +563,9 @@ static const char *s_lp_content(const char *p, const char *e, s_lpscan_t *sc)
         if (!(p = s_lp_entry(p, e, sc, sc->n)))
             return NULL;
         sc->n++;
-        p = s_ws(p, e);
+        p = jsonscan_ws(p, e);
         if (p < e && *p == ',') {
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
             continue;
         }
         return p < e && *p == ']' ? p + 1 : NULL;
@@ -638,18 +577,18 @@ static const char *s_lp_content(const char *p, const char *e, s_lpscan_t *sc)
 static const char *s_lp_obj(const char *p, const char *e, s_lpscan_t *sc)
 {
     bool seen = false, ok = false;
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     if (p < e && *p == '}')
         return NULL; /* no content */
     while (p < e && *p == '"') {
-        const char *ke = s_str_end(p, e);
+        const char *ke = jsonscan_str_end(p, e);
         if (!ke)
             return NULL;
         bool is_content = ke - p == 9 && memcmp(p + 1, "content", 7) == 0;
-        p = s_ws(ke, e);
+        p = jsonscan_ws(ke, e);
         if (p >= e || *p != ':')
             return NULL;
-        p = s_ws(p + 1, e);
+        p = jsonscan_ws(p + 1, e);
         const char *ve;
         if (is_content && !seen) {
             seen = true;
@@ -658,13 +597,13 @@ static const char *s_lp_obj(const char *p, const char *e, s_lpscan_t *sc)
             ve = s_lp_content(p, e, sc);
             ok = ve != NULL;
         } else {
-            ve = p < e ? s_val_end(p, e, 1) : NULL;
+            ve = p < e ? jsonscan_value_end(p, e) : NULL;
         }
         if (!ve)
             return NULL;
-        p = s_ws(ve, e);
+        p = jsonscan_ws(ve, e);
         if (p < e && *p == ',') {
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
             continue;
         }
         return ok && p < e && *p == '}' ? p + 1 : NULL;
@@ -681,21 +620,21 @@ static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
     const char *ch = s_key_val(body, e, "choices");
     if (!ch || *ch != '[')
         return false;
-    const char *p = s_ws(ch + 1, e);
+    const char *p = jsonscan_ws(ch + 1, e);
     if (p >= e || *p != '{')
         return false;
     bool seen_lp = false, seen_ti = false;
-    p = s_ws(p + 1, e);
+    p = jsonscan_ws(p + 1, e);
     while (p < e && *p == '"') {
-        const char *ke = s_str_end(p, e);
+        const char *ke = jsonscan_str_end(p, e);
         if (!ke)
             break;
         size_t kl = (size_t)(ke - p) - 2;
         const char *key = p + 1;
-        p = s_ws(ke, e);
+        p = jsonscan_ws(ke, e);
         if (p >= e || *p != ':')
             break;
-        p = s_ws(p + 1, e);
+        p = jsonscan_ws(p + 1, e);
         if (p >= e)
             break;
         const char *ve = NULL;
@@ -725,11 +664,11 @@ static bool s_lp_scan(const char *body, size_t len, s_lpscan_t *sc)
                 }
             }
         }
-        if (!ve && !(ve = s_val_end(p, e, 0)))
+        if (!ve && !(ve = jsonscan_value_end(p, e)))
             break;
-        p = s_ws(ve, e);
+        p = jsonscan_ws(ve, e);
         if (p < e && *p == ',')
-            p = s_ws(p + 1, e);
+            p = jsonscan_ws(p + 1, e);
         else
             break;
     }
