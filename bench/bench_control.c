@@ -460,6 +460,29 @@ static void s_pair_stop(s_pair_t *p)
         waitpid(p->cpid, NULL, 0);
 }
 
+/* s_publish_action sends one ACTION of a group of G on the bus topic through the PUB socket
+ * (b: scratch); false when it could not be encoded. */
+static bool s_publish_action(void *pub, const char *topic, const char *run, const char *gid,
+                             int traj, int64_t step, const char *action, const char *actor,
+                             sr_buf_t *b)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_ACTION);
+    m.u.action.run = run;
+    m.u.action.group = gid;
+    m.u.action.traj = traj;
+    m.u.action.step = step;
+    m.u.action.action = action;
+    m.u.action.actor_id = actor;
+    m.u.action.group_size = G;
+    sr_buf_reset(b);
+    if (proto_encode(&m, b) != SR_OK)
+        return false;
+    zmq_send(pub, topic, strlen(topic), ZMQ_SNDMORE);
+    zmq_send(pub, b->data, b->len, 0);
+    return true;
+}
+
 /* s_actions runs a coordinator (one round of `groups` groups of G, never leased: no actor) and a
  * real `selroll gate` in shadow mode on its bus; `pubs` PUB sockets of this process publish
  * ACTIONs for those groups (every trajectory, steps counting up) as fast as libzmq takes them
@@ -515,24 +538,10 @@ static int s_actions(const s_scn_t *sc, const char *run, int pubs, int groups, i
             coord_group_id(0, g, gid, sizeof gid);
             snprintf(topic, sizeof topic, "act/%s/%s", run, gid);
             snprintf(actor, sizeof actor, "bench-pub-%d", g % pubs);
-            for (int t = 0; t < G; t++) {
-                proto_msg_t m;
-                proto_msg_init(&m, PROTO_ACTION);
-                m.u.action.run = run;
-                m.u.action.group = gid;
-                m.u.action.traj = t;
-                m.u.action.step = step;
-                m.u.action.action = (t % 2) ? "go to desk 1" : "open drawer 2";
-                m.u.action.actor_id = actor;
-                m.u.action.group_size = G;
-                sr_buf_reset(&b);
-                if (proto_encode(&m, &b) != SR_OK)
-                    continue;
-                void *s = ss[g % pubs];
-                zmq_send(s, topic, strlen(topic), ZMQ_SNDMORE);
-                zmq_send(s, b.data, b.len, 0);
-                out->published++;
-            }
+            for (int t = 0; t < G; t++)
+                if (s_publish_action(ss[g % pubs], topic, run, gid, t, step,
+                                     (t % 2) ? "go to desk 1" : "open drawer 2", actor, &b))
+                    out->published++;
         }
         step++;
     }
@@ -606,22 +615,8 @@ static int s_cancel(const s_scn_t *sc, const char *run, int groups, int gap_ms, 
             coord_group_id(0, next, gid, sizeof gid);
             snprintf(topic, sizeof topic, "act/%s/%s", run, gid);
             for (int step = 1; step <= 3; step++)
-                for (int t = 0; t < G; t++) {
-                    proto_msg_t m;
-                    proto_msg_init(&m, PROTO_ACTION);
-                    m.u.action.run = run;
-                    m.u.action.group = gid;
-                    m.u.action.traj = t;
-                    m.u.action.step = step;
-                    m.u.action.action = "look";
-                    m.u.action.actor_id = "bench-cancel";
-                    m.u.action.group_size = G;
-                    sr_buf_reset(&b);
-                    if (proto_encode(&m, &b) != SR_OK)
-                        continue;
-                    zmq_send(pub, topic, strlen(topic), ZMQ_SNDMORE);
-                    zmq_send(pub, b.data, b.len, 0);
-                }
+                for (int t = 0; t < G; t++)
+                    s_publish_action(pub, topic, run, gid, t, step, "look", "bench-cancel", &b);
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             sent_us[next++] = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;

@@ -342,7 +342,8 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
 /* ---- training waves ---------------------------------------------------------------------- */
 
 /* At an iteration's start the policy servers' aborted-token counter and the pre-filter's inputs,
- * every pool task's history, are read on the store thread into the request and copied into hcache on the loop; the plan waits meanwhile.
+ * every pool task's history, are read on the store thread into the request and copied into
+ * hcache on the loop; the plan waits meanwhile.
  * Histories change only when an iteration ends (s_greso_work), so one read serves every wave. */
 typedef struct {
     coord_train_t *t;
@@ -571,12 +572,13 @@ static int s_greso_work(store_t *st, void *arg, char *err)
         return SR_EREDIS;
     for (size_t i = 0; i < q->n; i++)
         if (greso_store_record(st, q->recs[i].task, q->it, q->recs[i].mean) != SR_OK) {
-            snprintf(err, STOREQ_ERR_MAX, "cannot record the history of %.96s: %.120s", q->recs[i].task,
-                     store_errstr(st));
+            snprintf(err, STOREQ_ERR_MAX, "cannot record the history of %.96s: %.120s",
+                     q->recs[i].task, store_errstr(st));
             return SR_EREDIS;
         }
     if (store_greso_set(st, q->p_easy, q->p_hard, q->zv) != SR_OK) {
-        snprintf(err, STOREQ_ERR_MAX, "cannot save the pre-filter's state: %.200s", store_errstr(st));
+        snprintf(err, STOREQ_ERR_MAX, "cannot save the pre-filter's state: %.200s",
+                 store_errstr(st));
         return SR_EREDIS;
     }
     return SR_OK;
@@ -819,7 +821,8 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     struct storeq *sq = coord_storeq(t->c);
     if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
         s_wave_req_free(q);
-        coord_fail(t->c, SR_ECLOSED, "cannot read a wave's results back: the store queue is closed");
+        coord_fail(t->c, SR_ECLOSED,
+                   "cannot read a wave's results back: the store queue is closed");
         return;
     }
     t->wave_reading++;

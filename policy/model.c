@@ -32,16 +32,7 @@ struct model {
 
 uint64_t model_hash64(const char *s, uint64_t seed)
 {
-    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    /* A final mix, so that names differing only in their last byte spread over the buckets. */
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
+    return pparse_hash64(s, seed);
 }
 
 uint32_t model_feature_index(const char *name)

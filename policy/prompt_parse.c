@@ -453,14 +453,14 @@ static void s_derive(pparse_state_t *st)
     s_derive_task(st);
 }
 
-/* s_name_hash is FNV-1a with a final mix, over one NUL-terminated name. */
-static uint64_t s_name_hash(const char *s)
+uint64_t pparse_hash64(const char *s, uint64_t seed)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
     for (; *s; s++) {
         h ^= (unsigned char)*s;
         h *= 1099511628211ULL;
     }
+    /* A final mix, so that names differing only in their last byte spread over the buckets. */
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
@@ -482,14 +482,14 @@ static void s_derive_task(pparse_state_t *st)
                  {"bed", "bedroom"},
                  {"sofa", "livingroom"}};
     st->room = "room";
-    uint64_t set = st->location[0] ? s_name_hash(st->location) : 0;
+    uint64_t set = st->location[0] ? pparse_hash64(st->location, 0) : 0;
     char type[PPARSE_NAME_MAX];
     for (int i = 0; i < st->n_actions; i++) {
         const char *a = st->actions[i];
         if (strncmp(a, "go to ", 6) != 0)
             continue;
         if (strcmp(a + 6, st->location) != 0)
-            set ^= s_name_hash(a + 6); /* order-free: the admissible list is sorted anyway */
+            set ^= pparse_hash64(a + 6, 0); /* order-free: the admissible list is sorted anyway */
         pparse_type_of(a + 6, type, sizeof type);
         for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
             if (strcmp(type, tells[k].recep) == 0 && strcmp(st->room, "room") == 0)
@@ -501,7 +501,7 @@ static void s_derive_task(pparse_state_t *st)
             if (strcmp(type, tells[k].recep) == 0)
                 st->room = tells[k].room;
     }
-    st->task_key = st->goal ? s_name_hash(st->goal) ^ (set * 0x9E3779B97F4A7C15ULL) : 0;
+    st->task_key = st->goal ? pparse_hash64(st->goal, 0) ^ (set * 0x9E3779B97F4A7C15ULL) : 0;
     /* A goal object to pick up here (for placing tasks, not one already in the goal receptacle). */
     size_t gl = strlen(st->goal_obj);
     for (int i = 0; gl && i < st->n_actions; i++) {

@@ -92,4 +92,8 @@ const char *pparse_task_name(pparse_task_t t);
  * carries none. */
 int pparse_type_of(const char *name, char *out, size_t outlen);
 
+/* pparse_hash64 is FNV-1a over the NUL-terminated s with a final mix, its start offset moved by
+ * seed (0 = standard FNV-1a): task keys here, feature names in the model (model_hash64). */
+uint64_t pparse_hash64(const char *s, uint64_t seed);
+
 #endif
