@@ -1,5 +1,5 @@
 # itlib.sh: what the integration scripts share, sourced after `cd` to the repository root.
-# Gives S (the binary), PY (a python3 with zmq and msgpack), tmp (a private folder removed at exit),
+# Gives S (the binary), PY (a python3 with zmq and msgpack), tmp (a private folder removed at exit; kept, and named, with IT_KEEP_TMP=1),
 # pids (processes killed and reaped at exit; append with `pids+=($!)`), fail (set by bad),
 # ok/bad (one result line each), free_port, wait_port and it_redis_start.
 S=bin/selroll
@@ -10,7 +10,7 @@ pids=()
 it_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
+  [ -n "${IT_KEEP_TMP:-}" ] || rm -rf "$tmp"; [ -z "${IT_KEEP_TMP:-}" ] || echo "kept $tmp"
 }
 trap it_cleanup EXIT
 
