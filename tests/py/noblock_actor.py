@@ -124,6 +124,8 @@ def main():
     ap.add_argument("--stall-file", default="")
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--name", default="nb")
+    # idle this long after its last job (none running or unacknowledged) and the actors exit
+    ap.add_argument("--idle-seconds", type=float, default=3)
     a = ap.parse_args()
     ctx = zmq.Context.instance()
     actors = [Actor(ctx, a.work, "%s-%d-%d" % (a.name, i, os.getpid()), a.slots) for i in range(a.actors)]
@@ -176,7 +178,7 @@ def main():
         if a.die_after and sent_total >= a.die_after:
             break
         busy = any(x.jobs or x.unacked for x in actors)
-        if not busy and sent_total and now - last_activity > 3:
+        if not busy and sent_total and now - last_activity > a.idle_seconds:
             break
     print(json.dumps({
         "sent": sent_total, "resent": sum(x.resent for x in actors),
