@@ -12,6 +12,7 @@
  */
 #include "bench/bench_proto.h"
 
+#include "common/cmds.h"
 #include "common/buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
@@ -221,9 +222,11 @@ int bench_proto_run(int argc, char **argv)
     int reps = 7, ms = 200;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = atoi(argv[++i]);
+            if (!sr_cmd_int("bench proto", "--reps", argv[++i], &reps))
+                return 2;
         } else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
-            ms = atoi(argv[++i]);
+            if (!sr_cmd_int("bench proto", "--ms", argv[++i], &ms))
+                return 2;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: selroll bench proto [--reps N] [--ms N]\n"
                    "Median ns/msg and messages/s of encode, decode and encode+decode of JOB,\n"
