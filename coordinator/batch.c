@@ -8,6 +8,7 @@
  */
 #include "coordinator/batch.h"
 
+#include "common/afile.h"
 #include "common/buf.h"
 #include "common/jsonw.h"
 #include "common/sr.h"
@@ -734,8 +735,8 @@ static cJSON *s_stats_json(const batch_stats_t *st)
     return o;
 }
 
-/* s_put_line prints j unformatted as one line of f and deletes j. */
-static int s_put_line(FILE *f, cJSON *j)
+/* s_put_line appends j unformatted as one line to out and deletes j. */
+static int s_put_line(sr_buf_t *out, cJSON *j)
 {
     if (!j)
         return SR_ENOMEM;
@@ -743,57 +744,22 @@ static int s_put_line(FILE *f, cJSON *j)
     cJSON_Delete(j);
     if (!s)
         return SR_ENOMEM;
-    int rc = (fputs(s, f) < 0 || fputc('\n', f) == EOF) ? SR_EIO : SR_OK;
+    int rc = sr_buf_append(out, s, strlen(s));
+    if (rc == SR_OK)
+        rc = sr_buf_append(out, "\n", 1);
     free(s);
     return rc;
 }
 
-int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *path, char *err,
-                      size_t errlen)
+int batch_jsonl_text(const batch_t *b, const batch_stats_t *st, sr_buf_t *out)
 {
-    if (!b || !path || !*path) {
-        if (err && errlen)
-            snprintf(err, errlen, "batch_write_jsonl: no batch or no path");
+    if (!b || !out)
         return SR_EINVAL;
-    }
     batch_stats_t own;
     if (!st) {
         batch_stats(b, &own);
         st = &own;
     }
-    int rc = SR_OK;
-    FILE *f = NULL;
-    char *tmp = NULL;
-    char *dir = strdup(path);
-    if (!dir) {
-        rc = SR_ENOMEM;
-        goto cleanup;
-    }
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        if (coord_mkdirs(dir) != SR_OK) {
-            rc = SR_EIO;
-            if (err && errlen)
-                snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-            goto cleanup;
-        }
-    }
-    size_t tl = strlen(path) + 8;
-    tmp = malloc(tl);
-    if (!tmp) {
-        rc = SR_ENOMEM;
-        goto cleanup;
-    }
-    snprintf(tmp, tl, "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (!f) {
-        rc = SR_EIO;
-        if (err && errlen)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-
     cJSON *head = cJSON_CreateObject();
     if (head) {
         cJSON_AddStringToObject(head, "type", "batch");
@@ -805,7 +771,7 @@ int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *pat
         cJSON_AddNumberToObject(head, "groups", (double)batch_in_batch(b));
         cJSON_AddItemToObject(head, "stats", s_stats_json(st));
     }
-    rc = s_put_line(f, head);
+    int rc = s_put_line(out, head);
     for (size_t i = 0; rc == SR_OK && i < b->n; i++) {
         const s_group_t *g = &b->groups[i];
         if (!s_in_batch(b, g))
@@ -830,36 +796,28 @@ int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *pat
             for (int t = 0; trajs && t < g->G; t++)
                 cJSON_AddItemToArray(trajs, s_result_json(g->res[t]));
         }
-        rc = s_put_line(f, o);
+        rc = s_put_line(out, o);
     }
+    return rc;
+}
+
+int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *path, char *err,
+                      size_t errlen)
+{
+    if (!b || !path || !*path) {
+        if (err && errlen)
+            snprintf(err, errlen, "batch_write_jsonl: no batch or no path");
+        return SR_EINVAL;
+    }
+    sr_buf_t text = SR_BUF_INIT;
+    int rc = batch_jsonl_text(b, st, &text);
     if (rc != SR_OK) {
         if (err && errlen)
-            snprintf(err, errlen, "cannot write %s: %s", tmp,
-                     rc == SR_ENOMEM ? "out of memory" : strerror(errno));
-        goto cleanup;
+            snprintf(err, errlen, "cannot write %s: out of memory", path);
+    } else {
+        rc = afile_replace(path, text.data, text.len, err, errlen);
     }
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        rc = SR_EIO;
-        if (err && errlen)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    fclose(f);
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        rc = SR_EIO;
-        if (err && errlen)
-            snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto cleanup;
-    }
-cleanup:
-    if (f) {
-        fclose(f);
-        unlink(tmp);
-    }
-    free(tmp);
-    free(dir);
+    sr_buf_free(&text);
     return rc;
 }
 

@@ -189,15 +189,19 @@ int batch_encode(const batch_t *b, const batch_stats_t *st, sr_buf_t *out);
  * Returns SR_OK, SR_EINVAL or SR_ETOOBIG. */
 int batch_jsonl_path(const char *out_dir, int64_t iteration, char *buf, size_t len);
 
-/* batch_write_jsonl writes the batch to path as JSON Lines: first a header object {"type":
+/* batch_jsonl_text appends the batch to out as JSON Lines: first a header object {"type":
  * "batch", "run", "iteration", "policy_version", "groups": n, "stats": {...}}, then one object
  * per in-batch group {"type": "group", "group", "task", "weight", "rewards", "advantages",
  * "advantages_raw", "trajectories": [RESULT bodies with every field, steps and chat messages
  * included]} (plus "audit_weight" when not 1 and "rules"); the header names the estimator as
- * "adv" and "estimator". The file
- * is written to path.tmp and renamed into place; missing parent folders are created. st NULL
- * means batch_stats(b). Returns SR_OK, SR_EINVAL, SR_EIO or SR_ENOMEM with a one-line reason in
- * err (when not NULL). */
+ * "adv" and "estimator". st NULL
+ * means batch_stats(b). Pure: no file is touched. Returns SR_OK, SR_EINVAL or SR_ENOMEM. */
+int batch_jsonl_text(const batch_t *b, const batch_stats_t *st, sr_buf_t *out);
+
+/* batch_write_jsonl writes batch_jsonl_text's lines to path with afile_replace (path.tmp synced
+ * and renamed into place; missing parent folders are created). It blocks on the disk: the
+ * coordinator's loop hands the text to its file queue instead (coord_file_write). Returns SR_OK,
+ * SR_EINVAL, SR_EIO or SR_ENOMEM with a one-line reason in err (when not NULL). */
 int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *path, char *err,
                       size_t errlen);
 

@@ -6,6 +6,7 @@
  */
 #include "coordinator/coord_results.h"
 
+#include "common/afile.h"
 #include "common/buf.h"
 #include "common/jsonw.h"
 #include "common/proto.h"
@@ -405,108 +406,38 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
     return rc;
 }
 
-int coord_mkdirs(const char *path)
+int coord_mkdirs(const char *path) { return afile_mkdirs(path); }
+
+int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen)
 {
-    if (!path || !*path)
-        return SR_EINVAL;
-    char *p = sr_xstrdup(path);
+    sr_buf_t line = SR_BUF_INIT;
     int rc = SR_OK;
-    for (char *c = p + 1; ; c++) {
-        if (*c == '/' || *c == '\0') {
-            char saved = *c;
-            *c = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                rc = sr_from_errno(errno);
-                break;
-            }
-            *c = saved;
-            if (saved == '\0')
-                break;
+    for (size_t i = 0; i < r->n; i++) {
+        sr_buf_reset(&line);
+        const s_entry_t *e = &r->v[i];
+        if (coord_results_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
+            rc = SR_ENOMEM;
+            if (err)
+                snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
+            break;
+        }
+        if (sr_buf_append(out, line.data, line.len) != SR_OK || sr_buf_append(out, "\n", 1) != SR_OK) {
+            rc = SR_ENOMEM;
+            if (err)
+                snprintf(err, errlen, "out of memory for the results of %s", r->v[i].info.job_id);
+            break;
         }
     }
-    free(p);
+    sr_buf_free(&line);
     return rc;
 }
 
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err, size_t errlen)
 {
-    int rc = SR_OK;
-    FILE *f = NULL;
-    char *tmp = NULL;
-    char *dir = sr_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        if ((rc = coord_mkdirs(dir)) != SR_OK) {
-            if (err)
-                snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-            goto cleanup;
-        }
-    }
-    size_t tl = strlen(path) + 16;
-    tmp = sr_xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (!f) {
-        rc = SR_EIO;
-        if (err)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
-    }
-    sr_buf_t line = SR_BUF_INIT;
-    for (size_t i = 0; i < r->n; i++) {
-        sr_buf_reset(&line);
-        const s_entry_t *e = &r->v[i];
-        if (coord_results_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
-            sr_buf_free(&line);
-            rc = SR_ENOMEM;
-            if (err)
-                snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
-            goto cleanup;
-        }
-        if (fwrite(line.data, 1, line.len, f) != line.len || fputc('\n', f) == EOF) {
-            sr_buf_free(&line);
-            rc = SR_EIO;
-            if (err)
-                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-            goto cleanup;
-        }
-    }
-    sr_buf_free(&line);
-    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
-        rc = SR_EIO;
-        if (err)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
-        goto cleanup;
-    }
-    int cerr = fclose(f);
-    f = NULL;
-    if (cerr != 0) {
-        rc = SR_EIO;
-        if (err)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        unlink(tmp);
-        goto cleanup;
-    }
-    if (rename(tmp, path) != 0) {
-        rc = SR_EIO;
-        if (err)
-            snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto cleanup;
-    }
-    /* the rename itself is durable once the folder is synced */
-    int dfd = open(slash && slash != dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-cleanup:
-    if (f) {
-        fclose(f);
-        unlink(tmp);
-    }
-    free(tmp);
-    free(dir);
+    sr_buf_t text = SR_BUF_INIT;
+    int rc = coord_results_jsonl_text(r, &text, err, errlen);
+    if (rc == SR_OK)
+        rc = afile_replace(path, text.data, text.len, err, errlen);
+    sr_buf_free(&text);
     return rc;
 }

@@ -78,10 +78,14 @@ const coord_result_info_t *coord_results_info(const coord_results_t *r, size_t i
  * won, success_rate, trajectories_failed, errors) and leaves the others alone. */
 void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
 
-/* coord_results_write_jsonl writes one JSON object per result (every field of the RESULT but "t"
- * and "v"), in storage order, to path, through a temporary file renamed into place; missing
- * parent folders are created. Every write, the flush, fsync, close and rename are checked, then
- * the folder is synced. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err (when
+/* coord_results_jsonl_text appends to out one JSON object per result and line (every field of
+ * the RESULT but "t" and "v"), in storage order. Returns SR_OK or SR_ENOMEM with a reason in err
+ * (when err is not NULL). */
+int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen);
+
+/* coord_results_write_jsonl writes coord_results_jsonl_text's lines to path with afile_replace
+ * (a temporary file synced and renamed into place, the folder synced; missing parent folders are
+ * created). It blocks on the disk: the round writer's thread calls it. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err (when
  * err is not NULL); on failure the temporary file is removed and path is left as it was. */
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
                               size_t errlen);

@@ -132,22 +132,22 @@ static const char *s_keep(coord_train_t *t, const char *s)
     return t->strs[t->nstrs++];
 }
 
-/* s_append_jsonl appends one JSON object as a line to <out>/iterations.jsonl (best effort). */
+/* s_append_jsonl appends one JSON object as a line to <out>/iterations.jsonl, on the
+ * coordinator's file queue (coord_file_write: retried, a failure logged and counted). */
 static void s_append_jsonl(coord_train_t *t, cJSON *o)
 {
     if (!t->cfg.out_dir || !o)
         return;
     char path[4096];
     snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
-    coord_mkdirs(t->cfg.out_dir);
     char *text = cJSON_PrintUnformatted(o);
-    FILE *f = text ? fopen(path, "a") : NULL;
-    if (f) {
-        fprintf(f, "%s\n", text);
-        fclose(f);
-    } else {
-        log_error("cannot append to %s", path);
-    }
+    sr_buf_t line = SR_BUF_INIT;
+    if (!text || sr_buf_append(&line, text, strlen(text)) != SR_OK ||
+        sr_buf_append(&line, "\n", 1) != SR_OK)
+        log_error("cannot append to %s: out of memory", path);
+    else
+        coord_file_write(t->c, path, &line, true);
+    sr_buf_free(&line);
     free(text);
 }
 
@@ -660,10 +660,16 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
                  "short batch",
                  (long long)t->it, (long long)bs->batch_groups, t->cfg.batch_groups);
     if (t->cfg.out_dir && bs->batch_groups > 0) {
-        char path[4096], err[512];
-        if (batch_jsonl_path(t->cfg.out_dir, t->it, path, sizeof path) == SR_OK &&
-            batch_write_jsonl(t->batch, bs, path, err, sizeof err) != SR_OK)
-            log_error("iteration %lld: %s", (long long)t->it, err);
+        char path[4096];
+        sr_buf_t text = SR_BUF_INIT;
+        if (batch_jsonl_path(t->cfg.out_dir, t->it, path, sizeof path) != SR_OK)
+            log_error("iteration %lld: the batch file's path is too long", (long long)t->it);
+        else if (batch_jsonl_text(t->batch, bs, &text) != SR_OK)
+            log_error("iteration %lld: cannot format the batch file: out of memory",
+                      (long long)t->it);
+        else
+            coord_file_write(t->c, path, &text, false);
+        sr_buf_free(&text);
     }
     if (!t->push || bs->batch_groups == 0) {
         if (bs->batch_groups == 0)

@@ -19,6 +19,7 @@
  */
 #include "coordinator/coordinator.h"
 
+#include "common/afile.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
@@ -42,6 +43,9 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+/* how long coord_run waits at shutdown for the file queue (its retries pause 1.5 s in all) */
+#define S_FILE_FLUSH_MS 5000
 
 #define EPOCH_BLOCK 1024
 #define DISPATCH_BATCH 256
@@ -75,6 +79,7 @@ struct coord {
     transport_proxy_t *proxy;
     reactor_t *r;
     store_t *st;     /* blocking: outside the loop only (start-up, resume, shutdown) */
+    storeq_t *fq;    /* the file queue (a storeq without Redis): coord_file_write's files */
     storeq_t *sq;    /* the loop's Redis: rounds, RESULTs, leases, epochs, CANCEL checks, the
                       * env-worker registry, the run record */
     bool sq_closing; /* completions after the loop are only freed */
@@ -121,7 +126,7 @@ struct coord {
     metrics_registry_t *metrics;
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
         *m_unknown, *m_cancels, *m_cancels_refused, *m_cancels_reannounced, *m_cancels_told,
-        *m_subs_refused, *m_pubs_refused, *m_rounds;
+        *m_subs_refused, *m_pubs_refused, *m_rounds, *m_file_retries, *m_file_failures;
     metrics_gauge_t *g_bus_topics;
     uint64_t hb_seq; /* heartbeats handled: one CANCEL per group and heartbeat */
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and
@@ -2160,6 +2165,10 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         metrics_counter(c->metrics, "selroll_coord_cancels_refused_total",
                         "Bus CANCELs ignored because Redis does not show the group cancelled.", NULL);
     c->m_rounds = metrics_counter(c->metrics, "selroll_coord_rounds_total", "Rounds ended.", NULL);
+    c->m_file_retries = metrics_counter(c->metrics, "selroll_coord_file_write_retries_total",
+                                        "Results-file writes tried again after a failure.", NULL);
+    c->m_file_failures = metrics_counter(c->metrics, "selroll_coord_file_write_failures_total",
+                                         "Results-file writes given up after every retry.", NULL);
     c->peers = peerlimit_new(0, 0, 0, 0);
     c->m_peer_bans = metrics_counter(c->metrics, "selroll_peer_bans_total",
                                      "Peers ignored for a while after too many malformed messages.",
@@ -2179,6 +2188,9 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     c->sq = storeq_new(c->r, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2, sizeof e2);
     if (!c->sq)
+        goto fail;
+    c->fq = storeq_new(c->r, NULL, NULL, 0, e2, sizeof e2);
+    if (!c->fq)
         goto fail;
 
     c->zctx = zmq_ctx_new();
@@ -2370,6 +2382,8 @@ int coord_run(coord_t *c)
     /* Shutdown, the loop stopped: the store thread's last writes (the run record, RESULTs on
      * their way) finish first, then the run's end is recorded on the blocking connection. */
     c->draining = true;
+    if (storeq_flush(c->fq, S_FILE_FLUSH_MS) != SR_OK)
+        log_warn("shutdown: %zu file writes still pending", storeq_pending(c->fq));
     if (storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
         log_warn("shutdown: %zu store requests still pending", storeq_pending(c->sq));
     if (c->run_failed && store_run_set(c->st, "error", c->err) != SR_OK)
@@ -2423,6 +2437,7 @@ void coord_destroy(coord_t **self_p)
     if (c->zctx)
         zmq_ctx_term(c->zctx);
     c->sq_closing = true;
+    storeq_destroy(&c->fq);
     storeq_destroy(&c->sq);
     reactor_destroy(&c->r);
     store_destroy(&c->st);
@@ -2507,6 +2522,81 @@ struct storeq *coord_storeq(coord_t *c)
 }
 
 void *coord_zctx(coord_t *c) { return c ? c->zctx : NULL; }
+
+/* A results file written on the file queue's thread: tried S_FILE_ATTEMPTS times with a doubling
+ * pause (a full disk or a folder in the way may clear), then given up with a message and a
+ * counter. The loop only formats the bytes. */
+#define S_FILE_ATTEMPTS 5
+#define S_FILE_PAUSE_MS 100
+
+typedef struct {
+    coord_t *c;
+    char *path;
+    sr_buf_t text;
+    bool append;
+    int retries; /* attempts after the first, set on the file thread */
+} s_file_req_t;
+
+static int s_file_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    s_file_req_t *q = arg;
+    int rc = SR_EIO;
+    long pause_ms = S_FILE_PAUSE_MS;
+    for (int a = 0; a < S_FILE_ATTEMPTS; a++) {
+        if (a > 0) {
+            struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            pause_ms *= 2;
+            q->retries++;
+        }
+        rc = q->append ? afile_append(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX)
+                       : afile_replace(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX);
+        if (rc == SR_OK)
+            break;
+    }
+    return rc;
+}
+
+static void s_file_done(int rc, const char *err, void *arg)
+{
+    s_file_req_t *q = arg;
+    coord_t *c = q->c;
+    for (int i = 0; i < q->retries; i++)
+        metrics_counter_inc(c->m_file_retries);
+    if (rc != SR_OK) {
+        metrics_counter_inc(c->m_file_failures);
+        log_error("%s not written after %d attempts: %s", q->path, S_FILE_ATTEMPTS,
+                  err && *err ? err : sr_strerror(rc));
+    } else if (q->retries) {
+        log_warn("%s written after %d failed attempts", q->path, q->retries);
+    }
+    sr_buf_free(&q->text);
+    free(q->path);
+    free(q);
+}
+
+int coord_file_write(coord_t *c, const char *path, sr_buf_t *text, bool append)
+{
+    if (!c || !path || !*path || !text)
+        return SR_EINVAL;
+    s_file_req_t *q = sr_xcalloc(1, sizeof *q);
+    q->c = c;
+    q->path = sr_xstrdup(path);
+    q->text = *text;
+    q->append = append;
+    *text = (sr_buf_t)SR_BUF_INIT;
+    int rc = c->fq && !c->sq_closing ? storeq_submit(c->fq, s_file_work, s_file_done, q)
+                                     : SR_ECLOSED;
+    if (rc != SR_OK) {
+        log_error("%s not written: the file queue is closed", path);
+        metrics_counter_inc(c->m_file_failures);
+        sr_buf_free(&q->text);
+        free(q->path);
+        free(q);
+    }
+    return rc;
+}
 
 int coord_set_policy_version(coord_t *c, int64_t version)
 {

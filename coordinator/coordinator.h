@@ -232,6 +232,14 @@ struct reactor *coord_reactor(coord_t *c);
 /* coord_zctx returns the coordinator's ZeroMQ context (owned by c). */
 void *coord_zctx(coord_t *c);
 
+/* coord_file_write writes a results file off the loop: text (taken over: *text is emptied)
+ * replaces path atomically, or is appended to it when append (common/afile.h), on the
+ * coordinator's file queue, one write at a time in call order. A failed write is tried again
+ * with a doubling pause, then given up with an error line and
+ * selroll_coord_file_write_failures_total. Returns SR_OK once queued, SR_EINVAL, or SR_ECLOSED
+ * (counted and logged too) while the coordinator is destroyed. Thread: the loop's. */
+int coord_file_write(coord_t *c, const char *path, sr_buf_t *text, bool append);
+
 /* coord_set_policy_version sets the version JOBs and WELCOMEs carry from now on and records it in
  * the run record (field policy_version) as coord_record_int does. Returns SR_OK, or SR_EINVAL
  * for a negative version. */

@@ -1,0 +1,169 @@
+/*
+ * afile.c — atomic replacement and synced appends of results files (see afile.h).
+ */
+#include "common/afile.h"
+
+#include "common/sr.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int afile_mkdirs(const char *path)
+{
+    if (!path || !*path)
+        return SR_EINVAL;
+    char *p = sr_xstrdup(path);
+    int rc = SR_OK;
+    for (char *c = p + 1;; c++) {
+        if (*c == '/' || *c == '\0') {
+            char saved = *c;
+            *c = '\0';
+            struct stat sb;
+            if (mkdir(p, 0755) != 0 &&
+                (errno != EEXIST || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+                if (errno == EEXIST)
+                    errno = ENOTDIR;
+                rc = sr_from_errno(errno);
+                break;
+            }
+            *c = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+/* s_parent writes path's folder into buf ("." for a bare name); returns 0, or -1 when the
+ * path has a folder that cannot be created (err says why). */
+static int s_parent(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(buf, len, ".");
+        return 0;
+    }
+    if (slash == path) {
+        snprintf(buf, len, "/");
+        return 0;
+    }
+    snprintf(buf, len, "%.*s", (int)(slash - path), path);
+    if (afile_mkdirs(buf) != SR_OK) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot create %s: %s", buf, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* s_write_all writes len bytes to fd, resuming after EINTR and short writes. */
+static int s_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int afile_replace(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!path || !*path || (!data && len)) {
+        if (err && errlen)
+            snprintf(err, errlen, "afile_replace: no path or no data");
+        return SR_EINVAL;
+    }
+    char dir[4096];
+    if (s_parent(path, dir, sizeof dir, err, errlen) != 0)
+        return SR_EIO;
+    size_t tl = strlen(path) + 8;
+    char *tmp = sr_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", path);
+    int rc = SR_EIO;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto cleanup;
+    }
+    if (s_write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
+        goto cleanup;
+    }
+    int cerr = close(fd);
+    fd = -1;
+    if (cerr != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto cleanup;
+    }
+    if (rename(tmp, path) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto cleanup;
+    }
+    /* the rename itself is durable once the folder is synced */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    rc = SR_OK;
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    if (rc != SR_OK)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int afile_append(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!path || !*path || (!data && len)) {
+        if (err && errlen)
+            snprintf(err, errlen, "afile_append: no path or no data");
+        return SR_EINVAL;
+    }
+    char dir[4096];
+    if (s_parent(path, dir, sizeof dir, err, errlen) != 0)
+        return SR_EIO;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot append to %s: %s", path, strerror(errno));
+        return SR_EIO;
+    }
+    int rc = SR_OK;
+    off_t start = lseek(fd, 0, SEEK_END);
+    if (s_write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot append to %s: %s", path, strerror(errno ? errno : EIO));
+        if (start >= 0 && ftruncate(fd, start) != 0)
+            (void)0; /* the reason above is the one that matters */
+        rc = SR_EIO;
+    }
+    if (close(fd) != 0 && rc == SR_OK) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot append to %s: %s", path, strerror(errno));
+        rc = SR_EIO;
+    }
+    return rc;
+}

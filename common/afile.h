@@ -1,0 +1,29 @@
+/*
+ * afile.h — the one way selroll writes a results file: whole files replaced atomically
+ * (temporary file, fsync, rename, fsync of the folder) and lines appended with their fsync.
+ *
+ * These calls block on the disk. A reactor thread never calls them: the coordinator runs them
+ * on its file queue (coord_file_write, a storeq without Redis) or on its round writer, so a slow
+ * or full disk costs the write's latency, never the loop's.
+ */
+#ifndef SR_AFILE_H
+#define SR_AFILE_H
+
+#include <stddef.h>
+
+/* afile_mkdirs creates path and its missing parents (mode 0755). Returns SR_OK (also when they
+ * exist), SR_EINVAL for an empty path, or the translated errno. */
+int afile_mkdirs(const char *path);
+
+/* afile_replace makes path hold exactly len bytes of data: it creates the parent folders, writes
+ * "<path>.tmp", syncs it, renames it over path and syncs the folder. On failure path is left as
+ * it was, the temporary file is removed and err (errlen bytes, may be NULL) says which step
+ * failed. Returns SR_OK or SR_EIO. */
+int afile_replace(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* afile_append appends len bytes of data to path (created with its parent folders when missing)
+ * and syncs it. A short write is truncated away again, so a retry does not leave half a line.
+ * Returns SR_OK or SR_EIO with a reason in err. */
+int afile_append(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+#endif
