@@ -421,7 +421,8 @@ int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err,
                 snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
             break;
         }
-        if (sr_buf_append(out, line.data, line.len) != SR_OK || sr_buf_append(out, "\n", 1) != SR_OK) {
+        if (sr_buf_append(out, line.data, line.len) != SR_OK ||
+            sr_buf_append(out, "\n", 1) != SR_OK) {
             rc = SR_ENOMEM;
             if (err)
                 snprintf(err, errlen, "out of memory for the results of %s", r->v[i].info.job_id);

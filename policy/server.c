@@ -411,14 +411,16 @@ static void s_model_put(struct policy_server *s, s_mref_t *r)
 }
 
 /* A version switch: its load runs on the store thread like a request's (the weights source's
- * connection is used by that thread only), and the caller waits for it. */
+ * connection is used by that thread only). policy_server_set_version_async's completion, on the
+ * thread that dispatches the store queue, makes it current and tells the caller;
+ * policy_server_set_version waits for that completion. Switches complete in the order they were
+ * asked for, so the last one asked for is the one served. */
 typedef struct {
     struct policy_server *s;
     uint32_t version;
     s_mref_t *mr;
-    int rc;
-    bool done;
-    pthread_cond_t cv; /* with s->mu */
+    policy_server_version_fn *fn;
+    void *arg;
 } s_setv_t;
 
 static int s_setv_work(store_t *st, void *arg, char *err)
@@ -429,46 +431,89 @@ static int s_setv_work(store_t *st, void *arg, char *err)
     return s_model_acquire(w->s, w->version, &w->mr);
 }
 
+/* s_setv_apply makes r (referenced by its acquire) the served model. */
+static void s_setv_apply(struct policy_server *s, s_mref_t *r)
+{
+    pthread_mutex_lock(&s->mu);
+    s->current = r;
+    r->refs--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void s_setv_done(int rc, const char *err, void *arg)
 {
     (void)err;
     s_setv_t *w = arg;
-    pthread_mutex_lock(&w->s->mu);
+    if (rc == SR_OK)
+        s_setv_apply(w->s, w->mr);
+    if (w->fn)
+        w->fn(rc, w->version, w->arg);
+    free(w);
+}
+
+int policy_server_set_version_async(policy_server_t *s, uint32_t version,
+                                    policy_server_version_fn *fn, void *arg)
+{
+    if (!s)
+        return SR_EINVAL;
+    if (!s->o.source || !s->sq) {
+        /* no source: the cache only, nothing to wait for */
+        s_mref_t *r = NULL;
+        int rc = s_model_acquire(s, version, &r);
+        if (rc == SR_OK)
+            s_setv_apply(s, r);
+        rc = rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
+        if (fn)
+            fn(rc, version, arg);
+        return SR_OK;
+    }
+    s_setv_t *w = sr_xcalloc(1, sizeof *w);
+    w->s = s;
+    w->version = version;
+    w->fn = fn;
+    w->arg = arg;
+    int rc = storeq_submit(s->sq, s_setv_work, s_setv_done, w);
+    if (rc != SR_OK)
+        free(w);
+    return rc;
+}
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+} s_setv_wait_t;
+
+static void s_setv_woken(int rc, uint32_t version, void *arg)
+{
+    (void)version;
+    s_setv_wait_t *w = arg;
+    pthread_mutex_lock(&w->mu);
     w->rc = rc;
     w->done = true;
     pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->s->mu);
+    pthread_mutex_unlock(&w->mu);
 }
 
 int policy_server_set_version(policy_server_t *s, uint32_t version)
 {
     if (!s)
         return SR_EINVAL;
-    s_mref_t *r = NULL;
-    int rc;
-    if (!s->o.source || !s->sq) {
-        rc = s_model_acquire(s, version, &r); /* no source: the cache only, nothing to wait for */
-    } else {
-        s_setv_t w = {.s = s, .version = version};
-        pthread_cond_init(&w.cv, NULL);
-        rc = storeq_submit(s->sq, s_setv_work, s_setv_done, &w);
-        if (rc == SR_OK) {
-            pthread_mutex_lock(&s->mu);
-            while (!w.done)
-                pthread_cond_wait(&w.cv, &s->mu);
-            pthread_mutex_unlock(&s->mu);
-            rc = w.rc;
-            r = w.mr;
-        }
-        pthread_cond_destroy(&w.cv);
-    }
+    s_setv_wait_t w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    int rc = policy_server_set_version_async(s, version, s_setv_woken, &w);
     if (rc == SR_OK) {
-        pthread_mutex_lock(&s->mu);
-        s->current = r;
-        r->refs--;
-        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = w.rc;
     }
-    return rc == SR_ENOTFOUND && !s->o.source ? SR_EINVAL : rc;
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
 }
 
 int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,

@@ -59,12 +59,26 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
 /* policy_server_port returns the TCP port the server listens on. */
 int policy_server_port(const policy_server_t *s);
 
-/* policy_server_set_version makes version the one served under the plain model name (this is
- * what a POLICY_VERSION message does). Version 0 is always available; others are fetched from the
- * weights source, on the server's store thread (the caller waits: call it from a control thread,
- * never from a done function of policy_server_submit). Returns 0, SR_ENOTFOUND when the source
- * does not have it, SR_EPROTO for a bad blob, SR_EINVAL without a source, SR_ECLOSED while the
- * server is being destroyed. */
+/* Called once per policy_server_set_version_async with the switch's result (as
+ * policy_server_set_version returns it) on the thread that dispatches the server's store queue
+ * (the server's loop; policy_server_destroy for switches that never ran, with SR_ECLOSED), or at
+ * once on the caller's thread when the server has no weights source. */
+typedef void(policy_server_version_fn)(int rc, uint32_t version, void *arg);
+
+/* policy_server_set_version_async asks for version to become the one served under the plain
+ * model name (this is what a POLICY_VERSION message does) without waiting: version 0 and cached
+ * versions switch on the store thread's next turn, others once their weights were fetched there.
+ * Switches complete in the order asked for. fn (may be NULL) gets the result. Returns SR_OK (fn
+ * will be called), SR_EINVAL, or SR_ECLOSED while the server is being destroyed (fn is not
+ * called). */
+int policy_server_set_version_async(policy_server_t *s, uint32_t version,
+                                    policy_server_version_fn *fn, void *arg);
+
+/* policy_server_set_version is policy_server_set_version_async waiting for its result (call it
+ * at start-up or from a test, never from the server's loop or a done function of
+ * policy_server_submit). Returns 0, SR_ENOTFOUND when the source does not have the version,
+ * SR_EPROTO for a bad blob, SR_EINVAL without a source, SR_ECLOSED while the server is being
+ * destroyed. */
 int policy_server_set_version(policy_server_t *s, uint32_t version);
 
 /* policy_server_submit queues Redis work on the server's store thread (common/storeq.h; the one

@@ -2,10 +2,11 @@
  * vfollow.h — the policy server follows the run's POLICY_VERSION messages on the bus.
  *
  * A SUB socket on the bus (the coordinator's subscriber endpoint, DESIGN §2) subscribed to
- * "ctl/<run>/policy". Every POLICY_VERSION of that run makes its version the one the server
- * serves under the plain model name (policy_server_set_version, which loads it from the weights
- * source). Bad messages are counted and skipped; a version the source does not have is counted
- * and the served version stays as it was. The owner polls it from its own loop.
+ * "ctl/<run>/policy". Every POLICY_VERSION of that run asks for its version to become the one
+ * the server serves under the plain model name (policy_server_set_version_async: the weights are
+ * loaded on the server's store thread, and the follower never waits for them). Bad messages are
+ * counted and skipped; a version the source does not have is counted when its load ends and the
+ * served version stays as it was. The owner polls it from its own control loop.
  */
 #ifndef SR_POLICY_VFOLLOW_H
 #define SR_POLICY_VFOLLOW_H
@@ -28,15 +29,16 @@ typedef struct {
 vfollow_t *vfollow_new(policy_server_t *srv, void *zmq_ctx, const char *endpoint, const char *run,
                        char *err, size_t errlen);
 
-/* vfollow_poll waits up to wait_ms (0 = not at all, -1 = forever) for one message and applies it.
- * Returns 1 when it switched the served version, 0 when nothing (or nothing usable) arrived, or
- * a negative SR_E* code when the socket failed. */
+/* vfollow_poll waits up to wait_ms (0 = not at all, -1 = forever) for one message and asks for
+ * its version, without waiting for the load. Returns 1 when a switch of the served version
+ * completed since the last call, 0 otherwise, or a negative SR_E* code when the socket failed. */
 int vfollow_poll(vfollow_t *f, int wait_ms);
 
 /* vfollow_stats copies the counters. */
 void vfollow_stats(const vfollow_t *f, vfollow_stats_t *out);
 
-/* vfollow_destroy closes the socket, frees *fp and sets it to NULL; NULL is a no-op. */
+/* vfollow_destroy closes the socket, frees *fp and sets it to NULL; NULL is a no-op. Switches
+ * still in flight complete on the server as asked (their counters are freed with the last). */
 void vfollow_destroy(vfollow_t **fp);
 
 #endif

@@ -1139,19 +1139,20 @@ static void actor_client_abort_is_seen_by_the_server(void **state)
     policy_server_destroy(&s);
 }
 
-/* A weights source as slow as a stalled Redis: each fetch takes 2.5 s; version 1 exists, the
- * others do not. Fetches are counted per version. */
+/* A weights source as slow as a stalled Redis: each fetch takes 2.5 s (or delay_ms); version 1
+ * exists, the others do not. Fetches are counted per version. */
 typedef struct {
     uint8_t *blob;
     size_t len;
     int fetches[16];
+    int delay_ms; /* 0: 2500 */
 } slow_src_t;
 
 static int s_slow_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
 {
     slow_src_t *ss = ctx;
     __atomic_add_fetch(&ss->fetches[version % 16], 1, __ATOMIC_SEQ_CST);
-    usleep(2500 * 1000);
+    usleep((useconds_t)(ss->delay_ms ? ss->delay_ms : 2500) * 1000);
     if (version != 1)
         return SR_ENOTFOUND;
     *blob = malloc(ss->len);
@@ -1268,6 +1269,69 @@ static int s_incr_work(store_t *st, void *arg, char *err)
     return rc;
 }
 
+/* The POLICY_VERSION follower asks for a version and goes on: its poll returns while the
+ * weights are still being fetched, and reports the switch once the fetch ended. */
+static void the_version_follower_never_waits_for_a_weights_fetch(void **state)
+{
+    (void)state;
+    model_t *m = model_new(1);
+    slow_src_t *ss = calloc(1, sizeof *ss);
+    model_to_blob(m, &ss->blob, &ss->len);
+    ss->delay_ms = 600;
+    static const wsource_ops_t ops = {.name = "slow", .fetch = s_slow_fetch};
+    wsource_t *src = wsource_new(&ops, ss);
+    policy_server_t *s = s_start(false, 1, 8, 8, src);
+
+    void *ctx = zmq_ctx_new();
+    char err[256];
+    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(pub);
+    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
+    vfollow_t *f = vfollow_new(s, ctx, transport_sock_endpoint(pub), "runA", err, sizeof err);
+    assert_non_null(f);
+    int64_t t0 = harness_now_ms(), worst = 0;
+    int got = 0;
+    while (!got && harness_now_ms() - t0 < 5000) {
+        s_publish_version(pub, "runA", 1); /* repeated, as the coordinator does */
+        int64_t p0 = harness_now_ms();
+        got = vfollow_poll(f, 20);
+        int64_t took = harness_now_ms() - p0;
+        if (took > worst)
+            worst = took;
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(policy_server_version(s), 1);
+    if (worst > 300) /* well below the 600 ms fetch it would wait for */
+        fail_msg("a vfollow_poll took %lld ms during the fetch", (long long)worst);
+    assert_true(harness_now_ms() - t0 >= 500); /* the switch came with the fetch's end */
+    assert_int_equal(ss->fetches[1], 1);       /* asked once, though published many times */
+
+    /* a version the source lacks: counted when its fetch ends, the served version unchanged */
+    s_publish_version(pub, "runA", 3);
+    vfollow_stats_t vs = {0};
+    t0 = harness_now_ms();
+    while (vs.refused < 1 && harness_now_ms() - t0 < 3000) {
+        assert_true(vfollow_poll(f, 20) >= 0);
+        vfollow_stats(f, &vs);
+    }
+    assert_int_equal(vs.refused, 1);
+    assert_int_equal(vs.applied, 1);
+    assert_int_equal(policy_server_version(s), 1);
+
+    /* destroyed with a switch in flight: the switch ends on the server without the follower */
+    s_publish_version(pub, "runA", 5);
+    usleep(100 * 1000);
+    vfollow_poll(f, 20);
+    vfollow_destroy(&f);
+    transport_sock_destroy(&pub);
+    zmq_ctx_term(ctx);
+    policy_server_destroy(&s);
+    wsource_destroy(&src);
+    free(ss->blob);
+    free(ss);
+    model_destroy(&m);
+}
+
 static void s_incr_done(int rc, const char *err, void *arg)
 {
     (void)err;
@@ -1337,6 +1401,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(versions_come_from_the_source_by_name_and_by_set_version),
         cmocka_unit_test(versions_come_from_redis),
         cmocka_unit_test(health_and_cached_versions_never_wait_for_the_weights_source),
+        cmocka_unit_test(the_version_follower_never_waits_for_a_weights_fetch),
         cmocka_unit_test(models_list_held_versions_answers_say_the_version_and_unknown_ones_are_errors),
         cmocka_unit_test(policy_version_messages_on_the_bus_switch_the_served_version),
         cmocka_unit_test(full_queue_answers_503),
