@@ -490,12 +490,9 @@ int coord_sched_requeue(coord_sched_t *s, int job)
     coord_actor_t *a = s_actor_of(s, j);
     if (a && a->held > 0)
         a->held--;
-    const coord_group_t *g = &s->groups[j->group];
-    if (g->cancelled && !(g->keep_mask & (1ull << j->traj))) {
-        j->state = COORD_JOB_DROPPED;
-        j->actor_len = 0;
-        return SR_OK;
-    }
+    /* Even in a cancelled group: the trajectory started (its ACTIONs are on the bus and may be
+     * in the gate's decision), so it ends in a RESULT like the others that ran at the cancel;
+     * the actor it goes to is told of the cancel on its first heartbeat. */
     s_enqueue(s, job, true);
     return SR_OK;
 }
@@ -556,7 +553,9 @@ int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
     int n = 0;
     for (int t = 0; t < g->G; t++) {
         coord_job_t *j = &s->jobs[g->first_job + t];
-        if (j->state == COORD_JOB_QUEUED && !(keep_mask & (1ull << t))) {
+        /* a job queued again after it ran (its actor left, its lease ran out) is not dropped:
+         * its trajectory started, and ends in a RESULT */
+        if (j->state == COORD_JOB_QUEUED && j->epoch == 0 && !(keep_mask & (1ull << t))) {
             j->state = COORD_JOB_DROPPED;
             j->qseq_++;
             n++;

@@ -10,8 +10,8 @@
  *     QUEUED --lease--> LEASED --final RESULT--> FINAL
  *       ^                 |  (expiry, BYE, a failed attempt, a send that failed)
  *       +-----------------+
- *     QUEUED or LEASED --its group cancelled--> DROPPED (a queued job never dispatched, or a
- *                                               leased one whose lease then ran out)
+ *     QUEUED --its group cancelled--> DROPPED (a queued job never dispatched; one that ran
+ *                                       before and was queued again runs to its RESULT)
  *
  * Every lease carries an epoch (the fencing token) that the caller allocates; a RESULT counts
  * only when its (job, epoch) is the job's current lease. A re-queued job gets a new epoch when it

@@ -159,13 +159,44 @@ static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **s
     assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_DROPPED);
     assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
     assert_false(coord_sched_round_done(s, 0));
-    /* the running one's lease runs out: dropped, not re-queued */
+    /* the running one's lease runs out: it started, so it is queued again (not dropped) and
+     * runs to its RESULT */
     assert_int_equal(coord_sched_expire(s, 1000), 1);
-    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_DROPPED);
-    coord_sched_actor_credit(s, a, 1);
-    assert_int_equal(s_dispatch(s, &epoch, 2000), 1);
+    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_QUEUED);
+    coord_sched_actor_credit(s, a, 2);
+    assert_int_equal(s_dispatch(s, &epoch, 2000), 2);
     assert_int_equal(coord_sched_finish(s, 3, "cancelled"), SR_OK);
     assert_int_equal(coord_sched_finish(s, 3, "done"), SR_ECONFLICT);
+    assert_false(coord_sched_round_done(s, 0)); /* t0 still runs */
+    assert_int_equal(coord_sched_finish(s, 0, "cancelled"), SR_OK);
+    assert_true(coord_sched_round_done(s, 0));
+    coord_sched_destroy(&s);
+}
+
+/* A job whose actor left (BYE drain=false) before or after its group was cancelled was running:
+ * its trajectory ends in a RESULT, so the group keeps exactly G of them. */
+static void a_released_job_of_a_cancelled_group_runs_again(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 4);
+    coord_actor_t *a = s_actor(s, "a", 2, 2);
+    coord_actor_t *b = s_actor(s, "b", 2, 2);
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 4); /* t0, t1 on a; t2, t3 on b */
+    /* b leaves with t2, t3 running; then the group is cancelled keeping t0 only */
+    assert_int_equal(coord_sched_actor_release(s, "b", 1), 2);
+    assert_int_equal(coord_sched_cancel_group(s, 0, 1ull << 0), 0); /* nothing dropped */
+    assert_int_equal(coord_sched_job(s, 2)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
+    /* a's t1 (not kept) is released after the cancel: queued too */
+    assert_int_equal(coord_sched_actor_release(s, "a", 1), 2);
+    assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_QUEUED);
+    coord_sched_actor_credit(s, a, 2);
+    coord_sched_actor_credit(s, b, 2);
+    assert_int_equal(s_dispatch(s, &epoch, 200), 4);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(coord_sched_finish(s, t, t == 0 ? "done" : "cancelled"), SR_OK);
     assert_true(coord_sched_round_done(s, 0));
     coord_sched_destroy(&s);
 }
@@ -307,6 +338,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spread_caps_a_group_per_actor_until_relaxed),
     cmocka_unit_test(expired_and_released_jobs_come_back_first_with_new_epochs),
     cmocka_unit_test(cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running),
+    cmocka_unit_test(a_released_job_of_a_cancelled_group_runs_again),
     cmocka_unit_test(a_cancel_learnt_before_the_cancel_keeps_the_keep_list),
     cmocka_unit_test(adopted_lease_counts_for_its_actor_and_epoch),
     cmocka_unit_test(an_ended_round_retires_and_the_next_moves_down_intact),
