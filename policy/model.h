@@ -38,7 +38,7 @@
 /* The value of a belief feature (model.c): its weights are in units of 1 / MODEL_BELIEF_VALUE of a
  * logit, so a gradient step moves what the model acts on as fast as it moves a feature that
  * fires on every step (see docs/policy.md, "Learning moves beliefs"). */
-#define MODEL_BELIEF_VALUE 2.0f
+#define MODEL_BELIEF_VALUE 3.0f
 
 typedef struct model model_t;
 
