@@ -345,6 +345,7 @@ static const double S_P_SURE[PPARSE_TASK_COUNT] = {0, 0.4, 0.4, 0.1, 0.1, 0.1, 0
 static const double S_P_ALIKE[PPARSE_TASK_COUNT] = {0, 0.35, 0.30, 0.10, 0.10, 0.15, 0.20};
 static const double S_P_RALIKE[PPARSE_TASK_COUNT] = {0, 0.6, 0, 0.2, 0.2, 0.2, 0.2};
 static const double S_P_FORGET[PPARSE_TASK_COUNT] = {0, 0, 0, 0.8, 0.9, 0.9, 0.9};
+static const double S_P_MISVERB[PPARSE_TASK_COUNT] = {0, 0.3, 0, 0.2, 0.2, 0.2, 0.2};
 
 
 static uint64_t s_mix(uint64_t h)
@@ -407,6 +408,7 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
+    tb->misverb = s_unit(tb->key ^ 0x9E7BULL) < S_P_MISVERB[t];
     if (s_unit(tb->key ^ 0x4A11CEULL) < S_P_RALIKE[t]) {
         for (size_t i = 0; i < SR_ARRAY_LEN(S_RALIKE); i++)
             if (strcmp(S_RALIKE[i][0], st->goal_recep) == 0)
@@ -421,6 +423,21 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
                              a[5 + l] == ' ';
         }
     }
+}
+
+/* s_arrived tells whether the agent walked to where it stands with its last action, or with the
+ * one before the misused verbs that got "Nothing happens." since (it still means to put it down). */
+static bool s_arrived(const pparse_state_t *st)
+{
+    for (int i = st->n_hist - 1; i >= 0; i--) {
+        const char *a = st->hist[i].action;
+        if (!a)
+            return false;
+        if (strncmp(a, "put ", 4) == 0)
+            continue;
+        return strncmp(a, "go to ", 6) == 0 && strcmp(a + 6, st->location) == 0;
+    }
+    return false;
 }
 
 static bool s_is_alike(const model_ctx_t *tb, const char *type)
@@ -668,16 +685,28 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
         }
-    } else if (strcmp(verb, "move") == 0 && s_split2(rest, " to ", x, y)) {
+    } else if ((strcmp(verb, "move") == 0 && s_split2(rest, " to ", x, y)) ||
+               (strcmp(verb, "put") == 0 && s_split2(rest, " in ", x, y))) {
+        /* "put O in R" is not admissible in ALFWorld 0.4: the model knows as much about it as
+         * about the "move O to R" it stands for, less a penalty for the unlisted verb, plus the
+         * task's belief that it is the verb to use, and more so right after it failed (an LLM
+         * that reads "Nothing happens." often tries the same thing again). */
+        if (strcmp(verb, "put") == 0) {
+            s_emit(&e, "put|misverb");
+            if (tb.misverb)
+                s_belief3(&e, 1.0f, "misverb", task, st->room, tb.oc);
+            if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
+                strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
+                strcmp(st->current_obs, "Nothing happens.") == 0)
+                s_emit(&e, "put|failed");
+        }
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
         bool goal_obj = strcmp(xt, st->goal_obj) == 0 || s_is_alike(&tb, xt);
         bool goal_recep = strcmp(yt, st->goal_recep) == 0;
         s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
                proc);
-        if (goal_obj && goal_recep && st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
-            strncmp(st->hist[st->n_hist - 1].action, "go to ", 6) == 0 &&
-            strcmp(st->hist[st->n_hist - 1].action + 6, st->location) == 0)
+        if (goal_obj && goal_recep && s_arrived(st))
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
         if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
             s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb.oc);

@@ -38,7 +38,7 @@
 /* The value of a belief feature (model.c): its weights are in units of 1 / MODEL_BELIEF_VALUE of a
  * logit, so a gradient step moves what the model acts on as fast as it moves a feature that
  * fires on every step (see docs/policy.md, "Learning moves beliefs"). */
-#define MODEL_BELIEF_VALUE 10.0f
+#define MODEL_BELIEF_VALUE 3.0f
 
 typedef struct model model_t;
 
@@ -101,6 +101,7 @@ typedef struct {
     bool alike_here;   /* a take of it is admissible */
     const char *ralike; /* a receptacle type it takes for the goal receptacle's, NULL if none */
     bool forget;       /* it skips a step of the task (processing, the second object) */
+    bool misverb;      /* it writes "put O in R" for "move O to R" (ALFWorld's older wording) */
     double sure;       /* how sure of its plan it is on this task (the plan feature's value) */
     bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */
     char plan_next[PPARSE_NAME_MAX]; /* the plan's next receptacle while searching, "" if none */

@@ -30,6 +30,8 @@ typedef struct {
     double ralike_go, ralike_move; /* how much version 0 takes a look-alike receptacle type for
                                       the goal receptacle's: going there with the goal object
                                       (default 7) and putting it there (default 11) */
+    double misverb; /* how much version 0 acts on a belief that "put O in R" is the verb for
+                       "move O to R" (default 8; the unlisted verb itself costs 7) */
 } prior_opts_t;
 
 /* prior_opts_default fills o with the documented defaults (seed 0). */

@@ -347,6 +347,18 @@ static void s_derive(pparse_state_t *st)
         }
     }
 
+    /* Observations that say nothing of the place ("Nothing happens.") for the whole window: the
+     * receptacle the admissible list lets the agent examine is where it stands. */
+    for (int i = 0; i < st->n_actions && !have_loc; i++) {
+        const char *a = st->actions[i];
+        if (strncmp(a, "examine ", 8) == 0 && strlen(a + 8) < PPARSE_NAME_MAX &&
+            s_is_receptacle(a + 8))
+        {
+            s_copy_name(st->location, a + 8, a + strlen(a));
+            have_loc = true;
+        }
+    }
+
     /* Closed receptacle in front of the agent: the newest word about its state wins. */
     if (st->location[0]) {
         char closed[PPARSE_NAME_MAX + 16], closing[PPARSE_NAME_MAX + 16],
@@ -519,6 +531,23 @@ static void s_derive_task(pparse_state_t *st)
     }
 }
 
+/* s_add_misverbs appends, after the listed actions, "put O in R" for each listed "move O to R":
+ * the phrasing an LLM that learnt ALFWorld's older wording may use (model.h, the misused verb). */
+static void s_add_misverbs(pparse_state_t *st)
+{
+    st->n_listed = st->n_actions;
+    for (int i = 0; i < st->n_listed && st->n_actions < PPARSE_MAX_ACTIONS; i++) {
+        const char *a = st->actions[i];
+        const char *to = strncmp(a, "move ", 5) == 0 ? strstr(a + 5, " to ") : NULL;
+        if (!to || to == a + 5 || !to[4])
+            continue;
+        size_t n = strlen("put ") + (size_t)(to - (a + 5)) + strlen(" in ") + strlen(to + 4) + 1;
+        char *put = sr_xmalloc(n);
+        snprintf(put, n, "put %.*s in %s", (int)(to - (a + 5)), a + 5, to + 4);
+        st->actions[st->n_actions++] = put;
+    }
+}
+
 int pparse_user_text(const char *text, pparse_state_t *st)
 {
     if (!text || !st)
@@ -564,5 +593,6 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         s_parse_admissible(st, adm + strlen(S_ADM_MARK));
     }
     s_derive(st);
+    s_add_misverbs(st);
     return SR_OK;
 }

@@ -50,8 +50,11 @@ typedef struct {
     pparse_hist_t hist[PPARSE_MAX_HIST];
     int n_hist; /* oldest first */
     char *current_obs;
-    char *actions[PPARSE_MAX_ACTIONS];
+    char *actions[PPARSE_MAX_ACTIONS]; /* the listed ones, then the agent's own phrasings */
     int n_actions;
+    int n_listed; /* actions[0 .. n_listed) are the admissible list's; after them, for each listed
+                     "move O to R", the "put O in R" of older ALFWorld wording that an LLM trained
+                     on it may write instead (the environment answers "Nothing happens.") */
     bool found_admissible; /* the admissible-list marker was present */
 
     /* Derived from the texts. */

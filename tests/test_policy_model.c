@@ -181,7 +181,9 @@ static void history_with_apostrophes_and_newlines_parses_by_markers(void **state
     assert_string_equal(st.prev_location, "countertop 1");
     assert_string_equal(st.holding, "lettuce 1");
     assert_false(st.processed);
-    assert_int_equal(st.n_actions, 7);
+    assert_int_equal(st.n_listed, 7);
+    assert_int_equal(st.n_actions, 8);
+    assert_string_equal(st.actions[7], "put lettuce 1 in sinkbasin 1");
     assert_string_equal(st.goal_seen_at, "countertop 1");
     pparse_state_clear(&st);
     free(text);
@@ -768,7 +770,9 @@ static void actor_rendered_household_prompts_parse_back_exactly(void **state)
                 assert_string_equal(st.actions[k], obs.admissible[i]);
                 k++;
             }
-            assert_int_equal(st.n_actions, (int)k);
+            assert_int_equal(st.n_listed, (int)k);
+            for (int i = st.n_listed; i < st.n_actions; i++)
+                assert_true(strncmp(st.actions[i], "put ", 4) == 0);
             model_choice_t ch;
             model_choose(m, &st, 0.7, 1.0, &rng, &ch);
             assert_true(ch.index >= 0);
@@ -1170,6 +1174,108 @@ static void a_belief_step_carries_over_by_type_and_room(void **state)
     model_destroy(&m);
 }
 
+/* s_put_state parses a pick task's state: holding the goal object at a receptacle of the goal
+ * type, just walked to, with "move O to R" listed. Goals vary the task (and so its beliefs). */
+static void s_put_state(const char *obj, const char *recep, pparse_state_t *st)
+{
+    char goal[96], pick[96], moveto[96], go[64], arrive[160];
+    snprintf(goal, sizeof goal, "put a %s in %s.", obj, recep);
+    snprintf(pick, sizeof pick, "You pick up the %s 1 from the cabinet 1.", obj);
+    snprintf(moveto, sizeof moveto, "move %s 1 to %s 1", obj, recep);
+    snprintf(go, sizeof go, "go to %s 1", recep);
+    snprintf(arrive, sizeof arrive, "You arrive at %s 1. On the %s 1, you see nothing.", recep,
+             recep);
+    const char *hist[] = {pick, go};
+    const char *acts[] = {"examine cabinet 1", "go to cabinet 1", "go to fridge 1", moveto,
+                          "inventory", "look"};
+    char *t = s_render(goal, 3, hist, 1, arrive, acts, 6);
+    assert_int_equal(pparse_user_text(t, st), SR_OK);
+    free(t);
+}
+
+/* The misused verb: "put O in R" (older ALFWorld wording, not admissible in 0.4) is a candidate
+ * beside every listed "move O to R"; a per-(policy, task) belief makes the model write it, the
+ * environment answers "Nothing happens.", and a step against it corrects the belief on the task
+ * and on tasks of its type and room. */
+static void misused_verb_is_a_task_belief_and_learning_corrects_it(void **state)
+{
+    (void)state;
+    static const char *objs[] = {"apple", "tomato", "potato", "bread", "egg", "lettuce"};
+    static const char *receps[] = {"countertop", "diningtable", "cabinet", "drawer", "shelf"};
+    model_t *m = s_prior(0);
+    int n_mis = 0, n_not = 0, mis_a = -1, mis_b = -1;
+    double p_mis = 0, p_not = 0;
+    for (size_t i = 0; i < SR_ARRAY_LEN(objs); i++) {
+        for (size_t j = 0; j < SR_ARRAY_LEN(receps); j++) {
+            pparse_state_t st;
+            s_put_state(objs[i], receps[j], &st);
+            assert_int_equal(st.n_listed, 6);
+            assert_int_equal(st.n_actions, 7);
+            char put[96];
+            snprintf(put, sizeof put, "put %s 1 in %s 1", objs[i], receps[j]);
+            assert_string_equal(st.actions[6], put);
+            model_ctx_t c;
+            model_ctx_init(m, &st, &c);
+            double p[PPARSE_MAX_ACTIONS];
+            model_probs(m, &st, 0.7, p);
+            if (c.misverb) {
+                n_mis++;
+                p_mis += p[6];
+                if (mis_a < 0)
+                    mis_a = (int)(i * 16 + j);
+                else if (mis_b < 0 && strcmp(receps[j], receps[mis_a % 16]) != 0)
+                    mis_b = (int)(i * 16 + j);
+            } else {
+                n_not++;
+                p_not += p[6];
+            }
+            pparse_state_clear(&st);
+        }
+    }
+    print_message("misverb on %d of %d tasks: p(put) %.3f there, %.4f elsewhere\n", n_mis,
+                  n_mis + n_not, p_mis / n_mis, p_not / n_not);
+    assert_true(n_mis >= 3 && n_not >= 10);
+    assert_true(p_mis / n_mis > 0.5);
+    assert_true(p_not / n_not < 0.01);
+    assert_true(mis_b >= 0);
+
+    /* The same belief for every sample of a group: another model of the same seed agrees. */
+    model_t *m2 = s_prior(0);
+    pparse_state_t sa, sb;
+    s_put_state(objs[mis_a / 16], receps[mis_a % 16], &sa);
+    s_put_state(objs[mis_b / 16], receps[mis_b % 16], &sb);
+    model_ctx_t ca, cb;
+    model_ctx_init(m2, &sa, &ca);
+    assert_true(ca.misverb);
+    model_destroy(&m2);
+
+    /* Learning: negative advantage on the put of task a (as "Nothing happens." earns). */
+    double pa[PPARSE_MAX_ACTIONS], pb[PPARSE_MAX_ACTIONS];
+    model_probs(m, &sb, 0.7, pb);
+    double pb_before = pb[6];
+    float *g = calloc(MODEL_DIM, sizeof(float));
+    assert_non_null(g);
+    float *w = model_weights(m);
+    for (int it = 0; it < 20; it++) {
+        memset(g, 0, MODEL_DIM * sizeof(float));
+        assert_int_equal(model_grad_logprob(m, &sa, 6, 0.7, -1.0, g), SR_OK);
+        for (uint32_t i = 0; i < MODEL_DIM; i++)
+            w[i] += 0.01f * g[i];
+    }
+    model_probs(m, &sa, 0.7, pa);
+    model_probs(m, &sb, 0.7, pb);
+    print_message("after 20 steps: p(put) %.3f on the task, %.3f -> %.3f on a task of its type\n",
+                  pa[6], pb_before, pb[6]);
+    assert_true(pa[6] < 0.1);
+    assert_true(pb[6] < pb_before);
+    model_ctx_init(m, &sb, &cb);
+    assert_true(cb.misverb); /* the belief is still held: acting on it is what was corrected */
+    free(g);
+    pparse_state_clear(&sa);
+    pparse_state_clear(&sb);
+    model_destroy(&m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1193,6 +1299,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(visible_goal_object_is_taken_at_temperature_0_7),
         cmocka_unit_test(correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room),
         cmocka_unit_test(a_belief_step_carries_over_by_type_and_room),
+        cmocka_unit_test(misused_verb_is_a_task_belief_and_learning_corrects_it),
     };
     return harness_run_("policy_model", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
