@@ -70,6 +70,8 @@ static int s_write_all(int fd, const void *data, size_t len)
         ssize_t w = write(fd, p, len);
         if (w < 0 && errno == EINTR)
             continue;
+        if (w == 0)
+            errno = EIO;
         if (w <= 0)
             return -1;
         p += w;

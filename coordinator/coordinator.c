@@ -2586,15 +2586,12 @@ int coord_file_write(coord_t *c, const char *path, sr_buf_t *text, bool append)
     q->text = *text;
     q->append = append;
     *text = (sr_buf_t)SR_BUF_INIT;
-    int rc = c->fq && !c->sq_closing ? storeq_submit(c->fq, s_file_work, s_file_done, q)
-                                     : SR_ECLOSED;
-    if (rc != SR_OK) {
-        log_error("%s not written: the file queue is closed", path);
-        metrics_counter_inc(c->m_file_failures);
-        sr_buf_free(&q->text);
-        free(q->path);
-        free(q);
-    }
+    if (c->fq && !c->sq_closing && storeq_submit(c->fq, s_file_work, s_file_done, q) == SR_OK)
+        return SR_OK;
+    /* after the loop (the file queue flushed and gone): written here, blocking is fine */
+    char err[STOREQ_ERR_MAX] = "";
+    int rc = s_file_work(NULL, q, err);
+    s_file_done(rc, err, q);
     return rc;
 }
 

@@ -17,6 +17,8 @@
  * running child) up to date.
  */
 #include "actor/gate_rules.h"
+#include "common/afile.h"
+#include "common/buf.h"
 #include "common/clock.h"
 #include "common/cmds.h"
 #include "common/config.h"
@@ -365,19 +367,18 @@ static int s_start_redis(s_run_t *r)
 
 static void s_write_children(s_run_t *r, char **names, int n)
 {
-    char path[2200], tmp[2300];
+    char path[2200], line[256], err[256];
     snprintf(path, sizeof path, "%s/children.txt", r->out);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return;
+    sr_buf_t b = SR_BUF_INIT;
     for (int i = 0; i < n; i++) {
         pid_t p = supervise_pid(r->sup, names[i]);
-        if (p > 0)
-            fprintf(f, "%s %d\n", names[i], (int)p);
+        int l = p > 0 ? snprintf(line, sizeof line, "%s %d\n", names[i], (int)p) : 0;
+        if (l > 0)
+            sr_buf_append(&b, line, (size_t)l < sizeof line ? (size_t)l : sizeof line - 1);
     }
-    fclose(f);
-    rename(tmp, path);
+    if (afile_replace(path, b.data, b.len, err, sizeof err) != SR_OK)
+        log_warn("selroll run: %s", err);
+    sr_buf_free(&b);
 }
 
 static int s_start_coordinator(s_run_t *r, bool resume)

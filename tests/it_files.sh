@@ -9,18 +9,8 @@
 # time limit: 300 s
 set -u
 cd "$(dirname "$0")/.."
-S=bin/selroll
-fail=0
-T=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  [ -n "${IT_KEEP_TMP:-}" ] && echo "kept $T" || rm -rf "$T"
-}
-trap cleanup EXIT
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. tests/itlib.sh
+T=$tmp
 ITERS=2
 run() { # run NAME: a short training run into $T/NAME
   timeout 200 "$S" run --run "$1" --out "$T/$1" --seed 1 --iters $ITERS --batch-groups 2 \
