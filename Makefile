@@ -43,7 +43,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
-.PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration run bench clean install format
+.PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration test-python run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
 all: $(BIN) $(TEST_BINS)
@@ -94,6 +94,12 @@ test-valgrind: all
 test-ubsan:
 	@$(MAKE) --no-print-directory -j$$(nproc) SANITIZE=undefined test-unit
 
+# Python tests: the package under python/ (pytest from Debian's python3-pytest, the Debian
+# python3 that has python3-zmq, python3-msgpack and python3-torch). pytest's own lines stay in the log.
+PYTHON ?= /usr/bin/python3
+test-python: all
+	@cd python && SELROLL_BIN=$(CURDIR)/$(BIN) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -rs tests
+
 # Integration tests: real processes, real sockets, a private redis-server each.
 test-integration: all
 	@bash tests/run_integration.sh
@@ -104,6 +110,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory test-valgrind
 	@$(MAKE) --no-print-directory test-ubsan
 	@$(MAKE) --no-print-directory fuzz-short
+	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-integration
 
 # Fuzzing with libFuzzer (clang): each tests/fuzz/fuzz_<x>.c is linked with the library sources it

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deps.sh [--test]: install, only when missing, every Debian package that selroll's build and
-# `make run` need; with --test also what the tests need (valgrind, Python with zmq and msgpack,
-# chromium and node for the dashboard's browser test, prometheus, clang for fuzzing, iproute2 for
-# the network-namespace tests, slurm-wlm and munge for the Slurm cluster of tests/it_slurm.sh).
+# `make run` need; with --test also what the tests need (valgrind, Python with zmq, msgpack,
+# pytest, numpy and torch with OpenBLAS for the neural agent, chromium and node for the
+# dashboard's browser test, prometheus, clang for fuzzing, iproute2 for the network-namespace
+# tests, slurm-wlm and munge for the Slurm cluster of tests/it_slurm.sh).
 # Idempotent and quiet when everything is present. Run as root (or
 # through sudo).
 set -u
@@ -18,7 +19,8 @@ TEST=0
 if [ $TEST = 1 ]; then
   PKGS+=(
     valgrind
-    python3 python3-zmq python3-msgpack python3-yaml curl
+    python3 python3-zmq python3-msgpack python3-yaml python3-pytest python3-numpy curl
+    python3-torch libopenblas0-pthread  # the neural agent (python/selroll/neural); OpenBLAS: torch's matmuls
     iproute2 procps systemd  # systemd: systemd-analyze verify in tests/it_deploy.sh
     slurm-wlm munge         # tests/it_slurm.sh: slurmctld, slurmd, sbatch... on test hosts
     chromium prometheus
