@@ -48,6 +48,7 @@ import zmq
 from . import __version__, protocol
 from .curve import Authenticator, KeyFileError, Keys
 from .protocol import ProtocolError
+from .registry import RedisError
 
 log = logging.getLogger("selroll.env_worker")
 
@@ -554,6 +555,9 @@ def main(argv=None):
     ap.add_argument("--id", help="registry id (default <host>-<pid>)")
     ap.add_argument("--advertise", metavar="EP", help="endpoint written to the registry "
                     "(default: the bound one, the host name for *)")
+    ap.add_argument("--redis-client", choices=("auto", "redis-py", "resp"), default="auto",
+                    help="how to reach Redis: the redis package when installed (auto), or "
+                         "RESP over a plain socket")
     ap.add_argument("--heartbeat", type=float, default=2.0, metavar="S",
                     help="registry refresh period, s (default 2; TTL 3 heartbeats)")
     ap.add_argument("--curve-keys", metavar="DIR", default=os.environ.get("SELROLL_CURVE_KEYS"),
@@ -581,12 +585,15 @@ def main(argv=None):
         server = EnvServer(cls, a.bind, capacity=a.capacity, kind=a.kind, redis=a.redis,
                            run=a.run, id=a.id, advertise=a.advertise, heartbeat=a.heartbeat,
                            curve_keys=a.curve_keys, curve_authorized=a.curve_authorized,
-                           session_ttl=a.session_ttl, grace=a.grace)
+                           session_ttl=a.session_ttl, grace=a.grace, redis_client=a.redis_client)
     except (ValueError, TypeError, KeyFileError) as e:
         print("%s: %s" % (prog, e), file=sys.stderr)
         return 2
-    except (zmq.ZMQError, OSError) as e:
+    except zmq.ZMQError as e:
         print("%s: %s: %s" % (prog, a.bind, e), file=sys.stderr)
+        return 1
+    except (OSError, RedisError) as e:
+        print("%s: redis %s: %s" % (prog, a.redis, e), file=sys.stderr)
         return 1
     try:
         server.serve()
