@@ -34,6 +34,8 @@ _EXPORTS = {
     "TokenSequence": "trainer",
     "to_tensors": "trainer",
     "decode_batch": "trainer",
+    "estimator_advantages": "trainer",
+    "check_advantages": "trainer",
     "ProtocolError": "protocol",
 }
 

@@ -537,15 +537,23 @@ def load_class(spec):
     return obj
 
 
-def main(argv=None):
+def prog_name(prog):
+    return (prog or "selroll.env_worker").replace("python3 -m ", "")
+
+
+def main(argv=None, env_class=None, prog=None, description=None):
+    """The command line: `python3 -m selroll.env_worker MODULE:CLASS --bind EP ...`, or, with
+    `env_class`, the same options for that class (a script's ``main``). Returns the exit code."""
     ap = argparse.ArgumentParser(
-        prog="python3 -m selroll.env_worker",
-        description="Serve an environment class (a selroll.EnvWorker subclass) as a selroll env "
-                    "worker: RESET/STEP/CLOSE over ZeroMQ (docs/protocol.md).",
+        prog=prog or "python3 -m selroll.env_worker",
+        description=description or "Serve an environment class (a selroll.EnvWorker subclass) as "
+                    "a selroll env worker: RESET/STEP/CLOSE over ZeroMQ (docs/protocol.md).",
         epilog="Example: python3 -m selroll.env_worker my_games:Parrot --bind tcp://127.0.0.1:5590 "
                "(then selroll run --tasks-file train=... --env-endpoints games=tcp://127.0.0.1:5590)")
-    ap.add_argument("env", metavar="MODULE:CLASS", help="the environment class, e.g. my_games:Parrot "
-                    "(a module on the path or the current folder, or path/to/file.py:Class)")
+    if env_class is None:
+        ap.add_argument("env", metavar="MODULE:CLASS", help="the environment class, e.g. "
+                        "my_games:Parrot (a module on the path or the current folder, or "
+                        "path/to/file.py:Class)")
     ap.add_argument("--bind", required=True, help="endpoint to bind, e.g. tcp://*:5590")
     ap.add_argument("--capacity", type=int, default=64, help="sessions at most (default 64)")
     ap.add_argument("--kind", help="env-worker kind (default: the class's kind attribute)")
@@ -573,14 +581,16 @@ def main(argv=None):
     ap.add_argument("--log-level", default="info", choices=("error", "warn", "info", "debug"))
     a = ap.parse_args(argv)
     logging.basicConfig(level={"warn": "WARNING"}.get(a.log_level, a.log_level.upper()),
-                        format="selroll.env_worker: %(levelname)s %(message)s", stream=sys.stderr)
-    prog = "selroll.env_worker"
-    try:
-        cls = load_class(a.env)
-    except Exception as e:  # noqa: BLE001 - an import error of the user's module included
-        print("%s: %s: %s" % (prog, a.env, _name(e) if not isinstance(e, ValueError) else e),
-              file=sys.stderr)
-        return 2
+                        format=prog_name(prog) + ": %(levelname)s %(message)s", stream=sys.stderr)
+    prog = prog or "selroll.env_worker"
+    cls = env_class
+    if cls is None:
+        try:
+            cls = load_class(a.env)
+        except Exception as e:  # noqa: BLE001 - an import error of the user's module included
+            print("%s: %s: %s" % (prog, a.env, _name(e) if not isinstance(e, ValueError) else e),
+                  file=sys.stderr)
+            return 2
     try:
         server = EnvServer(cls, a.bind, capacity=a.capacity, kind=a.kind, redis=a.redis,
                            run=a.run, id=a.id, advertise=a.advertise, heartbeat=a.heartbeat,

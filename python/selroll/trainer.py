@@ -24,6 +24,7 @@ The coordinator PUSHes each BATCH to `pull` (bound here) and reads WEIGHTS_READY
 import array
 import dataclasses
 import logging
+import math
 import sys
 import typing
 
@@ -224,6 +225,56 @@ def decode_batch(body):
                  estimator=m.get("estimator") or "grpo", groups=gs,
                  stats=dict(m.get("stats") or {}),
                  extra={k: v for k, v in m.items() if k not in known})
+
+
+# ---- advantages, as the coordinator computes them ----------------------------------------------
+
+def estimator_advantages(estimator, rewards):
+    """The advantages of a group's rewards before the audit weight (docs/training.md,
+    "Advantages"), in the coordinator's order of operations, so they agree to the last bit or
+    nearly: grpo (r - mean) / (std + 1e-6), rloo r - mean of the others, dr-grpo r - mean; all
+    exactly 0.0 for a group of one or of equal rewards (within 1e-9)."""
+    n = len(rewards)
+    if n <= 1 or all(abs(r - rewards[0]) <= 1e-9 for r in rewards):
+        return [0.0] * n
+    total = 0.0
+    for r in rewards:
+        total += r
+    mean = total / n
+    var = 0.0
+    for r in rewards:
+        var += (r - mean) * (r - mean)
+    std = math.sqrt(var / n)
+    if estimator == "grpo":
+        return [(r - mean) / (std + 1e-6) for r in rewards]
+    if estimator == "rloo":
+        return [r - (total - r) / (n - 1) for r in rewards]
+    if estimator == "dr-grpo":
+        return [r - mean for r in rewards]
+    raise ValueError("unknown estimator %r" % estimator)
+
+
+def check_advantages(batch):
+    """Checks every group: advantages_raw follow from the rewards with the batch's estimator, and
+    advantages = advantages_raw x audit_weight. Raises ValueError naming the first that does not;
+    returns (groups checked, groups with an audit weight other than 1)."""
+    audited = 0
+    for i, g in enumerate(batch.groups):
+        if g.audit_weight != 1.0:
+            audited += 1
+        if not len(g.rewards) == len(g.advantages) == len(g.advantages_raw) == len(g.trajectories):
+            raise ValueError("groups[%d]: %d rewards, %d advantages, %d advantages_raw, %d "
+                             "trajectories" % (i, len(g.rewards), len(g.advantages),
+                                               len(g.advantages_raw), len(g.trajectories)))
+        want = estimator_advantages(batch.estimator, g.rewards)
+        for k, (a, r, e) in enumerate(zip(g.advantages, g.advantages_raw, want)):
+            if abs(r - e) > 1e-9 * max(1.0, abs(e)):
+                raise ValueError("groups[%d].advantages_raw[%d] is %r, %s of the rewards gives %r"
+                                 % (i, k, r, batch.estimator, e))
+            if abs(a - r * g.audit_weight) > 1e-12 * max(1.0, abs(a)):
+                raise ValueError("groups[%d].advantages[%d] is %r, not advantages_raw x "
+                                 "audit_weight = %r" % (i, k, a, r * g.audit_weight))
+    return len(batch.groups), audited
 
 
 # ---- the channel -----------------------------------------------------------------------------
