@@ -185,6 +185,7 @@ class EnvServer:
         self.stats = collections.Counter()
         self.errors = collections.Counter({c: 0 for c in protocol.ERROR_CODES})
         self._peers = _PeerLimit()
+        self._warn_window = [0.0, 0]
         self._stop = threading.Event()
         self._signals = 0
         self._own_ctx = context is None
@@ -276,8 +277,8 @@ class EnvServer:
         except ProtocolError as e:
             if self._peers.error(ident, time.monotonic()):
                 self.stats["peer_bans"] += 1
-                log.warning("ignoring a client for %d s after more than %d malformed requests "
-                            "in %d s", PEER_BAN, PEER_ERRORS, PEER_WINDOW)
+                self._warn("ignoring a client for %d s after more than %d malformed requests "
+                           "in %d s", PEER_BAN, PEER_ERRORS, PEER_WINDOW)
                 return None
             rid = e.rid if e.rid is not None else protocol.peek_rid(m)
             return self._error(ident, rid, e.code, str(e))
@@ -304,6 +305,7 @@ class EnvServer:
             if len(self.sessions) >= self.capacity:
                 return self._error(ident, rid, "full", "no capacity for a new session (%d of %d "
                                    "in use)" % (len(self.sessions), self.capacity), sid)
+        env = None
         try:
             env = s.env if s is not None else self.env_class()
             env.session, env.seed, env.max_steps, env.steps = sid, seed, max_steps, 0
@@ -312,6 +314,9 @@ class EnvServer:
         except Exception as e:  # noqa: BLE001 - the environment's own failure
             if s is not None:
                 self._drop(key)
+            elif env is not None:
+                _close_quietly(env, sid)
+            self._warn("session '%s': reset(%r) raised %s", sid, task[:80], _name(e))
             return self._error(ident, rid, "bad_task", "task '%s': %s" % (task, _name(e)), sid)
         if s is None:
             s = self.sessions[key] = _Session(env)
@@ -328,7 +333,7 @@ class EnvServer:
             out = s.env.step(action)
             obs, reward, done, won, admissible = _step_result(out)
         except Exception as e:  # noqa: BLE001 - the environment's own failure
-            log.warning("session '%s': step(%r) raised %s", sid, action[:80], _name(e))
+            self._warn("session '%s': step(%r) raised %s", sid, action[:80], _name(e))
             return self._error(ident, rid, "env_error", "step(%r) raised %s" % (action[:200], _name(e)),
                                sid)
         s.steps += 1
@@ -338,13 +343,21 @@ class EnvServer:
         self.stats["steps"] += 1
         self._obs(ident, rid, sid, s, obs, [] if s.done else admissible, reward)
 
+    def _warn(self, fmt, *args):
+        """A warning, at most 5 lines a second (a broken environment fails every request)."""
+        now = time.monotonic()
+        if now - self._warn_window[0] >= 1.0:
+            if self._warn_window[1] > 5:
+                log.warning("(%d more warnings in the last second)", self._warn_window[1] - 5)
+            self._warn_window = [now, 0]
+        self._warn_window[1] += 1
+        if self._warn_window[1] <= 5:
+            log.warning(fmt, *args)
+
     def _drop(self, key):
         s = self.sessions.pop(key, None)
         if s is not None:
-            try:
-                s.env.close()
-            except Exception as e:  # noqa: BLE001
-                log.warning("close() of session '%s' raised %s", key[1], _name(e))
+            _close_quietly(s.env, key[1])
 
     def _sweep(self, now):
         old = [k for k, s in self.sessions.items() if now - s.seen > self.session_ttl]
@@ -449,6 +462,13 @@ class EnvServer:
                 % (st["requests"], st["resets"], st["steps"], st["closes"], len(self.sessions),
                    st["dropped_idle"], st["refused_shutdown"], st["send_failed"], st["peer_bans"],
                    st["peer_dropped"], st["curve_refused"], sum(self.errors.values()), errs))
+
+
+def _close_quietly(env, sid):
+    try:
+        env.close()
+    except Exception as e:  # noqa: BLE001 - the environment's own failure
+        log.warning("close() of session '%s' raised %s", sid, _name(e))
 
 
 def _name(e):
