@@ -177,3 +177,46 @@ def test_sigterm_mid_run_loses_no_trajectory(selroll_bin, procs, tmp_path, task_
     st = summary(alog)
     assert st["resets"] == len(read(la).splitlines())
     assert re.search(r"\d+ sessions held", alog)
+
+
+def test_found_through_the_registry(selroll_bin, procs, redis, tmp_path, task_files):
+    """No list of env workers anywhere: the Python worker registers in Redis with its class's
+    kind (games), the coordinator names it to the actor in WELCOME, and it serves the round.
+    (`selroll run` gives its actors their env workers by hand, so this is the coordinator, the
+    policy server and an actor started one by one, as on a cluster.)"""
+    train, held, tmpl = task_files
+    tmp = str(tmp_path)
+    from conftest import py_env, wait_port
+    log = os.path.join(tmp, "resets.jsonl")
+    port, wport, pport = free_port(), free_port(), free_port()
+    w = procs.env_worker("worker", port, "--redis", redis.url, "--run", "reg", "--id", "py-1",
+                         env=dict(py_env(), GAMES_LOG=log))
+    end = time.monotonic() + 5
+    while time.monotonic() < end and redis.cli("exists", "selroll:reg:envw:py-1") != "1":
+        time.sleep(0.05)
+    assert redis.cli("hget", "selroll:reg:envw:py-1", "kind") == "games"
+    procs.start([selroll_bin, "policy-server", "--listen", "127.0.0.1:%d" % pport,
+                 "--time-scale", "50"], "policy")
+    assert wait_port(pport)
+    out = os.path.join(tmp, "out")
+    coord = procs.start([selroll_bin, "coordinator", "--redis", redis.url, "--run", "reg",
+                         "--work-bind", "tcp://127.0.0.1:%d" % wport,
+                         "--bus-pub-bind", "tcp://127.0.0.1:%d" % free_port(),
+                         "--bus-sub-bind", "tcp://127.0.0.1:%d" % free_port(), "--http", "off",
+                         "--groups", "4", "--iters", "1", "--tasks", "4", "--group-size", "2",
+                         "--max-steps", "4", "--tasks-file", "train=" + train, "--out", out],
+                        "coordinator")
+    actor = procs.start([selroll_bin, "actor", "--coordinator", "tcp://127.0.0.1:%d" % wport,
+                         "--id", "reg-actor", "--slots", "8", "--template", tmpl,
+                         "--policy", "http://127.0.0.1:%d" % pport], "actor")
+    assert coord.wait(60) == 0, read(coord.log)[-2000:]
+    st = subprocess.run([selroll_bin, "status", "--redis", redis.url, "--run", "reg"],
+                        capture_output=True, text=True).stdout
+    assert re.search(r"py-1 .*kind games", st), st
+    alog = read(actor.log)
+    assert "env worker tcp://127.0.0.1:%d (games)" % port in alog, alog[-2000:]
+    results = round_results(out)
+    assert len(results) == 8 and all(r["status"] in ("done", "truncated") for r in results)
+    assert len(jsonl(log)) == 8, "every RESET reached the Python worker"
+    assert stop(w) == 0
+    assert redis.cli("exists", "selroll:reg:envw:py-1") == "0"
