@@ -73,13 +73,19 @@ def check_sequences(batch, seqs):
     return n_multi
 
 
-def test_trainer_against_a_real_coordinator(selroll_bin, procs, redis, tmp_path, task_files):
+@pytest.mark.parametrize("curve", [False, True], ids=["plain", "curve"])
+def test_trainer_against_a_real_coordinator(selroll_bin, procs, redis, tmp_path, task_files, curve):
     train, held, tmpl = task_files
     tmp = str(tmp_path)
     wport, pull, ack = free_port(), free_port(), free_port()
-    procs.env_worker("worker", wport)
+    keys, curve_args = None, []
+    if curve:   # every socket CURVE: the coordinator's PUSH meets the Trainer's ZAP handler
+        keys = os.path.join(tmp, "keys")
+        subprocess.run([selroll_bin, "keygen", keys], check=True, capture_output=True)
+        curve_args = ["--curve-keys", keys]
+    procs.env_worker("worker", wport, *curve_args)
     trainer = selroll.Trainer(pull="tcp://127.0.0.1:%d" % pull, push="tcp://127.0.0.1:%d" % ack,
-                              run="tr", timeout=60)
+                              run="tr", timeout=60, curve_keys=keys)
     seen, notes, errors = [], {}, []
     r = connect(redis.url)
 
@@ -121,9 +127,10 @@ def test_trainer_against_a_real_coordinator(selroll_bin, procs, redis, tmp_path,
                         "--trainer", "tcp://127.0.0.1:%d,tcp://127.0.0.1:%d" % (pull, ack),
                         "--weights-timeout-ms", "2500", "--iters", "3", "--actors", "1",
                         "--slots", "8", "--group-size", "4", "--batch-groups", "2",
-                        "--max-steps", "6", "--no-gate"],
+                        "--max-steps", "6", "--no-gate"] + curve_args,
                        capture_output=True, text=True, timeout=120, cwd=tmp)
     th.join(30)
+    zap = (trainer.auth.allowed, trainer.auth.refused) if trainer.auth else None
     trainer.close()
     assert not errors, "the trainer loop failed: %r" % errors[0]
     assert p.returncode == 0, "selroll run exited %d:\n%s" % (p.returncode, p.stderr[-3000:])
@@ -152,6 +159,8 @@ def test_trainer_against_a_real_coordinator(selroll_bin, procs, redis, tmp_path,
     assert g.advantages == pytest.approx([a * g.audit_weight for a in g.advantages_raw])
     st = g.trajectories[0].steps[0]
     assert isinstance(st, selroll.Step) and st.messages and st.token_ids and st.prompt_token_ids
+    if curve:   # the coordinator's key was admitted by the Trainer's own ZAP handler
+        assert zap[0] >= 1 and zap[1] == 0, zap
 
 
 def test_to_tensors_without_numpy_gives_lists(tmp_path):
