@@ -18,6 +18,7 @@ The coordinator PUSHes each BATCH to `pull` (bound here) and reads WEIGHTS_READY
 - a BATCH that was refused comes back once: it is yielded again, to be acked or refused;
 - a BATCH of an iteration older than the last one acked (never acked itself) is stale: refused
   with the reason, not yielded; a BATCH of another run than `run` (when given) likewise;
+- a BATCH whose groups do not decode is refused, the reason naming the field;
 - bytes that are not a BATCH are dropped, logged and counted (`stats["discarded"]`): there is no
   run or iteration to answer.
 """
@@ -214,12 +215,21 @@ def decode_batch(body):
     it = protocol.check_int(m, "iteration", 0, (1 << 63) - 1)
     pv = protocol.check_int(m, "policy_version", 0, (1 << 63) - 1)
     groups = m.get("groups")
-    if not isinstance(groups, list):
-        raise protocol.ProtocolError("groups: missing" if groups is None else "groups: not an array")
     try:
-        gs = [Group.from_map(g) for g in groups]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise protocol.ProtocolError("groups: %s: %s" % (type(e).__name__, e)) from None
+        if not isinstance(groups, list):
+            raise ValueError("missing" if groups is None else "not an array")
+        gs = []
+        for i, g in enumerate(groups):
+            try:
+                gs.append(Group.from_map(g))
+            except KeyError as e:
+                raise ValueError("[%d]: %s missing" % (i, e)) from None
+            except (TypeError, ValueError, AttributeError) as e:
+                raise ValueError("[%d]: %s" % (i, e)) from None
+    except ValueError as e:
+        err = protocol.ProtocolError("groups%s%s" % ("" if str(e).startswith("[") else ": ", e))
+        err.run, err.iteration, err.policy_version = run, it, pv   # a BATCH to refuse, not drop
+        raise err from None
     known = ("t", "v", "run", "iteration", "policy_version", "estimator", "groups", "stats")
     return Batch(run=run, iteration=it, policy_version=pv,
                  estimator=m.get("estimator") or "grpo", groups=gs,
@@ -349,6 +359,13 @@ class Trainer:
             try:
                 b = decode_batch(body)
             except protocol.ProtocolError as e:
+                if getattr(e, "run", None) is not None and (e.run, e.iteration) not in self._acks:
+                    # a BATCH whose groups do not decode: refused, so the coordinator says why
+                    self.stats["batches"] += 1
+                    self._refuse(Batch(run=e.run, iteration=e.iteration,
+                                       policy_version=e.policy_version, estimator="", groups=[],
+                                       stats={}), "batch refused: %s" % e)
+                    continue
                 self.stats["discarded"] += 1
                 log.warning("discarded a message of %d bytes: %s", len(body), e)
                 continue

@@ -37,6 +37,7 @@ def test_pip_installs_the_package(tmp_path):
                          text=True, env={"PYTHONPATH": str(target)}, cwd=str(tmp_path), timeout=30)
     assert out.returncode == 0 and "MODULE:CLASS" in out.stdout, out.stderr
     assert os.path.exists(target / "selroll" / "trainer.py")
+    assert os.access(target / "bin" / "selroll-env-worker", os.X_OK)
 
 
 def test_the_modules_need_no_numpy_or_torch():

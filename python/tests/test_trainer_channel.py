@@ -138,7 +138,14 @@ def test_the_trainer_channel_rules(channel):
     assert a2["ok"] is True and a2["iteration"] == 0 and a2["version"] == 1
     trainer.ack()
     assert coord.ack()["version"] == 3
-    assert trainer.stats == {"batches": 7, "acked": 3, "refused": 2, "resent_acked": 2,
+    # a BATCH whose groups do not decode: refused with the reason (the coordinator logs it)
+    coord.send(msgpack.packb({"t": "BATCH", "v": 1, "run": "r", "iteration": 3, "policy_version": 3,
+                              "groups": [{"group": "g", "task": "t"}], "stats": {}}))
+    assert trainer.next_batch(0.5) is None
+    a = coord.ack()
+    assert a["ok"] is False and a["iteration"] == 3 and a["version"] == 3
+    assert a["reason"] == "batch refused: groups[0]: 'advantages' missing", a
+    assert trainer.stats == {"batches": 8, "acked": 3, "refused": 3, "resent_acked": 2,
                              "stale": 1, "discarded": 2}
     assert trainer.next_batch(0.2) is None
 
@@ -152,7 +159,7 @@ def test_the_trainer_channel_rules(channel):
         s.curve_serverkey = Keys(keys_dir, bind=False).server_public
         s.connect(pull)
         try:
-            s.send(batch(iteration=3, version=3), zmq.NOBLOCK)
+            s.send(batch(iteration=4, version=4), zmq.NOBLOCK)
         except zmq.Again:
             pass
         assert trainer.next_batch(1.0) is None
