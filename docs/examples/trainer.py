@@ -82,7 +82,7 @@ def summarise(batch):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pull", default="tcp://*:5570", help="bind: BATCHes arrive here")
     ap.add_argument("--push", default="tcp://127.0.0.1:5571", help="connect: the coordinator's PULL")
     ap.add_argument("--run", help="accept batches of this run only")

@@ -130,11 +130,17 @@ class Authenticator:
         self._log_window = (start, n + 1)
 
     def _run(self):
+        rep = None
         try:
             rep = self.ctx.socket(zmq.REP)
             rep.linger = 0
             rep.bind(ZAP_ENDPOINT)
         except zmq.ZMQError as e:
+            if rep is not None:
+                rep.close(0)
+            if e.errno == zmq.EADDRINUSE:
+                e = zmq.ZMQError(e.errno, "a ZAP handler runs in this ZeroMQ context already: give "
+                                 "each CURVE server of its own keys a context of its own")
             self._err = e
             self._ready.set()
             return

@@ -76,11 +76,6 @@ def pack(t, **fields):
     return msgpack.packb(m, use_bin_type=True)
 
 
-def get(m, key):
-    """m[key], or None when absent or nil."""
-    return m.get(key)
-
-
 def is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
