@@ -21,6 +21,7 @@ if [ $TEST = 1 ]; then
     valgrind
     python3 python3-zmq python3-msgpack python3-yaml python3-pytest python3-numpy curl
     python3-torch libopenblas0-pthread  # the neural agent (python/selroll/neural); OpenBLAS: torch's matmuls
+    python3-redis           # optional for python/selroll (its registry speaks RESP without it); tested both ways
     iproute2 procps systemd  # systemd: systemd-analyze verify in tests/it_deploy.sh
     slurm-wlm munge         # tests/it_slurm.sh: slurmctld, slurmd, sbatch... on test hosts
     chromium prometheus

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""trainer.py — an external trainer for selroll: it speaks the trainer channel of docs/protocol.md.
+"""trainer.py — an external trainer for selroll, a user of the selroll package (python/selroll).
 
-The coordinator PUSHes one BATCH per iteration; this program PULLs it, walks every group,
-trajectory and step (where a real trainer computes its loss), and answers WEIGHTS_READY on a PUSH
-socket connected to the coordinator's PULL. It does not change any weights: it acks every batch
+The coordinator PUSHes one BATCH per iteration; selroll.Trainer PULLs it and hands it over as a
+typed Batch; this program walks every group, trajectory and step (where a real trainer computes
+its loss, on selroll.to_tensors(batch) for token ids, loss masks, old logprobs and advantages),
+and answers WEIGHTS_READY with trainer.ack() or trainer.refuse(). It does not change any weights: it acks every batch
 with the next version number so that a run can proceed on its acks (the policy server keeps
 serving what it has, or the weights you publish under that version).
 
@@ -21,18 +22,20 @@ can serve the version this trainer names — untrained weights under a new numbe
 built-in server has no weights for the new version and the actors' requests for it fail (the run
 stops, naming `policy version N+1 has no weights`).
 
-The rules of docs/protocol.md ("The trainer channel") it follows: a refusal is WEIGHTS_READY with
-"ok": false and a "reason" (the version stays what it was); an accepted batch is acked with "ok":
-true and the next version; a batch of a run and iteration it acked already (the coordinator sends
-a batch again after a timeout or a refusal, and a restarted coordinator may send it again) is not
-trained twice: it is acked again with the same version.
+The rules of docs/protocol.md ("The trainer channel") are selroll.Trainer's: a refusal is
+WEIGHTS_READY with "ok": false and a "reason" (the version stays what it was); an accepted batch is
+acked with "ok": true and the next version; a batch of a run and iteration acked already (the
+coordinator sends a batch again after a timeout, and a restarted coordinator may send it again) is
+not yielded twice: the Trainer acks it again with the same version by itself.
 
 Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
-  - each step carries the chat messages the policy saw (step["messages"], recorded by actors with
-    --record-messages) and the raw model answer (step["raw"]); prompt = the messages, response =
-    raw, and the token-level advantage is the trajectory's advantage (g["advantages"], the audit
-    weight already in it) times the group weight, the same for every token of every step of that
-    trajectory (GRPO);
+  - each step carries the chat messages the policy saw (step.messages, recorded by actors with
+    --record-messages) and the raw model answer (step.raw); prompt = the messages, response =
+    raw, and the token-level advantage is the trajectory's advantage (traj.advantage: the group's
+    advantages[i], the audit weight already in it, times the group weight), the same for every
+    token of every step of that trajectory (GRPO); with actors run with --tokens full,
+    selroll.to_tensors(batch) gives each trajectory's token ids with the loss mask (completion
+    tokens 1), the old logprobs and the per-token advantages, numpy arrays;
   - verl: build a DataProto with input_ids/responses/attention_mask from the tokenised prompt and
     response, put the advantages in batch["advantages"] (skip verl's own advantage estimator, the
     coordinator already normalised within groups) and call the actor's update_policy; OpenRLHF:
@@ -46,102 +49,36 @@ Plugging in a real trainer (verl, OpenRLHF, TRL) at the marked place:
     with it.
 """
 import argparse
-import math
-import socket
+import logging
+import os
 import sys
-import urllib.parse
 
-import msgpack
-import zmq
-
-
-def estimator_advantages(estimator, rewards):
-    """The advantages the coordinator computes (docs/training.md, "Advantages"), before the audit
-    weight: in the same order of operations, so they agree to the last bit or nearly."""
-    n = len(rewards)
-    if n <= 1 or all(abs(r - rewards[0]) <= 1e-9 for r in rewards):
-        return [0.0] * n                       # zero variance: no signal, exact zeros
-    total = 0.0
-    for r in rewards:
-        total += r
-    mean = total / n
-    var = 0.0
-    for r in rewards:
-        var += (r - mean) * (r - mean)
-    std = math.sqrt(var / n)
-    if estimator == "grpo":
-        return [(r - mean) / (std + 1e-6) for r in rewards]
-    if estimator == "rloo":
-        return [r - (total - r) / (n - 1) for r in rewards]
-    if estimator == "dr-grpo":
-        return [r - mean for r in rewards]
-    raise ValueError("unknown estimator %r" % estimator)
-
-
-def check_advantages(batch):
-    """Checks every group: advantages_raw follow from the rewards with the estimator, and
-    advantages = advantages_raw x audit_weight. Returns (groups checked, audited groups)."""
-    estimator = batch.get("estimator", "grpo")
-    audited = 0
-    for i, g in enumerate(batch["groups"]):
-        w = g.get("audit_weight", 1.0)
-        raw = g.get("advantages_raw", g["advantages"] if w == 1.0 else None)
-        if raw is None:
-            raise ValueError("groups[%d]: audit_weight %g but no advantages_raw" % (i, w))
-        if w != 1.0:
-            audited += 1
-        want = estimator_advantages(estimator, g["rewards"])
-        for k, (a, r, e) in enumerate(zip(g["advantages"], raw, want)):
-            if abs(r - e) > 1e-9 * max(1.0, abs(e)):
-                raise ValueError("groups[%d].advantages_raw[%d] is %r, %s of the rewards gives %r"
-                                 % (i, k, r, estimator, e))
-            if abs(a - r * w) > 1e-12 * max(1.0, abs(a)):
-                raise ValueError("groups[%d].advantages[%d] is %r, not advantages_raw x "
-                                 "audit_weight = %r" % (i, k, a, r * w))
-    return len(batch["groups"]), audited
+try:
+    import selroll
+except ImportError:  # run from a checkout, without `pip install ./python`
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import selroll
+from selroll.registry import RedisError, connect
 
 
 def summarise(batch):
     """Walks the batch the way a trainer would; returns (groups, trajectories, steps, messages)."""
     n_traj = n_steps = n_msgs = 0
-    for g in batch["groups"]:
-        weight = g.get("weight", 1.0)
-        if len(g["trajectories"]) != len(g["advantages"]):
+    for g in batch.groups:
+        if len(g.trajectories) != len(g.advantages):
             raise ValueError("group %s: %d trajectories but %d advantages"
-                             % (g["group"], len(g["trajectories"]), len(g["advantages"])))
-        for traj, adv in zip(g["trajectories"], g["advantages"]):
+                             % (g.group, len(g.trajectories), len(g.advantages)))
+        for traj in g.trajectories:
             n_traj += 1
-            for step in traj["steps"]:
+            for step in traj.steps:
                 n_steps += 1
-                messages = step.get("messages", [])     # the prompt the policy saw
-                response = step["raw"]                   # what it answered
-                token_advantage = adv * weight           # the same for every token of the step
+                messages = step.messages                 # the prompt the policy saw
+                response = step.raw                      # what it answered
+                token_advantage = traj.advantage         # advantages[i] x weight, every token
                 n_msgs += len(messages)
                 # <-- a real trainer accumulates its loss here (see the module comment)
                 del response, token_advantage
-    return len(batch["groups"]), n_traj, n_steps, n_msgs
-
-
-def redis_command(url, *args):
-    """One command to the Redis server at url (redis://[:PASSWORD@]HOST[:PORT][/DB]), the reply."""
-    u = urllib.parse.urlsplit(url)
-    if u.scheme != "redis" or not u.hostname:
-        raise ValueError("--redis: not a redis://HOST[:PORT][/DB] URL: %r" % url)
-    cmds = []
-    if u.password:
-        cmds.append(("AUTH", u.password) if not u.username else ("AUTH", u.username, u.password))
-    if u.path.strip("/"):
-        cmds.append(("SELECT", u.path.strip("/")))
-    cmds.append(args)
-    with socket.create_connection((u.hostname, u.port or 6379), timeout=5) as s:
-        f = s.makefile("rb")
-        for c in cmds:
-            parts = [str(a).encode() for a in c]
-            s.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
-            line = f.readline().rstrip(b"\r\n")
-            if not line or line[:1] == b"-":
-                raise ValueError("redis %s: %s" % (c[0], line[1:].decode(errors="replace") or "no answer"))
-        return int(line[1:]) if line[:1] == b":" else line[1:].decode(errors="replace")
+    return len(batch.groups), n_traj, n_steps, n_msgs
 
 
 def main():
@@ -159,70 +96,48 @@ def main():
                     help="refuse the first batch (ok false, with a reason)")
     ap.add_argument("--redis", help="copy the weights of the batch's version to the acked one in "
                     "this Redis (for selroll's built-in policy server)")
+    ap.add_argument("--curve-keys", metavar="DIR", help="CURVE keys (selroll keygen): the PULL "
+                    "admits the authorised keys, the PUSH uses trainer.key")
     args = ap.parse_args()
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
-    pull.bind(args.pull)
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 2000)
-    push.connect(args.push)
-    version = None        # the latest version this trainer acknowledged
-    acked = {}            # (run, iteration) -> the version it was acked with
+    logging.basicConfig(level=logging.INFO, format="trainer.py: %(message)s", stream=sys.stdout)
+    redis = connect(args.redis) if args.redis else None
+    trainer = selroll.Trainer(pull=args.pull, push=args.push, run=args.run,
+                              curve_keys=args.curve_keys)
     refused_one = False
     done = 0
     try:
-        while args.count == 0 or done < args.count:
-            raw = pull.recv()
+        for batch in trainer:
             try:
-                b = msgpack.unpackb(raw, raw=False)
-                if not isinstance(b, dict) or b.get("t") != "BATCH":
-                    raise ValueError("not a BATCH")
-                run, it, pv = b["run"], int(b["iteration"]), int(b["policy_version"])
-            except (ValueError, KeyError, TypeError, msgpack.exceptions.ExtraData,
-                    msgpack.exceptions.FormatError, msgpack.exceptions.StackError) as e:
-                print("trainer.py: discarded a message (%d bytes): %s" % (len(raw), e), file=sys.stderr)
-                continue
-            ack = {"t": "WEIGHTS_READY", "v": 1, "run": run, "iteration": it}
-            try:
-                if args.run and run != args.run:
-                    raise ValueError("batch of run %r, this trainer serves %r" % (run, args.run))
-                if (run, it) in acked:           # sent again: ack again, with the same version
-                    ack.update(ok=True, version=acked[(run, it)],
-                               info="iteration %d acknowledged already (a batch sent again)" % it)
-                else:
-                    checked = ""
-                    if args.check:
-                        n, audited = check_advantages(b)
-                        checked = "; advantages of %d groups (%d audited) follow from the rewards " \
-                                  "(%s)" % (n, audited, b.get("estimator", "grpo"))
-                    if args.refuse_first and not refused_one:
-                        refused_one = True
-                        raise ValueError("--refuse-first: the first batch is refused on purpose")
-                    groups, trajs, steps, msgs = summarise(b)
-                    new = max(pv, version if version is not None else pv) + 1
-                    if args.redis:
-                        key = "selroll:%s:weights:%%d" % run
-                        if redis_command(args.redis, "COPY", key % pv, key % new, "REPLACE") != 1:
-                            raise ValueError("no weights of version %d in Redis to carry over" % pv)
-                    version = new
-                    acked[(run, it)] = version
-                    if args.path:
-                        ack["path"] = args.path.replace("{version}", str(version))
-                    ack.update(ok=True, version=version, loss=0.0,
-                               info="acknowledged without training: %d groups, %d trajectories, "
-                                    "%d steps, %d messages%s" % (groups, trajs, steps, msgs, checked))
-            except (ValueError, KeyError, TypeError, OSError) as e:
-                ack.update(ok=False, version=version if version is not None else pv,
-                           reason=str(e)[:1000], info="refused: %s" % e)
-            push.send(msgpack.packb(ack, use_bin_type=True))
-            print("trainer.py: iteration %d -> %s" % (it, ack["info"]), flush=True)
+                checked = ""
+                if args.check:
+                    n, audited = selroll.check_advantages(batch)
+                    checked = "; advantages of %d groups (%d audited) follow from the rewards " \
+                              "(%s)" % (n, audited, batch.estimator)
+                if args.refuse_first and not refused_one:
+                    refused_one = True
+                    raise ValueError("--refuse-first: the first batch is refused on purpose")
+                groups, trajs, steps, msgs = summarise(batch)
+                if redis is not None:
+                    key = "selroll:%s:weights:%%d" % batch.run
+                    if redis.call("COPY", key % batch.policy_version, key % batch.next_version,
+                                  "REPLACE") != 1:
+                        raise ValueError("no weights of version %d in Redis to carry over"
+                                         % batch.policy_version)
+                info = ("acknowledged without training: %d groups, %d trajectories, %d steps, %d "
+                        "messages%s" % (groups, trajs, steps, msgs, checked))
+                path = args.path.replace("{version}", str(batch.next_version)) if args.path else None
+                trainer.ack(path=path, loss=0.0, info=info)
+            except (ValueError, OSError, RedisError) as e:
+                info = "refused: %s" % e
+                trainer.refuse(e)
+            print("trainer.py: iteration %d -> %s" % (batch.iteration, info), flush=True)
             done += 1
+            if args.count and done >= args.count:
+                break
     except KeyboardInterrupt:
         pass
     finally:
-        pull.close(0)
-        push.close()
-        ctx.term()
+        trainer.close()
     return 0
 
 
