@@ -34,7 +34,9 @@ else
 B   := build
 BIN := bin/selroll
 endif
-LIB_SRCS  := $(sort $(wildcard common/*.c coordinator/*.c actor/*.c env_worker/*.c policy/*.c bench/*.c))
+# The rooms: common/ (shared by two or more roles), the roles, tools/ (commands that are no role).
+ROOMS     := common coordinator actor gate env_worker env_worker/household policy trainer tools
+LIB_SRCS  := $(sort $(foreach d,$(ROOMS),$(wildcard $(d)/*.c)) $(wildcard bench/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/%.o)
 # The dashboard page is built into the binary: scripts/embed.sh turns it into a C array.
 LIB_OBJS  += $(B)/gen/dashboard_page.o
@@ -157,7 +159,7 @@ install: bin/selroll
 	install -m 0755 bin/selroll $(DESTDIR)$(PREFIX)/bin/selroll
 
 format:
-	clang-format -i $(LIB_SRCS) $(wildcard common/*.h coordinator/*.h actor/*.h env_worker/*.h policy/*.h bench/*.h tests/*.c tests/*.h) selroll.c
+	clang-format -i $(LIB_SRCS) $(foreach d,$(ROOMS) bench,$(wildcard $(d)/*.h)) $(wildcard tests/*.c tests/*.h) selroll.c
 
 clean:
 	rm -rf build build-san build-ubsan bin

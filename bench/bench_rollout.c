@@ -17,7 +17,7 @@
  */
 #include "bench/bench_rollout.h"
 
-#include "actor/gate.h"
+#include "gate/gate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"

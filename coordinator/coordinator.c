@@ -1602,7 +1602,7 @@ static void s_put_done(int rc, const char *err, void *arg)
 }
 
 /* A CANCEL is applied only when Redis shows its group cancelled: the gate moves a group to
- * cancelled in Redis before it publishes the CANCEL (actor/gate_svc.c), so a CANCEL for a group
+ * cancelled in Redis before it publishes the CANCEL (gate/gate_svc.c), so a CANCEL for a group
  * still running there is forged (or stale). The look-up runs on the store thread, one per group
  * at a time (g->confirming); a CANCEL seen while it runs replaces the one to apply and, should
  * Redis not show the group cancelled, asks once more (the gate's write may have come between). */

@@ -12,7 +12,7 @@
  */
 #include "tests/harness.h"
 
-#include "actor/gate.h"
+#include "gate/gate.h"
 #include "common/buf.h"
 #include "common/proto.h"
 #include "common/store.h"

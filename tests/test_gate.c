@@ -4,7 +4,7 @@
  * eviction, refusal of bad ACTIONs, and agreement with an independent d_K over strings.
  */
 #include "tests/harness.h"
-#include "actor/gate.h"
+#include "gate/gate.h"
 #include "common/editdist.h"
 #include "common/prng.h"
 

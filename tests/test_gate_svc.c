@@ -7,7 +7,7 @@
  * while Redis is stopped, recorded once it answers.
  */
 #include "tests/harness.h"
-#include "actor/gate_svc.h"
+#include "gate/gate_svc.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/store.h"

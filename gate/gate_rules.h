@@ -2,7 +2,7 @@
  * gate_rules.h — the gate's cancel rules beyond the paper's, as pure functions over the features
  * of one group at one checkpoint (DESIGN §4, docs/gate.md).
  *
- * The decision core (actor/gate.c) tracks each group's actions and, at every checkpoint step some
+ * The decision core (gate/gate.c) tracks each group's actions and, at every checkpoint step some
  * rule looks at, computes the group's features there (d at that step and at half of it, the
  * share of ended trajectories, the rewards seen so far, the action-repeat rate, the prompt's
  * history streaks). Each rule turns features into a verdict: cut or not, the score it compared

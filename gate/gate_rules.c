@@ -5,7 +5,7 @@
  * A rule never sees actions: the core computes the features once per checkpoint and hands the
  * same features to every rule, so the rules are compared on exactly the same information.
  */
-#include "actor/gate_rules.h"
+#include "gate/gate_rules.h"
 
 #include "common/sr.h"
 

@@ -9,7 +9,7 @@
  * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
  * loop runs: it checks the address, loads the learned examples and records the configuration.
  */
-#include "actor/gate_svc.h"
+#include "gate/gate_svc.h"
 
 #include "common/clock.h"
 #include "common/log.h"

@@ -1,11 +1,11 @@
 /*
  * gate_cmd.c — entry point of `selroll gate`: options from the config table, then the gate
- * service (actor/gate_svc.h) until SIGINT/SIGTERM.
+ * service (gate/gate_svc.h) until SIGINT/SIGTERM.
  *
  * Exit codes: 0 after a signal, 1 when Redis or the coordinator cannot be reached or the
  * service fails, 2 for bad flags.
  */
-#include "actor/gate_svc.h"
+#include "gate/gate_svc.h"
 #include "common/cmds.h"
 #include "common/config.h"
 #include "common/http_srv.h"

@@ -19,7 +19,7 @@
 #ifndef SR_GATE_LEARNED_H
 #define SR_GATE_LEARNED_H
 
-#include "actor/gate_rules.h"
+#include "gate/gate_rules.h"
 
 #include <stdbool.h>
 #include <stddef.h>

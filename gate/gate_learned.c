@@ -7,7 +7,7 @@
  * H = X'WX + lambda I, g = X'(p - y) + lambda w, w -= H^-1 g, solved by Cholesky (the system is
  * GATE_LEARNED_NF x GATE_LEARNED_NF and positive definite thanks to the ridge).
  */
-#include "actor/gate_learned.h"
+#include "gate/gate_learned.h"
 
 #include "common/sr.h"
 

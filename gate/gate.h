@@ -33,7 +33,7 @@
  * it decides alike; the decision says what the service must do: record it (both modes) and
  * cancel the group (enforce only, verdict cancel).
  *
- * Rules (actor/gate_rules.h): the rule that decides is cfg.rule (paper by default, the rule
+ * Rules (gate/gate_rules.h): the rule that decides is cfg.rule (paper by default, the rule
  * above, unchanged). Every rule in cfg.shadow is evaluated too, on the same features at its own
  * checkpoints, and never acts; so the gate keeps each group's actions up to the latest checkpoint
  * of any rule in play. When every rule in play has said its last word (or an enforced cancel
@@ -48,8 +48,8 @@
 #ifndef SR_GATE_H
 #define SR_GATE_H
 
-#include "actor/gate_learned.h"
-#include "actor/gate_rules.h"
+#include "gate/gate_learned.h"
+#include "gate/gate_rules.h"
 #include "common/proto.h"
 #include "common/sr.h"
 

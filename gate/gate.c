@@ -15,7 +15,7 @@
  * event; the group is kept (without its action arrays) until its outcome is known when a rule in
  * play learns from outcomes (learned, audit, keep-two).
  */
-#include "actor/gate.h"
+#include "gate/gate.h"
 
 #include "common/editdist.h"
 

@@ -1,5 +1,5 @@
 /*
- * gate_svc.h — the gate as a service: the decision core (actor/gate.h) on a reactor, fed by the
+ * gate_svc.h — the gate as a service: the decision core (gate/gate.h) on a reactor, fed by the
  * bus and writing to Redis.
  *
  * The service learns the bus endpoints either directly (bus_sub / bus_pub) or from the
@@ -29,7 +29,7 @@
 #ifndef SR_GATE_SVC_H
 #define SR_GATE_SVC_H
 
-#include "actor/gate.h"
+#include "gate/gate.h"
 #include "common/metrics.h"
 
 #include <stdint.h>
