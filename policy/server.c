@@ -21,9 +21,9 @@
 #include "common/jsonw.h"
 #include "common/sr.h"
 #include "common/storeq.h"
-#include "policy/model.h"
-#include "policy/prompt_parse.h"
-#include "policy/tokenizer.h"
+#include "common/model.h"
+#include "common/prompt_parse.h"
+#include "common/tokenizer.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

@@ -17,7 +17,7 @@
 #define SR_POLICY_SERVER_H
 
 #include "policy/engine.h"
-#include "policy/prior.h"
+#include "common/prior.h"
 #include "common/storeq.h"
 #include "policy/wsource.h"
 

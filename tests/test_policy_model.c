@@ -7,9 +7,9 @@
 #include "actor/prompt.h"
 #include "common/sr.h"
 #include "env_worker/household.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/prompt_parse.h"
+#include "common/model.h"
+#include "common/prior.h"
+#include "common/prompt_parse.h"
 #include "policy/server.h"
 #include "policy/wsource.h"
 

@@ -5,7 +5,7 @@
 #include "tests/harness.h"
 #include "common/sr.h"
 #include "policy/server.h"
-#include "policy/tokenizer.h"
+#include "common/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * itself hashes into the string region. All feature values are 1, so w . phi(s, a) is a sum of
  * weights, and the gradient of log pi is a difference of feature counts.
  */
-#include "policy/model.h"
+#include "common/model.h"
 
 #include "common/sr.h"
 

@@ -12,7 +12,7 @@
 #ifndef SR_POLICY_PRIOR_H
 #define SR_POLICY_PRIOR_H
 
-#include "policy/model.h"
+#include "common/model.h"
 
 #include <stdint.h>
 

@@ -7,7 +7,7 @@
  * PUSH socket cannot take yet (a bound PUSH with no peer connected) wait in a small queue and are
  * retried on every poll, so an ack is never lost to a coordinator that connects late.
  */
-#include "policy/trainer_svc.h"
+#include "trainer/trainer_svc.h"
 
 #include "common/buf.h"
 #include "common/log.h"

@@ -10,10 +10,10 @@
  * The gradient is dense (MODEL_DIM floats) and accumulated in a fixed order, so the result is
  * bit-identical for the same input.
  */
-#include "policy/trainer.h"
+#include "trainer/trainer.h"
 
 #include "common/sr.h"
-#include "policy/tokenizer.h"
+#include "common/tokenizer.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * trainer_svc.h — the trainer service: the learner of policy/trainer.h on the trainer channel.
+ * trainer_svc.h — the trainer service: the learner of trainer/trainer.h on the trainer channel.
  *
  * BATCH messages arrive on a PULL socket; each one is trained (trainer_step), the new weights are
  * written to Redis (selroll:<run>:weights:<version>, store_weights_put with model_to_blob) and the
@@ -30,7 +30,7 @@
 #ifndef SR_POLICY_TRAINER_SVC_H
 #define SR_POLICY_TRAINER_SVC_H
 
-#include "policy/trainer.h"
+#include "trainer/trainer.h"
 
 #include <stdint.h>
 

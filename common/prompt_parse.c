@@ -8,7 +8,7 @@
  * object, where a lamp or a goal object was seen) come from ALFWorld's observation sentences,
  * scanned from the newest observation back to the oldest one visible.
  */
-#include "policy/prompt_parse.h"
+#include "common/prompt_parse.h"
 
 #include "common/sr.h"
 

@@ -7,7 +7,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/sr.h"
-#include "policy/trainer_svc.h"
+#include "trainer/trainer_svc.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * is common sense written down once: for each object type, the receptacle types where a person
  * would look for it first, most likely first.
  */
-#include "policy/prior.h"
+#include "common/prior.h"
 
 #include "common/sr.h"
 

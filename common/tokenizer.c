@@ -2,7 +2,7 @@
  * tokenizer.c — the built-in policy server's tokenizer (see tokenizer.h for the vocabulary).
  * Pure functions over bytes: no tables, no allocation but the decoder's result.
  */
-#include "policy/tokenizer.h"
+#include "common/tokenizer.h"
 
 #include "common/sr.h"
 

@@ -1,5 +1,5 @@
 /*
- * trainer.h — the built-in GRPO learner for the built-in log-linear policy (policy/model.h).
+ * trainer.h — the built-in GRPO learner for the built-in log-linear policy (common/model.h).
  *
  * A trainer holds the current weights (version V), the reference policy (version 0, built from
  * the same prior options as the policy server's) and the last iteration it trained. One
@@ -7,7 +7,7 @@
  *
  *  - Every step of every trajectory is one decision: its state is the step's last user message
  *    (the prompt the policy saw, recorded by actors with --record-messages), parsed as the policy
- *    server parses it (policy/prompt_parse.h); its action is steps[].action, found in the parsed
+ *    server parses it (common/prompt_parse.h); its action is steps[].action, found in the parsed
  *    admissible list. A step flagged format_error, or whose action is not in the list, is skipped
  *    and counted.
  *  - The objective, maximised, is the GRPO one with a per-step mean over the whole batch
@@ -29,14 +29,14 @@
  * batch of only other environments' tasks (a task file's ids) is not refused: the step learns
  * nothing from it, keeps the weights and still advances the version, so that such a run goes on.
  *
- * The trainer does no I/O; policy/trainer_svc.h puts it behind ZeroMQ and Redis.
+ * The trainer does no I/O; trainer/trainer_svc.h puts it behind ZeroMQ and Redis.
  */
 #ifndef SR_POLICY_TRAINER_H
 #define SR_POLICY_TRAINER_H
 
 #include "common/proto.h"
-#include "policy/model.h"
-#include "policy/prior.h"
+#include "common/model.h"
+#include "common/prior.h"
 
 #include <stdbool.h>
 #include <stddef.h>
