@@ -22,7 +22,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
-#include "coordinator/supervise.h"
+#include "tools/supervise.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

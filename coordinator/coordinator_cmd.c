@@ -12,7 +12,6 @@
 #include "coordinator/wsync.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
-#include "coordinator/supervise.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -394,7 +393,7 @@ int coordinator_main(int argc, char **argv)
     if (rc != SR_OK) {
         fprintf(stderr, "selroll coordinator: %s\n", coord_errstr(c));
         /* the run failed (its episodes), not this process: a launcher must not restart it */
-        exit_code = coord_run_failed(c) ? SUPERVISE_EXIT_RUN_FAILED : 1;
+        exit_code = coord_run_failed(c) ? SR_EXIT_RUN_FAILED : 1;
     }
 
 cleanup:

@@ -6,7 +6,7 @@
  * which a `selroll run` without that flag does not know: the runner then skips them. A flag value
  * with spaces is written in double quotes (exp_arms_split).
  */
-#include "coordinator/experiment_arms.h"
+#include "tools/experiment_arms.h"
 
 #include <ctype.h>
 #include <stdio.h>

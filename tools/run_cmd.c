@@ -28,7 +28,7 @@
 #include "common/log.h"
 #include "common/store.h"
 #include "common/tasks.h"
-#include "coordinator/supervise.h"
+#include "tools/supervise.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

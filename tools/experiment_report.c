@@ -9,11 +9,11 @@
  * "rules" verdicts when the runs carry them. The threshold sweep, the d_K histogram and the
  * precision/recall plot pool the shadow groups of every seed.
  */
-#include "coordinator/experiment_report.h"
+#include "tools/experiment_report.h"
 
 #include "common/sr.h"
-#include "coordinator/experiment_stats.h"
-#include "coordinator/experiment_svg.h"
+#include "tools/experiment_stats.h"
+#include "tools/experiment_svg.h"
 
 #include <errno.h>
 #include <math.h>

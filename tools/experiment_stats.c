@@ -2,7 +2,7 @@
  * experiment_stats.c — bootstrap confidence intervals and gate precision / recall for
  * `selroll experiment` (see experiment_stats.h).
  */
-#include "coordinator/experiment_stats.h"
+#include "tools/experiment_stats.h"
 
 #include "common/prng.h"
 #include "common/sr.h"

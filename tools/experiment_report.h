@@ -12,8 +12,8 @@
 #ifndef SR_EXPERIMENT_REPORT_H
 #define SR_EXPERIMENT_REPORT_H
 
-#include "coordinator/experiment_arms.h"
-#include "coordinator/experiment_data.h"
+#include "tools/experiment_arms.h"
+#include "tools/experiment_data.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #ifndef SR_EXPERIMENT_STATS_H
 #define SR_EXPERIMENT_STATS_H
 
-#include "coordinator/experiment_data.h"
+#include "tools/experiment_data.h"
 
 #include <stdbool.h>
 #include <stddef.h>

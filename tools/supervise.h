@@ -20,6 +20,7 @@
 #ifndef SR_SUPERVISE_H
 #define SR_SUPERVISE_H
 
+#include "common/cmds.h"
 #include "common/sr.h"
 
 #include <stdbool.h>
@@ -75,14 +76,10 @@ int supervise_restarts(const supervise_t *s, const char *name);
  * never exited or is unknown. */
 int supervise_last_status(const supervise_t *s, const char *name);
 
-/* The exit status of every selroll command for a usage error (a bad flag or configuration): a
- * child that exits with it is not restarted, since the same arguments would fail the same way. */
-#define SUPERVISE_EXIT_USAGE 2
-
-/* The exit status of the coordinator when the run itself failed (too many failed trajectories,
- * docs/operations.md "Runs that fail loudly"): `selroll run` reports the run record's error and
- * does not start the coordinator again. */
-#define SUPERVISE_EXIT_RUN_FAILED 3
+/* The exit statuses a supervised child's end is read by (common/cmds.h): a usage error (not
+ * restarted) and a failed run. */
+#define SUPERVISE_EXIT_USAGE SR_EXIT_USAGE
+#define SUPERVISE_EXIT_RUN_FAILED SR_EXIT_RUN_FAILED
 
 /* supervise_usage_error returns true when `name` is down after exiting SUPERVISE_EXIT_USAGE (it
  * stays down). */

@@ -2,7 +2,7 @@
  * supervise.c — fork/exec of named children with a log file each, reaping with waitpid(WNOHANG),
  * restarts on a back-off schedule, and a SIGTERM-then-SIGKILL stop.
  */
-#include "coordinator/supervise.h"
+#include "tools/supervise.h"
 
 #include "common/clock.h"
 #include "common/log.h"

@@ -15,10 +15,10 @@
 #include "common/config.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"
-#include "coordinator/experiment_arms.h"
-#include "coordinator/experiment_data.h"
-#include "coordinator/experiment_report.h"
-#include "coordinator/experiment_stats.h"
+#include "tools/experiment_arms.h"
+#include "tools/experiment_data.h"
+#include "tools/experiment_report.h"
+#include "tools/experiment_stats.h"
 
 #include <cjson/cJSON.h>
 

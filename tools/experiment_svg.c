@@ -5,7 +5,7 @@
  * wraps the body with the frame: white background, plot area, "nice" ticks (1, 2 or 5 times a
  * power of ten) on both axes, axis labels, the title and the legend in the top right corner.
  */
-#include "coordinator/experiment_svg.h"
+#include "tools/experiment_svg.h"
 
 #include "common/sr.h"
 

@@ -8,7 +8,7 @@
  * (editdist_prefix_divergence_strs: normalised actions, ended trajectories padded with <END>).
  * Groups of a single trajectory are held-out evaluations and are left out.
  */
-#include "coordinator/experiment_data.h"
+#include "tools/experiment_data.h"
 
 #include "common/editdist.h"
 #include "common/sr.h"
