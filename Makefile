@@ -1,5 +1,6 @@
-# selroll — one plain Makefile. Every .c under the role folders and common/ goes into
-# build/libselroll.a; bin/selroll is selroll.c linked against it; each tests/test_<module>.c
+# selroll — one plain Makefile. Every .c under the role folders, tools/ and common/ goes into
+# build/libselroll.a, every .c under bench/ into build/libselroll_bench.a; bin/selroll is selroll.c
+# linked against both; each tests/test_<module>.c
 # becomes build/tests/test_<module>, linked with tests/harness.c.
 
 PREFIX   ?= /usr/local
@@ -36,8 +37,11 @@ BIN := bin/selroll
 endif
 # The rooms: common/ (shared by two or more roles), the roles, tools/ (commands that are no role).
 ROOMS     := common coordinator actor gate env_worker env_worker/household policy trainer tools
-LIB_SRCS  := $(sort $(foreach d,$(ROOMS),$(wildcard $(d)/*.c)) $(wildcard bench/*.c))
+LIB_SRCS  := $(sort $(foreach d,$(ROOMS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/%.o)
+# bench/ is an archive of its own, linked into bin/selroll (and the tests of bench/) only.
+BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_OBJS := $(BENCH_SRCS:%.c=$(B)/%.o)
 # The dashboard page is built into the binary: scripts/embed.sh turns it into a C array.
 LIB_OBJS  += $(B)/gen/dashboard_page.o
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
@@ -75,11 +79,20 @@ $(B)/libselroll.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(B)/selroll.o $(B)/libselroll.a
+$(B)/libselroll_bench.a: $(BENCH_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(B)/selroll.o $(B)/libselroll_bench.a $(B)/libselroll.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/test_%: $(B)/tests/test_%.o $(HARNESS) $(B)/libselroll.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+
+# The tests that include a bench/ header link its archive before the library.
+BENCH_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(shell grep -l '^\#include "bench/' $(TEST_SRCS)))
+$(BENCH_TEST_BINS): $(B)/tests/%: $(B)/tests/%.o $(HARNESS) $(B)/libselroll_bench.a $(B)/libselroll.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
 
 # Unit tests: every tests/test_* binary, each with a time limit. cmocka's own lines stay in the log.
@@ -159,7 +172,7 @@ install: bin/selroll
 	install -m 0755 bin/selroll $(DESTDIR)$(PREFIX)/bin/selroll
 
 format:
-	clang-format -i $(LIB_SRCS) $(foreach d,$(ROOMS) bench,$(wildcard $(d)/*.h)) $(wildcard tests/*.c tests/*.h) selroll.c
+	clang-format -i $(LIB_SRCS) $(BENCH_SRCS) $(foreach d,$(ROOMS) bench,$(wildcard $(d)/*.h)) $(wildcard tests/*.c tests/*.h) selroll.c
 
 clean:
 	rm -rf build build-san build-ubsan bin
