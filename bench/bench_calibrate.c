@@ -19,7 +19,7 @@
 #include "coordinator/advantage.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 #include "common/model.h"
 #include "common/prior.h"
 #include "common/prompt_parse.h"

@@ -6,7 +6,7 @@
  * the source's business.
  *
  * Two sources sit behind one table of operations:
- *  - "household" (tasks_new_household, env_worker/household_tasks.c): the generated splits
+ *  - "household" (tasks_new_household, env_worker/household/household_tasks.c): the generated splits
  *    household/<split>/<n> of the built-in environment, any number of them per split; the type is
  *    the household task type; no task_data.
  *  - "file" (tasks_load_files): one JSONL file per split, one JSON object a line with a string
@@ -64,7 +64,7 @@ typedef struct {
  * destroy frees it). Returns NULL only when ops is NULL. */
 tasks_t *tasks_new(const tasks_ops_t *ops, void *self);
 
-/* tasks_new_household returns the household source (env_worker/household_tasks.c). */
+/* tasks_new_household returns the household source (env_worker/household/household_tasks.c). */
 tasks_t *tasks_new_household(void);
 
 /* tasks_load_files reads a file task set from spec "SPLIT=PATH[,SPLIT=PATH...]". On a bad spec or

@@ -3,7 +3,7 @@
  * "<name>/" prefix of a task id. Adding an environment means adding its table here.
  */
 #include "env_worker/env.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
 #include "common/transport.h"
 #include "bench/bench_env.h"
 #include "env_worker/env_worker.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 
 #include <msgpack.h>
 #include <pthread.h>

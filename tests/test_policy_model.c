@@ -6,7 +6,7 @@
 
 #include "actor/prompt.h"
 #include "common/sr.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 #include "common/model.h"
 #include "common/prior.h"
 #include "common/prompt_parse.h"

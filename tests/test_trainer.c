@@ -14,7 +14,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/transport.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 #include "common/model.h"
 #include "common/prior.h"
 #include "common/prompt_parse.h"

@@ -13,8 +13,8 @@
  * the task trivial. Whether a receptacle is closed it learns from the text and from whether
  * "open R" is admissible.
  */
-#include "env_worker/expert.h"
-#include "env_worker/household_data.h"
+#include "env_worker/household/expert.h"
+#include "env_worker/household/household_data.h"
 #include "common/sr.h"
 
 #include <stdio.h>

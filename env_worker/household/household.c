@@ -14,8 +14,8 @@
  * strcmp and de-duplicated; a step looks its action up in that sorted list, so "exactly admissible"
  * is literally the test, and every admissible command carries the operation it stands for.
  */
-#include "env_worker/household.h"
-#include "env_worker/household_data.h"
+#include "env_worker/household/household.h"
+#include "env_worker/household/household_data.h"
 #include "common/sr.h"
 
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * counter, the toilet tank, the cart and in cabinets. The coffee machine holds only mugs and the
  * stove burners only kettles, pans and pots.
  */
-#include "env_worker/household_data.h"
+#include "env_worker/household/household_data.h"
 
 #include <string.h>
 

@@ -7,7 +7,7 @@
 #include "common/tasks.h"
 
 #include "common/sr.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 
 #include <stdio.h>
 #include <string.h>
