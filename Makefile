@@ -95,8 +95,10 @@ BENCH_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(shell grep -l '^\#include
 $(BENCH_TEST_BINS): $(B)/tests/%: $(B)/tests/%.o $(HARNESS) $(B)/libselroll_bench.a $(B)/libselroll.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
 
-# Unit tests: every tests/test_* binary, each with a time limit. cmocka's own lines stay in the log.
+# Unit tests: the include rules of the tree (tests/check_layers.sh), then every tests/test_*
+# binary, each with a time limit. cmocka's own lines stay in the log.
 test-unit: all
+	@bash tests/check_layers.sh
 	@bash tests/run_unit.sh $(TEST_BINS)
 
 # The same unit tests under valgrind memcheck: any leak or error fails the run.
