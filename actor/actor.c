@@ -20,7 +20,7 @@
 
 #include "actor/extract.h"
 #include "actor/prompt.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/envhost.h"
 #include "common/envkind.h"
@@ -2011,7 +2011,8 @@ static int s_local_envs(actor_t *a, int n, char *err, size_t errlen)
         char bind[128], why[256], name[64];
         /* open binds a socket; inproc costs nothing and nobody connects to it. */
         snprintf(bind, sizeof bind, "inproc://selroll-local-envw-%p-%d", (void *)a, i);
-        void *w = envhost_env_worker.open(a->ctx, bind, SR_MAX(64, 2 * a->slots_n), why, sizeof why);
+        int cap = SR_MAX(64, 2 * a->slots_n);
+        void *w = envhost_env_worker.open(a->ctx, bind, cap, why, sizeof why);
         if (!w) {
             snprintf(err, errlen, "local env worker %d: %s", i, why);
             return SR_EINVAL;

@@ -6,7 +6,7 @@
  */
 #include "actor/actor.h"
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/llm_client.h"

@@ -9,7 +9,7 @@
  */
 #include "bench/bench_editdist.h"
 #include "common/clock.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/editdist.h"
 #include "common/prng.h"
 #include "common/sr.h"

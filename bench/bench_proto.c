@@ -13,7 +13,7 @@
 #include "bench/bench_proto.h"
 
 #include "common/cmds.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
 

@@ -2,7 +2,7 @@
  * envhost.h — an env worker hosted inside another role's process (the actor's
  * --local-env-workers): the env worker's server code behind a table of operations, so that the
  * host includes no env_worker/ header. The env worker fills the table (envhost_env_worker, in
- * env_worker/env_worker.c); a host opens instances, hands each encoded request to call on its own
+ * env_worker/envhost.c); a host opens instances, hands each encoded request to call on its own
  * thread and closes them.
  *
  *     const envhost_ops_t *h = &envhost_env_worker;
@@ -32,7 +32,7 @@ typedef struct {
     void (*close)(void **w);
 } envhost_ops_t;
 
-/* The built-in env worker's operations (env_worker/env_worker.c). */
+/* The built-in env worker's operations (env_worker/envhost.c). */
 extern const envhost_ops_t envhost_env_worker;
 
 #endif

@@ -24,7 +24,7 @@
 #ifndef SR_POLICY_MODEL_H
 #define SR_POLICY_MODEL_H
 
-#include "common/prompt_parse.h"
+#include "common/pparse.h"
 
 #include <stddef.h>
 #include <stdint.h>

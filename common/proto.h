@@ -26,7 +26,7 @@
 #ifndef SR_PROTO_H
 #define SR_PROTO_H
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/sr.h"
 
 #include <stdbool.h>

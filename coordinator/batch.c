@@ -9,7 +9,7 @@
 #include "coordinator/batch.h"
 
 #include "common/afile.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/jsonw.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"

@@ -7,7 +7,7 @@
  */
 #include "coordinator/coord_train.h"
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prng.h"
@@ -18,7 +18,7 @@
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
-#include "coordinator/failtally.h"
+#include "coordinator/fail_tally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
 #include "common/storeq.h"

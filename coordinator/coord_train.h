@@ -38,7 +38,7 @@
 #ifndef SR_COORD_TRAIN_H
 #define SR_COORD_TRAIN_H
 
-#include "coordinator/advantage.h"
+#include "coordinator/adv.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/wsync.h"
 

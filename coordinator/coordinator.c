@@ -20,7 +20,7 @@
 #include "coordinator/coordinator.h"
 
 #include "common/afile.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/envkind.h"

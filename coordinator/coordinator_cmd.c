@@ -4,7 +4,7 @@
  * exit on SIGINT/SIGTERM (the run is left "stopped" in Redis, ready for --resume).
  */
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/transport.h"

@@ -6,12 +6,12 @@
  * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.
  */
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/log.h"
 #include "common/sr.h"
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 
 #include <stdio.h>
 #include <string.h>

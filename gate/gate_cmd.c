@@ -7,7 +7,7 @@
  */
 #include "gate/gate_svc.h"
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/http_srv.h"
 #include "common/log.h"
 

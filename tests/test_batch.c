@@ -6,7 +6,7 @@
  * as msgpack bytes, and the JSON Lines copy.
  */
 #include "tests/harness.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "coordinator/batch.h"

@@ -13,7 +13,7 @@
 #include "tests/harness.h"
 
 #include "gate/gate.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/store.h"
 #include "common/transport.h"

@@ -8,7 +8,7 @@
  */
 #include "tests/harness.h"
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"

@@ -9,7 +9,7 @@
  */
 #include "tests/harness.h"
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/store.h"
 #include "common/transport.h"

@@ -7,7 +7,7 @@
  * hash is read as "unknown", never as a crash.
  */
 #include "tests/harness.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/store.h"

@@ -16,7 +16,7 @@
 #include "common/store.h"
 #include "common/transport.h"
 #include "bench/bench_env.h"
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 #include "env_worker/household/household.h"
 
 #include <msgpack.h>

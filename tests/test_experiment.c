@@ -7,11 +7,11 @@
  */
 #include "tests/harness.h"
 #include "common/sr.h"
-#include "tools/experiment_arms.h"
-#include "tools/experiment_data.h"
-#include "tools/experiment_report.h"
-#include "tools/experiment_stats.h"
-#include "tools/experiment_svg.h"
+#include "tools/exp_arms.h"
+#include "tools/exp_data.h"
+#include "tools/exp_report.h"
+#include "tools/exp_stats.h"
+#include "tools/exp_svg.h"
 
 #include <ftw.h>
 #include <math.h>

@@ -17,8 +17,8 @@
 #include "env_worker/household/household.h"
 #include "common/model.h"
 #include "common/prior.h"
-#include "common/prompt_parse.h"
-#include "common/tokenizer.h"
+#include "common/pparse.h"
+#include "common/ptok.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_svc.h"
 

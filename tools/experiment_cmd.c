@@ -12,13 +12,13 @@
  */
 #include "common/clock.h"
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"
-#include "tools/experiment_arms.h"
-#include "tools/experiment_data.h"
-#include "tools/experiment_report.h"
-#include "tools/experiment_stats.h"
+#include "tools/exp_arms.h"
+#include "tools/exp_data.h"
+#include "tools/exp_report.h"
+#include "tools/exp_stats.h"
 
 #include <cjson/cJSON.h>
 

@@ -7,7 +7,7 @@
  * and, unless --no-authorize, adds its public key to the authorised-keys folder.
  */
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/curve.h"
 #include "common/sr.h"
 

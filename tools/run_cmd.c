@@ -18,10 +18,10 @@
  */
 #include "gate/gate_rules.h"
 #include "common/afile.h"
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/curve.h"
 #include "common/envkind.h"
 #include "common/jsonscan.h"

@@ -11,7 +11,7 @@
  * worker registry and the iteration records. --watch redraws every --interval-ms until Ctrl-C.
  */
 #include "common/cmds.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/sr.h"
 #include "common/store.h"
 #include "coordinator/dashboard_gate.h"

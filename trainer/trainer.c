@@ -13,7 +13,7 @@
 #include "trainer/trainer.h"
 
 #include "common/sr.h"
-#include "common/tokenizer.h"
+#include "common/ptok.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -7,7 +7,7 @@
  *
  *  - Every step of every trajectory is one decision: its state is the step's last user message
  *    (the prompt the policy saw, recorded by actors with --record-messages), parsed as the policy
- *    server parses it (common/prompt_parse.h); its action is steps[].action, found in the parsed
+ *    server parses it (common/pparse.h); its action is steps[].action, found in the parsed
  *    admissible list. A step flagged format_error, or whose action is not in the list, is skipped
  *    and counted.
  *  - The objective, maximised, is the GRPO one with a per-step mean over the whole batch

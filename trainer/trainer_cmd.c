@@ -4,7 +4,7 @@
  */
 #include "common/cmds.h"
 
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/log.h"
 #include "common/sr.h"
 #include "trainer/trainer_svc.h"

@@ -9,7 +9,7 @@
  */
 #include "trainer/trainer_svc.h"
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"

@@ -1,6 +1,6 @@
 /*
- * experiment_arms.h — the arms of `selroll experiment`: a table from an arm's name to the extra
- * `selroll run` flags that make it, so a new arm is one line of experiment_arms.c.
+ * exp_arms.h — the arms of `selroll experiment`: a table from an arm's name to the extra
+ * `selroll run` flags that make it, so a new arm is one line of exp_arms.c.
  *
  * Every arm runs on the same seeds, task order and initial weights; only these flags differ.
  * `baseline` runs the gate in shadow mode, so its groups all finish and give the outcome and

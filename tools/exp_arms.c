@@ -1,12 +1,12 @@
 /*
- * experiment_arms.c — the arms table of `selroll experiment` (see experiment_arms.h).
+ * exp_arms.c — the arms table of `selroll experiment` (see exp_arms.h).
  *
  * The paper's baseline has no pre-filter and no backfill; the post-filter (zero-variance groups
  * are left out of the batch) is always on. The gate-rule arms use `selroll run --gate-rule`,
  * which a `selroll run` without that flag does not know: the runner then skips them. A flag value
  * with spaces is written in double quotes (exp_arms_split).
  */
-#include "tools/experiment_arms.h"
+#include "tools/exp_arms.h"
 
 #include <ctype.h>
 #include <stdio.h>

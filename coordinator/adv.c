@@ -1,11 +1,11 @@
 /*
- * advantage.c — GRPO, RLOO and Dr.GRPO advantages of one group (see advantage.h).
+ * adv.c — GRPO, RLOO and Dr.GRPO advantages of one group (see adv.h).
  *
  * The mean and the variance are computed in two passes over the rewards, which is exact enough
  * for G <= 1024 rewards in [0, 1] and keeps the arithmetic order fixed, so equal inputs give
  * bit-equal advantages on every machine.
  */
-#include "coordinator/advantage.h"
+#include "coordinator/adv.h"
 
 #include "common/sr.h"
 

@@ -1,5 +1,5 @@
 /*
- * buf.h — a growable byte buffer. Encoders append to it; senders hand data/len to a socket.
+ * sr_buf.h — a growable byte buffer. Encoders append to it; senders hand data/len to a socket.
  *
  * An sr_buf_t is a plain struct that callers keep on the stack or inside their own objects:
  * initialise it with SR_BUF_INIT (or sr_buf_init), append, read data/len, and release the

@@ -1,5 +1,5 @@
 /*
- * tokenizer.h — the built-in policy server's tokenizer: a fixed, documented vocabulary whose ids
+ * ptok.h — the built-in policy server's tokenizer: a fixed, documented vocabulary whose ids
  * decode back to the exact text (docs/policy.md, "Tokenizer").
  *
  * A token is an optional one-character prefix (none, a space or a newline) followed by a core:
@@ -38,9 +38,9 @@ size_t ptok_count(const char *text);
  * over its turns plus ptok_count("<|assistant|>\n"). Text need not be rendered for it. */
 size_t ptok_turn_count(const char *role, const char *text, size_t text_len);
 
-/* ptok_count_words returns ptok_count(text) and, in one pass, sets *words to policy_tokens(text)
- * (policy/server.h: runs of letters and digits by 4, other bytes but whitespace one each) and
- * *len to strlen(text). NULL text: 0 of each. */
+/* ptok_count_words returns ptok_count(text) and, in one pass, sets *words to
+ * policy_server_tokens(text) (policy/policy_server.h: runs of letters and digits by 4, other bytes
+ * but whitespace one each) and *len to strlen(text). NULL text: 0 of each. */
 size_t ptok_count_words(const char *text, int *words, size_t *len);
 
 /* ptok_turn_tokens is ptok_turn_count for a text whose ptok_count is text_tokens and whose first

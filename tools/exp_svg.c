@@ -1,11 +1,11 @@
 /*
- * experiment_svg.c — the SVG chart writer of `selroll experiment` (see experiment_svg.h).
+ * exp_svg.c — the SVG chart writer of `selroll experiment` (see exp_svg.h).
  *
  * Drawing calls append SVG elements to a growing text body in pixel coordinates; exp_svg_save
  * wraps the body with the frame: white background, plot area, "nice" ticks (1, 2 or 5 times a
  * power of ten) on both axes, axis labels, the title and the legend in the top right corner.
  */
-#include "tools/experiment_svg.h"
+#include "tools/exp_svg.h"
 
 #include "common/sr.h"
 

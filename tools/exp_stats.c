@@ -1,8 +1,8 @@
 /*
- * experiment_stats.c — bootstrap confidence intervals and gate precision / recall for
- * `selroll experiment` (see experiment_stats.h).
+ * exp_stats.c — bootstrap confidence intervals and gate precision / recall for
+ * `selroll experiment` (see exp_stats.h).
  */
-#include "tools/experiment_stats.h"
+#include "tools/exp_stats.h"
 
 #include "common/prng.h"
 #include "common/sr.h"

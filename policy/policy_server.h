@@ -1,5 +1,5 @@
 /*
- * server.h — the built-in policy behind an OpenAI-compatible HTTP API (libmicrohttpd).
+ * policy_server.h — the built-in policy behind an OpenAI-compatible HTTP API (libmicrohttpd).
  *
  * Routes: POST /v1/chat/completions (plain JSON or SSE streaming), GET /v1/models, GET /health,
  * GET /metrics (Prometheus text). Each completion parses the last user message of the request
@@ -99,8 +99,8 @@ void policy_server_engine_stats(policy_server_t *s, engine_stats_t *out);
  * *sp and sets it to NULL. NULL or *sp == NULL is a no-op. */
 void policy_server_destroy(policy_server_t **sp);
 
-/* policy_tokens counts tokens with the documented rule: every maximal run of ASCII letters and
- * digits counts ceil(length / 4), every other byte that is not white space counts 1. */
-int policy_tokens(const char *text);
+/* policy_server_tokens counts tokens with the documented rule: every maximal run of ASCII letters
+ * and digits counts ceil(length / 4), every other byte that is not white space counts 1. */
+int policy_server_tokens(const char *text);
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * experiment_report.c — report.md, the CSV files and the SVG plots of `selroll experiment` (see
- * experiment_report.h).
+ * exp_report.c — report.md, the CSV files and the SVG plots of `selroll experiment` (see
+ * exp_report.h).
  *
  * Every figure is first computed per arm and seed (exp_report_metric), then summarised over the
  * seeds as a mean with a bootstrap 95% interval. Gate precision and recall of an arm are those of
@@ -9,11 +9,11 @@
  * "rules" verdicts when the runs carry them. The threshold sweep, the d_K histogram and the
  * precision/recall plot pool the shadow groups of every seed.
  */
-#include "tools/experiment_report.h"
+#include "tools/exp_report.h"
 
 #include "common/sr.h"
-#include "tools/experiment_stats.h"
-#include "tools/experiment_svg.h"
+#include "tools/exp_stats.h"
+#include "tools/exp_svg.h"
 
 #include <errno.h>
 #include <math.h>

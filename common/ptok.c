@@ -1,8 +1,8 @@
 /*
- * tokenizer.c — the built-in policy server's tokenizer (see tokenizer.h for the vocabulary).
+ * ptok.c — the built-in policy server's tokenizer (see ptok.h for the vocabulary).
  * Pure functions over bytes: no tables, no allocation but the decoder's result.
  */
-#include "common/tokenizer.h"
+#include "common/ptok.h"
 
 #include "common/sr.h"
 

@@ -1,7 +1,7 @@
 /*
- * buf.c — the growable byte buffer; see buf.h.
+ * sr_buf.c — the growable byte buffer; see sr_buf.h.
  */
-#include "common/buf.h"
+#include "common/sr_buf.h"
 
 #include "common/sr.h"
 

@@ -1,5 +1,5 @@
 /*
- * config.c — the option table parser: flags, environment, INI file, defaults and --help.
+ * cfg.c — the option table parser: flags, environment, INI file, defaults and --help.
  *
  * Every source goes through one setter, s_set, which parses the text by the option's kind,
  * checks bounds and choices, and stores the value only when the source ranks at least as high as
@@ -7,7 +7,7 @@
  * flags), so later and higher sources win and a repeated flag keeps its last value. Error messages
  * name the place the bad text came from: "--slots", "SELROLL_SLOTS" or "config FILE:12".
  */
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/curve.h"
 #include "common/sr.h"
 

@@ -1,5 +1,5 @@
 /*
- * env_worker.c — the env worker server (see env_worker.h).
+ * envw.c — the env worker server (see envw.h).
  *
  * Everything but the registry runs on the reactor thread: the ROUTER socket's handler receives one
  * request per call, decodes it, acts on the session table and encodes the reply. Sessions live in
@@ -12,12 +12,11 @@
  * entry and submits it when the last one has completed, so requests never pile up behind a
  * stopped Redis; the completion, on the loop, counts a failure.
  */
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
-#include "common/envhost.h"
 #include "common/envkind.h"
 #include "common/log.h"
 #include "common/peerlimit.h"
@@ -1269,35 +1268,3 @@ void envw_destroy(envw_t **self_p)
     *self_p = NULL;
 }
 
-/* The env worker hosted in another role's process (common/envhost.h). */
-static void *s_host_open(void *zmq_ctx, const char *bind, int capacity, char *err, size_t errlen)
-{
-    envw_cfg_t ec;
-    envw_cfg_init(&ec);
-    ec.bind = bind;
-    ec.capacity = capacity;
-    ec.zmq_ctx = zmq_ctx;
-    return envw_new(&ec, err, errlen);
-}
-
-static int s_host_call(void *w, const void *client, size_t client_len, const void *body,
-                       size_t len, envhost_reply_fn fn, void *arg)
-{
-    return envw_call(w, client, client_len, body, len, fn, arg);
-}
-
-static void s_host_close(void **w)
-{
-    if (!w)
-        return;
-    envw_t *e = *w;
-    envw_destroy(&e);
-    *w = NULL;
-}
-
-const envhost_ops_t envhost_env_worker = {
-    .kind = ENVKIND_HOUSEHOLD,
-    .open = s_host_open,
-    .call = s_host_call,
-    .close = s_host_close,
-};

@@ -1,5 +1,5 @@
 /*
- * experiment_data.h — what `selroll experiment` reads back from one finished `selroll run`
+ * exp_data.h — what `selroll experiment` reads back from one finished `selroll run`
  * folder: the per-iteration statistics and held-out evaluations of <out>/iterations.jsonl, and
  * one record per training group rebuilt from the RESULT lines of <out>/rounds/round-*.jsonl.
  *

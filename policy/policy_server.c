@@ -1,5 +1,5 @@
 /*
- * server.c — the policy server: HTTP routes, answers, the cost-model hold and disconnect watching.
+ * policy_server.c — the policy server: HTTP routes, answers, the cost-model hold and disconnect watching.
  *
  * A request's life: libmicrohttpd calls s_handler with the body in pieces; on the last call the
  * request is answered at once (the answer is computed in microseconds) and, with the cost model
@@ -16,14 +16,14 @@
  * eventfd in the same epoll set, caches the model and resumes the request. /health and requests
  * for cached versions never wait for the weights source.
  */
-#include "policy/server.h"
+#include "policy/policy_server.h"
 
 #include "common/jsonw.h"
 #include "common/sr.h"
 #include "common/storeq.h"
 #include "common/model.h"
-#include "common/prompt_parse.h"
-#include "common/tokenizer.h"
+#include "common/pparse.h"
+#include "common/ptok.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -166,7 +166,7 @@ struct policy_server {
 
 /* ---------------------------------------------------------------- tokens */
 
-int policy_tokens(const char *text)
+int policy_server_tokens(const char *text)
 {
     if (!text)
         return 0;
@@ -733,7 +733,7 @@ static int s_parse_request(struct policy_server *s, s_conn_t *c, const cJSON *ro
             rq->prompt_tokens += words + 4; /* role and framing */
             ptok_n += ptok_turn_tokens(role->valuestring, text[0], tt);
         } else {
-            rq->prompt_tokens += policy_tokens(text) + 4;
+            rq->prompt_tokens += policy_server_tokens(text) + 4;
         }
         if (rq->token_ids && rq->prompt_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
             s_buf_add(&rq->prompt, "<|", 2);
@@ -874,7 +874,7 @@ static const char *s_cut(s_buf_t *content, const s_req_t *rq)
     }
     content->p[cut] = '\0';
     content->len = cut;
-    if (rq->max_tokens > 0 && policy_tokens(content->p) > rq->max_tokens) {
+    if (rq->max_tokens > 0 && policy_server_tokens(content->p) > rq->max_tokens) {
         content->len = s_prefix_of_tokens(content->p, rq->max_tokens);
         content->p[content->len] = '\0';
         reason = "length";
@@ -1096,12 +1096,12 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
     int target = (int)lround(fmax(s->o.think_min, fmin(s->o.think_max, want)));
     s_buf_t content = {0};
     /* The reasoning favours the option the choice drew and is written before the action. */
-    char *think = model_reason(m, &st, p, ch.index, target, policy_tokens);
+    char *think = model_reason(m, &st, p, ch.index, target, policy_server_tokens);
     s_buf_add(&content, think, strlen(think));
     free(think);
     s_buf_printf(&content, "<action>%s</action>", action);
     const char *finish = s_cut(&content, rq);
-    int completion = policy_tokens(content.p);
+    int completion = policy_server_tokens(content.p);
     int32_t *ids = NULL, *pids = NULL;
     size_t n_ids = 0, n_pids = 0, lp_at = 0;
     if (rq->token_ids && !rq->stream) {
@@ -1121,7 +1121,7 @@ static void s_answer(struct policy_server *s, s_conn_t *c, const s_req_t *rq, co
         completion = (int)n_ids;
     }
     c->completion_tokens = completion;
-    c->cost_tokens = policy_tokens(content.p);
+    c->cost_tokens = policy_server_tokens(content.p);
     s_add64(&s->tokens_prompt, (uint64_t)rq->prompt_tokens);
 
     char id[40];

@@ -1,5 +1,5 @@
 /*
- * experiment_report.h — the output of `selroll experiment` from the runs it read back: report.md
+ * exp_report.h — the output of `selroll experiment` from the runs it read back: report.md
  * (what was run, the figures per arm with bootstrap 95% intervals over seeds, ratios and
  * differences to the baseline paired by seed, gate precision and recall on the shadow arm's
  * groups, the threshold sweep, the gate rules and the rules side by side, the targets),
@@ -12,8 +12,8 @@
 #ifndef SR_EXPERIMENT_REPORT_H
 #define SR_EXPERIMENT_REPORT_H
 
-#include "tools/experiment_arms.h"
-#include "tools/experiment_data.h"
+#include "tools/exp_arms.h"
+#include "tools/exp_data.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * advantage.h — group-relative advantages: how much better each of a group's G trajectories did
+ * adv.h — group-relative advantages: how much better each of a group's G trajectories did
  * than its siblings on the same prompt (DESIGN §6).
  *
  * Three estimators, chosen with `--adv`:

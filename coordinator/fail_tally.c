@@ -1,10 +1,10 @@
 /*
- * failtally.c — counting failed trajectories by error text, and the stop verdict (failtally.h).
+ * fail_tally.c — counting failed trajectories by error text, and the stop verdict (fail_tally.h).
  *
  * Texts are compared after the same cut (first line, FAIL_TALLY_TEXT_MAX - 1 bytes, never inside
  * a UTF-8 sequence), so two failures whose messages differ only past the cut count as one.
  */
-#include "coordinator/failtally.h"
+#include "coordinator/fail_tally.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * experiment_stats.h — the arithmetic of `selroll experiment`: means with bootstrap 95%
+ * exp_stats.h — the arithmetic of `selroll experiment`: means with bootstrap 95%
  * confidence intervals over seeds, and precision / recall of a gate rule over group records.
  *
  * The bootstrap resamples the per-seed values with replacement (a seeded PRNG, so a report is
@@ -10,7 +10,7 @@
 #ifndef SR_EXPERIMENT_STATS_H
 #define SR_EXPERIMENT_STATS_H
 
-#include "tools/experiment_data.h"
+#include "tools/exp_data.h"
 
 #include <stdbool.h>
 #include <stddef.h>

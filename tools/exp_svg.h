@@ -1,5 +1,5 @@
 /*
- * experiment_svg.h — small SVG charts written directly, for the plots of `selroll experiment`:
+ * exp_svg.h — small SVG charts written directly, for the plots of `selroll experiment`:
  * a frame with a title, axis labels, ticks and a legend, and inside it lines, shaded bands, bars,
  * error bars and reference lines in data coordinates. No dependency beyond the C library.
  *

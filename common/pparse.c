@@ -1,5 +1,5 @@
 /*
- * prompt_parse.c — the default household prompt read back into a state (see prompt_parse.h).
+ * pparse.c — the default household prompt read back into a state (see pparse.h).
  *
  * The parser is marker-driven: it looks for the fixed sentences of the template and takes what
  * lies between them, so observations may hold newlines and apostrophes. History actions are found
@@ -8,7 +8,7 @@
  * object, where a lamp or a goal object was seen) come from ALFWorld's observation sentences,
  * scanned from the newest observation back to the oldest one visible.
  */
-#include "common/prompt_parse.h"
+#include "common/pparse.h"
 
 #include "common/sr.h"
 

@@ -1,5 +1,5 @@
 /*
- * env_worker.h — the env worker: a server that hosts environment sessions for many actors at once
+ * envw.h — the env worker: a server that hosts environment sessions for many actors at once
  * over the env channel (docs/protocol.md: RESET, STEP, CLOSE -> OBS or ERROR).
  *
  * One ZeroMQ ROUTER socket on one reactor serves every client. A session is keyed by the pair

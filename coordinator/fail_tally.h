@@ -1,5 +1,5 @@
 /*
- * failtally.h — the failed trajectories of a round or an iteration, and the verdict that stops a
+ * fail_tally.h — the failed trajectories of a round or an iteration, and the verdict that stops a
  * run in which too many of them failed ("runs that fail loudly", docs/operations.md).
  *
  * A tally counts the final failures (RESULT status "failed", after every attempt) and keeps the

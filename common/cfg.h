@@ -1,5 +1,5 @@
 /*
- * config.h — command options from one table: command-line flags, SELROLL_* environment
+ * cfg.h — command options from one table: command-line flags, SELROLL_* environment
  * variables, an INI file and defaults, and the --help text, all driven by the same entries.
  *
  * Precedence, highest first: command-line flags > environment (SELROLL_<NAME>, NAME = the flag

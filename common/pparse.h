@@ -1,5 +1,5 @@
 /*
- * prompt_parse.h — reads the state of a household episode back out of the text of a chat request.
+ * pparse.h — reads the state of a household episode back out of the text of a chat request.
  *
  * The built-in policy sees only what an LLM would see: the messages of the request. This module
  * parses the default prompt format (docs/prompt.md, docs/policy.md) into a pparse_state_t: the

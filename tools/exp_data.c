@@ -1,5 +1,5 @@
 /*
- * experiment_data.c — reading one finished `selroll run` folder back for `selroll experiment`.
+ * exp_data.c — reading one finished `selroll run` folder back for `selroll experiment`.
  *
  * iterations.jsonl gives the statistics lines ("type":"iteration") and the held-out evaluations
  * ("type":"eval"). The RESULT lines of rounds/round-*.jsonl are grouped by their "group": for each
@@ -8,7 +8,7 @@
  * (editdist_prefix_divergence_strs: normalised actions, ended trajectories padded with <END>).
  * Groups of a single trajectory are held-out evaluations and are left out.
  */
-#include "tools/experiment_data.h"
+#include "tools/exp_data.h"
 
 #include "common/editdist.h"
 #include "common/sr.h"
