@@ -1471,7 +1471,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->cfg = *cfg;
     t->tasks = cfg->task_set;
     if (!t->tasks)
-        t->tasks = t->own_tasks = tasks_new_household();
+        t->tasks = t->own_tasks = tasks_new_kind(NULL, NULL, 0);
     const char *source = tasks_source_name(t->tasks);
     if (!tasks_has_split(t->tasks, cfg->train_split))
         bad = "train";

@@ -2104,7 +2104,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     if (!c->cfg.task_set)
-        c->cfg.task_set = c->own_tasks = tasks_new_household();
+        c->cfg.task_set = c->own_tasks = tasks_new_kind(NULL, NULL, 0);
     if (!tasks_has_split(c->cfg.task_set, c->cfg.split)) {
         if (err)
             snprintf(err, errlen, "the %s task set has no split '%s'",

@@ -215,7 +215,7 @@ int coordinator_main(int argc, char **argv)
     {
         char terr[768];
         task_set = o.tasks_file ? tasks_load_files(o.tasks_file, terr, sizeof terr)
-                                : tasks_new_household();
+                                : tasks_new_kind(NULL, terr, sizeof terr);
         if (!task_set) {
             fprintf(stderr, "selroll coordinator: --tasks-file: %s\n", terr);
             cfg_free(&cfg);

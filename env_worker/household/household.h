@@ -14,6 +14,8 @@
 #ifndef SR_HOUSEHOLD_H
 #define SR_HOUSEHOLD_H
 
+#include "common/envkind.h"
+#include "common/tasks.h"
 #include "env_worker/env.h"
 
 #include <stdbool.h>
@@ -43,6 +45,14 @@ typedef enum {
 } household_task_t;
 
 typedef struct household household_t;
+
+/* household_tasks_new returns the household task source (common/tasks.h): the generated splits
+ * household/<split>/<n>, any number of them per split (household_tasks.c). */
+tasks_t *household_tasks_new(void);
+
+/* The household's entry among the built-in kinds (common/envkind.h, household_tasks.c): its task
+ * source and the system text of the default prompt. */
+extern const envkind_builtin_t household_kind;
 
 /* household_parse_task_id checks a task id "household/<split>/<index>" (index a decimal number
  * without leading zeros, below 2^32) and stores its split and index. On a bad id it returns

@@ -6,6 +6,7 @@
  */
 #include "common/tasks.h"
 
+#include "common/envkind.h"
 #include "common/sr.h"
 #include "env_worker/household/household.h"
 
@@ -71,7 +72,14 @@ static const tasks_ops_t s_household_ops = {
     .destroy = NULL,
 };
 
-tasks_t *tasks_new_household(void)
+tasks_t *household_tasks_new(void)
 {
     return tasks_new(&s_household_ops, NULL);
 }
+
+const envkind_builtin_t household_kind = {
+    .name = "household",
+    .tasks_new = household_tasks_new,
+    .prompt_system =
+        "You are an expert agent operating in the ALFRED embodied household environment.",
+};
