@@ -1,6 +1,6 @@
 /*
  * env_worker_cmd.c — entry point of `selroll env-worker`: parses the options, builds the server
- * (env_worker.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
+ * (envw.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
  *
  * Exit codes: 0 after a clean shutdown, 2 for a bad flag, 1 when the worker cannot start (bind
  * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.

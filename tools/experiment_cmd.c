@@ -6,7 +6,7 @@
  * common scale, on its own private Redis (selroll run starts one when no --redis is given), its
  * results in DIR/arms/<arm>/seed-<s>/ and its console output in DIR/arms/<arm>/seed-<s>.log. Up to
  * --jobs runs go side by side. When they have finished, every run folder is read back
- * (experiment_data.h) and the report, CSV files and plots are written (experiment_report.h).
+ * (exp_data.h) and the report, CSV files and plots are written (exp_report.h).
  * --report-only skips the runs and rebuilds the report from the folders already in DIR, e.g.
  * with another --sweep-threshold: no new rollouts.
  */
