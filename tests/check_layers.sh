@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # check_layers.sh [ROOT]: the include rules of the source tree (docs/architecture.md, "Code map").
-# Includes flow down only: tools/ -> the roles -> common/; bench/ (an archive of its own) stands
-# beside tools/ and may include anything but selroll.c's callers; a role includes its own headers
-# and common/'s, never another role's; common/ includes only common/. Only env_worker/ (the env
+# Includes flow down only: tools/ -> the roles -> common/; bench/ (an archive of its own, above
+# tools/) may include tools/ too, tools/ never bench/; a role includes its own headers and
+# common/'s, never another role's; common/ includes only common/. Only env_worker/ (the env
 # worker, whose environments sit behind their ops table), tools/ and bench/ include a header of the
 # household (env_worker/household/). Every include that breaks a rule is printed as
 # "FILE:LINE: includes HEADER: WHY", and the script exits 1; it exits 0 (one line) when none does.
