@@ -30,6 +30,9 @@ typedef struct tasks tasks_t;
 typedef struct {
     const char *name;            /* the kind, e.g. "household" */
     tasks_t *(*tasks_new)(void); /* its generated task source (common/tasks.h) */
+    /* task_ok: whether task_id is one of its generated ids (the built-in trainer learns from the
+     * default kind's only) */
+    bool (*task_ok)(const char *task_id);
     const char *prompt_system;   /* the system text of the default prompt template */
 } envkind_builtin_t;
 

@@ -79,6 +79,9 @@ static void sources_are_chosen_by_kind(void **state)
     }
     assert_string_equal(envkind_builtin(NULL)->name, "household");
     assert_null(envkind_builtin("games"));
+    assert_true(envkind_builtin(NULL)->task_ok("household/valid_unseen/17"));
+    assert_false(envkind_builtin(NULL)->task_ok("household/nosuch/17"));
+    assert_false(envkind_builtin(NULL)->task_ok("games/train/3"));
     char err[128];
     assert_null(tasks_new_kind("games", err, sizeof err));
     assert_string_equal(err, "no task source of env kind 'games'");

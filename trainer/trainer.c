@@ -12,6 +12,7 @@
  */
 #include "trainer/trainer.h"
 
+#include "common/envkind.h"
 #include "common/sr.h"
 #include "common/ptok.h"
 
@@ -142,27 +143,13 @@ int trainer_blob(const trainer_t *t, uint8_t **blob, size_t *len)
 
 /* ------------------------------------------------------------------------ checking a batch */
 
-/* s_task_ok tells whether task is a household task id "household/<split>/<index>". The learner
- * reads household prompts only, so a group of another environment is refused by its id. */
+/* s_task_ok tells whether task is a generated task id of the default env kind (common/envkind.h;
+ * the household's "household/<split>/<index>"). The learner reads that kind's prompts only, so a
+ * group of another environment is refused by its id. */
 static bool s_task_ok(const char *task)
 {
-    static const char *const splits[] = {"train/", "valid_seen/", "valid_unseen/"};
-    if (!task || strncmp(task, "household/", 10) != 0)
-        return false;
-    const char *p = task + 10;
-    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
-        size_t n = strlen(splits[i]);
-        if (strncmp(p, splits[i], n) != 0)
-            continue;
-        const char *d = p + n;
-        if (!*d || strlen(d) > 10)
-            return false;
-        for (const char *q = d; *q; q++)
-            if (!isdigit((unsigned char)*q))
-                return false;
-        return true;
-    }
-    return false;
+    const envkind_builtin_t *k = envkind_builtin(NULL);
+    return k && k->task_ok && k->task_ok(task);
 }
 
 /* s_temperature finds the sampling temperature: the BATCH stat "temperature" when present,

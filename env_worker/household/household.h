@@ -50,6 +50,11 @@ typedef struct household household_t;
  * household/<split>/<n>, any number of them per split (household_tasks.c). */
 tasks_t *household_tasks_new(void);
 
+/* household_tasks_id_ok tells whether task is a generated id "household/<split>/<index>" of the
+ * train, valid_seen or valid_unseen split (index 1 to 10 decimal digits): the ids the built-in
+ * trainer learns from. */
+bool household_tasks_id_ok(const char *task);
+
 /* The household's entry among the built-in kinds (common/envkind.h, household_tasks.c): its task
  * source and the system text of the default prompt. */
 extern const envkind_builtin_t household_kind;

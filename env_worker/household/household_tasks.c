@@ -10,6 +10,7 @@
 #include "common/sr.h"
 #include "env_worker/household/household.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,9 +78,31 @@ tasks_t *household_tasks_new(void)
     return tasks_new(&s_household_ops, NULL);
 }
 
+bool household_tasks_id_ok(const char *task)
+{
+    static const char *const splits[] = {"train/", "valid_seen/", "valid_unseen/"};
+    if (!task || strncmp(task, "household/", 10) != 0)
+        return false;
+    const char *p = task + 10;
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        size_t n = strlen(splits[i]);
+        if (strncmp(p, splits[i], n) != 0)
+            continue;
+        const char *d = p + n;
+        if (!*d || strlen(d) > 10)
+            return false;
+        for (const char *q = d; *q; q++)
+            if (!isdigit((unsigned char)*q))
+                return false;
+        return true;
+    }
+    return false;
+}
+
 const envkind_builtin_t household_kind = {
     .name = "household",
     .tasks_new = household_tasks_new,
+    .task_ok = household_tasks_id_ok,
     .prompt_system =
         "You are an expert agent operating in the ALFRED embodied household environment.",
 };
