@@ -19,7 +19,6 @@
 #include <stddef.h>
 
 #define ENVKIND_MAX 64                    /* longest kind name, bytes */
-#define ENVKIND_HOUSEHOLD "household"     /* the built-in env worker's kind */
 #define ENVKIND_CHARS "A-Z a-z 0-9 _ . -" /* the bytes a kind is made of, for error texts */
 
 /* What the roles know of an environment that ships with selroll, chosen by its kind name: its

@@ -6,6 +6,7 @@
 
 #include "common/envkind.h"
 #include "env_worker/envw.h"
+#include "env_worker/household/household.h"
 
 #include <stddef.h>
 

@@ -27,6 +27,7 @@
 #include "common/storeq.h"
 #include "common/transport.h"
 #include "env_worker/env.h"
+#include "env_worker/household/household.h"
 
 #include <errno.h>
 #include <stdarg.h>

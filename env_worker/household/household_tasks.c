@@ -100,7 +100,7 @@ bool household_tasks_id_ok(const char *task)
 }
 
 const envkind_builtin_t household_kind = {
-    .name = "household",
+    .name = ENVKIND_HOUSEHOLD,
     .tasks_new = household_tasks_new,
     .task_ok = household_tasks_id_ok,
     .prompt_system =
