@@ -20,7 +20,6 @@
 
 #include "actor/extract.h"
 #include "actor/prompt.h"
-#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/envhost.h"
 #include "common/envkind.h"
@@ -29,6 +28,7 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/transport.h"
 
 #include <ctype.h>

@@ -16,13 +16,13 @@
  */
 #include "bench/bench_env.h"
 
-#include "common/sr_buf.h"
-#include "common/clock.h"
 #include "common/cfg.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/transport.h"
 #include "env_worker/envw.h"
 

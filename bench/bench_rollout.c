@@ -17,11 +17,11 @@
  */
 #include "bench/bench_rollout.h"
 
-#include "gate/gate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "gate/gate.h"
 #include "tools/supervise.h"
 
 #include <arpa/inet.h>

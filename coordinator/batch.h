@@ -31,8 +31,8 @@
 #ifndef SR_BATCH_H
 #define SR_BATCH_H
 
-#include "common/sr_buf.h"
 #include "common/proto.h"
+#include "common/sr_buf.h"
 #include "coordinator/adv.h"
 
 #include <stdbool.h>

@@ -7,21 +7,21 @@
  */
 #include "coordinator/coord_train.h"
 
-#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/fail_tally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
-#include "common/storeq.h"
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>

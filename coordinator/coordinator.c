@@ -20,7 +20,6 @@
 #include "coordinator/coordinator.h"
 
 #include "common/afile.h"
-#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/envkind.h"
@@ -30,6 +29,7 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/storeq.h"
 #include "common/transport.h"

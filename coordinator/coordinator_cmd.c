@@ -3,15 +3,15 @@
  * coordinator (coordinator.h) run to the end of its rounds, a progress line per round, a clean
  * exit on SIGINT/SIGTERM (the run is left "stopped" in Redis, ready for --resume).
  */
-#include "common/cmds.h"
 #include "common/cfg.h"
+#include "common/cmds.h"
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/transport.h"
 #include "coordinator/coord_train.h"
-#include "coordinator/wsync.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
+#include "coordinator/wsync.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * Exit codes: 0 after a clean shutdown, 2 for a bad flag, 1 when the worker cannot start (bind
  * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.
  */
-#include "common/cmds.h"
 #include "common/cfg.h"
+#include "common/cmds.h"
 #include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/log.h"

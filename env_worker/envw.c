@@ -14,7 +14,6 @@
  */
 #include "env_worker/envw.h"
 
-#include "common/sr_buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/envkind.h"
@@ -23,6 +22,7 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/storeq.h"
 #include "common/transport.h"

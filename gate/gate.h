@@ -48,10 +48,10 @@
 #ifndef SR_GATE_H
 #define SR_GATE_H
 
-#include "gate/gate_learned.h"
-#include "gate/gate_rules.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "gate/gate_learned.h"
+#include "gate/gate_rules.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,11 +5,11 @@
  * Exit codes: 0 after a signal, 1 when Redis or the coordinator cannot be reached or the
  * service fails, 2 for bad flags.
  */
-#include "gate/gate_svc.h"
-#include "common/cmds.h"
 #include "common/cfg.h"
+#include "common/cmds.h"
 #include "common/http_srv.h"
 #include "common/log.h"
+#include "gate/gate_svc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,8 +29,8 @@
 #ifndef SR_GATE_SVC_H
 #define SR_GATE_SVC_H
 
-#include "gate/gate.h"
 #include "common/metrics.h"
+#include "gate/gate.h"
 
 #include <stdint.h>
 

@@ -19,11 +19,11 @@
 #include "policy/policy_server.h"
 
 #include "common/jsonw.h"
-#include "common/sr.h"
-#include "common/storeq.h"
 #include "common/model.h"
 #include "common/pparse.h"
 #include "common/ptok.h"
+#include "common/sr.h"
+#include "common/storeq.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

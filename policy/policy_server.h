@@ -16,9 +16,9 @@
 #ifndef SR_POLICY_SERVER_H
 #define SR_POLICY_SERVER_H
 
-#include "policy/engine.h"
 #include "common/prior.h"
 #include "common/storeq.h"
+#include "policy/engine.h"
 #include "policy/wsource.h"
 
 #include <stdbool.h>

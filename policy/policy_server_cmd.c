@@ -4,11 +4,11 @@
 #include "common/cmds.h"
 
 #include "common/cfg.h"
-#include "common/sr.h"
 #include "common/log.h"
-#include "common/store.h"
 #include "common/model.h"
 #include "common/prior.h"
+#include "common/sr.h"
+#include "common/store.h"
 #include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"

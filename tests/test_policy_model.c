@@ -5,11 +5,11 @@
 #include "tests/harness.h"
 
 #include "actor/prompt.h"
+#include "common/model.h"
+#include "common/pparse.h"
+#include "common/prior.h"
 #include "common/sr.h"
 #include "env_worker/household/household.h"
-#include "common/model.h"
-#include "common/prior.h"
-#include "common/pparse.h"
 #include "policy/policy_server.h"
 #include "policy/wsource.h"
 

@@ -3,9 +3,9 @@
  * any text, counts, and refused ids.
  */
 #include "tests/harness.h"
+#include "common/ptok.h"
 #include "common/sr.h"
 #include "policy/policy_server.h"
-#include "common/ptok.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,9 +10,9 @@
  * --report-only skips the runs and rebuilds the report from the folders already in DIR, e.g.
  * with another --sweep-threshold: no new rollouts.
  */
+#include "common/cfg.h"
 #include "common/clock.h"
 #include "common/cmds.h"
-#include "common/cfg.h"
 #include "common/sr.h"
 #include "coordinator/coord_results.h"
 #include "tools/exp_arms.h"

@@ -6,8 +6,8 @@
  * once on one machine. With --name it writes one more client pair (a new machine, or a rotation)
  * and, unless --no-authorize, adds its public key to the authorised-keys folder.
  */
-#include "common/cmds.h"
 #include "common/cfg.h"
+#include "common/cmds.h"
 #include "common/curve.h"
 #include "common/sr.h"
 

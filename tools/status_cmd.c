@@ -10,8 +10,8 @@
  * still gets what Redis itself holds: the run record, the current iteration's groups, the env
  * worker registry and the iteration records. --watch redraws every --interval-ms until Ctrl-C.
  */
-#include "common/cmds.h"
 #include "common/cfg.h"
+#include "common/cmds.h"
 #include "common/sr.h"
 #include "common/store.h"
 #include "coordinator/dashboard_gate.h"

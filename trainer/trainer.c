@@ -13,8 +13,8 @@
 #include "trainer/trainer.h"
 
 #include "common/envkind.h"
-#include "common/sr.h"
 #include "common/ptok.h"
+#include "common/sr.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -34,9 +34,9 @@
 #ifndef SR_POLICY_TRAINER_H
 #define SR_POLICY_TRAINER_H
 
-#include "common/proto.h"
 #include "common/model.h"
 #include "common/prior.h"
+#include "common/proto.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -9,10 +9,10 @@
  */
 #include "trainer/trainer_svc.h"
 
-#include "common/sr_buf.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/transport.h"
 

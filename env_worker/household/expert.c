@@ -14,8 +14,8 @@
  * "open R" is admissible.
  */
 #include "env_worker/household/expert.h"
-#include "env_worker/household/household_data.h"
 #include "common/sr.h"
+#include "env_worker/household/household_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,8 +15,8 @@
  * is literally the test, and every admissible command carries the operation it stands for.
  */
 #include "env_worker/household/household.h"
-#include "env_worker/household/household_data.h"
 #include "common/sr.h"
+#include "env_worker/household/household_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
