@@ -1,5 +1,6 @@
-# selroll — one plain Makefile. Every .c under the role folders and common/ goes into
-# build/libselroll.a; bin/selroll is selroll.c linked against it; each tests/test_<module>.c
+# selroll — one plain Makefile. Every .c under the role folders, tools/ and common/ goes into
+# build/libselroll.a, every .c under bench/ into build/libselroll_bench.a; bin/selroll is selroll.c
+# linked against both; each tests/test_<module>.c
 # becomes build/tests/test_<module>, linked with tests/harness.c.
 
 PREFIX   ?= /usr/local
@@ -34,8 +35,13 @@ else
 B   := build
 BIN := bin/selroll
 endif
-LIB_SRCS  := $(sort $(wildcard common/*.c coordinator/*.c actor/*.c env_worker/*.c policy/*.c bench/*.c))
+# The rooms: common/ (shared by two or more roles), the roles, tools/ (commands that are no role).
+ROOMS     := common coordinator actor gate env_worker env_worker/household policy trainer tools
+LIB_SRCS  := $(sort $(foreach d,$(ROOMS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/%.o)
+# bench/ is an archive of its own, linked into bin/selroll (and the tests of bench/) only.
+BENCH_SRCS := $(sort $(wildcard bench/*.c))
+BENCH_OBJS := $(BENCH_SRCS:%.c=$(B)/%.o)
 # The dashboard page is built into the binary: scripts/embed.sh turns it into a C array.
 LIB_OBJS  += $(B)/gen/dashboard_page.o
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
@@ -73,15 +79,26 @@ $(B)/libselroll.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(B)/selroll.o $(B)/libselroll.a
+$(B)/libselroll_bench.a: $(BENCH_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(B)/selroll.o $(B)/libselroll_bench.a $(B)/libselroll.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/test_%: $(B)/tests/test_%.o $(HARNESS) $(B)/libselroll.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
 
-# Unit tests: every tests/test_* binary, each with a time limit. cmocka's own lines stay in the log.
+# The tests that include a bench/ header link its archive before the library.
+BENCH_TEST_BINS := $(patsubst tests/%.c,$(B)/tests/%,$(shell grep -l '^\#include "bench/' $(TEST_SRCS)))
+$(BENCH_TEST_BINS): $(B)/tests/%: $(B)/tests/%.o $(HARNESS) $(B)/libselroll_bench.a $(B)/libselroll.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+
+# Unit tests: the include rules of the tree (tests/check_layers.sh), then every tests/test_*
+# binary, each with a time limit. cmocka's own lines stay in the log.
 test-unit: all
+	@bash tests/check_layers.sh
 	@bash tests/run_unit.sh $(TEST_BINS)
 
 # The same unit tests under valgrind memcheck: any leak or error fails the run.
@@ -123,9 +140,9 @@ FUZZ_SHORT_SECONDS ?= 4
 FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -MMD -MP -I. \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                  $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-FUZZ_LIB_SRCS := common/proto.c common/buf.c common/sr.c common/llm_client.c common/log.c \
-                 common/clock.c env_worker/household.c env_worker/household_data.c \
-                 policy/prompt_parse.c common/jsonw.c common/jsonscan.c common/http_srv.c common/metrics.c
+FUZZ_LIB_SRCS := common/proto.c common/sr_buf.c common/sr.c common/llm_client.c common/log.c \
+                 common/clock.c env_worker/household/household.c env_worker/household/household_data.c \
+                 common/pparse.c common/jsonw.c common/jsonscan.c common/http_srv.c common/metrics.c
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(B)/fuzz/obj/%.o)
 FUZZ_BINS     := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 
@@ -157,7 +174,7 @@ install: bin/selroll
 	install -m 0755 bin/selroll $(DESTDIR)$(PREFIX)/bin/selroll
 
 format:
-	clang-format -i $(LIB_SRCS) $(wildcard common/*.h coordinator/*.h actor/*.h env_worker/*.h policy/*.h bench/*.h tests/*.c tests/*.h) selroll.c
+	clang-format -i $(LIB_SRCS) $(BENCH_SRCS) $(foreach d,$(ROOMS) bench,$(wildcard $(d)/*.h)) $(wildcard tests/*.c tests/*.h) selroll.c
 
 clean:
 	rm -rf build build-san build-ubsan bin

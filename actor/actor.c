@@ -20,15 +20,15 @@
 
 #include "actor/extract.h"
 #include "actor/prompt.h"
-#include "env_worker/env_worker.h"
-#include "common/buf.h"
 #include "common/clock.h"
+#include "common/envhost.h"
 #include "common/envkind.h"
 #include "common/llm_client.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/transport.h"
 
 #include <ctype.h>
@@ -53,7 +53,7 @@ typedef struct envconn {
     char *endpoint;
     char *kind;             /* the env it serves (envkind.h); "" = unknown: serves any task */
     transport_sock_t *sock; /* NULL for an env worker in this process (direct) */
-    envw_t *direct;         /* the env worker served by envw_call on this thread, or NULL */
+    void *direct;           /* the env worker served on this thread (envhost_env_worker), or NULL */
     int sessions;    /* sessions this actor holds on the worker now */
     int fail_streak; /* timeouts since the last reply */
 } envconn_t;
@@ -694,7 +694,7 @@ typedef struct {
     envconn_t *e;
 } s_direct_ctx_t;
 
-/* s_direct_keep queues one reply of an in-process env worker (envw_call's receiver). */
+/* s_direct_keep queues one reply of an in-process env worker (the envhost call's receiver). */
 static void s_direct_keep(void *arg, const void *body, size_t len)
 {
     s_direct_ctx_t *d = arg;
@@ -715,7 +715,7 @@ static int s_env_send(actor_t *a, envconn_t *e)
     if (!e->direct)
         return transport_send(e->sock, a->sbuf.data, a->sbuf.len);
     s_direct_ctx_t d = {.a = a, .e = e};
-    return envw_call(e->direct, a->id, strlen(a->id), a->sbuf.data, a->sbuf.len, s_direct_keep,
+    return envhost_env_worker.call(e->direct, a->id, strlen(a->id), a->sbuf.data, a->sbuf.len, s_direct_keep,
                      &d);
 }
 
@@ -755,7 +755,7 @@ static void s_env_handler(reactor_t *r, void *sock, int revents, void *arg);
 
 /* s_envconn_push adds an env worker to the actor's list: a socket, or an in-process worker. */
 static envconn_t *s_envconn_push(actor_t *a, const char *name, const char *kind,
-                                 transport_sock_t *sock, envw_t *direct)
+                                 transport_sock_t *sock, void *direct)
 {
     envconn_t *e = sr_xcalloc(1, sizeof *e);
     e->a = a;
@@ -2001,28 +2001,24 @@ static int s_check_cfg(const actor_cfg_t *c, char *err, size_t errlen)
     return SR_OK;
 }
 
-/* s_local_envs makes n env workers in this process, served by envw_call on the actor's thread
- * (no socket, no thread between them): twice the slots of capacity each, at least 64, not in the
- * registry. */
+/* s_local_envs makes n env workers in this process, served through envhost_env_worker
+ * (common/envhost.h) on the actor's thread (no socket, no thread between them): twice the slots
+ * of capacity each, at least 64, not in the registry. */
 static int s_local_envs(actor_t *a, int n, char *err, size_t errlen)
 {
     a->local_envs = true;
     for (int i = 0; i < n; i++) {
         char bind[128], why[256], name[64];
-        /* envw_new binds a socket; inproc costs nothing and nobody connects to it. */
+        /* open binds a socket; inproc costs nothing and nobody connects to it. */
         snprintf(bind, sizeof bind, "inproc://selroll-local-envw-%p-%d", (void *)a, i);
-        envw_cfg_t ec;
-        envw_cfg_init(&ec);
-        ec.bind = bind;
-        ec.capacity = SR_MAX(64, 2 * a->slots_n);
-        ec.zmq_ctx = a->ctx;
-        envw_t *w = envw_new(&ec, why, sizeof why);
+        int cap = SR_MAX(64, 2 * a->slots_n);
+        void *w = envhost_env_worker.open(a->ctx, bind, cap, why, sizeof why);
         if (!w) {
             snprintf(err, errlen, "local env worker %d: %s", i, why);
             return SR_EINVAL;
         }
         snprintf(name, sizeof name, "local-%d", i + 1);
-        s_envconn_push(a, name, ENVKIND_HOUSEHOLD, NULL, w);
+        s_envconn_push(a, name, envhost_env_worker.kind, NULL, w);
     }
     log_info("actor %s: %d env workers in this process (capacity %d sessions each)", a->id, n,
              SR_MAX(64, 2 * a->slots_n));
@@ -2191,7 +2187,7 @@ void actor_destroy(actor_t **self_p)
     free(a->pend);
     for (size_t i = 0; i < a->n_envs; i++) {
         transport_sock_destroy(&a->envs[i]->sock);
-        envw_destroy(&a->envs[i]->direct);
+        envhost_env_worker.close(&a->envs[i]->direct);
         free(a->envs[i]->endpoint);
         free(a->envs[i]->kind);
         free(a->envs[i]);

@@ -63,7 +63,7 @@ typedef struct {
     const char *const *env_workers; /* endpoints that override WELCOME's list; NULL: use WELCOME's */
     const char *const *env_kinds;   /* NULL, or the kind of each env_workers entry ("" = unknown) */
     size_t n_env_workers;
-    int local_env_workers;    /* > 0: this many env workers inside the actor instead (envw_call on
+    int local_env_workers;    /* > 0: this many env workers inside the actor instead (served on
                                * its own thread: no socket, no thread, no registry; their sessions
                                * die with the actor); excludes env_workers */
     int history;              /* H: past observation/action pairs in the prompt, >= 0 */

@@ -5,8 +5,8 @@
  * a socket error), 2 a usage error.
  */
 #include "actor/actor.h"
+#include "common/cfg.h"
 #include "common/cmds.h"
-#include "common/config.h"
 #include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/llm_client.h"

@@ -7,6 +7,7 @@
  */
 #include "actor/prompt.h"
 
+#include "common/envkind.h"
 #include "common/sr.h"
 
 #include <errno.h>
@@ -19,8 +20,11 @@
 /* The largest template file read; a prompt template is a few kilobytes. */
 #define S_MAX_FILE (256 * 1024)
 
-const char PROMPT_DEFAULT_SYSTEM[] =
-    "You are an expert agent operating in the ALFRED embodied household environment.";
+const char *prompt_default_system(void)
+{
+    const envkind_builtin_t *k = envkind_builtin(NULL);
+    return k && k->prompt_system ? k->prompt_system : "";
+}
 
 const char PROMPT_DEFAULT_USER[] =
     "Your task is to: {goal}\n"

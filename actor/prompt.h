@@ -17,8 +17,13 @@
 /* The default history length H: how many past observation/action pairs the prompt shows. */
 #define PROMPT_DEFAULT_HISTORY 2
 
-extern const char PROMPT_DEFAULT_SYSTEM[];
+/* The default template: its system text is the default env kind's (common/envkind.h: the
+ * template is chosen with the kind of environment), its user text PROMPT_DEFAULT_USER. */
+#define PROMPT_DEFAULT_SYSTEM (prompt_default_system())
 extern const char PROMPT_DEFAULT_USER[];
+
+/* prompt_default_system returns the system text of the default env kind's template (static). */
+const char *prompt_default_system(void);
 
 typedef struct prompt prompt_t;
 

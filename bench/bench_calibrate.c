@@ -4,7 +4,7 @@
  *
  * For each task, G episodes run at the sampling temperature with the model a policy server would
  * serve: every step renders the real prompt (actor/prompt.h), parses it back the way the server
- * does (policy/prompt_parse.h) and samples the action (policy/model.h); no HTTP, no network. The
+ * does (common/pparse.h) and samples the action (common/model.h); no HTTP, no network. The
  * figures: success rate, the share of zero-variance groups (all-fail and all-success apart), the
  * distribution of d_10 (prefix divergence at K = 10, common/editdist.h) with the share below
  * d_L = 0.12, and greedy success (temperature 0, one episode per task) as held-out evaluation
@@ -16,14 +16,14 @@
 #include "common/cmds.h"
 #include "common/editdist.h"
 #include "common/proto.h"
-#include "coordinator/advantage.h"
+#include "coordinator/adv.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
-#include "env_worker/household.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/prompt_parse.h"
-#include "policy/trainer.h"
+#include "env_worker/household/household.h"
+#include "common/model.h"
+#include "common/prior.h"
+#include "common/pparse.h"
+#include "trainer/trainer.h"
 
 #include <math.h>
 #include <getopt.h>

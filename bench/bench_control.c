@@ -22,8 +22,8 @@
 
 #include "common/cmds.h"
 #include "common/proto.h"
-#include "common/buf.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "coordinator/coordinator.h"
 

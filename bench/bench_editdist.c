@@ -8,8 +8,8 @@
  * times d_K over all groups; the report gives the median over repetitions.
  */
 #include "bench/bench_editdist.h"
+#include "common/cfg.h"
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/editdist.h"
 #include "common/prng.h"
 #include "common/sr.h"

@@ -16,15 +16,15 @@
  */
 #include "bench/bench_env.h"
 
-#include "common/buf.h"
+#include "common/cfg.h"
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/transport.h"
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

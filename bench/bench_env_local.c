@@ -6,8 +6,8 @@
  */
 #include "bench/bench_env_local.h"
 #include "common/sr.h"
-#include "env_worker/expert.h"
-#include "env_worker/household.h"
+#include "env_worker/household/expert.h"
+#include "env_worker/household/household.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -12,7 +12,7 @@
 
 #include "common/cmds.h"
 #include "common/sr.h"
-#include "policy/server.h"
+#include "policy/policy_server.h"
 
 #include <curl/curl.h>
 #include <getopt.h>

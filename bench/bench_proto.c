@@ -13,9 +13,9 @@
 #include "bench/bench_proto.h"
 
 #include "common/cmds.h"
-#include "common/buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

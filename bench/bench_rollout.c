@@ -17,12 +17,12 @@
  */
 #include "bench/bench_rollout.h"
 
-#include "actor/gate.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
-#include "coordinator/supervise.h"
+#include "gate/gate.h"
+#include "tools/supervise.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

@@ -8,6 +8,16 @@
 
 #include <stdbool.h>
 
+/* The exit status of every selroll command for a usage error (a bad flag or configuration): a
+ * supervised child that exits with it is not restarted, since the same arguments would fail the
+ * same way. */
+#define SR_EXIT_USAGE 2
+
+/* The exit status of the coordinator when the run itself failed (too many failed trajectories,
+ * docs/operations.md "Runs that fail loudly"): `selroll run` reports the run record's error and
+ * does not start the coordinator again. */
+#define SR_EXIT_RUN_FAILED 3
+
 int coordinator_main(int argc, char **argv);
 int actor_main(int argc, char **argv);
 int gate_main(int argc, char **argv);

@@ -113,3 +113,13 @@ void envkind_list_free(envkind_list_t *l)
     free(l->kinds);
     memset(l, 0, sizeof *l);
 }
+
+const envkind_builtin_t *envkind_builtin(const char *kind)
+{
+    if (!kind || !*kind)
+        return env_kinds[0];
+    for (size_t i = 0; env_kinds[i]; i++)
+        if (!strcmp(env_kinds[i]->name, kind))
+            return env_kinds[i];
+    return NULL;
+}

@@ -19,8 +19,28 @@
 #include <stddef.h>
 
 #define ENVKIND_MAX 64                    /* longest kind name, bytes */
-#define ENVKIND_HOUSEHOLD "household"     /* the built-in env worker's kind */
 #define ENVKIND_CHARS "A-Z a-z 0-9 _ . -" /* the bytes a kind is made of, for error texts */
+
+/* What the roles know of an environment that ships with selroll, chosen by its kind name: its
+ * generated task source and the system text of the actor's default prompt. The table is the env
+ * worker's (env_kinds, env_worker/env.c), the default kind first; the roles reach the household
+ * only through it. */
+typedef struct tasks tasks_t;
+typedef struct {
+    const char *name;            /* the kind, e.g. "household" */
+    tasks_t *(*tasks_new)(void); /* its generated task source (common/tasks.h) */
+    /* task_ok: whether task_id is one of its generated ids (the built-in trainer learns from the
+     * default kind's only) */
+    bool (*task_ok)(const char *task_id);
+    const char *prompt_system;   /* the system text of the default prompt template */
+} envkind_builtin_t;
+
+/* The kinds that ship with selroll, the default one first, then NULL (env_worker/env.c). */
+extern const envkind_builtin_t *const env_kinds[];
+
+/* envkind_builtin returns the entry of kind among env_kinds: the default one (the first) for NULL
+ * or "", NULL when no kind of that name ships with selroll. */
+const envkind_builtin_t *envkind_builtin(const char *kind);
 
 /* envkind_valid tells whether kind is a kind name: 1..ENVKIND_MAX bytes of ENVKIND_CHARS. */
 bool envkind_valid(const char *kind);

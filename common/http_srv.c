@@ -44,7 +44,7 @@ typedef struct {
     char path[HTTP_SRV_PATH_MAX];
     s_route_kind_t kind;
     bool public_;
-    http_handler_fn fn;
+    http_srv_handler_fn fn;
     void *arg;
     const char *ctype;
     const void *data;
@@ -203,7 +203,7 @@ static s_route_t *s_add(http_srv_t *s, const char *path, s_route_kind_t kind, in
     return r;
 }
 
-int http_srv_route(http_srv_t *s, const char *path, http_handler_fn fn, void *arg)
+int http_srv_route(http_srv_t *s, const char *path, http_srv_handler_fn fn, void *arg)
 {
     int rc;
     if (!fn)
@@ -512,7 +512,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
     case S_ROUTE_SSE:
         return s_open_stream(s, conn);
     case S_ROUTE_FN: {
-        http_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
+        http_srv_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
         r->fn(r->arg, &rep);
         if (!rep.body)
             return s_answer(conn, rep.status, rep.content_type, (void *)"", 0,
@@ -552,7 +552,7 @@ static void s_answer_health(http_srv_t *s, int i, const s_route_t *r, size_t len
         s_pend_close(s, i);
         return;
     }
-    http_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
+    http_srv_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
     r->fn(r->arg, &rep);
     char top[256];
     int n = snprintf(top, sizeof top,
@@ -765,7 +765,7 @@ uint64_t http_srv_health_early(http_srv_t *s)
     return s ? (uint64_t)atomic_load(&s->health_early) : 0;
 }
 
-static void s_ok(void *arg, http_reply_t *out)
+static void s_ok(void *arg, http_srv_reply_t *out)
 {
     (void)arg;
     out->body = sr_xstrdup("ok\n");

@@ -66,11 +66,11 @@ typedef struct {
     const char *content_type; /* "text/plain; charset=utf-8" unless set */
     char *body;
     size_t len;
-} http_reply_t;
+} http_srv_reply_t;
 
-/* http_handler_fn fills *out for a GET or HEAD of its path. It runs on a connection thread, so it
- * reads only state that its owner shares under a lock or through atomics. */
-typedef void (*http_handler_fn)(void *arg, http_reply_t *out);
+/* http_srv_handler_fn fills *out for a GET or HEAD of its path. It runs on a connection thread,
+ * so it reads only state that its owner shares under a lock or through atomics. */
+typedef void (*http_srv_handler_fn)(void *arg, http_srv_reply_t *out);
 
 /* http_srv_cfg_init fills cfg with the defaults listed beside each field (bind NULL). */
 void http_srv_cfg_init(http_srv_cfg_t *cfg);
@@ -81,7 +81,7 @@ http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen);
 
 /* http_srv_route serves path (copied) with fn(arg). Returns SR_OK, SR_EINVAL (bad path, server
  * started) or SR_EFULL (too many routes). */
-int http_srv_route(http_srv_t *s, const char *path, http_handler_fn fn, void *arg);
+int http_srv_route(http_srv_t *s, const char *path, http_srv_handler_fn fn, void *arg);
 
 /* http_srv_route_static serves the static bytes data[0..len) (borrowed: must outlive s) with the
  * content type ctype. Same results as http_srv_route. */

@@ -11,7 +11,7 @@
 #ifndef SR_JSONW_H
 #define SR_JSONW_H
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 
 #include <stddef.h>
 #include <string.h>

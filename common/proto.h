@@ -26,8 +26,8 @@
 #ifndef SR_PROTO_H
 #define SR_PROTO_H
 
-#include "common/buf.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

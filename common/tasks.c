@@ -8,6 +8,7 @@
  */
 #include "common/tasks.h"
 
+#include "common/envkind.h"
 #include "common/proto.h"
 #include "common/sr.h"
 
@@ -502,4 +503,15 @@ tasks_t *tasks_load_files(const char *spec, char *err, size_t errlen)
         return NULL;
     }
     return tasks_new(&s_file_ops, f);
+}
+
+tasks_t *tasks_new_kind(const char *kind, char *err, size_t errlen)
+{
+    const envkind_builtin_t *k = envkind_builtin(kind);
+    if (!k || !k->tasks_new) {
+        if (err && errlen)
+            snprintf(err, errlen, "no task source of env kind '%s'", kind ? kind : "");
+        return NULL;
+    }
+    return k->tasks_new();
 }

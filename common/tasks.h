@@ -6,8 +6,9 @@
  * the source's business.
  *
  * Two sources sit behind one table of operations:
- *  - "household" (tasks_new_household, env_worker/household_tasks.c): the generated splits
- *    household/<split>/<n> of the built-in environment, any number of them per split; the type is
+ *  - a kind's generated splits (tasks_new_kind, common/envkind.h), the household's
+ *    (env_worker/household/household_tasks.c) being household/<split>/<n> of the built-in
+ *    environment, any number of them per split; the type is
  *    the household task type; no task_data.
  *  - "file" (tasks_load_files): one JSONL file per split, one JSON object a line with a string
  *    "id" (required, unique over the whole task set), optional string "type" and "env" and any
@@ -64,8 +65,10 @@ typedef struct {
  * destroy frees it). Returns NULL only when ops is NULL. */
 tasks_t *tasks_new(const tasks_ops_t *ops, void *self);
 
-/* tasks_new_household returns the household source (env_worker/household_tasks.c). */
-tasks_t *tasks_new_household(void);
+/* tasks_new_kind returns the generated source of an environment kind that ships with selroll
+ * (common/envkind.h; NULL or "": the default kind, household). When there is none it returns
+ * NULL and writes one line into err. */
+tasks_t *tasks_new_kind(const char *kind, char *err, size_t errlen);
 
 /* tasks_load_files reads a file task set from spec "SPLIT=PATH[,SPLIT=PATH...]". On a bad spec or
  * a bad file (unreadable, empty, a line that is not JSON or not an object, an id missing, not a

@@ -9,9 +9,9 @@
 #include "coordinator/batch.h"
 
 #include "common/afile.h"
-#include "common/buf.h"
 #include "common/jsonw.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/greso.h"
 

@@ -31,9 +31,9 @@
 #ifndef SR_BATCH_H
 #define SR_BATCH_H
 
-#include "common/buf.h"
 #include "common/proto.h"
-#include "coordinator/advantage.h"
+#include "common/sr_buf.h"
+#include "coordinator/adv.h"
 
 #include <stdbool.h>
 #include <stddef.h>

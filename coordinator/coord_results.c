@@ -7,10 +7,10 @@
 #include "coordinator/coord_results.h"
 
 #include "common/afile.h"
-#include "common/buf.h"
 #include "common/jsonw.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

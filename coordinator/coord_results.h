@@ -10,9 +10,9 @@
 #ifndef SR_COORD_RESULTS_H
 #define SR_COORD_RESULTS_H
 
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
-#include "coordinator/failtally.h"
+#include "coordinator/fail_tally.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,21 +7,21 @@
  */
 #include "coordinator/coord_train.h"
 
-#include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
-#include "coordinator/failtally.h"
+#include "coordinator/fail_tally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
-#include "common/storeq.h"
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
@@ -1471,7 +1471,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->cfg = *cfg;
     t->tasks = cfg->task_set;
     if (!t->tasks)
-        t->tasks = t->own_tasks = tasks_new_household();
+        t->tasks = t->own_tasks = tasks_new_kind(NULL, NULL, 0);
     const char *source = tasks_source_name(t->tasks);
     if (!tasks_has_split(t->tasks, cfg->train_split))
         bad = "train";

@@ -38,7 +38,7 @@
 #ifndef SR_COORD_TRAIN_H
 #define SR_COORD_TRAIN_H
 
-#include "coordinator/advantage.h"
+#include "coordinator/adv.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/wsync.h"
 
@@ -54,7 +54,7 @@ typedef struct {
                                most the split's count: a task file's first lines) */
     const char *train_split; /* split of the train pool: "train" */
     const tasks_t *task_set; /* task ids, types and data (borrowed, must outlive t); NULL = the
-                                household source */
+                                default env kind's generated source (tasks_new_kind) */
     bool prefilter;         /* GRESO pre-filter: true */
     bool backfill;          /* backfill waves until B informative groups or the cap: true */
     bool post_filter;       /* drop zero-variance groups: true */

@@ -20,7 +20,6 @@
 #include "coordinator/coordinator.h"
 
 #include "common/afile.h"
-#include "common/buf.h"
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/envkind.h"
@@ -30,6 +29,7 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/storeq.h"
 #include "common/transport.h"
@@ -1602,7 +1602,7 @@ static void s_put_done(int rc, const char *err, void *arg)
 }
 
 /* A CANCEL is applied only when Redis shows its group cancelled: the gate moves a group to
- * cancelled in Redis before it publishes the CANCEL (actor/gate_svc.c), so a CANCEL for a group
+ * cancelled in Redis before it publishes the CANCEL (gate/gate_svc.c), so a CANCEL for a group
  * still running there is forged (or stale). The look-up runs on the store thread, one per group
  * at a time (g->confirming); a CANCEL seen while it runs replaces the one to apply and, should
  * Redis not show the group cancelled, asks once more (the gate's write may have come between). */
@@ -2104,7 +2104,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     if (!c->cfg.task_set)
-        c->cfg.task_set = c->own_tasks = tasks_new_household();
+        c->cfg.task_set = c->own_tasks = tasks_new_kind(NULL, NULL, 0);
     if (!tasks_has_split(c->cfg.task_set, c->cfg.split)) {
         if (err)
             snprintf(err, errlen, "the %s task set has no split '%s'",

@@ -95,7 +95,8 @@ typedef struct {
                               first lines) */
     const char *split;     /* task split, "train" */
     const tasks_t *task_set; /* where task ids, types and task_data come from (borrowed, must
-                                outlive c); NULL = the household source */
+                                outlive c); NULL = the default env kind's
+                                generated source (tasks_new_kind) */
     int max_steps;         /* 30 */
     double temperature;    /* 0.7 */
     double top_p;          /* 1.0 */
@@ -214,7 +215,7 @@ const char *coord_run_name(const coord_t *c);
 /* coord_next_round returns the number of the round that starts next (or runs now). */
 int64_t coord_next_round(const coord_t *c);
 
-/* coord_tasks returns the run's task set (cfg.task_set, or the household source c made). */
+/* coord_tasks returns the run's task set (cfg.task_set, or the default kind's source c made). */
 const tasks_t *coord_tasks(const coord_t *c);
 
 /* coord_store returns the coordinator's Redis connection (owned by c). */

@@ -3,16 +3,15 @@
  * coordinator (coordinator.h) run to the end of its rounds, a progress line per round, a clean
  * exit on SIGINT/SIGTERM (the run is left "stopped" in Redis, ready for --resume).
  */
+#include "common/cfg.h"
 #include "common/cmds.h"
-#include "common/config.h"
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/transport.h"
 #include "coordinator/coord_train.h"
-#include "coordinator/wsync.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
-#include "coordinator/supervise.h"
+#include "coordinator/wsync.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -216,7 +215,7 @@ int coordinator_main(int argc, char **argv)
     {
         char terr[768];
         task_set = o.tasks_file ? tasks_load_files(o.tasks_file, terr, sizeof terr)
-                                : tasks_new_household();
+                                : tasks_new_kind(NULL, terr, sizeof terr);
         if (!task_set) {
             fprintf(stderr, "selroll coordinator: --tasks-file: %s\n", terr);
             cfg_free(&cfg);
@@ -394,7 +393,7 @@ int coordinator_main(int argc, char **argv)
     if (rc != SR_OK) {
         fprintf(stderr, "selroll coordinator: %s\n", coord_errstr(c));
         /* the run failed (its episodes), not this process: a launcher must not restart it */
-        exit_code = coord_run_failed(c) ? SUPERVISE_EXIT_RUN_FAILED : 1;
+        exit_code = coord_run_failed(c) ? SR_EXIT_RUN_FAILED : 1;
     }
 
 cleanup:

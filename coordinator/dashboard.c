@@ -1120,7 +1120,7 @@ char *dashboard_snapshot_json(dashboard_t *d)
     return copy;
 }
 
-static void s_http_state(void *arg, http_reply_t *out)
+static void s_http_state(void *arg, http_srv_reply_t *out)
 {
     dashboard_t *d = arg;
     char *text = dashboard_snapshot_json(d);
@@ -1134,7 +1134,7 @@ static void s_http_state(void *arg, http_reply_t *out)
     out->content_type = "application/json";
 }
 
-static void s_http_health(void *arg, http_reply_t *out)
+static void s_http_health(void *arg, http_srv_reply_t *out)
 {
     dashboard_t *d = arg;
     int64_t age = clock_mono_ms() - atomic_load(&d->redis_ok_ms);

@@ -1,14 +1,23 @@
 /*
  * env.c — the registry of environments the env worker can host, looked up by name or by the
- * "<name>/" prefix of a task id. Adding an environment means adding its table here.
+ * "<name>/" prefix of a task id, and the kinds the roles choose by name (common/envkind.h: task
+ * source, default prompt). Adding an environment means adding its tables here.
  */
 #include "env_worker/env.h"
-#include "env_worker/household.h"
+
+#include "common/envkind.h"
+#include "env_worker/household/household.h"
 
 #include <string.h>
 
 static const env_ops_t *const s_envs[] = {
     &household_env_ops,
+};
+
+/* The kinds the roles choose by name (common/envkind.h), the default one first. */
+const envkind_builtin_t *const env_kinds[] = {
+    &household_kind,
+    NULL,
 };
 
 const env_ops_t *env_ops_find(const char *name)

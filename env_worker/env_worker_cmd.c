@@ -1,17 +1,17 @@
 /*
  * env_worker_cmd.c — entry point of `selroll env-worker`: parses the options, builds the server
- * (env_worker.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
+ * (envw.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
  *
  * Exit codes: 0 after a clean shutdown, 2 for a bad flag, 1 when the worker cannot start (bind
  * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.
  */
+#include "common/cfg.h"
 #include "common/cmds.h"
-#include "common/config.h"
 #include "common/envkind.h"
 #include "common/http_srv.h"
 #include "common/log.h"
 #include "common/sr.h"
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,13 +3,13 @@
  */
 #include "common/cmds.h"
 
-#include "common/config.h"
-#include "common/sr.h"
+#include "common/cfg.h"
 #include "common/log.h"
+#include "common/model.h"
+#include "common/prior.h"
+#include "common/sr.h"
 #include "common/store.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/server.h"
+#include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
 

@@ -11,7 +11,7 @@
 #ifndef SR_POLICY_VFOLLOW_H
 #define SR_POLICY_VFOLLOW_H
 
-#include "policy/server.h"
+#include "policy/policy_server.h"
 
 #include <stdint.h>
 

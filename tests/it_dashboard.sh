@@ -192,7 +192,7 @@ fi
 # ---- the Grafana dashboard names only series that some role registers -------------------------
 missing=""
 for m in $(grep -o 'selroll_[a-z_]*' deploy/grafana/selroll.json | sed 's/_bucket$//' | sort -u); do
-  grep -rqs "\"$m\"" common coordinator actor env_worker policy || missing="$missing $m"
+  grep -rqs "\"$m\"" common coordinator actor gate env_worker policy trainer tools || missing="$missing $m"
 done
 [ -z "$missing" ] && ok "deploy/grafana/selroll.json names only registered series" || bad "Grafana series nobody registers:$missing"
 

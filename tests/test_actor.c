@@ -1,10 +1,10 @@
 /*
  * test_actor.c — the rollout actor over real sockets: a scripted coordinator in the test (a ROUTER
  * speaking the work protocol, a bus proxy, a SUB that watches ACTIONs and a PUB that sends
- * CANCELs), the real env worker (env_worker.h) in a thread of this process serving the
+ * CANCELs), the real env worker (envw.h) in a thread of this process serving the
  * household environment, and a policy over HTTP: a scripted one (libmicrohttpd, always "look",
  * with a chosen delay) where a test needs exact answers, the real built-in policy server
- * (policy/server.h) otherwise. The actor runs
+ * (policy/policy_server.h) otherwise. The actor runs
  * in its own thread, exactly as `selroll actor` runs it.
  */
 #include "tests/harness.h"
@@ -14,8 +14,8 @@
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/transport.h"
-#include "env_worker/env_worker.h"
-#include "policy/server.h"
+#include "env_worker/envw.h"
+#include "policy/policy_server.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -90,7 +90,7 @@ static void s_pol_stop(tpol_t *p)
     p->d = NULL;
 }
 
-/* ---- the real env worker (env_worker.h), in a thread of this process --------------------------- */
+/* ---- the real env worker (envw.h), in a thread of this process --------------------------- */
 
 typedef struct {
     envw_t *w;

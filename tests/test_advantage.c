@@ -5,7 +5,7 @@
  */
 #include "tests/harness.h"
 #include "common/sr.h"
-#include "coordinator/advantage.h"
+#include "coordinator/adv.h"
 
 #include <math.h>
 #include <string.h>

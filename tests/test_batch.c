@@ -6,9 +6,9 @@
  * as msgpack bytes, and the JSON Lines copy.
  */
 #include "tests/harness.h"
-#include "common/buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "coordinator/batch.h"
 
 #include <cjson/cJSON.h>

@@ -8,7 +8,7 @@
 #include "bench/bench_env.h"
 #include "common/prng.h"
 #include "common/sr.h"
-#include "env_worker/env_worker.h"
+#include "env_worker/envw.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * syntax, error messages, positional arguments and the generated --help.
  */
 #include "tests/harness.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/sr.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * folder is a one-line error with exit code 2.
  */
 #include "tests/harness.h"
-#include "common/config.h"
+#include "common/cfg.h"
 #include "common/curve.h"
 #include "common/sr.h"
 #include "common/transport.h"

@@ -12,13 +12,13 @@
  */
 #include "tests/harness.h"
 
-#include "actor/gate.h"
-#include "common/buf.h"
 #include "common/proto.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/transport.h"
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
+#include "gate/gate.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -8,9 +8,9 @@
  */
 #include "tests/harness.h"
 
-#include "common/buf.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "coordinator/coord_results.h"
 
 #include <cJSON.h>

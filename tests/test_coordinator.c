@@ -9,8 +9,8 @@
  */
 #include "tests/harness.h"
 
-#include "common/buf.h"
 #include "common/proto.h"
+#include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"

@@ -10,14 +10,14 @@
  */
 #include "tests/harness.h"
 
-#include "common/proto.h"
+#include "bench/bench_env.h"
 #include "common/prng.h"
+#include "common/proto.h"
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/transport.h"
-#include "bench/bench_env.h"
-#include "env_worker/env_worker.h"
-#include "env_worker/household.h"
+#include "env_worker/envw.h"
+#include "env_worker/household/household.h"
 
 #include <msgpack.h>
 #include <pthread.h>

@@ -7,11 +7,11 @@
  */
 #include "tests/harness.h"
 #include "common/sr.h"
-#include "coordinator/experiment_arms.h"
-#include "coordinator/experiment_data.h"
-#include "coordinator/experiment_report.h"
-#include "coordinator/experiment_stats.h"
-#include "coordinator/experiment_svg.h"
+#include "tools/exp_arms.h"
+#include "tools/exp_data.h"
+#include "tools/exp_report.h"
+#include "tools/exp_stats.h"
+#include "tools/exp_svg.h"
 
 #include <ftw.h>
 #include <math.h>

@@ -9,8 +9,8 @@
  */
 #include "tests/harness.h"
 #include "common/sr.h"
-#include "env_worker/expert.h"
-#include "env_worker/household.h"
+#include "env_worker/household/expert.h"
+#include "env_worker/household/household.h"
 
 #include <stdio.h>
 #include <stdlib.h>

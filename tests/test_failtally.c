@@ -1,10 +1,10 @@
 /*
- * test_failtally.c — counting failed trajectories by error text (coordinator/failtally.h): texts
+ * test_failtally.c — counting failed trajectories by error text (coordinator/fail_tally.h): texts
  * cut to their first line without splitting a UTF-8 sequence, the most frequent one, merging the
  * tallies of several waves, and the stop verdict at the edges of the share.
  */
 #include "tests/harness.h"
-#include "coordinator/failtally.h"
+#include "coordinator/fail_tally.h"
 
 #include <stdio.h>
 #include <string.h>

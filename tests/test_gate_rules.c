@@ -5,10 +5,10 @@
  * recovering a known separating rule from a synthetic labelled set.
  */
 #include "tests/harness.h"
-#include "actor/gate.h"
-#include "actor/gate_learned.h"
-#include "actor/gate_rules.h"
 #include "common/prng.h"
+#include "gate/gate.h"
+#include "gate/gate_learned.h"
+#include "gate/gate_rules.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,11 +7,11 @@
  * while Redis is stopped, recorded once it answers.
  */
 #include "tests/harness.h"
-#include "actor/gate_svc.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/store.h"
 #include "common/transport.h"
+#include "gate/gate_svc.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
 #include "bench/bench_env_local.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -60,14 +60,14 @@ static long s_get(const char *url, const char *header, const char *method, s_bod
     return code;
 }
 
-static void s_hello(void *arg, http_reply_t *out)
+static void s_hello(void *arg, http_srv_reply_t *out)
 {
     (void)arg;
     out->body = strdup("hello\n");
     out->len = 6;
 }
 
-static void s_unavailable(void *arg, http_reply_t *out)
+static void s_unavailable(void *arg, http_srv_reply_t *out)
 {
     (void)arg;
     out->status = 503;

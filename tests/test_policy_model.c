@@ -5,12 +5,12 @@
 #include "tests/harness.h"
 
 #include "actor/prompt.h"
+#include "common/model.h"
+#include "common/pparse.h"
+#include "common/prior.h"
 #include "common/sr.h"
-#include "env_worker/household.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/prompt_parse.h"
-#include "policy/server.h"
+#include "env_worker/household/household.h"
+#include "policy/policy_server.h"
 #include "policy/wsource.h"
 
 #include <math.h>
@@ -935,7 +935,7 @@ static void s_check_reason(const model_t *m, const pparse_state_t *st, void *arg
         model_rng_seed(&rng, seed * 7919 + (uint64_t)r->checked);
         model_choice_t ch;
         assert_int_equal(model_choose_probs(m, st, 0.7, 1.0, &rng, &ch, p), SR_OK);
-        char *text = model_reason(m, st, p, ch.index, 400, policy_tokens);
+        char *text = model_reason(m, st, p, ch.index, 400, policy_server_tokens);
         assert_non_null(text);
         char want[256];
         snprintf(want, sizeof want, "'%s' is the best next step.", st->actions[ch.index]);

@@ -8,16 +8,16 @@
 #include "actor/extract.h"
 #include "actor/prompt.h"
 #include "common/llm_client.h"
-#include "common/sr.h"
+#include "common/model.h"
+#include "common/pparse.h"
+#include "common/prior.h"
 #include "common/proto.h"
+#include "common/ptok.h"
+#include "common/sr.h"
 #include "common/store.h"
 #include "common/transport.h"
-#include "env_worker/household.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/prompt_parse.h"
-#include "policy/server.h"
-#include "policy/tokenizer.h"
+#include "env_worker/household/household.h"
+#include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
 
@@ -273,8 +273,8 @@ static void completion_is_openai_shaped_with_usage_and_logprobs(void **state)
     int pt = cJSON_GetObjectItem(u, "prompt_tokens")->valueint;
     int ct = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
     assert_int_equal(cJSON_GetObjectItem(u, "total_tokens")->valueint, pt + ct);
-    assert_int_equal(ct, policy_tokens(content));
-    assert_int_equal(pt, policy_tokens(SYSTEM) + 4 + policy_tokens(PROMPT) + 4 + 2);
+    assert_int_equal(ct, policy_server_tokens(content));
+    assert_int_equal(pt, policy_server_tokens(SYSTEM) + 4 + policy_server_tokens(PROMPT) + 4 + 2);
     assert_true(ct >= 16);
     free(action);
     cJSON_Delete(j);
@@ -362,11 +362,11 @@ static void token_ids_decode_to_the_text_and_logprobs_sum_to_the_choice(void **s
 static void tokenizer_rule_counts_letter_runs_by_four_and_symbols_by_one(void **state)
 {
     (void)state;
-    assert_int_equal(policy_tokens(""), 0);
-    assert_int_equal(policy_tokens("go to cabinet 13"), 1 + 1 + 2 + 1);
-    assert_int_equal(policy_tokens("<think>"), 1 + 2 + 1);
-    assert_int_equal(policy_tokens("  \n\t"), 0);
-    assert_int_equal(policy_tokens(NULL), 0);
+    assert_int_equal(policy_server_tokens(""), 0);
+    assert_int_equal(policy_server_tokens("go to cabinet 13"), 1 + 1 + 2 + 1);
+    assert_int_equal(policy_server_tokens("<think>"), 1 + 2 + 1);
+    assert_int_equal(policy_server_tokens("  \n\t"), 0);
+    assert_int_equal(policy_server_tokens(NULL), 0);
 }
 
 /* The same seed gives the same answer; temperature 0 gives the model's argmax for any seed. */
@@ -566,7 +566,7 @@ static void max_tokens_truncates_and_stop_strings_cut(void **state)
     assert_string_equal(cJSON_GetObjectItem(c0, "finish_reason")->valuestring, "length");
     assert_int_equal(
         cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint, 10);
-    assert_int_equal(policy_tokens(s_content(j)), 10);
+    assert_int_equal(policy_server_tokens(s_content(j)), 10);
     cJSON_Delete(j);
     free(r.body);
     free(req);
@@ -1077,7 +1077,7 @@ static void actor_client_round_trip_yields_an_admissible_action(void **state)
     assert_int_equal(seen.rc, SR_OK);
     assert_int_equal(seen.status, 200);
     assert_true(seen.prompt_tokens > 100);
-    assert_int_equal(seen.completion_tokens, policy_tokens(seen.content));
+    assert_int_equal(seen.completion_tokens, policy_server_tokens(seen.content));
     assert_true(seen.has_logprob && seen.logprob <= 0);
     extract_result_t ex;
     extract_action(seen.content, obs.admissible, obs.n_admissible, -1, &ex);

@@ -5,7 +5,7 @@
  */
 #include "tests/harness.h"
 #include "common/log.h"
-#include "coordinator/supervise.h"
+#include "tools/supervise.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
  * message naming file and line, and task_data travelling through JOB and RESET unchanged.
  */
 #include "tests/harness.h"
+#include "common/envkind.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/tasks.h"
@@ -64,9 +65,31 @@ static void s_refused(const char *text, const char *where)
     assert_null(strchr(err, '\n'));
 }
 
+/* A kind's source is chosen by its name (the default kind for NULL or ""); an unknown kind is a
+ * one-line error. */
+static void sources_are_chosen_by_kind(void **state)
+{
+    (void)state;
+    const char *kinds[] = {NULL, "", "household"};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        tasks_t *ts = tasks_new_kind(kinds[i], NULL, 0);
+        assert_non_null(ts);
+        assert_string_equal(tasks_source_name(ts), "household");
+        tasks_destroy(&ts);
+    }
+    assert_string_equal(envkind_builtin(NULL)->name, "household");
+    assert_null(envkind_builtin("games"));
+    assert_true(envkind_builtin(NULL)->task_ok("household/valid_unseen/17"));
+    assert_false(envkind_builtin(NULL)->task_ok("household/nosuch/17"));
+    assert_false(envkind_builtin(NULL)->task_ok("games/train/3"));
+    char err[128];
+    assert_null(tasks_new_kind("games", err, sizeof err));
+    assert_string_equal(err, "no task source of env kind 'games'");
+}
+
 static void household_source_makes_generated_ids_and_types(void **state)
 {
-    tasks_t *ts = tasks_new_household();
+    tasks_t *ts = tasks_new_kind(NULL, NULL, 0);
     assert_string_equal(tasks_source_name(ts), "household");
     assert_true(tasks_has_split(ts, "train"));
     assert_true(tasks_has_split(ts, "valid_unseen"));
@@ -272,6 +295,7 @@ static void task_data_passes_through_job_and_reset(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sources_are_chosen_by_kind),
         cmocka_unit_test(household_source_makes_generated_ids_and_types),
         cmocka_unit_test(file_source_reads_ids_types_env_and_objects),
         cmocka_unit_test(bad_files_name_file_and_line),

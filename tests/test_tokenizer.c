@@ -3,9 +3,9 @@
  * any text, counts, and refused ids.
  */
 #include "tests/harness.h"
+#include "common/ptok.h"
 #include "common/sr.h"
-#include "policy/server.h"
-#include "policy/tokenizer.h"
+#include "policy/policy_server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +90,7 @@ static void counts_and_caps_agree(void **state)
     assert_int_equal(ptok_encode(t, strlen(t), ids, 4), n); /* the whole count, 4 written */
     assert_int_equal(ptok_count(NULL), 0);
     assert_int_equal(ptok_count(""), 0);
-    /* letter runs are cut by four: as policy_tokens counts them */
+    /* letter runs are cut by four: as policy_server_tokens counts them */
     assert_int_equal(ptok_count("abcdefghi"), 3);
     /* counting alone (no ids) gives the length of the encoding, for any text */
     static const char alpha[] = "aZ09 \n\t\r<|.'\x80\xff";
@@ -114,9 +114,9 @@ static void counts_and_caps_agree(void **state)
         size_t zl = strlen(z), got_len;
         int words;
         size_t both = ptok_count_words(z, &words, &got_len);
-        if (both != ptok_encode(z, zl, NULL, 0) || words != policy_tokens(z) || got_len != zl)
-            fail_msg("round %d: ptok_count_words %zu (words %d), ptok %zu, policy_tokens %d",
-                     round, both, words, ptok_encode(z, zl, NULL, 0), policy_tokens(z));
+        if (both != ptok_encode(z, zl, NULL, 0) || words != policy_server_tokens(z) || got_len != zl)
+            fail_msg("round %d: ptok_count_words %zu (words %d), ptok %zu, policy_server_tokens %d",
+                     round, both, words, ptok_encode(z, zl, NULL, 0), policy_server_tokens(z));
         if (ptok_encode(text, len, NULL, 0) != with_ids)
             fail_msg("round %d: %zu tokens counted, %zu encoded", round,
                      ptok_encode(text, len, NULL, 0), with_ids);

@@ -1,6 +1,6 @@
 /*
- * test_trainer.c — the built-in GRPO learner (policy/trainer.c) and its service
- * (policy/trainer_svc.c).
+ * test_trainer.c — the built-in GRPO learner (trainer/trainer.c) and its service
+ * (trainer/trainer_svc.c).
  *
  * Batches are made from real episodes: the household environment is played in-process by version
  * 0 of the policy, every step's prompt rendered with the default template exactly as an actor
@@ -10,17 +10,17 @@
 #include "harness.h"
 
 #include "actor/prompt.h"
+#include "common/model.h"
+#include "common/pparse.h"
+#include "common/prior.h"
 #include "common/proto.h"
+#include "common/ptok.h"
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/transport.h"
-#include "env_worker/household.h"
-#include "policy/model.h"
-#include "policy/prior.h"
-#include "policy/prompt_parse.h"
-#include "policy/tokenizer.h"
-#include "policy/trainer.h"
-#include "policy/trainer_svc.h"
+#include "env_worker/household/household.h"
+#include "trainer/trainer.h"
+#include "trainer/trainer_svc.h"
 
 #include <math.h>
 #include <stdio.h>

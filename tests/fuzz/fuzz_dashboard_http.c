@@ -42,7 +42,7 @@ static int s_port;
 
 static const char s_page[] = "<!doctype html><title>selroll</title><p>dashboard</p>\n";
 
-static void s_state(void *arg, http_reply_t *out)
+static void s_state(void *arg, http_srv_reply_t *out)
 {
     (void)arg;
     static const char json[] = "{\"v\":1,\"run\":\"fuzz\",\"round\":0}";
@@ -51,7 +51,7 @@ static void s_state(void *arg, http_reply_t *out)
     out->len = out->body ? sizeof json - 1 : 0;
 }
 
-static void s_health(void *arg, http_reply_t *out)
+static void s_health(void *arg, http_srv_reply_t *out)
 {
     (void)arg;
     out->body = strdup("ok\n");

@@ -5,7 +5,7 @@
  * environment answers with an observation or an error.
  */
 #include "common/sr.h"
-#include "env_worker/household.h"
+#include "env_worker/household/household.h"
 
 #include <stdint.h>
 #include <stdlib.h>

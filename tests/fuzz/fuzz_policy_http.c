@@ -1,12 +1,12 @@
 /*
  * fuzz_policy_http.c — libFuzzer target for what the built-in policy server reads from an HTTP
- * request body: the JSON (cJSON, as policy/server.c parses it) and, in every user message, the
- * prompt text read back by policy/prompt_parse.c. Raw input that is not JSON is also parsed as a
+ * request body: the JSON (cJSON, as policy/policy_server.c parses it) and, in every user message, the
+ * prompt text read back by common/pparse.c. Raw input that is not JSON is also parsed as a
  * prompt and as a goal sentence, so the text parser sees arbitrary bytes too.
  *
  * The dashboard's HTTP request handling has a target of its own: fuzz_dashboard_http.c.
  */
-#include "policy/prompt_parse.h"
+#include "common/pparse.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>

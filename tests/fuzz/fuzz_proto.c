@@ -4,8 +4,8 @@
  * type is read from the message itself. A message that decodes must encode again and decode to
  * the same type: the codec accepts what it writes. Tighter text limits run the limit paths too.
  */
-#include "common/buf.h"
 #include "common/proto.h"
+#include "common/sr_buf.h"
 
 #include <stdint.h>
 #include <stdlib.h>

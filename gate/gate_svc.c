@@ -1,0 +1,1071 @@
+/*
+ * gate_svc.c — the gate service: one reactor over the bus SUB socket, the bus PUB socket and
+ * (optionally) the work DEALER to the coordinator, and the process's store queue
+ * (common/storeq.h) for Redis.
+ *
+ * The reactor never blocks on Redis: a decision is copied into a job and submitted to the store
+ * thread, twice: the transition first, whose completion (on the reactor) publishes the CANCEL
+ * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
+ * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
+ * loop runs: it checks the address, loads the learned examples and records the configuration.
+ */
+#include "gate/gate_svc.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reactor.h"
+#include "common/store.h"
+#include "common/storeq.h"
+#include "common/transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum {
+    S_JOB_DECISION = 0, /* record the deciding rule's decision (and cancel) */
+    S_JOB_RULES,        /* record every rule's verdict: field "rules" of the group hash */
+    S_JOB_HISTORY,      /* read the prompt's history for the prior and learned rules */
+    S_JOB_OUTCOME,      /* keep a learned example and the audit's running figures */
+} s_job_kind_t;
+
+typedef struct s_job {
+    struct gate_svc *svc;
+    struct s_job *next; /* in the retry list while it waits for its timer */
+    s_job_kind_t kind;
+    int phase;          /* DECISION: 0 the transition, 1 the annotation */
+    int attempts;       /* submissions that failed for want of Redis */
+    int64_t first_ms;   /* monotonic time of the first submission */
+    gate_decision_t d; /* DECISION; d.group and d.task for the others */
+    int64_t wall_ms;   /* wall time of the decision */
+    int64_t recv_us;   /* monotonic time the deciding ACTION was received */
+    bool publish;      /* set on the store thread: the cancel transition succeeded */
+    bool too_late;     /* set on the store thread: the group finished first */
+    char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
+    gate_history_t hist; /* HISTORY: set on the store thread */
+    bool hist_ok;
+    bool has_stats;    /* OUTCOME: the figures below go to the gate's stats hash */
+    gate_stats_t st;
+    double audit_precision;
+    uint64_t learned_labels;
+} s_job_t;
+
+struct gate_svc {
+    gate_svc_cfg_t cfg; /* strings below are owned copies */
+    char *run, *id, *coordinator, *redis;
+    char bus_sub[TRANSPORT_ENDPOINT_LEN];
+    char bus_pub[TRANSPORT_ENDPOINT_LEN];
+    char act_prefix[PROTO_MAX_ID + 16];
+    char cancel_topic[PROTO_MAX_ID + 16];
+    char err[512];
+
+    gate_t *gate;
+    void *ctx;
+    reactor_t *reactor;
+    transport_sock_t *sub, *pub, *work;
+    bool bus_connected;
+    bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
+    bool welcomed;
+    int hb_timer;
+    int64_t hb_period_ms; /* period of hb_timer */
+    int64_t started_ms;
+    int64_t last_hello_ms;
+    int run_rc;
+
+    storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
+    s_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
+    bool stopping;  /* gate_svc_destroy: no more retries */
+
+    metrics_registry_t *metrics;
+    metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
+        *m_too_late, *m_redis_err, *m_welcomes, *m_retries;
+    metrics_histogram_t *m_latency;
+    metrics_gauge_t *m_audit_precision;
+    metrics_counter_t *m_records, *m_outcomes;
+    int64_t latency_max_us; /* atomic */
+};
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+void gate_svc_cfg_init(gate_svc_cfg_t *c)
+{
+    SR_ASSERT(c);
+    memset(c, 0, sizeof *c);
+    gate_cfg_init(&c->gate);
+    c->run = "default";
+    c->redis_timeout_ms = 2000;
+    c->heartbeat_ms = 1000;
+    c->welcome_timeout_ms = 0;
+    c->evict_every_ms = 1000;
+}
+
+static char *s_dup(const char *s)
+{
+    return s ? sr_xstrdup(s) : NULL;
+}
+
+/* ---- Redis: work on the store thread, completions on the reactor ------------------------ */
+
+/* s_transition records the decision itself: the cancel transition (enforce) or the decision
+ * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
+ * the store's error. */
+static int s_transition(store_t *st, s_job_t *j)
+{
+    const gate_decision_t *d = &j->d;
+    if (!st)
+        return SR_EREDIS;
+    if (!d->cancel)
+        return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
+    int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
+    if (rc == SR_ECONFLICT && j->attempts > 0) {
+        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
+        store_group_t g;
+        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
+            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
+            rc = SR_OK;
+    }
+    if (rc == SR_OK) {
+        j->publish = true;
+    } else if (rc == SR_ECONFLICT) {
+        /* The group finished first: record what the gate decided, cancel nothing. */
+        j->too_late = true;
+        rc = store_group_decide(st, d->group, d->step, d->d, "cancel");
+    }
+    return rc;
+}
+
+/* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
+static int s_annotate(store_t *st, const gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(st, key, sizeof key, "group:%s", d->group);
+    if (rc != SR_OK)
+        return rc;
+    char wall[32], share[32];
+    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
+    snprintf(share, sizeof share, "%.17g", d->ended_share);
+    rc = store_command(st, STORE_IDEMPOTENT, NULL,
+                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
+                       key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
+    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
+                           gate_rule_name(d->rule));
+    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
+        char w[32];
+        snprintf(w, sizeof w, "%.17g", d->audit_weight);
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
+    }
+    return rc;
+}
+
+/* s_write_rules stores every rule's verdict (JSON) in the group hash, field "rules". */
+static int s_write_rules(store_t *st, const s_job_t *j)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = store_key(st, key, sizeof key, "group:%s", j->d.group);
+    if (rc != SR_OK)
+        return rc;
+    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
+    redisReply *r = NULL;
+    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
+    if (rc != SR_OK)
+        return rc;
+    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!exists)
+        return SR_ENOTFOUND;
+    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
+}
+
+/* s_read_history reads the prompt's history for the prior and learned rules. */
+static int s_read_history(store_t *st, s_job_t *j)
+{
+    store_prompt_entry_t e[16];
+    size_t n = 0;
+    int rc = store_prompt_history(st, j->d.task, e, SR_ARRAY_LEN(e), &n);
+    if (rc != SR_OK)
+        return rc;
+    double means[16];
+    for (size_t i = 0; i < n; i++)
+        means[i] = e[i].mean_reward;
+    gate_history_from_means(means, n, &j->hist);
+    j->hist_ok = true;
+    return SR_OK;
+}
+
+/* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
+ * audit's and keep-two's running figures. */
+static int s_write_outcome(store_t *st, const gate_svc_t *s, const s_job_t *j)
+{
+    char key[STORE_GID_MAX + 96];
+    int rc = SR_OK;
+    if (j->text) {
+        rc = store_key(st, key, sizeof key, "gate:learned:examples");
+        if (rc == SR_OK)
+            rc = store_command(st, 0, NULL, "RPUSH %s %s", key, j->text);
+        if (rc == SR_OK)
+            rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
+                               (long long)s->cfg.gate.learned_capacity);
+        if (rc != SR_OK)
+            return rc;
+    }
+    if (j->has_stats) {
+        char prec[32];
+        snprintf(prec, sizeof prec, "%.6g", j->audit_precision);
+        rc = store_key(st, key, sizeof key, "gate:stats");
+        if (rc == SR_OK)
+            rc = store_command(
+                st, STORE_IDEMPOTENT, NULL,
+                "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
+                "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
+                key, (unsigned long long)j->st.outcomes, (unsigned long long)j->st.audit_groups,
+                (unsigned long long)j->st.audit_zero_variance, prec,
+                (unsigned long long)j->st.keep_two_labels,
+                (unsigned long long)j->st.keep_two_wrong, (unsigned long long)j->learned_labels);
+    }
+    return rc;
+}
+
+static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)
+{
+    metrics_counter_inc(s->m_redis_err);
+    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
+                     sr_strerror(rc), err);
+}
+
+static void s_job_free(s_job_t *j)
+{
+    free(j->text);
+    free(j);
+}
+
+static void s_publish_cancel(gate_svc_t *s, const s_job_t *j);
+static void s_submit(gate_svc_t *s, s_job_t *j);
+
+/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
+ * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
+ * stalled Redis delays the gate's records, it does not lose them. */
+#define S_RETRY_MIN_MS 100
+#define S_RETRY_MAX_MS 2000
+#define S_RETRY_FOR_MS 120000
+
+static void s_on_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    for (s_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    }
+    j->next = NULL;
+    s_submit(s, j);
+}
+
+/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
+ * time left. Returns true when it did (the caller no longer owns j). */
+static bool s_retry_later(gate_svc_t *s, s_job_t *j, int rc)
+{
+    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
+        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
+        return false;
+    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
+    j->attempts++;
+    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
+        0)
+        return false;
+    j->next = s->retry;
+    s->retry = j;
+    metrics_counter_inc(s->m_retries);
+    return true;
+}
+
+static int s_work_transition(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    return s_transition(st, j);
+}
+
+/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
+ * fields; a transition that found no Redis is tried again later. */
+static void s_done_transition(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    if (rc != SR_OK) {
+        if (!s_retry_later(s, j, rc)) {
+            s_record_failed(s, &j->d, rc, err);
+            s_job_free(j);
+        }
+        return;
+    }
+    if (j->too_late)
+        metrics_counter_inc(s->m_too_late);
+    if (j->publish)
+        s_publish_cancel(s, j);
+    j->phase = 1;
+    j->attempts = 0;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
+}
+
+static int s_work_annotate(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    return st ? s_annotate(st, j->svc, &j->d, j->wall_ms) : SR_EREDIS;
+}
+
+static void s_done_annotate(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
+        return;
+    if (rc == SR_OK)
+        metrics_counter_inc(j->svc->m_recorded);
+    else
+        s_record_failed(j->svc, &j->d, rc, err);
+    s_job_free(j);
+}
+
+static int s_work_other(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_job_t *j = arg;
+    if (!st)
+        return SR_EREDIS;
+    if (j->kind == S_JOB_RULES)
+        return s_write_rules(st, j);
+    if (j->kind == S_JOB_HISTORY)
+        return s_read_history(st, j);
+    return s_write_outcome(st, j->svc, j);
+}
+
+static void s_done_other(int rc, const char *err, void *arg)
+{
+    s_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
+     * RPUSH) and a history read is only useful now: neither is. */
+    if (rc != SR_OK && j->kind == S_JOB_RULES && s_retry_later(s, j, rc))
+        return;
+    if (j->kind == S_JOB_HISTORY) {
+        if (rc == SR_OK && j->hist_ok && s->gate)
+            gate_set_history(s->gate, j->d.group, &j->hist);
+    } else if (rc != SR_OK && rc != SR_ENOTFOUND) {
+        s_record_failed(s, &j->d, rc, err);
+    }
+    s_job_free(j);
+}
+
+/* ---- bus -------------------------------------------------------------------------------- */
+
+static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg);
+
+static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
+{
+    if (s->bus_connected && !strcmp(sub_ep, s->bus_sub) && !strcmp(pub_ep, s->bus_pub))
+        return SR_OK;
+    if (s->bus_connected) {
+        /* The coordinator moved the bus: leave the old endpoints. */
+        zmq_disconnect(transport_sock_zmq(s->sub), s->bus_sub);
+        zmq_disconnect(transport_sock_zmq(s->pub), s->bus_pub);
+        s->bus_connected = false;
+    }
+    int rc = transport_connect(s->sub, sub_ep);
+    if (rc == SR_OK)
+        rc = transport_connect(s->pub, pub_ep);
+    if (rc != SR_OK) {
+        snprintf(s->err, sizeof s->err, "gate: bus: %s",
+                 transport_sock_errstr(rc == SR_OK ? s->pub : s->sub));
+        return rc;
+    }
+    snprintf(s->bus_sub, sizeof s->bus_sub, "%s", sub_ep);
+    snprintf(s->bus_pub, sizeof s->bus_pub, "%s", pub_ep);
+    s->bus_connected = true;
+    log_info("gate: bus sub %s pub %s, topic %s", sub_ep, pub_ep, s->act_prefix);
+    return SR_OK;
+}
+
+/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
+ * its annotation; anything else as one request. The store queue owns j from then on. */
+static void s_submit(gate_svc_t *s, s_job_t *j)
+{
+    int rc;
+    if (j->kind == S_JOB_DECISION)
+        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
+                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
+    else
+        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
+    if (rc != SR_OK)
+        s_job_free(j);
+}
+
+static void s_queue(gate_svc_t *s, s_job_t *j)
+{
+    j->svc = s;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
+}
+
+/* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
+ * {"paper": {"cut": true, "step": 10, "score": 0.083}, ...}. Returns a new string. */
+static char *s_rules_json(const gate_event_t *e)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    char item[256];
+    sr_buf_append(&b, "{", 1);
+    bool first = true;
+    for (int r = 0; r < GATE_RULE_COUNT; r++) {
+        if (!(e->rules & (1u << r)))
+            continue;
+        const gate_rule_verdict_t *v = &e->verdicts[r];
+        int n = snprintf(item, sizeof item,
+                         "%s\"%s\":{\"cut\":%s,\"step\":%d,\"score\":%.6g,\"final\":%s%s}",
+                         first ? "" : ",", gate_rule_name((gate_rule_t)r),
+                         v->cut ? "true" : "false", v->step, v->evaluated ? v->score : 0.0,
+                         v->final ? "true" : "false",
+                         r == GATE_RULE_AUDIT ? (e->audited ? ",\"audited\":true"
+                                                            : ",\"audited\":false")
+                                              : "");
+        sr_buf_append(&b, item, (size_t)n);
+        first = false;
+    }
+    sr_buf_append(&b, "}", 2); /* with the terminating NUL */
+    return (char *)b.data;
+}
+
+/* s_drain_events hands the core's events to the store thread: verdict records, learned examples and
+ * the audit's figures. */
+static void s_drain_events(gate_svc_t *s)
+{
+    gate_event_t e;
+    while (gate_next_event(s->gate, &e) == 1) {
+        s_job_t *j = sr_xcalloc(1, sizeof *j);
+        snprintf(j->d.group, sizeof j->d.group, "%s", e.group);
+        if (e.kind == GATE_EVENT_RULES) {
+            metrics_counter_inc(s->m_records);
+            j->kind = S_JOB_RULES;
+            j->text = s_rules_json(&e);
+            s_queue(s, j);
+            continue;
+        }
+        metrics_counter_inc(s->m_outcomes);
+        j->kind = S_JOB_OUTCOME;
+        if (e.has_example) {
+            char line[512];
+            if (gate_learned_example_text(e.x, e.zero_variance, line, sizeof line) == SR_OK)
+                j->text = sr_xstrdup(line);
+        }
+        gate_stats(s->gate, &j->st);
+        j->audit_precision = gate_audit_precision(s->gate);
+        j->learned_labels = gate_learned_count(gate_model(s->gate));
+        j->has_stats = true;
+        if (j->audit_precision >= 0)
+            metrics_gauge_set(s->m_audit_precision, j->audit_precision);
+        s_queue(s, j);
+    }
+}
+
+static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv_us)
+{
+    gate_decision_t d;
+    int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
+    if (rc >= 0 && s->sq && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
+        s_job_t *h = sr_xcalloc(1, sizeof *h);
+        h->kind = S_JOB_HISTORY;
+        snprintf(h->d.group, sizeof h->d.group, "%s", a->group);
+        snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
+        s_queue(s, h);
+    }
+    if (s->sq) /* without one (mode off) the core queues no event */
+        s_drain_events(s);
+    if (rc < 0) {
+        metrics_counter_inc(s->m_refused);
+        log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
+                         a->group ? a->group : "?", (long long)a->traj, (long long)a->step,
+                         (long long)a->group_size, sr_strerror(rc));
+        return;
+    }
+    if (rc == 0)
+        return;
+    metrics_counter_inc(s->m_decisions);
+    log_debug("gate: %s step %d d=%.4f %s (%s)", d.group, d.step, d.d,
+              gate_verdict_name(d.verdict), d.reason);
+    if (!d.record)
+        return;
+    s_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->kind = S_JOB_DECISION;
+    j->d = d;
+    j->wall_ms = clock_wall_ms();
+    j->recv_us = recv_us;
+    if (!s->sq) {
+        s_job_free(j);
+        return;
+    }
+    s_queue(s, j);
+    /* A decision can close a record (an enforced cancel): queue it after the decision. */
+    s_drain_events(s);
+}
+
+static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
+{
+    gate_svc_t *s = arg;
+    transport_msg_t m;
+    int rc = transport_recv(s->sub, &m, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bus message dropped: %s", sr_strerror(rc));
+        return;
+    }
+    int64_t recv_us = clock_mono_us();
+    size_t len = 0;
+    const void *body = transport_msg_body(&m, &len);
+    proto_msg_t msg;
+    proto_err_t perr;
+    rc = proto_decode(body, len, &msg, &perr);
+    transport_msg_close(&m);
+    if (rc != SR_OK) {
+        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bad bus message (%zu bytes): %s", len,
+                         proto_err_text(&perr, why, sizeof why));
+        return;
+    }
+    if (msg.type == PROTO_ACTION) {
+        metrics_counter_inc(s->m_actions);
+        s_handle_action(s, &msg.u.action, recv_us);
+    } else {
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: unexpected %s on the action topic", proto_type_name(msg.type));
+    }
+    proto_msg_clear(&msg);
+}
+
+/* s_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
+static void s_publish_cancel(gate_svc_t *s, const s_job_t *j)
+{
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_CANCEL);
+    m.u.cancel.run = s->run;
+    m.u.cancel.group = j->d.group;
+    m.u.cancel.step = j->d.step;
+    m.u.cancel.d = j->d.d;
+    m.u.cancel.reason = j->d.reason;
+    int64_t keep[GATE_MAX_G];
+    size_t nkeep = 0;
+    for (int t = 0; t < GATE_MAX_G; t++) {
+        if (j->d.keep_mask & (1ull << t))
+            keep[nkeep++] = t;
+    }
+    if (nkeep > 0) {
+        m.u.cancel.keep = keep;
+        m.u.cancel.keep_len = nkeep;
+    }
+    sr_buf_t buf = SR_BUF_INIT;
+    int rc = proto_encode(&m, &buf);
+    if (rc == SR_OK)
+        rc = transport_send_topic(s->pub, s->cancel_topic, buf.data, buf.len);
+    sr_buf_free(&buf);
+    if (rc == SR_OK) {
+        int64_t lat_us = clock_mono_us() - j->recv_us;
+        metrics_counter_inc(s->m_cancels);
+        metrics_histogram_observe(s->m_latency, (double)lat_us / 1e6);
+        if (lat_us > __atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->latency_max_us, lat_us, __ATOMIC_RELAXED);
+        log_info("gate: cancel %s at step %d, d=%.4f (%s)", j->d.group, j->d.step, j->d.d,
+                 j->d.reason);
+    } else {
+        log_warn_limited(5, "gate: CANCEL of %s not published: %s", j->d.group, sr_strerror(rc));
+    }
+}
+
+/* ---- work channel ----------------------------------------------------------------------- */
+
+static int s_send_work(gate_svc_t *s, const proto_msg_t *m)
+{
+    sr_buf_t buf = SR_BUF_INIT;
+    int rc = proto_encode(m, &buf);
+    if (rc == SR_OK)
+        rc = transport_send(s->work, buf.data, buf.len);
+    sr_buf_free(&buf);
+    return rc;
+}
+
+static void s_send_hello(gate_svc_t *s)
+{
+    char host[128] = "localhost";
+    gethostname(host, sizeof host - 1);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HELLO);
+    m.u.hello.actor_id = s->id;
+    m.u.hello.role = "gate";
+    m.u.hello.slots = 0;
+    m.u.hello.host = host;
+    m.u.hello.pid = getpid();
+    m.u.hello.version = SELROLL_VERSION;
+    int rc = s_send_work(s, &m);
+    if (rc != SR_OK)
+        log_warn_limited(1, "gate: HELLO not sent: %s", sr_strerror(rc));
+    s->last_hello_ms = reactor_now(s->reactor);
+}
+
+static void s_on_heartbeat(reactor_t *r, int id, void *arg)
+{
+    gate_svc_t *s = arg;
+    if (!s->welcomed) {
+        /* No WELCOME yet: say HELLO again now and then, and give up when told to. */
+        int64_t now = reactor_now(r);
+        if (s->cfg.welcome_timeout_ms > 0 && now - s->started_ms >= s->cfg.welcome_timeout_ms) {
+            snprintf(s->err, sizeof s->err, "gate: coordinator %s did not answer HELLO within %d ms",
+                     s->coordinator, s->cfg.welcome_timeout_ms);
+            s->run_rc = SR_ETIMEDOUT;
+            reactor_stop(r);
+            return;
+        }
+        if (now - s->last_hello_ms >= 2000)
+            s_send_hello(s);
+        return;
+    }
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_HEARTBEAT);
+    m.u.heartbeat.actor_id = s->id;
+    m.u.heartbeat.running = 0;
+    m.u.heartbeat.free = 0;
+    s_send_work(s, &m);
+}
+
+static void s_on_welcome(gate_svc_t *s, const proto_welcome_t *w)
+{
+    metrics_counter_inc(s->m_welcomes);
+    if (strcmp(w->run, s->run))
+        log_warn("gate: WELCOME names run %s, this gate serves %s", w->run, s->run);
+    if (!s->bus_fixed && s_bus_connect(s, w->bus_sub, w->bus_pub) != SR_OK) {
+        log_error("%s", s->err);
+        return;
+    }
+    s->welcomed = true;
+    int64_t hb = w->heartbeat_ms > 0 ? w->heartbeat_ms : s->cfg.heartbeat_ms;
+    if (hb != s->hb_period_ms || s->hb_timer <= 0) {
+        if (s->hb_timer > 0)
+            reactor_timer_cancel(s->reactor, s->hb_timer);
+        s->hb_period_ms = hb;
+        s->hb_timer = reactor_timer_add(s->reactor, hb, hb, s_on_heartbeat, s);
+    }
+    log_info("gate: welcomed by the coordinator (run %s, heartbeat %lld ms)", w->run,
+             (long long)hb);
+}
+
+static void s_on_work(reactor_t *r, void *zsock, int revents, void *arg)
+{
+    gate_svc_t *s = arg;
+    transport_msg_t m;
+    int rc = transport_recv(s->work, &m, 0);
+    if (rc == SR_EAGAIN)
+        return;
+    if (rc != SR_OK) {
+        metrics_counter_inc(s->m_bad);
+        return;
+    }
+    size_t len = 0;
+    const void *body = transport_msg_body(&m, &len);
+    proto_msg_t msg;
+    proto_err_t perr;
+    rc = proto_decode(body, len, &msg, &perr);
+    transport_msg_close(&m);
+    if (rc != SR_OK) {
+        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
+        metrics_counter_inc(s->m_bad);
+        log_warn_limited(5, "gate: bad message from the coordinator: %s",
+                         proto_err_text(&perr, why, sizeof why));
+        return;
+    }
+    if (msg.type == PROTO_WELCOME) {
+        s_on_welcome(s, &msg.u.welcome);
+    } else if (msg.type == PROTO_ERROR) {
+        log_warn_limited(5, "gate: coordinator error %s: %s", msg.u.error.code, msg.u.error.msg);
+        if (!strcmp(msg.u.error.code, "unknown_actor")) {
+            s->welcomed = false;
+            s_send_hello(s);
+        }
+    } else {
+        log_debug("gate: ignoring %s from the coordinator", proto_type_name(msg.type));
+    }
+    proto_msg_clear(&msg);
+}
+
+static void s_on_evict(reactor_t *r, int id, void *arg)
+{
+    gate_svc_t *s = arg;
+    size_t n = gate_evict(s->gate, reactor_now(r));
+    if (n)
+        log_debug("gate: evicted %zu idle groups", n);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
+{
+    transport_opts_t o;
+    transport_opts_init(&o);
+    o.identity = identity;
+    o.linger_ms = 200;
+    /* Reconnect fast: a bus (re)bound by the coordinator must see the gate's subscription before
+     * the first ACTIONs of a round, or those groups go undecided. */
+    o.reconnect_ivl_ms = 10;
+    o.reconnect_ivl_max_ms = 1000;
+    char err[TRANSPORT_ERR_LEN];
+    transport_sock_t *t = transport_sock_new(s->ctx, type, &o, err, sizeof err);
+    if (!t)
+        snprintf(s->err, sizeof s->err, "gate: socket: %s", err);
+    return t;
+}
+
+/* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
+ * restart, or by other shards), so it starts from what was learned already. */
+static void s_load_examples(gate_svc_t *s, store_t *st)
+{
+    char key[STORE_GID_MAX + 96];
+    redisReply *r = NULL;
+    if (store_key(st, key, sizeof key, "gate:learned:examples") != SR_OK ||
+        store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
+        return;
+    size_t loaded = 0, bad = 0;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        double x[GATE_LEARNED_NF];
+        bool y;
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && gate_learned_example_parse(e->str, x, &y) == SR_OK &&
+            gate_learn(s->gate, x, y, false) == SR_OK)
+            loaded++;
+        else
+            bad++;
+    }
+    gate_refit(s->gate);
+    freeReplyObject(r);
+    if (loaded || bad)
+        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
+}
+
+/* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
+ * audit's base rule and, when the learned model is in play, the labels it needs before it may
+ * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
+ * logged: the figures are informative, the gate runs without them. */
+static void s_write_config(gate_svc_t *s, store_t *st)
+{
+    char key[STORE_GID_MAX + 96], min_groups[32];
+    snprintf(min_groups, sizeof min_groups, "%lld",
+             (long long)s->cfg.gate.rules.learned_min_groups);
+    int rc = store_key(st, key, sizeof key, "gate:stats");
+    if (rc == SR_OK)
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
+                           key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
+                           gate_rule_name(s->cfg.gate.rules.audit_base));
+    if (rc == SR_OK)
+        rc = gate_model(s->gate)
+                 ? store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
+                                 key, min_groups)
+                 : store_command(st, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
+                                 key);
+    if (rc != SR_OK)
+        log_warn("gate: cannot record its configuration in gate:stats: %s",
+                 store_errstr(st));
+}
+
+static void s_fail(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+}
+
+gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
+{
+    if (!c) {
+        s_fail(err, errlen, "gate: no configuration");
+        return NULL;
+    }
+    gate_svc_t *s = sr_xcalloc(1, sizeof *s);
+    store_t *st = NULL; /* the start-up connection, closed before gate_svc_new returns */
+    s->cfg = *c;
+    s->run = s_dup(c->run ? c->run : "default");
+    s->redis = s_dup(c->redis);
+    s->coordinator = s_dup(c->coordinator);
+    if (c->id && c->id[0]) {
+        s->id = s_dup(c->id);
+    } else {
+        char host[128] = "localhost", id[200];
+        gethostname(host, sizeof host - 1);
+        snprintf(id, sizeof id, "gate-%s-%d", host, (int)getpid());
+        s->id = s_dup(id);
+    }
+    s->cfg.run = s->run;
+    s->cfg.id = s->id;
+    s->cfg.redis = s->redis;
+    s->cfg.coordinator = s->coordinator;
+    s->cfg.gate.run = s->run;
+    snprintf(s->act_prefix, sizeof s->act_prefix, "act/%s/", s->run);
+    snprintf(s->cancel_topic, sizeof s->cancel_topic, "ctl/%s/cancel", s->run);
+
+    s->metrics = metrics_registry_new();
+    if (!s->metrics) {
+        snprintf(s->err, sizeof s->err, "gate: out of memory");
+        goto fail;
+    }
+    s->m_actions = metrics_counter(s->metrics, "selroll_gate_actions_total",
+                                   "ACTIONs received on the bus.", NULL);
+    s->m_bad = metrics_counter(s->metrics, "selroll_gate_bad_messages_total",
+                               "Undecodable or unexpected messages.", NULL);
+    s->m_refused = metrics_counter(s->metrics, "selroll_gate_refused_total",
+                                   "ACTIONs refused as invalid.", NULL);
+    s->m_decisions = metrics_counter(s->metrics, "selroll_gate_decisions_total",
+                                     "Group decisions made at step K.", NULL);
+    s->m_recorded = metrics_counter(s->metrics, "selroll_gate_recorded_total",
+                                    "Decisions written to Redis.", NULL);
+    s->m_cancels = metrics_counter(s->metrics, "selroll_gate_cancels_total",
+                                   "CANCEL messages published.", NULL);
+    s->m_too_late = metrics_counter(s->metrics, "selroll_gate_cancel_too_late_total",
+                                    "Cancel decisions for groups that were no longer running.",
+                                    NULL);
+    s->m_redis_err = metrics_counter(s->metrics, "selroll_gate_redis_errors_total",
+                                     "Decisions that could not be recorded.", NULL);
+    s->m_retries = metrics_counter(s->metrics, "selroll_gate_redis_retries_total",
+                                   "Records submitted again after Redis could not be reached.",
+                                   NULL);
+    s->m_welcomes = metrics_counter(s->metrics, "selroll_gate_welcomes_total",
+                                    "WELCOMEs received from the coordinator.", NULL);
+    s->m_audit_precision = metrics_gauge(
+        s->metrics, "selroll_gate_audit_precision",
+        "Audit's running precision estimate: audited groups that ended zero-variance / audited "
+        "groups that ended (-1 until one has).",
+        NULL);
+    metrics_gauge_set(s->m_audit_precision, -1.0);
+    s->m_records = metrics_counter(s->metrics, "selroll_gate_rule_records_total",
+                                   "Groups whose every rule's verdict was recorded.", NULL);
+    s->m_outcomes = metrics_counter(s->metrics, "selroll_gate_outcomes_total",
+                                    "Group outcomes the gate saw (learned labels, audit).", NULL);
+    /* Base units (seconds) as Prometheus names them: 0.1 ms .. 100 ms. */
+    static const double bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.002,
+                                    0.005,  0.01,    0.02,   0.05,  0.1};
+    s->m_latency = metrics_histogram(s->metrics, "selroll_gate_cancel_latency_seconds",
+                                     "Deciding ACTION received to CANCEL published, seconds.",
+                                     bounds, SR_ARRAY_LEN(bounds), NULL);
+
+    char why[256];
+    if (gate_cfg_check(&s->cfg.gate, why, sizeof why) != SR_OK) {
+        snprintf(s->err, sizeof s->err, "%s", why);
+        goto fail;
+    }
+    bool direct = c->bus_sub && c->bus_sub[0] && c->bus_pub && c->bus_pub[0];
+    if (!direct && !(s->coordinator && s->coordinator[0])) {
+        snprintf(s->err, sizeof s->err,
+                 "gate: give --coordinator, or both --bus-sub and --bus-pub");
+        goto fail;
+    }
+    if (s->cfg.gate.mode != GATE_MODE_OFF) {
+        if (!s->redis || !s->redis[0]) {
+            snprintf(s->err, sizeof s->err, "gate: --redis is required in mode %s",
+                     gate_mode_name(s->cfg.gate.mode));
+            goto fail;
+        }
+        if (store_connect(&st, s->redis, s->run, c->redis_timeout_ms, why, sizeof why) !=
+            SR_OK) {
+            snprintf(s->err, sizeof s->err, "gate: %s", why);
+            goto fail;
+        }
+    }
+    s->gate = gate_new(&s->cfg.gate);
+    s->reactor = reactor_new();
+    s->ctx = zmq_ctx_new();
+    if (!s->gate || !s->reactor || !s->ctx) {
+        snprintf(s->err, sizeof s->err, "gate: out of resources");
+        goto fail;
+    }
+    s->sub = s_sock(s, ZMQ_SUB, NULL);
+    s->pub = s->sub ? s_sock(s, ZMQ_PUB, NULL) : NULL;
+    if (!s->sub || !s->pub)
+        goto fail;
+    if (zmq_setsockopt(transport_sock_zmq(s->sub), ZMQ_SUBSCRIBE, s->act_prefix,
+                       strlen(s->act_prefix)) != 0) {
+        snprintf(s->err, sizeof s->err, "gate: subscribe: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (direct) {
+        s->bus_fixed = true;
+        if (s_bus_connect(s, c->bus_sub, c->bus_pub) != SR_OK)
+            goto fail;
+    }
+    if (s->coordinator && s->coordinator[0]) {
+        s->work = s_sock(s, ZMQ_DEALER, s->id);
+        if (!s->work)
+            goto fail;
+        if (transport_connect(s->work, s->coordinator) != SR_OK) {
+            snprintf(s->err, sizeof s->err, "gate: %s", transport_sock_errstr(s->work));
+            goto fail;
+        }
+    }
+    reactor_add_zsock(s->reactor, transport_sock_zmq(s->sub), REACTOR_READ, s_on_bus, s);
+    if (s->work)
+        reactor_add_zsock(s->reactor, transport_sock_zmq(s->work), REACTOR_READ, s_on_work, s);
+    reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
+    if (st) {
+        /* Before the loop runs, on a connection of its own: the loop's Redis is the queue. */
+        if (gate_model(s->gate))
+            s_load_examples(s, st);
+        s_write_config(s, st);
+        store_destroy(&st);
+        s->sq = storeq_new(s->reactor, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
+        if (!s->sq) {
+            snprintf(s->err, sizeof s->err, "gate: %s", why);
+            goto fail;
+        }
+    }
+    return s;
+fail:
+    store_destroy(&st);
+    s_fail(err, errlen, s->err);
+    gate_svc_destroy(&s);
+    return NULL;
+}
+
+int gate_svc_catch_signals(gate_svc_t *s)
+{
+    return reactor_catch_signals(s->reactor);
+}
+
+int gate_svc_run(gate_svc_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    s->run_rc = SR_OK;
+    s->started_ms = reactor_clock_ms();
+    if (s->work) {
+        s_send_hello(s);
+        if (s->hb_timer <= 0) {
+            s->hb_period_ms = 200; /* until WELCOME: watch for it often */
+            s->hb_timer = reactor_timer_add(s->reactor, 200, 200, s_on_heartbeat, s);
+        }
+    }
+    int rc = reactor_run(s->reactor);
+    if (rc != SR_OK && s->run_rc == SR_OK) {
+        s->run_rc = rc;
+        snprintf(s->err, sizeof s->err, "gate: reactor: %s", sr_strerror(rc));
+    }
+    return s->run_rc;
+}
+
+void gate_svc_stop(gate_svc_t *s)
+{
+    if (s)
+        reactor_stop(s->reactor);
+}
+
+const char *gate_svc_errstr(const gate_svc_t *s)
+{
+    return s ? s->err : "";
+}
+
+void gate_svc_stats(const gate_svc_t *s, gate_svc_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    out->actions = (uint64_t)metrics_counter_value(s->m_actions);
+    out->bad_messages = (uint64_t)metrics_counter_value(s->m_bad);
+    out->refused = (uint64_t)metrics_counter_value(s->m_refused);
+    out->decisions = (uint64_t)metrics_counter_value(s->m_decisions);
+    out->recorded = (uint64_t)metrics_counter_value(s->m_recorded);
+    out->cancels_sent = (uint64_t)metrics_counter_value(s->m_cancels);
+    out->cancel_too_late = (uint64_t)metrics_counter_value(s->m_too_late);
+    out->redis_errors = (uint64_t)metrics_counter_value(s->m_redis_err);
+    out->welcomes = (uint64_t)metrics_counter_value(s->m_welcomes);
+    out->cancel_latency_max_ms =
+        (double)__atomic_load_n(&s->latency_max_us, __ATOMIC_RELAXED) / 1000.0;
+}
+
+metrics_registry_t *gate_svc_metrics(gate_svc_t *s)
+{
+    return s ? s->metrics : NULL;
+}
+
+void gate_svc_log_summary(const gate_svc_t *s)
+{
+    if (!s)
+        return;
+    gate_svc_stats_t st;
+    gate_svc_stats(s, &st);
+    gate_stats_t gs;
+    gate_stats(s ? s->gate : NULL, &gs);
+    log_info("gate: mode %s k %d threshold %.3f: %llu actions, %llu decisions (%llu cancel, "
+             "%llu keep, %llu ended_before_k), %llu recorded, %llu CANCELs sent, %llu too late, "
+             "%llu redis errors, %llu bad messages, %llu refused, %llu evicted, max cancel "
+             "latency %.2f ms",
+             gate_mode_name(s->cfg.gate.mode), s->cfg.gate.k, s->cfg.gate.threshold,
+             (unsigned long long)st.actions, (unsigned long long)st.decisions,
+             (unsigned long long)gs.cancels, (unsigned long long)gs.keeps,
+             (unsigned long long)gs.ended_before_k, (unsigned long long)st.recorded,
+             (unsigned long long)st.cancels_sent, (unsigned long long)st.cancel_too_late,
+             (unsigned long long)st.redis_errors, (unsigned long long)st.bad_messages,
+             (unsigned long long)st.refused, (unsigned long long)gs.evicted,
+             st.cancel_latency_max_ms);
+    if (gs.records || gs.outcomes || gs.keep_two_labels)
+        log_info("gate: rule %s: %llu rule records, %llu outcomes, audit %llu groups (%llu "
+                 "zero-variance, precision %.3f), keep-two %llu labels (%llu wrong cuts), learned "
+                 "%llu labels, %llu events dropped",
+                 gate_rule_name(s->cfg.gate.rule), (unsigned long long)gs.records,
+                 (unsigned long long)gs.outcomes, (unsigned long long)gs.audit_groups,
+                 (unsigned long long)gs.audit_zero_variance, gate_audit_precision(s->gate),
+                 (unsigned long long)gs.keep_two_labels, (unsigned long long)gs.keep_two_wrong,
+                 (unsigned long long)gate_learned_count(gate_model(s->gate)),
+                 (unsigned long long)gs.events_dropped);
+}
+
+void gate_svc_destroy(gate_svc_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gate_svc_t *s = *self_p;
+    s->stopping = true;
+    /* The decisions still queued are recorded (and their CANCELs published) before the bus
+     * sockets close, as long as Redis answers within a few of its timeouts. */
+    if (s->sq && storeq_flush(s->sq, 2 * s->cfg.redis_timeout_ms + 1000) != SR_OK)
+        log_warn("gate: %zu Redis writes still queued at exit are dropped",
+                 storeq_pending(s->sq));
+    storeq_destroy(&s->sq);
+    size_t dropped = 0;
+    while (s->retry) {
+        s_job_t *j = s->retry;
+        s->retry = j->next;
+        s_job_free(j);
+        dropped++;
+    }
+    if (dropped)
+        log_warn("gate: %zu records waiting for Redis are dropped at exit", dropped);
+    if (s->reactor) {
+        if (s->sub)
+            reactor_remove_zsock(s->reactor, transport_sock_zmq(s->sub));
+        if (s->work)
+            reactor_remove_zsock(s->reactor, transport_sock_zmq(s->work));
+    }
+    reactor_destroy(&s->reactor);
+    transport_sock_destroy(&s->sub);
+    transport_sock_destroy(&s->pub);
+    transport_sock_destroy(&s->work);
+    if (s->ctx)
+        zmq_ctx_term(s->ctx);
+    gate_destroy(&s->gate);
+    metrics_registry_destroy(&s->metrics);
+    free(s->run);
+    free(s->id);
+    free(s->redis);
+    free(s->coordinator);
+    free(s);
+    *self_p = NULL;
+}
