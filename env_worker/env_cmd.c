@@ -7,10 +7,15 @@
  *   selroll env show TASK_ID     print the hidden layout: every receptacle and what it holds
  *   selroll env expert TASK_ID   print the scripted expert's transcript
  */
+#include "common/buf.h"
 #include "common/cmds.h"
+#include "common/jsonw.h"
+#include "common/prng.h"
 #include "common/sr.h"
 #include "env_worker/expert.h"
 #include "env_worker/household.h"
+
+#include <stdint.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,8 @@
 
 static const char s_usage[] =
     "usage: selroll env play|show|expert TASK_ID [--max-steps N] [--admissible]\n"
+    "       selroll env play TASK_ID --jsonl [--max-steps N]\n"
+    "       selroll env expert TASK_ID --jsonl [--count N] [--noise P] [--seed S] [--max-steps N]\n"
     "Household environment tools. TASK_ID is household/<train|valid_seen|valid_unseen>/<index>.\n"
     "  play     play the task: prints the observation and the admissible commands, reads one\n"
     "           action per line from stdin (scriptable); ends on success, max steps or end of input\n"
@@ -27,6 +34,15 @@ static const char s_usage[] =
     "options:\n"
     "  --max-steps N   step limit of the episode (default 50)\n"
     "  --admissible    expert: also print the admissible commands after each observation\n"
+    "  --jsonl         play: each observation as one JSON line {obs, goal, admissible, steps, done,\n"
+    "                  won}, one action read per line. expert: one JSON line per step instead of the\n"
+    "                  transcript: task, step, obs (what the agent sees before acting), goal,\n"
+    "                  admissible, expert (the expert's choice) and taken (the action sent); then\n"
+    "                  {task, end, won, steps}\n"
+    "  --count N       expert --jsonl: play N tasks from TASK_ID's index on (default 1)\n"
+    "  --noise P       expert --jsonl: each step takes another admissible action (not help) with\n"
+    "                  probability P (default 0); the expert reads the outcome and replans\n"
+    "  --seed S        expert --jsonl: seed of the noise (default 1)\n"
     "  -h, --help      this text\n";
 
 static void s_print_obs(const env_obs_t *obs)
@@ -36,7 +52,63 @@ static void s_print_obs(const env_obs_t *obs)
         printf("  %s\n", obs->admissible[i]);
 }
 
-static int s_play(const char *task_id, int max_steps)
+static void s_json_admissible(jsonw_t *w, const env_obs_t *obs);
+
+/* s_play_jsonl prints each observation as one JSON line (obs, goal, admissible, steps, done, won)
+ * and reads one action per line, for programs that play (the neural agent's evaluation). */
+static int s_play_jsonl(household_t *h)
+{
+    env_obs_t obs;
+    char *line = NULL;
+    size_t cap = 0;
+    int code = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    household_reset(h, &obs);
+    for (;;) {
+        jsonw_t w;
+        sr_buf_reset(&b);
+        jsonw_init(&w, &b);
+        jsonw_lit(&w, "{\"obs\":");
+        jsonw_str(&w, obs.text);
+        jsonw_lit(&w, ",\"goal\":");
+        jsonw_str(&w, obs.goal);
+        jsonw_lit(&w, ",\"admissible\":");
+        s_json_admissible(&w, &obs);
+        jsonw_lit(&w, ",\"steps\":");
+        jsonw_int(&w, obs.steps);
+        if (obs.done)
+            jsonw_lit(&w, ",\"done\":true");
+        else
+            jsonw_lit(&w, ",\"done\":false");
+        if (obs.won)
+            jsonw_lit(&w, ",\"won\":true}\n");
+        else
+            jsonw_lit(&w, ",\"won\":false}\n");
+        const char *out = jsonw_finish(&w);
+        if (!out) {
+            fprintf(stderr, "selroll env: out of memory\n");
+            goto cleanup;
+        }
+        fputs(out, stdout);
+        fflush(stdout);
+        if (obs.done)
+            break;
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0)
+            break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        if (household_step(h, line, &obs) != SR_OK)
+            goto cleanup;
+    }
+    code = 0;
+cleanup:
+    sr_buf_free(&b);
+    free(line);
+    return code;
+}
+
+static int s_play(const char *task_id, int max_steps, bool jsonl)
 {
     char err[256] = "";
     int code = 1;
@@ -46,6 +118,10 @@ static int s_play(const char *task_id, int max_steps)
     if (!h) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
+    }
+    if (jsonl) {
+        code = s_play_jsonl(h);
+        goto cleanup;
     }
     env_obs_t obs;
     household_reset(h, &obs);
@@ -111,11 +187,126 @@ static int s_expert(const char *task_id, int max_steps, bool with_admissible)
     return 0;
 }
 
+static void s_json_admissible(jsonw_t *w, const env_obs_t *obs)
+{
+    jsonw_lit(w, "[");
+    bool first = true;
+    for (size_t i = 0; i < obs->n_admissible; i++) {
+        if (!strcmp(obs->admissible[i], "help"))
+            continue;
+        if (!first)
+            jsonw_lit(w, ",");
+        jsonw_str(w, obs->admissible[i]);
+        first = false;
+    }
+    jsonw_lit(w, "]");
+}
+
+/* s_expert_jsonl plays one task with exploration noise and prints one JSON line per step. */
+static int s_expert_jsonl(const char *task_id, int max_steps, double noise, prng_t *rng)
+{
+    char err[256] = "";
+    int code = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    household_t *h = household_new(task_id, max_steps, err, sizeof err);
+    expert_t *ex = expert_new();
+    if (!h || !ex) {
+        fprintf(stderr, "selroll env: %s\n", h ? "out of memory" : err);
+        code = h ? 1 : 2;
+        goto cleanup;
+    }
+    env_obs_t obs;
+    household_reset(h, &obs);
+    while (!obs.done) {
+        const char *a = expert_act(ex, &obs);
+        if (!a) {
+            fprintf(stderr, "selroll env: the expert does not understand the opening of %s\n", task_id);
+            goto cleanup;
+        }
+        char expert_a[128];
+        snprintf(expert_a, sizeof expert_a, "%s", a);
+        const char *taken = expert_a;
+        if (noise > 0 && prng_double(rng) < noise && obs.n_admissible > 2) {
+            const char *alt[256];
+            size_t n = 0;
+            for (size_t i = 0; i < obs.n_admissible && n < 256; i++)
+                if (strcmp(obs.admissible[i], "help") && strcmp(obs.admissible[i], expert_a))
+                    alt[n++] = obs.admissible[i];
+            if (n > 0) {
+                taken = alt[prng_bounded(rng, n)];
+                expert_taken(ex, taken);
+            }
+        }
+        jsonw_t w;
+        sr_buf_reset(&b);
+        jsonw_init(&w, &b);
+        jsonw_lit(&w, "{\"task\":");
+        jsonw_str(&w, task_id);
+        jsonw_lit(&w, ",\"step\":");
+        jsonw_int(&w, obs.steps);
+        jsonw_lit(&w, ",\"goal\":");
+        jsonw_str(&w, obs.goal);
+        jsonw_lit(&w, ",\"obs\":");
+        jsonw_str(&w, obs.text);
+        jsonw_lit(&w, ",\"admissible\":");
+        s_json_admissible(&w, &obs);
+        jsonw_lit(&w, ",\"expert\":");
+        jsonw_str(&w, expert_a);
+        jsonw_lit(&w, ",\"taken\":");
+        jsonw_str(&w, taken);
+        jsonw_lit(&w, "}\n");
+        char *line = jsonw_finish(&w);
+        if (!line) {
+            fprintf(stderr, "selroll env: out of memory\n");
+            goto cleanup;
+        }
+        fputs(line, stdout);
+        char sent[128];
+        snprintf(sent, sizeof sent, "%s", taken); /* taken may point into obs, which step replaces */
+        if (household_step(h, sent, &obs) != SR_OK)
+            goto cleanup;
+    }
+    printf("{\"task\":\"%s\",\"end\":true,\"won\":%s,\"steps\":%d}\n", task_id, obs.won ? "true" : "false",
+           obs.steps);
+    code = 0;
+cleanup:
+    sr_buf_free(&b);
+    expert_destroy(&ex);
+    household_destroy(&h);
+    return code;
+}
+
+static int s_expert_many(const char *task_id, int max_steps, long count, double noise, uint64_t seed)
+{
+    household_split_t split;
+    uint32_t index;
+    char err[256] = "";
+    if (household_parse_task_id(task_id, &split, &index, err, sizeof err) != SR_OK) {
+        fprintf(stderr, "selroll env: %s\n", err);
+        return 2;
+    }
+    const char *slash = strrchr(task_id, '/');
+    int plen = (int)(slash - task_id);
+    prng_t rng;
+    prng_init(&rng, seed, 0);
+    for (long i = 0; i < count; i++) {
+        char id[128];
+        snprintf(id, sizeof id, "%.*s/%lu", plen, task_id, (unsigned long)index + (unsigned long)i);
+        int rc = s_expert_jsonl(id, max_steps, noise, &rng);
+        if (rc)
+            return rc;
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int env_main(int argc, char **argv)
 {
     const char *verb = NULL, *task_id = NULL;
     int max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS;
-    bool with_admissible = false;
+    bool with_admissible = false, jsonl = false;
+    long count = 1;
+    double noise = 0;
+    uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -132,6 +323,29 @@ int env_main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--admissible")) {
             with_admissible = true;
+        } else if (!strcmp(a, "--jsonl")) {
+            jsonl = true;
+        } else if (!strcmp(a, "--count") || !strcmp(a, "--seed")) {
+            char *end = NULL;
+            long long v = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || v < (a[2] == 'c' ? 1 : 0) || v > 1000000000LL) {
+                fprintf(stderr, "selroll env: %s wants a number from %d to 1000000000\n", a, a[2] == 'c' ? 1 : 0);
+                return 2;
+            }
+            if (a[2] == 'c')
+                count = (long)v;
+            else
+                seed = (uint64_t)v;
+            i++;
+        } else if (!strcmp(a, "--noise")) {
+            char *end = NULL;
+            double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
+            if (i + 1 >= argc || *end || !(v >= 0 && v <= 1)) {
+                fprintf(stderr, "selroll env: --noise wants a probability from 0 to 1\n");
+                return 2;
+            }
+            noise = v;
+            i++;
         } else if (a[0] == '-') {
             fprintf(stderr, "selroll env: unknown option %s (see selroll env --help)\n", a);
             return 2;
@@ -149,9 +363,15 @@ int env_main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(verb, "play"))
-        return s_play(task_id, max_steps);
+        return s_play(task_id, max_steps, jsonl);
     if (!strcmp(verb, "show"))
         return s_show(task_id, max_steps);
+    if ((count != 1 || noise > 0) && (!jsonl || strcmp(verb, "expert"))) {
+        fprintf(stderr, "selroll env: --count and --noise go with expert --jsonl\n");
+        return 2;
+    }
+    if (!strcmp(verb, "expert") && jsonl)
+        return s_expert_many(task_id, max_steps, count, noise, seed);
     if (!strcmp(verb, "expert"))
         return s_expert(task_id, max_steps, with_admissible);
     fprintf(stderr, "selroll env: unknown action %s (play, show or expert)\n", verb);
