@@ -206,8 +206,9 @@ def _num(body, key, lo, hi, default, integer=False):
 
 
 class Server:
-    def __init__(self, engine, served_name):
+    def __init__(self, engine, served_name, default_max_tokens=64):
         self.engine = engine
+        self.default_max_tokens = default_max_tokens
         self.name = served_name
         self.created = int(time.time())
 
@@ -253,7 +254,7 @@ class Server:
                              "messages or completion." % (n_ctx, len(ids) + (max_tokens or 0), len(ids),
                                                           max_tokens or 0))
         if max_tokens is None:
-            max_tokens = n_ctx - len(ids)
+            max_tokens = min(self.default_max_tokens, n_ctx - len(ids))
         for k in ("logprobs", "return_token_ids", "return_prompt_token_ids", "ignore_eos"):
             if k in body and body[k] is not None and not isinstance(body[k], bool):
                 raise BadRequest("%s must be a boolean" % k)
@@ -384,11 +385,11 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-def make_server(listen, model, tok, version=0, name="selroll-neural", max_batch=64):
+def make_server(listen, model, tok, version=0, name="selroll-neural", max_batch=64, default_max_tokens=64):
     host, _, port = listen.rpartition(":")
     engine = Engine(model, tok, version=version, max_batch=max_batch, name=name)
     engine.start()
-    handler = type("H", (Handler,), {"server_obj": Server(engine, name)})
+    handler = type("H", (Handler,), {"server_obj": Server(engine, name, default_max_tokens)})
     ThreadingHTTPServer.request_queue_size = 256  # the listen backlog (5 by default)
     httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port)), handler)
     httpd.daemon_threads = True
@@ -403,6 +404,8 @@ def main(argv):
     ap.add_argument("--version", type=int, default=None, help="served version (default: the checkpoint's, else 0)")
     ap.add_argument("--max-batch", type=int, default=64, help="sequences decoded at once")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--default-max-tokens", type=int, default=64,
+                    help="completion cap of a request without max_tokens (an answer is ~12 tokens)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
     ap.add_argument("--log-requests", action="store_true")
     args = ap.parse_args(argv)
@@ -414,7 +417,8 @@ def main(argv):
         return 2
     version = args.version if args.version is not None else int(info.get("version", 0))
     Handler.quiet = not args.log_requests
-    httpd, engine = make_server(args.listen, model, tok, version, args.name, args.max_batch)
+    httpd, engine = make_server(args.listen, model, tok, version, args.name, args.max_batch,
+                                args.default_max_tokens)
     port = httpd.server_address[1]
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:
