@@ -43,6 +43,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
+.PHONY: neural-weights
 .PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration test-python run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
@@ -99,6 +100,14 @@ test-ubsan:
 PYTHON ?= /usr/bin/python3
 test-python: all
 	@cd python && SELROLL_BIN=$(CURDIR)/$(BIN) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -rs tests
+
+# The neural agent's checkpoint (python/selroll/neural, docs/neural.md): behaviour cloning from the
+# household expert, in chunks of at most 18 minutes that resume build/neural/pretrain (nice'd, one
+# torch thread; an hour or more of CPU). Stops when greedy held-out success is within 30-50%.
+NEURAL_WEIGHTS = python/selroll/neural/weights/household.pt
+neural-weights: all
+	@scripts/neural_pretrain.sh $(CURDIR)/build/neural/pretrain --out $(CURDIR)/$(NEURAL_WEIGHTS) \
+		--train-tasks 12000 --noise 0.25 --epochs 2 --d-model 128 --heads 4 --layers 4 --eval-minutes 12
 
 # Integration tests: real processes, real sockets, a private redis-server each.
 test-integration: all

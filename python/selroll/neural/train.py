@@ -135,6 +135,13 @@ def main(argv):
     prog = json.load(open(prog_path)) if os.path.exists(prog_path) else {"evals": [], "losses": []}
     if prog.get("done"):
         log(work, "already done: %s" % prog["done"])
+        src = prog["done"]["out"]
+        if os.path.abspath(src) != os.path.abspath(out) and os.path.exists(src):
+            import shutil
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            shutil.copyfile(src, out)
+            shutil.copyfile(os.path.splitext(src)[0] + ".json", os.path.splitext(out)[0] + ".json")
+            log(work, "copied to %s" % out)
         return 0
     d = prepare(args, work)
     tok = tokenizer.Tokenizer.from_json(d["tokenizer"])
@@ -235,8 +242,17 @@ def main(argv):
             snap = os.path.join(work, "eval-step%d.pt" % step)
             checkpoint.save(snap, model, tok, info({"valid_unseen_greedy_success": succ, "eval_tasks": len(res)}))
             save_state()
+            try:
+                from . import figure
+                with open(os.path.join(work, "progress.svg"), "w") as f:
+                    f.write(figure.svg(prog, "selroll.neural pre-training (behaviour cloning with exploration noise)"))
+            except Exception as e:  # noqa: BLE001 - a figure is not worth a chunk
+                log(work, "figure: %s" % e)
             if args.target_min <= succ <= args.target_max or done_training:
-                checkpoint.save(out, model, tok, info({"valid_unseen_greedy_success": succ, "eval_tasks": len(res)}))
+                final = info({"valid_unseen_greedy_success": succ, "eval_tasks": len(res), "evals": prog["evals"]})
+                checkpoint.save(out, model, tok, final)
+                with open(os.path.splitext(out)[0] + ".json", "w") as f:
+                    json.dump(final, f, indent=1)
                 prog["done"] = {"step": step, "success": succ, "out": out}
                 save_state()
                 log(work, "done: %s (success %.1f%%)" % (out, 100 * succ))
