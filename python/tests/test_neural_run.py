@@ -65,6 +65,12 @@ def test_run_policy_neural_tiny_model(tmp_path):
     w = tiny_checkpoint(str(tmp_path / "tiny.pt"), n_ctx=1024)
     trajs = _run(w, tmp_path / "run")
     _check(w, trajs, 40)
+    # the reference table reads any run's round files
+    p = subprocess.run([BIN, "bench", "calibrate", "--from", str(tmp_path / "run")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "16 trajectories, 2 groups of 8..8" in p.stdout and "| 10 | all fail |" in p.stdout
+    assert "t = 0.12: cancelled" in p.stdout
 
 
 @pytest.mark.skipif(not os.path.exists(COMMITTED), reason="no committed checkpoint (make neural-weights)")
