@@ -175,3 +175,28 @@ def test_weight_update_changes_version_and_answers(weights, tmp_path):
         assert srv.request("GET", "/v1/models")[1]["data"][1]["id"] == "selroll-neural-v5"
     finally:
         srv.close()
+
+
+def test_batched_prefill_and_decode_equal_one_sequence_alone(weights):
+    """The KV cache's batched prefill (padded) and decode (slots moved on removal) give the logits
+    of a full forward pass of each sequence alone."""
+    from selroll.neural.model import SlotCache
+    model, tok, _ = checkpoint.load(weights[0])
+
+    class Seq:
+        slot = -1
+
+    seqs = [tok.encode(prompt.chat_text(messages(i)))[: 20 + 7 * i] for i in range(5)]
+    owners = [Seq() for _ in seqs]
+    cache = SlotCache(model, 8)
+    with torch.no_grad():
+        first = cache.add_many(owners, seqs)
+        for i, s in enumerate(seqs):
+            assert torch.allclose(first[i], model(torch.tensor([s]))[0, -1], atol=1e-4)
+        cache.remove(owners[1])  # the last sequence moves into slot 1
+        alive = [o for o in cache.owner[:cache.n]]
+        nxt = [5 + owners.index(o) for o in alive]
+        logits = cache.decode(nxt)
+        for j, o in enumerate(alive):
+            s = seqs[owners.index(o)] + [nxt[j]]
+            assert torch.allclose(logits[j], model(torch.tensor([s]))[0, -1], atol=1e-4)

@@ -65,32 +65,42 @@ def play(model, tok, task_ids, max_tokens=24, temperature=0.0, seed=0, max_steps
     gen = torch.Generator().manual_seed(seed)
     results = [None] * n
     from .generate import pick
+
+    class _Seq:
+        slot = -1
+
     while True:
         live = [i for i in range(n) if results[i] is None]
         if not live:
             break
         out = {i: [] for i in live}
-        nxt = {}
+        seqs = {}
+        owner = {}
         for i in live:
             user = prompt.render_user(goals[i], hist[i], obs[i]["obs"], obs[i]["admissible"])
             ids = tok.encode(prompt.chat_text([{"role": "user", "content": user}]))
-            logits = cache.prefill(i, ids[-(model.config.n_ctx - max_tokens):])
-            nxt[i] = pick(logits, temperature, 1.0, gen)[0]
-        active = list(live)
-        for _ in range(max_tokens):
-            still = []
-            for i in active:
-                if nxt[i] == EOS:
-                    continue
-                out[i].append(nxt[i])
-                if len(out[i]) < max_tokens:
-                    still.append(i)
-            active = still
-            if not active:
+            seqs[i] = _Seq()
+            owner[id(seqs[i])] = i
+            t = pick(cache.add(seqs[i], ids[-(model.config.n_ctx - max_tokens):]), temperature, 1.0, gen)[0]
+            if t == EOS:
+                cache.remove(seqs[i])
+            else:
+                out[i].append(t)
+        while cache.n:
+            running = [owner[id(o)] for o in cache.owner[:cache.n]]
+            done = [i for i in running if len(out[i]) >= max_tokens]
+            for i in done:
+                cache.remove(seqs[i])
+            if not cache.n:
                 break
-            logits = cache.decode(active, [nxt[i] for i in active])
-            for j, i in enumerate(active):
-                nxt[i] = pick(logits[j], temperature, 1.0, gen)[0]
+            running = [owner[id(o)] for o in cache.owner[:cache.n]]
+            logits = cache.decode([out[i][-1] for i in running])
+            for j, i in enumerate(running):
+                t = pick(logits[j], temperature, 1.0, gen)[0]
+                if t == EOS:
+                    cache.remove(seqs[i])
+                else:
+                    out[i].append(t)
         for i in live:
             answer = tok.decode(out[i])
             action = extract(answer, obs[i]["admissible"])

@@ -97,20 +97,32 @@ class GPT(nn.Module):
 
 
 class SlotCache:
-    """Keys and values of up to n_slots sequences, each in its own slot of a preallocated
-    tensor, so a decode step of any subset of slots gathers its past in one index."""
+    """Keys and values of up to n_slots sequences in preallocated tensors. The running sequences
+    always hold slots 0..n-1 (a finished one's slot gets the last sequence's cache), so a decode
+    step attends over a view of the first n slots: no gather, no copy of the past."""
 
     def __init__(self, model, n_slots):
         c = model.config
         hd = c.d_model // c.n_head
         self.model = model
+        self.n_slots = n_slots
         self.k = torch.zeros(c.n_layer, n_slots, c.n_head, c.n_ctx, hd)
         self.v = torch.zeros(c.n_layer, n_slots, c.n_head, c.n_ctx, hd)
         self.length = [0] * n_slots
+        self.owner = [None] * n_slots
+        self.n = 0
+
+    def full(self):
+        return self.n >= self.n_slots
 
     @torch.no_grad()
-    def prefill(self, slot, ids):
-        """Runs the prompt ids of a fresh sequence in slot; returns the last position's logits."""
+    def add(self, owner, ids):
+        """Prefills ids as a new sequence in slot n (owner.slot is set and kept up to date);
+        returns the last position's logits."""
+        slot = self.n
+        self.n += 1
+        self.owner[slot] = owner
+        owner.slot = slot
         m = self.model
         t = len(ids)
         idx = torch.tensor([ids], dtype=torch.long)
@@ -123,22 +135,72 @@ class SlotCache:
         return m.logits(x[:, -1])[0]
 
     @torch.no_grad()
-    def decode(self, slots, tokens):
-        """One token for each of slots (a list): appends it and returns logits (B, V)."""
+    def add_many(self, owners, id_lists):
+        """Prefills several new sequences in one padded forward pass (right padding: under the
+        causal mask a real position never sees a pad); returns their last positions' logits."""
         m = self.model
-        b = len(slots)
-        lens = torch.tensor([self.length[s] for s in slots])
-        p = int(lens.max())
-        sidx = torch.tensor(slots)
-        x = m.wte(torch.tensor(tokens).view(b, 1)) + m.wpe(lens).view(b, 1, -1)
-        mask = torch.ones(b, 1, 1, p + 1, dtype=torch.bool)
-        mask[:, 0, 0, :p] = torch.arange(p).view(1, p) < lens.view(b, 1)
+        b = len(owners)
+        lens = [len(x) for x in id_lists]
+        t = max(lens)
+        idx = torch.zeros(b, t, dtype=torch.long)
+        for i, ids in enumerate(id_lists):
+            idx[i, :lens[i]] = torch.tensor(ids, dtype=torch.long)
+        slots = []
+        for o in owners:
+            slot = self.n
+            self.n += 1
+            self.owner[slot] = o
+            o.slot = slot
+            slots.append(slot)
+        x = m.wte(idx) + m.wpe(torch.arange(t))
         for li, blk in enumerate(m.blocks):
-            kp = self.k[li, sidx, :, :p]
-            vp = self.v[li, sidx, :, :p]
-            x, (k, v) = blk(x, (kp, vp), mask)
-            self.k[li, sidx, :, lens] = k[:, :, 0]
-            self.v[li, sidx, :, lens] = v[:, :, 0]
-        for s in slots:
-            self.length[s] += 1
+            x, (k, v) = blk(x)
+            for i, slot in enumerate(slots):
+                self.k[li, slot, :, :lens[i]] = k[i, :, :lens[i]]
+                self.v[li, slot, :, :lens[i]] = v[i, :, :lens[i]]
+        for i, slot in enumerate(slots):
+            self.length[slot] = lens[i]
+        last = x[torch.arange(b), torch.tensor(lens) - 1]
+        return m.logits(last)
+
+    def remove(self, owner):
+        """Frees owner's slot: the last sequence moves into it."""
+        s, last = owner.slot, self.n - 1
+        if s < 0 or s > last or self.owner[s] is not owner:
+            raise ValueError("not a running sequence")
+        if s != last:
+            n = self.length[last]
+            self.k[:, s, :, :n] = self.k[:, last, :, :n]
+            self.v[:, s, :, :n] = self.v[:, last, :, :n]
+            self.length[s] = n
+            self.owner[s] = self.owner[last]
+            self.owner[s].slot = s
+        self.owner[last] = None
+        self.length[last] = 0
+        owner.slot = -1
+        self.n -= 1
+
+    @torch.no_grad()
+    def decode(self, tokens):
+        """One token for each running sequence (tokens[i] for slot i): appends it and returns the
+        logits (n, V)."""
+        m = self.model
+        b = self.n
+        lens = torch.tensor(self.length[:b])
+        p = int(lens.max()) + 1
+        rows = torch.arange(b)
+        x = m.wte(torch.tensor(tokens).view(b, 1)) + m.wpe(lens).view(b, 1, -1)
+        mask = (torch.arange(p).view(1, p) <= lens.view(b, 1)).view(b, 1, 1, p)
+        for li, blk in enumerate(m.blocks):
+            d = x.shape[-1]
+            q, k, v = blk.qkv(blk.ln1(x)).split(d, dim=2)
+            q, k, v = blk._split(q), blk._split(k), blk._split(v)
+            self.k[li, rows, :, lens] = k[:, :, 0]
+            self.v[li, rows, :, lens] = v[:, :, 0]
+            y = _attn(q, self.k[li, :b, :, :p], self.v[li, :b, :, :p], mask)
+            y = y.transpose(1, 2).reshape(b, 1, d)
+            x = x + blk.proj(y)
+            x = x + blk.out(F.gelu(blk.fc(blk.ln2(x))))
+        for i in range(b):
+            self.length[i] += 1
         return m.logits(x[:, 0])

@@ -72,14 +72,14 @@ class Engine:
         self.name = name
         self.max_batch = max_batch
         self.cache = SlotCache(model, max_batch)
-        self.free = list(range(max_batch))[::-1]
         self.queue = collections.deque()
         self.active = []
         self.cond = threading.Condition()
-        self.pending = None  # (model, tok, version, event, result)
+        self.pending = None  # (model, tok, version, event)
         self.stats = collections.Counter()
         self.thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self.stop_flag = False
+        self.prefill_tokens = 4096
 
     def start(self):
         self.thread.start()
@@ -107,8 +107,7 @@ class Engine:
     def _finish(self, r, reason):
         r.finish = reason
         if r.slot >= 0:
-            self.free.append(r.slot)
-            r.slot = -1
+            self.cache.remove(r)
         if reason == "abort":
             self.stats["aborted"] += 1
         r.done.set()
@@ -139,12 +138,12 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self.cond:
-                while not self.stop_flag and not self.active and not (self.queue and self.pending is None) \
+                while not self.stop_flag and not self.cache.n and not (self.queue and self.pending is None) \
                         and self.pending is None:
                     self.cond.wait()
                 if self.stop_flag:
                     return
-                if self.pending is not None and not self.active:
+                if self.pending is not None and not self.cache.n:
                     model, tok, version, ev = self.pending
                     self.pending = None
                     self.model, self.tok, self.version = model, tok, version
@@ -154,44 +153,53 @@ class Engine:
                     continue
                 new = []
                 if self.pending is None:
-                    while self.queue and self.free:
-                        r = self.queue.popleft()
-                        if r.cancelled:
-                            self._finish(r, "abort")
-                            continue
-                        r.slot = self.free.pop()
-                        new.append(r)
-            running = []
-            for r in self.active:
+                    while self.queue and self.cache.n + len(new) < self.max_batch:
+                        new.append(self.queue.popleft())
+            cache = self.cache
+            for r in list(cache.owner[:cache.n]):
                 if r.cancelled:
                     self._finish(r, "abort")
-                else:
-                    running.append(r)
             for r in new:
-                r.version = self.version
-                logits = self.cache.prefill(r.slot, r.ids)
+                if r.cancelled:
+                    self._finish(r, "abort")
+            new = sorted((r for r in new if not r.cancelled), key=lambda r: len(r.ids))
+            i = 0
+            while i < len(new):
+                # prompts of similar lengths together, at most prefill_tokens padded tokens a pass
+                j = i + 1
+                while j < len(new) and len(new[j].ids) * (j + 1 - i) <= self.prefill_tokens:
+                    j += 1
+                group = new[i:j]
+                i = j
+                t0 = time.perf_counter()
+                logits = cache.add_many(group, [r.ids for r in group])
+                self.stats["prefill_ms"] += (time.perf_counter() - t0) * 1000
                 self.stats["forward_passes"] += 1
                 self.stats["prefill_passes"] += 1
-                self.stats["prompt_tokens"] += len(r.ids)
-                t, lp = pick(logits, r.temperature, r.top_p, r.gen)
-                if self._take(r, t, lp):
-                    running.append(r)
+                for j2, r in enumerate(group):
+                    r.version = self.version
+                    self.stats["prompt_tokens"] += len(r.ids)
+                    t, lp = pick(logits[j2], r.temperature, r.top_p, r.gen)
+                    self._take(r, t, lp)
+            running = list(cache.owner[:cache.n])
             self.active = running
             if not running:
                 continue
-            logits = self.cache.decode([r.slot for r in running], [r.out[-1] for r in running])
+            t0 = time.perf_counter()
+            logits = cache.decode([r.out[-1] for r in running])
+            self.stats["decode_ms"] += (time.perf_counter() - t0) * 1000
             self.stats["forward_passes"] += 1
             self.stats["decode_passes"] += 1
             self.stats["decode_rows"] += len(running)
-            still = []
-            for j, r in enumerate(running):
+            t0 = time.perf_counter()
+            picks = [pick(logits[j], r.temperature, r.top_p, r.gen) for j, r in enumerate(running)]
+            self.stats["sample_ms"] += (time.perf_counter() - t0) * 1000
+            for r, (t, lp) in zip(running, picks):
                 if r.cancelled:
                     self._finish(r, "abort")
-                    continue
-                t, lp = pick(logits[j], r.temperature, r.top_p, r.gen)
-                if self._take(r, t, lp):
-                    still.append(r)
-            self.active = still
+                else:
+                    self._take(r, t, lp)
+            self.active = list(cache.owner[:cache.n])
 
 
 def _num(body, key, lo, hi, default, integer=False):
