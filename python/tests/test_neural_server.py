@@ -57,6 +57,11 @@ def test_answer_in_vllm_shape_ids_decode_to_text_and_logprobs_match(server, weig
     assert sum(lps) == pytest.approx(sum(ref), abs=1e-3)
     for a, b in zip(lps, ref):
         assert a == pytest.approx(b, abs=1e-4)
+    # OpenAI's text content parts are the same text
+    parts = [{"role": m["role"], "content": [{"type": "text", "text": m["content"][:10]},
+                                             {"type": "text", "text": m["content"][10:]}]} for m in messages()]
+    st, r3 = server.chat(dict(body, messages=parts))
+    assert st == 200 and r3["prompt_token_ids"] == pids and r3["choices"][0]["token_ids"] == ids
     # return_prompt_token_ids false (what selroll's actor sends with --tokens completion)
     st, r2 = server.chat(dict(body, return_prompt_token_ids=False))
     assert st == 200 and r2["prompt_token_ids"] is None and r2["choices"][0]["token_ids"] == ids

@@ -62,6 +62,7 @@ class Req:
         self.done = threading.Event()
         self.slot = -1
         self.version = None
+        self.error = None
 
 
 class Engine:
@@ -80,6 +81,7 @@ class Engine:
         self.thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self.stop_flag = False
         self.prefill_tokens = 4096
+        self._admitting = []
 
     def start(self):
         self.thread.start()
@@ -136,6 +138,23 @@ class Engine:
 
     def _run(self):
         torch.set_grad_enabled(False)
+        while not self.stop_flag:
+            try:
+                self._loop()
+            except Exception as e:  # noqa: BLE001 - fail the requests in flight, keep serving
+                sys.stderr.write("selroll.neural serve: engine error: %r\n" % (e,))
+                self.stats["engine_errors"] += 1
+                with self.cond:
+                    victims = list(self.cache.owner[:self.cache.n]) + list(self._admitting)
+                    self.cache = SlotCache(self.model, self.max_batch)
+                for r in victims:
+                    if not r.done.is_set():
+                        r.slot = -1
+                        r.error = "engine error: %s" % e
+                        r.finish = "error"
+                        r.done.set()
+
+    def _loop(self):
         while True:
             with self.cond:
                 while not self.stop_flag and not self.cache.n and not (self.queue and self.pending is None) \
@@ -155,6 +174,7 @@ class Engine:
                 if self.pending is None:
                     while self.queue and self.cache.n + len(new) < self.max_batch:
                         new.append(self.queue.popleft())
+                self._admitting = new
             cache = self.cache
             for r in list(cache.owner[:cache.n]):
                 if r.cancelled:
@@ -233,10 +253,18 @@ class Server:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             raise BadRequest("messages must be a non-empty list")
+        norm = []
         for m in msgs:
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
-                    not isinstance(m.get("content"), str):
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # OpenAI's content parts: the text ones, joined
+                if not all(isinstance(x, dict) and x.get("type") == "text" and isinstance(x.get("text"), str)
+                           for x in content):
+                    raise BadRequest("only text content parts are supported")
+                content = "".join(x["text"] for x in content)
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
                 raise BadRequest("each message needs a string role and a string content")
+            norm.append({"role": m["role"], "content": content})
+        msgs = norm
         if body.get("n", 1) != 1:
             raise BadRequest("n must be 1")
         if body.get("stream", False):
@@ -365,6 +393,9 @@ class Handler(BaseHTTPRequestHandler):
                 if req.finish == "abort":
                     self.close_connection = True
                     return
+                if req.error:
+                    self.send_json(500, error_body(500, req.error, "InternalServerError"))
+                    return
                 self.send_json(200, s.answer(req, body, model))
             elif path == "/update_weights_from_disk":
                 body = self._read_json()
@@ -391,6 +422,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(e.status, error_body(e.status, str(e), e.typ))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as e:  # noqa: BLE001 - a bug is a 500 in vLLM's shape, not a dropped connection
+            sys.stderr.write("selroll.neural serve: %s %s: %r\n" % (self.command, self.path, e))
+            self.send_json(500, error_body(500, "internal error: %s" % e, "InternalServerError"))
 
 
 def make_server(listen, model, tok, version=0, name="selroll-neural", max_batch=64, default_max_tokens=64):
