@@ -25,7 +25,7 @@
 static const char s_usage[] =
     "usage: selroll env play|show|expert TASK_ID [--max-steps N] [--admissible]\n"
     "       selroll env play TASK_ID --jsonl [--max-steps N]\n"
-    "       selroll env expert TASK_ID --jsonl [--count N] [--noise P] [--seed S] [--max-steps N]\n"
+    "       selroll env expert TASK_ID --jsonl [--count N] [--noise P] [--bad-noise P] [--seed S]\n"
     "Household environment tools. TASK_ID is household/<train|valid_seen|valid_unseen>/<index>.\n"
     "  play     play the task: prints the observation and the admissible commands, reads one\n"
     "           action per line from stdin (scriptable); ends on success, max steps or end of input\n"
@@ -42,6 +42,9 @@ static const char s_usage[] =
     "  --count N       expert --jsonl: play N tasks from TASK_ID's index on (default 1)\n"
     "  --noise P       expert --jsonl: each step takes another admissible action (not help) with\n"
     "                  probability P (default 0); the expert reads the outcome and replans\n"
+    "  --bad-noise P   expert --jsonl: each step sends an action that is not admissible with\n"
+    "                  probability P (default 0): the previous one again when it no longer\n"
+    "                  applies, else the expert's with a number changed (\"Nothing happens.\")\n"
     "  --seed S        expert --jsonl: seed of the noise (default 1)\n"
     "  -h, --help      this text\n";
 
@@ -202,9 +205,53 @@ static void s_json_admissible(jsonw_t *w, const env_obs_t *obs)
     jsonw_lit(w, "]");
 }
 
-/* s_expert_jsonl plays one task with exploration noise and prints one JSON line per step. */
-static int s_expert_jsonl(const char *task_id, int max_steps, double noise, prng_t *rng)
+/* s_admissible_has tells whether cmd is among the observation's admissible commands. */
+static bool s_admissible_has(const env_obs_t *obs, const char *cmd)
 {
+    for (size_t i = 0; i < obs->n_admissible; i++)
+        if (!strcmp(obs->admissible[i], cmd))
+            return true;
+    return false;
+}
+
+/* s_bad_action writes into out an action that is not admissible, of the kinds a learner gets
+ * wrong: the previous action again when it no longer applies ("go to" where it stands, "open"
+ * what is open), else the expert's action with one of its numbers changed (an object or a
+ * receptacle that is not there). Returns false when it found none. */
+static bool s_bad_action(const env_obs_t *obs, const char *prev, const char *expert, prng_t *rng, char *out,
+                         size_t n)
+{
+    if (prev[0] && !s_admissible_has(obs, prev) && prng_double(rng) < 0.5) {
+        snprintf(out, n, "%s", prev);
+        return true;
+    }
+    for (int attempt = 0; attempt < 8; attempt++) {
+        const char *digits[8];
+        int nd = 0;
+        for (const char *p = expert; *p && nd < 8; p++)
+            if (*p >= '0' && *p <= '9' && (p == expert || p[-1] == ' '))
+                digits[nd++] = p;
+        if (nd == 0)
+            return false;
+        const char *d = digits[prng_bounded(rng, (uint64_t)nd)];
+        long cur = strtol(d, NULL, 10);
+        long v = 1 + (long)prng_bounded(rng, 6);
+        if (v == cur)
+            continue;
+        const char *end = d;
+        while (*end >= '0' && *end <= '9')
+            end++;
+        snprintf(out, n, "%.*s%ld%s", (int)(d - expert), expert, v, end);
+        if (!s_admissible_has(obs, out))
+            return true;
+    }
+    return false;
+}
+
+/* s_expert_jsonl plays one task with exploration noise and prints one JSON line per step. */
+static int s_expert_jsonl(const char *task_id, int max_steps, double noise, double bad_noise, prng_t *rng)
+{
+    char prev[160] = "";
     char err[256] = "";
     int code = 1;
     sr_buf_t b = SR_BUF_INIT;
@@ -226,7 +273,12 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, prng
         char expert_a[128];
         snprintf(expert_a, sizeof expert_a, "%s", a);
         const char *taken = expert_a;
-        if (noise > 0 && prng_double(rng) < noise && obs.n_admissible > 2) {
+        char bad[160];
+        double roll = noise > 0 || bad_noise > 0 ? prng_double(rng) : 1.0;
+        if (roll < bad_noise && s_bad_action(&obs, prev, expert_a, rng, bad, sizeof bad)) {
+            taken = bad;
+            expert_taken(ex, taken);
+        } else if (roll >= bad_noise && roll < bad_noise + noise && obs.n_admissible > 2) {
             const char *alt[256];
             size_t n = 0;
             for (size_t i = 0; i < obs.n_admissible && n < 256; i++)
@@ -261,8 +313,9 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, prng
             goto cleanup;
         }
         fputs(line, stdout);
-        char sent[128];
+        char sent[160];
         snprintf(sent, sizeof sent, "%s", taken); /* taken may point into obs, which step replaces */
+        snprintf(prev, sizeof prev, "%s", sent);
         if (household_step(h, sent, &obs) != SR_OK)
             goto cleanup;
     }
@@ -276,7 +329,8 @@ cleanup:
     return code;
 }
 
-static int s_expert_many(const char *task_id, int max_steps, long count, double noise, uint64_t seed)
+static int s_expert_many(const char *task_id, int max_steps, long count, double noise, double bad_noise,
+                         uint64_t seed)
 {
     household_split_t split;
     uint32_t index;
@@ -292,7 +346,7 @@ static int s_expert_many(const char *task_id, int max_steps, long count, double 
     for (long i = 0; i < count; i++) {
         char id[128];
         snprintf(id, sizeof id, "%.*s/%lu", plen, task_id, (unsigned long)index + (unsigned long)i);
-        int rc = s_expert_jsonl(id, max_steps, noise, &rng);
+        int rc = s_expert_jsonl(id, max_steps, noise, bad_noise, &rng);
         if (rc)
             return rc;
     }
@@ -305,7 +359,7 @@ int env_main(int argc, char **argv)
     int max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS;
     bool with_admissible = false, jsonl = false;
     long count = 1;
-    double noise = 0;
+    double noise = 0, bad_noise = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -337,14 +391,17 @@ int env_main(int argc, char **argv)
             else
                 seed = (uint64_t)v;
             i++;
-        } else if (!strcmp(a, "--noise")) {
+        } else if (!strcmp(a, "--noise") || !strcmp(a, "--bad-noise")) {
             char *end = NULL;
             double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
             if (i + 1 >= argc || *end || !(v >= 0 && v <= 1)) {
-                fprintf(stderr, "selroll env: --noise wants a probability from 0 to 1\n");
+                fprintf(stderr, "selroll env: %s wants a probability from 0 to 1\n", a);
                 return 2;
             }
-            noise = v;
+            if (a[2] == 'n')
+                noise = v;
+            else
+                bad_noise = v;
             i++;
         } else if (a[0] == '-') {
             fprintf(stderr, "selroll env: unknown option %s (see selroll env --help)\n", a);
@@ -366,12 +423,16 @@ int env_main(int argc, char **argv)
         return s_play(task_id, max_steps, jsonl);
     if (!strcmp(verb, "show"))
         return s_show(task_id, max_steps);
-    if ((count != 1 || noise > 0) && (!jsonl || strcmp(verb, "expert"))) {
-        fprintf(stderr, "selroll env: --count and --noise go with expert --jsonl\n");
+    if ((count != 1 || noise > 0 || bad_noise > 0) && (!jsonl || strcmp(verb, "expert"))) {
+        fprintf(stderr, "selroll env: --count, --noise and --bad-noise go with expert --jsonl\n");
+        return 2;
+    }
+    if (noise + bad_noise > 1) {
+        fprintf(stderr, "selroll env: --noise and --bad-noise add up to more than 1\n");
         return 2;
     }
     if (!strcmp(verb, "expert") && jsonl)
-        return s_expert_many(task_id, max_steps, count, noise, seed);
+        return s_expert_many(task_id, max_steps, count, noise, bad_noise, seed);
     if (!strcmp(verb, "expert"))
         return s_expert(task_id, max_steps, with_admissible);
     fprintf(stderr, "selroll env: unknown action %s (play, show or expert)\n", verb);

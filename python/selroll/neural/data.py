@@ -14,10 +14,12 @@ def selroll_bin():
     return os.path.normpath(os.path.join(here, "..", "..", "..", "bin", "selroll"))
 
 
-def expert_jsonl(split, start, count, noise, seed, out_path=None):
+def expert_jsonl(split, start, count, noise, seed, out_path=None, bad_noise=0.0):
     """Runs the C expert with exploration noise; returns the JSON lines (or writes them)."""
     cmd = [selroll_bin(), "env", "expert", "household/%s/%d" % (split, start), "--jsonl",
            "--count", str(count), "--noise", str(noise), "--seed", str(seed)]
+    if bad_noise:
+        cmd += ["--bad-noise", str(bad_noise)]
     if out_path:
         with open(out_path, "w") as f:
             subprocess.run(cmd, stdout=f, check=True)

@@ -39,14 +39,20 @@ def prepare(args, work):
         return torch.load(enc_path)
     jl = os.path.join(work, "train.jsonl")
     t0 = time.time()
-    lines = data.expert_jsonl("train", 0, args.train_tasks, args.noise, args.seed, jl)
+    lines = data.expert_jsonl("train", args.first_task, args.train_tasks, args.noise, args.seed, jl,
+                              bad_noise=args.bad_noise)
     eps = list(data.episodes(lines))
     exs = list(data.examples(eps))
-    log(work, "demonstrations: %d train tasks, noise %.2f, %d episodes won by the expert, %d steps (%.1f s)"
-        % (len(eps), args.noise, sum(e["won"] for e in eps), len(exs), time.time() - t0))
-    rng = random.Random(args.seed)
-    sample = rng.sample(exs, min(len(exs), 6000))
-    tok = tokenizer.build([p + a for p, a in sample])
+    log(work, "demonstrations: %d train tasks from %d, noise %.2f, bad noise %.2f, %d episodes won by the expert, "
+        "%d steps (%.1f s)" % (len(eps), args.first_task, args.noise, args.bad_noise, sum(e["won"] for e in eps),
+                               len(exs), time.time() - t0))
+    if args.init:
+        _, tok, _ = checkpoint.load(args.init)
+        log(work, "tokenizer of %s" % args.init)
+    else:
+        rng = random.Random(args.seed)
+        sample = rng.sample(exs, min(len(exs), 6000))
+        tok = tokenizer.build([p + a for p, a in sample])
     seqs, starts = [], []
     for p, a in exs:
         pi = tok.encode(p)
@@ -57,7 +63,8 @@ def prepare(args, work):
     log(work, "tokenizer: %d ids; sequences mean %.1f, max %d tokens; %d tokens in all"
         % (tok.vocab_size, sum(lens) / len(lens), max(lens), sum(lens)))
     d = {"tokenizer": tok.to_json(), "seqs": seqs, "starts": starts,
-         "data": {"train_tasks": args.train_tasks, "noise": args.noise, "seed": args.seed,
+         "data": {"train_tasks": args.train_tasks, "first_task": args.first_task, "noise": args.noise,
+                  "bad_noise": args.bad_noise, "seed": args.seed, "init": args.init,
                   "episodes": len(eps), "steps": len(exs), "tokens": sum(lens)}}
     torch.save(d, enc_path)
     return d
@@ -111,7 +118,12 @@ def main(argv):
     ap.add_argument("--work", default="build/neural/pretrain", help="work directory (state, log, data)")
     ap.add_argument("--out", default=None, help="final checkpoint path (default: WORK/model.pt)")
     ap.add_argument("--train-tasks", type=int, default=12000)
-    ap.add_argument("--noise", type=float, default=0.25)
+    ap.add_argument("--noise", type=float, default=0.25, help="share of steps taking another admissible action")
+    ap.add_argument("--bad-noise", type=float, default=0.0,
+                    help="share of steps sending an action that is not admissible (the data then shows how to "
+                         "go on after \"Nothing happens.\")")
+    ap.add_argument("--first-task", type=int, default=0, help="first train task index of the demonstrations")
+    ap.add_argument("--init", default=None, help="start from this checkpoint's weights and tokenizer")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--d-model", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
@@ -154,6 +166,13 @@ def main(argv):
         model = GPT(cfg)
         model.load_state_dict(st["model"])
         hp = st["hparams"]
+    elif args.init:
+        model, _, _ = checkpoint.load(args.init)
+        model.train()
+        cfg = model.config
+        hp = {"epochs": args.epochs, "batch_tokens": args.batch_tokens, "lr": args.lr, "seed": args.seed,
+              "init": args.init}
+        st = None
     else:
         cfg = Config(vocab_size=tok.vocab_size, n_ctx=args.n_ctx, n_layer=args.layers, n_head=args.heads,
                      d_model=args.d_model)
