@@ -103,11 +103,12 @@ test-python: all
 
 # The neural agent's checkpoint (python/selroll/neural, docs/neural.md): behaviour cloning from the
 # household expert, in chunks of at most 18 minutes that resume build/neural/pretrain (nice'd, one
-# torch thread; an hour or more of CPU). Stops when greedy held-out success is within 30-50%.
+# torch thread; 40-70 minutes of CPU). Stops at the first evaluation (every 383 steps) whose greedy
+# held-out success is within 30-50%; a finished build/neural/pretrain is copied, not redone.
 NEURAL_WEIGHTS = python/selroll/neural/weights/household.pt
 neural-weights: all
 	@scripts/neural_pretrain.sh $(CURDIR)/build/neural/pretrain --out $(CURDIR)/$(NEURAL_WEIGHTS) \
-		--train-tasks 12000 --noise 0.25 --epochs 2 --d-model 128 --heads 4 --layers 4 --eval-minutes 12
+		--train-tasks 12000 --noise 0.25 --epochs 2 --d-model 128 --heads 4 --layers 4 --eval-steps 383
 
 # Integration tests: real processes, real sockets, a private redis-server each.
 test-integration: all

@@ -134,6 +134,9 @@ def main(argv):
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--chunk-minutes", type=float, default=18.0, help="train at most this long, then save and exit")
     ap.add_argument("--eval-minutes", type=float, default=9.0, help="evaluate after this much training")
+    ap.add_argument("--eval-steps", type=int, default=0,
+                    help="evaluate every N optimizer steps (deterministic points; default: by --eval-minutes and at "
+                         "each chunk's end)")
     ap.add_argument("--eval-tasks", type=int, default=48)
     ap.add_argument("--target-min", type=float, default=0.30)
     ap.add_argument("--target-max", type=float, default=0.50)
@@ -214,6 +217,14 @@ def main(argv):
 
     chunk_start = time.time()
     last_eval = trained_s
+
+    def chunk_over():
+        return time.time() - chunk_start >= args.chunk_minutes * 60
+
+    def eval_due():
+        if args.eval_steps:
+            return step > 0 and step % args.eval_steps == 0 and all(e["step"] != step for e in prog["evals"])
+        return trained_s - last_eval >= args.eval_minutes * 60
     model.train()
     run_loss, run_n, t_last = 0.0, 0, time.time()
     while step < total_steps:
@@ -236,18 +247,16 @@ def main(argv):
             if step % 100 == 0:
                 el = time.time() - t_last
                 log(work, "step %d/%d epoch %d loss %.4f lr %.2e %.0f tokens/s" % (
-                    step, total_steps, epoch, run_loss / run_n, lr_at(step), ntok * run_n / max(el, 1e-9) if False else
-                    run_n * hp["batch_tokens"] / max(el, 1e-9)))
+                    step, total_steps, epoch, run_loss / run_n, lr_at(step), run_n * hp["batch_tokens"] / max(el, 1e-9)))
                 prog["losses"].append([step, round(run_loss / run_n, 5), round(trained_s)])
                 run_loss, run_n, t_last = 0.0, 0, time.time()
-            if trained_s - last_eval >= args.eval_minutes * 60 or time.time() - chunk_start >= args.chunk_minutes * 60:
+            if eval_due() or chunk_over():
                 break
         if pos >= len(order):
             epoch += 1
             pos = 0
         done_training = step >= total_steps
-        if trained_s - last_eval >= args.eval_minutes * 60 or done_training or \
-                time.time() - chunk_start >= args.chunk_minutes * 60:
+        if eval_due() or done_training or (chunk_over() and not args.eval_steps):
             model.eval()
             t0 = time.time()
             succ, res = evaluate(model, tok, args.eval_tasks)
@@ -276,8 +285,9 @@ def main(argv):
                 save_state()
                 log(work, "done: %s (success %.1f%%)" % (out, 100 * succ))
                 return 0
-            if time.time() - chunk_start >= args.chunk_minutes * 60:
-                log(work, "chunk over at step %d; run again to resume" % step)
-                return 3
+        if chunk_over():
+            save_state()
+            log(work, "chunk over at step %d; run again to resume" % step)
+            return 3
     save_state()
     return 0
