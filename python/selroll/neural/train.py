@@ -170,11 +170,11 @@ def main(argv):
         model.load_state_dict(st["model"])
         hp = st["hparams"]
     elif args.init:
-        model, _, _ = checkpoint.load(args.init)
+        model, _, init_info = checkpoint.load(args.init)
         model.train()
         cfg = model.config
         hp = {"epochs": args.epochs, "batch_tokens": args.batch_tokens, "lr": args.lr, "seed": args.seed,
-              "init": args.init}
+              "init": args.init, "init_info": init_info}
         st = None
     else:
         cfg = Config(vocab_size=tok.vocab_size, n_ctx=args.n_ctx, n_layer=args.layers, n_head=args.heads,
