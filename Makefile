@@ -49,6 +49,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
+.PHONY: neural-weights
 .PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration test-python run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
@@ -116,6 +117,20 @@ test-ubsan:
 PYTHON ?= /usr/bin/python3
 test-python: all
 	@cd python && SELROLL_BIN=$(CURDIR)/$(BIN) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -rs tests
+
+# The neural agent's checkpoint (python/selroll/neural, docs/neural.md): behaviour cloning from the
+# household expert in two stages, each in chunks of at most 18 minutes that resume its work directory
+# (nice'd, one torch thread; about an hour of CPU in all). Stage 1: 12,000 train tasks with 25%
+# admissible exploration steps, stopped at the first evaluation (every 383 steps) within 30-50%.
+# Stage 2: from stage 1's weights, one epoch over 8,000 new train tasks with 20% admissible and 10%
+# inadmissible exploration steps. A finished stage is copied, not redone.
+NEURAL_WEIGHTS = python/selroll/neural/weights/household.pt
+neural-weights: all
+	@scripts/neural_pretrain.sh $(CURDIR)/build/neural/pretrain --out $(CURDIR)/build/neural/stage1.pt \
+		--train-tasks 12000 --noise 0.25 --epochs 2 --d-model 128 --heads 4 --layers 4 --eval-steps 383
+	@scripts/neural_pretrain.sh $(CURDIR)/build/neural/pretrain-bad --init $(CURDIR)/build/neural/stage1.pt \
+		--out $(CURDIR)/$(NEURAL_WEIGHTS) --first-task 12000 --train-tasks 8000 --noise 0.2 --bad-noise 0.1 \
+		--seed 2 --epochs 1 --lr 8e-4 --eval-steps 300 --target-min 0.99 --target-max 1.0
 
 # Integration tests: real processes, real sockets, a private redis-server each.
 test-integration: all

@@ -25,6 +25,8 @@
 #include "common/pparse.h"
 #include "trainer/trainer.h"
 
+#include <cjson/cJSON.h>
+#include <glob.h>
 #include <math.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -234,6 +236,7 @@ static void s_usage(FILE *out)
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
         "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
+        "       selroll bench calibrate --from RUN_DIR\n"
         "Plays the built-in policy against the household environment in-process and prints, beside\n"
         "the reference LLM agent's figures, the outcome mix overall and per task type and, per label\n"
         "(all fail / all succeed / mixed), the d_K quartiles, the share below 0.12 and the ended share\n"
@@ -244,7 +247,11 @@ static void s_usage(FILE *out)
         "default) and measures the groups of the last 3\n"
         "iterations instead (--split and --tasks are then not used). --trace N prints the first\n"
         "episode of the first N tasks; --show-groups N the first K actions of every episode of the\n"
-        "first N groups.\n");
+        "first N groups.\n"
+        "--from RUN_DIR reads the trajectories of a finished run instead (RUN_DIR/rounds/round-*.jsonl,\n"
+        "any policy: selroll run --policy neural|URL|builtin) and prints the same table for its\n"
+        "groups, with the AUROC of d_10 for mixed (informative) groups and the paper's rule (cancel\n"
+        "when d_10 < t) at t = 0.05, 0.08, 0.12, 0.16: precision and recall of zero-variance groups.\n");
 }
 
 static int s_cmp_double(const void *a, const void *b)
@@ -533,6 +540,212 @@ static bool s_parse_int(const char *s, long lo, long hi, int *out)
     return true;
 }
 
+/* ---- --from RUN_DIR: the table of any run's groups ---------------------------------------- */
+
+typedef struct {
+    char *group, *task;
+    bool won, failed;
+    char **actions;
+    size_t n;
+} s_traj_t;
+
+static int s_traj_cmp(const void *a, const void *b)
+{
+    const s_traj_t *x = a, *y = b;
+    int c = strcmp(x->group, y->group);
+    return c ? c : strcmp(x->task, y->task);
+}
+
+static void s_traj_free(s_traj_t *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->actions[i]);
+    free(t->actions);
+    free(t->group);
+    free(t->task);
+}
+
+/* s_read_traj turns one RESULT line into t; false when it is not a trajectory. */
+static bool s_read_traj(const char *line, s_traj_t *t)
+{
+    memset(t, 0, sizeof *t);
+    cJSON *j = cJSON_Parse(line);
+    if (!j)
+        return false;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "group");
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(j, "task");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
+    bool ok = cJSON_IsString(g) && cJSON_IsString(task) && cJSON_IsArray(steps);
+    if (ok) {
+        t->group = sr_xstrdup(g->valuestring);
+        t->task = sr_xstrdup(task->valuestring);
+        t->won = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "won"));
+        t->failed = cJSON_IsString(st) && strcmp(st->valuestring, "failed") == 0;
+        size_t n = (size_t)cJSON_GetArraySize(steps);
+        t->actions = sr_xcalloc(n ? n : 1, sizeof(char *));
+        const cJSON *step;
+        cJSON_ArrayForEach(step, steps)
+        {
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(step, "action");
+            t->actions[t->n++] = sr_xstrdup(cJSON_IsString(a) ? a->valuestring : "");
+        }
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+static int s_from_run(const char *dir)
+{
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s/rounds/round-*.jsonl", dir);
+    glob_t gl;
+    if (glob(pat, 0, NULL, &gl) != 0) {
+        fprintf(stderr, "bench calibrate: --from: no %s\n", pat);
+        return 2;
+    }
+    s_traj_t *tr = NULL;
+    size_t n = 0, cap = 0, bad = 0;
+    for (size_t f = 0; f < gl.gl_pathc; f++) {
+        FILE *fp = fopen(gl.gl_pathv[f], "r");
+        if (!fp)
+            continue;
+        char *line = NULL;
+        size_t lcap = 0;
+        while (getline(&line, &lcap, fp) > 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 256;
+                tr = sr_xrealloc(tr, cap * sizeof *tr);
+            }
+            if (s_read_traj(line, &tr[n]))
+                n++;
+            else
+                bad++;
+        }
+        free(line);
+        fclose(fp);
+    }
+    globfree(&gl);
+    if (n == 0) {
+        fprintf(stderr, "bench calibrate: --from: no trajectories under %s/rounds\n", dir);
+        free(tr);
+        return 1;
+    }
+    qsort(tr, n, sizeof *tr, s_traj_cmp);
+    s_run_t r = {.K = 10};
+    double *dk = sr_xcalloc(n, sizeof(double));
+    int *lab = sr_xcalloc(n, sizeof(int));
+    size_t ng = 0, skipped = 0;
+    int Gmin = 0, Gmax = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        bool failed = false;
+        while (j < n && !strcmp(tr[j].group, tr[i].group)) {
+            failed |= tr[j].failed;
+            j++;
+        }
+        int G = (int)(j - i);
+        char err[160];
+        household_t *probe = failed || G < 2 ? NULL : household_new(tr[i].task, 0, err, sizeof err);
+        if (!probe) {
+            skipped++;
+            i = j;
+            continue;
+        }
+        household_task_t type = household_task_type(probe);
+        household_destroy(&probe);
+        const char *const *seqs[S_MAX_G];
+        size_t lens[S_MAX_G];
+        int won = 0, g = 0;
+        for (size_t k = i; k < j && g < S_MAX_G; k++, g++) {
+            seqs[g] = (const char *const *)tr[k].actions;
+            lens[g] = tr[k].n;
+            won += tr[k].won;
+            r.per_type_tasks[type]++;
+            r.per_type_wins[type] += tr[k].won;
+        }
+        G = g;
+        Gmin = Gmin == 0 || G < Gmin ? G : Gmin;
+        Gmax = G > Gmax ? G : Gmax;
+        s_group_stat_t gsx = {.type = type, .label = won == 0 ? 0 : won == G ? 1 : 2};
+        for (int k = 0; k < S_NK; k++) {
+            gsx.d[k] = editdist_prefix_divergence_strs(seqs, lens, (size_t)G, (size_t)S_KS[k]);
+            int ended = 0;
+            for (int q = 0; q < G; q++)
+                ended += tr[i + (size_t)q].won && lens[q] <= (size_t)S_KS[k];
+            gsx.ended[k] = (double)ended / G;
+        }
+        if (r.gs.n == r.gs.cap) {
+            r.gs.cap = r.gs.cap ? 2 * r.gs.cap : 128;
+            r.gs.v = sr_xrealloc(r.gs.v, r.gs.cap * sizeof *r.gs.v);
+        }
+        r.gs.v[r.gs.n++] = gsx;
+        dk[ng] = gsx.d[0];
+        lab[ng] = gsx.label;
+        ng++;
+        r.episodes += G;
+        r.wins += won;
+        i = j;
+    }
+    printf("calibrate --from %s: %zu trajectories, %zu groups of %d..%d (%zu skipped: a failed "
+           "trajectory or a single one)%s\n",
+           dir, n, ng, Gmin, Gmax, skipped, bad ? "; unreadable lines skipped" : "");
+    if (ng == 0) {
+        fprintf(stderr, "bench calibrate: --from: no complete group under %s/rounds\n", dir);
+        for (size_t i = 0; i < n; i++)
+            s_traj_free(&tr[i]);
+        free(tr);
+        free(dk);
+        free(lab);
+        return 1;
+    }
+    printf("  success at T: %.1f%% of %ld episodes\n", 100.0 * (double)r.wins / (double)r.episodes,
+           r.episodes);
+    s_print_reference(&r, dir);
+    /* AUROC of d_10 for mixed (informative) against zero-variance groups, ties half. */
+    double num = 0;
+    long nm = 0, nz = 0;
+    for (size_t a = 0; a < ng; a++) {
+        if (lab[a] != 2)
+            continue;
+        nm++;
+        for (size_t b = 0; b < ng; b++)
+            if (lab[b] != 2)
+                num += dk[a] > dk[b] ? 1.0 : dk[a] == dk[b] ? 0.5 : 0.0;
+    }
+    for (size_t b = 0; b < ng; b++)
+        nz += lab[b] != 2;
+    if (nm && nz)
+        printf("  AUROC of d_10 for mixed (informative) groups: %.2f (ref 0.76)\n", num / ((double)nm * (double)nz));
+    else
+        printf("  AUROC of d_10: - (%ld mixed, %ld zero-variance groups)\n", nm, nz);
+    static const double ts[] = {0.05, 0.08, 0.12, 0.16};
+    printf("  the paper's rule, cancel when d_10 < t: cancelled share, precision / recall of "
+           "zero-variance groups (ref at 0.12: 0.81 / 0.44)\n");
+    for (size_t k = 0; k < SR_ARRAY_LEN(ts); k++) {
+        long c = 0, cz = 0;
+        for (size_t a = 0; a < ng; a++)
+            if (dk[a] < ts[k]) {
+                c++;
+                cz += lab[a] != 2;
+            }
+        char pr[16] = "-", rc[16] = "-";
+        if (c)
+            snprintf(pr, sizeof pr, "%.2f", (double)cz / (double)c);
+        if (nz)
+            snprintf(rc, sizeof rc, "%.2f", (double)cz / (double)nz);
+        printf("    t = %.2f: cancelled %3.0f%%, precision %s, recall %s\n", ts[k],
+               100.0 * (double)c / (double)ng, pr, rc);
+    }
+    for (size_t i = 0; i < n; i++)
+        s_traj_free(&tr[i]);
+    free(tr);
+    free(dk);
+    free(lab);
+    free(r.gs.v);
+    return 0;
+}
+
 int bench_calibrate_run(int argc, char **argv)
 {
     const char *split = "valid_unseen";
@@ -564,9 +777,11 @@ int bench_calibrate_run(int argc, char **argv)
         {"train-lr", required_argument, NULL, 14},
         {"trace", required_argument, NULL, 5},
         {"show-groups", required_argument, NULL, 6},
+        {"from", required_argument, NULL, 15},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const char *from = NULL;
     int opt;
     optind = 1;
     bool ok = true;
@@ -659,6 +874,9 @@ int bench_calibrate_run(int argc, char **argv)
             ok = s_parse_double(optarg, 1e-6, 1e6, &train_lr);
             bad = "--train-lr";
             break;
+        case 15:
+            from = optarg;
+            break;
         case 'h':
             s_usage(stdout);
             return 0;
@@ -676,6 +894,8 @@ int bench_calibrate_run(int argc, char **argv)
         fprintf(stderr, "bench calibrate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (from)
+        return s_from_run(from);
     int code = 0;
     char err[160];
     prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);

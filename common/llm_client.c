@@ -802,8 +802,8 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         memcpy(copy, body, len);
         const char *from[2] = {sc.at, sc.ids_at}, *to[2] = {sc.end, sc.ids_end};
         for (int i = 0; i < 2; i++) {
-            if (!from[i])
-                continue;
+            if (!from[i] || to[i] - from[i] < 4)
+                continue; /* "[7]" has no room for "null": the parser reads it too, unused */
             size_t at = (size_t)(from[i] - body);
             memset(copy + at, ' ', (size_t)(to[i] - from[i]));
             memcpy(copy + at, "null", 4);

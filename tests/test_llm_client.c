@@ -1479,7 +1479,8 @@ static void scanned_ids_and_logprobs_equal_what_the_parser_reads(void **state)
         int32_t last;
     } forms[] = {{"[01,2]", 2, 2},      {"[1e1,2]", 2, 2},       {"[3.0]", 1, 3},
                  {"[2147483648]", 0, 0}, {"[99999999999]", 0, 0}, {"[]", 0, 0},
-                 {"[1,]", 0, 0},         {"[ 5 ]", 1, 5},         {"[7, -1]", 0, 0}};
+                 {"[1,]", 0, 0},         {"[ 5 ]", 1, 5},         {"[7, -1]", 0, 0},
+                 {"[0]", 1, 0},          {"[42]", 1, 42}};
     for (size_t i = 0; i < SR_ARRAY_LEN(forms); i++) {
         char body[512];
         snprintf(body, sizeof body,

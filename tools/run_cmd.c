@@ -204,6 +204,27 @@ static int s_supervise_add(supervise_t *sup, const char *name, const s_argv_t *a
     return supervise_add(sup, name, (char *const *)a->v, restart);
 }
 
+/* s_wait_port waits until something accepts TCP connections on 127.0.0.1:port. */
+static bool s_wait_port(int port, long timeout_ms)
+{
+    int64_t end = clock_mono_ms() + timeout_ms;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return false;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (ok)
+            return true;
+        if (clock_mono_ms() >= end)
+            return false;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void s_argv_free(s_argv_t *a)
 {
     for (int i = 0; i < a->n; i++)
@@ -224,6 +245,7 @@ static struct {
     int local_envw;
     int k, log_level, max_coord_restarts, tokens, weights_sync, keep_versions;
     char *policy_servers;
+    char *policy, *neural_weights;
     int batch_groups, prefilter, backfill, eval_every, eval_tasks;
     int64_t seed, lease_ms, heartbeat_ms, grace_ms, policy_seed, weights_timeout_ms;
     double temperature, time_scale, threshold, t_high, max_failed_share;
@@ -238,7 +260,9 @@ typedef struct {
     char out[2048];    /* results folder */
     char redis_dir[256];
     char redis_url[128];
-    char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[64];
+    char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[512];
+    char neural_dir[4096]; /* <repo>/python for --policy neural, else "" */
+    char neural_weights[4096];
     char http[96]; /* the coordinator's dashboard address, "" = none */
     bool http_optional; /* the address was not asked for: losing it is no error */
     char env_list[1024];  /* the env workers for coordinator and actors, KIND=EP items */
@@ -745,6 +769,66 @@ static int s_check_envs(const tasks_t *ts, bool with_eval, s_run_t *r)
     return rc;
 }
 
+/* s_policy_check reads --policy and --neural-weights: for neural, the python/ directory beside
+ * this program's bin/ (PYTHONPATH for the server child, which also gets one torch thread) and
+ * the checkpoint, both checked before anything starts. */
+static int s_policy_check(s_run_t *r, char *err, size_t errlen)
+{
+    if (!strcmp(o.policy, "builtin"))
+        return SR_OK;
+    if (strcmp(o.policy, "neural") != 0) {
+        if ((strncmp(o.policy, "http://", 7) && strncmp(o.policy, "https://", 8)) ||
+            strlen(o.policy) >= sizeof r->policy_url) {
+            snprintf(err, errlen, "--policy: '%s' is not builtin, neural or an http(s) URL", o.policy);
+            return SR_EINVAL;
+        }
+        if (r->builtin_trainer) {
+            snprintf(err, errlen, "--policy %s: the built-in trainer trains the built-in policy only "
+                                  "(use --trainer PULL,ACK, or rounds with --groups)", o.policy);
+            return SR_EINVAL;
+        }
+        return SR_OK;
+    }
+    if (r->builtin_trainer) {
+        snprintf(err, errlen, "--policy neural: the built-in trainer trains the built-in policy only "
+                              "(use --trainer PULL,ACK, or rounds with --groups)");
+        return SR_EINVAL;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", r->self);
+    for (int up = 0; up < 2; up++) { /* <repo>/bin/selroll -> <repo> */
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+    }
+    snprintf(r->neural_dir, sizeof r->neural_dir, "%.4080s/python", dir);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/selroll/neural/server.py", r->neural_dir);
+    if (access(probe, R_OK) != 0) {
+        snprintf(err, errlen, "--policy neural: %s not found (the neural agent lives in python/ beside bin/)",
+                 probe);
+        return SR_EINVAL;
+    }
+    if (o.neural_weights)
+        snprintf(r->neural_weights, sizeof r->neural_weights, "%s", o.neural_weights);
+    else
+        snprintf(r->neural_weights, sizeof r->neural_weights, "%.4000s/selroll/neural/weights/household.pt",
+                 r->neural_dir);
+    if (access(r->neural_weights, R_OK) != 0) {
+        snprintf(err, errlen, "--neural-weights: cannot read %s: %s (make neural-weights builds it)",
+                 r->neural_weights, strerror(errno));
+        return SR_EINVAL;
+    }
+    const char *pp = getenv("PYTHONPATH");
+    char path[8300];
+    snprintf(path, sizeof path, "%s%s%s", r->neural_dir, pp && *pp ? ":" : "", pp && *pp ? pp : "");
+    setenv("PYTHONPATH", path, 1);
+    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    return SR_OK;
+}
+
 int run_main(int argc, char **argv)
 {
     memset(&o, 0, sizeof o);
@@ -800,6 +884,16 @@ int run_main(int argc, char **argv)
         {.name = "keep-versions", .kind = CFG_INT, .dst = &o.keep_versions, .def = "2", .min = 0,
          .max = 1000, .metavar = "N",
          .help = "training: --weights-sync LoRA modes unload version v-N once v is loaded"},
+        {.name = "policy", .kind = CFG_STRING, .dst = &o.policy, .def = "builtin",
+         .metavar = "builtin|neural|URL",
+         .help = "the policy the actors ask: the built-in policy server (builtin); the small "
+                 "neural agent's server (python3 -m selroll.neural serve, a supervised child, with "
+                 "the actors' --model selroll-neural and its own --template); or any running "
+                 "OpenAI-compatible server at an http(s) URL (the actors' flags through "
+                 "--actor-args)"},
+        {.name = "neural-weights", .kind = CFG_STRING, .dst = &o.neural_weights, .metavar = "PATH",
+         .help = "--policy neural: the checkpoint served (default: "
+                 "python/selroll/neural/weights/household.pt beside this program's bin/)"},
         {.name = "policy-seed", .kind = CFG_I64, .dst = &o.policy_seed, .def = "0", .min = 0,
          .max = 9007199254740992.0,
          .help = "seed of the built-in policy's version 0, given to policy server and trainer"},
@@ -1055,6 +1149,12 @@ int run_main(int argc, char **argv)
         goto cleanup;
     }
     r.self[sl] = '\0';
+    char perr[8400];
+    if (s_policy_check(&r, perr, sizeof perr) != SR_OK) {
+        fprintf(stderr, "selroll run: %s\n", perr);
+        code = 2;
+        goto cleanup;
+    }
     if (o.out)
         snprintf(r.out, sizeof r.out, "%s", o.out);
     else
@@ -1122,7 +1222,10 @@ int run_main(int argc, char **argv)
         snprintf(r.bus_sub_ep, sizeof r.bus_sub_ep, "tcp://127.0.0.1:%d", s_free_port());
     }
     int policy_port = s_free_port();
-    snprintf(r.policy_url, sizeof r.policy_url, "http://127.0.0.1:%d", policy_port);
+    if (!strcmp(o.policy, "builtin") || !strcmp(o.policy, "neural"))
+        snprintf(r.policy_url, sizeof r.policy_url, "http://127.0.0.1:%d", policy_port);
+    else
+        snprintf(r.policy_url, sizeof r.policy_url, "%s", o.policy);
     /* Sessions of an actor that dies stay open on the env workers until their TTL, and actors
      * may join later: by default each worker can take twice all the slots. */
     int capacity = o.env_capacity > 0 ? o.env_capacity : SR_MAX(64, 2 * o.actors * o.slots);
@@ -1175,8 +1278,30 @@ int run_main(int argc, char **argv)
                                i || o.env_endpoints ? "," : "");
     }
 
-    /* Policy server. */
-    {
+    /* Policy server: the built-in one, the neural agent's (waited for: it loads torch), or
+     * none when --policy is a URL. */
+    if (r.neural_dir[0]) {
+        s_argv_t a = {0};
+        s_arg(&a, "/usr/bin/python3");
+        s_arg(&a, "-m");
+        s_arg(&a, "selroll.neural");
+        s_arg(&a, "serve");
+        s_arg(&a, "--listen");
+        s_argf(&a, "127.0.0.1:%d", policy_port);
+        s_arg(&a, "--weights");
+        s_arg(&a, r.neural_weights);
+        s_args_split(&a, o.policy_args);
+        rc = s_supervise_add(r.sup, "policy-server", &a, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup("policy-server");
+        if (!s_wait_port(policy_port, 90000)) {
+            fprintf(stderr, "selroll run: the neural policy server did not listen on port %d within "
+                            "90 s (see %s/logs/policy-server.log)\n", policy_port, r.out);
+            goto cleanup;
+        }
+    } else if (!strcmp(o.policy, "builtin")) {
         s_argv_t a = {0};
         s_arg(&a, r.self);
         s_arg(&a, "policy-server");
@@ -1312,7 +1437,16 @@ int run_main(int argc, char **argv)
         static const char *const tokens_words[] = {"off", "completion", "full"};
         s_arg(&a, "--tokens");
         s_arg(&a, tokens_words[o.tokens]);
-        if (r.builtin_trainer || (r.train && r.trainer_push[0])) {
+        if (r.neural_dir[0]) {
+            char tmpl[4200];
+            snprintf(tmpl, sizeof tmpl, "%s/selroll/neural/prompt.tmpl", r.neural_dir);
+            s_arg(&a, "--template");
+            s_arg(&a, tmpl);
+            s_arg(&a, "--model");
+            s_arg(&a, r.train ? "selroll-neural-v{version}" : "selroll-neural");
+        } else if (strcmp(o.policy, "builtin") != 0) {
+            /* a server of its own: the actors' defaults, --actor-args says the rest */
+        } else if (r.builtin_trainer || (r.train && r.trainer_push[0])) {
             /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy, and a
              * version an external trainer never stored is an error (404), not answers of another */
             s_arg(&a, "--model");
@@ -1372,7 +1506,7 @@ int run_main(int argc, char **argv)
                r.http);
     if (o.metrics) {
         s_target_add(&r, r.coord_name, "coordinator", r.http);
-        if (strncmp(r.policy_url, "http://", 7) == 0)
+        if (!strcmp(o.policy, "builtin") && strncmp(r.policy_url, "http://", 7) == 0)
             s_target_add(&r, "policy-server", "policy-server", r.policy_url + 7);
         s_write_targets(&r, o.run);
     }

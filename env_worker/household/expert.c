@@ -26,7 +26,7 @@
 #define S_NAME 32
 
 enum { S_PICK, S_LOOK, S_CLEAN, S_HEAT, S_COOL, S_TWO };
-enum { S_NONE, S_GOTO, S_OPEN, S_TAKE, S_MOVE, S_APPLY, S_USE };
+enum { S_NONE, S_GOTO, S_OPEN, S_TAKE, S_MOVE, S_APPLY, S_USE, S_UNTREAT };
 enum { S_LOC_HELD = -1, S_LOC_UNKNOWN = -2 };
 
 typedef struct {
@@ -235,6 +235,7 @@ static void s_observe(expert_t *e, const char *text)
         e->treated = false;
         break;
     case S_APPLY: e->treated = true; break;
+    case S_UNTREAT: e->treated = false; break;
     default: break;
     }
 }
@@ -373,6 +374,14 @@ static const char *s_hands_empty(expert_t *e, const env_obs_t *obs)
         int r = e->objs[pick].loc;
         if (e->cur != r)
             return s_go(e, r);
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "take %s from %s", e->objs[pick].name, e->receps[r].name);
+        if (!s_admissible(obs, cmd)) {
+            /* Closed since the expert looked in (an action it did not choose): open it again. */
+            const char *a = s_visit(e, obs, r);
+            if (a)
+                return a;
+        }
         return s_say(e, S_TAKE, r, pick, "take %s from %s", e->objs[pick].name, e->receps[r].name);
     }
     const char *a = s_explore(e, obs, e->goal_obj);
@@ -380,6 +389,65 @@ static const char *s_hands_empty(expert_t *e, const env_obs_t *obs)
         return a;
     /* Look tasks may still want the lamp found; otherwise there is nothing left to learn. */
     return e->task == S_LOOK ? s_explore(e, obs, e->lamp) : NULL;
+}
+
+/* s_put_back rids the hands of an object the task does not want (taken by an action the expert
+ * did not choose): here when it can, else at the nearest open surface that holds its type. */
+static const char *s_put_back(expert_t *e, const env_obs_t *obs)
+{
+    const s_obj_t *o = &e->objs[e->held];
+    if (e->cur >= 0) {
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "move %s to %s", o->name, e->receps[e->cur].name);
+        if (s_admissible(obs, cmd))
+            return s_say(e, S_MOVE, e->cur, e->held, "move %s to %s", o->name, e->receps[e->cur].name);
+    }
+    for (int r = 0; r < e->n_receps; r++)
+        if (r != e->cur && household_can_hold(e->receps[r].type, o->type) &&
+            !household_recep_openable(e->receps[r].type))
+            return s_go(e, r);
+    return NULL;
+}
+
+static int s_find_recep(const expert_t *e, const char *name, size_t len)
+{
+    for (int r = 0; r < e->n_receps; r++)
+        if (strlen(e->receps[r].name) == len && !memcmp(e->receps[r].name, name, len))
+            return r;
+    return -1;
+}
+
+void expert_taken(expert_t *self, const char *action)
+{
+    if (!self || !action)
+        return;
+    int kind = S_NONE, rec = -1, obj = -1;
+    const char *mid = NULL;
+    size_t n = strlen(action);
+    if (!strncmp(action, "go to ", 6)) {
+        rec = s_find_recep(self, action + 6, n - 6);
+        kind = rec >= 0 ? S_GOTO : S_NONE;
+    } else if (!strncmp(action, "open ", 5)) {
+        rec = s_find_recep(self, action + 5, n - 5);
+        kind = rec >= 0 ? S_OPEN : S_NONE;
+    } else if (!strncmp(action, "take ", 5) && (mid = strstr(action, " from "))) {
+        obj = s_find_obj(self, action + 5, (size_t)(mid - action - 5), true);
+        rec = s_find_recep(self, mid + 6, strlen(mid + 6));
+        kind = obj >= 0 ? S_TAKE : S_NONE;
+    } else if (!strncmp(action, "move ", 5) && (mid = strstr(action, " to "))) {
+        obj = s_find_obj(self, action + 5, (size_t)(mid - action - 5), true);
+        rec = s_find_recep(self, mid + 4, strlen(mid + 4));
+        kind = obj >= 0 && rec >= 0 ? S_MOVE : S_NONE;
+    } else if (!strncmp(action, "heat ", 5) || !strncmp(action, "cool ", 5) || !strncmp(action, "clean ", 6)) {
+        int verb = action[0] == 'h' ? S_HEAT : action[0] == 'c' && action[1] == 'o' ? S_COOL : S_CLEAN;
+        if (verb == self->task)
+            kind = S_APPLY;
+        else if (verb != S_CLEAN && (self->task == S_HEAT || self->task == S_COOL))
+            kind = S_UNTREAT; /* heating clears cool and cooling clears hot */
+    }
+    self->last_kind = kind;
+    self->last_rec = rec;
+    self->last_obj = obj;
 }
 
 const char *expert_act(expert_t *self, const env_obs_t *obs)
@@ -392,7 +460,11 @@ const char *expert_act(expert_t *self, const env_obs_t *obs)
     } else {
         s_observe(self, obs->text);
     }
-    const char *a = self->held >= 0 ? s_with_object(self, obs) : s_hands_empty(self, obs);
+    const char *a = NULL;
+    if (self->held >= 0 && self->objs[self->held].type != self->goal_obj)
+        a = s_put_back(self, obs);
+    else
+        a = self->held >= 0 ? s_with_object(self, obs) : s_hands_empty(self, obs);
     if (!a)
         a = s_say(self, S_NONE, -1, -1, "%s%s", "look", "");
     return a;

@@ -25,6 +25,12 @@ void expert_destroy(expert_t **self_p);
  * be understood (no goal sentence it knows). */
 const char *expert_act(expert_t *self, const env_obs_t *obs);
 
+/* expert_taken tells the expert that the action actually sent after its last expert_act was
+ * action (not the one it proposed, e.g. an exploration step), so that it reads the next
+ * observation against that action. Its plan is made again from what it knows at the next call;
+ * an object it did not want in its hands it puts back first. */
+void expert_taken(expert_t *self, const char *action);
+
 /* The outcome of one expert episode. */
 typedef struct expert_result {
     bool won;
