@@ -7,7 +7,7 @@
  *   selroll env show TASK_ID     print the hidden layout: every receptacle and what it holds
  *   selroll env expert TASK_ID   print the scripted expert's transcript
  */
-#include "common/buf.h"
+#include "common/sr_buf.h"
 #include "common/cmds.h"
 #include "common/jsonw.h"
 #include "common/prng.h"
