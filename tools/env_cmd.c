@@ -9,8 +9,7 @@
  */
 #include "common/cmds.h"
 #include "common/sr.h"
-#include "env_worker/household/expert.h"
-#include "env_worker/household/household.h"
+#include "env_worker/env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,12 @@ static const char s_usage[] =
     "  --admissible    expert: also print the admissible commands after each observation\n"
     "  -h, --help      this text\n";
 
+/* The household's operations (env_worker/env.h): these tools reach it only through its ops table. */
+static const env_ops_t *s_ops(void)
+{
+    return env_ops_find("household");
+}
+
 static void s_print_obs(const env_obs_t *obs)
 {
     printf("%s\n\nAdmissible commands:\n", obs->text);
@@ -42,13 +47,13 @@ static int s_play(const char *task_id, int max_steps)
     int code = 1;
     char *line = NULL;
     size_t cap = 0;
-    household_t *h = household_new(task_id, max_steps, err, sizeof err);
+    void *h = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
     if (!h) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
     }
     env_obs_t obs;
-    household_reset(h, &obs);
+    s_ops()->reset(h, &obs);
     s_print_obs(&obs);
     bool echo = !isatty(STDIN_FILENO);
     while (!obs.done) {
@@ -64,7 +69,7 @@ static int s_play(const char *task_id, int max_steps)
             line[--n] = '\0';
         if (echo)
             printf("%s\n", line);
-        if (household_step(h, line, &obs) != SR_OK)
+        if (s_ops()->step(h, line, &obs) != SR_OK)
             goto cleanup;
         printf("\n");
         s_print_obs(&obs);
@@ -73,20 +78,20 @@ static int s_play(const char *task_id, int max_steps)
     code = 0;
 cleanup:
     free(line);
-    household_destroy(&h);
+    s_ops()->destroy(&h);
     return code;
 }
 
 static int s_show(const char *task_id, int max_steps)
 {
     char err[256] = "";
-    household_t *h = household_new(task_id, max_steps, err, sizeof err);
+    void *h = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
     if (!h) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
     }
-    char *text = household_describe(h);
-    household_destroy(&h);
+    char *text = s_ops()->describe(h);
+    s_ops()->destroy(&h);
     if (!text) {
         fprintf(stderr, "selroll env: out of memory\n");
         return 1;
@@ -100,8 +105,8 @@ static int s_expert(const char *task_id, int max_steps, bool with_admissible)
 {
     char err[256] = "";
     char *text = NULL;
-    expert_result_t res;
-    int rc = expert_run(&household_env_ops, task_id, max_steps, with_admissible, &res, &text, err, sizeof err);
+    env_expert_result_t res;
+    int rc = s_ops()->expert_run(task_id, max_steps, with_admissible, &res, &text, err, sizeof err);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll env: %s\n", err[0] ? err : sr_strerror(rc));
         return rc == SR_EINVAL ? 2 : 1;
@@ -114,7 +119,7 @@ static int s_expert(const char *task_id, int max_steps, bool with_admissible)
 int env_main(int argc, char **argv)
 {
     const char *verb = NULL, *task_id = NULL;
-    int max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS;
+    int max_steps = 0; /* the environment's default (the household's: 50) */
     bool with_admissible = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
