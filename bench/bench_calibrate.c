@@ -19,7 +19,6 @@
 #include "coordinator/adv.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
-#include "env_worker/household/household.h"
 #include "common/model.h"
 #include "common/prior.h"
 #include "common/pparse.h"
@@ -44,12 +43,18 @@ typedef struct {
     bool won;
 } s_episode_t;
 
+/* The household's operations (env_worker/env.h): the bench reaches it only through its ops table. */
+static const env_ops_t *s_ops(void)
+{
+    return env_ops_find("household");
+}
+
 /* One group's figures for the reference table. */
 #define S_NK 3
 static const int S_KS[S_NK] = {10, 15, 20};
 
 typedef struct {
-    int type;  /* household_task_t */
+    int type;  /* the household's task type (env_ops_t.task_type) */
     int label; /* 0 all fail, 1 all succeed, 2 mixed */
     double d[S_NK];
     double ended[S_NK];
@@ -75,8 +80,9 @@ static const double S_REF_ENDED[S_NK][3][3] = {
     {{0, 0, 0}, {1, 1, 1}, {0.00, 0.12, 0.38}},
     {{0, 0, 0}, {1, 1, 1}, {0.12, 0.25, 0.62}},
 };
-/* Per task type (household_task_t order): groups all fail / all succeed / mixed. */
-static const int S_REF_TYPE[6][3] = {{2, 11, 11}, {0, 2, 6}, {4, 1, 13},
+/* Per task type (the household's order, env_ops_t.task_type): groups all fail / all succeed / mixed. */
+#define S_TYPES 6 /* ALFWorld's six task types */
+static const int S_REF_TYPE[S_TYPES][3] = {{2, 11, 11}, {0, 2, 6}, {4, 1, 13},
                                      {1, 0, 10},  {5, 0, 14}, {13, 0, 7}};
 static const char *const S_LABELS[3] = {"all fail", "all succeed", "mixed"};
 
@@ -120,7 +126,7 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
                   bool keep_users)
 {
     char err[160];
-    household_t *env = household_new(task_id, max_steps, err, sizeof err);
+    void *env = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
     if (!env) {
         fprintf(stderr, "bench calibrate: %s\n", err);
         return SR_EINVAL;
@@ -129,7 +135,7 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
     prompt_turn_t *hist = sr_xcalloc((size_t)max_steps + 1, sizeof(*hist));
     size_t n_hist = 0;
     env_obs_t obs;
-    household_reset(env, &obs);
+    s_ops()->reset(env, &obs);
     char *goal = sr_xstrdup(obs.goal ? obs.goal : "");
     char *cur = sr_xstrdup(obs.text);
     if (trace)
@@ -177,7 +183,7 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
         hist[n_hist].action = action;
         n_hist++;
         ep->actions[ep->n++] = sr_xstrdup(action);
-        if (household_step(env, action, &obs) != SR_OK)
+        if (s_ops()->step(env, action, &obs) != SR_OK)
             break;
         cur = sr_xstrdup(obs.text);
         if (trace)
@@ -195,7 +201,7 @@ static int s_play(const model_t *m, const prompt_t *tmpl, const char *task_id, i
         free(cur);
     free(hist);
     free(goal);
-    household_destroy(&env);
+    s_ops()->destroy(&env);
     return SR_OK;
 }
 
@@ -278,7 +284,7 @@ typedef struct {
     int G, max_steps, K, show, trace;
     double temperature;
     long steps, episodes, wins, groups, low_d, wins_hist[S_MAX_G + 1];
-    long per_type_tasks[HOUSEHOLD_TASK_COUNT], per_type_wins[HOUSEHOLD_TASK_COUNT];
+    long per_type_tasks[S_TYPES], per_type_wins[S_TYPES];
     long hist[9];
     long *split_hist;
     double d_sum;
@@ -295,13 +301,17 @@ static int s_group(s_run_t *r, const model_t *m, uint64_t pseed, const char *tas
                    s_episode_t *eps, bool users)
 {
     char err[160];
-    household_t *probe = household_new(task_id, r->max_steps, err, sizeof err);
+    void *probe = s_ops()->create(task_id, 0, r->max_steps, err, sizeof err);
     if (!probe) {
         fprintf(stderr, "bench calibrate: %s\n", err);
         return SR_EINVAL;
     }
-    household_task_t type = household_task_type(probe);
-    household_destroy(&probe);
+    int type = s_ops()->task_type(probe);
+    s_ops()->destroy(&probe);
+    if (type < 0 || type >= S_TYPES) {
+        fprintf(stderr, "bench calibrate: %s: task type %d out of range\n", task_id, type);
+        return SR_EINVAL;
+    }
     int G = r->G, won = 0;
     for (int g = 0; g < G; g++) {
         uint64_t seed = model_hash64(task_id, pseed * 1000003ULL + (uint64_t)salt * 7919ULL +
@@ -439,7 +449,7 @@ static void s_print_reference(s_run_t *r, const char *what)
     size_t n = r->gs.n;
     if (n == 0)
         return;
-    long lab[3] = {0}, type_lab[HOUSEHOLD_TASK_COUNT][3];
+    long lab[3] = {0}, type_lab[S_TYPES][3];
     memset(type_lab, 0, sizeof type_lab);
     for (size_t i = 0; i < n; i++) {
         lab[r->gs.v[i].label]++;
@@ -456,13 +466,13 @@ static void s_print_reference(s_run_t *r, const char *what)
            100.0 * (double)(lab[0] + lab[1]) / (double)n, S_REF_MIX[0] + S_REF_MIX[1]);
     printf("  per task type, groups all fail / all succeed / mixed as %% of the type's groups "
            "(ref), success at T:\n");
-    for (int ty = 0; ty < HOUSEHOLD_TASK_COUNT && ty < 6; ty++) {
+    for (int ty = 0; ty < S_TYPES; ty++) {
         long tn = type_lab[ty][0] + type_lab[ty][1] + type_lab[ty][2];
         int rn = S_REF_TYPE[ty][0] + S_REF_TYPE[ty][1] + S_REF_TYPE[ty][2];
         if (tn == 0)
             continue;
         printf("    %-32s %3.0f / %3.0f / %3.0f (ref %3.0f / %3.0f / %3.0f)  success %.0f%%\n",
-               household_task_name((household_task_t)ty), 100.0 * (double)type_lab[ty][0] / (double)tn,
+               s_ops()->task_type_name(ty), 100.0 * (double)type_lab[ty][0] / (double)tn,
                100.0 * (double)type_lab[ty][1] / (double)tn,
                100.0 * (double)type_lab[ty][2] / (double)tn, 100.0 * S_REF_TYPE[ty][0] / rn,
                100.0 * S_REF_TYPE[ty][1] / rn, 100.0 * S_REF_TYPE[ty][2] / rn,
@@ -646,14 +656,19 @@ static int s_from_run(const char *dir)
         }
         int G = (int)(j - i);
         char err[160];
-        household_t *probe = failed || G < 2 ? NULL : household_new(tr[i].task, 0, err, sizeof err);
+        void *probe = failed || G < 2 ? NULL : s_ops()->create(tr[i].task, 0, 0, err, sizeof err);
         if (!probe) {
             skipped++;
             i = j;
             continue;
         }
-        household_task_t type = household_task_type(probe);
-        household_destroy(&probe);
+        int type = s_ops()->task_type(probe);
+        s_ops()->destroy(&probe);
+        if (type < 0 || type >= S_TYPES) {
+            skipped++;
+            i = j;
+            continue;
+        }
         const char *const *seqs[S_MAX_G];
         size_t lens[S_MAX_G];
         int won = 0, g = 0;

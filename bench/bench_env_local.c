@@ -6,8 +6,7 @@
  */
 #include "bench/bench_env_local.h"
 #include "common/sr.h"
-#include "env_worker/household/expert.h"
-#include "env_worker/household/household.h"
+#include "env_worker/env.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +24,13 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
     int rc = SR_OK;
     double *lat = NULL;
     size_t n_lat = 0, cap = 0;
-    expert_t *ex = NULL;
-    household_t *h = NULL;
+    const env_ops_t *ops = env_ops_find("household");
+    void *ex = NULL;
+    void *h = NULL;
     if (episodes < 1 || !out)
         return SR_EINVAL;
     memset(out, 0, sizeof *out);
-    ex = expert_new();
+    ex = ops->expert_new();
     if (!ex) {
         rc = SR_ENOMEM;
         goto cleanup;
@@ -39,19 +39,19 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
     for (long e = 0; e < episodes; e++) {
         char id[64];
         snprintf(id, sizeof id, "household/train/%ld", e);
-        h = household_new(id, 0, NULL, 0);
+        h = ops->create(id, 0, 0, NULL, 0);
         if (!h) {
             rc = SR_ENOMEM;
             goto cleanup;
         }
         env_obs_t obs;
-        household_reset(h, &obs);
+        ops->reset(h, &obs);
         while (!obs.done) {
-            const char *a = expert_act(ex, &obs);
+            const char *a = ops->expert_act(ex, &obs);
             if (!a)
                 break;
             double t0 = s_now_us();
-            household_step(h, a, &obs);
+            ops->step(h, a, &obs);
             double t1 = s_now_us();
             if (n_lat == cap) {
                 cap = cap ? cap * 2 : 65536;
@@ -64,7 +64,7 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
             }
             lat[n_lat++] = t1 - t0;
         }
-        household_destroy(&h);
+        ops->destroy(&h);
         out->episodes++;
     }
     out->seconds = (s_now_us() - start) / 1e6;
@@ -77,8 +77,8 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
     }
 cleanup:
     free(lat);
-    household_destroy(&h);
-    expert_destroy(&ex);
+    ops->destroy(&h);
+    ops->expert_destroy(&ex);
     return rc;
 }
 

@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The household's env-worker kind (common/envkind.h): the kind a built-in env worker serves when
+ * not told otherwise, which the launcher's own env workers serve (tools/run_cmd.c). */
+#define ENVKIND_HOUSEHOLD "household"
+
 /* One observation: what an agent sees after a reset or a step. */
 typedef struct env_obs {
     const char *text;              /* the observation text (never NULL) */
@@ -26,6 +30,14 @@ typedef struct env_obs {
     int steps;                     /* steps taken so far (0 after reset) */
     int max_steps;                 /* the step limit of this episode */
 } env_obs_t;
+
+/* The outcome of one episode played by an environment's scripted expert (env_ops_t.expert_run). */
+typedef struct env_expert_result {
+    bool won;
+    int steps;
+    int inadmissible; /* actions the expert sent that were not in the admissible list */
+    int nothing;      /* steps whose observation was "Nothing happens." */
+} env_expert_result_t;
 
 /* The operations of one kind of environment. Fill it with designated initialisers. */
 typedef struct env_ops {
@@ -47,6 +59,36 @@ typedef struct env_ops {
 
     /* destroy frees the instance; it accepts NULL and *env_p == NULL and sets *env_p to NULL. */
     void (*destroy)(void **env_p);
+
+    /* Optional parts (NULL or 0 when the environment has none), for the commands that are no role
+     * (`selroll env`, the benches); the roles use only the four operations above. */
+    /* describe returns the full hidden layout of the instance in its initial state, as a string
+     * the caller frees with free(), or NULL when memory is exhausted. */
+    char *(*describe)(const void *env);
+    /* The environment's task types: task_type returns that of the instance, 0..n_task_types-1;
+     * task_type_name returns the name of one ("unknown" out of range). */
+    int n_task_types;
+    int (*task_type)(const void *env);
+    const char *(*task_type_name)(int type);
+    /* Its scripted expert, which plays from what an agent sees: expert_new returns a fresh one (NULL
+     * when memory is exhausted); expert_act reads the observation that followed its previous action
+     * (steps == 0: a new episode's opening) and returns the next action, valid until the next call,
+     * or NULL when it cannot understand the opening; expert_destroy frees it, accepts NULL and
+     * *expert_p == NULL, and nulls *expert_p. */
+    void *(*expert_new)(void);
+    const char *(*expert_act)(void *expert, const env_obs_t *obs);
+    void (*expert_destroy)(void **expert_p);
+    /* expert_taken (optional even with an expert) tells it the action really sent after its last
+     * expert_act when that was another one (an exploration step), so that it reads the next
+     * observation against that action and plans again from there. */
+    void (*expert_taken)(void *expert, const char *action);
+    /* expert_run plays task_id with the expert (max_steps <= 0: the default) and fills *res; when
+     * transcript is not NULL it receives a malloc'd transcript the caller frees (the opening, then
+     * "> action" and the observation for each step, with the admissible list after each
+     * observation when with_admissible is true, and a last line with the outcome). Returns 0, or
+     * SR_EINVAL (bad task id, reason in err), SR_ENOMEM, or SR_EPROTO (opening not understood). */
+    int (*expert_run)(const char *task_id, int max_steps, bool with_admissible, env_expert_result_t *res,
+                      char **transcript, char *err, size_t errlen);
 } env_ops_t;
 
 /* env_ops_find returns the operations of the environment called name (for instance "household"),

@@ -3,7 +3,8 @@
  * (envw.h), serves until SIGINT or SIGTERM and logs the counters on the way out.
  *
  * Exit codes: 0 after a clean shutdown, 2 for a bad flag, 1 when the worker cannot start (bind
- * failure, Redis unreachable) or the loop fails. Every failure is one line on stderr.
+ * failure, a malformed --redis URL) or the loop fails. Every failure is one line on stderr. An
+ * unreachable Redis does not stop the start: the worker serves and registers when Redis answers.
  */
 #include "common/cfg.h"
 #include "common/cmds.h"

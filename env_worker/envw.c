@@ -130,6 +130,7 @@ struct envw {
     storeq_t *sq;
     int reg_timer;
     bool reg_inflight; /* a registration was submitted and has not completed */
+    bool reg_failing;  /* the last registration failed (Redis unreachable): log the next success */
 };
 
 static const char *const s_err_codes[ENVW_ERR_COUNT] = {
@@ -908,6 +909,10 @@ static void s_register_done(int rc, const char *err, void *arg)
     if (rc != SR_OK && rc != SR_ECLOSED) {
         metrics_counter_inc(w->m_registry_failures);
         log_warn_limited(1, "registry refresh failed: %s", err);
+        w->reg_failing = true;
+    } else if (rc == SR_OK && w->reg_failing) {
+        w->reg_failing = false;
+        log_info("registered in Redis as envw:%s", w->id);
     }
     free(g);
 }
@@ -1108,15 +1113,16 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     w->advertise = cfg->advertise ? sr_xstrdup(cfg->advertise)
                                   : s_derive_advertise(transport_sock_endpoint(w->sock), w->host);
     if (cfg->redis_url) {
-        /* An unreachable Redis is known before serving; the loop's Redis is the store queue. */
+        /* Only the URL is checked here. Redis need not answer yet: the registry is requests to
+         * the store queue, which connects on the first one and again after a loss, so the worker
+         * serves at once and registers (and heartbeats) once Redis answers. */
         char serr[512] = "";
         const char *run = cfg->run ? cfg->run : "default";
-        store_t *st = NULL;
-        if (store_connect(&st, cfg->redis_url, run, 2000, serr, sizeof serr) != SR_OK) {
+        store_url_t u;
+        if (store_parse_url(cfg->redis_url, &u, serr, sizeof serr) != SR_OK) {
             snprintf(why, sizeof why, "%s", serr);
             goto fail;
         }
-        store_destroy(&st);
         w->sq = storeq_new(w->reactor, cfg->redis_url, run, 2000, serr, sizeof serr);
         if (!w->sq) {
             snprintf(why, sizeof why, "%s", serr);

@@ -92,9 +92,10 @@ void envw_cfg_init(envw_cfg_t *c);
 /* envw_err_code returns the wire code of an ERROR ("bad_message", ...), or "?" out of range. */
 const char *envw_err_code(envw_err_t e);
 
-/* envw_new checks cfg, binds the ROUTER socket and, when cfg->redis_url is set, connects to Redis
- * once (so that a bad flag, a bind failure or an unreachable Redis is known before serving) and
- * starts the store thread the registry goes through. On
+/* envw_new checks cfg, binds the ROUTER socket and, when cfg->redis_url is set, checks the URL
+ * and starts the store thread the registry goes through (so that a bad flag, a bind failure or a
+ * malformed URL is known before serving). Redis need not answer: the worker registers, and
+ * heartbeats, once it does. On
  * failure it returns NULL and writes one line into err (errlen bytes; err may be NULL). The caller
  * owns the worker and frees it with envw_destroy. */
 envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);

@@ -1081,7 +1081,7 @@ static void test_a_stopped_redis_delays_the_registry_never_a_reply(void **state)
     zmq_ctx_term(ctx);
 }
 
-static void test_new_reports_bad_configuration_and_unreachable_redis(void **state)
+static void test_new_reports_bad_configuration_and_starts_without_redis(void **state)
 {
     (void)state;
     char err[256] = "";
@@ -1105,9 +1105,16 @@ static void test_new_reports_bad_configuration_and_unreachable_redis(void **stat
     int port = harness_free_port();
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
-    c.redis_url = url;
+    c.redis_url = "redis:/x";
     assert_null(envw_new(&c, err, sizeof err));
-    assert_non_null(strstr(err, "unreachable"));
+    assert_true(err[0] != '\0');
+    /* An unreachable Redis does not stop the start: the registry connects when Redis answers
+     * (tests/it_env_worker.sh starts the redis-server after the worker). */
+    c.redis_url = url;
+    envw_t *w = envw_new(&c, err, sizeof err);
+    assert_non_null(w);
+    envw_destroy(&w);
+    assert_null(w);
     assert_string_equal(envw_err_code(ENVW_ERR_EPISODE_DONE), "episode_done");
     assert_string_equal(envw_err_code(ENVW_ERR_COUNT), "?");
     envw_destroy(NULL);
@@ -1137,7 +1144,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
     cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
     cmocka_unit_test(test_a_stopped_redis_delays_the_registry_never_a_reply),
-    cmocka_unit_test(test_new_reports_bad_configuration_and_unreachable_redis),
+    cmocka_unit_test(test_new_reports_bad_configuration_and_starts_without_redis),
     cmocka_unit_test(test_bench_env_runs_a_short_closed_loop_measurement),
 };
 

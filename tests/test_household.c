@@ -6,6 +6,7 @@
 #include "bench/bench_env_local.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
+#include "env_worker/household/expert.h"
 #include "env_worker/household/household.h"
 
 #include <stdio.h>
@@ -848,6 +849,77 @@ static void ops_table_drives_the_environment(void **state)
     assert_non_null(strstr(err, "household/nope/1"));
 }
 
+/* The optional parts of the ops table (describe, task types, the expert), which `selroll env` and
+ * the benches use instead of the household's headers, give what the household's functions give. */
+static void ops_table_optional_parts_match_the_household_and_its_expert(void **state)
+{
+    (void)state;
+    const env_ops_t *ops = env_ops_find("household");
+    assert_non_null(ops);
+    assert_ptr_equal(ops, &household_env_ops);
+    assert_string_equal(ENVKIND_HOUSEHOLD, ops->name);
+    assert_int_equal(ops->n_task_types, HOUSEHOLD_TASK_COUNT);
+    for (int t = -1; t <= HOUSEHOLD_TASK_COUNT; t++)
+        assert_string_equal(ops->task_type_name(t), household_task_name((household_task_t)t));
+    int seen[HOUSEHOLD_TASK_COUNT] = {0};
+    for (int i = 0; i < 40; i++) {
+        char id[64], err[256] = "";
+        snprintf(id, sizeof id, "household/valid_unseen/%d", i);
+        household_t *h = household_new(id, 0, err, sizeof err);
+        void *e = ops->create(id, 0, 0, err, sizeof err);
+        assert_non_null(h);
+        assert_non_null(e);
+        int type = ops->task_type(e);
+        assert_int_equal(type, (int)household_task_type(h));
+        assert_true(type >= 0 && type < ops->n_task_types);
+        seen[type]++;
+        char *d1 = household_describe(h), *d2 = ops->describe(e);
+        assert_non_null(d1);
+        assert_non_null(d2);
+        assert_string_equal(d1, d2);
+        free(d1);
+        free(d2);
+        /* the expert through the table plays the same episode as expert_run() */
+        env_expert_result_t r1, r2;
+        char *t1 = NULL, *t2 = NULL;
+        assert_int_equal(expert_run(&household_env_ops, id, 0, true, &r1, &t1, err, sizeof err), SR_OK);
+        assert_int_equal(ops->expert_run(id, 0, true, &r2, &t2, err, sizeof err), SR_OK);
+        assert_string_equal(t1, t2);
+        assert_int_equal(r1.won, r2.won);
+        assert_int_equal(r1.steps, r2.steps);
+        free(t1);
+        free(t2);
+        /* and stepwise, through expert_new/act/destroy */
+        void *ex = ops->expert_new();
+        assert_non_null(ex);
+        env_obs_t obs;
+        assert_int_equal(ops->reset(e, &obs), SR_OK);
+        while (!obs.done) {
+            const char *a = ops->expert_act(ex, &obs);
+            assert_non_null(a);
+            assert_int_equal(ops->step(e, a, &obs), SR_OK);
+        }
+        assert_int_equal(obs.won, r1.won);
+        assert_int_equal(obs.steps, r1.steps);
+        ops->expert_destroy(&ex);
+        assert_null(ex);
+        ops->expert_destroy(&ex);
+        ops->expert_destroy(NULL);
+        ops->destroy(&e);
+        household_destroy(&h);
+    }
+    int kinds = 0;
+    for (int t = 0; t < HOUSEHOLD_TASK_COUNT; t++)
+        kinds += seen[t] > 0;
+    assert_true(kinds >= 4); /* the 40 tasks spread over the types */
+    char err[256] = "";
+    env_expert_result_t r;
+    char *t = NULL;
+    assert_int_equal(ops->expert_run("household/nope/1", 0, false, &r, &t, err, sizeof err), SR_EINVAL);
+    assert_null(t);
+    assert_true(err[0] != '\0');
+}
+
 static void a_step_takes_well_under_twenty_microseconds(void **state)
 {
     (void)state;
@@ -901,6 +973,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(reset_restores_the_initial_world),
         cmocka_unit_test(splits_partition_floor_plans),
         cmocka_unit_test(ops_table_drives_the_environment),
+        cmocka_unit_test(ops_table_optional_parts_match_the_household_and_its_expert),
         cmocka_unit_test(a_step_takes_well_under_twenty_microseconds),
         cmocka_unit_test(local_benchmark_times_every_step),
     };

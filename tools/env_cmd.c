@@ -12,8 +12,7 @@
 #include "common/jsonw.h"
 #include "common/prng.h"
 #include "common/sr.h"
-#include "env_worker/household/expert.h"
-#include "env_worker/household/household.h"
+#include "env_worker/env.h"
 
 #include <stdint.h>
 
@@ -48,6 +47,12 @@ static const char s_usage[] =
     "  --seed S        expert --jsonl: seed of the noise (default 1)\n"
     "  -h, --help      this text\n";
 
+/* The household's operations (env_worker/env.h): these tools reach it only through its ops table. */
+static const env_ops_t *s_ops(void)
+{
+    return env_ops_find("household");
+}
+
 static void s_print_obs(const env_obs_t *obs)
 {
     printf("%s\n\nAdmissible commands:\n", obs->text);
@@ -59,14 +64,14 @@ static void s_json_admissible(jsonw_t *w, const env_obs_t *obs);
 
 /* s_play_jsonl prints each observation as one JSON line (obs, goal, admissible, steps, done, won)
  * and reads one action per line, for programs that play (the neural agent's evaluation). */
-static int s_play_jsonl(household_t *h)
+static int s_play_jsonl(void *h)
 {
     env_obs_t obs;
     char *line = NULL;
     size_t cap = 0;
     int code = 1;
     sr_buf_t b = SR_BUF_INIT;
-    household_reset(h, &obs);
+    s_ops()->reset(h, &obs);
     for (;;) {
         jsonw_t w;
         sr_buf_reset(&b);
@@ -101,7 +106,7 @@ static int s_play_jsonl(household_t *h)
             break;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             line[--n] = '\0';
-        if (household_step(h, line, &obs) != SR_OK)
+        if (s_ops()->step(h, line, &obs) != SR_OK)
             goto cleanup;
     }
     code = 0;
@@ -117,7 +122,7 @@ static int s_play(const char *task_id, int max_steps, bool jsonl)
     int code = 1;
     char *line = NULL;
     size_t cap = 0;
-    household_t *h = household_new(task_id, max_steps, err, sizeof err);
+    void *h = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
     if (!h) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
@@ -127,7 +132,7 @@ static int s_play(const char *task_id, int max_steps, bool jsonl)
         goto cleanup;
     }
     env_obs_t obs;
-    household_reset(h, &obs);
+    s_ops()->reset(h, &obs);
     s_print_obs(&obs);
     bool echo = !isatty(STDIN_FILENO);
     while (!obs.done) {
@@ -143,7 +148,7 @@ static int s_play(const char *task_id, int max_steps, bool jsonl)
             line[--n] = '\0';
         if (echo)
             printf("%s\n", line);
-        if (household_step(h, line, &obs) != SR_OK)
+        if (s_ops()->step(h, line, &obs) != SR_OK)
             goto cleanup;
         printf("\n");
         s_print_obs(&obs);
@@ -152,20 +157,20 @@ static int s_play(const char *task_id, int max_steps, bool jsonl)
     code = 0;
 cleanup:
     free(line);
-    household_destroy(&h);
+    s_ops()->destroy(&h);
     return code;
 }
 
 static int s_show(const char *task_id, int max_steps)
 {
     char err[256] = "";
-    household_t *h = household_new(task_id, max_steps, err, sizeof err);
+    void *h = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
     if (!h) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
     }
-    char *text = household_describe(h);
-    household_destroy(&h);
+    char *text = s_ops()->describe(h);
+    s_ops()->destroy(&h);
     if (!text) {
         fprintf(stderr, "selroll env: out of memory\n");
         return 1;
@@ -179,8 +184,8 @@ static int s_expert(const char *task_id, int max_steps, bool with_admissible)
 {
     char err[256] = "";
     char *text = NULL;
-    expert_result_t res;
-    int rc = expert_run(&household_env_ops, task_id, max_steps, with_admissible, &res, &text, err, sizeof err);
+    env_expert_result_t res;
+    int rc = s_ops()->expert_run(task_id, max_steps, with_admissible, &res, &text, err, sizeof err);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll env: %s\n", err[0] ? err : sr_strerror(rc));
         return rc == SR_EINVAL ? 2 : 1;
@@ -248,6 +253,13 @@ static bool s_bad_action(const env_obs_t *obs, const char *prev, const char *exp
     return false;
 }
 
+/* s_taken tells the expert the exploration step really sent, when it can be told. */
+static void s_taken(const env_ops_t *ops, void *ex, const char *action)
+{
+    if (ops->expert_taken)
+        ops->expert_taken(ex, action);
+}
+
 /* s_expert_jsonl plays one task with exploration noise and prints one JSON line per step. */
 static int s_expert_jsonl(const char *task_id, int max_steps, double noise, double bad_noise, prng_t *rng)
 {
@@ -255,17 +267,18 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, doub
     char err[256] = "";
     int code = 1;
     sr_buf_t b = SR_BUF_INIT;
-    household_t *h = household_new(task_id, max_steps, err, sizeof err);
-    expert_t *ex = expert_new();
+    const env_ops_t *ops = s_ops();
+    void *h = ops->create(task_id, 0, max_steps, err, sizeof err);
+    void *ex = ops->expert_new();
     if (!h || !ex) {
         fprintf(stderr, "selroll env: %s\n", h ? "out of memory" : err);
         code = h ? 1 : 2;
         goto cleanup;
     }
     env_obs_t obs;
-    household_reset(h, &obs);
+    s_ops()->reset(h, &obs);
     while (!obs.done) {
-        const char *a = expert_act(ex, &obs);
+        const char *a = ops->expert_act(ex, &obs);
         if (!a) {
             fprintf(stderr, "selroll env: the expert does not understand the opening of %s\n", task_id);
             goto cleanup;
@@ -277,7 +290,7 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, doub
         double roll = noise > 0 || bad_noise > 0 ? prng_double(rng) : 1.0;
         if (roll < bad_noise && s_bad_action(&obs, prev, expert_a, rng, bad, sizeof bad)) {
             taken = bad;
-            expert_taken(ex, taken);
+            s_taken(ops, ex, taken);
         } else if (roll >= bad_noise && roll < bad_noise + noise && obs.n_admissible > 2) {
             const char *alt[256];
             size_t n = 0;
@@ -286,7 +299,7 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, doub
                     alt[n++] = obs.admissible[i];
             if (n > 0) {
                 taken = alt[prng_bounded(rng, n)];
-                expert_taken(ex, taken);
+                s_taken(ops, ex, taken);
             }
         }
         jsonw_t w;
@@ -316,7 +329,7 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, doub
         char sent[160];
         snprintf(sent, sizeof sent, "%s", taken); /* taken may point into obs, which step replaces */
         snprintf(prev, sizeof prev, "%s", sent);
-        if (household_step(h, sent, &obs) != SR_OK)
+        if (s_ops()->step(h, sent, &obs) != SR_OK)
             goto cleanup;
     }
     printf("{\"task\":\"%s\",\"end\":true,\"won\":%s,\"steps\":%d}\n", task_id, obs.won ? "true" : "false",
@@ -324,21 +337,22 @@ static int s_expert_jsonl(const char *task_id, int max_steps, double noise, doub
     code = 0;
 cleanup:
     sr_buf_free(&b);
-    expert_destroy(&ex);
-    household_destroy(&h);
+    ops->expert_destroy(&ex);
+    ops->destroy(&h);
     return code;
 }
 
 static int s_expert_many(const char *task_id, int max_steps, long count, double noise, double bad_noise,
                          uint64_t seed)
 {
-    household_split_t split;
-    uint32_t index;
     char err[256] = "";
-    if (household_parse_task_id(task_id, &split, &index, err, sizeof err) != SR_OK) {
+    void *probe = s_ops()->create(task_id, 0, max_steps, err, sizeof err);
+    if (!probe) {
         fprintf(stderr, "selroll env: %s\n", err);
         return 2;
     }
+    s_ops()->destroy(&probe);
+    unsigned long index = strtoul(strrchr(task_id, '/') + 1, NULL, 10);
     const char *slash = strrchr(task_id, '/');
     int plen = (int)(slash - task_id);
     prng_t rng;
@@ -356,7 +370,7 @@ static int s_expert_many(const char *task_id, int max_steps, long count, double 
 int env_main(int argc, char **argv)
 {
     const char *verb = NULL, *task_id = NULL;
-    int max_steps = HOUSEHOLD_DEFAULT_MAX_STEPS;
+    int max_steps = 0; /* the environment's default (the household's: 50) */
     bool with_admissible = false, jsonl = false;
     long count = 1;
     double noise = 0, bad_noise = 0;

@@ -16,7 +16,7 @@
  * BUS_PUB_EP, BUS_SUB_EP, POLICY_URL, ENV_WORKERS) and keeps <out>/children.txt ("name pid" per
  * running child) up to date.
  */
-#include "env_worker/household/household.h"
+#include "env_worker/env.h"
 #include "gate/gate_rules.h"
 #include "common/afile.h"
 #include "common/sr_buf.h"

@@ -31,13 +31,8 @@ const char *expert_act(expert_t *self, const env_obs_t *obs);
  * an object it did not want in its hands it puts back first. */
 void expert_taken(expert_t *self, const char *action);
 
-/* The outcome of one expert episode. */
-typedef struct expert_result {
-    bool won;
-    int steps;
-    int inadmissible; /* actions the expert sent that were not in the admissible list */
-    int nothing;      /* steps whose observation was "Nothing happens." */
-} expert_result_t;
+/* The outcome of one expert episode (env.h). */
+typedef env_expert_result_t expert_result_t;
 
 /* expert_run plays task_id with the environment ops (max_steps <= 0: the default) and fills *res.
  * When transcript is not NULL it receives a malloc'd text the caller frees: the opening, then

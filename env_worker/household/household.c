@@ -16,6 +16,7 @@
  */
 #include "env_worker/household/household.h"
 #include "common/sr.h"
+#include "env_worker/household/expert.h"
 #include "env_worker/household/household_data.h"
 
 #include <stdio.h>
@@ -977,10 +978,64 @@ static void s_ops_destroy(void **env_p)
     *env_p = NULL;
 }
 
+static char *s_ops_describe(const void *env)
+{
+    return household_describe(env);
+}
+
+static int s_ops_task_type(const void *env)
+{
+    return (int)household_task_type(env);
+}
+
+static const char *s_ops_task_type_name(int type)
+{
+    return household_task_name((household_task_t)type);
+}
+
+static void *s_ops_expert_new(void)
+{
+    return expert_new();
+}
+
+static const char *s_ops_expert_act(void *expert, const env_obs_t *obs)
+{
+    return expert_act(expert, obs);
+}
+
+static void s_ops_expert_taken(void *expert, const char *action)
+{
+    expert_taken(expert, action);
+}
+
+static void s_ops_expert_destroy(void **expert_p)
+{
+    if (!expert_p)
+        return;
+    expert_t *ex = *expert_p;
+    expert_destroy(&ex);
+    *expert_p = NULL;
+}
+
+static int s_ops_expert_run(const char *task_id, int max_steps, bool with_admissible, env_expert_result_t *res,
+                            char **transcript, char *err, size_t errlen)
+{
+    return expert_run(&household_env_ops, task_id, max_steps, with_admissible, res, transcript, err, errlen);
+}
+
 const env_ops_t household_env_ops = {
     .name = "household",
     .create = s_ops_create,
     .reset = s_ops_reset,
     .step = s_ops_step,
     .destroy = s_ops_destroy,
+    .describe = s_ops_describe,
+    .n_task_types = HOUSEHOLD_TASK_COUNT,
+    .task_type = s_ops_task_type,
+    .task_type_name = s_ops_task_type_name,
+    .expert_new = s_ops_expert_new,
+    .expert_act = s_ops_expert_act,
+    .expert_destroy = s_ops_expert_destroy,
+    .expert_taken = s_ops_expert_taken,
+    .expert_run = s_ops_expert_run,
 };

@@ -22,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The household's env-worker kind (common/envkind.h): the built-in env worker's default. */
-#define ENVKIND_HOUSEHOLD "household"
 
 #define HOUSEHOLD_DEFAULT_MAX_STEPS 50
 #define HOUSEHOLD_TASKS_PER_PLAN 8
