@@ -1,0 +1,171 @@
+"""The neural agent's GRPO trainer (python3 -m selroll.neural train), a real process on real sockets:
+a BATCH built from answers of a real server over real HTTP (completion ids and old logprobs as
+the server sampled them, prompt ids left to the trainer to rebuild from the messages, as with the
+actors' --tokens completion) is trained with a first-minibatch mean |ratio - 1| below 1e-3, a
+finite loss and weights that change, saved where the ack says and loaded by the server; a BATCH
+with a foreign token id is refused with its reason."""
+import array
+import json
+import math
+import os
+import subprocess
+import sys
+
+import msgpack
+import pytest
+import zmq
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/deps.sh --test installs it)")
+
+import selroll  # noqa: E402
+from neural_util import PYDIR, ServerProc, free_port, messages, tiny_checkpoint  # noqa: E402
+from selroll.neural import checkpoint  # noqa: E402
+
+
+def _i32(xs):
+    a = array.array("i", xs)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def _f32(xs):
+    a = array.array("f", xs)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def _step(i, msgs, answer, reward, done):
+    ch = answer["choices"][0]
+    ids = ch["token_ids"]
+    lps = [c["logprob"] for c in ch["logprobs"]["content"]]
+    return {"i": i, "action": ch["message"]["content"], "raw": ch["message"]["content"], "obs": "o",
+            "reward": reward, "done": done, "prompt_tokens": answer["usage"]["prompt_tokens"],
+            "completion_tokens": len(ids), "format_error": False, "latency_ms": 1.0,
+            "logprob": sum(lps), "messages": msgs, "token_ids": _i32(ids), "token_logprobs": _f32(lps)}
+
+
+def _batch(server, iteration=0, version=0, n_traj=4, steps=2, seed=0):
+    rewards = [1.0 if i % 2 == 0 else 0.0 for i in range(n_traj)]
+    adv = selroll.estimator_advantages("grpo", rewards)
+    trajs = []
+    for ti, r in enumerate(rewards):
+        st = []
+        for k in range(steps):
+            msgs = messages(100 * ti + k + seed)
+            code, ans = server.chat({"messages": msgs, "temperature": 1.0, "max_tokens": 10,
+                                     "seed": 1000 * seed + 10 * ti + k, "logprobs": True,
+                                     "return_token_ids": True, "return_prompt_token_ids": False})
+            assert code == 200, ans
+            st.append(_step(k, msgs, ans, r if k == steps - 1 else 0.0, k == steps - 1))
+        trajs.append({"job_id": "j%d" % ti, "epoch": 1, "run": "r", "group": "g", "task": "t", "traj": ti,
+                      "status": "done", "reward": r, "won": r > 0, "n_steps": steps, "steps": st})
+    return {"t": "BATCH", "v": 1, "run": "r", "iteration": iteration, "policy_version": version,
+            "estimator": "grpo", "stats": {},
+            "groups": [{"group": "g", "task": "t", "weight": 1.0, "audit_weight": 1.0, "rewards": rewards,
+                        "advantages": adv, "advantages_raw": adv, "trajectories": trajs}]}
+
+
+class TrainerProc:
+    def __init__(self, weights, tmp, extra=()):
+        self.ctx = zmq.Context()
+        self.ack = self.ctx.socket(zmq.PULL)
+        self.ack.linger = 0
+        ack_port = self.ack.bind_to_random_port("tcp://127.0.0.1")
+        pull_port = free_port()
+        self.stats = os.path.join(str(tmp), "stats.jsonl")
+        self.dir = os.path.join(str(tmp), "w")
+        self.log = open(os.path.join(str(tmp), "trainer.log"), "w+")
+        env = dict(os.environ, PYTHONPATH=PYDIR, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "selroll.neural", "train", "--pull", "tcp://127.0.0.1:%d" % pull_port,
+             "--ack", "tcp://127.0.0.1:%d" % ack_port, "--weights-dir", self.dir, "--weights", weights,
+             "--stats", self.stats] + list(extra), env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.push = self.ctx.socket(zmq.PUSH)
+        self.push.linger = 0
+        self.push.connect("tcp://127.0.0.1:%d" % pull_port)
+
+    def send(self, m, timeout=90):
+        self.push.send(msgpack.packb(m, use_bin_type=True))
+        if not self.ack.poll(timeout * 1000):
+            self.log.seek(0)
+            raise AssertionError("no WEIGHTS_READY: " + self.log.read()[-3000:])
+        return msgpack.unpackb(self.ack.recv(), raw=False)
+
+    def records(self):
+        return [json.loads(x) for x in open(self.stats)]
+
+    def close(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        self.push.close()
+        self.ack.close()
+        self.ctx.term()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ntrain")
+    w = tiny_checkpoint(str(d / "v0.pt"), seed=3, n_ctx=1024)
+    srv = ServerProc(w, d)
+    tr = TrainerProc(w, d, ["--lr", "1e-3", "--passes", "2", "--minibatch", "3"])
+    yield w, srv, tr
+    tr.close()
+    srv.close()
+
+
+def test_trained_weights_are_the_served_ones_ratio_near_one(setup):
+    w, srv, tr = setup
+    b = _batch(srv)
+    ack = tr.send(b)
+    assert ack["t"] == "WEIGHTS_READY" and ack["ok"] is True, ack
+    assert ack["version"] == 1 and ack["iteration"] == 0 and os.path.exists(ack["path"])
+    rec = tr.records()[-1]
+    assert rec["ok"] and rec["sequences"] == 8 and rec["tokens"] > 0
+    assert rec["ratio_dev"] < 1e-3, rec
+    assert math.isfinite(rec["loss"]) and math.isfinite(ack["loss"])
+    m0, _, _ = checkpoint.load(w)
+    m1, _, info = checkpoint.load(ack["path"])
+    assert info["version"] == 1
+    diff = max(float((a - b).abs().max()) for a, b in zip(m0.state_dict().values(), m1.state_dict().values()))
+    assert diff > 1e-5, "the weights changed"
+    # the server loads the new weights (the coordinator's --weights-sync sglang-disk); a batch sampled
+    # from them trains with ratio ~1 again: the trainer's weights are the served ones
+    code, r = srv.request("POST", "/update_weights_from_disk", {"model_path": ack["path"]})
+    assert code == 200 and r["success"] and r["version"] == 1
+    ack2 = tr.send(_batch(srv, iteration=1, version=1, seed=1))
+    assert ack2["ok"] is True and ack2["version"] == 2, ack2
+    rec2 = tr.records()[-1]
+    assert rec2["ratio_dev"] < 1e-3 and math.isfinite(rec2["loss"]), rec2
+    # old logprobs of other weights (version 0's, after the trainer moved on) are visibly off
+    code, r = srv.request("POST", "/update_weights_from_disk", {"model_path": w, "version": 2})
+    assert code == 200
+    ack3 = tr.send(_batch(srv, iteration=2, version=2, seed=2))
+    assert ack3["ok"] is True, ack3
+    assert tr.records()[-1]["ratio_dev"] > 1e-2, "the check sees weights that are not the trained ones"
+
+
+def test_foreign_token_id_is_refused_with_reason(setup):
+    w, srv, tr = setup
+    vocab = checkpoint.load(w)[1].vocab_size
+    b = _batch(srv, iteration=10, version=3, n_traj=2, steps=1, seed=5)
+    st = b["groups"][0]["trajectories"][1]["steps"][0]
+    ids = list(array.array("i", st["token_ids"]))
+    ids[0] = vocab + 7
+    st["token_ids"] = _i32(ids)
+    ack = tr.send(b)
+    assert ack["ok"] is False and ack["iteration"] == 10, ack
+    assert "token id %d is not this tokenizer's" % (vocab + 7) in ack["reason"], ack["reason"]
+    assert "trajectory 1 step 0" in ack["reason"]
+    # ids in the vocabulary that are not what the raw text was decoded from: refused too
+    b = _batch(srv, iteration=11, version=3, n_traj=2, steps=1, seed=6)
+    st = b["groups"][0]["trajectories"][0]["steps"][0]
+    st["raw"] = st["raw"] + "x"
+    ack = tr.send(b)
+    assert ack["ok"] is False and "do not decode" not in ack["reason"] and "raw text" in ack["reason"], ack
