@@ -143,8 +143,9 @@ def test_trained_weights_are_the_served_ones_ratio_near_one(setup):
     assert ack2["ok"] is True and ack2["version"] == 2, ack2
     rec2 = tr.records()[-1]
     assert rec2["ratio_dev"] < 1e-3 and math.isfinite(rec2["loss"]), rec2
-    # old logprobs of other weights (version 0's, after the trainer moved on) are visibly off
-    code, r = srv.request("POST", "/update_weights_from_disk", {"model_path": w, "version": 2})
+    # old logprobs of other weights (another random model, same tokenizer) are visibly off
+    other = tiny_checkpoint(os.path.join(os.path.dirname(w), "other.pt"), seed=4, n_ctx=1024)
+    code, r = srv.request("POST", "/update_weights_from_disk", {"model_path": other, "version": 2})
     assert code == 200
     ack3 = tr.send(_batch(srv, iteration=2, version=2, seed=2))
     assert ack3["ok"] is True, ack3
@@ -169,3 +170,54 @@ def test_foreign_token_id_is_refused_with_reason(setup):
     st["raw"] = st["raw"] + "x"
     ack = tr.send(b)
     assert ack["ok"] is False and "do not decode" not in ack["reason"] and "raw text" in ack["reason"], ack
+
+
+BIN = os.environ.get("SELROLL_BIN", os.path.join(PYDIR, "..", "bin", "selroll"))
+COMMITTED = os.path.join(PYDIR, "selroll", "neural", "weights", "household.pt")
+# the committed checkpoint (1M parameters, ~39% greedy success): a random tiny model never wins,
+# so its groups all have zero variance and no batch would reach the trainer
+SMALL_RUN = ["--policy", "neural", "--batch-groups", "2", "--group-size", "4", "--tasks", "16", "--max-steps", "12",
+             "--actors", "1", "--slots", "8", "--no-gate", "--http", "off"]
+
+
+def _lines(path, typ=None):
+    out = [json.loads(x) for x in open(path)]
+    return [x for x in out if typ is None or x.get("type") == typ]
+
+
+def test_run_policy_neural_trains_two_iterations_with_exact_tokens(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.run([BIN, "run", "--iters", "2", "--eval-tasks", "3", "--eval-every", "1", "--out", str(out)]
+                       + SMALL_RUN, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "trainer neural (python3 -m selroll.neural train)" in p.stdout
+    assert "summary: policy v0 -> v2;" in p.stdout, p.stdout[-2000:]
+    recs = _lines(out / "neural-train.jsonl")
+    assert [r["version"] for r in recs] == [1, 2] and all(r["ok"] for r in recs), recs
+    for r in recs:
+        assert r["ratio_dev"] < 1e-3, r   # the served weights are the trained ones, the ids exact
+        assert math.isfinite(r["loss"]) and r["tokens"] > 0
+        assert os.path.exists(r["path"]) and r["path"].startswith(str(out / "neural-weights"))
+    its = _lines(out / "iterations.jsonl", "iteration")
+    assert [i["policy_version"] for i in its] == [0, 1]
+    evals = _lines(out / "iterations.jsonl", "eval")
+    assert evals[-1]["policy_version"] == 2 and evals[-1]["tasks"] == 3, evals
+    # the new weights changed and the server loaded them (the coordinator's --weights-sync sglang-disk)
+    m0 = checkpoint.load(COMMITTED)[0].state_dict()
+    m2 = checkpoint.load(recs[-1]["path"])[0].state_dict()
+    assert any(float((m0[k] - m2[k]).abs().max()) > 0 for k in m0)
+    rounds = [json.loads(x) for f in sorted((out / "rounds").iterdir()) for x in open(f)]
+    assert {s.get("served_version") for t in rounds for s in t["steps"] if s.get("served_version") is not None} \
+        >= {0, 1}
+
+
+def test_run_policy_neural_stops_on_a_refused_batch_naming_it(tmp_path):
+    # a trainer with another tokenizer (a tiny one of 306 ids): the server's ids are foreign to it
+    tiny = tiny_checkpoint(str(tmp_path / "tiny.pt"), n_ctx=1024)
+    p = subprocess.run([BIN, "run", "--iters", "2", "--eval-tasks", "2", "--out", str(tmp_path / "run"),
+                        "--trainer-args", "--weights " + tiny] + SMALL_RUN, capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("selroll run: the trainer refused the batch of iteration 0 twice"), p.stderr[-2000:]
+    assert "is not this tokenizer's (vocabulary" in last

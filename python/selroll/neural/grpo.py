@@ -19,6 +19,7 @@ ones and the ids are exact.
 """
 import argparse
 import array
+import copy
 import json
 import math
 import os
@@ -221,14 +222,15 @@ def main(argv):
                 seqs = prepare(batch, tok, model.config.n_ctx)
             except Refused as e:
                 log("iteration %d refused: %s" % (batch.iteration, e))
-                tr.refuse(str(e))
                 rec.update(ok=False, reason=str(e))
             else:
+                snap = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
                 try:
                     st = ppo_update(model, opt, seqs, args.passes, args.minibatch, args.eps, args.max_grad_norm)
                 except FloatingPointError as e:
+                    model.load_state_dict(snap[0])  # the served weights stay the trained ones
+                    opt.load_state_dict(snap[1])
                     log("iteration %d refused: %s" % (batch.iteration, e))
-                    tr.refuse(str(e))
                     rec.update(ok=False, reason=str(e))
                 else:
                     t1 = time.time()
@@ -243,14 +245,17 @@ def main(argv):
                               "%.3g" % dev if dev is not None else "n/a", st["loss"], st["clip_frac"],
                               t1 - t0, time.time() - t1))
                     log(msg)
-                    tr.ack(path=path, loss=st["loss"],
-                           info="mean |ratio-1| %s" % ("%.3g" % dev if dev is not None else "n/a"))
                     rec.update(ok=True, version=v, path=path, ratio_dev=dev, loss=st["loss"],
                                sequences=len(seqs), tokens=st["tokens"], clip_frac=st["clip_frac"],
                                train_s=t1 - t0, save_s=time.time() - t1)
-            if args.stats:
+            if args.stats:  # written before the answer: whoever reads the ack finds it
                 with open(args.stats, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+            if rec["ok"]:
+                tr.ack(path=rec["path"], loss=rec["loss"], info="mean |ratio-1| %s" % (
+                    "%.3g" % rec["ratio_dev"] if rec["ratio_dev"] is not None else "n/a"))
+            else:
+                tr.refuse(rec["reason"])
             answered += 1
             if args.max_batches and answered >= args.max_batches:
                 break
