@@ -899,10 +899,13 @@ int run_main(int argc, char **argv)
          .help = "training: held-out split"},
         {.name = "trainer", .kind = CFG_STRING, .dst = &o.trainer, .def = "builtin",
          .metavar = "builtin|none|PULL,ACK",
-         .help = "training: the built-in `selroll trainer`, none (iterations without training), or "
-                 "an external trainer: its PULL endpoint and the endpoint bound here for acks"},
+         .help = "training: the built-in `selroll trainer` (with --policy neural: python3 -m "
+                 "selroll.neural train and --weights-sync sglang-disk), none (iterations without "
+                 "training), or an external trainer: its PULL endpoint and the endpoint bound here "
+                 "for acks"},
         {.name = "trainer-args", .kind = CFG_STRING, .dst = &o.trainer_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for the built-in trainer (at most 64 words)"},
+         .help = "extra space-separated arguments for the built-in trainer (or the neural one) "
+                 "(at most 64 words)"},
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
