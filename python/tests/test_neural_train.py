@@ -36,17 +36,18 @@ def _f32(xs):
     return a.tobytes()
 
 
-def _step(i, msgs, answer, reward, done):
+def _step(i, msgs, answer, reward, done, full=False):
     ch = answer["choices"][0]
     ids = ch["token_ids"]
     lps = [c["logprob"] for c in ch["logprobs"]["content"]]
     return {"i": i, "action": ch["message"]["content"], "raw": ch["message"]["content"], "obs": "o",
             "reward": reward, "done": done, "prompt_tokens": answer["usage"]["prompt_tokens"],
             "completion_tokens": len(ids), "format_error": False, "latency_ms": 1.0,
-            "logprob": sum(lps), "messages": msgs, "token_ids": _i32(ids), "token_logprobs": _f32(lps)}
+            "logprob": sum(lps), "messages": msgs, "token_ids": _i32(ids), "token_logprobs": _f32(lps),
+            **({"prompt_token_ids": _i32(answer["prompt_token_ids"])} if full else {})}
 
 
-def _batch(server, iteration=0, version=0, n_traj=4, steps=2, seed=0):
+def _batch(server, iteration=0, version=0, n_traj=4, steps=2, seed=0, full=False):
     rewards = [1.0 if i % 2 == 0 else 0.0 for i in range(n_traj)]
     adv = selroll.estimator_advantages("grpo", rewards)
     trajs = []
@@ -56,9 +57,9 @@ def _batch(server, iteration=0, version=0, n_traj=4, steps=2, seed=0):
             msgs = messages(100 * ti + k + seed)
             code, ans = server.chat({"messages": msgs, "temperature": 1.0, "max_tokens": 10,
                                      "seed": 1000 * seed + 10 * ti + k, "logprobs": True,
-                                     "return_token_ids": True, "return_prompt_token_ids": False})
+                                     "return_token_ids": True, "return_prompt_token_ids": full})
             assert code == 200, ans
-            st.append(_step(k, msgs, ans, r if k == steps - 1 else 0.0, k == steps - 1))
+            st.append(_step(k, msgs, ans, r if k == steps - 1 else 0.0, k == steps - 1, full))
         trajs.append({"job_id": "j%d" % ti, "epoch": 1, "run": "r", "group": "g", "task": "t", "traj": ti,
                       "status": "done", "reward": r, "won": r > 0, "n_steps": steps, "steps": st})
     return {"t": "BATCH", "v": 1, "run": "r", "iteration": iteration, "policy_version": version,
@@ -170,6 +171,28 @@ def test_foreign_token_id_is_refused_with_reason(setup):
     st["raw"] = st["raw"] + "x"
     ack = tr.send(b)
     assert ack["ok"] is False and "do not decode" not in ack["reason"] and "raw text" in ack["reason"], ack
+
+
+def test_tokens_full_prompt_ids_are_used_and_checked(setup):
+    w, srv, tr = setup
+    # the server serves another model now or still the first: either way old logprobs are its own
+    # answers'; reload the trainer's latest weights so that the ratio check applies
+    path = [r for r in tr.records() if r["ok"]][-1]["path"]
+    code, r = srv.request("POST", "/update_weights_from_disk", {"model_path": path})
+    assert code == 200
+    last = tr.records()[-1]
+    b = _batch(srv, iteration=20, version=last.get("version", 3), n_traj=2, steps=2, seed=7, full=True)
+    ack = tr.send(b)
+    assert ack["ok"] is True, ack
+    assert tr.records()[-1]["ratio_dev"] < 1e-3
+    # prompt ids (in the vocabulary) that are not the encoding of the step's messages: refused
+    b = _batch(srv, iteration=21, version=ack["version"], n_traj=2, steps=1, seed=8, full=True)
+    st = b["groups"][0]["trajectories"][0]["steps"][0]
+    pids = list(array.array("i", st["prompt_token_ids"]))
+    pids[3] = pids[3] + 1 if pids[3] + 1 < 300 else pids[3] - 1
+    st["prompt_token_ids"] = _i32(pids)
+    ack = tr.send(b)
+    assert ack["ok"] is False and "prompt ids are not this tokenizer's ids of the step's messages" in ack["reason"], ack
 
 
 BIN = os.environ.get("SELROLL_BIN", os.path.join(PYDIR, "..", "bin", "selroll"))
