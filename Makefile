@@ -49,7 +49,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 HARNESS   := $(B)/tests/harness.o
 
 .SECONDARY:
-.PHONY: neural-weights
+.PHONY: neural-weights run-neural
 .PHONY: all deps deps-test test test-unit test-valgrind test-ubsan test-integration test-python run bench clean install format
 .PHONY: fuzz fuzz-short fuzz-build
 
@@ -181,6 +181,11 @@ fuzz-short: fuzz-build
 run: deps
 	@$(MAKE) --no-print-directory bin/selroll
 	./bin/selroll run
+
+# The neural agent learning by GRPO through selroll (docs/neural.md, "GRPO training"): 10
+# iterations with the run's defaults, the committed checkpoint served and trained.
+run-neural: bin/selroll
+	./bin/selroll run --policy neural --iters 10 --http off --out build/run-neural
 
 bench: bin/selroll
 	./bin/selroll bench all

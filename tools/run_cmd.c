@@ -273,6 +273,7 @@ typedef struct {
     char trainer_push[1100];       /* the trainer's PULL, where BATCHes go; "" = no trainer */
     char trainer_pull[1100];       /* the coordinator binds it for WEIGHTS_READY */
     bool builtin_trainer;
+    bool neural_trainer;           /* --policy neural's trainer (python3 -m selroll.neural train) */
     long iter_offset;              /* bytes of iterations.jsonl already reported */
     double eval_first, eval_last;  /* held-out success, -1 before */
     int64_t tot_started, tot_skipped, tot_cancelled, tot_filtered, tot_tokens, tot_calls;
@@ -619,6 +620,32 @@ static void s_run_error(s_run_t *r, char *buf, size_t len)
     free(e);
 }
 
+/* s_coord_error copies the coordinator's own last word from its log, the line "selroll
+ * coordinator: WHY" it writes when it stops on an error (a trainer that refused a batch twice,
+ * say), into buf; "" when there is none. */
+static void s_coord_error(s_run_t *r, char *buf, size_t len)
+{
+    static const char prefix[] = "selroll coordinator: ";
+    char path[2200];
+    snprintf(path, sizeof path, "%s/logs/%s.log", r->out, r->coord_name);
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (strncmp(line, prefix, sizeof prefix - 1) != 0)
+            continue;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        snprintf(buf, len, "%s", line + sizeof prefix - 1);
+    }
+    free(line);
+    fclose(f);
+}
+
 static double s_num(const cJSON *j, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
@@ -790,9 +817,16 @@ static int s_policy_check(s_run_t *r, char *err, size_t errlen)
         return SR_OK;
     }
     if (r->builtin_trainer) {
-        snprintf(err, errlen, "--policy neural: the built-in trainer trains the built-in policy only "
-                              "(use --trainer PULL,ACK, or rounds with --groups)");
-        return SR_EINVAL;
+        /* --trainer builtin (the default) with the neural agent: its own trainer, an external
+         * trainer child whose checkpoints the coordinator loads into the server by path */
+        if (o.weights_sync != 0 && o.weights_sync != 3) {
+            snprintf(err, errlen, "--policy neural: its trainer's weights load with --weights-sync "
+                                  "sglang-disk only");
+            return SR_EINVAL;
+        }
+        r->builtin_trainer = false;
+        r->neural_trainer = true;
+        o.weights_sync = 3; /* sglang-disk: POST /update_weights_from_disk {model_path} */
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", r->self);
@@ -865,10 +899,13 @@ int run_main(int argc, char **argv)
          .help = "training: held-out split"},
         {.name = "trainer", .kind = CFG_STRING, .dst = &o.trainer, .def = "builtin",
          .metavar = "builtin|none|PULL,ACK",
-         .help = "training: the built-in `selroll trainer`, none (iterations without training), or "
-                 "an external trainer: its PULL endpoint and the endpoint bound here for acks"},
+         .help = "training: the built-in `selroll trainer` (with --policy neural: python3 -m "
+                 "selroll.neural train and --weights-sync sglang-disk), none (iterations without "
+                 "training), or an external trainer: its PULL endpoint and the endpoint bound here "
+                 "for acks"},
         {.name = "trainer-args", .kind = CFG_STRING, .dst = &o.trainer_args, .metavar = "ARGS",
-         .help = "extra space-separated arguments for the built-in trainer (at most 64 words)"},
+         .help = "extra space-separated arguments for the built-in trainer (or the neural one) "
+                 "(at most 64 words)"},
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
          .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
@@ -1048,7 +1085,8 @@ int run_main(int argc, char **argv)
         snprintf(r.trainer_pull, sizeof r.trainer_pull, "%s", comma + 1);
     }
     r.builtin_trainer = r.train && strcmp(o.trainer, "builtin") == 0;
-    if (o.weights_sync != 0 && (!r.train || !r.trainer_push[0])) {
+    if (o.weights_sync != 0 && (!r.train || !r.trainer_push[0]) &&
+        !(r.train && r.builtin_trainer && !strcmp(o.policy, "neural"))) { /* neural: its trainer */
         fprintf(stderr, "selroll run: --weights-sync needs training with an external --trainer "
                         "PULL,ACK (its WEIGHTS_READY carries the path)\n");
         code = 2;
@@ -1406,6 +1444,41 @@ int run_main(int argc, char **argv)
         names[nnames++] = sr_xstrdup("trainer");
     }
 
+    /* The neural agent's trainer: binds its PULL for BATCHes, connects to the coordinator's PULL
+     * for acks; writes OUT/neural-weights/v<version>.pt, which the coordinator has the server
+     * load (--weights-sync sglang-disk) before it publishes the version. */
+    if (r.neural_trainer) {
+        snprintf(r.trainer_push, sizeof r.trainer_push, "tcp://127.0.0.1:%d", s_free_port());
+        snprintf(r.trainer_pull, sizeof r.trainer_pull, "tcp://127.0.0.1:%d", s_free_port());
+        if (!o.policy_servers || !*o.policy_servers) { /* the neural server, by default */
+            free(o.policy_servers);
+            o.policy_servers = sr_xstrdup(r.policy_url); /* freed by cfg_free */
+        }
+        s_argv_t a = {0};
+        s_arg(&a, "/usr/bin/python3");
+        s_arg(&a, "-m");
+        s_arg(&a, "selroll.neural");
+        s_arg(&a, "train");
+        s_arg(&a, "--pull");
+        s_arg(&a, r.trainer_push);
+        s_arg(&a, "--ack");
+        s_arg(&a, r.trainer_pull);
+        s_arg(&a, "--weights-dir");
+        s_argf(&a, "%s/neural-weights", r.out);
+        s_arg(&a, "--weights");
+        s_arg(&a, r.neural_weights);
+        s_arg(&a, "--run");
+        s_arg(&a, o.run);
+        s_arg(&a, "--stats");
+        s_argf(&a, "%s/neural-train.jsonl", r.out);
+        s_args_split(&a, o.trainer_args);
+        rc = s_supervise_add(r.sup, "trainer", &a, true);
+        s_argv_free(&a);
+        if (rc != SR_OK)
+            goto cleanup;
+        names[nnames++] = sr_xstrdup("trainer");
+    }
+
     /* Coordinator. */
     if (s_start_coordinator(&r, false) != SR_OK)
         goto cleanup;
@@ -1493,7 +1566,8 @@ int run_main(int argc, char **argv)
                "gate %s, backfill %s, %s advantages), trainer %s; held-out %d %s tasks every %d "
                "iterations; %d actors x %d slots, %s, time scale %g; results in %s\n",
                o.run, o.iters, o.batch_groups, o.group_size, o.prefilter ? "on" : "off",
-               o.no_gate ? "none" : o.gate_mode, o.backfill ? "on" : "off", o.adv, o.trainer,
+               o.no_gate ? "none" : o.gate_mode, o.backfill ? "on" : "off", o.adv,
+               r.neural_trainer ? "neural (python3 -m selroll.neural train)" : o.trainer,
                o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, envw_desc,
                o.time_scale, r.out);
     else
@@ -1557,6 +1631,8 @@ int run_main(int argc, char **argv)
             code = supervise_finished(r.sup, r.coord_name) ? 0 : 1;
             if (code) {
                 s_run_error(&r, run_error, sizeof run_error);
+                if (!run_error[0])
+                    s_coord_error(&r, run_error, sizeof run_error);
                 fprintf(stderr, "selroll run: the coordinator stopped the training run (status "
                                 "%d); see %s/logs/%s.log\n",
                         supervise_last_status(r.sup, r.coord_name), r.out, r.coord_name);

@@ -82,7 +82,7 @@ def test_run_policy_neural_committed_checkpoint(tmp_path):
 def test_run_policy_refuses_bad_values_before_starting(tmp_path):
     for args, text in [(["--policy", "ftp://x", "--groups", "1"], "is not builtin, neural or an http(s) URL"),
                        (["--policy", "neural", "--groups", "1", "--neural-weights", str(tmp_path / "none.pt")], "cannot read"),
-                       (["--policy", "neural", "--iters", "1"], "built-in trainer")]:
+                       (["--policy", "neural", "--iters", "1", "--weights-sync", "vllm-lora"], "sglang-disk only")]:
         p = subprocess.run([BIN, "run", "--out", str(tmp_path / "o")] + args, capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 2 and text in p.stderr, (args, p.stderr)

@@ -1,10 +1,11 @@
-"""python3 -m selroll.neural pretrain|serve|eval ... (see --help of each)."""
+"""python3 -m selroll.neural pretrain|train|serve|eval ... (see --help of each)."""
 import sys
 
 
 def main(argv):
-    usage = ("usage: python3 -m selroll.neural pretrain|serve|eval|bench [options]\n"
+    usage = ("usage: python3 -m selroll.neural pretrain|train|serve|eval|bench [options]\n"
              "  pretrain  behaviour cloning from the household expert (chunks that resume)\n"
+             "  train     GRPO on selroll's BATCHes (PPO-clip on the exact token ids), an external trainer\n"
              "  serve     the OpenAI/vLLM-shaped server of a checkpoint\n"
              "  eval      greedy success of a checkpoint on valid_unseen tasks\n"
              "  bench     requests/s and tokens/s of a chat server at 1, 16, 48 concurrent requests\n")
@@ -15,6 +16,9 @@ def main(argv):
     if cmd == "pretrain":
         from . import train
         return train.main(rest)
+    if cmd == "train":
+        from . import grpo
+        return grpo.main(rest)
     if cmd == "serve":
         from . import server
         return server.main(rest)
