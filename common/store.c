@@ -422,7 +422,7 @@ static int s_handshake(store_t *s, const char *what, int argc, const char **argv
                 !strncmp(r->str, "NOPERM", 6) || !strncmp(r->str, "ERR invalid password", 20) ||
                 !strncmp(r->str, "ERR AUTH", 8))) {
         /* An authentication refusal gets the one line an operator looks for. */
-        s_set_err(s, "redis refused the connection: %s (%s refused at %s; the URL takes "
+        s_set_err(s, STORE_ERR_AUTH " %s (%s refused at %s; the URL takes "
                      "redis://[user]:password@host:port)", r->str, what, s->where);
         rc = SR_EREDIS;
     } else if (r->type == REDIS_REPLY_ERROR) {

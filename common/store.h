@@ -49,6 +49,10 @@ int store_parse_url(const char *url, store_url_t *out, char *err, size_t errlen)
 
 #define STORE_RUN_MAX 64
 
+/* An error text that starts with STORE_ERR_AUTH is Redis's refusal of the credentials (NOAUTH,
+ * WRONGPASS, NOPERM...): a configuration error, unlike an unreachable server. */
+#define STORE_ERR_AUTH "redis refused the connection:"
+
 /* store_connect opens a connection to `url` for run `run` (1..STORE_RUN_MAX-1 characters out of
  * [A-Za-z0-9_.-]), with `timeout_ms` (> 0; <= 0 means 2000) as both the connect and the command
  * timeout. It sends AUTH when the URL has a password, SELECT when it names a db, PING, and loads

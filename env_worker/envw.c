@@ -1113,15 +1113,25 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     w->advertise = cfg->advertise ? sr_xstrdup(cfg->advertise)
                                   : s_derive_advertise(transport_sock_endpoint(w->sock), w->host);
     if (cfg->redis_url) {
-        /* Only the URL is checked here. Redis need not answer yet: the registry is requests to
-         * the store queue, which connects on the first one and again after a loss, so the worker
-         * serves at once and registers (and heartbeats) once Redis answers. */
+        /* Redis need not answer yet: the registry is requests to the store queue, which connects
+         * on the first one and again after a loss, so the worker serves at once and registers
+         * (and heartbeats) once Redis answers. A malformed URL or credentials that Redis refuses
+         * are configuration errors: those stop the start (one try, before the loop runs). */
         char serr[512] = "";
         const char *run = cfg->run ? cfg->run : "default";
         store_url_t u;
         if (store_parse_url(cfg->redis_url, &u, serr, sizeof serr) != SR_OK) {
             snprintf(why, sizeof why, "%s", serr);
             goto fail;
+        }
+        store_t *st = NULL;
+        if (store_connect(&st, cfg->redis_url, run, 2000, serr, sizeof serr) == SR_OK) {
+            store_destroy(&st);
+        } else if (!strncmp(serr, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
+            snprintf(why, sizeof why, "%s", serr);
+            goto fail;
+        } else {
+            log_warn("%s: serving; registers in Redis once it answers", serr);
         }
         w->sq = storeq_new(w->reactor, cfg->redis_url, run, 2000, serr, sizeof serr);
         if (!w->sq) {
