@@ -1297,7 +1297,9 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         if (rc != SR_OK)
             return rc;
     }
-    if (t->phase == S_PH_AWAIT || t->eval_reading || t->wave_reading > 0 ||
+    /* the batch is out (AWAIT) or its weights are loading (SYNC): nothing starts until the
+     * version is published and the next iteration begins */
+    if (t->phase == S_PH_AWAIT || t->phase == S_PH_SYNC || t->eval_reading || t->wave_reading > 0 ||
         t->records_pending > 0)
         return COORD_PLAN_WAIT;
     if (t->phase == S_PH_DONE)
@@ -1317,6 +1319,8 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         return COORD_PLAN_ROUND;
     }
     if (t->it >= t->cfg.iters) {
+        if (wsync_busy(t->wsync))
+            return COORD_PLAN_WAIT; /* the last version's unload of an old one is answered first */
         t->phase = S_PH_DONE;
         coord_record_int(c, "policy_version", coord_policy_version(c));
         return COORD_PLAN_DONE;

@@ -30,6 +30,7 @@ struct wsync {
     size_t n;
     bool busy;
     size_t left; /* servers still to confirm */
+    size_t unloading; /* unloads of old versions not answered yet */
     int64_t version;
     int64_t first; /* the first version loaded: older ones are not this coordinator's to unload */
     wsync_done_cb done;
@@ -144,6 +145,8 @@ static void s_abort_all(wsync_t *w)
 static void s_unload_done(const llm_response_t *resp, void *arg)
 {
     s_server_t *sv = arg;
+    if (sv->w->unloading > 0)
+        sv->w->unloading--;
     if (resp->rc != SR_OK)
         log_warn("weights sync: %s did not unload an old version: %s", sv->url, resp->error);
 }
@@ -183,9 +186,13 @@ static void s_load_done(const llm_response_t *resp, void *arg)
     if (w->cfg.keep_versions > 0 && old >= w->first) {
         const char *route = NULL;
         char *body = wsync_request(w->cfg.mode, w->lora_name, old, NULL, true, &route);
-        for (size_t i = 0; body && i < w->n; i++)
-            if (!llm_client_post(w->sv[i].llm, route, body, s_unload_done, &w->sv[i]))
+        for (size_t i = 0; body && i < w->n; i++) {
+            w->unloading++;
+            if (!llm_client_post(w->sv[i].llm, route, body, s_unload_done, &w->sv[i])) {
+                w->unloading--;
                 log_warn("weights sync: cannot start the unload on %s", w->sv[i].url);
+            }
+        }
         free(body);
     }
     s_finish(w, true, NULL);
@@ -223,6 +230,11 @@ int wsync_load(wsync_t *w, int64_t version, const char *path, wsync_done_cb done
     log_info("weights sync: asked %zu server%s to load version %lld from %s", w->n,
              w->n == 1 ? "" : "s", (long long)version, path);
     return SR_OK;
+}
+
+bool wsync_busy(const wsync_t *w)
+{
+    return w && (w->busy || w->unloading > 0);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */

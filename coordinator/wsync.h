@@ -55,6 +55,10 @@ int wsync_load(wsync_t *w, int64_t version, const char *path, wsync_done_cb done
 /* wsync_request renders the route and the JSON body (a new string) of a load (unload false) or an
  * unload of `version` in mode; path is ignored for an unload. Returns NULL when the mode has no
  * such request (an unload with sglang-disk or none). */
+/* wsync_busy: a load, or an unload of an old version, is still unanswered (each ends by its
+ * answer, an error or the client's timeout). */
+bool wsync_busy(const wsync_t *w);
+
 char *wsync_request(wsync_mode_t mode, const char *lora_name, int64_t version, const char *path,
                     bool unload, const char **route);
 

@@ -3,7 +3,8 @@
 # vLLM's load/unload endpoints (one answers 0.6 s late): after the external example trainer's
 # WEIGHTS_READY {version, path}, both servers are told to load lora-v<N> from that path and
 # POLICY_VERSION is published only after both confirmed; with --keep-versions 1 the previous
-# adapter is unloaded; SGLang's update_weights_from_disk takes the path; a server that refuses
+# adapter is unloaded; SGLang's update_weights_from_disk takes the path; while a slow server loads
+# nothing starts; a server that refuses
 # stops the run with exit 1 and one line naming it; without --policy-servers the servers are the
 # Redis registry's (selroll:<run>:policy:<id> hashes with an url field), and with none there the
 # first WEIGHTS_READY stops the run.
@@ -98,6 +99,29 @@ if [ $RC -eq 0 ] && grep -q '"admin": "/update_weights_from_disk", "body": {"mod
 else
   bad "sglang-disk: rc=$RC $(tail -2 "$T/wsd.err") $(tail -2 "$CLOG")"
 fi
+
+# --- a slow load: nothing starts while the servers load (no wave into a batch already sent, no
+# resend of it when the pool runs dry, so no second WEIGHTS_READY and no second load) -------------
+stub s --flavor sglang --load-delay-ms 1500; SS=$SP; SSLOG=$SLOG
+train wss 2 "--weights-sync sglang-disk --policy-servers http://127.0.0.1:$SS --tasks 4" run
+out=$("$PY" - "$OUT/logs/coordinator.log" "$SSLOG" <<'PYEOF'
+import json, re, sys
+coord = open(sys.argv[1]).read().splitlines()
+loads = [q["body"]["model_path"] for q in map(json.loads, open(sys.argv[2])) if q.get("admin") == "/update_weights_from_disk"]
+if loads != ["/ckpt/wss/v1", "/ckpt/wss/v2"]:
+    print("FAIL slow load: the server was asked to load %s" % loads); sys.exit(1)
+loading = False
+for l in coord:
+    if "weights sync: asked 1 server to load version" in l:
+        loading = True
+    elif re.search("trainer ready with version", l):
+        loading = False
+    elif loading and re.search("wave [0-9]+ starts|left no prompt|sending the batch once more", l):
+        print("FAIL slow load: while the server loaded: " + l[24:]); sys.exit(1)
+print("ok   slow load (1.5 s, a pool of 4 prompts): nothing started while the server loaded; versions 1 and 2 each loaded once")
+PYEOF
+)
+if [ $RC -eq 0 ] && [[ $out == ok* ]]; then echo "$out"; else bad "slow load: rc=$RC $out $(tail -2 "$T/wss.err")"; fi
 
 # --- a server that refuses: the run stops with one line naming it ---------------------------------
 stub d --flavor vllm --refuse-load; D=$SP
