@@ -10,10 +10,11 @@
  *   llmlink.c    the policy: the HTTP client on the reactor, model names, the model check;
  *   bus.c        ACTIONs out, CANCEL and POLICY_VERSION in;
  *   astats.c     the counters all of them keep.
- * Only this file knows all of them: the links report through handlers that land here and are
- * passed on (a JOB to the slots, an env reply to the slots, a WELCOME to the bus and the env
- * link), so no part calls up into another. Nothing blocks: every wait is a socket event or a
- * reactor timer, and the actor makes no Redis call.
+ * The slots use the links and the bus (an episode sends RESET / STEP, asks the policy, publishes
+ * its ACTIONs, hands its RESULT over); the links and the bus never call the slots: they report
+ * through handlers that land here and are passed on (a JOB, a CANCEL or an env reply to the
+ * slots, a WELCOME to the bus and the env link), so there is no circle. Nothing blocks: every
+ * wait is a socket event or a reactor timer, and the actor makes no Redis call.
  *
  * Drain: actor_drain sets a flag that the before-sleep hook turns into BYE drain=true; from then
  * on no credit goes out, and once no episode runs the actor waits up to drain_ack_ms for the last
