@@ -20,6 +20,11 @@
  *
  * The object is usable in-process: actor_run in a thread of its own, actor_stop / actor_drain /
  * actor_stats from any thread. `selroll actor` (actor_cmd.c) is a thin command around it.
+ *
+ * Inside, one part per concern, each with its state private to its file (actor.c wires them):
+ * coordlink.h (the work channel), slots.h (slots and episodes), envlink.h (env workers, remote
+ * and in process, behind one ops table), llmlink.h (the policy and the model check), bus.h
+ * (ACTIONs, CANCEL, POLICY_VERSION), astats.h (the counters).
  */
 #ifndef SR_ACTOR_H
 #define SR_ACTOR_H
