@@ -8,6 +8,7 @@
  * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
  * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
  * loop runs: it checks the address, loads the learned examples and records the configuration.
+ * Every key and command is gate/gate_store.c's; this file holds none.
  */
 #include "gate/gate_svc.h"
 
@@ -18,6 +19,7 @@
 #include "common/store.h"
 #include "common/storeq.h"
 #include "common/transport.h"
+#include "gate/gate_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,123 +110,16 @@ static char *s_dup(const char *s)
 
 /* ---- Redis: work on the store thread, completions on the reactor ------------------------ */
 
-/* s_transition records the decision itself: the cancel transition (enforce) or the decision
- * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
- * the store's error. */
-static int s_transition(store_t *st, s_job_t *j)
-{
-    const gate_decision_t *d = &j->d;
-    if (!st)
-        return SR_EREDIS;
-    if (!d->cancel)
-        return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
-    int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
-    if (rc == SR_ECONFLICT && j->attempts > 0) {
-        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
-        store_group_t g;
-        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
-            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
-            rc = SR_OK;
-    }
-    if (rc == SR_OK) {
-        j->publish = true;
-    } else if (rc == SR_ECONFLICT) {
-        /* The group finished first: record what the gate decided, cancel nothing. */
-        j->too_late = true;
-        rc = store_group_decide(st, d->group, d->step, d->d, "cancel");
-    }
-    return rc;
-}
-
-/* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
-static int s_annotate(store_t *st, const gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
-{
-    char key[STORE_GID_MAX + 96];
-    int rc = store_key(st, key, sizeof key, "group:%s", d->group);
-    if (rc != SR_OK)
-        return rc;
-    char wall[32], share[32];
-    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
-    snprintf(share, sizeof share, "%.17g", d->ended_share);
-    rc = store_command(st, STORE_IDEMPOTENT, NULL,
-                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
-                       key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
-    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
-                           gate_rule_name(d->rule));
-    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
-        char w[32];
-        snprintf(w, sizeof w, "%.17g", d->audit_weight);
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
-    }
-    return rc;
-}
-
-/* s_write_rules stores every rule's verdict (JSON) in the group hash, field "rules". */
-static int s_write_rules(store_t *st, const s_job_t *j)
-{
-    char key[STORE_GID_MAX + 96];
-    int rc = store_key(st, key, sizeof key, "group:%s", j->d.group);
-    if (rc != SR_OK)
-        return rc;
-    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
-    redisReply *r = NULL;
-    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
-    if (rc != SR_OK)
-        return rc;
-    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    if (!exists)
-        return SR_ENOTFOUND;
-    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
-}
-
-/* s_read_history reads the prompt's history for the prior and learned rules. */
-static int s_read_history(store_t *st, s_job_t *j)
-{
-    store_prompt_entry_t e[16];
-    size_t n = 0;
-    int rc = store_prompt_history(st, j->d.task, e, SR_ARRAY_LEN(e), &n);
-    if (rc != SR_OK)
-        return rc;
-    double means[16];
-    for (size_t i = 0; i < n; i++)
-        means[i] = e[i].mean_reward;
-    gate_history_from_means(means, n, &j->hist);
-    j->hist_ok = true;
-    return SR_OK;
-}
-
 /* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
  * audit's and keep-two's running figures. */
 static int s_write_outcome(store_t *st, const gate_svc_t *s, const s_job_t *j)
 {
-    char key[STORE_GID_MAX + 96];
     int rc = SR_OK;
-    if (j->text) {
-        rc = store_key(st, key, sizeof key, "gate:learned:examples");
-        if (rc == SR_OK)
-            rc = store_command(st, 0, NULL, "RPUSH %s %s", key, j->text);
-        if (rc == SR_OK)
-            rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
-                               (long long)s->cfg.gate.learned_capacity);
-        if (rc != SR_OK)
-            return rc;
-    }
-    if (j->has_stats) {
-        char prec[32];
-        snprintf(prec, sizeof prec, "%.6g", j->audit_precision);
-        rc = store_key(st, key, sizeof key, "gate:stats");
-        if (rc == SR_OK)
-            rc = store_command(
-                st, STORE_IDEMPOTENT, NULL,
-                "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
-                "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
-                key, (unsigned long long)j->st.outcomes, (unsigned long long)j->st.audit_groups,
-                (unsigned long long)j->st.audit_zero_variance, prec,
-                (unsigned long long)j->st.keep_two_labels,
-                (unsigned long long)j->st.keep_two_wrong, (unsigned long long)j->learned_labels);
-    }
+    if (j->text && (rc = gate_store_example_push(st, j->text, s->cfg.gate.learned_capacity)) !=
+                       SR_OK)
+        return rc;
+    if (j->has_stats)
+        rc = gate_store_figures(st, &j->st, j->audit_precision, j->learned_labels);
     return rc;
 }
 
@@ -289,7 +184,9 @@ static int s_work_transition(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_job_t *j = arg;
-    return s_transition(st, j);
+    if (!st)
+        return SR_EREDIS;
+    return gate_store_decision(st, &j->d, j->attempts > 0, &j->publish, &j->too_late);
 }
 
 /* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
@@ -319,7 +216,7 @@ static int s_work_annotate(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_job_t *j = arg;
-    return st ? s_annotate(st, j->svc, &j->d, j->wall_ms) : SR_EREDIS;
+    return st ? gate_store_annotate(st, &j->d, j->svc->cfg.gate.mode, j->wall_ms) : SR_EREDIS;
 }
 
 static void s_done_annotate(int rc, const char *err, void *arg)
@@ -341,9 +238,12 @@ static int s_work_other(store_t *st, void *arg, char *err)
     if (!st)
         return SR_EREDIS;
     if (j->kind == S_JOB_RULES)
-        return s_write_rules(st, j);
-    if (j->kind == S_JOB_HISTORY)
-        return s_read_history(st, j);
+        return gate_store_rules(st, j->d.group, j->text);
+    if (j->kind == S_JOB_HISTORY) {
+        int rc = gate_store_history(st, j->d.task, &j->hist);
+        j->hist_ok = rc == SR_OK;
+        return rc;
+    }
     return s_write_outcome(st, j->svc, j);
 }
 
@@ -729,30 +629,37 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     return t;
 }
 
+typedef struct {
+    gate_svc_t *s;
+    size_t loaded, bad;
+} s_load_t;
+
+static int s_learn_example(const char *line, void *arg)
+{
+    s_load_t *l = arg;
+    double x[GATE_LEARNED_NF];
+    bool y;
+    if (gate_learned_example_parse(line, x, &y) == SR_OK &&
+        gate_learn(l->s->gate, x, y, false) == SR_OK)
+        l->loaded++;
+    else
+        l->bad++;
+    return 0;
+}
+
 /* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
  * restart, or by other shards), so it starts from what was learned already. */
 static void s_load_examples(gate_svc_t *s, store_t *st)
 {
-    char key[STORE_GID_MAX + 96];
-    redisReply *r = NULL;
-    if (store_key(st, key, sizeof key, "gate:learned:examples") != SR_OK ||
-        store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
+    s_load_t l = {.s = s};
+    size_t bad = 0;
+    if (gate_store_examples(st, s_learn_example, &l, &bad) != SR_OK)
         return;
-    size_t loaded = 0, bad = 0;
-    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        double x[GATE_LEARNED_NF];
-        bool y;
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && gate_learned_example_parse(e->str, x, &y) == SR_OK &&
-            gate_learn(s->gate, x, y, false) == SR_OK)
-            loaded++;
-        else
-            bad++;
-    }
     gate_refit(s->gate);
-    freeReplyObject(r);
-    if (loaded || bad)
-        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
+    l.bad += bad;
+    if (l.loaded || l.bad)
+        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", l.loaded,
+                 l.bad);
 }
 
 /* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
@@ -761,23 +668,10 @@ static void s_load_examples(gate_svc_t *s, store_t *st)
  * logged: the figures are informative, the gate runs without them. */
 static void s_write_config(gate_svc_t *s, store_t *st)
 {
-    char key[STORE_GID_MAX + 96], min_groups[32];
-    snprintf(min_groups, sizeof min_groups, "%lld",
-             (long long)s->cfg.gate.rules.learned_min_groups);
-    int rc = store_key(st, key, sizeof key, "gate:stats");
-    if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
-                           key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
-                           gate_rule_name(s->cfg.gate.rules.audit_base));
-    if (rc == SR_OK)
-        rc = gate_model(s->gate)
-                 ? store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
-                                 key, min_groups)
-                 : store_command(st, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
-                                 key);
-    if (rc != SR_OK)
-        log_warn("gate: cannot record its configuration in gate:stats: %s",
-                 store_errstr(st));
+    int64_t min_groups = gate_model(s->gate) ? s->cfg.gate.rules.learned_min_groups : -1;
+    if (gate_store_config(st, s->cfg.gate.rule, s->cfg.gate.mode, s->cfg.gate.rules.audit_base,
+                          min_groups) != SR_OK)
+        log_warn("gate: cannot record its configuration in gate:stats: %s", store_errstr(st));
 }
 
 static void s_fail(char *err, size_t errlen, const char *msg)
