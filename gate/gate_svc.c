@@ -6,11 +6,13 @@
  * The reactor never blocks on Redis: a decision is copied into a job and submitted to the store
  * thread, twice: the transition first, whose completion (on the reactor) publishes the CANCEL
  * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
- * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
- * loop runs: it checks the address, loads the learned examples and records the configuration.
- * Every key and command is gate/gate_store.c's; this file holds none.
+ * and history reads are one request each (gate_svc_rec.c). Only gate_svc_new talks to Redis
+ * directly, before the loop runs: it checks the address, loads the learned examples and records
+ * the configuration. Every key and command is gate/gate_store.c's; this file holds none. This
+ * file: the bus, the coordinator link and the life cycle (state shared in gate_svc_int.h).
  */
 #include "gate/gate_svc.h"
+#include "gate/gate_svc_int.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -19,75 +21,11 @@
 #include "common/store.h"
 #include "common/storeq.h"
 #include "common/transport.h"
-#include "gate/gate_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef enum {
-    S_JOB_DECISION = 0, /* record the deciding rule's decision (and cancel) */
-    S_JOB_RULES,        /* record every rule's verdict: field "rules" of the group hash */
-    S_JOB_HISTORY,      /* read the prompt's history for the prior and learned rules */
-    S_JOB_OUTCOME,      /* keep a learned example and the audit's running figures */
-} s_job_kind_t;
-
-typedef struct s_job {
-    struct gate_svc *svc;
-    struct s_job *next; /* in the retry list while it waits for its timer */
-    s_job_kind_t kind;
-    int phase;          /* DECISION: 0 the transition, 1 the annotation */
-    int attempts;       /* submissions that failed for want of Redis */
-    int64_t first_ms;   /* monotonic time of the first submission */
-    gate_decision_t d; /* DECISION; d.group and d.task for the others */
-    int64_t wall_ms;   /* wall time of the decision */
-    int64_t recv_us;   /* monotonic time the deciding ACTION was received */
-    bool publish;      /* set on the store thread: the cancel transition succeeded */
-    bool too_late;     /* set on the store thread: the group finished first */
-    char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
-    gate_history_t hist; /* HISTORY: set on the store thread */
-    bool hist_ok;
-    bool has_stats;    /* OUTCOME: the figures below go to the gate's stats hash */
-    gate_stats_t st;
-    double audit_precision;
-    uint64_t learned_labels;
-} s_job_t;
-
-struct gate_svc {
-    gate_svc_cfg_t cfg; /* strings below are owned copies */
-    char *run, *id, *coordinator, *redis;
-    char bus_sub[TRANSPORT_ENDPOINT_LEN];
-    char bus_pub[TRANSPORT_ENDPOINT_LEN];
-    char act_prefix[PROTO_MAX_ID + 16];
-    char cancel_topic[PROTO_MAX_ID + 16];
-    char err[512];
-
-    gate_t *gate;
-    void *ctx;
-    reactor_t *reactor;
-    transport_sock_t *sub, *pub, *work;
-    bool bus_connected;
-    bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
-    bool welcomed;
-    int hb_timer;
-    int64_t hb_period_ms; /* period of hb_timer */
-    int64_t started_ms;
-    int64_t last_hello_ms;
-    int run_rc;
-
-    storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
-    s_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
-    bool stopping;  /* gate_svc_destroy: no more retries */
-
-    metrics_registry_t *metrics;
-    metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
-        *m_too_late, *m_redis_err, *m_welcomes, *m_retries;
-    metrics_histogram_t *m_latency;
-    metrics_gauge_t *m_audit_precision;
-    metrics_counter_t *m_records, *m_outcomes;
-    int64_t latency_max_us; /* atomic */
-};
 
 /* ---- configuration ---------------------------------------------------------------------- */
 
@@ -106,162 +44,6 @@ void gate_svc_cfg_init(gate_svc_cfg_t *c)
 static char *s_dup(const char *s)
 {
     return s ? sr_xstrdup(s) : NULL;
-}
-
-/* ---- Redis: work on the store thread, completions on the reactor ------------------------ */
-
-/* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
- * audit's and keep-two's running figures. */
-static int s_write_outcome(store_t *st, const gate_svc_t *s, const s_job_t *j)
-{
-    int rc = SR_OK;
-    if (j->text && (rc = gate_store_example_push(st, j->text, s->cfg.gate.learned_capacity)) !=
-                       SR_OK)
-        return rc;
-    if (j->has_stats)
-        rc = gate_store_figures(st, &j->st, j->audit_precision, j->learned_labels);
-    return rc;
-}
-
-static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)
-{
-    metrics_counter_inc(s->m_redis_err);
-    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
-                     sr_strerror(rc), err);
-}
-
-static void s_job_free(s_job_t *j)
-{
-    free(j->text);
-    free(j);
-}
-
-static void s_publish_cancel(gate_svc_t *s, const s_job_t *j);
-static void s_submit(gate_svc_t *s, s_job_t *j);
-
-/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
- * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
- * stalled Redis delays the gate's records, it does not lose them. */
-#define S_RETRY_MIN_MS 100
-#define S_RETRY_MAX_MS 2000
-#define S_RETRY_FOR_MS 120000
-
-static void s_on_retry(reactor_t *r, int id, void *arg)
-{
-    (void)r;
-    (void)id;
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    for (s_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
-        if (*pp == j) {
-            *pp = j->next;
-            break;
-        }
-    }
-    j->next = NULL;
-    s_submit(s, j);
-}
-
-/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
- * time left. Returns true when it did (the caller no longer owns j). */
-static bool s_retry_later(gate_svc_t *s, s_job_t *j, int rc)
-{
-    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
-        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
-        return false;
-    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
-    j->attempts++;
-    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
-        0)
-        return false;
-    j->next = s->retry;
-    s->retry = j;
-    metrics_counter_inc(s->m_retries);
-    return true;
-}
-
-static int s_work_transition(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    if (!st)
-        return SR_EREDIS;
-    return gate_store_decision(st, &j->d, j->attempts > 0, &j->publish, &j->too_late);
-}
-
-/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
- * fields; a transition that found no Redis is tried again later. */
-static void s_done_transition(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    if (rc != SR_OK) {
-        if (!s_retry_later(s, j, rc)) {
-            s_record_failed(s, &j->d, rc, err);
-            s_job_free(j);
-        }
-        return;
-    }
-    if (j->too_late)
-        metrics_counter_inc(s->m_too_late);
-    if (j->publish)
-        s_publish_cancel(s, j);
-    j->phase = 1;
-    j->attempts = 0;
-    j->first_ms = reactor_now(s->reactor);
-    s_submit(s, j);
-}
-
-static int s_work_annotate(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    return st ? gate_store_annotate(st, &j->d, j->svc->cfg.gate.mode, j->wall_ms) : SR_EREDIS;
-}
-
-static void s_done_annotate(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
-        return;
-    if (rc == SR_OK)
-        metrics_counter_inc(j->svc->m_recorded);
-    else
-        s_record_failed(j->svc, &j->d, rc, err);
-    s_job_free(j);
-}
-
-static int s_work_other(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    if (!st)
-        return SR_EREDIS;
-    if (j->kind == S_JOB_RULES)
-        return gate_store_rules(st, j->d.group, j->text);
-    if (j->kind == S_JOB_HISTORY) {
-        int rc = gate_store_history(st, j->d.task, &j->hist);
-        j->hist_ok = rc == SR_OK;
-        return rc;
-    }
-    return s_write_outcome(st, j->svc, j);
-}
-
-static void s_done_other(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
-     * RPUSH) and a history read is only useful now: neither is. */
-    if (rc != SR_OK && j->kind == S_JOB_RULES && s_retry_later(s, j, rc))
-        return;
-    if (j->kind == S_JOB_HISTORY) {
-        if (rc == SR_OK && j->hist_ok && s->gate)
-            gate_set_history(s->gate, j->d.group, &j->hist);
-    } else if (rc != SR_OK && rc != SR_ENOTFOUND) {
-        s_record_failed(s, &j->d, rc, err);
-    }
-    s_job_free(j);
 }
 
 /* ---- bus -------------------------------------------------------------------------------- */
@@ -293,99 +75,19 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
     return SR_OK;
 }
 
-/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
- * its annotation; anything else as one request. The store queue owns j from then on. */
-static void s_submit(gate_svc_t *s, s_job_t *j)
-{
-    int rc;
-    if (j->kind == S_JOB_DECISION)
-        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
-                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
-    else
-        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
-    if (rc != SR_OK)
-        s_job_free(j);
-}
-
-static void s_queue(gate_svc_t *s, s_job_t *j)
-{
-    j->svc = s;
-    j->first_ms = reactor_now(s->reactor);
-    s_submit(s, j);
-}
-
-/* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
- * {"paper": {"cut": true, "step": 10, "score": 0.083}, ...}. Returns a new string. */
-static char *s_rules_json(const gate_event_t *e)
-{
-    sr_buf_t b = SR_BUF_INIT;
-    char item[256];
-    sr_buf_append(&b, "{", 1);
-    bool first = true;
-    for (int r = 0; r < GATE_RULE_COUNT; r++) {
-        if (!(e->rules & (1u << r)))
-            continue;
-        const gate_rule_verdict_t *v = &e->verdicts[r];
-        int n = snprintf(item, sizeof item,
-                         "%s\"%s\":{\"cut\":%s,\"step\":%d,\"score\":%.6g,\"final\":%s%s}",
-                         first ? "" : ",", gate_rule_name((gate_rule_t)r),
-                         v->cut ? "true" : "false", v->step, v->evaluated ? v->score : 0.0,
-                         v->final ? "true" : "false",
-                         r == GATE_RULE_AUDIT ? (e->audited ? ",\"audited\":true"
-                                                            : ",\"audited\":false")
-                                              : "");
-        sr_buf_append(&b, item, (size_t)n);
-        first = false;
-    }
-    sr_buf_append(&b, "}", 2); /* with the terminating NUL */
-    return (char *)b.data;
-}
-
-/* s_drain_events hands the core's events to the store thread: verdict records, learned examples and
- * the audit's figures. */
-static void s_drain_events(gate_svc_t *s)
-{
-    gate_event_t e;
-    while (gate_next_event(s->gate, &e) == 1) {
-        s_job_t *j = sr_xcalloc(1, sizeof *j);
-        snprintf(j->d.group, sizeof j->d.group, "%s", e.group);
-        if (e.kind == GATE_EVENT_RULES) {
-            metrics_counter_inc(s->m_records);
-            j->kind = S_JOB_RULES;
-            j->text = s_rules_json(&e);
-            s_queue(s, j);
-            continue;
-        }
-        metrics_counter_inc(s->m_outcomes);
-        j->kind = S_JOB_OUTCOME;
-        if (e.has_example) {
-            char line[512];
-            if (gate_learned_example_text(e.x, e.zero_variance, line, sizeof line) == SR_OK)
-                j->text = sr_xstrdup(line);
-        }
-        gate_stats(s->gate, &j->st);
-        j->audit_precision = gate_audit_precision(s->gate);
-        j->learned_labels = gate_learned_count(gate_model(s->gate));
-        j->has_stats = true;
-        if (j->audit_precision >= 0)
-            metrics_gauge_set(s->m_audit_precision, j->audit_precision);
-        s_queue(s, j);
-    }
-}
-
 static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv_us)
 {
     gate_decision_t d;
     int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
     if (rc >= 0 && s->sq && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
-        s_job_t *h = sr_xcalloc(1, sizeof *h);
-        h->kind = S_JOB_HISTORY;
+        gate_job_t *h = sr_xcalloc(1, sizeof *h);
+        h->kind = GATE_JOB_HISTORY;
         snprintf(h->d.group, sizeof h->d.group, "%s", a->group);
         snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
-        s_queue(s, h);
+        gate_rec_queue(s, h);
     }
     if (s->sq) /* without one (mode off) the core queues no event */
-        s_drain_events(s);
+        gate_rec_drain_events(s);
     if (rc < 0) {
         metrics_counter_inc(s->m_refused);
         log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
@@ -400,18 +102,18 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
               gate_verdict_name(d.verdict), d.reason);
     if (!d.record)
         return;
-    s_job_t *j = sr_xcalloc(1, sizeof *j);
-    j->kind = S_JOB_DECISION;
+    gate_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->kind = GATE_JOB_DECISION;
     j->d = d;
     j->wall_ms = clock_wall_ms();
     j->recv_us = recv_us;
     if (!s->sq) {
-        s_job_free(j);
+        gate_rec_job_free(j);
         return;
     }
-    s_queue(s, j);
+    gate_rec_queue(s, j);
     /* A decision can close a record (an enforced cancel): queue it after the decision. */
-    s_drain_events(s);
+    gate_rec_drain_events(s);
 }
 
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
@@ -450,8 +152,8 @@ static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
     proto_msg_clear(&msg);
 }
 
-/* s_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
-static void s_publish_cancel(gate_svc_t *s, const s_job_t *j)
+/* gate_svc_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
+void gate_svc_publish_cancel(gate_svc_t *s, const gate_job_t *j)
 {
     proto_msg_t m;
     proto_msg_init(&m, PROTO_CANCEL);
@@ -629,51 +331,6 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     return t;
 }
 
-typedef struct {
-    gate_svc_t *s;
-    size_t loaded, bad;
-} s_load_t;
-
-static int s_learn_example(const char *line, void *arg)
-{
-    s_load_t *l = arg;
-    double x[GATE_LEARNED_NF];
-    bool y;
-    if (gate_learned_example_parse(line, x, &y) == SR_OK &&
-        gate_learn(l->s->gate, x, y, false) == SR_OK)
-        l->loaded++;
-    else
-        l->bad++;
-    return 0;
-}
-
-/* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
- * restart, or by other shards), so it starts from what was learned already. */
-static void s_load_examples(gate_svc_t *s, store_t *st)
-{
-    s_load_t l = {.s = s};
-    size_t bad = 0;
-    if (gate_store_examples(st, s_learn_example, &l, &bad) != SR_OK)
-        return;
-    gate_refit(s->gate);
-    l.bad += bad;
-    if (l.loaded || l.bad)
-        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", l.loaded,
-                 l.bad);
-}
-
-/* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
- * audit's base rule and, when the learned model is in play, the labels it needs before it may
- * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
- * logged: the figures are informative, the gate runs without them. */
-static void s_write_config(gate_svc_t *s, store_t *st)
-{
-    int64_t min_groups = gate_model(s->gate) ? s->cfg.gate.rules.learned_min_groups : -1;
-    if (gate_store_config(st, s->cfg.gate.rule, s->cfg.gate.mode, s->cfg.gate.rules.audit_base,
-                          min_groups) != SR_OK)
-        log_warn("gate: cannot record its configuration in gate:stats: %s", store_errstr(st));
-}
-
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -812,8 +469,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     if (st) {
         /* Before the loop runs, on a connection of its own: the loop's Redis is the queue. */
         if (gate_model(s->gate))
-            s_load_examples(s, st);
-        s_write_config(s, st);
+            gate_rec_load_examples(s, st);
+        gate_rec_write_config(s, st);
         store_destroy(&st);
         s->sq = storeq_new(s->reactor, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
         if (!s->sq) {
@@ -935,9 +592,9 @@ void gate_svc_destroy(gate_svc_t **self_p)
     storeq_destroy(&s->sq);
     size_t dropped = 0;
     while (s->retry) {
-        s_job_t *j = s->retry;
+        gate_job_t *j = s->retry;
         s->retry = j->next;
-        s_job_free(j);
+        gate_rec_job_free(j);
         dropped++;
     }
     if (dropped)
