@@ -83,29 +83,6 @@ void dashboard_gate_parse(const store_field_t *f, size_t n, dashboard_gate_t *g)
         g->audit_precision = -1.0;
 }
 
-int dashboard_gate_read(store_t *st, dashboard_gate_t *g)
-{
-    dashboard_gate_init(g);
-    char key[512];
-    int rc = store_key(st, key, sizeof key, "gate:stats");
-    redisReply *r = NULL;
-    if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, &r, "HGETALL %s", key);
-    if (rc != SR_OK)
-        return rc;
-    store_field_t f[32];
-    size_t n = 0;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements && n < 32; i += 2) {
-        const redisReply *k = r->element[i], *v = r->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING)
-            f[n++] = (store_field_t){k->str, v->str};
-    }
-    dashboard_gate_parse(f, n, g);
-    g->recorded = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
-    freeReplyObject(r);
-    return SR_OK;
-}
-
 static void s_add_count(cJSON *o, const char *k, int64_t v)
 {
     if (v >= 0)

@@ -48,8 +48,9 @@ void dashboard_gate_init(dashboard_gate_t *g);
  * are ignored. */
 void dashboard_gate_parse(const store_field_t *f, size_t n, dashboard_gate_t *g);
 
-/* dashboard_gate_read reads selroll:<run>:gate:stats of st's run into *g (one HGETALL). Returns
- * 0 (g->recorded false when there is no hash) or the store's error code (g then says unknown). */
+/* dashboard_gate_read is dashboard_store_gate (coordinator/dashboard_store.h, where the key and
+ * the command live), for `selroll status`: reads selroll:<run>:gate:stats into *g. Returns SR_OK
+ * (g->recorded false when there is no hash) or the store's error code (g then says unknown). */
 int dashboard_gate_read(store_t *st, dashboard_gate_t *g);
 
 /* dashboard_gate_json returns a new JSON object of g (the snapshot's "gate" field, described in

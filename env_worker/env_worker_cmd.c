@@ -112,6 +112,10 @@ int env_worker_main(int argc, char **argv)
         goto cleanup;
     }
     rc = envw_run(w);
+    if (rc != SR_OK && envw_error(w)[0]) {
+        fprintf(stderr, "selroll env-worker: %s\n", envw_error(w));
+        goto cleanup;
+    }
     envw_log_stats(w);
     if (rc != SR_OK) {
         fprintf(stderr, "selroll env-worker: the loop failed: %s\n", sr_strerror(rc));

@@ -27,6 +27,7 @@
 #include "common/storeq.h"
 #include "common/transport.h"
 #include "env_worker/env.h"
+#include "env_worker/envw_store.h"
 #include "env_worker/household/household.h"
 
 #include <errno.h>
@@ -131,6 +132,8 @@ struct envw {
     int reg_timer;
     bool reg_inflight; /* a registration was submitted and has not completed */
     bool reg_failing;  /* the last registration failed (Redis unreachable): log the next success */
+    bool registered;   /* a registration succeeded once */
+    char fatal[512];   /* Redis refused the credentials: why the loop stopped ("" if it did not) */
 };
 
 static const char *const s_err_codes[ENVW_ERR_COUNT] = {
@@ -877,12 +880,12 @@ static void s_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Registry thread
+ * Registry: requests to the store thread (the schema is envw_store.c's)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct {
     envw_t *w;
-    char cap[32], load[32], pid[32], lat[32];
+    envw_store_entry_t e; /* strings point into w, which outlives the request */
 } s_reg_t;
 
 /* s_register_work writes the entry on the store thread from the copy the loop made. */
@@ -890,44 +893,62 @@ static int s_register_work(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_reg_t *g = arg;
-    envw_t *w = g->w;
     if (!st)
         return SR_EREDIS;
-    store_field_t f[] = {
-        {"endpoint", w->advertise}, {"capacity", g->cap},  {"load", g->load},
-        {"pid", g->pid},            {"host", w->host},     {"step_latency_ms", g->lat},
-        {"version", SELROLL_VERSION}, {"kind", w->kind},
-    };
-    return store_register(st, "envw", w->id, f, SR_ARRAY_LEN(f), 3 * w->heartbeat_ms);
+    return envw_store_register(st, g->w->id, &g->e, 3 * g->w->heartbeat_ms);
+}
+
+/* s_refused says whether err is Redis's refusal of the credentials (NOAUTH, WRONGPASS...). */
+static bool s_refused(const char *err)
+{
+    return !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH));
 }
 
 static void s_register_done(int rc, const char *err, void *arg)
 {
     s_reg_t *g = arg;
     envw_t *w = g->w;
+    free(g);
     w->reg_inflight = false;
-    if (rc != SR_OK && rc != SR_ECLOSED) {
+    if (rc == SR_ECLOSED)
+        return;
+    if (rc != SR_OK && !w->registered && s_refused(err)) {
+        /* Credentials Redis refuses are a configuration error: they stop the worker, as a
+         * malformed URL does, before it ever registered. */
+        snprintf(w->fatal, sizeof w->fatal, "%s", err);
+        reactor_stop(w->reactor);
+        return;
+    }
+    if (rc != SR_OK) {
         metrics_counter_inc(w->m_registry_failures);
         log_warn_limited(1, "registry refresh failed: %s", err);
         w->reg_failing = true;
-    } else if (rc == SR_OK && w->reg_failing) {
+        return;
+    }
+    if (w->reg_failing) {
         w->reg_failing = false;
         log_info("registered in Redis as envw:%s", w->id);
     }
-    free(g);
+    w->registered = true;
 }
 
 /* s_register submits the entry, unless the last one is still on its way. */
 static void s_register(envw_t *w)
 {
-    if (!w->sq || w->reg_inflight)
+    if (!w->sq || w->reg_inflight || w->fatal[0])
         return;
     s_reg_t *g = sr_xcalloc(1, sizeof *g);
     g->w = w;
-    snprintf(g->cap, sizeof g->cap, "%d", w->capacity);
-    snprintf(g->load, sizeof g->load, "%.0f", metrics_gauge_value(w->m_sessions));
-    snprintf(g->pid, sizeof g->pid, "%ld", (long)getpid());
-    snprintf(g->lat, sizeof g->lat, "%d", w->step_latency_ms);
+    g->e = (envw_store_entry_t){
+        .endpoint = w->advertise,
+        .host = w->host,
+        .kind = w->kind,
+        .version = SELROLL_VERSION,
+        .capacity = w->capacity,
+        .load = (int64_t)w->nsessions,
+        .pid = (int64_t)getpid(),
+        .step_latency_ms = w->step_latency_ms,
+    };
     if (storeq_submit(w->sq, s_register_work, s_register_done, g) != SR_OK) {
         free(g);
         return;
@@ -946,7 +967,7 @@ static int s_unregister_work(store_t *st, void *arg, char *err)
 {
     (void)err;
     envw_t *w = arg;
-    return st ? store_unregister(st, "envw", w->id) : SR_EREDIS;
+    return st ? envw_store_unregister(st, w->id) : SR_EREDIS;
 }
 
 static void s_unregister_done(int rc, const char *err, void *arg)
@@ -957,7 +978,8 @@ static void s_unregister_done(int rc, const char *err, void *arg)
 }
 
 /* s_registry_stop deletes the entry after the loop ended: the last request, waited for (up to a
- * few Redis timeouts) since nothing else runs any more. */
+ * few Redis timeouts) since nothing else runs any more. A worker whose credentials Redis refused
+ * has no entry to delete. */
 static void s_registry_stop(envw_t *w)
 {
     if (!w->sq)
@@ -966,6 +988,8 @@ static void s_registry_stop(envw_t *w)
         reactor_timer_cancel(w->reactor, w->reg_timer);
         w->reg_timer = 0;
     }
+    if (w->fatal[0])
+        return;
     if (storeq_submit(w->sq, s_unregister_work, s_unregister_done, w) == SR_OK &&
         storeq_flush(w->sq, 5000) != SR_OK)
         log_warn("could not unregister from Redis: it did not answer in 5 s");
@@ -1113,25 +1137,17 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     w->advertise = cfg->advertise ? sr_xstrdup(cfg->advertise)
                                   : s_derive_advertise(transport_sock_endpoint(w->sock), w->host);
     if (cfg->redis_url) {
-        /* Redis need not answer yet: the registry is requests to the store queue, which connects
-         * on the first one and again after a loss, so the worker serves at once and registers
-         * (and heartbeats) once Redis answers. A malformed URL or credentials that Redis refuses
-         * are configuration errors: those stop the start (one try, before the loop runs). */
+        /* Redis need not answer yet, and nothing here waits for it: the registry is requests to
+         * the store queue, which connects on the first one and again after a loss, so the worker
+         * serves at once and registers (and heartbeats) once Redis answers. A malformed URL stops
+         * the start here; credentials that Redis refuses stop the worker when its first
+         * registration is answered (s_register_done). */
         char serr[512] = "";
         const char *run = cfg->run ? cfg->run : "default";
         store_url_t u;
         if (store_parse_url(cfg->redis_url, &u, serr, sizeof serr) != SR_OK) {
             snprintf(why, sizeof why, "%s", serr);
             goto fail;
-        }
-        store_t *st = NULL;
-        if (store_connect(&st, cfg->redis_url, run, 2000, serr, sizeof serr) == SR_OK) {
-            store_destroy(&st);
-        } else if (!strncmp(serr, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
-            snprintf(why, sizeof why, "%s", serr);
-            goto fail;
-        } else {
-            log_warn("%s: serving; registers in Redis once it answers", serr);
         }
         w->sq = storeq_new(w->reactor, cfg->redis_url, run, 2000, serr, sizeof serr);
         if (!w->sq) {
@@ -1172,6 +1188,7 @@ int envw_run(envw_t *w)
             goto cleanup;
         rc = SR_OK;
     }
+    w->fatal[0] = '\0';
     if (w->sq) {
         s_register(w);
         w->reg_timer = reactor_timer_add(w->reactor, w->heartbeat_ms, w->heartbeat_ms,
@@ -1184,6 +1201,8 @@ int envw_run(envw_t *w)
              (long long)w->session_ttl_ms);
     rc = reactor_run(w->reactor);
     s_registry_stop(w);
+    if (rc == SR_OK && w->fatal[0])
+        rc = SR_EREDIS;
 
 cleanup:
     atomic_store(&w->running, 0);
@@ -1209,6 +1228,11 @@ const char *envw_endpoint(const envw_t *w)
 const char *envw_advertised(const envw_t *w)
 {
     return w->advertise;
+}
+
+const char *envw_error(const envw_t *w)
+{
+    return w ? w->fatal : "";
 }
 
 const char *envw_id(const envw_t *w)

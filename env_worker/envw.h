@@ -94,8 +94,8 @@ const char *envw_err_code(envw_err_t e);
 
 /* envw_new checks cfg, binds the ROUTER socket and, when cfg->redis_url is set, checks the URL
  * and starts the store thread the registry goes through (so that a bad flag, a bind failure or a
- * malformed URL is known before serving). Redis need not answer: the worker registers, and
- * heartbeats, once it does. On
+ * malformed URL is known before serving). It does not talk to Redis, which need not answer: the
+ * worker registers, and heartbeats, once it does. On
  * failure it returns NULL and writes one line into err (errlen bytes; err may be NULL). The caller
  * owns the worker and frees it with envw_destroy. */
 envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);
@@ -104,8 +104,13 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen);
  * cfg->catch_signals, SIGINT or SIGTERM arrives. While it runs the worker is registered in Redis
  * (when configured); the entry is deleted before it returns. It may be called again after it
  * returned. Returns SR_OK, or SR_ECONFLICT (already running), SR_EIO / SR_ECLOSED when polling
- * failed. */
+ * failed, SR_EREDIS when Redis refused the credentials before the first registration (the loop
+ * then stops at once; envw_error says why). */
 int envw_run(envw_t *w);
+
+/* envw_error returns why the last envw_run stopped on its own: Redis's refusal of the credentials
+ * ("redis refused the connection: NOAUTH ..."), or "" (also for NULL). */
+const char *envw_error(const envw_t *w);
 
 /* The receiver of envw_call's reply: the encoded OBS or ERROR, valid during the call only. */
 typedef void (*envw_reply_fn)(void *arg, const void *body, size_t len);

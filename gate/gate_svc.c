@@ -6,10 +6,13 @@
  * The reactor never blocks on Redis: a decision is copied into a job and submitted to the store
  * thread, twice: the transition first, whose completion (on the reactor) publishes the CANCEL
  * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
- * and history reads are one request each. Only gate_svc_new talks to Redis directly, before the
- * loop runs: it checks the address, loads the learned examples and records the configuration.
+ * and history reads are one request each (gate_svc_rec.c). Only gate_svc_new talks to Redis
+ * directly, before the loop runs: it checks the address, loads the learned examples and records
+ * the configuration. Every key and command is gate/gate_store.c's; this file holds none. This
+ * file: the bus, the coordinator link and the life cycle (state shared in gate_svc_int.h).
  */
 #include "gate/gate_svc.h"
+#include "gate/gate_svc_int.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -23,69 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef enum {
-    S_JOB_DECISION = 0, /* record the deciding rule's decision (and cancel) */
-    S_JOB_RULES,        /* record every rule's verdict: field "rules" of the group hash */
-    S_JOB_HISTORY,      /* read the prompt's history for the prior and learned rules */
-    S_JOB_OUTCOME,      /* keep a learned example and the audit's running figures */
-} s_job_kind_t;
-
-typedef struct s_job {
-    struct gate_svc *svc;
-    struct s_job *next; /* in the retry list while it waits for its timer */
-    s_job_kind_t kind;
-    int phase;          /* DECISION: 0 the transition, 1 the annotation */
-    int attempts;       /* submissions that failed for want of Redis */
-    int64_t first_ms;   /* monotonic time of the first submission */
-    gate_decision_t d; /* DECISION; d.group and d.task for the others */
-    int64_t wall_ms;   /* wall time of the decision */
-    int64_t recv_us;   /* monotonic time the deciding ACTION was received */
-    bool publish;      /* set on the store thread: the cancel transition succeeded */
-    bool too_late;     /* set on the store thread: the group finished first */
-    char *text;        /* RULES: the JSON object; OUTCOME: the example line (or NULL) */
-    gate_history_t hist; /* HISTORY: set on the store thread */
-    bool hist_ok;
-    bool has_stats;    /* OUTCOME: the figures below go to the gate's stats hash */
-    gate_stats_t st;
-    double audit_precision;
-    uint64_t learned_labels;
-} s_job_t;
-
-struct gate_svc {
-    gate_svc_cfg_t cfg; /* strings below are owned copies */
-    char *run, *id, *coordinator, *redis;
-    char bus_sub[TRANSPORT_ENDPOINT_LEN];
-    char bus_pub[TRANSPORT_ENDPOINT_LEN];
-    char act_prefix[PROTO_MAX_ID + 16];
-    char cancel_topic[PROTO_MAX_ID + 16];
-    char err[512];
-
-    gate_t *gate;
-    void *ctx;
-    reactor_t *reactor;
-    transport_sock_t *sub, *pub, *work;
-    bool bus_connected;
-    bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
-    bool welcomed;
-    int hb_timer;
-    int64_t hb_period_ms; /* period of hb_timer */
-    int64_t started_ms;
-    int64_t last_hello_ms;
-    int run_rc;
-
-    storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
-    s_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
-    bool stopping;  /* gate_svc_destroy: no more retries */
-
-    metrics_registry_t *metrics;
-    metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
-        *m_too_late, *m_redis_err, *m_welcomes, *m_retries;
-    metrics_histogram_t *m_latency;
-    metrics_gauge_t *m_audit_precision;
-    metrics_counter_t *m_records, *m_outcomes;
-    int64_t latency_max_us; /* atomic */
-};
 
 /* ---- configuration ---------------------------------------------------------------------- */
 
@@ -104,264 +44,6 @@ void gate_svc_cfg_init(gate_svc_cfg_t *c)
 static char *s_dup(const char *s)
 {
     return s ? sr_xstrdup(s) : NULL;
-}
-
-/* ---- Redis: work on the store thread, completions on the reactor ------------------------ */
-
-/* s_transition records the decision itself: the cancel transition (enforce) or the decision
- * fields (shadow, keep, ended_before_k). Sets j->publish when a CANCEL is due. Returns SR_OK or
- * the store's error. */
-static int s_transition(store_t *st, s_job_t *j)
-{
-    const gate_decision_t *d = &j->d;
-    if (!st)
-        return SR_EREDIS;
-    if (!d->cancel)
-        return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
-    int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
-    if (rc == SR_ECONFLICT && j->attempts > 0) {
-        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
-        store_group_t g;
-        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
-            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
-            rc = SR_OK;
-    }
-    if (rc == SR_OK) {
-        j->publish = true;
-    } else if (rc == SR_ECONFLICT) {
-        /* The group finished first: record what the gate decided, cancel nothing. */
-        j->too_late = true;
-        rc = store_group_decide(st, d->group, d->step, d->d, "cancel");
-    }
-    return rc;
-}
-
-/* s_annotate adds the gate's own fields to the group hash of a recorded decision. */
-static int s_annotate(store_t *st, const gate_svc_t *s, const gate_decision_t *d, int64_t wall_ms)
-{
-    char key[STORE_GID_MAX + 96];
-    int rc = store_key(st, key, sizeof key, "group:%s", d->group);
-    if (rc != SR_OK)
-        return rc;
-    char wall[32], share[32];
-    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
-    snprintf(share, sizeof share, "%.17g", d->ended_share);
-    rc = store_command(st, STORE_IDEMPOTENT, NULL,
-                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
-                       key, wall, gate_mode_name(s->cfg.gate.mode), d->reason, share);
-    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
-                           gate_rule_name(d->rule));
-    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
-        char w[32];
-        snprintf(w, sizeof w, "%.17g", d->audit_weight);
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
-    }
-    return rc;
-}
-
-/* s_write_rules stores every rule's verdict (JSON) in the group hash, field "rules". */
-static int s_write_rules(store_t *st, const s_job_t *j)
-{
-    char key[STORE_GID_MAX + 96];
-    int rc = store_key(st, key, sizeof key, "group:%s", j->d.group);
-    if (rc != SR_OK)
-        return rc;
-    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
-    redisReply *r = NULL;
-    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
-    if (rc != SR_OK)
-        return rc;
-    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    if (!exists)
-        return SR_ENOTFOUND;
-    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, j->text);
-}
-
-/* s_read_history reads the prompt's history for the prior and learned rules. */
-static int s_read_history(store_t *st, s_job_t *j)
-{
-    store_prompt_entry_t e[16];
-    size_t n = 0;
-    int rc = store_prompt_history(st, j->d.task, e, SR_ARRAY_LEN(e), &n);
-    if (rc != SR_OK)
-        return rc;
-    double means[16];
-    for (size_t i = 0; i < n; i++)
-        means[i] = e[i].mean_reward;
-    gate_history_from_means(means, n, &j->hist);
-    j->hist_ok = true;
-    return SR_OK;
-}
-
-/* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
- * audit's and keep-two's running figures. */
-static int s_write_outcome(store_t *st, const gate_svc_t *s, const s_job_t *j)
-{
-    char key[STORE_GID_MAX + 96];
-    int rc = SR_OK;
-    if (j->text) {
-        rc = store_key(st, key, sizeof key, "gate:learned:examples");
-        if (rc == SR_OK)
-            rc = store_command(st, 0, NULL, "RPUSH %s %s", key, j->text);
-        if (rc == SR_OK)
-            rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
-                               (long long)s->cfg.gate.learned_capacity);
-        if (rc != SR_OK)
-            return rc;
-    }
-    if (j->has_stats) {
-        char prec[32];
-        snprintf(prec, sizeof prec, "%.6g", j->audit_precision);
-        rc = store_key(st, key, sizeof key, "gate:stats");
-        if (rc == SR_OK)
-            rc = store_command(
-                st, STORE_IDEMPOTENT, NULL,
-                "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
-                "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
-                key, (unsigned long long)j->st.outcomes, (unsigned long long)j->st.audit_groups,
-                (unsigned long long)j->st.audit_zero_variance, prec,
-                (unsigned long long)j->st.keep_two_labels,
-                (unsigned long long)j->st.keep_two_wrong, (unsigned long long)j->learned_labels);
-    }
-    return rc;
-}
-
-static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)
-{
-    metrics_counter_inc(s->m_redis_err);
-    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
-                     sr_strerror(rc), err);
-}
-
-static void s_job_free(s_job_t *j)
-{
-    free(j->text);
-    free(j);
-}
-
-static void s_publish_cancel(gate_svc_t *s, const s_job_t *j);
-static void s_submit(gate_svc_t *s, s_job_t *j);
-
-/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
- * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
- * stalled Redis delays the gate's records, it does not lose them. */
-#define S_RETRY_MIN_MS 100
-#define S_RETRY_MAX_MS 2000
-#define S_RETRY_FOR_MS 120000
-
-static void s_on_retry(reactor_t *r, int id, void *arg)
-{
-    (void)r;
-    (void)id;
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    for (s_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
-        if (*pp == j) {
-            *pp = j->next;
-            break;
-        }
-    }
-    j->next = NULL;
-    s_submit(s, j);
-}
-
-/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
- * time left. Returns true when it did (the caller no longer owns j). */
-static bool s_retry_later(gate_svc_t *s, s_job_t *j, int rc)
-{
-    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
-        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
-        return false;
-    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
-    j->attempts++;
-    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
-        0)
-        return false;
-    j->next = s->retry;
-    s->retry = j;
-    metrics_counter_inc(s->m_retries);
-    return true;
-}
-
-static int s_work_transition(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    return s_transition(st, j);
-}
-
-/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
- * fields; a transition that found no Redis is tried again later. */
-static void s_done_transition(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    if (rc != SR_OK) {
-        if (!s_retry_later(s, j, rc)) {
-            s_record_failed(s, &j->d, rc, err);
-            s_job_free(j);
-        }
-        return;
-    }
-    if (j->too_late)
-        metrics_counter_inc(s->m_too_late);
-    if (j->publish)
-        s_publish_cancel(s, j);
-    j->phase = 1;
-    j->attempts = 0;
-    j->first_ms = reactor_now(s->reactor);
-    s_submit(s, j);
-}
-
-static int s_work_annotate(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    return st ? s_annotate(st, j->svc, &j->d, j->wall_ms) : SR_EREDIS;
-}
-
-static void s_done_annotate(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
-        return;
-    if (rc == SR_OK)
-        metrics_counter_inc(j->svc->m_recorded);
-    else
-        s_record_failed(j->svc, &j->d, rc, err);
-    s_job_free(j);
-}
-
-static int s_work_other(store_t *st, void *arg, char *err)
-{
-    (void)err;
-    s_job_t *j = arg;
-    if (!st)
-        return SR_EREDIS;
-    if (j->kind == S_JOB_RULES)
-        return s_write_rules(st, j);
-    if (j->kind == S_JOB_HISTORY)
-        return s_read_history(st, j);
-    return s_write_outcome(st, j->svc, j);
-}
-
-static void s_done_other(int rc, const char *err, void *arg)
-{
-    s_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
-     * RPUSH) and a history read is only useful now: neither is. */
-    if (rc != SR_OK && j->kind == S_JOB_RULES && s_retry_later(s, j, rc))
-        return;
-    if (j->kind == S_JOB_HISTORY) {
-        if (rc == SR_OK && j->hist_ok && s->gate)
-            gate_set_history(s->gate, j->d.group, &j->hist);
-    } else if (rc != SR_OK && rc != SR_ENOTFOUND) {
-        s_record_failed(s, &j->d, rc, err);
-    }
-    s_job_free(j);
 }
 
 /* ---- bus -------------------------------------------------------------------------------- */
@@ -393,99 +75,19 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
     return SR_OK;
 }
 
-/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
- * its annotation; anything else as one request. The store queue owns j from then on. */
-static void s_submit(gate_svc_t *s, s_job_t *j)
-{
-    int rc;
-    if (j->kind == S_JOB_DECISION)
-        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
-                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
-    else
-        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
-    if (rc != SR_OK)
-        s_job_free(j);
-}
-
-static void s_queue(gate_svc_t *s, s_job_t *j)
-{
-    j->svc = s;
-    j->first_ms = reactor_now(s->reactor);
-    s_submit(s, j);
-}
-
-/* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
- * {"paper": {"cut": true, "step": 10, "score": 0.083}, ...}. Returns a new string. */
-static char *s_rules_json(const gate_event_t *e)
-{
-    sr_buf_t b = SR_BUF_INIT;
-    char item[256];
-    sr_buf_append(&b, "{", 1);
-    bool first = true;
-    for (int r = 0; r < GATE_RULE_COUNT; r++) {
-        if (!(e->rules & (1u << r)))
-            continue;
-        const gate_rule_verdict_t *v = &e->verdicts[r];
-        int n = snprintf(item, sizeof item,
-                         "%s\"%s\":{\"cut\":%s,\"step\":%d,\"score\":%.6g,\"final\":%s%s}",
-                         first ? "" : ",", gate_rule_name((gate_rule_t)r),
-                         v->cut ? "true" : "false", v->step, v->evaluated ? v->score : 0.0,
-                         v->final ? "true" : "false",
-                         r == GATE_RULE_AUDIT ? (e->audited ? ",\"audited\":true"
-                                                            : ",\"audited\":false")
-                                              : "");
-        sr_buf_append(&b, item, (size_t)n);
-        first = false;
-    }
-    sr_buf_append(&b, "}", 2); /* with the terminating NUL */
-    return (char *)b.data;
-}
-
-/* s_drain_events hands the core's events to the store thread: verdict records, learned examples and
- * the audit's figures. */
-static void s_drain_events(gate_svc_t *s)
-{
-    gate_event_t e;
-    while (gate_next_event(s->gate, &e) == 1) {
-        s_job_t *j = sr_xcalloc(1, sizeof *j);
-        snprintf(j->d.group, sizeof j->d.group, "%s", e.group);
-        if (e.kind == GATE_EVENT_RULES) {
-            metrics_counter_inc(s->m_records);
-            j->kind = S_JOB_RULES;
-            j->text = s_rules_json(&e);
-            s_queue(s, j);
-            continue;
-        }
-        metrics_counter_inc(s->m_outcomes);
-        j->kind = S_JOB_OUTCOME;
-        if (e.has_example) {
-            char line[512];
-            if (gate_learned_example_text(e.x, e.zero_variance, line, sizeof line) == SR_OK)
-                j->text = sr_xstrdup(line);
-        }
-        gate_stats(s->gate, &j->st);
-        j->audit_precision = gate_audit_precision(s->gate);
-        j->learned_labels = gate_learned_count(gate_model(s->gate));
-        j->has_stats = true;
-        if (j->audit_precision >= 0)
-            metrics_gauge_set(s->m_audit_precision, j->audit_precision);
-        s_queue(s, j);
-    }
-}
-
 static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv_us)
 {
     gate_decision_t d;
     int rc = gate_observe(s->gate, a, reactor_now(s->reactor), &d);
     if (rc >= 0 && s->sq && a->task && a->task[0] && gate_wants_history(s->gate, a->group)) {
-        s_job_t *h = sr_xcalloc(1, sizeof *h);
-        h->kind = S_JOB_HISTORY;
+        gate_job_t *h = sr_xcalloc(1, sizeof *h);
+        h->kind = GATE_JOB_HISTORY;
         snprintf(h->d.group, sizeof h->d.group, "%s", a->group);
         snprintf(h->d.task, sizeof h->d.task, "%s", a->task);
-        s_queue(s, h);
+        gate_rec_queue(s, h);
     }
     if (s->sq) /* without one (mode off) the core queues no event */
-        s_drain_events(s);
+        gate_rec_drain_events(s);
     if (rc < 0) {
         metrics_counter_inc(s->m_refused);
         log_warn_limited(5, "gate: ACTION refused (group %s traj %lld step %lld size %lld): %s",
@@ -500,18 +102,18 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
               gate_verdict_name(d.verdict), d.reason);
     if (!d.record)
         return;
-    s_job_t *j = sr_xcalloc(1, sizeof *j);
-    j->kind = S_JOB_DECISION;
+    gate_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->kind = GATE_JOB_DECISION;
     j->d = d;
     j->wall_ms = clock_wall_ms();
     j->recv_us = recv_us;
     if (!s->sq) {
-        s_job_free(j);
+        gate_rec_job_free(j);
         return;
     }
-    s_queue(s, j);
+    gate_rec_queue(s, j);
     /* A decision can close a record (an enforced cancel): queue it after the decision. */
-    s_drain_events(s);
+    gate_rec_drain_events(s);
 }
 
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
@@ -550,8 +152,8 @@ static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
     proto_msg_clear(&msg);
 }
 
-/* s_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
-static void s_publish_cancel(gate_svc_t *s, const s_job_t *j)
+/* gate_svc_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
+void gate_svc_publish_cancel(gate_svc_t *s, const gate_job_t *j)
 {
     proto_msg_t m;
     proto_msg_init(&m, PROTO_CANCEL);
@@ -729,57 +331,6 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     return t;
 }
 
-/* s_load_examples feeds the learned model the examples kept in Redis (by this gate before a
- * restart, or by other shards), so it starts from what was learned already. */
-static void s_load_examples(gate_svc_t *s, store_t *st)
-{
-    char key[STORE_GID_MAX + 96];
-    redisReply *r = NULL;
-    if (store_key(st, key, sizeof key, "gate:learned:examples") != SR_OK ||
-        store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key) != SR_OK)
-        return;
-    size_t loaded = 0, bad = 0;
-    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        double x[GATE_LEARNED_NF];
-        bool y;
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && gate_learned_example_parse(e->str, x, &y) == SR_OK &&
-            gate_learn(s->gate, x, y, false) == SR_OK)
-            loaded++;
-        else
-            bad++;
-    }
-    gate_refit(s->gate);
-    freeReplyObject(r);
-    if (loaded || bad)
-        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", loaded, bad);
-}
-
-/* s_write_config records in gate:stats how this gate decides (the deciding rule, the mode, the
- * audit's base rule and, when the learned model is in play, the labels it needs before it may
- * cut), so the dashboard and `selroll status` can show it before the first outcome. A failure is
- * logged: the figures are informative, the gate runs without them. */
-static void s_write_config(gate_svc_t *s, store_t *st)
-{
-    char key[STORE_GID_MAX + 96], min_groups[32];
-    snprintf(min_groups, sizeof min_groups, "%lld",
-             (long long)s->cfg.gate.rules.learned_min_groups);
-    int rc = store_key(st, key, sizeof key, "gate:stats");
-    if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
-                           key, gate_rule_name(s->cfg.gate.rule), gate_mode_name(s->cfg.gate.mode),
-                           gate_rule_name(s->cfg.gate.rules.audit_base));
-    if (rc == SR_OK)
-        rc = gate_model(s->gate)
-                 ? store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
-                                 key, min_groups)
-                 : store_command(st, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups",
-                                 key);
-    if (rc != SR_OK)
-        log_warn("gate: cannot record its configuration in gate:stats: %s",
-                 store_errstr(st));
-}
-
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -918,8 +469,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     if (st) {
         /* Before the loop runs, on a connection of its own: the loop's Redis is the queue. */
         if (gate_model(s->gate))
-            s_load_examples(s, st);
-        s_write_config(s, st);
+            gate_rec_load_examples(s, st);
+        gate_rec_write_config(s, st);
         store_destroy(&st);
         s->sq = storeq_new(s->reactor, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
         if (!s->sq) {
@@ -1041,9 +592,9 @@ void gate_svc_destroy(gate_svc_t **self_p)
     storeq_destroy(&s->sq);
     size_t dropped = 0;
     while (s->retry) {
-        s_job_t *j = s->retry;
+        gate_job_t *j = s->retry;
         s->retry = j->next;
-        s_job_free(j);
+        gate_rec_job_free(j);
         dropped++;
     }
     if (dropped)

@@ -9,7 +9,8 @@
  * joined at once from the given endpoints and the coordinator only sees the gate's liveness. It subscribes to
  * `act/<run>/`, decodes each ACTION and hands it to the core.
  *
- * Redis calls block, so they run on a writer thread of their own with its own connection: the
+ * Redis calls block, so they run on the process's store thread (common/storeq.h), each through
+ * the gate's schema module (gate/gate_store.h, the only place that names its keys): the
  * reactor queues each decision (one per group, so the queue stays short), the writer records it
  * (enforce: store_group_cancel for a cancel, store_group_decide otherwise; shadow:
  * store_group_decide only; off: nothing) plus the fields gate_wall_ms, gate_mode and gate_reason

@@ -1,0 +1,171 @@
+/*
+ * gate_store.c — the gate's Redis schema (see gate_store.h): its keys are built by s_key only,
+ * its commands are written here only.
+ */
+#include "gate/gate_store.h"
+
+#include "common/sr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The gate's own keys under selroll:<run>:. */
+#define S_KEY_EXAMPLES "gate:learned:examples"
+#define S_KEY_STATS "gate:stats"
+
+#define S_KEY_MAX (STORE_GID_MAX + 96)
+
+/* s_key builds selroll:<run>:<what><arg> (arg "" for a fixed key). */
+static int s_key(store_t *st, char *buf, const char *what, const char *arg)
+{
+    return store_key(st, buf, S_KEY_MAX, "%s%s", what, arg);
+}
+
+int gate_store_decision(store_t *st, const gate_decision_t *d, bool retried, bool *publish,
+                        bool *too_late)
+{
+    *publish = false;
+    *too_late = false;
+    if (!d->cancel)
+        return store_group_decide(st, d->group, d->step, d->d, gate_verdict_name(d->verdict));
+    int rc = store_group_cancel(st, d->group, d->step, d->d, "cancel");
+    if (rc == SR_ECONFLICT && retried) {
+        /* An earlier attempt that timed out may have landed: the cancel is then ours. */
+        store_group_t g;
+        if (store_group_get(st, d->group, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED &&
+            g.gate_step == d->step && !strcmp(g.decision, "cancel"))
+            rc = SR_OK;
+    }
+    if (rc == SR_OK) {
+        *publish = true;
+    } else if (rc == SR_ECONFLICT) {
+        /* The group finished first: record what the gate decided, cancel nothing. */
+        *too_late = true;
+        rc = store_group_decide(st, d->group, d->step, d->d, "cancel");
+    }
+    return rc;
+}
+
+int gate_store_annotate(store_t *st, const gate_decision_t *d, gate_mode_t mode, int64_t wall_ms)
+{
+    char key[S_KEY_MAX];
+    int rc = s_key(st, key, "group:", d->group);
+    if (rc != SR_OK)
+        return rc;
+    char wall[32], share[32];
+    snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
+    snprintf(share, sizeof share, "%.17g", d->ended_share);
+    rc = store_command(st, STORE_IDEMPOTENT, NULL,
+                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
+                       key, wall, gate_mode_name(mode), d->reason ? d->reason : "", share);
+    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
+                           gate_rule_name(d->rule));
+    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
+        char w[32];
+        snprintf(w, sizeof w, "%.17g", d->audit_weight);
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
+    }
+    return rc;
+}
+
+int gate_store_rules(store_t *st, const char *gid, const char *json)
+{
+    char key[S_KEY_MAX];
+    int rc = s_key(st, key, "group:", gid);
+    if (rc != SR_OK)
+        return rc;
+    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
+    redisReply *r = NULL;
+    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
+    if (rc != SR_OK)
+        return rc;
+    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!exists)
+        return SR_ENOTFOUND;
+    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, json);
+}
+
+int gate_store_history(store_t *st, const char *task, gate_history_t *out)
+{
+    store_prompt_entry_t e[16];
+    size_t n = 0;
+    int rc = store_prompt_history(st, task, e, SR_ARRAY_LEN(e), &n);
+    if (rc != SR_OK)
+        return rc;
+    double means[16];
+    for (size_t i = 0; i < n; i++)
+        means[i] = e[i].mean_reward;
+    gate_history_from_means(means, n, out);
+    return SR_OK;
+}
+
+int gate_store_example_push(store_t *st, const char *line, int64_t capacity)
+{
+    char key[S_KEY_MAX];
+    int rc = s_key(st, key, S_KEY_EXAMPLES, "");
+    if (rc == SR_OK)
+        rc = store_command(st, 0, NULL, "RPUSH %s %s", key, line);
+    if (rc == SR_OK)
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
+                           (long long)capacity);
+    return rc;
+}
+
+int gate_store_examples(store_t *st, gate_store_example_fn fn, void *arg, size_t *bad)
+{
+    char key[S_KEY_MAX];
+    redisReply *r = NULL;
+    size_t nbad = 0;
+    int rc = s_key(st, key, S_KEY_EXAMPLES, "");
+    if (rc == SR_OK)
+        rc = store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key);
+    for (size_t i = 0; rc == SR_OK && r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_STRING) {
+            nbad++;
+            continue;
+        }
+        rc = fn(e->str, arg);
+    }
+    freeReplyObject(r);
+    if (bad)
+        *bad = nbad;
+    return rc;
+}
+
+int gate_store_figures(store_t *st, const gate_stats_t *g, double audit_precision,
+                       uint64_t learned_labels)
+{
+    char key[S_KEY_MAX], prec[32];
+    snprintf(prec, sizeof prec, "%.6g", audit_precision);
+    int rc = s_key(st, key, S_KEY_STATS, "");
+    if (rc != SR_OK)
+        return rc;
+    return store_command(
+        st, STORE_IDEMPOTENT, NULL,
+        "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
+        "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
+        key, (unsigned long long)g->outcomes, (unsigned long long)g->audit_groups,
+        (unsigned long long)g->audit_zero_variance, prec, (unsigned long long)g->keep_two_labels,
+        (unsigned long long)g->keep_two_wrong, (unsigned long long)learned_labels);
+}
+
+int gate_store_config(store_t *st, gate_rule_t rule, gate_mode_t mode, gate_rule_t audit_base,
+                      int64_t learned_min_groups)
+{
+    char key[S_KEY_MAX], min_groups[32];
+    snprintf(min_groups, sizeof min_groups, "%lld", (long long)learned_min_groups);
+    int rc = s_key(st, key, S_KEY_STATS, "");
+    if (rc == SR_OK)
+        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
+                           key, gate_rule_name(rule), gate_mode_name(mode),
+                           gate_rule_name(audit_base));
+    if (rc == SR_OK)
+        rc = learned_min_groups >= 0
+                 ? store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s learned_min_groups %s",
+                                 key, min_groups)
+                 : store_command(st, STORE_IDEMPOTENT, NULL, "HDEL %s learned_min_groups", key);
+    return rc;
+}

@@ -1,0 +1,290 @@
+/*
+ * gate_svc_rec.c — the gate service's records (see gate_svc_int.h): jobs handed to the store
+ * thread (common/storeq.h) and their completions on the reactor. A decision is submitted twice:
+ * the transition first, whose completion publishes the CANCEL when it succeeded, then the gate's
+ * own fields, off the cancel's path; rule records, outcomes and history reads are one request
+ * each. A record that found no Redis is submitted again later. Every key and command is
+ * gate_store.c's.
+ */
+#include "gate/gate_svc_int.h"
+
+#include "common/log.h"
+#include "common/sr_buf.h"
+#include "common/storeq.h"
+#include "gate/gate_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
+ * audit's and keep-two's running figures. */
+static int s_write_outcome(store_t *st, const gate_svc_t *s, const gate_job_t *j)
+{
+    int rc = SR_OK;
+    if (j->text && (rc = gate_store_example_push(st, j->text, s->cfg.gate.learned_capacity)) !=
+                       SR_OK)
+        return rc;
+    if (j->has_stats)
+        rc = gate_store_figures(st, &j->st, j->audit_precision, j->learned_labels);
+    return rc;
+}
+
+static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)
+{
+    metrics_counter_inc(s->m_redis_err);
+    log_warn_limited(5, "gate: recording the decision of %s failed: %s (%s)", d->group,
+                     sr_strerror(rc), err);
+}
+
+void gate_rec_job_free(gate_job_t *j)
+{
+    free(j->text);
+    free(j);
+}
+
+static void s_submit(gate_svc_t *s, gate_job_t *j);
+
+/* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
+ * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
+ * stalled Redis delays the gate's records, it does not lose them. */
+#define S_RETRY_MIN_MS 100
+#define S_RETRY_MAX_MS 2000
+#define S_RETRY_FOR_MS 120000
+
+static void s_on_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    gate_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    for (gate_job_t **pp = &s->retry; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    }
+    j->next = NULL;
+    s_submit(s, j);
+}
+
+/* s_retry_later keeps j for another attempt when rc says Redis could not be reached and there is
+ * time left. Returns true when it did (the caller no longer owns j). */
+static bool s_retry_later(gate_svc_t *s, gate_job_t *j, int rc)
+{
+    if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
+        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
+        return false;
+    int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
+    j->attempts++;
+    if (reactor_timer_add(s->reactor, SR_MIN(pause, (int64_t)S_RETRY_MAX_MS), 0, s_on_retry, j) <=
+        0)
+        return false;
+    j->next = s->retry;
+    s->retry = j;
+    metrics_counter_inc(s->m_retries);
+    return true;
+}
+
+static int s_work_transition(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    gate_job_t *j = arg;
+    if (!st)
+        return SR_EREDIS;
+    return gate_store_decision(st, &j->d, j->attempts > 0, &j->publish, &j->too_late);
+}
+
+/* s_done_transition publishes the CANCEL whose transition succeeded and submits the gate's own
+ * fields; a transition that found no Redis is tried again later. */
+static void s_done_transition(int rc, const char *err, void *arg)
+{
+    gate_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    if (rc != SR_OK) {
+        if (!s_retry_later(s, j, rc)) {
+            s_record_failed(s, &j->d, rc, err);
+            gate_rec_job_free(j);
+        }
+        return;
+    }
+    if (j->too_late)
+        metrics_counter_inc(s->m_too_late);
+    if (j->publish)
+        gate_svc_publish_cancel(s, j);
+    j->phase = 1;
+    j->attempts = 0;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
+}
+
+static int s_work_annotate(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    gate_job_t *j = arg;
+    return st ? gate_store_annotate(st, &j->d, j->svc->cfg.gate.mode, j->wall_ms) : SR_EREDIS;
+}
+
+static void s_done_annotate(int rc, const char *err, void *arg)
+{
+    gate_job_t *j = arg;
+    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
+        return;
+    if (rc == SR_OK)
+        metrics_counter_inc(j->svc->m_recorded);
+    else
+        s_record_failed(j->svc, &j->d, rc, err);
+    gate_rec_job_free(j);
+}
+
+static int s_work_other(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    gate_job_t *j = arg;
+    if (!st)
+        return SR_EREDIS;
+    if (j->kind == GATE_JOB_RULES)
+        return gate_store_rules(st, j->d.group, j->text);
+    if (j->kind == GATE_JOB_HISTORY) {
+        int rc = gate_store_history(st, j->d.task, &j->hist);
+        j->hist_ok = rc == SR_OK;
+        return rc;
+    }
+    return s_write_outcome(st, j->svc, j);
+}
+
+static void s_done_other(int rc, const char *err, void *arg)
+{
+    gate_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
+     * RPUSH) and a history read is only useful now: neither is. */
+    if (rc != SR_OK && j->kind == GATE_JOB_RULES && s_retry_later(s, j, rc))
+        return;
+    if (j->kind == GATE_JOB_HISTORY) {
+        if (rc == SR_OK && j->hist_ok && s->gate)
+            gate_set_history(s->gate, j->d.group, &j->hist);
+    } else if (rc != SR_OK && rc != SR_ENOTFOUND) {
+        s_record_failed(s, &j->d, rc, err);
+    }
+    gate_rec_job_free(j);
+}
+
+/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
+ * its annotation; anything else as one request. The store queue owns j from then on. */
+static void s_submit(gate_svc_t *s, gate_job_t *j)
+{
+    int rc;
+    if (j->kind == GATE_JOB_DECISION)
+        rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
+                           : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
+    else
+        rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
+    if (rc != SR_OK)
+        gate_rec_job_free(j);
+}
+
+void gate_rec_queue(gate_svc_t *s, gate_job_t *j)
+{
+    j->svc = s;
+    j->first_ms = reactor_now(s->reactor);
+    s_submit(s, j);
+}
+
+/* s_rules_json renders every rule's verdict as the JSON object recorded in the group hash:
+ * {"paper": {"cut": true, "step": 10, "score": 0.083}, ...}. Returns a new string. */
+static char *s_rules_json(const gate_event_t *e)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    char item[256];
+    sr_buf_append(&b, "{", 1);
+    bool first = true;
+    for (int r = 0; r < GATE_RULE_COUNT; r++) {
+        if (!(e->rules & (1u << r)))
+            continue;
+        const gate_rule_verdict_t *v = &e->verdicts[r];
+        int n = snprintf(item, sizeof item,
+                         "%s\"%s\":{\"cut\":%s,\"step\":%d,\"score\":%.6g,\"final\":%s%s}",
+                         first ? "" : ",", gate_rule_name((gate_rule_t)r),
+                         v->cut ? "true" : "false", v->step, v->evaluated ? v->score : 0.0,
+                         v->final ? "true" : "false",
+                         r == GATE_RULE_AUDIT ? (e->audited ? ",\"audited\":true"
+                                                            : ",\"audited\":false")
+                                              : "");
+        sr_buf_append(&b, item, (size_t)n);
+        first = false;
+    }
+    sr_buf_append(&b, "}", 2); /* with the terminating NUL */
+    return (char *)b.data;
+}
+
+/* gate_rec_drain_events hands the core's events to the store thread: verdict records, learned
+ * examples and the audit's figures. */
+void gate_rec_drain_events(gate_svc_t *s)
+{
+    gate_event_t e;
+    while (gate_next_event(s->gate, &e) == 1) {
+        gate_job_t *j = sr_xcalloc(1, sizeof *j);
+        snprintf(j->d.group, sizeof j->d.group, "%s", e.group);
+        if (e.kind == GATE_EVENT_RULES) {
+            metrics_counter_inc(s->m_records);
+            j->kind = GATE_JOB_RULES;
+            j->text = s_rules_json(&e);
+            gate_rec_queue(s, j);
+            continue;
+        }
+        metrics_counter_inc(s->m_outcomes);
+        j->kind = GATE_JOB_OUTCOME;
+        if (e.has_example) {
+            char line[512];
+            if (gate_learned_example_text(e.x, e.zero_variance, line, sizeof line) == SR_OK)
+                j->text = sr_xstrdup(line);
+        }
+        gate_stats(s->gate, &j->st);
+        j->audit_precision = gate_audit_precision(s->gate);
+        j->learned_labels = gate_learned_count(gate_model(s->gate));
+        j->has_stats = true;
+        if (j->audit_precision >= 0)
+            metrics_gauge_set(s->m_audit_precision, j->audit_precision);
+        gate_rec_queue(s, j);
+    }
+}
+
+typedef struct {
+    gate_svc_t *s;
+    size_t loaded, bad;
+} s_load_t;
+
+static int s_learn_example(const char *line, void *arg)
+{
+    s_load_t *l = arg;
+    double x[GATE_LEARNED_NF];
+    bool y;
+    if (gate_learned_example_parse(line, x, &y) == SR_OK &&
+        gate_learn(l->s->gate, x, y, false) == SR_OK)
+        l->loaded++;
+    else
+        l->bad++;
+    return 0;
+}
+
+void gate_rec_load_examples(gate_svc_t *s, store_t *st)
+{
+    s_load_t l = {.s = s};
+    size_t bad = 0;
+    if (gate_store_examples(st, s_learn_example, &l, &bad) != SR_OK)
+        return;
+    gate_refit(s->gate);
+    l.bad += bad;
+    if (l.loaded || l.bad)
+        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", l.loaded,
+                 l.bad);
+}
+
+void gate_rec_write_config(gate_svc_t *s, store_t *st)
+{
+    int64_t min_groups = gate_model(s->gate) ? s->cfg.gate.rules.learned_min_groups : -1;
+    if (gate_store_config(st, s->cfg.gate.rule, s->cfg.gate.mode, s->cfg.gate.rules.audit_base,
+                          min_groups) != SR_OK)
+        log_warn("gate: cannot record its configuration in gate:stats: %s", store_errstr(st));
+}
