@@ -21,14 +21,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,9 +163,7 @@ void ps_conn_unref(ps_conn_t *c)
 
 void ps_wake(struct policy_server *s)
 {
-    uint64_t one = 1;
-    ssize_t n = write(s->wake_fd, &one, sizeof one);
-    (void)n;
+    reactor_wake(s->r);
 }
 
 /* s_unwatch_locked detaches c from its connection's watch entry: a hang-up no longer aborts it. */
@@ -257,48 +252,31 @@ static void s_abort_locked(struct policy_server *s, ps_conn_t *c)
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
 }
 
-/* The epoll keys of libmicrohttpd's own epoll set in the single event loop and of the store
- * queue's eventfd (watch ids count up from 1, the wake fd is 0). */
-#define S_KEY_MHD UINT64_MAX
-#define S_KEY_STOREQ (UINT64_MAX - 1)
-
-/* s_epoll_wait waits on the server's epoll set at most wait_ns (< 0: no limit). */
-static int s_epoll_wait(struct policy_server *s, struct epoll_event *evs, int n, int64_t wait_ns)
+/* s_advance brings the manual engine (--threads 1) to the wall clock: its completions resume
+ * their connections. */
+static void s_advance(struct policy_server *s)
 {
-    if (wait_ns < 0)
-        return epoll_wait(s->epfd, evs, n, -1);
-#ifdef SYS_epoll_pwait2
-    static atomic_bool no_pwait2; /* kernels before 5.11 (and valgrind) do not know it */
-    if (!atomic_load(&no_pwait2)) {
-        struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
-        int r = (int)syscall(SYS_epoll_pwait2, s->epfd, evs, n, &ts, NULL, (size_t)8);
-        if (r >= 0 || errno != ENOSYS)
-            return r;
-        atomic_store(&no_pwait2, true);
-    }
-#endif
-    return epoll_wait(s->epfd, evs, n, (int)((wait_ns + 999999) / 1000000)); /* rounded up */
+    if (s->loop && s->engine)
+        engine_advance(s->engine, engine_wall_now(s->engine));
 }
 
-/* s_events handles what the epoll set reported: a hang-up of a held request's socket aborts it in
- * the engine; the wake fd is drained (libmicrohttpd's set needs nothing here: the event loop runs
- * it after every wait). Returns true when the server is stopping. */
-static bool s_events(struct policy_server *s, const struct epoll_event *evs, int r)
+/* s_on_hup runs on the loop when the hang-up set (the client sockets, edge-triggered on
+ * EPOLLRDHUP) is readable: a hang-up of a held request's socket aborts it in the engine. The set
+ * is an epoll fd the loop watches like any other; it is asked without waiting. */
+static void s_on_hup(reactor_t *r, int fd, int revents, void *arg)
 {
-    bool loads = false;
-    pthread_mutex_lock(&s->mu);
-    bool stop = s->stopping;
-    for (int i = 0; i < r && !stop; i++) {
-        uint64_t id = evs[i].data.u64;
-        if (id == S_KEY_MHD) {
-            continue;
-        } else if (id == S_KEY_STOREQ) {
-            loads = true;
-        } else if (id == 0) {
-            uint64_t v;
-            ssize_t got = read(s->wake_fd, &v, sizeof v);
-            (void)got;
-        } else {
+    (void)r;
+    (void)fd;
+    (void)revents;
+    struct policy_server *s = arg;
+    s_advance(s); /* so that an abort below counts the tokens decoded until now */
+    struct epoll_event evs[64];
+    int n;
+    do {
+        n = epoll_wait(s->epfd, evs, (int)SR_ARRAY_LEN(evs), 0);
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n && !s->stopping; i++) {
+            uint64_t id = evs[i].data.u64;
             for (int k = 0; k < s->n_watch; k++) {
                 if (s->watch[k].id == id) {
                     ps_sock_t *sock = s->watch[k].sock;
@@ -309,74 +287,71 @@ static bool s_events(struct policy_server *s, const struct epoll_event *evs, int
                 }
             }
         }
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (loads && !stop)
-        storeq_dispatch(s->sq); /* the completions take the mutex themselves */
-    return stop;
+        pthread_mutex_unlock(&s->mu);
+    } while (n == (int)SR_ARRAY_LEN(evs));
 }
 
-static void s_wait_failed(const char *who)
+/* s_on_mhd: libmicrohttpd's epoll set is readable (--threads 1); the before-sleep hook runs it. */
+static void s_on_mhd(reactor_t *r, int fd, int revents, void *arg)
 {
-    /* Never give up watching: a dead watcher would leave hung-up requests decoding. */
-    fprintf(stderr, "policy-server: %s: epoll_wait: %s\n", who, strerror(errno));
-    struct timespec pause = {0, 10 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+    (void)r;
+    (void)fd;
+    (void)revents;
+    (void)arg;
 }
 
-/* s_watcher waits on the epoll set: a hang-up of a held request's socket aborts it in the engine.
- * Adding and removing a socket is an epoll_ctl by the thread that holds or resumes the request,
- * so the watcher wakes only for hang-ups and the stop. */
-static void *s_watcher(void *arg)
+static void s_on_deadline(reactor_t *r, int id, void *arg)
 {
-    struct policy_server *s = arg;
-    struct epoll_event evs[64];
-    for (;;) {
-        int r = epoll_wait(s->epfd, evs, (int)(sizeof evs / sizeof evs[0]), -1);
-        if (r < 0 && errno != EINTR) {
-            s_wait_failed("disconnect watcher");
-            continue;
-        }
-        if (s_events(s, evs, r))
-            break;
-    }
-    return NULL;
+    (void)r;
+    (void)id;
+    (void)arg;
 }
 
-/* s_loop is the whole server on one thread (--threads 1): libmicrohttpd's epoll set, the held
- * requests' sockets and the wake fd in one epoll set, and a manual engine advanced to the wall
- * clock after every wait, which lasts at most until the engine's next event. A request costs no
- * hand-off between threads: it is read, parsed and submitted where it arrives, and its answer is
- * resumed and written where the engine completes it. */
-static void *s_loop(void *arg)
+/* s_before_sleep (--threads 1) advances the engine, lets libmicrohttpd do what is due (read,
+ * parse and submit new requests, write the answers the engine completed) and arms the one timer
+ * for the earlier of libmicrohttpd's timeout and the engine's next event. */
+static void s_before_sleep(reactor_t *r, void *arg)
 {
     struct policy_server *s = arg;
-    struct epoll_event evs[64];
+    s_advance(s);
+    MHD_run(s->d);
+    int64_t wait_ns = -1;
+    MHD_UNSIGNED_LONG_LONG to = 0;
+    if (MHD_get_timeout(s->d, &to) == MHD_YES)
+        wait_ns = (int64_t)SR_MIN(to, (MHD_UNSIGNED_LONG_LONG)INT32_MAX) * 1000000;
+    if (s->engine) {
+        double next = engine_next_event(s->engine);
+        if (next >= 0) {
+            double dt = (next - engine_wall_now(s->engine)) / engine_time_scale(s->engine);
+            int64_t ns = dt > 0 ? (int64_t)(dt * 1e9) + 1 : 0;
+            wait_ns = wait_ns < 0 ? ns : SR_MIN(wait_ns, ns);
+        }
+    }
+    if (s->deadline > 0)
+        reactor_timer_cancel(r, s->deadline);
+    s->deadline = 0;
+    if (wait_ns >= 0)
+        s->deadline = reactor_timer_add(r, (wait_ns + 999999) / 1000000, 0, s_on_deadline, s);
+}
+
+/* s_thread runs the server's loop (common/reactor) until the server stops. With --threads 1 it
+ * is the whole server: libmicrohttpd's epoll set, the hang-up set, the store queue's completions
+ * and a manual engine advanced before every wait, which lasts at most until the engine's next
+ * event; a request costs no hand-off between threads. With --threads N it watches hang-ups and
+ * dispatches the store queue's completions, beside libmicrohttpd's threads and the engine's. */
+static void *s_thread(void *arg)
+{
+    struct policy_server *s = arg;
     for (;;) {
-        int64_t wait_ns = -1;
-        MHD_UNSIGNED_LONG_LONG to = 0;
-        if (MHD_get_timeout(s->d, &to) == MHD_YES)
-            wait_ns = (int64_t)SR_MIN(to, (MHD_UNSIGNED_LONG_LONG)INT32_MAX) * 1000000;
-        if (s->engine) {
-            double next = engine_next_event(s->engine);
-            if (next >= 0) {
-                double dt = (next - engine_wall_now(s->engine)) / engine_time_scale(s->engine);
-                int64_t ns = dt > 0 ? (int64_t)(dt * 1e9) + 1 : 0;
-                wait_ns = wait_ns < 0 ? ns : SR_MIN(wait_ns, ns);
-            }
-        }
-        int r = s_epoll_wait(s, evs, (int)(sizeof evs / sizeof evs[0]), wait_ns);
-        if (r < 0 && errno != EINTR) {
-            s_wait_failed("event loop");
-            continue;
-        }
-        /* The engine first (completions resume their connections), so that an abort below
-         * counts the tokens decoded until now. */
-        if (s->engine)
-            engine_advance(s->engine, engine_wall_now(s->engine));
-        if (s_events(s, evs, r))
+        int rc = reactor_run(s->r);
+        pthread_mutex_lock(&s->mu);
+        bool stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
             break;
-        MHD_run(s->d);
+        /* Never give up: a dead loop would leave hung-up requests decoding. */
+        fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(rc));
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     }
     return NULL;
 }
@@ -391,8 +366,7 @@ enum MHD_Result ps_hold(struct policy_server *s, struct MHD_Connection *conn, ps
     pthread_mutex_unlock(&s->mu);
 
     uint64_t id = 0;
-    if (s->loop) /* the request arrives now, not at the engine's last event */
-        engine_advance(s->engine, engine_wall_now(s->engine));
+    s_advance(s); /* the request arrives now, not at the engine's last event */
     int rc = engine_submit(s->engine, prompt_tokens, c->cost_tokens, s_engine_done, c, &id);
 
     pthread_mutex_lock(&s->mu);
@@ -459,7 +433,6 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     }
     s = sr_xcalloc(1, sizeof(*s));
     s->o = *o;
-    s->wake_fd = -1;
     s->epfd = -1;
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
     snprintf(s->name, sizeof s->name, "%s", o->model_name);
@@ -483,29 +456,23 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
             goto fail;
         }
     }
-    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->r = reactor_new();
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event wev = {.events = EPOLLIN, .data.u64 = 0};
-    if (s->wake_fd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0) {
-        why = "cannot create the watcher's epoll set";
+    if (!s->r || s->epfd < 0 || reactor_add_fd(s->r, s->epfd, REACTOR_READ, s_on_hup, s) != SR_OK) {
+        why = "cannot create the event loop";
         goto fail;
     }
     if (o->source || o->redis_url) {
-        /* The weights source keeps its own connection, used on this thread only; redis_url is
-         * the thread's connection for policy_server_submit. */
+        /* The weights source keeps its own connection, used on the store thread only;
+         * redis_url is the thread's connection for policy_server_submit. */
         char qerr[STOREQ_ERR_MAX];
-        s->sq = storeq_new_fd(o->redis_url, o->run ? o->run : "default", 1000, qerr, sizeof qerr);
-        struct epoll_event qev = {.events = EPOLLIN, .data.u64 = S_KEY_STOREQ};
-        if (!s->sq || epoll_ctl(s->epfd, EPOLL_CTL_ADD, storeq_fd(s->sq), &qev) != 0) {
+        s->sq = storeq_new(s->r, o->redis_url, o->run ? o->run : "default", 1000, qerr,
+                           sizeof qerr);
+        if (!s->sq) {
             why = "cannot start the weights loader";
             goto fail;
         }
     }
-    if (!s->loop && pthread_create(&s->watcher, NULL, s_watcher, s) != 0) {
-        why = "cannot start the watcher thread";
-        goto fail;
-    }
-    s->watcher_started = !s->loop;
 
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     if (inet_pton(AF_INET, s->host, &sa.sin_addr) != 1) {
@@ -528,14 +495,18 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     }
     if (s->loop) {
         const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
-        struct epoll_event mev = {.events = EPOLLIN, .data.u64 = S_KEY_MHD};
-        if (!ei || ei->epoll_fd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, ei->epoll_fd, &mev) != 0 ||
-            pthread_create(&s->watcher, NULL, s_loop, s) != 0) {
+        if (!ei || ei->epoll_fd < 0 ||
+            reactor_add_fd(s->r, ei->epoll_fd, REACTOR_READ, s_on_mhd, s) != SR_OK) {
             why = "cannot start the event loop";
             goto fail;
         }
-        s->watcher_started = true;
+        reactor_set_before_sleep(s->r, s_before_sleep, s);
     }
+    if (pthread_create(&s->thread, NULL, s_thread, s) != 0) {
+        why = "cannot start the event loop";
+        goto fail;
+    }
+    s->thread_started = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     return s;
@@ -573,15 +544,14 @@ void policy_server_destroy(policy_server_t **sp)
             s_unwatch_locked(s, c);
         }
     }
-    if (s->wake_fd >= 0)
-        ps_wake(s);
+    reactor_stop(s->r);
     pthread_mutex_unlock(&s->mu);
     if (s->loop) {
         /* The loop thread is the only one that drives the engine and the daemon: stop it first,
          * then let the daemon take the resumed connections once more before it closes them. */
-        if (s->watcher_started)
-            pthread_join(s->watcher, NULL);
-        s->watcher_started = false;
+        if (s->thread_started)
+            pthread_join(s->thread, NULL);
+        s->thread_started = false;
         /* Loads still queued: their requests resumed with SR_ECLOSED (answered 500). */
         storeq_destroy(&s->sq);
         if (s->d)
@@ -589,13 +559,12 @@ void policy_server_destroy(policy_server_t **sp)
     }
     engine_destroy(
         &s->engine); /* delivers completions still pending: they resume their connections */
-    if (s->watcher_started)
-        pthread_join(s->watcher, NULL);
+    if (s->thread_started)
+        pthread_join(s->thread, NULL);
     storeq_destroy(&s->sq); /* resumes the loads' requests before the daemon stops */
     if (s->d)
         MHD_stop_daemon(s->d);
-    if (s->wake_fd >= 0)
-        close(s->wake_fd);
+    reactor_destroy(&s->r);
     if (s->epfd >= 0)
         close(s->epfd);
     ps_models_destroy(&s->models);

@@ -10,6 +10,7 @@
 #ifndef SR_POLICY_PS_INT_H
 #define SR_POLICY_PS_INT_H
 
+#include "common/reactor.h"
 #include "common/storeq.h"
 #include "policy/engine.h"
 #include "policy/policy_server.h"
@@ -93,17 +94,18 @@ struct policy_server {
 
     pthread_mutex_t mu; /* request states, the watch list, ld_n, stopping */
     /* Weight loads: fetched and decoded on the store thread, off mu and off the HTTP threads;
-     * completions dispatched by the thread that waits on epfd. */
+     * completions dispatched by the loop. */
     storeq_t *sq;
     int ld_n; /* loads queued, under mu */
     ps_watch_t *watch; /* the client connections' sockets in epfd */
     int n_watch, cap_watch;
     uint64_t next_watch_id;
-    int wake_fd;
-    int epfd; /* the connections' sockets (EPOLLRDHUP, keyed by watch id), wake_fd (key 0) and
-               * the store queue's eventfd (S_KEY_STOREQ) */
-    pthread_t watcher; /* with one thread (o.threads == 1): the event loop, s_loop */
-    bool watcher_started;
+    reactor_t *r; /* the server's one loop (common/reactor), on its thread */
+    int deadline; /* --threads 1: the loop's timer for the engine's next event (0: none) */
+    int epfd; /* the hang-up set: the connections' sockets (EPOLLRDHUP, edge-triggered, keyed by
+               * watch id), itself an fd the loop watches */
+    pthread_t thread; /* runs the loop */
+    bool thread_started;
     bool loop; /* one thread: libmicrohttpd's epoll set, the engine and the watch list */
     bool stopping;
 
@@ -141,7 +143,7 @@ enum MHD_Result ps_hold(struct policy_server *s, struct MHD_Connection *conn, ps
                         int prompt_tokens);
 /* ps_conn_unref drops a reference of c (freed with the last). */
 void ps_conn_unref(ps_conn_t *c);
-/* ps_wake wakes the thread that waits on the epoll set. */
+/* ps_wake wakes the server's loop. */
 void ps_wake(struct policy_server *s);
 /* ps_notify is libmicrohttpd's connection notification: sockets join and leave the epoll set. */
 void ps_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
