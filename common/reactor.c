@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -89,6 +90,7 @@ struct reactor {
 
     reactor_hook_fn *before_sleep;
     void *before_sleep_arg;
+    int64_t wait_cap_ns; /* reactor_wait_at_most_ns for the coming wait, or -1 */
     int budget;
 
     int wake_rd, wake_wr;
@@ -506,6 +508,7 @@ reactor_t *reactor_new(void)
         return NULL;
     }
     r->budget = REACTOR_DEFAULT_BUDGET;
+    r->wait_cap_ns = -1;
     r->nbuckets = 64;
     r->buckets = sr_xcalloc(r->nbuckets, sizeof *r->buckets);
     atomic_init(&r->stop_requested, 0);
@@ -545,6 +548,36 @@ void reactor_destroy(reactor_t **self_p)
     close(r->wake_wr);
     free(r);
     *self_p = NULL;
+}
+
+void reactor_wait_at_most_ns(reactor_t *r, int64_t ns)
+{
+    if (!r || ns < 0)
+        return;
+    if (r->wait_cap_ns < 0 || ns < r->wait_cap_ns)
+        r->wait_cap_ns = ns;
+}
+
+/* s_wait waits on the epoll set at most timeout_ms (< 0: no limit), or at most wait_cap_ns when
+ * that is shorter, to the nanosecond where the kernel has epoll_pwait2 (5.11; valgrind does not
+ * know it), else rounded up to the millisecond. */
+static int s_wait(reactor_t *r, int timeout_ms, int64_t cap_ns)
+{
+    int n = (int)(sizeof r->evs / sizeof r->evs[0]);
+    if (cap_ns < 0 || (timeout_ms >= 0 && (int64_t)timeout_ms * 1000000 <= cap_ns))
+        return epoll_wait(r->epfd, r->evs, n, timeout_ms);
+#ifdef SYS_epoll_pwait2
+    static atomic_bool no_pwait2;
+    if (!atomic_load(&no_pwait2)) {
+        struct timespec ts = {(time_t)(cap_ns / 1000000000), (long)(cap_ns % 1000000000)};
+        int got = (int)syscall(SYS_epoll_pwait2, r->epfd, r->evs, n, &ts, NULL, (size_t)8);
+        if (got >= 0 || errno != ENOSYS)
+            return got;
+        atomic_store(&no_pwait2, true);
+    }
+#endif
+    int64_t ms = (cap_ns + 999999) / 1000000;
+    return epoll_wait(r->epfd, r->evs, n, (int)(ms > INT32_MAX ? INT32_MAX : ms));
 }
 
 void reactor_set_before_sleep(reactor_t *r, reactor_hook_fn *cb, void *arg)
@@ -741,12 +774,13 @@ int reactor_run(reactor_t *r)
         s_fire_timers(r);
         if (atomic_load(&r->stop_requested))
             break;
+        r->wait_cap_ns = -1;
         if (r->before_sleep)
             r->before_sleep(r, r->before_sleep_arg);
         if (atomic_load(&r->stop_requested))
             break;
         int timeout = s_any_pending(r) ? 0 : s_poll_timeout(r);
-        int n = epoll_wait(r->epfd, r->evs, (int)(sizeof r->evs / sizeof r->evs[0]), timeout);
+        int n = s_wait(r, timeout, r->wait_cap_ns);
         r->now = reactor_clock_ms();
         if (n < 0) {
             if (errno == EINTR)

@@ -300,16 +300,9 @@ static void s_on_mhd(reactor_t *r, int fd, int revents, void *arg)
     (void)arg;
 }
 
-static void s_on_deadline(reactor_t *r, int id, void *arg)
-{
-    (void)r;
-    (void)id;
-    (void)arg;
-}
-
 /* s_before_sleep (--threads 1) advances the engine, lets libmicrohttpd do what is due (read,
- * parse and submit new requests, write the answers the engine completed) and arms the one timer
- * for the earlier of libmicrohttpd's timeout and the engine's next event. */
+ * parse and submit new requests, write the answers the engine completed) and bounds the wait
+ * by the earlier of libmicrohttpd's timeout and the engine's next event. */
 static void s_before_sleep(reactor_t *r, void *arg)
 {
     struct policy_server *s = arg;
@@ -327,11 +320,7 @@ static void s_before_sleep(reactor_t *r, void *arg)
             wait_ns = wait_ns < 0 ? ns : SR_MIN(wait_ns, ns);
         }
     }
-    if (s->deadline > 0)
-        reactor_timer_cancel(r, s->deadline);
-    s->deadline = 0;
-    if (wait_ns >= 0)
-        s->deadline = reactor_timer_add(r, (wait_ns + 999999) / 1000000, 0, s_on_deadline, s);
+    reactor_wait_at_most_ns(r, wait_ns); /* to the nanosecond: an engine event is not late */
 }
 
 /* s_thread runs the server's loop (common/reactor) until the server stops. With --threads 1 it

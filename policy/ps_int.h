@@ -101,7 +101,6 @@ struct policy_server {
     int n_watch, cap_watch;
     uint64_t next_watch_id;
     reactor_t *r; /* the server's one loop (common/reactor), on its thread */
-    int deadline; /* --threads 1: the loop's timer for the engine's next event (0: none) */
     int epfd; /* the hang-up set: the connections' sockets (EPOLLRDHUP, edge-triggered, keyed by
                * watch id), itself an fd the loop watches */
     pthread_t thread; /* runs the loop */

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SAFETY_MS 10000
@@ -398,6 +400,61 @@ static void timer_added_by_timer_waits_for_next_round(void **state)
     /* One link of the chain per round; a zero-delay chain cannot starve the rest of the loop. */
     assert_int_equal(rounds, 5);
     assert_int_equal(n, 5);
+    reactor_destroy(&r);
+}
+
+/* The before-sleep hook bounds each wait to 50 us with nothing else to wake the loop: 50 rounds
+ * take at least 2.5 ms, and well under the 50 ms that waits rounded up to the millisecond (a
+ * timer's grain) would take at least. */
+typedef struct {
+    int rounds;
+    int64_t cap_ns;
+} s_cap_t;
+
+static void s_cap_hook(reactor_t *r, void *arg)
+{
+    s_cap_t *c = arg;
+    if (++c->rounds > 50)
+        reactor_stop(r);
+    else
+        reactor_wait_at_most_ns(r, c->cap_ns);
+}
+
+static int64_t s_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void s_never(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    (void)arg;
+}
+
+static void wait_at_most_ns_bounds_one_wait_finer_than_a_timer(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    reactor_timer_add(r, 60000, 0, s_never, NULL); /* the loop would sleep a minute otherwise */
+    s_cap_t c = {.rounds = 0, .cap_ns = 50000};
+    reactor_set_before_sleep(r, s_cap_hook, &c);
+    int64_t t0 = s_mono_ns();
+    assert_int_equal(reactor_run(r), SR_OK);
+    int64_t took = s_mono_ns() - t0;
+    assert_int_equal(c.rounds, 51);
+    assert_true(took >= 50 * 50000LL);
+    /* Not rounded up to 1 ms per wait (on a kernel with epoll_pwait2; older ones round up). */
+#ifdef SYS_epoll_pwait2
+    if (!getenv("SELROLL_VALGRIND"))
+        assert_true(took < 40 * 1000000LL);
+#endif
+    /* Negative, or no reactor: no effect. */
+    reactor_wait_at_most_ns(r, -5);
+    reactor_wait_at_most_ns(NULL, 5);
+    reactor_set_before_sleep(r, NULL, NULL);
     reactor_destroy(&r);
 }
 
@@ -1131,6 +1188,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cancelled_timer_never_fires),
         cmocka_unit_test(repeating_timer_cancels_itself_and_another),
         cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
+        cmocka_unit_test(wait_at_most_ns_bounds_one_wait_finer_than_a_timer),
         cmocka_unit_test(fd_readiness_with_a_pipe),
         cmocka_unit_test(handler_removing_itself_and_a_ready_peer_during_dispatch),
         cmocka_unit_test(a_reused_fd_number_never_gets_the_old_fds_readiness),
