@@ -1,16 +1,16 @@
 /*
- * policy_server.c — the policy server's life: its threads and epoll set, the cost-model hold and
- * disconnect watching, and the switches of the served version (ps_int.h names the other files).
+ * policy_server.c — the policy server's life: its loop (common/reactor, on a thread of its own),
+ * the cost-model hold and hang-ups, and the switches of the served version (ps_int.h names the
+ * other files).
  *
- * With the cost model on, a finished response is parked while the engine "generates" its tokens.
- * Parking means suspending the connection and registering its socket with the watcher. Whoever
- * moves the request out of S_WAITING under the server mutex resumes the connection: the engine's
- * completion callback (the response goes out), the watcher on a hang-up (the request is aborted
- * in the engine and the connection closed), or shutdown.
+ * With the cost model on, a finished response is parked while the engine "generates" its tokens;
+ * its connection waits, unanswered, in the HTTP server (common/http_srv's request server). Whoever
+ * moves the request out of S_WAITING under the server mutex answers it: the engine's completion
+ * callback (the response goes out), a hang-up (the request is aborted in the engine and its
+ * connection closed), or shutdown.
  *
  * Weight loads and version switches go through the store queue (common/storeq.h, one store
- * thread, as in every role); its completions are dispatched by the loop (or the watcher) from the
- * queue's eventfd in the same epoll set.
+ * thread, as in every role); their completions run on the loop.
  */
 #include "policy/policy_server.h"
 
@@ -19,12 +19,10 @@
 #include "policy/ps_int.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,75 +148,35 @@ uint32_t policy_server_version(const policy_server_t *s)
     return ps_models_current(s->models);
 }
 
-/* ---------------------------------------------------------------- the hold and the watcher */
+/* ---------------------------------------------------------------- the hold and hang-ups */
 
 void ps_conn_unref(ps_conn_t *c)
 {
     if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    free(c->body);
     free(c->resp);
     free(c);
 }
 
-void ps_wake(struct policy_server *s)
+/* s_held_add_locked and s_held_del_locked keep the list of held requests (for shutdown). */
+static void s_held_add_locked(struct policy_server *s, ps_conn_t *c)
 {
-    reactor_wake(s->r);
+    c->hprev = NULL;
+    c->hnext = s->held;
+    if (s->held)
+        s->held->hprev = c;
+    s->held = c;
 }
 
-/* s_unwatch_locked detaches c from its connection's watch entry: a hang-up no longer aborts it. */
-static void s_unwatch_locked(struct policy_server *s, ps_conn_t *c)
+static void s_held_del_locked(struct policy_server *s, ps_conn_t *c)
 {
-    (void)s;
-    if (c->sock && c->sock->held == c)
-        c->sock->held = NULL;
-    c->sock = NULL;
-}
-
-/* ps_notify follows libmicrohttpd's connections: a new one's socket joins the epoll set (one
- * epoll_ctl for the connection's whole life, whatever number of requests it carries), a closed
- * one leaves it. */
-void ps_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
-                     enum MHD_ConnectionNotificationCode toe)
-{
-    struct policy_server *s = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        ps_sock_t *k = sr_xcalloc(1, sizeof *k);
-        k->fd = ci ? ci->connect_fd : -1;
-        k->watch_idx = -1;
-        pthread_mutex_lock(&s->mu);
-        k->id = ++s->next_watch_id;
-        struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET, .data.u64 = k->id};
-        if (k->fd >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, k->fd, &ev) == 0) {
-            if (s->n_watch == s->cap_watch) {
-                s->cap_watch = s->cap_watch ? s->cap_watch * 2 : 64;
-                s->watch = sr_xrealloc(s->watch, sizeof(*s->watch) * (size_t)s->cap_watch);
-            }
-            k->watch_idx = s->n_watch;
-            s->watch[s->n_watch++] = (ps_watch_t){.sock = k, .id = k->id};
-        }
-        pthread_mutex_unlock(&s->mu);
-        *socket_context = k;
-        return;
-    }
-    ps_sock_t *k = *socket_context;
-    if (toe != MHD_CONNECTION_NOTIFY_CLOSED || !k)
-        return;
-    pthread_mutex_lock(&s->mu);
-    int i = k->watch_idx;
-    if (i >= 0 && i < s->n_watch && s->watch[i].sock == k) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
-        s->watch[i] = s->watch[--s->n_watch];
-        if (i < s->n_watch)
-            s->watch[i].sock->watch_idx = i;
-    }
-    if (k->held) /* libmicrohttpd closes no suspended connection: not expected */
-        k->held->sock = NULL;
-    pthread_mutex_unlock(&s->mu);
-    free(k);
-    *socket_context = NULL;
+    if (c->hprev)
+        c->hprev->hnext = c->hnext;
+    else if (s->held == c)
+        s->held = c->hnext;
+    if (c->hnext)
+        c->hnext->hprev = c->hprev;
+    c->hprev = c->hnext = NULL;
 }
 
 static void s_engine_done(void *arg, const engine_done_t *d)
@@ -231,8 +189,8 @@ static void s_engine_done(void *arg, const engine_done_t *d)
         c->state = S_EARLY;
     } else if (c->state == S_WAITING) {
         c->state = S_DONE;
-        s_unwatch_locked(s, c);
-        MHD_resume_connection(c->conn);
+        s_held_del_locked(s, c);
+        ps_reply(c);
     }
     pthread_mutex_unlock(&s->mu);
     ps_conn_unref(c);
@@ -243,91 +201,61 @@ static void s_abort_locked(struct policy_server *s, ps_conn_t *c)
 {
     if (c->state != S_WAITING)
         return;
-    s_unwatch_locked(s, c);
     if (engine_abort(s->engine, c->engine_id) != SR_OK)
-        return; /* completing right now: the engine callback resumes it */
+        return; /* completing right now: the engine callback answers it */
     c->state = S_ABORTED;
+    s_held_del_locked(s, c);
     ps_add64(&s->req_aborted, 1);
-    MHD_resume_connection(c->conn);
-    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; MHD still holds one */
+    http_srv_req_close(c->rq);
+    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; the request's remains */
 }
 
-/* s_advance brings the manual engine (--threads 1) to the wall clock: its completions resume
- * their connections. */
+/* s_advance brings the manual engine (--threads 1) to the wall clock: its completions answer
+ * their requests. */
 static void s_advance(struct policy_server *s)
 {
     if (s->loop && s->engine)
         engine_advance(s->engine, engine_wall_now(s->engine));
 }
 
-/* s_on_hup runs on the loop when the hang-up set (the client sockets, edge-triggered on
- * EPOLLRDHUP) is readable: a hang-up of a held request's socket aborts it in the engine. The set
- * is an epoll fd the loop watches like any other; it is asked without waiting. */
-static void s_on_hup(reactor_t *r, int fd, int revents, void *arg)
+void ps_on_hangup(void *arg, http_srv_req_t *rq)
 {
-    (void)r;
-    (void)fd;
-    (void)revents;
     struct policy_server *s = arg;
-    s_advance(s); /* so that an abort below counts the tokens decoded until now */
-    struct epoll_event evs[64];
-    int n;
-    do {
-        n = epoll_wait(s->epfd, evs, (int)SR_ARRAY_LEN(evs), 0);
-        pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < n && !s->stopping; i++) {
-            uint64_t id = evs[i].data.u64;
-            for (int k = 0; k < s->n_watch; k++) {
-                if (s->watch[k].id == id) {
-                    ps_sock_t *sock = s->watch[k].sock;
-                    sock->hup = true;
-                    if (sock->held)
-                        s_abort_locked(s, sock->held);
-                    break;
-                }
-            }
-        }
-        pthread_mutex_unlock(&s->mu);
-    } while (n == (int)SR_ARRAY_LEN(evs));
+    ps_conn_t *c = http_srv_req_ctx(rq);
+    if (!c)
+        return;
+    s_advance(s); /* so that the abort counts the tokens decoded until now */
+    pthread_mutex_lock(&s->mu);
+    c->hup = true; /* a request still loading its weights is aborted once held */
+    if (!s->stopping)
+        s_abort_locked(s, c);
+    pthread_mutex_unlock(&s->mu);
 }
 
-/* s_on_mhd: libmicrohttpd's epoll set is readable (--threads 1); the before-sleep hook runs it. */
-static void s_on_mhd(reactor_t *r, int fd, int revents, void *arg)
-{
-    (void)r;
-    (void)fd;
-    (void)revents;
-    (void)arg;
-}
-
-/* s_before_sleep (--threads 1) advances the engine, lets libmicrohttpd do what is due (read,
- * parse and submit new requests, write the answers the engine completed) and bounds the wait
- * by the earlier of libmicrohttpd's timeout and the engine's next event. */
+/* s_before_sleep (--threads 1) advances the engine, lets the HTTP server do what is due (read,
+ * parse and submit new requests, write the answers the engine completed) and bounds the wait by
+ * the engine's next event. */
 static void s_before_sleep(reactor_t *r, void *arg)
 {
     struct policy_server *s = arg;
     s_advance(s);
-    MHD_run(s->d);
-    int64_t wait_ns = -1;
-    MHD_UNSIGNED_LONG_LONG to = 0;
-    if (MHD_get_timeout(s->d, &to) == MHD_YES)
-        wait_ns = (int64_t)SR_MIN(to, (MHD_UNSIGNED_LONG_LONG)INT32_MAX) * 1000000;
+    http_srv_async_run(s->http);
     if (s->engine) {
         double next = engine_next_event(s->engine);
         if (next >= 0) {
             double dt = (next - engine_wall_now(s->engine)) / engine_time_scale(s->engine);
-            int64_t ns = dt > 0 ? (int64_t)(dt * 1e9) + 1 : 0;
-            wait_ns = wait_ns < 0 ? ns : SR_MIN(wait_ns, ns);
+            /* to the nanosecond: an engine event is not late */
+            reactor_wait_at_most_ns(r, dt > 0 ? (int64_t)(dt * 1e9) + 1 : 0);
         }
     }
-    reactor_wait_at_most_ns(r, wait_ns); /* to the nanosecond: an engine event is not late */
 }
 
 /* s_thread runs the server's loop (common/reactor) until the server stops. With --threads 1 it
- * is the whole server: libmicrohttpd's epoll set, the hang-up set, the store queue's completions
- * and a manual engine advanced before every wait, which lasts at most until the engine's next
- * event; a request costs no hand-off between threads. With --threads N it watches hang-ups and
- * dispatches the store queue's completions, beside libmicrohttpd's threads and the engine's. */
+ * is the whole server: the HTTP server (common/http_srv's request server on this reactor), the
+ * hang-ups, the store queue's completions and a manual engine advanced before every wait, which
+ * lasts at most until the engine's next event; a request costs no hand-off between threads. With
+ * --threads N it watches hang-ups and dispatches the store queue's completions, beside the HTTP
+ * server's threads and the engine's. */
 static void *s_thread(void *arg)
 {
     struct policy_server *s = arg;
@@ -345,9 +273,7 @@ static void *s_thread(void *arg)
     return NULL;
 }
 
-/* s_hold parks a ready response in the engine; returns MHD_YES (suspended or queued). */
-enum MHD_Result ps_hold(struct policy_server *s, struct MHD_Connection *conn, ps_conn_t *c,
-                              int prompt_tokens)
+void ps_hold(struct policy_server *s, ps_conn_t *c, int prompt_tokens)
 {
     pthread_mutex_lock(&s->mu);
     c->state = S_SUBMITTING;
@@ -364,7 +290,8 @@ enum MHD_Result ps_hold(struct policy_server *s, struct MHD_Connection *conn, ps
         ps_conn_unref(c);
         c->state = S_DONE;
         ps_error(c, 503, "the engine queue is full; try again later");
-        return ps_queue(conn, c);
+        ps_reply(c);
+        return;
     }
     c->engine_id = id;
     if (c->state == S_EARLY || s->stopping) {
@@ -372,22 +299,18 @@ enum MHD_Result ps_hold(struct policy_server *s, struct MHD_Connection *conn, ps
             __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
         bool aborted = c->state != S_EARLY;
         c->state = aborted ? S_ABORTED : S_DONE;
+        if (aborted)
+            http_srv_req_close(c->rq);
+        else
+            ps_reply(c);
         pthread_mutex_unlock(&s->mu);
-        return aborted ? MHD_NO : ps_queue(conn, c);
+        return;
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    ps_sock_t *sock = ci ? ci->socket_context : NULL;
     c->state = S_WAITING;
-    MHD_suspend_connection(conn);
-    if (sock && sock->watch_idx >= 0) {
-        sock->held = c;
-        c->sock = sock;
-        if (sock->hup) /* the client hung up before: its edge will not come again */
-            s_abort_locked(s, c);
-    }
+    s_held_add_locked(s, c);
+    if (c->hup) /* the client hung up before: its edge will not come again */
+        s_abort_locked(s, c);
     pthread_mutex_unlock(&s->mu);
-    return MHD_YES;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -422,7 +345,6 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     }
     s = sr_xcalloc(1, sizeof(*s));
     s->o = *o;
-    s->epfd = -1;
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
     snprintf(s->name, sizeof s->name, "%s", o->model_name);
     s->o.host = s->host;
@@ -446,8 +368,7 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         }
     }
     s->r = reactor_new();
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (!s->r || s->epfd < 0 || reactor_add_fd(s->r, s->epfd, REACTOR_READ, s_on_hup, s) != SR_OK) {
+    if (!s->r) {
         why = "cannot create the event loop";
         goto fail;
     }
@@ -463,41 +384,39 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
         }
     }
 
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
-    if (inet_pton(AF_INET, s->host, &sa.sin_addr) != 1) {
+    struct in_addr ip;
+    if (inet_pton(AF_INET, s->host, &ip) != 1) {
         why = "the listen host must be an IPv4 address";
         goto fail;
     }
-    unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
-                     (s->loop ? MHD_USE_EPOLL : MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO);
-    s->d = MHD_start_daemon(
-        flags, (uint16_t)o->port, NULL, NULL, ps_handler, s, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, ps_completed, s, MHD_OPTION_NOTIFY_CONNECTION, ps_notify, s,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 1 ? o->threads : 0),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->conn_timeout_s > 0 ? o->conn_timeout_s : 600),
-        MHD_OPTION_CONNECTION_LIMIT, 10000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)(o->max_conns_per_ip > 0 ? o->max_conns_per_ip : 0),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
-    if (!s->d) {
+    char bind[96];
+    snprintf(bind, sizeof bind, "%s:%d", s->host, o->port);
+    http_srv_async_cfg_t hc;
+    http_srv_async_cfg_init(&hc);
+    hc.bind = bind;
+    hc.reactor = s->r;
+    hc.threads = o->threads;
+    hc.max_body = o->max_body;
+    hc.timeout_s = (unsigned)(o->conn_timeout_s > 0 ? o->conn_timeout_s : 600);
+    hc.max_conns_per_ip = (unsigned)(o->max_conns_per_ip > 0 ? o->max_conns_per_ip : 0);
+    hc.on_request = ps_on_request;
+    hc.on_hangup = ps_on_hangup;
+    hc.on_free = ps_on_free;
+    hc.arg = s;
+    char herr[128];
+    s->http = http_srv_async_new(&hc, herr, sizeof herr);
+    if (!s->http) {
         why = "cannot listen on the address (in use?)";
         goto fail;
     }
-    if (s->loop) {
-        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
-        if (!ei || ei->epoll_fd < 0 ||
-            reactor_add_fd(s->r, ei->epoll_fd, REACTOR_READ, s_on_mhd, s) != SR_OK) {
-            why = "cannot start the event loop";
-            goto fail;
-        }
+    if (s->loop)
         reactor_set_before_sleep(s->r, s_before_sleep, s);
-    }
     if (pthread_create(&s->thread, NULL, s_thread, s) != 0) {
         why = "cannot start the event loop";
         goto fail;
     }
     s->thread_started = true;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
+    s->port = http_srv_async_port(s->http);
     return s;
 
 fail:
@@ -526,38 +445,31 @@ void policy_server_destroy(policy_server_t **sp)
     struct policy_server *s = *sp;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    for (int i = 0; i < s->n_watch; i++) {
-        ps_conn_t *c = s->watch[i].sock->held;
-        if (c) {
-            s_abort_locked(s, c);
-            s_unwatch_locked(s, c);
-        }
+    for (ps_conn_t *c = s->held, *next; c; c = next) {
+        next = c->hnext;
+        s_abort_locked(s, c);
     }
     reactor_stop(s->r);
     pthread_mutex_unlock(&s->mu);
     if (s->loop) {
-        /* The loop thread is the only one that drives the engine and the daemon: stop it first,
-         * then let the daemon take the resumed connections once more before it closes them. */
+        /* The loop thread is the only one that drives the engine and the HTTP server: stop it
+         * first, then let the server take the answered requests once more before it closes
+         * them. */
         if (s->thread_started)
             pthread_join(s->thread, NULL);
         s->thread_started = false;
-        /* Loads still queued: their requests resumed with SR_ECLOSED (answered 500). */
+        /* Loads still queued: their requests answered with SR_ECLOSED (500). */
         storeq_destroy(&s->sq);
-        if (s->d)
-            MHD_run(s->d);
+        http_srv_async_run(s->http);
     }
     engine_destroy(
-        &s->engine); /* delivers completions still pending: they resume their connections */
+        &s->engine); /* delivers completions still pending: they answer their requests */
     if (s->thread_started)
         pthread_join(s->thread, NULL);
-    storeq_destroy(&s->sq); /* resumes the loads' requests before the daemon stops */
-    if (s->d)
-        MHD_stop_daemon(s->d);
+    storeq_destroy(&s->sq); /* answers the loads' requests before the HTTP server stops */
+    http_srv_async_destroy(&s->http);
     reactor_destroy(&s->r);
-    if (s->epfd >= 0)
-        close(s->epfd);
     ps_models_destroy(&s->models);
-    free(s->watch);
     pthread_mutex_destroy(&s->mu);
     free(s);
     *sp = NULL;

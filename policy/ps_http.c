@@ -1,14 +1,14 @@
 /*
- * ps_http.c — the policy server's HTTP side: libmicrohttpd's request handler, the routes
+ * ps_http.c — the policy server's HTTP side: the request handler, the routes
  * (POST /v1/chat/completions, GET /v1/models, /health, /metrics), responses and their metrics,
  * and the weight loads a request for a version not cached waits for.
  *
- * A request's life: libmicrohttpd calls ps_handler with the body in pieces; on the last call the
- * request is answered at once (ps_openai.c: the answer is computed in microseconds) and, with the
- * cost model on, the finished response is parked in the engine (ps_hold, policy_server.c). A
- * version not cached is loaded through the store queue: the request is suspended, the store
- * thread fetches and decodes the weights, and the completion, dispatched by the server's loop (or
- * watcher), resumes it; the handler then runs again (S_LOADED) and answers it.
+ * A request's life: common/http_srv's request server (http_srv_async) hands it over with its
+ * body (ps_on_request); it is answered at once (ps_openai.c: the answer is computed in
+ * microseconds) and, with the cost model on, the finished response is parked in the engine
+ * (ps_hold, policy_server.c) while its connection waits. A version not cached is loaded through
+ * the store queue: the store thread fetches and decodes the weights, and the completion, on the
+ * server's loop, answers the request again from the start, now with the version cached.
  */
 #include "policy/ps_int.h"
 #include "policy/ps_openai.h"
@@ -48,22 +48,15 @@ void ps_error(ps_conn_t *c, unsigned status, const char *fmt, ...)
     s_set_resp(c, status, "application/json", ps_error_json(status, msg));
 }
 
-enum MHD_Result ps_queue(struct MHD_Connection *conn, ps_conn_t *c)
+void ps_reply(ps_conn_t *c)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(c->resp_len, c->resp, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            c->ctype ? c->ctype : "application/json");
-    if (c->ctype && strncmp(c->ctype, "text/event-stream", 17) == 0)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result ret = MHD_queue_response(conn, c->status, r);
-    MHD_destroy_response(r);
-
     struct policy_server *s = c->srv;
+    char *body = c->resp;
+    c->resp = NULL;
+    http_srv_req_reply(c->rq, (int)c->status, c->ctype ? c->ctype : "application/json", body,
+                       c->resp_len);
     if (!c->completion)
-        return ret;
+        return;
     int64_t lat_ns = ps_now_ns() - c->t0_ns;
     double lat = (double)lat_ns * 1e-9;
     for (size_t i = 0; i < S_NBUCKETS; i++)
@@ -88,7 +81,6 @@ enum MHD_Result ps_queue(struct MHD_Connection *conn, ps_conn_t *c)
         ps_add64(&s->req_other, 1);
         break;
     }
-    return ret;
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -195,7 +187,9 @@ static int s_load_work(store_t *st, void *arg, char *err)
     return ps_models_acquire(l->s->models, l->version, &l->mr);
 }
 
-/* s_load_done resumes the request: its handler runs again (S_LOADED) and finds the version
+static void s_completions(struct policy_server *s, ps_conn_t *c);
+
+/* s_load_done answers the request again from the start (on the loop): it finds the version
  * cached, or its failure remembered. */
 static void s_load_done(int rc, const char *err, void *arg)
 {
@@ -208,18 +202,16 @@ static void s_load_done(int rc, const char *err, void *arg)
     c->loaded = true;
     c->load_rc = rc;
     c->pinned = rc == SR_OK ? l->mr : NULL;
-    c->state = S_LOADED;
-    MHD_resume_connection(c->conn);
+    c->state = S_DONE;
     pthread_mutex_unlock(&s->mu);
-    ps_wake(s);
+    s_completions(s, c);
     ps_conn_unref(c);
     free(l);
 }
 
-/* s_load_later suspends request c until the store thread has fetched `version`. SR_EFULL when
- * too many loads are queued. */
-static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, ps_conn_t *c,
-                        uint32_t version)
+/* s_load_later leaves request c unanswered until the store thread has fetched `version`.
+ * SR_EFULL when too many loads are queued. */
+static int s_load_later(struct policy_server *s, ps_conn_t *c, uint32_t version)
 {
     pthread_mutex_lock(&s->mu);
     if (s->ld_n >= S_MAX_LOADS || s->stopping || !s->sq || !s->o.source) {
@@ -230,7 +222,6 @@ static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, ps
     __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the load's */
     c->load_version = version;
     c->state = S_LOADING;
-    MHD_suspend_connection(conn);
     pthread_mutex_unlock(&s->mu);
     s_load_t *l = sr_xcalloc(1, sizeof *l);
     l->s = s;
@@ -241,17 +232,20 @@ static int s_load_later(struct policy_server *s, struct MHD_Connection *conn, ps
     return SR_OK;
 }
 
-static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connection *conn,
-                                     ps_conn_t *c)
+static void s_completions(struct policy_server *s, ps_conn_t *c)
 {
-    if (c->too_big) {
+    if (http_srv_req_too_big(c->rq)) {
         ps_error(c, 400, "request body larger than %zu bytes", s->o.max_body);
-        return ps_queue(conn, c);
+        ps_reply(c);
+        return;
     }
-    cJSON *root = cJSON_ParseWithLength(c->body ? c->body : "", c->len);
+    size_t len = 0;
+    const char *body = http_srv_req_body(c->rq, &len);
+    cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) {
         ps_error(c, 400, "invalid JSON in request body");
-        return ps_queue(conn, c);
+        ps_reply(c);
+        return;
     }
     ps_req_t rq;
     ps_err_t e;
@@ -268,11 +262,11 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
         if (rc == SR_EAGAIN && c->loaded)
             rc = c->load_rc; /* loaded once already: its answer, not a second load */
         if (rc == SR_EAGAIN) {
-            rc = s_load_later(s, conn, c, rq.version);
+            rc = s_load_later(s, c, rq.version);
             if (rc == SR_OK) {
                 ps_req_clear(&rq);
                 cJSON_Delete(root);
-                return MHD_YES; /* answered when its load resumes it */
+                return; /* answered when its load is done */
             }
             ps_error(c, 503, "too many policy versions are being loaded; try again later");
         } else if (rc == SR_ENOTFOUND) {
@@ -308,60 +302,30 @@ static enum MHD_Result s_completions(struct policy_server *s, struct MHD_Connect
     if (rc != SR_OK || !s->o.cost_model) {
         if (rc == SR_OK)
             ps_add64(&s->tokens_completion, (uint64_t)c->completion_tokens);
-        return ps_queue(conn, c);
+        ps_reply(c);
+        return;
     }
-    return ps_hold(s, conn, c, prompt_tokens);
+    ps_hold(s, c, prompt_tokens);
 }
 
-enum MHD_Result ps_handler(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version, const char *upload,
-                                 size_t *upload_size, void **con_cls)
+void ps_on_request(void *arg, http_srv_req_t *rq)
 {
-    struct policy_server *s = cls;
-    ps_conn_t *c = *con_cls;
-    if (!c) {
-        c = sr_xcalloc(1, sizeof(*c));
-        c->srv = s;
-        c->conn = conn;
-        c->refs = 1;
-        c->t0_ns = ps_now_ns();
-        *con_cls = c;
-        return MHD_YES;
-    }
-    pthread_mutex_lock(&s->mu);
-    ps_state_t st = c->state;
-    pthread_mutex_unlock(&s->mu);
-    if (st == S_DONE)
-        return ps_queue(conn, c);
-    if (st == S_ABORTED)
-        return MHD_NO;
-    if (st == S_LOADED) {
-        c->state = S_DONE;
-        return s_completions(s, conn, c);
-    }
-    if (*upload_size) {
-        if (c->len + *upload_size > s->o.max_body) {
-            c->too_big = true;
-        } else {
-            if (c->len + *upload_size + 1 > c->cap) {
-                c->cap = (c->len + *upload_size + 1) * 2;
-                if (c->cap > s->o.max_body + 1)
-                    c->cap = s->o.max_body + 1;
-                c->body = sr_xrealloc(c->body, c->cap);
-            }
-            memcpy(c->body + c->len, upload, *upload_size);
-            c->len += *upload_size;
-            c->body[c->len] = '\0';
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    struct policy_server *s = arg;
+    ps_conn_t *c = sr_xcalloc(1, sizeof(*c));
+    c->srv = s;
+    c->rq = rq;
+    c->refs = 1; /* the request's: dropped by ps_on_free */
+    c->t0_ns = ps_now_ns();
+    http_srv_req_set_ctx(rq, c);
+    const char *method = http_srv_req_method(rq), *url = http_srv_req_path(rq);
     c->state = S_DONE;
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (strcmp(url, "/v1/chat/completions") == 0) {
         c->completion = post;
-        if (post)
-            return s_completions(s, conn, c);
+        if (post) {
+            s_completions(s, c);
+            return;
+        }
         ps_error(c, 405, "use POST for %s", url);
     } else if (strcmp(url, "/v1/models") == 0 && get) {
         s_models(s, c);
@@ -375,17 +339,12 @@ enum MHD_Result ps_handler(void *cls, struct MHD_Connection *conn, const char *u
     } else {
         ps_error(c, 404, "no route for %s %s", method, url);
     }
-    return ps_queue(conn, c);
+    ps_reply(c);
 }
 
-void ps_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                        enum MHD_RequestTerminationCode toe)
+void ps_on_free(void *arg, void *ctx)
 {
-    (void)cls;
-    (void)conn;
-    (void)toe;
-    ps_conn_t *c = *con_cls;
-    if (c)
-        ps_conn_unref(c);
-    *con_cls = NULL;
+    (void)arg;
+    if (ctx)
+        ps_conn_unref(ctx);
 }
