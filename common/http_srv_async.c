@@ -418,6 +418,10 @@ void http_srv_async_run(http_srv_async_t *a)
         a->loop_tid = pthread_self();
         a->loop_known = true;
     }
+    if (a->timer > 0) { /* this run does what it was for; s_arm sets the next one */
+        reactor_timer_cancel(a->r, a->timer);
+        a->timer = 0;
+    }
     MHD_run(a->d);
     s_arm(a);
 }

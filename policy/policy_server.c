@@ -120,6 +120,9 @@ int policy_server_set_version(policy_server_t *s, uint32_t version)
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     int rc = policy_server_set_version_async(s, version, s_setv_woken, &w);
+    /* The caller's loop does not run (start-up): this thread runs the queue's done functions. */
+    while (rc == SR_OK && !s->own_loop && s->sq && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE))
+        storeq_flush(s->sq, 1000);
     if (rc == SR_OK) {
         pthread_mutex_lock(&w.mu);
         while (!w.done)
@@ -130,6 +133,13 @@ int policy_server_set_version(policy_server_t *s, uint32_t version)
     pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&w.mu);
     return rc;
+}
+
+int policy_server_drain(policy_server_t *s, int timeout_ms)
+{
+    if (!s || !s->sq)
+        return SR_OK;
+    return storeq_flush(s->sq, timeout_ms);
 }
 
 int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,
@@ -367,7 +377,8 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
             goto fail;
         }
     }
-    s->r = reactor_new();
+    s->own_loop = !o->reactor;
+    s->r = s->own_loop ? reactor_new() : o->reactor;
     if (!s->r) {
         why = "cannot create the event loop";
         goto fail;
@@ -411,11 +422,13 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     }
     if (s->loop)
         reactor_set_before_sleep(s->r, s_before_sleep, s);
-    if (pthread_create(&s->thread, NULL, s_thread, s) != 0) {
-        why = "cannot start the event loop";
-        goto fail;
+    if (s->own_loop) {
+        if (pthread_create(&s->thread, NULL, s_thread, s) != 0) {
+            why = "cannot start the event loop";
+            goto fail;
+        }
+        s->thread_started = true;
     }
-    s->thread_started = true;
     s->port = http_srv_async_port(s->http);
     return s;
 
@@ -449,7 +462,8 @@ void policy_server_destroy(policy_server_t **sp)
         next = c->hnext;
         s_abort_locked(s, c);
     }
-    reactor_stop(s->r);
+    if (s->own_loop)
+        reactor_stop(s->r);
     pthread_mutex_unlock(&s->mu);
     if (s->loop) {
         /* The loop thread is the only one that drives the engine and the HTTP server: stop it
@@ -468,7 +482,10 @@ void policy_server_destroy(policy_server_t **sp)
         pthread_join(s->thread, NULL);
     storeq_destroy(&s->sq); /* answers the loads' requests before the HTTP server stops */
     http_srv_async_destroy(&s->http);
-    reactor_destroy(&s->r);
+    if (s->own_loop)
+        reactor_destroy(&s->r);
+    else if (s->r && s->loop)
+        reactor_set_before_sleep(s->r, NULL, NULL);
     ps_models_destroy(&s->models);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -18,6 +18,7 @@
 #define SR_POLICY_SERVER_H
 
 #include "common/prior.h"
+#include "common/reactor.h"
 #include "common/storeq.h"
 #include "policy/engine.h"
 #include "policy/wsource.h"
@@ -47,6 +48,10 @@ typedef struct {
     const char *redis_url; /* the run's Redis for the store thread's own connection (the
                             * requests of policy_server_submit); NULL: none */
     const char *run;       /* its run name (with redis_url) */
+    reactor_t *reactor;    /* the process's loop to run on (borrowed; the server takes its
+                            * before-sleep hook), run by the caller on its thread: the server's
+                            * loop thread is then the caller's; NULL (default): a reactor of the
+                            * server's own on a thread of its own */
 } policy_server_opts_t;
 
 /* policy_server_opts_default fills o with the documented defaults. */
@@ -77,7 +82,8 @@ int policy_server_set_version_async(policy_server_t *s, uint32_t version,
 
 /* policy_server_set_version is policy_server_set_version_async waiting for its result (call it
  * at start-up or from a test, never from the server's loop or a done function of
- * policy_server_submit). Returns 0, SR_ENOTFOUND when the source does not have the version,
+ * policy_server_submit; with o->reactor, only while that reactor does not run: the wait then
+ * runs the store queue itself). Returns 0, SR_ENOTFOUND when the source does not have the version,
  * SR_EPROTO for a bad blob, SR_EINVAL without a source, SR_ECLOSED while the server is being
  * destroyed. */
 int policy_server_set_version(policy_server_t *s, uint32_t version);
@@ -89,6 +95,11 @@ int policy_server_set_version(policy_server_t *s, uint32_t version);
  * thread (neither a source nor redis_url) or is being destroyed. */
 int policy_server_submit(policy_server_t *s, storeq_work_fn *work, storeq_done_fn *done,
                          void *arg);
+
+/* policy_server_drain runs what the store thread was given so far and its done functions, for
+ * at most timeout_ms: with o->reactor, once that reactor stopped (the last writes before exit).
+ * Returns SR_OK, SR_ETIMEDOUT, or SR_OK at once without a store thread. */
+int policy_server_drain(policy_server_t *s, int timeout_ms);
 
 /* policy_server_version returns the version served under the plain model name. */
 uint32_t policy_server_version(const policy_server_t *s);

@@ -77,7 +77,8 @@ struct policy_server {
     storeq_t *sq;
     int ld_n; /* loads queued, under mu */
     ps_conn_t *held; /* the requests held in the engine (S_WAITING) */
-    reactor_t *r; /* the server's one loop (common/reactor), on its thread */
+    reactor_t *r; /* the server's one loop (common/reactor): its own, or the caller's */
+    bool own_loop;    /* r is the server's own, run by thread (else the caller's o.reactor) */
     pthread_t thread; /* runs the loop */
     bool thread_started;
     bool loop; /* one thread: HTTP, the engine, hang-ups and the store queue on the loop */
