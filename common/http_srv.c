@@ -104,8 +104,8 @@ void http_srv_cfg_init(http_srv_cfg_t *cfg)
     cfg->keepalive_ms = 15000;
 }
 
-/* s_parse_bind turns "HOST:PORT" into an IPv4 address. Returns SR_OK or SR_EINVAL. */
-static int s_parse_bind(const char *bind, struct sockaddr_in *out)
+/* http_srv_parse_bind: see http_srv.h. */
+int http_srv_parse_bind(const char *bind, struct sockaddr_in *out)
 {
     if (!bind)
         return SR_EINVAL;
@@ -138,7 +138,7 @@ static int s_parse_bind(const char *bind, struct sockaddr_in *out)
 http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
 {
     struct sockaddr_in addr;
-    if (!cfg || s_parse_bind(cfg->bind, &addr) != SR_OK) {
+    if (!cfg || http_srv_parse_bind(cfg->bind, &addr) != SR_OK) {
         if (err)
             snprintf(err, errlen, "bad HTTP address '%s': expected HOST:PORT with an IPv4 host, "
                                   "localhost or *",

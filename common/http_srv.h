@@ -45,6 +45,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct reactor;
+struct sockaddr_in;
+
 typedef struct http_srv http_srv_t;
 
 #define HTTP_SRV_PENDING_MAX 1024   /* connections waiting for their first request */
@@ -143,5 +146,106 @@ http_srv_t *http_srv_serve_metrics(const char *where, metrics_registry_t *reg, c
 /* http_srv_destroy ends the streams, stops the server and frees it. Accepts NULL and
  * *self_p == NULL; sets *self_p to NULL. */
 void http_srv_destroy(http_srv_t **self_p);
+
+/* ---- Request servers: any method, a body, an answer now or later (common/http_srv_async.c) ----
+ *
+ * The policy server's HTTP side: an API that answers POSTs with bodies, often later than the
+ * request arrived (when a model of the engine says the tokens were generated), and learns at once
+ * when a client that waits hangs up. Run by the owner's reactor:
+ *
+ *     http_srv_async_cfg_t cfg;
+ *     http_srv_async_cfg_init(&cfg);
+ *     cfg.bind = "127.0.0.1:0"; cfg.reactor = r; cfg.on_request = fn; cfg.arg = me;
+ *     http_srv_async_t *a = http_srv_async_new(&cfg, err, sizeof err);
+ *     // fn(me, rq): http_srv_req_reply(rq, 200, "application/json", body, len) now, or return
+ *     // and reply (or close) later from any thread.
+ *
+ * With threads == 1 every request is read, handed to on_request and written on the reactor's
+ * thread (libmicrohttpd in its external epoll mode, its epoll fd watched by the reactor); with
+ * threads N > 1 libmicrohttpd runs N threads of its own, which call on_request. Either way the
+ * reactor watches the client sockets for hang-ups (EPOLLRDHUP, edge-triggered, in one epoll set
+ * that is a single fd of the reactor's): a client that hangs up while its request waits for its
+ * answer is reported to on_hangup.
+ *
+ * A request: on_request gets it once its body is complete; the owner answers it exactly once,
+ * with http_srv_req_reply or http_srv_req_close (no answer: the connection is closed), on any
+ * thread, during on_request or later; an unanswered request's connection waits, suspended, and
+ * costs no thread. The request lives until libmicrohttpd is done with it; then on_free(arg, ctx)
+ * runs with the owner's context (http_srv_req_set_ctx), so a context freed there is never seen
+ * by a later on_hangup. */
+
+typedef struct http_srv_async http_srv_async_t;
+typedef struct http_srv_req http_srv_req_t;
+
+/* A request's body is complete (on the reactor's thread, or a libmicrohttpd thread). */
+typedef void (*http_srv_req_fn)(void *arg, http_srv_req_t *rq);
+/* The client of an unanswered request hung up: on the reactor's thread, or on the request's own
+ * thread right after on_request returned unanswered when the hang-up came before. At most once
+ * per request; the request stays valid during the call even if another thread answers it. */
+typedef void (*http_srv_hup_fn)(void *arg, http_srv_req_t *rq);
+/* The request is gone: its context (NULL if none was set) may be freed. */
+typedef void (*http_srv_free_fn)(void *arg, void *ctx);
+
+typedef struct {
+    const char *bind;          /* "HOST:PORT" as http_srv_cfg_t's (port 0 = a free one) */
+    struct reactor *reactor;   /* the owner's loop (required): runs the server (threads 1) and
+                                * the hang-up watch */
+    int threads;               /* 1 (default): on the reactor; N > 1: N libmicrohttpd threads */
+    size_t max_body;           /* a longer body is not kept: too_big (default 4 MiB) */
+    unsigned timeout_s;        /* an idle connection is closed (default 600) */
+    unsigned max_conns;        /* connections at once (default 10000) */
+    unsigned max_conns_per_ip; /* from one address, 0 = no limit (default) */
+    http_srv_req_fn on_request; /* required */
+    http_srv_hup_fn on_hangup;  /* may be NULL */
+    http_srv_free_fn on_free;   /* may be NULL */
+    void *arg;
+} http_srv_async_cfg_t;
+
+/* http_srv_parse_bind turns "HOST:PORT" (an IPv4 address, "localhost" or "*"; port 0-65535) into
+ * *out. Returns SR_OK or SR_EINVAL. */
+int http_srv_parse_bind(const char *bind, struct sockaddr_in *out);
+
+/* http_srv_async_cfg_init fills cfg with the defaults listed beside each field. */
+void http_srv_async_cfg_init(http_srv_async_cfg_t *cfg);
+
+/* http_srv_async_new binds and starts the server (with threads 1 it serves once the reactor
+ * runs). Returns NULL with a one-line reason in err: a bad address or configuration, an address
+ * that cannot be bound. */
+http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err, size_t errlen);
+
+/* http_srv_async_port returns the bound port. */
+int http_srv_async_port(const http_srv_async_t *a);
+
+/* http_srv_async_run (threads 1, on the reactor's thread) does now what libmicrohttpd has to do:
+ * read and hand out new requests, write the answers given since. The server does it itself when
+ * its sockets are ready; an owner that answers requests from its before-sleep hook calls it there
+ * to write them in the same round. */
+void http_srv_async_run(http_srv_async_t *a);
+
+/* http_srv_async_destroy closes every connection (requests still unanswered are closed: the owner
+ * must not answer them afterwards; on_free runs for each request) and frees the server. Call it
+ * with the reactor stopped (or from its thread); NULL or *ap == NULL is a no-op. */
+void http_srv_async_destroy(http_srv_async_t **ap);
+
+/* A request's parts, valid until it is answered: method, path (without the query), the body
+ * (NUL-terminated, "" when empty or too big), its length, and whether it was longer than
+ * max_body (its bytes then dropped). */
+const char *http_srv_req_method(const http_srv_req_t *rq);
+const char *http_srv_req_path(const http_srv_req_t *rq);
+const char *http_srv_req_body(const http_srv_req_t *rq, size_t *len);
+bool http_srv_req_too_big(const http_srv_req_t *rq);
+
+/* The owner's context of a request (for on_hangup and on_free). */
+void http_srv_req_set_ctx(http_srv_req_t *rq, void *ctx);
+void *http_srv_req_ctx(const http_srv_req_t *rq);
+
+/* http_srv_req_reply answers rq with status, the static content type ctype and body[0..len) (heap
+ * memory the server takes over, NULL for none). Any thread, once per request (a second answer is
+ * refused: SR_ECONFLICT, body freed). Returns SR_OK. */
+int http_srv_req_reply(http_srv_req_t *rq, int status, const char *ctype, char *body,
+                       size_t len);
+
+/* http_srv_req_close ends rq without an answer: its connection is closed. Same rules. */
+int http_srv_req_close(http_srv_req_t *rq);
 
 #endif

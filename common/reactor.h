@@ -104,6 +104,13 @@ int reactor_timer_count(const reactor_t *r);
 /* reactor_set_before_sleep sets (or, with cb NULL, clears) the hook called before each wait. */
 void reactor_set_before_sleep(reactor_t *r, reactor_hook_fn *cb, void *arg);
 
+/* reactor_wait_at_most_ns, called from the before-sleep hook, bounds the coming wait to ns
+ * nanoseconds (>= 0; the smallest of several calls counts) with a finer grain than a timer's
+ * millisecond: epoll_pwait2 where the kernel has it, else rounded up to the millisecond. It holds
+ * for that one wait only. For a loop that must wake on a deadline of its own (the policy server's
+ * engine model); r NULL or ns < 0: no effect. */
+void reactor_wait_at_most_ns(reactor_t *r, int64_t ns);
+
 /* reactor_set_budget sets how many times per wake-up a readable ZeroMQ socket's handler may be
  * called in a row (at least 1; default REACTOR_DEFAULT_BUDGET). */
 void reactor_set_budget(reactor_t *r, int budget);

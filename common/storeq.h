@@ -19,7 +19,7 @@
  * Every submitted request's done function is called exactly once: on the reactor thread from the
  * loop, or from storeq_flush / storeq_destroy (with SR_ECLOSED for requests that never ran).
  *
- * A loop that is not a common/reactor (the policy server's epoll loop) creates the queue with
+ * A loop that is not a common/reactor (none in the tree now; tests) creates the queue with
  * storeq_new_fd, watches storeq_fd for reading and calls storeq_dispatch when it is readable: the
  * done functions then run on the thread that dispatches. A queue may also have no Redis at all
  * (url NULL): its work functions get st == NULL and do their own blocking work (a weights file,

@@ -1,5 +1,7 @@
 /*
- * policy_server_cmd.c — entry point of `selroll policy-server`: options, start, wait for a signal.
+ * policy_server_cmd.c — entry point of `selroll policy-server`: options, start, and the process's
+ * one loop (common/reactor, on the main thread): the server's HTTP, engine and store queue, the
+ * bus follower, the aborted-token flush, until SIGINT or SIGTERM.
  */
 #include "common/cmds.h"
 
@@ -90,16 +92,46 @@ static void s_flush_aborted(s_aborted_t *a)
     }
 }
 
-/* s_flush_aborted_last flushes the counter once more at exit and waits for it (3 s at most:
- * this thread serves nothing). */
+/* s_flush_aborted_last flushes the counter once more at exit and waits for it (3 s at most
+ * each: the loop has stopped, this thread runs the store queue's completions itself). */
 static void s_flush_aborted_last(s_aborted_t *a)
 {
-    for (int i = 0; i < 300 && __atomic_load_n(&a->inflight, __ATOMIC_ACQUIRE); i++)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    if (!a->on)
+        return;
+    policy_server_drain(a->s, 3000);
     s_flush_aborted(a);
-    for (int i = 0; i < 300 && __atomic_load_n(&a->inflight, __ATOMIC_ACQUIRE); i++)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    policy_server_drain(a->s, 3000);
 }
+
+static void s_on_tick(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_flush_aborted(arg);
+}
+
+/* The POLICY_VERSION follower on the loop. */
+typedef struct {
+    vfollow_t *f;
+    policy_server_t *s;
+    int rc; /* the socket's failure, which stops the loop */
+} s_bus_t;
+
+static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)sock;
+    (void)revents;
+    s_bus_t *b = arg;
+    int rc = vfollow_poll(b->f, 0);
+    if (rc == 1) {
+        printf("policy-server: now serving version %u\n", policy_server_version(b->s));
+        fflush(stdout);
+    } else if (rc < 0) {
+        b->rc = rc;
+        reactor_stop(r);
+    }
+}
+
 
 /* s_store_version0 puts the weights of version 0 (built from the prior options) into Redis under
  * weights:0 when none are there, so an external trainer can start from exactly the weights this
@@ -237,6 +269,8 @@ int policy_server_main(int argc, char **argv)
     int code = 1;
     void *zctx = NULL;
     vfollow_t *follow = NULL;
+    policy_server_t *srv = NULL;
+    reactor_t *r = NULL;
     s_aborted_t aborted = {0}; /* the run's aborted-token counter, with --redis */
     if (wdir && redis) {
         fprintf(stderr, "selroll policy-server: give --weights-dir or --redis, not both\n");
@@ -253,17 +287,19 @@ int policy_server_main(int argc, char **argv)
     o.source = src;
     o.redis_url = redis;
     o.run = run;
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* threads started below inherit the mask */
+    r = reactor_new(); /* the process's one loop: HTTP, engine, bus, store queue */
+    if (!r || reactor_catch_signals(r) != SR_OK) {
+        fprintf(stderr, "policy-server: cannot make the event loop\n");
+        goto cleanup;
+    }
+    o.reactor = r;
     policy_server_t *s = policy_server_new(&o, err, sizeof err);
     if (!s) {
         fprintf(stderr, "policy-server: %s\n", err);
         code = 2;
         goto cleanup;
     }
+    srv = s;
     aborted.s = s;
     aborted.on = redis != NULL;
     if (redis) {
@@ -285,44 +321,43 @@ int policy_server_main(int argc, char **argv)
            policy_server_port(s), o.model_name, policy_server_version(s),
            o.cost_model ? "on" : "off");
     fflush(stdout);
-    int sig = 0;
+    s_bus_t bus_ctx = {.s = s};
     if (bus) {
         zctx = zmq_ctx_new();
         follow = zctx ? vfollow_new(s, zctx, bus, run, err, sizeof err) : NULL;
-        if (!follow) {
-            fprintf(stderr, "policy-server: %s\n", zctx ? err : "cannot make a ZeroMQ context");
+        bus_ctx.f = follow;
+        if (!follow ||
+            reactor_add_zsock(r, vfollow_zsock(follow), REACTOR_READ, s_on_bus, &bus_ctx) != SR_OK) {
+            fprintf(stderr, "policy-server: %s\n",
+                    !zctx ? "cannot make a ZeroMQ context" : follow ? "cannot watch the bus" : err);
             goto cleanup;
         }
         printf("policy-server: following POLICY_VERSION of run %s on %s\n", run, bus);
         fflush(stdout);
-        const struct timespec now = {0, 0};
-        while ((sig = sigtimedwait(&sigs, NULL, &now)) < 0) {
-            s_flush_aborted(&aborted);
-            int rc = vfollow_poll(follow, 200);
-            if (rc == 1) {
-                printf("policy-server: now serving version %u\n", policy_server_version(s));
-                fflush(stdout);
-            } else if (rc < 0) {
-                fprintf(stderr, "policy-server: bus: %s\n", sr_strerror(rc));
-                goto cleanup;
-            }
-        }
-    } else if (aborted.on) {
-        const struct timespec tick = {0, 200 * 1000 * 1000};
-        while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0)
-            s_flush_aborted(&aborted);
-    } else {
-        sigwait(&sigs, &sig);
+    }
+    if (aborted.on)
+        reactor_timer_add(r, 200, 200, s_on_tick, &aborted);
+    int lrc = reactor_run(r);
+    if (follow)
+        reactor_remove_zsock(r, vfollow_zsock(follow));
+    if (bus_ctx.rc < 0) {
+        fprintf(stderr, "policy-server: bus: %s\n", sr_strerror(bus_ctx.rc));
+        goto cleanup;
+    }
+    if (lrc != SR_OK) {
+        fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(lrc));
+        goto cleanup;
     }
     s_flush_aborted_last(&aborted);
-    printf("policy-server: signal %d, stopping\n", sig);
+    printf("policy-server: signal %d, stopping\n", reactor_signal(r));
     code = 0;
 
 cleanup:
     vfollow_destroy(&follow);
     if (zctx)
         zmq_ctx_term(zctx);
-    policy_server_destroy(&s);
+    policy_server_destroy(&srv);
+    reactor_destroy(&r); /* after the server: its fds and hook leave the loop first */
     wsource_destroy(&src);
     cfg_free(&cfg);
     return code;

@@ -151,6 +151,11 @@ cleanup:
     return s_reported(f);
 }
 
+void *vfollow_zsock(const vfollow_t *f)
+{
+    return f ? transport_sock_zmq(f->sub) : NULL;
+}
+
 void vfollow_stats(const vfollow_t *f, vfollow_stats_t *out)
 {
     memset(out, 0, sizeof(*out));

@@ -6,7 +6,7 @@
  * the server serves under the plain model name (policy_server_set_version_async: the weights are
  * loaded on the server's store thread, and the follower never waits for them). Bad messages are
  * counted and skipped; a version the source does not have is counted when its load ends and the
- * served version stays as it was. The owner polls it from its own control loop.
+ * served version stays as it was. The owner polls it from its loop (the process's reactor).
  */
 #ifndef SR_POLICY_VFOLLOW_H
 #define SR_POLICY_VFOLLOW_H
@@ -33,6 +33,10 @@ vfollow_t *vfollow_new(policy_server_t *srv, void *zmq_ctx, const char *endpoint
  * its version, without waiting for the load. Returns 1 when a switch of the served version
  * completed since the last call, 0 otherwise, or a negative SR_E* code when the socket failed. */
 int vfollow_poll(vfollow_t *f, int wait_ms);
+
+/* vfollow_zsock returns the SUB socket, for a reactor to watch (REACTOR_READ; its handler calls
+ * vfollow_poll(f, 0), one message a call). */
+void *vfollow_zsock(const vfollow_t *f);
 
 /* vfollow_stats copies the counters. */
 void vfollow_stats(const vfollow_t *f, vfollow_stats_t *out);

@@ -5,10 +5,13 @@
  */
 #include "tests/harness.h"
 #include "common/http_srv.h"
+#include "common/reactor.h"
 #include "common/sr.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +414,220 @@ static void idle_connections_leave_health_and_routes_reachable(void **state)
     http_srv_destroy(&s);
 }
 
+/* ---- request servers (http_srv_async) ---- */
+
+typedef struct {
+    reactor_t *r;
+    pthread_t loop;
+    http_srv_async_t *a;
+    atomic_int requests, hangups, frees;
+    int threads;
+} s_async_t;
+
+static void *s_async_loop(void *arg)
+{
+    s_async_t *t = arg;
+    reactor_run(t->r);
+    return NULL;
+}
+
+/* s_late answers a request 30 ms later, from a thread of its own. */
+static void *s_late(void *arg)
+{
+    http_srv_req_t *rq = arg;
+    nanosleep(&(struct timespec){0, 30 * 1000 * 1000}, NULL);
+    size_t len = 0;
+    const char *body = http_srv_req_body(rq, &len);
+    char *out = malloc(len + 6);
+    memcpy(out, "late:", 5);
+    memcpy(out + 5, body, len + 1);
+    assert_int_equal(http_srv_req_reply(rq, 202, "text/plain", out, len + 5), SR_OK);
+    return NULL;
+}
+
+static void s_async_request(void *arg, http_srv_req_t *rq)
+{
+    s_async_t *t = arg;
+    atomic_fetch_add(&t->requests, 1);
+    http_srv_req_set_ctx(rq, t);
+    const char *path = http_srv_req_path(rq);
+    size_t len = 0;
+    const char *body = http_srv_req_body(rq, &len);
+    if (http_srv_req_too_big(rq)) {
+        assert_int_equal(len, 0);
+        http_srv_req_reply(rq, 413, "text/plain", strdup("too big"), 7);
+    } else if (strcmp(path, "/now") == 0) {
+        char *out = strndup(body, len);
+        assert_int_equal(http_srv_req_reply(rq, 200, "text/plain", out, len), SR_OK);
+        /* a second answer is refused and its body freed */
+        assert_int_equal(http_srv_req_reply(rq, 200, "text/plain", strdup("x"), 1),
+                         SR_ECONFLICT);
+    } else if (strcmp(path, "/later") == 0) {
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, s_late, rq), 0);
+        pthread_detach(th);
+    } /* "/hold": never answered, until the client hangs up or the server stops */
+}
+
+static void s_async_hangup(void *arg, http_srv_req_t *rq)
+{
+    s_async_t *t = arg;
+    assert_ptr_equal(http_srv_req_ctx(rq), t);
+    atomic_fetch_add(&t->hangups, 1);
+    assert_int_equal(http_srv_req_close(rq), SR_OK);
+}
+
+static void s_async_free(void *arg, void *ctx)
+{
+    s_async_t *t = arg;
+    assert_ptr_equal(ctx, t);
+    atomic_fetch_add(&t->frees, 1);
+}
+
+static void s_async_start(s_async_t *t, int threads)
+{
+    memset(t, 0, sizeof *t);
+    t->threads = threads;
+    t->r = reactor_new();
+    assert_non_null(t->r);
+    http_srv_async_cfg_t cfg;
+    http_srv_async_cfg_init(&cfg);
+    cfg.bind = "127.0.0.1:0";
+    cfg.reactor = t->r;
+    cfg.threads = threads;
+    cfg.max_body = 16;
+    cfg.on_request = s_async_request;
+    cfg.on_hangup = s_async_hangup;
+    cfg.on_free = s_async_free;
+    cfg.arg = t;
+    char err[128];
+    t->a = http_srv_async_new(&cfg, err, sizeof err);
+    assert_non_null(t->a);
+    assert_true(http_srv_async_port(t->a) > 0);
+    assert_int_equal(pthread_create(&t->loop, NULL, s_async_loop, t), 0);
+}
+
+static void s_async_stop(s_async_t *t)
+{
+    reactor_stop(t->r);
+    pthread_join(t->loop, NULL);
+    http_srv_async_destroy(&t->a);
+    assert_null(t->a);
+    reactor_destroy(&t->r);
+}
+
+/* s_post posts body to path; returns the status, the answer in *out. */
+static long s_post(s_async_t *t, const char *path, const char *body, s_body_t *out)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", http_srv_async_port(t->a), path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    CURLcode rc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    return rc == CURLE_OK ? code : -1;
+}
+
+static void s_wait_for(atomic_int *v, int want)
+{
+    for (int i = 0; i < 300 && atomic_load(v) < want; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_int_equal(atomic_load(v), want);
+}
+
+static void s_async_answers(int threads)
+{
+    s_async_t t;
+    s_async_start(&t, threads);
+    s_body_t b = {0};
+    assert_int_equal(s_post(&t, "/now", "abc", &b), 200);
+    assert_string_equal(b.data, "abc");
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(s_post(&t, "/later", "xyz", &b), 202);
+    assert_string_equal(b.data, "late:xyz");
+    free(b.data);
+    memset(&b, 0, sizeof b);
+    assert_int_equal(s_post(&t, "/now", "0123456789abcdefXYZ", &b), 413);
+    free(b.data);
+    assert_int_equal(atomic_load(&t.requests), 3);
+    s_wait_for(&t.frees, 3);
+    assert_int_equal(atomic_load(&t.hangups), 0);
+    s_async_stop(&t);
+}
+
+/* A request answered at once, one answered 30 ms later from another thread, a body over the
+ * limit: on the reactor (threads 1) and on two libmicrohttpd threads. */
+static void async_requests_are_answered_now_or_later_from_any_thread(void **state)
+{
+    (void)state;
+    s_async_answers(1);
+    s_async_answers(2);
+}
+
+static void s_async_hangups(int threads)
+{
+    s_async_t t;
+    s_async_start(&t, threads);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)http_srv_async_port(t.a))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char req[] = "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    s_wait_for(&t.requests, 1);
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    assert_int_equal(atomic_load(&t.hangups), 0); /* it waits, unanswered */
+    close(fd);
+    s_wait_for(&t.hangups, 1); /* the hang-up is told; the request closed in the callback */
+    s_wait_for(&t.frees, 1);
+    /* A request that waits when the server stops is closed and freed. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    s_wait_for(&t.requests, 2);
+    s_async_stop(&t);
+    assert_int_equal(atomic_load(&t.frees), 2);
+    assert_int_equal(atomic_load(&t.hangups), 1);
+    close(fd);
+}
+
+/* A client that hangs up while its request waits is told to on_hangup, on both kinds of server;
+ * stopping the server closes a waiting request. */
+static void async_a_hang_up_of_a_waiting_request_is_told(void **state)
+{
+    (void)state;
+    s_async_hangups(1);
+    s_async_hangups(2);
+}
+
+/* Bad configurations are refused with a reason. */
+static void async_bad_configurations_are_refused(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    http_srv_async_cfg_t cfg;
+    http_srv_async_cfg_init(&cfg);
+    char err[128] = "";
+    cfg.bind = "127.0.0.1:0";
+    assert_null(http_srv_async_new(&cfg, err, sizeof err)); /* no reactor, no on_request */
+    assert_true(err[0] != '\0');
+    cfg.reactor = r;
+    cfg.on_request = s_async_request;
+    cfg.bind = "nowhere:80";
+    assert_null(http_srv_async_new(&cfg, err, sizeof err));
+    http_srv_async_destroy(NULL);
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -425,6 +642,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
         cmocka_unit_test(a_role_serves_its_registry_and_health),
         cmocka_unit_test(idle_connections_leave_health_and_routes_reachable),
+        cmocka_unit_test(async_requests_are_answered_now_or_later_from_any_thread),
+        cmocka_unit_test(async_a_hang_up_of_a_waiting_request_is_told),
+        cmocka_unit_test(async_bad_configurations_are_refused),
     };
     int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SAFETY_MS 10000
@@ -398,6 +400,66 @@ static void timer_added_by_timer_waits_for_next_round(void **state)
     /* One link of the chain per round; a zero-delay chain cannot starve the rest of the loop. */
     assert_int_equal(rounds, 5);
     assert_int_equal(n, 5);
+    reactor_destroy(&r);
+}
+
+/* The before-sleep hook bounds each wait to 50 us with nothing else to wake the loop (the only
+ * timer is a minute away). A wait rounded up to the millisecond (a timer's grain, or epoll_wait's)
+ * lasts 1 ms at least; the shortest of 50 rounds shows the finer bound, however loaded the
+ * machine is for the others. */
+typedef struct {
+    int rounds;
+    int64_t cap_ns;
+    int64_t last_ns, min_ns;
+} s_cap_t;
+
+static int64_t s_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void s_cap_hook(reactor_t *r, void *arg)
+{
+    s_cap_t *c = arg;
+    int64_t now = s_mono_ns();
+    if (c->rounds > 0 && (c->min_ns < 0 || now - c->last_ns < c->min_ns))
+        c->min_ns = now - c->last_ns;
+    c->last_ns = now;
+    if (++c->rounds > 50)
+        reactor_stop(r);
+    else
+        reactor_wait_at_most_ns(r, c->cap_ns);
+}
+
+static void s_never(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    (void)arg;
+}
+
+static void wait_at_most_ns_bounds_one_wait_finer_than_a_timer(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    reactor_timer_add(r, 60000, 0, s_never, NULL); /* the loop would sleep a minute otherwise */
+    s_cap_t c = {.rounds = 0, .cap_ns = 50000, .min_ns = -1};
+    reactor_set_before_sleep(r, s_cap_hook, &c);
+    int64_t t0 = s_mono_ns();
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(c.rounds, 51);
+    assert_true(s_mono_ns() - t0 < 30 * 1000000000LL); /* bounded: not the minute */
+    assert_true(c.min_ns >= 50000);                    /* each round waited its 50 us */
+#ifdef SYS_epoll_pwait2
+    if (!getenv("SELROLL_VALGRIND")) /* not rounded up to the millisecond */
+        assert_true(c.min_ns < 900000);
+#endif
+    /* Negative, or no reactor: no effect. */
+    reactor_wait_at_most_ns(r, -5);
+    reactor_wait_at_most_ns(NULL, 5);
+    reactor_set_before_sleep(r, NULL, NULL);
     reactor_destroy(&r);
 }
 
@@ -1131,6 +1193,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(cancelled_timer_never_fires),
         cmocka_unit_test(repeating_timer_cancels_itself_and_another),
         cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
+        cmocka_unit_test(wait_at_most_ns_bounds_one_wait_finer_than_a_timer),
         cmocka_unit_test(fd_readiness_with_a_pipe),
         cmocka_unit_test(handler_removing_itself_and_a_ready_peer_during_dispatch),
         cmocka_unit_test(a_reused_fd_number_never_gets_the_old_fds_readiness),

@@ -1,6 +1,6 @@
 /*
  * fuzz_policy_http.c — libFuzzer target for what the built-in policy server reads from an HTTP
- * request body: the JSON (cJSON, as policy/policy_server.c parses it) and, in every user message, the
+ * request body: the JSON (cJSON, as policy/ps_openai.c parses it) and, in every user message, the
  * prompt text read back by common/pparse.c. Raw input that is not JSON is also parsed as a
  * prompt and as a goal sentence, so the text parser sees arbitrary bytes too.
  *

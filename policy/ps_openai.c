@@ -1,0 +1,765 @@
+/*
+ * ps_openai.c — the OpenAI chat-completions shapes of the policy server: the request's
+ * validation (ps_req_parse), the answer as one JSON object or as SSE chunks (ps_answer), the
+ * logprobs and token-id extensions, and the token count of policy_server_tokens.
+ */
+#include "policy/ps_openai.h"
+
+#include "common/jsonw.h"
+#include "common/pparse.h"
+#include "common/ptok.h"
+#include "common/sr.h"
+#include "common/sr_buf.h"
+#include "policy/policy_server.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define S_MAX_TOP_LOGPROBS 20
+
+/* ---------------------------------------------------------------- tokens */
+
+int policy_server_tokens(const char *text)
+{
+    if (!text)
+        return 0;
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    while (*p) {
+        if (isalnum(*p) && *p < 128) {
+            int run = 0;
+            while (*p && *p < 128 && isalnum(*p)) {
+                run++;
+                p++;
+            }
+            n += (run + 3) / 4;
+        } else {
+            if (!isspace(*p))
+                n++;
+            p++;
+        }
+    }
+    return n;
+}
+
+/* s_prefix_of_tokens returns the byte length of the longest prefix of text with at most max
+ * tokens (never cutting inside a run's 4-character piece). */
+static size_t s_prefix_of_tokens(const char *text, int max)
+{
+    int n = 0;
+    const unsigned char *s = (const unsigned char *)text, *p = s;
+    while (*p) {
+        if (isalnum(*p) && *p < 128) {
+            int run = 0;
+            while (p[run] && p[run] < 128 && isalnum(p[run]))
+                run++;
+            int pieces = (run + 3) / 4;
+            if (n + pieces > max) {
+                p += (size_t)(max - n) * 4;
+                return (size_t)(p - s);
+            }
+            n += pieces;
+            p += run;
+        } else {
+            if (!isspace(*p)) {
+                if (n + 1 > max)
+                    return (size_t)(p - s);
+                n++;
+            }
+            p++;
+        }
+    }
+    return (size_t)(p - s);
+}
+
+/* ---------------------------------------------------------------- text buffers */
+
+void ps_buf_printf(ps_buf_t *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = (b->cap + (size_t)n + 1) * 2;
+        b->p = sr_xrealloc(b->p, b->cap);
+    }
+}
+
+void ps_buf_add(ps_buf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = sr_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* ---------------------------------------------------------------- the request */
+
+char *ps_error_json(unsigned status, const char *msg)
+{
+    const char *type = status == 404   ? "not_found_error"
+                       : status == 503 ? "service_unavailable"
+                       : status >= 500 ? "internal_server_error"
+                                       : "invalid_request_error";
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddNumberToObject(e, "code", status);
+    char *body = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return body;
+}
+
+/* s_fail fills e with status and a formatted message. */
+static void s_fail(ps_err_t *e, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void s_fail(ps_err_t *e, unsigned status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+}
+
+void ps_req_clear(ps_req_t *rq)
+{
+    free(rq->user);
+    free(rq->prompt.p);
+    rq->user = NULL;
+    rq->prompt.p = NULL;
+}
+
+static char *s_content_text(const cJSON *content)
+{
+    if (cJSON_IsString(content))
+        return sr_xstrdup(content->valuestring);
+    if (!cJSON_IsArray(content))
+        return NULL;
+    ps_buf_t b = {0};
+    ps_buf_add(&b, "", 0);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (cJSON_IsString(t))
+            ps_buf_add(&b, t->valuestring, strlen(t->valuestring));
+    }
+    return b.p;
+}
+
+
+int ps_req_parse(const char *name, const cJSON *root, ps_req_t *rq, ps_err_t *e)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->temperature = 1.0;
+    rq->top_p = 1.0;
+    rq->use_current = true;
+    if (!cJSON_IsObject(root)) {
+        s_fail(e, 400, "request body must be a JSON object");
+        return SR_EINVAL;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) {
+            s_fail(e, 400, "'model' must be a string");
+            return SR_EINVAL;
+        }
+        const char *n = model->valuestring;
+        size_t nl = strlen(name);
+        if (strcmp(n, name) == 0) {
+            rq->use_current = true;
+        } else if (strncmp(n, name, nl) == 0 && strncmp(n + nl, "-v", 2) == 0 &&
+                   isdigit((unsigned char)n[nl + 2])) {
+            char *end;
+            unsigned long v = strtoul(n + nl + 2, &end, 10);
+            if (*end || v > UINT32_MAX) {
+                s_fail(e, 404, "The model `%s` does not exist.", n);
+                return SR_ENOTFOUND;
+            }
+            rq->use_current = false;
+            rq->version = (uint32_t)v;
+        } else {
+            s_fail(e, 404, "The model `%s` does not exist.", n);
+            return SR_ENOTFOUND;
+        }
+    }
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        s_fail(e, 400, "'messages' must be a non-empty array");
+        return SR_EINVAL;
+    }
+    const cJSON *rti = cJSON_GetObjectItemCaseSensitive(root, "return_token_ids");
+    if (rti && !cJSON_IsNull(rti)) {
+        if (!cJSON_IsBool(rti)) {
+            s_fail(e, 400, "'return_token_ids' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->token_ids = cJSON_IsTrue(rti);
+    }
+    rq->prompt_ids = rq->token_ids;
+    const cJSON *rpi = cJSON_GetObjectItemCaseSensitive(root, "return_prompt_token_ids");
+    if (rpi && !cJSON_IsNull(rpi)) {
+        if (!cJSON_IsBool(rpi)) {
+            s_fail(e, 400, "'return_prompt_token_ids' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->prompt_ids = rq->token_ids && cJSON_IsTrue(rpi);
+    }
+    const cJSON *m;
+    int idx = 0;
+    size_t ptok_n = 0; /* with ids but no prompt ids: the prompt's tokens, turn by turn */
+    cJSON_ArrayForEach(m, msgs)
+    {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        char *text = cJSON_IsString(role) ? s_content_text(content) : NULL;
+        if (!text) {
+            s_fail(e, 400,
+                    "messages[%d] needs a string 'role' and a string or text-part 'content'", idx);
+            return SR_EINVAL;
+        }
+        if (rq->token_ids && !rq->prompt_ids) { /* counted, not rendered: one pass */
+            int words;
+            size_t tl;
+            size_t tt = ptok_count_words(text, &words, &tl);
+            rq->prompt_tokens += words + 4; /* role and framing */
+            ptok_n += ptok_turn_tokens(role->valuestring, text[0], tt);
+        } else {
+            rq->prompt_tokens += policy_server_tokens(text) + 4;
+        }
+        if (rq->token_ids && rq->prompt_ids) { /* "<|role|>\ntext\n" without printf: the text is long */
+            ps_buf_add(&rq->prompt, "<|", 2);
+            ps_buf_add(&rq->prompt, role->valuestring, strlen(role->valuestring));
+            ps_buf_add(&rq->prompt, "|>\n", 3);
+            ps_buf_add(&rq->prompt, text, strlen(text));
+            ps_buf_add(&rq->prompt, "\n", 1);
+        }
+        if (strcmp(role->valuestring, "user") == 0) {
+            free(rq->user);
+            rq->user = text;
+        } else {
+            free(text);
+        }
+        idx++;
+    }
+    rq->prompt_tokens += 2; /* the assistant's turn header */
+    rq->cost_prompt_tokens = rq->prompt_tokens;
+    if (rq->token_ids && !rq->prompt_ids) {
+        rq->prompt_tokens = (int)(ptok_n + ptok_count("<|assistant|>\n"));
+    } else if (rq->token_ids) {
+        ps_buf_add(&rq->prompt, "<|assistant|>\n", 14);
+        rq->prompt_tokens = (int)ptok_encode(rq->prompt.p, rq->prompt.len, NULL, 0);
+    }
+    if (!rq->user) {
+        s_fail(e, 400, "'messages' holds no user message");
+        return SR_EINVAL;
+    }
+    const cJSON *x;
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 2) {
+            s_fail(e, 400, "'temperature' must be a number in [0, 2]");
+            return SR_EINVAL;
+        }
+        rq->temperature = x->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || x->valuedouble > 1) {
+            s_fail(e, 400, "'top_p' must be a number in (0, 1]");
+            return SR_EINVAL;
+        }
+        rq->top_p = x->valuedouble;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
+    if (!mt || cJSON_IsNull(mt))
+        mt = cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens");
+    if (mt && !cJSON_IsNull(mt)) {
+        if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e6 ||
+            mt->valuedouble != floor(mt->valuedouble)) {
+            s_fail(e, 400, "'max_tokens' must be a positive integer");
+            return SR_EINVAL;
+        }
+        rq->max_tokens = (int)mt->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "stop")) && !cJSON_IsNull(x)) {
+        if (cJSON_IsString(x)) {
+            if (x->valuestring[0])
+                rq->stop[rq->n_stop++] = x->valuestring;
+        } else if (cJSON_IsArray(x) && cJSON_GetArraySize(x) <= PS_MAX_STOP) {
+            const cJSON *it;
+            cJSON_ArrayForEach(it, x)
+            {
+                if (!cJSON_IsString(it)) {
+                    s_fail(e, 400, "'stop' must be a string or an array of up to 4 strings");
+                    return SR_EINVAL;
+                }
+                if (it->valuestring[0])
+                    rq->stop[rq->n_stop++] = it->valuestring;
+            }
+        } else {
+            s_fail(e, 400, "'stop' must be a string or an array of up to 4 strings");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "seed")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble)) {
+            s_fail(e, 400, "'seed' must be an integer");
+            return SR_EINVAL;
+        }
+        rq->has_seed = true;
+        rq->seed = (int64_t)x->valuedouble;
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "n")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != 1) {
+            s_fail(e, 400, "only n = 1 is supported");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "logprobs")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsBool(x)) {
+            s_fail(e, 400, "'logprobs' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->logprobs = cJSON_IsTrue(x);
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > S_MAX_TOP_LOGPROBS ||
+            x->valuedouble != floor(x->valuedouble)) {
+            s_fail(e, 400, "'top_logprobs' must be an integer in [0, 20]");
+            return SR_EINVAL;
+        }
+        rq->top_logprobs = (int)x->valuedouble;
+        if (rq->top_logprobs > 0 && !rq->logprobs) {
+            s_fail(e, 400, "'top_logprobs' requires 'logprobs': true");
+            return SR_EINVAL;
+        }
+    }
+    if ((x = cJSON_GetObjectItemCaseSensitive(root, "stream")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsBool(x)) {
+            s_fail(e, 400, "'stream' must be a boolean");
+            return SR_EINVAL;
+        }
+        rq->stream = cJSON_IsTrue(x);
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage")))
+        rq->include_usage = true;
+    return SR_OK;
+}
+
+static double s_gauss(model_rng_t *r)
+{
+    double u = model_rng_uniform(r), v = model_rng_uniform(r);
+    if (u < 1e-300)
+        u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* s_cut applies stop strings and max_tokens to the content; returns the finish reason. */
+static const char *s_cut(ps_buf_t *content, const ps_req_t *rq)
+{
+    const char *reason = "stop";
+    size_t cut = content->len;
+    for (int i = 0; i < rq->n_stop; i++) {
+        const char *hit = strstr(content->p, rq->stop[i]);
+        if (hit && (size_t)(hit - content->p) < cut)
+            cut = (size_t)(hit - content->p);
+    }
+    content->p[cut] = '\0';
+    content->len = cut;
+    if (rq->max_tokens > 0 && policy_server_tokens(content->p) > rq->max_tokens) {
+        content->len = s_prefix_of_tokens(content->p, rq->max_tokens);
+        content->p[content->len] = '\0';
+        reason = "length";
+    }
+    return reason;
+}
+
+/* s_top_order writes into order the indices of the (at most top) most probable candidates, most
+ * probable first (ties: the earlier candidate), and returns how many. */
+static int s_top_order(const pparse_state_t *st, const double *p_unit, int top, int *order)
+{
+    bool used[PPARSE_MAX_ACTIONS] = {false};
+    int k = 0;
+    for (; k < top && k < st->n_actions; k++) {
+        int best = -1;
+        for (int i = 0; i < st->n_actions; i++)
+            if (!used[i] && (best < 0 || p_unit[i] > p_unit[best]))
+                best = i;
+        used[best] = true;
+        order[k] = best;
+    }
+    return k;
+}
+
+static cJSON *s_logprobs_json(const pparse_state_t *st, const double *p_unit, int chosen, double lp,
+                              int top)
+{
+    cJSON *lps = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(lps, "content");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "token", chosen >= 0 ? st->actions[chosen] : "look");
+    cJSON_AddNumberToObject(e, "logprob", lp);
+    cJSON_AddNullToObject(e, "bytes");
+    cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
+    int order[PPARSE_MAX_ACTIONS];
+    int n = s_top_order(st, p_unit, top, order);
+    for (int k = 0; k < n; k++) {
+        int best = order[k];
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "token", st->actions[best]);
+        cJSON_AddNumberToObject(t, "logprob", p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
+        cJSON_AddNullToObject(t, "bytes");
+        cJSON_AddItemToArray(tops, t);
+    }
+    cJSON_AddItemToArray(arr, e);
+    return lps;
+}
+
+/* s_top_logprobs_write writes the top_logprobs array: the `top` most likely admissible actions
+ * (s_top_order) with their log probabilities. */
+static void s_top_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                                 int top)
+{
+    int order[PPARSE_MAX_ACTIONS];
+    int n = s_top_order(st, p_unit, top, order);
+    jsonw_lit(w, "[");
+    for (int k = 0; k < n; k++) {
+        int best = order[k];
+        if (k)
+            jsonw_lit(w, ",");
+        jsonw_lit(w, "{\"token\":");
+        jsonw_str(w, st->actions[best]);
+        jsonw_lit(w, ",\"logprob\":");
+        jsonw_num(w, p_unit[best] > 0 ? log(p_unit[best]) : -9999.0);
+        jsonw_lit(w, ",\"bytes\":null}");
+    }
+    jsonw_lit(w, "]");
+}
+
+/* s_logprobs_write writes what s_logprobs_json builds, as cJSON would print it. */
+static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                             int chosen, double lp, int top)
+{
+    jsonw_lit(w, "{\"content\":[{\"token\":");
+    jsonw_str(w, chosen >= 0 ? st->actions[chosen] : "look");
+    jsonw_lit(w, ",\"logprob\":");
+    jsonw_num(w, lp);
+    jsonw_lit(w, ",\"bytes\":null,\"top_logprobs\":");
+    s_top_logprobs_write(w, st, p_unit, top);
+    jsonw_lit(w, "}]}");
+}
+
+/* s_ids_write writes ids as a JSON array of integers, into one piece of scratch memory. */
+static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
+{
+    char *t = sr_xmalloc(12 * n + 2), *q = t;
+    *q++ = '[';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            *q++ = ',';
+        char dig[12];
+        int k = 0;
+        uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
+        do {
+            dig[k++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (ids[i] < 0)
+            *q++ = '-';
+        while (k > 0)
+            *q++ = dig[--k];
+    }
+    *q++ = ']';
+    jsonw_raw(w, t, (size_t)(q - t));
+    free(t);
+}
+
+/* s_piece_json writes id's piece at q as a quoted JSON string, escaped as jsonw_strn escapes it
+ * (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
+static char *s_piece_json(int32_t id, char *q)
+{
+    static const char hex[] = "0123456789abcdef";
+    char piece[8];
+    int k = ptok_piece(id, piece);
+    *q++ = '"';
+    for (int i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)piece[i];
+        char e = c == '"' ? '"' : c == '\\' ? '\\' : c == '\b' ? 'b' : c == '\f' ? 'f'
+               : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : c < 0x20 ? 'u' : 0;
+        if (!e) {
+            *q++ = (char)c;
+        } else if (e == 'u') {
+            memcpy(q, "\\u00", 4);
+            q[4] = hex[c >> 4];
+            q[5] = hex[c & 15];
+            q += 6;
+        } else {
+            *q++ = '\\';
+            *q++ = e;
+        }
+    }
+    *q++ = '"';
+    return q;
+}
+
+/* s_token_logprobs_write writes logprobs.content with one entry per token of ids (return_token_ids):
+ * the choice's logprob on token `at` (the first of the action), with the top alternatives there,
+ * and 0 on every other token (they follow from the choice; those entries are {token, logprob}
+ * only), so the entries sum to the choice's logprob exactly. The lean entries are written into
+ * scratch memory and appended in runs. */
+static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
+                                   double lp, int top, const int32_t *ids, size_t n, size_t at)
+{
+    static const char open[] = "{\"token\":", lean[] = ",\"logprob\":0}";
+    char *t = sr_xmalloc(64 * n + 16), *q = t;
+    memcpy(q, "{\"content\":[", 12);
+    q += 12;
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            *q++ = ',';
+        memcpy(q, open, sizeof open - 1);
+        q = s_piece_json(ids[i], q + sizeof open - 1);
+        if (i != at) {
+            memcpy(q, lean, sizeof lean - 1); /* lean: no alternatives off the action */
+            q += sizeof lean - 1;
+            continue;
+        }
+        jsonw_raw(w, t, (size_t)(q - t));
+        q = t;
+        jsonw_lit(w, ",\"logprob\":");
+        jsonw_num(w, lp);
+        jsonw_lit(w, ",\"top_logprobs\":");
+        s_top_logprobs_write(w, st, p_unit, top);
+        jsonw_lit(w, "}");
+    }
+    memcpy(q, "]}", 2);
+    q += 2;
+    jsonw_raw(w, t, (size_t)(q - t));
+    free(t);
+}
+
+static cJSON *s_usage_json(int prompt, int completion)
+{
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    return u;
+}
+
+static cJSON *s_chunk(const char *id, long created, const char *model)
+{
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddStringToObject(ch, "id", id);
+    cJSON_AddStringToObject(ch, "object", "chat.completion.chunk");
+    cJSON_AddNumberToObject(ch, "created", (double)created);
+    cJSON_AddStringToObject(ch, "model", model);
+    return ch;
+}
+
+static void s_sse(ps_buf_t *b, cJSON *obj)
+{
+    char *t = cJSON_PrintUnformatted(obj);
+    ps_buf_printf(b, "data: %s\n\n", t);
+    free(t);
+    cJSON_Delete(obj);
+}
+
+void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_answer_t *out)
+{
+    pparse_state_t st;
+    pparse_user_text(rq->user, &st);
+    model_rng_t rng;
+    if (rq->has_seed)
+        model_rng_seed(&rng, model_hash64(rq->user, (uint64_t)rq->seed));
+    else
+        model_rng_seed(&rng, sh->seed * 0x9E3779B97F4A7C15ULL +
+                                 __atomic_fetch_add(sh->seq, 1, __ATOMIC_RELAXED));
+
+    double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
+    model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
+    /* One scoring of the candidates gives both the choice and the probabilities the reasoning
+     * and the logprobs show (at T, or at 1 when greedy). */
+    model_choose_probs(m, &st, rq->temperature, rq->top_p, &rng, &ch, p);
+    const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
+
+    double want = sh->think_mean + sh->think_sd * s_gauss(&rng);
+    int target = (int)lround(fmax(sh->think_min, fmin(sh->think_max, want)));
+    ps_buf_t content = {0};
+    /* The reasoning favours the option the choice drew and is written before the action. */
+    char *think = model_reason(m, &st, p, ch.index, target, policy_server_tokens);
+    ps_buf_add(&content, think, strlen(think));
+    free(think);
+    ps_buf_printf(&content, "<action>%s</action>", action);
+    const char *finish = s_cut(&content, rq);
+    int completion = policy_server_tokens(content.p);
+    int32_t *ids = NULL, *pids = NULL;
+    size_t n_ids = 0, n_pids = 0, lp_at = 0;
+    if (rq->token_ids && !rq->stream) {
+        /* usage counts the ids; the choice's logprob sits on the action's first token */
+        n_ids = ptok_encode(content.p, content.len, NULL, 0);
+        ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
+        ptok_encode(content.p, content.len, ids, n_ids);
+        n_pids = (size_t)rq->prompt_tokens; /* the prompt's id count, from the parse */
+        if (rq->prompt_ids) {
+            pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
+            ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
+        }
+        const char *a = content.p ? strstr(content.p, "<action>") : NULL;
+        lp_at = a ? ptok_encode(content.p, (size_t)(a - content.p) + 8, NULL, 0) : 0;
+        if (n_ids > 0 && lp_at >= n_ids)
+            lp_at = n_ids - 1;
+        completion = (int)n_ids;
+    }
+    out->completion_tokens = completion;
+    out->cost_tokens = policy_server_tokens(content.p);
+
+    char id[40];
+    snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
+    long created = (long)time(NULL);
+    char model_name[160];
+    if (rq->use_current)
+        snprintf(model_name, sizeof model_name, "%s", sh->name);
+    else
+        snprintf(model_name, sizeof model_name, "%s-v%u", sh->name, rq->version);
+    if (!rq->stream) {
+        /* Written directly, in the order and the format of a cJSON tree of the same fields
+         * (tests/test_policy_server.c checks that cJSON prints a parsed answer back unchanged). */
+        char fp[48];
+        snprintf(fp, sizeof fp, "selroll-policy-v%u", model_version(m));
+        sr_buf_t ob = SR_BUF_INIT;
+        jsonw_t w;
+        jsonw_init(&w, &ob);
+        if (sr_buf_reserve(&ob, 512 + 2 * content.len) != SR_OK)
+            w.rc = SR_ENOMEM;
+        jsonw_lit(&w, "{\"id\":");
+        jsonw_str(&w, id);
+        jsonw_lit(&w, ",\"object\":\"chat.completion\",\"created\":");
+        jsonw_num(&w, (double)created);
+        jsonw_lit(&w, ",\"model\":");
+        jsonw_str(&w, model_name);
+        jsonw_lit(&w, ",\"system_fingerprint\":");
+        jsonw_str(&w, fp);
+        jsonw_lit(&w, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+                      "\"content\":");
+        jsonw_strn(&w, content.p, content.len);
+        jsonw_lit(&w, "},\"logprobs\":");
+        if (rq->logprobs && ids)
+            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, ids, n_ids,
+                                   lp_at);
+        else if (rq->logprobs)
+            s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);
+        else
+            jsonw_lit(&w, "null");
+        jsonw_lit(&w, ",\"finish_reason\":");
+        jsonw_str(&w, finish);
+        if (ids) {
+            jsonw_lit(&w, ",\"token_ids\":");
+            s_ids_write(&w, ids, n_ids);
+        }
+        jsonw_lit(&w, "}],");
+        if (pids) {
+            jsonw_lit(&w, "\"prompt_token_ids\":");
+            s_ids_write(&w, pids, n_pids);
+            jsonw_lit(&w, ",");
+        }
+        jsonw_lit(&w, "\"usage\":{\"prompt_tokens\":");
+        jsonw_num(&w, rq->prompt_tokens);
+        jsonw_lit(&w, ",\"completion_tokens\":");
+        jsonw_num(&w, completion);
+        jsonw_lit(&w, ",\"total_tokens\":");
+        jsonw_num(&w, rq->prompt_tokens + completion);
+        jsonw_lit(&w, "}}");
+        char *body = jsonw_finish(&w);
+        if (!body)
+            sr_buf_free(&ob);
+        out->ctype = "application/json";
+        out->body = body;
+    } else {
+        /* SSE: the role, the reasoning, the action (with its logprobs), the finish, usage, [DONE].
+         */
+        cJSON *lps =
+            rq->logprobs ? s_logprobs_json(&st, p, ch.index, ch.logprob, rq->top_logprobs) : NULL;
+        ps_buf_t b = {0};
+        cJSON *ch0 = s_chunk(id, created, model_name), *choices, *c0, *delta;
+        choices = cJSON_AddArrayToObject(ch0, "choices");
+        c0 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c0, "index", 0);
+        delta = cJSON_AddObjectToObject(c0, "delta");
+        cJSON_AddStringToObject(delta, "role", "assistant");
+        cJSON_AddStringToObject(delta, "content", "");
+        cJSON_AddNullToObject(c0, "logprobs");
+        cJSON_AddNullToObject(c0, "finish_reason");
+        cJSON_AddItemToArray(choices, c0);
+        s_sse(&b, ch0);
+        const char *split = strstr(content.p, "<action>");
+        size_t first = split ? (size_t)(split - content.p) : content.len;
+        const char *pieces[2] = {content.p, content.p + first};
+        size_t lens[2] = {first, content.len - first};
+        for (int i = 0; i < 2; i++) {
+            if (!lens[i])
+                continue;
+            cJSON *chk = s_chunk(id, created, model_name);
+            choices = cJSON_AddArrayToObject(chk, "choices");
+            c0 = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c0, "index", 0);
+            delta = cJSON_AddObjectToObject(c0, "delta");
+            char *piece = sr_xstrndup(pieces[i], lens[i]);
+            cJSON_AddStringToObject(delta, "content", piece);
+            free(piece);
+            if (i == 1 && lps) {
+                cJSON_AddItemToObject(c0, "logprobs", lps);
+                lps = NULL;
+            } else {
+                cJSON_AddNullToObject(c0, "logprobs");
+            }
+            cJSON_AddNullToObject(c0, "finish_reason");
+            cJSON_AddItemToArray(choices, c0);
+            s_sse(&b, chk);
+        }
+        cJSON *fin = s_chunk(id, created, model_name);
+        choices = cJSON_AddArrayToObject(fin, "choices");
+        c0 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c0, "index", 0);
+        cJSON_AddObjectToObject(c0, "delta");
+        cJSON_AddNullToObject(c0, "logprobs");
+        cJSON_AddStringToObject(c0, "finish_reason", finish);
+        cJSON_AddItemToArray(choices, c0);
+        s_sse(&b, fin);
+        if (rq->include_usage) {
+            cJSON *u = s_chunk(id, created, model_name);
+            cJSON_AddArrayToObject(u, "choices");
+            cJSON_AddItemToObject(u, "usage", s_usage_json(rq->prompt_tokens, completion));
+            s_sse(&b, u);
+        }
+        ps_buf_printf(&b, "data: [DONE]\n\n");
+        cJSON_Delete(lps);
+        out->ctype = "text/event-stream";
+        out->body = b.p;
+    }
+    free(content.p);
+    free(p);
+    free(ids);
+    free(pids);
+    pparse_state_clear(&st);
+}
