@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 typedef enum {
@@ -50,6 +51,7 @@ struct coord_train {
     void *zctx;
     transport_sock_t *push, *pull;
     bool attached;
+    bool attaching; /* the run's state is being read on the store thread (s_attach_work) */
 
     greso_t *greso;
     prng_t prng;
@@ -873,7 +875,7 @@ static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double l
     int rc = coord_set_policy_version(t->c, version);
     if (rc != SR_OK)
         log_error("cannot record policy version %lld in the run record: %s", (long long)version,
-                  store_errstr(coord_store(t->c)));
+                  sr_strerror(rc));
     proto_msg_t pv;
     proto_msg_init(&pv, PROTO_POLICY_VERSION);
     pv.u.policy_version.run = coord_run_name(t->c);
@@ -1181,31 +1183,107 @@ static int64_t s_total(const cJSON *o, const char *name)
     return cJSON_IsNumber(x) ? (int64_t)x->valuedouble : 0;
 }
 
+/* What the attach reads from Redis on the store thread (s_attach_work): the pre-filter's state
+ * and, for a resumed run, where training stood. Applied on the loop by s_attach_done. */
+typedef struct {
+    coord_train_t *t;
+    int iters;
+    bool resume;
+    int attempts;
+    bool greso_ok;
+    double p_easy, p_hard, zv;
+    int64_t version; /* the run's policy version when the attach began */
+    int64_t it, cursor, eval_at, ti, tv;
+    bool has_trained;
+    bool has_totals;
+    int64_t skipped, cancelled, filtered, aborted;
+} s_attach_t;
+
+static bool s_transient(int rc) { return rc == SR_EREDIS || rc == SR_ETIMEDOUT; }
+
+/* s_get_int reads one run-record integer: SR_OK, def when absent or not a number, or the
+ * transient error that makes the attach try again. */
+static int s_get_int(store_t *st, const char *field, int64_t *v, int64_t def)
+{
+    int rc = store_run_get_int(st, field, v);
+    if (s_transient(rc))
+        return rc;
+    if (rc != SR_OK)
+        *v = def;
+    return SR_OK;
+}
+
+static int s_attach_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_attach_t *a = arg;
+    if (a->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: nothing waits on it */
+    if (!st)
+        return SR_EREDIS;
+    int rc = store_greso_get(st, &a->p_easy, &a->p_hard, &a->zv);
+    if (s_transient(rc))
+        return rc;
+    a->greso_ok = rc == SR_OK;
+    if ((rc = store_run_set_int(st, "iterations", a->iters)) != SR_OK)
+        return rc;
+    if (!a->resume)
+        return SR_OK;
+    if ((rc = s_get_int(st, "iterations_done", &a->it, 0)) != SR_OK ||
+        (rc = s_get_int(st, "pool_cursor", &a->cursor, 0)) != SR_OK ||
+        (rc = s_get_int(st, "eval_done_at", &a->eval_at, -1)) != SR_OK ||
+        (rc = s_get_int(st, "trained_iteration", &a->ti, -1)) != SR_OK ||
+        (rc = s_get_int(st, "trained_version", &a->tv, -1)) != SR_OK)
+        return rc;
+    a->has_trained = a->ti >= 0 && a->tv >= 0;
+    if (a->it < 0)
+        a->it = 0;
+    int64_t it = a->it;
+    if (a->has_trained && a->ti >= it && a->tv > a->version)
+        it = a->ti + 1; /* s_resume adopts the trainer's version: the totals of iteration ti */
+    if (it > 0) {
+        char key[256];
+        redisReply *rep = NULL;
+        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
+        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
+        if (s_transient(rc)) {
+            if (rep)
+                freeReplyObject(rep);
+            return rc;
+        }
+        if (rc == SR_OK && rep && rep->type == REDIS_REPLY_STRING) {
+            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
+            a->skipped = s_total(o, "skipped_total");
+            a->cancelled = s_total(o, "cancelled_total");
+            a->filtered = s_total(o, "filtered_total");
+            a->aborted = s_total(o, "aborted_tokens_total");
+            a->has_totals = true;
+            cJSON_Delete(o);
+        }
+        if (rep)
+            freeReplyObject(rep);
+    }
+    return SR_OK;
+}
+
 /* s_resume continues a run found in Redis: the first unfinished iteration, the pool cursor at its
  * start, the last evaluation, the policy version (the trainer's, when it trained the interrupted
  * iteration's batch already) and the running totals of the last finished iteration. */
-static void s_resume(coord_train_t *t)
+static void s_resume(coord_train_t *t, const s_attach_t *a)
 {
-    store_t *st = coord_store(t->c);
-    int64_t it = 0, cursor = 0, eval_at = -1, tv = -1, ti = -1;
-    if (store_run_get_int(st, "iterations_done", &it) != SR_OK || it < 0)
-        it = 0;
-    if (store_run_get_int(st, "pool_cursor", &cursor) != SR_OK || cursor < 0 ||
-        cursor >= t->cfg.tasks)
+    int64_t it = a->it, cursor = a->cursor, eval_at = a->eval_at;
+    if (cursor < 0 || cursor >= t->cfg.tasks)
         cursor = 0;
-    if (store_run_get_int(st, "eval_done_at", &eval_at) != SR_OK)
-        eval_at = -1;
     int64_t v = coord_policy_version(t->c);
-    if (store_run_get_int(st, "trained_iteration", &ti) == SR_OK &&
-        store_run_get_int(st, "trained_version", &tv) == SR_OK && ti >= it && tv > v) {
+    if (a->has_trained && a->ti >= it && a->tv > v) {
         log_warn("iteration %lld: the trainer trained its batch (version %lld) before the "
                  "coordinator stopped: adopting version %lld, the iteration counts as done",
-                 (long long)ti, (long long)tv, (long long)tv);
-        if (coord_set_policy_version(t->c, tv) != SR_OK)
-            log_error("cannot record policy version %lld: %s", (long long)tv, store_errstr(st));
-        v = tv;
-        it = ti + 1;
-        store_run_set_int(st, "iterations_done", it);
+                 (long long)a->ti, (long long)a->tv, (long long)a->tv);
+        if (coord_set_policy_version(t->c, a->tv) != SR_OK)
+            log_error("cannot record policy version %lld", (long long)a->tv);
+        v = a->tv;
+        it = a->ti + 1;
+        coord_record_int(t->c, "iterations_done", it);
     }
     t->it = it;
     t->st.iteration = it;
@@ -1217,43 +1295,19 @@ static void s_resume(coord_train_t *t)
     t->eval_done_at = eval_at;
     /* a fresh stream of draws for the rest of the run (not the one an uninterrupted run uses) */
     prng_init(&t->prng, t->cfg.seed, 0x67e5 + (uint64_t)it);
-    if (it > 0) {
-        char key[256];
-        redisReply *rep = NULL;
-        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
-        if (store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key) == SR_OK && rep &&
-            rep->type == REDIS_REPLY_STRING) {
-            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
-            t->st.groups_skipped = s_total(o, "skipped_total");
-            t->st.groups_cancelled = s_total(o, "cancelled_total");
-            t->st.groups_filtered = s_total(o, "filtered_total");
-            t->st.aborted_tokens = s_total(o, "aborted_tokens_total");
-            cJSON_Delete(o);
-        }
-        if (rep)
-            freeReplyObject(rep);
+    if (it > 0 && a->has_totals) {
+        t->st.groups_skipped = a->skipped;
+        t->st.groups_cancelled = a->cancelled;
+        t->st.groups_filtered = a->filtered;
+        t->st.aborted_tokens = a->aborted;
     }
     log_info("resuming training at iteration %lld of %d, policy version %lld, pool cursor %lld",
              (long long)it, t->cfg.iters, (long long)v, (long long)cursor);
 }
 
-static int s_attach(coord_train_t *t, coord_t *c)
+/* s_attach_local opens what the driver needs beside Redis: the trainer channel. */
+static int s_attach_local(coord_train_t *t, coord_t *c)
 {
-    t->c = c;
-    t->attached = true;
-    store_t *st = coord_store(c);
-    if (greso_store_load(t->greso, st) != SR_OK)
-        log_warn("cannot load the pre-filter's state: %s", store_errstr(st));
-    store_run_set_int(st, "iterations", t->cfg.iters);
-    if (t->cfg.resume)
-        s_resume(t);
-    else if (t->cfg.out_dir) {
-        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
-        char path[4096];
-        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
-        if (remove(path) == 0)
-            log_info("%s of an earlier run removed", path);
-    }
     if (!t->cfg.trainer_push)
         return SR_OK;
     char e[256];
@@ -1281,6 +1335,63 @@ static int s_attach(coord_train_t *t, coord_t *c)
     return SR_OK;
 }
 
+static void s_attach_done(int rc, const char *err, void *arg)
+{
+    s_attach_t *a = arg;
+    coord_train_t *t = a->t;
+    storeq_t *q = coord_storeq(t->c);
+    if (!q) { /* the loop stopped */
+        free(a);
+        return;
+    }
+    if (rc != SR_OK) {
+        /* Redis slow or down: the same reads again, until it answers */
+        log_error_limited(1, "training state cannot be read yet (%s): trying again", err);
+        if (storeq_submit(q, s_attach_work, s_attach_done, a) != SR_OK)
+            free(a);
+        return;
+    }
+    if (a->greso_ok) {
+        greso_set_p(t->greso, a->p_easy, a->p_hard);
+        greso_set_zv_ratio(t->greso, a->zv);
+    }
+    if (t->cfg.resume)
+        s_resume(t, a);
+    free(a);
+    t->attaching = false;
+    t->attached = true;
+    coord_kick(t->c);
+}
+
+/* s_attach (first plan): the trainer channel at once, the run's state on the store thread; the
+ * plan waits for it (COORD_PLAN_WAIT, then coord_kick). */
+static int s_attach(coord_train_t *t, coord_t *c)
+{
+    t->c = c;
+    t->attaching = true;
+    if (!t->cfg.resume && t->cfg.out_dir) {
+        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
+        if (remove(path) == 0)
+            log_info("%s of an earlier run removed", path);
+    }
+    int rc = s_attach_local(t, c);
+    if (rc != SR_OK)
+        return rc;
+    s_attach_t *a = sr_xcalloc(1, sizeof *a);
+    a->t = t;
+    a->iters = t->cfg.iters;
+    a->resume = t->cfg.resume;
+    a->version = coord_policy_version(c);
+    storeq_t *q = coord_storeq(c);
+    if (!q || (rc = storeq_submit(q, s_attach_work, s_attach_done, a)) != SR_OK) {
+        free(a);
+        return rc != SR_OK ? rc : SR_ECLOSED;
+    }
+    return SR_OK;
+}
+
 static bool s_eval_due(const coord_train_t *t)
 {
     if (t->cfg.eval_tasks <= 0 || t->eval_done_at == t->it)
@@ -1293,9 +1404,12 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
 {
     coord_train_t *t = arg;
     if (!t->attached) {
-        int rc = s_attach(t, c);
-        if (rc != SR_OK)
-            return rc;
+        if (!t->attaching) {
+            int rc = s_attach(t, c);
+            if (rc != SR_OK)
+                return rc;
+        }
+        return COORD_PLAN_WAIT; /* s_attach_done kicks */
     }
     /* the batch is out (AWAIT) or its weights are loading (SYNC): nothing starts until the
      * version is published and the next iteration begins */

@@ -78,7 +78,6 @@ struct coord {
     transport_sock_t *pub; /* the driver's bus publisher, created on first use */
     transport_proxy_t *proxy;
     reactor_t *r;
-    store_t *st;     /* blocking: outside the loop only (start-up, resume, shutdown) */
     storeq_t *fq;    /* the file queue (a storeq without Redis): coord_file_write's files */
     storeq_t *sq;    /* the loop's Redis: rounds, RESULTs, leases, epochs, CANCEL checks, the
                       * env-worker registry, the run record */
@@ -103,6 +102,11 @@ struct coord {
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
     bool opening;            /* a round's opening is on the store thread (s_open_round) */
+    bool prepared;           /* the run record is read and written (s_prepare_done) */
+    /* RESULTs of jobs not known yet while a round opens (a resumed coordinator, Redis slow):
+     * handled once it opened (s_held_replay) */
+    struct s_held *held;
+    size_t nheld;
 
     /* The round writer: a thread of its own, with its own Redis connection, reads each ended
      * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
@@ -134,6 +138,17 @@ struct coord {
     peerlimit_t *peers;
     metrics_counter_t *m_peer_bans, *m_peer_dropped, *m_curve_refused;
 };
+
+/* A RESULT kept while its round opens: the sender's identity and the message as received. */
+typedef struct s_held {
+    void *id;
+    size_t idlen;
+    void *body;
+    size_t len;
+} s_held_t;
+
+/* at most this many RESULTs wait for a round's opening; more are not answered (resent) */
+#define S_HELD_MAX 4096
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
@@ -865,22 +880,6 @@ static s_opening_t *s_opening_new(coord_t *c, int64_t round, int *rc)
     return o;
 }
 
-/* s_open_round_now opens round `round` at once on the coordinator's own connection: start-up
- * only, before the loop runs. */
-static int s_open_round_now(coord_t *c, int64_t round)
-{
-    int rc;
-    s_opening_t *o = s_opening_new(c, round, &rc);
-    if (!o)
-        return rc;
-    char err[STOREQ_ERR_MAX] = "";
-    rc = s_open_work(c->st, o, err);
-    if (rc == SR_OK)
-        s_open_apply(c, o);
-    s_opening_free(o);
-    return rc;
-}
-
 static void s_open_done(int rc, const char *err, void *arg);
 
 /* s_open_round asks the store thread to open round `round`; the round opens (and its jobs go
@@ -902,6 +901,40 @@ static int s_open_round(coord_t *c, int64_t round)
 }
 
 static void s_check_round(coord_t *c);
+
+static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
+                        const void *body, size_t len);
+
+static void s_held_free(s_held_t *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(h[i].id);
+        free(h[i].body);
+    }
+    free(h);
+}
+
+/* s_held_replay handles the RESULTs held while a round opened, as if they came now (one that
+ * still finds no open round is held again). */
+static void s_held_replay(coord_t *c)
+{
+    s_held_t *h = c->held;
+    size_t n = c->nheld;
+    c->held = NULL;
+    c->nheld = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!coord_sched_actor_find(c->sched, h[i].id, h[i].idlen))
+            continue; /* the actor left: it sends the RESULT again after its HELLO */
+        proto_msg_t m;
+        proto_err_t perr;
+        if (proto_decode(h[i].body, h[i].len, &m, &perr) != SR_OK)
+            continue; /* decoded once already */
+        if (m.type == PROTO_RESULT)
+            s_on_result(c, h[i].id, h[i].idlen, &m.u.result, h[i].body, h[i].len);
+        proto_msg_clear(&m);
+    }
+    s_held_free(h, n);
+}
 
 static void s_open_done(int rc, const char *err, void *arg)
 {
@@ -929,6 +962,16 @@ static void s_open_done(int rc, const char *err, void *arg)
     c->opening = false;
     s_open_apply(c, o);
     s_opening_free(o);
+    /* A plain run resumed while two rounds were open opens both again. */
+    int64_t next = c->open[c->nopen - 1].round + 1;
+    if (!c->cfg.driver && c->nopen < 2 && next <= c->resume_started && next < c->cfg.iters) {
+        int orc = s_open_round(c, next);
+        if (orc != SR_OK) {
+            s_fatal(c, orc, "cannot start round %s", "of the resumed run");
+            return;
+        }
+    }
+    s_held_replay(c);
     s_check_round(c); /* a resumed round may be over already */
     s_dispatch(c);
 }
@@ -1174,8 +1217,8 @@ static void s_finish_round(coord_t *c)
 /* s_next_round asks the driver what to do while no round runs, and starts the round it plans. */
 static void s_next_round(coord_t *c)
 {
-    if (!c->cfg.driver || c->round_active || c->opening || c->planning || c->finished ||
-        c->closing || c->draining || c->fatal != SR_OK)
+    if (!c->cfg.driver || !c->prepared || c->round_active || c->opening || c->planning ||
+        c->finished || c->closing || c->draining || c->fatal != SR_OK)
         return;
     c->planning = true;
     memset(&c->plan, 0, sizeof c->plan);
@@ -1725,6 +1768,24 @@ static void s_on_result(coord_t *c, const void *id, size_t idlen, const proto_re
         return;
     }
     int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
+    if (ji < 0 && (!c->prepared || c->opening)) {
+        /* A resumed coordinator whose round is not open yet (Redis slow): the RESULT waits for
+         * the opening (s_held_replay); past S_HELD_MAX it is not answered and comes again. */
+        if (c->nheld < S_HELD_MAX) {
+            if (!c->held)
+                c->held = sr_xcalloc(S_HELD_MAX, sizeof *c->held);
+            s_held_t *h = &c->held[c->nheld++];
+            h->id = sr_xmalloc(idlen ? idlen : 1);
+            memcpy(h->id, id, idlen);
+            h->idlen = idlen;
+            h->body = sr_xmalloc(len ? len : 1);
+            memcpy(h->body, body, len);
+            h->len = len;
+        }
+        log_info_limited(5, "RESULT %s epoch %lld held: its round is not open yet", r->job_id,
+                         (long long)r->epoch);
+        return;
+    }
     if (ji < 0) {
         s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "unknown job");
         return;
@@ -2183,9 +2244,16 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     }
 
-    if (store_connect(&c->st, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
-                      sizeof e2) != SR_OK)
-        goto fail;
+    /* Redis must exist and take the credentials; one that does not answer yet (stopped, busy)
+     * only delays the run: the store thread reads the run record once it answers. */
+    store_t *probe = NULL;
+    if (store_connect(&probe, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
+                      sizeof e2) != SR_OK) {
+        if (!strstr(e2, "no answer"))
+            goto fail;
+        log_warn("%s: the run starts once Redis answers", e2);
+    }
+    store_destroy(&probe);
     c->sq = storeq_new(c->r, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2, sizeof e2);
     if (!c->sq)
         goto fail;
@@ -2265,90 +2333,186 @@ fail:
     return NULL;
 }
 
-/* s_prepare_run reads or writes the run record and returns the first round to run. */
-static int s_prepare_run(coord_t *c)
+/* ---- the run record at start-up ---------------------------------------------------------- */
+
+/* The run record is read and written on the store thread while the loop already serves actors:
+ * a Redis that does not answer (stopped, slow) delays the run's first round, never a HELLO or a
+ * heartbeat. The work is tried again until Redis answers; it is idempotent, and once an attempt
+ * found the run absent (a fresh run) the later attempts do not take their own writes for an
+ * existing run. */
+typedef struct {
+    coord_t *c;
+    char run[STORE_RUN_MAX];
+    bool resume, driver;
+    int iters;
+    int64_t cfg_version;
+    int attempts;
+    bool decided, fresh; /* an attempt read the status: absent (fresh) or present */
+    char status[64];
+    int64_t done, started, version; /* what a resume found; version -1 = none */
+} s_prepare_t;
+
+static bool s_transient(int rc) { return rc == SR_EREDIS || rc == SR_ETIMEDOUT; }
+
+static int s_prepare_work(store_t *st, void *arg, char *err)
 {
-    int64_t done = 0;
-    char *status = NULL;
-    int rc = store_run_get(c->st, "status", &status);
-    if (rc == SR_OK) {
-        if (!c->cfg.resume) {
-            snprintf(c->err, sizeof c->err,
-                     "run %s exists in Redis (status %s): use --resume to continue it, or "
-                     "another --run",
-                     c->cfg.run, status);
+    s_prepare_t *p = arg;
+    if (p->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: nothing waits on it */
+    if (!st)
+        return SR_EREDIS;
+    int rc;
+    if (!p->decided) {
+        char *status = NULL;
+        rc = store_run_get(st, "status", &status);
+        if (rc == SR_OK) {
+            snprintf(p->status, sizeof p->status, "%s", status);
             free(status);
-            return SR_ECONFLICT;
+            if (!p->resume) {
+                snprintf(err, STOREQ_ERR_MAX,
+                         "run %s exists in Redis (status %s): use --resume to continue it, or "
+                         "another --run",
+                         p->run, p->status);
+                return SR_ECONFLICT;
+            }
+            int64_t done = 0, started = -1, version = -1;
+            rc = store_run_get_int(st, "rounds_done", &done);
+            if (rc == SR_ENOTFOUND) {
+                done = 0;
+                rc = SR_OK;
+            }
+            if (rc != SR_OK)
+                return rc;
+            rc = store_run_get_int(st, "iteration", &started);
+            if (s_transient(rc))
+                return rc;
+            if (rc != SR_OK)
+                started = -1;
+            if (p->driver) {
+                rc = store_run_get_int(st, "policy_version", &version);
+                if (s_transient(rc))
+                    return rc;
+                if (rc != SR_OK)
+                    version = -1;
+            }
+            p->done = done;
+            p->started = started;
+            p->version = version;
+            p->fresh = false;
+        } else if (rc == SR_ENOTFOUND) {
+            p->fresh = true;
+            p->done = 0;
+            p->started = -1;
+            p->version = -1;
+        } else {
+            return rc;
         }
-        rc = store_run_get_int(c->st, "rounds_done", &done);
-        if (rc == SR_ENOTFOUND) {
-            done = 0;
-            rc = SR_OK;
+        p->decided = true;
+    }
+    int64_t version = p->driver && p->version >= 0 ? p->version : p->cfg_version;
+    rc = p->fresh ? store_run_set_int(st, "rounds_done", 0) : SR_OK;
+    if (rc == SR_OK)
+        rc = store_run_set_int(st, "iters", p->iters);
+    if (rc == SR_OK)
+        rc = store_run_set(st, "status", "running");
+    if (rc == SR_OK)
+        rc = store_run_set_int(st, "policy_version", version);
+    return rc;
+}
+
+static void s_start(coord_t *c);
+
+static void s_prepare_done(int rc, const char *err, void *arg)
+{
+    s_prepare_t *p = arg;
+    coord_t *c = p->c;
+    if (c->sq_closing || c->draining || c->fatal != SR_OK) {
+        free(p);
+        return;
+    }
+    if (s_transient(rc)) {
+        log_error_limited(1, "run %s cannot be prepared yet (%s): trying again", c->cfg.run, err);
+        if (storeq_submit(c->sq, s_prepare_work, s_prepare_done, p) != SR_OK)
+            free(p);
+        return;
+    }
+    if (rc != SR_OK) {
+        if (rc == SR_ECONFLICT)
+            s_fatal(c, rc, "%s", err);
+        else {
+            char why[STOREQ_ERR_MAX + 64];
+            snprintf(why, sizeof why, "cannot prepare run %s: %s", c->cfg.run, err);
+            s_fatal(c, rc, "%s", why);
         }
-        int64_t started = -1;
-        if (rc == SR_OK && store_run_get_int(c->st, "iteration", &started) == SR_OK)
-            c->resume_started = started;
-        if (rc == SR_OK && c->cfg.driver) {
+        free(p);
+        return;
+    }
+    int64_t done = p->done;
+    if (!p->fresh) {
+        c->resume_started = p->started;
+        if (c->cfg.driver) {
             /* A driver plans its rounds afresh: a round it had started and not finished is
              * abandoned (its late RESULTs count as stale), the next one gets a new number; and
              * the policy version is the run's, not the configured one. */
-            int64_t version = 0;
-            if (started >= done)
-                done = started + 1;
-            if (store_run_get_int(c->st, "policy_version", &version) == SR_OK && version >= 0)
-                c->cfg.policy_version = version;
+            if (p->started >= done)
+                done = p->started + 1;
+            if (p->version >= 0)
+                c->cfg.policy_version = p->version;
         }
-        log_info("resuming run %s (status %s) at round %lld", c->cfg.run, status,
+        log_info("resuming run %s (status %s) at round %lld", c->cfg.run, p->status,
                  (long long)done);
-        free(status);
-    } else if (rc == SR_ENOTFOUND) {
-        if (c->cfg.resume)
-            log_info("run %s not found in Redis: starting it", c->cfg.run);
-        rc = store_run_set_int(c->st, "rounds_done", 0);
+    } else if (c->cfg.resume) {
+        log_info("run %s not found in Redis: starting it", c->cfg.run);
     }
-    if (rc == SR_OK)
-        rc = store_run_set_int(c->st, "iters", c->cfg.iters);
-    if (rc == SR_OK)
-        rc = store_run_set(c->st, "status", "running");
-    if (rc == SR_OK)
-        rc = store_run_set_int(c->st, "policy_version", c->cfg.policy_version);
-    if (rc != SR_OK) {
-        snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run,
-                 store_errstr(c->st));
-        return rc;
-    }
+    free(p);
     c->round = done;
-    return SR_OK;
+    c->prepared = true;
+    s_start(c);
+}
+
+/* s_prepare submits the run record's work (coord_run, before the loop runs). */
+static int s_prepare(coord_t *c)
+{
+    s_prepare_t *p = sr_xcalloc(1, sizeof *p);
+    p->c = c;
+    snprintf(p->run, sizeof p->run, "%s", c->cfg.run);
+    p->resume = c->cfg.resume;
+    p->driver = c->cfg.driver != NULL;
+    p->iters = c->cfg.iters;
+    p->cfg_version = c->cfg.policy_version;
+    int rc = storeq_submit(c->sq, s_prepare_work, s_prepare_done, p);
+    if (rc != SR_OK)
+        free(p);
+    return rc;
+}
+
+/* s_start (loop) starts the prepared run: the first round (two when a plain run was resumed
+ * with two open), or the driver's first plan. */
+static void s_start(coord_t *c)
+{
+    if (!c->cfg.driver && c->round >= c->cfg.iters) {
+        c->finished = true;
+        log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);
+        reactor_stop(c->r);
+        return;
+    }
+    if (!c->cfg.driver) {
+        int rc = s_open_round(c, c->round);
+        if (rc != SR_OK)
+            s_fatal(c, rc, "cannot start the first round: %s", sr_strerror(rc));
+        return;
+    }
+    s_next_round(c);
 }
 
 static int s_open_pub(coord_t *c);
+static int s_record_submit(coord_t *c, const char *field, int64_t value, const char *text);
 
 int coord_run(coord_t *c)
 {
     if (!c)
         return SR_EINVAL;
-    int rc = s_prepare_run(c);
-    if (rc != SR_OK) {
-        log_error("%s", c->err);
-        return rc;
-    }
-    if (!c->cfg.driver && c->round >= c->cfg.iters) {
-        c->finished = true;
-        store_run_set(c->st, "status", "finished");
-        log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);
-        return SR_OK;
-    }
-    /* A plain run resumed while two rounds were open opens both again. */
-    for (int64_t r = c->round; !c->cfg.driver && rc == SR_OK && r < c->cfg.iters &&
-                               (r == c->round || r <= c->resume_started) && c->nopen < 2;
-         r++) {
-        if ((rc = s_open_round_now(c, r)) != SR_OK) {
-            snprintf(c->err, sizeof c->err, "cannot start round %lld: %s", (long long)r,
-                     store_errstr(c->st));
-            log_error("%s", c->err);
-            return rc;
-        }
-    }
+    int rc;
     /* A driver publishes on the bus: connect early, so that the first message is not lost while
      * the connection is made. */
     if (c->cfg.driver && s_open_pub(c) != SR_OK)
@@ -2363,9 +2527,13 @@ int coord_run(coord_t *c)
     }
     log_info("coordinator of run %s: work %s, bus pub %s, bus sub %s", c->cfg.run, c->ep_work,
              c->ep_pub, c->ep_sub);
-    /* A round may be complete already (resumed after its last result). */
-    s_check_round(c);
-    s_next_round(c);
+    /* the run record, then the first round, on the store thread (s_prepare_done) */
+    if ((rc = s_prepare(c)) != SR_OK) {
+        snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run,
+                 sr_strerror(rc));
+        log_error("%s", c->err);
+        return rc;
+    }
     while (!c->finished && c->fatal == SR_OK && !atomic_load(&c->stop_requested)) {
         rc = reactor_run(c->r);
         if (rc != SR_OK) {
@@ -2380,17 +2548,21 @@ int coord_run(coord_t *c)
     if (c->cfg.driver && c->cfg.driver->stopped)
         c->cfg.driver->stopped(c->cfg.driver->arg, c);
     /* Shutdown, the loop stopped: the store thread's last writes (the run record, RESULTs on
-     * their way) finish first, then the run's end is recorded on the blocking connection. */
+     * their way) finish first, then the run's end is recorded (the loop stopped: waiting for
+     * the store thread is fine here). */
     c->draining = true;
     if (storeq_flush(c->fq, S_FILE_FLUSH_MS) != SR_OK)
         log_warn("shutdown: %zu file writes still pending", storeq_pending(c->fq));
     if (storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
         log_warn("shutdown: %zu store requests still pending", storeq_pending(c->sq));
-    if (c->run_failed && store_run_set(c->st, "error", c->err) != SR_OK)
-        log_warn("cannot record the run's error: %s", store_errstr(c->st));
     const char *st = c->finished ? "finished" : c->fatal ? "failed" : "stopped";
-    if (store_run_set(c->st, "status", st) != SR_OK)
-        log_warn("cannot record run status %s: %s", st, store_errstr(c->st));
+    if (c->prepared) {
+        if (c->run_failed)
+            s_record_submit(c, "error", 0, c->err);
+        s_record_submit(c, "status", 0, st);
+        if (storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
+            log_warn("shutdown: the run's end (%s) not recorded yet", st);
+    }
     coord_stats_t s;
     coord_stats(c, &s);
     log_info("coordinator %s: %llu jobs dispatched, %llu results stored, %llu stale, %llu "
@@ -2440,8 +2612,8 @@ void coord_destroy(coord_t **self_p)
     storeq_destroy(&c->fq);
     storeq_destroy(&c->sq);
     reactor_destroy(&c->r);
-    store_destroy(&c->st);
     envkind_list_free(&c->reg);
+    s_held_free(c->held, c->nheld);
     coord_sched_destroy(&c->sched);
     peerlimit_destroy(&c->peers);
     metrics_registry_destroy(&c->metrics);
@@ -2505,8 +2677,6 @@ void coord_fail_run(coord_t *c, const char *why)
 bool coord_run_failed(const coord_t *c) { return c && c->run_failed; }
 
 double coord_max_failed_share(const coord_t *c) { return c ? c->cfg.max_failed_share : 0.5; }
-
-store_t *coord_store(coord_t *c) { return c ? c->st : NULL; }
 
 const tasks_t *coord_tasks(const coord_t *c) { return c ? c->cfg.task_set : NULL; }
 
@@ -2607,36 +2777,55 @@ int coord_set_policy_version(coord_t *c, int64_t version)
 typedef struct {
     char field[64];
     int64_t value;
+    char *text; /* a text field, or NULL for value */
 } s_record_t;
 
 static int s_record_work(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_record_t *w = arg;
-    return st ? store_run_set_int(st, w->field, w->value) : SR_EREDIS;
+    if (!st)
+        return SR_EREDIS;
+    return w->text ? store_run_set(st, w->field, w->text) : store_run_set_int(st, w->field, w->value);
 }
 
 static void s_record_done(int rc, const char *err, void *arg)
 {
     s_record_t *w = arg;
-    if (rc != SR_OK)
-        log_warn("cannot record %s = %lld in the run record: %s", w->field, (long long)w->value,
-                 err);
+    if (rc != SR_OK) {
+        if (w->text)
+            log_warn("cannot record %s = %s in the run record: %s", w->field, w->text, err);
+        else
+            log_warn("cannot record %s = %lld in the run record: %s", w->field,
+                     (long long)w->value, err);
+    }
+    free(w->text);
     free(w);
+}
+
+static int s_record_submit(coord_t *c, const char *field, int64_t value, const char *text)
+{
+    if (!c->sq || c->sq_closing)
+        return SR_ECLOSED;
+    s_record_t *w = sr_xcalloc(1, sizeof *w);
+    snprintf(w->field, sizeof w->field, "%s", field);
+    w->value = value;
+    w->text = text ? sr_xstrdup(text) : NULL;
+    int rc = storeq_submit(c->sq, s_record_work, s_record_done, w);
+    if (rc != SR_OK) {
+        free(w->text);
+        free(w);
+    }
+    return rc;
 }
 
 int coord_record_int(coord_t *c, const char *field, int64_t value)
 {
     if (!c || !field || strlen(field) >= 64)
         return SR_EINVAL;
-    if (c->sq_closing || !c->sq)
-        return store_run_set_int(c->st, field, value); /* after the loop: blocking is fine */
-    s_record_t *w = sr_xcalloc(1, sizeof *w);
-    snprintf(w->field, sizeof w->field, "%s", field);
-    w->value = value;
-    int rc = storeq_submit(c->sq, s_record_work, s_record_done, w);
-    if (rc != SR_OK)
-        free(w);
+    int rc = s_record_submit(c, field, value, NULL);
+    if (rc == SR_OK && c->draining && storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
+        rc = SR_ETIMEDOUT; /* after the loop: waiting is fine */
     return rc;
 }
 

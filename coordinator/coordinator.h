@@ -218,9 +218,6 @@ int64_t coord_next_round(const coord_t *c);
 /* coord_tasks returns the run's task set (cfg.task_set, or the default kind's source c made). */
 const tasks_t *coord_tasks(const coord_t *c);
 
-/* coord_store returns the coordinator's Redis connection (owned by c). */
-store_t *coord_store(coord_t *c);
-
 /* coord_storeq returns the coordinator's store thread (common/storeq.h), where a driver submits
  * its Redis work; NULL once coord_run's loop stopped (its queue is being drained) and while the
  * coordinator is destroyed: a done function running then only frees its request. */
