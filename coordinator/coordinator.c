@@ -607,8 +607,7 @@ static int s_cmp_gid(const void *a, const void *b)
 
 /* A round being opened: its Redis work (s_open_work: the run record, the groups created unless
  * they exist, the round's groups, stored results and persisted leases read back) runs on the
- * store thread, or at start-up on the coordinator's own connection before the loop runs; the
- * loop then builds the round from what was read (s_open_apply). Every step is idempotent, so a
+ * store thread; the loop then builds the round from what was read (s_open_apply). Every step is idempotent, so a
  * request that failed or timed out is simply run again. */
 typedef struct {
     char gid[STORE_GID_MAX];

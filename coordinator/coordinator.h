@@ -245,8 +245,9 @@ int coord_set_policy_version(coord_t *c, int64_t version);
 
 /* coord_record_int sets one integer field of the run record (selroll:<run>:run) from the loop:
  * on the store thread, in order with the coordinator's other Redis work, a failure logged; after
- * the loop (shutdown), at once on the blocking connection. The loop never waits for it. Returns
- * SR_OK once queued, SR_EINVAL for a field name of 64 bytes or more. */
+ * the loop (shutdown) the call waits until the store thread wrote it (SR_ETIMEDOUT after the
+ * Redis timeout + 1 s). The loop never waits for it. Returns SR_OK once queued, SR_EINVAL for a
+ * field name of 64 bytes or more. */
 int coord_record_int(coord_t *c, const char *field, int64_t value);
 
 /* coord_policy_version returns that version. */
