@@ -1,0 +1,273 @@
+/*
+ * coord_sink.c — the coordinator's the result sink: a RESULT checked against its job's lease,
+ * stored through the store thread (appended to results:<round>, counted in its group by the Lua
+ * transition), and only then acknowledged, counted in its round and the round checked for its end.
+ *
+ * Part of the coordinator (coordinator/coord_int.h lists its files).
+ */
+#include "coordinator/coord_int.h"
+
+/* s_refuse refuses a RESULT, counted in round R's stale results (R may be NULL). */
+static void s_refuse(coord_t *c, ci_open_t *R, const void *id, size_t idlen,
+                     const proto_result_t *r, const char *reason)
+{
+    metrics_counter_inc(c->m_stale);
+    if (R)
+        R->stale++;
+    log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch, reason);
+    ci_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
+}
+
+/* ---- storing a RESULT -------------------------------------------------------------------- */
+
+/* One RESULT on its way to Redis: what the loop needs to finish it once stored. */
+typedef struct {
+    coord_t *c;
+    int64_t round, epoch;
+    char job_id[COORD_JOB_ID_MAX];
+    char gid[STORE_GID_MAX];
+    char status[COORD_STATUS_MAX];
+    int traj;
+    double reward;
+    bool failed, won;
+    int64_t n_steps, llm_calls, tokens, steps_other, other_version;
+    char *error;
+    uint8_t id[COORD_ID_MAX];
+    size_t idlen;
+    void *body;
+    size_t len;
+    int attempts;
+    int64_t t0_ms; /* when the RESULT came in */
+    /* the store thread's answer */
+    int64_t final_epoch;
+    store_group_status_t gst;
+    bool group_missing;
+    bool confirm; /* status cancelled: store only if Redis shows the group cancelled */
+    bool refused; /* it does not: nothing was stored */
+} s_put_t;
+
+static void s_put_free(s_put_t *p)
+{
+    free(p->error);
+    free(p->body);
+    free(p);
+}
+
+/* s_put_work (store thread) stores the result exactly once and counts it in its group. Both
+ * steps are idempotent, so a request that failed or timed out is simply run again: its second
+ * run reads back what the first one did. */
+static int s_put_work(store_t *st, void *arg, char *err)
+{
+    s_put_t *p = arg;
+    if (p->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: the loop does not wait */
+    if (!st)
+        return SR_EREDIS;
+    p->refused = false;
+    if (p->confirm) {
+        store_group_t sg;
+        int grc = store_group_get(st, p->gid, &sg);
+        if (grc != SR_OK)
+            return grc;
+        if (sg.status != STORE_GROUP_CANCELLED) {
+            p->refused = true;
+            return SR_OK;
+        }
+    }
+    p->final_epoch = 0;
+    int rc = store_result_put(st, p->round, p->job_id, p->epoch, p->body, p->len, &p->final_epoch);
+    if (rc == SR_ECONFLICT)
+        return rc; /* another epoch's copy is final: it is counted already */
+    if (rc != SR_OK)
+        return rc;
+    if (p->failed) {
+        char key[256];
+        store_key(st, key, sizeof key, "failed:%lld", (long long)p->round);
+        return store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, p->gid);
+    }
+    p->gst = STORE_GROUP_RUNNING;
+    rc = store_group_finish_traj(st, p->gid, p->traj, p->reward, NULL, &p->gst);
+    if (rc == SR_ECONFLICT && p->gst == STORE_GROUP_CANCELLED)
+        return SR_OK;
+    if (rc == SR_ENOTFOUND) {
+        p->group_missing = true;
+        return SR_OK;
+    }
+    (void)err;
+    return rc;
+}
+
+/* s_put_done (loop) finishes a stored RESULT: the job is final, the round's summary counts it,
+ * the actor gets its acknowledgement. A failed attempt is submitted again, never given up while
+ * the coordinator runs: the job stays leased (not re-leased under a new epoch) until the store
+ * answered. */
+static void s_put_done(int rc, const char *err, void *arg)
+{
+    s_put_t *p = arg;
+    coord_t *c = p->c;
+    if (c->sq_closing) {
+        s_put_free(p);
+        return;
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, p->job_id) : -1;
+    coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+    if (!j || j->state != COORD_JOB_LEASED || j->epoch != p->epoch || !j->storing) {
+        s_put_free(p); /* cannot happen while storing holds the lease; nothing to finish */
+        return;
+    }
+    if (rc != SR_OK && rc != SR_ECONFLICT) {
+        log_error_limited(1, "cannot store RESULT %s yet (%s): trying again", p->job_id, err);
+        if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+            coord_sched_unstore(c->sched, ji);
+            s_put_free(p);
+        }
+        return;
+    }
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    ci_open_t *R = ci_find_open(c, g->round);
+    if (rc == SR_OK && p->refused) {
+        if (g->cancelled) {
+            /* confirmed on the loop meanwhile: stored as any cancelled RESULT */
+            p->confirm = false;
+            if (storeq_submit(c->sq, s_put_work, s_put_done, p) == SR_OK)
+                return;
+        }
+        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
+         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
+        ci_cancel_refused(c, g->gid, "a cancelled RESULT", false);
+        coord_sched_unstore(c->sched, ji);
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+        s_put_free(p);
+        ci_dispatch(c);
+        return;
+    }
+    if (rc == SR_ECONFLICT) {
+        /* The copy stored under final_epoch is the job's result; this one is not. */
+        log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
+                 (long long)p->epoch, (long long)p->final_epoch);
+        coord_sched_finish(c->sched, ji, p->status);
+        metrics_counter_inc(c->m_stale);
+        if (R)
+            R->stale++;
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
+        s_put_free(p);
+        ci_check_round(c);
+        return;
+    }
+    if (p->group_missing)
+        log_error("group %s is missing in Redis", p->gid);
+    int64_t took = clock_mono_ms() - p->t0_ms;
+    if (took > c->cfg.redis_timeout_ms)
+        log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
+                         p->job_id, (long long)took, p->attempts);
+    if ((!p->failed && p->gst == STORE_GROUP_CANCELLED) || strcmp(p->status, "cancelled") == 0)
+        ci_mark_cancelled(c, j->group, false, 0);
+    coord_sched_finish(c->sched, ji, p->status);
+    if (R) {
+        ci_acc_add(R, p->status, p->n_steps, p->llm_calls, p->tokens, p->won, p->error);
+        R->acc.steps_other_version += p->steps_other;
+        if (p->steps_other)
+            R->acc.other_version = p->other_version;
+    }
+    metrics_counter_inc(c->m_stored);
+    ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+    s_put_free(p);
+    ci_check_round(c);
+}
+
+void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
+                  const void *body, size_t len)
+{
+    if (strcmp(r->run, c->cfg.run) != 0) {
+        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "another run");
+        return;
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
+    if (ji < 0 && (!c->prepared || c->opening)) {
+        /* A resumed coordinator whose round is not open yet (Redis slow): the RESULT waits for
+         * the opening (s_held_replay); past CI_HELD_MAX it is not answered and comes again. */
+        if (c->nheld < CI_HELD_MAX) {
+            if (!c->held)
+                c->held = sr_xcalloc(CI_HELD_MAX, sizeof *c->held);
+            ci_held_t *h = &c->held[c->nheld++];
+            h->id = sr_xmalloc(idlen ? idlen : 1);
+            memcpy(h->id, id, idlen);
+            h->idlen = idlen;
+            h->body = sr_xmalloc(len ? len : 1);
+            memcpy(h->body, body, len);
+            h->len = len;
+        }
+        log_info_limited(5, "RESULT %s epoch %lld held: its round is not open yet", r->job_id,
+                         (long long)r->epoch);
+        return;
+    }
+    if (ji < 0) {
+        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "unknown job");
+        return;
+    }
+    coord_job_t *j = coord_sched_job(c->sched, ji);
+    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    ci_open_t *R = ci_find_open(c, g->round);
+    SR_ASSERT(R);
+    if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
+        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
+        return;
+    }
+    if (j->state == COORD_JOB_LEASED && j->epoch == r->epoch && j->storing)
+        return; /* being stored: acknowledged once it is */
+    if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
+        s_refuse(c, R, id, idlen, r, "stale epoch");
+        return;
+    }
+    bool failed = strcmp(r->status, "failed") == 0;
+    if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
+        j->failures++;
+        coord_sched_requeue(c->sched, ji);
+        metrics_counter_inc(c->m_requeued);
+        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures,
+                         c->cfg.max_attempts, r->error ? r->error : "no reason given");
+        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+        ci_dispatch(c);
+        return;
+    }
+    /* Durable first: the result, then the group's count, on the store thread. Only then the
+     * acknowledgement (s_put_done). The job keeps its lease meanwhile. */
+    s_put_t *p = sr_xcalloc(1, sizeof *p);
+    p->c = c;
+    p->t0_ms = clock_mono_ms();
+    p->round = R->round;
+    p->epoch = r->epoch;
+    snprintf(p->job_id, sizeof p->job_id, "%s", r->job_id);
+    snprintf(p->gid, sizeof p->gid, "%s", g->gid);
+    snprintf(p->status, sizeof p->status, "%s", r->status);
+    p->traj = j->traj;
+    p->reward = r->reward;
+    p->failed = failed;
+    /* A cancelled RESULT of a group not known cancelled is stored only once Redis shows the group
+     * cancelled (s_put_work): the actor may have stopped on a forged CANCEL. */
+    p->confirm = strcmp(r->status, "cancelled") == 0 && !g->cancelled;
+    p->n_steps = r->n_steps;
+    p->llm_calls = r->llm_calls;
+    p->tokens = r->prompt_tokens + r->completion_tokens;
+    p->won = r->won;
+    p->error = r->error ? sr_xstrdup(r->error) : NULL;
+    /* Steps that say which policy version answered: another one than the JOB's is off-policy. */
+    for (size_t k = 0; k < r->steps_len; k++) {
+        if (r->steps[k].has_served_version && r->steps[k].served_version != R->policy_version) {
+            p->steps_other++;
+            p->other_version = r->steps[k].served_version;
+        }
+    }
+    memcpy(p->id, id, idlen);
+    p->idlen = idlen;
+    p->body = sr_xmalloc(len);
+    memcpy(p->body, body, len);
+    p->len = len;
+    SR_ASSERT(coord_sched_store(c->sched, ji) == SR_OK); /* LEASED: checked above */
+    if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+        coord_sched_unstore(c->sched, ji);
+        s_put_free(p);
+    }
+}
