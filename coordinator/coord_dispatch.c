@@ -292,21 +292,3 @@ void ci_dispatch(coord_t *c)
     }
     s_dispatch_pass(c);
 }
-
-/* ci_acc_add counts one stored result into its round's summary. */
-void ci_acc_add(ci_open_t *R, const char *status, int64_t steps, int64_t llm_calls, int64_t tokens,
-                bool won, const char *error)
-{
-    R->acc.results++;
-    if (strcmp(status, "failed") == 0) {
-        R->acc.trajectories_failed++;
-        fail_tally_add(&R->acc.errors, error);
-    }
-    R->acc.steps += steps;
-    R->acc.llm_calls += llm_calls;
-    R->acc.tokens += tokens;
-    if (strcmp(status, "done") == 0 || strcmp(status, "truncated") == 0) {
-        R->acc_finished++;
-        R->acc.won += won;
-    }
-}

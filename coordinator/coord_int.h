@@ -59,6 +59,8 @@
 #define DISPATCH_BATCH 256
 #define EP_MAX 1100
 
+struct ci_sink_outcome;
+
 /* An open round. The scheduler holds the open rounds' groups, the oldest round's first. */
 typedef struct {
     int64_t round;
@@ -114,6 +116,8 @@ struct coord {
     /* RESULTs of jobs not known yet while a round opens (a resumed coordinator, Redis slow):
      * handled once it opened (s_held_replay) */
     struct ci_held *held;
+    /* the result sink's report (ci_result_outcome) */
+    void (*sink_report)(coord_t *c, const struct ci_sink_outcome *o);
     size_t nheld;
 
     /* The round writer: a thread of its own, with its own Redis connection, reads each ended
@@ -158,6 +162,29 @@ typedef struct ci_held {
 /* at most this many RESULTs wait for a round's opening; more are not answered (resent) */
 #define CI_HELD_MAX 4096
 
+/* What became of a RESULT (coord_sink.c), reported to its owner (ci_result_outcome, the
+ * scheduler's and the rounds' bookkeeping): the sink stores and answers the actor, nothing else. */
+typedef enum {
+    CI_SINK_STORED, /* stored, final under its epoch, acknowledged */
+    CI_SINK_STALE,  /* refused: not the job's current lease, or another epoch's copy is final */
+    CI_SINK_RETRY,  /* a failed attempt with attempts left: acknowledged, the job runs again */
+    CI_SINK_FORGED, /* cancelled, but Redis does not show the group cancelled: nothing stored,
+                     * acknowledged, the trajectory runs again */
+} ci_sink_kind_t;
+
+typedef struct ci_sink_outcome {
+    ci_sink_kind_t kind;
+    int job;       /* the scheduler's index, -1 when the job is unknown (STALE) */
+    int64_t round; /* the round it is counted in (STALE: the oldest open one), -1 = none */
+    bool final;    /* STALE: the job is final under another epoch */
+    const char *status;
+    bool cancelled; /* STORED: the group is cancelled in Redis or the RESULT says cancelled */
+    int64_t n_steps, llm_calls, tokens;
+    int64_t steps_other, other_version; /* steps answered by another policy version */
+    bool won;
+    const char *error;
+} ci_sink_outcome_t;
+
 /* ---- operations shared between the coordinator's files ---- */
 
 /* coordinator.c: failing the run, sending on the work channel */
@@ -191,7 +218,9 @@ bool ci_writer_idle(coord_t *c);
 /* coord_registry.c: refresh the env-worker list (now: even if it was read recently) */
 void ci_registry_refresh(coord_t *c, bool now);
 
-/* coord_msgs.c: the reactor's handlers */
+/* coord_msgs.c: the reactor's handlers; the outcome of a RESULT applied to the scheduler and the
+ * open rounds (the sink's report) */
+void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o);
 void ci_on_work(reactor_t *r, void *sock, int revents, void *arg);
 void ci_on_bus(reactor_t *r, void *sock, int revents, void *arg);
 void ci_on_tick(reactor_t *r, int id, void *arg);

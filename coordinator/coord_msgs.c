@@ -1,8 +1,9 @@
 /*
- * coord_msgs.c — the coordinator's the reactor's handlers: the work channel's messages decoded once
+ * coord_msgs.c — the coordinator's reactor's handlers: the work channel's messages decoded once
  * and routed (HELLO, CREDIT, HEARTBEAT, RESULT to the sink, BYE), malformed input counted and
  * answered, the bus (CANCEL), the timer (leases expired, silent actors forgotten, dispatch
- * retried).
+ * retried); and the result sink's reports applied to the scheduler and the open rounds
+ * (ci_result_outcome).
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -125,6 +126,54 @@ static void s_sync_security(coord_t *c)
         had = metrics_counter_value(c->m_pubs_refused);
         if ((double)ps.pubs_refused > had)
             metrics_counter_add(c->m_pubs_refused, (double)ps.pubs_refused - had);
+    }
+}
+
+/* ci_result_outcome (the sink's report) applies what became of a RESULT to the scheduler and its
+ * open round: the job final and the round's summary (STORED), a stale count (STALE), the job back
+ * in the queue (RETRY: one attempt more; FORGED: not an attempt), then the round checked or the
+ * queue dispatched. */
+void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
+{
+    ci_open_t *R = o->round >= 0 ? ci_find_open(c, o->round) : NULL;
+    switch (o->kind) {
+    case CI_SINK_STALE:
+        metrics_counter_inc(c->m_stale);
+        if (R)
+            R->stale++;
+        if (o->final) {
+            coord_sched_finish(c->sched, o->job, o->status);
+            ci_check_round(c);
+        }
+        return;
+    case CI_SINK_RETRY:
+        coord_sched_job(c->sched, o->job)->failures++;
+        coord_sched_requeue(c->sched, o->job);
+        metrics_counter_inc(c->m_requeued);
+        ci_dispatch(c);
+        return;
+    case CI_SINK_FORGED: {
+        const coord_job_t *j = coord_sched_job(c->sched, o->job);
+        ci_cancel_refused(c, coord_sched_group(c->sched, j->group)->gid, "a cancelled RESULT",
+                          false);
+        coord_sched_requeue(c->sched, o->job);
+        metrics_counter_inc(c->m_requeued);
+        ci_dispatch(c);
+        return;
+    }
+    case CI_SINK_STORED:
+        if (o->cancelled)
+            ci_mark_cancelled(c, coord_sched_job(c->sched, o->job)->group, false, 0);
+        coord_sched_finish(c->sched, o->job, o->status);
+        if (R) {
+            ci_acc_add(R, o->status, o->n_steps, o->llm_calls, o->tokens, o->won, o->error);
+            R->acc.steps_other_version += o->steps_other;
+            if (o->steps_other)
+                R->acc.other_version = o->other_version;
+        }
+        metrics_counter_inc(c->m_stored);
+        ci_check_round(c);
+        return;
     }
 }
 

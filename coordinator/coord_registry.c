@@ -1,5 +1,5 @@
 /*
- * coord_registry.c — the coordinator's the env-worker registry as the WELCOME lists it (without
+ * coord_registry.c — the coordinator's env-worker registry as the WELCOME lists it (without
  * --env-workers): read on the store thread every REGISTRY_REFRESH_MS and at once when a HELLO finds
  * it empty, so a HELLO never waits for Redis.
  *

@@ -1,21 +1,27 @@
 /*
- * coord_sink.c — the coordinator's the result sink: a RESULT checked against its job's lease,
- * stored through the store thread (appended to results:<round>, counted in its group by the Lua
- * transition), and only then acknowledged, counted in its round and the round checked for its end.
+ * coord_sink.c — the coordinator's result sink: a RESULT (decoded once, by coord_msgs.c) checked
+ * against its job's lease, stored through the store thread (appended to results:<round>, counted
+ * in its group by the Lua transition), and only then acknowledged. What became of it goes to the
+ * sink's owner through one callback (c->sink_report, ci_result_outcome): the sink itself does not
+ * finish jobs, count rounds or dispatch.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
 #include "coordinator/coord_int.h"
 
-/* s_refuse refuses a RESULT, counted in round R's stale results (R may be NULL). */
-static void s_refuse(coord_t *c, ci_open_t *R, const void *id, size_t idlen,
+/* s_report tells the sink's owner what became of a RESULT. */
+static void s_report(coord_t *c, const ci_sink_outcome_t *o)
+{
+    c->sink_report(c, o);
+}
+
+/* s_refuse refuses a RESULT, reported stale in round `round` (-1: none). */
+static void s_refuse(coord_t *c, int64_t round, const void *id, size_t idlen,
                      const proto_result_t *r, const char *reason)
 {
-    metrics_counter_inc(c->m_stale);
-    if (R)
-        R->stale++;
     log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch, reason);
     ci_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
+    s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE, .job = -1, .round = round});
 }
 
 /* ---- storing a RESULT -------------------------------------------------------------------- */
@@ -123,8 +129,7 @@ static void s_put_done(int rc, const char *err, void *arg)
         }
         return;
     }
-    coord_group_t *g = coord_sched_group(c->sched, j->group);
-    ci_open_t *R = ci_find_open(c, g->round);
+    const coord_group_t *g = coord_sched_group(c->sched, j->group);
     if (rc == SR_OK && p->refused) {
         if (g->cancelled) {
             /* confirmed on the loop meanwhile: stored as any cancelled RESULT */
@@ -134,26 +139,23 @@ static void s_put_done(int rc, const char *err, void *arg)
         }
         /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
          * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
-        ci_cancel_refused(c, g->gid, "a cancelled RESULT", false);
         coord_sched_unstore(c->sched, ji);
-        coord_sched_requeue(c->sched, ji);
-        metrics_counter_inc(c->m_requeued);
         ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_FORGED, .job = ji, .round = p->round});
         s_put_free(p);
-        ci_dispatch(c);
         return;
     }
     if (rc == SR_ECONFLICT) {
         /* The copy stored under final_epoch is the job's result; this one is not. */
         log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
                  (long long)p->epoch, (long long)p->final_epoch);
-        coord_sched_finish(c->sched, ji, p->status);
-        metrics_counter_inc(c->m_stale);
-        if (R)
-            R->stale++;
         ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE,
+                                         .job = ji,
+                                         .round = p->round,
+                                         .final = true,
+                                         .status = p->status});
         s_put_free(p);
-        ci_check_round(c);
         return;
     }
     if (p->group_missing)
@@ -162,26 +164,30 @@ static void s_put_done(int rc, const char *err, void *arg)
     if (took > c->cfg.redis_timeout_ms)
         log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
                          p->job_id, (long long)took, p->attempts);
-    if ((!p->failed && p->gst == STORE_GROUP_CANCELLED) || strcmp(p->status, "cancelled") == 0)
-        ci_mark_cancelled(c, j->group, false, 0);
-    coord_sched_finish(c->sched, ji, p->status);
-    if (R) {
-        ci_acc_add(R, p->status, p->n_steps, p->llm_calls, p->tokens, p->won, p->error);
-        R->acc.steps_other_version += p->steps_other;
-        if (p->steps_other)
-            R->acc.other_version = p->other_version;
-    }
-    metrics_counter_inc(c->m_stored);
     ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+    s_report(c, &(ci_sink_outcome_t){
+                    .kind = CI_SINK_STORED,
+                    .job = ji,
+                    .round = p->round,
+                    .status = p->status,
+                    .cancelled = (!p->failed && p->gst == STORE_GROUP_CANCELLED) ||
+                                 strcmp(p->status, "cancelled") == 0,
+                    .n_steps = p->n_steps,
+                    .llm_calls = p->llm_calls,
+                    .tokens = p->tokens,
+                    .steps_other = p->steps_other,
+                    .other_version = p->other_version,
+                    .won = p->won,
+                    .error = p->error,
+                });
     s_put_free(p);
-    ci_check_round(c);
 }
 
 void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
                   const void *body, size_t len)
 {
     if (strcmp(r->run, c->cfg.run) != 0) {
-        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "another run");
+        s_refuse(c, c->nopen ? c->open[0].round : -1, id, idlen, r, "another run");
         return;
     }
     int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
@@ -204,12 +210,12 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t
         return;
     }
     if (ji < 0) {
-        s_refuse(c, c->nopen ? &c->open[0] : NULL, id, idlen, r, "unknown job");
+        s_refuse(c, c->nopen ? c->open[0].round : -1, id, idlen, r, "unknown job");
         return;
     }
-    coord_job_t *j = coord_sched_job(c->sched, ji);
-    coord_group_t *g = coord_sched_group(c->sched, j->group);
-    ci_open_t *R = ci_find_open(c, g->round);
+    const coord_job_t *j = coord_sched_job(c->sched, ji);
+    const coord_group_t *g = coord_sched_group(c->sched, j->group);
+    const ci_open_t *R = ci_find_open(c, g->round);
     SR_ASSERT(R);
     if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
         ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
@@ -218,18 +224,15 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t
     if (j->state == COORD_JOB_LEASED && j->epoch == r->epoch && j->storing)
         return; /* being stored: acknowledged once it is */
     if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
-        s_refuse(c, R, id, idlen, r, "stale epoch");
+        s_refuse(c, R->round, id, idlen, r, "stale epoch");
         return;
     }
     bool failed = strcmp(r->status, "failed") == 0;
     if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
-        j->failures++;
-        coord_sched_requeue(c->sched, ji);
-        metrics_counter_inc(c->m_requeued);
-        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures,
+        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures + 1,
                          c->cfg.max_attempts, r->error ? r->error : "no reason given");
         ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
-        ci_dispatch(c);
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_RETRY, .job = ji, .round = R->round});
         return;
     }
     /* Durable first: the result, then the group's count, on the store thread. Only then the

@@ -1,7 +1,9 @@
 /*
- * coord_writer.c — the coordinator's the round writer: a thread with its own Redis connection that
- * reads each ended round's results back, writes <out>/rounds/round-N.jsonl and only then records
- * rounds_done, while the loop runs the next round; an eventfd tells the loop it is idle.
+ * coord_writer.c — the coordinator's file writers. The round writer: a thread with its own Redis
+ * connection that reads each ended round's results back, writes <out>/rounds/round-N.jsonl and
+ * only then records rounds_done, while the loop runs the next round; an eventfd tells the loop it
+ * is idle. The file queue (a storeq without Redis): coord_file_write's files, written off the
+ * loop with retries.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -121,4 +123,78 @@ bool ci_writer_idle(coord_t *c)
     bool idle = c->wr_n == 0 && !c->wr_busy;
     pthread_mutex_unlock(&c->wr_mu);
     return idle;
+}
+
+/* ---- the file queue ------------------------------------------------------------------------ */
+
+/* A results file written on the file queue's thread: tried S_FILE_ATTEMPTS times with a doubling
+ * pause (a full disk or a folder in the way may clear), then given up with a message and a
+ * counter. The loop only formats the bytes. */
+#define S_FILE_ATTEMPTS 5
+#define S_FILE_PAUSE_MS 100
+
+typedef struct {
+    coord_t *c;
+    char *path;
+    sr_buf_t text;
+    bool append;
+    int retries; /* attempts after the first, set on the file thread */
+} s_file_req_t;
+
+static int s_file_work(store_t *st, void *arg, char *err)
+{
+    (void)st;
+    s_file_req_t *q = arg;
+    int rc = SR_EIO;
+    long pause_ms = S_FILE_PAUSE_MS;
+    for (int a = 0; a < S_FILE_ATTEMPTS; a++) {
+        if (a > 0) {
+            struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            pause_ms *= 2;
+            q->retries++;
+        }
+        rc = q->append ? afile_append(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX)
+                       : afile_replace(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX);
+        if (rc == SR_OK)
+            break;
+    }
+    return rc;
+}
+
+static void s_file_done(int rc, const char *err, void *arg)
+{
+    s_file_req_t *q = arg;
+    coord_t *c = q->c;
+    for (int i = 0; i < q->retries; i++)
+        metrics_counter_inc(c->m_file_retries);
+    if (rc != SR_OK) {
+        metrics_counter_inc(c->m_file_failures);
+        log_error("%s not written after %d attempts: %s", q->path, S_FILE_ATTEMPTS,
+                  err && *err ? err : sr_strerror(rc));
+    } else if (q->retries) {
+        log_warn("%s written after %d failed attempts", q->path, q->retries);
+    }
+    sr_buf_free(&q->text);
+    free(q->path);
+    free(q);
+}
+
+int coord_file_write(coord_t *c, const char *path, sr_buf_t *text, bool append)
+{
+    if (!c || !path || !*path || !text)
+        return SR_EINVAL;
+    s_file_req_t *q = sr_xcalloc(1, sizeof *q);
+    q->c = c;
+    q->path = sr_xstrdup(path);
+    q->text = *text;
+    q->append = append;
+    *text = (sr_buf_t)SR_BUF_INIT;
+    if (c->fq && !c->sq_closing && storeq_submit(c->fq, s_file_work, s_file_done, q) == SR_OK)
+        return SR_OK;
+    /* after the loop (the file queue flushed and gone): written here, blocking is fine */
+    char err[STOREQ_ERR_MAX] = "";
+    int rc = s_file_work(NULL, q, err);
+    s_file_done(rc, err, q);
+    return rc;
 }

@@ -1,5 +1,7 @@
 /*
- * coordinator.c — the coordinator: work channel, bus subscription, rounds, Redis, resume.
+ * coordinator.c — the coordinator: its lifecycle (coord_new, coord_run, coord_destroy), the
+ * accessors of coordinator.h and the run record's fields. Its other concerns have a file each
+ * (coordinator/coord_int.h lists them); what they do together:
  *
  * One reactor serves the work ROUTER, a SUB socket on the bus (it hears CANCEL) and one timer
  * that expires leases, forgets silent actors and retries dispatch. The rules of the work channel
@@ -238,6 +240,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     sr_buf_init(&c->out);
     c->timer = -1;
     c->resume_started = -1;
+    c->sink_report = ci_result_outcome;
     pthread_mutex_init(&c->wr_mu, NULL);
     pthread_cond_init(&c->wr_cv, NULL);
     c->wr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -603,78 +606,6 @@ struct storeq *coord_storeq(coord_t *c)
 void *coord_zctx(coord_t *c)
 {
     return c ? c->zctx : NULL;
-}
-
-/* A results file written on the file queue's thread: tried S_FILE_ATTEMPTS times with a doubling
- * pause (a full disk or a folder in the way may clear), then given up with a message and a
- * counter. The loop only formats the bytes. */
-#define S_FILE_ATTEMPTS 5
-#define S_FILE_PAUSE_MS 100
-
-typedef struct {
-    coord_t *c;
-    char *path;
-    sr_buf_t text;
-    bool append;
-    int retries; /* attempts after the first, set on the file thread */
-} s_file_req_t;
-
-static int s_file_work(store_t *st, void *arg, char *err)
-{
-    (void)st;
-    s_file_req_t *q = arg;
-    int rc = SR_EIO;
-    long pause_ms = S_FILE_PAUSE_MS;
-    for (int a = 0; a < S_FILE_ATTEMPTS; a++) {
-        if (a > 0) {
-            struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
-            pause_ms *= 2;
-            q->retries++;
-        }
-        rc = q->append ? afile_append(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX)
-                       : afile_replace(q->path, q->text.data, q->text.len, err, STOREQ_ERR_MAX);
-        if (rc == SR_OK)
-            break;
-    }
-    return rc;
-}
-
-static void s_file_done(int rc, const char *err, void *arg)
-{
-    s_file_req_t *q = arg;
-    coord_t *c = q->c;
-    for (int i = 0; i < q->retries; i++)
-        metrics_counter_inc(c->m_file_retries);
-    if (rc != SR_OK) {
-        metrics_counter_inc(c->m_file_failures);
-        log_error("%s not written after %d attempts: %s", q->path, S_FILE_ATTEMPTS,
-                  err && *err ? err : sr_strerror(rc));
-    } else if (q->retries) {
-        log_warn("%s written after %d failed attempts", q->path, q->retries);
-    }
-    sr_buf_free(&q->text);
-    free(q->path);
-    free(q);
-}
-
-int coord_file_write(coord_t *c, const char *path, sr_buf_t *text, bool append)
-{
-    if (!c || !path || !*path || !text)
-        return SR_EINVAL;
-    s_file_req_t *q = sr_xcalloc(1, sizeof *q);
-    q->c = c;
-    q->path = sr_xstrdup(path);
-    q->text = *text;
-    q->append = append;
-    *text = (sr_buf_t)SR_BUF_INIT;
-    if (c->fq && !c->sq_closing && storeq_submit(c->fq, s_file_work, s_file_done, q) == SR_OK)
-        return SR_OK;
-    /* after the loop (the file queue flushed and gone): written here, blocking is fine */
-    char err[STOREQ_ERR_MAX] = "";
-    int rc = s_file_work(NULL, q, err);
-    s_file_done(rc, err, q);
-    return rc;
 }
 
 int coord_set_policy_version(coord_t *c, int64_t version)
