@@ -29,7 +29,7 @@ void ci_cancel_msg(coord_t *c, const coord_group_t *g, proto_msg_t *m, int64_t *
  * runs (LEASED): the CANCEL has not reached its actor, or its RESULT is on the way. */
 static bool s_cancel_pending(coord_t *c, int gi)
 {
-    coord_group_t *g = coord_sched_group(c->sched, gi);
+    const coord_group_t *g = coord_sched_group(c->sched, gi);
     for (int t = 0; t < g->G; t++) {
         const coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
         if (j->state == COORD_JOB_LEASED && !j->storing &&
@@ -49,7 +49,7 @@ void ci_reannounce_cancels(coord_t *c, int64_t now)
     char topic[PROTO_MAX_ID + 16];
     snprintf(topic, sizeof topic, "ctl/%s/cancel", c->cfg.run);
     for (int gi = 0; gi < coord_sched_groups(c->sched); gi++) {
-        coord_group_t *g = coord_sched_group(c->sched, gi);
+        const coord_group_t *g = coord_sched_group(c->sched, gi);
         if (!g->cancelled || !g->keep_known || g->announces >= CANCEL_ANNOUNCES ||
             now < g->next_announce_ms || !s_cancel_pending(c, gi))
             continue;
@@ -60,8 +60,7 @@ void ci_reannounce_cancels(coord_t *c, int64_t now)
             log_warn_limited(5, "CANCEL of group %s cannot be announced again", g->gid);
             return;
         }
-        g->announces++;
-        g->next_announce_ms = now + CANCEL_ANNOUNCE_MS;
+        coord_sched_group_announced(c->sched, gi, now + CANCEL_ANNOUNCE_MS);
         metrics_counter_inc(c->m_cancels_reannounced);
     }
 }
@@ -70,7 +69,7 @@ void ci_reannounce_cancels(coord_t *c, int64_t now)
  * from a RESULT or Redis (the keep list not known yet): coord_sched_cancel owns the rules. */
 void ci_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep)
 {
-    coord_group_t *g = coord_sched_group(c->sched, gi);
+    const coord_group_t *g = coord_sched_group(c->sched, gi);
     bool first = !g->cancelled;
     int dropped = coord_sched_cancel(c->sched, gi, keep_known, keep);
     if (dropped > 0 || (dropped == 0 && first))
@@ -117,13 +116,9 @@ static int s_confirm_work(store_t *st, void *arg, char *err)
 static void s_apply_cancel(coord_t *c, int gi, uint64_t keep, int64_t step, double d,
                            const char *reason)
 {
-    coord_group_t *g = coord_sched_group(c->sched, gi);
     metrics_counter_inc(c->m_cancels);
-    g->cancel_step = step;
-    g->cancel_d = d;
-    snprintf(g->cancel_reason, sizeof g->cancel_reason, "%s", reason ? reason : "");
-    g->announces = 0;
-    g->next_announce_ms = clock_mono_ms() + CANCEL_ANNOUNCE_MS;
+    coord_sched_group_keep_cancel(c->sched, gi, step, d, reason,
+                                  clock_mono_ms() + CANCEL_ANNOUNCE_MS);
     ci_mark_cancelled(c, gi, true, keep);
     ci_check_round(c);
 }
@@ -134,12 +129,12 @@ static void s_confirm_done(int rc, const char *err, void *arg)
     s_confirm_t *k = arg;
     coord_t *c = k->c;
     int gi = !c->sq_closing && c->round_active ? coord_sched_find_group(c->sched, k->gid) : -1;
-    coord_group_t *g = gi >= 0 ? coord_sched_group(c->sched, gi) : NULL;
+    const coord_group_t *g = gi >= 0 ? coord_sched_group(c->sched, gi) : NULL;
     if (!g || g->confirming != k) {
         free(k); /* the group's round ended meanwhile */
         return;
     }
-    g->confirming = NULL;
+    coord_sched_group_set_confirming(c->sched, gi, NULL);
     if (g->cancelled && g->keep_known) {
         free(k);
         return;
@@ -152,7 +147,7 @@ static void s_confirm_done(int rc, const char *err, void *arg)
     if (k->again && !c->sq_closing) {
         k->again = false;
         if (storeq_submit(c->sq, s_confirm_work, s_confirm_done, k) == SR_OK) {
-            g->confirming = k;
+            coord_sched_group_set_confirming(c->sched, gi, k);
             return;
         }
     }
@@ -165,7 +160,7 @@ static void s_confirm_done(int rc, const char *err, void *arg)
  * keep list, which narrows what may still finish. */
 void ci_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm)
 {
-    coord_group_t *g = coord_sched_group(c->sched, gi);
+    const coord_group_t *g = coord_sched_group(c->sched, gi);
     if (g->cancelled && g->keep_known)
         return; /* a CANCEL seen again */
     if (g->cancelled) {
@@ -191,5 +186,5 @@ void ci_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm)
         free(k);
         return;
     }
-    g->confirming = k;
+    coord_sched_group_set_confirming(c->sched, gi, k);
 }

@@ -93,8 +93,8 @@ static int64_t s_epoch(coord_t *c)
 
 static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
 {
-    coord_job_t *j = coord_sched_job(c->sched, ji);
-    coord_group_t *g = coord_sched_group(c->sched, j->group);
+    const coord_job_t *j = coord_sched_job(c->sched, ji);
+    const coord_group_t *g = coord_sched_group(c->sched, j->group);
     char job_id[COORD_JOB_ID_MAX];
     coord_sched_job_id(c->sched, ji, job_id, sizeof job_id);
     proto_msg_t m;
@@ -131,7 +131,7 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
         coord_sched_actor_release(c->sched, a->id, a->idlen);
         coord_sched_actor_remove(c->sched, a);
     } else {
-        a->credit = 0;
+        coord_sched_actor_no_credit(c->sched, a);
     }
 }
 
@@ -189,17 +189,17 @@ static void s_leases_done(int rc, const char *err, void *arg)
     for (size_t i = 0; c->round_active && i < L->n; i++) {
         /* the lease may have expired or its actor gone while Redis answered */
         int ji = coord_sched_find_job(c->sched, L->v[i].job_id);
-        coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+        const coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
         if (!j || j->state != COORD_JOB_LEASED || j->epoch != L->v[i].epoch || j->storing)
             continue;
         coord_actor_t *a = coord_sched_actor_find(c->sched, j->actor, j->actor_len);
         if (rc != SR_OK || !a) {
             coord_sched_requeue(c->sched, ji);
             if (a)
-                a->credit++;
+                coord_sched_actor_refund(c->sched, a);
             continue;
         }
-        j->deadline_ms = deadline; /* the lease starts when the JOB leaves */
+        coord_sched_job_set_deadline(c->sched, ji, deadline); /* the lease starts now */
         s_send_job(c, ji, a);
     }
     free(L);
@@ -234,7 +234,7 @@ static void s_dispatch_pass(coord_t *c)
                 L = sr_xcalloc(1, sizeof *L);
                 L->c = c;
             }
-            coord_job_t *j = coord_sched_job(c->sched, ji);
+            const coord_job_t *j = coord_sched_job(c->sched, ji);
             L->v[L->n].job = ji;
             L->v[L->n].epoch = epoch;
             L->v[L->n].round = coord_sched_group(c->sched, j->group)->round;
@@ -257,7 +257,7 @@ static void s_dispatch_pass(coord_t *c)
                 coord_actor_t *a2 =
                     coord_sched_actor_find(c->sched, L->v[i].actor, L->v[i].actor_len);
                 if (coord_sched_requeue(c->sched, L->v[i].job) == SR_OK && a2)
-                    a2->credit++;
+                    coord_sched_actor_refund(c->sched, a2);
             }
             free(L);
             return;

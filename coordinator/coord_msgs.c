@@ -58,14 +58,14 @@ static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t
         if (ji < 0)
             continue;
         const coord_job_t *j = coord_sched_job(c->sched, ji);
-        coord_group_t *g = coord_sched_group(c->sched, j->group);
+        const coord_group_t *g = coord_sched_group(c->sched, j->group);
         bool kept = j->traj < 64 && (g->keep_mask & (1ull << j->traj));
         if (g->cancelled && g->keep_known && !kept && g->told_seq != seq &&
             j->state == COORD_JOB_LEASED && !j->storing) {
             proto_msg_t m;
             int64_t keep[64];
             ci_cancel_msg(c, g, &m, keep);
-            g->told_seq = seq;
+            coord_sched_group_told(c->sched, j->group, seq);
             if (ci_send(c, a->id, a->idlen, &m) == SR_OK)
                 metrics_counter_inc(c->m_cancels_told);
         }
@@ -80,8 +80,7 @@ static void s_on_bye(coord_t *c, coord_actor_t *a, const proto_bye_t *b)
 {
     if (b->drain) {
         log_info("actor %s drains (%s)", a->name, b->reason ? b->reason : "no reason given");
-        a->draining = true;
-        a->credit = 0;
+        coord_sched_actor_drain(c->sched, a);
         return;
     }
     int n = coord_sched_actor_release(c->sched, a->id, a->idlen);
@@ -147,7 +146,7 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
         }
         return;
     case CI_SINK_RETRY:
-        coord_sched_job(c->sched, o->job)->failures++;
+        coord_sched_job_failed(c->sched, o->job);
         coord_sched_requeue(c->sched, o->job);
         metrics_counter_inc(c->m_requeued);
         ci_dispatch(c);
@@ -230,7 +229,7 @@ void ci_on_work(reactor_t *r, void *sock, int revents, void *arg)
         ci_send_error(c, id, idlen, "unknown_actor", "unknown actor: send HELLO first");
         goto cleanup;
     }
-    a->last_seen_ms = clock_mono_ms();
+    coord_sched_actor_seen(c->sched, a, clock_mono_ms());
     switch (m.type) {
     case PROTO_CREDIT:
         coord_sched_actor_credit(c->sched, a, (int)m.u.credit.credits);

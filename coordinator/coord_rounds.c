@@ -261,9 +261,9 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
                      (long long)o->round, o->groups[k].G);
             continue;
         }
-        coord_sched_group(c->sched, gi)->round = o->round;
+        coord_sched_group_set_round(c->sched, gi, o->round);
         if (o->groups[k].cancelled)
-            coord_sched_group(c->sched, gi)->cancelled = true; /* its jobs are dropped below */
+            coord_sched_group_set_cancelled(c->sched, gi); /* its jobs are dropped below */
     }
     R->ngroups = coord_sched_groups(c->sched) - first;
     c->nopen++;
@@ -278,7 +278,7 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
         if (ji < 0)
             continue;
         coord_sched_finish(c->sched, ji, in->status);
-        coord_sched_job(c->sched, ji)->epoch = in->epoch;
+        coord_sched_job_set_epoch(c->sched, ji, in->epoch);
     }
     /* Leases of the previous coordinator for jobs not final are kept for a lease period. */
     int64_t deadline = clock_mono_ms() + c->cfg.lease_ms;
@@ -295,7 +295,7 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
         log_info("round %lld: %d leases of the previous coordinator kept for %lld ms",
                  (long long)o->round, adopted, (long long)c->cfg.lease_ms);
     for (int i = first; i < coord_sched_groups(c->sched); i++) {
-        coord_group_t *g = coord_sched_group(c->sched, i);
+        const coord_group_t *g = coord_sched_group(c->sched, i);
         if (g->cancelled)
             coord_sched_cancel_group(c->sched, i, 0);
     }
@@ -439,10 +439,10 @@ static void s_summarise(coord_t *c, const ci_open_t *R, coord_round_summary_t *s
     int first = ci_first_group(c, R->round);
     sum->groups = R->ngroups;
     for (int i = first; i < first + R->ngroups; i++) {
-        coord_group_t *g = coord_sched_group(c->sched, i);
+        const coord_group_t *g = coord_sched_group(c->sched, i);
         bool failed = false;
         for (int t = 0; t < g->G; t++) {
-            coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
+            const coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
             if (j->state == COORD_JOB_FINAL && strcmp(j->status, "failed") == 0)
                 failed = true;
         }

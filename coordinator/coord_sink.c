@@ -116,7 +116,7 @@ static void s_put_done(int rc, const char *err, void *arg)
         return;
     }
     int ji = c->round_active ? coord_sched_find_job(c->sched, p->job_id) : -1;
-    coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+    const coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
     if (!j || j->state != COORD_JOB_LEASED || j->epoch != p->epoch || !j->storing) {
         s_put_free(p); /* cannot happen while storing holds the lease; nothing to finish */
         return;
