@@ -112,6 +112,7 @@ struct coord {
     coord_round_plan_t plan; /* the driver's plan of the current round */
     bool planning;           /* inside s_next_round: no re-entry */
     bool opening;            /* a round's opening is on the store thread (s_open_round) */
+    coord_link_t link; /* what the driver may ask (coord_driver_t.attach) */
     bool prepared;           /* the run record is read and written (s_prepare_done) */
     /* RESULTs of jobs not known yet while a round opens (a resumed coordinator, Redis slow):
      * handled once it opened (s_held_replay) */

@@ -47,7 +47,7 @@ struct coord_train {
     const tasks_t *tasks;
     tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
-    coord_t *c; /* set on the first plan */
+    coord_link_t L; /* what it may ask of the coordinator (s_link, before the first plan) */
     void *zctx;
     transport_sock_t *push, *pull;
     bool attached;
@@ -148,7 +148,7 @@ static void s_append_jsonl(coord_train_t *t, cJSON *o)
         sr_buf_append(&line, "\n", 1) != SR_OK)
         log_error("cannot append to %s: out of memory", path);
     else
-        coord_file_write(t->c, path, &line, true);
+        t->L.file_write(t->L.ctx, path, &line, true);
     sr_buf_free(&line);
     free(text);
 }
@@ -182,7 +182,7 @@ static void s_json_done(int rc, const char *err, void *arg)
 
 static void s_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON *o)
 {
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     char *text = cJSON_PrintUnformatted(o);
     if (!text)
         return;
@@ -267,7 +267,7 @@ static void s_eval_done(int rc, const char *err, void *arg)
 {
     s_eval_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+    if (!t->L.storeq(t->L.ctx)) { /* the coordinator is closing */
         free(q->e.types);
         free(q);
         return;
@@ -278,7 +278,7 @@ static void s_eval_done(int rc, const char *err, void *arg)
     t->eval_reading = false;
     s_eval_finish(t, &q->e);
     free(q);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 static void s_eval_ended(coord_train_t *t, int64_t round)
@@ -287,7 +287,7 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     q->t = t;
     q->round = round;
     q->e.tasks = t->tasks;
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_eval_work, s_eval_done, q) != SR_OK) {
         log_error("evaluation of iteration %lld: cannot read its results: the store queue is "
                   "closed", (long long)t->it);
@@ -304,7 +304,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     double success = e.total ? (double)e.total_won / (double)e.total : 0.0;
     t->eval_success = success;
     t->eval_done_at = t->it;
-    coord_record_int(t->c, "eval_done_at", t->it);
+    t->L.record_int(t->L.ctx, "eval_done_at", t->it);
     if (t->st.evals == 0)
         t->st.eval_first = success;
     t->st.eval_last = success;
@@ -312,7 +312,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "eval");
     cJSON_AddNumberToObject(o, "iteration", (double)t->it);
-    cJSON_AddNumberToObject(o, "policy_version", (double)coord_policy_version(t->c));
+    cJSON_AddNumberToObject(o, "policy_version", (double)t->L.policy_version(t->L.ctx));
     cJSON_AddStringToObject(o, "split", t->cfg.eval_split);
     cJSON_AddNumberToObject(o, "tasks", e.total);
     cJSON_AddNumberToObject(o, "won", e.total_won);
@@ -334,7 +334,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     free(e.types);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
              "(%d/%d, %d failed);%s",
-             (long long)t->it, (long long)coord_policy_version(t->c), success, e.total_won,
+             (long long)t->it, (long long)t->L.policy_version(t->L.ctx), success, e.total_won,
              e.total, e.total_failed, off ? line : "");
     s_append_jsonl(t, o);
     s_store_json(t, "eval", t->it, o);
@@ -383,12 +383,12 @@ static void s_hist_done(int rc, const char *err, void *arg)
 {
     s_hist_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (coord_storeq(t->c)) {
+    if (t->L.storeq(t->L.ctx)) {
         t->hcache_reading = false;
         if (rc != SR_OK) {
             char why[512];
             snprintf(why, sizeof why, "iteration %lld: %s", (long long)q->it, err);
-            coord_fail(t->c, rc, why);
+            t->L.fail(t->L.ctx, rc, why);
         } else {
             free(t->hcache);
             free(t->hlen);
@@ -398,7 +398,7 @@ static void s_hist_done(int rc, const char *err, void *arg)
             t->aborted_prefetched = q->aborted;
             q->hist = NULL;
             q->len = NULL;
-            coord_kick(t->c);
+            t->L.kick(t->L.ctx);
         }
     }
     free(q->hist);
@@ -416,7 +416,7 @@ static int s_hist_fetch(coord_train_t *t)
     q->histories = t->cfg.prefilter;
     q->hist = sr_xcalloc(q->histories ? q->pool * STORE_PROMPT_HISTORY_MAX : 1, sizeof *q->hist);
     q->len = sr_xcalloc(q->pool ? q->pool : 1, sizeof *q->len);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_hist_work, s_hist_done, q) != SR_OK) {
         free(q->hist);
         free(q->len);
@@ -518,7 +518,7 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     cJSON_AddStringToObject(o, "type", "iteration");
     for (size_t i = 0; i < n; i++)
         cJSON_AddNumberToObject(o, ps[i].name, ps[i].value);
-    cJSON_AddNumberToObject(o, "policy_version_after", (double)coord_policy_version(t->c));
+    cJSON_AddNumberToObject(o, "policy_version_after", (double)t->L.policy_version(t->L.ctx));
     if (has_loss)
         cJSON_AddNumberToObject(o, "loss", loss);
     if (info)
@@ -537,14 +537,14 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     log_info("iteration %lld done: policy version %lld; groups started %lld, skipped %lld, "
              "cancelled %lld, filtered %lld, failed %lld, in batch %lld; trajectories %lld (%lld "
              "failed); tokens %lld, LLM calls %lld; train success %.3f",
-             (long long)t->it, (long long)coord_policy_version(t->c),
+             (long long)t->it, (long long)t->L.policy_version(t->L.ctx),
              (long long)t->bstats.groups_started, (long long)t->bstats.groups_skipped,
              (long long)t->bstats.groups_cancelled, (long long)t->bstats.groups_filtered,
              (long long)t->bstats.groups_failed, (long long)t->bstats.batch_groups,
              (long long)t->bstats.trajectories, (long long)t->bstats.trajectories_failed,
              (long long)t->bstats.tokens,
              (long long)t->bstats.llm_calls, t->bstats.train_success);
-    coord_record_int(t->c, "iterations_done", t->it + 1);
+    t->L.record_int(t->L.ctx, "iterations_done", t->it + 1);
     batch_destroy(&t->batch);
     t->it++;
     t->st.iteration = t->it;
@@ -590,7 +590,7 @@ static void s_greso_done(int rc, const char *err, void *arg)
 {
     s_greso_req_t *q = arg;
     coord_train_t *t = q->t;
-    bool open = coord_storeq(t->c) != NULL;
+    bool open = t->L.storeq(t->L.ctx) != NULL;
     if (rc != SR_OK)
         log_warn("iteration %lld: %s", (long long)q->it, err);
     free(q->recs);
@@ -598,7 +598,7 @@ static void s_greso_done(int rc, const char *err, void *arg)
     if (!open)
         return;
     t->records_pending--;
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 /* s_finish_iteration closes the iteration's batch: histories, statistics, the GRESO adaptation,
@@ -607,9 +607,9 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
     char what[64], why[512];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
-    if (fail_tally_verdict(&t->it_fails, t->it_results, coord_max_failed_share(t->c), what, why,
+    if (fail_tally_verdict(&t->it_fails, t->it_results, t->L.max_failed_share, what, why,
                            sizeof why)) {
-        coord_fail_run(t->c, why);
+        t->L.fail_run(t->L.ctx, why);
         return;
     }
     s_greso_req_t *gq = sr_xcalloc(1, sizeof *gq);
@@ -641,7 +641,7 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     gq->p_easy = greso_p_easy(t->greso);
     gq->p_hard = greso_p_hard(t->greso);
     gq->zv = greso_zv_ratio(t->greso);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_greso_work, s_greso_done, gq) != SR_OK) {
         log_warn("cannot record the pre-filter's histories and state: the store queue is closed");
         free(gq->recs);
@@ -670,21 +670,21 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
             log_error("iteration %lld: cannot format the batch file: out of memory",
                       (long long)t->it);
         else
-            coord_file_write(t->c, path, &text, false);
+            t->L.file_write(t->L.ctx, path, &text, false);
         sr_buf_free(&text);
     }
     if (!t->push || bs->batch_groups == 0) {
         if (bs->batch_groups == 0)
             log_warn("iteration %lld: no group for the batch: nothing to train on, the policy "
                      "stays at version %lld",
-                     (long long)t->it, (long long)coord_policy_version(t->c));
+                     (long long)t->it, (long long)t->L.policy_version(t->L.ctx));
         s_iteration_done(t, false, 0, NULL);
         return;
     }
     sr_buf_reset(&t->batch_msg);
     int rc = batch_encode(t->batch, bs, &t->batch_msg);
     if (rc != SR_OK) {
-        coord_fail(t->c, rc, "cannot encode the BATCH");
+        t->L.fail(t->L.ctx, rc, "cannot encode the BATCH");
         return;
     }
     if (t->batch_msg.len > PROTO_MAX_MSG_BYTES) {
@@ -693,7 +693,7 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
                  "the BATCH of iteration %lld is %zu bytes, above the %u-byte message limit "
                  "(fewer --batch-groups, or --tokens completion instead of full)",
                  (long long)t->it, t->batch_msg.len, PROTO_MAX_MSG_BYTES);
-        coord_fail(t->c, SR_ETOOBIG, big);
+        t->L.fail(t->L.ctx, SR_ETOOBIG, big);
         return;
     }
     t->sends = 0;
@@ -784,7 +784,7 @@ static void s_wave_done(int rc, const char *err, void *arg)
 {
     s_wave_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+    if (!t->L.storeq(t->L.ctx)) { /* the coordinator is closing */
         s_wave_req_free(q);
         return;
     }
@@ -793,7 +793,7 @@ static void s_wave_done(int rc, const char *err, void *arg)
         char why[512];
         snprintf(why, sizeof why, "cannot read a wave's results back from Redis: %s", err);
         s_wave_req_free(q);
-        coord_fail(t->c, rc, why);
+        t->L.fail(t->L.ctx, rc, why);
         return;
     }
     t->policy_aborted_now = q->policy_aborted;
@@ -809,7 +809,7 @@ static void s_wave_done(int rc, const char *err, void *arg)
     }
     s_wave_req_free(q);
     s_wave_continue(t);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 static void s_train_ended(coord_train_t *t, int64_t round)
@@ -818,7 +818,7 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
     /* every trajectory of the iteration so far failed: no backfill wave will change that */
     if (fail_tally_verdict(&t->it_fails, t->it_results, 1.0, what, why, sizeof why)) {
-        coord_fail_run(t->c, why);
+        t->L.fail_run(t->L.ctx, why);
         return;
     }
     s_wave_req_t *q = sr_xcalloc(1, sizeof *q);
@@ -826,10 +826,10 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     q->round = round;
     q->ngroups = t->nspecs;
     q->groups = sr_xcalloc(q->ngroups ? q->ngroups : 1, sizeof *q->groups);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
         s_wave_req_free(q);
-        coord_fail(t->c, SR_ECLOSED,
+        t->L.fail(t->L.ctx, SR_ECLOSED,
                    "cannot read a wave's results back: the store queue is closed");
         return;
     }
@@ -872,18 +872,18 @@ static void s_wave_continue(coord_train_t *t)
 static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double loss,
                       const char *info)
 {
-    int rc = coord_set_policy_version(t->c, version);
+    int rc = t->L.set_policy_version(t->L.ctx, version);
     if (rc != SR_OK)
         log_error("cannot record policy version %lld in the run record: %s", (long long)version,
                   sr_strerror(rc));
     proto_msg_t pv;
     proto_msg_init(&pv, PROTO_POLICY_VERSION);
-    pv.u.policy_version.run = coord_run_name(t->c);
+    pv.u.policy_version.run = t->L.run;
     pv.u.policy_version.version = version;
     pv.u.policy_version.iteration = t->it;
     char topic[PROTO_MAX_ID + 32];
-    snprintf(topic, sizeof topic, "ctl/%s/policy", coord_run_name(t->c));
-    if (coord_publish(t->c, topic, &pv) != SR_OK)
+    snprintf(topic, sizeof topic, "ctl/%s/policy", t->L.run);
+    if (t->L.publish(t->L.ctx, topic, &pv) != SR_OK)
         log_error("cannot publish POLICY_VERSION %lld", (long long)version);
     t->st.policy_version = version;
     t->acked_it = t->it;
@@ -891,7 +891,7 @@ static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double l
     log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s", (long long)t->it,
              (long long)version, has_loss ? "" : "n/a ", has_loss ? loss : 0.0, info);
     s_iteration_done(t, has_loss, loss, info);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 /* s_synced ends a weight sync: the version is published, or the run stops with the line that
@@ -903,7 +903,7 @@ static void s_synced(bool ok, const char *why, void *arg)
         return;
     if (!ok) {
         log_error("%s: the run stops", why);
-        coord_fail(t->c, SR_EHTTP, why);
+        t->L.fail(t->L.ctx, SR_EHTTP, why);
         return;
     }
     char info[sizeof t->synced.info];
@@ -973,7 +973,7 @@ static void s_polreg_done(int rc, const char *err, void *arg)
     s_polreg_t *pr = arg;
     coord_train_t *t = pr->t;
     char msg[768];
-    if (rc == SR_ECLOSED || !coord_storeq(t->c) || t->phase != S_PH_SYNC ||
+    if (rc == SR_ECLOSED || !t->L.storeq(t->L.ctx) || t->phase != S_PH_SYNC ||
         t->synced.version != pr->version)
         goto out;
     if (rc != SR_OK) {
@@ -981,16 +981,16 @@ static void s_polreg_done(int rc, const char *err, void *arg)
                  "weights sync of version %lld: cannot list the policy servers in Redis: %s",
                  (long long)pr->version, err && *err ? err : sr_strerror(rc));
         log_error("%s: the run stops", msg);
-        coord_fail(t->c, rc, msg);
+        t->L.fail(t->L.ctx, rc, msg);
         goto out;
     }
     if (pr->n == 0) {
         snprintf(msg, sizeof msg,
                  "weights sync of version %lld: no --policy-servers and no policy server in "
                  "Redis (hashes selroll:%s:policy:<id> with an url field)",
-                 (long long)pr->version, coord_run_name(t->c));
+                 (long long)pr->version, t->L.run);
         log_error("%s: the run stops", msg);
-        coord_fail(t->c, SR_ENOTFOUND, msg);
+        t->L.fail(t->L.ctx, SR_ENOTFOUND, msg);
         goto out;
     }
     qsort(pr->urls, pr->n, sizeof pr->urls[0], s_strp_cmp);
@@ -1009,9 +1009,9 @@ static void s_polreg_done(int rc, const char *err, void *arg)
         wsync_cfg_t cfg = t->cfg.wsync;
         cfg.servers = (const char *const *)pr->urls;
         cfg.n_servers = pr->n;
-        if (!(t->wsync = wsync_new(&cfg, coord_reactor(t->c), msg, sizeof msg))) {
+        if (!(t->wsync = wsync_new(&cfg, t->L.reactor, msg, sizeof msg))) {
             log_error("weights sync from the Redis registry: %s: the run stops", msg);
-            coord_fail(t->c, SR_EINVAL, msg);
+            t->L.fail(t->L.ctx, SR_EINVAL, msg);
             goto out;
         }
         t->reg_urls = sr_xcalloc(pr->n, sizeof *t->reg_urls);
@@ -1026,7 +1026,7 @@ static void s_polreg_done(int rc, const char *err, void *arg)
     if (rc != SR_OK) {
         snprintf(msg, sizeof msg, "weights sync of version %lld could not start: %s",
                  (long long)pr->version, sr_strerror(rc));
-        coord_fail(t->c, rc, msg);
+        t->L.fail(t->L.ctx, rc, msg);
     }
 out:
     for (size_t i = 0; i < pr->n; i++)
@@ -1040,7 +1040,7 @@ out:
 static int s_sync_start(coord_train_t *t, int64_t v, const char *path, char *err, size_t errlen)
 {
     if (t->cfg.wsync.n_servers > 0) {
-        if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, coord_reactor(t->c), err, errlen)))
+        if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, t->L.reactor, err, errlen)))
             return SR_EINVAL;
         int rc = wsync_load(t->wsync, v, path, s_synced, t);
         if (rc != SR_OK)
@@ -1048,7 +1048,7 @@ static int s_sync_start(coord_train_t *t, int64_t v, const char *path, char *err
                      (long long)v, sr_strerror(rc));
         return rc;
     }
-    struct storeq *q = coord_storeq(t->c);
+    struct storeq *q = t->L.storeq(t->L.ctx);
     s_polreg_t *pr = sr_xcalloc(1, sizeof *pr);
     pr->t = t;
     pr->version = v;
@@ -1093,16 +1093,16 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         return;
     }
     const proto_weights_ready_t *w = &m.u.weights_ready;
-    int64_t v = coord_policy_version(t->c);
+    int64_t v = t->L.policy_version(t->L.ctx);
     const char *info = w->info ? w->info : "";
     /* why a refusal was: the reason, else the free text */
     const char *why = w->reason && *w->reason ? w->reason : *info ? info : "no reason given";
-    if (strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0) {
+    if (strcmp(w->run ? w->run : "", t->L.run) != 0) {
         t->st.acks_ignored++;
         log_warn("trainer channel: WEIGHTS_READY of run %s iteration %lld version %lld ignored "
                  "(this is run %s)",
                  w->run ? w->run : "?", (long long)w->iteration, (long long)w->version,
-                 coord_run_name(t->c));
+                 t->L.run);
     } else if (w->ok && t->acked_it >= 0 && w->iteration == t->acked_it &&
                w->version == t->acked_version) {
         /* the trainer acked a batch that was sent twice (a resend after a timeout or a refusal,
@@ -1131,7 +1131,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
                      "WEIGHTS_READY of iteration %lld (version %lld) has no path: --weights-sync "
                      "needs where the trainer saved the weights",
                      (long long)w->iteration, (long long)w->version);
-            coord_fail(t->c, SR_EPROTO, err);
+            t->L.fail(t->L.ctx, SR_EPROTO, err);
         } else {
             t->synced.version = v + 1;
             t->synced.has_loss = w->has_loss;
@@ -1140,7 +1140,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
             t->phase = S_PH_SYNC;
             rc = s_sync_start(t, v + 1, w->path, err, sizeof err);
             if (rc != SR_OK)
-                coord_fail(t->c, rc, err);
+                t->L.fail(t->L.ctx, rc, err);
         }
         proto_msg_clear(&m);
         return;
@@ -1161,7 +1161,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
             snprintf(stop, sizeof stop,
                      "the trainer refused the batch of iteration %lld twice (%s): the run stops",
                      (long long)t->it, t->last_refusal);
-            coord_fail(t->c, SR_EPROTO, stop);
+            t->L.fail(t->L.ctx, SR_EPROTO, stop);
         } else {
             s_send_batch(t);
         }
@@ -1274,16 +1274,16 @@ static void s_resume(coord_train_t *t, const s_attach_t *a)
     int64_t it = a->it, cursor = a->cursor, eval_at = a->eval_at;
     if (cursor < 0 || cursor >= t->cfg.tasks)
         cursor = 0;
-    int64_t v = coord_policy_version(t->c);
+    int64_t v = t->L.policy_version(t->L.ctx);
     if (a->has_trained && a->ti >= it && a->tv > v) {
         log_warn("iteration %lld: the trainer trained its batch (version %lld) before the "
                  "coordinator stopped: adopting version %lld, the iteration counts as done",
                  (long long)a->ti, (long long)a->tv, (long long)a->tv);
-        if (coord_set_policy_version(t->c, a->tv) != SR_OK)
+        if (t->L.set_policy_version(t->L.ctx, a->tv) != SR_OK)
             log_error("cannot record policy version %lld", (long long)a->tv);
         v = a->tv;
         it = a->ti + 1;
-        coord_record_int(t->c, "iterations_done", it);
+        t->L.record_int(t->L.ctx, "iterations_done", it);
     }
     t->it = it;
     t->st.iteration = it;
@@ -1305,14 +1305,22 @@ static void s_resume(coord_train_t *t, const s_attach_t *a)
              (long long)it, t->cfg.iters, (long long)v, (long long)cursor);
 }
 
+/* s_link keeps the coordinator's link (coord_driver_t.attach): the driver's only way to the
+ * coordinator. */
+static void s_link(void *arg, const coord_link_t *link)
+{
+    coord_train_t *t = arg;
+    t->L = *link;
+}
+
 /* s_attach_local opens what the driver needs beside Redis: the trainer channel. */
-static int s_attach_local(coord_train_t *t, coord_t *c)
+static int s_attach_local(coord_train_t *t)
 {
     if (!t->cfg.trainer_push)
         return SR_OK;
     char e[256];
-    t->push = transport_sock_new(coord_zctx(c), ZMQ_PUSH, NULL, e, sizeof e);
-    t->pull = t->push ? transport_sock_new(coord_zctx(c), ZMQ_PULL, NULL, e, sizeof e) : NULL;
+    t->push = transport_sock_new(t->L.zctx, ZMQ_PUSH, NULL, e, sizeof e);
+    t->pull = t->push ? transport_sock_new(t->L.zctx, ZMQ_PULL, NULL, e, sizeof e) : NULL;
     if (!t->push || !t->pull) {
         log_error("trainer channel: %s", e);
         return SR_EIO;
@@ -1327,7 +1335,7 @@ static int s_attach_local(coord_train_t *t, coord_t *c)
                   transport_sock_errstr(t->pull));
         return SR_EIO;
     }
-    if (reactor_add_zsock(coord_reactor(c), transport_sock_zmq(t->pull), REACTOR_READ, s_on_ack,
+    if (reactor_add_zsock(t->L.reactor, transport_sock_zmq(t->pull), REACTOR_READ, s_on_ack,
                           t) != SR_OK)
         return SR_EIO;
     log_info("trainer channel: BATCH to %s, WEIGHTS_READY on %s", t->cfg.trainer_push,
@@ -1339,7 +1347,7 @@ static void s_attach_done(int rc, const char *err, void *arg)
 {
     s_attach_t *a = arg;
     coord_train_t *t = a->t;
-    storeq_t *q = coord_storeq(t->c);
+    storeq_t *q = t->L.storeq(t->L.ctx);
     if (!q) { /* the loop stopped */
         free(a);
         return;
@@ -1360,14 +1368,13 @@ static void s_attach_done(int rc, const char *err, void *arg)
     free(a);
     t->attaching = false;
     t->attached = true;
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 /* s_attach (first plan): the trainer channel at once, the run's state on the store thread; the
  * plan waits for it (COORD_PLAN_WAIT, then coord_kick). */
-static int s_attach(coord_train_t *t, coord_t *c)
+static int s_attach(coord_train_t *t)
 {
-    t->c = c;
     t->attaching = true;
     if (!t->cfg.resume && t->cfg.out_dir) {
         /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
@@ -1376,15 +1383,15 @@ static int s_attach(coord_train_t *t, coord_t *c)
         if (remove(path) == 0)
             log_info("%s of an earlier run removed", path);
     }
-    int rc = s_attach_local(t, c);
+    int rc = s_attach_local(t);
     if (rc != SR_OK)
         return rc;
     s_attach_t *a = sr_xcalloc(1, sizeof *a);
     a->t = t;
     a->iters = t->cfg.iters;
     a->resume = t->cfg.resume;
-    a->version = coord_policy_version(c);
-    storeq_t *q = coord_storeq(c);
+    a->version = t->L.policy_version(t->L.ctx);
+    storeq_t *q = t->L.storeq(t->L.ctx);
     if (!q || (rc = storeq_submit(q, s_attach_work, s_attach_done, a)) != SR_OK) {
         free(a);
         return rc != SR_OK ? rc : SR_ECLOSED;
@@ -1405,7 +1412,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
     coord_train_t *t = arg;
     if (!t->attached) {
         if (!t->attaching) {
-            int rc = s_attach(t, c);
+            int rc = s_attach(t);
             if (rc != SR_OK)
                 return rc;
         }
@@ -1429,14 +1436,14 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         *plan = (coord_round_plan_t){t->specs, t->nspecs, 0.0, t->it, true};
         log_info("iteration %lld: held-out evaluation on %d %s tasks with policy version %lld",
                  (long long)t->it, t->cfg.eval_tasks, t->cfg.eval_split,
-                 (long long)coord_policy_version(c));
+                 (long long)t->L.policy_version(t->L.ctx));
         return COORD_PLAN_ROUND;
     }
     if (t->it >= t->cfg.iters) {
         if (wsync_busy(t->wsync))
             return COORD_PLAN_WAIT; /* the last version's unload of an old one is answered first */
         t->phase = S_PH_DONE;
-        coord_record_int(c, "policy_version", coord_policy_version(c));
+        t->L.record_int(t->L.ctx, "policy_version", t->L.policy_version(t->L.ctx));
         return COORD_PLAN_DONE;
     }
     if (!t->batch && t->hcache_it != t->it) {
@@ -1449,12 +1456,12 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         batch_cfg_default(&bc);
         bc.adv = t->cfg.adv;
         bc.post_filter = t->cfg.post_filter;
-        t->batch = batch_new(&bc, coord_run_name(t->c), t->it, coord_policy_version(c));
+        t->batch = batch_new(&bc, t->L.run, t->it, t->L.policy_version(t->L.ctx));
         if (!t->batch)
             return SR_ENOMEM;
         memset(t->used, 0, (size_t)t->cfg.tasks * sizeof *t->used);
         /* where this iteration starts in the pool: a resumed run runs it again from here */
-        coord_record_int(c, "pool_cursor", (int64_t)t->cursor);
+        t->L.record_int(t->L.ctx, "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
         fail_tally_reset(&t->it_fails);
@@ -1473,7 +1480,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         s_finish_iteration(t, true);
         return t->phase == S_PH_AWAIT ? COORD_PLAN_WAIT : s_plan(arg, c, plan);
     }
-    int64_t round = coord_next_round(c);
+    int64_t round = t->L.next_round(t->L.ctx);
     for (size_t k = 0; k < t->nspecs; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(round, (int)k, gid, sizeof gid);
@@ -1484,7 +1491,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
     log_info("iteration %lld: wave %zu starts %zu groups (%lld prompts skipped so far), policy "
              "version %lld",
              (long long)t->it, t->waves, t->nspecs, (long long)t->skipped,
-             (long long)coord_policy_version(c));
+             (long long)t->L.policy_version(t->L.ctx));
     return COORD_PLAN_ROUND;
 }
 
@@ -1494,9 +1501,9 @@ static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summ
     if (t->round_eval) {
         char what[96], why[512];
         snprintf(what, sizeof what, "held-out evaluation at iteration %lld", (long long)t->it);
-        if (fail_tally_verdict(&sum->errors, sum->results, coord_max_failed_share(c), what, why,
+        if (fail_tally_verdict(&sum->errors, sum->results, t->L.max_failed_share, what, why,
                                sizeof why)) {
-            coord_fail_run(c, why);
+            t->L.fail_run(t->L.ctx, why);
             return;
         }
         s_eval_ended(t, round);
@@ -1513,7 +1520,7 @@ static void s_stopped(void *arg, coord_t *c)
     wsync_destroy(&t->wsync);
     s_reg_urls_free(t);
     if (t->pull)
-        reactor_remove_zsock(coord_reactor(c), transport_sock_zmq(t->pull));
+        reactor_remove_zsock(t->L.reactor, transport_sock_zmq(t->pull));
     transport_sock_destroy(&t->push);
     transport_sock_destroy(&t->pull);
 }
@@ -1529,7 +1536,7 @@ static void s_tick(void *arg, coord_t *c)
         snprintf(why, sizeof why,
                  "no WEIGHTS_READY for iteration %lld within %lld ms, twice: the run stops",
                  (long long)t->it, (long long)t->cfg.weights_timeout_ms);
-        coord_fail(t->c, SR_ETIMEDOUT, why);
+        t->L.fail(t->L.ctx, SR_ETIMEDOUT, why);
         return;
     }
     log_warn("iteration %lld: no WEIGHTS_READY within %lld ms: sending the batch once more",
@@ -1619,7 +1626,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->cfg.out_dir = s_keep(t, cfg->out_dir);
     t->cfg.trainer_push = s_keep(t, cfg->trainer_push);
     t->cfg.trainer_pull = s_keep(t, cfg->trainer_pull);
-    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t};
+    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t, s_link};
     t->greso = greso_new(NULL);
     t->perm = sr_xmalloc((size_t)cfg->tasks * sizeof *t->perm);
     t->used = sr_xcalloc((size_t)cfg->tasks, sizeof *t->used);

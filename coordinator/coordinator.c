@@ -396,6 +396,50 @@ fail:
 static int s_open_pub(coord_t *c);
 static int s_record_submit(coord_t *c, const char *field, int64_t value, const char *text);
 
+/* The driver's link: coordinator.h's functions behind one table (coord_link_t). */
+static void s_l_fail(void *ctx, int rc, const char *why) { coord_fail(ctx, rc, why); }
+static void s_l_fail_run(void *ctx, const char *why) { coord_fail_run(ctx, why); }
+static struct storeq *s_l_storeq(void *ctx) { return coord_storeq(ctx); }
+static int64_t s_l_policy_version(void *ctx) { return coord_policy_version(ctx); }
+static int s_l_set_policy_version(void *ctx, int64_t v) { return coord_set_policy_version(ctx, v); }
+static int s_l_record_int(void *ctx, const char *field, int64_t value)
+{
+    return coord_record_int(ctx, field, value);
+}
+static int s_l_publish(void *ctx, const char *topic, const proto_msg_t *m)
+{
+    return coord_publish(ctx, topic, m);
+}
+static int s_l_file_write(void *ctx, const char *path, sr_buf_t *text, bool append)
+{
+    return coord_file_write(ctx, path, text, append);
+}
+static void s_l_kick(void *ctx) { coord_kick(ctx); }
+static int64_t s_l_next_round(void *ctx) { return coord_next_round(ctx); }
+
+static void s_attach_driver(coord_t *c)
+{
+    c->link = (coord_link_t){
+        .ctx = c,
+        .run = c->cfg.run,
+        .max_failed_share = c->cfg.max_failed_share,
+        .reactor = c->r,
+        .zctx = c->zctx,
+        .fail = s_l_fail,
+        .fail_run = s_l_fail_run,
+        .storeq = s_l_storeq,
+        .policy_version = s_l_policy_version,
+        .set_policy_version = s_l_set_policy_version,
+        .record_int = s_l_record_int,
+        .publish = s_l_publish,
+        .file_write = s_l_file_write,
+        .kick = s_l_kick,
+        .next_round = s_l_next_round,
+    };
+    if (c->cfg.driver && c->cfg.driver->attach)
+        c->cfg.driver->attach(c->cfg.driver->arg, &c->link);
+}
+
 int coord_run(coord_t *c)
 {
     if (!c)
@@ -416,6 +460,7 @@ int coord_run(coord_t *c)
     }
     log_info("coordinator of run %s: work %s, bus pub %s, bus sub %s", c->cfg.run, c->ep_work,
              c->ep_pub, c->ep_sub);
+    s_attach_driver(c);
     /* the run record, then the first round, on the store thread (s_prepare_done) */
     if ((rc = ci_prepare(c)) != SR_OK) {
         snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run, sr_strerror(rc));

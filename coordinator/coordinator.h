@@ -69,13 +69,39 @@ typedef enum {
  * driven run that is resumed (cfg.resume on an existing run) continues at the round after the
  * last one started, whose unfinished round is abandoned (its late RESULTs count as stale), with
  * the run's policy version from Redis; the driver restores its own state. */
+struct coord_link;
+
 typedef struct {
     int (*plan)(void *arg, coord_t *c, coord_round_plan_t *plan);
     void (*ended)(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum);
     void (*tick)(void *arg, coord_t *c);
     void (*stopped)(void *arg, coord_t *c);
     void *arg;
+    /* attach (may be NULL) is called once by coord_run, before the loop and the first plan, with
+     * everything the driver may ask of the coordinator (coord_link_t, valid until coord_run
+     * returns): a driver that keeps it needs no coord_* accessor. */
+    void (*attach)(void *arg, const struct coord_link *link);
 } coord_driver_t;
+
+/* What a driver may ask of the coordinator: one narrow interface handed over at attach time.
+ * Every function takes ctx first and runs on coord_run's thread. */
+typedef struct coord_link {
+    void *ctx;
+    const char *run;         /* the run id */
+    double max_failed_share; /* cfg.max_failed_share */
+    struct reactor *reactor; /* where the driver registers its sockets and timers */
+    void *zctx;              /* the ZeroMQ context of its sockets */
+    void (*fail)(void *ctx, int rc, const char *why);     /* coord_fail */
+    void (*fail_run)(void *ctx, const char *why);         /* coord_fail_run */
+    struct storeq *(*storeq)(void *ctx);                  /* coord_storeq */
+    int64_t (*policy_version)(void *ctx);                 /* coord_policy_version */
+    int (*set_policy_version)(void *ctx, int64_t version); /* coord_set_policy_version */
+    int (*record_int)(void *ctx, const char *field, int64_t value); /* coord_record_int */
+    int (*publish)(void *ctx, const char *topic, const proto_msg_t *m); /* coord_publish */
+    int (*file_write)(void *ctx, const char *path, sr_buf_t *text, bool append); /* coord_file_write */
+    void (*kick)(void *ctx);                              /* coord_kick */
+    int64_t (*next_round)(void *ctx);                     /* coord_next_round */
+} coord_link_t;
 
 typedef struct {
     const char *run;          /* run id, "default" */
