@@ -184,6 +184,7 @@ typedef struct ci_sink_outcome {
     int64_t steps_other, other_version; /* steps answered by another policy version */
     bool won;
     const char *error;
+    proto_msg_t *msg; /* STORED: the RESULT as decoded on arrival (a driver may take it) */
 } ci_sink_outcome_t;
 
 /* ---- operations shared between the coordinator's files ---- */
@@ -233,8 +234,9 @@ void ci_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep);
 void ci_cancel_refused(coord_t *c, const char *gid, const char *what, bool unreadable);
 void ci_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm);
 
-/* coord_sink.c: a RESULT from a known actor */
-void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
-                  const void *body, size_t len);
+/* coord_sink.c: a RESULT (*m, decoded once on arrival) from a known actor; the sink may take the
+ * message (it then zeroes *m) */
+void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,
+                  size_t len);
 
 #endif

@@ -171,6 +171,8 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
                 R->acc.other_version = o->other_version;
         }
         metrics_counter_inc(c->m_stored);
+        if (c->cfg.driver && c->cfg.driver->stored && o->msg)
+            c->cfg.driver->stored(c->cfg.driver->arg, o->round, o->msg);
         ci_check_round(c);
         return;
     }
@@ -239,7 +241,7 @@ void ci_on_work(reactor_t *r, void *sock, int revents, void *arg)
         s_on_heartbeat(c, a, &m.u.heartbeat);
         break;
     case PROTO_RESULT:
-        ci_on_result(c, id, idlen, &m.u.result, body, len);
+        ci_on_result(c, id, idlen, &m, body, len);
         break;
     case PROTO_BYE:
         s_on_bye(c, a, &m.u.bye);

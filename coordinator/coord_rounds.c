@@ -386,7 +386,7 @@ static void s_held_replay(coord_t *c)
         if (proto_decode(h[i].body, h[i].len, &m, &perr) != SR_OK)
             continue; /* decoded once already */
         if (m.type == PROTO_RESULT)
-            ci_on_result(c, h[i].id, h[i].idlen, &m.u.result, h[i].body, h[i].len);
+            ci_on_result(c, h[i].id, h[i].idlen, &m, h[i].body, h[i].len);
         proto_msg_clear(&m);
     }
     ci_held_free(h, n);

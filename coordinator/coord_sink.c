@@ -42,6 +42,7 @@ typedef struct {
     size_t idlen;
     void *body;
     size_t len;
+    proto_msg_t msg; /* the RESULT as decoded on arrival, for the driver (outcome STORED) */
     int attempts;
     int64_t t0_ms; /* when the RESULT came in */
     /* the store thread's answer */
@@ -54,6 +55,7 @@ typedef struct {
 
 static void s_put_free(s_put_t *p)
 {
+    proto_msg_clear(&p->msg);
     free(p->error);
     free(p->body);
     free(p);
@@ -179,13 +181,15 @@ static void s_put_done(int rc, const char *err, void *arg)
                     .other_version = p->other_version,
                     .won = p->won,
                     .error = p->error,
+                    .msg = &p->msg,
                 });
     s_put_free(p);
 }
 
-void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t *r,
-                  const void *body, size_t len)
+void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,
+                  size_t len)
 {
+    const proto_result_t *r = &m->u.result;
     if (strcmp(r->run, c->cfg.run) != 0) {
         s_refuse(c, c->nopen ? c->open[0].round : -1, id, idlen, r, "another run");
         return;
@@ -268,6 +272,9 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, const proto_result_t
     p->body = sr_xmalloc(len);
     memcpy(p->body, body, len);
     p->len = len;
+    /* the decoded message goes with the request (decoded once: a driver may keep it) */
+    p->msg = *m;
+    memset(m, 0, sizeof *m);
     SR_ASSERT(coord_sched_store(c->sched, ji) == SR_OK); /* LEASED: checked above */
     if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
         coord_sched_unstore(c->sched, ji);

@@ -482,14 +482,19 @@ cleanup:
     return rc;
 }
 
-static int s_wave_result(const void *data, size_t len, void *arg)
+/* s_stored (coord_driver_t.stored) keeps a training wave's RESULT, as the coordinator decoded it
+ * on arrival, once it is stored in Redis: the batch takes it, so the wave's results are never
+ * read back from Redis nor decoded again. RESULTs of other rounds (an evaluation) stay with the
+ * coordinator. */
+static void s_stored(void *arg, int64_t round, proto_msg_t *m)
 {
     coord_train_t *t = arg;
-    proto_err_t perr;
-    int rc = batch_add_result_msgpack(t->batch, data, len, &perr);
+    (void)round;
+    if (!t->batch || t->round_eval)
+        return;
+    int rc = batch_add_result_owned(t->batch, m);
     if (rc != SR_OK && rc != SR_ECONFLICT)
         log_warn_limited(5, "a stored RESULT does not fit the batch: %s", sr_strerror(rc));
-    return 0;
 }
 
 /* s_send_batch PUSHes the encoded BATCH (again) and arms the ack deadline. */
@@ -702,13 +707,10 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     s_send_batch(t);
 }
 
-/* A training wave's results, its groups' status and gate fields are read back on the store
- * thread (s_wave_work) into the request; the loop folds them into the batch (s_wave_done) and
- * goes on with the iteration. Until then the plan waits (wave_reading). */
-typedef struct {
-    void *data;
-    size_t len;
-} s_blob_t;
+/* A training wave's results are in the batch already (s_stored); its groups' status and gate
+ * fields are read back on the store thread (s_wave_work) into the request; the loop folds them
+ * into the batch (s_wave_done) and goes on with the iteration. Until then the plan waits
+ * (wave_reading). */
 
 typedef struct {
     bool cancelled;
@@ -722,31 +724,13 @@ typedef struct {
     int64_t round;
     size_t ngroups;
     s_wave_group_t *groups;
-    s_blob_t *blobs;
-    size_t nblobs, cap;
     int64_t policy_aborted; /* selroll:<run>:policy:aborted_tokens when read */
 } s_wave_req_t;
 
-static int s_wave_keep(const void *data, size_t len, void *arg)
-{
-    s_wave_req_t *q = arg;
-    if (q->nblobs == q->cap) {
-        q->cap = q->cap ? q->cap * 2 : 64;
-        q->blobs = sr_xrealloc(q->blobs, q->cap * sizeof *q->blobs);
-    }
-    q->blobs[q->nblobs].data = sr_xmalloc(len ? len : 1);
-    memcpy(q->blobs[q->nblobs].data, data, len);
-    q->blobs[q->nblobs++].len = len;
-    return 0;
-}
-
 static void s_wave_req_free(s_wave_req_t *q)
 {
-    for (size_t i = 0; i < q->nblobs; i++)
-        free(q->blobs[i].data);
     for (size_t k = 0; k < q->ngroups; k++)
         free(q->groups[k].rules);
-    free(q->blobs);
     free(q->groups);
     free(q);
 }
@@ -757,18 +741,16 @@ static int s_wave_work(store_t *st, void *arg, char *err)
     s_wave_req_t *q = arg;
     if (!st)
         return SR_EREDIS;
-    /* a retried request starts over */
-    for (size_t i = 0; i < q->nblobs; i++)
-        free(q->blobs[i].data);
-    q->nblobs = 0;
-    int rc = store_results_read(st, q->round, s_wave_keep, q);
+    int rc = SR_OK;
     q->policy_aborted = s_policy_aborted(st);
     for (size_t k = 0; rc == SR_OK && k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
         store_group_t g;
-        q->groups[k].cancelled =
-            store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED;
+        int grc = store_group_get(st, gid, &g);
+        if (grc == SR_EREDIS || grc == SR_ETIMEDOUT)
+            return grc;
+        q->groups[k].cancelled = grc == SR_OK && g.status == STORE_GROUP_CANCELLED;
         free(q->groups[k].rules);
         q->groups[k].rules = NULL;
         q->groups[k].audit_weight = 1.0;
@@ -791,14 +773,12 @@ static void s_wave_done(int rc, const char *err, void *arg)
     t->wave_reading--;
     if (rc != SR_OK) {
         char why[512];
-        snprintf(why, sizeof why, "cannot read a wave's results back from Redis: %s", err);
+        snprintf(why, sizeof why, "cannot read a wave's groups back from Redis: %s", err);
         s_wave_req_free(q);
         t->L.fail(t->L.ctx, rc, why);
         return;
     }
     t->policy_aborted_now = q->policy_aborted;
-    for (size_t i = 0; i < q->nblobs; i++)
-        s_wave_result(q->blobs[i].data, q->blobs[i].len, t);
     for (size_t k = 0; k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
@@ -830,7 +810,7 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
         s_wave_req_free(q);
         t->L.fail(t->L.ctx, SR_ECLOSED,
-                   "cannot read a wave's results back: the store queue is closed");
+                   "cannot read a wave's groups back: the store queue is closed");
         return;
     }
     t->wave_reading++;
@@ -1626,7 +1606,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->cfg.out_dir = s_keep(t, cfg->out_dir);
     t->cfg.trainer_push = s_keep(t, cfg->trainer_push);
     t->cfg.trainer_pull = s_keep(t, cfg->trainer_pull);
-    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t, s_link};
+    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t, s_link, s_stored};
     t->greso = greso_new(NULL);
     t->perm = sr_xmalloc((size_t)cfg->tasks * sizeof *t->perm);
     t->used = sr_xcalloc((size_t)cfg->tasks, sizeof *t->used);

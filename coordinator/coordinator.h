@@ -81,6 +81,12 @@ typedef struct {
      * everything the driver may ask of the coordinator (coord_link_t, valid until coord_run
      * returns): a driver that keeps it needs no coord_* accessor. */
     void (*attach)(void *arg, const struct coord_link *link);
+    /* stored (may be NULL) is called for each RESULT of round `round` once it is in Redis (its
+     * acknowledgement sent), before the round can end, with the message as the coordinator
+     * decoded it on arrival: the driver may keep it (move *m out and zero it: it then owns the
+     * message and frees it with proto_msg_clear), so that it needs not read it back from Redis;
+     * what it leaves in *m is freed after the call. */
+    void (*stored)(void *arg, int64_t round, proto_msg_t *m);
 } coord_driver_t;
 
 /* What a driver may ask of the coordinator: one narrow interface handed over at attach time.
