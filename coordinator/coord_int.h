@@ -113,6 +113,7 @@ struct coord {
     bool planning;           /* inside s_next_round: no re-entry */
     bool opening;            /* a round's opening is on the store thread (s_open_round) */
     coord_link_t link; /* what the driver may ask (coord_driver_t.attach) */
+    bool announced; /* the endpoints line was logged (ci_announce) */
     bool prepared;           /* the run record is read and written (s_prepare_done) */
     /* RESULTs of jobs not known yet while a round opens (a resumed coordinator, Redis slow):
      * handled once it opened (s_held_replay) */
@@ -204,6 +205,7 @@ void ci_acc_add(ci_open_t *R, const char *status, int64_t steps, int64_t llm_cal
                 bool won, const char *error);
 
 /* coord_rounds.c: the open rounds, opening the next, ending them, the run record at start-up */
+void ci_announce(coord_t *c);
 ci_open_t *ci_find_open(coord_t *c, int64_t round);
 int ci_first_group(const coord_t *c, int64_t round);
 int ci_open_round(coord_t *c, int64_t round);

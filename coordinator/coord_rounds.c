@@ -427,6 +427,7 @@ static void s_open_done(int rc, const char *err, void *arg)
             return;
         }
     }
+    ci_announce(c);
     s_held_replay(c);
     ci_check_round(c); /* a resumed round may be over already */
     ci_dispatch(c);
@@ -686,6 +687,19 @@ static int s_prepare_work(store_t *st, void *arg, char *err)
 
 static void s_start(coord_t *c);
 
+/* ci_announce logs the endpoints line once the run is ready: for a plain run once its first
+ * round is open (its groups are in Redis), for a driven run once the run record is read. The
+ * loop serves HELLOs before (a coordinator waiting for Redis), but scripts and launchers take the
+ * line as "the run is up". */
+void ci_announce(coord_t *c)
+{
+    if (c->announced)
+        return;
+    c->announced = true;
+    log_info("coordinator of run %s: work %s, bus pub %s, bus sub %s", c->cfg.run, c->ep_work,
+             c->ep_pub, c->ep_sub);
+}
+
 static void s_prepare_done(int rc, const char *err, void *arg)
 {
     s_prepare_t *p = arg;
@@ -754,6 +768,8 @@ int ci_prepare(coord_t *c)
  * with two open), or the driver's first plan. */
 static void s_start(coord_t *c)
 {
+    if (c->cfg.driver || c->round >= c->cfg.iters)
+        ci_announce(c);
     if (!c->cfg.driver && c->round >= c->cfg.iters) {
         c->finished = true;
         log_info("run %s: all %d rounds are done already", c->cfg.run, c->cfg.iters);

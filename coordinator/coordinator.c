@@ -458,8 +458,6 @@ int coord_run(coord_t *c)
         snprintf(c->err, sizeof c->err, "cannot register with the reactor");
         return SR_EINVAL;
     }
-    log_info("coordinator of run %s: work %s, bus pub %s, bus sub %s", c->cfg.run, c->ep_work,
-             c->ep_pub, c->ep_sub);
     s_attach_driver(c);
     /* the run record, then the first round, on the store thread (s_prepare_done) */
     if ((rc = ci_prepare(c)) != SR_OK) {

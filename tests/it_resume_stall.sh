@@ -27,17 +27,17 @@ coord() { # coord LOG [--resume]: starts the coordinator of run rs, sets cpid
   pids+=($cpid)
 }
 
-# wait_loop LOG SECONDS: until the coordinator's loop runs (its endpoints line)
-wait_loop() {
+# wait_line LOG SECONDS TEXT: until the coordinator logged TEXT
+wait_line() {
   for _ in $(seq $(($2 * 20))); do
-    grep -q "coordinator of run rs" "$tmp/$1" && return 0
+    grep -q "$3" "$tmp/$1" && return 0
     sleep 0.05
   done
   return 1
 }
 
 coord coord-1.log
-wait_loop coord-1.log 5 || { echo "coordinator did not start"; cat "$tmp/coord-1.log"; exit 1; }
+wait_line coord-1.log 5 "coordinator of run rs" || { echo "coordinator did not start"; cat "$tmp/coord-1.log"; exit 1; }
 "$PY" tests/py/noblock_actor.py --work "$work" --run rs --actors 2 --slots 4 --job-ms 800 \
   --seconds 90 --probe-ms 50 --stall-file "$stall" --idle-seconds 10 --name rs \
   >"$tmp/actors.json" 2>"$tmp/actors.err" &
@@ -50,14 +50,16 @@ t_stop=$(date +%s.%N)
 sleep 0.3 # RESULTs reach the coordinator and wait for Redis
 kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
 coord coord-2.log --resume
-if wait_loop coord-2.log 8; then
+# its start-up check finds Redis silent (after the 2 s timeout); the loop starts right after
+if wait_line coord-2.log 8 "the run starts once Redis answers"; then
+  sleep 0.1
   touch "$stall" # from here the loop runs while Redis is stopped
   started_in_stall=1
 else
   started_in_stall=0
 fi
-# Redis stays stopped 4.5 s in all (more than the 2 s command timeout), then continues
-sleep "$("$PY" -c "import time; print(max(0.5, 4.5 - (time.time() - $t_stop)))")"
+# Redis stays stopped 5.5 s in all (more than the 2 s command timeout), then continues
+sleep "$("$PY" -c "import time; print(max(0.5, 5.5 - (time.time() - $t_stop)))")"
 kill -CONT "$rpid"; rm -f "$stall"
 for _ in $(seq 900); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
 wait "$cpid"; crc=$?
@@ -66,7 +68,7 @@ out=$(cat "$tmp/actors.json")
 
 [ "$stored_before" -gt 0 ] && ok "restart: $stored_before results stored before the stall" ||
   bad "restart: nothing stored before the stall (the scenario missed)"
-[ $started_in_stall = 1 ] && grep -q "the run starts once Redis answers" "$tmp/coord-2.log" &&
+[ $started_in_stall = 1 ] &&
   ok "restart: the resumed coordinator ran its loop while Redis was stopped" ||
   { bad "restart: the resumed coordinator did not start inside the stall"; tail -5 "$tmp/coord-2.log"; }
 grep -q "resuming run rs" "$tmp/coord-2.log" && ok "restart: the run was resumed once Redis answered" ||
