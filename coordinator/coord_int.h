@@ -113,6 +113,7 @@ struct coord {
     bool planning;           /* inside s_next_round: no re-entry */
     bool opening;            /* a round's opening is on the store thread (s_open_round) */
     coord_link_t link; /* what the driver may ask (coord_driver_t.attach) */
+    char silent[256]; /* the start-up check found Redis silent: why */
     bool announced; /* the endpoints line was logged (ci_announce) */
     bool prepared;           /* the run record is read and written (s_prepare_done) */
     /* RESULTs of jobs not known yet while a round opens (a resumed coordinator, Redis slow):

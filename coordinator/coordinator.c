@@ -311,7 +311,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                       sizeof e2) != SR_OK) {
         if (!strstr(e2, "no answer"))
             goto fail;
-        log_warn("%s: the run starts once Redis answers", e2);
+        snprintf(c->silent, sizeof c->silent, "%s", e2); /* said when the loop starts */
     }
     store_destroy(&probe);
     c->sq = storeq_new(c->r, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2, sizeof e2);
@@ -459,6 +459,8 @@ int coord_run(coord_t *c)
         return SR_EINVAL;
     }
     s_attach_driver(c);
+    if (c->silent[0])
+        log_warn("%s: the run starts once Redis answers (actors are served meanwhile)", c->silent);
     /* the run record, then the first round, on the store thread (s_prepare_done) */
     if ((rc = ci_prepare(c)) != SR_OK) {
         snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run, sr_strerror(rc));
