@@ -110,8 +110,8 @@ struct coord {
     bool epoch_asked;        /* an INCRBY is on its way */
     int64_t capped_since;    /* jobs held back by the spread cap since then, 0 = not */
     coord_round_plan_t plan; /* the driver's plan of the current round */
-    bool planning;           /* inside s_next_round: no re-entry */
-    bool opening;            /* a round's opening is on the store thread (s_open_round) */
+    bool planning;           /* inside ci_next_round: no re-entry */
+    bool opening;            /* a round's opening is on the store thread (ci_open_round) */
     coord_link_t link; /* what the driver may ask (coord_driver_t.attach) */
     char silent[256]; /* the start-up check found Redis silent: why */
     bool announced; /* the endpoints line was logged (ci_announce) */

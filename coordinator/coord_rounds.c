@@ -147,7 +147,7 @@ static int s_read_leases(store_t *st, s_opening_t *o)
 /* s_count_stored makes each group's count agree with its stored results: a coordinator that
  * stopped between a RESULT's append and its group's count (killed, or the append's outcome
  * unknown after a timeout and the append landed) left a final result its group does not count.
- * Both steps of s_put_work again, for the results of groups Redis does not show complete; both
+ * Both steps of the sink's store (coord_sink.c) again, for the results of groups Redis does not show complete; both
  * are idempotent, so a result counted already changes nothing. */
 static int s_count_stored(store_t *st, s_opening_t *o)
 {

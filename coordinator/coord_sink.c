@@ -105,8 +105,8 @@ static int s_put_work(store_t *st, void *arg, char *err)
     return rc;
 }
 
-/* s_put_done (loop) finishes a stored RESULT: the job is final, the round's summary counts it,
- * the actor gets its acknowledgement. A failed attempt is submitted again, never given up while
+/* s_put_done (loop) finishes a stored RESULT: the actor gets its acknowledgement and the owner
+ * the outcome (the job final, the round's summary counting it). A failed attempt is submitted again, never given up while
  * the coordinator runs: the job stays leased (not re-leased under a new epoch) until the store
  * answered. */
 static void s_put_done(int rc, const char *err, void *arg)
@@ -197,7 +197,7 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
     if (ji < 0 && (!c->prepared || c->opening)) {
         /* A resumed coordinator whose round is not open yet (Redis slow): the RESULT waits for
-         * the opening (s_held_replay); past CI_HELD_MAX it is not answered and comes again. */
+         * the opening (coord_rounds.c replays it); past CI_HELD_MAX it is not answered and comes again. */
         if (c->nheld < CI_HELD_MAX) {
             if (!c->held)
                 c->held = sr_xcalloc(CI_HELD_MAX, sizeof *c->held);

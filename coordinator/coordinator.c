@@ -461,7 +461,7 @@ int coord_run(coord_t *c)
     s_attach_driver(c);
     if (c->silent[0])
         log_warn("%s: the run starts once Redis answers (actors are served meanwhile)", c->silent);
-    /* the run record, then the first round, on the store thread (s_prepare_done) */
+    /* the run record, then the first round, on the store thread (coord_rounds.c) */
     if ((rc = ci_prepare(c)) != SR_OK) {
         snprintf(c->err, sizeof c->err, "cannot prepare run %s: %s", c->cfg.run, sr_strerror(rc));
         log_error("%s", c->err);
