@@ -287,6 +287,34 @@ cleanup:
     return rc;
 }
 
+int batch_add_result_owned(batch_t *b, proto_msg_t *m)
+{
+    if (!b || !m)
+        return SR_EINVAL;
+    if (m->type != PROTO_RESULT)
+        return SR_EPROTO;
+    if (b->n_owned == b->cap_owned) {
+        size_t cap = b->cap_owned ? b->cap_owned * 2 : 32;
+        proto_msg_t **v = realloc(b->owned, cap * sizeof *v);
+        if (!v)
+            return SR_ENOMEM;
+        b->owned = v;
+        b->cap_owned = cap;
+    }
+    proto_msg_t *own = malloc(sizeof *own);
+    if (!own)
+        return SR_ENOMEM;
+    *own = *m;
+    int rc = batch_add_result(b, &own->u.result);
+    if (rc != SR_OK) {
+        free(own); /* *m still owns its memory */
+        return rc;
+    }
+    b->owned[b->n_owned++] = own;
+    memset(m, 0, sizeof *m);
+    return SR_OK;
+}
+
 static int s_mark(batch_t *b, const char *group, batch_group_state_t st)
 {
     if (!b || !group)

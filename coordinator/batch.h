@@ -134,6 +134,11 @@ int batch_add_result(batch_t *b, const proto_result_t *r);
  * otherwise what batch_add_result returns. */
 int batch_add_result_msgpack(batch_t *b, const void *data, size_t len, proto_err_t *err);
 
+/* batch_add_result_owned adds a decoded RESULT message (proto_decode's) and takes it: on SR_OK
+ * the batch owns what *m owned and *m is zeroed; on failure *m is left as it was (the caller
+ * still owns it). SR_EPROTO when *m is not a RESULT, otherwise what batch_add_result returns. */
+int batch_add_result_owned(batch_t *b, proto_msg_t *m);
+
 /* batch_group_cancel marks a declared group as cancelled by the gate (also when all its results
  * are in already, unless it was classified otherwise: then SR_ECONFLICT). Idempotent. Returns
  * SR_OK, SR_ENOTFOUND or SR_EINVAL. batch_group_fail does the same for a failed group. */

@@ -644,3 +644,105 @@ int coord_sched_retire(coord_sched_t *s, int n)
         s->jobs[i].group -= n;
     return SR_OK;
 }
+
+/* ---- changes made by the coordinator -------------------------------------------------------- */
+
+void coord_sched_group_set_round(coord_sched_t *s, int gi, int64_t round)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (g)
+        g->round = round;
+}
+
+void coord_sched_group_set_cancelled(coord_sched_t *s, int gi)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (g)
+        g->cancelled = true;
+}
+
+void coord_sched_group_keep_cancel(coord_sched_t *s, int gi, int64_t step, double d,
+                                   const char *reason, int64_t next_ms)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (!g)
+        return;
+    g->cancel_step = step;
+    g->cancel_d = d;
+    snprintf(g->cancel_reason, sizeof g->cancel_reason, "%s", reason ? reason : "");
+    g->announces = 0;
+    g->next_announce_ms = next_ms;
+}
+
+void coord_sched_group_announced(coord_sched_t *s, int gi, int64_t next_ms)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (!g)
+        return;
+    g->announces++;
+    g->next_announce_ms = next_ms;
+}
+
+void coord_sched_group_told(coord_sched_t *s, int gi, uint64_t seq)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (g)
+        g->told_seq = seq;
+}
+
+void coord_sched_group_set_confirming(coord_sched_t *s, int gi, void *look_up)
+{
+    coord_group_t *g = coord_sched_group(s, gi);
+    if (g)
+        g->confirming = look_up;
+}
+
+void coord_sched_job_set_epoch(coord_sched_t *s, int ji, int64_t epoch)
+{
+    coord_job_t *j = coord_sched_job(s, ji);
+    if (j)
+        j->epoch = epoch;
+}
+
+void coord_sched_job_set_deadline(coord_sched_t *s, int ji, int64_t deadline_ms)
+{
+    coord_job_t *j = coord_sched_job(s, ji);
+    if (j)
+        j->deadline_ms = deadline_ms;
+}
+
+int coord_sched_job_failed(coord_sched_t *s, int ji)
+{
+    coord_job_t *j = coord_sched_job(s, ji);
+    return j ? ++j->failures : 0;
+}
+
+void coord_sched_actor_refund(coord_sched_t *s, coord_actor_t *a)
+{
+    (void)s;
+    if (a)
+        a->credit++;
+}
+
+void coord_sched_actor_no_credit(coord_sched_t *s, coord_actor_t *a)
+{
+    (void)s;
+    if (a)
+        a->credit = 0;
+}
+
+void coord_sched_actor_drain(coord_sched_t *s, coord_actor_t *a)
+{
+    (void)s;
+    if (!a)
+        return;
+    a->draining = true;
+    a->credit = 0;
+}
+
+void coord_sched_actor_seen(coord_sched_t *s, coord_actor_t *a, int64_t now_ms)
+{
+    (void)s;
+    if (a)
+        a->last_seen_ms = now_ms;
+}

@@ -247,4 +247,54 @@ bool coord_sched_round_done(const coord_sched_t *s, int64_t round);
  * SR_ECONFLICT (nothing removed) when one of those jobs is still QUEUED or LEASED. */
 int coord_sched_retire(coord_sched_t *s, int n);
 
+/* ---- changes made by the coordinator --------------------------------------------------------
+ * The job, group and actor structs above are for reading (the coordinator, the dashboard):
+ * every change goes through coord_sched, with the operations above or these. Each accepts an
+ * index out of range or a NULL actor and then does nothing. */
+
+/* coord_sched_group_set_round records the round group gi belongs to. */
+void coord_sched_group_set_round(coord_sched_t *s, int gi, int64_t round);
+
+/* coord_sched_group_set_cancelled marks group gi cancelled as Redis shows it (a resumed round);
+ * its queued jobs are dropped by coord_sched_cancel_group. */
+void coord_sched_group_set_cancelled(coord_sched_t *s, int gi);
+
+/* coord_sched_group_keep_cancel keeps the gate's CANCEL of group gi (step, d, reason) to tell it
+ * again, its first re-announcement due at next_ms. */
+void coord_sched_group_keep_cancel(coord_sched_t *s, int gi, int64_t step, double d,
+                                   const char *reason, int64_t next_ms);
+
+/* coord_sched_group_announced counts one re-announcement of group gi's CANCEL, the next due at
+ * next_ms. */
+void coord_sched_group_announced(coord_sched_t *s, int gi, int64_t next_ms);
+
+/* coord_sched_group_told records the heartbeat (seq) whose actor was told group gi's CANCEL. */
+void coord_sched_group_told(coord_sched_t *s, int gi, uint64_t seq);
+
+/* coord_sched_group_set_confirming sets the coordinator's look-up of a CANCEL of group gi on its
+ * way (not owned by the scheduler), or NULL. */
+void coord_sched_group_set_confirming(coord_sched_t *s, int gi, void *look_up);
+
+/* coord_sched_job_set_epoch sets the epoch of job ji (a job final in Redis under that epoch). */
+void coord_sched_job_set_epoch(coord_sched_t *s, int ji, int64_t epoch);
+
+/* coord_sched_job_set_deadline sets the lease expiry of job ji (its JOB leaves now). */
+void coord_sched_job_set_deadline(coord_sched_t *s, int ji, int64_t deadline_ms);
+
+/* coord_sched_job_failed counts one failed attempt of job ji and returns the count (0 for a bad
+ * index). */
+int coord_sched_job_failed(coord_sched_t *s, int ji);
+
+/* coord_sched_actor_refund gives actor a back the credit of a job that did not go out. */
+void coord_sched_actor_refund(coord_sched_t *s, coord_actor_t *a);
+
+/* coord_sched_actor_no_credit takes actor a's credit away (its queue is full: it asks again). */
+void coord_sched_actor_no_credit(coord_sched_t *s, coord_actor_t *a);
+
+/* coord_sched_actor_drain marks actor a draining: no credit, no job from now on. */
+void coord_sched_actor_drain(coord_sched_t *s, coord_actor_t *a);
+
+/* coord_sched_actor_seen records when actor a was last heard from. */
+void coord_sched_actor_seen(coord_sched_t *s, coord_actor_t *a, int64_t now_ms);
+
 #endif

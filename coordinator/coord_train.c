@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 typedef enum {
@@ -46,10 +47,11 @@ struct coord_train {
     const tasks_t *tasks;
     tasks_t *own_tasks; /* the household source, when cfg.task_set is NULL */
 
-    coord_t *c; /* set on the first plan */
+    coord_link_t L; /* what it may ask of the coordinator (s_link, before the first plan) */
     void *zctx;
     transport_sock_t *push, *pull;
     bool attached;
+    bool attaching; /* the run's state is being read on the store thread (s_attach_work) */
 
     greso_t *greso;
     prng_t prng;
@@ -146,7 +148,7 @@ static void s_append_jsonl(coord_train_t *t, cJSON *o)
         sr_buf_append(&line, "\n", 1) != SR_OK)
         log_error("cannot append to %s: out of memory", path);
     else
-        coord_file_write(t->c, path, &line, true);
+        t->L.file_write(t->L.ctx, path, &line, true);
     sr_buf_free(&line);
     free(text);
 }
@@ -180,7 +182,7 @@ static void s_json_done(int rc, const char *err, void *arg)
 
 static void s_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON *o)
 {
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     char *text = cJSON_PrintUnformatted(o);
     if (!text)
         return;
@@ -265,7 +267,7 @@ static void s_eval_done(int rc, const char *err, void *arg)
 {
     s_eval_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+    if (!t->L.storeq(t->L.ctx)) { /* the coordinator is closing */
         free(q->e.types);
         free(q);
         return;
@@ -276,7 +278,7 @@ static void s_eval_done(int rc, const char *err, void *arg)
     t->eval_reading = false;
     s_eval_finish(t, &q->e);
     free(q);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 static void s_eval_ended(coord_train_t *t, int64_t round)
@@ -285,7 +287,7 @@ static void s_eval_ended(coord_train_t *t, int64_t round)
     q->t = t;
     q->round = round;
     q->e.tasks = t->tasks;
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_eval_work, s_eval_done, q) != SR_OK) {
         log_error("evaluation of iteration %lld: cannot read its results: the store queue is "
                   "closed", (long long)t->it);
@@ -302,7 +304,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     double success = e.total ? (double)e.total_won / (double)e.total : 0.0;
     t->eval_success = success;
     t->eval_done_at = t->it;
-    coord_record_int(t->c, "eval_done_at", t->it);
+    t->L.record_int(t->L.ctx, "eval_done_at", t->it);
     if (t->st.evals == 0)
         t->st.eval_first = success;
     t->st.eval_last = success;
@@ -310,7 +312,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "eval");
     cJSON_AddNumberToObject(o, "iteration", (double)t->it);
-    cJSON_AddNumberToObject(o, "policy_version", (double)coord_policy_version(t->c));
+    cJSON_AddNumberToObject(o, "policy_version", (double)t->L.policy_version(t->L.ctx));
     cJSON_AddStringToObject(o, "split", t->cfg.eval_split);
     cJSON_AddNumberToObject(o, "tasks", e.total);
     cJSON_AddNumberToObject(o, "won", e.total_won);
@@ -332,7 +334,7 @@ static void s_eval_finish(coord_train_t *t, s_eval_t *ep)
     free(e.types);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
              "(%d/%d, %d failed);%s",
-             (long long)t->it, (long long)coord_policy_version(t->c), success, e.total_won,
+             (long long)t->it, (long long)t->L.policy_version(t->L.ctx), success, e.total_won,
              e.total, e.total_failed, off ? line : "");
     s_append_jsonl(t, o);
     s_store_json(t, "eval", t->it, o);
@@ -381,12 +383,12 @@ static void s_hist_done(int rc, const char *err, void *arg)
 {
     s_hist_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (coord_storeq(t->c)) {
+    if (t->L.storeq(t->L.ctx)) {
         t->hcache_reading = false;
         if (rc != SR_OK) {
             char why[512];
             snprintf(why, sizeof why, "iteration %lld: %s", (long long)q->it, err);
-            coord_fail(t->c, rc, why);
+            t->L.fail(t->L.ctx, rc, why);
         } else {
             free(t->hcache);
             free(t->hlen);
@@ -396,7 +398,7 @@ static void s_hist_done(int rc, const char *err, void *arg)
             t->aborted_prefetched = q->aborted;
             q->hist = NULL;
             q->len = NULL;
-            coord_kick(t->c);
+            t->L.kick(t->L.ctx);
         }
     }
     free(q->hist);
@@ -414,7 +416,7 @@ static int s_hist_fetch(coord_train_t *t)
     q->histories = t->cfg.prefilter;
     q->hist = sr_xcalloc(q->histories ? q->pool * STORE_PROMPT_HISTORY_MAX : 1, sizeof *q->hist);
     q->len = sr_xcalloc(q->pool ? q->pool : 1, sizeof *q->len);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_hist_work, s_hist_done, q) != SR_OK) {
         free(q->hist);
         free(q->len);
@@ -480,14 +482,19 @@ cleanup:
     return rc;
 }
 
-static int s_wave_result(const void *data, size_t len, void *arg)
+/* s_stored (coord_driver_t.stored) keeps a training wave's RESULT, as the coordinator decoded it
+ * on arrival, once it is stored in Redis: the batch takes it, so the wave's results are never
+ * read back from Redis nor decoded again. RESULTs of other rounds (an evaluation) stay with the
+ * coordinator. */
+static void s_stored(void *arg, int64_t round, proto_msg_t *m)
 {
     coord_train_t *t = arg;
-    proto_err_t perr;
-    int rc = batch_add_result_msgpack(t->batch, data, len, &perr);
+    (void)round;
+    if (!t->batch || t->round_eval)
+        return;
+    int rc = batch_add_result_owned(t->batch, m);
     if (rc != SR_OK && rc != SR_ECONFLICT)
         log_warn_limited(5, "a stored RESULT does not fit the batch: %s", sr_strerror(rc));
-    return 0;
 }
 
 /* s_send_batch PUSHes the encoded BATCH (again) and arms the ack deadline. */
@@ -516,7 +523,7 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     cJSON_AddStringToObject(o, "type", "iteration");
     for (size_t i = 0; i < n; i++)
         cJSON_AddNumberToObject(o, ps[i].name, ps[i].value);
-    cJSON_AddNumberToObject(o, "policy_version_after", (double)coord_policy_version(t->c));
+    cJSON_AddNumberToObject(o, "policy_version_after", (double)t->L.policy_version(t->L.ctx));
     if (has_loss)
         cJSON_AddNumberToObject(o, "loss", loss);
     if (info)
@@ -535,14 +542,14 @@ static void s_iteration_done(coord_train_t *t, bool has_loss, double loss, const
     log_info("iteration %lld done: policy version %lld; groups started %lld, skipped %lld, "
              "cancelled %lld, filtered %lld, failed %lld, in batch %lld; trajectories %lld (%lld "
              "failed); tokens %lld, LLM calls %lld; train success %.3f",
-             (long long)t->it, (long long)coord_policy_version(t->c),
+             (long long)t->it, (long long)t->L.policy_version(t->L.ctx),
              (long long)t->bstats.groups_started, (long long)t->bstats.groups_skipped,
              (long long)t->bstats.groups_cancelled, (long long)t->bstats.groups_filtered,
              (long long)t->bstats.groups_failed, (long long)t->bstats.batch_groups,
              (long long)t->bstats.trajectories, (long long)t->bstats.trajectories_failed,
              (long long)t->bstats.tokens,
              (long long)t->bstats.llm_calls, t->bstats.train_success);
-    coord_record_int(t->c, "iterations_done", t->it + 1);
+    t->L.record_int(t->L.ctx, "iterations_done", t->it + 1);
     batch_destroy(&t->batch);
     t->it++;
     t->st.iteration = t->it;
@@ -588,7 +595,7 @@ static void s_greso_done(int rc, const char *err, void *arg)
 {
     s_greso_req_t *q = arg;
     coord_train_t *t = q->t;
-    bool open = coord_storeq(t->c) != NULL;
+    bool open = t->L.storeq(t->L.ctx) != NULL;
     if (rc != SR_OK)
         log_warn("iteration %lld: %s", (long long)q->it, err);
     free(q->recs);
@@ -596,7 +603,7 @@ static void s_greso_done(int rc, const char *err, void *arg)
     if (!open)
         return;
     t->records_pending--;
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 /* s_finish_iteration closes the iteration's batch: histories, statistics, the GRESO adaptation,
@@ -605,9 +612,9 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
     char what[64], why[512];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
-    if (fail_tally_verdict(&t->it_fails, t->it_results, coord_max_failed_share(t->c), what, why,
+    if (fail_tally_verdict(&t->it_fails, t->it_results, t->L.max_failed_share, what, why,
                            sizeof why)) {
-        coord_fail_run(t->c, why);
+        t->L.fail_run(t->L.ctx, why);
         return;
     }
     s_greso_req_t *gq = sr_xcalloc(1, sizeof *gq);
@@ -639,7 +646,7 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     gq->p_easy = greso_p_easy(t->greso);
     gq->p_hard = greso_p_hard(t->greso);
     gq->zv = greso_zv_ratio(t->greso);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_greso_work, s_greso_done, gq) != SR_OK) {
         log_warn("cannot record the pre-filter's histories and state: the store queue is closed");
         free(gq->recs);
@@ -668,21 +675,21 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
             log_error("iteration %lld: cannot format the batch file: out of memory",
                       (long long)t->it);
         else
-            coord_file_write(t->c, path, &text, false);
+            t->L.file_write(t->L.ctx, path, &text, false);
         sr_buf_free(&text);
     }
     if (!t->push || bs->batch_groups == 0) {
         if (bs->batch_groups == 0)
             log_warn("iteration %lld: no group for the batch: nothing to train on, the policy "
                      "stays at version %lld",
-                     (long long)t->it, (long long)coord_policy_version(t->c));
+                     (long long)t->it, (long long)t->L.policy_version(t->L.ctx));
         s_iteration_done(t, false, 0, NULL);
         return;
     }
     sr_buf_reset(&t->batch_msg);
     int rc = batch_encode(t->batch, bs, &t->batch_msg);
     if (rc != SR_OK) {
-        coord_fail(t->c, rc, "cannot encode the BATCH");
+        t->L.fail(t->L.ctx, rc, "cannot encode the BATCH");
         return;
     }
     if (t->batch_msg.len > PROTO_MAX_MSG_BYTES) {
@@ -691,7 +698,7 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
                  "the BATCH of iteration %lld is %zu bytes, above the %u-byte message limit "
                  "(fewer --batch-groups, or --tokens completion instead of full)",
                  (long long)t->it, t->batch_msg.len, PROTO_MAX_MSG_BYTES);
-        coord_fail(t->c, SR_ETOOBIG, big);
+        t->L.fail(t->L.ctx, SR_ETOOBIG, big);
         return;
     }
     t->sends = 0;
@@ -700,13 +707,10 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
     s_send_batch(t);
 }
 
-/* A training wave's results, its groups' status and gate fields are read back on the store
- * thread (s_wave_work) into the request; the loop folds them into the batch (s_wave_done) and
- * goes on with the iteration. Until then the plan waits (wave_reading). */
-typedef struct {
-    void *data;
-    size_t len;
-} s_blob_t;
+/* A training wave's results are in the batch already (s_stored); its groups' status and gate
+ * fields are read back on the store thread (s_wave_work) into the request; the loop folds them
+ * into the batch (s_wave_done) and goes on with the iteration. Until then the plan waits
+ * (wave_reading). */
 
 typedef struct {
     bool cancelled;
@@ -720,31 +724,13 @@ typedef struct {
     int64_t round;
     size_t ngroups;
     s_wave_group_t *groups;
-    s_blob_t *blobs;
-    size_t nblobs, cap;
     int64_t policy_aborted; /* selroll:<run>:policy:aborted_tokens when read */
 } s_wave_req_t;
 
-static int s_wave_keep(const void *data, size_t len, void *arg)
-{
-    s_wave_req_t *q = arg;
-    if (q->nblobs == q->cap) {
-        q->cap = q->cap ? q->cap * 2 : 64;
-        q->blobs = sr_xrealloc(q->blobs, q->cap * sizeof *q->blobs);
-    }
-    q->blobs[q->nblobs].data = sr_xmalloc(len ? len : 1);
-    memcpy(q->blobs[q->nblobs].data, data, len);
-    q->blobs[q->nblobs++].len = len;
-    return 0;
-}
-
 static void s_wave_req_free(s_wave_req_t *q)
 {
-    for (size_t i = 0; i < q->nblobs; i++)
-        free(q->blobs[i].data);
     for (size_t k = 0; k < q->ngroups; k++)
         free(q->groups[k].rules);
-    free(q->blobs);
     free(q->groups);
     free(q);
 }
@@ -755,18 +741,16 @@ static int s_wave_work(store_t *st, void *arg, char *err)
     s_wave_req_t *q = arg;
     if (!st)
         return SR_EREDIS;
-    /* a retried request starts over */
-    for (size_t i = 0; i < q->nblobs; i++)
-        free(q->blobs[i].data);
-    q->nblobs = 0;
-    int rc = store_results_read(st, q->round, s_wave_keep, q);
+    int rc = SR_OK;
     q->policy_aborted = s_policy_aborted(st);
     for (size_t k = 0; rc == SR_OK && k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
         store_group_t g;
-        q->groups[k].cancelled =
-            store_group_get(st, gid, &g) == SR_OK && g.status == STORE_GROUP_CANCELLED;
+        int grc = store_group_get(st, gid, &g);
+        if (grc == SR_EREDIS || grc == SR_ETIMEDOUT)
+            return grc;
+        q->groups[k].cancelled = grc == SR_OK && g.status == STORE_GROUP_CANCELLED;
         free(q->groups[k].rules);
         q->groups[k].rules = NULL;
         q->groups[k].audit_weight = 1.0;
@@ -782,21 +766,19 @@ static void s_wave_done(int rc, const char *err, void *arg)
 {
     s_wave_req_t *q = arg;
     coord_train_t *t = q->t;
-    if (!coord_storeq(t->c)) { /* the coordinator is closing */
+    if (!t->L.storeq(t->L.ctx)) { /* the coordinator is closing */
         s_wave_req_free(q);
         return;
     }
     t->wave_reading--;
     if (rc != SR_OK) {
         char why[512];
-        snprintf(why, sizeof why, "cannot read a wave's results back from Redis: %s", err);
+        snprintf(why, sizeof why, "cannot read a wave's groups back from Redis: %s", err);
         s_wave_req_free(q);
-        coord_fail(t->c, rc, why);
+        t->L.fail(t->L.ctx, rc, why);
         return;
     }
     t->policy_aborted_now = q->policy_aborted;
-    for (size_t i = 0; i < q->nblobs; i++)
-        s_wave_result(q->blobs[i].data, q->blobs[i].len, t);
     for (size_t k = 0; k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
@@ -807,7 +789,7 @@ static void s_wave_done(int rc, const char *err, void *arg)
     }
     s_wave_req_free(q);
     s_wave_continue(t);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 static void s_train_ended(coord_train_t *t, int64_t round)
@@ -816,7 +798,7 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
     /* every trajectory of the iteration so far failed: no backfill wave will change that */
     if (fail_tally_verdict(&t->it_fails, t->it_results, 1.0, what, why, sizeof why)) {
-        coord_fail_run(t->c, why);
+        t->L.fail_run(t->L.ctx, why);
         return;
     }
     s_wave_req_t *q = sr_xcalloc(1, sizeof *q);
@@ -824,11 +806,11 @@ static void s_train_ended(coord_train_t *t, int64_t round)
     q->round = round;
     q->ngroups = t->nspecs;
     q->groups = sr_xcalloc(q->ngroups ? q->ngroups : 1, sizeof *q->groups);
-    struct storeq *sq = coord_storeq(t->c);
+    struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
         s_wave_req_free(q);
-        coord_fail(t->c, SR_ECLOSED,
-                   "cannot read a wave's results back: the store queue is closed");
+        t->L.fail(t->L.ctx, SR_ECLOSED,
+                   "cannot read a wave's groups back: the store queue is closed");
         return;
     }
     t->wave_reading++;
@@ -870,18 +852,18 @@ static void s_wave_continue(coord_train_t *t)
 static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double loss,
                       const char *info)
 {
-    int rc = coord_set_policy_version(t->c, version);
+    int rc = t->L.set_policy_version(t->L.ctx, version);
     if (rc != SR_OK)
         log_error("cannot record policy version %lld in the run record: %s", (long long)version,
-                  store_errstr(coord_store(t->c)));
+                  sr_strerror(rc));
     proto_msg_t pv;
     proto_msg_init(&pv, PROTO_POLICY_VERSION);
-    pv.u.policy_version.run = coord_run_name(t->c);
+    pv.u.policy_version.run = t->L.run;
     pv.u.policy_version.version = version;
     pv.u.policy_version.iteration = t->it;
     char topic[PROTO_MAX_ID + 32];
-    snprintf(topic, sizeof topic, "ctl/%s/policy", coord_run_name(t->c));
-    if (coord_publish(t->c, topic, &pv) != SR_OK)
+    snprintf(topic, sizeof topic, "ctl/%s/policy", t->L.run);
+    if (t->L.publish(t->L.ctx, topic, &pv) != SR_OK)
         log_error("cannot publish POLICY_VERSION %lld", (long long)version);
     t->st.policy_version = version;
     t->acked_it = t->it;
@@ -889,7 +871,7 @@ static void s_publish(coord_train_t *t, int64_t version, bool has_loss, double l
     log_info("iteration %lld: trainer ready with version %lld (loss %s%.6g) %s", (long long)t->it,
              (long long)version, has_loss ? "" : "n/a ", has_loss ? loss : 0.0, info);
     s_iteration_done(t, has_loss, loss, info);
-    coord_kick(t->c);
+    t->L.kick(t->L.ctx);
 }
 
 /* s_synced ends a weight sync: the version is published, or the run stops with the line that
@@ -901,7 +883,7 @@ static void s_synced(bool ok, const char *why, void *arg)
         return;
     if (!ok) {
         log_error("%s: the run stops", why);
-        coord_fail(t->c, SR_EHTTP, why);
+        t->L.fail(t->L.ctx, SR_EHTTP, why);
         return;
     }
     char info[sizeof t->synced.info];
@@ -971,7 +953,7 @@ static void s_polreg_done(int rc, const char *err, void *arg)
     s_polreg_t *pr = arg;
     coord_train_t *t = pr->t;
     char msg[768];
-    if (rc == SR_ECLOSED || !coord_storeq(t->c) || t->phase != S_PH_SYNC ||
+    if (rc == SR_ECLOSED || !t->L.storeq(t->L.ctx) || t->phase != S_PH_SYNC ||
         t->synced.version != pr->version)
         goto out;
     if (rc != SR_OK) {
@@ -979,16 +961,16 @@ static void s_polreg_done(int rc, const char *err, void *arg)
                  "weights sync of version %lld: cannot list the policy servers in Redis: %s",
                  (long long)pr->version, err && *err ? err : sr_strerror(rc));
         log_error("%s: the run stops", msg);
-        coord_fail(t->c, rc, msg);
+        t->L.fail(t->L.ctx, rc, msg);
         goto out;
     }
     if (pr->n == 0) {
         snprintf(msg, sizeof msg,
                  "weights sync of version %lld: no --policy-servers and no policy server in "
                  "Redis (hashes selroll:%s:policy:<id> with an url field)",
-                 (long long)pr->version, coord_run_name(t->c));
+                 (long long)pr->version, t->L.run);
         log_error("%s: the run stops", msg);
-        coord_fail(t->c, SR_ENOTFOUND, msg);
+        t->L.fail(t->L.ctx, SR_ENOTFOUND, msg);
         goto out;
     }
     qsort(pr->urls, pr->n, sizeof pr->urls[0], s_strp_cmp);
@@ -1007,9 +989,9 @@ static void s_polreg_done(int rc, const char *err, void *arg)
         wsync_cfg_t cfg = t->cfg.wsync;
         cfg.servers = (const char *const *)pr->urls;
         cfg.n_servers = pr->n;
-        if (!(t->wsync = wsync_new(&cfg, coord_reactor(t->c), msg, sizeof msg))) {
+        if (!(t->wsync = wsync_new(&cfg, t->L.reactor, msg, sizeof msg))) {
             log_error("weights sync from the Redis registry: %s: the run stops", msg);
-            coord_fail(t->c, SR_EINVAL, msg);
+            t->L.fail(t->L.ctx, SR_EINVAL, msg);
             goto out;
         }
         t->reg_urls = sr_xcalloc(pr->n, sizeof *t->reg_urls);
@@ -1024,7 +1006,7 @@ static void s_polreg_done(int rc, const char *err, void *arg)
     if (rc != SR_OK) {
         snprintf(msg, sizeof msg, "weights sync of version %lld could not start: %s",
                  (long long)pr->version, sr_strerror(rc));
-        coord_fail(t->c, rc, msg);
+        t->L.fail(t->L.ctx, rc, msg);
     }
 out:
     for (size_t i = 0; i < pr->n; i++)
@@ -1038,7 +1020,7 @@ out:
 static int s_sync_start(coord_train_t *t, int64_t v, const char *path, char *err, size_t errlen)
 {
     if (t->cfg.wsync.n_servers > 0) {
-        if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, coord_reactor(t->c), err, errlen)))
+        if (!t->wsync && !(t->wsync = wsync_new(&t->cfg.wsync, t->L.reactor, err, errlen)))
             return SR_EINVAL;
         int rc = wsync_load(t->wsync, v, path, s_synced, t);
         if (rc != SR_OK)
@@ -1046,7 +1028,7 @@ static int s_sync_start(coord_train_t *t, int64_t v, const char *path, char *err
                      (long long)v, sr_strerror(rc));
         return rc;
     }
-    struct storeq *q = coord_storeq(t->c);
+    struct storeq *q = t->L.storeq(t->L.ctx);
     s_polreg_t *pr = sr_xcalloc(1, sizeof *pr);
     pr->t = t;
     pr->version = v;
@@ -1091,16 +1073,16 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
         return;
     }
     const proto_weights_ready_t *w = &m.u.weights_ready;
-    int64_t v = coord_policy_version(t->c);
+    int64_t v = t->L.policy_version(t->L.ctx);
     const char *info = w->info ? w->info : "";
     /* why a refusal was: the reason, else the free text */
     const char *why = w->reason && *w->reason ? w->reason : *info ? info : "no reason given";
-    if (strcmp(w->run ? w->run : "", coord_run_name(t->c)) != 0) {
+    if (strcmp(w->run ? w->run : "", t->L.run) != 0) {
         t->st.acks_ignored++;
         log_warn("trainer channel: WEIGHTS_READY of run %s iteration %lld version %lld ignored "
                  "(this is run %s)",
                  w->run ? w->run : "?", (long long)w->iteration, (long long)w->version,
-                 coord_run_name(t->c));
+                 t->L.run);
     } else if (w->ok && t->acked_it >= 0 && w->iteration == t->acked_it &&
                w->version == t->acked_version) {
         /* the trainer acked a batch that was sent twice (a resend after a timeout or a refusal,
@@ -1129,7 +1111,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
                      "WEIGHTS_READY of iteration %lld (version %lld) has no path: --weights-sync "
                      "needs where the trainer saved the weights",
                      (long long)w->iteration, (long long)w->version);
-            coord_fail(t->c, SR_EPROTO, err);
+            t->L.fail(t->L.ctx, SR_EPROTO, err);
         } else {
             t->synced.version = v + 1;
             t->synced.has_loss = w->has_loss;
@@ -1138,7 +1120,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
             t->phase = S_PH_SYNC;
             rc = s_sync_start(t, v + 1, w->path, err, sizeof err);
             if (rc != SR_OK)
-                coord_fail(t->c, rc, err);
+                t->L.fail(t->L.ctx, rc, err);
         }
         proto_msg_clear(&m);
         return;
@@ -1159,7 +1141,7 @@ static void s_on_ack(reactor_t *r, void *sock, int revents, void *arg)
             snprintf(stop, sizeof stop,
                      "the trainer refused the batch of iteration %lld twice (%s): the run stops",
                      (long long)t->it, t->last_refusal);
-            coord_fail(t->c, SR_EPROTO, stop);
+            t->L.fail(t->L.ctx, SR_EPROTO, stop);
         } else {
             s_send_batch(t);
         }
@@ -1181,31 +1163,107 @@ static int64_t s_total(const cJSON *o, const char *name)
     return cJSON_IsNumber(x) ? (int64_t)x->valuedouble : 0;
 }
 
+/* What the attach reads from Redis on the store thread (s_attach_work): the pre-filter's state
+ * and, for a resumed run, where training stood. Applied on the loop by s_attach_done. */
+typedef struct {
+    coord_train_t *t;
+    int iters;
+    bool resume;
+    int attempts;
+    bool greso_ok;
+    double p_easy, p_hard, zv;
+    int64_t version; /* the run's policy version when the attach began */
+    int64_t it, cursor, eval_at, ti, tv;
+    bool has_trained;
+    bool has_totals;
+    int64_t skipped, cancelled, filtered, aborted;
+} s_attach_t;
+
+static bool s_transient(int rc) { return rc == SR_EREDIS || rc == SR_ETIMEDOUT; }
+
+/* s_get_int reads one run-record integer: SR_OK, def when absent or not a number, or the
+ * transient error that makes the attach try again. */
+static int s_get_int(store_t *st, const char *field, int64_t *v, int64_t def)
+{
+    int rc = store_run_get_int(st, field, v);
+    if (s_transient(rc))
+        return rc;
+    if (rc != SR_OK)
+        *v = def;
+    return SR_OK;
+}
+
+static int s_attach_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_attach_t *a = arg;
+    if (a->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: nothing waits on it */
+    if (!st)
+        return SR_EREDIS;
+    int rc = store_greso_get(st, &a->p_easy, &a->p_hard, &a->zv);
+    if (s_transient(rc))
+        return rc;
+    a->greso_ok = rc == SR_OK;
+    if ((rc = store_run_set_int(st, "iterations", a->iters)) != SR_OK)
+        return rc;
+    if (!a->resume)
+        return SR_OK;
+    if ((rc = s_get_int(st, "iterations_done", &a->it, 0)) != SR_OK ||
+        (rc = s_get_int(st, "pool_cursor", &a->cursor, 0)) != SR_OK ||
+        (rc = s_get_int(st, "eval_done_at", &a->eval_at, -1)) != SR_OK ||
+        (rc = s_get_int(st, "trained_iteration", &a->ti, -1)) != SR_OK ||
+        (rc = s_get_int(st, "trained_version", &a->tv, -1)) != SR_OK)
+        return rc;
+    a->has_trained = a->ti >= 0 && a->tv >= 0;
+    if (a->it < 0)
+        a->it = 0;
+    int64_t it = a->it;
+    if (a->has_trained && a->ti >= it && a->tv > a->version)
+        it = a->ti + 1; /* s_resume adopts the trainer's version: the totals of iteration ti */
+    if (it > 0) {
+        char key[256];
+        redisReply *rep = NULL;
+        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
+        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
+        if (s_transient(rc)) {
+            if (rep)
+                freeReplyObject(rep);
+            return rc;
+        }
+        if (rc == SR_OK && rep && rep->type == REDIS_REPLY_STRING) {
+            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
+            a->skipped = s_total(o, "skipped_total");
+            a->cancelled = s_total(o, "cancelled_total");
+            a->filtered = s_total(o, "filtered_total");
+            a->aborted = s_total(o, "aborted_tokens_total");
+            a->has_totals = true;
+            cJSON_Delete(o);
+        }
+        if (rep)
+            freeReplyObject(rep);
+    }
+    return SR_OK;
+}
+
 /* s_resume continues a run found in Redis: the first unfinished iteration, the pool cursor at its
  * start, the last evaluation, the policy version (the trainer's, when it trained the interrupted
  * iteration's batch already) and the running totals of the last finished iteration. */
-static void s_resume(coord_train_t *t)
+static void s_resume(coord_train_t *t, const s_attach_t *a)
 {
-    store_t *st = coord_store(t->c);
-    int64_t it = 0, cursor = 0, eval_at = -1, tv = -1, ti = -1;
-    if (store_run_get_int(st, "iterations_done", &it) != SR_OK || it < 0)
-        it = 0;
-    if (store_run_get_int(st, "pool_cursor", &cursor) != SR_OK || cursor < 0 ||
-        cursor >= t->cfg.tasks)
+    int64_t it = a->it, cursor = a->cursor, eval_at = a->eval_at;
+    if (cursor < 0 || cursor >= t->cfg.tasks)
         cursor = 0;
-    if (store_run_get_int(st, "eval_done_at", &eval_at) != SR_OK)
-        eval_at = -1;
-    int64_t v = coord_policy_version(t->c);
-    if (store_run_get_int(st, "trained_iteration", &ti) == SR_OK &&
-        store_run_get_int(st, "trained_version", &tv) == SR_OK && ti >= it && tv > v) {
+    int64_t v = t->L.policy_version(t->L.ctx);
+    if (a->has_trained && a->ti >= it && a->tv > v) {
         log_warn("iteration %lld: the trainer trained its batch (version %lld) before the "
                  "coordinator stopped: adopting version %lld, the iteration counts as done",
-                 (long long)ti, (long long)tv, (long long)tv);
-        if (coord_set_policy_version(t->c, tv) != SR_OK)
-            log_error("cannot record policy version %lld: %s", (long long)tv, store_errstr(st));
-        v = tv;
-        it = ti + 1;
-        store_run_set_int(st, "iterations_done", it);
+                 (long long)a->ti, (long long)a->tv, (long long)a->tv);
+        if (t->L.set_policy_version(t->L.ctx, a->tv) != SR_OK)
+            log_error("cannot record policy version %lld", (long long)a->tv);
+        v = a->tv;
+        it = a->ti + 1;
+        t->L.record_int(t->L.ctx, "iterations_done", it);
     }
     t->it = it;
     t->st.iteration = it;
@@ -1217,48 +1275,32 @@ static void s_resume(coord_train_t *t)
     t->eval_done_at = eval_at;
     /* a fresh stream of draws for the rest of the run (not the one an uninterrupted run uses) */
     prng_init(&t->prng, t->cfg.seed, 0x67e5 + (uint64_t)it);
-    if (it > 0) {
-        char key[256];
-        redisReply *rep = NULL;
-        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
-        if (store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key) == SR_OK && rep &&
-            rep->type == REDIS_REPLY_STRING) {
-            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
-            t->st.groups_skipped = s_total(o, "skipped_total");
-            t->st.groups_cancelled = s_total(o, "cancelled_total");
-            t->st.groups_filtered = s_total(o, "filtered_total");
-            t->st.aborted_tokens = s_total(o, "aborted_tokens_total");
-            cJSON_Delete(o);
-        }
-        if (rep)
-            freeReplyObject(rep);
+    if (it > 0 && a->has_totals) {
+        t->st.groups_skipped = a->skipped;
+        t->st.groups_cancelled = a->cancelled;
+        t->st.groups_filtered = a->filtered;
+        t->st.aborted_tokens = a->aborted;
     }
     log_info("resuming training at iteration %lld of %d, policy version %lld, pool cursor %lld",
              (long long)it, t->cfg.iters, (long long)v, (long long)cursor);
 }
 
-static int s_attach(coord_train_t *t, coord_t *c)
+/* s_link keeps the coordinator's link (coord_driver_t.attach): the driver's only way to the
+ * coordinator. */
+static void s_link(void *arg, const coord_link_t *link)
 {
-    t->c = c;
-    t->attached = true;
-    store_t *st = coord_store(c);
-    if (greso_store_load(t->greso, st) != SR_OK)
-        log_warn("cannot load the pre-filter's state: %s", store_errstr(st));
-    store_run_set_int(st, "iterations", t->cfg.iters);
-    if (t->cfg.resume)
-        s_resume(t);
-    else if (t->cfg.out_dir) {
-        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
-        char path[4096];
-        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
-        if (remove(path) == 0)
-            log_info("%s of an earlier run removed", path);
-    }
+    coord_train_t *t = arg;
+    t->L = *link;
+}
+
+/* s_attach_local opens what the driver needs beside Redis: the trainer channel. */
+static int s_attach_local(coord_train_t *t)
+{
     if (!t->cfg.trainer_push)
         return SR_OK;
     char e[256];
-    t->push = transport_sock_new(coord_zctx(c), ZMQ_PUSH, NULL, e, sizeof e);
-    t->pull = t->push ? transport_sock_new(coord_zctx(c), ZMQ_PULL, NULL, e, sizeof e) : NULL;
+    t->push = transport_sock_new(t->L.zctx, ZMQ_PUSH, NULL, e, sizeof e);
+    t->pull = t->push ? transport_sock_new(t->L.zctx, ZMQ_PULL, NULL, e, sizeof e) : NULL;
     if (!t->push || !t->pull) {
         log_error("trainer channel: %s", e);
         return SR_EIO;
@@ -1273,11 +1315,67 @@ static int s_attach(coord_train_t *t, coord_t *c)
                   transport_sock_errstr(t->pull));
         return SR_EIO;
     }
-    if (reactor_add_zsock(coord_reactor(c), transport_sock_zmq(t->pull), REACTOR_READ, s_on_ack,
+    if (reactor_add_zsock(t->L.reactor, transport_sock_zmq(t->pull), REACTOR_READ, s_on_ack,
                           t) != SR_OK)
         return SR_EIO;
     log_info("trainer channel: BATCH to %s, WEIGHTS_READY on %s", t->cfg.trainer_push,
              transport_sock_endpoint(t->pull));
+    return SR_OK;
+}
+
+static void s_attach_done(int rc, const char *err, void *arg)
+{
+    s_attach_t *a = arg;
+    coord_train_t *t = a->t;
+    storeq_t *q = t->L.storeq(t->L.ctx);
+    if (!q) { /* the loop stopped */
+        free(a);
+        return;
+    }
+    if (rc != SR_OK) {
+        /* Redis slow or down: the same reads again, until it answers */
+        log_error_limited(1, "training state cannot be read yet (%s): trying again", err);
+        if (storeq_submit(q, s_attach_work, s_attach_done, a) != SR_OK)
+            free(a);
+        return;
+    }
+    if (a->greso_ok) {
+        greso_set_p(t->greso, a->p_easy, a->p_hard);
+        greso_set_zv_ratio(t->greso, a->zv);
+    }
+    if (t->cfg.resume)
+        s_resume(t, a);
+    free(a);
+    t->attaching = false;
+    t->attached = true;
+    t->L.kick(t->L.ctx);
+}
+
+/* s_attach (first plan): the trainer channel at once, the run's state on the store thread; the
+ * plan waits for it (COORD_PLAN_WAIT, then coord_kick). */
+static int s_attach(coord_train_t *t)
+{
+    t->attaching = true;
+    if (!t->cfg.resume && t->cfg.out_dir) {
+        /* a training run starts afresh: an earlier run's lines in the same folder would mislead */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/iterations.jsonl", t->cfg.out_dir);
+        if (remove(path) == 0)
+            log_info("%s of an earlier run removed", path);
+    }
+    int rc = s_attach_local(t);
+    if (rc != SR_OK)
+        return rc;
+    s_attach_t *a = sr_xcalloc(1, sizeof *a);
+    a->t = t;
+    a->iters = t->cfg.iters;
+    a->resume = t->cfg.resume;
+    a->version = t->L.policy_version(t->L.ctx);
+    storeq_t *q = t->L.storeq(t->L.ctx);
+    if (!q || (rc = storeq_submit(q, s_attach_work, s_attach_done, a)) != SR_OK) {
+        free(a);
+        return rc != SR_OK ? rc : SR_ECLOSED;
+    }
     return SR_OK;
 }
 
@@ -1293,9 +1391,12 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
 {
     coord_train_t *t = arg;
     if (!t->attached) {
-        int rc = s_attach(t, c);
-        if (rc != SR_OK)
-            return rc;
+        if (!t->attaching) {
+            int rc = s_attach(t);
+            if (rc != SR_OK)
+                return rc;
+        }
+        return COORD_PLAN_WAIT; /* s_attach_done kicks */
     }
     /* the batch is out (AWAIT) or its weights are loading (SYNC): nothing starts until the
      * version is published and the next iteration begins */
@@ -1315,14 +1416,14 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         *plan = (coord_round_plan_t){t->specs, t->nspecs, 0.0, t->it, true};
         log_info("iteration %lld: held-out evaluation on %d %s tasks with policy version %lld",
                  (long long)t->it, t->cfg.eval_tasks, t->cfg.eval_split,
-                 (long long)coord_policy_version(c));
+                 (long long)t->L.policy_version(t->L.ctx));
         return COORD_PLAN_ROUND;
     }
     if (t->it >= t->cfg.iters) {
         if (wsync_busy(t->wsync))
             return COORD_PLAN_WAIT; /* the last version's unload of an old one is answered first */
         t->phase = S_PH_DONE;
-        coord_record_int(c, "policy_version", coord_policy_version(c));
+        t->L.record_int(t->L.ctx, "policy_version", t->L.policy_version(t->L.ctx));
         return COORD_PLAN_DONE;
     }
     if (!t->batch && t->hcache_it != t->it) {
@@ -1335,12 +1436,12 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         batch_cfg_default(&bc);
         bc.adv = t->cfg.adv;
         bc.post_filter = t->cfg.post_filter;
-        t->batch = batch_new(&bc, coord_run_name(t->c), t->it, coord_policy_version(c));
+        t->batch = batch_new(&bc, t->L.run, t->it, t->L.policy_version(t->L.ctx));
         if (!t->batch)
             return SR_ENOMEM;
         memset(t->used, 0, (size_t)t->cfg.tasks * sizeof *t->used);
         /* where this iteration starts in the pool: a resumed run runs it again from here */
-        coord_record_int(c, "pool_cursor", (int64_t)t->cursor);
+        t->L.record_int(t->L.ctx, "pool_cursor", (int64_t)t->cursor);
         t->waves = 0;
         t->skipped = 0;
         fail_tally_reset(&t->it_fails);
@@ -1359,7 +1460,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
         s_finish_iteration(t, true);
         return t->phase == S_PH_AWAIT ? COORD_PLAN_WAIT : s_plan(arg, c, plan);
     }
-    int64_t round = coord_next_round(c);
+    int64_t round = t->L.next_round(t->L.ctx);
     for (size_t k = 0; k < t->nspecs; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(round, (int)k, gid, sizeof gid);
@@ -1370,7 +1471,7 @@ static int s_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
     log_info("iteration %lld: wave %zu starts %zu groups (%lld prompts skipped so far), policy "
              "version %lld",
              (long long)t->it, t->waves, t->nspecs, (long long)t->skipped,
-             (long long)coord_policy_version(c));
+             (long long)t->L.policy_version(t->L.ctx));
     return COORD_PLAN_ROUND;
 }
 
@@ -1380,9 +1481,9 @@ static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summ
     if (t->round_eval) {
         char what[96], why[512];
         snprintf(what, sizeof what, "held-out evaluation at iteration %lld", (long long)t->it);
-        if (fail_tally_verdict(&sum->errors, sum->results, coord_max_failed_share(c), what, why,
+        if (fail_tally_verdict(&sum->errors, sum->results, t->L.max_failed_share, what, why,
                                sizeof why)) {
-            coord_fail_run(c, why);
+            t->L.fail_run(t->L.ctx, why);
             return;
         }
         s_eval_ended(t, round);
@@ -1399,7 +1500,7 @@ static void s_stopped(void *arg, coord_t *c)
     wsync_destroy(&t->wsync);
     s_reg_urls_free(t);
     if (t->pull)
-        reactor_remove_zsock(coord_reactor(c), transport_sock_zmq(t->pull));
+        reactor_remove_zsock(t->L.reactor, transport_sock_zmq(t->pull));
     transport_sock_destroy(&t->push);
     transport_sock_destroy(&t->pull);
 }
@@ -1415,7 +1516,7 @@ static void s_tick(void *arg, coord_t *c)
         snprintf(why, sizeof why,
                  "no WEIGHTS_READY for iteration %lld within %lld ms, twice: the run stops",
                  (long long)t->it, (long long)t->cfg.weights_timeout_ms);
-        coord_fail(t->c, SR_ETIMEDOUT, why);
+        t->L.fail(t->L.ctx, SR_ETIMEDOUT, why);
         return;
     }
     log_warn("iteration %lld: no WEIGHTS_READY within %lld ms: sending the batch once more",
@@ -1505,7 +1606,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     t->cfg.out_dir = s_keep(t, cfg->out_dir);
     t->cfg.trainer_push = s_keep(t, cfg->trainer_push);
     t->cfg.trainer_pull = s_keep(t, cfg->trainer_pull);
-    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t};
+    t->driver = (coord_driver_t){s_plan, s_ended, s_tick, s_stopped, t, s_link, s_stored};
     t->greso = greso_new(NULL);
     t->perm = sr_xmalloc((size_t)cfg->tasks * sizeof *t->perm);
     t->used = sr_xcalloc((size_t)cfg->tasks, sizeof *t->used);

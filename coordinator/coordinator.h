@@ -69,13 +69,45 @@ typedef enum {
  * driven run that is resumed (cfg.resume on an existing run) continues at the round after the
  * last one started, whose unfinished round is abandoned (its late RESULTs count as stale), with
  * the run's policy version from Redis; the driver restores its own state. */
+struct coord_link;
+
 typedef struct {
     int (*plan)(void *arg, coord_t *c, coord_round_plan_t *plan);
     void (*ended)(void *arg, coord_t *c, int64_t round, const coord_round_summary_t *sum);
     void (*tick)(void *arg, coord_t *c);
     void (*stopped)(void *arg, coord_t *c);
     void *arg;
+    /* attach (may be NULL) is called once by coord_run, before the loop and the first plan, with
+     * everything the driver may ask of the coordinator (coord_link_t, valid until coord_run
+     * returns): a driver that keeps it needs no coord_* accessor. */
+    void (*attach)(void *arg, const struct coord_link *link);
+    /* stored (may be NULL) is called for each RESULT of round `round` once it is in Redis (its
+     * acknowledgement sent), before the round can end, with the message as the coordinator
+     * decoded it on arrival: the driver may keep it (move *m out and zero it: it then owns the
+     * message and frees it with proto_msg_clear), so that it needs not read it back from Redis;
+     * what it leaves in *m is freed after the call. */
+    void (*stored)(void *arg, int64_t round, proto_msg_t *m);
 } coord_driver_t;
+
+/* What a driver may ask of the coordinator: one narrow interface handed over at attach time.
+ * Every function takes ctx first and runs on coord_run's thread. */
+typedef struct coord_link {
+    void *ctx;
+    const char *run;         /* the run id */
+    double max_failed_share; /* cfg.max_failed_share */
+    struct reactor *reactor; /* where the driver registers its sockets and timers */
+    void *zctx;              /* the ZeroMQ context of its sockets */
+    void (*fail)(void *ctx, int rc, const char *why);     /* coord_fail */
+    void (*fail_run)(void *ctx, const char *why);         /* coord_fail_run */
+    struct storeq *(*storeq)(void *ctx);                  /* coord_storeq */
+    int64_t (*policy_version)(void *ctx);                 /* coord_policy_version */
+    int (*set_policy_version)(void *ctx, int64_t version); /* coord_set_policy_version */
+    int (*record_int)(void *ctx, const char *field, int64_t value); /* coord_record_int */
+    int (*publish)(void *ctx, const char *topic, const proto_msg_t *m); /* coord_publish */
+    int (*file_write)(void *ctx, const char *path, sr_buf_t *text, bool append); /* coord_file_write */
+    void (*kick)(void *ctx);                              /* coord_kick */
+    int64_t (*next_round)(void *ctx);                     /* coord_next_round */
+} coord_link_t;
 
 typedef struct {
     const char *run;          /* run id, "default" */
@@ -218,9 +250,6 @@ int64_t coord_next_round(const coord_t *c);
 /* coord_tasks returns the run's task set (cfg.task_set, or the default kind's source c made). */
 const tasks_t *coord_tasks(const coord_t *c);
 
-/* coord_store returns the coordinator's Redis connection (owned by c). */
-store_t *coord_store(coord_t *c);
-
 /* coord_storeq returns the coordinator's store thread (common/storeq.h), where a driver submits
  * its Redis work; NULL once coord_run's loop stopped (its queue is being drained) and while the
  * coordinator is destroyed: a done function running then only frees its request. */
@@ -248,8 +277,9 @@ int coord_set_policy_version(coord_t *c, int64_t version);
 
 /* coord_record_int sets one integer field of the run record (selroll:<run>:run) from the loop:
  * on the store thread, in order with the coordinator's other Redis work, a failure logged; after
- * the loop (shutdown), at once on the blocking connection. The loop never waits for it. Returns
- * SR_OK once queued, SR_EINVAL for a field name of 64 bytes or more. */
+ * the loop (shutdown) the call waits until the store thread wrote it (SR_ETIMEDOUT after the
+ * Redis timeout + 1 s). The loop never waits for it. Returns SR_OK once queued, SR_EINVAL for a
+ * field name of 64 bytes or more. */
 int coord_record_int(coord_t *c, const char *field, int64_t value);
 
 /* coord_policy_version returns that version. */

@@ -316,6 +316,49 @@ static void bad_input_is_refused_with_a_code(void **state)
     batch_destroy(&b);
 }
 
+static void decoded_results_are_taken_by_the_batch(void **state)
+{
+    (void)state;
+    static pool_t p;
+    memset(&p, 0, sizeof p);
+    batch_t *b = batch_new(NULL, "r", 3, 3);
+    assert_int_equal(batch_add_group(b, "g", "household/train/3", 2, 1.0), SR_OK);
+    for (int t = 0; t < 2; t++) {
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_RESULT);
+        m.u.result = *s_res(&p, "g", t, "done", t == 0 ? 1.0 : 0.0, 6);
+        sr_buf_t buf = SR_BUF_INIT;
+        assert_int_equal(proto_encode(&m, &buf), SR_OK);
+        proto_msg_t d, d2;
+        assert_int_equal(proto_decode(buf.data, buf.len, &d, NULL), SR_OK);
+        assert_int_equal(proto_decode(buf.data, buf.len, &d2, NULL), SR_OK);
+        assert_int_equal(batch_add_result_owned(b, &d), SR_OK);
+        assert_int_equal(d.type, 0); /* taken: zeroed */
+        assert_null(d.u.result.job_id);
+        /* a duplicate is refused and stays the caller's */
+        assert_int_equal(batch_add_result_owned(b, &d2), SR_ECONFLICT);
+        assert_non_null(d2.u.result.job_id);
+        proto_msg_clear(&d2);
+        sr_buf_free(&buf);
+    }
+    proto_msg_t other;
+    proto_msg_init(&other, PROTO_HELLO);
+    assert_int_equal(batch_add_result_owned(b, &other), SR_EPROTO);
+    assert_int_equal(batch_add_result_owned(b, NULL), SR_EINVAL);
+    memset(&p, 0, sizeof p); /* the batch holds what it took */
+    batch_group_info_t gi;
+    assert_int_equal(batch_group_info(b, 0, &gi), SR_OK);
+    sr_buf_t out = SR_BUF_INIT;
+    assert_int_equal(batch_encode(b, NULL, &out), SR_OK);
+    proto_msg_t m;
+    assert_int_equal(proto_decode(out.data, out.len, &m, NULL), SR_OK);
+    assert_int_equal(m.u.batch.groups_len, 1);
+    assert_string_equal(m.u.batch.groups[0].trajectories[1].job_id, "g/1");
+    proto_msg_clear(&m);
+    sr_buf_free(&out);
+    batch_destroy(&b); /* frees what it took (valgrind: no leak) */
+}
+
 static void results_given_as_msgpack_are_owned_by_the_batch(void **state)
 {
     (void)state;
@@ -699,6 +742,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(cancelled_and_failed_groups_are_dropped_and_counted),
     cmocka_unit_test(bad_input_is_refused_with_a_code),
     cmocka_unit_test(results_given_as_msgpack_are_owned_by_the_batch),
+    cmocka_unit_test(decoded_results_are_taken_by_the_batch),
     cmocka_unit_test(backfill_plan_arithmetic_and_cap),
     cmocka_unit_test(backfill_fills_the_batch_or_reports_the_cap),
     cmocka_unit_test(jsonl_copy_has_a_header_and_one_line_per_group),

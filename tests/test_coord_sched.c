@@ -332,6 +332,61 @@ static void an_ended_round_retires_and_the_next_moves_down_intact(void **state)
     coord_sched_destroy(&s);
 }
 
+static void the_coordinators_changes_go_through_operations(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    int gi = coord_sched_add_group(s, "g", "t", 2);
+    coord_actor_t *a = s_actor(s, "a", 2, 5);
+    const coord_group_t *g = coord_sched_group(s, gi);
+    coord_sched_group_set_round(s, gi, 7);
+    assert_int_equal(g->round, 7);
+    coord_sched_group_keep_cancel(s, gi, 3, 0.25, "converged", 1000);
+    coord_sched_group_announced(s, gi, 1200);
+    coord_sched_group_announced(s, gi, 1400);
+    assert_int_equal(g->cancel_step, 3);
+    assert_string_equal(g->cancel_reason, "converged");
+    assert_int_equal(g->announces, 2);
+    assert_int_equal(g->next_announce_ms, 1400);
+    coord_sched_group_keep_cancel(s, gi, 4, 0.5, NULL, 2000); /* a new CANCEL: counted afresh */
+    assert_int_equal(g->announces, 0);
+    assert_string_equal(g->cancel_reason, "");
+    coord_sched_group_told(s, gi, 9);
+    assert_int_equal(g->told_seq, 9);
+    int look_up;
+    coord_sched_group_set_confirming(s, gi, &look_up);
+    assert_ptr_equal(g->confirming, &look_up);
+    coord_sched_group_set_confirming(s, gi, NULL);
+    assert_null(g->confirming);
+    coord_sched_group_set_cancelled(s, gi);
+    assert_true(g->cancelled);
+    const coord_job_t *j = coord_sched_job(s, g->first_job);
+    coord_sched_job_set_epoch(s, g->first_job, 42);
+    coord_sched_job_set_deadline(s, g->first_job, 5000);
+    assert_int_equal(j->epoch, 42);
+    assert_int_equal(j->deadline_ms, 5000);
+    assert_int_equal(coord_sched_job_failed(s, g->first_job), 1);
+    assert_int_equal(coord_sched_job_failed(s, g->first_job), 2);
+    assert_int_equal(j->failures, 2);
+    coord_sched_actor_no_credit(s, a);
+    assert_int_equal(a->credit, 0);
+    coord_sched_actor_refund(s, a);
+    assert_int_equal(a->credit, 1);
+    coord_sched_actor_seen(s, a, 777);
+    assert_int_equal(a->last_seen_ms, 777);
+    coord_sched_actor_drain(s, a);
+    assert_true(a->draining);
+    assert_int_equal(a->credit, 0);
+    /* out of range and NULL: nothing happens */
+    coord_sched_group_set_round(s, 5, 1);
+    coord_sched_group_announced(s, -1, 1);
+    coord_sched_job_set_epoch(s, 99, 1);
+    assert_int_equal(coord_sched_job_failed(s, 99), 0);
+    coord_sched_actor_refund(s, NULL);
+    coord_sched_actor_drain(s, NULL);
+    coord_sched_destroy(&s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(job_ids_are_parsed_strictly),
     cmocka_unit_test(credit_is_capped_at_slots_and_ignored_for_gates_and_drainers),
@@ -342,6 +397,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_cancel_learnt_before_the_cancel_keeps_the_keep_list),
     cmocka_unit_test(adopted_lease_counts_for_its_actor_and_epoch),
     cmocka_unit_test(an_ended_round_retires_and_the_next_moves_down_intact),
+    cmocka_unit_test(the_coordinators_changes_go_through_operations),
 };
 
 HARNESS_MAIN("coord_sched", tests)

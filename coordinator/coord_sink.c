@@ -1,0 +1,283 @@
+/*
+ * coord_sink.c — the coordinator's result sink: a RESULT (decoded once, by coord_msgs.c) checked
+ * against its job's lease, stored through the store thread (appended to results:<round>, counted
+ * in its group by the Lua transition), and only then acknowledged. What became of it goes to the
+ * sink's owner through one callback (c->sink_report, ci_result_outcome): the sink itself does not
+ * finish jobs, count rounds or dispatch.
+ *
+ * Part of the coordinator (coordinator/coord_int.h lists its files).
+ */
+#include "coordinator/coord_int.h"
+
+/* s_report tells the sink's owner what became of a RESULT. */
+static void s_report(coord_t *c, const ci_sink_outcome_t *o)
+{
+    c->sink_report(c, o);
+}
+
+/* s_refuse refuses a RESULT, reported stale in round `round` (-1: none). */
+static void s_refuse(coord_t *c, int64_t round, const void *id, size_t idlen,
+                     const proto_result_t *r, const char *reason)
+{
+    log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch, reason);
+    ci_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
+    s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE, .job = -1, .round = round});
+}
+
+/* ---- storing a RESULT -------------------------------------------------------------------- */
+
+/* One RESULT on its way to Redis: what the loop needs to finish it once stored. */
+typedef struct {
+    coord_t *c;
+    int64_t round, epoch;
+    char job_id[COORD_JOB_ID_MAX];
+    char gid[STORE_GID_MAX];
+    char status[COORD_STATUS_MAX];
+    int traj;
+    double reward;
+    bool failed, won;
+    int64_t n_steps, llm_calls, tokens, steps_other, other_version;
+    char *error;
+    uint8_t id[COORD_ID_MAX];
+    size_t idlen;
+    void *body;
+    size_t len;
+    proto_msg_t msg; /* the RESULT as decoded on arrival, for the driver (outcome STORED) */
+    int attempts;
+    int64_t t0_ms; /* when the RESULT came in */
+    /* the store thread's answer */
+    int64_t final_epoch;
+    store_group_status_t gst;
+    bool group_missing;
+    bool confirm; /* status cancelled: store only if Redis shows the group cancelled */
+    bool refused; /* it does not: nothing was stored */
+} s_put_t;
+
+static void s_put_free(s_put_t *p)
+{
+    proto_msg_clear(&p->msg);
+    free(p->error);
+    free(p->body);
+    free(p);
+}
+
+/* s_put_work (store thread) stores the result exactly once and counts it in its group. Both
+ * steps are idempotent, so a request that failed or timed out is simply run again: its second
+ * run reads back what the first one did. */
+static int s_put_work(store_t *st, void *arg, char *err)
+{
+    s_put_t *p = arg;
+    if (p->attempts++ > 0)
+        usleep(100 * 1000); /* on the store thread: the loop does not wait */
+    if (!st)
+        return SR_EREDIS;
+    p->refused = false;
+    if (p->confirm) {
+        store_group_t sg;
+        int grc = store_group_get(st, p->gid, &sg);
+        if (grc != SR_OK)
+            return grc;
+        if (sg.status != STORE_GROUP_CANCELLED) {
+            p->refused = true;
+            return SR_OK;
+        }
+    }
+    p->final_epoch = 0;
+    int rc = store_result_put(st, p->round, p->job_id, p->epoch, p->body, p->len, &p->final_epoch);
+    if (rc == SR_ECONFLICT)
+        return rc; /* another epoch's copy is final: it is counted already */
+    if (rc != SR_OK)
+        return rc;
+    if (p->failed) {
+        char key[256];
+        store_key(st, key, sizeof key, "failed:%lld", (long long)p->round);
+        return store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, p->gid);
+    }
+    p->gst = STORE_GROUP_RUNNING;
+    rc = store_group_finish_traj(st, p->gid, p->traj, p->reward, NULL, &p->gst);
+    if (rc == SR_ECONFLICT && p->gst == STORE_GROUP_CANCELLED)
+        return SR_OK;
+    if (rc == SR_ENOTFOUND) {
+        p->group_missing = true;
+        return SR_OK;
+    }
+    (void)err;
+    return rc;
+}
+
+/* s_put_done (loop) finishes a stored RESULT: the actor gets its acknowledgement and the owner
+ * the outcome (the job final, the round's summary counting it). A failed attempt is submitted again, never given up while
+ * the coordinator runs: the job stays leased (not re-leased under a new epoch) until the store
+ * answered. */
+static void s_put_done(int rc, const char *err, void *arg)
+{
+    s_put_t *p = arg;
+    coord_t *c = p->c;
+    if (c->sq_closing) {
+        s_put_free(p);
+        return;
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, p->job_id) : -1;
+    const coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
+    if (!j || j->state != COORD_JOB_LEASED || j->epoch != p->epoch || !j->storing) {
+        s_put_free(p); /* cannot happen while storing holds the lease; nothing to finish */
+        return;
+    }
+    if (rc != SR_OK && rc != SR_ECONFLICT) {
+        log_error_limited(1, "cannot store RESULT %s yet (%s): trying again", p->job_id, err);
+        if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+            coord_sched_unstore(c->sched, ji);
+            s_put_free(p);
+        }
+        return;
+    }
+    const coord_group_t *g = coord_sched_group(c->sched, j->group);
+    if (rc == SR_OK && p->refused) {
+        if (g->cancelled) {
+            /* confirmed on the loop meanwhile: stored as any cancelled RESULT */
+            p->confirm = false;
+            if (storeq_submit(c->sq, s_put_work, s_put_done, p) == SR_OK)
+                return;
+        }
+        /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
+         * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
+        coord_sched_unstore(c->sched, ji);
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_FORGED, .job = ji, .round = p->round});
+        s_put_free(p);
+        return;
+    }
+    if (rc == SR_ECONFLICT) {
+        /* The copy stored under final_epoch is the job's result; this one is not. */
+        log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
+                 (long long)p->epoch, (long long)p->final_epoch);
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE,
+                                         .job = ji,
+                                         .round = p->round,
+                                         .final = true,
+                                         .status = p->status});
+        s_put_free(p);
+        return;
+    }
+    if (p->group_missing)
+        log_error("group %s is missing in Redis", p->gid);
+    int64_t took = clock_mono_ms() - p->t0_ms;
+    if (took > c->cfg.redis_timeout_ms)
+        log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
+                         p->job_id, (long long)took, p->attempts);
+    ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
+    s_report(c, &(ci_sink_outcome_t){
+                    .kind = CI_SINK_STORED,
+                    .job = ji,
+                    .round = p->round,
+                    .status = p->status,
+                    .cancelled = (!p->failed && p->gst == STORE_GROUP_CANCELLED) ||
+                                 strcmp(p->status, "cancelled") == 0,
+                    .n_steps = p->n_steps,
+                    .llm_calls = p->llm_calls,
+                    .tokens = p->tokens,
+                    .steps_other = p->steps_other,
+                    .other_version = p->other_version,
+                    .won = p->won,
+                    .error = p->error,
+                    .msg = &p->msg,
+                });
+    s_put_free(p);
+}
+
+void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,
+                  size_t len)
+{
+    const proto_result_t *r = &m->u.result;
+    if (strcmp(r->run, c->cfg.run) != 0) {
+        s_refuse(c, c->nopen ? c->open[0].round : -1, id, idlen, r, "another run");
+        return;
+    }
+    int ji = c->round_active ? coord_sched_find_job(c->sched, r->job_id) : -1;
+    if (ji < 0 && (!c->prepared || c->opening)) {
+        /* A resumed coordinator whose round is not open yet (Redis slow): the RESULT waits for
+         * the opening (coord_rounds.c replays it); past CI_HELD_MAX it is not answered and comes again. */
+        if (c->nheld < CI_HELD_MAX) {
+            if (!c->held)
+                c->held = sr_xcalloc(CI_HELD_MAX, sizeof *c->held);
+            ci_held_t *h = &c->held[c->nheld++];
+            h->id = sr_xmalloc(idlen ? idlen : 1);
+            memcpy(h->id, id, idlen);
+            h->idlen = idlen;
+            h->body = sr_xmalloc(len ? len : 1);
+            memcpy(h->body, body, len);
+            h->len = len;
+        }
+        log_info_limited(5, "RESULT %s epoch %lld held: its round is not open yet", r->job_id,
+                         (long long)r->epoch);
+        return;
+    }
+    if (ji < 0) {
+        s_refuse(c, c->nopen ? c->open[0].round : -1, id, idlen, r, "unknown job");
+        return;
+    }
+    const coord_job_t *j = coord_sched_job(c->sched, ji);
+    const coord_group_t *g = coord_sched_group(c->sched, j->group);
+    const ci_open_t *R = ci_find_open(c, g->round);
+    SR_ASSERT(R);
+    if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
+        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
+        return;
+    }
+    if (j->state == COORD_JOB_LEASED && j->epoch == r->epoch && j->storing)
+        return; /* being stored: acknowledged once it is */
+    if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
+        s_refuse(c, R->round, id, idlen, r, "stale epoch");
+        return;
+    }
+    bool failed = strcmp(r->status, "failed") == 0;
+    if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
+        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures + 1,
+                         c->cfg.max_attempts, r->error ? r->error : "no reason given");
+        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
+        s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_RETRY, .job = ji, .round = R->round});
+        return;
+    }
+    /* Durable first: the result, then the group's count, on the store thread. Only then the
+     * acknowledgement (s_put_done). The job keeps its lease meanwhile. */
+    s_put_t *p = sr_xcalloc(1, sizeof *p);
+    p->c = c;
+    p->t0_ms = clock_mono_ms();
+    p->round = R->round;
+    p->epoch = r->epoch;
+    snprintf(p->job_id, sizeof p->job_id, "%s", r->job_id);
+    snprintf(p->gid, sizeof p->gid, "%s", g->gid);
+    snprintf(p->status, sizeof p->status, "%s", r->status);
+    p->traj = j->traj;
+    p->reward = r->reward;
+    p->failed = failed;
+    /* A cancelled RESULT of a group not known cancelled is stored only once Redis shows the group
+     * cancelled (s_put_work): the actor may have stopped on a forged CANCEL. */
+    p->confirm = strcmp(r->status, "cancelled") == 0 && !g->cancelled;
+    p->n_steps = r->n_steps;
+    p->llm_calls = r->llm_calls;
+    p->tokens = r->prompt_tokens + r->completion_tokens;
+    p->won = r->won;
+    p->error = r->error ? sr_xstrdup(r->error) : NULL;
+    /* Steps that say which policy version answered: another one than the JOB's is off-policy. */
+    for (size_t k = 0; k < r->steps_len; k++) {
+        if (r->steps[k].has_served_version && r->steps[k].served_version != R->policy_version) {
+            p->steps_other++;
+            p->other_version = r->steps[k].served_version;
+        }
+    }
+    memcpy(p->id, id, idlen);
+    p->idlen = idlen;
+    p->body = sr_xmalloc(len);
+    memcpy(p->body, body, len);
+    p->len = len;
+    /* the decoded message goes with the request (decoded once: a driver may keep it) */
+    p->msg = *m;
+    memset(m, 0, sizeof *m);
+    SR_ASSERT(coord_sched_store(c->sched, ji) == SR_OK); /* LEASED: checked above */
+    if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+        coord_sched_unstore(c->sched, ji);
+        s_put_free(p);
+    }
+}
