@@ -243,7 +243,7 @@ static void s_usage(FILE *out)
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
         "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
-        "       selroll bench calibrate --from RUN_DIR [--iterations A[:B]]\n"
+        "       selroll bench calibrate --from RUN_DIR [--from RUN_DIR ...] [--iterations A[:B]]\n"
         "Plays the built-in policy against the household environment in-process and prints, beside\n"
         "the reference LLM agent's figures, the outcome mix overall and per task type and, per label\n"
         "(all fail / all succeed / mixed), the d_K quartiles, the share below 0.12 and the ended share\n"
@@ -261,7 +261,8 @@ static void s_usage(FILE *out)
         "when d_10 < t) at t = 0.05, 0.08, 0.12, 0.16: precision and recall of zero-variance groups.\n"
         "--iterations A[:B] (with --from) keeps the groups of training iterations A..B only: the\n"
         "trajectories whose steps were served by policy versions A..B (the steps' served_version;\n"
-        "iteration i of the training loop samples from version i), e.g. 0 and 7:9.\n");
+        "iteration i of the training loop samples from version i), e.g. 0 and 7:9. Several --from\n"
+        "(at most 16, e.g. the seeds of one experiment arm) pool their runs' groups.\n");
 }
 
 static int s_cmp_double(const void *a, const void *b)
@@ -617,48 +618,66 @@ static bool s_read_traj(const char *line, s_traj_t *t)
 /* s_from_run prints the table for the groups of the run in dir; with lo >= 0 only the groups
  * whose trajectories ran on policy versions lo..hi, i.e. the training iterations lo..hi (the
  * training loop's iteration i samples from version i: docs/training.md). */
-static int s_from_run(const char *dir, long lo, long hi)
+static int s_from_run(const char *const *dirs, size_t ndirs, long lo, long hi)
 {
-    char pat[4200];
-    snprintf(pat, sizeof pat, "%s/rounds/round-*.jsonl", dir);
-    glob_t gl;
-    if (glob(pat, 0, NULL, &gl) != 0) {
-        fprintf(stderr, "bench calibrate: --from: no %s\n", pat);
-        return 2;
-    }
+    char dir[4200];
+    size_t dl = 0;
+    dir[0] = '\0';
+    for (size_t d = 0; d < ndirs && dl < sizeof dir - 1; d++)
+        dl += (size_t)snprintf(dir + dl, sizeof dir - dl, "%s%s", d ? " + " : "", dirs[d]);
     s_traj_t *tr = NULL;
     size_t n = 0, cap = 0, bad = 0, outside = 0;
-    for (size_t f = 0; f < gl.gl_pathc; f++) {
-        FILE *fp = fopen(gl.gl_pathv[f], "r");
-        if (!fp)
-            continue;
-        char *line = NULL;
-        size_t lcap = 0;
-        while (getline(&line, &lcap, fp) > 0) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 256;
-                tr = sr_xrealloc(tr, cap * sizeof *tr);
-            }
-            if (!s_read_traj(line, &tr[n]))
-                bad++;
-            else if (lo >= 0 && (tr[n].version < lo || tr[n].version > hi)) {
-                outside++;
-                s_traj_free(&tr[n]);
-            } else
-                n++;
+    for (size_t d = 0; d < ndirs; d++) {
+        char pat[4200];
+        snprintf(pat, sizeof pat, "%s/rounds/round-*.jsonl", dirs[d]);
+        glob_t gl;
+        if (glob(pat, 0, NULL, &gl) != 0) {
+            fprintf(stderr, "bench calibrate: --from: no %s\n", pat);
+            for (size_t i = 0; i < n; i++)
+                s_traj_free(&tr[i]);
+            free(tr);
+            return 2;
         }
-        free(line);
-        fclose(fp);
+        for (size_t f = 0; f < gl.gl_pathc; f++) {
+            FILE *fp = fopen(gl.gl_pathv[f], "r");
+            if (!fp)
+                continue;
+            char *line = NULL;
+            size_t lcap = 0;
+            while (getline(&line, &lcap, fp) > 0) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 256;
+                    tr = sr_xrealloc(tr, cap * sizeof *tr);
+                }
+                if (!s_read_traj(line, &tr[n]))
+                    bad++;
+                else if (lo >= 0 && (tr[n].version < lo || tr[n].version > hi)) {
+                    outside++;
+                    s_traj_free(&tr[n]);
+                } else {
+                    if (ndirs > 1) { /* group ids repeat across runs: prefix the run's index */
+                        size_t glen = strlen(tr[n].group) + 24;
+                        char *g = sr_xcalloc(glen, 1);
+                        snprintf(g, glen, "%zu:%s", d, tr[n].group);
+                        free(tr[n].group);
+                        tr[n].group = g;
+                    }
+                    n++;
+                }
+            }
+            free(line);
+            fclose(fp);
+        }
+        globfree(&gl);
     }
-    globfree(&gl);
     if (n == 0 && lo >= 0) {
         fprintf(stderr, "bench calibrate: --from: no trajectories of iterations %ld..%ld under "
-                        "%s/rounds (%zu of other iterations)\n", lo, hi, dir, outside);
+                        "%s (rounds/; %zu of other iterations)\n", lo, hi, dir, outside);
         free(tr);
         return 1;
     }
     if (n == 0) {
-        fprintf(stderr, "bench calibrate: --from: no trajectories under %s/rounds\n", dir);
+        fprintf(stderr, "bench calibrate: --from: no trajectories under %s (rounds/)\n", dir);
         free(tr);
         return 1;
     }
@@ -731,7 +750,7 @@ static int s_from_run(const char *dir, long lo, long hi)
            "trajectory or a single one)%s\n",
            dir, n, ng, Gmin, Gmax, skipped, bad ? "; unreadable lines skipped" : "");
     if (ng == 0) {
-        fprintf(stderr, "bench calibrate: --from: no complete group under %s/rounds\n", dir);
+        fprintf(stderr, "bench calibrate: --from: no complete group under %s (rounds/)\n", dir);
         for (size_t i = 0; i < n; i++)
             s_traj_free(&tr[i]);
         free(tr);
@@ -822,7 +841,8 @@ int bench_calibrate_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *from = NULL, *iter_range = NULL;
+    const char *from[16], *iter_range = NULL;
+    size_t nfrom = 0;
     int opt;
     optind = 1;
     bool ok = true;
@@ -916,7 +936,11 @@ int bench_calibrate_run(int argc, char **argv)
             bad = "--train-lr";
             break;
         case 15:
-            from = optarg;
+            if (nfrom == SR_ARRAY_LEN(from)) {
+                fprintf(stderr, "bench calibrate: at most %zu --from\n", SR_ARRAY_LEN(from));
+                return 2;
+            }
+            from[nfrom++] = optarg;
             break;
         case 16:
             iter_range = optarg;
@@ -955,13 +979,13 @@ int bench_calibrate_run(int argc, char **argv)
                     iter_range);
             return 2;
         }
-        if (!from) {
+        if (!nfrom) {
             fprintf(stderr, "bench calibrate: --iterations needs --from RUN_DIR\n");
             return 2;
         }
     }
-    if (from)
-        return s_from_run(from, it_lo, it_hi);
+    if (nfrom)
+        return s_from_run(from, nfrom, it_lo, it_hi);
     int code = 0;
     char err[160];
     prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);

@@ -2,7 +2,7 @@
 --policy neural` (its own private Redis, the neural server, the PyTorch GRPO trainer), read back
 into the report, CSV files and plots; a bad --policy value is one line and exit 2; --skip-done
 leaves finished runs as they are; `bench calibrate --from RUN --iterations A:B` keeps the groups
-of those iterations only."""
+of those iterations only, several --from pool runs."""
 import csv
 import json
 import os
@@ -79,6 +79,10 @@ def test_experiment_policy_neural_small(tmp_path):
     assert c.returncode == 0, c.stderr
     assert "iterations 0..0 (trajectories served by policy versions 0..0;" in c.stdout
     assert "trajectories, 2 groups of 4..4" in c.stdout, c.stdout[:1000]
+    # several --from pool their runs' groups (group ids repeat across runs and stay apart)
+    c = subprocess.run([BIN, "bench", "calibrate", "--from", run, "--from", str(out / "arms" / "gate" / "seed-1"),
+                        "--iterations", "0:0"], capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0 and "trajectories, 4 groups of 4..4" in c.stdout, c.stdout[:1000] + c.stderr
     c = subprocess.run([BIN, "bench", "calibrate", "--from", run, "--iterations", "3:9"], capture_output=True,
                        text=True, timeout=60)
     assert c.returncode == 1 and "no trajectories of iterations 3..9" in c.stderr
