@@ -46,7 +46,7 @@ def test_experiment_policy_neural_small(tmp_path):
     for arm in ("baseline", "gate"):
         log = (out / "arms" / arm / "seed-1.log").read_text()
         # each run is the neural loop: its server, its PyTorch trainer, the version advanced once
-        assert "trainer neural (python3 -m selroll.neural train)" in log, log[-2000:]
+        assert "trainer neural (python3 -m selroll.neural train) (WEIGHTS_READY awaited 600 s)" in log, log[-2000:]
         assert "summary: policy v0 -> v1;" in log, log[-2000:]
         meta = json.loads((out / "arms" / arm / "seed-1" / "experiment_run.json").read_text())
         assert meta["exit"] == 0 and meta["arm"] == arm
