@@ -49,7 +49,7 @@ static void s_on_signal(int sig)
 }
 
 static struct {
-    char *arms, *seeds, *out, *sweep, *run_args, *neural_weights;
+    char *arms, *seeds, *out, *sweep, *run_args, *neural_weights, *scale_note;
     int policy; /* 0 builtin, 1 neural (S_POLICIES) */
     int iters, batch_groups, group_size, tasks, eval_every, eval_tasks, jobs;
     int64_t run_timeout_s;
@@ -357,6 +357,8 @@ int experiment_main(int argc, char **argv)
          .help = "thresholds d_L swept over the shadow arm's records"},
         {.name = "report-only", .kind = CFG_BOOL, .dst = &o.report_only, .def = "false",
          .help = "run nothing: rebuild the report from the runs already in --out"},
+        {.name = "scale-note", .kind = CFG_STRING, .dst = &o.scale_note, .metavar = "TEXT",
+         .help = "why this scale: printed after the scale in report.md (also with --report-only)"},
         {.name = "skip-done", .kind = CFG_BOOL, .dst = &o.skip_done, .def = "false",
          .help = "leave out the arm x seed runs that --out already holds finished (exit 0), so "
                  "an experiment can run in chunks of arms x seeds into the same --out (the "
@@ -380,7 +382,7 @@ int experiment_main(int argc, char **argv)
     exp_run_t *runs[S_MAX_ARMS][S_MAX_SEEDS];
     s_job_t *jobs = NULL;
     size_t njobs = 0;
-    char self[4096], machine[6000], scale[2048], command[8192], load0[128] = "", load1[128] = "";
+    char self[4096], machine[6000], scale[6144], command[8192], load0[128] = "", load1[128] = "";
     struct sigaction sa, old_int, old_term;
     bool handlers = false;
     memset(runs, 0, sizeof runs);
@@ -691,6 +693,10 @@ int experiment_main(int argc, char **argv)
     }
     cJSON_Delete(facts);
 
+    if (o.scale_note && *o.scale_note) {
+        size_t sl2 = strlen(scale);
+        snprintf(scale + sl2, sizeof scale - sl2, " Why this scale: %s", o.scale_note);
+    }
     exp_report_t rep = {.out_dir = o.out, .command = shown_cmd, .machine = machine, .scale = scale,
                         .seeds = seeds, .nseeds = nseed_words, .arms = rarms, .narms = narms,
                         .sweep_from = sw_a, .sweep_to = sw_b, .sweep_step = sw_s};

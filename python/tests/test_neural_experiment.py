@@ -66,11 +66,12 @@ def test_experiment_policy_neural_small(tmp_path):
     assert facts["nchunks"] == 1 and "--policy neural" in facts["command"]
 
     # a second chunk into the same --out: the finished runs are left as they are, the report rebuilt
-    p2 = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    p2 = subprocess.run(cmd + ["--scale-note", "a smoke test."], capture_output=True, text=True, timeout=60)
     assert p2.returncode == 0, p2.stdout[-2000:] + p2.stderr[-2000:]
     assert "skip   baseline    seed 1" in p2.stdout and "skip   gate        seed 1" in p2.stdout
     assert "0 runs" in p2.stdout and "start " not in p2.stdout
     assert json.loads((out / "experiment.json").read_text())["nchunks"] == 2
+    assert "Why this scale: a smoke test." in (out / "report.md").read_text()
 
     # the reference table of one iteration's groups (served by version 0 = iteration 0)
     run = str(out / "arms" / "baseline" / "seed-1")
