@@ -25,6 +25,7 @@
 #include "trainer/trainer.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <glob.h>
 #include <math.h>
 #include <getopt.h>
@@ -242,7 +243,7 @@ static void s_usage(FILE *out)
         "       [--prior-strength 1] [--prior-search 2] [--prior-noise 0.3] [--prior-idio 1.3]\n"
         "       [--prior-first 20] [--prior-belief 8] [--prior-forget 10]\n"
         "       [--trace N] [--show-groups N]\n"
-        "       selroll bench calibrate --from RUN_DIR\n"
+        "       selroll bench calibrate --from RUN_DIR [--from RUN_DIR ...] [--iterations A[:B]]\n"
         "Plays the built-in policy against the household environment in-process and prints, beside\n"
         "the reference LLM agent's figures, the outcome mix overall and per task type and, per label\n"
         "(all fail / all succeed / mixed), the d_K quartiles, the share below 0.12 and the ended share\n"
@@ -257,7 +258,11 @@ static void s_usage(FILE *out)
         "--from RUN_DIR reads the trajectories of a finished run instead (RUN_DIR/rounds/round-*.jsonl,\n"
         "any policy: selroll run --policy neural|URL|builtin) and prints the same table for its\n"
         "groups, with the AUROC of d_10 for mixed (informative) groups and the paper's rule (cancel\n"
-        "when d_10 < t) at t = 0.05, 0.08, 0.12, 0.16: precision and recall of zero-variance groups.\n");
+        "when d_10 < t) at t = 0.05, 0.08, 0.12, 0.16: precision and recall of zero-variance groups.\n"
+        "--iterations A[:B] (with --from) keeps the groups of training iterations A..B only: the\n"
+        "trajectories whose steps were served by policy versions A..B (the steps' served_version;\n"
+        "iteration i of the training loop samples from version i), e.g. 0 and 7:9. Several --from\n"
+        "(at most 16, e.g. the seeds of one experiment arm) pool their runs' groups.\n");
 }
 
 static int s_cmp_double(const void *a, const void *b)
@@ -557,6 +562,7 @@ typedef struct {
     bool won, failed;
     char **actions;
     size_t n;
+    long version; /* served_version of the first step that has one; -1 when none does */
 } s_traj_t;
 
 static int s_traj_cmp(const void *a, const void *b)
@@ -594,10 +600,14 @@ static bool s_read_traj(const char *line, s_traj_t *t)
         t->failed = cJSON_IsString(st) && strcmp(st->valuestring, "failed") == 0;
         size_t n = (size_t)cJSON_GetArraySize(steps);
         t->actions = sr_xcalloc(n ? n : 1, sizeof(char *));
+        t->version = -1;
         const cJSON *step;
         cJSON_ArrayForEach(step, steps)
         {
             const cJSON *a = cJSON_GetObjectItemCaseSensitive(step, "action");
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(step, "served_version");
+            if (t->version < 0 && cJSON_IsNumber(v) && v->valuedouble >= 0)
+                t->version = (long)v->valuedouble;
             t->actions[t->n++] = sr_xstrdup(cJSON_IsString(a) ? a->valuestring : "");
         }
     }
@@ -605,39 +615,69 @@ static bool s_read_traj(const char *line, s_traj_t *t)
     return ok;
 }
 
-static int s_from_run(const char *dir)
+/* s_from_run prints the table for the groups of the run in dir; with lo >= 0 only the groups
+ * whose trajectories ran on policy versions lo..hi, i.e. the training iterations lo..hi (the
+ * training loop's iteration i samples from version i: docs/training.md). */
+static int s_from_run(const char *const *dirs, size_t ndirs, long lo, long hi)
 {
-    char pat[4200];
-    snprintf(pat, sizeof pat, "%s/rounds/round-*.jsonl", dir);
-    glob_t gl;
-    if (glob(pat, 0, NULL, &gl) != 0) {
-        fprintf(stderr, "bench calibrate: --from: no %s\n", pat);
-        return 2;
-    }
+    char dir[4200];
+    size_t dl = 0;
+    dir[0] = '\0';
+    for (size_t d = 0; d < ndirs && dl < sizeof dir - 1; d++)
+        dl += (size_t)snprintf(dir + dl, sizeof dir - dl, "%s%s", d ? " + " : "", dirs[d]);
     s_traj_t *tr = NULL;
-    size_t n = 0, cap = 0, bad = 0;
-    for (size_t f = 0; f < gl.gl_pathc; f++) {
-        FILE *fp = fopen(gl.gl_pathv[f], "r");
-        if (!fp)
-            continue;
-        char *line = NULL;
-        size_t lcap = 0;
-        while (getline(&line, &lcap, fp) > 0) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 256;
-                tr = sr_xrealloc(tr, cap * sizeof *tr);
-            }
-            if (s_read_traj(line, &tr[n]))
-                n++;
-            else
-                bad++;
+    size_t n = 0, cap = 0, bad = 0, outside = 0;
+    for (size_t d = 0; d < ndirs; d++) {
+        char pat[4200];
+        snprintf(pat, sizeof pat, "%s/rounds/round-*.jsonl", dirs[d]);
+        glob_t gl;
+        if (glob(pat, 0, NULL, &gl) != 0) {
+            fprintf(stderr, "bench calibrate: --from: no %s\n", pat);
+            for (size_t i = 0; i < n; i++)
+                s_traj_free(&tr[i]);
+            free(tr);
+            return 2;
         }
-        free(line);
-        fclose(fp);
+        for (size_t f = 0; f < gl.gl_pathc; f++) {
+            FILE *fp = fopen(gl.gl_pathv[f], "r");
+            if (!fp)
+                continue;
+            char *line = NULL;
+            size_t lcap = 0;
+            while (getline(&line, &lcap, fp) > 0) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 256;
+                    tr = sr_xrealloc(tr, cap * sizeof *tr);
+                }
+                if (!s_read_traj(line, &tr[n]))
+                    bad++;
+                else if (lo >= 0 && (tr[n].version < lo || tr[n].version > hi)) {
+                    outside++;
+                    s_traj_free(&tr[n]);
+                } else {
+                    if (ndirs > 1) { /* group ids repeat across runs: prefix the run's index */
+                        size_t glen = strlen(tr[n].group) + 24;
+                        char *g = sr_xcalloc(glen, 1);
+                        snprintf(g, glen, "%zu:%s", d, tr[n].group);
+                        free(tr[n].group);
+                        tr[n].group = g;
+                    }
+                    n++;
+                }
+            }
+            free(line);
+            fclose(fp);
+        }
+        globfree(&gl);
     }
-    globfree(&gl);
+    if (n == 0 && lo >= 0) {
+        fprintf(stderr, "bench calibrate: --from: no trajectories of iterations %ld..%ld under "
+                        "%s (rounds/; %zu of other iterations)\n", lo, hi, dir, outside);
+        free(tr);
+        return 1;
+    }
     if (n == 0) {
-        fprintf(stderr, "bench calibrate: --from: no trajectories under %s/rounds\n", dir);
+        fprintf(stderr, "bench calibrate: --from: no trajectories under %s (rounds/)\n", dir);
         free(tr);
         return 1;
     }
@@ -702,11 +742,15 @@ static int s_from_run(const char *dir)
         r.wins += won;
         i = j;
     }
+    if (lo >= 0)
+        printf("calibrate --from %s, iterations %ld..%ld (trajectories served by policy versions "
+               "%ld..%ld; %zu of other versions or without one left out)\n",
+               dir, lo, hi, lo, hi, outside);
     printf("calibrate --from %s: %zu trajectories, %zu groups of %d..%d (%zu skipped: a failed "
            "trajectory or a single one)%s\n",
            dir, n, ng, Gmin, Gmax, skipped, bad ? "; unreadable lines skipped" : "");
     if (ng == 0) {
-        fprintf(stderr, "bench calibrate: --from: no complete group under %s/rounds\n", dir);
+        fprintf(stderr, "bench calibrate: --from: no complete group under %s (rounds/)\n", dir);
         for (size_t i = 0; i < n; i++)
             s_traj_free(&tr[i]);
         free(tr);
@@ -793,10 +837,12 @@ int bench_calibrate_run(int argc, char **argv)
         {"trace", required_argument, NULL, 5},
         {"show-groups", required_argument, NULL, 6},
         {"from", required_argument, NULL, 15},
+        {"iterations", required_argument, NULL, 16},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *from = NULL;
+    const char *from[16], *iter_range = NULL;
+    size_t nfrom = 0;
     int opt;
     optind = 1;
     bool ok = true;
@@ -890,7 +936,14 @@ int bench_calibrate_run(int argc, char **argv)
             bad = "--train-lr";
             break;
         case 15:
-            from = optarg;
+            if (nfrom == SR_ARRAY_LEN(from)) {
+                fprintf(stderr, "bench calibrate: at most %zu --from\n", SR_ARRAY_LEN(from));
+                return 2;
+            }
+            from[nfrom++] = optarg;
+            break;
+        case 16:
+            iter_range = optarg;
             break;
         case 'h':
             s_usage(stdout);
@@ -909,8 +962,30 @@ int bench_calibrate_run(int argc, char **argv)
         fprintf(stderr, "bench calibrate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (from)
-        return s_from_run(from);
+    long it_lo = -1, it_hi = -1;
+    if (iter_range) {
+        char *end;
+        errno = 0;
+        it_lo = strtol(iter_range, &end, 10);
+        it_hi = it_lo;
+        if (!errno && end != iter_range && *end == ':') {
+            const char *b = end + 1;
+            it_hi = strtol(b, &end, 10);
+            if (end == b)
+                it_hi = -1;
+        }
+        if (errno || *end || it_lo < 0 || it_hi < it_lo) {
+            fprintf(stderr, "bench calibrate: --iterations '%s' is not A or A:B with 0 <= A <= B\n",
+                    iter_range);
+            return 2;
+        }
+        if (!nfrom) {
+            fprintf(stderr, "bench calibrate: --iterations needs --from RUN_DIR\n");
+            return 2;
+        }
+    }
+    if (nfrom)
+        return s_from_run(from, nfrom, it_lo, it_hi);
     int code = 0;
     char err[160];
     prompt_t *tmpl = prompt_new(NULL, NULL, -1, err, sizeof err);

@@ -38,6 +38,8 @@
 #define S_MAX_SEEDS 64
 #define S_MAX_ARGV 96
 #define S_K 10
+#define S_POLICIES "builtin|neural"
+#define S_NEURAL_ARMS "baseline,gate,multi,greso,all"
 
 static volatile sig_atomic_t s_signalled;
 
@@ -47,10 +49,11 @@ static void s_on_signal(int sig)
 }
 
 static struct {
-    char *arms, *seeds, *out, *sweep, *run_args;
+    char *arms, *seeds, *out, *sweep, *run_args, *neural_weights, *scale_note;
+    int policy; /* 0 builtin, 1 neural (S_POLICIES) */
     int iters, batch_groups, group_size, tasks, eval_every, eval_tasks, jobs;
     int64_t run_timeout_s;
-    bool quick, report_only;
+    bool quick, report_only, skip_done;
 } o;
 
 /* One child run. */
@@ -137,6 +140,14 @@ static pid_t s_spawn(const char *self, const exp_arm_t *arm, int64_t seed, const
     S_ARGF("%d", o.eval_every);
     S_ARG("--eval-tasks");
     S_ARGF("%d", o.eval_tasks);
+    if (o.policy == 1) {
+        S_ARG("--policy");
+        S_ARG("neural");
+    }
+    if (o.neural_weights) {
+        S_ARG("--neural-weights");
+        S_ARG(o.neural_weights);
+    }
     char *words = sr_xstrdup(arm->flags), *extra = sr_xstrdup(o.run_args ? o.run_args : "");
     char *save = NULL;
     n += exp_arms_split(words, argv + n, S_MAX_ARGV - n);
@@ -185,6 +196,20 @@ static bool s_started_training(const char *dir)
     return found;
 }
 
+/* s_finished tells whether dir already holds a run that this command finished with exit 0 (its
+ * experiment_run.json says so): --skip-done leaves it as it is. */
+static bool s_finished(const char *dir)
+{
+    char path[4600], line[512];
+    snprintf(path, sizeof path, "%s/experiment_run.json", dir);
+    s_read_line(path, line, sizeof line);
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "exit") : NULL;
+    bool done = cJSON_IsNumber(e) && e->valuedouble == 0 && s_started_training(dir);
+    cJSON_Delete(j);
+    return done;
+}
+
 static void s_write_meta(const char *dir, const char *arm, int64_t seed, double wall_s, int code)
 {
     char path[4400];
@@ -197,33 +222,6 @@ static void s_write_meta(const char *dir, const char *arm, int64_t seed, double 
     fclose(f);
 }
 
-/* s_save_facts writes DIR/experiment.json: how the runs were made (command, scale, start time,
- * duration, load average at start and end), so that --report-only can report them later. */
-static void s_save_facts(const char *out, const char *command, const char *scale,
-                         const char *started, double minutes, const char *load0,
-                         const char *load1)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/experiment.json", out);
-    cJSON *j = cJSON_CreateObject();
-    if (!j)
-        return;
-    cJSON_AddStringToObject(j, "command", command);
-    cJSON_AddStringToObject(j, "scale", scale);
-    cJSON_AddStringToObject(j, "started", started);
-    cJSON_AddNumberToObject(j, "minutes", minutes);
-    cJSON_AddStringToObject(j, "load_start", load0);
-    cJSON_AddStringToObject(j, "load_end", load1);
-    char *text = cJSON_Print(j);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    if (f) {
-        fprintf(f, "%s\n", text);
-        fclose(f);
-    }
-    free(text);
-    cJSON_Delete(j);
-}
-
 /* s_load_facts reads DIR/experiment.json back; returns the parsed object (caller deletes) or
  * NULL when it is absent or not JSON. */
 static cJSON *s_load_facts(const char *out)
@@ -233,7 +231,7 @@ static cJSON *s_load_facts(const char *out)
     FILE *f = fopen(path, "r");
     if (!f)
         return NULL;
-    char buf[16384];
+    char buf[65536];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
@@ -246,13 +244,93 @@ static const char *s_fact(const cJSON *j, const char *name)
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+/* s_save_facts writes DIR/experiment.json: how the runs were made (command, scale, start time,
+ * duration, load average at start and end), so that --report-only can report them later. An
+ * experiment run in chunks (some arms x seeds per call, the same --out) keeps every chunk: the
+ * file's "chunks" lists each call, "command" joins their commands, "minutes" is their sum and
+ * "started" / "load_start" are the first chunk's. */
+static void s_save_facts(const char *out, const char *command, const char *scale,
+                         const char *started, double minutes, const char *load0,
+                         const char *load1)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/experiment.json", out);
+    cJSON *old = s_load_facts(out);
+    cJSON *chunks = old ? cJSON_DetachItemFromObjectCaseSensitive(old, "chunks") : NULL;
+    if (!cJSON_IsArray(chunks)) {
+        cJSON_Delete(chunks);
+        chunks = cJSON_CreateArray();
+        /* A file of one earlier call without "chunks": that call is the first chunk. */
+        if (old && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(old, "command")))
+            cJSON_AddItemToArray(chunks, cJSON_Duplicate(old, true));
+    }
+    cJSON_Delete(old);
+    cJSON *c = cJSON_CreateObject();
+    cJSON *j = cJSON_CreateObject();
+    if (!chunks || !c || !j) {
+        cJSON_Delete(chunks);
+        cJSON_Delete(c);
+        cJSON_Delete(j);
+        return;
+    }
+    cJSON_AddStringToObject(c, "command", command);
+    cJSON_AddStringToObject(c, "scale", scale);
+    cJSON_AddStringToObject(c, "started", started);
+    cJSON_AddNumberToObject(c, "minutes", minutes);
+    cJSON_AddStringToObject(c, "load_start", load0);
+    cJSON_AddStringToObject(c, "load_end", load1);
+    cJSON_AddItemToArray(chunks, c);
+    size_t cap = 256, len = 0;
+    int nchunks = cJSON_GetArraySize(chunks);
+    double total = 0;
+    const cJSON *ch;
+    cJSON_ArrayForEach(ch, chunks)
+    {
+        cap += strlen(s_fact(ch, "command")) + 1;
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(ch, "minutes");
+        total += cJSON_IsNumber(m) ? m->valuedouble : 0;
+    }
+    char *all = sr_xcalloc(cap, 1);
+    cJSON_ArrayForEach(ch, chunks)
+        len += (size_t)snprintf(all + len, cap - len, "%s%s", len ? "\n" : "",
+                                s_fact(ch, "command"));
+    const cJSON *first = cJSON_GetArrayItem(chunks, 0);
+    cJSON_AddStringToObject(j, "command", all);
+    cJSON_AddStringToObject(j, "scale", scale);
+    cJSON_AddStringToObject(j, "started", s_fact(first, "started"));
+    cJSON_AddNumberToObject(j, "minutes", total);
+    cJSON_AddStringToObject(j, "load_start", s_fact(first, "load_start"));
+    cJSON_AddStringToObject(j, "load_end", load1);
+    cJSON_AddNumberToObject(j, "nchunks", nchunks);
+    cJSON_AddItemToObject(j, "chunks", chunks);
+    free(all);
+    char *text = cJSON_Print(j);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f) {
+        fprintf(f, "%s\n", text);
+        fclose(f);
+    }
+    free(text);
+    cJSON_Delete(j);
+}
+
+
 int experiment_main(int argc, char **argv)
 {
     memset(&o, 0, sizeof o);
     cfg_option_t opts[] = {
         {.name = "arms", .kind = CFG_STRING, .dst = &o.arms,
          .def = "baseline,gate,greso,gate+greso,dapo,all", .metavar = "LIST",
-         .help = "arms, comma-separated (baseline is always run, first)"},
+         .help = "arms, comma-separated (baseline is always run, first; with --policy neural "
+                 "the default is " S_NEURAL_ARMS ")"},
+        {.name = "policy", .kind = CFG_ENUM, .dst = &o.policy, .def = "builtin",
+         .choices = S_POLICIES,
+         .help = "the policy of every run: the built-in one, or the small neural agent trained "
+                 "by PyTorch GRPO (each run is `selroll run --policy neural`)"},
+        {.name = "neural-weights", .kind = CFG_STRING, .dst = &o.neural_weights,
+         .metavar = "PATH",
+         .help = "--policy neural: the checkpoint every run serves and trains from (passed as "
+                 "`selroll run --neural-weights`; default: run's own, the committed one)"},
         {.name = "seeds", .kind = CFG_STRING, .dst = &o.seeds, .def = "1,2,3", .metavar = "LIST",
          .help = "run seeds, comma-separated; every arm runs on each"},
         {.name = "iters", .kind = CFG_INT, .dst = &o.iters, .def = "10", .min = 1, .max = 100000,
@@ -279,6 +357,12 @@ int experiment_main(int argc, char **argv)
          .help = "thresholds d_L swept over the shadow arm's records"},
         {.name = "report-only", .kind = CFG_BOOL, .dst = &o.report_only, .def = "false",
          .help = "run nothing: rebuild the report from the runs already in --out"},
+        {.name = "scale-note", .kind = CFG_STRING, .dst = &o.scale_note, .metavar = "TEXT",
+         .help = "why this scale: printed after the scale in report.md (also with --report-only)"},
+        {.name = "skip-done", .kind = CFG_BOOL, .dst = &o.skip_done, .def = "false",
+         .help = "leave out the arm x seed runs that --out already holds finished (exit 0), so "
+                 "an experiment can run in chunks of arms x seeds into the same --out (the "
+                 "baseline of a seed runs once)"},
         {.name = "run-args", .kind = CFG_STRING, .dst = &o.run_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every `selroll run`"},
         {.name = "run-timeout-s", .kind = CFG_I64, .dst = &o.run_timeout_s, .def = "3600",
@@ -298,7 +382,7 @@ int experiment_main(int argc, char **argv)
     exp_run_t *runs[S_MAX_ARMS][S_MAX_SEEDS];
     s_job_t *jobs = NULL;
     size_t njobs = 0;
-    char self[4096], machine[6000], scale[1024], command[8192], load0[128] = "", load1[128] = "";
+    char self[4096], machine[6000], scale[6144], command[8192], load0[128] = "", load1[128] = "";
     struct sigaction sa, old_int, old_term;
     bool handlers = false;
     memset(runs, 0, sizeof runs);
@@ -328,6 +412,15 @@ int experiment_main(int argc, char **argv)
         S_QUICK("eval-tasks", o.eval_tasks, 16);
         S_QUICK("jobs", o.jobs, 2);
 #undef S_QUICK
+    }
+    if (o.policy == 1 && cfg_source(&cfg, "arms") <= CFG_SRC_DEFAULT) {
+        free(o.arms);
+        o.arms = sr_xstrdup(S_NEURAL_ARMS);
+    }
+    if (o.neural_weights && o.policy != 1) {
+        fprintf(stderr, "selroll experiment: --neural-weights needs --policy neural\n");
+        code = 2;
+        goto cleanup;
     }
     double sw_a, sw_b, sw_s;
     if (exp_stats_parse_range(o.sweep, &sw_a, &sw_b, &sw_s) != SR_OK) {
@@ -383,9 +476,13 @@ int experiment_main(int argc, char **argv)
         cl += (size_t)snprintf(command + cl, sizeof command - cl, "%s%s", i ? " " : "selroll ",
                                argv[i]);
     snprintf(scale, sizeof scale,
-             "Scale: %d iterations per run, %d batch groups of G = %d, a pool of %d training "
-             "tasks, held-out evaluation of %d valid_unseen tasks (greedy) every %d iterations, "
-             "%d run(s) side by side%s%s.",
+             "Policy: %s%s%s. Scale: %d iterations per run, %d batch groups of G = %d, a pool of "
+             "%d training tasks, held-out evaluation of %d valid_unseen tasks (greedy) every %d "
+             "iterations, %d run(s) side by side%s%s.",
+             o.policy == 1 ? "neural (`selroll run --policy neural`: the small transformer, "
+                             "trained by PyTorch GRPO)"
+                           : "builtin",
+             o.neural_weights ? ", weights " : "", o.neural_weights ? o.neural_weights : "",
              o.iters, o.batch_groups, o.group_size, o.tasks, o.eval_tasks, o.eval_every, o.jobs,
              o.run_args ? "; extra run flags: " : "", o.run_args ? o.run_args : "");
     char arms_dir[4200];
@@ -416,10 +513,23 @@ int experiment_main(int argc, char **argv)
         sigaction(SIGTERM, &sa, &old_term);
         handlers = true;
         jobs = sr_xcalloc(narms * nseed_words, sizeof *jobs);
+        size_t nskipped = 0;
         for (size_t s = 0; s < nseed_words; s++)
-            for (size_t a = 0; a < narms; a++)
-                if (!rarms[a].skipped)
-                    jobs[njobs++] = (s_job_t){a, s, 0, 0, 0, false, 0};
+            for (size_t a = 0; a < narms; a++) {
+                if (rarms[a].skipped)
+                    continue;
+                char dir[4400];
+                snprintf(dir, sizeof dir, "%s/%s/seed-%lld", arms_dir, rarms[a].arm->name,
+                         (long long)seeds[s]);
+                if (o.skip_done && s_finished(dir)) {
+                    printf("skip   %-11s seed %lld (finished in %s)\n", rarms[a].arm->name,
+                           (long long)seeds[s], dir);
+                    nskipped++;
+                    continue;
+                }
+                jobs[njobs++] = (s_job_t){a, s, 0, 0, 0, false, 0};
+            }
+        (void)nskipped;
         size_t next = 0, running = 0, done = 0;
         printf("selroll experiment: %zu runs (%zu arms x %zu seeds), %d side by side; results in "
                "%s\n", njobs, narms, nseed_words, o.jobs, o.out);
@@ -583,6 +693,10 @@ int experiment_main(int argc, char **argv)
     }
     cJSON_Delete(facts);
 
+    if (o.scale_note && *o.scale_note) {
+        size_t sl2 = strlen(scale);
+        snprintf(scale + sl2, sizeof scale - sl2, " Why this scale: %s", o.scale_note);
+    }
     exp_report_t rep = {.out_dir = o.out, .command = shown_cmd, .machine = machine, .scale = scale,
                         .seeds = seeds, .nseeds = nseed_words, .arms = rarms, .narms = narms,
                         .sweep_from = sw_a, .sweep_to = sw_b, .sweep_step = sw_s};

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define S_NEURAL_WEIGHTS_TIMEOUT_MS 600000 /* --policy neural: --weights-timeout-ms default */
 #define S_MAX_ARGS 160     /* arguments of one child */
 #define S_USER_WORDS 64    /* words of one --*-args option (each child has <= 90 of its own) */
 #define S_MAX_CHILDREN 512 /* redis, 64 env workers, policy server, gate, trainer, 256 actors */
@@ -908,7 +909,8 @@ int run_main(int argc, char **argv)
                  "(at most 64 words)"},
         {.name = "weights-timeout-ms", .kind = CFG_I64, .dst = &o.weights_timeout_ms,
          .def = "120000", .min = 1, .max = 86400000,
-         .help = "training: wait this long for WEIGHTS_READY (then once more, then stop)"},
+         .help = "training: wait this long for WEIGHTS_READY (then once more, then stop); with "
+                 "--policy neural's own trainer the default is 600000"},
         {.name = "weights-sync", .kind = CFG_ENUM, .dst = &o.weights_sync, .def = "none",
          .choices = "none|vllm-lora|sglang-lora|sglang-disk",
          .help = "training, with an external --trainer PULL,ACK: the coordinator's --weights-sync "
@@ -1193,6 +1195,11 @@ int run_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
+    /* The PyTorch trainer takes ~20 sequences/s on one thread (a batch of 6 groups: ~1,100
+     * sequences, a minute; several on a loaded machine): the built-in trainer's 120 s would stop
+     * runs that are only slow. */
+    if (r.neural_trainer && cfg_source(&cfg, "weights-timeout-ms") <= CFG_SRC_DEFAULT)
+        o.weights_timeout_ms = S_NEURAL_WEIGHTS_TIMEOUT_MS;
     if (o.out)
         snprintf(r.out, sizeof r.out, "%s", o.out);
     else
@@ -1563,12 +1570,13 @@ int run_main(int argc, char **argv)
         snprintf(envw_desc, sizeof envw_desc, "%d env workers", o.env_workers);
     if (r.train)
         printf("selroll run %s: training, %d iterations of %d batch groups x G=%d (pre-filter %s, "
-               "gate %s, backfill %s, %s advantages), trainer %s; held-out %d %s tasks every %d "
+               "gate %s, backfill %s, %s advantages), trainer %s (WEIGHTS_READY awaited %lld s); "
+               "held-out %d %s tasks every %d "
                "iterations; %d actors x %d slots, %s, time scale %g; results in %s\n",
                o.run, o.iters, o.batch_groups, o.group_size, o.prefilter ? "on" : "off",
                o.no_gate ? "none" : o.gate_mode, o.backfill ? "on" : "off", o.adv,
                r.neural_trainer ? "neural (python3 -m selroll.neural train)" : o.trainer,
-               o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, envw_desc,
+               (long long)(o.weights_timeout_ms / 1000), o.eval_tasks, o.eval_split, o.eval_every, o.actors, o.slots, envw_desc,
                o.time_scale, r.out);
     else
         printf("selroll run %s: %d rounds x %d groups x G=%d on %d actors x %d slots, %s, "
