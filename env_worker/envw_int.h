@@ -1,0 +1,155 @@
+/*
+ * envw_int.h — what the env worker server's own files share (private to env_worker/: nothing
+ * outside it includes this header): the server's state and the functions one part calls in
+ * another.
+ *
+ * envw.c holds the configuration and the life cycle (new, run, stop, stats, destroy).
+ * envw_rpc.c holds the ROUTER protocol: receiving a request, RESET, STEP and CLOSE, the ERROR
+ * replies, and the replies held back for the step latency. envw_sessions.c holds the session
+ * table, the clients holding sessions and the idle sweep. envw_reg.c holds the registry entry
+ * and its heartbeat, as requests to the store queue (the schema is envw_store.c's).
+ *
+ * Everything but the registry's Redis calls runs on the reactor thread.
+ */
+#ifndef SR_ENVW_INT_H
+#define SR_ENVW_INT_H
+
+#include "common/metrics.h"
+#include "common/peerlimit.h"
+#include "common/reactor.h"
+#include "common/sr_buf.h"
+#include "common/storeq.h"
+#include "common/transport.h"
+#include "env_worker/env.h"
+#include "env_worker/envw.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENVW_IDENTITY_MAX 255
+
+/* One client (routing identity) and the sessions it holds. */
+typedef struct envw_owner {
+    struct envw_owner *next;
+    uint64_t hash;
+    int sessions;
+    uint8_t idlen;
+    uint8_t id[];
+} envw_owner_t;
+
+#define ENVW_OWNER_BUCKETS 256
+
+/* One session: an environment instance owned by one client under one name. */
+typedef struct envw_session {
+    struct envw_owner *owner;
+    struct envw_session *hnext;       /* next in the hash chain */
+    struct envw_session *prev, *next; /* neighbours in the last-use list (oldest first) */
+    uint64_t hash;
+    uint8_t *key; /* [identity length][identity][session id] */
+    size_t keylen;
+    const env_ops_t *ops;
+    void *env;
+    int64_t last_ms;
+    int steps;
+    bool done;
+    bool won;
+} envw_session_t;
+
+/* A reply waiting for its due time. */
+typedef struct envw_reply {
+    struct envw_reply *next;
+    int64_t due_ms;
+    size_t idlen;
+    size_t len;
+    uint8_t data[]; /* identity, then body */
+} envw_reply_t;
+
+struct envw {
+    /* configuration */
+    int capacity;
+    int step_latency_ms;
+    int64_t session_ttl_ms;
+    int64_t heartbeat_ms;
+    bool catch_signals;
+    char *id;
+    char *advertise;
+    char *kind; /* registered in the field "kind" */
+    char host[256];
+
+    /* ZeroMQ and the loop */
+    void *ctx;
+    bool own_ctx;
+    transport_sock_t *sock;
+    reactor_t *reactor;
+    int sweep_timer;
+    int reply_timer;
+    atomic_int running;
+    sr_buf_t out;
+
+    /* sessions */
+    envw_session_t **buckets;
+    size_t nbuckets;
+    size_t nsessions;
+    envw_session_t *lru_head, *lru_tail;
+    envw_owner_t *owners[ENVW_OWNER_BUCKETS];
+    int max_per_peer;
+
+    /* delayed replies */
+    envw_reply_t *q_head, *q_tail;
+
+    /* envw_call: replies go to this function instead of the socket while it runs */
+    envw_reply_fn direct_fn;
+    void *direct_arg;
+
+    /* metrics */
+    metrics_registry_t *metrics;
+    metrics_counter_t *m_requests, *m_resets, *m_steps, *m_closes, *m_errors[ENVW_ERR_COUNT];
+    metrics_counter_t *m_dropped_idle, *m_send_failed, *m_registry_failures;
+    /* Hostile input (docs/security.md): clients ignored after too many malformed requests. */
+    peerlimit_t *peers;
+    metrics_counter_t *m_peer_bans, *m_peer_dropped, *m_curve_refused;
+    metrics_counter_t *m_peer_capped, *m_evicted;
+    metrics_gauge_t *m_sessions;
+
+    /* registry */
+    storeq_t *sq;
+    int reg_timer;
+    bool reg_inflight; /* a registration was submitted and has not completed */
+    bool reg_failing;  /* the last registration failed (Redis unreachable): log the next success */
+    bool registered;   /* a registration succeeded once */
+    char fatal[512];   /* Redis refused the credentials: why the loop stopped ("" if it did not) */
+};
+
+/* envw_sessions.c: the session table (keyed by [identity length][identity][session id]), its
+ * last-use list, the clients holding sessions, and the idle sweep (a reactor timer). */
+uint64_t envw_sessions_hash(const uint8_t *p, size_t n);
+/* envw_sessions_key writes the session key into buf (at least 1 + 255 + PROTO_MAX_ID bytes). */
+size_t envw_sessions_key(uint8_t *buf, const uint8_t *id, size_t idlen, const char *session);
+envw_session_t *envw_sessions_find(envw_t *w, const uint8_t *key, size_t keylen, uint64_t h);
+/* envw_sessions_touch marks s as used now: it moves to the young end of the last-use list. */
+void envw_sessions_touch(envw_t *w, envw_session_t *s);
+/* envw_sessions_owner_get returns the client's entry, made when absent (NULL when out of
+ * memory); envw_sessions_owner_release forgets it when it holds no session. */
+envw_owner_t *envw_sessions_owner_get(envw_t *w, const uint8_t *id, size_t idlen);
+void envw_sessions_owner_release(envw_t *w, envw_owner_t *o);
+/* envw_sessions_top_owner returns the client holding the most sessions (NULL when none). */
+envw_owner_t *envw_sessions_top_owner(envw_t *w);
+envw_session_t *envw_sessions_insert(envw_t *w, const uint8_t *key, size_t keylen, uint64_t h,
+                                     envw_owner_t *owner);
+void envw_sessions_remove(envw_t *w, envw_session_t *s);
+/* envw_sessions_sweep is the idle-sweep timer's callback (arg: the envw_t). */
+void envw_sessions_sweep(reactor_t *r, int id, void *arg);
+
+/* envw_rpc.c: the ROUTER socket's handler (arg: the envw_t). */
+void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg);
+
+/* envw_reg.c: envw_reg_register submits the entry unless the last one is still on its way;
+ * envw_reg_on_timer is the heartbeat timer's callback; envw_reg_stop deletes the entry after
+ * the loop ended. */
+void envw_reg_register(envw_t *w);
+void envw_reg_on_timer(reactor_t *r, int id, void *arg);
+void envw_reg_stop(envw_t *w);
+
+#endif
