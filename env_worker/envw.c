@@ -11,7 +11,6 @@
 #include "common/envkind.h"
 #include "common/log.h"
 #include "common/sr.h"
-#include "common/store.h"
 #include "env_worker/envw_int.h"
 
 #include <errno.h>
@@ -147,7 +146,6 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     }
     w->kind = sr_xstrdup(cfg->kind ? cfg->kind : ENVKIND_HOUSEHOLD);
-    sr_buf_init(&w->out);
     w->capacity = cfg->capacity;
     w->max_per_peer = cfg->max_per_peer; /* 0: only the capacity bounds a client */
     w->step_latency_ms = cfg->step_latency_ms;
@@ -167,7 +165,8 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
     w->buckets = calloc(w->nbuckets, sizeof *w->buckets);
     w->metrics = metrics_registry_new();
     w->reactor = reactor_new();
-    if (!w->buckets || !w->metrics || !w->reactor || s_metrics_init(w) != SR_OK) {
+    if (!w->buckets || !w->metrics || !w->reactor || envw_rpc_new(w) != SR_OK ||
+        s_metrics_init(w) != SR_OK) {
         snprintf(why, sizeof why, "out of memory or no pipe for the reactor");
         goto fail;
     }
@@ -194,16 +193,10 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
          * the store queue, which connects on the first one and again after a loss, so the worker
          * serves at once and registers (and heartbeats) once Redis answers. A malformed URL stops
          * the start here; credentials that Redis refuses stop the worker when its first
-         * registration is answered (s_register_done). */
+         * registration is answered (envw_reg.c). */
         char serr[512] = "";
         const char *run = cfg->run ? cfg->run : "default";
-        store_url_t u;
-        if (store_parse_url(cfg->redis_url, &u, serr, sizeof serr) != SR_OK) {
-            snprintf(why, sizeof why, "%s", serr);
-            goto fail;
-        }
-        w->sq = storeq_new(w->reactor, cfg->redis_url, run, 2000, serr, sizeof serr);
-        if (!w->sq) {
+        if (envw_reg_new(w, cfg->redis_url, run, serr, sizeof serr) != SR_OK) {
             snprintf(why, sizeof why, "%s", serr);
             goto fail;
         }
@@ -241,20 +234,13 @@ int envw_run(envw_t *w)
             goto cleanup;
         rc = SR_OK;
     }
-    w->fatal[0] = '\0';
-    if (w->sq) {
-        envw_reg_register(w);
-        w->reg_timer =
-            reactor_timer_add(w->reactor, w->heartbeat_ms, w->heartbeat_ms, envw_reg_on_timer, w);
-        if (w->reg_timer <= 0)
-            log_error("cannot add the registry timer; the entry will expire");
-    }
+    envw_reg_start(w);
     log_info("env worker %s serving on %s (capacity %d, step latency %d ms, session ttl %lld ms)",
              w->id, transport_sock_endpoint(w->sock), w->capacity, w->step_latency_ms,
              (long long)w->session_ttl_ms);
     rc = reactor_run(w->reactor);
     envw_reg_stop(w);
-    if (rc == SR_OK && w->fatal[0])
+    if (rc == SR_OK && envw_reg_error(w)[0])
         rc = SR_EREDIS;
 
 cleanup:
@@ -285,7 +271,7 @@ const char *envw_advertised(const envw_t *w)
 
 const char *envw_error(const envw_t *w)
 {
-    return w ? w->fatal : "";
+    return envw_reg_error(w);
 }
 
 const char *envw_id(const envw_t *w)
@@ -337,23 +323,18 @@ void envw_destroy(envw_t **self_p)
     if (!self_p || !*self_p)
         return;
     envw_t *w = *self_p;
-    storeq_destroy(&w->sq); /* before the reactor, which watches its eventfd */
+    envw_reg_destroy(w); /* before the reactor, which watches its eventfd */
     if (w->buckets) {
         while (w->lru_head)
             envw_sessions_remove(w, w->lru_head);
     }
-    while (w->q_head) {
-        envw_reply_t *q = w->q_head;
-        w->q_head = q->next;
-        free(q);
-    }
+    envw_rpc_destroy(w);
     reactor_destroy(&w->reactor);
     transport_sock_destroy(&w->sock);
     if (w->own_ctx && w->ctx)
         zmq_ctx_term(w->ctx);
     peerlimit_destroy(&w->peers);
     metrics_registry_destroy(&w->metrics);
-    sr_buf_free(&w->out);
     free(w->buckets);
     free(w->id);
     free(w->advertise);

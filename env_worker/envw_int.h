@@ -9,6 +9,11 @@
  * table, the clients holding sessions and the idle sweep. envw_reg.c holds the registry entry
  * and its heartbeat, as requests to the store queue (the schema is envw_store.c's).
  *
+ * The registry's state (struct envw_reg) and the replies' (struct envw_rpc: the encoding
+ * buffer, the delayed replies, envw_call's reply function) are private to their files; struct
+ * envw holds a pointer to each. The session table stays in struct envw: RESET's fair share at
+ * capacity (envw_rpc.c) walks it and the registry entry reports its size.
+ *
  * Everything but the registry's Redis calls runs on the reactor thread.
  */
 #ifndef SR_ENVW_INT_H
@@ -17,8 +22,6 @@
 #include "common/metrics.h"
 #include "common/peerlimit.h"
 #include "common/reactor.h"
-#include "common/sr_buf.h"
-#include "common/storeq.h"
 #include "common/transport.h"
 #include "env_worker/env.h"
 #include "env_worker/envw.h"
@@ -57,15 +60,6 @@ typedef struct envw_session {
     bool won;
 } envw_session_t;
 
-/* A reply waiting for its due time. */
-typedef struct envw_reply {
-    struct envw_reply *next;
-    int64_t due_ms;
-    size_t idlen;
-    size_t len;
-    uint8_t data[]; /* identity, then body */
-} envw_reply_t;
-
 struct envw {
     /* configuration */
     int capacity;
@@ -84,9 +78,7 @@ struct envw {
     transport_sock_t *sock;
     reactor_t *reactor;
     int sweep_timer;
-    int reply_timer;
     atomic_int running;
-    sr_buf_t out;
 
     /* sessions */
     envw_session_t **buckets;
@@ -96,12 +88,8 @@ struct envw {
     envw_owner_t *owners[ENVW_OWNER_BUCKETS];
     int max_per_peer;
 
-    /* delayed replies */
-    envw_reply_t *q_head, *q_tail;
-
-    /* envw_call: replies go to this function instead of the socket while it runs */
-    envw_reply_fn direct_fn;
-    void *direct_arg;
+    /* replies: envw_rpc.c's (the encoding buffer, the delayed replies, envw_call's function) */
+    struct envw_rpc *rpc;
 
     /* metrics */
     metrics_registry_t *metrics;
@@ -113,13 +101,8 @@ struct envw {
     metrics_counter_t *m_peer_capped, *m_evicted;
     metrics_gauge_t *m_sessions;
 
-    /* registry */
-    storeq_t *sq;
-    int reg_timer;
-    bool reg_inflight; /* a registration was submitted and has not completed */
-    bool reg_failing;  /* the last registration failed (Redis unreachable): log the next success */
-    bool registered;   /* a registration succeeded once */
-    char fatal[512];   /* Redis refused the credentials: why the loop stopped ("" if it did not) */
+    /* registry: envw_reg.c's (NULL without Redis) */
+    struct envw_reg *reg;
 };
 
 /* envw_sessions.c: the session table (keyed by [identity length][identity][session id]), its
@@ -142,14 +125,22 @@ void envw_sessions_remove(envw_t *w, envw_session_t *s);
 /* envw_sessions_sweep is the idle-sweep timer's callback (arg: the envw_t). */
 void envw_sessions_sweep(reactor_t *r, int id, void *arg);
 
-/* envw_rpc.c: the ROUTER socket's handler (arg: the envw_t). */
+/* envw_rpc.c: its state private to that file, made by envw_rpc_new (SR_ENOMEM) and freed with
+ * the replies still waiting by envw_rpc_destroy; envw_rpc_on_readable is the ROUTER socket's
+ * handler (arg: the envw_t). */
+int envw_rpc_new(envw_t *w);
+void envw_rpc_destroy(envw_t *w);
 void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg);
 
-/* envw_reg.c: envw_reg_register submits the entry unless the last one is still on its way;
- * envw_reg_on_timer is the heartbeat timer's callback; envw_reg_stop deletes the entry after
- * the loop ended. */
-void envw_reg_register(envw_t *w);
-void envw_reg_on_timer(reactor_t *r, int id, void *arg);
+/* envw_reg.c: the registry entry, its state private to that file. envw_reg_new makes it for the
+ * Redis at url (nothing connects yet: the store queue connects on its first request);
+ * envw_reg_start registers at once and every heartbeat; envw_reg_stop deletes the entry after the
+ * loop ended; envw_reg_error is why Redis stopped the worker ("" if it did not);
+ * envw_reg_destroy ends the store queue (before the reactor, which watches its eventfd). */
+int envw_reg_new(envw_t *w, const char *url, const char *run, char *err, size_t errlen);
+void envw_reg_start(envw_t *w);
 void envw_reg_stop(envw_t *w);
+const char *envw_reg_error(const envw_t *w);
+void envw_reg_destroy(envw_t *w);
 
 #endif

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/storeq.h"
 #include "env_worker/envw_int.h"
 #include "env_worker/envw_store.h"
 
@@ -18,6 +19,15 @@
 /* ---------------------------------------------------------------------------------------------
  * Registry: requests to the store thread (the schema is envw_store.c's)
  * ------------------------------------------------------------------------------------------- */
+
+struct envw_reg {
+    storeq_t *sq;
+    int timer;
+    bool inflight;   /* a registration was submitted and has not completed */
+    bool failing;    /* the last registration failed (Redis unreachable): log the next success */
+    bool registered; /* a registration succeeded once */
+    char fatal[512]; /* Redis refused the credentials: why the loop stopped ("" if it did not) */
+};
 
 typedef struct {
     envw_t *w;
@@ -44,34 +54,36 @@ static void s_register_done(int rc, const char *err, void *arg)
 {
     s_reg_t *g = arg;
     envw_t *w = g->w;
+    struct envw_reg *reg = w->reg;
     free(g);
-    w->reg_inflight = false;
+    reg->inflight = false;
     if (rc == SR_ECLOSED)
         return;
-    if (rc != SR_OK && !w->registered && s_refused(err)) {
+    if (rc != SR_OK && !reg->registered && s_refused(err)) {
         /* Credentials Redis refuses are a configuration error: they stop the worker, as a
          * malformed URL does, before it ever registered. */
-        snprintf(w->fatal, sizeof w->fatal, "%s", err);
+        snprintf(reg->fatal, sizeof reg->fatal, "%s", err);
         reactor_stop(w->reactor);
         return;
     }
     if (rc != SR_OK) {
         metrics_counter_inc(w->m_registry_failures);
         log_warn_limited(1, "registry refresh failed: %s", err);
-        w->reg_failing = true;
+        reg->failing = true;
         return;
     }
-    if (w->reg_failing) {
-        w->reg_failing = false;
+    if (reg->failing) {
+        reg->failing = false;
         log_info("registered in Redis as envw:%s", w->id);
     }
-    w->registered = true;
+    reg->registered = true;
 }
 
-/* envw_reg_register submits the entry, unless the last one is still on its way. */
-void envw_reg_register(envw_t *w)
+/* s_register submits the entry, unless the last one is still on its way. */
+static void s_register(envw_t *w)
 {
-    if (!w->sq || w->reg_inflight || w->fatal[0])
+    struct envw_reg *reg = w->reg;
+    if (!reg || !reg->sq || reg->inflight || reg->fatal[0])
         return;
     s_reg_t *g = sr_xcalloc(1, sizeof *g);
     g->w = w;
@@ -85,18 +97,18 @@ void envw_reg_register(envw_t *w)
         .pid = (int64_t)getpid(),
         .step_latency_ms = w->step_latency_ms,
     };
-    if (storeq_submit(w->sq, s_register_work, s_register_done, g) != SR_OK) {
+    if (storeq_submit(reg->sq, s_register_work, s_register_done, g) != SR_OK) {
         free(g);
         return;
     }
-    w->reg_inflight = true;
+    reg->inflight = true;
 }
 
-void envw_reg_on_timer(reactor_t *r, int id, void *arg)
+static void s_on_timer(reactor_t *r, int id, void *arg)
 {
     (void)r;
     (void)id;
-    envw_reg_register(arg);
+    s_register(arg);
 }
 
 static int s_unregister_work(store_t *st, void *arg, char *err)
@@ -118,15 +130,54 @@ static void s_unregister_done(int rc, const char *err, void *arg)
  * has no entry to delete. */
 void envw_reg_stop(envw_t *w)
 {
-    if (!w->sq)
+    struct envw_reg *reg = w->reg;
+    if (!reg || !reg->sq)
         return;
-    if (w->reg_timer > 0) {
-        reactor_timer_cancel(w->reactor, w->reg_timer);
-        w->reg_timer = 0;
+    if (reg->timer > 0) {
+        reactor_timer_cancel(w->reactor, reg->timer);
+        reg->timer = 0;
     }
-    if (w->fatal[0])
+    if (reg->fatal[0])
         return;
-    if (storeq_submit(w->sq, s_unregister_work, s_unregister_done, w) == SR_OK &&
-        storeq_flush(w->sq, 5000) != SR_OK)
+    if (storeq_submit(reg->sq, s_unregister_work, s_unregister_done, w) == SR_OK &&
+        storeq_flush(reg->sq, 5000) != SR_OK)
         log_warn("could not unregister from Redis: it did not answer in 5 s");
+}
+
+int envw_reg_new(envw_t *w, const char *url, const char *run, char *err, size_t errlen)
+{
+    store_url_t u;
+    if (store_parse_url(url, &u, err, errlen) != SR_OK)
+        return SR_EINVAL;
+    w->reg = sr_xcalloc(1, sizeof *w->reg);
+    w->reg->sq = storeq_new(w->reactor, url, run, 2000, err, errlen);
+    return w->reg->sq ? SR_OK : SR_EREDIS;
+}
+
+void envw_reg_start(envw_t *w)
+{
+    struct envw_reg *reg = w->reg;
+    if (!reg)
+        return;
+    reg->fatal[0] = '\0';
+    if (reg->sq) {
+        s_register(w);
+        reg->timer = reactor_timer_add(w->reactor, w->heartbeat_ms, w->heartbeat_ms, s_on_timer, w);
+        if (reg->timer <= 0)
+            log_error("cannot add the registry timer; the entry will expire");
+    }
+}
+
+const char *envw_reg_error(const envw_t *w)
+{
+    return w && w->reg ? w->reg->fatal : "";
+}
+
+void envw_reg_destroy(envw_t *w)
+{
+    if (!w->reg)
+        return;
+    storeq_destroy(&w->reg->sq); /* may call s_register_done, which reads w->reg */
+    free(w->reg);
+    w->reg = NULL;
 }

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "env_worker/envw_int.h"
 
 #include <limits.h>
@@ -16,6 +17,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A reply waiting for its due time. */
+typedef struct s_reply {
+    struct s_reply *next;
+    int64_t due_ms;
+    size_t idlen;
+    size_t len;
+    uint8_t data[]; /* identity, then body */
+} s_reply_t;
+
+struct envw_rpc {
+    sr_buf_t out; /* the reply being encoded */
+    int reply_timer;
+    /* delayed replies */
+    s_reply_t *q_head, *q_tail;
+    /* envw_call: replies go to this function instead of the socket while it runs */
+    envw_reply_fn direct_fn;
+    void *direct_arg;
+};
 
 /* ---------------------------------------------------------------------------------------------
  * Reading the rid of a request that did not decode
@@ -163,8 +183,8 @@ static bool s_peek_rid(const void *buf, size_t len, uint64_t *rid)
 
 static void s_send_now(envw_t *w, const uint8_t *id, size_t idlen, const void *body, size_t len)
 {
-    if (w->direct_fn) {
-        w->direct_fn(w->direct_arg, body, len);
+    if (w->rpc->direct_fn) {
+        w->rpc->direct_fn(w->rpc->direct_arg, body, len);
         return;
     }
     int rc = transport_send_routed(w->sock, id, idlen, body, len);
@@ -177,30 +197,30 @@ static void s_send_now(envw_t *w, const uint8_t *id, size_t idlen, const void *b
 static void s_flush_due(reactor_t *r, int tid, void *arg)
 {
     envw_t *w = arg;
-    w->reply_timer = 0;
+    w->rpc->reply_timer = 0;
     int64_t now = reactor_now(r);
-    while (w->q_head && w->q_head->due_ms <= now) {
-        envw_reply_t *q = w->q_head;
-        w->q_head = q->next;
-        if (!w->q_head)
-            w->q_tail = NULL;
+    while (w->rpc->q_head && w->rpc->q_head->due_ms <= now) {
+        s_reply_t *q = w->rpc->q_head;
+        w->rpc->q_head = q->next;
+        if (!w->rpc->q_head)
+            w->rpc->q_tail = NULL;
         s_send_now(w, q->data, q->idlen, q->data + q->idlen, q->len);
         free(q);
     }
-    if (w->q_head) {
-        int rc = reactor_timer_add(r, w->q_head->due_ms - now, 0, s_flush_due, w);
-        w->reply_timer = rc > 0 ? rc : 0;
+    if (w->rpc->q_head) {
+        int rc = reactor_timer_add(r, w->rpc->q_head->due_ms - now, 0, s_flush_due, w);
+        w->rpc->reply_timer = rc > 0 ? rc : 0;
     }
 }
 
-/* s_send sends the encoded reply in w->out now, or queues it for the step latency. */
+/* s_send sends the encoded reply in w->rpc->out now, or queues it for the step latency. */
 static void s_send(envw_t *w, const uint8_t *id, size_t idlen)
 {
     if (w->step_latency_ms <= 0) {
-        s_send_now(w, id, idlen, w->out.data, w->out.len);
+        s_send_now(w, id, idlen, w->rpc->out.data, w->rpc->out.len);
         return;
     }
-    envw_reply_t *q = malloc(sizeof *q + idlen + w->out.len);
+    s_reply_t *q = malloc(sizeof *q + idlen + w->rpc->out.len);
     if (!q) {
         metrics_counter_inc(w->m_send_failed);
         return;
@@ -208,17 +228,17 @@ static void s_send(envw_t *w, const uint8_t *id, size_t idlen)
     q->next = NULL;
     q->due_ms = reactor_now(w->reactor) + w->step_latency_ms;
     q->idlen = idlen;
-    q->len = w->out.len;
+    q->len = w->rpc->out.len;
     memcpy(q->data, id, idlen);
-    memcpy(q->data + idlen, w->out.data, w->out.len);
-    if (w->q_tail)
-        w->q_tail->next = q;
+    memcpy(q->data + idlen, w->rpc->out.data, w->rpc->out.len);
+    if (w->rpc->q_tail)
+        w->rpc->q_tail->next = q;
     else
-        w->q_head = q;
-    w->q_tail = q;
-    if (!w->reply_timer) {
+        w->rpc->q_head = q;
+    w->rpc->q_tail = q;
+    if (!w->rpc->reply_timer) {
         int rc = reactor_timer_add(w->reactor, w->step_latency_ms, 0, s_flush_due, w);
-        w->reply_timer = rc > 0 ? rc : 0;
+        w->rpc->reply_timer = rc > 0 ? rc : 0;
     }
 }
 
@@ -244,8 +264,8 @@ static void s_reply_error(envw_t *w, const uint8_t *id, size_t idlen, bool has_r
     m.u.error.code = envw_err_code(code);
     m.u.error.msg = text;
     m.u.error.session = session;
-    sr_buf_reset(&w->out);
-    if (proto_encode(&m, &w->out) != SR_OK) {
+    sr_buf_reset(&w->rpc->out);
+    if (proto_encode(&m, &w->rpc->out) != SR_OK) {
         metrics_counter_inc(w->m_send_failed);
         return;
     }
@@ -267,8 +287,8 @@ static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid
     m.u.obs.won = obs->won;
     m.u.obs.step = obs->steps;
     m.u.obs.goal = with_goal ? obs->goal : NULL;
-    sr_buf_reset(&w->out);
-    int rc = proto_encode(&m, &w->out);
+    sr_buf_reset(&w->rpc->out);
+    int rc = proto_encode(&m, &w->rpc->out);
     if (rc != SR_OK) {
         /* An environment produced an observation beyond the protocol's limits. */
         s_reply_error(w, id, idlen, true, rid, ENVW_ERR_BAD_TASK, session,
@@ -507,11 +527,11 @@ int envw_call(envw_t *w, const void *client, size_t client_len, const void *body
         return SR_EINVAL;
     if (w->step_latency_ms > 0 || atomic_load(&w->running))
         return SR_ECONFLICT;
-    w->direct_fn = fn;
-    w->direct_arg = arg;
+    w->rpc->direct_fn = fn;
+    w->rpc->direct_arg = arg;
     s_handle(w, client, client_len, body, len);
-    w->direct_fn = NULL;
-    w->direct_arg = NULL;
+    w->rpc->direct_fn = NULL;
+    w->rpc->direct_arg = NULL;
     return SR_OK;
 }
 
@@ -547,4 +567,27 @@ void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
     }
     s_handle(w, id, idlen, body, len);
     transport_msg_close(&m);
+}
+
+int envw_rpc_new(envw_t *w)
+{
+    w->rpc = calloc(1, sizeof *w->rpc);
+    if (!w->rpc)
+        return SR_ENOMEM;
+    sr_buf_init(&w->rpc->out);
+    return SR_OK;
+}
+
+void envw_rpc_destroy(envw_t *w)
+{
+    if (!w->rpc)
+        return;
+    while (w->rpc->q_head) {
+        s_reply_t *q = w->rpc->q_head;
+        w->rpc->q_head = q->next;
+        free(q);
+    }
+    sr_buf_free(&w->rpc->out);
+    free(w->rpc);
+    w->rpc = NULL;
 }
