@@ -2,7 +2,7 @@
  * envw_store.h — the env worker's Redis schema, in one place: its registry entry
  * selroll:<run>:envw:<id>, a hash with a time to live that the worker writes again every
  * heartbeat and deletes when it stops (docs/redis.md; the coordinator, the dashboard and the
- * Python env worker read and write the same fields). envw.c calls these on its store thread
+ * Python env worker read and write the same fields). envw_reg.c calls these on its store thread
  * (common/storeq.h), never on its loop, and holds no key name or field name.
  */
 #ifndef SR_ENVW_STORE_H

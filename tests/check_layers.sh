@@ -5,7 +5,8 @@
 # common/'s, never another role's; common/ includes only common/. Only env_worker/ (the env
 # worker, whose environments sit behind their ops table) and its household sub-folder include a
 # header of the household (env_worker/household/); tools/ and bench/ reach it through the ops and
-# kind tables of env_worker/env.h and common/envkind.h. Every include that breaks a rule is printed as
+# kind tables of env_worker/env.h and common/envkind.h. A private header (NAME_int.h) is included
+# only by the files of its own folder. Every include that breaks a rule is printed as
 # "FILE:LINE: includes HEADER: WHY", and the script exits 1; it exits 0 (one line) when none does.
 set -u
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -54,6 +55,13 @@ while IFS= read -r src; do
           case $from in env_worker) ;;
             *) why="only env_worker/ includes the household's headers; $from goes through the ops and kind tables (env_worker/env.h, common/envkind.h)" ;;
           esac ;;
+      esac
+    fi
+    if [ -z "$why" ]; then
+      case $hdr in
+        *_int.h)
+          [ "${src%/*}" = "${hdr%/*}" ] ||
+            why="a private header (*_int.h) is included only by its own folder's files" ;;
       esac
     fi
     if [ -n "$why" ]; then
