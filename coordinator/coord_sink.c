@@ -9,7 +9,8 @@
  */
 #include "coordinator/coord_int.h"
 
-/* s_report tells the sink's owner what became of a RESULT. */
+/* s_report tells the sink's owner what became of a RESULT. Every outcome is reported before the
+ * RESULT is answered, so whoever reads the coordinator's counters after an ack sees it counted. */
 static void s_report(coord_t *c, const ci_sink_outcome_t *o)
 {
     c->sink_report(c, o);
@@ -20,8 +21,8 @@ static void s_refuse(coord_t *c, int64_t round, const void *id, size_t idlen,
                      const proto_result_t *r, const char *reason)
 {
     log_info_limited(5, "RESULT %s epoch %lld refused: %s", r->job_id, (long long)r->epoch, reason);
-    ci_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
     s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE, .job = -1, .round = round});
+    ci_send_ack(c, id, idlen, r->job_id, r->epoch, false, reason);
 }
 
 /* ---- storing a RESULT -------------------------------------------------------------------- */
@@ -142,8 +143,8 @@ static void s_put_done(int rc, const char *err, void *arg)
         /* The actor stopped on a CANCEL that Redis does not confirm (forged): the trajectory is
          * run again, and the group's other jobs stay queued. Not an attempt of the job's. */
         coord_sched_unstore(c->sched, ji);
-        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
         s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_FORGED, .job = ji, .round = p->round});
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
         s_put_free(p);
         return;
     }
@@ -151,12 +152,12 @@ static void s_put_done(int rc, const char *err, void *arg)
         /* The copy stored under final_epoch is the job's result; this one is not. */
         log_warn("RESULT %s epoch %lld refused: final under epoch %lld", p->job_id,
                  (long long)p->epoch, (long long)p->final_epoch);
-        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
         s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_STALE,
                                          .job = ji,
                                          .round = p->round,
                                          .final = true,
                                          .status = p->status});
+        ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, false, "final under another epoch");
         s_put_free(p);
         return;
     }
@@ -166,7 +167,6 @@ static void s_put_done(int rc, const char *err, void *arg)
     if (took > c->cfg.redis_timeout_ms)
         log_info_limited(5, "RESULT %s stored after %lld ms (%d attempts): Redis was slow",
                          p->job_id, (long long)took, p->attempts);
-    ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
     s_report(c, &(ci_sink_outcome_t){
                     .kind = CI_SINK_STORED,
                     .job = ji,
@@ -183,6 +183,7 @@ static void s_put_done(int rc, const char *err, void *arg)
                     .error = p->error,
                     .msg = &p->msg,
                 });
+    ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
     s_put_free(p);
 }
 
@@ -235,8 +236,8 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
         log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures + 1,
                          c->cfg.max_attempts, r->error ? r->error : "no reason given");
-        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
         s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_RETRY, .job = ji, .round = R->round});
+        ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
         return;
     }
     /* Durable first: the result, then the group's count, on the store thread. Only then the
