@@ -24,6 +24,53 @@ typedef struct {
     size_t head, len, cap;
 } s_fifo_t;
 
+struct coord_job {
+    int group; /* index of its group */
+    int traj;
+    coord_job_state_t state;
+    int64_t epoch;               /* of the current (LEASED) or last lease; 0 = never leased */
+    uint8_t actor[COORD_ID_MAX]; /* lease holder's identity while LEASED */
+    size_t actor_len;
+    int64_t deadline_ms;           /* lease expiry while LEASED */
+    int failures;                  /* attempts that ended with status "failed" */
+    bool storing;                  /* LEASED, its RESULT being stored: never re-leased */
+    uint32_t qseq_;                /* queue entry that is current (lazy deletion) */
+    char status[COORD_STATUS_MAX]; /* the final RESULT's status when FINAL */
+};
+
+struct coord_group {
+    char gid[STORE_GID_MAX];
+    char task[STORE_TASK_MAX];
+    int G;
+    int first_job;      /* its jobs are first_job .. first_job + G - 1 */
+    bool cancelled;     /* a CANCEL was seen, or Redis says so */
+    uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
+    bool keep_known;    /* keep_mask is the gate's (its CANCEL came), not a placeholder */
+    /* The gate's CANCEL, kept by the coordinator to tell it again (bus re-announcements and
+     * CANCELs to actors whose heartbeat lists a lease of the group); set with keep_known. */
+    int64_t cancel_step;
+    double cancel_d;
+    char cancel_reason[64];
+    int announces; /* bus re-announcements made */
+    int64_t next_announce_ms;
+    uint64_t told_seq; /* the heartbeat that last told an actor (one CANCEL per heartbeat) */
+    void *confirming;  /* the coordinator's Redis look-up of a CANCEL on its way, or NULL */
+    int64_t round;     /* the round it belongs to (set by the caller; 0 unless set) */
+};
+
+struct coord_actor {
+    uint8_t id[COORD_ID_MAX]; /* routing identity */
+    size_t idlen;
+    char name[COORD_ID_MAX]; /* printable form of the id, for logs */
+    bool gate;               /* gates hold no jobs */
+    int slots;
+    int credit; /* granted minus sent */
+    bool draining;
+    int64_t last_seen_ms;
+    int held;     /* jobs currently leased to it */
+    uint64_t seq; /* join order */
+};
+
 struct coord_sched {
     coord_placement_t placement;
     coord_group_t *groups;
@@ -745,4 +792,143 @@ void coord_sched_actor_seen(coord_sched_t *s, coord_actor_t *a, int64_t now_ms)
     (void)s;
     if (a)
         a->last_seen_ms = now_ms;
+}
+
+/* ---- reading a job, a group, an actor ---------------------------------------------------- */
+
+int coord_actor_credit(const coord_actor_t *x)
+{
+    return x->credit;
+}
+bool coord_actor_draining(const coord_actor_t *x)
+{
+    return x->draining;
+}
+bool coord_actor_gate(const coord_actor_t *x)
+{
+    return x->gate;
+}
+int coord_actor_held(const coord_actor_t *x)
+{
+    return x->held;
+}
+const uint8_t *coord_actor_id(const coord_actor_t *x)
+{
+    return x->id;
+}
+size_t coord_actor_idlen(const coord_actor_t *x)
+{
+    return x->idlen;
+}
+int64_t coord_actor_last_seen_ms(const coord_actor_t *x)
+{
+    return x->last_seen_ms;
+}
+const char *coord_actor_name(const coord_actor_t *x)
+{
+    return x->name;
+}
+int coord_actor_slots(const coord_actor_t *x)
+{
+    return x->slots;
+}
+int coord_group_G(const coord_group_t *x)
+{
+    return x->G;
+}
+int coord_group_announces(const coord_group_t *x)
+{
+    return x->announces;
+}
+double coord_group_cancel_d(const coord_group_t *x)
+{
+    return x->cancel_d;
+}
+const char *coord_group_cancel_reason(const coord_group_t *x)
+{
+    return x->cancel_reason;
+}
+int64_t coord_group_cancel_step(const coord_group_t *x)
+{
+    return x->cancel_step;
+}
+bool coord_group_cancelled(const coord_group_t *x)
+{
+    return x->cancelled;
+}
+int coord_group_first_job(const coord_group_t *x)
+{
+    return x->first_job;
+}
+const char *coord_group_gid(const coord_group_t *x)
+{
+    return x->gid;
+}
+bool coord_group_keep_known(const coord_group_t *x)
+{
+    return x->keep_known;
+}
+uint64_t coord_group_keep_mask(const coord_group_t *x)
+{
+    return x->keep_mask;
+}
+int64_t coord_group_next_announce_ms(const coord_group_t *x)
+{
+    return x->next_announce_ms;
+}
+int64_t coord_group_round(const coord_group_t *x)
+{
+    return x->round;
+}
+const char *coord_group_task(const coord_group_t *x)
+{
+    return x->task;
+}
+uint64_t coord_group_told_seq(const coord_group_t *x)
+{
+    return x->told_seq;
+}
+const uint8_t *coord_job_actor(const coord_job_t *x)
+{
+    return x->actor;
+}
+size_t coord_job_actor_len(const coord_job_t *x)
+{
+    return x->actor_len;
+}
+int64_t coord_job_deadline_ms(const coord_job_t *x)
+{
+    return x->deadline_ms;
+}
+int64_t coord_job_epoch(const coord_job_t *x)
+{
+    return x->epoch;
+}
+int coord_job_failures(const coord_job_t *x)
+{
+    return x->failures;
+}
+int coord_job_group(const coord_job_t *x)
+{
+    return x->group;
+}
+coord_job_state_t coord_job_state(const coord_job_t *x)
+{
+    return x->state;
+}
+const char *coord_job_status(const coord_job_t *x)
+{
+    return x->status;
+}
+bool coord_job_storing(const coord_job_t *x)
+{
+    return x->storing;
+}
+int coord_job_traj(const coord_job_t *x)
+{
+    return x->traj;
+}
+void *coord_group_confirming(const coord_group_t *x)
+{
+    return x->confirming;
 }
