@@ -54,8 +54,9 @@ typedef enum {
     COORD_JOB_DROPPED,
 } coord_job_state_t;
 
-/* A job, a group and an actor are the scheduler's: read through the const accessors below
- * (coord_job_*, coord_group_*, coord_actor_*); changed only through coord_sched's operations. */
+/* A job, a group and an actor are the scheduler's (their structs: coord_sched_int.h, private to
+ * coord_sched.c and coord_sched_get.c): read through the const accessors below (coord_job_*,
+ * coord_group_*, coord_actor_*); changed only through coord_sched's operations. */
 typedef struct coord_job coord_job_t;
 typedef struct coord_group coord_group_t;
 typedef struct coord_actor coord_actor_t;
@@ -207,7 +208,8 @@ bool coord_sched_round_done(const coord_sched_t *s, int64_t round);
 int coord_sched_retire(coord_sched_t *s, int n);
 
 /* ---- reading a job, a group, an actor --------------------------------------------------------
- * One const accessor per field (the field's meaning is at its struct in coord_sched.c). */
+ * One const accessor per field read outside the scheduler (coord_sched_get.c; the fields'
+ * meanings are at their structs in coord_sched_int.h). */
 
 bool coord_job_storing(const coord_job_t *x);
 const char *coord_job_status(const coord_job_t *x);
