@@ -13,13 +13,13 @@ void ci_cancel_msg(coord_t *c, const coord_group_t *g, proto_msg_t *m, int64_t *
 {
     proto_msg_init(m, PROTO_CANCEL);
     m->u.cancel.run = c->cfg.run;
-    m->u.cancel.group = g->gid;
-    m->u.cancel.step = g->cancel_step;
-    m->u.cancel.d = g->cancel_d;
-    m->u.cancel.reason = g->cancel_reason;
+    m->u.cancel.group = coord_group_gid(g);
+    m->u.cancel.step = coord_group_cancel_step(g);
+    m->u.cancel.d = coord_group_cancel_d(g);
+    m->u.cancel.reason = coord_group_cancel_reason(g);
     size_t n = 0;
-    for (int t = 0; t < 64 && t < g->G; t++)
-        if (g->keep_mask & (1ull << t))
+    for (int t = 0; t < 64 && t < coord_group_G(g); t++)
+        if (coord_group_keep_mask(g) & (1ull << t))
             keep[n++] = t;
     m->u.cancel.keep = n ? keep : NULL;
     m->u.cancel.keep_len = n;
@@ -30,10 +30,10 @@ void ci_cancel_msg(coord_t *c, const coord_group_t *g, proto_msg_t *m, int64_t *
 static bool s_cancel_pending(coord_t *c, int gi)
 {
     const coord_group_t *g = coord_sched_group(c->sched, gi);
-    for (int t = 0; t < g->G; t++) {
-        const coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
-        if (j->state == COORD_JOB_LEASED && !j->storing &&
-            !(t < 64 && (g->keep_mask & (1ull << t))))
+    for (int t = 0; t < coord_group_G(g); t++) {
+        const coord_job_t *j = coord_sched_job(c->sched, coord_group_first_job(g) + t);
+        if (coord_job_state(j) == COORD_JOB_LEASED && !coord_job_storing(j) &&
+            !(t < 64 && (coord_group_keep_mask(g) & (1ull << t))))
             return true;
     }
     return false;
@@ -50,14 +50,15 @@ void ci_reannounce_cancels(coord_t *c, int64_t now)
     snprintf(topic, sizeof topic, "ctl/%s/cancel", c->cfg.run);
     for (int gi = 0; gi < coord_sched_groups(c->sched); gi++) {
         const coord_group_t *g = coord_sched_group(c->sched, gi);
-        if (!g->cancelled || !g->keep_known || g->announces >= CANCEL_ANNOUNCES ||
-            now < g->next_announce_ms || !s_cancel_pending(c, gi))
+        if (!coord_group_cancelled(g) || !coord_group_keep_known(g) ||
+            coord_group_announces(g) >= CANCEL_ANNOUNCES || now < coord_group_next_announce_ms(g) ||
+            !s_cancel_pending(c, gi))
             continue;
         proto_msg_t m;
         int64_t keep[64];
         ci_cancel_msg(c, g, &m, keep);
         if (coord_publish(c, topic, &m) != SR_OK) {
-            log_warn_limited(5, "CANCEL of group %s cannot be announced again", g->gid);
+            log_warn_limited(5, "CANCEL of group %s cannot be announced again", coord_group_gid(g));
             return;
         }
         coord_sched_group_announced(c->sched, gi, now + CANCEL_ANNOUNCE_MS);
@@ -70,18 +71,19 @@ void ci_reannounce_cancels(coord_t *c, int64_t now)
 void ci_mark_cancelled(coord_t *c, int gi, bool keep_known, uint64_t keep)
 {
     const coord_group_t *g = coord_sched_group(c->sched, gi);
-    bool first = !g->cancelled;
+    bool first = !coord_group_cancelled(g);
     int dropped = coord_sched_cancel(c->sched, gi, keep_known, keep);
     if (dropped > 0 || (dropped == 0 && first))
-        log_info("group %s cancelled: %d queued jobs dropped%s", g->gid, dropped,
+        log_info("group %s cancelled: %d queued jobs dropped%s", coord_group_gid(g), dropped,
                  keep_known ? "" : " (keep list not known yet)");
 }
 
 /* A CANCEL is applied only when Redis shows its group cancelled: the gate moves a group to
  * cancelled in Redis before it publishes the CANCEL (gate/gate_svc.c), so a CANCEL for a group
  * still running there is forged (or stale). The look-up runs on the store thread, one per group
- * at a time (g->confirming); a CANCEL seen while it runs replaces the one to apply and, should
- * Redis not show the group cancelled, asks once more (the gate's write may have come between). */
+ * at a time (coord_group_confirming(g)); a CANCEL seen while it runs replaces the one to apply and,
+ * should Redis not show the group cancelled, asks once more (the gate's write may have come
+ * between). */
 typedef struct {
     coord_t *c;
     char gid[STORE_GID_MAX];
@@ -130,16 +132,16 @@ static void s_confirm_done(int rc, const char *err, void *arg)
     coord_t *c = k->c;
     int gi = !c->sq_closing && c->round_active ? coord_sched_find_group(c->sched, k->gid) : -1;
     const coord_group_t *g = gi >= 0 ? coord_sched_group(c->sched, gi) : NULL;
-    if (!g || g->confirming != k) {
+    if (!g || coord_group_confirming(g) != k) {
         free(k); /* the group's round ended meanwhile */
         return;
     }
     coord_sched_group_set_confirming(c->sched, gi, NULL);
-    if (g->cancelled && g->keep_known) {
+    if (coord_group_cancelled(g) && coord_group_keep_known(g)) {
         free(k);
         return;
     }
-    if (k->cancelled || g->cancelled) {
+    if (k->cancelled || coord_group_cancelled(g)) {
         s_apply_cancel(c, gi, k->keep, k->step, k->d, k->reason);
         free(k);
         return;
@@ -161,18 +163,18 @@ static void s_confirm_done(int rc, const char *err, void *arg)
 void ci_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm)
 {
     const coord_group_t *g = coord_sched_group(c->sched, gi);
-    if (g->cancelled && g->keep_known)
+    if (coord_group_cancelled(g) && coord_group_keep_known(g))
         return; /* a CANCEL seen again */
-    if (g->cancelled) {
+    if (coord_group_cancelled(g)) {
         s_apply_cancel(c, gi, keep, cm->step, cm->d, cm->reason);
         return;
     }
-    s_confirm_t *k = g->confirming;
+    s_confirm_t *k = coord_group_confirming(g);
     bool fresh = !k;
     if (fresh) {
         k = sr_xcalloc(1, sizeof *k);
         k->c = c;
-        snprintf(k->gid, sizeof k->gid, "%s", g->gid);
+        snprintf(k->gid, sizeof k->gid, "%s", coord_group_gid(g));
     } else {
         k->again = true;
     }

@@ -94,41 +94,44 @@ static int64_t s_epoch(coord_t *c)
 static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
 {
     const coord_job_t *j = coord_sched_job(c->sched, ji);
-    const coord_group_t *g = coord_sched_group(c->sched, j->group);
+    const coord_group_t *g = coord_sched_group(c->sched, coord_job_group(j));
     char job_id[COORD_JOB_ID_MAX];
     coord_sched_job_id(c->sched, ji, job_id, sizeof job_id);
     proto_msg_t m;
     proto_msg_init(&m, PROTO_JOB);
     proto_job_t *jb = &m.u.job;
     jb->job_id = job_id;
-    jb->epoch = j->epoch;
+    jb->epoch = coord_job_epoch(j);
     jb->run = c->cfg.run;
-    jb->group = g->gid;
-    jb->traj = j->traj;
-    jb->group_size = g->G;
-    jb->task = g->task;
-    tasks_data(c->cfg.task_set, g->task, &jb->task_data, &jb->task_data_len);
-    jb->env = tasks_env(c->cfg.task_set, g->task);
-    jb->iteration = c->cfg.driver ? c->plan.iteration : g->round;
+    jb->group = coord_group_gid(g);
+    jb->traj = coord_job_traj(j);
+    jb->group_size = coord_group_G(g);
+    jb->task = coord_group_task(g);
+    tasks_data(c->cfg.task_set, coord_group_task(g), &jb->task_data, &jb->task_data_len);
+    jb->env = tasks_env(c->cfg.task_set, coord_group_task(g));
+    jb->iteration = c->cfg.driver ? c->plan.iteration : coord_group_round(g);
     jb->eval = c->cfg.driver ? c->plan.eval : false;
     jb->policy_version = c->cfg.policy_version;
-    jb->seed = ci_job_seed(c->cfg.seed, g->round, j->group - ci_first_group(c, g->round), j->traj);
+    jb->seed = ci_job_seed(c->cfg.seed, coord_group_round(g),
+                           coord_job_group(j) - ci_first_group(c, coord_group_round(g)),
+                           coord_job_traj(j));
     jb->temperature = c->cfg.driver ? c->plan.temperature : c->cfg.temperature;
     jb->top_p = c->cfg.top_p;
     jb->max_steps = c->cfg.max_steps;
     jb->max_tokens = c->cfg.max_tokens;
     jb->lease_ms = c->cfg.lease_ms;
-    int rc = ci_send(c, a->id, a->idlen, &m);
+    int rc = ci_send(c, coord_actor_id(a), coord_actor_idlen(a), &m);
     if (rc == SR_OK) {
         metrics_counter_inc(c->m_dispatched);
-        log_debug("JOB %s epoch %lld -> %s", job_id, (long long)j->epoch, a->name);
+        log_debug("JOB %s epoch %lld -> %s", job_id, (long long)coord_job_epoch(j),
+                  coord_actor_name(a));
         return;
     }
     /* The actor is gone (ROUTER_MANDATORY) or its queue is full: the job goes back at once. */
     coord_sched_requeue(c->sched, ji);
     if (rc == SR_ECLOSED) {
-        log_warn("actor %s is not connected: its jobs go back to the queue", a->name);
-        coord_sched_actor_release(c->sched, a->id, a->idlen);
+        log_warn("actor %s is not connected: its jobs go back to the queue", coord_actor_name(a));
+        coord_sched_actor_release(c->sched, coord_actor_id(a), coord_actor_idlen(a));
         coord_sched_actor_remove(c->sched, a);
     } else {
         coord_sched_actor_no_credit(c->sched, a);
@@ -190,9 +193,11 @@ static void s_leases_done(int rc, const char *err, void *arg)
         /* the lease may have expired or its actor gone while Redis answered */
         int ji = coord_sched_find_job(c->sched, L->v[i].job_id);
         const coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
-        if (!j || j->state != COORD_JOB_LEASED || j->epoch != L->v[i].epoch || j->storing)
+        if (!j || coord_job_state(j) != COORD_JOB_LEASED || coord_job_epoch(j) != L->v[i].epoch ||
+            coord_job_storing(j))
             continue;
-        coord_actor_t *a = coord_sched_actor_find(c->sched, j->actor, j->actor_len);
+        coord_actor_t *a =
+            coord_sched_actor_find(c->sched, coord_job_actor(j), coord_job_actor_len(j));
         if (rc != SR_OK || !a) {
             coord_sched_requeue(c->sched, ji);
             if (a)
@@ -237,10 +242,10 @@ static void s_dispatch_pass(coord_t *c)
             const coord_job_t *j = coord_sched_job(c->sched, ji);
             L->v[L->n].job = ji;
             L->v[L->n].epoch = epoch;
-            L->v[L->n].round = coord_sched_group(c->sched, j->group)->round;
+            L->v[L->n].round = coord_group_round(coord_sched_group(c->sched, coord_job_group(j)));
             coord_sched_job_id(c->sched, ji, L->v[L->n].job_id, sizeof L->v[L->n].job_id);
-            memcpy(L->v[L->n].actor, j->actor, j->actor_len);
-            L->v[L->n].actor_len = j->actor_len;
+            memcpy(L->v[L->n].actor, coord_job_actor(j), coord_job_actor_len(j));
+            L->v[L->n].actor_len = coord_job_actor_len(j);
             L->n++;
         }
         if (!more) {

@@ -23,8 +23,8 @@ static void s_on_hello(coord_t *c, const void *id, size_t idlen, const proto_hel
         coord_sched_set_strict(c->sched, true);
         c->capped_since = 0;
     }
-    log_info("%s %s joined (slots %lld, host %s, pid %lld)", gate ? "gate" : "actor", a->name,
-             (long long)h->slots, h->host, (long long)h->pid);
+    log_info("%s %s joined (slots %lld, host %s, pid %lld)", gate ? "gate" : "actor",
+             coord_actor_name(a), (long long)h->slots, h->host, (long long)h->pid);
     proto_msg_t m;
     proto_msg_init(&m, PROTO_WELCOME);
     proto_welcome_t *w = &m.u.welcome;
@@ -58,20 +58,22 @@ static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t
         if (ji < 0)
             continue;
         const coord_job_t *j = coord_sched_job(c->sched, ji);
-        const coord_group_t *g = coord_sched_group(c->sched, j->group);
-        bool kept = j->traj < 64 && (g->keep_mask & (1ull << j->traj));
-        if (g->cancelled && g->keep_known && !kept && g->told_seq != seq &&
-            j->state == COORD_JOB_LEASED && !j->storing) {
+        const coord_group_t *g = coord_sched_group(c->sched, coord_job_group(j));
+        bool kept =
+            coord_job_traj(j) < 64 && (coord_group_keep_mask(g) & (1ull << coord_job_traj(j)));
+        if (coord_group_cancelled(g) && coord_group_keep_known(g) && !kept &&
+            coord_group_told_seq(g) != seq && coord_job_state(j) == COORD_JOB_LEASED &&
+            !coord_job_storing(j)) {
             proto_msg_t m;
             int64_t keep[64];
             ci_cancel_msg(c, g, &m, keep);
-            coord_sched_group_told(c->sched, j->group, seq);
-            if (ci_send(c, a->id, a->idlen, &m) == SR_OK)
+            coord_sched_group_told(c->sched, coord_job_group(j), seq);
+            if (ci_send(c, coord_actor_id(a), coord_actor_idlen(a), &m) == SR_OK)
                 metrics_counter_inc(c->m_cancels_told);
         }
-        if (coord_sched_renew(c->sched, ji, hb->leases[i].epoch, a->id, a->idlen, deadline) !=
-            SR_OK)
-            log_debug("heartbeat of %s: lease %s epoch %lld is not current", a->name,
+        if (coord_sched_renew(c->sched, ji, hb->leases[i].epoch, coord_actor_id(a),
+                              coord_actor_idlen(a), deadline) != SR_OK)
+            log_debug("heartbeat of %s: lease %s epoch %lld is not current", coord_actor_name(a),
                       hb->leases[i].job_id, (long long)hb->leases[i].epoch);
     }
 }
@@ -79,12 +81,13 @@ static void s_on_heartbeat(coord_t *c, coord_actor_t *a, const proto_heartbeat_t
 static void s_on_bye(coord_t *c, coord_actor_t *a, const proto_bye_t *b)
 {
     if (b->drain) {
-        log_info("actor %s drains (%s)", a->name, b->reason ? b->reason : "no reason given");
+        log_info("actor %s drains (%s)", coord_actor_name(a),
+                 b->reason ? b->reason : "no reason given");
         coord_sched_actor_drain(c->sched, a);
         return;
     }
-    int n = coord_sched_actor_release(c->sched, a->id, a->idlen);
-    log_info("actor %s left (%s): %d jobs back in the queue", a->name,
+    int n = coord_sched_actor_release(c->sched, coord_actor_id(a), coord_actor_idlen(a));
+    log_info("actor %s left (%s): %d jobs back in the queue", coord_actor_name(a),
              b->reason ? b->reason : "no reason given", n);
     coord_sched_actor_remove(c->sched, a);
     ci_check_round(c);
@@ -153,8 +156,8 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
         return;
     case CI_SINK_FORGED: {
         const coord_job_t *j = coord_sched_job(c->sched, o->job);
-        ci_cancel_refused(c, coord_sched_group(c->sched, j->group)->gid, "a cancelled RESULT",
-                          false);
+        ci_cancel_refused(c, coord_group_gid(coord_sched_group(c->sched, coord_job_group(j))),
+                          "a cancelled RESULT", false);
         coord_sched_requeue(c->sched, o->job);
         metrics_counter_inc(c->m_requeued);
         ci_dispatch(c);
@@ -162,7 +165,7 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
     }
     case CI_SINK_STORED:
         if (o->cancelled)
-            ci_mark_cancelled(c, coord_sched_job(c->sched, o->job)->group, false, 0);
+            ci_mark_cancelled(c, coord_job_group(coord_sched_job(c->sched, o->job)), false, 0);
         coord_sched_finish(c->sched, o->job, o->status);
         if (R) {
             ci_acc_add(R, o->status, o->n_steps, o->llm_calls, o->tokens, o->won, o->error);
@@ -315,10 +318,11 @@ void ci_on_tick(reactor_t *r, int id, void *arg)
     }
     for (int i = 0; i < coord_sched_actors(c->sched);) {
         coord_actor_t *a = coord_sched_actor_at(c->sched, i);
-        if (now - a->last_seen_ms > c->cfg.lease_ms + c->cfg.heartbeat_ms) {
-            int n = coord_sched_actor_release(c->sched, a->id, a->idlen);
+        if (now - coord_actor_last_seen_ms(a) > c->cfg.lease_ms + c->cfg.heartbeat_ms) {
+            int n = coord_sched_actor_release(c->sched, coord_actor_id(a), coord_actor_idlen(a));
             log_warn("%s %s silent for %lld ms: forgotten, %d jobs back in the queue",
-                     a->gate ? "gate" : "actor", a->name, (long long)(now - a->last_seen_ms), n);
+                     coord_actor_gate(a) ? "gate" : "actor", coord_actor_name(a),
+                     (long long)(now - coord_actor_last_seen_ms(a)), n);
             coord_sched_actor_remove(c->sched, a);
             continue;
         }

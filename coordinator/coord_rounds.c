@@ -285,7 +285,7 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
     int adopted = 0;
     for (size_t i = 0; i < o->nleases; i++) {
         int ji = coord_sched_find_job(c->sched, o->leases[i].job_id);
-        if (ji < 0 || coord_sched_job(c->sched, ji)->state == COORD_JOB_FINAL)
+        if (ji < 0 || coord_job_state(coord_sched_job(c->sched, ji)) == COORD_JOB_FINAL)
             continue;
         if (coord_sched_adopt(c->sched, ji, o->leases[i].actor, o->leases[i].actor_len,
                               o->leases[i].epoch, deadline) == SR_OK)
@@ -296,15 +296,16 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
                  (long long)o->round, adopted, (long long)c->cfg.lease_ms);
     for (int i = first; i < coord_sched_groups(c->sched); i++) {
         const coord_group_t *g = coord_sched_group(c->sched, i);
-        if (g->cancelled)
+        if (coord_group_cancelled(g))
             coord_sched_cancel_group(c->sched, i, 0);
     }
     int jobs = 0, queued = 0;
     for (int i = first; i < coord_sched_groups(c->sched); i++) {
         const coord_group_t *g = coord_sched_group(c->sched, i);
-        jobs += g->G;
-        for (int t = 0; t < g->G; t++)
-            queued += coord_sched_job(c->sched, g->first_job + t)->state == COORD_JOB_QUEUED;
+        jobs += coord_group_G(g);
+        for (int t = 0; t < coord_group_G(g); t++)
+            queued += coord_job_state(coord_sched_job(c->sched, coord_group_first_job(g) + t)) ==
+                      COORD_JOB_QUEUED;
     }
     log_info("round %lld: %d groups, %d jobs, %d queued%s", (long long)o->round, R->ngroups, jobs,
              queued, c->nopen > 1 ? " (the previous round's last trajectories still run)" : "");
@@ -442,12 +443,12 @@ static void s_summarise(coord_t *c, const ci_open_t *R, coord_round_summary_t *s
     for (int i = first; i < first + R->ngroups; i++) {
         const coord_group_t *g = coord_sched_group(c->sched, i);
         bool failed = false;
-        for (int t = 0; t < g->G; t++) {
-            const coord_job_t *j = coord_sched_job(c->sched, g->first_job + t);
-            if (j->state == COORD_JOB_FINAL && strcmp(j->status, "failed") == 0)
+        for (int t = 0; t < coord_group_G(g); t++) {
+            const coord_job_t *j = coord_sched_job(c->sched, coord_group_first_job(g) + t);
+            if (coord_job_state(j) == COORD_JOB_FINAL && strcmp(coord_job_status(j), "failed") == 0)
                 failed = true;
         }
-        if (g->cancelled)
+        if (coord_group_cancelled(g))
             sum->groups_cancelled++;
         else if (failed)
             sum->groups_failed++;

@@ -7,6 +7,7 @@
  * the queue. Actors are separately allocated, so pointers to them stay valid until removal.
  */
 #include "coordinator/coord_sched.h"
+#include "coordinator/coord_sched_int.h"
 
 #include "common/sr.h"
 

@@ -54,52 +54,12 @@ typedef enum {
     COORD_JOB_DROPPED,
 } coord_job_state_t;
 
-typedef struct {
-    int group; /* index of its group */
-    int traj;
-    coord_job_state_t state;
-    int64_t epoch;                 /* of the current (LEASED) or last lease; 0 = never leased */
-    uint8_t actor[COORD_ID_MAX];   /* lease holder's identity while LEASED */
-    size_t actor_len;
-    int64_t deadline_ms;           /* lease expiry while LEASED */
-    int failures;                  /* attempts that ended with status "failed" */
-    bool storing;                  /* LEASED, its RESULT being stored: never re-leased */
-    uint32_t qseq_;                /* queue entry that is current (lazy deletion) */
-    char status[COORD_STATUS_MAX]; /* the final RESULT's status when FINAL */
-} coord_job_t;
-
-typedef struct {
-    char gid[STORE_GID_MAX];
-    char task[STORE_TASK_MAX];
-    int G;
-    int first_job;      /* its jobs are first_job .. first_job + G - 1 */
-    bool cancelled;     /* a CANCEL was seen, or Redis says so */
-    uint64_t keep_mask; /* trajectories a cancel lets finish (keep-two) */
-    bool keep_known;    /* keep_mask is the gate's (its CANCEL came), not a placeholder */
-    /* The gate's CANCEL, kept by the coordinator to tell it again (bus re-announcements and
-     * CANCELs to actors whose heartbeat lists a lease of the group); set with keep_known. */
-    int64_t cancel_step;
-    double cancel_d;
-    char cancel_reason[64];
-    int announces;          /* bus re-announcements made */
-    int64_t next_announce_ms;
-    uint64_t told_seq;      /* the heartbeat that last told an actor (one CANCEL per heartbeat) */
-    void *confirming;       /* the coordinator's Redis look-up of a CANCEL on its way, or NULL */
-    int64_t round;      /* the round it belongs to (set by the caller; 0 unless set) */
-} coord_group_t;
-
-typedef struct {
-    uint8_t id[COORD_ID_MAX]; /* routing identity */
-    size_t idlen;
-    char name[COORD_ID_MAX]; /* printable form of the id, for logs */
-    bool gate;               /* gates hold no jobs */
-    int slots;
-    int credit; /* granted minus sent */
-    bool draining;
-    int64_t last_seen_ms;
-    int held;     /* jobs currently leased to it */
-    uint64_t seq; /* join order */
-} coord_actor_t;
+/* A job, a group and an actor are the scheduler's (their structs: coord_sched_int.h, private to
+ * coord_sched.c and coord_sched_get.c): read through the const accessors below (coord_job_*,
+ * coord_group_*, coord_actor_*); changed only through coord_sched's operations. */
+typedef struct coord_job coord_job_t;
+typedef struct coord_group coord_group_t;
+typedef struct coord_actor coord_actor_t;
 
 typedef struct coord_sched coord_sched_t;
 
@@ -247,10 +207,51 @@ bool coord_sched_round_done(const coord_sched_t *s, int64_t round);
  * SR_ECONFLICT (nothing removed) when one of those jobs is still QUEUED or LEASED. */
 int coord_sched_retire(coord_sched_t *s, int n);
 
+/* ---- reading a job, a group, an actor --------------------------------------------------------
+ * One const accessor per field read outside the scheduler (coord_sched_get.c; the fields'
+ * meanings are at their structs in coord_sched_int.h). */
+
+bool coord_job_storing(const coord_job_t *x);
+const char *coord_job_status(const coord_job_t *x);
+const uint8_t *coord_job_actor(const coord_job_t *x);
+coord_job_state_t coord_job_state(const coord_job_t *x);
+int coord_job_failures(const coord_job_t *x);
+int coord_job_group(const coord_job_t *x);
+int coord_job_traj(const coord_job_t *x);
+int64_t coord_job_deadline_ms(const coord_job_t *x);
+int64_t coord_job_epoch(const coord_job_t *x);
+size_t coord_job_actor_len(const coord_job_t *x);
+
+bool coord_group_cancelled(const coord_group_t *x);
+bool coord_group_keep_known(const coord_group_t *x);
+const char *coord_group_cancel_reason(const coord_group_t *x);
+const char *coord_group_gid(const coord_group_t *x);
+const char *coord_group_task(const coord_group_t *x);
+double coord_group_cancel_d(const coord_group_t *x);
+int coord_group_G(const coord_group_t *x);
+int coord_group_announces(const coord_group_t *x);
+int coord_group_first_job(const coord_group_t *x);
+int64_t coord_group_cancel_step(const coord_group_t *x);
+int64_t coord_group_next_announce_ms(const coord_group_t *x);
+int64_t coord_group_round(const coord_group_t *x);
+uint64_t coord_group_keep_mask(const coord_group_t *x);
+uint64_t coord_group_told_seq(const coord_group_t *x);
+void *coord_group_confirming(const coord_group_t *x);
+
+bool coord_actor_draining(const coord_actor_t *x);
+bool coord_actor_gate(const coord_actor_t *x);
+const char *coord_actor_name(const coord_actor_t *x);
+const uint8_t *coord_actor_id(const coord_actor_t *x);
+int coord_actor_credit(const coord_actor_t *x);
+int coord_actor_held(const coord_actor_t *x);
+int coord_actor_slots(const coord_actor_t *x);
+int64_t coord_actor_last_seen_ms(const coord_actor_t *x);
+size_t coord_actor_idlen(const coord_actor_t *x);
+
 /* ---- changes made by the coordinator --------------------------------------------------------
- * The job, group and actor structs above are for reading (the coordinator, the dashboard):
- * every change goes through coord_sched, with the operations above or these. Each accepts an
- * index out of range or a NULL actor and then does nothing. */
+ * The job, group and actor structs are coord_sched's, read through the accessors above (the
+ * coordinator, the dashboard): every change goes through coord_sched, with the operations above
+ * or these. Each accepts an index out of range or a NULL actor and then does nothing. */
 
 /* coord_sched_group_set_round records the round group gi belongs to. */
 void coord_sched_group_set_round(coord_sched_t *s, int gi, int64_t round);

@@ -120,7 +120,8 @@ static void s_put_done(int rc, const char *err, void *arg)
     }
     int ji = c->round_active ? coord_sched_find_job(c->sched, p->job_id) : -1;
     const coord_job_t *j = ji >= 0 ? coord_sched_job(c->sched, ji) : NULL;
-    if (!j || j->state != COORD_JOB_LEASED || j->epoch != p->epoch || !j->storing) {
+    if (!j || coord_job_state(j) != COORD_JOB_LEASED || coord_job_epoch(j) != p->epoch ||
+        !coord_job_storing(j)) {
         s_put_free(p); /* cannot happen while storing holds the lease; nothing to finish */
         return;
     }
@@ -132,9 +133,9 @@ static void s_put_done(int rc, const char *err, void *arg)
         }
         return;
     }
-    const coord_group_t *g = coord_sched_group(c->sched, j->group);
+    const coord_group_t *g = coord_sched_group(c->sched, coord_job_group(j));
     if (rc == SR_OK && p->refused) {
-        if (g->cancelled) {
+        if (coord_group_cancelled(g)) {
             /* confirmed on the loop meanwhile: stored as any cancelled RESULT */
             p->confirm = false;
             if (storeq_submit(c->sq, s_put_work, s_put_done, p) == SR_OK)
@@ -219,23 +220,25 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
         return;
     }
     const coord_job_t *j = coord_sched_job(c->sched, ji);
-    const coord_group_t *g = coord_sched_group(c->sched, j->group);
-    const ci_open_t *R = ci_find_open(c, g->round);
+    const coord_group_t *g = coord_sched_group(c->sched, coord_job_group(j));
+    const ci_open_t *R = ci_find_open(c, coord_group_round(g));
     SR_ASSERT(R);
-    if (j->state == COORD_JOB_FINAL && j->epoch == r->epoch) {
+    if (coord_job_state(j) == COORD_JOB_FINAL && coord_job_epoch(j) == r->epoch) {
         ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL); /* stored already */
         return;
     }
-    if (j->state == COORD_JOB_LEASED && j->epoch == r->epoch && j->storing)
+    if (coord_job_state(j) == COORD_JOB_LEASED && coord_job_epoch(j) == r->epoch &&
+        coord_job_storing(j))
         return; /* being stored: acknowledged once it is */
-    if (j->state != COORD_JOB_LEASED || j->epoch != r->epoch) {
+    if (coord_job_state(j) != COORD_JOB_LEASED || coord_job_epoch(j) != r->epoch) {
         s_refuse(c, R->round, id, idlen, r, "stale epoch");
         return;
     }
     bool failed = strcmp(r->status, "failed") == 0;
-    if (failed && !g->cancelled && j->failures + 1 < c->cfg.max_attempts) {
-        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id, j->failures + 1,
-                         c->cfg.max_attempts, r->error ? r->error : "no reason given");
+    if (failed && !coord_group_cancelled(g) && coord_job_failures(j) + 1 < c->cfg.max_attempts) {
+        log_warn_limited(5, "job %s failed (attempt %d of %d): %s", r->job_id,
+                         coord_job_failures(j) + 1, c->cfg.max_attempts,
+                         r->error ? r->error : "no reason given");
         s_report(c, &(ci_sink_outcome_t){.kind = CI_SINK_RETRY, .job = ji, .round = R->round});
         ci_send_ack(c, id, idlen, r->job_id, r->epoch, true, NULL);
         return;
@@ -248,14 +251,14 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     p->round = R->round;
     p->epoch = r->epoch;
     snprintf(p->job_id, sizeof p->job_id, "%s", r->job_id);
-    snprintf(p->gid, sizeof p->gid, "%s", g->gid);
+    snprintf(p->gid, sizeof p->gid, "%s", coord_group_gid(g));
     snprintf(p->status, sizeof p->status, "%s", r->status);
-    p->traj = j->traj;
+    p->traj = coord_job_traj(j);
     p->reward = r->reward;
     p->failed = failed;
     /* A cancelled RESULT of a group not known cancelled is stored only once Redis shows the group
      * cancelled (s_put_work): the actor may have stopped on a forged CANCEL. */
-    p->confirm = strcmp(r->status, "cancelled") == 0 && !g->cancelled;
+    p->confirm = strcmp(r->status, "cancelled") == 0 && !coord_group_cancelled(g);
     p->n_steps = r->n_steps;
     p->llm_calls = r->llm_calls;
     p->tokens = r->prompt_tokens + r->completion_tokens;

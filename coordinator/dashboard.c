@@ -95,7 +95,7 @@ static void s_on_action(dashboard_t *d, const proto_action_t *a)
         l->step[a->traj] = (int16_t)SR_MIN(a->step, 32767);
     if (a->ended && !(l->ended & (1ull << a->traj))) {
         l->ended |= 1ull << a->traj;
-        if (!d->eval && !coord_sched_group(s, gi)->cancelled) {
+        if (!d->eval && !coord_group_cancelled(coord_sched_group(s, gi))) {
             d->ended_traj++;
             d->ended_steps += a->step;
             d->len_hist[SR_MAX(0, SR_MIN(a->step, DASH_STEPS_MAX))]++;
@@ -184,11 +184,11 @@ void dash_account(dashboard_t *d)
         coord_group_t *g = coord_sched_group(s, gi);
         dash_lanes_t *l = &d->lanes[gi];
         s_hist_add(d, l);
-        if (g->cancelled && !l->accounted) {
+        if (coord_group_cancelled(g) && !l->accounted) {
             l->accounted = true;
             d->cancelled_groups++;
             double spent = 0;
-            for (int t = 0; t < g->G && t < STORE_G_MAX; t++) {
+            for (int t = 0; t < coord_group_G(g) && t < STORE_G_MAX; t++) {
                 spent += l->step[t];
                 if (!(l->ended & (1ull << t)))
                     d->cut_hist[SR_MAX(0, SR_MIN(l->step[t], DASH_STEPS_MAX))]++;
@@ -196,10 +196,10 @@ void dash_account(dashboard_t *d)
             d->calls_spent += spent;
             metrics_counter_add(d->m_spent, spent);
         }
-        if (!g->cancelled && l->cancel_decision && l->k >= 0 && !l->shadow_accounted) {
+        if (!coord_group_cancelled(g) && l->cancel_decision && l->k >= 0 && !l->shadow_accounted) {
             bool all_ended = true;
             double after = 0;
-            for (int t = 0; t < g->G && t < STORE_G_MAX; t++) {
+            for (int t = 0; t < coord_group_G(g) && t < STORE_G_MAX; t++) {
                 if (!(l->ended & (1ull << t)))
                     all_ended = false;
                 if (l->step[t] > l->k)

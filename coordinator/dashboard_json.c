@@ -40,7 +40,7 @@ static double s_saved_estimate(const dashboard_t *d)
 
 static char s_lane_state(const coord_job_t *j)
 {
-    switch (j->state) {
+    switch (coord_job_state(j)) {
     case COORD_JOB_QUEUED:
         return 'q';
     case COORD_JOB_LEASED:
@@ -48,9 +48,9 @@ static char s_lane_state(const coord_job_t *j)
     case COORD_JOB_DROPPED:
         return 'c';
     case COORD_JOB_FINAL:
-        if (strcmp(j->status, "failed") == 0)
+        if (strcmp(coord_job_status(j), "failed") == 0)
             return 'f';
-        if (strcmp(j->status, "cancelled") == 0)
+        if (strcmp(coord_job_status(j), "cancelled") == 0)
             return 'c';
         return 'd';
     }
@@ -68,9 +68,9 @@ static cJSON *s_groups_json(dashboard_t *d, int *counts, int *running_traj)
         dash_lanes_t *l = &d->lanes[gi];
         char lanes[STORE_G_MAX + 1];
         bool all_final = true;
-        int G = SR_MIN(g->G, STORE_G_MAX);
+        int G = SR_MIN(coord_group_G(g), STORE_G_MAX);
         for (int t = 0; t < G; t++) {
-            coord_job_t *j = coord_sched_job(s, g->first_job + t);
+            coord_job_t *j = coord_sched_job(s, coord_group_first_job(g) + t);
             lanes[t] = s_lane_state(j);
             if (lanes[t] == 'r')
                 (*running_traj)++;
@@ -78,16 +78,17 @@ static cJSON *s_groups_json(dashboard_t *d, int *counts, int *running_traj)
                 all_final = false;
         }
         lanes[G] = '\0';
-        const char *st = l->filtered ? "filtered" : g->cancelled ? "cancelled"
-                                                   : all_final  ? "done"
-                                                                : "running";
-        int si = l->filtered ? 3 : g->cancelled ? 1 : all_final ? 2 : 0;
+        const char *st = l->filtered                ? "filtered"
+                         : coord_group_cancelled(g) ? "cancelled"
+                         : all_final                ? "done"
+                                                    : "running";
+        int si = l->filtered ? 3 : coord_group_cancelled(g) ? 1 : all_final ? 2 : 0;
         counts[si]++;
         if (gi >= DASH_GROUPS_SHOWN)
             continue;
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "id", g->gid);
-        cJSON_AddStringToObject(o, "task", g->task);
+        cJSON_AddStringToObject(o, "id", coord_group_gid(g));
+        cJSON_AddStringToObject(o, "task", coord_group_task(g));
         cJSON_AddStringToObject(o, "st", st);
         cJSON_AddStringToObject(o, "lanes", lanes);
         cJSON *steps = cJSON_AddArrayToObject(o, "steps");
@@ -112,20 +113,20 @@ static cJSON *s_actors_json(dashboard_t *d, int *n_actors, int *free_slots)
     dash_name_t *names = sr_xcalloc((size_t)(na ? na : 1), sizeof *names);
     for (int i = 0; i < na; i++) {
         coord_actor_t *a = coord_sched_actor_at(s, i);
-        snprintf(names[i].name, sizeof names[i].name, "%s", a->name);
-        if (!a->gate) {
+        snprintf(names[i].name, sizeof names[i].name, "%s", coord_actor_name(a));
+        if (!coord_actor_gate(a)) {
             (*n_actors)++;
-            if (!a->draining)
-                *free_slots += SR_MAX(0, a->credit);
+            if (!coord_actor_draining(a))
+                *free_slots += SR_MAX(0, coord_actor_credit(a));
         }
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", a->name);
-        cJSON_AddStringToObject(o, "role", a->gate ? "gate" : "actor");
-        cJSON_AddNumberToObject(o, "slots", a->slots);
-        cJSON_AddNumberToObject(o, "held", a->held);
-        cJSON_AddNumberToObject(o, "credit", a->credit);
-        cJSON_AddNumberToObject(o, "idle_ms", (double)(now - a->last_seen_ms));
-        cJSON_AddBoolToObject(o, "draining", a->draining);
+        cJSON_AddStringToObject(o, "name", coord_actor_name(a));
+        cJSON_AddStringToObject(o, "role", coord_actor_gate(a) ? "gate" : "actor");
+        cJSON_AddNumberToObject(o, "slots", coord_actor_slots(a));
+        cJSON_AddNumberToObject(o, "held", coord_actor_held(a));
+        cJSON_AddNumberToObject(o, "credit", coord_actor_credit(a));
+        cJSON_AddNumberToObject(o, "idle_ms", (double)(now - coord_actor_last_seen_ms(a)));
+        cJSON_AddBoolToObject(o, "draining", coord_actor_draining(a));
         cJSON_AddItemToArray(arr, o);
     }
     dash_track_lost(&d->actors_prev, &d->nactors_prev, names, na, d->lost_actors, &d->nlost_actors,

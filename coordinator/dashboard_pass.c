@@ -314,12 +314,13 @@ static void s_pass_groups(dashboard_t *d, s_pass_t *p)
             continue; /* nothing left to learn about it */
         coord_group_t *cg = coord_sched_group(s, gi);
         bool final = true;
-        for (int t = 0; t < cg->G && final; t++) {
-            coord_job_state_t js = coord_sched_job(s, cg->first_job + t)->state;
+        for (int t = 0; t < coord_group_G(cg) && final; t++) {
+            coord_job_state_t js =
+                coord_job_state(coord_sched_job(s, coord_group_first_job(cg) + t));
             final = js == COORD_JOB_FINAL || js == COORD_JOB_DROPPED;
         }
         dashboard_store_group_t *r = &p->groups[p->ngroups];
-        snprintf(r->gid, sizeof r->gid, "%s", cg->gid);
+        snprintf(r->gid, sizeof r->gid, "%s", coord_group_gid(cg));
         p->final[p->ngroups++] = final;
     }
 }

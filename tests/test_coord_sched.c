@@ -61,20 +61,20 @@ static void credit_is_capped_at_slots_and_ignored_for_gates_and_drainers(void **
     coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
     coord_sched_add_group(s, "g", "t", 8);
     coord_actor_t *a = s_actor(s, "a", 2, 5);
-    assert_int_equal(a->credit, 2);
+    assert_int_equal(coord_actor_credit(a), 2);
     coord_actor_t *gate = coord_sched_actor_hello(s, "gate", 4, true, 8, 0);
     coord_sched_actor_credit(s, gate, 4);
-    assert_int_equal(gate->credit, 0);
+    assert_int_equal(coord_actor_credit(gate), 0);
     int64_t epoch = 0;
     assert_int_equal(s_dispatch(s, &epoch, 100), 2);
-    assert_int_equal(a->credit, 0);
-    a->draining = true;
+    assert_int_equal(coord_actor_credit(a), 0);
+    coord_sched_actor_drain(s, a);
     coord_sched_actor_credit(s, a, 1);
-    assert_int_equal(a->credit, 0);
+    assert_int_equal(coord_actor_credit(a), 0);
     /* a re-HELLO resets credit and ends draining */
     assert_ptr_equal(coord_sched_actor_hello(s, "a", 1, false, 2, 0), a);
-    assert_false(a->draining);
-    assert_int_equal(a->credit, 0);
+    assert_false(coord_actor_draining(a));
+    assert_int_equal(coord_actor_credit(a), 0);
     assert_null(coord_sched_actor_hello(s, "", 0, false, 1, 0));
     coord_sched_destroy(&s);
 }
@@ -90,15 +90,15 @@ static void spread_caps_a_group_per_actor_until_relaxed(void **state)
     /* alone, a gets half of each group, and the cap is reported */
     assert_int_equal(s_dispatch(s, &epoch, 100), 4);
     assert_true(coord_sched_capped(s));
-    assert_int_equal(a->held, 4);
+    assert_int_equal(coord_actor_held(a), 4);
     coord_actor_t *b = s_actor(s, "b", 8, 8);
     assert_int_equal(s_dispatch(s, &epoch, 100), 4);
-    assert_int_equal(b->held, 4);
+    assert_int_equal(coord_actor_held(b), 4);
     assert_false(coord_sched_capped(s));
     for (int g = 0; g < 2; g++) {
         int on_a = 0;
         for (int t = 0; t < 4; t++)
-            on_a += memcmp(coord_sched_job(s, g * 4 + t)->actor, "a", 1) == 0;
+            on_a += memcmp(coord_job_actor(coord_sched_job(s, g * 4 + t)), "a", 1) == 0;
         assert_int_equal(on_a, 2);
     }
     coord_sched_destroy(&s);
@@ -123,8 +123,8 @@ static void expired_and_released_jobs_come_back_first_with_new_epochs(void **sta
     int64_t epoch = 0;
     assert_int_equal(s_dispatch(s, &epoch, 100), 1);
     coord_job_t *j0 = coord_sched_job(s, 0);
-    assert_int_equal(j0->state, COORD_JOB_LEASED);
-    assert_int_equal(j0->epoch, 1);
+    assert_int_equal(coord_job_state(j0), COORD_JOB_LEASED);
+    assert_int_equal(coord_job_epoch(j0), 1);
     /* renewal: only by the holder, only for the current epoch */
     assert_int_equal(coord_sched_renew(s, 0, 1, "a", 1, 200), SR_OK);
     assert_int_equal(coord_sched_renew(s, 0, 1, "b", 1, 300), SR_ECONFLICT);
@@ -132,13 +132,13 @@ static void expired_and_released_jobs_come_back_first_with_new_epochs(void **sta
     assert_int_equal(coord_sched_renew(s, 99, 1, "a", 1, 300), SR_ENOTFOUND);
     assert_int_equal(coord_sched_expire(s, 150), 0);
     assert_int_equal(coord_sched_expire(s, 201), 1);
-    assert_int_equal(j0->state, COORD_JOB_QUEUED);
-    assert_int_equal(a->held, 0);
+    assert_int_equal(coord_job_state(j0), COORD_JOB_QUEUED);
+    assert_int_equal(coord_actor_held(a), 0);
     /* the re-queued job is leased before the fresh ones, under a new epoch */
     coord_sched_actor_credit(s, a, 1);
     assert_int_equal(s_dispatch(s, &epoch, 500), 1);
-    assert_int_equal(j0->state, COORD_JOB_LEASED);
-    assert_int_equal(j0->epoch, 2);
+    assert_int_equal(coord_job_state(j0), COORD_JOB_LEASED);
+    assert_int_equal(coord_job_epoch(j0), 2);
     coord_sched_actor_credit(s, a, 2);
     assert_int_equal(s_dispatch(s, &epoch, 500), 2);
     assert_int_equal(coord_sched_actor_release(s, "a", 1), 3);
@@ -156,13 +156,13 @@ static void cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running(void **s
     s_dispatch(s, &epoch, 100);
     assert_int_equal(coord_sched_cancel_group(s, 0, 1ull << 3), 2); /* t1, t2 dropped */
     assert_int_equal(coord_sched_cancel_group(s, 7, 0), SR_ENOTFOUND);
-    assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_DROPPED);
-    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 1)), COORD_JOB_DROPPED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 3)), COORD_JOB_QUEUED);
     assert_false(coord_sched_round_done(s, 0));
     /* the running one's lease runs out: it started, so it is queued again (not dropped) and
      * runs to its RESULT */
     assert_int_equal(coord_sched_expire(s, 1000), 1);
-    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 0)), COORD_JOB_QUEUED);
     coord_sched_actor_credit(s, a, 2);
     assert_int_equal(s_dispatch(s, &epoch, 2000), 2);
     assert_int_equal(coord_sched_finish(s, 3, "cancelled"), SR_OK);
@@ -187,11 +187,11 @@ static void a_released_job_of_a_cancelled_group_runs_again(void **state)
     /* b leaves with t2, t3 running; then the group is cancelled keeping t0 only */
     assert_int_equal(coord_sched_actor_release(s, "b", 1), 2);
     assert_int_equal(coord_sched_cancel_group(s, 0, 1ull << 0), 0); /* nothing dropped */
-    assert_int_equal(coord_sched_job(s, 2)->state, COORD_JOB_QUEUED);
-    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 2)), COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 3)), COORD_JOB_QUEUED);
     /* a's t1 (not kept) is released after the cancel: queued too */
     assert_int_equal(coord_sched_actor_release(s, "a", 1), 2);
-    assert_int_equal(coord_sched_job(s, 1)->state, COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 1)), COORD_JOB_QUEUED);
     coord_sched_actor_credit(s, a, 2);
     coord_sched_actor_credit(s, b, 2);
     assert_int_equal(s_dispatch(s, &epoch, 200), 4);
@@ -215,16 +215,16 @@ static void a_cancel_learnt_before_the_cancel_keeps_the_keep_list(void **state)
     assert_int_equal(s_dispatch(s, &epoch, 100), 2); /* t0, t1 leased; t2..t5 queued */
     /* a RESULT says cancelled: the group is, but no queued job goes */
     assert_int_equal(coord_sched_cancel(s, 0, false, 0), 0);
-    assert_true(coord_sched_group(s, 0)->cancelled);
-    assert_false(coord_sched_group(s, 0)->keep_known);
+    assert_true(coord_group_cancelled(coord_sched_group(s, 0)));
+    assert_false(coord_group_keep_known(coord_sched_group(s, 0)));
     assert_int_equal(coord_sched_queued(s), 4);
     assert_int_equal(coord_sched_cancel(s, 0, false, 0), -1); /* a second RESULT: nothing */
     /* the CANCEL with keep {t3, t4}: t2 and t5 dropped, t3 and t4 stay queued */
     assert_int_equal(coord_sched_cancel(s, 0, true, (1ull << 3) | (1ull << 4)), 2);
-    assert_int_equal(coord_sched_job(s, 2)->state, COORD_JOB_DROPPED);
-    assert_int_equal(coord_sched_job(s, 3)->state, COORD_JOB_QUEUED);
-    assert_int_equal(coord_sched_job(s, 4)->state, COORD_JOB_QUEUED);
-    assert_int_equal(coord_sched_job(s, 5)->state, COORD_JOB_DROPPED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 2)), COORD_JOB_DROPPED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 3)), COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 4)), COORD_JOB_QUEUED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 5)), COORD_JOB_DROPPED);
     /* final: a repeated CANCEL (even with another list) and a later RESULT change nothing */
     assert_int_equal(coord_sched_cancel(s, 0, true, 0), -1);
     assert_int_equal(coord_sched_cancel(s, 0, false, 0), -1);
@@ -237,11 +237,11 @@ static void a_cancel_learnt_before_the_cancel_keeps_the_keep_list(void **state)
     /* t0 is being stored: its lease survives expiry, its actor's release and a re-queue */
     assert_int_equal(coord_sched_store(s, 0), SR_OK);
     assert_int_equal(coord_sched_expire(s, 1000000), 1); /* t1 only */
-    assert_int_equal(coord_sched_job(s, 0)->state, COORD_JOB_LEASED);
+    assert_int_equal(coord_job_state(coord_sched_job(s, 0)), COORD_JOB_LEASED);
     assert_int_equal(coord_sched_actor_release(s, "a", 1), 0);
     assert_int_equal(coord_sched_requeue(s, 0), SR_ECONFLICT);
     assert_int_equal(coord_sched_finish(s, 0, "cancelled"), SR_OK);
-    assert_false(coord_sched_job(s, 0)->storing);
+    assert_false(coord_job_storing(coord_sched_job(s, 0)));
     assert_int_equal(coord_sched_store(s, 0), SR_ECONFLICT); /* final: not leased */
     (void)a;
     coord_sched_destroy(&s);
@@ -272,12 +272,12 @@ static void an_ended_round_retires_and_the_next_moves_down_intact(void **state)
     coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
     coord_actor_t *a = s_actor(s, "a", 8, 3);
     assert_int_equal(coord_sched_add_group(s, "r0000-g0000", "t/0", 2), 0);
-    coord_sched_group(s, 0)->round = 0;
+    coord_sched_group_set_round(s, 0, 0);
     int64_t epoch = 0;
     assert_int_equal(s_dispatch(s, &epoch, 100), 2);
     assert_true(coord_sched_queue_empty(s));
     assert_int_equal(coord_sched_add_group(s, "r0001-g0000", "t/1", 3), 1);
-    coord_sched_group(s, 1)->round = 1;
+    coord_sched_group_set_round(s, 1, 1);
     assert_false(coord_sched_queue_empty(s));
     assert_int_equal(s_dispatch(s, &epoch, 100), 1); /* r1 t0 leased, t1 and t2 queued */
     assert_false(coord_sched_round_done(s, 0));
@@ -293,20 +293,20 @@ static void an_ended_round_retires_and_the_next_moves_down_intact(void **state)
     assert_int_equal(coord_sched_finish(s, 1, "cancelled"), SR_OK);
     assert_true(coord_sched_round_done(s, 0));
     assert_false(coord_sched_round_done(s, 1));
-    int64_t leased_epoch = coord_sched_job(s, 2)->epoch;
+    int64_t leased_epoch = coord_job_epoch(coord_sched_job(s, 2));
     assert_int_equal(coord_sched_retire(s, 1), SR_OK);
     assert_int_equal(coord_sched_groups(s), 1);
     assert_int_equal(coord_sched_jobs(s), 3);
-    assert_string_equal(coord_sched_group(s, 0)->gid, "r0001-g0000");
-    assert_int_equal(coord_sched_group(s, 0)->first_job, 0);
-    assert_int_equal(coord_sched_group(s, 0)->round, 1);
+    assert_string_equal(coord_group_gid(coord_sched_group(s, 0)), "r0001-g0000");
+    assert_int_equal(coord_group_first_job(coord_sched_group(s, 0)), 0);
+    assert_int_equal(coord_group_round(coord_sched_group(s, 0)), 1);
     assert_int_equal(coord_sched_find_job(s, "r0001-g0000/t2"), 2);
     assert_int_equal(coord_sched_find_job(s, "r0000-g0000/t0"), -1);
     coord_job_t *j = coord_sched_job(s, 0);
-    assert_int_equal(j->state, COORD_JOB_LEASED);
-    assert_int_equal(j->group, 0);
-    assert_int_equal(j->epoch, leased_epoch);
-    assert_int_equal(a->held, 1);
+    assert_int_equal(coord_job_state(j), COORD_JOB_LEASED);
+    assert_int_equal(coord_job_group(j), 0);
+    assert_int_equal(coord_job_epoch(j), leased_epoch);
+    assert_int_equal(coord_actor_held(a), 1);
     assert_int_equal(coord_sched_queued(s), 2);
     /* the queue moved down too: the two queued jobs come out, in order, and nothing else */
     coord_sched_actor_credit(s, a, 8);
@@ -324,7 +324,7 @@ static void an_ended_round_retires_and_the_next_moves_down_intact(void **state)
     for (int k = 0; k < 3; k++)
         assert_int_equal(coord_sched_finish(s, k, "done"), SR_OK);
     assert_true(coord_sched_round_done(s, 1));
-    assert_int_equal(a->held, 0);
+    assert_int_equal(coord_actor_held(a), 0);
     assert_int_equal(coord_sched_retire(s, 1), SR_OK);
     assert_int_equal(coord_sched_jobs(s), 0);
     assert_true(coord_sched_queue_empty(s));
@@ -340,43 +340,43 @@ static void the_coordinators_changes_go_through_operations(void **state)
     coord_actor_t *a = s_actor(s, "a", 2, 5);
     const coord_group_t *g = coord_sched_group(s, gi);
     coord_sched_group_set_round(s, gi, 7);
-    assert_int_equal(g->round, 7);
+    assert_int_equal(coord_group_round(g), 7);
     coord_sched_group_keep_cancel(s, gi, 3, 0.25, "converged", 1000);
     coord_sched_group_announced(s, gi, 1200);
     coord_sched_group_announced(s, gi, 1400);
-    assert_int_equal(g->cancel_step, 3);
-    assert_string_equal(g->cancel_reason, "converged");
-    assert_int_equal(g->announces, 2);
-    assert_int_equal(g->next_announce_ms, 1400);
+    assert_int_equal(coord_group_cancel_step(g), 3);
+    assert_string_equal(coord_group_cancel_reason(g), "converged");
+    assert_int_equal(coord_group_announces(g), 2);
+    assert_int_equal(coord_group_next_announce_ms(g), 1400);
     coord_sched_group_keep_cancel(s, gi, 4, 0.5, NULL, 2000); /* a new CANCEL: counted afresh */
-    assert_int_equal(g->announces, 0);
-    assert_string_equal(g->cancel_reason, "");
+    assert_int_equal(coord_group_announces(g), 0);
+    assert_string_equal(coord_group_cancel_reason(g), "");
     coord_sched_group_told(s, gi, 9);
-    assert_int_equal(g->told_seq, 9);
+    assert_int_equal(coord_group_told_seq(g), 9);
     int look_up;
     coord_sched_group_set_confirming(s, gi, &look_up);
-    assert_ptr_equal(g->confirming, &look_up);
+    assert_ptr_equal(coord_group_confirming(g), &look_up);
     coord_sched_group_set_confirming(s, gi, NULL);
-    assert_null(g->confirming);
+    assert_null(coord_group_confirming(g));
     coord_sched_group_set_cancelled(s, gi);
-    assert_true(g->cancelled);
-    const coord_job_t *j = coord_sched_job(s, g->first_job);
-    coord_sched_job_set_epoch(s, g->first_job, 42);
-    coord_sched_job_set_deadline(s, g->first_job, 5000);
-    assert_int_equal(j->epoch, 42);
-    assert_int_equal(j->deadline_ms, 5000);
-    assert_int_equal(coord_sched_job_failed(s, g->first_job), 1);
-    assert_int_equal(coord_sched_job_failed(s, g->first_job), 2);
-    assert_int_equal(j->failures, 2);
+    assert_true(coord_group_cancelled(g));
+    const coord_job_t *j = coord_sched_job(s, coord_group_first_job(g));
+    coord_sched_job_set_epoch(s, coord_group_first_job(g), 42);
+    coord_sched_job_set_deadline(s, coord_group_first_job(g), 5000);
+    assert_int_equal(coord_job_epoch(j), 42);
+    assert_int_equal(coord_job_deadline_ms(j), 5000);
+    assert_int_equal(coord_sched_job_failed(s, coord_group_first_job(g)), 1);
+    assert_int_equal(coord_sched_job_failed(s, coord_group_first_job(g)), 2);
+    assert_int_equal(coord_job_failures(j), 2);
     coord_sched_actor_no_credit(s, a);
-    assert_int_equal(a->credit, 0);
+    assert_int_equal(coord_actor_credit(a), 0);
     coord_sched_actor_refund(s, a);
-    assert_int_equal(a->credit, 1);
+    assert_int_equal(coord_actor_credit(a), 1);
     coord_sched_actor_seen(s, a, 777);
-    assert_int_equal(a->last_seen_ms, 777);
+    assert_int_equal(coord_actor_last_seen_ms(a), 777);
     coord_sched_actor_drain(s, a);
-    assert_true(a->draining);
-    assert_int_equal(a->credit, 0);
+    assert_true(coord_actor_draining(a));
+    assert_int_equal(coord_actor_credit(a), 0);
     /* out of range and NULL: nothing happens */
     coord_sched_group_set_round(s, 5, 1);
     coord_sched_group_announced(s, -1, 1);
