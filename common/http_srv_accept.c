@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #define S_HEAD_MAX 1024 /* a /health request head read by the acceptor */
 

@@ -20,7 +20,9 @@
 #include "common/jsonw.h"
 #include "common/sr.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static bool s_curl_ready;

@@ -11,7 +11,9 @@
 #include <cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct llm_parsed {
     char *content;

@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define S_MAX_SCAN_IDS (1 << 24) /* more ids than this are left to the JSON parser */
 

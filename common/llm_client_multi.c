@@ -9,6 +9,7 @@
 #include "common/sr.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static uint64_t s_rand(llm_client_t *c)
