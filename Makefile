@@ -155,10 +155,13 @@ FUZZ_SHORT_SECONDS ?= 4
 FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -MMD -MP -I. \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                  $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-FUZZ_LIB_SRCS := common/proto.c common/sr_buf.c common/sr.c common/llm_client.c common/log.c \
-                 common/clock.c env_worker/household/household.c env_worker/household/household_data.c \
-                 env_worker/household/expert.c \
-                 common/pparse.c common/jsonw.c common/jsonscan.c common/http_srv.c common/metrics.c
+FUZZ_LIB_SRCS := common/proto.c common/proto_enc.c common/proto_scan.c common/proto_dec.c \
+                 common/proto_dec_result.c common/sr_buf.c common/sr.c common/llm_client.c \
+                 common/llm_client_json.c common/llm_client_lpscan.c common/llm_client_multi.c \
+                 common/log.c common/clock.c env_worker/household/household.c \
+                 env_worker/household/household_data.c env_worker/household/expert.c \
+                 common/pparse.c common/jsonw.c common/jsonscan.c common/http_srv.c \
+                 common/http_srv_accept.c common/metrics.c
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(B)/fuzz/obj/%.o)
 FUZZ_BINS     := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 

@@ -1,18 +1,19 @@
 /*
  * http_srv.c — routes, a bearer token and Server-Sent Events over libmicrohttpd.
  *
- * The server's acceptor thread listens, keeps connections that sent no complete request yet in an
- * epoll set of its own (bounded in number, per address and in time), answers a complete
- * GET /health itself, and hands every other connection to libmicrohttpd with MHD_add_connection,
- * its bytes still unread (MSG_PEEK). libmicrohttpd runs a thread per connection handed to it.
- * Plain routes answer at once from the first call of
- * the access handler. An SSE route answers with a response whose content comes from a reader
- * callback: the callback sleeps on the server's condition variable until the published event is
- * newer than what its stream sent last (or a keep-alive is due, or the server stops), copies the
- * event into the stream's own buffer and hands it out in pieces. Publishing replaces the one
- * latest event, so a slow stream never queues a backlog: it skips to the newest state.
+ * The server's acceptor thread (http_srv_accept.c) listens, keeps connections that sent no
+ * complete request yet in an epoll set of its own (bounded in number, per address and in time),
+ * answers a complete GET /health itself, and hands every other connection to libmicrohttpd with
+ * MHD_add_connection, its bytes still unread (MSG_PEEK). libmicrohttpd runs a thread per
+ * connection handed to it. Plain routes answer at once from the first call of the access handler.
+ * An SSE route answers with a response whose content comes from a reader callback: the callback
+ * sleeps on the server's condition variable until the published event is newer than what its
+ * stream sent last (or a keep-alive is due, or the server stops), copies the event into the
+ * stream's own buffer and hands it out in pieces. Publishing replaces the one latest event, so a
+ * slow stream never queues a backlog: it skips to the newest state. The two files share
+ * http_srv_int.h.
  */
-#include "common/http_srv.h"
+#include "common/http_srv_int.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -21,69 +22,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-#define HTTP_SRV_MAX_ROUTES 24
-#define HTTP_SRV_PATH_MAX 128
 #define HTTP_SRV_SSE_BLOCK 4096
-#define S_HEAD_MAX 1024 /* a /health request head read by the acceptor */
-
-typedef enum { S_ROUTE_FN = 1, S_ROUTE_STATIC, S_ROUTE_METRICS, S_ROUTE_SSE } s_route_kind_t;
-
-typedef struct {
-    char path[HTTP_SRV_PATH_MAX];
-    s_route_kind_t kind;
-    bool public_;
-    http_srv_handler_fn fn;
-    void *arg;
-    const char *ctype;
-    const void *data;
-    size_t len;
-    metrics_registry_t *reg;
-} s_route_t;
-
-struct http_srv {
-    http_srv_cfg_t cfg;
-    char *token;
-    struct sockaddr_in addr;
-    s_route_t routes[HTTP_SRV_MAX_ROUTES];
-    int nroutes;
-    struct MHD_Daemon *d;
-    int port;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool stopping;
-    uint64_t seq; /* of the latest event, 0 = none yet */
-    char *event;  /* "event: <name>\ndata: <data>\n\n" */
-    size_t event_len;
-    atomic_uint_fast64_t sse_bytes;
-    atomic_int sse_clients;
-
-    /* The acceptor (see http_srv.h): the listening socket, connections that sent no complete
-     * first request yet, and the thread that watches them. */
-    int lfd, efd;
-    pthread_t acc;
-    bool acc_started;
-    struct {
-        int fd;           /* -1 = free */
-        uint32_t ip;      /* network order */
-        int64_t since_ms; /* accepted */
-        struct sockaddr_in peer;
-    } pend[HTTP_SRV_PENDING_MAX];
-    int npend;
-    atomic_uint_fast64_t refused, health_early;
-};
 
 /* One open event stream. */
 typedef struct {
@@ -180,13 +125,13 @@ static int s_index(const http_srv_t *s, const char *path)
     return -1;
 }
 
-static s_route_t *s_find(http_srv_t *s, const char *path)
+static http_srv_route_t *s_find(http_srv_t *s, const char *path)
 {
     int i = s_index(s, path);
     return i < 0 ? NULL : &s->routes[i];
 }
 
-static s_route_t *s_add(http_srv_t *s, const char *path, s_route_kind_t kind, int *rc)
+static http_srv_route_t *s_add(http_srv_t *s, const char *path, http_srv_route_kind_t kind, int *rc)
 {
     *rc = SR_EINVAL;
     if (!s || s->d || !path || path[0] != '/' || strlen(path) >= HTTP_SRV_PATH_MAX ||
@@ -195,7 +140,7 @@ static s_route_t *s_add(http_srv_t *s, const char *path, s_route_kind_t kind, in
     *rc = SR_EFULL;
     if (s->nroutes >= HTTP_SRV_MAX_ROUTES)
         return NULL;
-    s_route_t *r = &s->routes[s->nroutes++];
+    http_srv_route_t *r = &s->routes[s->nroutes++];
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
     r->kind = kind;
@@ -208,7 +153,7 @@ int http_srv_route(http_srv_t *s, const char *path, http_srv_handler_fn fn, void
     int rc;
     if (!fn)
         return SR_EINVAL;
-    s_route_t *r = s_add(s, path, S_ROUTE_FN, &rc);
+    http_srv_route_t *r = s_add(s, path, HTTP_SRV_ROUTE_FN, &rc);
     if (r) {
         r->fn = fn;
         r->arg = arg;
@@ -222,7 +167,7 @@ int http_srv_route_static(http_srv_t *s, const char *path, const char *ctype, co
     int rc;
     if (!ctype || (!data && len))
         return SR_EINVAL;
-    s_route_t *r = s_add(s, path, S_ROUTE_STATIC, &rc);
+    http_srv_route_t *r = s_add(s, path, HTTP_SRV_ROUTE_STATIC, &rc);
     if (r) {
         r->ctype = ctype;
         r->data = data;
@@ -236,7 +181,7 @@ int http_srv_route_metrics(http_srv_t *s, const char *path, metrics_registry_t *
     int rc;
     if (!reg)
         return SR_EINVAL;
-    s_route_t *r = s_add(s, path, S_ROUTE_METRICS, &rc);
+    http_srv_route_t *r = s_add(s, path, HTTP_SRV_ROUTE_METRICS, &rc);
     if (r)
         r->reg = reg;
     return rc;
@@ -245,10 +190,10 @@ int http_srv_route_metrics(http_srv_t *s, const char *path, metrics_registry_t *
 int http_srv_route_sse(http_srv_t *s, const char *path)
 {
     for (int i = 0; s && i < s->nroutes; i++)
-        if (s->routes[i].kind == S_ROUTE_SSE)
+        if (s->routes[i].kind == HTTP_SRV_ROUTE_SSE)
             return SR_ECONFLICT;
     int rc;
-    s_add(s, path, S_ROUTE_SSE, &rc);
+    s_add(s, path, HTTP_SRV_ROUTE_SSE, &rc);
     return rc;
 }
 
@@ -256,7 +201,7 @@ int http_srv_route_public(http_srv_t *s, const char *path)
 {
     if (!s || !path)
         return SR_EINVAL;
-    s_route_t *r = s_find(s, path);
+    http_srv_route_t *r = s_find(s, path);
     if (!r)
         return SR_ENOTFOUND;
     r->public_ = true;
@@ -497,21 +442,21 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
     default:
         return s_error(conn, MHD_HTTP_BAD_REQUEST, "bad request\n");
     }
-    s_route_t *r = s_find(s, url);
+    http_srv_route_t *r = s_find(s, url);
     switch (r->kind) {
-    case S_ROUTE_STATIC:
+    case HTTP_SRV_ROUTE_STATIC:
         return s_answer(conn, MHD_HTTP_OK, r->ctype, (void *)r->data, r->len,
                         MHD_RESPMEM_PERSISTENT);
-    case S_ROUTE_METRICS: {
+    case HTTP_SRV_ROUTE_METRICS: {
         char *text = NULL;
         size_t len = 0;
         if (metrics_render(r->reg, &text, &len) != SR_OK)
             return s_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot render metrics\n");
         return s_answer(conn, MHD_HTTP_OK, METRICS_CONTENT_TYPE, text, len, MHD_RESPMEM_MUST_FREE);
     }
-    case S_ROUTE_SSE:
+    case HTTP_SRV_ROUTE_SSE:
         return s_open_stream(s, conn);
-    case S_ROUTE_FN: {
+    case HTTP_SRV_ROUTE_FN: {
         http_srv_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
         r->fn(r->arg, &rep);
         if (!rep.body)
@@ -526,180 +471,6 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
 
 /* s_health_route returns the route the acceptor may answer itself: /health served by a function,
  * public or on a server without a token; NULL when there is none. */
-static const s_route_t *s_health_route(const http_srv_t *s)
-{
-    for (int i = 0; i < s->nroutes; i++)
-        if (strcmp(s->routes[i].path, "/health") == 0 && s->routes[i].kind == S_ROUTE_FN &&
-            (s->routes[i].public_ || !s->token))
-            return &s->routes[i];
-    return NULL;
-}
-
-static void s_pend_close(http_srv_t *s, int i)
-{
-    close(s->pend[i].fd);
-    s->pend[i].fd = -1;
-    s->npend--;
-}
-
-/* s_answer_health answers the GET /health whose head (len bytes, complete) waits on pending
- * connection i, from the route's function, and closes the connection. */
-static void s_answer_health(http_srv_t *s, int i, const s_route_t *r, size_t len)
-{
-    char head[S_HEAD_MAX];
-    int fd = s->pend[i].fd;
-    if (recv(fd, head, len, 0) != (ssize_t)len) {
-        s_pend_close(s, i);
-        return;
-    }
-    http_srv_reply_t rep = {.status = MHD_HTTP_OK, .content_type = "text/plain; charset=utf-8"};
-    r->fn(r->arg, &rep);
-    char top[256];
-    int n = snprintf(top, sizeof top,
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n",
-                     rep.status,
-                     rep.status == 200   ? "OK"
-                     : rep.status == 503 ? "Service Unavailable"
-                                         : "Status",
-                     rep.content_type, rep.len);
-    atomic_fetch_add(&s->health_early, 1); /* before the client can see the answer */
-    /* A few hundred bytes fit in a fresh socket's send buffer: these do not block. */
-    if (send(fd, top, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n && rep.len)
-        (void)send(fd, rep.body, rep.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    free(rep.body);
-    shutdown(fd, SHUT_WR);
-    s_pend_close(s, i);
-}
-
-/* s_pend_ready looks at what pending connection i sent so far (peeked, left in place): no
- * complete request head yet = wait; a complete GET /health = answered here; any other complete
- * head (or one of 1 KiB and more) = handed to libmicrohttpd, which reads it from the start. */
-static void s_pend_ready(http_srv_t *s, int ep, int i)
-{
-    char buf[S_HEAD_MAX];
-    ssize_t n = recv(s->pend[i].fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (n <= 0) {
-        s_pend_close(s, i);
-        return;
-    }
-    static const char want[] = "GET /health";
-    size_t wl = sizeof want - 1, got = (size_t)n;
-    const s_route_t *hr = s_health_route(s);
-    bool health_prefix = hr && memcmp(buf, want, got < wl ? got : wl) == 0 &&
-                         (got <= wl || buf[wl] == ' ' || buf[wl] == '?');
-    const char *end = memmem(buf, got, "\r\n\r\n", 4);
-    if (health_prefix && end) {
-        s_answer_health(s, i, hr, (size_t)(end + 4 - buf));
-        return;
-    }
-    /* A request goes on only with its head complete (or longer than this buffer): a client that
-     * sends a head slowly waits here, without a thread, not in one of libmicrohttpd's. */
-    if (!end && got < sizeof buf)
-        return;
-    epoll_ctl(ep, EPOLL_CTL_DEL, s->pend[i].fd, NULL);
-    int fd = s->pend[i].fd;
-    s->pend[i].fd = -1;
-    s->npend--;
-    /* libmicrohttpd takes the socket, and closes it when it cannot take it */
-    MHD_add_connection(s->d, fd, (const struct sockaddr *)&s->pend[i].peer, sizeof s->pend[i].peer);
-}
-
-/* s_accept takes every waiting connection. Over a pending limit the oldest waiting connection
- * (of the same address, when that address is at its limit) is closed to make room, counted: a
- * request that comes complete, as a probe's does, always gets through. */
-static void s_accept(http_srv_t *s, int ep)
-{
-    for (;;) {
-        struct sockaddr_in peer;
-        socklen_t pl = sizeof peer;
-        int fd = accept4(s->lfd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        int same = 0, slot = -1, oldest = -1, oldest_same = -1;
-        for (int i = 0; i < HTTP_SRV_PENDING_MAX; i++) {
-            if (s->pend[i].fd < 0) {
-                if (slot < 0)
-                    slot = i;
-                continue;
-            }
-            if (oldest < 0 || s->pend[i].since_ms < s->pend[oldest].since_ms)
-                oldest = i;
-            if (s->pend[i].ip == peer.sin_addr.s_addr) {
-                same++;
-                if (oldest_same < 0 || s->pend[i].since_ms < s->pend[oldest_same].since_ms)
-                    oldest_same = i;
-            }
-        }
-        int evict = same >= HTTP_SRV_PENDING_PER_IP ? oldest_same : slot < 0 ? oldest : -1;
-        if (evict >= 0) {
-            atomic_fetch_add(&s->refused, 1);
-            s_pend_close(s, evict); /* close() takes it out of the epoll set */
-            slot = evict;
-        }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET,
-                                 .data.u32 = (uint32_t)slot};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            atomic_fetch_add(&s->refused, 1);
-            close(fd);
-            continue;
-        }
-        s->pend[slot].fd = fd;
-        s->pend[slot].ip = peer.sin_addr.s_addr;
-        s->pend[slot].since_ms = clock_mono_ms();
-        s->pend[slot].peer = peer;
-        s->npend++;
-        s_pend_ready(s, ep, slot); /* bytes that came with the connection */
-    }
-}
-
-enum { S_EV_LISTEN = HTTP_SRV_PENDING_MAX, S_EV_STOP };
-
-static void *s_acceptor_main(void *arg)
-{
-    http_srv_t *s = arg;
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = S_EV_LISTEN};
-    struct epoll_event sv = {.events = EPOLLIN, .data.u32 = S_EV_STOP};
-    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, s->lfd, &ev) ||
-        epoll_ctl(ep, EPOLL_CTL_ADD, s->efd, &sv)) {
-        if (ep >= 0)
-            close(ep);
-        return NULL;
-    }
-    int64_t last_sweep = clock_mono_ms();
-    for (;;) {
-        struct epoll_event evs[64];
-        int n = epoll_wait(ep, evs, 64, 1000);
-        bool stop = false;
-        for (int k = 0; k < n; k++) {
-            uint32_t t = evs[k].data.u32;
-            if (t == S_EV_STOP)
-                stop = true;
-            else if (t == S_EV_LISTEN)
-                s_accept(s, ep);
-            else if (s->pend[t].fd >= 0)
-                s_pend_ready(s, ep, (int)t);
-        }
-        if (stop)
-            break;
-        int64_t now = clock_mono_ms();
-        if (now - last_sweep >= 1000) {
-            last_sweep = now;
-            for (int i = 0; i < HTTP_SRV_PENDING_MAX; i++)
-                if (s->pend[i].fd >= 0 &&
-                    now - s->pend[i].since_ms >= (int64_t)s->cfg.timeout_s * 1000)
-                    s_pend_close(s, i);
-        }
-    }
-    for (int i = 0; i < HTTP_SRV_PENDING_MAX; i++)
-        if (s->pend[i].fd >= 0)
-            s_pend_close(s, i);
-    close(ep);
-    return NULL;
-}
 
 int http_srv_start(http_srv_t *s, char *err, size_t errlen)
 {
@@ -737,7 +508,7 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen)
                             s->cfg.max_header_bytes, MHD_OPTION_CONNECTION_TIMEOUT,
                             s->cfg.timeout_s, MHD_OPTION_END);
     s->efd = s->d ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
-    if (s->efd < 0 || pthread_create(&s->acc, NULL, s_acceptor_main, s) != 0) {
+    if (s->efd < 0 || pthread_create(&s->acc, NULL, http_srv_acceptor_main, s) != 0) {
         if (err)
             snprintf(err, errlen, "cannot start the HTTP server's threads");
         if (s->d)

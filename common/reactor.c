@@ -26,9 +26,9 @@
  * binary heap that records each timer's position, so cancelling is O(log n). The before-sleep
  * hook may bound the next wait finer than a timer (reactor_wait_at_most_ns: epoll_pwait2).
  *
- * One idea, the loop, so one file past 800 lines (issue 39, item 5).
+ * The timers are in reactor_timer.c; the two files share reactor_int.h.
  */
-#include "common/reactor.h"
+#include "common/reactor_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,64 +45,6 @@
 _Static_assert(REACTOR_READ == ZMQ_POLLIN && REACTOR_WRITE == ZMQ_POLLOUT &&
                    REACTOR_ERROR == ZMQ_POLLERR,
                "reactor bits must match libzmq's poll bits");
-
-enum { S_ZSOCK, S_FD };
-
-typedef struct s_item {
-    int kind;
-    void *sock;
-    int fd;  /* a plain fd, or a ZeroMQ socket's ZMQ_FD */
-    int events;
-    int pending; /* a ZeroMQ socket to ask ZMQ_EVENTS before the next wait */
-    reactor_zsock_fn *zcb;
-    reactor_fd_fn *fcb;
-    void *arg;
-    int removed;
-    struct s_item *next_dead; /* a removed fd's entry, in the list freed at the end of a round */
-} s_item_t;
-
-typedef struct s_timer {
-    int id;
-    int64_t deadline;
-    uint64_t seq;
-    int64_t repeat;
-    reactor_timer_fn *cb;
-    void *arg;
-    size_t heap_idx;
-    struct s_timer *hnext;
-} s_timer_t;
-
-struct reactor {
-    s_item_t **items; /* the ZeroMQ sockets */
-    size_t nitems, items_cap;
-    int dirty; /* some are marked removed: compact at the end of the round */
-    int epfd;
-    s_item_t **byfd; /* fd -> its live registration */
-    size_t nbyfd;
-    s_item_t *dead; /* removed fds' entries, freed at the end of the round */
-    struct epoll_event evs[256];
-
-    s_timer_t **heap;
-    size_t nheap, heap_cap;
-    s_timer_t **buckets;
-    size_t nbuckets;
-    int next_id;
-    uint64_t next_seq;
-    s_timer_t *firing;    /* repeating timer whose callback is running */
-    int firing_cancelled; /* ... and it was cancelled meanwhile: free it afterwards */
-
-    reactor_hook_fn *before_sleep;
-    void *before_sleep_arg;
-    int64_t wait_cap_ns; /* reactor_wait_at_most_ns for the coming wait, or -1 */
-    int budget;
-
-    int wake_rd, wake_wr;
-    atomic_int stop_requested;
-    atomic_int signo;
-    int running;
-    int catching;
-    int64_t now;
-};
 
 /* Signal catching: one reactor per process. The handler touches only atomics and write(). */
 static reactor_t *_Atomic s_signal_reactor;
@@ -142,21 +84,21 @@ static void s_drain_wake(reactor_t *r, int fd, int revents, void *arg)
 
 /* ---- registrations ---- */
 
-static s_item_t *s_find(reactor_t *r, int kind, void *sock, int fd)
+static reactor_item_t *s_find(reactor_t *r, int kind, void *sock, int fd)
 {
-    if (kind == S_FD)
+    if (kind == REACTOR_FD)
         return fd >= 0 && (size_t)fd < r->nbyfd ? r->byfd[fd] : NULL;
     for (size_t i = 0; i < r->nitems; i++) {
-        s_item_t *it = r->items[i];
+        reactor_item_t *it = r->items[i];
         if (it->removed || it->kind != kind)
             continue;
-        if (kind == S_ZSOCK ? it->sock == sock : it->fd == fd)
+        if (kind == REACTOR_ZSOCK ? it->sock == sock : it->fd == fd)
             return it;
     }
     return NULL;
 }
 
-static void s_append(reactor_t *r, s_item_t *it)
+static void s_append(reactor_t *r, reactor_item_t *it)
 {
     if (r->nitems == r->items_cap) {
         r->items_cap = r->items_cap ? 2 * r->items_cap : 8;
@@ -182,7 +124,7 @@ static void s_compact(reactor_t *r)
 static void s_free_dead(reactor_t *r)
 {
     while (r->dead) {
-        s_item_t *it = r->dead;
+        reactor_item_t *it = r->dead;
         r->dead = it->next_dead;
         free(it);
     }
@@ -194,13 +136,13 @@ static uint32_t s_epoll_bits(int events)
 }
 
 /* s_fd_watch adds fd to (op EPOLL_CTL_ADD) or changes it in the epoll set. */
-static int s_fd_watch(reactor_t *r, int op, s_item_t *it)
+static int s_fd_watch(reactor_t *r, int op, reactor_item_t *it)
 {
     struct epoll_event ev = {.events = s_epoll_bits(it->events), .data.ptr = it};
     return epoll_ctl(r->epfd, op, it->fd, &ev) == 0 ? SR_OK : sr_from_errno(errno);
 }
 
-static void s_byfd_set(reactor_t *r, int fd, s_item_t *it)
+static void s_byfd_set(reactor_t *r, int fd, reactor_item_t *it)
 {
     r->byfd = sr_xgrow_zero(r->byfd, &r->nbyfd, (size_t)fd, sizeof *r->byfd);
     r->byfd[fd] = it;
@@ -215,15 +157,15 @@ int reactor_add_zsock(reactor_t *r, void *sock, int events, reactor_zsock_fn *cb
 {
     if (!r || !sock || !cb || events == 0 || !s_valid_events(events))
         return SR_EINVAL;
-    if (s_find(r, S_ZSOCK, sock, -1))
+    if (s_find(r, REACTOR_ZSOCK, sock, -1))
         return SR_ECONFLICT;
     int zfd = -1;
     size_t sz = sizeof zfd;
     if (zmq_getsockopt(sock, ZMQ_FD, &zfd, &sz) != 0 || zfd < 0)
         return SR_EINVAL; /* not a socket, or its context is gone */
-    s_item_t *it = sr_xcalloc(1, sizeof *it);
-    *it = (s_item_t){.kind = S_ZSOCK, .sock = sock, .fd = zfd, .events = events, .pending = 1,
-                     .zcb = cb, .arg = arg};
+    reactor_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (reactor_item_t){.kind = REACTOR_ZSOCK, .sock = sock, .fd = zfd, .events = events,
+                           .pending = 1, .zcb = cb, .arg = arg};
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = it};
     if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, zfd, &ev) != 0) {
         int e = errno;
@@ -238,7 +180,7 @@ int reactor_mod_zsock(reactor_t *r, void *sock, int events)
 {
     if (!r || !s_valid_events(events))
         return SR_EINVAL;
-    s_item_t *it = s_find(r, S_ZSOCK, sock, -1);
+    reactor_item_t *it = s_find(r, REACTOR_ZSOCK, sock, -1);
     if (!it)
         return SR_ENOTFOUND;
     it->events = events;
@@ -250,7 +192,7 @@ int reactor_remove_zsock(reactor_t *r, void *sock)
 {
     if (!r)
         return SR_EINVAL;
-    s_item_t *it = s_find(r, S_ZSOCK, sock, -1);
+    reactor_item_t *it = s_find(r, REACTOR_ZSOCK, sock, -1);
     if (!it)
         return SR_ENOTFOUND;
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, it->fd, NULL);
@@ -263,10 +205,10 @@ int reactor_add_fd(reactor_t *r, int fd, int events, reactor_fd_fn *cb, void *ar
 {
     if (!r || fd < 0 || !cb || !s_valid_events(events))
         return SR_EINVAL;
-    if (fd == r->wake_rd || s_find(r, S_FD, NULL, fd))
+    if (fd == r->wake_rd || s_find(r, REACTOR_FD, NULL, fd))
         return SR_ECONFLICT;
-    s_item_t *it = sr_xcalloc(1, sizeof *it);
-    *it = (s_item_t){.kind = S_FD, .fd = fd, .events = events, .fcb = cb, .arg = arg};
+    reactor_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (reactor_item_t){.kind = REACTOR_FD, .fd = fd, .events = events, .fcb = cb, .arg = arg};
     int rc = s_fd_watch(r, EPOLL_CTL_ADD, it);
     if (rc != SR_OK) {
         int e = errno; /* EBADF: not open; EPERM: a regular file, which epoll cannot watch */
@@ -281,7 +223,7 @@ int reactor_mod_fd(reactor_t *r, int fd, int events)
 {
     if (!r || !s_valid_events(events))
         return SR_EINVAL;
-    s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
+    reactor_item_t *it = fd == r->wake_rd ? NULL : s_find(r, REACTOR_FD, NULL, fd);
     if (!it)
         return SR_ENOTFOUND;
     if (it->events == events)
@@ -294,7 +236,7 @@ int reactor_remove_fd(reactor_t *r, int fd)
 {
     if (!r)
         return SR_EINVAL;
-    s_item_t *it = fd == r->wake_rd ? NULL : s_find(r, S_FD, NULL, fd);
+    reactor_item_t *it = fd == r->wake_rd ? NULL : s_find(r, REACTOR_FD, NULL, fd);
     if (!it)
         return SR_ENOTFOUND;
     /* An fd closed before its removal has left the epoll set already: nothing to undo. */
@@ -304,191 +246,6 @@ int reactor_remove_fd(reactor_t *r, int fd)
     it->next_dead = r->dead;
     r->dead = it;
     return SR_OK;
-}
-
-/* ---- timers: heap ordered by (deadline, seq), hash by id ---- */
-
-static int s_before(const s_timer_t *a, const s_timer_t *b)
-{
-    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
-}
-
-static void s_heap_set(reactor_t *r, size_t i, s_timer_t *t)
-{
-    r->heap[i] = t;
-    t->heap_idx = i;
-}
-
-static void s_heap_up(reactor_t *r, size_t i)
-{
-    s_timer_t *t = r->heap[i];
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!s_before(t, r->heap[parent]))
-            break;
-        s_heap_set(r, i, r->heap[parent]);
-        i = parent;
-    }
-    s_heap_set(r, i, t);
-}
-
-static void s_heap_down(reactor_t *r, size_t i)
-{
-    s_timer_t *t = r->heap[i];
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        const s_timer_t *best = t;
-        if (l < r->nheap && s_before(r->heap[l], best)) {
-            m = l;
-            best = r->heap[l];
-        }
-        if (l + 1 < r->nheap && s_before(r->heap[l + 1], best))
-            m = l + 1;
-        if (m == i)
-            break;
-        s_heap_set(r, i, r->heap[m]);
-        i = m;
-    }
-    s_heap_set(r, i, t);
-}
-
-static void s_heap_push(reactor_t *r, s_timer_t *t)
-{
-    if (r->nheap == r->heap_cap) {
-        r->heap_cap = r->heap_cap ? 2 * r->heap_cap : 16;
-        r->heap = sr_xrealloc(r->heap, r->heap_cap * sizeof *r->heap);
-    }
-    s_heap_set(r, r->nheap++, t);
-    s_heap_up(r, t->heap_idx);
-}
-
-static void s_heap_remove(reactor_t *r, s_timer_t *t)
-{
-    size_t i = t->heap_idx;
-    SR_ASSERT(i < r->nheap && r->heap[i] == t);
-    s_timer_t *last = r->heap[--r->nheap];
-    if (last != t) {
-        s_heap_set(r, i, last);
-        s_heap_up(r, i);
-        s_heap_down(r, last->heap_idx);
-    }
-}
-
-static size_t s_bucket(const reactor_t *r, int id)
-{
-    return (size_t)(unsigned)id & (r->nbuckets - 1);
-}
-
-static s_timer_t *s_hash_find(const reactor_t *r, int id)
-{
-    for (s_timer_t *t = r->buckets[s_bucket(r, id)]; t; t = t->hnext)
-        if (t->id == id)
-            return t;
-    return NULL;
-}
-
-static void s_hash_insert(reactor_t *r, s_timer_t *t)
-{
-    if (r->nheap > 2 * r->nbuckets) {
-        /* Grow: rehash every chain into twice as many buckets. */
-        size_t old_n = r->nbuckets;
-        s_timer_t **old = r->buckets;
-        r->nbuckets = 2 * old_n;
-        r->buckets = sr_xcalloc(r->nbuckets, sizeof *r->buckets);
-        for (size_t b = 0; b < old_n; b++) {
-            for (s_timer_t *x = old[b], *next; x; x = next) {
-                next = x->hnext;
-                size_t nb = s_bucket(r, x->id);
-                x->hnext = r->buckets[nb];
-                r->buckets[nb] = x;
-            }
-        }
-        free(old);
-    }
-    size_t b = s_bucket(r, t->id);
-    t->hnext = r->buckets[b];
-    r->buckets[b] = t;
-}
-
-static void s_hash_remove(reactor_t *r, s_timer_t *t)
-{
-    s_timer_t **pp = &r->buckets[s_bucket(r, t->id)];
-    while (*pp && *pp != t)
-        pp = &(*pp)->hnext;
-    SR_ASSERT(*pp == t);
-    *pp = t->hnext;
-}
-
-int reactor_timer_add(reactor_t *r, int64_t delay_ms, int64_t repeat_ms, reactor_timer_fn *cb,
-                      void *arg)
-{
-    if (!r || !cb || delay_ms < 0 || repeat_ms < 0)
-        return SR_EINVAL;
-    s_timer_t *t = sr_xcalloc(1, sizeof *t);
-    /* Ids count up and wrap; skip any still in use. */
-    do {
-        r->next_id = r->next_id == INT32_MAX ? 1 : r->next_id + 1;
-    } while (s_hash_find(r, r->next_id));
-    t->id = r->next_id;
-    t->deadline = reactor_clock_ms() + delay_ms;
-    t->seq = r->next_seq++;
-    t->repeat = repeat_ms;
-    t->cb = cb;
-    t->arg = arg;
-    s_heap_push(r, t);
-    s_hash_insert(r, t);
-    return t->id;
-}
-
-int reactor_timer_cancel(reactor_t *r, int id)
-{
-    if (!r)
-        return SR_EINVAL;
-    s_timer_t *t = id > 0 ? s_hash_find(r, id) : NULL;
-    if (!t)
-        return SR_ENOTFOUND;
-    s_hash_remove(r, t);
-    s_heap_remove(r, t);
-    if (t == r->firing)
-        r->firing_cancelled = 1; /* freed once its callback returns */
-    else
-        free(t);
-    return SR_OK;
-}
-
-int reactor_timer_count(const reactor_t *r)
-{
-    return r ? (int)r->nheap : 0;
-}
-
-/* s_fire_timers runs the timers due now that existed when this round began. */
-static void s_fire_timers(reactor_t *r)
-{
-    uint64_t limit = r->next_seq;
-    r->now = reactor_clock_ms();
-    while (r->nheap > 0 && !atomic_load(&r->stop_requested)) {
-        s_timer_t *t = r->heap[0];
-        if (t->deadline > r->now || t->seq >= limit)
-            break;
-        if (t->repeat > 0) {
-            t->deadline += t->repeat;
-            if (t->deadline <= r->now) /* fell behind: do not fire a burst to catch up */
-                t->deadline = r->now + t->repeat;
-            t->seq = r->next_seq++;
-            s_heap_down(r, 0);
-            r->firing = t;
-            r->firing_cancelled = 0;
-            t->cb(r, t->id, t->arg);
-            r->firing = NULL;
-            if (r->firing_cancelled)
-                free(t);
-        } else {
-            s_heap_remove(r, t);
-            s_hash_remove(r, t);
-            t->cb(r, t->id, t->arg);
-            free(t);
-        }
-    }
 }
 
 /* ---- life cycle ---- */
@@ -517,8 +274,9 @@ reactor_t *reactor_new(void)
     atomic_init(&r->stop_requested, 0);
     atomic_init(&r->signo, 0);
     r->now = reactor_clock_ms();
-    s_item_t *it = sr_xcalloc(1, sizeof *it);
-    *it = (s_item_t){.kind = S_FD, .fd = r->wake_rd, .events = REACTOR_READ, .fcb = s_drain_wake};
+    reactor_item_t *it = sr_xcalloc(1, sizeof *it);
+    *it = (reactor_item_t){.kind = REACTOR_FD, .fd = r->wake_rd, .events = REACTOR_READ,
+                           .fcb = s_drain_wake};
     s_fd_watch(r, EPOLL_CTL_ADD, it);
     s_byfd_set(r, r->wake_rd, it);
     return r;
@@ -701,7 +459,7 @@ static int s_dispatch_zsocks(reactor_t *r)
 {
     size_t n = r->nitems;
     for (size_t i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
-        s_item_t *it = r->items[i];
+        reactor_item_t *it = r->items[i];
         if (it->removed || !it->pending)
             continue;
         int ev = 0, e = s_zevents(it->sock, &ev);
@@ -741,8 +499,8 @@ static int s_dispatch_zsocks(reactor_t *r)
 static void s_dispatch_fds(reactor_t *r, int n)
 {
     for (int i = 0; i < n && !atomic_load(&r->stop_requested); i++) {
-        s_item_t *it = r->evs[i].data.ptr;
-        if (it->kind != S_FD)
+        reactor_item_t *it = r->evs[i].data.ptr;
+        if (it->kind != REACTOR_FD)
             continue;
         uint32_t e = r->evs[i].events;
         int revents = ((e & EPOLLIN) ? REACTOR_READ : 0) | ((e & EPOLLOUT) ? REACTOR_WRITE : 0) |
@@ -769,7 +527,7 @@ int reactor_run(reactor_t *r)
         r->items[i]->pending = 1;
     int rc = SR_OK;
     while (!atomic_load(&r->stop_requested)) {
-        s_fire_timers(r);
+        reactor_fire_timers(r);
         if (atomic_load(&r->stop_requested))
             break;
         r->wait_cap_ns = -1;
@@ -787,8 +545,8 @@ int reactor_run(reactor_t *r)
             break;
         }
         for (int i = 0; i < n; i++) {
-            s_item_t *it = r->evs[i].data.ptr;
-            if (it->kind == S_ZSOCK && !it->removed)
+            reactor_item_t *it = r->evs[i].data.ptr;
+            if (it->kind == REACTOR_ZSOCK && !it->removed)
                 it->pending = 1;
         }
         rc = s_dispatch_zsocks(r);

@@ -1,6 +1,6 @@
 /*
  * fuzz_llm_response.c — libFuzzer target for the OpenAI-compatible chat completion parser
- * (llm_parse_chat_response in common/llm_client.c) and the error-message extractor: any bytes a
+ * (llm_parse_chat_response in common/llm_client_json.c) and the error-message extractor: any bytes a
  * policy server (or something pretending to be one) may answer with.
  */
 #include "common/llm_client.h"

@@ -1,0 +1,132 @@
+/*
+ * llm_client_int.h — the insides the client's files share (llm_client.c, llm_client_multi.c,
+ * llm_client_json.c, llm_client_lpscan.c) and nothing else includes: the request and client
+ * structs, the reactor-mode descriptor states, a request's life on the multi handle and curl's
+ * callbacks (llm_client_multi.c), and the logprobs scanner (llm_client_lpscan.c).
+ */
+#ifndef SR_LLM_CLIENT_INT_H
+#define SR_LLM_CLIENT_INT_H
+
+#include "common/llm_client.h"
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+struct llm_request {
+    llm_client_t *c;
+    CURL *easy;
+    char *body;
+    char *resp;
+    size_t resp_len, resp_cap;
+    bool too_big;
+    bool models; /* a GET /v1/models: its easy handle is not kept for chat requests */
+    char *url;   /* llm_client_post: its own URL (owned); the easy handle is not kept either */
+    bool in_multi;
+    bool completing;
+    int attempts;
+    int throttled;
+    int64_t t_start_us;
+    int64_t retry_due_ms; /* -1 when not waiting for a retry */
+    llm_done_cb cb;
+    void *arg;
+    llm_request_t *prev, *next;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+struct llm_client {
+    CURLM *multi;
+    llm_client_cfg_t cfg;
+    char *url;
+    char *models_url;
+    char *auth_header;
+    struct curl_slist *headers;
+    llm_io_hooks_t hooks;
+    bool has_hooks;
+    void *hook_arg;
+    int64_t curl_deadline_ms; /* -1 when curl wants no timer */
+    llm_request_t *head;
+    size_t pending;
+    size_t waiting; /* requests with retry_due_ms >= 0: the scans for due retries skip when 0 */
+    CURL **idle;      /* finished easy handles kept for the next requests (their options set) */
+    size_t n_idle;
+    uint64_t rng;
+    llm_client_stats_t stats;
+    /* Reactor mode: what the hooks were told about each socket, by descriptor. A connection that
+     * goes idle stays watched ("parked") until curl closes it or it reports an event, so a
+     * request on a kept-alive connection costs no unwatch and watch (two epoll_ctl calls). */
+    struct llm_fdstate *fds;
+    size_t nfds;
+};
+
+typedef enum { LLM_FD_NONE = 0, LLM_FD_WATCHED, LLM_FD_PARKED } llm_fdstate_kind_t;
+
+struct llm_fdstate {
+    uint8_t kind; /* llm_fdstate_kind_t */
+    bool rd, wr;  /* the interest the hooks were last given */
+    bool conn;    /* a connection's socket, opened by llm_open_cb: only those are parked, since only
+                   * their closing is seen (llm_close_cb); curl closes its other descriptors (the
+                   * threaded resolver's socket pair) itself */
+};
+
+/* Connections kept open to the server between requests (HTTP keep-alive). Left to itself curl
+ * keeps four per easy handle in the multi at the moment, so a burst after a quiet spell opens new
+ * TCP connections; this bound is above any slot count an actor runs. */
+#define LLM_MAX_IDLE_CONNS 4096L
+/* Easy handles kept for reuse; a handle carries its options, so a request sets only its own. */
+#define LLM_MAX_IDLE_EASY 4096u
+
+static inline int64_t llm_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline int64_t llm_now_ms(void)
+{
+    return llm_now_us() / 1000;
+}
+
+/* A request's life (llm_client_multi.c). llm_rearm asks the owner's timer for the earliest of
+ * curl's deadline and the due retries; llm_req_free frees a request (its easy handle kept for
+ * reuse when it can be); llm_write_cb collects a response body; llm_drain handles every transfer
+ * curl reports finished; llm_run_due_retries starts every request whose back-off has passed. */
+void llm_rearm(llm_client_t *c);
+void llm_req_free(llm_request_t *r);
+size_t llm_write_cb(char *data, size_t size, size_t nmemb, void *userp);
+void llm_drain(llm_client_t *c);
+void llm_run_due_retries(llm_client_t *c);
+
+/* curl's callbacks in reactor mode (llm_client_multi.c), set by llm_client_new. */
+int llm_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
+curl_socket_t llm_open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *address);
+int llm_close_cb(void *clientp, curl_socket_t item);
+int llm_timer_cb(CURLM *multi, long timeout_ms, void *userp);
+
+/* llm_one_line copies s into buf as one line: control characters become spaces, the ends trimmed
+ * (llm_client_json.c). */
+void llm_one_line(const char *s, size_t len, char *buf, size_t n);
+
+/* The light scanner of a response's first choice (llm_client_lpscan.c): its logprobs.content
+ * and token_ids, read without a cJSON tree. */
+typedef struct {
+    const char *at, *end; /* the "logprobs" value's bytes in the body */
+    float *lp;            /* one per content entry */
+    int32_t *ids;         /* from "token_id:N" tokens, when every entry has one */
+    size_t n;
+    bool any;    /* some entry had a numeric logprob */
+    bool all_ids;
+    double sum;
+    const char *ids_at, *ids_end; /* the first choice's "token_ids" array, when read */
+    int32_t *tids;
+    size_t n_tids;
+} llm_lpscan_t;
+
+/* llm_lp_scan fills sc from body in one pass over the first choice: its logprobs.content (sc->at)
+ * and its token_ids (sc->ids_at), each when it is in the shape read here; false when neither is.
+ * The caller frees sc->lp, sc->ids and sc->tids. */
+bool llm_lp_scan(const char *body, size_t len, llm_lpscan_t *sc);
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * model_feat.c — the features of one candidate action in a state: the named facts, relative to
+ * the state and to the task's beliefs (model_belief.c), that model_features_ctx emits and the
+ * scoring in model.c sums weights over.
+ */
+#include "common/model_int.h"
+
+#include "common/sr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- features */
+
+static const char *s_task_short(pparse_task_t t)
+{
+    static const char *names[PPARSE_TASK_COUNT] = {"unk",  "pick", "look", "clean",
+                                                   "heat", "cool", "two"};
+    return (unsigned)t < PPARSE_TASK_COUNT ? names[t] : "unk";
+}
+
+/* The longest feature name, with its NUL; longer names are cut. */
+#define S_NAME_MAX 192
+#define S_FNV_OFFSET 1469598103934665603ULL
+#define S_FNV_STEP(h, c) ((h) = ((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
+/* model_emit_ap emits the feature named by fmt and ap with value v. */
+void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0)
+{
+    if (e->n >= e->max)
+        return;
+    /* The feature names use only %s and %d. Their bytes go straight into the FNV-1a hash of
+     * model_feature_index as they are put together, with no name buffer and no second pass; the
+     * hash is that of the name cut to S_NAME_MAX - 1 bytes, as a buffer of S_NAME_MAX would have
+     * cut it. Any other conversion goes through vsnprintf into a buffer. */
+    uint64_t h = S_FNV_OFFSET; /* model_hash64's start for seed 0 */
+    size_t n = 0;
+    va_list ap;
+    va_copy(ap, ap0);
+    for (const char *f = fmt; *f && n < S_NAME_MAX - 1; f++) {
+        if (*f != '%') {
+            S_FNV_STEP(h, *f);
+            n++;
+            continue;
+        }
+        if (f[1] == 's') {
+            const char *str = va_arg(ap, const char *);
+            if (!str)
+                str = "(null)";
+            for (; *str && n < S_NAME_MAX - 1; str++, n++)
+                S_FNV_STEP(h, *str);
+            f++;
+        } else if (f[1] == 'd') {
+            int iv = va_arg(ap, int);
+            char dig[12];
+            int k = 0;
+            unsigned u = iv < 0 ? 0u - (unsigned)iv : (unsigned)iv;
+            do {
+                dig[k++] = (char)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            if (iv < 0)
+                dig[k++] = '-';
+            for (; k > 0 && n < S_NAME_MAX - 1; n++)
+                S_FNV_STEP(h, dig[--k]);
+            f++;
+        } else {
+            char name[S_NAME_MAX];
+            va_end(ap);
+            va_copy(ap, ap0);
+            vsnprintf(name, sizeof name, fmt, ap);
+            va_end(ap);
+            e->out[e->n].idx = model_feature_index(name);
+            e->out[e->n].val = v;
+            e->n++;
+            return;
+        }
+    }
+    va_end(ap);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    e->out[e->n].idx = (uint32_t)(h % MODEL_NAMED_DIM);
+    e->out[e->n].val = v;
+    e->n++;
+}
+
+static void s_emit(model_emit_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_emit_ap_val(model_emit_t *e, float v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* s_emit_ap_val emits a feature of value v (s_emit's are 1). */
+static void s_emit_ap_val(model_emit_t *e, float v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    model_emit_ap(e, v, fmt, ap);
+    va_end(ap);
+}
+
+static void s_emit(model_emit_t *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    model_emit_ap(e, 1.0f, fmt, ap);
+    va_end(ap);
+}
+
+/* s_belief3 emits a belief feature, of value MODEL_BELIEF_VALUE times v, at three levels of
+ * generalisation: per (task type, room type, object class), per (task type, room type) and per
+ * task type alone, so that a correction learned on one task carries over fully to its closest
+ * kin, largely to the tasks of its type in the same kind of room, and in part to every task of its
+ * type. */
+static void s_belief3(model_emit_t *e, float v, const char *kind, const char *task,
+                      const char *room, const char *oc)
+{
+    float x = v * MODEL_BELIEF_VALUE;
+    s_emit_ap_val(e, x, "belief|%s|task=%s|room=%s|oc=%s", kind, task, room, oc);
+    s_emit_ap_val(e, x, "belief|%s|task=%s|room=%s", kind, task, room);
+    s_emit_ap_val(e, x, "belief|%s|task=%s", kind, task);
+}
+
+/* model_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ")
+ * into a and b. Returns 1 when SEP is found. */
+int model_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
+                 char b[PPARSE_NAME_MAX])
+{
+    const char *m = strstr(rest, sep);
+    if (!m)
+        return 0;
+    size_t n = (size_t)(m - rest);
+    if (n >= PPARSE_NAME_MAX)
+        n = PPARSE_NAME_MAX - 1;
+    memcpy(a, rest, n);
+    a[n] = '\0';
+    snprintf(b, PPARSE_NAME_MAX, "%s", m + strlen(sep));
+    return 1;
+}
+
+static bool s_in_history(const pparse_state_t *st, const char *action, bool skip_last)
+{
+    int last = skip_last ? st->n_hist - 1 : st->n_hist;
+    for (int i = 0; i < last; i++)
+        if (st->hist[i].action && strcmp(st->hist[i].action, action) == 0)
+            return true;
+    return false;
+}
+
+/* s_first_take_of_several tells whether action index `action` is the first of at least two
+ * "take TYPE n from ..." actions of the admissible list for the object type: the first such
+ * object an attentive reader meets, when there is a choice. */
+static bool s_first_take_of_several(const pparse_state_t *st, int action, const char *type)
+{
+    size_t tl = strlen(type);
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *b = st->actions[i];
+        if (i == action || strncmp(b, "take ", 5) != 0 || strncmp(b + 5, type, tl) != 0 ||
+            b[5 + tl] != ' ')
+            continue;
+        return i > action;
+    }
+    return false;
+}
+
+/* s_lowest_of_several tells whether "go to TYPE num" is the lowest-numbered of at least two
+ * receptacles of its type among the admissible go-to actions of st. */
+static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int num)
+{
+    if (num <= 0)
+        return false;
+    size_t tl = strlen(type);
+    int others = 0;
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *b = st->actions[i];
+        if (strncmp(b, "go to ", 6) != 0 || strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+            continue;
+        char *end = NULL;
+        long k = strtol(b + 7 + tl, &end, 10);
+        if (!end || *end != '\0' || k <= 0 || k == num)
+            continue;
+        if (k < num)
+            return false;
+        others++;
+    }
+    return others > 0;
+}
+
+int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
+                   int max)
+{
+    if (!m || !st)
+        return SR_EINVAL;
+    model_ctx_t c;
+    model_ctx_init(m, st, &c);
+    return model_features_ctx(st, &c, action, out, max);
+}
+
+int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                       model_feat_t *out, int max)
+{
+    if (!st || !ctx || !out || max < 1 || action < 0 || action >= st->n_actions)
+        return SR_EINVAL;
+    model_emit_t e = {.out = out, .n = 0, .max = max};
+    const char *a = st->actions[action];
+    const char *task = s_task_short(st->task);
+    model_ctx_t tb = *ctx;
+    char held_type[PPARSE_NAME_MAX];
+    pparse_type_of(st->holding, held_type, sizeof held_type);
+    bool held_alike = st->holding[0] && model_is_alike(&tb, held_type);
+    const char *hold = !st->holding[0]                                         ? "empty"
+                       : strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
+                                                                               : "other";
+    bool goal_here = st->goal_take_here || tb.alike_here;
+    int proc = st->processed ? 1 : 0;
+    char loc_type[PPARSE_NAME_MAX];
+    int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
+
+    char verb[16];
+    size_t vl = strcspn(a, " ");
+    snprintf(verb, sizeof verb, "%.*s", (int)(vl < sizeof verb ? vl : sizeof verb - 1), a);
+    const char *rest = a[vl] ? a + vl + 1 : a + vl;
+    if (strcmp(verb, "go") == 0 && strncmp(rest, "to ", 3) == 0)
+        rest += 3;
+
+    s_emit(&e, "verb=%s|task=%s|hold=%s", verb, task, hold);
+
+    char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
+    if (strcmp(verb, "go") == 0) {
+        int num = pparse_type_of(rest, yt, sizeof yt);
+        s_emit(&e, "go|obj=%s|rt=%s|hold=%s", st->goal_obj, yt, hold);
+        bool start = st->n_prev == 0 && st->n_hist == 0 && !st->location[0];
+        if (start)
+            s_emit(&e, "go|obj=%s|rt=%s|start", st->goal_obj, yt);
+        s_emit(&e, "go|rt=%s|task=%s|hold=%s|proc=%d", yt, task, hold, proc);
+        if (strcmp(yt, st->goal_recep) == 0)
+            s_emit(&e, "go|goalrecep|task=%s|hold=%s|proc=%d", task, hold, proc);
+        if (st->task == PPARSE_TASK_LOOK)
+            s_emit(&e, "go|lamp=%s|rt=%s|hold=%s", st->goal_recep, yt, hold);
+        if (st->lamp_seen_at[0] && strcmp(rest, st->lamp_seen_at) == 0)
+            s_emit(&e, "go|lampseen|hold=%s", hold);
+        if (st->goal_seen_at[0] && strcmp(rest, st->goal_seen_at) == 0)
+            s_emit(&e, "go|goalseen|hold=%s", hold);
+        if (loc_type[0] && strcmp(yt, loc_type) == 0) {
+            s_emit(&e, "go|sametype");
+            if (num == loc_num + 1)
+                s_emit(&e, "go|nextnum|hold=%s", hold);
+            else if (num < loc_num)
+                s_emit(&e, "go|sametype|lower");
+        }
+        if (num == 1)
+            s_emit(&e, "go|first");
+        else if (s_lowest_of_several(st, yt, num))
+            s_emit(&e, "go|lowest");
+        if (start && (num == 1 || s_lowest_of_several(st, yt, num)))
+            s_emit(&e, "go|lowest|start");
+        if (st->prev_location[0] && strcmp(rest, st->prev_location) == 0)
+            s_emit(&e, "go|prev");
+        else if (s_in_history(st, a, false))
+            s_emit(&e, "go|recent");
+        /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
+         * and what the room teaches about this object class's places (learned, 0 at version 0). */
+        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0) {
+            float v = tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure;
+            s_belief3(&e, v, "where", task, st->room, tb.oc);
+        }
+        if (!st->holding[0] && !goal_here)
+            s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
+        if (!st->holding[0] && goal_here)
+            s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
+        if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
+            (proc || !model_processing_task(st->task)))
+            s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb.oc);
+        if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 && !proc &&
+            model_processing_task(st->task))
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+    } else if (strcmp(verb, "open") == 0) {
+        if (st->at_closed && strcmp(rest, st->location) == 0)
+            s_emit(&e, "open|here_closed|hold=%s", hold);
+    } else if (strcmp(verb, "take") == 0 && model_split2(rest, " from ", x, y)) {
+        pparse_type_of(x, xt, sizeof xt);
+        pparse_type_of(y, yt, sizeof yt);
+        bool alike = model_is_alike(&tb, xt);
+        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || alike;
+        s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
+        if (alike)
+            s_belief3(&e, 1.0f, "alike", task, st->room, tb.oc);
+        if (goal_obj && strcmp(yt, st->goal_recep) == 0) {
+            s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
+            if (tb.forget && st->task == PPARSE_TASK_TWO)
+                s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+        } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
+            s_emit(&e, "take|goalobj|first");
+        }
+    } else if ((strcmp(verb, "move") == 0 && model_split2(rest, " to ", x, y)) ||
+               (strcmp(verb, "put") == 0 && model_split2(rest, " in ", x, y))) {
+        /* "put O in R" is not admissible in ALFWorld 0.4: the model knows as much about it as
+         * about the "move O to R" it stands for, less a penalty for the unlisted verb, plus the
+         * task's belief that it is the verb to use, and more so right after it failed (an LLM
+         * that reads "Nothing happens." often tries the same thing again). */
+        if (strcmp(verb, "put") == 0) {
+            s_emit(&e, "put|misverb");
+            if (tb.misverb)
+                s_belief3(&e, 1.0f, "misverb", task, st->room, tb.oc);
+            if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
+                strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
+                strcmp(st->current_obs, "Nothing happens.") == 0)
+                s_emit(&e, "put|failed");
+        }
+        pparse_type_of(x, xt, sizeof xt);
+        pparse_type_of(y, yt, sizeof yt);
+        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt);
+        bool goal_recep = strcmp(yt, st->goal_recep) == 0;
+        s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
+               proc);
+        if (goal_obj && goal_recep && model_arrived(st))
+            s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
+        if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
+            s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb.oc);
+        if (tb.forget && goal_obj && goal_recep && !proc && model_processing_task(st->task))
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+    } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
+                strcmp(verb, "clean") == 0) &&
+               model_split2(rest, " with ", x, y)) {
+        pparse_type_of(x, xt, sizeof xt);
+        s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task,
+               strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt), proc);
+    } else if (strcmp(verb, "use") == 0) {
+        pparse_type_of(rest, yt, sizeof yt);
+        s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", strcmp(yt, st->goal_recep) == 0, task, hold);
+    } else if (strcmp(verb, "examine") == 0) {
+        s_emit(&e, "examine|held=%d", st->holding[0] && strcmp(rest, st->holding) == 0);
+    }
+
+    if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
+        strcmp(st->hist[st->n_hist - 1].action, a) == 0)
+        s_emit(&e, "repeat|last");
+    else if (strcmp(verb, "go") != 0 && s_in_history(st, a, true))
+        s_emit(&e, "repeat|window");
+
+    /* Loops: the same situation as one or two steps ago, and the same answer as then. */
+    const char *cur = st->current_obs ? st->current_obs : "";
+    for (int back = 1; back <= 2 && back <= st->n_hist; back++) {
+        const pparse_hist_t *h = &st->hist[st->n_hist - back];
+        if (h->obs && h->action && strcmp(h->action, a) == 0 && strcmp(h->obs, cur) == 0)
+            s_emit(&e, "loop|again|back=%d", back);
+    }
+
+    if (e.n < e.max) {
+        e.out[e.n].idx = model_string_index(a);
+        e.out[e.n].val = 1.0f;
+        e.n++;
+    }
+    return e.n;
+}

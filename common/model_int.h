@@ -1,0 +1,42 @@
+/*
+ * model_int.h — the insides the model's files share (model.c, model_feat.c, model_belief.c) and
+ * nothing else includes: the model struct, the feature emitter, and the belief and parsing
+ * helpers the features read.
+ */
+#ifndef SR_MODEL_INT_H
+#define SR_MODEL_INT_H
+
+#include "common/model.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct model {
+    uint32_t version;
+    float *w;
+};
+
+/* model_emit_t collects the features of one candidate into out (at most max). */
+typedef struct {
+    model_feat_t *out;
+    int n;
+    int max;
+} model_emit_t;
+
+/* model_emit_ap emits the feature named by fmt and ap with value v (model_feat.c). */
+void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0);
+
+/* model_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ")
+ * into a and b. Returns 1 when SEP is found (model_feat.c). */
+int model_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
+                 char b[PPARSE_NAME_MAX]);
+
+/* model_belief.c: whether t is a task with a processing step (clean, heat, cool); whether the
+ * agent walked to where it stands (model_arrived); whether type is the goal object's look-alike
+ * in the task's beliefs. */
+bool model_processing_task(pparse_task_t t);
+bool model_arrived(const pparse_state_t *st);
+bool model_is_alike(const model_ctx_t *tb, const char *type);
+
+#endif

@@ -1,0 +1,531 @@
+/*
+ * proto_enc.c — encoding: packs a proto_msg_t with msgpack-c's packer straight into an sr_buf_t
+ * (proto_encode); the field writers and one writer per message type with fields of its own.
+ */
+#include "common/proto_int.h"
+
+#include <msgpack.h>
+#include <string.h>
+
+typedef struct {
+    msgpack_packer pk;
+    int rc; /* the first error; once set, further puts do nothing */
+} s_enc_t;
+
+static int s_write(void *data, const char *p, size_t n)
+{
+    return sr_buf_append(data, p, n) == SR_OK ? 0 : -1;
+}
+
+static void s_check(s_enc_t *e, int r)
+{
+    if (r != 0 && e->rc == SR_OK)
+        e->rc = SR_ENOMEM;
+}
+
+static void s_raw_str(s_enc_t *e, const char *s, size_t n)
+{
+    if (e->rc)
+        return;
+    s_check(e, msgpack_pack_str(&e->pk, n));
+    s_check(e, msgpack_pack_str_body(&e->pk, s, n));
+}
+
+static void s_key(s_enc_t *e, const char *key)
+{
+    s_raw_str(e, key, strlen(key));
+}
+
+/* s_str_value packs a string value that must not be NULL and must respect its class's limit. */
+static void s_str_value(s_enc_t *e, const char *s, proto_strkind_t kind)
+{
+    if (e->rc)
+        return;
+    if (!s) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    size_t n = strlen(s);
+    if (n > proto_limit_of(kind, PROTO_MAX_TEXT)) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_raw_str(e, s, n);
+}
+
+static void s_put_str(s_enc_t *e, const char *key, const char *s, proto_strkind_t kind)
+{
+    s_key(e, key);
+    s_str_value(e, s, kind);
+}
+
+static void s_put_int(s_enc_t *e, const char *key, int64_t v)
+{
+    s_key(e, key);
+    if (!e->rc)
+        s_check(e, msgpack_pack_int64(&e->pk, v));
+}
+
+static void s_put_uint(s_enc_t *e, const char *key, uint64_t v)
+{
+    s_key(e, key);
+    if (!e->rc)
+        s_check(e, msgpack_pack_uint64(&e->pk, v));
+}
+
+static void s_put_num(s_enc_t *e, const char *key, double v)
+{
+    s_key(e, key);
+    if (!e->rc)
+        s_check(e, msgpack_pack_double(&e->pk, v));
+}
+
+static void s_put_bool(s_enc_t *e, const char *key, bool v)
+{
+    s_key(e, key);
+    if (!e->rc)
+        s_check(e, v ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk));
+}
+
+static void s_map(s_enc_t *e, size_t n)
+{
+    if (!e->rc)
+        s_check(e, msgpack_pack_map(&e->pk, n));
+}
+
+/* s_array_head packs an array header after checking the pointer and the limit. */
+static void s_array_head(s_enc_t *e, const char *key, const void *p, size_t n, size_t max)
+{
+    s_key(e, key);
+    if (e->rc)
+        return;
+    if (n > 0 && !p) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    if (n > max) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_check(e, msgpack_pack_array(&e->pk, n));
+}
+
+static void s_put_str_array(s_enc_t *e, const char *key, const char *const *a, size_t n,
+                            size_t max, proto_strkind_t kind)
+{
+    s_array_head(e, key, a, n, max);
+    for (size_t i = 0; i < n && !e->rc; i++)
+        s_str_value(e, a[i], kind);
+}
+
+static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t n, size_t max)
+{
+    s_array_head(e, key, a, n, max);
+    for (size_t i = 0; i < n && !e->rc; i++)
+        s_check(e, msgpack_pack_double(&e->pk, a[i]));
+}
+
+/* s_put_bin32 packs n 32-bit values (int32_t or float bits) as one msgpack bin of little-endian
+ * words. */
+static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
+{
+    s_key(e, key);
+    if (e->rc)
+        return;
+    if (n > 0 && !a) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    if (n > PROTO_MAX_TOKENS) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_check(e, msgpack_pack_bin(&e->pk, n * 4));
+    const uint8_t *src = a;
+    uint8_t chunk[256];
+    for (size_t i = 0; i < n && !e->rc;) {
+        size_t k = 0;
+        for (; i < n && k < sizeof chunk; i++, k += 4) {
+            uint32_t w;
+            memcpy(&w, src + i * 4, 4);
+            chunk[k] = (uint8_t)w;
+            chunk[k + 1] = (uint8_t)(w >> 8);
+            chunk[k + 2] = (uint8_t)(w >> 16);
+            chunk[k + 3] = (uint8_t)(w >> 24);
+        }
+        s_check(e, msgpack_pack_bin_body(&e->pk, chunk, k));
+    }
+}
+
+/* s_put_raw_map packs key and then the bytes of one encoded msgpack map as its value, which must
+ * be a map header followed by at most PROTO_MAX_TASK_DATA bytes in all. */
+static void s_put_raw_map(s_enc_t *e, const char *key, const uint8_t *p, size_t n)
+{
+    s_key(e, key);
+    if (e->rc)
+        return;
+    if (!p || n == 0 || !((p[0] >= 0x80 && p[0] <= 0x8f) || p[0] == 0xde || p[0] == 0xdf)) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    if (n > PROTO_MAX_TASK_DATA) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    s_check(e, e->pk.callback(e->pk.data, (const char *)p, n));
+}
+
+static void s_header(s_enc_t *e, proto_type_t type, size_t nfields)
+{
+    s_map(e, nfields + 2);
+    s_put_str(e, "t", proto_type_name(type), PROTO_STR_ID);
+    s_put_int(e, "v", SELROLL_PROTO_VERSION);
+}
+
+static void s_enc_hello(s_enc_t *e, const proto_hello_t *h)
+{
+    s_header(e, PROTO_HELLO, 5 + (h->policy != NULL) + (h->version != NULL));
+    s_put_str(e, "actor_id", h->actor_id, PROTO_STR_ID);
+    s_put_str(e, "role", h->role, PROTO_STR_ID);
+    s_put_int(e, "slots", h->slots);
+    s_put_str(e, "host", h->host, PROTO_STR_ID);
+    s_put_int(e, "pid", h->pid);
+    if (h->policy)
+        s_put_str(e, "policy", h->policy, PROTO_STR_SHORT);
+    if (h->version)
+        s_put_str(e, "version", h->version, PROTO_STR_ID);
+}
+
+static void s_enc_welcome(s_enc_t *e, const proto_welcome_t *w)
+{
+    if (w->env_kinds_len > 0 && w->env_kinds_len != w->env_workers_len) {
+        e->rc = SR_EINVAL;
+        return;
+    }
+    s_header(e, PROTO_WELCOME, 7 + (w->env_workers_len > 0) + (w->env_kinds_len > 0));
+    s_put_str(e, "run", w->run, PROTO_STR_ID);
+    s_put_str(e, "actor_id", w->actor_id, PROTO_STR_ID);
+    s_put_int(e, "lease_ms", w->lease_ms);
+    s_put_int(e, "heartbeat_ms", w->heartbeat_ms);
+    s_put_str(e, "bus_pub", w->bus_pub, PROTO_STR_SHORT);
+    s_put_str(e, "bus_sub", w->bus_sub, PROTO_STR_SHORT);
+    s_put_int(e, "policy_version", w->policy_version);
+    if (w->env_workers_len > 0)
+        s_put_str_array(e, "env_workers", w->env_workers, w->env_workers_len, PROTO_MAX_LIST,
+                        PROTO_STR_SHORT);
+    if (w->env_kinds_len > 0)
+        s_put_str_array(e, "env_kinds", w->env_kinds, w->env_kinds_len, PROTO_MAX_LIST,
+                        PROTO_STR_ID);
+}
+
+static void s_enc_job(s_enc_t *e, const proto_job_t *j)
+{
+    s_header(e, PROTO_JOB, 16 + (j->task_data_len > 0) + (j->env != NULL));
+    s_put_str(e, "job_id", j->job_id, PROTO_STR_ID);
+    s_put_int(e, "epoch", j->epoch);
+    s_put_str(e, "run", j->run, PROTO_STR_ID);
+    s_put_str(e, "group", j->group, PROTO_STR_ID);
+    s_put_int(e, "traj", j->traj);
+    s_put_int(e, "group_size", j->group_size);
+    s_put_str(e, "task", j->task, PROTO_STR_ID);
+    if (j->task_data_len > 0)
+        s_put_raw_map(e, "task_data", j->task_data, j->task_data_len);
+    if (j->env)
+        s_put_str(e, "env", j->env, PROTO_STR_ID);
+    s_put_int(e, "iteration", j->iteration);
+    s_put_int(e, "policy_version", j->policy_version);
+    s_put_uint(e, "seed", j->seed);
+    s_put_num(e, "temperature", j->temperature);
+    s_put_num(e, "top_p", j->top_p);
+    s_put_int(e, "max_steps", j->max_steps);
+    s_put_int(e, "max_tokens", j->max_tokens);
+    s_put_bool(e, "eval", j->eval);
+    s_put_int(e, "lease_ms", j->lease_ms);
+}
+
+static void s_enc_result_step(s_enc_t *e, const proto_result_step_t *s)
+{
+    s_map(e, 10 + s->has_logprob + s->has_t + (s->messages_len > 0) + (s->reasoning != NULL) +
+                 s->has_reasoning_tokens + (s->model != NULL) + s->has_served_version +
+                 s->usage_unknown + s->text_truncated + (s->token_ids_len > 0) +
+                 (s->token_logprobs_len > 0) + (s->prompt_token_ids_len > 0) +
+                 s->has_prompt_prefix + s->tokens_mismatch);
+    s_put_int(e, "i", s->i);
+    s_put_str(e, "action", s->action, PROTO_STR_SHORT);
+    s_put_str(e, "raw", s->raw, PROTO_STR_TEXT);
+    s_put_str(e, "obs", s->obs, PROTO_STR_TEXT);
+    s_put_num(e, "reward", s->reward);
+    s_put_bool(e, "done", s->done);
+    s_put_int(e, "prompt_tokens", s->prompt_tokens);
+    s_put_int(e, "completion_tokens", s->completion_tokens);
+    if (s->has_logprob)
+        s_put_num(e, "logprob", s->logprob);
+    s_put_bool(e, "format_error", s->format_error);
+    s_put_num(e, "latency_ms", s->latency_ms);
+    if (s->has_t)
+        s_put_num(e, "t_ms", s->t_ms);
+    if (s->messages_len > 0) {
+        s_array_head(e, "messages", s->messages, s->messages_len, PROTO_MAX_MESSAGES);
+        for (size_t i = 0; i < s->messages_len && !e->rc; i++) {
+            s_map(e, 2);
+            s_put_str(e, "role", s->messages[i].role, PROTO_STR_ID);
+            s_put_str(e, "content", s->messages[i].content, PROTO_STR_TEXT);
+        }
+    }
+    if (s->reasoning)
+        s_put_str(e, "reasoning", s->reasoning, PROTO_STR_TEXT);
+    if (s->has_reasoning_tokens)
+        s_put_int(e, "reasoning_tokens", s->reasoning_tokens);
+    if (s->model)
+        s_put_str(e, "model", s->model, PROTO_STR_ID);
+    if (s->has_served_version)
+        s_put_int(e, "served_version", s->served_version);
+    if (s->usage_unknown)
+        s_put_bool(e, "usage_unknown", true);
+    if (s->text_truncated)
+        s_put_bool(e, "text_truncated", true);
+    if (s->token_ids_len > 0)
+        s_put_bin32(e, "token_ids", s->token_ids, s->token_ids_len);
+    if (s->token_logprobs_len > 0)
+        s_put_bin32(e, "token_logprobs", s->token_logprobs, s->token_logprobs_len);
+    if (s->prompt_token_ids_len > 0)
+        s_put_bin32(e, "prompt_token_ids", s->prompt_token_ids, s->prompt_token_ids_len);
+    if (s->has_prompt_prefix)
+        s_put_int(e, "prompt_prefix", s->prompt_prefix);
+    if (s->tokens_mismatch)
+        s_put_bool(e, "tokens_mismatch", true);
+}
+
+/* s_enc_result packs a RESULT; with header false it packs the body only (BATCH trajectories). */
+static void s_enc_result(s_enc_t *e, const proto_result_t *r, bool header)
+{
+    size_t n = 16 + (r->error != NULL) + (r->usage_unknown_steps > 0);
+    if (header)
+        s_header(e, PROTO_RESULT, n);
+    else
+        s_map(e, n);
+    s_put_str(e, "job_id", r->job_id, PROTO_STR_ID);
+    s_put_int(e, "epoch", r->epoch);
+    s_put_str(e, "run", r->run, PROTO_STR_ID);
+    s_put_str(e, "group", r->group, PROTO_STR_ID);
+    s_put_int(e, "traj", r->traj);
+    s_put_str(e, "task", r->task, PROTO_STR_ID);
+    s_put_str(e, "status", r->status, PROTO_STR_ID);
+    s_put_num(e, "reward", r->reward);
+    s_put_bool(e, "won", r->won);
+    s_put_int(e, "n_steps", r->n_steps);
+    s_put_int(e, "llm_calls", r->llm_calls);
+    s_put_int(e, "prompt_tokens", r->prompt_tokens);
+    s_put_int(e, "completion_tokens", r->completion_tokens);
+    s_put_int(e, "aborted_tokens", r->aborted_tokens);
+    s_put_int(e, "wall_ms", r->wall_ms);
+    if (r->error)
+        s_put_str(e, "error", r->error, PROTO_STR_TEXT);
+    if (r->usage_unknown_steps > 0)
+        s_put_int(e, "usage_unknown_steps", r->usage_unknown_steps);
+    s_array_head(e, "steps", r->steps, r->steps_len, PROTO_MAX_STEPS);
+    for (size_t i = 0; i < r->steps_len && !e->rc; i++)
+        s_enc_result_step(e, &r->steps[i]);
+}
+
+static void s_enc_heartbeat(s_enc_t *e, const proto_heartbeat_t *h)
+{
+    s_header(e, PROTO_HEARTBEAT, 4);
+    s_put_str(e, "actor_id", h->actor_id, PROTO_STR_ID);
+    s_put_int(e, "running", h->running);
+    s_put_int(e, "free", h->free);
+    s_array_head(e, "leases", h->leases, h->leases_len, PROTO_MAX_LIST);
+    for (size_t i = 0; i < h->leases_len && !e->rc; i++) {
+        s_map(e, 2);
+        s_put_str(e, "job_id", h->leases[i].job_id, PROTO_STR_ID);
+        s_put_int(e, "epoch", h->leases[i].epoch);
+    }
+}
+
+static void s_enc_bye(s_enc_t *e, const proto_bye_t *b)
+{
+    s_header(e, PROTO_BYE, 2 + (b->reason != NULL));
+    s_put_str(e, "actor_id", b->actor_id, PROTO_STR_ID);
+    if (b->reason)
+        s_put_str(e, "reason", b->reason, PROTO_STR_SHORT);
+    s_put_bool(e, "drain", b->drain);
+}
+
+static void s_enc_action(s_enc_t *e, const proto_action_t *a)
+{
+    s_header(e, PROTO_ACTION,
+             7 + a->has_won + (a->actor_id != NULL) + (a->group_size > 0) + (a->task != NULL));
+    s_put_str(e, "run", a->run, PROTO_STR_ID);
+    s_put_str(e, "group", a->group, PROTO_STR_ID);
+    s_put_int(e, "traj", a->traj);
+    s_put_int(e, "step", a->step);
+    s_put_str(e, "action", a->action, PROTO_STR_SHORT);
+    s_put_bool(e, "ended", a->ended);
+    s_put_num(e, "reward", a->reward);
+    if (a->has_won)
+        s_put_bool(e, "won", a->won);
+    if (a->actor_id)
+        s_put_str(e, "actor_id", a->actor_id, PROTO_STR_ID);
+    if (a->group_size > 0)
+        s_put_int(e, "group_size", a->group_size);
+    if (a->task)
+        s_put_str(e, "task", a->task, PROTO_STR_ID);
+}
+
+static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
+{
+    s_header(e, PROTO_CANCEL, 5 + (c->keep_len > 0));
+    s_put_str(e, "run", c->run, PROTO_STR_ID);
+    s_put_str(e, "group", c->group, PROTO_STR_ID);
+    s_put_int(e, "step", c->step);
+    s_put_num(e, "d", c->d);
+    s_put_str(e, "reason", c->reason, PROTO_STR_SHORT);
+    if (c->keep_len > 0) {
+        s_array_head(e, "keep", c->keep, c->keep_len, PROTO_MAX_GROUP_SIZE);
+        for (size_t i = 0; i < c->keep_len && !e->rc; i++)
+            s_check(e, msgpack_pack_int64(&e->pk, c->keep[i]));
+    }
+}
+
+static void s_enc_obs(s_enc_t *e, const proto_obs_t *o)
+{
+    s_header(e, PROTO_OBS, 8 + (o->goal != NULL));
+    s_put_uint(e, "rid", o->rid);
+    s_put_str(e, "session", o->session, PROTO_STR_ID);
+    s_put_str(e, "obs", o->obs, PROTO_STR_TEXT);
+    s_put_str_array(e, "admissible", o->admissible, o->admissible_len, PROTO_MAX_ADMISSIBLE,
+                    PROTO_STR_SHORT);
+    s_put_num(e, "reward", o->reward);
+    s_put_bool(e, "done", o->done);
+    s_put_bool(e, "won", o->won);
+    s_put_int(e, "step", o->step);
+    if (o->goal)
+        s_put_str(e, "goal", o->goal, PROTO_STR_TEXT);
+}
+
+static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
+{
+    s_header(e, PROTO_BATCH, 5 + (b->estimator != NULL));
+    s_put_str(e, "run", b->run, PROTO_STR_ID);
+    if (b->estimator)
+        s_put_str(e, "estimator", b->estimator, PROTO_STR_ID);
+    s_put_int(e, "iteration", b->iteration);
+    s_put_int(e, "policy_version", b->policy_version);
+    s_array_head(e, "groups", b->groups, b->groups_len, PROTO_MAX_GROUPS);
+    for (size_t i = 0; i < b->groups_len && !e->rc; i++) {
+        const proto_group_t *g = &b->groups[i];
+        s_map(e, 7 + (g->advantages_raw != NULL));
+        s_put_str(e, "group", g->group, PROTO_STR_ID);
+        s_put_str(e, "task", g->task, PROTO_STR_ID);
+        s_put_num(e, "weight", g->weight);
+        s_put_num(e, "audit_weight", g->audit_weight);
+        s_put_num_array(e, "rewards", g->rewards, g->rewards_len, PROTO_MAX_GROUP_SIZE);
+        s_put_num_array(e, "advantages", g->advantages, g->advantages_len, PROTO_MAX_GROUP_SIZE);
+        if (g->advantages_raw)
+            s_put_num_array(e, "advantages_raw", g->advantages_raw, g->advantages_raw_len,
+                            PROTO_MAX_GROUP_SIZE);
+        s_array_head(e, "trajectories", g->trajectories, g->trajectories_len,
+                     PROTO_MAX_GROUP_SIZE);
+        for (size_t k = 0; k < g->trajectories_len && !e->rc; k++)
+            s_enc_result(e, &g->trajectories[k], false);
+    }
+    s_key(e, "stats");
+    if (!e->rc && b->stats_len > 0 && !b->stats)
+        e->rc = SR_EINVAL;
+    if (!e->rc && b->stats_len > PROTO_MAX_LIST)
+        e->rc = SR_ETOOBIG;
+    s_map(e, b->stats_len);
+    for (size_t i = 0; i < b->stats_len && !e->rc; i++) {
+        s_str_value(e, b->stats[i].name, PROTO_STR_ID);
+        if (!e->rc)
+            s_check(e, msgpack_pack_double(&e->pk, b->stats[i].value));
+    }
+}
+
+int proto_encode(const proto_msg_t *m, sr_buf_t *out)
+{
+    if (!m || !out)
+        return SR_EINVAL;
+    s_enc_t e = {.rc = SR_OK};
+    msgpack_packer_init(&e.pk, out, s_write);
+    switch (m->type) {
+    case PROTO_HELLO: s_enc_hello(&e, &m->u.hello); break;
+    case PROTO_WELCOME: s_enc_welcome(&e, &m->u.welcome); break;
+    case PROTO_CREDIT:
+        s_header(&e, PROTO_CREDIT, 1);
+        s_put_int(&e, "credits", m->u.credit.credits);
+        break;
+    case PROTO_JOB: s_enc_job(&e, &m->u.job); break;
+    case PROTO_RESULT: s_enc_result(&e, &m->u.result, true); break;
+    case PROTO_HEARTBEAT: s_enc_heartbeat(&e, &m->u.heartbeat); break;
+    case PROTO_BYE: s_enc_bye(&e, &m->u.bye); break;
+    case PROTO_RESULT_ACK:
+        s_header(&e, PROTO_RESULT_ACK, 3 + (m->u.result_ack.reason != NULL));
+        s_put_str(&e, "job_id", m->u.result_ack.job_id, PROTO_STR_ID);
+        s_put_int(&e, "epoch", m->u.result_ack.epoch);
+        s_put_bool(&e, "ok", m->u.result_ack.ok);
+        if (m->u.result_ack.reason)
+            s_put_str(&e, "reason", m->u.result_ack.reason, PROTO_STR_TEXT);
+        break;
+    case PROTO_ACTION: s_enc_action(&e, &m->u.action); break;
+    case PROTO_CANCEL: s_enc_cancel(&e, &m->u.cancel); break;
+    case PROTO_POLICY_VERSION:
+        s_header(&e, PROTO_POLICY_VERSION, 3);
+        s_put_str(&e, "run", m->u.policy_version.run, PROTO_STR_ID);
+        s_put_int(&e, "version", m->u.policy_version.version);
+        s_put_int(&e, "iteration", m->u.policy_version.iteration);
+        break;
+    case PROTO_RESET:
+        s_header(&e, PROTO_RESET, 4 + m->u.reset.has_seed + (m->u.reset.task_data_len > 0));
+        s_put_uint(&e, "rid", m->u.reset.rid);
+        s_put_str(&e, "session", m->u.reset.session, PROTO_STR_ID);
+        s_put_str(&e, "task", m->u.reset.task, PROTO_STR_ID);
+        if (m->u.reset.task_data_len > 0)
+            s_put_raw_map(&e, "task_data", m->u.reset.task_data, m->u.reset.task_data_len);
+        if (m->u.reset.has_seed)
+            s_put_uint(&e, "seed", m->u.reset.seed);
+        s_put_int(&e, "max_steps", m->u.reset.max_steps);
+        break;
+    case PROTO_STEP:
+        s_header(&e, PROTO_STEP, 3);
+        s_put_uint(&e, "rid", m->u.step.rid);
+        s_put_str(&e, "session", m->u.step.session, PROTO_STR_ID);
+        s_put_str(&e, "action", m->u.step.action, PROTO_STR_SHORT);
+        break;
+    case PROTO_CLOSE:
+        s_header(&e, PROTO_CLOSE, 2);
+        s_put_uint(&e, "rid", m->u.close.rid);
+        s_put_str(&e, "session", m->u.close.session, PROTO_STR_ID);
+        break;
+    case PROTO_OBS: s_enc_obs(&e, &m->u.obs); break;
+    case PROTO_ERROR:
+        s_header(&e, PROTO_ERROR, 2 + m->u.error.has_rid + (m->u.error.session != NULL));
+        if (m->u.error.has_rid)
+            s_put_uint(&e, "rid", m->u.error.rid);
+        s_put_str(&e, "code", m->u.error.code, PROTO_STR_ID);
+        s_put_str(&e, "msg", m->u.error.msg, PROTO_STR_TEXT);
+        if (m->u.error.session)
+            s_put_str(&e, "session", m->u.error.session, PROTO_STR_ID);
+        break;
+    case PROTO_BATCH: s_enc_batch(&e, &m->u.batch); break;
+    case PROTO_WEIGHTS_READY:
+        s_header(&e, PROTO_WEIGHTS_READY,
+                 4 + m->u.weights_ready.has_loss + (m->u.weights_ready.info != NULL) +
+                     (m->u.weights_ready.reason != NULL) + (m->u.weights_ready.path != NULL));
+        s_put_str(&e, "run", m->u.weights_ready.run, PROTO_STR_ID);
+        s_put_int(&e, "version", m->u.weights_ready.version);
+        s_put_int(&e, "iteration", m->u.weights_ready.iteration);
+        s_put_bool(&e, "ok", m->u.weights_ready.ok);
+        if (m->u.weights_ready.reason)
+            s_put_str(&e, "reason", m->u.weights_ready.reason, PROTO_STR_SHORT);
+        if (m->u.weights_ready.has_loss)
+            s_put_num(&e, "loss", m->u.weights_ready.loss);
+        if (m->u.weights_ready.info)
+            s_put_str(&e, "info", m->u.weights_ready.info, PROTO_STR_TEXT);
+        if (m->u.weights_ready.path)
+            s_put_str(&e, "path", m->u.weights_ready.path, PROTO_STR_SHORT);
+        break;
+    default: return SR_EINVAL;
+    }
+    return e.rc;
+}
