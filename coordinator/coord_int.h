@@ -26,6 +26,7 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/coord_sched.h"
+#include "coordinator/coord_store.h"
 
 #include "common/afile.h"
 #include "common/clock.h"
@@ -39,6 +40,10 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_policy.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
 #include "common/storeq.h"
 #include "common/transport.h"
 

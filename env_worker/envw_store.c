@@ -3,6 +3,7 @@
  * entry's field names are written here only.
  */
 #include "env_worker/envw_store.h"
+#include "common/store_reg.h"
 
 #include "common/sr.h"
 

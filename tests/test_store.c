@@ -9,6 +9,12 @@
 #include "tests/harness.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
+#include "common/store_prompt.h"
+#include "common/store_policy.h"
+#include "coordinator/coord_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -259,14 +265,14 @@ static void password_and_db_from_the_url_are_used(void **state)
 static void error_replies_carry_the_servers_text(void **state)
 {
     fixture_t *f = *state;
-    redisReply *r = (redisReply *)f;
+    store_reply_t *r = (store_reply_t *)f;
     assert_int_equal(store_command(f->s, 0, &r, "NOSUCHCOMMAND x"), SR_EREDIS);
     assert_null(r);
     assert_non_null(strstr(store_errstr(f->s), "redis: ERR unknown command"));
     assert_int_equal(store_command(f->s, STORE_IDEMPOTENT, &r, "ECHO %s", "hi"), SR_OK);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "hi");
-    freeReplyObject(r);
+    assert_int_equal(store_reply_type(r), STORE_REPLY_STRING);
+    assert_string_equal(store_reply_str(r, NULL), "hi");
+    store_reply_free(r);
     assert_int_equal(store_ping(f->s), SR_OK);
 }
 
@@ -295,10 +301,10 @@ static void run_record_fields_round_trip(void **state)
     assert_int_equal(store_run_set_int(f->s, "iteration", 13), SR_OK);
     assert_int_equal(store_run_get_int(f->s, "iteration", &it), SR_OK);
     assert_int_equal(it, 13);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->s, 0, &r, "HGET selroll:t:run status"), SR_OK);
-    assert_string_equal(r->str, "running");
-    freeReplyObject(r);
+    assert_string_equal(store_reply_str(r, NULL), "running");
+    store_reply_free(r);
 }
 
 /* ---- groups --------------------------------------------------------------------------- */
@@ -635,10 +641,10 @@ static void registry_lists_live_entries_and_expires_silent_ones(void **state)
     assert_string_equal(seen.host_of_a1, "node-9");
     assert_int_equal(store_heartbeat(f->s, "actor", "short", 1000), SR_ENOTFOUND);
     assert_int_equal(store_heartbeat(f->s, "actor", "a2", 1000), SR_OK);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->s, 0, &r, "PTTL selroll:t:actor:a2"), SR_OK);
-    assert_true(r->integer > 0 && r->integer <= 1000);
-    freeReplyObject(r);
+    assert_true(harness_reply_int(r) > 0 && harness_reply_int(r) <= 1000);
+    store_reply_free(r);
 
     memset(&seen, 0, sizeof seen);
     assert_int_equal(store_list(f->s, "envw", collect_entry, &seen), SR_OK);
@@ -735,29 +741,6 @@ static void prompt_history_keeps_the_latest_entries_oldest_first(void **state)
     assert_int_equal(store_prompt_push(f->s, "", 1, 0.0), SR_EINVAL);
 }
 
-static void greso_state_starts_unset_and_round_trips(void **state)
-{
-    fixture_t *f = *state;
-    double e = 0, h = 0, z = -1;
-    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_ENOTFOUND);
-    assert_true(e == 0.5 && h == 0.5 && z == 0.0);
-    assert_int_equal(store_greso_set(f->s, 0.49, 0.51, 0.375), SR_OK);
-    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_OK);
-    assert_true(e == 0.49);
-    assert_true(h == 0.51);
-    assert_true(z == 0.375);
-    assert_int_equal(store_greso_get(f->s, &e, &h, NULL), SR_OK);
-    /* A state written before the share was kept (no zv field) reads as zv 0. */
-    redisReply *r = NULL;
-    assert_int_equal(store_command(f->s, STORE_IDEMPOTENT, &r, "HDEL %s zv", "selroll:t:greso"),
-                     SR_OK);
-    if (r)
-        freeReplyObject(r);
-    z = -1;
-    assert_int_equal(store_greso_get(f->s, &e, &h, &z), SR_OK);
-    assert_true(e == 0.49 && z == 0.0);
-}
-
 /* ---- weights -------------------------------------------------------------------------- */
 
 static void weights_are_stored_by_version(void **state)
@@ -788,10 +771,10 @@ static void weights_are_stored_by_version(void **state)
 
 /* ---- pipelining ----------------------------------------------------------------------- */
 
-static int check_incr(size_t index, const redisReply *r, void *arg)
+static int check_incr(size_t index, const store_reply_t *r, void *arg)
 {
     int *bad = arg;
-    if (r->type != REDIS_REPLY_INTEGER || r->integer != (long long)index + 1)
+    if (store_reply_type(r) != STORE_REPLY_INTEGER || harness_reply_int(r) != (long long)index + 1)
         ++*bad;
     return 0;
 }
@@ -932,12 +915,12 @@ static void unix_socket_url_connects_and_selects_the_db(void **state)
         if (rc == SR_OK)
             rc = store_command(s, 0, NULL, "SELECT 3");
     }
-    redisReply *rep = NULL;
+    store_reply_t *rep = NULL;
     if (rc == SR_OK)
         rc = store_command(s, 0, &rep, "EXISTS selroll:t:weights:5");
-    long long exists = rep ? rep->integer : -1;
+    long long exists = rep ? harness_reply_int(rep) : -1;
     if (rep)
-        freeReplyObject(rep);
+        store_reply_free(rep);
     store_destroy(&s);
     harness_redis_stop(&r);
     assert_int_equal(rc, SR_OK);
@@ -994,7 +977,6 @@ int main(int argc, char **argv)
         T(registry_lists_live_entries_and_expires_silent_ones),
         T(results_are_appended_and_read_back_in_order),
         T(prompt_history_keeps_the_latest_entries_oldest_first),
-        T(greso_state_starts_unset_and_round_trips),
         T(weights_are_stored_by_version),
         T(pipeline_of_a_thousand_commands_reads_every_reply_in_order),
         T(killed_connection_is_reopened_and_idempotent_calls_retried),
