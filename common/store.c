@@ -518,29 +518,32 @@ int store_commandv(store_t *s, int flags, int argc, const char **argv, const siz
 
 /* ---- scripts ------------------------------------------------------------------------------ */
 
-/* s_script_sha returns the SHA1 of script lua on this store's server, loading it on first use;
- * NULL on failure (s->err says why). */
-static const char *s_script_sha(store_t *s, const char *lua)
+/* s_script_sha sets *sha to the SHA1 of script lua on this store's server, loading the script on
+ * its first use. Returns SR_OK or the error of SCRIPT LOAD (s->err says why). */
+static int s_script_sha(store_t *s, const char *lua, const char **sha)
 {
     for (size_t i = 0; i < s->nscripts; i++)
-        if (s->scripts[i].lua == lua)
-            return s->scripts[i].sha;
+        if (s->scripts[i].lua == lua) {
+            *sha = s->scripts[i].sha;
+            return SR_OK;
+        }
     SR_ASSERT(s->nscripts < STORE_SCRIPTS_MAX);
     store_reply_t *r = NULL;
-    const char *sha = NULL;
-    if (store_command(s, STORE_IDEMPOTENT, &r, "SCRIPT LOAD %s", lua) != SR_OK)
-        return NULL;
+    int rc = store_command(s, STORE_IDEMPOTENT, &r, "SCRIPT LOAD %s", lua);
+    if (rc != SR_OK)
+        return rc;
     size_t len = 0;
     const char *text = store_reply_str(r, &len);
     if (text && len == 40) {
         s->scripts[s->nscripts].lua = lua;
         s_copy(s->scripts[s->nscripts].sha, sizeof s->scripts[0].sha, text);
-        sha = s->scripts[s->nscripts++].sha;
+        *sha = s->scripts[s->nscripts++].sha;
     } else {
         s_set_err(s, "redis %s: unexpected SCRIPT LOAD reply", s->where);
+        rc = SR_EPROTO;
     }
     store_reply_free(r);
-    return sha;
+    return rc;
 }
 
 int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, const char **argv,
@@ -561,7 +564,7 @@ int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, co
     v[1] = lua;
     if (!(flags & STORE_EVAL_BODY)) {
         v[0] = "EVALSHA";
-        if (!(v[1] = s_script_sha(s, lua)))
+        if ((rc = s_script_sha(s, lua, &v[1])) != SR_OK)
             goto cleanup;
     }
     v[2] = nk;

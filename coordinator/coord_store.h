@@ -18,7 +18,8 @@
  *                         common/store_keys.h).
  *
  * Every function takes a connected store and returns SR_OK or the store's error (its reason in
- * store_errstr); each says whether it is idempotent.
+ * store_errstr); each says whether it is idempotent. The result functions keep the names they had
+ * in common/store.h (store_result_put, store_results_read ...), so their callers did not change.
  */
 #ifndef SR_COORD_STORE_H
 #define SR_COORD_STORE_H
