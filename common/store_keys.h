@@ -24,6 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The registry's kinds: entries are <kind>:<id> (common/store_reg.h). */
+#define STORE_KIND_ACTOR "actor"   /* actors */
+#define STORE_KIND_ENVW "envw"     /* env workers */
+#define STORE_KIND_POLICY "policy" /* inference servers registered by their launchers */
+
 int store_key_run(store_t *s, char *buf, size_t len);
 int store_key_group(store_t *s, char *buf, size_t len, const char *gid);
 int store_key_groups(store_t *s, char *buf, size_t len, int64_t iteration);

@@ -85,7 +85,7 @@ int dashboard_store_decisions(store_t *st, dashboard_store_group_t *groups, size
 
 int dashboard_store_envw(store_t *st, store_entry_fn fn, void *arg)
 {
-    return store_list(st, "envw", fn, arg);
+    return store_list(st, STORE_KIND_ENVW, fn, arg);
 }
 
 int dashboard_store_iterations_done(store_t *st, int64_t *done)

@@ -65,10 +65,12 @@ static void shared_keys_are_named_in_one_place(void **state)
     assert_string_equal(k, "selroll:t:group:r3-g1");
     assert_int_equal(store_key_groups(f->s, k, sizeof k, 12), SR_OK);
     assert_string_equal(k, "selroll:t:groups:12");
-    assert_int_equal(store_key_entry(f->s, k, sizeof k, "envw", "w1"), SR_OK);
+    assert_int_equal(store_key_entry(f->s, k, sizeof k, STORE_KIND_ENVW, "w1"), SR_OK);
     assert_string_equal(k, "selroll:t:envw:w1");
-    assert_int_equal(store_key_entries(f->s, k, sizeof k, "actor"), SR_OK);
+    assert_int_equal(store_key_entries(f->s, k, sizeof k, STORE_KIND_ACTOR), SR_OK);
     assert_string_equal(k, "selroll:t:actor:*");
+    assert_int_equal(store_key_entries(f->s, k, sizeof k, STORE_KIND_POLICY), SR_OK);
+    assert_string_equal(k, "selroll:t:policy:*");
     assert_int_equal(store_key_prompt(f->s, k, sizeof k, "household/train/7"), SR_OK);
     assert_string_equal(k, "selroll:t:prompt:household/train/7");
     assert_int_equal(store_key_weights(f->s, k, sizeof k, 4), SR_OK);

@@ -15,6 +15,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/store_group.h"
+#include "common/store_keys.h"
 #include "common/store_reg.h"
 #include "common/store_run.h"
 #include "coordinator/coord_store.h"
@@ -320,7 +321,7 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
             fb.counts[1], fb.counts[2], fb.counts[3]);
     s_print_gate(out, st);
     cJSON *envw = cJSON_CreateArray();
-    store_list(st, "envw", s_envw_entry, envw);
+    store_list(st, STORE_KIND_ENVW, s_envw_entry, envw);
     s_print_envw(out, envw, NULL);
     cJSON_Delete(envw);
     cJSON *iters_arr = s_iters_from_redis(st);
