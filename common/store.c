@@ -503,19 +503,6 @@ int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, .
     return rc;
 }
 
-int store_commandv(store_t *s, int flags, int argc, const char **argv, const size_t *lens,
-                   store_reply_t **out)
-{
-    if (out)
-        *out = NULL;
-    if (!s || argc <= 0 || !argv)
-        return SR_EINVAL;
-    redisReply *r = NULL;
-    s->retried = false;
-    int rc = s_execv(s, (flags & STORE_IDEMPOTENT) != 0, argc, argv, lens, &r);
-    return s_hand(s, rc, r, out);
-}
-
 /* ---- scripts ------------------------------------------------------------------------------ */
 
 /* s_script_sha sets *sha to the SHA1 of script lua on this store's server, loading the script on

@@ -106,7 +106,7 @@ int store_ping(store_t *s);
 
 /* ---- commands (for schema modules) ------------------------------------------------------ */
 
-/* Flags for store_command, store_commandv and store_script. */
+/* Flags for store_command and store_script. */
 #define STORE_IDEMPOTENT 1 /* the command may be sent a second time after a reconnect */
 #define STORE_EVAL_BODY 2  /* store_script: send the script's text every time (EVAL) */
 
@@ -117,21 +117,17 @@ int store_ping(store_t *s);
  * text in store_errstr, and *out is then NULL. */
 int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, ...);
 
-/* store_commandv is store_command for a command given as argc binary-safe arguments (lens NULL:
- * every argument is a C string). */
-int store_commandv(store_t *s, int flags, int argc, const char **argv, const size_t *lens,
-                   store_reply_t **out);
-
 /* store_script runs Lua script `lua` (a string that lives as long as the program: it is cached by
- * its address) with nkeys keys followed by the other arguments in argv[0..argc). By default it
- * sends EVALSHA with the script's SHA1, loading the script (SCRIPT LOAD) on its first use on this
- * store, and EVAL when the server answers NOSCRIPT (restarted or flushed); STORE_EVAL_BODY sends
- * EVAL with the text every time. STORE_IDEMPOTENT and *out as in store_command. */
+ * its address) with nkeys keys followed by the other arguments in argv[0..argc), binary-safe when
+ * lens gives their lengths (lens NULL: C strings). By default it sends EVALSHA with the script's
+ * SHA1, loading the script (SCRIPT LOAD) on its first use on this store, and EVAL when the server
+ * answers NOSCRIPT (restarted or flushed); STORE_EVAL_BODY sends EVAL with the text every time.
+ * STORE_IDEMPOTENT and *out as in store_command. At most 8 scripts use EVALSHA per store. */
 int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, const char **argv,
                  const size_t *lens, store_reply_t **out);
 
-/* store_retried says whether the last command (store_command, store_commandv, store_script) was
- * sent a second time after a reconnect, so that an earlier attempt may have run. */
+/* store_retried says whether the last command (store_command, store_script) was sent a second
+ * time after a reconnect, so that an earlier attempt may have run. */
 bool store_retried(const store_t *s);
 
 /* store_set_err sets the text store_errstr returns (schema modules' own failures). */
@@ -141,11 +137,11 @@ void store_set_err(store_t *s, const char *fmt, ...) __attribute__((format(print
 
 typedef enum {
     STORE_REPLY_NIL = 0,
-    STORE_REPLY_STRING,  /* a bulk string */
+    STORE_REPLY_STRING, /* a bulk string */
     STORE_REPLY_INTEGER,
     STORE_REPLY_ARRAY,
-    STORE_REPLY_STATUS,  /* "OK", "PONG" ... */
-    STORE_REPLY_ERROR,   /* only inside a pipeline or an array: single commands turn it into SR_EREDIS */
+    STORE_REPLY_STATUS, /* "OK", "PONG" ... */
+    STORE_REPLY_ERROR,  /* in a pipeline or an array; a single command's is SR_EREDIS */
     STORE_REPLY_OTHER,
 } store_reply_type_t;
 
@@ -173,7 +169,7 @@ const store_reply_t *store_reply_at(const store_reply_t *r, size_t i);
 /* store_reply_at_str is store_reply_str(store_reply_at(r, i), len). */
 const char *store_reply_at_str(const store_reply_t *r, size_t i, size_t *len);
 
-/* store_reply_free frees a reply received from store_command/commandv/script. Accepts NULL. */
+/* store_reply_free frees a reply received from store_command or store_script. Accepts NULL. */
 void store_reply_free(store_reply_t *r);
 
 /* ---- values and names (for schema modules) ---------------------------------------------- */

@@ -147,7 +147,7 @@ int store_group_create(store_t *s, const char *gid, const char *task, int64_t it
     if (!store_id_ok(gid, STORE_GID_MAX) || !task || !*task || strlen(task) >= STORE_TASK_MAX ||
         G < 1 || G > STORE_G_MAX) {
         store_set_err(s, "store: bad group (gid '%.60s', G %d, task of %zu bytes)",
-                  gid ? gid : "(null)", G, task ? strlen(task) : 0);
+                      gid ? gid : "(null)", G, task ? strlen(task) : 0);
         return SR_EINVAL;
     }
     char it[32], g[16];
@@ -245,7 +245,8 @@ static int s_group_field(store_group_t *g, const char *name, const char *val)
     if (strcmp(name, "d") == 0)
         return store_parse_double(val, &g->divergence);
     if (strncmp(name, "r:", 2) == 0) {
-        if (store_parse_i64(name + 2, &i) || i < 0 || i >= STORE_G_MAX || store_parse_double(val, &d))
+        if (store_parse_i64(name + 2, &i) || i < 0 || i >= STORE_G_MAX ||
+            store_parse_double(val, &d))
             return SR_EPROTO;
         g->rewards[i] = d;
         g->reward_mask |= UINT64_C(1) << i;

@@ -1,6 +1,6 @@
 /*
- * store_keys.h — the names of the Redis keys that two or more roles share, built in this one place
- * (docs/redis.md lists every key and the module that owns it). Each builder writes
+ * store_keys.h — the names of the Redis keys that two or more roles share, built in this one
+ * place (docs/redis.md lists every key and the module that owns it). Each builder writes
  * "selroll:<run>:<name>" into buf (len bytes; STORE_KEY_MAX always fits) and returns SR_OK, or
  * SR_ETOOBIG with "store: key too long" in store_errstr.
  *

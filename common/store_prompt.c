@@ -1,5 +1,6 @@
 /*
- * store_prompt.c — prompt histories, sorted sets selroll:<run>:prompt:<task> (see store_prompt.h).
+ * store_prompt.c — prompt histories, sorted sets selroll:<run>:prompt:<task> (see
+ * store_prompt.h).
  */
 #include "common/store_prompt.h"
 

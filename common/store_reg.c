@@ -26,7 +26,7 @@ static int s_kind_check(store_t *s, const char *kind, const char *id)
 {
     if (!store_name_ok(kind, 32) || (id && !store_id_ok(id, STORE_GID_MAX))) {
         store_set_err(s, "store: bad registry kind '%.32s' or id '%.60s'", kind ? kind : "(null)",
-                  id ? id : "(null)");
+                      id ? id : "(null)");
         return SR_EINVAL;
     }
     return SR_OK;

@@ -1,7 +1,7 @@
 /*
- * store_url.c — Redis URLs for common/store (store_parse_url, store.h): redis://[[user]:password@]
- * host[:port][/db] and unix:///path[?db=N], with percent-decoded user and password. A pure
- * function over a string: no connection, no hiredis.
+ * store_url.c — Redis URLs for common/store (store_parse_url, store.h):
+ * redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N], with percent-decoded user
+ * and password. A pure function over a string: no connection, no hiredis.
  */
 #include "common/store.h"
 #include "common/sr.h"

@@ -19,6 +19,10 @@
  *   coord_cancel.c   CANCELs: checked in Redis, applied, announced again while they matter
  *   coord_registry.c the env-worker registry as the WELCOME lists it
  *
+ * Their Redis keys and commands are in coord_store.c (coord_store.h, the coordinator's schema)
+ * and, for keys other roles share too, in common/'s typed modules (store_run.h, store_group.h,
+ * store_reg.h, store_policy.h); these files hold no key name and no command text.
+ *
  * ci_ functions run on the loop's thread unless they say otherwise.
  */
 #ifndef SR_COORD_INT_H

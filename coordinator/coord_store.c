@@ -63,8 +63,7 @@ int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t 
     snprintf(ep, sizeof ep, "%" PRId64, epoch);
     const char *argv[] = {key, fkey, job_id, ep, msgpack};
     size_t argvlen[] = {strlen(key), strlen(fkey), strlen(job_id), strlen(ep), len};
-    rc = store_script(s, STORE_IDEMPOTENT | STORE_EVAL_BODY, s_result_lua, 2, 5, argv, argvlen,
-                      &r);
+    rc = store_script(s, STORE_IDEMPOTENT | STORE_EVAL_BODY, s_result_lua, 2, 5, argv, argvlen, &r);
     if (rc != SR_OK)
         return rc;
     int64_t fin = 0;
@@ -207,16 +206,16 @@ int coord_store_failed_add(store_t *s, int64_t round, const char *gid)
 
 /* ---- records of training iterations ------------------------------------------------------- */
 
-static int s_record_key(store_t *s, char *key, const char *kind, int64_t it)
+static int s_record_key(store_t *s, char *key, coord_record_t kind, int64_t it)
 {
-    if (!kind || (strcmp(kind, "iter") != 0 && strcmp(kind, "eval") != 0)) {
-        store_set_err(s, "store: unknown record kind '%.20s'", kind ? kind : "(null)");
+    if (kind != COORD_RECORD_ITER && kind != COORD_RECORD_EVAL) {
+        store_set_err(s, "store: unknown record kind %d", (int)kind);
         return SR_EINVAL;
     }
-    return s_key(s, key, kind, it);
+    return s_key(s, key, kind == COORD_RECORD_EVAL ? "eval" : "iter", it);
 }
 
-int coord_store_record_put(store_t *s, const char *kind, int64_t it, const char *json)
+int coord_store_record_put(store_t *s, coord_record_t kind, int64_t it, const char *json)
 {
     char key[STORE_KEY_MAX];
     int rc = s_record_key(s, key, kind, it);
@@ -225,7 +224,7 @@ int coord_store_record_put(store_t *s, const char *kind, int64_t it, const char 
     return store_command(s, STORE_IDEMPOTENT, NULL, "SET %s %s", key, json);
 }
 
-int coord_store_record_get(store_t *s, const char *kind, int64_t it, char **json)
+int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **json)
 {
     char key[STORE_KEY_MAX];
     store_reply_t *r = NULL;

@@ -92,13 +92,18 @@ int coord_store_failed_add(store_t *s, int64_t round, const char *gid);
 
 /* ---- records of training iterations: strings iter:<n>, eval:<n> -------------------------- */
 
-/* coord_store_record_put stores the JSON text of record `kind` ("iter" or "eval") of iteration
- * `it`. Idempotent. */
-int coord_store_record_put(store_t *s, const char *kind, int64_t it, const char *json);
+/* The records of a training iteration. */
+typedef enum {
+    COORD_RECORD_ITER = 0, /* iter:<n>, the iteration's statistics */
+    COORD_RECORD_EVAL,     /* eval:<n>, the held-out evaluation after it */
+} coord_record_t;
+
+/* coord_store_record_put stores the JSON text of record `kind` of iteration `it`. Idempotent. */
+int coord_store_record_put(store_t *s, coord_record_t kind, int64_t it, const char *json);
 
 /* coord_store_record_get reads record `kind` of iteration `it` into a new string (*json, caller
  * frees); *json is NULL when there is none. Idempotent. */
-int coord_store_record_get(store_t *s, const char *kind, int64_t it, char **json);
+int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **json);
 
 /* ---- the gate's fields of a group hash --------------------------------------------------- */
 

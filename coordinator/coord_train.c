@@ -92,7 +92,7 @@ static int s_attach_work(store_t *st, void *arg, char *err)
         it = a->ti + 1; /* s_resume adopts the trainer's version: the totals of iteration ti */
     if (it > 0) {
         char *json = NULL;
-        rc = coord_store_record_get(st, "iter", it - 1, &json);
+        rc = coord_store_record_get(st, COORD_RECORD_ITER, it - 1, &json);
         if (s_transient(rc)) {
             free(json);
             return rc;

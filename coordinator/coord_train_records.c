@@ -30,7 +30,7 @@ void ct_append_jsonl(coord_train_t *t, cJSON *o)
  * the store thread (a failure is logged). */
 typedef struct {
     char key[256]; /* "<kind>:<iteration>", for messages */
-    char kind[16];
+    coord_record_t kind;
     int64_t iteration;
     char *text;
 } s_json_req_t;
@@ -61,7 +61,7 @@ void ct_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON 
         return;
     s_json_req_t *q = sr_xcalloc(1, sizeof *q);
     snprintf(q->key, sizeof q->key, "%s:%lld", kind, (long long)iteration);
-    snprintf(q->kind, sizeof q->kind, "%s", kind);
+    q->kind = strcmp(kind, "eval") == 0 ? COORD_RECORD_EVAL : COORD_RECORD_ITER;
     q->iteration = iteration;
     q->text = text;
     if (!sq || storeq_submit(sq, s_json_work, s_json_done, q) != SR_OK) {

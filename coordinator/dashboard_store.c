@@ -95,7 +95,7 @@ int dashboard_store_iterations_done(store_t *st, int64_t *done)
 
 int dashboard_store_iteration(store_t *st, int64_t it, char **json)
 {
-    return coord_store_record_get(st, "iter", it, json);
+    return coord_store_record_get(st, COORD_RECORD_ITER, it, json);
 }
 
 int dashboard_store_gate(store_t *st, dashboard_gate_t *g)

@@ -5,8 +5,9 @@
  *
  * Keys, under selroll:<run>: (docs/redis.md, docs/gate.md); the gate owns gate:learned:examples,
  * the others are shared and named in common/store_keys.h:
- *  - group:<gid>              the group record (common/store_group.h owns its status); the gate adds its
- *                             decision (step, d, decision through store_group_cancel/decide) and
+ *  - group:<gid>              the group record (common/store_group.h owns its status); the gate
+ *                             adds its decision (step, d, decision through
+ *                             store_group_cancel/decide) and
  *                             its own fields gate_wall_ms, gate_mode, gate_reason,
  *                             gate_ended_share, gate_rule, audit_weight and rules;
  *  - prompt:<task>            the prompt's history (read through store_prompt_history);

@@ -165,8 +165,16 @@ static void leases_are_persisted_per_round_and_read_back(void **state)
     const uint8_t a1[] = {'a', 0, '1'}; /* actor ids are bytes: a NUL inside survives */
     coord_store_lease_t v[] = {
         {.round = 4, .job_id = "r4-g0/t0", .epoch = 17, .actor = a1, .actor_len = 3},
-        {.round = 4, .job_id = "r4-g0/t1", .epoch = 18, .actor = (const uint8_t *)"b2", .actor_len = 2},
-        {.round = 5, .job_id = "r5-g0/t0", .epoch = 19, .actor = (const uint8_t *)"c3", .actor_len = 2},
+        {.round = 4,
+         .job_id = "r4-g0/t1",
+         .epoch = 18,
+         .actor = (const uint8_t *)"b2",
+         .actor_len = 2},
+        {.round = 5,
+         .job_id = "r5-g0/t0",
+         .epoch = 19,
+         .actor = (const uint8_t *)"c3",
+         .actor_len = 2},
     };
     assert_int_equal(coord_store_leases_put(f->s, v, 3), SR_OK);
     assert_int_equal(store_pipe_pending(f->s), 0);
@@ -206,17 +214,17 @@ static void failed_groups_records_and_gate_fields_use_their_keys(void **state)
     store_reply_free(r);
 
     char *json = (char *)"stale";
-    assert_int_equal(coord_store_record_get(f->s, "iter", 0, &json), SR_OK);
+    assert_int_equal(coord_store_record_get(f->s, COORD_RECORD_ITER, 0, &json), SR_OK);
     assert_null(json);
-    assert_int_equal(coord_store_record_put(f->s, "iter", 0, "{\"a\":1}"), SR_OK);
-    assert_int_equal(coord_store_record_put(f->s, "eval", 0, "{\"b\":2}"), SR_OK);
-    assert_int_equal(coord_store_record_get(f->s, "iter", 0, &json), SR_OK);
+    assert_int_equal(coord_store_record_put(f->s, COORD_RECORD_ITER, 0, "{\"a\":1}"), SR_OK);
+    assert_int_equal(coord_store_record_put(f->s, COORD_RECORD_EVAL, 0, "{\"b\":2}"), SR_OK);
+    assert_int_equal(coord_store_record_get(f->s, COORD_RECORD_ITER, 0, &json), SR_OK);
     assert_string_equal(json, "{\"a\":1}");
     free(json);
     char *v = s_get(f->s, "selroll:t:eval:0");
     assert_string_equal(v, "{\"b\":2}");
     free(v);
-    assert_int_equal(coord_store_record_put(f->s, "other", 0, "{}"), SR_EINVAL);
+    assert_int_equal(coord_store_record_put(f->s, (coord_record_t)7, 0, "{}"), SR_EINVAL);
 
     double w = 0;
     assert_int_equal(coord_store_gate_fields(f->s, "g1", &json, &w), SR_OK);

@@ -97,7 +97,8 @@ static void registry_lists_live_entries_and_expires_silent_ones(void **state)
     /* Registering again replaces the fields. */
     store_field_t fb[] = {{"host", "node-9"}};
     assert_int_equal(store_register(f->s, "actor", "a1", fb, 1, 10000), SR_OK);
-    usleep(1200 * 1000); /* "short" expires (1 s TTL: long enough to be listed first even under valgrind on a loaded machine) */
+    usleep(1200 * 1000); /* "short" expires (1 s TTL: long enough to be listed first even under
+                            valgrind on a loaded machine) */
     memset(&seen, 0, sizeof seen);
     assert_int_equal(store_list(f->s, "actor", collect_entry, &seen), SR_OK);
     assert_int_equal(seen.n, 2);

@@ -231,7 +231,7 @@ static cJSON *s_iters_from_redis(store_t *st)
         return arr;
     for (int64_t i = SR_MAX(0, done - 10); i < done; i++) {
         char *json = NULL;
-        if (coord_store_record_get(st, "iter", i, &json) != SR_OK)
+        if (coord_store_record_get(st, COORD_RECORD_ITER, i, &json) != SR_OK)
             break;
         cJSON *o = json ? cJSON_Parse(json) : NULL;
         free(json);
