@@ -1,14 +1,17 @@
 /*
- * store.h — selroll's state in Redis: one connection object (store_t) and the few operations the
- * coordinator, gate, actors, env workers and trainer share through it.
+ * store.h — selroll's Redis connection (store_t): URL, connect, AUTH and SELECT, timeouts,
+ * reconnection and retry, key prefixing, commands, pipelining and Lua scripts. Nothing here knows a
+ * key family: each family's keys and commands live in one schema module (docs/redis.md, "Who owns
+ * which keys"): common/store_keys.h names the keys several roles share, common/store_run.h,
+ * store_group.h, store_reg.h, store_prompt.h and store_policy.h are the shared typed modules, and
+ * a role's own keys sit in that role's folder (coordinator/coord_store.h, gate/gate_store.h, ...).
+ * hiredis stays inside store.c: a reply is an opaque store_reply_t read through accessors.
  *
- * Every key lives under `selroll:<run>:` (docs/redis.md lists them all). A store_t is one blocking
- * hiredis connection with a connect timeout and a command timeout; it is not thread-safe, so each
- * thread opens its own. When a command fails because the connection broke (server restarted,
- * connection killed, timeout), the store reconnects once; idempotent operations are then retried
- * once, the others return the error and the next call runs on the new connection. Each function's
- * comment says which kind it is. Group status changes go through one Lua script, so they are
- * atomic across all connections.
+ * Every key lives under `selroll:<run>:`. A store_t is one blocking connection with a connect
+ * timeout and a command timeout; it is not thread-safe, so each thread opens its own. When a
+ * command fails because the connection broke (server restarted, connection killed, timeout), the
+ * store reconnects once; idempotent commands are then retried once, the others return the error
+ * and the next call runs on the new connection.
  *
  * All functions return SR_OK or a negative SR_E* code; on failure store_errstr() holds a one-line
  * reason ("redis 127.0.0.1:6399 unreachable: Connection refused", "redis: NOAUTH Authentication
@@ -18,12 +21,21 @@
 #ifndef SR_STORE_H
 #define SR_STORE_H
 
-#include <hiredis.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct store store_t;
+
+/* A reply of Redis, owned by whoever received it (store_reply_free), read through the accessors
+ * below. */
+typedef struct store_reply store_reply_t;
+
+/* One name and value of a hash (a registry entry, gate:stats). */
+typedef struct {
+    const char *name;
+    const char *value;
+} store_field_t;
 
 /* ---- URLs ------------------------------------------------------------------------------- */
 
@@ -55,8 +67,7 @@ int store_parse_url(const char *url, store_url_t *out, char *err, size_t errlen)
 
 /* store_connect opens a connection to `url` for run `run` (1..STORE_RUN_MAX-1 characters out of
  * [A-Za-z0-9_.-]), with `timeout_ms` (> 0; <= 0 means 2000) as both the connect and the command
- * timeout. It sends AUTH when the URL has a password, SELECT when it names a db, PING, and loads
- * the group script. On success *out owns the new store (free with store_destroy) and SR_OK is
+ * timeout. It sends AUTH when the URL has a password, SELECT when it names a db, and PING. On success *out owns the new store (free with store_destroy) and SR_OK is
  * returned. On failure *out is NULL, err (if not NULL) holds a one-line reason, and the result
  * is SR_EINVAL (bad URL or run name) or SR_EREDIS (unreachable, AUTH or SELECT refused, no
  * answer in time). */
@@ -81,24 +92,97 @@ const char *store_errstr(const store_t *s);
 /* store_run returns the run name the store was opened for. */
 const char *store_run(const store_t *s);
 
+#define STORE_KEY_MAX 512 /* a key buffer that fits every key selroll builds */
+
 /* store_key writes "selroll:<run>:" followed by the printf-formatted rest into buf. Returns
  * SR_OK, or SR_ETOOBIG when the key does not fit in len bytes (buf then holds a truncated,
- * terminated string). */
-int store_key(const store_t *s, char *buf, size_t len, const char *fmt, ...)
+ * terminated string, and store_errstr says "store: key too long"). Schema modules call it, each
+ * for its own key families only. */
+int store_key(store_t *s, char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* store_ping sends PING (idempotent: retried once after a reconnect). */
 int store_ping(store_t *s);
 
-/* Flags for store_command. */
+/* ---- commands (for schema modules) ------------------------------------------------------ */
+
+/* Flags for store_command and store_script. */
 #define STORE_IDEMPOTENT 1 /* the command may be sent a second time after a reconnect */
+#define STORE_EVAL_BODY 2  /* store_script: send the script's text every time (EVAL) */
 
 /* store_command runs one command in hiredis printf format (%s, %b with pointer and length,
  * %lld ...). Keys are not prefixed: build them with store_key. With STORE_IDEMPOTENT in flags the
  * command is retried once after a broken connection. On SR_OK, *out (if out is not NULL) owns
- * the reply (free it with freeReplyObject); an error reply is turned into SR_EREDIS with its text
- * in store_errstr, and *out is then NULL. */
-int store_command(store_t *s, int flags, redisReply **out, const char *fmt, ...);
+ * the reply (free it with store_reply_free); an error reply is turned into SR_EREDIS with its
+ * text in store_errstr, and *out is then NULL. */
+int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, ...);
+
+/* store_script runs Lua script `lua` (a string that lives as long as the program: it is cached by
+ * its address) with nkeys keys followed by the other arguments in argv[0..argc), binary-safe when
+ * lens gives their lengths (lens NULL: C strings). By default it sends EVALSHA with the script's
+ * SHA1, loading the script (SCRIPT LOAD) on its first use on this store, and EVAL when the server
+ * answers NOSCRIPT (restarted or flushed); STORE_EVAL_BODY sends EVAL with the text every time.
+ * STORE_IDEMPOTENT and *out as in store_command. At most 8 scripts use EVALSHA per store. */
+int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, const char **argv,
+                 const size_t *lens, store_reply_t **out);
+
+/* store_retried says whether the last command (store_command, store_script) was sent a second
+ * time after a reconnect, so that an earlier attempt may have run. */
+bool store_retried(const store_t *s);
+
+/* store_set_err sets the text store_errstr returns (schema modules' own failures). */
+void store_set_err(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- replies ---------------------------------------------------------------------------- */
+
+typedef enum {
+    STORE_REPLY_NIL = 0,
+    STORE_REPLY_STRING, /* a bulk string */
+    STORE_REPLY_INTEGER,
+    STORE_REPLY_ARRAY,
+    STORE_REPLY_STATUS, /* "OK", "PONG" ... */
+    STORE_REPLY_ERROR,  /* in a pipeline or an array; a single command's is SR_EREDIS */
+    STORE_REPLY_OTHER,
+} store_reply_type_t;
+
+/* store_reply_type returns r's type (STORE_REPLY_NIL for NULL). */
+store_reply_type_t store_reply_type(const store_reply_t *r);
+
+/* store_reply_str returns the bytes of a bulk string (terminated by a NUL after *len bytes; len
+ * may be NULL), or NULL when r is NULL or no bulk string. */
+const char *store_reply_str(const store_reply_t *r, size_t *len);
+
+/* store_reply_text returns the text of a status or error reply, NULL for anything else. */
+const char *store_reply_text(const store_reply_t *r);
+
+/* store_reply_int stores an integer reply in *out and returns true; false (and *out unchanged)
+ * for anything else. */
+bool store_reply_int(const store_reply_t *r, int64_t *out);
+
+/* store_reply_count returns the number of elements of an array reply, 0 for anything else. */
+size_t store_reply_count(const store_reply_t *r);
+
+/* store_reply_at returns element i of an array reply (owned by r), NULL when r is no array or i
+ * is out of range. */
+const store_reply_t *store_reply_at(const store_reply_t *r, size_t i);
+
+/* store_reply_at_str is store_reply_str(store_reply_at(r, i), len). */
+const char *store_reply_at_str(const store_reply_t *r, size_t i, size_t *len);
+
+/* store_reply_free frees a reply received from store_command or store_script. Accepts NULL. */
+void store_reply_free(store_reply_t *r);
+
+/* ---- values and names (for schema modules) ---------------------------------------------- */
+
+/* store_parse_i64 / store_parse_double read a whole decimal string: SR_OK, or SR_EPROTO for
+ * NULL, "" or trailing junk. */
+int store_parse_i64(const char *str, int64_t *out);
+int store_parse_double(const char *str, double *out);
+
+/* store_id_ok accepts an id that goes into a key: non-empty, shorter than max, no spaces or
+ * control characters. store_name_ok accepts 1..max-1 characters of [A-Za-z0-9_.-]. */
+bool store_id_ok(const char *id, size_t max);
+bool store_name_ok(const char *name, size_t max);
 
 /* ---- pipelining ------------------------------------------------------------------------- */
 
@@ -109,10 +193,11 @@ int store_pipe_append(store_t *s, const char *fmt, ...);
 /* store_pipe_appendv queues one command given as argc binary-safe arguments. */
 int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *argvlen);
 
-/* store_reply_fn receives the index-th reply of a pipeline; the reply belongs to the store.
+/* store_reply_fn receives the index-th reply of a pipeline (an error reply included); the reply
+ * belongs to the store.
  * A non-zero return is remembered (the first one is store_pipe_exec's result), but the
  * remaining replies are still read so that the connection stays in step. */
-typedef int (*store_reply_fn)(size_t index, const redisReply *reply, void *arg);
+typedef int (*store_reply_fn)(size_t index, const store_reply_t *reply, void *arg);
 
 /* store_pipe_exec sends every queued command and reads one reply for each, in order, passing
  * each to fn (may be NULL). Returns SR_OK; the first non-zero result of fn; SR_EREDIS when fn is
@@ -123,188 +208,5 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg);
 
 /* store_pipe_pending returns the number of queued commands whose replies were not read yet. */
 size_t store_pipe_pending(const store_t *s);
-
-/* ---- run record: hash selroll:<run>:run ------------------------------------------------- */
-
-/* store_run_set sets one field (iteration, policy_version, status, config, ...) of the run
- * record. Idempotent. */
-int store_run_set(store_t *s, const char *field, const char *value);
-int store_run_set_int(store_t *s, const char *field, int64_t value);
-
-/* store_run_get reads one field into a new string (*out, caller frees). SR_ENOTFOUND when the
- * field is not set (*out is then NULL). Idempotent. */
-int store_run_get(store_t *s, const char *field, char **out);
-
-/* store_run_get_int reads one integer field. SR_ENOTFOUND when unset, SR_EPROTO when it is not
- * an integer. Idempotent. */
-int store_run_get_int(store_t *s, const char *field, int64_t *out);
-
-/* ---- groups: hash selroll:<run>:group:<gid> --------------------------------------------- */
-
-#define STORE_G_MAX 64
-#define STORE_GID_MAX 128
-#define STORE_TASK_MAX 256
-#define STORE_DECISION_MAX 256
-
-typedef enum {
-    STORE_GROUP_RUNNING = 0,
-    STORE_GROUP_CANCELLED,
-    STORE_GROUP_DONE,
-    STORE_GROUP_FILTERED,
-} store_group_status_t;
-
-/* store_group_status_name returns "running", "cancelled", "done", "filtered" (or "unknown"). */
-const char *store_group_status_name(store_group_status_t st);
-
-typedef struct {
-    char gid[STORE_GID_MAX];
-    char task[STORE_TASK_MAX];
-    int64_t iteration;
-    int G;
-    int finished; /* trajectories that reported an end, cancelled group included */
-    store_group_status_t status;
-    int64_t created_ms; /* Redis server time at creation */
-    int64_t ended_ms;   /* server time of the transition to done/cancelled, else 0 */
-    int gate_step;      /* step of the gate's decision (cancel or recorded), else -1 */
-    double divergence;  /* the gate's d at that step, else -1 */
-    char decision[STORE_DECISION_MAX];
-    uint64_t reward_mask; /* bit i set when rewards[i] was recorded */
-    double rewards[STORE_G_MAX];
-} store_group_t;
-
-/* store_group_create creates group gid (status running, finished 0, created_ms now) for `task`
- * at `iteration` with G trajectories (1..STORE_G_MAX) and adds gid to the iteration's group set.
- * SR_ECONFLICT if the group exists already; SR_EINVAL for bad arguments. Not retried after a
- * reconnect (a retry could report its own first attempt as a conflict). */
-int store_group_create(store_t *s, const char *gid, const char *task, int64_t iteration, int G);
-
-/* store_group_finish_traj records reward[traj] and counts trajectory traj as finished; the group
- * becomes done atomically when the last of its G trajectories finishes. A trajectory reported
- * twice is counted once (the first reward stays), which makes the call idempotent: it is
- * retried after a reconnect. out_finished / out_status (either may be NULL) receive the group's
- * state afterwards. Returns SR_OK, SR_ENOTFOUND (unknown group), SR_EINVAL (traj out of range)
- * or SR_ECONFLICT when the group was cancelled: the reward is still recorded, *out_status is
- * then STORE_GROUP_CANCELLED. */
-int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward, int *out_finished,
-                            store_group_status_t *out_status);
-
-/* store_group_cancel moves a running group to cancelled and records the gate's step, divergence
- * d and decision text (may be NULL). SR_ECONFLICT if the group is not running (done, filtered or
- * already cancelled), SR_ENOTFOUND if unknown. Retried after a reconnect; a retry that finds the
- * group already cancelled counts as success. */
-int store_group_cancel(store_t *s, const char *gid, int step, double d, const char *decision);
-
-/* store_group_decide records the gate's step, d and decision text without changing the status
- * (shadow mode, audited groups); a later decision overwrites an earlier one. SR_ENOTFOUND if the
- * group is unknown. Idempotent. */
-int store_group_decide(store_t *s, const char *gid, int step, double d, const char *decision);
-
-/* store_group_filter moves a done group to filtered (zero-variance post-filter). SR_ECONFLICT
- * unless the group is done, SR_ENOTFOUND if unknown. Retried like store_group_cancel. */
-int store_group_filter(store_t *s, const char *gid);
-
-/* store_group_get reads the whole group into *out (fully overwritten). SR_ENOTFOUND if unknown,
- * SR_EPROTO if the hash holds values this code cannot read. Idempotent. */
-int store_group_get(store_t *s, const char *gid, store_group_t *out);
-
-/* store_group_fn receives one group id; non-zero stops the walk and becomes the result. */
-typedef int (*store_group_fn)(const char *gid, void *arg);
-
-/* store_groups_of calls fn for every group created at `iteration` (order unspecified).
- * Idempotent. */
-int store_groups_of(store_t *s, int64_t iteration, store_group_fn fn, void *arg);
-
-/* ---- registry: hash selroll:<run>:<kind>:<id> with a TTL ------------------------------- */
-
-typedef struct {
-    const char *name;
-    const char *value;
-} store_field_t;
-
-/* store_register writes fields (n may be 0) into the registry entry of `id` of `kind` ("actor"
- * or "envw") and sets its time to live to ttl_ms (> 0). Calling it again refreshes the entry.
- * Idempotent. */
-int store_register(store_t *s, const char *kind, const char *id, const store_field_t *fields,
-                   size_t n, int64_t ttl_ms);
-
-/* store_heartbeat renews the TTL of an existing entry. SR_ENOTFOUND when the entry expired (the
- * caller registers again). Idempotent. */
-int store_heartbeat(store_t *s, const char *kind, const char *id, int64_t ttl_ms);
-
-/* store_unregister deletes an entry (no error if it is gone already). Idempotent. */
-int store_unregister(store_t *s, const char *kind, const char *id);
-
-/* store_entry_fn receives one live entry: its id and its n fields (valid during the call). A
- * non-zero return stops the walk and becomes store_list's result. */
-typedef int (*store_entry_fn)(const char *id, const store_field_t *fields, size_t n, void *arg);
-
-/* store_list calls fn for every live entry of `kind` (order unspecified). Idempotent. */
-int store_list(store_t *s, const char *kind, store_entry_fn fn, void *arg);
-
-/* ---- durable results: list selroll:<run>:results:<iteration> ---------------------------- */
-
-/* store_result_append appends one completed result (msgpack bytes, len > 0) to the iteration's
- * list. Contract: the coordinator calls it, and waits for SR_OK, BEFORE it acknowledges the
- * RESULT to the actor; an unacknowledged result is sent again, so a result is never lost, and a
- * duplicate can occur only when an append succeeded but the acknowledgement was lost: readers
- * drop duplicates by job id and epoch. Not retried after a reconnect (it is not idempotent). */
-int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size_t len);
-
-/* store_result_put stores the result of job `job_id` (msgpack bytes, len > 0) leased under
- * `epoch` (> 0) as the job's final one, exactly once: one script records the job's final epoch
- * in hash final:<iteration> and appends the bytes to results:<iteration>, unless the job is
- * final already, and then changes nothing. It is idempotent, hence retried after a reconnect,
- * and a caller that saw a timeout learns the outcome by calling it again. *final_epoch (may be
- * NULL) receives the epoch the job is final under. Returns SR_OK when that is `epoch`,
- * SR_ECONFLICT when the job is final under another epoch (that copy stays the only one), or an
- * error. */
-int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
-                     const void *msgpack, size_t len, int64_t *final_epoch);
-
-/* store_result_fn receives one stored result (bytes valid during the call); non-zero stops the
- * walk and becomes the result of store_results_read. */
-typedef int (*store_result_fn)(const void *data, size_t len, void *arg);
-
-/* store_results_read calls fn for each result of the iteration in append order. Idempotent. */
-int store_results_read(store_t *s, int64_t iteration, store_result_fn fn, void *arg);
-
-/* store_results_count stores the number of results of the iteration in *out. Idempotent. */
-int store_results_count(store_t *s, int64_t iteration, size_t *out);
-
-/* ---- prompt history (GRESO): sorted set selroll:<run>:prompt:<task>, hash greso --------- */
-
-#define STORE_PROMPT_HISTORY_MAX 64 /* entries kept per prompt */
-
-typedef struct {
-    int64_t iteration;
-    double mean_reward;
-} store_prompt_entry_t;
-
-/* store_prompt_push records the mean reward of a group of `task` at `iteration`, keeping the
- * latest STORE_PROMPT_HISTORY_MAX entries. An identical (iteration, mean) pair is stored once,
- * which makes the call idempotent. */
-int store_prompt_push(store_t *s, const char *task, int64_t iteration, double mean_reward);
-
-/* store_prompt_history fills out[0..*n) with the latest (at most max) entries of `task`, oldest
- * first; *n = 0 for a prompt without history. Idempotent. */
-int store_prompt_history(store_t *s, const char *task, store_prompt_entry_t *out, size_t max,
-                         size_t *n);
-
-/* store_greso_get reads p_easy, p_hard and the last iteration's zero-variance share (zv may be
- * NULL). SR_ENOTFOUND when p_easy and p_hard were never set; they are then 0.5, the starting
- * value, and *zv 0. A state written before the share was kept reads as zv 0. Idempotent. */
-int store_greso_get(store_t *s, double *p_easy, double *p_hard, double *zv);
-
-/* store_greso_set writes p_easy, p_hard and the zero-variance share together. Idempotent. */
-int store_greso_set(store_t *s, double p_easy, double p_hard, double zv);
-
-/* ---- policy weights: string selroll:<run>:weights:<version> ----------------------------- */
-
-/* store_weights_put stores the weight blob of `version` (overwriting). Idempotent. */
-int store_weights_put(store_t *s, int64_t version, const void *blob, size_t len);
-
-/* store_weights_get reads the blob of `version` into a new buffer (*blob, caller frees; *len is
- * its length). SR_ENOTFOUND when there is none (*blob NULL, *len 0). Idempotent. */
-int store_weights_get(store_t *s, int64_t version, void **blob, size_t *len);
 
 #endif

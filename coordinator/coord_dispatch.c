@@ -24,19 +24,8 @@ static int s_epochs_work(store_t *st, void *arg, char *err)
     s_epochs_t *e = arg;
     if (!st)
         return SR_EREDIS;
-    char key[256];
-    store_key(st, key, sizeof key, "epoch");
-    redisReply *rep = NULL;
     /* not idempotent, and not retried: a lost block only leaves a gap in the epochs */
-    int rc = store_command(st, 0, &rep, "INCRBY %s %d", key, EPOCH_BLOCK);
-    if (rc != SR_OK)
-        return rc;
-    if (rep->type == REDIS_REPLY_INTEGER)
-        e->top = rep->integer;
-    else
-        rc = SR_EREDIS;
-    freeReplyObject(rep);
-    return rc;
+    return coord_store_epochs(st, EPOCH_BLOCK, &e->top);
 }
 
 static void s_epochs_done(int rc, const char *err, void *arg)
@@ -158,24 +147,14 @@ static int s_leases_work(store_t *st, void *arg, char *err)
     s_leases_t *L = arg;
     if (!st)
         return SR_EREDIS;
-    char key[256];
-    int64_t key_round = -1;
-    for (size_t i = 0; i < L->n; i++) {
-        if (L->v[i].round != key_round) {
-            store_key(st, key, sizeof key, "lease:%lld", (long long)L->v[i].round);
-            key_round = L->v[i].round;
-        }
-        char val[COORD_ID_MAX + 32];
-        int hl = snprintf(val, sizeof val, "%lld ", (long long)L->v[i].epoch);
-        memcpy(val + hl, L->v[i].actor, L->v[i].actor_len);
-        int rc = store_pipe_append(st, "HSET %s %s %b", key, L->v[i].job_id, val,
-                                   (size_t)hl + L->v[i].actor_len);
-        if (rc != SR_OK) {
-            store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
-            return rc;
-        }
-    }
-    return store_pipe_exec(st, NULL, NULL);
+    coord_store_lease_t v[DISPATCH_BATCH];
+    for (size_t i = 0; i < L->n; i++)
+        v[i] = (coord_store_lease_t){.round = L->v[i].round,
+                                     .job_id = L->v[i].job_id,
+                                     .epoch = L->v[i].epoch,
+                                     .actor = L->v[i].actor,
+                                     .actor_len = L->v[i].actor_len};
+    return coord_store_leases_put(st, v, L->n);
 }
 
 static void s_leases_done(int rc, const char *err, void *arg)

@@ -19,6 +19,10 @@
  *   coord_cancel.c   CANCELs: checked in Redis, applied, announced again while they matter
  *   coord_registry.c the env-worker registry as the WELCOME lists it
  *
+ * Their Redis keys and commands are in coord_store.c (coord_store.h, the coordinator's schema)
+ * and, for keys other roles share too, in common/'s typed modules (store_run.h, store_group.h,
+ * store_reg.h, store_policy.h); these files hold no key name and no command text.
+ *
  * ci_ functions run on the loop's thread unless they say otherwise.
  */
 #ifndef SR_COORD_INT_H
@@ -26,6 +30,7 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/coord_sched.h"
+#include "coordinator/coord_store.h"
 
 #include "common/afile.h"
 #include "common/clock.h"
@@ -39,6 +44,10 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_policy.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
 #include "common/storeq.h"
 #include "common/transport.h"
 

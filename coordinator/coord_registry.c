@@ -7,6 +7,8 @@
  */
 #include "coordinator/coord_int.h"
 
+#include "common/store_keys.h"
+
 /* ---- messages ------------------------------------------------------------------------------ */
 
 /* Without --env-workers the WELCOME lists the env workers registered in Redis. The loop keeps
@@ -45,7 +47,7 @@ static int s_registry_work(store_t *st, void *arg, char *err)
 {
     (void)err;
     s_registry_t *rg = arg;
-    return st ? store_list(st, "envw", s_collect_envw, rg) : SR_EREDIS;
+    return st ? store_list(st, STORE_KIND_ENVW, s_collect_envw, rg) : SR_EREDIS;
 }
 
 static void s_registry_done(int rc, const char *err, void *arg)

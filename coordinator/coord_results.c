@@ -356,26 +356,7 @@ int coord_results_json_line(const void *data, size_t len, const char *rules_json
 int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
                               double *audit_weight)
 {
-    *rules_json = NULL;
-    *audit_weight = 1.0;
-    char key[STORE_GID_MAX + 96];
-    int rc = store_key(st, key, sizeof key, "group:%s", gid);
-    redisReply *rep = NULL;
-    if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, &rep, "HMGET %s rules audit_weight", key);
-    if (rc != SR_OK)
-        return rc;
-    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-        if (rep->element[0]->type == REDIS_REPLY_STRING)
-            *rules_json = sr_xstrdup(rep->element[0]->str);
-        if (rep->element[1]->type == REDIS_REPLY_STRING) {
-            double w = strtod(rep->element[1]->str, NULL);
-            if (isfinite(w) && w > 0)
-                *audit_weight = w;
-        }
-    }
-    freeReplyObject(rep);
-    return SR_OK;
+    return coord_store_gate_fields(st, gid, rules_json, audit_weight);
 }
 
 int coord_results_load_gate(coord_results_t *r, store_t *st)

@@ -12,6 +12,8 @@
 
 #include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "coordinator/coord_store.h"
 #include "coordinator/fail_tally.h"
 
 #include <stdbool.h>

@@ -114,34 +114,27 @@ static void s_opening_free(s_opening_t *o)
     free(o);
 }
 
+/* s_read_lease keeps one persisted lease of the round being opened. */
+static int s_read_lease(const char *job_id, size_t job_len, int64_t epoch, const uint8_t *actor,
+                        size_t actor_len, void *arg)
+{
+    s_opening_t *o = arg;
+    if (job_len >= COORD_JOB_ID_MAX || actor_len > COORD_ID_MAX)
+        return 0;
+    o->leases = sr_xrealloc(o->leases, (o->nleases + 1) * sizeof *o->leases);
+    s_ol_t *l = &o->leases[o->nleases++];
+    memcpy(l->job_id, job_id, job_len);
+    l->job_id[job_len] = '\0';
+    l->epoch = epoch;
+    memcpy(l->actor, actor, actor_len);
+    l->actor_len = actor_len;
+    return 0;
+}
+
 /* s_read_leases reads the leases of o->round persisted by a coordinator (hash lease:<round>). */
 static int s_read_leases(store_t *st, s_opening_t *o)
 {
-    char key[256];
-    store_key(st, key, sizeof key, "lease:%lld", (long long)o->round);
-    redisReply *rep = NULL;
-    int rc = store_command(st, STORE_IDEMPOTENT, &rep, "HGETALL %s", key);
-    if (rc != SR_OK)
-        return rc;
-    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
-        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
-            f->len >= COORD_JOB_ID_MAX)
-            continue;
-        const char *sp = memchr(v->str, ' ', v->len);
-        size_t idlen = sp ? v->len - (size_t)(sp + 1 - v->str) : 0;
-        if (!sp || idlen == 0 || idlen > COORD_ID_MAX)
-            continue;
-        o->leases = sr_xrealloc(o->leases, (o->nleases + 1) * sizeof *o->leases);
-        s_ol_t *l = &o->leases[o->nleases++];
-        memcpy(l->job_id, f->str, f->len);
-        l->job_id[f->len] = '\0';
-        l->epoch = strtoll(v->str, NULL, 10);
-        memcpy(l->actor, sp + 1, idlen);
-        l->actor_len = idlen;
-    }
-    freeReplyObject(rep);
-    return SR_OK;
+    return coord_store_leases_read(st, o->round, s_read_lease, o);
 }
 
 /* s_count_stored makes each group's count agree with its stored results: a coordinator that
@@ -162,9 +155,7 @@ static int s_count_stored(store_t *st, s_opening_t *o)
         if (!og || og->finished >= og->G)
             continue;
         if (strcmp(in->status, "failed") == 0) {
-            char key[256];
-            store_key(st, key, sizeof key, "failed:%lld", (long long)o->round);
-            rc = store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, og->gid);
+            rc = coord_store_failed_add(st, o->round, og->gid);
             continue;
         }
         int fin = 0;

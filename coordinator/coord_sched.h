@@ -36,6 +36,7 @@
 #define SR_COORD_SCHED_H
 
 #include "common/store.h"
+#include "common/store_group.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -90,9 +90,7 @@ static int s_put_work(store_t *st, void *arg, char *err)
     if (rc != SR_OK)
         return rc;
     if (p->failed) {
-        char key[256];
-        store_key(st, key, sizeof key, "failed:%lld", (long long)p->round);
-        return store_command(st, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, p->gid);
+        return coord_store_failed_add(st, p->round, p->gid);
     }
     p->gst = STORE_GROUP_RUNNING;
     rc = store_group_finish_traj(st, p->gid, p->traj, p->reward, NULL, &p->gst);

@@ -70,7 +70,7 @@ static int s_attach_work(store_t *st, void *arg, char *err)
         usleep(100 * 1000); /* on the store thread: nothing waits on it */
     if (!st)
         return SR_EREDIS;
-    int rc = store_greso_get(st, &a->p_easy, &a->p_hard, &a->zv);
+    int rc = greso_store_get(st, &a->p_easy, &a->p_hard, &a->zv);
     if (s_transient(rc))
         return rc;
     a->greso_ok = rc == SR_OK;
@@ -91,17 +91,14 @@ static int s_attach_work(store_t *st, void *arg, char *err)
     if (a->has_trained && a->ti >= it && a->tv > a->version)
         it = a->ti + 1; /* s_resume adopts the trainer's version: the totals of iteration ti */
     if (it > 0) {
-        char key[256];
-        redisReply *rep = NULL;
-        store_key(st, key, sizeof key, "iter:%lld", (long long)(it - 1));
-        rc = store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key);
+        char *json = NULL;
+        rc = coord_store_record_get(st, COORD_RECORD_ITER, it - 1, &json);
         if (s_transient(rc)) {
-            if (rep)
-                freeReplyObject(rep);
+            free(json);
             return rc;
         }
-        if (rc == SR_OK && rep && rep->type == REDIS_REPLY_STRING) {
-            cJSON *o = cJSON_ParseWithLength(rep->str, rep->len);
+        if (rc == SR_OK && json) {
+            cJSON *o = cJSON_Parse(json);
             a->skipped = s_total(o, "skipped_total");
             a->cancelled = s_total(o, "cancelled_total");
             a->filtered = s_total(o, "filtered_total");
@@ -109,8 +106,7 @@ static int s_attach_work(store_t *st, void *arg, char *err)
             a->has_totals = true;
             cJSON_Delete(o);
         }
-        if (rep)
-            freeReplyObject(rep);
+        free(json);
     }
     return SR_OK;
 }

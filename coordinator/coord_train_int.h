@@ -33,16 +33,20 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_policy.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
 #include "common/storeq.h"
 #include "common/transport.h"
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
+#include "coordinator/coord_store.h"
 #include "coordinator/fail_tally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
 
 #include <cjson/cJSON.h>
-#include <hiredis/hiredis.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,15 +11,8 @@
  * count, so RESULTs carry 0 for them). 0 when absent or unreadable. */
 static int64_t s_policy_aborted(store_t *st)
 {
-    char key[160];
-    redisReply *r = NULL;
     int64_t v = 0;
-    if (store_key(st, key, sizeof key, "policy:aborted_tokens") == SR_OK &&
-        store_command(st, STORE_IDEMPOTENT, &r, "GET %s", key) == SR_OK && r &&
-        r->type == REDIS_REPLY_STRING)
-        v = strtoll(r->str, NULL, 10);
-    if (r)
-        freeReplyObject(r);
+    store_aborted_tokens_get(st, &v);
     return v;
 }
 
@@ -206,7 +199,7 @@ static int s_greso_work(store_t *st, void *arg, char *err)
                      q->recs[i].task, store_errstr(st));
             return SR_EREDIS;
         }
-    if (store_greso_set(st, q->p_easy, q->p_hard, q->zv) != SR_OK) {
+    if (greso_store_set(st, q->p_easy, q->p_hard, q->zv) != SR_OK) {
         snprintf(err, STOREQ_ERR_MAX, "cannot save the pre-filter's state: %.200s",
                  store_errstr(st));
         return SR_EREDIS;

@@ -29,7 +29,9 @@ void ct_append_jsonl(coord_train_t *t, cJSON *o)
 /* ct_store_json keeps one JSON object in Redis under selroll:<run>:<kind>:<iteration>, written on
  * the store thread (a failure is logged). */
 typedef struct {
-    char key[256];
+    char key[256]; /* "<kind>:<iteration>", for messages */
+    coord_record_t kind;
+    int64_t iteration;
     char *text;
 } s_json_req_t;
 
@@ -39,9 +41,7 @@ static int s_json_work(store_t *st, void *arg, char *err)
     s_json_req_t *q = arg;
     if (!st)
         return SR_EREDIS;
-    char key[320];
-    store_key(st, key, sizeof key, "%s", q->key);
-    return store_command(st, STORE_IDEMPOTENT, NULL, "SET %s %s", key, q->text);
+    return coord_store_record_put(st, q->kind, q->iteration, q->text);
 }
 
 static void s_json_done(int rc, const char *err, void *arg)
@@ -61,6 +61,8 @@ void ct_store_json(coord_train_t *t, const char *kind, int64_t iteration, cJSON 
         return;
     s_json_req_t *q = sr_xcalloc(1, sizeof *q);
     snprintf(q->key, sizeof q->key, "%s:%lld", kind, (long long)iteration);
+    q->kind = strcmp(kind, "eval") == 0 ? COORD_RECORD_EVAL : COORD_RECORD_ITER;
+    q->iteration = iteration;
     q->text = text;
     if (!sq || storeq_submit(sq, s_json_work, s_json_done, q) != SR_OK) {
         log_warn("cannot store %s in Redis: the store queue is closed", q->key);

@@ -5,6 +5,8 @@
  */
 #include "coordinator/coord_train_int.h"
 
+#include "common/store_keys.h"
+
 /* ---- the BATCH out ------------------------------------------------------------------------ */
 
 /* ct_send_batch PUSHes the encoded BATCH (again) and arms the ack deadline. */
@@ -98,7 +100,7 @@ static int s_polreg_collect(const char *id, const store_field_t *fields, size_t 
 static int s_polreg_work(store_t *st, void *arg, char *err)
 {
     (void)err;
-    return st ? store_list(st, "policy", s_polreg_collect, arg) : SR_EREDIS;
+    return st ? store_list(st, STORE_KIND_POLICY, s_polreg_collect, arg) : SR_EREDIS;
 }
 
 static int s_strp_cmp(const void *a, const void *b)

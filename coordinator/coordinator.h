@@ -24,6 +24,7 @@
 #include "common/metrics.h"
 #include "common/proto.h"
 #include "common/store.h"
+#include "common/store_group.h"
 #include "common/tasks.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/coord_sched.h"

@@ -7,9 +7,13 @@
  *  - group:<gid>     read: the fields status, step, d and decision (the gate's decision);
  *  - envw:<id>       read: the env worker registry (through store_list);
  *  - run             read: field iterations_done;
- *  - iter:<n>        read: the training loop's record of iteration n (a JSON string);
+ *  - iter:<n>        read: the training loop's record of iteration n (a JSON string; its key and
+ *                    command in coordinator/coord_store.c);
  *  - gate:stats      read: the gate's configuration and running figures (dashboard_gate.h);
- *  - dashboard       written: the latest snapshot, with an expiry, for `selroll status`.
+ *  - dashboard       written: the latest snapshot, with an expiry, for `selroll status` (the one
+ *                    key the dashboard owns; `selroll status` reads it back through
+ *                    dashboard_store_snapshot_get).
+ * group:<gid>, envw:<id>, run and gate:stats are named in common/store_keys.h.
  *
  * Every function takes a connected store, is idempotent, and returns SR_OK or the store's error
  * (its reason in store_errstr).
@@ -18,6 +22,8 @@
 #define SR_DASHBOARD_STORE_H
 
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_reg.h"
 #include "coordinator/dashboard_gate.h"
 
 #include <stddef.h>
@@ -56,5 +62,9 @@ int dashboard_store_gate(store_t *st, dashboard_gate_t *g);
 /* dashboard_store_snapshot writes the snapshot (len bytes) to the dashboard key, expiring after
  * ttl_ms. */
 int dashboard_store_snapshot(store_t *st, const char *text, size_t len, int64_t ttl_ms);
+
+/* dashboard_store_snapshot_get reads the stored snapshot into a new string (*json, caller frees);
+ * *json is NULL when there is none (expired, or no dashboard ran). `selroll status` reads it. */
+int dashboard_store_snapshot_get(store_t *st, char **json);
 
 #endif

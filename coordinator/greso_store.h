@@ -11,10 +11,20 @@
 #define SR_GRESO_STORE_H
 
 #include "common/store.h"
+#include "common/store_prompt.h"
 #include "coordinator/greso.h"
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* greso_store_get reads p_easy, p_hard and the last iteration's zero-variance share (zv may be
+ * NULL) from hash greso. SR_ENOTFOUND when p_easy and p_hard were never set; they are then 0.5,
+ * the starting value, and *zv 0. A state written before the share was kept reads as zv 0.
+ * Idempotent. */
+int greso_store_get(store_t *s, double *p_easy, double *p_hard, double *zv);
+
+/* greso_store_set writes p_easy, p_hard and the zero-variance share together. Idempotent. */
+int greso_store_set(store_t *s, double p_easy, double p_hard, double zv);
 
 /* greso_store_load sets g's p_easy and p_hard from Redis. When they were never saved, g keeps
  * its values and SR_OK is returned. Returns the store's error otherwise (g unchanged), SR_EINVAL

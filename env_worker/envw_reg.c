@@ -13,6 +13,7 @@
 #include "env_worker/envw_store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 

@@ -5,10 +5,12 @@
 #include "env_worker/envw_store.h"
 
 #include "common/sr.h"
+#include "common/store_keys.h"
+#include "common/store_reg.h"
 
 #include <stdio.h>
 
-#define S_KIND "envw" /* the registry kind: keys selroll:<run>:envw:<id> */
+#define S_KIND STORE_KIND_ENVW /* the registry kind: keys selroll:<run>:envw:<id> */
 
 int envw_store_register(store_t *st, const char *id, const envw_store_entry_t *e, int64_t ttl_ms)
 {

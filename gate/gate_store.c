@@ -1,24 +1,22 @@
 /*
- * gate_store.c — the gate's Redis schema (see gate_store.h): its keys are built by s_key only,
- * its commands are written here only.
+ * gate_store.c — the gate's Redis schema (see gate_store.h): its own key gate:learned:examples is
+ * built by s_key_examples only, the shared ones (group:<gid>, gate:stats) by common/store_keys.h,
+ * and its commands are written here only.
  */
 #include "gate/gate_store.h"
 
 #include "common/sr.h"
+#include "common/store_keys.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* The gate's own keys under selroll:<run>:. */
-#define S_KEY_EXAMPLES "gate:learned:examples"
-#define S_KEY_STATS "gate:stats"
+#define S_KEY_MAX STORE_KEY_MAX
 
-#define S_KEY_MAX (STORE_GID_MAX + 96)
-
-/* s_key builds selroll:<run>:<what><arg> (arg "" for a fixed key). */
-static int s_key(store_t *st, char *buf, const char *what, const char *arg)
+/* s_key_examples builds selroll:<run>:gate:learned:examples, the gate's own key. */
+static int s_key_examples(store_t *st, char *buf)
 {
-    return store_key(st, buf, S_KEY_MAX, "%s%s", what, arg);
+    return store_key(st, buf, S_KEY_MAX, "gate:learned:examples");
 }
 
 int gate_store_decision(store_t *st, const gate_decision_t *d, bool retried, bool *publish,
@@ -49,7 +47,7 @@ int gate_store_decision(store_t *st, const gate_decision_t *d, bool retried, boo
 int gate_store_annotate(store_t *st, const gate_decision_t *d, gate_mode_t mode, int64_t wall_ms)
 {
     char key[S_KEY_MAX];
-    int rc = s_key(st, key, "group:", d->group);
+    int rc = store_key_group(st, key, sizeof key, d->group);
     if (rc != SR_OK)
         return rc;
     char wall[32], share[32];
@@ -72,16 +70,17 @@ int gate_store_annotate(store_t *st, const gate_decision_t *d, gate_mode_t mode,
 int gate_store_rules(store_t *st, const char *gid, const char *json)
 {
     char key[S_KEY_MAX];
-    int rc = s_key(st, key, "group:", gid);
+    int rc = store_key_group(st, key, sizeof key, gid);
     if (rc != SR_OK)
         return rc;
     /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
     if (rc != SR_OK)
         return rc;
-    bool exists = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
+    int64_t n = 0;
+    bool exists = store_reply_int(r, &n) && n == 1;
+    store_reply_free(r);
     if (!exists)
         return SR_ENOTFOUND;
     return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, json);
@@ -104,7 +103,7 @@ int gate_store_history(store_t *st, const char *task, gate_history_t *out)
 int gate_store_example_push(store_t *st, const char *line, int64_t capacity)
 {
     char key[S_KEY_MAX];
-    int rc = s_key(st, key, S_KEY_EXAMPLES, "");
+    int rc = s_key_examples(st, key);
     if (rc == SR_OK)
         rc = store_command(st, 0, NULL, "RPUSH %s %s", key, line);
     if (rc == SR_OK)
@@ -116,20 +115,20 @@ int gate_store_example_push(store_t *st, const char *line, int64_t capacity)
 int gate_store_examples(store_t *st, gate_store_example_fn fn, void *arg, size_t *bad)
 {
     char key[S_KEY_MAX];
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     size_t nbad = 0;
-    int rc = s_key(st, key, S_KEY_EXAMPLES, "");
+    int rc = s_key_examples(st, key);
     if (rc == SR_OK)
         rc = store_command(st, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key);
-    for (size_t i = 0; rc == SR_OK && r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_STRING) {
+    for (size_t i = 0; rc == SR_OK && i < store_reply_count(r); i++) {
+        const char *e = store_reply_at_str(r, i, NULL);
+        if (!e) {
             nbad++;
             continue;
         }
-        rc = fn(e->str, arg);
+        rc = fn(e, arg);
     }
-    freeReplyObject(r);
+    store_reply_free(r);
     if (bad)
         *bad = nbad;
     return rc;
@@ -140,7 +139,7 @@ int gate_store_figures(store_t *st, const gate_stats_t *g, double audit_precisio
 {
     char key[S_KEY_MAX], prec[32];
     snprintf(prec, sizeof prec, "%.6g", audit_precision);
-    int rc = s_key(st, key, S_KEY_STATS, "");
+    int rc = store_key_gate_stats(st, key, sizeof key);
     if (rc != SR_OK)
         return rc;
     return store_command(
@@ -157,7 +156,7 @@ int gate_store_config(store_t *st, gate_rule_t rule, gate_mode_t mode, gate_rule
 {
     char key[S_KEY_MAX], min_groups[32];
     snprintf(min_groups, sizeof min_groups, "%lld", (long long)learned_min_groups);
-    int rc = s_key(st, key, S_KEY_STATS, "");
+    int rc = store_key_gate_stats(st, key, sizeof key);
     if (rc == SR_OK)
         rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rule %s mode %s audit_base %s",
                            key, gate_rule_name(rule), gate_mode_name(mode),

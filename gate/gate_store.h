@@ -3,9 +3,11 @@
  * every command it sends. gate_svc.c calls these on its store thread (common/storeq.h) or, for
  * the two start-up calls, before its loop runs; it holds no key name and no command text.
  *
- * Keys, under selroll:<run>: (docs/redis.md, docs/gate.md):
- *  - group:<gid>              the group record (common/store.h owns its status); the gate adds its
- *                             decision (step, d, decision through store_group_cancel/decide) and
+ * Keys, under selroll:<run>: (docs/redis.md, docs/gate.md); the gate owns gate:learned:examples,
+ * the others are shared and named in common/store_keys.h:
+ *  - group:<gid>              the group record (common/store_group.h owns its status); the gate
+ *                             adds its decision (step, d, decision through
+ *                             store_group_cancel/decide) and
  *                             its own fields gate_wall_ms, gate_mode, gate_reason,
  *                             gate_ended_share, gate_rule, audit_weight and rules;
  *  - prompt:<task>            the prompt's history (read through store_prompt_history);
@@ -19,6 +21,8 @@
 #define SR_GATE_STORE_H
 
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_prompt.h"
 #include "gate/gate.h"
 #include "gate/gate_rules.h"
 

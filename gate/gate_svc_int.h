@@ -11,6 +11,7 @@
 #include "common/proto.h"
 #include "common/reactor.h"
 #include "common/store.h"
+#include "common/store_group.h"
 #include "common/storeq.h"
 #include "common/transport.h"
 #include "gate/gate.h"

@@ -11,6 +11,7 @@
 #include "common/prior.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_policy.h"
 #include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
@@ -55,9 +56,7 @@ static int s_aborted_work(store_t *st, void *arg, char *err)
     s_aborted_req_t *q = arg;
     if (!st)
         return SR_EREDIS;
-    char key[160];
-    store_key(st, key, sizeof key, "policy:aborted_tokens");
-    return store_command(st, 0, NULL, "INCRBY %s %lld", key, (long long)q->delta);
+    return store_aborted_tokens_add(st, (int64_t)q->delta);
 }
 
 static void s_aborted_done(int rc, const char *err, void *arg)

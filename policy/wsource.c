@@ -5,6 +5,7 @@
 
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_policy.h"
 
 #include <errno.h>
 #include <pthread.h>

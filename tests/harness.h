@@ -46,4 +46,13 @@ int64_t harness_now_ms(void);
 #define HARNESS_SLOWDOWN 1.0
 #endif
 
+/* harness_reply_int returns the value of an integer reply of the store, INT64_MIN for anything
+ * else (NULL included). */
+#include "common/store.h"
+static inline int64_t harness_reply_int(const store_reply_t *r)
+{
+    int64_t v = INT64_MIN;
+    return store_reply_int(r, &v) ? v : INT64_MIN;
+}
+
 #endif

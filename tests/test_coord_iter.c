@@ -19,6 +19,7 @@
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
 #include "gate/gate.h"
+#include "common/store_run.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -596,10 +597,10 @@ static void prefilter_skips_prompts_whose_groups_were_all_correct_or_all_wrong(v
         char task[64], key[256];
         snprintf(task, sizeof task, "household/train/%d", i);
         store_key(f.st, key, sizeof key, "prompt:%s", task);
-        redisReply *rep = NULL;
+        store_reply_t *rep = NULL;
         assert_int_equal(store_command(f.st, 0, &rep, "ZCARD %s", key), SR_OK);
-        entries += rep->integer;
-        freeReplyObject(rep);
+        entries += harness_reply_int(rep);
+        store_reply_free(rep);
     }
     assert_int_equal(entries, st.groups_started - st.groups_cancelled - st.groups_failed);
     s_free(&f);

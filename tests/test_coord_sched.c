@@ -8,6 +8,7 @@
 
 #include "common/sr.h"
 #include "coordinator/coord_sched.h"
+#include "common/store_group.h"
 
 #include <string.h>
 

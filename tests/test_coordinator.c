@@ -14,6 +14,10 @@
 #include "common/store.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"
+#include "common/store_group.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
+#include "coordinator/coord_store.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -15,6 +15,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
 #include "coordinator/dashboard_gate.h"
+#include "common/store_group.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>

@@ -10,6 +10,9 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "coordinator/dashboard_store.h"
+#include "common/store_group.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,13 +129,13 @@ static void registry_gate_and_snapshot(void **state)
 
     assert_int_equal(dashboard_store_ping(f->st), SR_OK);
     assert_int_equal(dashboard_store_snapshot(f->st, "{\"v\":1}", 7, 60000), SR_OK);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->st, 0, &r, "GET selroll:" RUN ":dashboard"), SR_OK);
-    assert_string_equal(r->str, "{\"v\":1}");
-    freeReplyObject(r);
+    assert_string_equal(store_reply_str(r, NULL), "{\"v\":1}");
+    store_reply_free(r);
     assert_int_equal(store_command(f->st, 0, &r, "PTTL selroll:" RUN ":dashboard"), SR_OK);
-    assert_true(r->integer > 50000 && r->integer <= 60000);
-    freeReplyObject(r);
+    assert_true(harness_reply_int(r) > 50000 && harness_reply_int(r) <= 60000);
+    store_reply_free(r);
 }
 
 int main(int argc, char **argv)

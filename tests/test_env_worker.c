@@ -18,6 +18,7 @@
 #include "common/transport.h"
 #include "env_worker/envw.h"
 #include "env_worker/household/household.h"
+#include "common/store_reg.h"
 
 #include <msgpack.h>
 #include <pthread.h>
@@ -1001,17 +1002,17 @@ static void test_registers_in_redis_with_a_ttl_and_unregisters_on_stop(void **st
 
     char key[128];
     assert_int_equal(store_key(st, key, sizeof key, "envw:w1"), SR_OK);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(st, 0, &r, "PTTL %s", key), SR_OK);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    assert_true(r->integer > 0 && r->integer <= 300);
-    freeReplyObject(r);
+    assert_int_equal(store_reply_type(r), STORE_REPLY_INTEGER);
+    assert_true(harness_reply_int(r) > 0 && harness_reply_int(r) <= 300);
+    store_reply_free(r);
 
     transport_sock_destroy(&cl);
     s_server_stop(&srv);
     assert_int_equal(store_command(st, 0, &r, "EXISTS %s", key), SR_OK);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    assert_int_equal(harness_reply_int(r), 0);
+    store_reply_free(r);
     store_destroy(&st);
     harness_redis_stop(&redis);
     zmq_ctx_term(ctx);
@@ -1037,13 +1038,13 @@ static void test_a_stopped_redis_delays_the_registry_never_a_reply(void **state)
     assert_non_null(st);
     char key[128];
     assert_int_equal(store_key(st, key, sizeof key, "envw:w2"), SR_OK);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     int64_t deadline = harness_now_ms() + 5000;
     long long exists = 0;
     while (!exists && harness_now_ms() < deadline) {
         assert_int_equal(store_command(st, 0, &r, "EXISTS %s", key), SR_OK);
-        exists = r->integer;
-        freeReplyObject(r);
+        exists = harness_reply_int(r);
+        store_reply_free(r);
         usleep(10 * 1000);
     }
     assert_int_equal(exists, 1);
@@ -1069,8 +1070,8 @@ static void test_a_stopped_redis_delays_the_registry_never_a_reply(void **state)
     long long ttl = -2;
     while (ttl <= 0 && harness_now_ms() < deadline) {
         assert_int_equal(store_command(st, 0, &r, "PTTL %s", key), SR_OK);
-        ttl = r->integer;
-        freeReplyObject(r);
+        ttl = harness_reply_int(r);
+        store_reply_free(r);
         usleep(10 * 1000);
     }
     assert_true(ttl > 0 && ttl <= 300);

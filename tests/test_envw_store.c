@@ -10,6 +10,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "env_worker/envw_store.h"
+#include "common/store_reg.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,23 +53,23 @@ static void the_entry_is_written_refreshed_and_deleted(void **state)
     for (size_t i = 0; i < SR_ARRAY_LEN(want); i++)
         assert_non_null(strstr(seen, want[i]));
 
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(st, 0, &r, "PTTL selroll:" RUN ":envw:w1"), SR_OK);
-    assert_true(r->integer > 0 && r->integer <= 1500);
-    freeReplyObject(r);
+    assert_true(harness_reply_int(r) > 0 && harness_reply_int(r) <= 1500);
+    store_reply_free(r);
     e.load = 3;
     assert_int_equal(envw_store_register(st, "w1", &e, 60000), SR_OK);
     assert_int_equal(store_command(st, 0, &r, "PTTL selroll:" RUN ":envw:w1"), SR_OK);
-    assert_true(r->integer > 1500);
-    freeReplyObject(r);
+    assert_true(harness_reply_int(r) > 1500);
+    store_reply_free(r);
     assert_int_equal(store_command(st, 0, &r, "HGET selroll:" RUN ":envw:w1 load"), SR_OK);
-    assert_string_equal(r->str, "3");
-    freeReplyObject(r);
+    assert_string_equal(store_reply_str(r, NULL), "3");
+    store_reply_free(r);
 
     assert_int_equal(envw_store_unregister(st, "w1"), SR_OK);
     assert_int_equal(store_command(st, 0, &r, "EXISTS selroll:" RUN ":envw:w1"), SR_OK);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    assert_int_equal(harness_reply_int(r), 0);
+    store_reply_free(r);
     assert_int_equal(envw_store_unregister(st, "w1"), SR_OK);
     store_destroy(&st);
     harness_redis_stop(&redis);

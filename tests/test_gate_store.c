@@ -10,7 +10,10 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "gate/gate_store.h"
+#include "common/store_group.h"
+#include "common/store_prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,11 +48,11 @@ static int teardown(void **state)
 /* s_hget returns field of selroll:gs:<key> as a new string, or NULL. */
 static char *s_hget(fix_t *f, const char *key, const char *field)
 {
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     if (store_command(f->st, 0, &r, "HGET selroll:" RUN ":%s %s", key, field) != SR_OK)
         return NULL;
-    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
-    freeReplyObject(r);
+    char *v = store_reply_str(r, NULL) ? strdup(store_reply_str(r, NULL)) : NULL;
+    store_reply_free(r);
     return v;
 }
 
@@ -139,10 +142,10 @@ static void rules_go_only_to_a_known_group(void **state)
     assert_int_equal(gate_store_rules(f->st, "g3", "{\"paper\":{\"cut\":true}}"), SR_OK);
     s_expect(f, "group:g3", "rules", "{\"paper\":{\"cut\":true}}");
     assert_int_equal(gate_store_rules(f->st, "ghost", "{}"), SR_ENOTFOUND);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->st, 0, &r, "EXISTS selroll:" RUN ":group:ghost"), SR_OK);
-    assert_int_equal(r->integer, 0); /* not created */
-    freeReplyObject(r);
+    assert_int_equal(harness_reply_int(r), 0); /* not created */
+    store_reply_free(r);
 }
 
 static int s_collect(const char *line, void *arg)

@@ -12,6 +12,7 @@
 #include "common/store.h"
 #include "common/transport.h"
 #include "gate/gate_svc.h"
+#include "common/store_group.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -208,11 +209,11 @@ static void s_hget(fix_t *f, const char *gid, const char *field, char *out, size
 {
     char key[256];
     store_key(f->store, key, sizeof key, "group:%s", gid);
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->store, STORE_IDEMPOTENT, &r, "HGET %s %s", key, field),
                      SR_OK);
-    snprintf(out, n, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
-    freeReplyObject(r);
+    snprintf(out, n, "%s", store_reply_str(r, NULL) ? store_reply_str(r, NULL) : "");
+    store_reply_free(r);
 }
 
 static void enforce_cancels_converged_group_and_records_it(void **state)
@@ -484,11 +485,11 @@ static bool s_wait_field(fix_t *f, const char *k, const char *field, const char 
     store_key(f->store, key, sizeof key, "%s", k);
     int64_t end = harness_now_ms() + WAIT_MS;
     do {
-        redisReply *r = NULL;
+        store_reply_t *r = NULL;
         assert_int_equal(store_command(f->store, STORE_IDEMPOTENT, &r, "HGET %s %s", key, field),
                          SR_OK);
-        bool ok = r->type == REDIS_REPLY_STRING && (!want || !strcmp(r->str, want));
-        freeReplyObject(r);
+        bool ok = store_reply_str(r, NULL) && (!want || !strcmp(store_reply_str(r, NULL), want));
+        store_reply_free(r);
         if (ok)
             return true;
         usleep(10000);
@@ -562,11 +563,11 @@ static void learned_examples_are_kept_in_redis_and_loaded_by_the_next_gate(void 
     assert_true(s_wait_field(f, "gate:stats", "learned_labels", "1"));
     char key[256];
     store_key(f->store, key, sizeof key, "gate:learned:examples");
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     assert_int_equal(store_command(f->store, STORE_IDEMPOTENT, &r, "LRANGE %s 0 -1", key), SR_OK);
-    assert_int_equal(r->elements, 1);
-    assert_true(r->element[0]->str[0] == '1'); /* zero variance */
-    freeReplyObject(r);
+    assert_int_equal(store_reply_count(r), 1);
+    assert_true(store_reply_at_str(r, 0, NULL)[0] == '1'); /* zero variance */
+    store_reply_free(r);
     /* A new gate (a restart, or another shard) starts from that example: one more makes two. */
     s_svc_stop(f);
     s_start_with(f, &c);

@@ -507,6 +507,29 @@ static void skipped_prompts_get_no_history_and_an_informative_turn_is_picked_aga
     greso_destroy(&g);
 }
 
+static void greso_state_starts_unset_and_round_trips_in_its_hash(void **state)
+{
+    fixture_t *f = *state;
+    double e = 0, h = 0, z = -1;
+    assert_int_equal(greso_store_get(f->s, &e, &h, &z), SR_ENOTFOUND);
+    assert_true(e == 0.5 && h == 0.5 && z == 0.0);
+    assert_int_equal(greso_store_set(f->s, 0.49, 0.51, 0.375), SR_OK);
+    assert_int_equal(greso_store_get(f->s, &e, &h, &z), SR_OK);
+    assert_true(e == 0.49);
+    assert_true(h == 0.51);
+    assert_true(z == 0.375);
+    assert_int_equal(greso_store_get(f->s, &e, &h, NULL), SR_OK);
+    /* A state written before the share was kept (no zv field) reads as zv 0. */
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, STORE_IDEMPOTENT, &r, "HDEL %s zv", "selroll:t:greso"),
+                     SR_OK);
+    if (r)
+        store_reply_free(r);
+    z = -1;
+    assert_int_equal(greso_store_get(f->s, &e, &h, &z), SR_OK);
+    assert_true(e == 0.49 && z == 0.0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(easy_streak_counts_the_latest_consecutive_easy_groups),
     cmocka_unit_test(hard_streak_counts_only_when_the_last_group_was_hard),
@@ -520,6 +543,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(selection_with_a_fixed_seed_matches_the_hand_computed_walk),
     cmocka_unit_test(skipping_rates_follow_p_skip_over_many_draws),
     cmocka_unit_test_setup_teardown(store_saves_and_loads_p_easy_and_p_hard, setup, teardown),
+    cmocka_unit_test_setup_teardown(greso_state_starts_unset_and_round_trips_in_its_hash, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(store_history_round_trips_oldest_first, setup, teardown),
     cmocka_unit_test_setup_teardown(
         skipped_prompts_get_no_history_and_an_informative_turn_is_picked_again, setup, teardown),

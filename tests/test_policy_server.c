@@ -20,6 +20,7 @@
 #include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
+#include "common/store_policy.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -1260,11 +1261,11 @@ static int s_incr_work(store_t *st, void *arg, char *err)
         return SR_EREDIS;
     char key[128];
     store_key(st, key, sizeof key, "policy:probe");
-    redisReply *rep = NULL;
+    store_reply_t *rep = NULL;
     int rc = store_command(st, 0, &rep, "INCR %s", key);
     if (rc == SR_OK) {
-        q->value = rep->integer;
-        freeReplyObject(rep);
+        q->value = harness_reply_int(rep);
+        store_reply_free(rep);
     }
     return rc;
 }

@@ -7,8 +7,8 @@
 #include "tests/harness.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_run.h"
 
-#include <hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +24,15 @@ static int setup(void **state)
     store_t *st = store_new(s_redis.url, "auth", 2000);
     if (!st)
         return -1;
-    redisReply *r = NULL;
+    store_reply_t *r = NULL;
     int rc = store_command(st, 0, &r, "ACL SETUSER roller on >r0ll-pass ~* &* +@all");
     if (r)
-        freeReplyObject(r);
+        store_reply_free(r);
     r = NULL;
     if (rc == SR_OK)
         rc = store_command(st, 0, &r, "CONFIG SET requirepass s3cret-pass");
     if (r)
-        freeReplyObject(r);
+        store_reply_free(r);
     store_destroy(&st);
     return rc == SR_OK ? 0 : -1;
 }

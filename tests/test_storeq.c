@@ -11,6 +11,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/storeq.h"
+#include "coordinator/coord_store.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -80,11 +81,11 @@ static int incr_work(store_t *st, void *arg, char *err)
         return SR_EREDIS;
     char key[128];
     store_key(st, key, sizeof key, "n");
-    redisReply *rep = NULL;
+    store_reply_t *rep = NULL;
     int rc = store_command(st, 0, &rep, "INCR %s", key);
     if (rc == SR_OK) {
-        q->value = rep->integer;
-        freeReplyObject(rep);
+        q->value = harness_reply_int(rep);
+        store_reply_free(rep);
     }
     return rc;
 }

@@ -21,6 +21,8 @@
 #include "env_worker/household/household.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_svc.h"
+#include "common/store_run.h"
+#include "common/store_policy.h"
 
 #include <math.h>
 #include <stdio.h>

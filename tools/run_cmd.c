@@ -28,6 +28,8 @@
 #include "common/jsonscan.h"
 #include "common/log.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_run.h"
 #include "common/tasks.h"
 #include "tools/supervise.h"
 

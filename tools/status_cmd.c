@@ -14,7 +14,13 @@
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_group.h"
+#include "common/store_keys.h"
+#include "common/store_reg.h"
+#include "common/store_run.h"
+#include "coordinator/coord_store.h"
 #include "coordinator/dashboard_gate.h"
+#include "coordinator/dashboard_store.h"
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -224,14 +230,11 @@ static cJSON *s_iters_from_redis(store_t *st)
     if (store_run_get_int(st, "iterations_done", &done) != SR_OK)
         return arr;
     for (int64_t i = SR_MAX(0, done - 10); i < done; i++) {
-        char key[256];
-        store_key(st, key, sizeof key, "iter:%lld", (long long)i);
-        redisReply *rep = NULL;
-        if (store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key) != SR_OK)
+        char *json = NULL;
+        if (coord_store_record_get(st, COORD_RECORD_ITER, i, &json) != SR_OK)
             break;
-        cJSON *o = rep->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(rep->str, rep->len)
-                                                   : NULL;
-        freeReplyObject(rep);
+        cJSON *o = json ? cJSON_Parse(json) : NULL;
+        free(json);
         if (o)
             cJSON_AddItemToArray(arr, o);
     }
@@ -281,15 +284,11 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
         fprintf(out, "the run failed: %s\n", why);
     free(why);
 
-    char key[256];
-    store_key(st, key, sizeof key, "dashboard");
-    redisReply *rep = NULL;
+    char *snap_json = NULL;
     cJSON *snap = NULL;
-    if (store_command(st, STORE_IDEMPOTENT, &rep, "GET %s", key) == SR_OK) {
-        if (rep->type == REDIS_REPLY_STRING)
-            snap = cJSON_ParseWithLength(rep->str, rep->len);
-        freeReplyObject(rep);
-    }
+    if (dashboard_store_snapshot_get(st, &snap_json) == SR_OK && snap_json)
+        snap = cJSON_Parse(snap_json);
+    free(snap_json);
     if (snap) {
         double age = ((double)now * 1000.0 - s_num(snap, "now_ms", 0)) / 1000.0;
         fprintf(out, "snapshot of the coordinator's dashboard, %.0f s old; iteration %.0f%s, "
@@ -322,7 +321,7 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
             fb.counts[1], fb.counts[2], fb.counts[3]);
     s_print_gate(out, st);
     cJSON *envw = cJSON_CreateArray();
-    store_list(st, "envw", s_envw_entry, envw);
+    store_list(st, STORE_KIND_ENVW, s_envw_entry, envw);
     s_print_envw(out, envw, NULL);
     cJSON_Delete(envw);
     cJSON *iters_arr = s_iters_from_redis(st);

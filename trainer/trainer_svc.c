@@ -14,6 +14,8 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
+#include "common/store_policy.h"
+#include "common/store_run.h"
 #include "common/transport.h"
 
 #include <inttypes.h>

@@ -1,0 +1,268 @@
+/*
+ * coord_store.c — the coordinator's own Redis schema (see coord_store.h): its keys are built by
+ * s_key only, its commands are written here only.
+ */
+#include "coordinator/coord_store.h"
+
+#include "common/sr.h"
+#include "common/store_keys.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_READ_CHUNK 256 /* results read per LRANGE */
+
+/* s_key builds selroll:<run>:<family>:<n>, the coordinator's per-iteration keys. */
+static int s_key(store_t *s, char *buf, const char *family, int64_t n)
+{
+    return store_key(s, buf, STORE_KEY_MAX, "%s:%" PRId64, family, n);
+}
+
+/* One script: the job's final epoch and its one copy in the list are written together, and a job
+ * already final keeps the copy it has. Sending it again changes nothing. */
+static const char s_result_lua[] = "local e = redis.call('HGET', KEYS[2], ARGV[1])\n"
+                                   "if e then return tonumber(e) end\n"
+                                   "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+                                   "redis.call('RPUSH', KEYS[1], ARGV[3])\n"
+                                   "return tonumber(ARGV[2])\n";
+
+/* ---- durable results ---------------------------------------------------------------------- */
+
+int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size_t len)
+{
+    char key[STORE_KEY_MAX];
+    if (!s)
+        return SR_EINVAL;
+    if (!msgpack || !len) {
+        store_set_err(s, "store: empty result");
+        return SR_EINVAL;
+    }
+    int rc = s_key(s, key, "results", iteration);
+    if (rc)
+        return rc;
+    return store_command(s, 0, NULL, "RPUSH %s %b", key, msgpack, len);
+}
+
+int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                     const void *msgpack, size_t len, int64_t *final_epoch)
+{
+    char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
+    store_reply_t *r = NULL;
+    if (!s)
+        return SR_EINVAL;
+    if (!msgpack || !len || !job_id || !*job_id || epoch <= 0) {
+        store_set_err(s, "store: empty result, job id or epoch");
+        return SR_EINVAL;
+    }
+    int rc = s_key(s, key, "results", iteration);
+    if (rc || (rc = s_key(s, fkey, "final", iteration)))
+        return rc;
+    snprintf(ep, sizeof ep, "%" PRId64, epoch);
+    const char *argv[] = {key, fkey, job_id, ep, msgpack};
+    size_t argvlen[] = {strlen(key), strlen(fkey), strlen(job_id), strlen(ep), len};
+    rc = store_script(s, STORE_IDEMPOTENT | STORE_EVAL_BODY, s_result_lua, 2, 5, argv, argvlen, &r);
+    if (rc != SR_OK)
+        return rc;
+    int64_t fin = 0;
+    if (store_reply_int(r, &fin)) {
+        if (final_epoch)
+            *final_epoch = fin;
+        rc = fin == epoch ? SR_OK : SR_ECONFLICT;
+        if (rc == SR_ECONFLICT)
+            store_set_err(s, "store: job %s is final under epoch %lld", job_id, (long long)fin);
+    } else {
+        store_set_err(s, "store: unexpected reply from the result script");
+        rc = SR_EPROTO;
+    }
+    store_reply_free(r);
+    return rc;
+}
+
+int store_results_read(store_t *s, int64_t iteration, store_result_fn fn, void *arg)
+{
+    char key[STORE_KEY_MAX];
+    if (!s || !fn)
+        return SR_EINVAL;
+    int rc = s_key(s, key, "results", iteration);
+    if (rc)
+        return rc;
+    for (long long start = 0; rc == SR_OK;) {
+        store_reply_t *r = NULL;
+        if ((rc = store_command(s, STORE_IDEMPOTENT, &r, "LRANGE %s %lld %lld", key, start,
+                                start + S_READ_CHUNK - 1)) != SR_OK)
+            break;
+        if (store_reply_type(r) != STORE_REPLY_ARRAY) {
+            store_set_err(s, "store: unexpected LRANGE reply");
+            rc = SR_EPROTO;
+        }
+        size_t got = store_reply_count(r);
+        for (size_t i = 0; i < got && rc == SR_OK; i++) {
+            size_t len = 0;
+            const char *v = store_reply_at_str(r, i, &len);
+            if (v)
+                rc = fn(v, len, arg);
+        }
+        store_reply_free(r);
+        if (got < S_READ_CHUNK)
+            break;
+        start += (long long)got;
+    }
+    return rc;
+}
+
+int store_results_count(store_t *s, int64_t iteration, size_t *out)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    if (!s || !out)
+        return SR_EINVAL;
+    *out = 0;
+    int rc = s_key(s, key, "results", iteration);
+    if (rc)
+        return rc;
+    if ((rc = store_command(s, STORE_IDEMPOTENT, &r, "LLEN %s", key)) == SR_OK) {
+        int64_t n = -1;
+        if (store_reply_int(r, &n) && n >= 0)
+            *out = (size_t)n;
+        else {
+            store_set_err(s, "store: unexpected LLEN reply");
+            rc = SR_EPROTO;
+        }
+        store_reply_free(r);
+    }
+    return rc;
+}
+
+/* ---- epochs, leases, failed groups -------------------------------------------------------- */
+
+int coord_store_epochs(store_t *s, int64_t block, int64_t *top)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    int rc = store_key(s, key, sizeof key, "epoch");
+    if (rc == SR_OK)
+        rc = store_command(s, 0, &r, "INCRBY %s %lld", key, (long long)block);
+    if (rc == SR_OK && !store_reply_int(r, top))
+        rc = SR_EREDIS;
+    store_reply_free(r);
+    return rc;
+}
+
+int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
+{
+    char key[STORE_KEY_MAX];
+    int64_t key_round = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].round != key_round) {
+            s_key(s, key, "lease", v[i].round);
+            key_round = v[i].round;
+        }
+        char val[320];
+        int hl = snprintf(val, sizeof val, "%lld ", (long long)v[i].epoch);
+        size_t alen = SR_MIN(v[i].actor_len, sizeof val - (size_t)hl);
+        memcpy(val + hl, v[i].actor, alen);
+        int rc = store_pipe_append(s, "HSET %s %s %b", key, v[i].job_id, val, (size_t)hl + alen);
+        if (rc != SR_OK) {
+            store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
+            return rc;
+        }
+    }
+    return store_pipe_exec(s, NULL, NULL);
+}
+
+int coord_store_leases_read(store_t *s, int64_t round, coord_store_lease_fn fn, void *arg)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    int rc = s_key(s, key, "lease", round);
+    if (rc == SR_OK)
+        rc = store_command(s, STORE_IDEMPOTENT, &r, "HGETALL %s", key);
+    for (size_t i = 0; rc == SR_OK && i + 1 < store_reply_count(r); i += 2) {
+        size_t flen = 0, vlen = 0;
+        const char *f = store_reply_at_str(r, i, &flen), *v = store_reply_at_str(r, i + 1, &vlen);
+        if (!f || !v)
+            continue;
+        const char *sp = memchr(v, ' ', vlen);
+        size_t idlen = sp ? vlen - (size_t)(sp + 1 - v) : 0;
+        if (!sp || idlen == 0)
+            continue;
+        rc = fn(f, flen, strtoll(v, NULL, 10), (const uint8_t *)sp + 1, idlen, arg);
+    }
+    store_reply_free(r);
+    return rc;
+}
+
+int coord_store_failed_add(store_t *s, int64_t round, const char *gid)
+{
+    char key[STORE_KEY_MAX];
+    int rc = s_key(s, key, "failed", round);
+    if (rc != SR_OK)
+        return rc;
+    return store_command(s, STORE_IDEMPOTENT, NULL, "SADD %s %s", key, gid);
+}
+
+/* ---- records of training iterations ------------------------------------------------------- */
+
+static int s_record_key(store_t *s, char *key, coord_record_t kind, int64_t it)
+{
+    if (kind != COORD_RECORD_ITER && kind != COORD_RECORD_EVAL) {
+        store_set_err(s, "store: unknown record kind %d", (int)kind);
+        return SR_EINVAL;
+    }
+    return s_key(s, key, kind == COORD_RECORD_EVAL ? "eval" : "iter", it);
+}
+
+int coord_store_record_put(store_t *s, coord_record_t kind, int64_t it, const char *json)
+{
+    char key[STORE_KEY_MAX];
+    int rc = s_record_key(s, key, kind, it);
+    if (rc != SR_OK)
+        return rc;
+    return store_command(s, STORE_IDEMPOTENT, NULL, "SET %s %s", key, json);
+}
+
+int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **json)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    *json = NULL;
+    int rc = s_record_key(s, key, kind, it);
+    if (rc == SR_OK)
+        rc = store_command(s, STORE_IDEMPOTENT, &r, "GET %s", key);
+    size_t len = 0;
+    const char *v = store_reply_str(r, &len);
+    if (rc == SR_OK && v)
+        *json = sr_xstrndup(v, len);
+    store_reply_free(r);
+    return rc;
+}
+
+/* ---- the gate's fields of a group hash ---------------------------------------------------- */
+
+int coord_store_gate_fields(store_t *s, const char *gid, char **rules_json, double *audit_weight)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    *rules_json = NULL;
+    *audit_weight = 1.0;
+    int rc = store_key_group(s, key, sizeof key, gid);
+    if (rc == SR_OK)
+        rc = store_command(s, STORE_IDEMPOTENT, &r, "HMGET %s rules audit_weight", key);
+    if (rc != SR_OK)
+        return rc;
+    if (store_reply_count(r) == 2) {
+        const char *rules = store_reply_at_str(r, 0, NULL), *w = store_reply_at_str(r, 1, NULL);
+        if (rules)
+            *rules_json = sr_xstrdup(rules);
+        if (w) {
+            double x = strtod(w, NULL);
+            if (isfinite(x) && x > 0)
+                *audit_weight = x;
+        }
+    }
+    store_reply_free(r);
+    return SR_OK;
+}

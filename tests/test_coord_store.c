@@ -1,0 +1,260 @@
+/*
+ * test_coord_store.c — the coordinator's own Redis schema (coordinator/coord_store.h) against a
+ * real redis-server: results appended, put once per job and read back, epochs, leases, failed
+ * groups, iteration records and the gate's fields of a group.
+ *
+ * Each test gets its own throwaway redis-server (setup/teardown) and a store for run "t".
+ */
+#include "tests/harness.h"
+#include "common/sr.h"
+#include "common/store.h"
+#include "coordinator/coord_store.h"
+#include "common/store_group.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    harness_redis_t redis;
+    store_t *s;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    if (!f || harness_redis_start(&f->redis) != 0) {
+        free(f);
+        return -1;
+    }
+    char err[256];
+    if (store_connect(&f->s, f->redis.url, "t", 2000, err, sizeof err) != SR_OK) {
+        fprintf(stderr, "setup: %s\n", err);
+        harness_redis_stop(&f->redis);
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    store_destroy(&f->s);
+    harness_redis_stop(&f->redis);
+    free(f);
+    return 0;
+}
+
+/* ---- durable results ------------------------------------------------------------------ */
+
+typedef struct {
+    int n;
+    int bad;
+} results_seen_t;
+
+static int check_result(const void *data, size_t len, void *arg)
+{
+    results_seen_t *rs = arg;
+    const unsigned char *b = data;
+    /* Each result is 4 bytes: its index little-endian, then a NUL-containing tail. */
+    if (len != 6 || (int)(b[0] | b[1] << 8 | b[2] << 16 | (unsigned)b[3] << 24) != rs->n ||
+        b[4] != 0 || b[5] != 0xff)
+        rs->bad++;
+    rs->n++;
+    return 0;
+}
+
+static void results_are_appended_and_read_back_in_order(void **state)
+{
+    fixture_t *f = *state;
+    const int n = 600; /* crosses the read chunk boundary twice */
+    for (int i = 0; i < n; i++) {
+        unsigned char b[6] = {(unsigned char)i, (unsigned char)(i >> 8), 0, 0, 0, 0xff};
+        assert_int_equal(store_result_append(f->s, 7, b, sizeof b), SR_OK);
+    }
+    size_t count = 0;
+    assert_int_equal(store_results_count(f->s, 7, &count), SR_OK);
+    assert_int_equal(count, (size_t)n);
+    results_seen_t rs = {0};
+    assert_int_equal(store_results_read(f->s, 7, check_result, &rs), SR_OK);
+    assert_int_equal(rs.n, n);
+    assert_int_equal(rs.bad, 0);
+    memset(&rs, 0, sizeof rs);
+    assert_int_equal(store_results_read(f->s, 8, check_result, &rs), SR_OK);
+    assert_int_equal(rs.n, 0);
+    assert_int_equal(store_results_count(f->s, 8, &count), SR_OK);
+    assert_int_equal(count, 0);
+    assert_int_equal(store_result_append(f->s, 7, "", 0), SR_EINVAL);
+    assert_int_equal(store_result_append(f->s, 7, NULL, 3), SR_EINVAL);
+}
+
+/* s_get reads one string key (NULL when absent; caller frees). */
+static char *s_get(store_t *s, const char *key)
+{
+    store_reply_t *r = NULL;
+    char *v = NULL;
+    if (store_command(s, 0, &r, "GET %s", key) == SR_OK && store_reply_str(r, NULL))
+        v = strdup(store_reply_str(r, NULL));
+    store_reply_free(r);
+    return v;
+}
+
+static void result_put_keeps_one_copy_under_its_first_epoch(void **state)
+{
+    fixture_t *f = *state;
+    int64_t fe = 0;
+    assert_int_equal(store_result_put(f->s, 2, "r2-g0/t0", 5, "\x01\x00\x02", 3, &fe), SR_OK);
+    assert_int_equal(fe, 5);
+    assert_int_equal(store_result_put(f->s, 2, "r2-g0/t0", 5, "\x01\x00\x02", 3, &fe), SR_OK);
+    assert_int_equal(store_result_put(f->s, 2, "r2-g0/t0", 6, "\x09", 1, &fe), SR_ECONFLICT);
+    assert_int_equal(fe, 5);
+    assert_non_null(strstr(store_errstr(f->s), "final under epoch 5"));
+    size_t n = 0;
+    assert_int_equal(store_results_count(f->s, 2, &n), SR_OK);
+    assert_int_equal(n, 1);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "HGET selroll:t:final:2 r2-g0/t0"), SR_OK);
+    assert_string_equal(store_reply_str(r, NULL), "5");
+    store_reply_free(r);
+    assert_int_equal(store_result_put(f->s, 2, "", 5, "x", 1, NULL), SR_EINVAL);
+    assert_int_equal(store_result_put(f->s, 2, "j", 0, "x", 1, NULL), SR_EINVAL);
+}
+
+static void epochs_come_in_blocks_from_one_counter(void **state)
+{
+    fixture_t *f = *state;
+    int64_t top = 0;
+    assert_int_equal(coord_store_epochs(f->s, 1024, &top), SR_OK);
+    assert_int_equal(top, 1024);
+    assert_int_equal(coord_store_epochs(f->s, 1024, &top), SR_OK);
+    assert_int_equal(top, 2048);
+    char *v = s_get(f->s, "selroll:t:epoch");
+    assert_string_equal(v, "2048");
+    free(v);
+}
+
+typedef struct {
+    int n;
+    char job[4][64];
+    int64_t epoch[4];
+    char actor[4][64];
+} leases_seen_t;
+
+static int collect_lease(const char *job_id, size_t job_len, int64_t epoch, const uint8_t *actor,
+                         size_t actor_len, void *arg)
+{
+    leases_seen_t *ls = arg;
+    if (ls->n < 4) {
+        snprintf(ls->job[ls->n], sizeof ls->job[0], "%.*s", (int)job_len, job_id);
+        ls->epoch[ls->n] = epoch;
+        snprintf(ls->actor[ls->n], sizeof ls->actor[0], "%.*s", (int)actor_len,
+                 (const char *)actor);
+    }
+    ls->n++;
+    return 0;
+}
+
+static void leases_are_persisted_per_round_and_read_back(void **state)
+{
+    fixture_t *f = *state;
+    const uint8_t a1[] = {'a', 0, '1'}; /* actor ids are bytes: a NUL inside survives */
+    coord_store_lease_t v[] = {
+        {.round = 4, .job_id = "r4-g0/t0", .epoch = 17, .actor = a1, .actor_len = 3},
+        {.round = 4,
+         .job_id = "r4-g0/t1",
+         .epoch = 18,
+         .actor = (const uint8_t *)"b2",
+         .actor_len = 2},
+        {.round = 5,
+         .job_id = "r5-g0/t0",
+         .epoch = 19,
+         .actor = (const uint8_t *)"c3",
+         .actor_len = 2},
+    };
+    assert_int_equal(coord_store_leases_put(f->s, v, 3), SR_OK);
+    assert_int_equal(store_pipe_pending(f->s), 0);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "HGET selroll:t:lease:4 r4-g0/t1"), SR_OK);
+    assert_string_equal(store_reply_str(r, NULL), "18 b2");
+    store_reply_free(r);
+    /* A value without an actor id is skipped. */
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET selroll:t:lease:4 bad 12"), SR_OK);
+    leases_seen_t ls = {0};
+    assert_int_equal(coord_store_leases_read(f->s, 4, collect_lease, &ls), SR_OK);
+    assert_int_equal(ls.n, 2);
+    for (int i = 0; i < 2; i++) {
+        if (strcmp(ls.job[i], "r4-g0/t0") == 0) {
+            assert_int_equal(ls.epoch[i], 17);
+            assert_memory_equal(ls.actor[i], "a", 1);
+        } else {
+            assert_string_equal(ls.job[i], "r4-g0/t1");
+            assert_int_equal(ls.epoch[i], 18);
+            assert_string_equal(ls.actor[i], "b2");
+        }
+    }
+    memset(&ls, 0, sizeof ls);
+    assert_int_equal(coord_store_leases_read(f->s, 6, collect_lease, &ls), SR_OK);
+    assert_int_equal(ls.n, 0);
+}
+
+static void failed_groups_records_and_gate_fields_use_their_keys(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(coord_store_failed_add(f->s, 3, "r3-g1"), SR_OK);
+    assert_int_equal(coord_store_failed_add(f->s, 3, "r3-g1"), SR_OK); /* idempotent */
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "SMEMBERS selroll:t:failed:3"), SR_OK);
+    assert_int_equal(store_reply_count(r), 1);
+    assert_string_equal(store_reply_at_str(r, 0, NULL), "r3-g1");
+    store_reply_free(r);
+
+    char *json = (char *)"stale";
+    assert_int_equal(coord_store_record_get(f->s, COORD_RECORD_ITER, 0, &json), SR_OK);
+    assert_null(json);
+    assert_int_equal(coord_store_record_put(f->s, COORD_RECORD_ITER, 0, "{\"a\":1}"), SR_OK);
+    assert_int_equal(coord_store_record_put(f->s, COORD_RECORD_EVAL, 0, "{\"b\":2}"), SR_OK);
+    assert_int_equal(coord_store_record_get(f->s, COORD_RECORD_ITER, 0, &json), SR_OK);
+    assert_string_equal(json, "{\"a\":1}");
+    free(json);
+    char *v = s_get(f->s, "selroll:t:eval:0");
+    assert_string_equal(v, "{\"b\":2}");
+    free(v);
+    assert_int_equal(coord_store_record_put(f->s, (coord_record_t)7, 0, "{}"), SR_EINVAL);
+
+    double w = 0;
+    assert_int_equal(coord_store_gate_fields(f->s, "g1", &json, &w), SR_OK);
+    assert_null(json);
+    assert_true(w == 1.0);
+    assert_int_equal(store_command(f->s, 0, NULL,
+                                   "HSET selroll:t:group:g1 rules {\"paper\":1} audit_weight 2.5"),
+                     SR_OK);
+    assert_int_equal(coord_store_gate_fields(f->s, "g1", &json, &w), SR_OK);
+    assert_string_equal(json, "{\"paper\":1}");
+    assert_true(w == 2.5);
+    free(json);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET selroll:t:group:g1 audit_weight -3"),
+                     SR_OK);
+    assert_int_equal(coord_store_gate_fields(f->s, "g1", &json, &w), SR_OK);
+    assert_true(w == 1.0); /* not a positive number */
+    free(json);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_DFL); /* the store must not depend on SIGPIPE being ignored */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(results_are_appended_and_read_back_in_order),
+        T(result_put_keeps_one_copy_under_its_first_epoch),
+        T(epochs_come_in_blocks_from_one_counter),
+        T(leases_are_persisted_per_round_and_read_back),
+        T(failed_groups_records_and_gate_fields_use_their_keys),
+    };
+#undef T
+    return harness_run_("coord_store", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
