@@ -7,6 +7,7 @@
 #include "tests/harness.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "common/store_policy.h"
 #include "common/store_reg.h"
 
 #include <pthread.h>
@@ -131,12 +132,31 @@ static void registry_lists_live_entries_and_expires_silent_ones(void **state)
     assert_int_equal(store_register(f->s, "actor", "a3", fnull, 1, 100), SR_EINVAL);
 }
 
+/* The policy servers' registry entries (policy:<id>) share their prefix with the aborted-token
+ * counter (policy:aborted_tokens, a string): listing the servers, as --weights-sync does, must
+ * list the entries and skip the counter, not fail on it. */
+static void registry_list_skips_keys_of_other_types_under_its_prefix(void **state)
+{
+    fixture_t *f = *state;
+    store_field_t fp[] = {{"url", "http://127.0.0.1:1"}};
+    assert_int_equal(store_register(f->s, "policy", "p1", fp, 1, 60000), SR_OK);
+    assert_int_equal(store_aborted_tokens_add(f->s, 42), SR_OK);
+    seen_t seen = {0};
+    assert_int_equal(store_list(f->s, "policy", collect_entry, &seen), SR_OK);
+    assert_int_equal(seen.n, 1);
+    assert_string_equal(seen.ids[0], "p1");
+    int64_t v = 0;
+    assert_int_equal(store_aborted_tokens_get(f->s, &v), SR_OK);
+    assert_int_equal(v, 42);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* the store must not depend on SIGPIPE being ignored */
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(registry_lists_live_entries_and_expires_silent_ones),
+        T(registry_list_skips_keys_of_other_types_under_its_prefix),
     };
 #undef T
     return harness_run_("store_reg", tests, SR_ARRAY_LEN(tests), argc, argv);
