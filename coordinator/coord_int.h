@@ -130,9 +130,10 @@ struct coord {
     void (*sink_report)(coord_t *c, const struct ci_sink_outcome *o);
     size_t nheld;
 
-    /* The round writer: a thread of its own, with its own Redis connection, reads each ended
-     * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
-     * while the loop has started the next round. wr_fd (an eventfd) tells the loop it is idle. */
+    /* The round writer: a thread of its own, with its own Redis connection, writes each ended
+     * round's <out>/rounds/round-N.jsonl (from the results its open round kept, or read back from
+     * Redis) and only then records rounds_done, while the loop has started the next round. wr_fd
+     * (an eventfd) tells the loop it is idle. */
     pthread_t wr_thread;
     bool wr_started, wr_stop, wr_busy;
     pthread_mutex_t wr_mu;
