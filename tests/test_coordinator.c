@@ -17,6 +17,7 @@
 #include "coordinator/coordinator.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,6 +511,51 @@ static void hello_credit_job_result_flow_completes_the_round(void **state)
 
     proto_msg_clear(&j1);
     proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+/* A RESULT whose store attempt timed out (Redis stopped: the append may land when it wakes up)
+ * leaves its place in results:<round> unknown to the coordinator: that round is read back from
+ * Redis for its file, which is the same, byte for byte, as the Redis-built text. */
+static void a_round_with_a_failed_store_attempt_is_read_back_from_redis(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 3;
+    cfg.redis_timeout_ms = 300;
+    cfg.lease_ms = 10000;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 3, NULL);
+    s_credit(&a, 3);
+    proto_msg_t j[3];
+    for (int i = 0; i < 3; i++)
+        s_expect(&a, PROTO_JOB, &j[i]);
+    s_result(&a, &j[0].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[0].u.job, true);
+    assert_int_equal(kill(s_redis.pid, SIGSTOP), 0);
+    s_result(&a, &j[1].u.job, "done", 0.0);
+    usleep(900 * 1000); /* its attempts time out */
+    assert_int_equal(kill(s_redis.pid, SIGCONT), 0);
+    s_expect_ack(&a, &j[1].u.job, true);
+    s_result(&a, &j[2].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[2].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(f.nsums, 1);
+    assert_int_equal(f.sums[0].results, 3);
+    assert_false(f.sums[0].results_in_order);
+    assert_true(s_written(&f, "held") == 0.0);
+    assert_true(s_written(&f, "redis") == 1.0);
+    assert_int_equal(s_results_in_redis(&f, 0), 3);
+    s_round_file_is_redis(&f, 0);
+    for (int i = 0; i < 3; i++)
+        proto_msg_clear(&j[i]);
     s_peer_close(&a);
     s_fx_free(&f);
 }
@@ -1946,6 +1992,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
     cmocka_unit_test(result_is_in_redis_before_its_ack_arrives),
+    cmocka_unit_test(a_round_with_a_failed_store_attempt_is_read_back_from_redis),
     cmocka_unit_test(expired_lease_requeues_with_higher_epoch_and_late_result_is_refused),
     cmocka_unit_test(bye_drain_finishes_jobs_and_bye_without_drain_requeues_them),
     cmocka_unit_test(unknown_actor_gets_error_unknown_actor),
