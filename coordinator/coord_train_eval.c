@@ -71,7 +71,8 @@ void ct_eval_ended(coord_train_t *t, int64_t round, bool in_order)
     struct storeq *sq = t->L.storeq(t->L.ctx);
     if (!sq || storeq_submit(sq, s_eval_work, s_eval_done, q) != SR_OK) {
         log_error("evaluation of iteration %lld: cannot read its results: the store queue is "
-                  "closed", (long long)t->it);
+                  "closed",
+                  (long long)t->it);
         s_eval_finish(t, &q->e);
         eval_tally_free(&q->e);
         free(q);
@@ -100,8 +101,8 @@ static void s_eval_finish(coord_train_t *t, const eval_tally_t *e)
     size_t off = eval_tally_types(e, line, sizeof line);
     log_info("held-out evaluation at iteration %lld (policy version %lld): success %.3f "
              "(%d/%d, %d failed);%s",
-             (long long)t->it, (long long)t->L.policy_version(t->L.ctx), success, e->won,
-             e->total, e->failed, off ? line : "");
+             (long long)t->it, (long long)t->L.policy_version(t->L.ctx), success, e->won, e->total,
+             e->failed, off ? line : "");
     ct_append_jsonl(t, o);
     ct_store_json(t, "eval", t->it, o);
     cJSON_Delete(o);

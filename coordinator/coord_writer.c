@@ -3,8 +3,8 @@
  * connection that writes each ended round's <out>/rounds/round-N.jsonl and only then records
  * rounds_done, while the loop runs the next round; an eventfd tells the loop it is idle. A round's
  * results come from its open round, which kept what the sink stored (ci_hold_result), or are read
- * back from Redis where this process does not hold them. The file queue (a storeq without Redis): coord_file_write's files, written off the
- * loop with retries.
+ * back from Redis where this process does not hold them. The file queue (a storeq without
+ * Redis): coord_file_write's files, written off the loop with retries.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -106,7 +106,8 @@ static void *s_writer(void *arg)
             pthread_cond_wait(&c->wr_cv, &c->wr_mu);
         if (c->wr_n == 0)
             break; /* stopping with nothing left to write */
-        ci_wr_item_t it = c->wr_q[0]; /* wr_q may move while unlocked; its held results not */
+        /* wr_q may move while unlocked; the results it holds do not */
+        ci_wr_item_t it = c->wr_q[0];
         int64_t round = it.round;
         c->wr_busy = true;
         pthread_mutex_unlock(&c->wr_mu);
@@ -132,12 +133,15 @@ static void *s_writer(void *arg)
             pthread_cond_timedwait(&c->wr_cv, &c->wr_mu, &ts);
             continue; /* the same round again */
         }
-        coord_results_destroy(&c->wr_q[0].held); /* written: released at once */
+        c->wr_q[0].held = NULL; /* written: released at once (it.held, below) */
         memmove(c->wr_q, c->wr_q + 1, (c->wr_n - 1) * sizeof *c->wr_q);
         c->wr_n--;
         uint64_t one = 1;
         ssize_t w = write(c->wr_fd, &one, sizeof one);
         (void)w;
+        pthread_mutex_unlock(&c->wr_mu);
+        coord_results_destroy(&it.held);
+        pthread_mutex_lock(&c->wr_mu);
     }
     pthread_mutex_unlock(&c->wr_mu);
     store_destroy(&st);
@@ -169,10 +173,13 @@ int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held)
         }
         c->wr_started = true;
     }
+    coord_results_t *drop = NULL; /* freed once the lock is released */
     pthread_mutex_lock(&c->wr_mu);
     for (size_t i = 0; i < c->wr_n && h; i++)
-        if (c->wr_q[i].held)
-            coord_results_destroy(&h);
+        if (c->wr_q[i].held) {
+            drop = h;
+            h = NULL;
+        }
     if (c->wr_n == c->wr_cap) {
         c->wr_cap = c->wr_cap ? c->wr_cap * 2 : 4;
         c->wr_q = sr_xrealloc(c->wr_q, c->wr_cap * sizeof *c->wr_q);
@@ -180,6 +187,7 @@ int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held)
     c->wr_q[c->wr_n++] = (ci_wr_item_t){round, h};
     pthread_cond_signal(&c->wr_cv);
     pthread_mutex_unlock(&c->wr_mu);
+    coord_results_destroy(&drop);
     return SR_OK;
 }
 

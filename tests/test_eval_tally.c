@@ -17,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *s_tasks[] = {"household/train/1", "household/train/0", "household/train/5",
-                                "household/train/2", "nope/1", "household/train/0"};
+static const char *s_tasks[] = {
+    "household/train/1", "household/train/0", "household/train/5", "household/train/2", "nope/1",
+    "household/train/0"};
 
 static void s_encode(int i, sr_buf_t *b)
 {
