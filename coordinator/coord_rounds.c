@@ -252,7 +252,8 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
     R->round = o->round;
     R->start_ms = o->t0_ms;
     R->policy_version = c->cfg.policy_version;
-    /* Opened here with nothing stored yet: every result passes through this process's sink. */
+    /* Opened here with nothing stored yet: every result passes through this process's sink, which
+     * keeps them for the writer. A round begun before a resume is read back from Redis instead. */
     R->in_order = o->round > c->resume_started && coord_results_count(o->res) == 0;
     R->held = R->in_order && c->cfg.out_dir ? coord_results_new() : NULL;
     int first = coord_sched_groups(c->sched);

@@ -65,6 +65,9 @@ static int s_write_round(coord_t *c, store_t **st, int64_t round, coord_results_
         if (!res) {
             /* not held by this process: Redis has the round's results (stored by us or by the
              * coordinator before a resume) */
+            log_info("round %lld: its results are read back from Redis (not all stored in order "
+                     "by this process)",
+                     (long long)round);
             res = coord_results_new();
             rc = res ? coord_results_load(res, *st, round, NULL) : SR_ENOMEM;
             if (rc != SR_OK) {
