@@ -79,6 +79,13 @@ typedef struct {
     coord_round_summary_t acc; /* its results as they are stored (and as a resume found them) */
     int64_t acc_finished;      /* results with status done or truncated */
     int64_t policy_version;    /* of its JOBs */
+    /* The round's results as the sink stored them, for the round writer (coord_results_add_owned:
+     * the bytes moved, no second decode), while in_order holds and the run writes round files;
+     * NULL otherwise. in_order: every result of the round goes through this process's sink, in
+     * the order Redis appends them (a round opened here with nothing stored yet, no store error
+     * since). A round without it is read back from Redis by the writer. */
+    coord_results_t *held;
+    bool in_order;
 } ci_open_t;
 
 struct coord {
@@ -132,16 +139,18 @@ struct coord {
     void (*sink_report)(coord_t *c, const struct ci_sink_outcome *o);
     size_t nheld;
 
-    /* The round writer: a thread of its own, with its own Redis connection, reads each ended
-     * round's results back, writes <out>/rounds/round-N.jsonl and only then records rounds_done,
-     * while the loop has started the next round. wr_fd (an eventfd) tells the loop it is idle. */
+    /* The round writer: a thread of its own, with its own Redis connection, writes each ended
+     * round's <out>/rounds/round-N.jsonl (from the results its open round kept, or read back from
+     * Redis) and only then records rounds_done, while the loop has started the next round. wr_fd
+     * (an eventfd) tells the loop it is idle. */
     pthread_t wr_thread;
     bool wr_started, wr_stop, wr_busy;
     pthread_mutex_t wr_mu;
     pthread_cond_t wr_cv;
-    int64_t *wr_q; /* rounds to write, oldest first */
+    struct ci_wr_item *wr_q; /* rounds to write, oldest first */
     size_t wr_n, wr_cap;
     int wr_fd;
+    metrics_counter_t *m_written_held, *m_written_redis; /* rounds written, by source */
     bool closing; /* the last round ended: finish once the writer is idle */
     sr_buf_t out;
 
@@ -196,6 +205,9 @@ typedef struct ci_sink_outcome {
     bool won;
     const char *error;
     proto_msg_t *msg; /* STORED: the RESULT as decoded on arrival (a driver may take it) */
+    void **body;      /* STORED: its msgpack bytes (len), which the owner may take (*body NULL) */
+    size_t len;
+    bool reordered; /* STORED: an attempt failed, so its place in Redis's list is unknown */
 } ci_sink_outcome_t;
 
 /* ---- operations shared between the coordinator's files ---- */
@@ -225,9 +237,19 @@ void ci_next_round(coord_t *c);
 void ci_check_round(coord_t *c);
 int ci_prepare(coord_t *c);
 
-/* coord_writer.c: a round to write; whether the writer is idle */
-int ci_writer_push(coord_t *c, int64_t round);
+/* A round for the writer: its number and, when the loop held them, its results (owned). */
+typedef struct ci_wr_item {
+    int64_t round;
+    coord_results_t *held; /* NULL: read back from Redis */
+} ci_wr_item_t;
+
+/* coord_writer.c: a round to write (its held results taken: *held is NULL after the call, on
+ * every return); whether the writer is idle; a stored RESULT kept in its open round (the sink's
+ * STORED or STALE-final outcome); every held result freed (coord_destroy) */
+int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held);
 bool ci_writer_idle(coord_t *c);
+void ci_hold_result(coord_t *c, ci_open_t *R, const struct ci_sink_outcome *o);
+void ci_held_results_free(coord_t *c);
 
 /* coord_registry.c: refresh the env-worker list (now: even if it was read recently) */
 void ci_registry_refresh(coord_t *c, bool now);

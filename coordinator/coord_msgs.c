@@ -134,7 +134,8 @@ static void s_sync_security(coord_t *c)
 /* ci_result_outcome (the sink's report) applies what became of a RESULT to the scheduler and its
  * open round: the job final and the round's summary (STORED), a stale count (STALE), the job back
  * in the queue (RETRY: one attempt more; FORGED: not an attempt), then the round checked or the
- * queue dispatched. */
+ * queue dispatched. A stored RESULT's bytes stay with its open round for the round writer
+ * (ci_hold_result), its decoded message goes to the driver. */
 void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
 {
     ci_open_t *R = o->round >= 0 ? ci_find_open(c, o->round) : NULL;
@@ -144,6 +145,8 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
         if (R)
             R->stale++;
         if (o->final) {
+            if (R)
+                ci_hold_result(c, R, o); /* another copy is final: the round is read back */
             coord_sched_finish(c->sched, o->job, o->status);
             ci_check_round(c);
         }
@@ -172,6 +175,7 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
             R->acc.steps_other_version += o->steps_other;
             if (o->steps_other)
                 R->acc.other_version = o->other_version;
+            ci_hold_result(c, R, o); /* its bytes, before the driver may take the message */
         }
         metrics_counter_inc(c->m_stored);
         if (c->cfg.driver && c->cfg.driver->stored && o->msg)

@@ -88,21 +88,14 @@ void coord_results_destroy(coord_results_t **self_p)
     *self_p = NULL;
 }
 
-int coord_results_add(coord_results_t *r, const void *data, size_t len)
+/* s_add adds the decoded RESULT res whose msgpack bytes are data/len, taking data (freed here
+ * when the job id is there already). */
+static int s_add(coord_results_t *r, const proto_result_t *res, uint8_t *data, size_t len)
 {
-    proto_msg_t m;
-    int rc = proto_decode(data, len, &m, NULL);
-    if (rc != SR_OK)
-        return rc;
-    if (m.type != PROTO_RESULT) {
-        proto_msg_clear(&m);
-        return SR_EPROTO;
-    }
-    const proto_result_t *res = &m.u.result;
     s_index_grow(r);
     size_t slot = s_slot(r, res->job_id);
     if (r->idx[slot]) {
-        proto_msg_clear(&m);
+        free(data);
         return SR_ECONFLICT;
     }
     if (r->n == r->cap) {
@@ -125,11 +118,36 @@ int coord_results_add(coord_results_t *r, const void *data, size_t len)
     info->tokens = res->prompt_tokens + res->completion_tokens;
     snprintf(info->error, sizeof info->error, "%s", res->error ? res->error : "");
     e->audit_weight = 1.0;
-    e->data = sr_xmalloc(len);
-    memcpy(e->data, data, len);
+    e->data = data;
     e->len = len;
-    proto_msg_clear(&m);
     return SR_OK;
+}
+
+int coord_results_add(coord_results_t *r, const void *data, size_t len)
+{
+    proto_msg_t m;
+    int rc = proto_decode(data, len, &m, NULL);
+    if (rc != SR_OK)
+        return rc;
+    if (m.type != PROTO_RESULT) {
+        proto_msg_clear(&m);
+        return SR_EPROTO;
+    }
+    uint8_t *copy = sr_xmalloc(len ? len : 1);
+    memcpy(copy, data, len);
+    rc = s_add(r, &m.u.result, copy, len);
+    proto_msg_clear(&m);
+    return rc;
+}
+
+int coord_results_add_owned(coord_results_t *r, const proto_result_t *res, void **data,
+                            size_t len)
+{
+    uint8_t *bytes = *data;
+    *data = NULL;
+    if (!bytes)
+        return SR_EINVAL;
+    return s_add(r, res, bytes, len);
 }
 
 typedef struct {
@@ -367,6 +385,11 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
         cap *= 2;
     size_t *seen = sr_xcalloc(cap, sizeof *seen);
     int rc = SR_OK;
+    for (size_t i = 0; i < r->n; i++) { /* what an earlier call read (a write tried again) */
+        free(r->v[i].rules);
+        r->v[i].rules = NULL;
+        r->v[i].audit_weight = 1.0;
+    }
     for (size_t i = 0; i < r->n && rc == SR_OK; i++) {
         size_t k = (size_t)s_hash(r->v[i].info.group) & (cap - 1);
         while (seen[k] && strcmp(r->v[seen[k] - 1].info.group, r->v[i].info.group) != 0)

@@ -1,15 +1,20 @@
 /*
- * coord_results.h — the results of one round as Redis holds them: decoded, de-duplicated by job
- * id, summed up into a round summary, and written out as JSON Lines.
+ * coord_results.h — the results of one round: decoded, de-duplicated by job id, summed up into a
+ * round summary, and written out as JSON Lines.
  *
  * Redis is the truth: the coordinator appends every final RESULT (the msgpack bytes as received)
- * to `results:<round>` before acknowledging it, so a round's results are read back from there,
- * whichever coordinator process stored them. A result can be stored twice only when an
- * acknowledgement was lost; the first stored copy of a job id counts, later ones are ignored.
+ * to `results:<round>` before acknowledging it. A round this coordinator process opened has all
+ * its results pass through its result sink, which keeps them (coord_results_add_owned: decoded
+ * once on arrival, the bytes moved, in the order Redis appended them) for the round writer; a
+ * round it did not see whole (begun by a previous process, or whose storage order is unknown
+ * after a store error) is read back from Redis (coord_results_load). A result can be stored twice
+ * only when an acknowledgement was lost; the first stored copy of a job id counts, later ones are
+ * ignored.
  */
 #ifndef SR_COORD_RESULTS_H
 #define SR_COORD_RESULTS_H
 
+#include "common/proto.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
 #include "common/store_group.h"
@@ -39,6 +44,11 @@ typedef struct {
     int64_t wall_ms;      /* from the round's start (or resume) to its end */
     int64_t steps_other_version; /* steps whose served_version is not the JOB's policy_version */
     int64_t other_version;       /* the served version of the last such step */
+    /* every result of the round went through this process's result sink (and so through the
+     * driver's stored()) in the order Redis holds them: a driver may count them there instead of
+     * reading the round back. False for a round begun before a restart, or after a store error
+     * that leaves the order in Redis unknown. */
+    bool results_in_order;
 } coord_round_summary_t;
 
 /* One result, as far as the coordinator needs to know it. */
@@ -66,6 +76,15 @@ void coord_results_destroy(coord_results_t **self_p);
  * when a result of that job id is there already (the copy is ignored), or the SR_EPROTO /
  * SR_ETOOBIG of a message that is not a readable RESULT (ignored too). */
 int coord_results_add(coord_results_t *r, const void *data, size_t len);
+
+/* coord_results_add_owned adds one RESULT decoded already (res, decoded from the msgpack bytes
+ * *data/len): no second decode, and the bytes are taken, not copied: *data is set to NULL on
+ * every return and the collection frees them (a duplicate's at once). This is how the
+ * coordinator keeps the RESULTs its result sink stored, for the round writer. Returns SR_OK,
+ * SR_ECONFLICT when a result of that job id is there already (the copy is dropped), or
+ * SR_EINVAL when *data is NULL. */
+int coord_results_add_owned(coord_results_t *r, const proto_result_t *res, void **data,
+                            size_t len);
 
 /* coord_results_load adds every result stored for `round` in Redis. Returns SR_OK or the store's
  * error; unreadable or duplicate entries are skipped and counted in *skipped (may be NULL). */

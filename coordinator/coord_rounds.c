@@ -243,6 +243,10 @@ static void s_open_apply(coord_t *c, s_opening_t *o)
     R->round = o->round;
     R->start_ms = o->t0_ms;
     R->policy_version = c->cfg.policy_version;
+    /* Opened here with nothing stored yet: every result passes through this process's sink, which
+     * keeps them for the writer. A round begun before a resume is read back from Redis instead. */
+    R->in_order = o->round > c->resume_started && coord_results_count(o->res) == 0;
+    R->held = R->in_order && c->cfg.out_dir ? coord_results_new() : NULL;
     int first = coord_sched_groups(c->sched);
     for (size_t k = 0; k < o->ngroups; k++) {
         int gi =
@@ -455,6 +459,7 @@ static void s_summarise(coord_t *c, const ci_open_t *R, coord_round_summary_t *s
     sum->won = R->acc.won;
     sum->steps_other_version = R->acc.steps_other_version;
     sum->other_version = R->acc.other_version;
+    sum->results_in_order = R->in_order;
     sum->trajectories_failed = R->acc.trajectories_failed;
     sum->errors = R->acc.errors;
     sum->success_rate = R->acc_finished ? (double)R->acc.won / (double)R->acc_finished : 0.0;
@@ -492,7 +497,7 @@ static void s_finish_round(coord_t *c)
     ci_open_t *R = &c->open[0];
     coord_round_summary_t sum;
     s_summarise(c, R, &sum);
-    if (ci_writer_push(c, R->round) != SR_OK) {
+    if (ci_writer_push(c, R->round, &R->held) != SR_OK) {
         ci_fatal(c, SR_ENOMEM, "cannot start the round writer%s", "");
         return;
     }

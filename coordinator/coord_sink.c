@@ -3,7 +3,9 @@
  * against its job's lease, stored through the store thread (appended to results:<round>, counted
  * in its group by the Lua transition), and only then acknowledged. What became of it goes to the
  * sink's owner through one callback (c->sink_report, ci_result_outcome): the sink itself does not
- * finish jobs, count rounds or dispatch.
+ * finish jobs, count rounds or dispatch. A stored RESULT goes to the owner as decoded on arrival
+ * (the message, for the driver) with its msgpack bytes (for the round writer): both are moved,
+ * never copied or decoded again, and what the owner leaves is freed here once.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -45,6 +47,7 @@ typedef struct {
     size_t len;
     proto_msg_t msg; /* the RESULT as decoded on arrival, for the driver (outcome STORED) */
     int attempts;
+    int errors;    /* attempts that failed: the append may have landed, its place is unknown */
     int64_t t0_ms; /* when the RESULT came in */
     /* the store thread's answer */
     int64_t final_epoch;
@@ -125,6 +128,7 @@ static void s_put_done(int rc, const char *err, void *arg)
     }
     if (rc != SR_OK && rc != SR_ECONFLICT) {
         log_error_limited(1, "cannot store RESULT %s yet (%s): trying again", p->job_id, err);
+        p->errors++;
         if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
             coord_sched_unstore(c->sched, ji);
             s_put_free(p);
@@ -181,6 +185,9 @@ static void s_put_done(int rc, const char *err, void *arg)
                     .won = p->won,
                     .error = p->error,
                     .msg = &p->msg,
+                    .body = &p->body,
+                    .len = p->len,
+                    .reordered = p->errors > 0,
                 });
     ci_send_ack(c, p->id, p->idlen, p->job_id, p->epoch, true, NULL);
     s_put_free(p);

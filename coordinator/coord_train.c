@@ -255,7 +255,7 @@ static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summ
             t->L.fail_run(t->L.ctx, why);
             return;
         }
-        ct_eval_ended(t, round);
+        ct_eval_ended(t, round, sum->results_in_order);
     } else if (t->batch) {
         fail_tally_merge(&t->it_fails, &sum->errors);
         t->it_results += sum->results;
@@ -387,6 +387,7 @@ coord_train_t *coord_train_new(const coord_train_cfg_t *cfg, char *err, size_t e
     prng_shuffle(&p, t->perm, (size_t)cfg->tasks, sizeof *t->perm);
     prng_init(&t->prng, cfg->seed, 0x67e5);
     t->eval_done_at = -1;
+    eval_tally_init(&t->eval, t->tasks);
     t->acked_it = -1;
     t->eval_success = -1;
     t->st.eval_first = -1;
@@ -412,6 +413,7 @@ void coord_train_destroy(coord_train_t **self_p)
     transport_sock_destroy(&t->pull);
     greso_destroy(&t->greso);
     batch_destroy(&t->batch);
+    eval_tally_free(&t->eval);
     sr_buf_free(&t->batch_msg);
     free(t->perm);
     free(t->used);

@@ -14,7 +14,7 @@
  *   coord_train_trainer.c the trainer channel: BATCH sent (and resent), WEIGHTS_READY handled,
  *                         the weight sync on the inference servers (from the policy registry),
  *                         the version published
- *   coord_train_eval.c    the held-out evaluation: its results read back and counted by task type
+ *   coord_train_eval.c    the held-out evaluation: its results counted by task type as stored
  *   coord_train_records.c the iteration records: iterations.jsonl, the JSON kept in Redis, the
  *                         iteration's statistics line
  *
@@ -42,6 +42,7 @@
 #include "coordinator/batch.h"
 #include "coordinator/coord_results.h"
 #include "coordinator/coord_store.h"
+#include "coordinator/eval_tally.h"
 #include "coordinator/fail_tally.h"
 #include "coordinator/greso.h"
 #include "coordinator/greso_store.h"
@@ -95,6 +96,7 @@ struct coord_train {
     int64_t eval_done_at; /* iteration whose evaluation is done, -1 */
     bool round_eval;      /* the running round is an evaluation */
     bool eval_reading;    /* its results are being read back: the next plan waits */
+    eval_tally_t eval;    /* the running evaluation round's results, as they are stored */
     int wave_reading;     /* training waves whose results are being read back: the plan waits */
     coord_group_spec_t *specs;
     size_t nspecs;
@@ -142,7 +144,8 @@ void ct_on_ack(reactor_t *r, void *sock, int revents, void *arg);
 void ct_reg_urls_free(coord_train_t *t);
 
 /* coord_train_eval.c */
-void ct_eval_ended(coord_train_t *t, int64_t round);
+void ct_eval_stored(coord_train_t *t, const proto_msg_t *m);
+void ct_eval_ended(coord_train_t *t, int64_t round, bool in_order);
 
 /* coord_train_records.c */
 void ct_append_jsonl(coord_train_t *t, cJSON *o);

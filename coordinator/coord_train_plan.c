@@ -159,13 +159,17 @@ cleanup:
 
 /* ct_stored (coord_driver_t.stored) keeps a training wave's RESULT, as the coordinator decoded it
  * on arrival, once it is stored in Redis: the batch takes it, so the wave's results are never
- * read back from Redis nor decoded again. RESULTs of other rounds (an evaluation) stay with the
- * coordinator. */
+ * read back from Redis nor decoded again. An evaluation's RESULT is counted (ct_eval_stored) and
+ * stays with the coordinator, which frees it. */
 void ct_stored(void *arg, int64_t round, proto_msg_t *m)
 {
     coord_train_t *t = arg;
     (void)round;
-    if (!t->batch || t->round_eval)
+    if (t->round_eval) {
+        ct_eval_stored(t, m);
+        return;
+    }
+    if (!t->batch)
         return;
     int rc = batch_add_result_owned(t->batch, m);
     if (rc != SR_OK && rc != SR_ECONFLICT)
@@ -497,6 +501,7 @@ int ct_plan(void *arg, coord_t *c, coord_round_plan_t *plan)
             t->specs[i].G = 1;
         }
         t->round_eval = true;
+        eval_tally_free(&t->eval); /* counted afresh as the round's results are stored */
         *plan = (coord_round_plan_t){t->specs, t->nspecs, 0.0, t->it, true};
         log_info("iteration %lld: held-out evaluation on %d %s tasks with policy version %lld",
                  (long long)t->it, t->cfg.eval_tasks, t->cfg.eval_split,

@@ -532,6 +532,7 @@ void coord_destroy(coord_t **self_p)
     }
     pthread_mutex_destroy(&c->wr_mu);
     pthread_cond_destroy(&c->wr_cv);
+    ci_held_results_free(c); /* open rounds' and unwritten rounds' results */
     free(c->wr_q);
     if (c->wr_fd >= 0)
         close(c->wr_fd);

@@ -18,6 +18,7 @@
 #include "common/transport.h"
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/eval_tally.h"
 #include "gate/gate.h"
 #include "common/store_run.h"
 
@@ -357,6 +358,48 @@ static int s_file_count(const char *path, const char *needle)
     return n;
 }
 
+/* s_evals_are_redis checks each evaluation line of iterations.jsonl against the record made of
+ * its round's RESULTs read back from Redis (the way every evaluation was counted before the
+ * driver counted them as they were stored): the same fields, byte for byte. Evaluation rounds
+ * are the ones whose result count is not a multiple of the training G. */
+static void s_evals_are_redis(fx_t *f, int G, int want)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/iterations.jsonl", f->dir);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    tasks_t *ts = tasks_new_kind(NULL, NULL, 0);
+    assert_non_null(ts);
+    char line[65536];
+    int seen = 0;
+    for (int64_t round = 0; round < 64 && seen < want; round++) {
+        size_t n = 0;
+        assert_int_equal(store_results_count(f->st, round, &n), SR_OK);
+        if (n == 0 || n % (size_t)G == 0)
+            continue;
+        eval_tally_t e;
+        eval_tally_init(&e, ts);
+        assert_int_equal(store_results_read(f->st, round, eval_tally_add_stored, &e), SR_OK);
+        cJSON *o = cJSON_CreateObject();
+        eval_tally_json(&e, o);
+        char *text = cJSON_PrintUnformatted(o); /* {"tasks":...,"per_type":{...}} */
+        cJSON_Delete(o);
+        eval_tally_free(&e);
+        text[strlen(text) - 1] = '\0'; /* the fields, inside the record's braces */
+        bool found = false;
+        while (!found && fgets(line, sizeof line, fp))
+            found = strstr(line, "\"type\":\"eval\"") != NULL;
+        assert_true(found);
+        if (!strstr(line, text + 1))
+            fail_msg("evaluation of round %lld: %s has not %s", (long long)round, line, text + 1);
+        free(text);
+        seen++;
+    }
+    assert_int_equal(seen, want);
+    fclose(fp);
+    tasks_destroy(&ts);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------- */
 
 /* Checks one training BATCH of the default script: only informative groups (task i % 3 == 2), G
@@ -460,6 +503,7 @@ static void iteration_sends_informative_groups_and_weights_ready_advances_the_ve
     assert_int_equal(s_file_count(path, "\"type\":\"iteration\""), 2);
     assert_int_equal(s_file_count(path, "\"heldout_success\":1"), 1);
     assert_int_equal(s_file_count(path, "\"won\":0,\"failed\":0,"), 1); /* eval lines count failures */
+    s_evals_are_redis(&f, 4, 2);
     snprintf(path, sizeof path, "%s/batches/iter_000001.jsonl", f.dir);
     assert_int_equal(s_file_count(path, "\"type\":\"batch\""), 1);
     assert_true(s_file_count(path, "valid_unseen") == 0);

@@ -371,7 +371,149 @@ static void a_failed_write_is_an_error_and_leaves_no_file(void **state)
     coord_results_destroy(&res);
 }
 
+/* s_encode encodes RESULT number i of a round (every field the coordinator reads, steps with
+ * token bins, an error text on failed ones) into b. */
+static void s_encode(int i, sr_buf_t *b)
+{
+    char jid[64], gid[32], err[64];
+    snprintf(gid, sizeof gid, "r0004-g%04d", i / 3);
+    snprintf(jid, sizeof jid, "%s/t%d", gid, i % 3);
+    snprintf(err, sizeof err, "env: timeout \"%d\"", i);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESULT);
+    proto_result_t *r = &m.u.result;
+    r->job_id = jid;
+    r->epoch = 1000 + i;
+    r->run = "t";
+    r->group = gid;
+    r->traj = i % 3;
+    r->task = "household/train/7";
+    r->status = i % 5 == 4 ? "failed" : i % 2 ? "truncated" : "done";
+    r->error = i % 5 == 4 ? err : NULL;
+    r->reward = i * 0.1;
+    r->won = i % 2 == 0;
+    r->n_steps = i;
+    r->llm_calls = i + 1;
+    r->prompt_tokens = 10 * i;
+    r->completion_tokens = 3;
+    int32_t ids[3] = {i, -1, 151645};
+    float lps[3] = {-0.5f, -1e-7f, (float)-i};
+    proto_result_step_t st[2];
+    memset(st, 0, sizeof st);
+    for (int k = 0; k < 2; k++) {
+        st[k].i = k;
+        st[k].action = "go to countertop 1";
+        st[k].raw = "think: go to countertop 1";
+        st[k].obs = "On the countertop 1, you see a caf\xc3\xa9 \"cup\".\n";
+        st[k].token_ids = ids;
+        st[k].token_ids_len = 3;
+        st[k].token_logprobs = lps;
+        st[k].token_logprobs_len = 3;
+    }
+    r->steps = st;
+    r->steps_len = (size_t)(i % 3);
+    assert_int_equal(proto_encode(&m, b), SR_OK);
+}
+
+/* The round writer's two sources: RESULTs kept as the sink decoded them on arrival (bytes moved
+ * in, no second decode) and RESULTs read back from Redis (decoded from a copy of the bytes). For
+ * the same RESULTs in the same order both give the same summary and the same file, byte for
+ * byte; a kept RESULT's bytes belong to the collection from the call on (freed once: valgrind). */
+static void results_kept_on_arrival_write_the_same_file_as_results_read_back(void **state)
+{
+    (void)state;
+    coord_results_t *kept = coord_results_new(), *read = coord_results_new();
+    assert_non_null(kept);
+    assert_non_null(read);
+    for (int i = 0; i < 40; i++) {
+        sr_buf_t b = SR_BUF_INIT;
+        s_encode(i, &b);
+        assert_int_equal(coord_results_add(read, b.data, b.len), SR_OK); /* Redis: a copy */
+        proto_msg_t m;
+        assert_int_equal(proto_decode(b.data, b.len, &m, NULL), SR_OK); /* the sink's decode */
+        void *bytes = b.data;                                           /* moved, not copied */
+        assert_int_equal(coord_results_add_owned(kept, &m.u.result, &bytes, b.len), SR_OK);
+        assert_null(bytes);
+        proto_msg_clear(&m);
+    }
+    assert_int_equal(coord_results_count(kept), 40);
+    assert_int_equal(coord_results_count(read), 40);
+    for (size_t i = 0; i < 40; i++) {
+        const coord_result_info_t *a = coord_results_info(kept, i), *b = coord_results_info(read, i);
+        assert_string_equal(a->job_id, b->job_id);
+        assert_string_equal(a->group, b->group);
+        assert_string_equal(a->status, b->status);
+        assert_string_equal(a->error, b->error);
+        assert_int_equal(a->epoch, b->epoch);
+        assert_int_equal(a->traj, b->traj);
+        assert_true(a->reward == b->reward);
+        assert_int_equal(a->won, b->won);
+        assert_int_equal(a->n_steps, b->n_steps);
+        assert_int_equal(a->llm_calls, b->llm_calls);
+        assert_int_equal(a->tokens, b->tokens);
+    }
+    coord_round_summary_t sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    coord_results_sum(kept, &sa);
+    coord_results_sum(read, &sb);
+    assert_int_equal(sa.results, sb.results);
+    assert_int_equal(sa.trajectories_failed, 8);
+    assert_int_equal(sa.trajectories_failed, sb.trajectories_failed);
+    assert_int_equal(sa.tokens, sb.tokens);
+    assert_int_equal(sa.won, sb.won);
+    assert_true(sa.success_rate == sb.success_rate);
+
+    char err[256] = "";
+    sr_buf_t ta = SR_BUF_INIT, tb = SR_BUF_INIT;
+    assert_int_equal(coord_results_jsonl_text(kept, &ta, err, sizeof err), SR_OK);
+    assert_int_equal(coord_results_jsonl_text(read, &tb, err, sizeof err), SR_OK);
+    assert_true(ta.len > 40 * 100);
+    assert_int_equal(ta.len, tb.len);
+    assert_memory_equal(ta.data, tb.data, ta.len);
+    sr_buf_free(&ta);
+    sr_buf_free(&tb);
+    coord_results_destroy(&kept);
+    coord_results_destroy(&read);
+    assert_null(kept);
+}
+
+/* A kept RESULT whose job id is there already is dropped (its bytes freed at once: valgrind),
+ * and nothing is no RESULT. */
+static void a_kept_duplicate_is_dropped_and_freed(void **state)
+{
+    (void)state;
+    coord_results_t *r = coord_results_new();
+    for (int k = 0; k < 2; k++) {
+        sr_buf_t b = SR_BUF_INIT;
+        s_encode(3, &b);
+        proto_msg_t m;
+        assert_int_equal(proto_decode(b.data, b.len, &m, NULL), SR_OK);
+        void *bytes = b.data;
+        assert_int_equal(coord_results_add_owned(r, &m.u.result, &bytes, b.len),
+                         k == 0 ? SR_OK : SR_ECONFLICT);
+        assert_null(bytes);
+        proto_msg_clear(&m);
+        /* the same job read back from Redis is a duplicate too (its copy dropped) */
+        sr_buf_t again = SR_BUF_INIT;
+        s_encode(3, &again);
+        assert_int_equal(coord_results_add(r, again.data, again.len), SR_ECONFLICT);
+        sr_buf_free(&again);
+    }
+    assert_int_equal(coord_results_count(r), 1);
+    proto_result_t none;
+    memset(&none, 0, sizeof none);
+    none.job_id = "x";
+    void *nothing = NULL;
+    assert_int_equal(coord_results_add_owned(r, &none, &nothing, 0), SR_EINVAL);
+    assert_int_equal(coord_results_count(r), 1);
+    coord_results_destroy(&r);
+    coord_results_destroy(&r); /* NULL: nothing */
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(results_kept_on_arrival_write_the_same_file_as_results_read_back),
+    cmocka_unit_test(a_kept_duplicate_is_dropped_and_freed),
     cmocka_unit_test(token_bins_come_out_as_arrays_of_ints_and_g9_floats),
     cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
     cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),

@@ -9,6 +9,7 @@
  */
 #include "tests/harness.h"
 
+#include "common/metrics.h"
 #include "common/proto.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
@@ -20,6 +21,7 @@
 #include "coordinator/coord_store.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +379,56 @@ static size_t s_results_in_redis(fx_t *f, int64_t round)
     return n;
 }
 
+/* s_file_text reads a whole file into b. */
+static void s_file_text(const char *path, sr_buf_t *b)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        fail_msg("cannot open %s", path);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
+        assert_int_equal(sr_buf_append(b, chunk, n), SR_OK);
+    fclose(fp);
+}
+
+/* s_round_file_is_redis checks that the coordinator's round file is byte for byte what the round
+ * writer makes of the same round read back from Redis (the way every round file was written
+ * before the coordinator kept its RESULTs): the same lines, in the same order. */
+static void s_round_file_is_redis(fx_t *f, int64_t round)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", f->out, (long long)round);
+    sr_buf_t file = SR_BUF_INIT, redis = SR_BUF_INIT;
+    s_file_text(path, &file);
+    coord_results_t *r = coord_results_new();
+    assert_non_null(r);
+    size_t skipped = 1;
+    assert_int_equal(coord_results_load(r, f->st, round, &skipped), SR_OK);
+    assert_int_equal(skipped, 0);
+    assert_int_equal(coord_results_load_gate(r, f->st), SR_OK);
+    assert_int_equal(coord_results_jsonl_text(r, &redis, err, sizeof err), SR_OK);
+    assert_true(file.len > 0);
+    assert_int_equal(file.len, redis.len);
+    assert_memory_equal(file.data, redis.data, file.len);
+    coord_results_destroy(&r);
+    sr_buf_free(&file);
+    sr_buf_free(&redis);
+}
+
+/* s_written returns how many round files the coordinator wrote from `source` ("held": the
+ * RESULTs its sink kept; "redis": read back). */
+static double s_written(fx_t *f, const char *source)
+{
+    metrics_counter_t *m = metrics_counter(
+        coord_metrics(f->c), "selroll_coord_rounds_written_total",
+        "Round files written, by where their results came from: held (kept as the sink stored "
+        "them) or redis (read back: a round begun before a resume, or a store error).",
+        "source", source, NULL);
+    assert_non_null(m);
+    return metrics_counter_value(m);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------- */
 
 static void hello_credit_job_result_flow_completes_the_round(void **state)
@@ -447,6 +499,11 @@ static void hello_credit_job_result_flow_completes_the_round(void **state)
     char path[512], jobs[8][64];
     snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
     assert_int_equal(s_jsonl_jobs(path, jobs, 8), 2);
+    /* written from the RESULTs as the sink kept them, the same bytes as from Redis */
+    assert_true(s_written(&f, "held") == 1.0);
+    assert_true(s_written(&f, "redis") == 0.0);
+    assert_true(f.sums[0].results_in_order);
+    s_round_file_is_redis(&f, 0);
     store_group_t g;
     assert_int_equal(store_group_get(f.st, "r0000-g0000", &g), SR_OK);
     assert_int_equal(g.status, STORE_GROUP_DONE);
@@ -458,6 +515,51 @@ static void hello_credit_job_result_flow_completes_the_round(void **state)
 
     proto_msg_clear(&j1);
     proto_msg_clear(&j2);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
+/* A RESULT whose store attempt timed out (Redis stopped: the append may land when it wakes up)
+ * leaves its place in results:<round> unknown to the coordinator: that round is read back from
+ * Redis for its file, which is the same, byte for byte, as the Redis-built text. */
+static void a_round_with_a_failed_store_attempt_is_read_back_from_redis(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 3;
+    cfg.redis_timeout_ms = 300;
+    cfg.lease_ms = 10000;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 3, NULL);
+    s_credit(&a, 3);
+    proto_msg_t j[3];
+    for (int i = 0; i < 3; i++)
+        s_expect(&a, PROTO_JOB, &j[i]);
+    s_result(&a, &j[0].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[0].u.job, true);
+    assert_int_equal(kill(s_redis.pid, SIGSTOP), 0);
+    s_result(&a, &j[1].u.job, "done", 0.0);
+    usleep(900 * 1000); /* its attempts time out */
+    assert_int_equal(kill(s_redis.pid, SIGCONT), 0);
+    s_expect_ack(&a, &j[1].u.job, true);
+    s_result(&a, &j[2].u.job, "done", 1.0);
+    s_expect_ack(&a, &j[2].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(f.rc, SR_OK);
+    assert_int_equal(f.nsums, 1);
+    assert_int_equal(f.sums[0].results, 3);
+    assert_false(f.sums[0].results_in_order);
+    assert_true(s_written(&f, "held") == 0.0);
+    assert_true(s_written(&f, "redis") == 1.0);
+    assert_int_equal(s_results_in_redis(&f, 0), 3);
+    s_round_file_is_redis(&f, 0);
+    for (int i = 0; i < 3; i++)
+        proto_msg_clear(&j[i]);
     s_peer_close(&a);
     s_fx_free(&f);
 }
@@ -1238,6 +1340,12 @@ static void resume_after_a_stop_keeps_every_acknowledged_result(void **state)
     char path[512], jobs[16][64];
     snprintf(path, sizeof path, "%s/rounds/round-0.jsonl", f.out);
     assert_int_equal(s_jsonl_jobs(path, jobs, 16), 6);
+    /* the round began before the restart: this process does not hold its first results, and
+     * reads the round back from Redis */
+    assert_true(s_written(&f, "held") == 0.0);
+    assert_true(s_written(&f, "redis") == 1.0);
+    assert_false(f.sums[0].results_in_order);
+    s_round_file_is_redis(&f, 0);
     int per_group[2] = {0, 0};
     for (int i = 0; i < 6; i++)
         per_group[strstr(jobs[i], "r0000-g0001") ? 1 : 0]++;
@@ -1408,7 +1516,13 @@ static void several_rounds_run_in_order_with_distinct_groups(void **state)
         char path[512];
         snprintf(path, sizeof path, "%s/rounds/round-%d.jsonl", f.out, r);
         assert_int_equal(access(path, R_OK), 0);
+        assert_true(f.sums[r].results_in_order);
+        s_round_file_is_redis(&f, r);
     }
+    /* each written from held RESULTs, or read back when the writer was still busy with the one
+     * before (never more than one round's results waiting in memory) */
+    assert_true(s_written(&f, "held") + s_written(&f, "redis") == 3.0);
+    assert_true(s_written(&f, "held") >= 1.0);
     int64_t done = 0;
     assert_int_equal(store_run_get_int(f.st, "rounds_done", &done), SR_OK);
     assert_int_equal(done, 3);
@@ -1882,6 +1996,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
     cmocka_unit_test(result_is_in_redis_before_its_ack_arrives),
+    cmocka_unit_test(a_round_with_a_failed_store_attempt_is_read_back_from_redis),
     cmocka_unit_test(expired_lease_requeues_with_higher_epoch_and_late_result_is_refused),
     cmocka_unit_test(bye_drain_finishes_jobs_and_bye_without_drain_requeues_them),
     cmocka_unit_test(unknown_actor_gets_error_unknown_actor),
