@@ -170,6 +170,7 @@ typedef struct {
     policy_server_t *s;
     policy_server_opts_t *o;
     reactor_t *r;
+    char refused[STOREQ_ERR_MAX]; /* Redis, answering at last, refused the credentials */
 } s_version0_t;
 
 static void s_version0_submit(s_version0_t *v);
@@ -186,6 +187,10 @@ static void s_version0_done(int rc, const char *err, void *arg)
     s_version0_t *v = arg;
     if (rc == SR_OK) {
         log_info("policy-server: Redis answers: version 0 is in Redis");
+    } else if (rc == SR_EREDIS && !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
+        /* credentials it refuses can never work, as at start: the server stops (exit 1) */
+        snprintf(v->refused, sizeof v->refused, "%s", err);
+        reactor_stop(v->r);
     } else if (rc == SR_EREDIS || rc == SR_ETIMEDOUT) {
         if (reactor_timer_add(v->r, 500, 0, s_version0_retry, v) > 0)
             return;
@@ -411,6 +416,10 @@ int policy_server_main(int argc, char **argv)
     }
     if (lrc != SR_OK) {
         fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(lrc));
+        goto cleanup;
+    }
+    if (v0.refused[0]) {
+        fprintf(stderr, "selroll policy-server: %s\n", v0.refused);
         goto cleanup;
     }
     s_flush_aborted_last(&aborted);

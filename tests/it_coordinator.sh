@@ -109,6 +109,20 @@ nres=$(redis-cli -p "$dport" llen selroll:down:results:0)
 [ "$nres" = 8 ] || { echo "down: $nres results stored, not 8"; fail=1; }
 [ "$(redis-cli -p "$dport" hget selroll:down:run status)" = finished ] || { echo "down: run not finished"; fail=1; }
 [ $fail -eq 0 ] && echo "coordinator started before its Redis: HELLO answered, the run completed once Redis answered"
+# A wrong password only shows once Redis answers: then the coordinator stops (exit 1, the refusal said).
+pwport=$(fport)
+$S coordinator --redis "redis://:wrong@127.0.0.1:$pwport" --run pw $free --http off 2>"$dir/pw.log" &
+pwpid=$!
+pids+=($pwpid)
+sleep 0.5
+kill -0 "$pwpid" 2>/dev/null || { echo "refused later: the coordinator exited with Redis down"; cat "$dir/pw.log"; fail=1; }
+redis-server --port "$pwport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --dbfilename pw.rdb \
+  --requirepass right >/dev/null 2>&1 &
+pids+=($!)
+for i in $(seq 100); do kill -0 "$pwpid" 2>/dev/null || break; sleep 0.05; done
+wait "$pwpid"; rc=$?
+[ $rc -eq 1 ] && grep -q "redis refused the connection" "$dir/pw.log" ||
+  { echo "refused later: rc=$rc"; cat "$dir/pw.log"; fail=1; }
 
 [ $fail -eq 0 ] && echo "coordinator CLI: errors, free ports, signals, refusal and resume checked"
 exit $fail

@@ -151,6 +151,19 @@ nd=$(grep -c "Redis does not answer" "$T/gate-down.log"); na=$(grep -c "Redis an
 [ "$nd" -eq 1 ] && [ "$na" -eq 1 ] && ok "gate/down: one log line for Redis down, one for Redis back" \
   || { bad "gate/down: $nd 'does not answer' and $na 'answers' lines"; cat "$T/gate-down.log"; }
 grep -q "1 CANCELs sent" "$T/gate-down.log" && ok "gate/down: summary counts the CANCEL" || bad "gate/down: summary: $(tail -1 "$T/gate-down.log")"
+# A wrong password only shows once Redis answers: then the gate stops (exit 1, the refusal said).
+WPORT=$(free_port)
+"$S" gate --bus-pub "tcp://127.0.0.1:$PP" --bus-sub "tcp://127.0.0.1:$SP" --redis "redis://:wrong@127.0.0.1:$WPORT" \
+  --run itd --k 2 >"$T/gate-pw.log" 2>&1 &
+GATE=$!; pids+=("$GATE")
+sleep 0.5
+kill -0 "$GATE" 2>/dev/null && ok "gate/refused later: runs while its Redis is down" || bad "gate/refused later: exited with Redis down"
+redis-server --port "$WPORT" --bind 127.0.0.1 --dir "$T" --save "" --appendonly no --requirepass right >"$T/redis-pw.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do kill -0 "$GATE" 2>/dev/null || break; sleep 0.05; done
+wait "$GATE"; rc=$?
+[ $rc -eq 1 ] && grep -q "selroll gate: redis refused the connection" "$T/gate-pw.log" \
+  && ok "gate/refused later: exits 1 once Redis answers with the refusal" || { bad "gate/refused later: rc=$rc"; cat "$T/gate-pw.log"; }
 
 # --- selroll run -------------------------------------------------------------------------------
 "$S" run --help | grep -q '^usage: selroll run' && ok "run --help" || bad "run --help"

@@ -54,6 +54,19 @@ out=$($S policy-server --listen 127.0.0.1:0 --redis "redis:/127.0.0.1" 2>&1); rc
 [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] || { echo "malformed redis URL: rc=$rc $out"; fail=1; }
 out=$($S policy-server --listen 127.0.0.1:0 --redis "redis://:wrong@127.0.0.1:$dport" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q refused <<<"$out" || { echo "wrong redis password: rc=$rc $out"; fail=1; }
-kill "$rpid"; wait "$rpid" 2>/dev/null
-[ $fail -eq 0 ] && echo "policy-server started before its Redis: served at once, version 0 in Redis once it answered"
+kill "$rpid"; wait "$rpid" 2>/dev/null; rpid=
+# A wrong password only shows once Redis answers: then it stops too (exit 1, the refusal said).
+port=$(fport)
+$S policy-server --listen 127.0.0.1:$port --redis "redis://:wrong@127.0.0.1:$dport" --run pd >"$dir/out-pw" 2>&1 &
+pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "refused later: did not serve with Redis down"; fail=1; }
+redis-server --port "$dport" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --requirepass right >/dev/null 2>&1 &
+rpid=$!
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+wait "$pid"; rc=$?; pid=
+[ $rc -eq 1 ] && grep -q "refused the connection" "$dir/out-pw" ||
+  { echo "refused later: rc=$rc"; cat "$dir/out-pw"; fail=1; }
+kill "$rpid"; wait "$rpid" 2>/dev/null; rpid=
+[ $fail -eq 0 ] && echo "policy-server started before its Redis: served at once, version 0 in Redis once it answered, a refused password stops it then"
 exit $fail

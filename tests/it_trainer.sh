@@ -83,6 +83,21 @@ grep -q 'run it version 2 pull' "$tmp/trainer.log" || { echo "down: no resume at
   { echo "down: not one line each for Redis down and back"; cat "$tmp/trainer.log"; fail=1; }
 kill -TERM "$tpid"; wait "$tpid"; rc=$?
 [ $rc -eq 0 ] || { echo "down: trainer exit $rc after SIGTERM"; fail=1; }
+# A wrong password only shows once Redis answers: then the trainer stops (exit 1, the refusal said).
+wport=$(free_port)
+$S trainer --pull "tcp://127.0.0.1:$tport" --push "tcp://127.0.0.1:$aport" --redis "redis://:wrong@127.0.0.1:$wport" \
+  --run it >"$tmp/trainer-pw.log" 2>&1 &
+tpid=$!
+pids+=($tpid)
+sleep 0.5
+kill -0 "$tpid" 2>/dev/null || { echo "refused later: the trainer exited with Redis down"; fail=1; }
+redis-server --port "$wport" --bind 127.0.0.1 --dir "$tmp" --dbfilename pw.rdb --save '' --appendonly no \
+  --requirepass right >"$tmp/redis-pw.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do kill -0 "$tpid" 2>/dev/null || break; sleep 0.05; done
+wait "$tpid"; rc=$?
+[ $rc -eq 1 ] && grep -q "selroll trainer: redis refused the connection" "$tmp/trainer-pw.log" ||
+  { echo "refused later: rc=$rc"; cat "$tmp/trainer-pw.log"; fail=1; }
 
 # Bad flags and start-up failures: one line each, exit 2 (usage) or 1 (runtime).
 out=$($S trainer --redis "$RURL" 2>&1); rc=$?
