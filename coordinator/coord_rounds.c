@@ -606,6 +606,7 @@ typedef struct {
     int iters;
     int64_t cfg_version;
     int attempts;
+    bool said;           /* a failed attempt was logged */
     bool decided, fresh; /* an attempt read the status: absent (fresh) or present */
     char status[64];
     int64_t done, started, version; /* what a resume found; version -1 = none */
@@ -705,8 +706,19 @@ static void s_prepare_done(int rc, const char *err, void *arg)
         free(p);
         return;
     }
+    if (rc != SR_OK && !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
+        /* A Redis that was not answering answers now, and refuses the credentials: a
+         * configuration error, as at start. */
+        ci_fatal(c, SR_EREDIS, "%s", err);
+        free(p);
+        return;
+    }
     if (s_transient(rc)) {
-        log_error_limited(1, "run %s cannot be prepared yet (%s): trying again", c->cfg.run, err);
+        /* Said once: at start (c->silent) or at the first failure here. */
+        if (!c->silent[0] && !p->said)
+            log_warn("run %s cannot be prepared yet (%s): it starts once Redis answers",
+                     c->cfg.run, err);
+        p->said = true;
         if (storeq_submit(c->sq, s_prepare_work, s_prepare_done, p) != SR_OK)
             free(p);
         return;
@@ -723,6 +735,8 @@ static void s_prepare_done(int rc, const char *err, void *arg)
         return;
     }
     int64_t done = p->done;
+    if (c->silent[0] || p->said)
+        log_info("run %s: Redis answers", c->cfg.run);
     if (!p->fresh) {
         c->resume_started = p->started;
         if (c->cfg.driver) {

@@ -304,15 +304,17 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         goto fail;
     }
 
-    /* Redis must exist and take the credentials; one that does not answer yet (stopped, busy)
-     * only delays the run: the store thread reads the run record once it answers. */
+    /* What can never work stops the start: a malformed URL, credentials Redis refuses. A Redis
+     * that does not answer yet (not started, restarting, stopped, busy) only delays the run: the
+     * loop serves actors meanwhile and the store thread reads the run record once it answers.
+     * The loop does not run yet, so this one check blocks nobody. */
     store_t *probe = NULL;
-    if (store_connect(&probe, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
-                      sizeof e2) != SR_OK) {
-        if (!strstr(e2, "no answer"))
-            goto fail;
+    int prc = store_connect(&probe, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2,
+                            sizeof e2);
+    if (prc == SR_EINVAL || (prc != SR_OK && !strncmp(e2, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))))
+        goto fail;
+    if (prc != SR_OK)
         snprintf(c->silent, sizeof c->silent, "%s", e2); /* said when the loop starts */
-    }
     store_destroy(&probe);
     c->sq = storeq_new(c->r, c->cfg.redis_url, c->cfg.run, c->cfg.redis_timeout_ms, e2, sizeof e2);
     if (!c->sq)

@@ -6,9 +6,11 @@
  * The reactor never blocks on Redis: a decision is copied into a job and submitted to the store
  * thread, twice: the transition first, whose completion (on the reactor) publishes the CANCEL
  * when it succeeded, then the gate's own fields, off the cancel's path. Rule records, outcomes
- * and history reads are one request each (gate_svc_rec.c). Only gate_svc_new talks to Redis
- * directly, before the loop runs: it checks the address, loads the learned examples and records
- * the configuration. Every key and command is gate/gate_store.c's; this file holds none. This
+ * and history reads are one request each (gate_svc_rec.c), and so is the start-up (the learned
+ * examples, the configuration): the first request of the queue. Only gate_svc_new talks to Redis
+ * directly, once, before the loop runs: it checks that the URL and the credentials can work; a
+ * Redis that does not answer yet does not stop the start. Every key and command is
+ * gate/gate_store.c's; this file holds none. This
  * file: the bus, the coordinator link and the life cycle (state shared in gate_svc_int.h).
  */
 #include "gate/gate_svc.h"
@@ -331,6 +333,13 @@ static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
     return t;
 }
 
+/* s_refused says whether a store error is Redis's refusal of the credentials (NOAUTH, WRONGPASS,
+ * ...): a configuration error, unlike a Redis that does not answer. */
+static bool s_refused(const char *err)
+{
+    return !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH));
+}
+
 static void s_fail(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -426,10 +435,21 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                      gate_mode_name(s->cfg.gate.mode));
             goto fail;
         }
-        if (store_connect(&st, s->redis, s->run, c->redis_timeout_ms, why, sizeof why) !=
-            SR_OK) {
+        /* What can never work stops the start: a malformed URL, credentials Redis refuses. A
+         * Redis that does not answer yet (not started, restarting) does not: the gate decides
+         * meanwhile and its records go to Redis once it answers (the store queue). The loop does
+         * not run yet, so this one check blocks nobody. */
+        int prc = store_connect(&st, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
+        if (prc == SR_EINVAL || (prc != SR_OK && s_refused(why))) {
             snprintf(s->err, sizeof s->err, "gate: %s", why);
             goto fail;
+        }
+        store_destroy(&st);
+        if (prc != SR_OK) {
+            s->redis_down = true;
+            log_warn("gate: Redis does not answer (%s): deciding meanwhile, the records wait for "
+                     "it",
+                     why);
         }
     }
     s->gate = gate_new(&s->cfg.gate);
@@ -466,17 +486,13 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
     if (s->work)
         reactor_add_zsock(s->reactor, transport_sock_zmq(s->work), REACTOR_READ, s_on_work, s);
     reactor_timer_add(s->reactor, s->cfg.evict_every_ms, s->cfg.evict_every_ms, s_on_evict, s);
-    if (st) {
-        /* Before the loop runs, on a connection of its own: the loop's Redis is the queue. */
-        if (gate_model(s->gate))
-            gate_rec_load_examples(s, st);
-        gate_rec_write_config(s, st);
-        store_destroy(&st);
+    if (s->cfg.gate.mode != GATE_MODE_OFF) {
         s->sq = storeq_new(s->reactor, s->redis, s->run, c->redis_timeout_ms, why, sizeof why);
         if (!s->sq) {
             snprintf(s->err, sizeof s->err, "gate: %s", why);
             goto fail;
         }
+        gate_rec_start(s); /* the queue's first request: examples and configuration */
     }
     return s;
 fail:

@@ -69,11 +69,14 @@ typedef struct gate_svc gate_svc_t;
  * c must not be NULL. */
 void gate_svc_cfg_init(gate_svc_cfg_t *c);
 
-/* gate_svc_new validates c (strings are copied), connects to Redis unless the mode is off,
- * creates the sockets and connects them (the bus at once when bus_sub and bus_pub are given,
- * else the work DEALER to the coordinator). Nothing runs until gate_svc_run. Returns NULL with a
- * one-line reason in err (when err is not NULL) for a bad configuration, an unreachable Redis or
- * a socket failure. The caller owns the service. */
+/* gate_svc_new validates c (strings are copied), checks Redis unless the mode is off, creates
+ * the sockets and connects them (the bus at once when bus_sub and bus_pub are given, else the
+ * work DEALER to the coordinator). Nothing runs until gate_svc_run. Returns NULL with a one-line
+ * reason in err (when err is not NULL) for a bad configuration (a malformed Redis URL included),
+ * credentials Redis refuses or a socket failure. A Redis that does not answer yet is said once in
+ * the log and does not stop the start: the gate joins the bus and decides, and its start-up
+ * request and records reach Redis once it answers (gate_svc_run stops with SR_EREDIS if Redis
+ * then refuses the credentials). The caller owns the service. */
 gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen);
 
 /* gate_svc_destroy stops the writer thread, closes the sockets and the Redis connection and
@@ -85,8 +88,8 @@ void gate_svc_destroy(gate_svc_t **self_p);
 int gate_svc_catch_signals(gate_svc_t *s);
 
 /* gate_svc_run runs the reactor until gate_svc_stop or a caught signal. Returns SR_OK;
- * SR_ETIMEDOUT when welcome_timeout_ms passed without a WELCOME; another SR_E* when the
- * reactor fails. The reason is in gate_svc_errstr. */
+ * SR_ETIMEDOUT when welcome_timeout_ms passed without a WELCOME; SR_EREDIS when Redis, answering
+ * for the first time, refused the credentials; another SR_E* when the reactor fails. The reason is in gate_svc_errstr. */
 int gate_svc_run(gate_svc_t *s);
 
 /* gate_svc_stop asks gate_svc_run to return. Thread-safe; s may be NULL. */

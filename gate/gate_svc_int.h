@@ -26,6 +26,7 @@ typedef enum {
     GATE_JOB_RULES,        /* record every rule's verdict: field "rules" of the group hash */
     GATE_JOB_HISTORY,      /* read the prompt's history for the prior and learned rules */
     GATE_JOB_OUTCOME,      /* keep a learned example and the audit's running figures */
+    GATE_JOB_START,        /* start-up: load the learned examples, record the configuration */
 } gate_job_kind_t;
 
 typedef struct gate_job {
@@ -47,6 +48,12 @@ typedef struct gate_job {
     gate_stats_t st;
     double audit_precision;
     uint64_t learned_labels;
+    bool no_redis;      /* set on the store thread: the request found no connection */
+    /* START: the examples read on the store thread, learned on the loop */
+    double (*ex_x)[GATE_LEARNED_NF];
+    bool *ex_y;
+    size_t ex_n, ex_cap, ex_bad;
+    int64_t min_groups; /* START: learned_min_groups to record, -1 = no learned model */
 } gate_job_t;
 
 struct gate_svc {
@@ -74,6 +81,8 @@ struct gate_svc {
     storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
     gate_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
     bool stopping;  /* gate_svc_destroy: no more retries */
+    bool redis_down;     /* the last request found Redis unreachable (said once in the log) */
+    bool redis_answered; /* Redis answered once: credentials it refuses later are not fatal */
 
     metrics_registry_t *metrics;
     metrics_counter_t *m_actions, *m_bad, *m_refused, *m_decisions, *m_recorded, *m_cancels,
@@ -95,17 +104,15 @@ void gate_rec_job_free(gate_job_t *j);
  * audit's figures. */
 void gate_rec_drain_events(gate_svc_t *s);
 
-/* gate_rec_load_examples feeds the learned model the examples kept in Redis (by this gate before a
- * restart, or by other shards), so it starts from what was learned already. Start-up only, on a
- * connection of its own, before the loop runs. */
-void gate_rec_load_examples(gate_svc_t *s, store_t *st);
-
-/* gate_rec_write_config records in gate:stats how this gate decides (the deciding rule, the mode,
- * the audit's base rule and, when the learned model is in play, the labels it needs before it
- * may cut), so the dashboard and `selroll status` can show it before the first outcome. A failure
- * is logged: the figures are informative, the gate runs without them. Start-up only, like
- * gate_rec_load_examples. */
-void gate_rec_write_config(gate_svc_t *s, store_t *st);
+/* gate_rec_start queues the start-up request, the first one of the queue: it reads the learned
+ * model's examples kept in Redis (by this gate before a restart, or by other shards), fed to the
+ * model on the loop so that it starts from what was learned already, and records in gate:stats
+ * how this gate decides (the deciding rule, the mode, the audit's base rule and, when the learned
+ * model is in play, the labels it needs before it may cut), so the dashboard and `selroll status`
+ * can show it before the first outcome. While Redis does not answer it is submitted again (with
+ * the decisions' pauses, without their deadline); the gate decides meanwhile. Credentials Redis
+ * refuses before it ever answered stop the gate (gate_svc_run returns SR_EREDIS). */
+void gate_rec_start(gate_svc_t *s);
 
 /* gate_svc_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded
  * (gate_svc.c). */

@@ -3,8 +3,10 @@
  * thread (common/storeq.h) and their completions on the reactor. A decision is submitted twice:
  * the transition first, whose completion publishes the CANCEL when it succeeded, then the gate's
  * own fields, off the cancel's path; rule records, outcomes and history reads are one request
- * each. A record that found no Redis is submitted again later. Every key and command is
- * gate_store.c's.
+ * each; the start-up request (learned examples, configuration) is the queue's first. A record
+ * that found no Redis is submitted again later, the start-up request until Redis answers; each
+ * completion tells whether Redis answers, said once in the log when that changes. Every key and
+ * command is gate_store.c's.
  */
 #include "gate/gate_svc_int.h"
 
@@ -40,10 +42,46 @@ static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, con
 void gate_rec_job_free(gate_job_t *j)
 {
     free(j->text);
+    free(j->ex_x);
+    free(j->ex_y);
     free(j);
 }
 
+/* s_redis_state follows, from each completion, whether Redis answers: one log line when it stops
+ * answering (or does not answer at start), one when it answers again. Returns false when Redis
+ * refused the credentials before it ever answered: a configuration error that stops the gate, as
+ * a malformed URL does (gate_svc_run then returns SR_EREDIS with the reason). */
+static bool s_redis_state(gate_svc_t *s, const gate_job_t *j, int rc, const char *err)
+{
+    if (rc == SR_ECLOSED)
+        return true;
+    bool refused = rc != SR_OK && !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH));
+    if (refused && !s->redis_answered) {
+        if (s->run_rc == SR_OK) {
+            snprintf(s->err, sizeof s->err, "gate: %s", err);
+            s->run_rc = SR_EREDIS;
+            s->stopping = true;
+            reactor_stop(s->reactor);
+        }
+        return false;
+    }
+    bool down = j->no_redis || rc == SR_ETIMEDOUT || refused;
+    if (down && !s->redis_down) {
+        s->redis_down = true;
+        log_warn("gate: Redis does not answer (%s): deciding meanwhile, the records wait for it",
+                 err);
+    } else if (!down && s->redis_down) {
+        s->redis_down = false;
+        log_info("gate: Redis answers: recording");
+    }
+    if (!down)
+        s->redis_answered = true;
+    return true;
+}
+
 static void s_submit(gate_svc_t *s, gate_job_t *j);
+static storeq_work_fn s_work_start;
+static storeq_done_fn s_done_start;
 
 /* A record that failed for want of Redis (unreachable, stopped, timed out) is submitted again
  * after a pause, doubling from S_RETRY_MIN_MS to S_RETRY_MAX_MS, for S_RETRY_FOR_MS at most: a
@@ -72,8 +110,9 @@ static void s_on_retry(reactor_t *r, int id, void *arg)
  * time left. Returns true when it did (the caller no longer owns j). */
 static bool s_retry_later(gate_svc_t *s, gate_job_t *j, int rc)
 {
+    /* The start-up request has no deadline: a gate waits for its Redis as long as it runs. */
     if (s->stopping || (rc != SR_EREDIS && rc != SR_ETIMEDOUT) ||
-        reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS)
+        (j->kind != GATE_JOB_START && reactor_now(s->reactor) - j->first_ms >= S_RETRY_FOR_MS))
         return false;
     int64_t pause = S_RETRY_MIN_MS << SR_MIN(j->attempts, 5);
     j->attempts++;
@@ -90,6 +129,7 @@ static int s_work_transition(store_t *st, void *arg, char *err)
 {
     (void)err;
     gate_job_t *j = arg;
+    j->no_redis = !st;
     if (!st)
         return SR_EREDIS;
     return gate_store_decision(st, &j->d, j->attempts > 0, &j->publish, &j->too_late);
@@ -101,6 +141,10 @@ static void s_done_transition(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
     gate_svc_t *s = j->svc;
+    if (!s_redis_state(s, j, rc, err)) {
+        gate_rec_job_free(j);
+        return;
+    }
     if (rc != SR_OK) {
         if (!s_retry_later(s, j, rc)) {
             s_record_failed(s, &j->d, rc, err);
@@ -122,12 +166,17 @@ static int s_work_annotate(store_t *st, void *arg, char *err)
 {
     (void)err;
     gate_job_t *j = arg;
+    j->no_redis = !st;
     return st ? gate_store_annotate(st, &j->d, j->svc->cfg.gate.mode, j->wall_ms) : SR_EREDIS;
 }
 
 static void s_done_annotate(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
+    if (!s_redis_state(j->svc, j, rc, err)) {
+        gate_rec_job_free(j);
+        return;
+    }
     if (rc != SR_OK && s_retry_later(j->svc, j, rc))
         return;
     if (rc == SR_OK)
@@ -141,6 +190,7 @@ static int s_work_other(store_t *st, void *arg, char *err)
 {
     (void)err;
     gate_job_t *j = arg;
+    j->no_redis = !st;
     if (!st)
         return SR_EREDIS;
     if (j->kind == GATE_JOB_RULES)
@@ -157,6 +207,10 @@ static void s_done_other(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
     gate_svc_t *s = j->svc;
+    if (!s_redis_state(s, j, rc, err)) {
+        gate_rec_job_free(j);
+        return;
+    }
     /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
      * RPUSH) and a history read is only useful now: neither is. */
     if (rc != SR_OK && j->kind == GATE_JOB_RULES && s_retry_later(s, j, rc))
@@ -178,6 +232,8 @@ static void s_submit(gate_svc_t *s, gate_job_t *j)
     if (j->kind == GATE_JOB_DECISION)
         rc = j->phase == 0 ? storeq_submit(s->sq, s_work_transition, s_done_transition, j)
                            : storeq_submit(s->sq, s_work_annotate, s_done_annotate, j);
+    else if (j->kind == GATE_JOB_START)
+        rc = storeq_submit(s->sq, s_work_start, s_done_start, j);
     else
         rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
     if (rc != SR_OK)
@@ -250,41 +306,87 @@ void gate_rec_drain_events(gate_svc_t *s)
     }
 }
 
-typedef struct {
-    gate_svc_t *s;
-    size_t loaded, bad;
-} s_load_t;
-
-static int s_learn_example(const char *line, void *arg)
+/* s_keep_example keeps one stored example line, parsed on the store thread, for the loop. */
+static int s_keep_example(const char *line, void *arg)
 {
-    s_load_t *l = arg;
+    gate_job_t *j = arg;
     double x[GATE_LEARNED_NF];
     bool y;
-    if (gate_learned_example_parse(line, x, &y) == SR_OK &&
-        gate_learn(l->s->gate, x, y, false) == SR_OK)
-        l->loaded++;
-    else
-        l->bad++;
+    if (gate_learned_example_parse(line, x, &y) != SR_OK) {
+        j->ex_bad++;
+        return 0;
+    }
+    if (j->ex_n == j->ex_cap) {
+        j->ex_cap = j->ex_cap ? 2 * j->ex_cap : 64;
+        j->ex_x = sr_xrealloc(j->ex_x, j->ex_cap * sizeof *j->ex_x);
+        j->ex_y = sr_xrealloc(j->ex_y, j->ex_cap * sizeof *j->ex_y);
+    }
+    memcpy(j->ex_x[j->ex_n], x, sizeof x);
+    j->ex_y[j->ex_n] = y;
+    j->ex_n++;
     return 0;
 }
 
-void gate_rec_load_examples(gate_svc_t *s, store_t *st)
+static int s_work_start(store_t *st, void *arg, char *err)
 {
-    s_load_t l = {.s = s};
-    size_t bad = 0;
-    if (gate_store_examples(st, s_learn_example, &l, &bad) != SR_OK)
-        return;
-    gate_refit(s->gate);
-    l.bad += bad;
-    if (l.loaded || l.bad)
-        log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)", l.loaded,
-                 l.bad);
+    (void)err;
+    gate_job_t *j = arg;
+    const gate_cfg_t *g = &j->svc->cfg.gate; /* fixed once the service runs */
+    j->no_redis = !st;
+    if (!st)
+        return SR_EREDIS;
+    j->ex_n = 0; /* an earlier attempt may have read some */
+    j->ex_bad = 0;
+    int rc = SR_OK;
+    if (j->min_groups >= 0) {
+        size_t bad = 0;
+        rc = gate_store_examples(st, s_keep_example, j, &bad);
+        j->ex_bad += bad;
+    }
+    if (rc == SR_OK)
+        rc = gate_store_config(st, g->rule, g->mode, g->rules.audit_base, j->min_groups);
+    return rc;
 }
 
-void gate_rec_write_config(gate_svc_t *s, store_t *st)
+/* s_done_start feeds the learned model the examples read (the loop owns the model). */
+static void s_done_start(int rc, const char *err, void *arg)
 {
-    int64_t min_groups = gate_model(s->gate) ? s->cfg.gate.rules.learned_min_groups : -1;
-    if (gate_store_config(st, s->cfg.gate.rule, s->cfg.gate.mode, s->cfg.gate.rules.audit_base,
-                          min_groups) != SR_OK)
-        log_warn("gate: cannot record its configuration in gate:stats: %s", store_errstr(st));
+    gate_job_t *j = arg;
+    gate_svc_t *s = j->svc;
+    if (!s_redis_state(s, j, rc, err)) {
+        gate_rec_job_free(j);
+        return;
+    }
+    if (rc != SR_OK) {
+        if (s_retry_later(s, j, rc))
+            return;
+        if (rc != SR_ECLOSED)
+            log_warn("gate: cannot load its learned examples or record its configuration in "
+                     "gate:stats: %s",
+                     err);
+        gate_rec_job_free(j);
+        return;
+    }
+    size_t loaded = 0, bad = j->ex_bad;
+    for (size_t i = 0; i < j->ex_n && s->gate; i++) {
+        if (gate_learn(s->gate, j->ex_x[i], j->ex_y[i], false) == SR_OK)
+            loaded++;
+        else
+            bad++;
+    }
+    if (j->min_groups >= 0 && s->gate) {
+        gate_refit(s->gate);
+        if (loaded || bad)
+            log_info("gate: learned model loaded %zu examples from Redis (%zu unreadable)",
+                     loaded, bad);
+    }
+    gate_rec_job_free(j);
+}
+
+void gate_rec_start(gate_svc_t *s)
+{
+    gate_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->kind = GATE_JOB_START;
+    j->min_groups = gate_model(s->gate) ? s->cfg.gate.rules.learned_min_groups : -1;
+    gate_rec_queue(s, j);
 }

@@ -12,6 +12,7 @@
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/store_policy.h"
+#include "common/storeq.h"
 #include "policy/policy_server.h"
 #include "policy/vfollow.h"
 #include "policy/wsource.h"
@@ -132,26 +133,75 @@ static void s_on_bus(reactor_t *r, void *sock, int revents, void *arg)
 }
 
 
-/* s_store_version0 puts the weights of version 0 (built from the prior options) into Redis under
+/* s_version0_work puts the weights of version 0 (built from the prior options) into Redis under
  * weights:0 when none are there, so an external trainer can start from exactly the weights this
- * server serves (docs/redis.md). It runs once, before the server answers anything. */
-static void s_store_version0(store_t *st, const policy_server_opts_t *o)
+ * server serves (docs/redis.md). arg is the server's options. Idempotent. It runs once before the
+ * server answers anything, on the start-up connection, or, when Redis did not answer then, on
+ * the store thread until it does (s_version0_done). */
+static int s_version0_work(store_t *st, void *arg, char *err)
 {
+    const policy_server_opts_t *o = arg;
+    if (!st)
+        return SR_EREDIS;
     void *old = NULL;
     size_t oldlen = 0;
     int rc = store_weights_get(st, 0, &old, &oldlen);
     free(old);
     if (rc != SR_ENOTFOUND)
-        return; /* there already, or Redis trouble that serving reports on its own */
+        return rc; /* there already, or Redis trouble */
     model_t *m0 = prior_build(&o->prior);
     uint8_t *blob = NULL;
     size_t len = 0;
-    if (!m0 || model_to_blob(m0, &blob, &len) != SR_OK)
-        log_warn("policy-server: cannot serialise version 0 for Redis");
-    else if (store_weights_put(st, 0, blob, len) != SR_OK)
-        log_warn("policy-server: cannot store version 0 in Redis: %s", store_errstr(st));
+    if (!m0 || model_to_blob(m0, &blob, &len) != SR_OK) {
+        snprintf(err, STOREQ_ERR_MAX, "cannot serialise version 0 for Redis");
+        rc = SR_ENOMEM;
+    } else {
+        rc = store_weights_put(st, 0, blob, len);
+    }
     free(blob);
     model_destroy(&m0);
+    return rc;
+}
+
+/* Version 0 stored once Redis answers, when it did not at start: a request to the store thread,
+ * submitted again every 500 ms until it got through. */
+typedef struct {
+    policy_server_t *s;
+    policy_server_opts_t *o;
+    reactor_t *r;
+    char refused[STOREQ_ERR_MAX]; /* Redis, answering at last, refused the credentials */
+} s_version0_t;
+
+static void s_version0_submit(s_version0_t *v);
+
+static void s_version0_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_version0_submit(arg);
+}
+
+static void s_version0_done(int rc, const char *err, void *arg)
+{
+    s_version0_t *v = arg;
+    if (rc == SR_OK) {
+        log_info("policy-server: Redis answers: version 0 is in Redis");
+    } else if (rc == SR_EREDIS && !strncmp(err, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
+        /* credentials it refuses can never work, as at start: the server stops (exit 1) */
+        snprintf(v->refused, sizeof v->refused, "%s", err);
+        reactor_stop(v->r);
+    } else if (rc == SR_EREDIS || rc == SR_ETIMEDOUT) {
+        if (reactor_timer_add(v->r, 500, 0, s_version0_retry, v) > 0)
+            return;
+    } else if (rc != SR_ECLOSED) {
+        log_warn("policy-server: cannot store version 0 in Redis: %s", err);
+    }
+}
+
+static void s_version0_submit(s_version0_t *v)
+{
+    if (policy_server_submit(v->s, s_version0_work, s_version0_done, v) != SR_OK)
+        log_warn("policy-server: version 0 not stored in Redis: the store queue is closed");
 }
 
 int policy_server_main(int argc, char **argv)
@@ -301,11 +351,31 @@ int policy_server_main(int argc, char **argv)
     srv = s;
     aborted.s = s;
     aborted.on = redis != NULL;
+    s_version0_t v0 = {.s = s, .o = &o, .r = r};
     if (redis) {
-        /* Start-up, on a connection of its own: once serving, Redis is the store thread's. */
-        store_t *st = store_new(redis, run, 1000);
-        if (st)
-            s_store_version0(st, &o);
+        /* Start-up, on a connection of its own: once serving, Redis is the store thread's. What
+         * can never work stops the start (a malformed URL was refused above; credentials Redis
+         * refuses here); a Redis that does not answer yet does not: the server serves, and
+         * version 0 goes to Redis, and versions > 0 come from it, once it answers. */
+        store_t *st = NULL;
+        char serr[STOREQ_ERR_MAX] = "";
+        int crc = store_connect(&st, redis, run, 1000, serr, sizeof serr);
+        if (crc != SR_OK && !strncmp(serr, STORE_ERR_AUTH, strlen(STORE_ERR_AUTH))) {
+            fprintf(stderr, "selroll policy-server: %s\n", serr);
+            goto cleanup;
+        }
+        if (crc == SR_OK) {
+            serr[0] = '\0';
+            int vrc = s_version0_work(st, &o, serr);
+            if (vrc != SR_OK && vrc != SR_ENOTFOUND)
+                log_warn("policy-server: cannot store version 0 in Redis: %s",
+                         serr[0] ? serr : store_errstr(st));
+        } else {
+            log_warn("policy-server: Redis does not answer (%s): serving; version 0 goes to Redis "
+                     "once it does",
+                     serr);
+            s_version0_submit(&v0);
+        }
         store_destroy(&st);
     }
     if (version > 0) {
@@ -345,6 +415,10 @@ int policy_server_main(int argc, char **argv)
     }
     if (lrc != SR_OK) {
         fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(lrc));
+        goto cleanup;
+    }
+    if (v0.refused[0]) {
+        fprintf(stderr, "selroll policy-server: %s\n", v0.refused);
         goto cleanup;
     }
     s_flush_aborted_last(&aborted);

@@ -104,18 +104,31 @@ wsource_t *wsource_new_dir(const char *dir)
 
 /* ---------------------------------------------------------------- Redis */
 
+/* The Redis source connects on its first fetch (on the store thread) and again on a fetch after
+ * a connect that failed: a Redis that does not answer yet only fails those fetches. */
+typedef struct {
+    char *url, *run;
+    store_t *st;
+} s_redis_t;
+
 static int s_redis_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
 {
+    s_redis_t *r = ctx;
+    if (!r->st && store_connect(&r->st, r->url, r->run, 2000, NULL, 0) != SR_OK)
+        return SR_EREDIS;
     void *b = NULL;
-    int rc = store_weights_get(ctx, (int64_t)version, &b, len);
+    int rc = store_weights_get(r->st, (int64_t)version, &b, len);
     *blob = b;
     return rc;
 }
 
 static void s_redis_destroy(void *ctx)
 {
-    store_t *st = ctx;
-    store_destroy(&st);
+    s_redis_t *r = ctx;
+    store_destroy(&r->st);
+    free(r->url);
+    free(r->run);
+    free(r);
 }
 
 static const wsource_ops_t S_REDIS_OPS = {
@@ -123,12 +136,23 @@ static const wsource_ops_t S_REDIS_OPS = {
 
 wsource_t *wsource_new_redis(const char *url, const char *run, char *err, size_t errlen)
 {
-    store_t *st = NULL;
-    if (store_connect(&st, url, run, 2000, err, errlen) != SR_OK)
+    store_url_t u;
+    if (store_parse_url(url, &u, err, errlen) != SR_OK)
         return NULL;
-    wsource_t *s = wsource_new(&S_REDIS_OPS, st);
+    if (!store_run_name_ok(run)) {
+        if (err && errlen)
+            snprintf(err, errlen, "bad run name '%.80s'", run ? run : "(null)");
+        return NULL;
+    }
+    s_redis_t *r = calloc(1, sizeof *r);
+    if (r) {
+        r->url = strdup(url);
+        r->run = strdup(run);
+    }
+    wsource_t *s = r && r->url && r->run ? wsource_new(&S_REDIS_OPS, r) : NULL;
     if (!s) {
-        store_destroy(&st);
+        if (r)
+            s_redis_destroy(r);
         if (err && errlen)
             snprintf(err, errlen, "out of memory");
     }

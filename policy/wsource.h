@@ -30,9 +30,11 @@ wsource_t *wsource_new(const wsource_ops_t *ops, void *ctx);
 /* wsource_new_dir returns a source reading <dir>/weights-v<N>.bin, or NULL when dir is NULL. */
 wsource_t *wsource_new_dir(const char *dir);
 
-/* wsource_new_redis connects to Redis at url for run (see store_connect) and returns a source
- * reading the run's weights keys, or NULL with a one-line reason in err (errlen bytes). The
- * connection is blocking; the policy server calls fetch from one thread at a time. */
+/* wsource_new_redis checks url and run (see store_connect) and returns a source reading the run's
+ * weights keys, or NULL with a one-line reason in err (errlen bytes) for a malformed URL or run.
+ * It does not connect: its first fetch does (and a fetch after a connect that failed, which
+ * returns SR_EREDIS), so a Redis that does not answer yet only fails the fetches until it does.
+ * The connection is blocking; the policy server calls fetch from its store thread only. */
 wsource_t *wsource_new_redis(const char *url, const char *run, char *err, size_t errlen);
 
 /* wsource_new_mem returns an empty in-memory source; fill it with wsource_mem_put. */

@@ -1956,10 +1956,18 @@ static void bad_configuration_is_refused_with_a_reason(void **state)
     char err[256] = "";
     assert_null(coord_new(&cfg, err, sizeof err));
     assert_non_null(strstr(err, "Redis"));
-    cfg.redis_url = "redis://127.0.0.1:1";
+    cfg.redis_url = "redis:/127.0.0.1"; /* malformed: it can never work */
     cfg.work_bind = "tcp://127.0.0.1:*";
+    cfg.bus_pub_bind = "tcp://127.0.0.1:*";
+    cfg.bus_sub_bind = "tcp://127.0.0.1:*";
     assert_null(coord_new(&cfg, err, sizeof err));
-    assert_non_null(strstr(err, "unreachable"));
+    assert_true(strlen(err) > 0);
+    /* A Redis that does not answer yet only delays the run: the coordinator starts. */
+    cfg.redis_url = "redis://127.0.0.1:1";
+    coord_t *c = coord_new(&cfg, err, sizeof err);
+    assert_non_null(c);
+    coord_destroy(&c);
+    assert_null(c);
     cfg.redis_url = s_redis.url;
     cfg.group_size = 100;
     assert_null(coord_new(&cfg, err, sizeof err));

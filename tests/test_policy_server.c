@@ -756,8 +756,16 @@ static void versions_come_from_redis(void **state)
     assert_int_equal(policy_server_set_version(s, 2), SR_OK);
     assert_int_equal(policy_server_set_version(s, 3), SR_EPROTO);
     assert_int_equal(policy_server_version(s), 2);
-    assert_null(wsource_new_redis("redis://127.0.0.1:1", "polrun", err, sizeof err));
+    assert_null(wsource_new_redis("redis:/127.0.0.1", "polrun", err, sizeof err)); /* malformed */
     assert_true(strlen(err) > 0);
+    /* A Redis that does not answer yet: the source is made, its fetches fail until it does. */
+    wsource_t *down = wsource_new_redis("redis://127.0.0.1:1", "polrun", err, sizeof err);
+    assert_non_null(down);
+    uint8_t *dblob = NULL;
+    size_t dlen = 0;
+    assert_int_equal(wsource_fetch(down, 1, &dblob, &dlen), SR_EREDIS);
+    assert_null(dblob);
+    wsource_destroy(&down);
 
     policy_server_destroy(&s);
     wsource_destroy(&src);

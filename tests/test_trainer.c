@@ -788,6 +788,11 @@ static void rig_start(rig_t *r, const char *redis_url)
     r->svc = trainer_svc_new(r->zctx, &c, err, sizeof err);
     if (!r->svc)
         fail_msg("trainer_svc_new: %s", err);
+    /* the resume reads the run record on the store thread: BATCHes are taken once it did */
+    int64_t end = harness_now_ms() + 5000;
+    while (!trainer_svc_resumed(r->svc) && harness_now_ms() < end)
+        assert_true(trainer_svc_poll(r->svc, 20) >= 0);
+    assert_true(trainer_svc_resumed(r->svc));
     r->push = transport_sock_new(r->zctx, ZMQ_PUSH, NULL, err, sizeof err);
     assert_non_null(r->push);
     assert_int_equal(transport_connect(r->push, trainer_svc_pull_endpoint(r->svc)), 0);
@@ -1006,7 +1011,7 @@ static void test_service_refuses_garbage_and_wrong_shapes_and_keeps_serving(void
     harness_redis_stop(&rs);
 }
 
-static void test_service_refuses_to_start_without_redis(void **state)
+static void test_service_waits_for_redis_and_refuses_what_never_works(void **state)
 {
     (void)state;
     void *zctx = zmq_ctx_new();
@@ -1015,8 +1020,21 @@ static void test_service_refuses_to_start_without_redis(void **state)
     trainer_svc_cfg_t c = {.pull = "tcp://127.0.0.1:*", .push = "tcp://127.0.0.1:1",
                            .redis_url = url, .run = "tr"};
     trainer_cfg_default(&c.learner);
+    /* A Redis that does not answer yet: the service starts and waits, taking no BATCH. */
+    trainer_svc_t *s = trainer_svc_new(zctx, &c, err, sizeof err);
+    assert_non_null(s);
+    int64_t end = harness_now_ms() + 700;
+    while (harness_now_ms() < end)
+        assert_int_equal(trainer_svc_poll(s, 50), 0);
+    assert_false(trainer_svc_resumed(s));
+    assert_string_equal(trainer_svc_errstr(s), "");
+    trainer_svc_destroy(&s);
+    assert_null(s);
+    /* A malformed URL can never work. */
+    c.redis_url = "redis:/127.0.0.1";
     assert_null(trainer_svc_new(zctx, &c, err, sizeof err));
     assert_true(strlen(err) > 0);
+    c.redis_url = url;
     c.pull = NULL;
     assert_null(trainer_svc_new(zctx, &c, err, sizeof err));
     assert_non_null(strstr(err, "required"));
@@ -1042,7 +1060,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_weights_round_trip_through_redis),
         cmocka_unit_test(test_service_trains_a_batch_stores_weights_and_acks),
         cmocka_unit_test(test_service_refuses_garbage_and_wrong_shapes_and_keeps_serving),
-        cmocka_unit_test(test_service_refuses_to_start_without_redis),
+        cmocka_unit_test(test_service_waits_for_redis_and_refuses_what_never_works),
     };
     return harness_run_("trainer", tests, sizeof tests / sizeof tests[0], argc, argv);
 }

@@ -112,10 +112,6 @@ int trainer_main(int argc, char **argv)
         fprintf(stderr, "selroll trainer: %s\n", err);
         goto cleanup;
     }
-    printf("trainer: run %s version %u pull %s push %s\n", run,
-           trainer_version(trainer_svc_trainer(svc)), trainer_svc_pull_endpoint(svc),
-           trainer_svc_push_endpoint(svc));
-    fflush(stdout);
 
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -124,11 +120,23 @@ int trainer_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     int rc = 0;
+    bool said = false;
     while (!s_stop) {
         rc = trainer_svc_poll(svc, 200);
         if (rc < 0 && rc != SR_EAGAIN && !s_stop) {
-            fprintf(stderr, "selroll trainer: trainer channel: %s\n", sr_strerror(rc));
+            if (trainer_svc_errstr(svc)[0])
+                fprintf(stderr, "selroll %s\n", trainer_svc_errstr(svc));
+            else
+                fprintf(stderr, "selroll trainer: trainer channel: %s\n", sr_strerror(rc));
             break;
+        }
+        if (!said && trainer_svc_resumed(svc)) {
+            /* once the run record is read (at once, unless Redis does not answer yet) */
+            said = true;
+            printf("trainer: run %s version %u pull %s push %s\n", run,
+                   trainer_version(trainer_svc_trainer(svc)), trainer_svc_pull_endpoint(svc),
+                   trainer_svc_push_endpoint(svc));
+            fflush(stdout);
         }
     }
     sigaction(SIGINT, &old_int, NULL);

@@ -25,13 +25,18 @@
  * connects its PUSH to the trainer and binds a PULL for the acks).
  *
  * On start the service resumes: when the run record holds trained_version N > 0 and Redis has the
- * weights of version N, training continues from them (and from trained_iteration).
+ * weights of version N, training continues from them (and from trained_iteration). Redis is
+ * reached from the process's store thread only (common/storeq.h): the resume and each batch's
+ * weights are requests to it, and the BATCHes wait in the PULL socket meanwhile. A Redis that does
+ * not answer at start is said once in the log; the resume is tried again every 0.5 s until it
+ * does, and only then are BATCHes taken.
  */
 #ifndef SR_POLICY_TRAINER_SVC_H
 #define SR_POLICY_TRAINER_SVC_H
 
 #include "trainer/trainer.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
@@ -53,21 +58,34 @@ typedef struct {
 
 typedef struct trainer_svc trainer_svc_t;
 
-/* trainer_svc_new builds the learner, connects to Redis, resumes from the run record when it can,
- * and makes the two sockets in zctx (borrowed; it must outlive the service). Returns NULL with a
- * one-line reason in err (errlen bytes) on a bad configuration, an unreachable Redis, a bind that
- * fails or stored weights that cannot be read. The caller owns the result. */
+/* trainer_svc_new builds the learner, checks Redis, starts the store thread, makes the two
+ * sockets in zctx (borrowed; it must outlive the service) and submits the resume (the run record,
+ * read once Redis answers: trainer_svc_resumed). Returns NULL with a one-line reason in err
+ * (errlen bytes) on a bad configuration (a malformed Redis URL included), credentials Redis
+ * refuses or a bind that fails; a Redis that does not answer yet does not stop the start. The
+ * caller owns the result. */
 trainer_svc_t *trainer_svc_new(void *zctx, const trainer_svc_cfg_t *cfg, char *err, size_t errlen);
 
-/* trainer_svc_destroy closes the sockets and Redis and frees *sp; NULL and *sp == NULL are no-ops.
- * Acks not yet taken by the PUSH socket are dropped. */
+/* trainer_svc_destroy waits for the weights on their way to Redis (up to two Redis timeouts),
+ * closes the sockets and Redis and frees *sp; NULL and *sp == NULL are no-ops. Acks not yet
+ * taken by the PUSH socket are dropped. */
 void trainer_svc_destroy(trainer_svc_t **sp);
 
-/* trainer_svc_poll waits at most wait_ms (-1 = forever, 0 = not at all) for one message and
- * handles it, and first tries to send acks that are waiting. Returns 1 when a message was
- * handled (trained, refused or discarded), 0 when none came, or a negative SR_E* code when the
- * socket itself failed (bad input never does that). */
+/* trainer_svc_poll waits at most wait_ms (-1 = forever, 0 = not at all) for one message or a
+ * completion of the store thread and handles it, and first tries to send acks that are waiting
+ * (and submits the resume again when it is due). Returns 1 when a message was handled (trained
+ * and its weights stored, refused or discarded; its ack queued), 0 when none was, or a negative
+ * SR_E* code when the socket itself failed (bad input never does that) or the service cannot go
+ * on (trainer_svc_errstr says why: the weights the run record names are missing or unusable, or a
+ * Redis that answered for the first time refused the credentials). */
 int trainer_svc_poll(trainer_svc_t *s, int wait_ms);
+
+/* trainer_svc_resumed says whether the resume read the run record (BATCHes are taken from then
+ * on; trainer_version is then the resumed version). */
+bool trainer_svc_resumed(const trainer_svc_t *s);
+
+/* trainer_svc_errstr returns why trainer_svc_poll stopped ("" if it did not). Owned by s. */
+const char *trainer_svc_errstr(const trainer_svc_t *s);
 
 /* trainer_svc_pull_endpoint / trainer_svc_push_endpoint return the endpoint each socket bound
  * (resolved, so "tcp://127.0.0.1:*" shows its port) or, for a connected socket, the endpoint it
