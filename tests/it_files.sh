@@ -43,9 +43,12 @@ mkdir -p "$T/cleared"
 echo "in the way" >"$T/cleared/batches"
 (
   # The first BATCH is logged right after its file was queued; the retries pause 0.1, 0.2, 0.4
-  # and 0.8 s, so the file removed within a few tens of milliseconds lets a retry succeed.
+  # and 0.8 s (1.5 s in all). The file is removed 0.3 s after the log line: late enough that the
+  # file thread has made its first attempt even on a loaded machine (removed any earlier, the
+  # first attempt may succeed and no retry is seen), early enough for a retry to succeed.
   for _ in $(seq 4000); do
     if cat "$T"/cleared/logs/coordinator*.log 2>/dev/null | grep -q 'BATCH of [0-9]* groups sent'; then
+      sleep 0.3
       rm -f "$T/cleared/batches"; exit 0
     fi
     sleep 0.02
