@@ -192,6 +192,7 @@ class EnvServer:
         self.ctx = context or zmq.Context()
         self.auth = None
         self.registration = None
+        self.refused = None  # Redis refused the credentials once it answered: stopped
         self.sock = None
         try:
             self.sock = self.ctx.socket(zmq.ROUTER)
@@ -207,8 +208,11 @@ class EnvServer:
             if redis:
                 from .registry import Registration
                 self.registration = Registration(redis, run, "envw", self.id, self._reg_fields,
-                                                 heartbeat=heartbeat, client=redis_client)
-                self.registration.write()  # an unreachable Redis is known before serving
+                                                 heartbeat=heartbeat, client=redis_client,
+                                                 on_refused=self._on_refused)
+                # Refused credentials stop the start; a Redis that does not answer yet does not:
+                # the worker serves and registers once it answers.
+                self.registration.first()
         except BaseException:
             self._close_sockets()
             raise
@@ -373,6 +377,10 @@ class EnvServer:
         """Begin the shutdown (thread-safe; what SIGTERM does)."""
         self._stop.set()
 
+    def _on_refused(self, e):
+        self.refused = e
+        self._stop.set()
+
     def _on_signal(self, signum, frame):
         self._signals += 1
         self._stop.set()
@@ -390,7 +398,9 @@ class EnvServer:
             log.info("env worker %s serving %s on %s (kind %s, capacity %d%s%s)", self.id,
                      getattr(self.env_class, "__name__", "an environment"), self.endpoint,
                      self.kind or "unknown", self.capacity, ", CURVE" if self.auth else "",
-                     ", registered as %s" % self.registration.key if self.registration else "")
+                     (", registered as %s" if self.registration.registered else
+                      ", registering as %s once Redis answers") % self.registration.key
+                     if self.registration else "")
             self._loop()
         finally:
             for sig, h in old.items():
@@ -627,8 +637,11 @@ def main(argv=None, env_class=None, prog=None, description=None):
         return 1
     try:
         server.serve()
-    except (OSError, Exception) as e:  # noqa: BLE001 - e.g. Redis unreachable at start
+    except (OSError, Exception) as e:  # noqa: BLE001 - e.g. a refused socket option
         print("%s: %s" % (prog, _name(e)), file=sys.stderr)
+        return 1
+    if server.refused is not None:
+        print("%s: redis %s: %s" % (prog, a.redis, server.refused), file=sys.stderr)
         return 1
     return 0
 

@@ -20,6 +20,20 @@ class RedisError(Exception):
     pass
 
 
+class RedisAuthError(RedisError):
+    """Redis refused the credentials: trying again cannot help."""
+
+
+# The starts of the error replies by which Redis refuses credentials (AUTH, or a command sent
+# without them).
+_REFUSALS = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR invalid password", "ERR AUTH",
+             "ERR Client sent AUTH")
+
+
+def _error(msg):
+    return RedisAuthError(msg) if msg.startswith(_REFUSALS) else RedisError(msg)
+
+
 def parse_url(url):
     """redis://[[user]:password@]host[:port][/db] -> (host, port, user, password, db)."""
     u = urllib.parse.urlsplit(url)
@@ -59,7 +73,7 @@ class Resp:
         if kind == b"+":
             return rest.decode()
         if kind == b"-":
-            raise RedisError(rest.decode(errors="replace"))
+            raise _error(rest.decode(errors="replace"))
         if kind == b":":
             return int(rest)
         if kind == b"$":
@@ -106,13 +120,16 @@ class _RedisPy:
         import redis  # noqa: F401 - only when installed
         parse_url(url)
         self.r = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        self._auth = redis.AuthenticationError
         self._errors = (redis.RedisError, OSError)
 
     def call(self, *args):
         try:
             return self.r.execute_command(*args)
+        except self._auth as e:
+            raise RedisAuthError("WRONGPASS %s" % e) from None
         except self._errors as e:
-            raise RedisError(str(e)) from None
+            raise _error(str(e)) from None
 
     def close(self):
         self.r.close()
@@ -135,13 +152,23 @@ def connect(url, timeout=2.0, client="auto"):
 class Registration:
     """Keeps ``selroll:<run>:<kind_of_role>:<id>`` alive: `start()` writes it and renews it every
     `heartbeat` seconds from a thread (fields from `fields()`, a callable returning a dict), with a
-    TTL of 3 heartbeats; `stop()` ends the thread and deletes the entry."""
+    TTL of 3 heartbeats; `stop()` ends the thread and deletes the entry.
 
-    def __init__(self, url, run, role, ident, fields, heartbeat=2.0, client="auto"):
+    A Redis that does not answer yet stops nothing: `first()` says so once, and the heartbeats
+    register the entry when Redis answers. Credentials Redis refuses can never work: `first()`
+    raises RedisAuthError, and a refusal met later by the heartbeats ends them and calls
+    `on_refused(error)`."""
+
+    def __init__(self, url, run, role, ident, fields, heartbeat=2.0, client="auto",
+                 on_refused=None):
         self.key = "selroll:%s:%s:%s" % (run, role, ident)
         self.fields = fields
         self.heartbeat = heartbeat
         self.failures = 0
+        self.registered = False  # written at least once
+        self.waiting = False     # the first write found no Redis; the heartbeats keep trying
+        self.refused = None      # the refusal that ended the heartbeats
+        self.on_refused = on_refused
         self.redis = connect(url, client=client)
         self._stop = threading.Event()
         self._stopped = False
@@ -154,9 +181,29 @@ class Registration:
             args += [k, v]
         self.redis.call("HSET", self.key, *args)
         self.redis.call("PEXPIRE", self.key, int(3 * self.heartbeat * 1000))
+        if self.waiting:
+            log.info("Redis answers: registered as %s", self.key)
+            self.waiting = False
+        self.registered = True
+
+    def first(self):
+        """The first write: True once written, False when Redis does not answer (said once; the
+        heartbeats of `start()` keep trying). Raises RedisAuthError when Redis refuses the
+        credentials."""
+        try:
+            self.write()
+            return True
+        except RedisAuthError:
+            raise
+        except (OSError, RedisError) as e:
+            log.warning("Redis does not answer (%s): serving; %s is written once it answers",
+                        e, self.key)
+            self.waiting = True
+            return False
 
     def start(self):
-        self.write()  # the first write fails loudly: an unreachable Redis is known at start
+        if not self.registered and not self.waiting:
+            self.first()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="selroll-registry", daemon=True)
         self._thread.start()
@@ -166,9 +213,15 @@ class Registration:
         while not self._stop.wait(self.heartbeat):
             try:
                 self.write()
+            except RedisAuthError as e:
+                log.error("Redis refused the credentials of %s: %s", self.key, e)
+                self.refused = e
+                if self.on_refused:
+                    self.on_refused(e)
+                return
             except (OSError, RedisError) as e:
                 self.failures += 1
-                if self.failures <= 3 or self.failures % 30 == 0:
+                if not self.waiting and (self.failures <= 3 or self.failures % 30 == 0):
                     log.warning("registry refresh of %s failed: %s", self.key, e)
 
     def stop(self):
@@ -180,7 +233,8 @@ class Registration:
         if self._thread is not None:
             self._thread.join(5)
         try:
-            self.redis.call("DEL", self.key)
+            if self.registered:
+                self.redis.call("DEL", self.key)
         except (OSError, RedisError) as e:
             log.warning("could not unregister %s from Redis: %s", self.key, e)
         finally:

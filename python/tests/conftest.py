@@ -106,24 +106,38 @@ class Redis:
                               capture_output=True, text=True, check=True).stdout.strip()
 
 
+class RedisServer:
+    """A private redis-server on 127.0.0.1:port (a free port when None), its files in folder;
+    `password` sets requirepass. `stop()` ends it."""
+
+    def __init__(self, folder, port=None, password=None):
+        if not shutil.which("redis-server"):
+            pytest.fail("redis-server is not installed (scripts/deps.sh)")
+        self.port = port or free_port()
+        os.makedirs(folder, exist_ok=True)
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+                str(folder), "--save", "", "--appendonly", "no"]
+        if password:
+            args += ["--requirepass", password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_port(self.port):
+            self.stop()
+            pytest.fail("redis-server did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+
 @pytest.fixture
 def redis(tmp_path):
     """A private redis-server on a free loopback port, its files in the test's folder."""
-    if not shutil.which("redis-server"):
-        pytest.fail("redis-server is not installed (scripts/deps.sh)")
-    port = free_port()
-    d = tmp_path / "redis"
-    d.mkdir()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--dir", str(d), "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = RedisServer(tmp_path / "redis")
     try:
-        if not wait_port(port):
-            pytest.fail("redis-server did not start")
-        yield Redis(port, proc)
+        yield Redis(srv.port, srv.proc)
     finally:
-        proc.terminate()
-        proc.wait(5)
+        srv.stop()
 
 
 def write_jsonl(path, objs):

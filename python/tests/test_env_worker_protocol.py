@@ -10,7 +10,7 @@ import msgpack
 import pytest
 import zmq
 
-from conftest import TRAIN, free_port, py_env, read
+from conftest import TRAIN, Redis, RedisServer, free_port, py_env, read
 from test_env_worker_run import stop, summary
 
 COPY = dict(TRAIN[0], env="games")      # copy-amber: "say amber" wins
@@ -186,6 +186,70 @@ def test_registration_in_redis(procs, redis, client):
     assert "registered as selroll:rr:envw:py-1" in read(w.log)
 
 
+@pytest.mark.parametrize("client", ["resp", "redis-py"])
+def test_started_while_redis_is_down_it_serves_and_registers_once_redis_answers(procs, tmp_path,
+                                                                                client):
+    """Kubernetes and systemd start the env worker before its Redis at times: it serves, and
+    its entry appears once Redis answers, with one line said of each."""
+    if client == "redis-py":
+        pytest.importorskip("redis", reason="python3-redis is not installed (scripts/deps.sh --test)")
+    rport, port = free_port(), free_port()
+    w = procs.env_worker("worker", port, "--redis", "redis://127.0.0.1:%d" % rport, "--run", "rd",
+                         "--id", "py-down", "--heartbeat", "0.2", "--redis-client", client)
+    c = Client("tcp://127.0.0.1:%d" % port)
+    assert c.req(t="RESET", session="s", task="copy-amber", task_data=COPY)["t"] == "OBS"
+    assert w.poll() is None
+    srv = RedisServer(tmp_path / "redis", port=rport)
+    try:
+        r = Redis(rport, srv.proc)
+        key = "selroll:rd:envw:py-down"
+        end = time.monotonic() + 5
+        while time.monotonic() < end and r.cli("exists", key) != "1":
+            time.sleep(0.05)
+        assert r.cli("hget", key, "endpoint") == "tcp://127.0.0.1:%d" % port
+        assert c.req(t="STEP", session="s", action="say amber")["t"] == "OBS"
+        c.close()
+        assert stop(w) == 0
+        assert r.cli("exists", key) == "0", "the entry outlived a clean exit"
+    finally:
+        srv.stop()
+    log = read(w.log)
+    assert log.count("Redis does not answer") == 1, log
+    assert log.count("Redis answers: registered as selroll:rd:envw:py-down") == 1, log
+    assert "registering as selroll:rd:envw:py-down once Redis answers" in log
+
+
+@pytest.mark.parametrize("client", ["resp", "redis-py"])
+def test_credentials_redis_refuses_stop_the_worker(procs, tmp_path, client):
+    """A wrong password can never work: at start it exits 1 with one line; met once a Redis
+    that was down answers, the worker stops with exit 1 and says why."""
+    if client == "redis-py":
+        pytest.importorskip("redis", reason="python3-redis is not installed (scripts/deps.sh --test)")
+    srv = RedisServer(tmp_path / "r1", password="right")
+    try:
+        p = subprocess.run([sys.executable, "-m", "selroll.env_worker", "games:Games", "--bind",
+                            "tcp://127.0.0.1:0", "--redis-client", client, "--redis",
+                            "redis://:wrong@127.0.0.1:%d" % srv.port],
+                           capture_output=True, text=True, env=py_env(), timeout=30,
+                           cwd=os.path.dirname(__file__))
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "WRONGPASS" in p.stderr or "invalid password" in p.stderr, p.stderr
+    finally:
+        srv.stop()
+    rport, port = free_port(), free_port()
+    w = procs.env_worker("late", port, "--redis", "redis://:wrong@127.0.0.1:%d" % rport,
+                         "--heartbeat", "0.2", "--redis-client", client)
+    time.sleep(0.3)
+    assert w.poll() is None
+    srv = RedisServer(tmp_path / "r2", port=rport, password="right")
+    try:
+        assert w.wait(10) == 1
+    finally:
+        srv.stop()
+    err = read(w.log)
+    assert "refused the credentials" in err, err
+
+
 def test_the_command_line(procs, tmp_path):
     env = py_env()
     run = lambda *a: subprocess.run([sys.executable, "-m", "selroll.env_worker"] + list(a),  # noqa: E731
@@ -202,7 +266,7 @@ def test_the_command_line(procs, tmp_path):
                         "server.pub"),
                        (["games:Games", "--bind", "nonsense"], "nonsense"),
                        (["games:Games", "--bind", "tcp://127.0.0.1:0", "--redis",
-                         "redis://127.0.0.1:%d" % free_port()], "Connection refused")):
+                         "http://127.0.0.1:%d" % free_port()], "not a redis://")):
         p = run(*args)
         assert p.returncode in (1, 2) and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
         assert want in p.stderr, (args, p.stderr)
