@@ -74,11 +74,11 @@ void bc_episode_free(bc_episode_t *ep);
  * the episodes keep their prompts and stay in eps for the caller (who frees them), else they are
  * freed. Returns 0, or an SR_E* code (the task cannot be made). */
 int bc_group(bc_run_t *r, const model_t *m, uint64_t pseed, const char *task_id, int salt,
-                   bc_episode_t *eps, bool users);
+             bc_episode_t *eps, bool users);
 /* bc_train_step turns the P groups of eps (G episodes each, with prompts) into a BATCH and trains
  * t on it. Returns trainer_step's result. */
 int bc_train_step(trainer_t *t, bc_episode_t (*eps)[BC_MAX_G], char (*tasks)[96], int P,
-                        int G, int64_t iteration);
+                  int G, int64_t iteration);
 /* bc_greedy plays one greedy episode of each of the first n tasks of split with m and returns
  * the number won (-1 when a task cannot be made). */
 int bc_greedy(bc_run_t *r, const model_t *m, const char *split, int first, int n);

@@ -172,7 +172,7 @@ const double bc_edges[] = {0.0, 0.05, 0.12, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0001
  * the episodes keep their prompts and stay in eps for the caller (who frees them), else they are
  * freed. Returns 0, or an SR_E* code (the task cannot be made). */
 int bc_group(bc_run_t *r, const model_t *m, uint64_t pseed, const char *task_id, int salt,
-                   bc_episode_t *eps, bool users)
+             bc_episode_t *eps, bool users)
 {
     char err[160];
     void *probe = bc_ops()->create(task_id, 0, r->max_steps, err, sizeof err);
@@ -252,7 +252,7 @@ int bc_group(bc_run_t *r, const model_t *m, uint64_t pseed, const char *task_id,
 /* bc_train_step turns the P groups of eps (G episodes each, with prompts) into a BATCH and trains
  * t on it. Returns trainer_step's result. */
 int bc_train_step(trainer_t *t, bc_episode_t (*eps)[BC_MAX_G], char (*tasks)[96], int P,
-                        int G, int64_t iteration)
+                  int G, int64_t iteration)
 {
     proto_group_t *groups = sr_xcalloc((size_t)P, sizeof *groups);
     size_t nsteps = 0;

@@ -177,7 +177,7 @@ static bool s_publish_action(void *pub, const char *topic, const char *run, cons
  * during the window; the publishers' PUBs drop at their high-water mark what the proxy and the
  * gate cannot take. CPU of the coordinator (its proxy) and the gate over the window, from /proc. */
 int bctl_actions(const bctl_scn_t *sc, const char *run, int pubs, int groups, int seconds,
-                     bctl_act_out_t *out)
+                 bctl_act_out_t *out)
 {
     memset(out, 0, sizeof *out);
     s_pair_t pr;
@@ -267,7 +267,7 @@ static int s_cmp_d(const void *a, const void *b)
  * bus proxy, the gate's decision, its Redis transition and the CANCEL back through the proxy.
  * lat receives up to `groups` latencies in ms; *n how many groups were cancelled. */
 int bctl_cancel(const bctl_scn_t *sc, const char *run, int groups, int gap_ms, double *lat,
-                    int *n)
+                int *n)
 {
     *n = 0;
     s_pair_t pr;

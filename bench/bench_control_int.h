@@ -64,7 +64,7 @@ int bctl_scenario(const bctl_scn_t *sc, const char *run, bctl_out_t *out);
  * during the window; the publishers' PUBs drop at their high-water mark what the proxy and the
  * gate cannot take. CPU of the coordinator (its proxy) and the gate over the window, from /proc. */
 int bctl_actions(const bctl_scn_t *sc, const char *run, int pubs, int groups, int seconds,
-                     bctl_act_out_t *out);
+                 bctl_act_out_t *out);
 /* bctl_cancel runs a coordinator (one round of `groups` groups of G, never leased) and a real
  * `selroll gate` (enforce, K = 3, threshold 0.99) on its bus; this process publishes, one group
  * every gap_ms, steps 1..K of every trajectory of the group with one action for all (d_K = 0:
@@ -73,6 +73,6 @@ int bctl_actions(const bctl_scn_t *sc, const char *run, int pubs, int groups, in
  * bus proxy, the gate's decision, its Redis transition and the CANCEL back through the proxy.
  * lat receives up to `groups` latencies in ms; *n how many groups were cancelled. */
 int bctl_cancel(const bctl_scn_t *sc, const char *run, int groups, int gap_ms, double *lat,
-                    int *n);
+                int *n);
 
 #endif

@@ -49,7 +49,7 @@ int be_send_step(bench_env_client_t *c, be_sess_t *s, const char *action);
 /* be_recv receives one reply, waiting at most wait_ms (0: not at all), checks that it is an OBS
  * for a request in flight and returns its session in *out. SR_EAGAIN when nothing came. */
 int be_recv(bench_env_client_t *c, proto_msg_t *m, be_sess_t *sess, int n, int wait_ms,
-                  be_sess_t **out);
+            be_sess_t **out);
 /* be_next_action picks the session's next action from the OBS m into s->action and returns true,
  * or returns false when the episode is over (the session must be RESET). Clears m. */
 bool be_next_action(be_sess_t *s, proto_msg_t *m);

@@ -137,7 +137,7 @@ void er_side_by_side(FILE *f, const exp_report_t *r, const exp_group_t *g, size_
 /* er_plot_pr_rules: one precision-recall curve per rule from the sweep of its score over the
  * shadow groups, the rule's own verdicts marked, the target region shaded. */
 int er_plot_pr_rules(const exp_report_t *r, const exp_group_t *g, size_t n,
-                           const char *path)
+                     const char *path)
 {
     s_rule_row_t rows[S_RULES_CAP];
     size_t nr = s_rule_rows(r, g, n, rows, S_RULES_CAP);

@@ -273,7 +273,7 @@ int run_supervise(run_t *r)
             break;
         }
         if (r->train && (supervise_finished(r->sup, r->coord_name) ||
-                        supervise_pid(r->sup, r->coord_name) == 0)) {
+                         supervise_pid(r->sup, r->coord_name) == 0)) {
             s_train_progress(r);
             code = supervise_finished(r->sup, r->coord_name) ? 0 : 1;
             if (code) {
