@@ -159,7 +159,9 @@ FUZZ_LIB_SRCS := common/proto.c common/proto_enc.c common/proto_scan.c common/pr
                  common/proto_dec_result.c common/sr_buf.c common/sr.c common/llm_client.c \
                  common/llm_client_json.c common/llm_client_lpscan.c common/llm_client_multi.c \
                  common/log.c common/clock.c env_worker/household/household.c \
-                 env_worker/household/household_data.c env_worker/household/expert.c \
+                 env_worker/household/household_gen.c env_worker/household/household_step.c \
+                 env_worker/household/household_text.c env_worker/household/household_data.c \
+                 env_worker/household/expert.c \
                  common/pparse.c common/jsonw.c common/jsonscan.c common/http_srv.c \
                  common/http_srv_accept.c common/metrics.c
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(B)/fuzz/obj/%.o)

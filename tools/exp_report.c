@@ -1,6 +1,7 @@
 /*
- * exp_report.c — report.md, the CSV files and the SVG plots of `selroll experiment` (see
- * exp_report.h).
+ * exp_report.c — report.md and the CSV files of `selroll experiment` (see exp_report.h): the
+ * figures per arm and seed, their summaries over the seeds, the tables, the targets. The plots are
+ * drawn by exp_report_plots.c, the gate rules' sections by exp_report_rules.c (exp_report_int.h).
  *
  * Every figure is first computed per arm and seed (exp_report_metric), then summarised over the
  * seeds as a mean with a bootstrap 95% interval. Gate precision and recall of an arm are those of
@@ -10,10 +11,9 @@
  * precision/recall plot pool the shadow groups of every seed.
  */
 #include "tools/exp_report.h"
-
 #include "common/sr.h"
+#include "tools/exp_report_int.h"
 #include "tools/exp_stats.h"
-#include "tools/exp_svg.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,13 +23,7 @@
 #include <sys/stat.h>
 
 #define S_K 10
-#define S_PAPER_THRESHOLD 0.12
-#define S_BINS 20
 #define S_SEED 20260101u
-#define S_TARGET_PRECISION 0.95
-#define S_TARGET_RECALL 0.70
-#define S_NO_ARM ((size_t)-1)
-#define S_RULES_CAP (EXP_RULES_MAX * 4)
 
 static const char *s_metric_names[] = {
 #define EXP_M_NAME(id, title) #id,
@@ -77,7 +71,7 @@ static bool s_gate_pr(const exp_report_t *r, size_t a, size_t s, exp_pr_t *pr)
     if (!arm->rule || !b)
         return false;
     if (strcmp(arm->rule, "paper") == 0) {
-        exp_stats_pr_threshold(b->groups, b->ngroups, S_PAPER_THRESHOLD, pr);
+        exp_stats_pr_threshold(b->groups, b->ngroups, ER_PAPER_THRESHOLD, pr);
         return true;
     }
     return exp_stats_pr_rule(b->groups, b->ngroups, arm->rule, pr) > 0;
@@ -162,8 +156,8 @@ double exp_report_metric(const exp_report_t *r, size_t a, size_t s, exp_metric_t
     }
 }
 
-/* s_ci summarises metric m of arm a over the seeds. */
-static exp_ci_t s_ci(const exp_report_t *r, size_t a, exp_metric_t m)
+/* er_ci summarises metric m of arm a over the seeds. */
+exp_ci_t er_ci(const exp_report_t *r, size_t a, exp_metric_t m)
 {
     double v[256];
     size_t n = 0;
@@ -175,8 +169,8 @@ static exp_ci_t s_ci(const exp_report_t *r, size_t a, exp_metric_t m)
     return exp_stats_ci(v, n, EXP_BOOTSTRAP_REPS, S_SEED + (uint64_t)m);
 }
 
-/* s_cell formats a summary as "mean [lo, hi]" with the given printf format, or "n/a". */
-static const char *s_cell(exp_ci_t c, const char *fmt, double scale, char *buf, size_t cap)
+/* er_cell formats a summary as "mean [lo, hi]" with the given printf format, or "n/a". */
+const char *er_cell(exp_ci_t c, const char *fmt, double scale, char *buf, size_t cap)
 {
     if (c.n == 0) {
         snprintf(buf, cap, "n/a");
@@ -194,7 +188,7 @@ static const char *s_cell(exp_ci_t c, const char *fmt, double scale, char *buf, 
     return buf;
 }
 
-static bool s_ran(const exp_report_t *r, size_t a)
+bool er_ran(const exp_report_t *r, size_t a)
 {
     if (r->arms[a].skipped || !r->arms[a].runs)
         return false;
@@ -212,13 +206,13 @@ static const char *s_best_arm(const exp_report_t *r, exp_metric_t m, double *bes
     *best = INFINITY;
     *diff = NAN;
     for (size_t a = 1; a < r->narms; a++) {
-        if (!s_ran(r, a))
+        if (!er_ran(r, a))
             continue;
-        exp_ci_t c = s_ci(r, a, m);
+        exp_ci_t c = er_ci(r, a, m);
         if (c.n && c.mean < *best) {
             *best = c.mean;
             name = r->arms[a].arm->name;
-            *diff = s_ci(r, a, EXP_M_heldout_diff).mean;
+            *diff = er_ci(r, a, EXP_M_heldout_diff).mean;
         }
     }
     return name;
@@ -237,11 +231,11 @@ static void s_table(FILE *f, const exp_report_t *r, const exp_metric_t *ms, cons
         fprintf(f, "---|");
     fprintf(f, "\n");
     for (size_t a = 0; a < r->narms; a++) {
-        if (!s_ran(r, a))
+        if (!er_ran(r, a))
             continue;
         fprintf(f, "| %s |", r->arms[a].arm->name);
         for (size_t i = 0; i < nm; i++)
-            fprintf(f, " %s |", s_cell(s_ci(r, a, ms[i]), fmts[i], scales[i], buf, sizeof buf));
+            fprintf(f, " %s |", er_cell(er_ci(r, a, ms[i]), fmts[i], scales[i], buf, sizeof buf));
         fprintf(f, "\n");
     }
     fprintf(f, "\n");
@@ -275,10 +269,10 @@ static int s_write_csvs(const exp_report_t *r, char *err, size_t errlen)
         goto fail;
     fprintf(f, "arm,metric,seeds,mean,ci_lo,ci_hi\n");
     for (size_t a = 0; a < r->narms; a++) {
-        if (!s_ran(r, a))
+        if (!er_ran(r, a))
             continue;
         for (int m = 0; m < EXP_M_COUNT; m++) {
-            exp_ci_t c = s_ci(r, a, (exp_metric_t)m);
+            exp_ci_t c = er_ci(r, a, (exp_metric_t)m);
             if (c.n)
                 fprintf(f, "%s,%s,%zu,%.10g,%.10g,%.10g\n", r->arms[a].arm->name, s_metric_names[m],
                         c.n, c.mean, c.lo, c.hi);
@@ -294,7 +288,7 @@ static int s_write_csvs(const exp_report_t *r, char *err, size_t errlen)
         fprintf(f, ",%s", exp_field_name((exp_field_t)i));
     fprintf(f, "\n");
     for (size_t a = 0; a < r->narms; a++)
-        for (size_t s = 0; s_ran(r, a) && s < r->nseeds; s++) {
+        for (size_t s = 0; er_ran(r, a) && s < r->nseeds; s++) {
             const exp_run_t *run = r->arms[a].runs[s];
             for (size_t i = 0; run && i < run->niters; i++) {
                 fprintf(f, "%s,%lld,%d", r->arms[a].arm->name, (long long)r->seeds[s],
@@ -311,7 +305,7 @@ static int s_write_csvs(const exp_report_t *r, char *err, size_t errlen)
         goto fail;
     fprintf(f, "arm,seed,iteration,heldout_success\n");
     for (size_t a = 0; a < r->narms; a++)
-        for (size_t s = 0; s_ran(r, a) && s < r->nseeds; s++) {
+        for (size_t s = 0; er_ran(r, a) && s < r->nseeds; s++) {
             const exp_run_t *run = r->arms[a].runs[s];
             for (size_t i = 0; run && i < run->nevals; i++)
                 fprintf(f, "%s,%lld,%d,%.10g\n", r->arms[a].arm->name, (long long)r->seeds[s],
@@ -325,413 +319,6 @@ fail:
     return SR_EIO;
 }
 
-/* s_plot_wall: rollout wall-clock per arm, mean with its interval. */
-static int s_plot_wall(const exp_report_t *r, const char *path)
-{
-    const char *names[64];
-    exp_ci_t cis[64];
-    size_t n = 0;
-    double ymax = 0;
-    for (size_t a = 0; a < r->narms && n < 64; a++) {
-        if (!s_ran(r, a))
-            continue;
-        names[n] = r->arms[a].arm->name;
-        cis[n] = s_ci(r, a, EXP_M_wall_s);
-        if (cis[n].hi > ymax)
-            ymax = cis[n].hi;
-        n++;
-    }
-    exp_svg_t *s = exp_svg_new("Rollout wall-clock per arm (mean over seeds, 95% CI)", "arm",
-                               "seconds", -0.6, (double)n - 0.4, 0, ymax * 1.15);
-    if (!s)
-        return SR_ENOMEM;
-    exp_svg_categories(s, names, n);
-    for (size_t i = 0; i < n; i++) {
-        exp_svg_bar(s, (double)i - 0.3, (double)i + 0.3, cis[i].mean, (int)i, 0.85, NULL);
-        if (cis[i].n > 1)
-            exp_svg_errbar(s, (double)i, cis[i].lo, cis[i].hi);
-    }
-    if (n && cis[0].n)
-        exp_svg_hline(s, cis[0].mean * 0.9, "0.90 x baseline");
-    int rc = exp_svg_save(s, path);
-    exp_svg_destroy(&s);
-    return rc;
-}
-
-/* s_plot_heldout: held-out success over iterations per arm, band = min..max over seeds. */
-static int s_plot_heldout(const exp_report_t *r, const char *path)
-{
-    int xmax = 1;
-    for (size_t a = 0; a < r->narms; a++)
-        for (size_t s = 0; s_ran(r, a) && s < r->nseeds; s++) {
-            const exp_run_t *run = r->arms[a].runs[s];
-            for (size_t i = 0; run && i < run->nevals; i++)
-                if (run->evals[i].iteration > xmax)
-                    xmax = run->evals[i].iteration;
-        }
-    exp_svg_t *sv = exp_svg_new("Held-out success (mean over seeds; band: min..max)", "iteration",
-                                "success", 0, xmax, 0, 1);
-    if (!sv)
-        return SR_ENOMEM;
-    for (size_t a = 0; a < r->narms; a++) {
-        if (!s_ran(r, a))
-            continue;
-        double x[512], y[512], lo[512], hi[512];
-        size_t n = 0;
-        for (int it = 0; it <= xmax && n < 512; it++) {
-            double sum = 0, mn = INFINITY, mx = -INFINITY;
-            int cnt = 0;
-            for (size_t s = 0; s < r->nseeds; s++) {
-                const exp_run_t *run = r->arms[a].runs[s];
-                for (size_t i = 0; run && i < run->nevals; i++)
-                    if (run->evals[i].iteration == it) {
-                        double v = run->evals[i].success;
-                        sum += v;
-                        mn = v < mn ? v : mn;
-                        mx = v > mx ? v : mx;
-                        cnt++;
-                    }
-            }
-            if (cnt) {
-                x[n] = it;
-                y[n] = sum / cnt;
-                lo[n] = mn;
-                hi[n] = mx;
-                n++;
-            }
-        }
-        exp_svg_band(sv, x, lo, hi, n, (int)a);
-        exp_svg_line(sv, x, y, n, (int)a, r->arms[a].arm->name);
-    }
-    int rc = exp_svg_save(sv, path);
-    exp_svg_destroy(&sv);
-    return rc;
-}
-
-/* s_plot_hist: d_K of zero-variance and informative shadow groups, with the threshold. */
-static int s_plot_hist(const exp_group_t *g, size_t n, const char *path)
-{
-    double zv[S_BINS] = {0}, inf[S_BINS] = {0};
-    double ymax = 1;
-    for (size_t i = 0; i < n; i++) {
-        if (!g[i].complete || !g[i].decidable)
-            continue;
-        int b = (int)(g[i].d_k * S_BINS);
-        b = b < 0 ? 0 : b >= S_BINS ? S_BINS - 1 : b;
-        if (g[i].zero_variance)
-            zv[b]++;
-        else
-            inf[b]++;
-    }
-    for (int b = 0; b < S_BINS; b++)
-        ymax = fmax(ymax, fmax(zv[b], inf[b]));
-    exp_svg_t *s =
-        exp_svg_new("d_K at K=10 of shadow-arm groups", "d_K", "groups", 0, 1, 0, ymax * 1.15);
-    if (!s)
-        return SR_ENOMEM;
-    for (int b = 0; b < S_BINS; b++) {
-        double x0 = (double)b / S_BINS, w = 1.0 / S_BINS;
-        exp_svg_bar(s, x0, x0 + w * 0.5, zv[b], 1, 0.8, b == 0 ? "zero-variance" : NULL);
-        exp_svg_bar(s, x0 + w * 0.5, x0 + w, inf[b], 0, 0.8, b == 0 ? "informative" : NULL);
-    }
-    exp_svg_vline(s, S_PAPER_THRESHOLD, "d_L = 0.12");
-    int rc = exp_svg_save(s, path);
-    exp_svg_destroy(&s);
-    return rc;
-}
-
-/* s_plot_pr: precision and recall of the paper's rule against the threshold. */
-static int s_plot_pr(const exp_report_t *r, const exp_group_t *g, size_t n, const char *path)
-{
-    double x[1024], p[1024], rc_[1024];
-    size_t m = 0;
-    for (double t = r->sweep_from; t <= r->sweep_to + 1e-9 && m < 1024; t += r->sweep_step) {
-        exp_pr_t pr;
-        exp_stats_pr_threshold(g, n, t, &pr);
-        x[m] = t;
-        p[m] = pr.predicted ? pr.precision : NAN;
-        rc_[m] = pr.recall;
-        m++;
-    }
-    exp_svg_t *s = exp_svg_new("Gate precision / recall vs threshold (shadow arm, K=10)",
-                               "threshold d_L", "share", r->sweep_from, r->sweep_to, 0, 1);
-    if (!s)
-        return SR_ENOMEM;
-    exp_svg_line(s, x, p, m, 0, "precision");
-    exp_svg_line(s, x, rc_, m, 1, "recall");
-    exp_svg_vline(s, S_PAPER_THRESHOLD, "0.12");
-    int rc = exp_svg_save(s, path);
-    exp_svg_destroy(&s);
-    return rc;
-}
-
-/* s_rule_names collects the names of the rules recorded in the groups' "rules" objects, in
- * order of first appearance; returns how many. */
-static size_t s_rule_names(const exp_group_t *g, size_t n, char (*names)[EXP_RULE_NAME_MAX],
-                           size_t cap)
-{
-    size_t nn = 0;
-    for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < g[i].nrules; k++) {
-            size_t j = 0;
-            while (j < nn && strcmp(names[j], g[i].rules[k].name) != 0)
-                j++;
-            if (j == nn && nn < cap)
-                snprintf(names[nn++], EXP_RULE_NAME_MAX, "%s", g[i].rules[k].name);
-        }
-    return nn;
-}
-
-/* One row of "Gate rules side by side": a rule and the first arm that enforces it. */
-typedef struct {
-    char name[EXP_RULE_NAME_MAX];
-    size_t arm; /* index into r->arms, or S_NO_ARM */
-} s_rule_row_t;
-
-/* s_rule_rows lists the rules of the report's arms (in arm order, each with the first arm that
- * enforces it: `gate` for the paper's rule in the default order), then the rules that only the
- * records carry. Returns the number of rows. */
-static size_t s_rule_rows(const exp_report_t *r, const exp_group_t *g, size_t n,
-                          s_rule_row_t *rows, size_t cap)
-{
-    char names[S_RULES_CAP][EXP_RULE_NAME_MAX];
-    size_t nr = 0, nn = s_rule_names(g, n, names, S_RULES_CAP);
-    for (size_t a = 0; a < r->narms + nn && nr < cap; a++) {
-        const char *name = a < r->narms ? r->arms[a].arm->rule : names[a - r->narms];
-        if (!name)
-            continue;
-        size_t j = 0;
-        while (j < nr && strcmp(rows[j].name, name) != 0)
-            j++;
-        if (j < nr)
-            continue;
-        snprintf(rows[nr].name, EXP_RULE_NAME_MAX, "%s", name);
-        rows[nr++].arm = a < r->narms ? a : S_NO_ARM;
-    }
-    return nr;
-}
-
-/* s_rule_verdicts fills *pr with rule `name`'s recorded verdicts on the pooled shadow groups; the
- * paper's rule is replayed from the actions when no verdicts are recorded. False when neither. */
-static bool s_rule_verdicts(const exp_group_t *g, size_t n, const char *name, exp_pr_t *pr)
-{
-    if (exp_stats_pr_rule(g, n, name, pr) > 0)
-        return true;
-    if (strcmp(name, "paper") != 0)
-        return false;
-    exp_stats_pr_threshold(g, n, S_PAPER_THRESHOLD, pr);
-    return true;
-}
-
-/* s_arm_cell formats figure m of a rule's own arm, or says why there is none. */
-static const char *s_arm_cell(const exp_report_t *r, size_t a, exp_metric_t m, const char *fmt,
-                              double scale, char *buf, size_t cap)
-{
-    if (a == S_NO_ARM)
-        snprintf(buf, cap, "no arm");
-    else if (r->arms[a].skipped)
-        snprintf(buf, cap, "skipped");
-    else if (!s_ran(r, a))
-        snprintf(buf, cap, "no run");
-    else
-        s_cell(s_ci(r, a, m), fmt, scale, buf, cap);
-    return buf;
-}
-
-/* s_side_by_side writes "Gate rules side by side": one row per rule, its verdicts' precision and
- * recall on the shadow groups and its own enforce arm against the baseline. */
-static void s_side_by_side(FILE *f, const exp_report_t *r, const exp_group_t *g, size_t n)
-{
-    s_rule_row_t rows[S_RULES_CAP];
-    size_t nr = s_rule_rows(r, g, n, rows, S_RULES_CAP);
-    fprintf(f, "## Gate rules side by side\n\n");
-    if (nr == 0) {
-        fprintf(f, "No arm enforces a gate rule and the runs record no rule verdicts.\n\n");
-        return;
-    }
-    fprintf(f,
-            "One row per rule. Precision and recall are those of the rule's shadow verdicts on "
-            "the baseline's groups, pooled over seeds (as in \"Gate rules\"; the paper's rule is "
-            "replayed from the actions when the runs record no verdicts). The other columns are "
-            "the rule's own enforce arm against the baseline, paired by seed (mean [95%% "
-            "interval] over seeds): the share of started groups it cancelled, the generated "
-            "tokens it saved (1 - its tokens / the baseline's), its rollout wall-clock / the "
-            "baseline's and its last held-out success minus the baseline's.\n\n"
-            "| rule | arm | precision | recall | share of groups cut | tokens saved | "
-            "wall-clock / baseline | held-out - baseline |\n"
-            "|---|---|---|---|---|---|---|---|\n");
-    for (size_t j = 0; j < nr; j++) {
-        char pc[32] = "n/a", rc[32] = "n/a", c1[128], c2[128], c3[128], c4[128];
-        exp_pr_t pr;
-        if (s_rule_verdicts(g, n, rows[j].name, &pr)) {
-            snprintf(pc, sizeof pc, "%.3f", pr.precision);
-            snprintf(rc, sizeof rc, "%.3f", pr.recall);
-        }
-        size_t a = rows[j].arm;
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", rows[j].name,
-                a == S_NO_ARM ? "-" : r->arms[a].arm->name, pc, rc,
-                s_arm_cell(r, a, EXP_M_cut_share, "%.3f", 1, c1, sizeof c1),
-                s_arm_cell(r, a, EXP_M_tokens_saved, "%.1f%%", 100, c2, sizeof c2),
-                s_arm_cell(r, a, EXP_M_wall_ratio, "%.3f", 1, c3, sizeof c3),
-                s_arm_cell(r, a, EXP_M_heldout_diff, "%+.1f pp", 100, c4, sizeof c4));
-    }
-    fprintf(f, "\nThe precision-recall curve of each rule over its score: "
-               "[plots/pr_rules.svg](plots/pr_rules.svg).\n\n");
-}
-
-/* s_plot_pr_rules: one precision-recall curve per rule from the sweep of its score over the
- * shadow groups, the rule's own verdicts marked, the target region shaded. */
-static int s_plot_pr_rules(const exp_report_t *r, const exp_group_t *g, size_t n,
-                           const char *path)
-{
-    s_rule_row_t rows[S_RULES_CAP];
-    size_t nr = s_rule_rows(r, g, n, rows, S_RULES_CAP);
-    exp_svg_t *s = exp_svg_new("Precision-recall per rule over its score (diamond: own verdicts)",
-                               "recall of zero-variance groups", "precision", 0, 1, 0, 1);
-    if (!s)
-        return SR_ENOMEM;
-    exp_svg_region(s, S_TARGET_RECALL, 1, S_TARGET_PRECISION, 1, 7,
-                   "target: P >= 0.95, R >= 0.70");
-    for (size_t j = 0; j < nr; j++) {
-        size_t m = 0;
-        exp_pr_point_t *pts = exp_stats_pr_curve(g, n, rows[j].name, &m);
-        bool curve = pts != NULL;
-        if (curve) {
-            double *x = sr_xcalloc(m, sizeof *x), *y = sr_xcalloc(m, sizeof *y);
-            for (size_t i = 0; i < m; i++) {
-                x[i] = pts[i].pr.recall;
-                y[i] = pts[i].pr.predicted ? pts[i].pr.precision : NAN;
-            }
-            exp_svg_curve(s, x, y, m, (int)j, rows[j].name);
-            free(x);
-            free(y);
-            free(pts);
-        }
-        exp_pr_t pr;
-        if (s_rule_verdicts(g, n, rows[j].name, &pr) && pr.predicted)
-            exp_svg_point(s, pr.recall, pr.precision, (int)j, curve ? NULL : rows[j].name);
-    }
-    int rc = exp_svg_save(s, path);
-    exp_svg_destroy(&s);
-    return rc;
-}
-
-/* s_rules_section writes the "gate rules" section from the recorded "rules" verdicts. */
-static void s_rules_section(FILE *f, const exp_report_t *r, const exp_group_t *g, size_t n)
-{
-    char names[S_RULES_CAP][EXP_RULE_NAME_MAX];
-    size_t nn = s_rule_names(g, n, names, S_RULES_CAP);
-    fprintf(f, "## Gate rules\n\n");
-    if (nn == 0) {
-        fprintf(f, "Per-rule shadow verdicts: not available (the runs' group records carry no "
-                   "\"rules\" objects; this `selroll run` records only the configured gate's "
-                   "decision). The paper's rule is replayed from the actions above.\n\n");
-        return;
-    }
-    fprintf(f, "Shadow verdicts of every rule on the baseline's groups (pooled over seeds).\n\n"
-               "| rule | groups | zero-variance | cut | precision | recall | share cut | "
-               "oracle recovered |\n|---|---|---|---|---|---|---|---|\n");
-    for (size_t j = 0; j < nn; j++) {
-        exp_pr_t pr;
-        exp_stats_pr_rule(g, n, names[j], &pr);
-        fprintf(f, "| %s | %zu | %zu | %zu | %.3f | %.3f | %.3f | %.3f |\n", names[j], pr.groups,
-                pr.positives, pr.predicted, pr.precision, pr.recall, pr.cut_share, pr.recovered);
-    }
-    fprintf(f,
-            "\nPrecision / recall over score thresholds (cut side taken from the rule's own "
-            "verdicts):\n\n| rule | score threshold | precision | recall |\n|---|---|---|---|\n");
-    for (size_t j = 0; j < nn; j++) {
-        double sc[4096];
-        size_t m = 0;
-        for (size_t i = 0; i < n && m < 4096; i++) {
-            const exp_rule_t *e = exp_data_rule(&g[i], names[j]);
-            if (e && e->has_score)
-                sc[m++] = e->score;
-        }
-        if (m == 0) {
-            fprintf(f, "| %s | no scores | | |\n", names[j]);
-            continue;
-        }
-        double lo = sc[0], hi = sc[0];
-        for (size_t i = 1; i < m; i++) {
-            lo = fmin(lo, sc[i]);
-            hi = fmax(hi, sc[i]);
-        }
-        for (int q = 0; q <= 8; q++) {
-            double t = lo + (hi - lo) * q / 8.0;
-            exp_pr_t pr;
-            exp_stats_pr_score(g, n, names[j], t, &pr);
-            fprintf(f, "| %s | %.4g | %.3f | %.3f |\n", names[j], t, pr.precision, pr.recall);
-        }
-    }
-    fprintf(f, "\n");
-    (void)r;
-}
-
-/* s_targets_rules writes the variant goal (precision >= 0.95 at recall >= 0.70): the best
- * precision each rule reaches at recall >= 0.70 over its score, and the rule closest to it. */
-static void s_targets_rules(FILE *f, const exp_report_t *r, const exp_group_t *g, size_t n)
-{
-    s_rule_row_t rows[S_RULES_CAP];
-    size_t nr = s_rule_rows(r, g, n, rows, S_RULES_CAP), scored = 0;
-    char lines[S_RULES_CAP][160];
-    const char *best_name = NULL;
-    exp_pr_point_t best = {0};
-    for (size_t j = 0; j < nr; j++) {
-        size_t m = 0;
-        exp_pr_point_t *pts = exp_stats_pr_curve(g, n, rows[j].name, &m), b;
-        if (!pts)
-            continue;
-        if (exp_stats_pr_best(pts, m, S_TARGET_RECALL, &b)) {
-            snprintf(lines[scored], sizeof lines[0],
-                     "%s: precision %.3f at recall %.3f (score threshold %.4g)", rows[j].name,
-                     b.pr.precision, b.pr.recall, b.threshold);
-            if (!best_name || b.pr.precision > best.pr.precision) {
-                best = b;
-                best_name = rows[j].name;
-            }
-        } else {
-            snprintf(lines[scored], sizeof lines[0], "%s: no score threshold reaches recall 0.70",
-                     rows[j].name);
-        }
-        scored++;
-        free(pts);
-    }
-    if (scored == 0) {
-        double bp = -1, bt = 0;
-        for (double t = r->sweep_from; t <= r->sweep_to + 1e-9; t += r->sweep_step) {
-            exp_pr_t pr;
-            exp_stats_pr_threshold(g, n, t, &pr);
-            if (pr.recall >= S_TARGET_RECALL && pr.predicted && pr.precision > bp) {
-                bp = pr.precision;
-                bt = t;
-            }
-        }
-        if (bp >= 0)
-            fprintf(f,
-                    "- Best gate variant precision >= 0.95 at recall >= 0.70: %s (paper rule at "
-                    "d_L = %.2f: precision %.3f).\n",
-                    bp >= S_TARGET_PRECISION ? "met" : "not met", bt, bp);
-        else
-            fprintf(f, "- Best gate variant precision >= 0.95 at recall >= 0.70: not met (no "
-                       "threshold of the sweep reaches recall 0.70 with the paper's rule; the "
-                       "runs record no per-rule scores).\n");
-        return;
-    }
-    if (best_name)
-        fprintf(f,
-                "- Best gate variant precision >= 0.95 at recall >= 0.70: %s; closest rule %s "
-                "with precision %.3f at recall %.3f. Best precision at recall >= 0.70 per rule, "
-                "over its score on the shadow groups (plots/pr_rules.svg):\n",
-                best.pr.precision >= S_TARGET_PRECISION ? "met" : "not met", best_name,
-                best.pr.precision, best.pr.recall);
-    else
-        fprintf(f, "- Best gate variant precision >= 0.95 at recall >= 0.70: not met; no rule's "
-                   "score reaches recall 0.70 on the shadow groups:\n");
-    for (size_t j = 0; j < scored; j++)
-        fprintf(f, "  - %s\n", lines[j]);
-}
-
 /* s_targets writes the targets and whether this report meets them. */
 static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size_t n)
 {
@@ -739,8 +326,8 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
     const char *st = "not measured (no gate arm)";
     char buf[256];
     for (size_t a = 0; a < r->narms; a++)
-        if (s_ran(r, a) && strcmp(r->arms[a].arm->name, "gate") == 0) {
-            exp_ci_t c = s_ci(r, a, EXP_M_wall_ratio);
+        if (er_ran(r, a) && strcmp(r->arms[a].arm->name, "gate") == 0) {
+            exp_ci_t c = er_ci(r, a, EXP_M_wall_ratio);
             if (c.n) {
                 snprintf(buf, sizeof buf, "%s (%.3f)", c.mean <= 0.90 ? "met" : "not met", c.mean);
                 st = buf;
@@ -765,7 +352,7 @@ static void s_targets(FILE *f, const exp_report_t *r, const exp_group_t *g, size
                 "%s at %.3f x, held-out %+.1f pp).\n",
                 best <= 0.70 && best_diff >= -0.02 ? "met" : "not met", best_name, best,
                 100.0 * best_diff);
-    s_targets_rules(f, r, g, n);
+    er_targets_rules(f, r, g, n);
     fprintf(f, "\n");
 }
 
@@ -789,19 +376,19 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
         goto cleanup;
     }
     snprintf(path, sizeof path, "%s/plots/wall_clock.svg", r->out_dir);
-    rc = s_plot_wall(r, path);
+    rc = er_plot_wall(r, path);
     snprintf(path, sizeof path, "%s/plots/heldout.svg", r->out_dir);
     if (rc == SR_OK)
-        rc = s_plot_heldout(r, path);
+        rc = er_plot_heldout(r, path);
     snprintf(path, sizeof path, "%s/plots/dk_histogram.svg", r->out_dir);
     if (rc == SR_OK)
-        rc = s_plot_hist(pool, ng, path);
+        rc = er_plot_hist(pool, ng, path);
     snprintf(path, sizeof path, "%s/plots/precision_recall.svg", r->out_dir);
     if (rc == SR_OK)
-        rc = s_plot_pr(r, pool, ng, path);
+        rc = er_plot_pr(r, pool, ng, path);
     if (rc == SR_OK) {
         snprintf(path, sizeof path, "%s/plots/pr_rules.svg", r->out_dir);
-        rc = s_plot_pr_rules(r, pool, ng, path);
+        rc = er_plot_pr_rules(r, pool, ng, path);
     }
     if (rc != SR_OK) {
         if (err)
@@ -900,7 +487,7 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
     fprintf(f, "Held-out success at each evaluation (mean over seeds):\n\n| arm | evaluations |\n"
                "|---|---|\n");
     for (size_t a = 0; a < r->narms; a++) {
-        if (!s_ran(r, a))
+        if (!er_ran(r, a))
             continue;
         fprintf(f, "| %s |", r->arms[a].arm->name);
         const exp_run_t *first = NULL;
@@ -931,15 +518,15 @@ int exp_report_write(const exp_report_t *r, char *err, size_t errlen)
     }
     {
         exp_pr_t pr;
-        exp_stats_pr_threshold(pool, ng, S_PAPER_THRESHOLD, &pr);
+        exp_stats_pr_threshold(pool, ng, ER_PAPER_THRESHOLD, &pr);
         fprintf(f,
                 "\nOracle ceiling (pooled): %.3f of generated tokens. Paper (authors' "
                 "repository, offline at K=10, d_L=0.12): precision 0.81, recall 0.44, ceiling "
                 "0.231.\n\n",
                 pr.oracle);
     }
-    s_rules_section(f, r, pool, ng);
-    s_side_by_side(f, r, pool, ng);
+    er_rules_section(f, r, pool, ng);
+    er_side_by_side(f, r, pool, ng);
     s_targets(f, r, pool, ng);
     fprintf(f, "## Plots\n\n![wall-clock](plots/wall_clock.svg)\n![held-out](plots/heldout.svg)\n"
                "![d_K histogram](plots/dk_histogram.svg)\n"

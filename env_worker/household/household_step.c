@@ -1,0 +1,329 @@
+/*
+ * household_step.c — the household's dynamics: reset, the admissible-command list (rebuilt into a
+ * string pool after every reset and step, sorted and de-duplicated, each command with the
+ * operation it stands for), the step that applies one command and writes its text, and the goal
+ * test.
+ */
+#include "env_worker/household/household_int.h"
+#include "common/sr.h"
+#include "env_worker/household/household_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Operations behind admissible commands. */
+enum {
+    S_HELP, S_INVENTORY, S_LOOK, S_GOTO, S_OPEN, S_CLOSE, S_TAKE, S_MOVE, S_HEAT, S_COOL, S_CLEANOP,
+    S_USE, S_EXAMINE_R, S_EXAMINE_O
+};
+
+static const char s_help[] =
+    "Available commands:\n"
+    "  look:                             look around your current location\n"
+    "  inventory:                        check your current inventory\n"
+    "  go to (receptacle):               move to a receptacle\n"
+    "  open (receptacle):                open a receptacle\n"
+    "  close (receptacle):               close a receptacle\n"
+    "  take (object) from (receptacle):  take an object from a receptacle\n"
+    "  move (object) to (receptacle):    place an object in or on a receptacle\n"
+    "  examine (something):              examine a receptacle or an object\n"
+    "  use (object):                     use an object\n"
+    "  heat (object) with (receptacle):  heat an object using a receptacle\n"
+    "  clean (object) with (receptacle): clean an object using a receptacle\n"
+    "  cool (object) with (receptacle):  cool an object using a receptacle";
+
+/* ---- admissible commands ---- */
+
+/* One admissible command while the list is sorted. */
+typedef struct {
+    const char *s;
+    hh_cmd_t cmd;
+} s_entry_t;
+
+static void s_cmd(household_t *h, int op, int obj, int rec, const char *a, const char *b, uint8_t blen,
+                  const char *c, const char *d, uint8_t dlen)
+{
+    SR_ASSERT(h->n_adm < HH_MAX_CMDS);
+    size_t la = strlen(a), lc = c ? strlen(c) : 0;
+    size_t need = la + blen + lc + dlen + 1;
+    SR_ASSERT(h->pool_len + need <= HH_POOL);
+    char *s = h->pool + h->pool_len;
+    char *p = s;
+    memcpy(p, a, la), p += la;
+    memcpy(p, b, blen), p += blen;
+    if (c)
+        memcpy(p, c, lc), p += lc;
+    if (d)
+        memcpy(p, d, dlen), p += dlen;
+    *p = '\0';
+    h->pool_len += need;
+    h->adm[h->n_adm] = s;
+    h->cmds[h->n_adm] = (hh_cmd_t){(uint8_t)op, (int8_t)obj, (int8_t)rec};
+    h->n_adm++;
+}
+
+static int s_cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const s_entry_t *)a)->s, ((const s_entry_t *)b)->s);
+}
+
+static bool s_accessible(const household_t *h, int r)
+{
+    return !h->receps[r].openable || h->open[r];
+}
+
+static void s_build_admissible(household_t *h)
+{
+    h->n_adm = 0;
+    h->pool_len = 0;
+    s_cmd(h, S_HELP, -1, -1, "help", "", 0, NULL, NULL, 0);
+    s_cmd(h, S_INVENTORY, -1, -1, "inventory", "", 0, NULL, NULL, 0);
+    s_cmd(h, S_LOOK, -1, -1, "look", "", 0, NULL, NULL, 0);
+    for (int r = 0; r < h->n_receps; r++)
+        if (r != h->cur)
+            s_cmd(h, S_GOTO, -1, r, "go to ", h->receps[r].name, h->receps[r].name_len, NULL, NULL, 0);
+    int c = h->cur;
+    const hh_obj_t *held = h->held >= 0 ? &h->objs[h->held] : NULL;
+    if (held)
+        s_cmd(h, S_EXAMINE_O, h->held, -1, "examine ", held->name, held->name_len, NULL, NULL, 0);
+    if (c >= 0) {
+        const hh_recep_t *rc = &h->receps[c];
+        s_cmd(h, S_EXAMINE_R, -1, c, "examine ", rc->name, rc->name_len, NULL, NULL, 0);
+        if (rc->openable)
+            s_cmd(h, h->open[c] ? S_CLOSE : S_OPEN, -1, c, h->open[c] ? "close " : "open ", rc->name, rc->name_len,
+                  NULL, NULL, 0);
+        bool access = s_accessible(h, c);
+        for (int i = 0; i < h->n_objs; i++) {
+            const hh_obj_t *o = &h->objs[i];
+            if (o->loc != c)
+                continue;
+            uint8_t props = household_objects[o->type].props;
+            if (props & HOUSEHOLD_LAMP)
+                s_cmd(h, S_USE, i, c, "use ", o->name, o->name_len, NULL, NULL, 0);
+            else if (!held && access && !(props & HOUSEHOLD_FIXED))
+                s_cmd(h, S_TAKE, i, c, "take ", o->name, o->name_len, " from ", rc->name, rc->name_len);
+        }
+        if (held) {
+            uint8_t props = household_objects[held->type].props;
+            if (access && household_can_hold(rc->type, held->type))
+                s_cmd(h, S_MOVE, h->held, c, "move ", held->name, held->name_len, " to ", rc->name, rc->name_len);
+            if (rc->type == HOUSEHOLD_R_MICROWAVE && (props & HOUSEHOLD_HEATABLE))
+                s_cmd(h, S_HEAT, h->held, c, "heat ", held->name, held->name_len, " with ", rc->name, rc->name_len);
+            if (rc->type == HOUSEHOLD_R_FRIDGE && (props & HOUSEHOLD_COOLABLE))
+                s_cmd(h, S_COOL, h->held, c, "cool ", held->name, held->name_len, " with ", rc->name, rc->name_len);
+            if (rc->type == HOUSEHOLD_R_SINKBASIN && (props & HOUSEHOLD_CLEANABLE))
+                s_cmd(h, S_CLEANOP, h->held, c, "clean ", held->name, held->name_len, " with ", rc->name,
+                      rc->name_len);
+        }
+    }
+    /* Sort by string, then drop duplicates. */
+    s_entry_t e[HH_MAX_CMDS];
+    for (int i = 0; i < h->n_adm; i++)
+        e[i] = (s_entry_t){h->adm[i], h->cmds[i]};
+    qsort(e, (size_t)h->n_adm, sizeof e[0], s_cmp_entry);
+    int n = 0;
+    for (int i = 0; i < h->n_adm; i++) {
+        if (n > 0 && !strcmp(h->adm[n - 1], e[i].s))
+            continue;
+        h->adm[n] = e[i].s;
+        h->cmds[n++] = e[i].cmd;
+    }
+    h->n_adm = n;
+}
+
+/* ---- goals ---- */
+
+static bool s_goal_reached(const household_t *h)
+{
+    if (h->task == HOUSEHOLD_LOOK) {
+        if (h->held < 0 || h->objs[h->held].type != h->goal_obj || h->cur < 0)
+            return false;
+        for (int i = 0; i < h->n_objs; i++)
+            if (h->objs[i].type == h->lamp_obj && h->objs[i].loc == h->cur && (h->objs[i].state & HH_ON))
+                return true;
+        return false;
+    }
+    uint8_t need = h->task == HOUSEHOLD_CLEAN ? HH_CLEAN : h->task == HOUSEHOLD_HEAT ? HH_HOT
+                 : h->task == HOUSEHOLD_COOL  ? HH_COLD
+                                              : 0;
+    int per_recep[HH_MAX_RECEPS] = {0};
+    int want = h->task == HOUSEHOLD_TWO ? 2 : 1;
+    for (int i = 0; i < h->n_objs; i++) {
+        const hh_obj_t *o = &h->objs[i];
+        if (o->type != h->goal_obj || o->loc < 0 || h->receps[o->loc].type != h->goal_recep)
+            continue;
+        if ((o->state & need) != need)
+            continue;
+        if (++per_recep[o->loc] >= want)
+            return true;
+    }
+    return false;
+}
+
+static void s_fill_obs(household_t *h, env_obs_t *obs)
+{
+    obs->text = h->text;
+    obs->admissible = h->adm;
+    obs->n_admissible = (size_t)h->n_adm;
+    obs->goal = h->goal;
+    obs->reward = h->reward;
+    obs->done = h->done;
+    obs->won = h->won;
+    obs->steps = h->steps;
+    obs->max_steps = h->max_steps;
+}
+
+int household_reset(household_t *self, env_obs_t *obs)
+{
+    if (!self || !obs)
+        return SR_EINVAL;
+    memcpy(self->objs, self->init_objs, sizeof self->objs[0] * (size_t)self->n_objs);
+    memset(self->open, 0, sizeof self->open);
+    self->cur = -1;
+    self->held = -1;
+    self->steps = 0;
+    self->done = self->won = false;
+    self->reward = 0;
+    hh_text_t *t = &self->out;
+    t->len = 0;
+    hh_put(t, "-= Welcome to TextWorld, ALFRED! =-\n\n");
+    hh_put(t, self->room_sentence);
+    hh_put(t, "\n\nYour task is to: ");
+    hh_put(t, self->goal);
+    s_build_admissible(self);
+    s_fill_obs(self, obs);
+    return SR_OK;
+}
+
+static int s_find_cmd(const household_t *h, const char *action)
+{
+    int lo = 0, hi = h->n_adm - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int c = strcmp(h->adm[mid], action);
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static void s_apply(household_t *h, hh_cmd_t cmd)
+{
+    hh_text_t *t = &h->out;
+    hh_recep_t *rc = cmd.rec >= 0 ? &h->receps[cmd.rec] : NULL;
+    hh_obj_t *o = cmd.obj >= 0 ? &h->objs[cmd.obj] : NULL;
+    switch (cmd.op) {
+    case S_HELP: hh_put(t, s_help); break;
+    case S_INVENTORY:
+        if (h->held >= 0) {
+            hh_put(t, "You are carrying: a ");
+            hh_put_n(t, h->objs[h->held].name, h->objs[h->held].name_len);
+            hh_put(t, ".");
+        } else {
+            hh_put(t, "You are not carrying anything.");
+        }
+        break;
+    case S_LOOK:
+        if (h->cur < 0) {
+            hh_put(t, h->room_sentence);
+        } else {
+            hh_put(t, "You are facing the ");
+            hh_put_n(t, h->receps[h->cur].name, h->receps[h->cur].name_len);
+            hh_put(t, ". Next to it, you see nothing.");
+        }
+        break;
+    case S_GOTO:
+        h->cur = cmd.rec;
+        hh_put(t, "You arrive at ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ". ");
+        hh_put_recep_desc(h, t, cmd.rec);
+        break;
+    case S_OPEN:
+        h->open[cmd.rec] = true;
+        hh_put(t, "You open the ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ". ");
+        hh_put_recep_desc(h, t, cmd.rec);
+        break;
+    case S_CLOSE:
+        h->open[cmd.rec] = false;
+        hh_put(t, "You close the ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ".");
+        break;
+    case S_TAKE:
+        o->loc = -1;
+        h->held = cmd.obj;
+        hh_put(t, "You pick up the ");
+        hh_put_n(t, o->name, o->name_len);
+        hh_put(t, " from the ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ".");
+        break;
+    case S_MOVE:
+        o->loc = cmd.rec;
+        h->held = -1;
+        hh_put(t, "You move the ");
+        hh_put_n(t, o->name, o->name_len);
+        hh_put(t, " to the ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ".");
+        break;
+    case S_HEAT:
+    case S_COOL:
+    case S_CLEANOP:
+        if (cmd.op == S_HEAT)
+            o->state = (uint8_t)((o->state | HH_HOT) & ~HH_COLD);
+        else if (cmd.op == S_COOL)
+            o->state = (uint8_t)((o->state | HH_COLD) & ~HH_HOT);
+        else
+            o->state |= HH_CLEAN;
+        hh_put(t, cmd.op == S_HEAT ? "You heat the " : cmd.op == S_COOL ? "You cool the " : "You clean the ");
+        hh_put_n(t, o->name, o->name_len);
+        hh_put(t, " using the ");
+        hh_put_n(t, rc->name, rc->name_len);
+        hh_put(t, ".");
+        break;
+    case S_USE:
+        o->state |= HH_ON;
+        hh_put(t, "You turn on the ");
+        hh_put_n(t, o->name, o->name_len);
+        hh_put(t, ".");
+        break;
+    case S_EXAMINE_R: hh_put_recep_desc(h, t, cmd.rec); break;
+    case S_EXAMINE_O: hh_put_examine_obj(t, o); break;
+    default: SR_ASSERT(!"unknown operation");
+    }
+}
+
+int household_step(household_t *self, const char *action, env_obs_t *obs)
+{
+    if (!self || !obs || !action)
+        return SR_EINVAL;
+    if (self->done)
+        return SR_ECONFLICT;
+    self->out.len = 0;
+    self->text[0] = '\0';
+    self->reward = 0;
+    int k = s_find_cmd(self, action);
+    if (k < 0)
+        hh_put(&self->out, "Nothing happens.");
+    else
+        s_apply(self, self->cmds[k]);
+    self->steps++;
+    if (k >= 0 && s_goal_reached(self)) {
+        self->won = true;
+        self->done = true;
+        self->reward = 1;
+    } else if (self->steps >= self->max_steps) {
+        self->done = true;
+    }
+    s_build_admissible(self);
+    s_fill_obs(self, obs);
+    return SR_OK;
+}
