@@ -14,6 +14,7 @@
  */
 #include "policy/policy_server.h"
 
+#include "common/clock.h"
 #include "common/model.h"
 #include "common/sr.h"
 #include "policy/ps_int.h"
@@ -278,7 +279,7 @@ static void *s_thread(void *arg)
             break;
         /* Never give up: a dead loop would leave hung-up requests decoding. */
         fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(rc));
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        clock_sleep_ms(10);
     }
     return NULL;
 }
@@ -359,7 +360,7 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     snprintf(s->name, sizeof s->name, "%s", o->model_name);
     s->o.host = s->host;
     s->o.model_name = s->name;
-    s->started = (int64_t)time(NULL);
+    s->started = clock_wall_sec();
     pthread_mutex_init(&s->mu, NULL);
 
     model_t *m0 = prior_build(&o->prior);

@@ -57,7 +57,7 @@ void ps_reply(ps_conn_t *c)
                        c->resp_len);
     if (!c->completion)
         return;
-    int64_t lat_ns = ps_now_ns() - c->t0_ns;
+    int64_t lat_ns = clock_mono_ns() - c->t0_ns;
     double lat = (double)lat_ns * 1e-9;
     for (size_t i = 0; i < S_NBUCKETS; i++)
         if (lat <= S_BUCKETS[i])
@@ -315,7 +315,7 @@ void ps_on_request(void *arg, http_srv_req_t *rq)
     c->srv = s;
     c->rq = rq;
     c->refs = 1; /* the request's: dropped by ps_on_free */
-    c->t0_ns = ps_now_ns();
+    c->t0_ns = clock_mono_ns();
     http_srv_req_set_ctx(rq, c);
     const char *method = http_srv_req_method(rq), *url = http_srv_req_path(rq);
     c->state = S_DONE;

@@ -10,6 +10,7 @@
 #ifndef SR_POLICY_PS_INT_H
 #define SR_POLICY_PS_INT_H
 
+#include "common/clock.h"
 #include "common/http_srv.h"
 #include "common/reactor.h"
 #include "common/storeq.h"
@@ -93,13 +94,6 @@ struct policy_server {
     uint64_t seq;
     int64_t started;
 };
-
-static inline int64_t ps_now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 static inline void ps_add64(uint64_t *p, uint64_t v)
 {
