@@ -216,7 +216,7 @@ static void s_abort_locked(struct policy_server *s, ps_conn_t *c)
         return; /* completing right now: the engine callback answers it */
     c->state = S_ABORTED;
     s_held_del_locked(s, c);
-    ps_add64(&s->req_aborted, 1);
+    metrics_counter_inc(s->m_req[PS_OUT_ABORTED]);
     http_srv_req_close(c->rq);
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; the request's remains */
 }
@@ -362,6 +362,10 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     s->o.model_name = s->name;
     s->started = clock_wall_sec();
     pthread_mutex_init(&s->mu, NULL);
+    if (ps_metrics_new(s) != SR_OK) {
+        why = "out of memory";
+        goto fail;
+    }
 
     model_t *m0 = prior_build(&o->prior);
     if (!m0) {
@@ -488,6 +492,7 @@ void policy_server_destroy(policy_server_t **sp)
     else if (s->r && s->loop)
         reactor_set_before_sleep(s->r, NULL, NULL);
     ps_models_destroy(&s->models);
+    metrics_registry_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
     free(s);
     *sp = NULL;
