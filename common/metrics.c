@@ -282,8 +282,9 @@ void metrics_counter_set(metrics_counter_t *c, double v)
     _Atomic uint64_t *a = &((s_series_t *)c)->value;
     uint64_t old = atomic_load_explicit(a, memory_order_relaxed);
     /* only up: two renders copying in at once never take it back */
-    while (s_double(old) < v && !atomic_compare_exchange_weak_explicit(
-                                    a, &old, s_bits(v), memory_order_relaxed, memory_order_relaxed)) {
+    while (s_double(old) < v &&
+           !atomic_compare_exchange_weak_explicit(a, &old, s_bits(v), memory_order_relaxed,
+                                                  memory_order_relaxed)) {
     }
 }
 

@@ -146,9 +146,9 @@ struct coord {
      * completion comes back on the loop. */
     wq_t *wr;
     store_t *wr_st;
-    size_t wr_held;    /* rounds queued with their results held (atomic) */
-    bool wr_gave_up;   /* writer thread only: a round failed while stopping, the rest are not
-                        * written */
+    size_t wr_held;  /* rounds queued with their results held (atomic) */
+    bool wr_gave_up; /* writer thread only: a round failed while stopping, the rest are not
+                      * written */
     metrics_counter_t *m_written_held, *m_written_redis; /* rounds written, by source */
     bool closing; /* the last round ended: finish once the writer is idle */
     sr_buf_t out;

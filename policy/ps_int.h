@@ -26,8 +26,15 @@
 
 #define PS_NBUCKETS 14 /* latency histogram buckets (ps_http.c) */
 /* The outcomes of selroll_policy_requests_total, in the order they are rendered. */
-enum { PS_OUT_OK, PS_OUT_BAD, PS_OUT_NOTFOUND, PS_OUT_FULL, PS_OUT_ABORTED, PS_OUT_OTHER,
-       PS_NOUTCOMES };
+enum {
+    PS_OUT_OK,
+    PS_OUT_BAD,
+    PS_OUT_NOTFOUND,
+    PS_OUT_FULL,
+    PS_OUT_ABORTED,
+    PS_OUT_OTHER,
+    PS_NOUTCOMES
+};
 
 /* S_LOADING: unanswered while the store thread fetches its policy version; its completion
  * answers the request again from the start, now with the version cached (or known missing). */

@@ -607,17 +607,19 @@ static void jsonl_text_is_byte_for_byte_the_golden_copy(void **state)
     const double r1[3] = {1, 0, 0.5}, r2[2] = {1, 1};
     const int64_t s1[3] = {3, 4, 5}, s2[2] = {2, 2};
     assert_int_equal(batch_add_group(b, "g-aud", "household/train/3", 3, 1.0), SR_OK);
-    assert_int_equal(batch_group_set_gate(b, "g-aud",
-                                          "{ \"paper\" : { \"cut\" : true, \"step\" : 10,"
-                                          " \"score\" : 5e-2, \"why\" : \"a\\/b \\u00e9\\n\","
-                                          " \"list\" : [ 1.0, -0, 1e400, null, false, {} , [] ] } }",
-                                          2.5),
-                     SR_OK);
+    assert_int_equal(
+        batch_group_set_gate(b, "g-aud",
+                             "{ \"paper\" : { \"cut\" : true, \"step\" : 10,"
+                             " \"score\" : 5e-2, \"why\" : \"a\\/b \\u00e9\\n\","
+                             " \"list\" : [ 1.0, -0, 1e400, null, false, {} , [] ] } }",
+                             2.5),
+        SR_OK);
     static const int32_t ids[3] = {17, -4, 2147483647};
     static const float lps[3] = {-0.25f, -1e-7f, 0.0f};
     static const int32_t pids[2] = {1, 2};
     for (int t = 0; t < 3; t++) {
-        const proto_result_t *r = s_res(&p, "g-aud", t, t == 1 ? "truncated" : "done", r1[t], s1[t]);
+        const proto_result_t *r =
+            s_res(&p, "g-aud", t, t == 1 ? "truncated" : "done", r1[t], s1[t]);
         proto_result_t *w = (proto_result_t *)r;
         proto_result_step_t *st = w->steps;
         if (t == 0) {

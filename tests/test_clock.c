@@ -69,7 +69,7 @@ static void sleep_waits_real_time_even_when_scaled(void **state)
     clock_gettime(CLOCK_MONOTONIC, &b);
     int64_t real_ms = (b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
     assert_true(real_ms >= 29 && real_ms < 2000);
-    /* scaled: the sleep is still 30 ms of real time, while the scaled clock runs ten times as fast */
+    /* scaled: the sleep is still 30 ms of real time; the scaled clock runs ten times as fast */
     assert_int_equal(clock_set_scale(10.0), SR_OK);
     int64_t m0 = clock_mono_ms();
     clock_gettime(CLOCK_MONOTONIC, &a);

@@ -60,12 +60,12 @@ typedef struct {
     pthread_t done_thread;
     int rc;
     char err[WQ_ERR_MAX];
-    int *order;       /* completions seen so far, shared */
-    int *seen;        /* seen[index] = position */
-    int calls;        /* done functions called for this job */
-    int stop_after;   /* stop the loop once this many completions came in */
+    int *order;     /* completions seen so far, shared */
+    int *seen;      /* seen[index] = position */
+    int calls;      /* done functions called for this job */
+    int stop_after; /* stop the loop once this many completions came in */
     int64_t done_ms;
-    int started;      /* set (atomically) when its work began */
+    int started; /* set (atomically) when its work began */
 } job_t;
 
 static int job_work(void *arg, char *err)
@@ -107,9 +107,13 @@ static void jobs_run_off_the_loop_and_complete_on_it_in_order(void **state)
     int order = 0, seen[N];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < N; i++) {
-        jobs[i] = (job_t){.r = f->r, .index = i, .sleep_ms = i % 7 == 0 ? 2 : 0,
-                          .rc_to_return = i % 5 == 4 ? SR_EIO : SR_OK, .order = &order,
-                          .seen = seen, .stop_after = N};
+        jobs[i] = (job_t){.r = f->r,
+                          .index = i,
+                          .sleep_ms = i % 7 == 0 ? 2 : 0,
+                          .rc_to_return = i % 5 == 4 ? SR_EIO : SR_OK,
+                          .order = &order,
+                          .seen = seen,
+                          .stop_after = N};
         assert_int_equal(wq_push(f->q, job_work, job_done, &jobs[i]), SR_OK);
     }
     bool guard_fired = false;
@@ -156,8 +160,8 @@ static void a_slow_job_never_holds_the_loop(void **state)
 {
     fixture_t *f = *state;
     int order = 0, seen[1];
-    job_t slow = {.r = f->r, .index = 0, .sleep_ms = 400, .order = &order, .seen = seen,
-                  .stop_after = 1};
+    job_t slow = {
+        .r = f->r, .index = 0, .sleep_ms = 400, .order = &order, .seen = seen, .stop_after = 1};
     ticks_t ticks = {0};
     int tick = reactor_timer_add(f->r, 10, 10, on_tick, &ticks);
     int64_t t0 = clock_mono_ms();
@@ -194,8 +198,8 @@ static void jobs_pushed_from_other_threads_all_complete(void **state)
     static int seen[T * PER];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < T * PER; i++)
-        jobs[i] = (job_t){.r = f->r, .index = i, .order = &order, .seen = seen,
-                          .stop_after = T * PER};
+        jobs[i] =
+            (job_t){.r = f->r, .index = i, .order = &order, .seen = seen, .stop_after = T * PER};
     pthread_t th[T];
     pusher_t p[T];
     for (int t = 0; t < T; t++) {
@@ -363,8 +367,7 @@ static void destroy_completes_every_job_once(void **state)
     job_t jobs[N];
     int order = 0, seen[N];
     for (int i = 0; i < N; i++)
-        jobs[i] = (job_t){.index = i, .sleep_ms = i == 0 ? 100 : 0, .order = &order,
-                          .seen = seen};
+        jobs[i] = (job_t){.index = i, .sleep_ms = i == 0 ? 100 : 0, .order = &order, .seen = seen};
     for (int i = 0; i < N; i++)
         assert_int_equal(wq_push(f->q, job_work, job_done, &jobs[i]), SR_OK);
     while (!__atomic_load_n(&jobs[0].started, __ATOMIC_ACQUIRE))
