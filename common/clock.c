@@ -116,6 +116,15 @@ struct timespec clock_deadline(int64_t ms)
     return clock_deadline_ns(ms < 0 ? 0 : (ms > INT64_MAX / 1000000 ? INT64_MAX : ms * 1000000));
 }
 
+struct timespec clock_deadline_at(int64_t mono_ns)
+{
+    if (!atomic_load_explicit(&s_scaled, memory_order_acquire) && mono_ns >= 0)
+        return (struct timespec){.tv_sec = (time_t)(mono_ns / 1000000000LL),
+                                 .tv_nsec = (long)(mono_ns % 1000000000LL)};
+    double left = (double)(mono_ns - clock_mono_ns()) / clock_scale();
+    return clock_deadline_ns(left > 0 ? (left < 9e18 ? (int64_t)left : INT64_MAX) : 0);
+}
+
 int clock_set_scale(double scale)
 {
     if (!isfinite(scale) || scale <= 0)

@@ -56,6 +56,11 @@ struct timespec clock_deadline(int64_t ms);
 /* clock_deadline_ns is clock_deadline in nanoseconds from now. */
 struct timespec clock_deadline_ns(int64_t ns);
 
+/* clock_deadline_at returns the absolute real monotonic time at which clock_mono_ns() reads
+ * mono_ns (unscaled: mono_ns itself, to the nanosecond), for pthread_cond_timedwait on a cv made
+ * by clock_cond_init: a deadline fixed in advance, however late the waiter gets to wait. */
+struct timespec clock_deadline_at(int64_t mono_ns);
+
 /* clock_set_scale makes monotonic time run `scale` times as fast as real time from now on.
  * 1.0 restores real speed. Returns 0, or SR_EINVAL when scale is not a finite number > 0.
  * Thread-safe. */

@@ -293,10 +293,7 @@ static s_req_t *s_take_done(engine_t *e)
 static void s_wait_until(engine_t *e, double sim_t)
 {
     double wall = sim_t / e->o.time_scale;
-    /* rounded up: the thread wakes at the event, not a nanosecond before it */
-    double left = ceil(wall * 1e9) - (double)(clock_mono_ns() - e->t0_ns);
-    struct timespec ts =
-        clock_deadline_ns(left > 0 ? (left < 9e18 ? (int64_t)left : INT64_MAX) : 0);
+    struct timespec ts = clock_deadline_at(e->t0_ns + (int64_t)(wall * 1e9));
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 }
 

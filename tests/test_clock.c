@@ -130,6 +130,29 @@ static void deadline_times_a_condition_wait(void **state)
     assert_int_equal(pthread_cond_timedwait(&cv, &mu, &dl), ETIMEDOUT);
     pthread_mutex_unlock(&mu);
     assert_true(clock_mono_ms() - t0 < 20);
+    /* a deadline fixed in advance: the clock_mono_ns value it is reached at */
+    int64_t at = clock_mono_ns() + 30 * 1000000LL;
+    pthread_mutex_lock(&mu);
+    dl = clock_deadline_at(at);
+    rc = 0;
+    while (rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cv, &mu, &dl);
+    pthread_mutex_unlock(&mu);
+    assert_true(clock_mono_ns() >= at);
+    assert_true(clock_mono_ns() - at < 2000 * 1000000LL);
+    /* scaled ten times: 300 ms of scaled time are 30 ms of real time */
+    assert_int_equal(clock_set_scale(10.0), SR_OK);
+    at = clock_mono_ns() + 300 * 1000000LL;
+    int64_t r0 = clock_mono_ms();
+    pthread_mutex_lock(&mu);
+    dl = clock_deadline_at(at);
+    rc = 0;
+    while (rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cv, &mu, &dl);
+    pthread_mutex_unlock(&mu);
+    assert_true(clock_mono_ns() >= at - 10 * 1000000LL); /* scaled rounding: within 1 ms real */
+    assert_true(clock_mono_ms() - r0 < 2000);
+    assert_int_equal(clock_set_scale(1.0), SR_OK);
     pthread_cond_destroy(&cv);
 }
 
