@@ -343,6 +343,49 @@ static int s_check(store_t *s, redisReply **r)
     return SR_OK;
 }
 
+/* s_resp_len writes "<c>N\r\n" at p (c '*' or '$') and returns the bytes written (at most 24). */
+static size_t s_resp_len(char *p, char c, size_t n)
+{
+    char dig[20];
+    size_t k = 0, at = 0;
+    do {
+        dig[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    p[at++] = c;
+    while (k)
+        p[at++] = dig[--k];
+    p[at++] = '\r';
+    p[at++] = '\n';
+    return at;
+}
+
+/* s_format_argv formats argc binary-safe arguments (lens NULL: C strings) as one RESP command into
+ * a new buffer (*cmd, freed by the caller) and returns its length, or -1 when out of memory. It
+ * writes what hiredis's redisFormatCommandArgv writes, without a printf call per argument, which
+ * took the most of a result's store round trip in the coordinator's profile. */
+static long s_format_argv(char **cmd, int argc, const char **argv, const size_t *lens)
+{
+    size_t total = 24;
+    for (int i = 0; i < argc; i++)
+        total += 24 + 2 + (lens ? lens[i] : strlen(argv[i]));
+    char *b = malloc(total);
+    *cmd = b;
+    if (!b)
+        return -1;
+    size_t at = s_resp_len(b, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        size_t l = lens ? lens[i] : strlen(argv[i]);
+        at += s_resp_len(b + at, '$', l);
+        if (l)
+            memcpy(b + at, argv[i], l);
+        at += l;
+        b[at++] = '\r';
+        b[at++] = '\n';
+    }
+    return (long)at;
+}
+
 /* s_execv sends one command given as binary-safe arguments; see s_send_formatted. The reply may
  * be an error reply. */
 static int s_execv(store_t *s, bool idempotent, int argc, const char **argv, const size_t *lens,
@@ -350,7 +393,7 @@ static int s_execv(store_t *s, bool idempotent, int argc, const char **argv, con
 {
     char *cmd = NULL;
     *out = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    long len = s_format_argv(&cmd, argc, argv, lens);
     if (len < 0 || !cmd) {
         s_set_err(s, "store: cannot format command");
         return SR_ENOMEM;
@@ -617,7 +660,11 @@ int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *ar
         return rc;
     if (argc <= 0 || !argv)
         return SR_EINVAL;
-    if (redisAppendCommandArgv(s->c, argc, argv, argvlen) != REDIS_OK) {
+    char *cmd = NULL;
+    long len = s_format_argv(&cmd, argc, argv, argvlen);
+    int ok = len >= 0 ? redisAppendFormattedCommand(s->c, cmd, (size_t)len) : REDIS_ERR;
+    free(cmd);
+    if (ok != REDIS_OK) {
         s_set_err(s, "store: cannot queue command");
         return SR_ENOMEM;
     }

@@ -164,7 +164,9 @@ int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
         int hl = snprintf(val, sizeof val, "%lld ", (long long)v[i].epoch);
         size_t alen = SR_MIN(v[i].actor_len, sizeof val - (size_t)hl);
         memcpy(val + hl, v[i].actor, alen);
-        int rc = store_pipe_append(s, "HSET %s %s %b", key, v[i].job_id, val, (size_t)hl + alen);
+        const char *argv[] = {"HSET", key, v[i].job_id, val};
+        size_t lens[] = {4, strlen(key), strlen(v[i].job_id), (size_t)hl + alen};
+        int rc = store_pipe_appendv(s, 4, argv, lens);
         if (rc != SR_OK) {
             store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
             return rc;
