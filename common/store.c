@@ -131,23 +131,28 @@ bool store_id_ok(const char *id, size_t max)
 
 typedef struct {
     sigset_t old;
-    bool was_pending;
+    bool blocked; /* this guard blocked SIGPIPE (it was not blocked before) */
 } s_sigguard_t;
 
+/* s_sigpipe_block blocks SIGPIPE for one exchange: one system call. A SIGPIPE pending before it
+ * can only be one the thread blocked itself (an unblocked one is delivered at once), and then the
+ * guard leaves the mask and the pending signal alone. */
 static void s_sigpipe_block(s_sigguard_t *g)
 {
-    sigset_t set, pend;
+    sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
-    sigemptyset(&pend);
-    sigpending(&pend);
-    g->was_pending = sigismember(&pend, SIGPIPE) == 1;
     pthread_sigmask(SIG_BLOCK, &set, &g->old);
+    g->blocked = sigismember(&g->old, SIGPIPE) != 1;
 }
 
-static void s_sigpipe_restore(s_sigguard_t *g)
+/* s_sigpipe_restore undoes s_sigpipe_block. failed: the exchange broke, so a write may have
+ * raised SIGPIPE, which is consumed (a successful exchange raised none: no system call). */
+static void s_sigpipe_restore(s_sigguard_t *g, bool failed)
 {
-    if (!g->was_pending) {
+    if (!g->blocked)
+        return;
+    if (failed) {
         sigset_t set, pend;
         sigemptyset(&set);
         sigaddset(&set, SIGPIPE);
@@ -191,7 +196,7 @@ static int s_handshake(store_t *s, const char *what, int argc, const char **argv
     s_sigguard_t g;
     s_sigpipe_block(&g);
     redisReply *r = redisCommandArgv(s->c, argc, argv, NULL);
-    s_sigpipe_restore(&g);
+    s_sigpipe_restore(&g, !r);
     if (!r) {
         if (s_is_timeout_text(s->c->errstr))
             s_set_err(s, "redis %s: no answer to %s within %d ms", s->where, what, s->timeout_ms);
@@ -295,7 +300,7 @@ static int s_send_formatted(store_t *s, bool idempotent, const char *cmd, size_t
         int ok = redisAppendFormattedCommand(s->c, cmd, len);
         if (ok == REDIS_OK)
             ok = redisGetReply(s->c, &reply);
-        s_sigpipe_restore(&g);
+        s_sigpipe_restore(&g, ok != REDIS_OK || !reply);
         if (ok == REDIS_OK && reply) {
             *out = reply;
             if (attempt > 0)
@@ -696,7 +701,7 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
                       i);
             if (reply)
                 freeReplyObject(reply);
-            s_sigpipe_restore(&g);
+            s_sigpipe_restore(&g, true);
             char keep[STORE_ERR_MAX];
             s_copy(keep, sizeof keep, s->err);
             s_open(s); /* the next call finds a working connection if the server is back */
@@ -717,7 +722,7 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
             rc = frc;
         freeReplyObject(r);
     }
-    s_sigpipe_restore(&g);
+    s_sigpipe_restore(&g, false);
     s->pending = 0;
     return rc;
 }
