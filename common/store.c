@@ -630,6 +630,50 @@ cleanup:
 }
 
 
+int store_script_load(store_t *s, const char *lua)
+{
+    const char *sha = NULL;
+    if (!s || !lua)
+        return SR_EINVAL;
+    return s_script_sha(s, lua, &sha);
+}
+
+int store_pipe_script(store_t *s, const char *lua, int nkeys, int argc, const char **argv,
+                      const size_t *lens)
+{
+    if (!s || !lua || nkeys < 0 || argc < nkeys || argc > 16 || (argc && !argv))
+        return SR_EINVAL;
+    const char *sha = NULL;
+    for (size_t i = 0; i < s->nscripts && !sha; i++)
+        if (s->scripts[i].lua == lua)
+            sha = s->scripts[i].sha;
+    if (!sha) {
+        s_set_err(s, "store: script not loaded before its pipeline");
+        return SR_EINVAL;
+    }
+    const char *v[19];
+    size_t vl[19];
+    char nk[16];
+    int nkl = snprintf(nk, sizeof nk, "%d", nkeys);
+    v[0] = "EVALSHA";
+    vl[0] = 7;
+    v[1] = sha;
+    vl[1] = 40;
+    v[2] = nk;
+    vl[2] = (size_t)nkl;
+    for (int i = 0; i < argc; i++) {
+        v[3 + i] = argv[i];
+        vl[3 + i] = lens ? lens[i] : strlen(argv[i]);
+    }
+    return store_pipe_appendv(s, 3 + argc, v, vl);
+}
+
+bool store_reply_noscript(const store_reply_t *r)
+{
+    const redisReply *x = (const redisReply *)r;
+    return x && x->type == REDIS_REPLY_ERROR && x->str && strncmp(x->str, "NOSCRIPT", 8) == 0;
+}
+
 /* ---- pipelining --------------------------------------------------------------------------- */
 
 static int s_pipe_ready(store_t *s)
