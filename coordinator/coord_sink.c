@@ -211,13 +211,12 @@ static void s_item_fail(s_put_t *p, int rc, store_t *st)
     snprintf(p->berr, sizeof p->berr, "%s", st ? store_errstr(st) : "no connection to Redis");
 }
 
-/* s_pipe_fill: the store_pipe_exec callback of one phase, the replies in the order of the items
- * in v. */
+/* One phase of a batch: s_pipe_reply, the store_pipe_exec callback, gets the replies in the
+ * order of the items in v. */
 typedef struct {
     store_t *st;
     s_put_t **v;
     bool finish; /* phase two: the group finishes; phase one: the result script */
-    bool noscript_seen;
 } s_pipe_t;
 
 static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
@@ -229,7 +228,6 @@ static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
         rc = store_result_put_reply(ph->st, reply, p->job_id, p->epoch, &p->final_epoch);
     } else if (store_reply_noscript(reply)) {
         p->brc = SR_EAGAIN; /* run again alone (store_group_finish_traj loads the script) */
-        ph->noscript_seen = true;
         return 0;
     } else {
         p->gst = STORE_GROUP_RUNNING;
@@ -279,9 +277,8 @@ static int s_batch_work(store_t *st, void *arg, char *err)
     }
     s_pipe_t ph = {.st = st, .v = v};
     /* phase one: every result script */
-    size_t queued = 0;
     int rc = SR_OK;
-    for (size_t i = 0; i < nv && rc == SR_OK; i++, queued++)
+    for (size_t i = 0; i < nv && rc == SR_OK; i++)
         rc = store_result_put_pipe(st, v[i]->round, v[i]->job_id, v[i]->epoch, v[i]->body,
                                    v[i]->len);
     if (rc != SR_OK) {
