@@ -406,27 +406,27 @@ char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, 
     const char *action = chosen >= 0 && chosen < st->n_actions ? st->actions[chosen] : "look";
     s_text_add(&t, "<think>");
     if (st->goal)
-        snprintf(line, sizeof line, "The task is to %s.", st->goal);
+        pparse_cat(line, sizeof line, "The task is to ", st->goal, ".", NULL);
     else
-        snprintf(line, sizeof line, "I need to decide the next action.");
+        pparse_cat(line, sizeof line, "I need to decide the next action.", NULL);
     s_text_add(&t, line);
     char fin[256];
-    snprintf(fin, sizeof fin, " So the next action is: %s.</think>", action);
+    pparse_cat(fin, sizeof fin, " So the next action is: ", action, ".</think>", NULL);
     int used = count(t.p) + count(fin) + 1;
 
     /* The situation as read from the prompt. */
     if (st->location[0])
-        snprintf(line, sizeof line, " I am at the %s.", st->location);
+        pparse_cat(line, sizeof line, " I am at the ", st->location, ".", NULL);
     else
-        snprintf(line, sizeof line, " I am in the middle of the room.");
+        pparse_cat(line, sizeof line, " I am in the middle of the room.", NULL);
     bool fits = s_text_try(&t, line, &used, target, count);
     if (st->holding[0])
-        snprintf(line, sizeof line, " I am carrying the %s.", st->holding);
+        pparse_cat(line, sizeof line, " I am carrying the ", st->holding, ".", NULL);
     else
-        snprintf(line, sizeof line, " My hands are empty.");
+        pparse_cat(line, sizeof line, " My hands are empty.", NULL);
     fits = fits && s_text_try(&t, line, &used, target, count);
     if (fits && st->at_closed) {
-        snprintf(line, sizeof line, " The %s is closed.", st->location);
+        pparse_cat(line, sizeof line, " The ", st->location, " is closed.", NULL);
         fits = s_text_try(&t, line, &used, target, count);
     }
 
@@ -436,27 +436,28 @@ char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, 
     char at[PPARSE_NAME_MAX + 8], x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX];
     line[0] = '\0';
     if (strncmp(action, "go to ", 6) == 0 && !st->holding[0] && st->goal_obj[0]) {
-        snprintf(at, sizeof at, "%s", action + 6);
+        pparse_cat(at, sizeof at, action + 6, NULL);
         if (b.where[0] && strcmp(b.where, at) == 0)
-            snprintf(line, sizeof line, " I expect to find the %s at the %s.", st->goal_obj, at);
+            pparse_cat(line, sizeof line, " I expect to find the ", st->goal_obj, " at the ", at, ".",
+                       NULL);
         else
-            snprintf(line, sizeof line, " The %s could be at the %s; I will check there.",
-                     st->goal_obj, at);
+            pparse_cat(line, sizeof line, " The ", st->goal_obj, " could be at the ", at,
+                       "; I will check there.", NULL);
     } else if (strncmp(action, "take ", 5) == 0 && model_split2(action + 5, " from ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         if (b.alike[0] && strcmp(xt, b.alike) == 0)
-            snprintf(line, sizeof line, " The %s here is the %s the task asks for.", x,
-                     st->goal_obj);
+            pparse_cat(line, sizeof line, " The ", x, " here is the ", st->goal_obj,
+                       " the task asks for.", NULL);
         else if (strcmp(xt, st->goal_obj) == 0)
-            snprintf(line, sizeof line, " There is the %s I need.", x);
+            pparse_cat(line, sizeof line, " There is the ", x, " I need.", NULL);
     } else if (strncmp(action, "move ", 5) == 0 && model_split2(action + 5, " to ", x, y)) {
-        snprintf(line, sizeof line, " The %s should go to the %s.", x, y);
+        pparse_cat(line, sizeof line, " The ", x, " should go to the ", y, ".", NULL);
     }
     if (fits && line[0])
         fits = s_text_try(&t, line, &used, target, count);
 
     /* The options weighed: the favoured one first, then the others, most likely first. */
-    snprintf(line, sizeof line, " '%s' is the best next step.", action);
+    pparse_cat(line, sizeof line, " '", action, "' is the best next step.", NULL);
     fits = fits && s_text_try(&t, line, &used, target, count);
     int n = st->n_actions;
     int order[PPARSE_MAX_ACTIONS];
@@ -473,8 +474,9 @@ char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, 
         order[j] = v;
     }
     for (int i = 0; fits && i < k; i++) {
-        snprintf(line, sizeof line, " '%s' %s.", st->actions[order[i]],
-                 p[order[i]] >= 0.05 ? "could work, but less well" : "is unlikely to help");
+        pparse_cat(line, sizeof line, " '", st->actions[order[i]], "' ",
+                   p[order[i]] >= 0.05 ? "could work, but less well" : "is unlikely to help", ".",
+                   NULL);
         fits = s_text_try(&t, line, &used, target, count);
     }
     s_text_add(&t, fin);
