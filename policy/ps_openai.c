@@ -24,23 +24,30 @@
 
 /* ---------------------------------------------------------------- tokens */
 
+/* A byte's class for policy_server_tokens: 1 an ASCII letter or digit, 2 whitespace (isspace in
+ * the C locale), 0 any other byte (NUL included: it ends a run). */
+static const unsigned char S_TOKCLS[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, [' '] = 2,
+    ['\t'] = 2,        ['\n'] = 2,        ['\v'] = 2,        ['\f'] = 2, ['\r'] = 2};
+
 int policy_server_tokens(const char *text)
 {
     if (!text)
         return 0;
     int n = 0;
     const unsigned char *p = (const unsigned char *)text;
-    while (*p) {
-        if (isalnum(*p) && *p < 128) {
-            int run = 0;
-            while (*p && *p < 128 && isalnum(*p)) {
-                run++;
-                p++;
-            }
-            n += (run + 3) / 4;
+    for (;;) {
+        unsigned k = S_TOKCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p + 1;
+            while (S_TOKCLS[*q] == 1)
+                q++;
+            n += (int)((q - p + 3) / 4);
+            p = q;
         } else {
-            if (!isspace(*p))
-                n++;
+            if (!*p)
+                break;
+            n += k == 0;
             p++;
         }
     }
@@ -145,8 +152,10 @@ void ps_req_clear(ps_req_t *rq)
 {
     free(rq->user);
     free(rq->prompt.p);
+    free(rq->scratch);
     rq->user = NULL;
     rq->prompt.p = NULL;
+    rq->scratch = NULL;
 }
 
 static char *s_content_text(const cJSON *content)
