@@ -277,6 +277,15 @@ void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c)
         s_plan_next(m, st, c);
 }
 
+void model_belief_of(const model_ctx_t *tb, model_belief_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tb->alike)
+        pparse_cat(out->alike, sizeof out->alike, tb->alike, NULL);
+    out->forget = tb->forget;
+    pparse_cat(out->where, sizeof out->where, tb->plan_next, NULL);
+}
+
 void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -284,8 +293,5 @@ void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *ou
         return;
     model_ctx_t tb;
     model_ctx_init(m, st, &tb);
-    if (tb.alike)
-        pparse_cat(out->alike, sizeof out->alike, tb.alike, NULL);
-    out->forget = tb.forget;
-    pparse_cat(out->where, sizeof out->where, tb.plan_next, NULL);
+    model_belief_of(&tb, out);
 }

@@ -609,14 +609,17 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
     /* One scoring of the candidates gives both the choice and the probabilities the reasoning
      * and the logprobs show (at T, or at 1 when greedy). */
-    model_choose_probs(m, &st, rq->temperature, rq->top_p, &rng, &ch, p);
+    model_ctx_t ctx; /* one context for the choice and the reasoning */
+    if (m)
+        model_ctx_init(m, &st, &ctx);
+    model_choose_probs_ctx(m, &st, m ? &ctx : NULL, rq->temperature, rq->top_p, &rng, &ch, p);
     const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
 
     double want = sh->think_mean + sh->think_sd * s_gauss(&rng);
     int target = (int)lround(fmax(sh->think_min, fmin(sh->think_max, want)));
     ps_buf_t content = {0};
     /* The reasoning favours the option the choice drew and is written before the action. */
-    char *think = model_reason(m, &st, p, ch.index, target, policy_server_tokens);
+    char *think = model_reason_ctx(m, &st, m ? &ctx : NULL, p, ch.index, target, policy_server_tokens);
     ps_buf_add(&content, think, strlen(think));
     free(think);
     ps_buf_printf(&content, "<action>%s</action>", action);
