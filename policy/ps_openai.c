@@ -54,6 +54,37 @@ int policy_server_tokens(const char *text)
     return n;
 }
 
+int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash)
+{
+    /* pparse_hash64 (model_hash64) and policy_server_tokens, byte for byte */
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (;;) {
+        unsigned k = S_TOKCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p;
+            do {
+                h = (h ^ *q) * 1099511628211ULL;
+                q++;
+            } while (S_TOKCLS[*q] == 1);
+            n += (int)((q - p + 3) / 4);
+            p = q;
+        } else {
+            if (!*p)
+                break;
+            h = (h ^ *p) * 1099511628211ULL;
+            n += k == 0;
+            p++;
+        }
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    *hash = h;
+    return n;
+}
+
 /* s_prefix_of_tokens returns the byte length of the longest prefix of text with at most max
  * tokens (never cutting inside a run's 4-character piece). */
 static size_t s_prefix_of_tokens(const char *text, int max)
@@ -600,7 +631,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     pparse_user_text(rq->user, &st);
     model_rng_t rng;
     if (rq->has_seed)
-        model_rng_seed(&rng, model_hash64(rq->user, (uint64_t)rq->seed));
+        model_rng_seed(&rng, rq->user_hashed ? rq->user_hash
+                                             : model_hash64(rq->user, (uint64_t)rq->seed));
     else
         model_rng_seed(&rng, sh->seed * 0x9E3779B97F4A7C15ULL +
                                  __atomic_fetch_add(sh->seq, 1, __ATOMIC_RELAXED));

@@ -49,6 +49,8 @@ typedef struct {
     bool prompt_ids; /* and prompt_token_ids too (return_prompt_token_ids, default true) */
     ps_buf_t prompt; /* with token_ids: the rendered prompt the ids are of (owned) */
     char *scratch;   /* ps_req_scan's decoded strings, which stop points into (owned) */
+    bool user_hashed;   /* ps_req_scan: user_hash is model_hash64(user, seed), taken while */
+    uint64_t user_hash; /* the user message's tokens were counted (a seeded request) */
 } ps_req_t;
 
 /* Why a request was refused: its HTTP status and the error message. */
@@ -67,6 +69,10 @@ int ps_req_parse(const char *name, const cJSON *root, ps_req_t *rq, ps_err_t *e)
  * as they would have made it, else SR_EAGAIN (rq cleared) and the body takes the full path, which
  * answers it or writes its refusal. */
 int ps_req_scan(const char *name, const char *body, size_t len, ps_req_t *rq);
+
+/* ps_tokens_hash returns policy_server_tokens(text) and sets *hash to model_hash64(text, seed),
+ * in one pass: the hash's chain of multiplies runs beside the count. */
+int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash);
 
 /* ps_req_clear frees what rq owns. */
 void ps_req_clear(ps_req_t *rq);

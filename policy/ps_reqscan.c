@@ -333,6 +333,10 @@ typedef struct {
     s_arena_t *a;
     size_t ptok_n;
     const char *user; /* the last user message's text (in the arena) */
+    bool has_seed;    /* the request's seed, read before the messages: */
+    int64_t seed;     /* the last user message is hashed as it is counted */
+    bool user_hashed;
+    uint64_t user_hash;
     bool ok;
 } s_msgs_t;
 
@@ -385,12 +389,17 @@ static bool s_message(void *arg, const char *k, size_t kn, s_val_t m)
         return ms->ok = false;
     }
     /* From here on as ps_req_parse counts and renders a turn. */
+    bool is_user = strcmp(role, "user") == 0, hashed = false;
+    uint64_t hash = 0;
     if (rq->token_ids && !rq->prompt_ids) {
         int words;
         size_t tl;
         size_t tt = ptok_count_words(text, &words, &tl);
         rq->prompt_tokens += words + 4;
         ms->ptok_n += ptok_turn_tokens(role, text[0], tt);
+    } else if (ms->has_seed && is_user) {
+        rq->prompt_tokens += ps_tokens_hash(text, (uint64_t)ms->seed, &hash) + 4;
+        hashed = true;
     } else {
         rq->prompt_tokens += policy_server_tokens(text) + 4;
     }
@@ -401,8 +410,11 @@ static bool s_message(void *arg, const char *k, size_t kn, s_val_t m)
         ps_buf_add(&rq->prompt, text, strlen(text));
         ps_buf_add(&rq->prompt, "\n", 1);
     }
-    if (strcmp(role, "user") == 0)
+    if (is_user) {
         ms->user = text;
+        ms->user_hashed = hashed;
+        ms->user_hash = hash;
+    }
     return true;
 }
 
@@ -467,7 +479,14 @@ static bool s_interpret(const char *name, s_val_t *f, s_arena_t *a, ps_req_t *rq
             return false;
         rq->prompt_ids = rq->token_ids && s_is_true(f[K_RPI]);
     }
-    s_msgs_t ms = {rq, a, 0, NULL, true};
+    s_msgs_t ms = {.rq = rq, .a = a, .ok = true};
+    double x;
+    if (s_present(f[K_SEED])) { /* read here for the messages' pass, checked again below */
+        if (!s_num(f[K_SEED], &x) || x != floor(x))
+            return false;
+        ms.has_seed = true;
+        ms.seed = (int64_t)x;
+    }
     if (!s_array(f[K_MESSAGES].p, f[K_MESSAGES].e, 1, s_message, &ms) || !ms.ok)
         return false;
     rq->prompt_tokens += 2;
@@ -481,7 +500,8 @@ static bool s_interpret(const char *name, s_val_t *f, s_arena_t *a, ps_req_t *rq
     if (!ms.user)
         return false;
     rq->user = sr_xstrdup(ms.user);
-    double x;
+    rq->user_hashed = ms.user_hashed;
+    rq->user_hash = ms.user_hash;
     if (s_present(f[K_TEMPERATURE])) {
         if (!s_num(f[K_TEMPERATURE], &x) || x < 0 || x > 2)
             return false;

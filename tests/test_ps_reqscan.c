@@ -7,6 +7,7 @@
  */
 #include "tests/harness.h"
 
+#include "common/model.h"
 #include "common/prng.h"
 #include "common/ptok.h"
 #include "common/sr.h"
@@ -128,6 +129,9 @@ static void s_check(const char *body, size_t len, s_tally_t *t)
         assert_int_equal(a.cost_prompt_tokens, b.cost_prompt_tokens);
         assert_int_equal(a.token_ids, b.token_ids);
         assert_int_equal(a.prompt_ids, b.prompt_ids);
+        if (a.user_hashed) /* the seed's hash of the user text, taken in the same pass */
+            assert_int_equal(a.user_hash, model_hash64(b.user, (uint64_t)b.seed));
+        assert_int_equal(a.user_hashed, a.has_seed && !(a.token_ids && !a.prompt_ids));
         assert_int_equal(a.prompt.len, b.prompt.len);
         if (a.prompt.len)
             assert_memory_equal(a.prompt.p, b.prompt.p, a.prompt.len);
@@ -236,6 +240,9 @@ static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
         size_t len = 0;
         ptok_count_words(buf, &words, &len);
         assert_int_equal(policy_server_tokens(buf), words);
+        uint64_t h;
+        assert_int_equal(ps_tokens_hash(buf, (uint64_t)k * 977, &h), words);
+        assert_int_equal(h, model_hash64(buf, (uint64_t)k * 977));
         assert_int_equal(len, n);
     }
     assert_int_equal(policy_server_tokens("abcde fg, h"), 2 + 1 + 1 + 1);
