@@ -517,17 +517,28 @@ static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
-        char dig[12];
-        int k = 0;
+        static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                 "31323334353637383940414243444546474849505152535455565758596061"
+                                 "6263646566676869707172737475767778798081828384858687888990919293"
+                                 "949596979899";
+        char dig[12], *e = dig + sizeof dig, *d = e; /* two digits a division */
         uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
-        do {
-            dig[k++] = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
+        while (u >= 100) {
+            uint32_t r = u % 100;
+            u /= 100;
+            d -= 2;
+            memcpy(d, d2 + 2 * r, 2);
+        }
+        if (u >= 10) {
+            d -= 2;
+            memcpy(d, d2 + 2 * u, 2);
+        } else {
+            *--d = (char)('0' + u);
+        }
         if (ids[i] < 0)
             *q++ = '-';
-        while (k > 0)
-            *q++ = dig[--k];
+        memcpy(q, d, (size_t)(e - d));
+        q += e - d;
     }
     *q++ = ']';
     jsonw_raw(w, t, (size_t)(q - t));
@@ -656,14 +667,15 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     free(think);
     ps_buf_printf(&content, "<action>%s</action>", action);
     const char *finish = s_cut(&content, rq);
-    int completion = policy_server_tokens(content.p);
+    int words = policy_server_tokens(content.p); /* what the cost model decodes */
+    int completion = words;
     int32_t *ids = NULL, *pids = NULL;
     size_t n_ids = 0, n_pids = 0, lp_at = 0;
     if (rq->token_ids && !rq->stream) {
         /* usage counts the ids; the choice's logprob sits on the action's first token */
-        n_ids = ptok_encode(content.p, content.len, NULL, 0);
-        ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
-        ptok_encode(content.p, content.len, ids, n_ids);
+        /* one pass: a token takes at least one byte, so len + 1 ids hold them all */
+        ids = sr_xmalloc((content.len + 1) * sizeof *ids);
+        n_ids = ptok_encode(content.p, content.len, ids, content.len + 1);
         n_pids = (size_t)rq->prompt_tokens; /* the prompt's id count, from the parse */
         if (rq->prompt_ids) {
             pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
@@ -676,7 +688,7 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         completion = (int)n_ids;
     }
     out->completion_tokens = completion;
-    out->cost_tokens = policy_server_tokens(content.p);
+    out->cost_tokens = words;
 
     char id[40];
     snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
