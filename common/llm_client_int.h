@@ -129,4 +129,19 @@ typedef struct {
  * The caller frees sc->lp, sc->ids and sc->tids. */
 bool llm_lp_scan(const char *body, size_t len, llm_lpscan_t *sc);
 
+/* The one-pass reader of a chat answer (llm_client_fast.c): llm_fast_parse fills *out and *store
+ * as llm_parse_chat_response does and returns true, or returns false (out and store untouched)
+ * when the body is outside the subset it reads; llm_parse_chat_tree is the cJSON path that reads
+ * every other body, error answers and malformed ones included (llm_client_json.c).
+ * llm_parsed_block makes a store with text_room bytes for its strings (llm_parsed_text) and
+ * llm_parsed_set fills it; the arrays become the store's. */
+bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+int llm_parse_chat_tree(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+llm_parsed_t *llm_parsed_block(size_t text_room);
+char *llm_parsed_text(llm_parsed_t *st);
+void llm_parsed_set(llm_parsed_t *st, const char *content, const char *reasoning,
+                    const char *finish_reason, const char *model, const char *fingerprint,
+                    int32_t *token_ids, size_t n_token_ids, int32_t *prompt_token_ids,
+                    size_t n_prompt_token_ids, float *token_logprobs, size_t n_token_logprobs);
+
 #endif
