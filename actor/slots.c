@@ -74,6 +74,7 @@ struct slots {
     int backoff_timer;
     uint64_t rid_seq;
     sr_buf_t sbuf; /* scratch encoding buffer */
+    sr_buf_t psys, puser; /* the prompt being rendered, kept for the next step's */
 };
 
 static void s_gauges(slots_t *o)
@@ -377,8 +378,9 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .admissible = (const char *const *)s->adm,
         .n_admissible = s->n_adm,
     };
-    prompt_messages_t pm = {0};
-    prompt_render(o->cfg.prompt, &ps, &pm);
+    prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    prompt_messages_t pm = {.system = o->psys.len ? (char *)o->psys.data : NULL,
+                            .user = (char *)o->puser.data};
     /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
      * rollouts are exactly on-policy. */
     char model[512];
@@ -413,7 +415,6 @@ static void s_llm_ask(slots_t *o, slot_t *s)
     s->llm_calls++;
     AST_INC(o->cfg.st, llm_calls);
     s->req = llmlink_chat(o->cfg.llm, &req, s_llm_done, s);
-    prompt_messages_clear(&pm);
     if (!s->req) {
         char why[PROTO_MAX_ACTION + 64];
         snprintf(why, sizeof why, "policy %s: the request could not be started",
@@ -771,6 +772,8 @@ slots_t *slots_new(const slots_cfg_t *cfg)
         o->slots[i].idx = i;
     }
     sr_buf_init(&o->sbuf);
+    sr_buf_init(&o->psys);
+    sr_buf_init(&o->puser);
     return o;
 }
 
@@ -794,6 +797,8 @@ void slots_destroy(slots_t **op)
     if (o->backoff_timer > 0)
         reactor_timer_cancel(o->cfg.r, o->backoff_timer);
     sr_buf_free(&o->sbuf);
+    sr_buf_free(&o->psys);
+    sr_buf_free(&o->puser);
     free(o->id);
     free(o);
     *op = NULL;

@@ -14,6 +14,7 @@
  */
 #include "common/llm_client_int.h"
 
+#include "common/jsonscan.h"
 #include "common/sr.h"
 
 #include <stdlib.h>
@@ -90,29 +91,6 @@ static int s_hex4(const char *p)
     return v;
 }
 
-/* s_str_stop returns the first byte at or after p that is a quote, a backslash or below 0x20,
- * or e. Eight bytes at a time: the lowest flagged byte of a word is exact (a borrow runs only
- * upwards from a true hit), so its position is the answer. */
-static inline const char *s_str_stop(const char *p, const char *e)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (e - p >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        uint64_t q = v ^ 0x2222222222222222ull, b = v ^ 0x5c5c5c5c5c5c5c5cull;
-        uint64_t hit = (((q - 0x0101010101010101ull) & ~q) | ((b - 0x0101010101010101ull) & ~b) |
-                        ((v - 0x2020202020202020ull) & ~v)) &
-                       0x8080808080808080ull;
-        if (hit)
-            return p + (__builtin_ctzll(hit) >> 3);
-        p += 8;
-    }
-#endif
-    while (p < e && (unsigned char)*p >= 0x20 && *p != '"' && *p != '\\')
-        p++;
-    return p;
-}
-
 /* s_string reads the string at r->p ('"' expected after whitespace) into *out; false when it is
  * none or outside the subset (raw control bytes, a bad escape, \u0000, a lone surrogate). */
 static bool s_string(s_rd_t *r, s_str_t *out)
@@ -124,7 +102,7 @@ static bool s_string(s_rd_t *r, s_str_t *out)
     const char *s0 = ++p;
     bool esc = false;
     for (;;) {
-        p = s_str_stop(p, e);
+        p = jsonscan_str_stop(p, e);
         if (p >= e || (unsigned char)*p < 0x20)
             return false;
         if (*p == '"')
@@ -538,7 +516,7 @@ static bool s_lp_entry_usual(s_rd_t *r, s_ans_t *a, size_t k)
     if (e - p < 64 || memcmp(p, k_tok, sizeof k_tok - 1) != 0)
         return false;
     p += sizeof k_tok - 1;
-    p = s_str_stop(p, e);
+    p = jsonscan_str_stop(p, e);
     if (p >= e || *p != '"' || memcmp(r->p + sizeof k_tok - 1, "token_id:", 9) == 0)
         return false; /* an escape, a raw control byte, the end, or an id to read: s_lp_entry */
     p++;
