@@ -426,19 +426,21 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs stores an observation's text and admissible list in the slot. */
-static void s_take_obs(slot_t *s, const proto_obs_t *ob)
+/* s_take_obs moves an observation's text and admissible list from the decoded OBS (which then
+ * holds none) into the slot. */
+static void s_take_obs(slot_t *s, proto_obs_t *ob)
 {
     free(s->obs);
-    s->obs = sr_xstrdup(ob->obs);
+    s->obs = (char *)(ob->obs ? ob->obs : sr_xstrdup(""));
+    ob->obs = NULL;
     s_adm_clear(s);
-    s->adm = sr_xcalloc(ob->admissible_len ? ob->admissible_len : 1, sizeof *s->adm);
-    for (size_t i = 0; i < ob->admissible_len; i++)
-        s->adm[i] = sr_xstrdup(ob->admissible[i]);
+    s->adm = (char **)ob->admissible;
     s->n_adm = ob->admissible_len;
+    ob->admissible = NULL;
+    ob->admissible_len = 0;
 }
 
-static void s_on_reset_obs(slots_t *o, slot_t *s, const proto_obs_t *ob)
+static void s_on_reset_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
 {
     const char *goal = ob->goal ? ob->goal : "";
     if (strncmp(goal, GOAL_PREFIX, strlen(GOAL_PREFIX)) == 0)
@@ -473,7 +475,7 @@ static void s_publish_action(slots_t *o, slot_t *s, int64_t step, const char *ac
     bus_publish(o->cfg.bus, &ac);
 }
 
-static void s_on_step_obs(slots_t *o, slot_t *s, const proto_obs_t *ob)
+static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
 {
     AST_INC(o->cfg.st, steps);
     /* The step record takes the step under construction. */
