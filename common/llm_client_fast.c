@@ -386,6 +386,46 @@ static bool s_count(s_rd_t *r, long *out)
     return s_skip(r);
 }
 
+/* s_digits8 reads the run of decimal digits at p when it is at most 8 bytes long and 8 bytes can
+ * be loaded (9 for a run of 8): returns its length and its value in *x. Returns 9 (nothing read)
+ * otherwise. A byte
+ * is a digit when its high nibble is 3 and adding 6 keeps it so; the lowest flagged byte is exact
+ * (carries run upwards only); the digits, moved to the word's top, are combined in three
+ * multiplications. */
+static inline size_t s_digits8(const char *p, const char *e, uint64_t *x)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (e - p < 8)
+        return 9;
+    uint64_t v;
+    memcpy(&v, p, 8);
+    uint64_t bad = ((v & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull) |
+                   (((v + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull);
+    size_t n;
+    if (bad)
+        n = (size_t)__builtin_ctzll(bad) >> 3;
+    else if (e - p > 8 && (unsigned)(unsigned char)p[8] - '0' > 9)
+        n = 8; /* exactly eight digits */
+    else
+        return 9;
+    if (n == 0) {
+        *x = 0;
+        return 0;
+    }
+    uint64_t d = (v << (64 - 8 * n)) & 0x0F0F0F0F0F0F0F0Full;
+    d = (d * 2561) >> 8;
+    d = ((d & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+    d = ((d & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+    *x = d;
+    return n;
+#else
+    (void)p;
+    (void)e;
+    (void)x;
+    return 9;
+#endif
+}
+
 /* s_ids reads a token id array of plain integers 0..INT32_MAX (null and [] read as none); any
  * other form is outside the subset. The array is new (NULL when empty). */
 static bool s_ids(s_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
@@ -405,8 +445,13 @@ static bool s_ids(s_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
         /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
         const char *d0 = p;
         uint64_t x = 0;
-        for (unsigned d; p < e && (d = (unsigned)(unsigned char)*p - '0') < 10; p++)
-            x = x * 10 + d; /* wraps only past 19 digits, refused below */
+        size_t nd = s_digits8(p, e, &x);
+        if (nd <= 8) {
+            p += nd;
+        } else {
+            for (unsigned d; p < e && (d = (unsigned)(unsigned char)*p - '0') < 10; p++)
+                x = x * 10 + d; /* wraps only past 19 digits, refused below */
+        }
         if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
             goto fail;
         if (k == cap) {
@@ -505,6 +550,23 @@ static bool s_lp_entry(s_rd_t *r, s_ans_t *a, size_t k)
     return true;
 }
 
+/* s_same compares n bytes (n a small constant: the compiler unrolls it into word compares,
+ * where a memcmp of 18 bytes stays a call). */
+static inline bool s_same(const char *p, const char *lit, size_t n)
+{
+    for (; n >= 8; n -= 8, p += 8, lit += 8) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, lit, 8);
+        if (a != b)
+            return false;
+    }
+    for (; n > 0; n--)
+        if (*p++ != *lit++)
+            return false;
+    return true;
+}
+
 /* s_lp_entry_usual reads an entry of the usual compact form {"token":"T","logprob":N} (with
  * "top_logprobs":[] after it, or not) in one go, as s_lp_entry would; false, with nothing
  * read, for any other form. */
@@ -513,14 +575,14 @@ static bool s_lp_entry_usual(s_rd_t *r, s_ans_t *a, size_t k)
     static const char k_tok[] = "{\"token\":\"", k_lp[] = ",\"logprob\":",
                       k_top[] = ",\"top_logprobs\":[]";
     const char *p = r->p, *e = r->e;
-    if (e - p < 64 || memcmp(p, k_tok, sizeof k_tok - 1) != 0)
+    if (e - p < 64 || !s_same(p, k_tok, sizeof k_tok - 1))
         return false;
     p += sizeof k_tok - 1;
     p = jsonscan_str_stop(p, e);
-    if (p >= e || *p != '"' || memcmp(r->p + sizeof k_tok - 1, "token_id:", 9) == 0)
+    if (p >= e || *p != '"' || s_same(r->p + sizeof k_tok - 1, "token_id:", 9))
         return false; /* an escape, a raw control byte, the end, or an id to read: s_lp_entry */
     p++;
-    if (e - p < (ptrdiff_t)sizeof k_lp + 1 || memcmp(p, k_lp, sizeof k_lp - 1) != 0)
+    if (e - p < (ptrdiff_t)sizeof k_lp + 1 || !s_same(p, k_lp, sizeof k_lp - 1))
         return false;
     p += sizeof k_lp - 1;
     double x;
@@ -536,7 +598,7 @@ static bool s_lp_entry_usual(s_rd_t *r, s_ans_t *a, size_t k)
         x = s_num_value(n0, n1);
         p = n.p;
     }
-    if (e - p >= (ptrdiff_t)sizeof k_top - 1 && memcmp(p, k_top, sizeof k_top - 1) == 0)
+    if (e - p >= (ptrdiff_t)sizeof k_top - 1 && s_same(p, k_top, sizeof k_top - 1))
         p += sizeof k_top - 1;
     if (p >= e || *p != '}')
         return false;

@@ -135,6 +135,10 @@ static const char *const S_SHAPES[] = {
     "{\"object\":\"\\u0065rror\",\"choices\":[{\"message\":{\"content\":\"a\"}}]}",
     "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"content\":["
     "{\"logprob\":-0.12345678901234567890123,\"token\":\"token_id:01\"}]}}]}",
+    /* ids of every length, read eight digits at a time */
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"token_ids\":[0,7,12,123,1234,12345,"
+    "123456,1234567,12345678,99999999,123456789,1234567890,2147483647, 5 ,10000000,90000009]}]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"token_ids\":[2147483648]}]}",
 };
 
 static void each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it(void **state)
@@ -143,7 +147,7 @@ static void each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it(
     for (size_t i = 0; i < SR_ARRAY_LEN(S_SHAPES); i++)
         s_check(S_SHAPES[i], strlen(S_SHAPES[i]));
     /* the built-in server's, vLLM's and SGLang's usual answers take the one-pass path */
-    const size_t fast[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13};
+    const size_t fast[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14};
     for (size_t i = 0; i < SR_ARRAY_LEN(fast); i++) {
         llm_response_t r;
         llm_parsed_t *st = NULL;
