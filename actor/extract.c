@@ -9,7 +9,6 @@
 
 #include "common/sr.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +81,17 @@ static bool s_find_action_line(const char *text, const char **start, size_t *len
  * white space made one space and none at either end. With out, it writes them there (n + 1 bytes
  * at least, NUL-terminated); with cmp, it compares them with cmp as it goes and says whether they
  * equal it whole. */
+/* isspace and tolower of the C locale (selroll never changes it), without a call a byte. */
+static inline bool s_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static inline char s_lower(unsigned char c)
+{
+    return (char)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+}
+
 static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
 {
     if (n > S_MAX_CANDIDATE)
@@ -90,7 +100,7 @@ static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
     bool pending_space = false;
     for (size_t i = 0; i < n && s[i]; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (isspace(ch)) {
+        if (s_space(ch)) {
             pending_space = o > 0;
             continue;
         }
@@ -102,7 +112,7 @@ static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
             o++;
             pending_space = false;
         }
-        char c = (char)tolower(ch);
+        char c = s_lower(ch);
         if (cmp && cmp[o] != c)
             return false;
         if (out)

@@ -110,8 +110,8 @@ char *llm_chat_body(const llm_chat_t *req)
      * tests/test_llm_client.c compares the two byte for byte. */
     sr_buf_t b = SR_BUF_INIT;
     size_t guess = 256;
-    for (size_t i = 0; i < req->n_messages; i++)
-        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) : 0);
+    for (size_t i = 0; i < req->n_messages; i++) /* room for some escapes: no growth, one copy */
+        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) * 9 / 8 : 0);
     if (sr_buf_reserve(&b, guess) != SR_OK)
         return NULL;
     jsonw_t w;
