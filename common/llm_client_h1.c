@@ -229,7 +229,7 @@ static void s_done(llm_h1conn_t *k)
     int64_t after = k->retry_after;
     r->h1c = NULL;
     k->r = NULL;
-    if (k->keep) {
+    if (k->keep && k->sent == r->h1_len) { /* an answer before the whole request: not kept */
         k->reused = true;
         s_reset_answer(k);
         if (k->watched_wr)
