@@ -11,12 +11,24 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Answers longer than this are cut before normalisation: no admissible action is that long. */
 #define S_MAX_CANDIDATE 4096
 
 static const char S_OPEN[] = "<action>";
 static const char S_CLOSE[] = "</action>";
+
+/* s_find_lt returns the first case-insensitive occurrence of needle (which starts with '<') in
+ * s, or NULL: strcasestr, with strchr doing the scanning. */
+static const char *s_find_lt(const char *s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (const char *q = strchr(s, '<'); q; q = strchr(q + 1, '<'))
+        if (strncasecmp(q, needle, n) == 0)
+            return q;
+    return NULL;
+}
 
 /* s_find_tag finds the last complete <action>...</action> pair in text (tags in any case). When
  * there is none but an opening tag exists, it returns the text after the last opening tag and
@@ -26,9 +38,9 @@ static bool s_find_tag(const char *text, const char **start, size_t *len, bool *
     const char *best = NULL, *best_end = NULL, *last_open = NULL;
     const char *p = text;
     const char *open;
-    while ((open = strcasestr(p, S_OPEN)) != NULL) {
+    while ((open = s_find_lt(p, S_OPEN)) != NULL) {
         const char *body = open + sizeof S_OPEN - 1;
-        const char *close = strcasestr(body, S_CLOSE);
+        const char *close = s_find_lt(body, S_CLOSE);
         last_open = body;
         if (close) {
             best = body;
