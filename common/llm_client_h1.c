@@ -180,7 +180,7 @@ static llm_h1conn_t *s_conn_new(llm_client_t *c)
     k->c = c;
     k->fd = fd;
     k->connecting = true;
-    k->t_open_ms = llm_now_ms();
+    k->t_open_ms = clock_mono_ms();
     c->h1_by_fd = sr_xgrow_zero(c->h1_by_fd, &c->h1_nfd, (size_t)fd, sizeof *c->h1_by_fd);
     c->h1_by_fd[fd] = k;
     s_watch(k, true);
@@ -625,7 +625,7 @@ bool llm_h1_prepare(llm_request_t *r, char *body)
 void llm_h1_attempt(llm_request_t *r)
 {
     llm_client_t *c = r->c;
-    int64_t now = llm_now_ms();
+    int64_t now = clock_mono_ms();
     if (!r->h1_deadline_ms) /* a fresh connection for the same attempt keeps its deadline */
         r->h1_deadline_ms = now + c->cfg.timeout_ms;
     r->h1_deferred = CURLE_OK;
@@ -678,7 +678,7 @@ bool llm_h1_on_fd(llm_client_t *c, int fd, bool readable, bool writable)
             err = errno;
         if (err) {
             s_fail(k->r, CURLE_COULDNT_CONNECT, "Failed to connect to %s port %ld after %lld ms: %s",
-                   c->h1_host, c->h1_port, (long long)(llm_now_ms() - k->t_open_ms),
+                   c->h1_host, c->h1_port, (long long)(clock_mono_ms() - k->t_open_ms),
                    curl_easy_strerror(CURLE_COULDNT_CONNECT));
             return true;
         }
