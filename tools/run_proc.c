@@ -88,6 +88,26 @@ void run_argf(run_argv_t *a, const char *fmt, ...)
     run_arg(a, buf);
 }
 
+void run_args(run_argv_t *a, ...)
+{
+    va_list ap;
+    va_start(ap, a);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        run_arg(a, s);
+    va_end(ap);
+}
+
+void run_optf(run_argv_t *a, const char *opt, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    run_arg(a, opt);
+    run_arg(a, buf);
+}
+
 /* run_args_split appends the space-separated words of text (may be NULL) as arguments. */
 void run_args_split(run_argv_t *a, const char *text)
 {
