@@ -645,10 +645,12 @@ int cfg_parse_command(cfg_t *cfg, int argc, char **argv)
     int rc = cfg_parse(cfg, argc, argv);
     if (rc == CFG_HELP) {
         cfg_help(cfg, stdout);
+        cfg_free(cfg);
         return 0;
     }
     if (rc < 0 || s_apply_curve(cfg) < 0) {
         fprintf(stderr, "%s\n", cfg->err);
+        cfg_free(cfg);
         return 2;
     }
     return CFG_GO_ON;
