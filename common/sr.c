@@ -133,3 +133,13 @@ double sr_median(double *v, size_t n)
     qsort(v, n, sizeof *v, sr_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}

@@ -69,6 +69,11 @@ int sr_cmp_double(const void *a, const void *b);
  * when n is even); 0 when n is 0. */
 double sr_median(double *v, size_t n);
 
+/* sr_fnv1a returns the FNV-1a 64 hash of n bytes at p, started from h: SR_FNV1A_BASIS, the
+ * standard offset basis, or the seed of a hash stored somewhere already. */
+#define SR_FNV1A_BASIS 14695981039346656037ULL
+uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h);
+
 #define SELROLL_VERSION "0.1.0"
 #define SELROLL_PROTO_VERSION 1
 
