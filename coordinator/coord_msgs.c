@@ -98,15 +98,9 @@ static void s_bad_message(coord_t *c, const void *id, size_t idlen, const char *
 {
     metrics_counter_inc(c->m_bad);
     log_warn_limited(5, "bad message on the work channel: %s", text);
-    if (peerlimit_error(c->peers, id, idlen, clock_mono_ms())) {
-        metrics_counter_inc(c->m_peer_bans);
-        log_warn_limited(5,
-                         "work channel: ignoring a peer for %d s after more than %d malformed "
-                         "messages in %d s",
-                         PEERLIMIT_DEFAULT_BAN_MS / 1000, PEERLIMIT_DEFAULT_ERRORS,
-                         PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+    if (peerlimit_error_logged(c->peers, id, idlen, clock_mono_ms(), c->m_peer_bans,
+                               "work channel: ", "peer", "messages"))
         return;
-    }
     if (id && idlen)
         ci_send_error(c, id, idlen, "bad_message", text);
 }

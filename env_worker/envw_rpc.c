@@ -486,15 +486,9 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
         return;
     }
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
-        if (peerlimit_error(w->peers, id, idlen, clock_mono_ms())) {
-            metrics_counter_inc(w->m_peer_bans);
-            log_warn_limited(5,
-                             "ignoring a client for %d s after more than %d malformed "
-                             "requests in %d s",
-                             PEERLIMIT_DEFAULT_BAN_MS / 1000, PEERLIMIT_DEFAULT_ERRORS,
-                             PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+        if (peerlimit_error_logged(w->peers, id, idlen, clock_mono_ms(), w->m_peer_bans, "",
+                                   "client", "requests"))
             return;
-        }
         s_on_bad_decode(w, id, idlen, body, len, &perr);
         return;
     }
