@@ -102,6 +102,19 @@ void *sr_xgrow_zero(void *p, size_t *n, size_t index, size_t size)
     return p;
 }
 
+char *sr_xstrdup_max(const char *s, size_t max)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s);
+    if (n >= max) {
+        n = max - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return sr_xstrndup(s, n);
+}
+
 char *sr_xstrndup(const char *s, size_t n)
 {
     char *d = sr_xmalloc(n + 1);

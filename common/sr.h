@@ -52,6 +52,8 @@ void *sr_xcalloc(size_t n, size_t size);
 void *sr_xrealloc(void *p, size_t n);
 char *sr_xstrdup(const char *s);
 char *sr_xstrndup(const char *s, size_t n);
+/* sr_xstrdup_max copies at most max-1 bytes of s (NULL reads as ""), cut on a UTF-8 boundary. */
+char *sr_xstrdup_max(const char *s, size_t max);
 
 /* sr_xgrow_zero returns the array p of *n elements of `size` bytes grown, when it is too short, to
  * hold element `index`: the count doubles (from 64) until it does, the new elements are zeroed and

@@ -66,6 +66,26 @@ static void xgrow_zero_doubles_and_zeroes_the_new_elements(void **state)
     free(v);
 }
 
+static void xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard(void **state)
+{
+    (void)state;
+    char *t = sr_xstrdup_max("abc", 10);
+    assert_string_equal(t, "abc");
+    free(t);
+    t = sr_xstrdup_max(NULL, 10);
+    assert_string_equal(t, "");
+    free(t);
+    t = sr_xstrdup_max("abcdef", 4); /* at most 3 bytes */
+    assert_string_equal(t, "abc");
+    free(t);
+    t = sr_xstrdup_max("a\xc3\xa9z", 3); /* "a" + the two bytes of e-acute would be 3: cut before */
+    assert_string_equal(t, "a");
+    free(t);
+    /* FNV-1a 64 test vectors: "" is the offset basis, "a" is 0xaf63dc4c8601ec8c. */
+    assert_true(sr_fnv1a("", 0, SR_FNV1A_BASIS) == 0xcbf29ce484222325ULL);
+    assert_true(sr_fnv1a("a", 1, SR_FNV1A_BASIS) == 0xaf63dc4c8601ec8cULL);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -74,6 +94,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(xstrndup_copies_and_terminates),
         cmocka_unit_test(median_sorts_and_takes_the_middle),
         cmocka_unit_test(xgrow_zero_doubles_and_zeroes_the_new_elements),
+        cmocka_unit_test(xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard),
     };
     return harness_run_("sr", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
