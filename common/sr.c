@@ -156,3 +156,19 @@ uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h)
     }
     return h;
 }
+
+int sr_itoa(int v, char out[12])
+{
+    char dig[10];
+    int k = 0, n = 0;
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    do {
+        dig[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[n++] = '-';
+    while (k > 0)
+        out[n++] = dig[--k];
+    return n;
+}

@@ -71,6 +71,10 @@ int sr_cmp_double(const void *a, const void *b);
  * when n is even); 0 when n is 0. */
 double sr_median(double *v, size_t n);
 
+/* sr_itoa writes v in decimal (a '-' first when negative, no NUL) into out and returns the
+ * number of characters, at most 11. */
+int sr_itoa(int v, char out[12]);
+
 /* sr_fnv1a returns the FNV-1a 64 hash of n bytes at p, started from h: SR_FNV1A_BASIS, the
  * standard offset basis, or the seed of a hash stored somewhere already. */
 #define SR_FNV1A_BASIS 14695981039346656037ULL

@@ -5,6 +5,7 @@
 #include "common/sr.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,24 @@ static void xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard(void **sta
     assert_true(sr_fnv1a("a", 1, SR_FNV1A_BASIS) == 0xaf63dc4c8601ec8cULL);
 }
 
+static void itoa_writes_decimal_text_for_the_whole_int_range(void **state)
+{
+    (void)state;
+    char out[12];
+    int n = sr_itoa(0, out);
+    assert_int_equal(n, 1);
+    assert_memory_equal(out, "0", 1);
+    n = sr_itoa(-507, out);
+    assert_int_equal(n, 4);
+    assert_memory_equal(out, "-507", 4);
+    n = sr_itoa(INT_MIN, out);
+    assert_int_equal(n, 11);
+    assert_memory_equal(out, "-2147483648", 11);
+    n = sr_itoa(INT_MAX, out);
+    assert_int_equal(n, 10);
+    assert_memory_equal(out, "2147483647", 10);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -95,6 +114,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(median_sorts_and_takes_the_middle),
         cmocka_unit_test(xgrow_zero_doubles_and_zeroes_the_new_elements),
         cmocka_unit_test(xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard),
+        cmocka_unit_test(itoa_writes_decimal_text_for_the_whole_int_range),
     };
     return harness_run_("sr", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
