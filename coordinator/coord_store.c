@@ -227,17 +227,9 @@ int coord_store_record_put(store_t *s, coord_record_t kind, int64_t it, const ch
 int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **json)
 {
     char key[STORE_KEY_MAX];
-    store_reply_t *r = NULL;
     *json = NULL;
     int rc = s_record_key(s, key, kind, it);
-    if (rc == SR_OK)
-        rc = store_command(s, STORE_IDEMPOTENT, &r, "GET %s", key);
-    size_t len = 0;
-    const char *v = store_reply_str(r, &len);
-    if (rc == SR_OK && v)
-        *json = sr_xstrndup(v, len);
-    store_reply_free(r);
-    return rc;
+    return rc == SR_OK ? store_get_str(s, key, json) : rc;
 }
 
 /* ---- the gate's fields of a group hash ---------------------------------------------------- */
