@@ -230,13 +230,19 @@ static void s_primary(gate_t *g, gi_group_t *grp, const gate_features_t *f, gate
     g->st.decisions++;
 }
 
+/* s_event_init zeroes e and gives it its kind and the group's id and task. */
+static void s_event_init(gate_event_t *e, gate_event_kind_t kind, const gi_group_t *grp)
+{
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    snprintf(e->group, sizeof e->group, "%s", grp->gid);
+    snprintf(e->task, sizeof e->task, "%s", grp->task ? grp->task : "");
+}
+
 static void s_emit_record(gate_t *g, gi_group_t *grp)
 {
     gate_event_t e;
-    memset(&e, 0, sizeof e);
-    e.kind = GATE_EVENT_RULES;
-    snprintf(e.group, sizeof e.group, "%s", grp->gid);
-    snprintf(e.task, sizeof e.task, "%s", grp->task ? grp->task : "");
+    s_event_init(&e, GATE_EVENT_RULES, grp);
     e.rules = g->play;
     memcpy(e.verdicts, grp->v, sizeof e.verdicts);
     e.audited = grp->audited && grp->v[GATE_RULE_AUDIT].cut;
@@ -250,10 +256,7 @@ static void s_emit_record(gate_t *g, gi_group_t *grp)
 static void s_outcome(gate_t *g, gi_group_t *grp)
 {
     gate_event_t e;
-    memset(&e, 0, sizeof e);
-    e.kind = GATE_EVENT_OUTCOME;
-    snprintf(e.group, sizeof e.group, "%s", grp->gid);
-    snprintf(e.task, sizeof e.task, "%s", grp->task ? grp->task : "");
+    s_event_init(&e, GATE_EVENT_OUTCOME, grp);
     int ended = 0;
     double lo = 0, hi = 0, sum = 0;
     for (int t = 0; t < grp->G; t++) {
