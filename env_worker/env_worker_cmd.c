@@ -65,10 +65,8 @@ int env_worker_main(int argc, char **argv)
     char err[512] = "";
 
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        code = rc;
-        goto cleanup;
-    }
+    if (rc != CFG_GO_ON)
+        return rc;
     log_set_role("env-worker");
     log_set_level((log_level_t)o.level);
 

@@ -112,10 +112,8 @@ int gate_main(int argc, char **argv)
     gate_svc_t *svc = NULL;
     http_srv_t *http = NULL;
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        code = rc;
-        goto cleanup;
-    }
+    if (rc != CFG_GO_ON)
+        return rc;
     log_set_role("gate");
     log_set_level((log_level_t)o.log_level);
 
