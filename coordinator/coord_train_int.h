@@ -143,6 +143,11 @@ void ct_send_batch(coord_train_t *t);
 void ct_on_ack(reactor_t *r, void *sock, int revents, void *arg);
 void ct_reg_urls_free(coord_train_t *t);
 
+/* coord_train.c: ct_failed fails the run when the failures in f of total trajectories trip
+ * max_share (fail_tally_verdict; the stop line names what) and says whether it did. */
+bool ct_failed(coord_train_t *t, const fail_tally_t *f, int64_t total, double max_share,
+               const char *what);
+
 /* coord_train_eval.c */
 void ct_eval_stored(coord_train_t *t, const proto_msg_t *m);
 void ct_eval_ended(coord_train_t *t, int64_t round, bool in_order);
