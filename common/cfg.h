@@ -97,8 +97,10 @@ int cfg_parse_command(cfg_t *cfg, int argc, char **argv);
 /* CFG_OPT_METRICS_PORT is the --metrics-port entry of a role's option table (sr_cmd_metrics,
  * common/cmds.h, serves it). */
 #define CFG_OPT_METRICS_PORT(dst_)                                                                 \
-    {.name = "metrics-port", .kind = CFG_STRING, .dst = (dst_), .metavar = "PORT|HOST:PORT",      \
-     .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"}
+    {                                                                                              \
+        .name = "metrics-port", .kind = CFG_STRING, .dst = (dst_), .metavar = "PORT|HOST:PORT",    \
+        .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"               \
+    }
 
 /* cfg_help writes the usage and one entry per option (flag, metavar, help, default, bounds,
  * environment variable) to out. */

@@ -109,7 +109,6 @@ static int s_forward(transport_proxy_t *p, void *from, void *to, int budget)
     return n;
 }
 
-
 /* s_topic_ok tells whether topic (n bytes) may be subscribed to: not empty, and under a run one
  * of act/<run>/, ctl/<run>/ or evt/<run>/ followed by anything. */
 static int s_topic_ok(const transport_proxy_t *p, const unsigned char *t, size_t n)

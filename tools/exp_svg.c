@@ -259,8 +259,8 @@ void exp_svg_errbar(exp_svg_t *s, double x, double lo, double hi)
 }
 
 /* s_marker draws a dashed line from (x1, y1) to (x2, y2) and label at (tx, ty), in pixels. */
-static void s_marker(exp_svg_t *s, double x1, double y1, double x2, double y2, double tx,
-                     double ty, const char *label)
+static void s_marker(exp_svg_t *s, double x1, double y1, double x2, double y2, double tx, double ty,
+                     const char *label)
 {
     char buf[256];
     s_put(s,
