@@ -176,6 +176,8 @@ static int s_attach_local(coord_train_t *t)
     char e[256];
     t->push = transport_sock_new(t->L.zctx, ZMQ_PUSH, NULL, e, sizeof e);
     t->pull = t->push ? transport_sock_new(t->L.zctx, ZMQ_PULL, NULL, e, sizeof e) : NULL;
+    proto_rx_init(&t->rx_ack, NULL, NULL,
+                  "trainer channel: ignored a message that does not decode; still waiting");
     if (!t->push || !t->pull) {
         log_error("trainer channel: %s", e);
         return SR_EIO;

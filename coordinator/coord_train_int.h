@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -73,6 +74,7 @@ struct coord_train {
     coord_link_t L; /* what it may ask of the coordinator (s_link, before the first plan) */
     void *zctx;
     transport_sock_t *push, *pull;
+    proto_rx_t rx_ack; /* a malformed message on pull: logged (acks_ignored counts it) */
     bool attached;
     bool attaching; /* the run's state is being read on the store thread (s_attach_work) */
 
