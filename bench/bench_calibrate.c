@@ -16,6 +16,7 @@
 #include "bench/bench_calibrate.h"
 #include "bench/bench_calibrate_int.h"
 #include "actor/prompt.h"
+#include "common/clock.h"
 #include "common/sr.h"
 #include "common/model.h"
 #include "common/prior.h"
@@ -30,13 +31,6 @@
 #include <time.h>
 
 #define S_TMAX 30 /* steps per episode at most: the paper's T_max, as `selroll run` uses */
-
-static double s_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void s_usage(FILE *out)
 {
@@ -287,7 +281,7 @@ int bench_calibrate_run(int argc, char **argv)
                  .temperature = temperature};
     r.split_hist = sr_xcalloc((size_t)K + 1, sizeof(long));
     long greedy_wins = 0, greedy_n = 0, heldout_wins = 0, heldout_n = 0;
-    double t0 = s_now();
+    double t0 = clock_mono_sec();
     uint64_t seed0 = po.seed;
     bc_episode_t eps[BC_MAX_G];
     for (int ps = 0; ps < pseeds && code == 0; ps++) {
@@ -374,7 +368,7 @@ int bench_calibrate_run(int argc, char **argv)
         model_destroy(&m0);
     }
     po.seed = seed0;
-    double secs = s_now() - t0;
+    double secs = clock_mono_sec() - t0;
     if (r.groups > 0 && code == 0) {
         long groups = r.groups;
         if (train_iters > 0)

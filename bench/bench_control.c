@@ -26,6 +26,7 @@
 #include "bench/bench_control.h"
 #include "bench/bench_control_int.h"
 
+#include "common/clock.h"
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "common/store.h"
@@ -40,13 +41,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-int64_t bctl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int bctl_free_port(void)
 {
@@ -218,7 +212,7 @@ int bench_control_run(int argc, char **argv)
         redis_url = url;
         store_t *st = NULL;
         for (int i = 0; i < 100 && !st; i++) {
-            usleep(50 * 1000);
+            clock_sleep_ms(50);
             st = store_new(redis_url, "bench", 500);
         }
         if (!st) {

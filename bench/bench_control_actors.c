@@ -7,6 +7,7 @@
  */
 #include "bench/bench_control_int.h"
 
+#include "common/clock.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -181,7 +182,7 @@ int bctl_scenario(const bctl_scn_t *sc, const char *run, bctl_out_t *out)
     zmq_pollitem_t *items = calloc((size_t)sc->actors, sizeof *items);
     proto_lease_t *leases = calloc((size_t)sc->slots, sizeof *leases);
     sr_buf_t b = SR_BUF_INIT;
-    usleep(300 * 1000); /* the coordinator binds */
+    clock_sleep_ms(300); /* the coordinator binds */
     for (int i = 0; i < sc->actors; i++) {
         s_actor_t *a = &as[i];
         a->sock = zmq_socket(ctx, ZMQ_DEALER);
@@ -198,15 +199,15 @@ int bctl_scenario(const bctl_scn_t *sc, const char *run, bctl_out_t *out)
         items[i] = (zmq_pollitem_t){.socket = a->sock, .events = ZMQ_POLLIN};
         s_hello(a, &b);
     }
-    int64_t t0 = bctl_now_ms(), held = 0;
+    int64_t t0 = clock_mono_ms(), held = 0;
     while (out->t.acked_ok + out->t.refused < sc->jobs) {
-        int64_t now = bctl_now_ms();
+        int64_t now = clock_mono_ms();
         if (now - t0 > (int64_t)sc->timeout_s * 1000) {
             out->timed_out = true;
             break;
         }
         zmq_poll(items, sc->actors, 2);
-        now = bctl_now_ms();
+        now = clock_mono_ms();
         for (int i = 0; i < sc->actors; i++) {
             for (int k = 0; k < 4096; k++) {
                 zmq_msg_t zm;
@@ -233,10 +234,10 @@ int bctl_scenario(const bctl_scn_t *sc, const char *run, bctl_out_t *out)
     /* the coordinator ends the run by itself once every job is final */
     int status = 0;
     struct rusage ru;
-    int64_t deadline = bctl_now_ms() + 20000;
+    int64_t deadline = clock_mono_ms() + 20000;
     pid_t w;
-    while ((w = wait4(cpid, &status, WNOHANG, &ru)) == 0 && bctl_now_ms() < deadline)
-        usleep(20 * 1000);
+    while ((w = wait4(cpid, &status, WNOHANG, &ru)) == 0 && clock_mono_ms() < deadline)
+        clock_sleep_ms(20);
     if (w == 0) {
         kill(cpid, SIGTERM);
         w = wait4(cpid, &status, 0, &ru);

@@ -7,6 +7,7 @@
  */
 #include "bench/bench_control_int.h"
 
+#include "common/clock.h"
 #include "common/proto.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -123,7 +124,7 @@ static int s_pair_start(const bctl_scn_t *sc, const char *run, int groups, char 
     p->cpid = bctl_spawn(cargs, logp);
     if (p->cpid <= 0)
         return SR_EIO;
-    usleep(300 * 1000);
+    clock_sleep_ms(300);
     char *gargs[32] = {(char *)sc->exe, "gate", "--coordinator", work, "--redis",
                        (char *)sc->redis_url, "--run", (char *)run, "--metrics-port", gmet,
                        "--log-level", "warn"};
@@ -198,25 +199,25 @@ int bctl_actions(const bctl_scn_t *sc, const char *run, int pubs, int groups, in
     /* the gate is welcomed and subscribed, the publishers connected */
     double c0 = -1;
     for (int i = 0; i < 100 && c0 < 0; i++) {
-        usleep(50 * 1000);
+        clock_sleep_ms(50);
         c0 = s_metric(gm, "selroll_gate_actions_total");
     }
-    usleep(500 * 1000);
+    clock_sleep_ms(500);
     sr_buf_t b = SR_BUF_INIT;
     char topic[STORE_GID_MAX + 160], gid[STORE_GID_MAX], actor[32];
-    int64_t step = 1, t_start = bctl_now_ms(), t_win = t_start + 1000,
+    int64_t step = 1, t_start = clock_mono_ms(), t_win = t_start + 1000,
             t_end = t_win + (int64_t)seconds * 1000, pub_win = 0;
     double cpu_c0 = 0, cpu_g0 = 0, cnt0 = 0;
     bool in_window = false;
     while (c0 >= 0) {
-        int64_t now = bctl_now_ms();
+        int64_t now = clock_mono_ms();
         if (!in_window && now >= t_win) {
             in_window = true;
             cnt0 = s_metric(gm, "selroll_gate_actions_total");
             cpu_c0 = s_proc_cpu_s(cpid);
             cpu_g0 = s_proc_cpu_s(gpid);
             pub_win = out->published;
-            t_win = bctl_now_ms();
+            t_win = clock_mono_ms();
         }
         if (now >= t_end)
             break;
@@ -233,7 +234,7 @@ int bctl_actions(const bctl_scn_t *sc, const char *run, int pubs, int groups, in
         step++;
     }
     double cnt1 = s_metric(gm, "selroll_gate_actions_total");
-    int64_t t_stop = bctl_now_ms();
+    int64_t t_stop = clock_mono_ms();
     out->coord_cpu = s_proc_cpu_s(cpid) - cpu_c0;
     out->gate_cpu = s_proc_cpu_s(gpid) - cpu_g0;
     out->window_s = (double)(t_stop - t_win) / 1000.0;
@@ -288,28 +289,26 @@ int bctl_cancel(const bctl_scn_t *sc, const char *run, int groups, int gap_ms, d
     zmq_connect(sub, bsub);
     double ok = -1;
     for (int i = 0; i < 100 && ok < 0; i++) { /* the gate is up, welcomed and subscribed */
-        usleep(50 * 1000);
+        clock_sleep_ms(50);
         ok = s_metric(gm, "selroll_gate_actions_total");
     }
-    usleep(500 * 1000);
+    clock_sleep_ms(500);
     int64_t *sent_us = calloc((size_t)groups, sizeof *sent_us);
     sr_buf_t b = SR_BUF_INIT;
     char topic[STORE_GID_MAX + 160], gid[STORE_GID_MAX];
-    int64_t deadline = bctl_now_ms() + (int64_t)groups * gap_ms + 5000;
+    int64_t deadline = clock_mono_ms() + (int64_t)groups * gap_ms + 5000;
     int next = 0;
-    while (ok >= 0 && *n < groups && bctl_now_ms() < deadline) {
+    while (ok >= 0 && *n < groups && clock_mono_ms() < deadline) {
         if (next < groups) {
             coord_group_id(0, next, gid, sizeof gid);
             snprintf(topic, sizeof topic, "act/%s/%s", run, gid);
             for (int step = 1; step <= 3; step++)
                 for (int t = 0; t < BCTL_G; t++)
                     s_publish_action(pub, topic, run, gid, t, step, "look", "bench-cancel", &b);
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            sent_us[next++] = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+            sent_us[next++] = clock_mono_us();
         }
-        int64_t until = bctl_now_ms() + gap_ms;
-        while (bctl_now_ms() < until) {
+        int64_t until = clock_mono_ms() + gap_ms;
+        while (clock_mono_ms() < until) {
             zmq_pollitem_t it = {.socket = sub, .events = ZMQ_POLLIN};
             if (zmq_poll(&it, 1, 1) <= 0)
                 continue;
@@ -318,9 +317,7 @@ int bctl_cancel(const bctl_scn_t *sc, const char *run, int groups, int gap_ms, d
             zmq_msg_init(&f2);
             if (zmq_msg_recv(&f1, sub, 0) >= 0 && zmq_msg_more(&f1) &&
                 zmq_msg_recv(&f2, sub, 0) >= 0) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+                int64_t now_us = clock_mono_us();
                 proto_msg_t m;
                 proto_err_t perr;
                 if (proto_decode(zmq_msg_data(&f2), zmq_msg_size(&f2), &m, &perr) == SR_OK) {

@@ -45,8 +45,6 @@ typedef struct {
 } bctl_act_out_t;
 
 /* bench_control.c */
-/* bctl_now_ms returns the monotonic clock in ms. */
-int64_t bctl_now_ms(void);
 /* bctl_free_port returns a loopback TCP port that was free a moment ago, or 0. */
 int bctl_free_port(void);
 /* bctl_spawn starts args[0] with args, its output into log_path; its pid, or -1. */

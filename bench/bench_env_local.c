@@ -5,19 +5,13 @@
  * the per-step samples.
  */
 #include "bench/bench_env_local.h"
+#include "common/clock.h"
 #include "common/sr.h"
 #include "env_worker/env.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double s_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 int bench_env_local_run(long episodes, bench_env_local_result_t *out)
 {
@@ -35,7 +29,7 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
         rc = SR_ENOMEM;
         goto cleanup;
     }
-    double start = s_now_us();
+    double start = ((double)clock_mono_ns() / 1e3);
     for (long e = 0; e < episodes; e++) {
         char id[64];
         snprintf(id, sizeof id, "household/train/%ld", e);
@@ -50,9 +44,9 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
             const char *a = ops->expert_act(ex, &obs);
             if (!a)
                 break;
-            double t0 = s_now_us();
+            double t0 = ((double)clock_mono_ns() / 1e3);
             ops->step(h, a, &obs);
-            double t1 = s_now_us();
+            double t1 = ((double)clock_mono_ns() / 1e3);
             if (n_lat == cap) {
                 cap = cap ? cap * 2 : 65536;
                 double *grown = realloc(lat, cap * sizeof *lat);
@@ -67,7 +61,7 @@ int bench_env_local_run(long episodes, bench_env_local_result_t *out)
         ops->destroy(&h);
         out->episodes++;
     }
-    out->seconds = (s_now_us() - start) / 1e6;
+    out->seconds = (((double)clock_mono_ns() / 1e3) - start) / 1e6;
     out->steps = (long)n_lat;
     out->steps_per_s = out->seconds > 0 ? (double)n_lat / out->seconds : 0;
     if (n_lat > 0) {

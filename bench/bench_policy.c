@@ -10,6 +10,7 @@
  */
 #include "bench/bench_policy.h"
 
+#include "common/clock.h"
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "policy/policy_server.h"
@@ -61,13 +62,6 @@ typedef struct {
     double cpu_us;
 } s_client_t;
 
-static double s_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static size_t s_sink(char *d, size_t sz, size_t nm, void *arg)
 {
     (void)d;
@@ -100,9 +94,9 @@ static void *s_client(void *arg)
     }
     struct rusage ru0, ru1;
     getrusage(RUSAGE_THREAD, &ru0);
-    double end = s_now() + c->seconds;
+    double end = clock_mono_sec() + c->seconds;
     for (int i = 0; i < c->inflight; i++) {
-        slots[i].t0 = s_now();
+        slots[i].t0 = clock_mono_sec();
         curl_multi_add_handle(mh, slots[i].h);
     }
     int running = 1;
@@ -117,7 +111,7 @@ static void *s_client(void *arg)
             long status = 0;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&sl);
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-            double t = s_now();
+            double t = clock_mono_sec();
             if (msg->data.result == CURLE_OK && status == 200) {
                 c->done++;
                 if (c->n_lat == c->cap_lat) {
@@ -243,7 +237,7 @@ int bench_policy_run(int argc, char **argv)
     for (int r = 0; r < repeats; r++) {
         s_client_t *cl = sr_xcalloc((size_t)threads, sizeof(*cl));
         pthread_t *tid = sr_xcalloc((size_t)threads, sizeof(*tid));
-        double t0 = s_now();
+        double t0 = clock_mono_sec();
         for (int i = 0; i < threads; i++) {
             cl[i] = (s_client_t){
                 .port = policy_server_port(srv), .inflight = inflight, .seconds = seconds};
@@ -259,7 +253,7 @@ int bench_policy_run(int argc, char **argv)
             n += cl[i].n_lat;
             cpu_us += cl[i].cpu_us;
         }
-        double wall = s_now() - t0;
+        double wall = clock_mono_sec() - t0;
         double *all = sr_xmalloc((n ? n : 1) * sizeof(double));
         size_t k = 0;
         for (int i = 0; i < threads; i++) {

@@ -12,6 +12,7 @@
  */
 #include "bench/bench_proto.h"
 
+#include "common/clock.h"
 #include "common/cmds.h"
 #include "common/proto.h"
 #include "common/sr.h"
@@ -170,18 +171,11 @@ static void s_cases(s_case_t c[S_NCASES])
     }
 }
 
-static double s_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* s_batch runs n operations of the given mode and returns ns per operation, or -1 on failure. */
 static double s_batch(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mode, long n,
                       sr_buf_t *scratch)
 {
-    double t0 = s_now_ns();
+    double t0 = (double)clock_mono_ns();
     for (long i = 0; i < n; i++) {
         proto_msg_t out;
         if (mode != S_DECODE) {
@@ -196,7 +190,7 @@ static double s_batch(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mode, 
             proto_msg_clear(&out);
         }
     }
-    return (s_now_ns() - t0) / (double)n;
+    return ((double)clock_mono_ns() - t0) / (double)n;
 }
 
 /* s_median_ns calibrates a batch to about ms milliseconds and returns the median ns/op over

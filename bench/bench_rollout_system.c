@@ -365,7 +365,7 @@ void br_system(const char *self, const char *label, const char *const *extra, br
             supervise_stop(sup, "run", 5000);
             break;
         }
-        usleep(50000);
+        clock_sleep_ms(50);
     }
     int st = supervise_last_status(sup, "run");
     out->ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;

@@ -148,7 +148,7 @@ static bool s_wire_zmq(int n, double *wall_us, double *cpu_us)
     pthread_t t;
     bool ok = pthread_create(&t, NULL, s_zmq_echo, &e) == 0;
     while (ok && __atomic_load_n(&e.fd, __ATOMIC_ACQUIRE) == 0)
-        usleep(1000);
+        clock_sleep_ms(1);
     ok = ok && e.fd == 1 && zmq_connect(d, e.ep) == 0;
     char body[S_WIRE_BYTES];
     memset(body, 'x', sizeof body);

@@ -55,6 +55,11 @@ int64_t clock_mono_ms(void)
     return clock_mono_ns() / 1000000;
 }
 
+double clock_mono_sec(void)
+{
+    return (double)clock_mono_ns() * 1e-9;
+}
+
 int64_t clock_wall_ms(void)
 {
     struct timespec ts;
@@ -67,6 +72,57 @@ int64_t clock_wall_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t clock_wall_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+void clock_sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int clock_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+struct timespec clock_deadline_ns(int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t sum = (int64_t)ts.tv_nsec + ns % 1000000000LL;
+    ts.tv_sec += (time_t)(ns / 1000000000LL + sum / 1000000000LL);
+    ts.tv_nsec = (long)(sum % 1000000000LL);
+    return ts;
+}
+
+struct timespec clock_deadline(int64_t ms)
+{
+    return clock_deadline_ns(ms < 0 ? 0 : (ms > INT64_MAX / 1000000 ? INT64_MAX : ms * 1000000));
+}
+
+struct timespec clock_deadline_at(int64_t mono_ns)
+{
+    if (!atomic_load_explicit(&s_scaled, memory_order_acquire) && mono_ns >= 0)
+        return (struct timespec){.tv_sec = (time_t)(mono_ns / 1000000000LL),
+                                 .tv_nsec = (long)(mono_ns % 1000000000LL)};
+    double left = (double)(mono_ns - clock_mono_ns()) / clock_scale();
+    return clock_deadline_ns(left > 0 ? (left < 9e18 ? (int64_t)left : INT64_MAX) : 0);
 }
 
 int clock_set_scale(double scale)

@@ -106,11 +106,7 @@ http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
     s->cfg.token = s->token;
     s->addr = addr;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&s->cv);
     atomic_init(&s->sse_bytes, 0);
     atomic_init(&s->sse_clients, 0);
     return s;
@@ -309,15 +305,7 @@ static ssize_t s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 int64_t due = st->last_ms + s->cfg.keepalive_ms;
                 if (now >= due)
                     break;
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                int64_t wait = SR_MIN(due - now, 1000);
-                ts.tv_sec += wait / 1000;
-                ts.tv_nsec += (wait % 1000) * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                struct timespec ts = clock_deadline(SR_MIN(due - now, 1000));
                 pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             }
             if (s->stopping) {

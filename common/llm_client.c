@@ -65,7 +65,7 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
     if (c->cfg.retry_after_max_ms <= 0)
         c->cfg.retry_after_max_ms = LLM_DEFAULT_RETRY_AFTER_MAX_MS;
     c->models_url = llm_models_url(cfg->base_url);
-    c->rng = cfg->jitter_seed ? cfg->jitter_seed : (uint64_t)llm_now_us() ^ ((uint64_t)getpid() << 32);
+    c->rng = cfg->jitter_seed ? cfg->jitter_seed : (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32);
     c->curl_deadline_ms = -1;
 
     c->headers = curl_slist_append(NULL, "Content-Type: application/json");
@@ -147,7 +147,7 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
     r->cb = cb;
     r->arg = arg;
     r->retry_due_ms = -1;
-    r->t_start_us = llm_now_us();
+    r->t_start_us = clock_mono_us();
     if (fresh) {
         curl_easy_setopt(easy, CURLOPT_URL, url ? url : models ? c->models_url : c->url);
         if (models)
@@ -264,7 +264,7 @@ void llm_client_on_timer(llm_client_t *c)
 {
     if (!c)
         return;
-    int64_t now = llm_now_ms();
+    int64_t now = clock_mono_ms();
     if (c->curl_deadline_ms >= 0 && now >= c->curl_deadline_ms) {
         int running = 0;
         c->curl_deadline_ms = -1;
@@ -286,7 +286,7 @@ int llm_client_run_until_idle(llm_client_t *c, long timeout_ms)
         return SR_EINVAL;
     if (c->has_hooks)
         return SR_EUNSUPPORTED;
-    int64_t deadline = timeout_ms < 0 ? -1 : llm_now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : clock_mono_ms() + timeout_ms;
     while (c->pending > 0) {
         int running = 0;
         curl_multi_perform(c->multi, &running);
@@ -294,7 +294,7 @@ int llm_client_run_until_idle(llm_client_t *c, long timeout_ms)
         llm_run_due_retries(c);
         if (c->pending == 0)
             break;
-        int64_t now = llm_now_ms();
+        int64_t now = clock_mono_ms();
         if (deadline >= 0 && now >= deadline)
             return SR_ETIMEDOUT;
         long wait = 100, t = -1;

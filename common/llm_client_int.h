@@ -7,6 +7,7 @@
 #ifndef SR_LLM_CLIENT_INT_H
 #define SR_LLM_CLIENT_INT_H
 
+#include "common/clock.h"
 #include "common/llm_client.h"
 
 #include <curl/curl.h>
@@ -76,18 +77,6 @@ struct llm_fdstate {
 #define LLM_MAX_IDLE_CONNS 4096L
 /* Easy handles kept for reuse; a handle carries its options, so a request sets only its own. */
 #define LLM_MAX_IDLE_EASY 4096u
-
-static inline int64_t llm_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static inline int64_t llm_now_ms(void)
-{
-    return llm_now_us() / 1000;
-}
 
 /* A request's life (llm_client_multi.c). llm_rearm asks the owner's timer for the earliest of
  * curl's deadline and the due retries; llm_req_free frees a request (its easy handle kept for

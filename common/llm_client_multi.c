@@ -34,7 +34,7 @@ void llm_rearm(llm_client_t *c)
         c->hooks.set_timer(-1, c->hook_arg);
         return;
     }
-    int64_t now = llm_now_ms();
+    int64_t now = clock_mono_ms();
     c->hooks.set_timer(due > now ? (long)(due - now) : 0, c->hook_arg);
 }
 
@@ -94,7 +94,7 @@ static void s_complete(llm_request_t *r, llm_response_t *resp)
     llm_client_t *c = r->c;
     resp->attempts = r->attempts;
     resp->throttled = r->throttled;
-    resp->latency_ms = (double)(llm_now_us() - r->t_start_us) / 1000.0;
+    resp->latency_ms = (double)(clock_mono_us() - r->t_start_us) / 1000.0;
     if (resp->rc == SR_OK)
         c->stats.succeeded++;
     else
@@ -224,7 +224,7 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
             delay = wait_ms;
         if (r->retry_due_ms < 0)
             c->waiting++;
-        r->retry_due_ms = llm_now_ms() + delay;
+        r->retry_due_ms = clock_mono_ms() + delay;
         c->stats.retries++;
         return;
     }
@@ -252,7 +252,7 @@ void llm_drain(llm_client_t *c)
 void llm_run_due_retries(llm_client_t *c)
 {
     while (c->waiting > 0) {
-        int64_t now = llm_now_ms();
+        int64_t now = clock_mono_ms();
         llm_request_t *due = NULL;
         for (llm_request_t *r = c->head; r; r = r->next)
             if (r->retry_due_ms >= 0 && r->retry_due_ms <= now) {
@@ -336,7 +336,7 @@ int llm_close_cb(void *clientp, curl_socket_t item)
 int llm_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
     llm_client_t *c = userp;
-    c->curl_deadline_ms = timeout_ms < 0 ? -1 : llm_now_ms() + timeout_ms;
+    c->curl_deadline_ms = timeout_ms < 0 ? -1 : clock_mono_ms() + timeout_ms;
     llm_rearm(c);
     return 0;
 }

@@ -37,6 +37,7 @@ typedef struct {
     char **label_names;
     double *bounds;
     size_t nbounds;
+    int sum_decimals; /* histogram: _sum as "%.*f" when >= 0 (metrics_histogram_sum_decimals) */
     s_series_t **series;
     size_t nseries, cap;
 } s_family_t;
@@ -189,6 +190,7 @@ static s_series_t *s_get(metrics_registry_t *reg, s_type_t type, const char *nam
             goto cleanup;
     } else {
         f = sr_xcalloc(1, sizeof *f);
+        f->sum_decimals = -1;
         f->name = sr_xstrdup(name);
         f->help = sr_xstrdup(help ? help : "");
         f->type = type;
@@ -271,6 +273,19 @@ void metrics_counter_add(metrics_counter_t *c, double v)
     if (!c || !(v >= 0))
         return;
     s_atomic_add(&((s_series_t *)c)->value, v);
+}
+
+void metrics_counter_set(metrics_counter_t *c, double v)
+{
+    if (!c || !(v >= 0))
+        return;
+    _Atomic uint64_t *a = &((s_series_t *)c)->value;
+    uint64_t old = atomic_load_explicit(a, memory_order_relaxed);
+    /* only up: two renders copying in at once never take it back */
+    while (s_double(old) < v &&
+           !atomic_compare_exchange_weak_explicit(a, &old, s_bits(v), memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
 }
 
 double metrics_counter_value(const metrics_counter_t *c)
@@ -465,7 +480,13 @@ static void s_render_family(s_buf_t *b, const s_family_t *f)
         s_puts(b, "_sum");
         s_put_labels(b, f, s, NULL);
         s_puts(b, " ");
-        s_put_double(b, value);
+        if (f->sum_decimals >= 0 && isfinite(value)) {
+            char tmp[400];
+            snprintf(tmp, sizeof tmp, "%.*f", f->sum_decimals, value);
+            s_puts(b, tmp);
+        } else {
+            s_put_double(b, value);
+        }
         s_puts(b, "\n");
         s_puts(b, f->name);
         s_puts(b, "_count");
@@ -474,6 +495,24 @@ static void s_render_family(s_buf_t *b, const s_family_t *f)
         s_put_u64(b, cum);
         s_puts(b, "\n");
     }
+}
+
+int metrics_histogram_sum_decimals(metrics_registry_t *reg, const char *name, int decimals)
+{
+    if (!reg || !name || decimals < 0 || decimals > 17)
+        return SR_EINVAL;
+    int rc = SR_EINVAL;
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->nfamilies; i++) {
+        s_family_t *f = reg->families[i];
+        if (f->type == S_HISTOGRAM && strcmp(f->name, name) == 0) {
+            f->sum_decimals = decimals;
+            rc = SR_OK;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return rc;
 }
 
 int metrics_render(metrics_registry_t *reg, char **out, size_t *len)

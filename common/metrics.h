@@ -63,6 +63,11 @@ void metrics_counter_inc(metrics_counter_t *c);
 void metrics_counter_add(metrics_counter_t *c, double v);
 double metrics_counter_value(const metrics_counter_t *c);
 
+/* metrics_counter_set sets a counter whose count is kept elsewhere (an engine's own statistics),
+ * copied in before rendering. A counter only goes up: v below its value, negative or NaN, is
+ * ignored. */
+void metrics_counter_set(metrics_counter_t *c, double v);
+
 /* metrics_gauge_set sets, metrics_gauge_add adds (v may be negative); metrics_gauge_value reads. */
 void metrics_gauge_set(metrics_gauge_t *g, double v);
 void metrics_gauge_add(metrics_gauge_t *g, double v);
@@ -74,6 +79,12 @@ void metrics_histogram_observe(metrics_histogram_t *h, double v);
 
 /* metrics_histogram_count returns how many values were observed (0 for NULL). */
 uint64_t metrics_histogram_count(const metrics_histogram_t *h);
+
+/* metrics_histogram_sum_decimals makes histogram family `name` (registered already) render its
+ * _sum lines with exactly `decimals` digits after the point ("%.*f"), for an endpoint whose text
+ * must stay what it was; other values keep the shortest exact form. Returns SR_OK, or SR_EINVAL
+ * when there is no such histogram or decimals is outside 0..17. */
+int metrics_histogram_sum_decimals(metrics_registry_t *reg, const char *name, int decimals);
 
 /* metrics_render writes the exposition text of every family into a new NUL-terminated buffer
  * *out (the caller frees it) of *len bytes. Returns 0, SR_EINVAL for NULL arguments, or

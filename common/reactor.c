@@ -30,6 +30,8 @@
  */
 #include "common/reactor_int.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -55,9 +57,7 @@ static __thread reactor_t *s_running;
 
 int64_t reactor_clock_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_mono_ms();
 }
 
 /* ---- the wake-up pipe ---- */

@@ -26,7 +26,9 @@
  * another connection) on the store thread, off every loop.
  *
  * Every role uses this one mechanism: the coordinator and its dashboard (one queue), the gate,
- * the env worker's registry, the policy server's weight loads.
+ * the env worker's registry, the policy server's weight loads. It is common/wq's worker-thread
+ * queue (the thread, the order, the eventfd, flush and shutdown) with the thread's Redis
+ * connection added.
  */
 #ifndef SR_STOREQ_H
 #define SR_STOREQ_H

@@ -148,146 +148,232 @@ int batch_jsonl_path(const char *out_dir, int64_t iteration, char *buf, size_t l
     return (w < 0 || (size_t)w >= len) ? SR_ETOOBIG : SR_OK;
 }
 
-/* ---- JSON ---------------------------------------------------------------------------------- */
+/* ---- JSON ----------------------------------------------------------------------------------
+ *
+ * Written with jsonw (common/jsonw.h: the text cJSON_PrintUnformatted would print, byte for byte).
+ * The one thing read is a group's rules (the gate's JSON text, kept as it came from Redis): read
+ * with cJSON, the coordinator's JSON reader for whole documents (jsonscan picks fields out of a
+ * known shape; the rules are any JSON object), and written back through jsonw, so they come out
+ * normalized as before. */
 
-static cJSON *s_num_array(const double *v, size_t n)
+/* s_key writes "k": (after a comma unless first). */
+static void s_key(jsonw_t *w, bool *first, const char *k)
 {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a && i < n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
-    return a;
+    if (!*first)
+        jsonw_lit(w, ",");
+    *first = false;
+    jsonw_str(w, k);
+    jsonw_lit(w, ":");
 }
 
-static void s_add_str(cJSON *o, const char *k, const char *v)
+static void s_num(jsonw_t *w, bool *first, const char *k, double v)
 {
+    s_key(w, first, k);
+    jsonw_num(w, v);
+}
+
+static void s_bool(jsonw_t *w, bool *first, const char *k, bool v)
+{
+    s_key(w, first, k);
     if (v)
-        cJSON_AddStringToObject(o, k, v);
+        jsonw_lit(w, "true");
+    else
+        jsonw_lit(w, "false");
 }
 
-/* s_bin_json returns a token array (int32 ids, or float32 logprobs as "%.9g") as one raw JSON
- * item: written by jsonw, the same text as an array of numbers, without an item per token. */
-static cJSON *s_bin_json(const void *v, size_t n, bool is_float)
+/* s_str writes "k":"v", nothing when v is NULL. */
+static void s_str(jsonw_t *w, bool *first, const char *k, const char *v)
 {
-    sr_buf_t b = SR_BUF_INIT;
-    jsonw_t w;
-    jsonw_init(&w, &b);
-    if (sr_buf_reserve(&b, 12 * n + 3) != SR_OK)
-        w.rc = SR_ENOMEM;
-    jsonw_lit(&w, "[");
+    if (!v)
+        return;
+    s_key(w, first, k);
+    jsonw_str(w, v);
+}
+
+static void s_num_array(jsonw_t *w, bool *first, const char *k, const double *v, size_t n)
+{
+    s_key(w, first, k);
+    jsonw_lit(w, "[");
     for (size_t i = 0; i < n; i++) {
         if (i)
-            jsonw_lit(&w, ",");
-        if (is_float)
-            jsonw_f32(&w, ((const float *)v)[i]);
-        else
-            jsonw_int(&w, ((const int32_t *)v)[i]);
+            jsonw_lit(w, ",");
+        jsonw_num(w, v[i]);
     }
-    jsonw_lit(&w, "]");
-    const char *t = jsonw_finish(&w);
-    cJSON *a = t ? cJSON_CreateRaw(t) : NULL;
-    sr_buf_free(&b);
-    return a;
+    jsonw_lit(w, "]");
 }
 
-/* s_add_tokens adds a step's token fields (docs/protocol.md "Tokens") to its JSON object. */
-static void s_add_tokens(cJSON *j, const proto_result_step_t *s)
+/* s_bin_array writes a token array: int32 ids, or float32 logprobs as "%.9g". */
+static void s_bin_array(jsonw_t *w, bool *first, const char *k, const void *v, size_t n,
+                        bool is_float)
+{
+    s_key(w, first, k);
+    if (sr_buf_reserve(w->b, 12 * n + 3) != SR_OK && w->rc == SR_OK)
+        w->rc = SR_ENOMEM;
+    jsonw_lit(w, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            jsonw_lit(w, ",");
+        if (is_float)
+            jsonw_f32(w, ((const float *)v)[i]);
+        else
+            jsonw_int(w, ((const int32_t *)v)[i]);
+    }
+    jsonw_lit(w, "]");
+}
+
+/* s_tree writes a parsed JSON value as cJSON_PrintUnformatted prints it. */
+static void s_tree(jsonw_t *w, const cJSON *j)
+{
+    if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+        bool obj = cJSON_IsObject(j);
+        if (obj)
+            jsonw_lit(w, "{");
+        else
+            jsonw_lit(w, "[");
+        for (const cJSON *c = j->child; c; c = c->next) {
+            if (c != j->child)
+                jsonw_lit(w, ",");
+            if (obj) {
+                jsonw_str(w, c->string);
+                jsonw_lit(w, ":");
+            }
+            s_tree(w, c);
+        }
+        if (obj)
+            jsonw_lit(w, "}");
+        else
+            jsonw_lit(w, "]");
+    } else if (cJSON_IsString(j)) {
+        jsonw_str(w, j->valuestring);
+    } else if (cJSON_IsNumber(j)) {
+        jsonw_num(w, j->valuedouble);
+    } else if (cJSON_IsTrue(j)) {
+        jsonw_lit(w, "true");
+    } else if (cJSON_IsFalse(j)) {
+        jsonw_lit(w, "false");
+    } else {
+        jsonw_lit(w, "null");
+    }
+}
+
+/* s_add_tokens writes a step's token fields (docs/protocol.md "Tokens"). */
+static void s_add_tokens(jsonw_t *w, bool *first, const proto_result_step_t *s)
 {
     if (s->token_ids_len > 0)
-        cJSON_AddItemToObject(j, "token_ids", s_bin_json(s->token_ids, s->token_ids_len, false));
+        s_bin_array(w, first, "token_ids", s->token_ids, s->token_ids_len, false);
     if (s->token_logprobs_len > 0)
-        cJSON_AddItemToObject(j, "token_logprobs",
-                              s_bin_json(s->token_logprobs, s->token_logprobs_len, true));
+        s_bin_array(w, first, "token_logprobs", s->token_logprobs, s->token_logprobs_len, true);
     if (s->prompt_token_ids_len > 0)
-        cJSON_AddItemToObject(j, "prompt_token_ids",
-                              s_bin_json(s->prompt_token_ids, s->prompt_token_ids_len, false));
+        s_bin_array(w, first, "prompt_token_ids", s->prompt_token_ids, s->prompt_token_ids_len,
+                    false);
     if (s->has_prompt_prefix)
-        cJSON_AddNumberToObject(j, "prompt_prefix", (double)s->prompt_prefix);
+        s_num(w, first, "prompt_prefix", (double)s->prompt_prefix);
     if (s->tokens_mismatch)
-        cJSON_AddBoolToObject(j, "tokens_mismatch", true);
+        s_bool(w, first, "tokens_mismatch", true);
 }
 
-static cJSON *s_result_json(const proto_result_t *r)
+static void s_result_json(jsonw_t *w, const proto_result_t *r)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    s_add_str(o, "job_id", r->job_id);
-    cJSON_AddNumberToObject(o, "epoch", (double)r->epoch);
-    s_add_str(o, "run", r->run);
-    s_add_str(o, "group", r->group);
-    cJSON_AddNumberToObject(o, "traj", (double)r->traj);
-    s_add_str(o, "task", r->task);
-    s_add_str(o, "status", r->status);
-    cJSON_AddNumberToObject(o, "reward", r->reward);
-    cJSON_AddBoolToObject(o, "won", r->won);
-    cJSON_AddNumberToObject(o, "n_steps", (double)r->n_steps);
-    cJSON_AddNumberToObject(o, "llm_calls", (double)r->llm_calls);
-    cJSON_AddNumberToObject(o, "prompt_tokens", (double)r->prompt_tokens);
-    cJSON_AddNumberToObject(o, "completion_tokens", (double)r->completion_tokens);
-    cJSON_AddNumberToObject(o, "aborted_tokens", (double)r->aborted_tokens);
-    cJSON_AddNumberToObject(o, "wall_ms", (double)r->wall_ms);
-    s_add_str(o, "error", r->error);
-    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-    for (size_t i = 0; steps && i < r->steps_len; i++) {
+    bool f = true;
+    jsonw_lit(w, "{");
+    s_str(w, &f, "job_id", r->job_id);
+    s_num(w, &f, "epoch", (double)r->epoch);
+    s_str(w, &f, "run", r->run);
+    s_str(w, &f, "group", r->group);
+    s_num(w, &f, "traj", (double)r->traj);
+    s_str(w, &f, "task", r->task);
+    s_str(w, &f, "status", r->status);
+    s_num(w, &f, "reward", r->reward);
+    s_bool(w, &f, "won", r->won);
+    s_num(w, &f, "n_steps", (double)r->n_steps);
+    s_num(w, &f, "llm_calls", (double)r->llm_calls);
+    s_num(w, &f, "prompt_tokens", (double)r->prompt_tokens);
+    s_num(w, &f, "completion_tokens", (double)r->completion_tokens);
+    s_num(w, &f, "aborted_tokens", (double)r->aborted_tokens);
+    s_num(w, &f, "wall_ms", (double)r->wall_ms);
+    s_str(w, &f, "error", r->error);
+    s_key(w, &f, "steps");
+    jsonw_lit(w, "[");
+    for (size_t i = 0; i < r->steps_len; i++) {
         const proto_result_step_t *s = &r->steps[i];
-        cJSON *j = cJSON_CreateObject();
-        if (!j)
-            break;
-        cJSON_AddNumberToObject(j, "i", (double)s->i);
-        s_add_str(j, "action", s->action);
-        s_add_str(j, "raw", s->raw);
-        s_add_str(j, "obs", s->obs);
-        cJSON_AddNumberToObject(j, "reward", s->reward);
-        cJSON_AddBoolToObject(j, "done", s->done);
-        cJSON_AddNumberToObject(j, "prompt_tokens", (double)s->prompt_tokens);
-        cJSON_AddNumberToObject(j, "completion_tokens", (double)s->completion_tokens);
+        bool g = true;
+        if (i)
+            jsonw_lit(w, ",");
+        jsonw_lit(w, "{");
+        s_num(w, &g, "i", (double)s->i);
+        s_str(w, &g, "action", s->action);
+        s_str(w, &g, "raw", s->raw);
+        s_str(w, &g, "obs", s->obs);
+        s_num(w, &g, "reward", s->reward);
+        s_bool(w, &g, "done", s->done);
+        s_num(w, &g, "prompt_tokens", (double)s->prompt_tokens);
+        s_num(w, &g, "completion_tokens", (double)s->completion_tokens);
         if (s->has_logprob)
-            cJSON_AddNumberToObject(j, "logprob", s->logprob);
-        cJSON_AddBoolToObject(j, "format_error", s->format_error);
-        cJSON_AddNumberToObject(j, "latency_ms", s->latency_ms);
+            s_num(w, &g, "logprob", s->logprob);
+        s_bool(w, &g, "format_error", s->format_error);
+        s_num(w, &g, "latency_ms", s->latency_ms);
         if (s->has_t)
-            cJSON_AddNumberToObject(j, "t_ms", s->t_ms);
+            s_num(w, &g, "t_ms", s->t_ms);
         if (s->messages_len > 0) {
-            cJSON *msgs = cJSON_AddArrayToObject(j, "messages");
-            for (size_t k = 0; msgs && k < s->messages_len; k++) {
-                cJSON *mj = cJSON_CreateObject();
-                if (!mj)
-                    break;
-                s_add_str(mj, "role", s->messages[k].role);
-                s_add_str(mj, "content", s->messages[k].content);
-                cJSON_AddItemToArray(msgs, mj);
+            s_key(w, &g, "messages");
+            jsonw_lit(w, "[");
+            for (size_t k = 0; k < s->messages_len; k++) {
+                bool m = true;
+                if (k)
+                    jsonw_lit(w, ",");
+                jsonw_lit(w, "{");
+                s_str(w, &m, "role", s->messages[k].role);
+                s_str(w, &m, "content", s->messages[k].content);
+                jsonw_lit(w, "}");
             }
+            jsonw_lit(w, "]");
         }
-        s_add_tokens(j, s);
-        cJSON_AddItemToArray(steps, j);
+        s_add_tokens(w, &g, s);
+        jsonw_lit(w, "}");
     }
-    return o;
+    jsonw_lit(w, "]}");
 }
 
-static cJSON *s_stats_json(const batch_stats_t *st)
+static void s_stats_json(jsonw_t *w, const batch_stats_t *st)
 {
     proto_stat_t v[BATCH_STATS_MAX];
     size_t n = batch_stats_to_proto(st, v, BATCH_STATS_MAX);
-    cJSON *o = cJSON_CreateObject();
-    for (size_t i = 0; o && i < n; i++)
-        cJSON_AddNumberToObject(o, v[i].name, v[i].value);
-    return o;
+    bool f = true;
+    jsonw_lit(w, "{");
+    for (size_t i = 0; i < n; i++)
+        s_num(w, &f, v[i].name, v[i].value);
+    jsonw_lit(w, "}");
 }
 
-/* s_put_line appends j unformatted as one line to out and deletes j. */
-static int s_put_line(sr_buf_t *out, cJSON *j)
+static void s_group_json(jsonw_t *w, const bi_group_t *g)
 {
-    if (!j)
-        return SR_ENOMEM;
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!s)
-        return SR_ENOMEM;
-    int rc = sr_buf_append(out, s, strlen(s));
-    if (rc == SR_OK)
-        rc = sr_buf_append(out, "\n", 1);
-    free(s);
-    return rc;
+    bool f = true;
+    jsonw_lit(w, "{");
+    s_str(w, &f, "type", "group");
+    s_str(w, &f, "group", g->gid);
+    s_str(w, &f, "task", g->task);
+    s_num(w, &f, "weight", g->weight);
+    if (g->audit_weight != 1.0)
+        s_num(w, &f, "audit_weight", g->audit_weight);
+    if (g->rules) {
+        cJSON *rj = cJSON_Parse(g->rules); /* rules that do not parse are left out */
+        if (rj) {
+            s_key(w, &f, "rules");
+            s_tree(w, rj);
+            cJSON_Delete(rj);
+        }
+    }
+    s_num_array(w, &f, "rewards", g->rewards, (size_t)g->G);
+    s_num_array(w, &f, "advantages", g->adv, (size_t)g->G);
+    s_num_array(w, &f, "advantages_raw", g->adv_raw, (size_t)g->G);
+    s_key(w, &f, "trajectories");
+    jsonw_lit(w, "[");
+    for (int t = 0; t < g->G; t++) {
+        if (t)
+            jsonw_lit(w, ",");
+        s_result_json(w, g->res[t]);
+    }
+    jsonw_lit(w, "]}");
 }
 
 int batch_jsonl_text(const batch_t *b, const batch_stats_t *st, sr_buf_t *out)
@@ -299,45 +385,28 @@ int batch_jsonl_text(const batch_t *b, const batch_stats_t *st, sr_buf_t *out)
         batch_stats(b, &own);
         st = &own;
     }
-    cJSON *head = cJSON_CreateObject();
-    if (head) {
-        cJSON_AddStringToObject(head, "type", "batch");
-        cJSON_AddStringToObject(head, "run", b->run);
-        cJSON_AddNumberToObject(head, "iteration", (double)b->iteration);
-        cJSON_AddNumberToObject(head, "policy_version", (double)b->policy_version);
-        cJSON_AddStringToObject(head, "adv", adv_kind_name(b->cfg.adv));
-        cJSON_AddStringToObject(head, "estimator", adv_kind_name(b->cfg.adv));
-        cJSON_AddNumberToObject(head, "groups", (double)batch_in_batch(b));
-        cJSON_AddItemToObject(head, "stats", s_stats_json(st));
-    }
-    int rc = s_put_line(out, head);
-    for (size_t i = 0; rc == SR_OK && i < b->n; i++) {
+    jsonw_t w;
+    jsonw_init(&w, out);
+    bool f = true;
+    jsonw_lit(&w, "{");
+    s_str(&w, &f, "type", "batch");
+    s_str(&w, &f, "run", b->run);
+    s_num(&w, &f, "iteration", (double)b->iteration);
+    s_num(&w, &f, "policy_version", (double)b->policy_version);
+    s_str(&w, &f, "adv", adv_kind_name(b->cfg.adv));
+    s_str(&w, &f, "estimator", adv_kind_name(b->cfg.adv));
+    s_num(&w, &f, "groups", (double)batch_in_batch(b));
+    s_key(&w, &f, "stats");
+    s_stats_json(&w, st);
+    jsonw_lit(&w, "}\n");
+    for (size_t i = 0; w.rc == SR_OK && i < b->n; i++) {
         const bi_group_t *g = &b->groups[i];
         if (!bi_in_batch(b, g))
             continue;
-        cJSON *o = cJSON_CreateObject();
-        if (o) {
-            cJSON_AddStringToObject(o, "type", "group");
-            cJSON_AddStringToObject(o, "group", g->gid);
-            cJSON_AddStringToObject(o, "task", g->task);
-            cJSON_AddNumberToObject(o, "weight", g->weight);
-            if (g->audit_weight != 1.0)
-                cJSON_AddNumberToObject(o, "audit_weight", g->audit_weight);
-            if (g->rules) {
-                cJSON *rj = cJSON_Parse(g->rules);
-                if (rj)
-                    cJSON_AddItemToObject(o, "rules", rj);
-            }
-            cJSON_AddItemToObject(o, "rewards", s_num_array(g->rewards, (size_t)g->G));
-            cJSON_AddItemToObject(o, "advantages", s_num_array(g->adv, (size_t)g->G));
-            cJSON_AddItemToObject(o, "advantages_raw", s_num_array(g->adv_raw, (size_t)g->G));
-            cJSON *trajs = cJSON_AddArrayToObject(o, "trajectories");
-            for (int t = 0; trajs && t < g->G; t++)
-                cJSON_AddItemToArray(trajs, s_result_json(g->res[t]));
-        }
-        rc = s_put_line(out, o);
+        s_group_json(&w, g);
+        jsonw_lit(&w, "\n");
     }
-    return rc;
+    return jsonw_finish(&w) ? SR_OK : w.rc;
 }
 
 int batch_write_jsonl(const batch_t *b, const batch_stats_t *st, const char *path, char *err,

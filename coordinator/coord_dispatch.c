@@ -213,7 +213,8 @@ static void s_dispatch_pass(coord_t *c)
             SR_ASSERT(epoch > 0); /* checked above */
             /* No deadline until the JOB is sent (s_leases_done): a lease that expired before
              * would take the actor's credit with it, as the actor never saw the job. */
-            SR_ASSERT(coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2) == SR_OK);
+            int lrc = coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2);
+            SR_ASSERT(lrc == SR_OK); /* picked: a pending job and an actor with credit */
             if (!L) {
                 L = sr_xcalloc(1, sizeof *L);
                 L->c = c;

@@ -51,6 +51,7 @@
 #include "common/store_run.h"
 #include "common/storeq.h"
 #include "common/transport.h"
+#include "common/wq.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -58,7 +59,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,17 +140,16 @@ struct coord {
     void (*sink_report)(coord_t *c, const struct ci_sink_outcome *o);
     size_t nheld;
 
-    /* The round writer: a thread of its own, with its own Redis connection, writes each ended
-     * round's <out>/rounds/round-N.jsonl (from the results its open round kept, or read back from
-     * Redis) and only then records rounds_done, while the loop has started the next round. wr_fd
-     * (an eventfd) tells the loop it is idle. */
-    pthread_t wr_thread;
-    bool wr_started, wr_stop, wr_busy;
-    pthread_mutex_t wr_mu;
-    pthread_cond_t wr_cv;
-    struct ci_wr_item *wr_q; /* rounds to write, oldest first */
-    size_t wr_n, wr_cap;
-    int wr_fd;
+    /* The round writer: a worker-thread queue (common/wq, started on first use) whose thread, with
+     * its own Redis connection (wr_st, that thread's only), writes each ended round's
+     * <out>/rounds/round-N.jsonl (from the results its open round kept, or read back from Redis)
+     * and only then records rounds_done, while the loop has started the next round; a round's
+     * completion comes back on the loop. */
+    wq_t *wr;
+    store_t *wr_st;
+    size_t wr_held;  /* rounds queued with their results held (atomic) */
+    bool wr_gave_up; /* writer thread only: a round failed while stopping, the rest are not
+                      * written */
     metrics_counter_t *m_written_held, *m_written_redis; /* rounds written, by source */
     bool closing; /* the last round ended: finish once the writer is idle */
     sr_buf_t out;
@@ -234,22 +233,18 @@ ci_open_t *ci_find_open(coord_t *c, int64_t round);
 int ci_first_group(const coord_t *c, int64_t round);
 int ci_open_round(coord_t *c, int64_t round);
 void ci_held_free(ci_held_t *h, size_t n);
-void ci_on_written(reactor_t *r, int fd, int revents, void *arg);
+void ci_round_written(coord_t *c);
 void ci_next_round(coord_t *c);
 void ci_check_round(coord_t *c);
 int ci_prepare(coord_t *c);
 
-/* A round for the writer: its number and, when the loop held them, its results (owned). */
-typedef struct ci_wr_item {
-    int64_t round;
-    coord_results_t *held; /* NULL: read back from Redis */
-} ci_wr_item_t;
-
 /* coord_writer.c: a round to write (its held results taken: *held is NULL after the call, on
- * every return); whether the writer is idle; a stored RESULT kept in its open round (the sink's
- * STORED or STALE-final outcome); every held result freed (coord_destroy) */
+ * every return); whether the writer is idle; the writer drained and stopped (coord_destroy); a
+ * stored RESULT kept in its open round (the sink's STORED or STALE-final outcome); every held
+ * result freed (coord_destroy) */
 int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held);
 bool ci_writer_idle(coord_t *c);
+void ci_writer_drain(coord_t *c);
 void ci_hold_result(coord_t *c, ci_open_t *R, const struct ci_sink_outcome *o);
 void ci_held_results_free(coord_t *c);
 

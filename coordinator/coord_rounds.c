@@ -180,7 +180,7 @@ static int s_open_work(store_t *st, void *arg, char *err)
     (void)err;
     s_opening_t *o = arg;
     if (o->attempts++ > 0)
-        usleep(100 * 1000); /* on the store thread (or before the loop): nothing waits on it */
+        clock_sleep_ms(100); /* on the store thread (or before the loop): nothing waits on it */
     if (!st)
         return SR_EREDIS;
     free(o->groups);
@@ -476,15 +476,11 @@ static void s_finish_run(coord_t *c)
     reactor_stop(c->r);
 }
 
-void ci_on_written(reactor_t *r, int fd, int revents, void *arg)
+/* ci_round_written: the writer wrote a round (its completion, on the loop): the run ends when
+ * that was the last one. Not once the loop stopped (the writer drained at coord_destroy). */
+void ci_round_written(coord_t *c)
 {
-    (void)r;
-    (void)revents;
-    coord_t *c = arg;
-    uint64_t v;
-    ssize_t got = read(fd, &v, sizeof v);
-    (void)got;
-    if (c->closing && !c->finished)
+    if (c->closing && !c->finished && !c->draining)
         s_finish_run(c);
 }
 
@@ -517,7 +513,8 @@ static void s_finish_round(coord_t *c)
     /* the callbacks see the scheduler still holding the round */
     if (c->cfg.on_round)
         c->cfg.on_round(&sum, c->cfg.on_round_arg);
-    SR_ASSERT(coord_sched_retire(c->sched, R->ngroups) == SR_OK);
+    int rrc = coord_sched_retire(c->sched, R->ngroups);
+    SR_ASSERT(rrc == SR_OK); /* the oldest round's groups, all done */
     c->groups_retired += R->ngroups;
     c->nopen--;
     memmove(&c->open[0], &c->open[1], (size_t)c->nopen * sizeof c->open[0]);
@@ -621,7 +618,7 @@ static int s_prepare_work(store_t *st, void *arg, char *err)
 {
     s_prepare_t *p = arg;
     if (p->attempts++ > 0)
-        usleep(100 * 1000); /* on the store thread: nothing waits on it */
+        clock_sleep_ms(100); /* on the store thread: nothing waits on it */
     if (!st)
         return SR_EREDIS;
     int rc;

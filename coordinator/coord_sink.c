@@ -72,7 +72,7 @@ static int s_put_work(store_t *st, void *arg, char *err)
 {
     s_put_t *p = arg;
     if (p->attempts++ > 0)
-        usleep(100 * 1000); /* on the store thread: the loop does not wait */
+        clock_sleep_ms(100); /* on the store thread: the loop does not wait */
     if (!st)
         return SR_EREDIS;
     p->refused = false;
@@ -284,7 +284,8 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     /* the decoded message goes with the request (decoded once: a driver may keep it) */
     p->msg = *m;
     memset(m, 0, sizeof *m);
-    SR_ASSERT(coord_sched_store(c->sched, ji) == SR_OK); /* LEASED: checked above */
+    int src = coord_sched_store(c->sched, ji);
+    SR_ASSERT(src == SR_OK); /* LEASED: checked above */
     if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
         coord_sched_unstore(c->sched, ji);
         s_put_free(p);

@@ -77,7 +77,7 @@ static int s_attach_work(store_t *st, void *arg, char *err)
     (void)err;
     s_attach_t *a = arg;
     if (a->attempts++ > 0)
-        usleep(100 * 1000); /* on the store thread: nothing waits on it */
+        clock_sleep_ms(100); /* on the store thread: nothing waits on it */
     if (!st)
         return SR_EREDIS;
     int rc = greso_store_get(st, &a->p_easy, &a->p_hard, &a->zv);

@@ -1,10 +1,11 @@
 /*
- * coord_writer.c — the coordinator's file writers. The round writer: a thread with its own Redis
- * connection that writes each ended round's <out>/rounds/round-N.jsonl and only then records
- * rounds_done, while the loop runs the next round; an eventfd tells the loop it is idle. A round's
- * results come from its open round, which kept what the sink stored (ci_hold_result), or are read
- * back from Redis where this process does not hold them. The file queue (a storeq without
- * Redis): coord_file_write's files, written off the loop with retries.
+ * coord_writer.c — the coordinator's file writers. The round writer: a worker-thread queue
+ * (common/wq) whose thread, with its own Redis connection, writes each ended round's
+ * <out>/rounds/round-N.jsonl and only then records rounds_done, while the loop runs the next
+ * round; each round's completion comes back on the loop. A round's results come from its open
+ * round, which kept what the sink stored (ci_hold_result), or are read back from Redis where this
+ * process does not hold them. The file queue (a storeq without Redis): coord_file_write's files,
+ * written off the loop with retries.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -38,8 +39,6 @@ void ci_held_results_free(coord_t *c)
 {
     for (int i = 0; i < c->nopen; i++)
         coord_results_destroy(&c->open[i].held);
-    for (size_t i = 0; i < c->wr_n; i++)
-        coord_results_destroy(&c->wr_q[i].held);
 }
 
 /* ---- the round writer ---------------------------------------------------------------------- */
@@ -99,56 +98,63 @@ static int s_write_round(coord_t *c, store_t **st, int64_t round, coord_results_
     return rc;
 }
 
-static void *s_writer(void *arg)
+/* One round for the writer's queue: its number and, when the loop held them, its results
+ * (owned; NULL: read back from Redis). */
+typedef struct {
+    coord_t *c;
+    int64_t round;
+    coord_results_t *held;
+} s_wr_job_t;
+
+/* s_wr_drop_held frees a job's held results and counts them out of c->wr_held. */
+static void s_wr_drop_held(s_wr_job_t *j)
 {
-    coord_t *c = arg;
-    store_t *st = NULL;
-    pthread_mutex_lock(&c->wr_mu);
-    for (;;) {
-        while (!c->wr_stop && c->wr_n == 0)
-            pthread_cond_wait(&c->wr_cv, &c->wr_mu);
-        if (c->wr_n == 0)
-            break; /* stopping with nothing left to write */
-        /* wr_q may move while unlocked; the results it holds do not */
-        ci_wr_item_t it = c->wr_q[0];
-        int64_t round = it.round;
-        c->wr_busy = true;
-        pthread_mutex_unlock(&c->wr_mu);
-        int rc = s_write_round(c, &st, round, it.held);
-        if (rc != SR_OK)
-            store_destroy(&st); /* a fresh connection for the next attempt */
-        pthread_mutex_lock(&c->wr_mu);
-        c->wr_busy = false;
-        if (rc != SR_OK) {
-            if (c->wr_stop) {
-                log_error("round %lld: its results file was not written (stopping); resume "
-                          "the run to write it",
-                          (long long)round);
-                break;
-            }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 250 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&c->wr_cv, &c->wr_mu, &ts);
-            continue; /* the same round again */
-        }
-        c->wr_q[0].held = NULL; /* written: released at once (it.held, below) */
-        memmove(c->wr_q, c->wr_q + 1, (c->wr_n - 1) * sizeof *c->wr_q);
-        c->wr_n--;
-        uint64_t one = 1;
-        ssize_t w = write(c->wr_fd, &one, sizeof one);
-        (void)w;
-        pthread_mutex_unlock(&c->wr_mu);
-        coord_results_destroy(&it.held);
-        pthread_mutex_lock(&c->wr_mu);
+    if (!j->held)
+        return;
+    coord_results_destroy(&j->held);
+    __atomic_sub_fetch(&j->c->wr_held, 1, __ATOMIC_RELAXED);
+}
+
+/* s_wr_work writes one round on the writer's thread, trying again every 250 ms until it is
+ * written, or until the queue stops (coord_destroy): the round is then left for a resume, and so
+ * is every later one (rounds_done is recorded in order). */
+static int s_wr_work(void *arg, char *err)
+{
+    s_wr_job_t *j = arg;
+    coord_t *c = j->c;
+    if (c->wr_gave_up) {
+        snprintf(err, WQ_ERR_MAX, "an earlier round was not written");
+        return SR_ECLOSED;
     }
-    pthread_mutex_unlock(&c->wr_mu);
-    store_destroy(&st);
-    return NULL;
+    for (;;) {
+        int rc = s_write_round(c, &c->wr_st, j->round, j->held);
+        if (rc == SR_OK) {
+            s_wr_drop_held(j); /* written: released at once */
+            return SR_OK;
+        }
+        store_destroy(&c->wr_st); /* a fresh connection for the next attempt */
+        if (wq_stopping(c->wr)) {
+            log_error("round %lld: its results file was not written (stopping); resume "
+                      "the run to write it",
+                      (long long)j->round);
+            c->wr_gave_up = true;
+            snprintf(err, WQ_ERR_MAX, "not written (stopping)");
+            return rc;
+        }
+        wq_pause(c->wr, 250); /* then the same round again */
+    }
+}
+
+/* s_wr_done runs on the loop (or in coord_destroy's drain) once a round was written or left. */
+static void s_wr_done(int rc, const char *err, void *arg)
+{
+    (void)rc;
+    (void)err;
+    s_wr_job_t *j = arg;
+    coord_t *c = j->c;
+    s_wr_drop_held(j);
+    free(j);
+    ci_round_written(c);
 }
 
 /* ci_writer_push hands an ended round and its held results to the writer (started on first use).
@@ -159,7 +165,7 @@ int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held)
 {
     coord_results_t *h = *held;
     *held = NULL;
-    if (!c->wr_started) {
+    if (!c->wr) {
         c->m_written_held = metrics_counter(
             c->metrics, "selroll_coord_rounds_written_total",
             "Round files written, by where their results came from: held (kept as the sink stored "
@@ -170,36 +176,45 @@ int ci_writer_push(coord_t *c, int64_t round, coord_results_t **held)
             "Round files written, by where their results came from: held (kept as the sink stored "
             "them) or redis (read back: a round begun before a resume, or a store error).",
             "source", "redis", NULL);
-        if (pthread_create(&c->wr_thread, NULL, s_writer, c) != 0) {
+        char err[256];
+        if (!(c->wr = wq_new(c->r, "coord-writer", err, sizeof err))) {
+            log_error("round writer: %s", err);
             coord_results_destroy(&h);
             return SR_ENOMEM;
         }
-        c->wr_started = true;
     }
-    coord_results_t *drop = NULL; /* freed once the lock is released */
-    pthread_mutex_lock(&c->wr_mu);
-    for (size_t i = 0; i < c->wr_n && h; i++)
-        if (c->wr_q[i].held) {
-            drop = h;
-            h = NULL;
-        }
-    if (c->wr_n == c->wr_cap) {
-        c->wr_cap = c->wr_cap ? c->wr_cap * 2 : 4;
-        c->wr_q = sr_xrealloc(c->wr_q, c->wr_cap * sizeof *c->wr_q);
+    if (h && __atomic_load_n(&c->wr_held, __ATOMIC_RELAXED) > 0)
+        coord_results_destroy(&h);
+    s_wr_job_t *j = sr_xcalloc(1, sizeof *j);
+    j->c = c;
+    j->round = round;
+    j->held = h;
+    if (h)
+        __atomic_add_fetch(&c->wr_held, 1, __ATOMIC_RELAXED);
+    int rc = wq_push(c->wr, s_wr_work, s_wr_done, j);
+    if (rc != SR_OK) {
+        s_wr_drop_held(j);
+        free(j);
     }
-    c->wr_q[c->wr_n++] = (ci_wr_item_t){round, h};
-    pthread_cond_signal(&c->wr_cv);
-    pthread_mutex_unlock(&c->wr_mu);
-    coord_results_destroy(&drop);
-    return SR_OK;
+    return rc;
 }
 
 bool ci_writer_idle(coord_t *c)
 {
-    pthread_mutex_lock(&c->wr_mu);
-    bool idle = c->wr_n == 0 && !c->wr_busy;
-    pthread_mutex_unlock(&c->wr_mu);
-    return idle;
+    return wq_pending(c->wr) == 0;
+}
+
+/* ci_writer_drain writes the rounds that ended (the loop stopped: blocking is fine here; a round
+ * that fails is not retried once stopping) and stops the writer. */
+void ci_writer_drain(coord_t *c)
+{
+    if (!c->wr)
+        return;
+    c->draining = true;
+    wq_close(c->wr);
+    wq_flush(c->wr, -1);
+    wq_destroy(&c->wr);
+    store_destroy(&c->wr_st);
 }
 
 /* ---- the file queue ------------------------------------------------------------------------ */
@@ -226,8 +241,7 @@ static int s_file_work(store_t *st, void *arg, char *err)
     long pause_ms = S_FILE_PAUSE_MS;
     for (int a = 0; a < S_FILE_ATTEMPTS; a++) {
         if (a > 0) {
-            struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
+            clock_sleep_ms(pause_ms);
             pause_ms *= 2;
             q->retries++;
         }

@@ -241,14 +241,11 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
     c->timer = -1;
     c->resume_started = -1;
     c->sink_report = ci_result_outcome;
-    pthread_mutex_init(&c->wr_mu, NULL);
-    pthread_cond_init(&c->wr_cv, NULL);
-    c->wr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
     c->metrics = metrics_registry_new();
     c->r = reactor_new();
     c->sched = coord_sched_new(cfg->placement);
-    if (!c->metrics || !c->r || !c->sched || c->wr_fd < 0) {
+    if (!c->metrics || !c->r || !c->sched) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
     }
@@ -457,7 +454,7 @@ int coord_run(coord_t *c)
     if (reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, ci_on_work, c) !=
             SR_OK ||
         reactor_add_zsock(c->r, transport_sock_zmq(c->sub), REACTOR_READ, ci_on_bus, c) != SR_OK ||
-        reactor_add_fd(c->r, c->wr_fd, REACTOR_READ, ci_on_written, c) != SR_OK || c->timer < 0) {
+        c->timer < 0) {
         snprintf(c->err, sizeof c->err, "cannot register with the reactor");
         return SR_EINVAL;
     }
@@ -479,7 +476,6 @@ int coord_run(coord_t *c)
     }
     reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
     reactor_remove_zsock(c->r, transport_sock_zmq(c->sub));
-    reactor_remove_fd(c->r, c->wr_fd);
     reactor_timer_cancel(c->r, c->timer);
     if (c->cfg.driver && c->cfg.driver->stopped)
         c->cfg.driver->stopped(c->cfg.driver->arg, c);
@@ -525,20 +521,9 @@ void coord_destroy(coord_t **self_p)
     if (!self_p || !*self_p)
         return;
     coord_t *c = *self_p;
-    if (c->wr_started) {
-        /* Rounds that ended are still written (a failure is not retried once stopping). */
-        pthread_mutex_lock(&c->wr_mu);
-        c->wr_stop = true;
-        pthread_cond_signal(&c->wr_cv);
-        pthread_mutex_unlock(&c->wr_mu);
-        pthread_join(c->wr_thread, NULL);
-    }
-    pthread_mutex_destroy(&c->wr_mu);
-    pthread_cond_destroy(&c->wr_cv);
-    ci_held_results_free(c); /* open rounds' and unwritten rounds' results */
-    free(c->wr_q);
-    if (c->wr_fd >= 0)
-        close(c->wr_fd);
+    /* Rounds that ended are still written (a failure is not retried once stopping). */
+    ci_writer_drain(c);
+    ci_held_results_free(c); /* open rounds' results */
     transport_sock_destroy(&c->pub);
     transport_sock_destroy(&c->sub);
     transport_sock_destroy(&c->work);

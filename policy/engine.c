@@ -17,6 +17,7 @@
  */
 #include "policy/engine.h"
 
+#include "common/clock.h"
 #include "common/sr.h"
 
 #include <errno.h>
@@ -51,7 +52,7 @@ struct engine {
     pthread_t thread;
     bool thread_started;
     bool stop;
-    struct timespec t0;
+    int64_t t0_ns; /* clock_mono_ns at creation: simulated time 0 */
     double now;
     /* What the thread is doing: S_BUSY (stepping or delivering; it looks at the queue again before
      * it waits), S_IDLE (waiting for a submit), or the simulated time it sleeps until. A submit
@@ -82,9 +83,7 @@ void engine_opts_default(engine_opts_t *o)
 
 static double s_wall_now(const engine_t *e)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double s = (double)(t.tv_sec - e->t0.tv_sec) + (double)(t.tv_nsec - e->t0.tv_nsec) * 1e-9;
+    double s = (double)(clock_mono_ns() - e->t0_ns) * 1e-9;
     return s * e->o.time_scale;
 }
 
@@ -294,14 +293,7 @@ static s_req_t *s_take_done(engine_t *e)
 static void s_wait_until(engine_t *e, double sim_t)
 {
     double wall = sim_t / e->o.time_scale;
-    struct timespec ts = e->t0;
-    double whole = floor(wall);
-    ts.tv_sec += (time_t)whole;
-    ts.tv_nsec += (long)((wall - whole) * 1e9);
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = clock_deadline_at(e->t0_ns + (int64_t)(wall * 1e9));
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 }
 
@@ -356,12 +348,8 @@ static engine_t *s_new(const engine_opts_t *o, bool manual)
         return NULL;
     }
     pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    clock_gettime(CLOCK_MONOTONIC, &e->t0);
+    clock_cond_init(&e->cv);
+    e->t0_ns = clock_mono_ns();
     if (!manual) {
         if (pthread_create(&e->thread, NULL, s_thread, e) != 0) {
             engine_destroy(&e);

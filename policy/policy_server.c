@@ -14,6 +14,7 @@
  */
 #include "policy/policy_server.h"
 
+#include "common/clock.h"
 #include "common/model.h"
 #include "common/sr.h"
 #include "policy/ps_int.h"
@@ -215,7 +216,7 @@ static void s_abort_locked(struct policy_server *s, ps_conn_t *c)
         return; /* completing right now: the engine callback answers it */
     c->state = S_ABORTED;
     s_held_del_locked(s, c);
-    ps_add64(&s->req_aborted, 1);
+    metrics_counter_inc(s->m_req[PS_OUT_ABORTED]);
     http_srv_req_close(c->rq);
     __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); /* the engine's; the request's remains */
 }
@@ -278,7 +279,7 @@ static void *s_thread(void *arg)
             break;
         /* Never give up: a dead loop would leave hung-up requests decoding. */
         fprintf(stderr, "policy-server: event loop: %s\n", sr_strerror(rc));
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        clock_sleep_ms(10);
     }
     return NULL;
 }
@@ -359,8 +360,12 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     snprintf(s->name, sizeof s->name, "%s", o->model_name);
     s->o.host = s->host;
     s->o.model_name = s->name;
-    s->started = (int64_t)time(NULL);
+    s->started = clock_wall_sec();
     pthread_mutex_init(&s->mu, NULL);
+    if (ps_metrics_new(s) != SR_OK) {
+        why = "out of memory";
+        goto fail;
+    }
 
     model_t *m0 = prior_build(&o->prior);
     if (!m0) {
@@ -487,6 +492,7 @@ void policy_server_destroy(policy_server_t **sp)
     else if (s->r && s->loop)
         reactor_set_before_sleep(s->r, NULL, NULL);
     ps_models_destroy(&s->models);
+    metrics_registry_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
     free(s);
     *sp = NULL;

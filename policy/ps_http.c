@@ -57,30 +57,53 @@ void ps_reply(ps_conn_t *c)
                        c->resp_len);
     if (!c->completion)
         return;
-    int64_t lat_ns = ps_now_ns() - c->t0_ns;
-    double lat = (double)lat_ns * 1e-9;
-    for (size_t i = 0; i < S_NBUCKETS; i++)
-        if (lat <= S_BUCKETS[i])
-            ps_add64(&s->lat_buckets[i], 1);
-    ps_add64(&s->lat_count, 1);
-    ps_add64(&s->lat_sum_ns, (uint64_t)(lat_ns > 0 ? lat_ns : 0));
-    switch (c->status) {
-    case 200:
-        ps_add64(&s->req_ok, 1);
-        break;
-    case 400:
-        ps_add64(&s->req_bad, 1);
-        break;
-    case 404:
-        ps_add64(&s->req_notfound, 1);
-        break;
-    case 503:
-        ps_add64(&s->req_full, 1);
-        break;
-    default:
-        ps_add64(&s->req_other, 1);
-        break;
-    }
+    int64_t lat_ns = clock_mono_ns() - c->t0_ns;
+    metrics_histogram_observe(s->m_latency, (double)(lat_ns > 0 ? lat_ns : 0) * 1e-9);
+    int out = c->status == 200   ? PS_OUT_OK
+              : c->status == 400 ? PS_OUT_BAD
+              : c->status == 404 ? PS_OUT_NOTFOUND
+              : c->status == 503 ? PS_OUT_FULL
+                                 : PS_OUT_OTHER;
+    metrics_counter_inc(s->m_req[out]);
+}
+
+int ps_metrics_new(struct policy_server *s)
+{
+    metrics_registry_t *reg = s->metrics = metrics_registry_new();
+    if (!reg)
+        return SR_ENOMEM;
+    static const char *const outcomes[PS_NOUTCOMES] = {
+        [PS_OUT_OK] = "ok",           [PS_OUT_BAD] = "bad_request", [PS_OUT_NOTFOUND] = "not_found",
+        [PS_OUT_FULL] = "queue_full", [PS_OUT_ABORTED] = "aborted", [PS_OUT_OTHER] = "other"};
+    for (int i = 0; i < PS_NOUTCOMES; i++)
+        s->m_req[i] = metrics_counter(reg, "selroll_policy_requests_total",
+                                      "Chat completion requests answered, by outcome.", "outcome",
+                                      outcomes[i], NULL);
+    s->m_running = metrics_gauge(reg, "selroll_policy_running",
+                                 "Requests in the engine's running batch.", NULL);
+    s->m_queued = metrics_gauge(reg, "selroll_policy_queued",
+                                "Requests waiting for the running batch.", NULL);
+    s->m_generated = metrics_counter(reg, "selroll_policy_generated_tokens_total",
+                                     "Tokens of completed responses.", NULL);
+    s->m_aborted_tokens = metrics_counter(reg, "selroll_policy_aborted_tokens_total",
+                                          "Tokens decoded for requests aborted before the end.",
+                                          NULL);
+    s->m_prompt_tokens = metrics_counter(reg, "selroll_policy_prompt_tokens_total",
+                                         "Prompt tokens of answered requests.", NULL);
+    s->m_version = metrics_gauge(reg, "selroll_policy_weights_version",
+                                 "Version served under the plain model name.", NULL);
+    s->m_latency = metrics_histogram(reg, "selroll_policy_latency_seconds",
+                                     "Chat completion time from request to response.", S_BUCKETS,
+                                     S_NBUCKETS, NULL);
+    /* the sum as it always was: microseconds */
+    metrics_histogram_sum_decimals(reg, "selroll_policy_latency_seconds", 6);
+    for (int i = 0; i < PS_NOUTCOMES; i++)
+        if (!s->m_req[i])
+            return SR_ENOMEM;
+    return s->m_running && s->m_queued && s->m_generated && s->m_aborted_tokens &&
+                   s->m_prompt_tokens && s->m_version && s->m_latency
+               ? SR_OK
+               : SR_ENOMEM;
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -117,54 +140,20 @@ static void s_metrics(struct policy_server *s, ps_conn_t *c)
 {
     engine_stats_t es;
     policy_server_engine_stats(s, &es);
-    ps_buf_t b = {0};
-    ps_buf_printf(
-        &b, "# HELP selroll_policy_requests_total Chat completion requests answered, by outcome.\n"
-            "# TYPE selroll_policy_requests_total counter\n");
-    static const char *names[] = {"ok",         "bad_request", "not_found",
-                                  "queue_full", "aborted",     "other"};
-    uint64_t *vals[] = {&s->req_ok,   &s->req_bad,     &s->req_notfound,
-                        &s->req_full, &s->req_aborted, &s->req_other};
-    for (size_t i = 0; i < SR_ARRAY_LEN(names); i++)
-        ps_buf_printf(&b, "selroll_policy_requests_total{outcome=\"%s\"} %llu\n", names[i],
-                     (unsigned long long)ps_get64(vals[i]));
-    ps_buf_printf(
-        &b,
-        "# HELP selroll_policy_running Requests in the engine's running batch.\n"
-        "# TYPE selroll_policy_running gauge\nselroll_policy_running %d\n"
-        "# HELP selroll_policy_queued Requests waiting for the running batch.\n"
-        "# TYPE selroll_policy_queued gauge\nselroll_policy_queued %d\n"
-        "# HELP selroll_policy_generated_tokens_total Tokens of completed responses.\n"
-        "# TYPE selroll_policy_generated_tokens_total "
-        "counter\nselroll_policy_generated_tokens_total %llu\n"
-        "# HELP selroll_policy_aborted_tokens_total Tokens decoded for requests aborted before the "
-        "end.\n"
-        "# TYPE selroll_policy_aborted_tokens_total counter\nselroll_policy_aborted_tokens_total "
-        "%llu\n"
-        "# HELP selroll_policy_prompt_tokens_total Prompt tokens of answered requests.\n"
-        "# TYPE selroll_policy_prompt_tokens_total counter\nselroll_policy_prompt_tokens_total "
-        "%llu\n"
-        "# HELP selroll_policy_weights_version Version served under the plain model name.\n"
-        "# TYPE selroll_policy_weights_version gauge\nselroll_policy_weights_version %u\n",
-        es.running, es.queued,
-        (unsigned long long)(s->o.cost_model ? es.tokens_generated
-                                             : ps_get64(&s->tokens_completion)),
-        (unsigned long long)es.tokens_aborted, (unsigned long long)ps_get64(&s->tokens_prompt),
-        policy_server_version(s));
-    ps_buf_printf(
-        &b, "# HELP selroll_policy_latency_seconds Chat completion time from request to response.\n"
-            "# TYPE selroll_policy_latency_seconds histogram\n");
-    for (size_t i = 0; i < S_NBUCKETS; i++)
-        ps_buf_printf(&b, "selroll_policy_latency_seconds_bucket{le=\"%g\"} %llu\n", S_BUCKETS[i],
-                     (unsigned long long)ps_get64(&s->lat_buckets[i]));
-    double sum = (double)ps_get64(&s->lat_sum_ns) * 1e-9;
-    ps_buf_printf(&b,
-                 "selroll_policy_latency_seconds_bucket{le=\"+Inf\"} "
-                 "%llu\nselroll_policy_latency_seconds_sum %.6f\n"
-                 "selroll_policy_latency_seconds_count %llu\n",
-                 (unsigned long long)ps_get64(&s->lat_count), sum,
-                 (unsigned long long)ps_get64(&s->lat_count));
-    s_set_resp(c, 200, "text/plain; version=0.0.4", b.p);
+    /* the engine's figures and the served version, as they are now */
+    metrics_gauge_set(s->m_running, es.running);
+    metrics_gauge_set(s->m_queued, es.queued);
+    if (s->o.cost_model)
+        metrics_counter_set(s->m_generated, (double)es.tokens_generated);
+    metrics_counter_set(s->m_aborted_tokens, (double)es.tokens_aborted);
+    metrics_gauge_set(s->m_version, policy_server_version(s));
+    char *text = NULL;
+    size_t len = 0;
+    if (metrics_render(s->metrics, &text, &len) != SR_OK) {
+        ps_error(c, 500, "out of memory");
+        return;
+    }
+    s_set_resp(c, 200, "text/plain; version=0.0.4", text);
 }
 
 /* ---------------------------------------------------------------- weight loads */
@@ -291,7 +280,7 @@ static void s_completions(struct policy_server *s, ps_conn_t *c)
             ps_answer(&sh, &rq, ps_mref_model(mr), &a);
             c->completion_tokens = a.completion_tokens;
             c->cost_tokens = a.cost_tokens;
-            ps_add64(&s->tokens_prompt, (uint64_t)rq.prompt_tokens);
+            metrics_counter_add(s->m_prompt_tokens, (double)rq.prompt_tokens);
             s_set_resp(c, 200, a.ctype, a.body);
             ps_models_put(s->models, mr);
         }
@@ -301,7 +290,7 @@ static void s_completions(struct policy_server *s, ps_conn_t *c)
     cJSON_Delete(root);
     if (rc != SR_OK || !s->o.cost_model) {
         if (rc == SR_OK)
-            ps_add64(&s->tokens_completion, (uint64_t)c->completion_tokens);
+            metrics_counter_add(s->m_generated, (double)c->completion_tokens);
         ps_reply(c);
         return;
     }
@@ -315,7 +304,7 @@ void ps_on_request(void *arg, http_srv_req_t *rq)
     c->srv = s;
     c->rq = rq;
     c->refs = 1; /* the request's: dropped by ps_on_free */
-    c->t0_ns = ps_now_ns();
+    c->t0_ns = clock_mono_ns();
     http_srv_req_set_ctx(rq, c);
     const char *method = http_srv_req_method(rq), *url = http_srv_req_path(rq);
     c->state = S_DONE;

@@ -10,7 +10,9 @@
 #ifndef SR_POLICY_PS_INT_H
 #define SR_POLICY_PS_INT_H
 
+#include "common/clock.h"
 #include "common/http_srv.h"
+#include "common/metrics.h"
 #include "common/reactor.h"
 #include "common/storeq.h"
 #include "policy/engine.h"
@@ -23,6 +25,16 @@
 #include <time.h>
 
 #define PS_NBUCKETS 14 /* latency histogram buckets (ps_http.c) */
+/* The outcomes of selroll_policy_requests_total, in the order they are rendered. */
+enum {
+    PS_OUT_OK,
+    PS_OUT_BAD,
+    PS_OUT_NOTFOUND,
+    PS_OUT_FULL,
+    PS_OUT_ABORTED,
+    PS_OUT_OTHER,
+    PS_NOUTCOMES
+};
 
 /* S_LOADING: unanswered while the store thread fetches its policy version; its completion
  * answers the request again from the start, now with the version cached (or known missing). */
@@ -84,32 +96,17 @@ struct policy_server {
     bool loop; /* one thread: HTTP, the engine, hang-ups and the store queue on the loop */
     bool stopping;
 
-    /* Metrics (atomics). */
-    uint64_t req_ok, req_bad, req_notfound, req_full, req_aborted, req_other;
-    uint64_t tokens_completion, tokens_prompt;
-    uint64_t lat_buckets[PS_NBUCKETS];
-    uint64_t lat_count;
-    uint64_t lat_sum_ns;
+    /* /metrics (common/metrics; ps_http.c registers and renders them): requests by outcome
+     * (PS_OUT_*), tokens, latency; the engine's figures and the served version are copied in at
+     * each scrape. */
+    metrics_registry_t *metrics;
+    metrics_counter_t *m_req[PS_NOUTCOMES];
+    metrics_gauge_t *m_running, *m_queued, *m_version;
+    metrics_counter_t *m_generated, *m_aborted_tokens, *m_prompt_tokens;
+    metrics_histogram_t *m_latency;
     uint64_t seq;
     int64_t started;
 };
-
-static inline int64_t ps_now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static inline void ps_add64(uint64_t *p, uint64_t v)
-{
-    __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
-static inline uint64_t ps_get64(const uint64_t *p)
-{
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
 
 /* policy_server.c */
 
@@ -128,6 +125,9 @@ void ps_on_request(void *arg, http_srv_req_t *rq);
 void ps_on_free(void *arg, void *ctx);
 /* ps_reply sends c's response (and counts a completion in the metrics). */
 void ps_reply(ps_conn_t *c);
+/* ps_metrics_new registers the server's /metrics series in s->metrics (a new registry), in the
+ * order they are rendered. Returns SR_OK or SR_ENOMEM. */
+int ps_metrics_new(struct policy_server *s);
 /* ps_error makes c's response an OpenAI error object. */
 void ps_error(ps_conn_t *c, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -5,6 +5,7 @@
  */
 #include "policy/ps_models.h"
 
+#include "common/clock.h"
 #include "common/sr.h"
 
 #include <pthread.h>
@@ -34,13 +35,6 @@ struct ps_models {
     } neg[S_NEG_CACHE];
     int neg_next;
 };
-
-static int64_t s_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 ps_models_t *ps_models_new(model_t *m0, wsource_t *source)
 {
@@ -86,7 +80,7 @@ static int s_lookup_locked(ps_models_t *ms, bool use_current, uint32_t version, 
     }
     if (!ms->source)
         return SR_ENOTFOUND;
-    int64_t now = s_mono_ms();
+    int64_t now = clock_mono_ms();
     for (int i = 0; i < S_NEG_CACHE; i++)
         if (ms->neg[i].until_ms > now && ms->neg[i].version == version)
             return ms->neg[i].rc;
@@ -167,7 +161,7 @@ static void s_settle_locked(ps_models_t *ms, uint32_t version, int rc, model_t *
     } else if (rc == SR_ENOTFOUND || rc == SR_EPROTO) {
         ms->neg[ms->neg_next].version = version;
         ms->neg[ms->neg_next].rc = rc;
-        ms->neg[ms->neg_next].until_ms = s_mono_ms() + S_NEG_TTL_MS;
+        ms->neg[ms->neg_next].until_ms = clock_mono_ms() + S_NEG_TTL_MS;
         ms->neg_next = (ms->neg_next + 1) % S_NEG_CACHE;
     }
 }

@@ -5,6 +5,7 @@
  */
 #include "policy/ps_openai.h"
 
+#include "common/clock.h"
 #include "common/jsonw.h"
 #include "common/pparse.h"
 #include "common/ptok.h"
@@ -636,7 +637,7 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
 
     char id[40];
     snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
-    long created = (long)time(NULL);
+    long created = (long)clock_wall_sec();
     char model_name[160];
     if (rq->use_current)
         snprintf(model_name, sizeof model_name, "%s", sh->name);

@@ -592,6 +592,95 @@ static void jsonl_copy_has_a_header_and_one_line_per_group(void **state)
     batch_destroy(&b);
 }
 
+/* The JSON Lines text byte for byte against tests/golden/batch_jsonl.txt: every field kind (NULL
+ * strings left out, escapes and UTF-8, numbers integral, fractional, huge, tiny and not finite,
+ * token arrays, messages, an audit weight, a rules object with blanks and escapes to normalize,
+ * and rules that do not parse). After a deliberate change of the format, regenerate it with
+ * SELROLL_REGEN_GOLDEN=1 build/tests/test_batch jsonl_text_is_byte_for_byte_the_golden_copy
+ * and read the diff before committing it. */
+static void jsonl_text_is_byte_for_byte_the_golden_copy(void **state)
+{
+    (void)state;
+    static pool_t p;
+    memset(&p, 0, sizeof p);
+    batch_t *b = batch_new(NULL, "run \"q\"\n\t\xc3\xa9\x01", 7, 3);
+    const double r1[3] = {1, 0, 0.5}, r2[2] = {1, 1};
+    const int64_t s1[3] = {3, 4, 5}, s2[2] = {2, 2};
+    assert_int_equal(batch_add_group(b, "g-aud", "household/train/3", 3, 1.0), SR_OK);
+    assert_int_equal(
+        batch_group_set_gate(b, "g-aud",
+                             "{ \"paper\" : { \"cut\" : true, \"step\" : 10,"
+                             " \"score\" : 5e-2, \"why\" : \"a\\/b \\u00e9\\n\","
+                             " \"list\" : [ 1.0, -0, 1e400, null, false, {} , [] ] } }",
+                             2.5),
+        SR_OK);
+    static const int32_t ids[3] = {17, -4, 2147483647};
+    static const float lps[3] = {-0.25f, -1e-7f, 0.0f};
+    static const int32_t pids[2] = {1, 2};
+    for (int t = 0; t < 3; t++) {
+        const proto_result_t *r =
+            s_res(&p, "g-aud", t, t == 1 ? "truncated" : "done", r1[t], s1[t]);
+        proto_result_t *w = (proto_result_t *)r;
+        proto_result_step_t *st = w->steps;
+        if (t == 0) {
+            st->token_ids = ids;
+            st->token_ids_len = 3;
+            st->token_logprobs = lps;
+            st->token_logprobs_len = 3;
+            st->prompt_token_ids = pids;
+            st->prompt_token_ids_len = 2;
+            st->has_prompt_prefix = true;
+            st->prompt_prefix = 12;
+            st->tokens_mismatch = true;
+            st->obs = "tab\there, quote \" back \\ ctrl \x1f and \xe2\x82\xac";
+            w->wall_ms = 123456789012345LL;
+        } else if (t == 1) {
+            w->error = "env worker gone";
+            w->task = NULL;
+            st->action = NULL;
+            st->has_logprob = false;
+            st->has_t = false;
+            st->messages_len = 0;
+            st->latency_ms = 1.0 / 3.0;
+            st->reward = -0.0;
+        } else {
+            st->logprob = 1e-300;
+            st->latency_ms = 1e21;
+            st->format_error = true;
+            w->reward = 0.1 + 0.2;
+        }
+        assert_int_equal(batch_add_result(b, r), SR_OK);
+    }
+    s_group(b, &p, "g-plain", 2, r2, s2); /* zero variance: filtered */
+    const double r3[2] = {1, 0};
+    s_group(b, &p, "g-bad-rules", 2, r3, s2);
+    assert_int_equal(batch_group_set_gate(b, "g-bad-rules", "{not json", 1.0), SR_OK);
+    batch_stats_t st;
+    batch_stats(b, &st);
+    st.wall_ms = 987;
+    st.temperature = 0.7;
+    st.reward_mean = NAN;
+    sr_buf_t text = SR_BUF_INIT;
+    assert_int_equal(batch_jsonl_text(b, &st, &text), SR_OK);
+    const char *golden = "tests/golden/batch_jsonl.txt";
+    if (getenv("SELROLL_REGEN_GOLDEN")) {
+        FILE *f = fopen(golden, "w");
+        assert_non_null(f);
+        assert_int_equal(fwrite(text.data, 1, text.len, f), text.len);
+        fclose(f);
+    }
+    FILE *f = fopen(golden, "r");
+    assert_non_null(f);
+    static char want[65536];
+    size_t n = fread(want, 1, sizeof want - 1, f);
+    fclose(f);
+    want[n] = '\0';
+    assert_int_equal(text.len, n);
+    assert_memory_equal(text.data, want, n);
+    sr_buf_free(&text);
+    batch_destroy(&b);
+}
+
 static void audited_group_advantages_carry_the_audit_weight(void **state)
 {
     (void)state;
@@ -746,6 +835,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(backfill_plan_arithmetic_and_cap),
     cmocka_unit_test(backfill_fills_the_batch_or_reports_the_cap),
     cmocka_unit_test(jsonl_copy_has_a_header_and_one_line_per_group),
+    cmocka_unit_test(jsonl_text_is_byte_for_byte_the_golden_copy),
     cmocka_unit_test(stats_map_names_every_field),
     cmocka_unit_test(audited_group_advantages_carry_the_audit_weight),
     cmocka_unit_test(batch_message_carries_raw_advantages_audit_weight_and_estimator),

@@ -165,6 +165,61 @@ static void registration_is_get_or_create_and_checks_conflicts(void **state)
     metrics_registry_destroy(NULL);
 }
 
+static void counter_set_copies_a_count_in_and_never_goes_down(void **state)
+{
+    (void)state;
+    metrics_registry_t *reg = metrics_registry_new();
+    metrics_counter_t *c = metrics_counter(reg, "selroll_tokens_total", "Tokens.", NULL);
+    metrics_counter_set(c, 42);
+    assert_true(metrics_counter_value(c) == 42.0);
+    metrics_counter_set(c, 40); /* an older copy: ignored */
+    metrics_counter_set(c, -1);
+    metrics_counter_set(c, NAN);
+    assert_true(metrics_counter_value(c) == 42.0);
+    metrics_counter_set(c, 1e6);
+    metrics_counter_set(NULL, 5);
+    char *text = s_render(reg);
+    assert_string_equal(text, "# HELP selroll_tokens_total Tokens.\n"
+                              "# TYPE selroll_tokens_total counter\n"
+                              "selroll_tokens_total 1000000\n");
+    free(text);
+    metrics_registry_destroy(&reg);
+}
+
+static void histogram_sum_can_keep_fixed_decimals(void **state)
+{
+    (void)state;
+    metrics_registry_t *reg = metrics_registry_new();
+    const double b[] = {0.5, 1};
+    metrics_histogram_t *h = metrics_histogram(reg, "selroll_lat_seconds", "Latency.", b, 2, NULL);
+    metrics_histogram_t *o = metrics_histogram(reg, "selroll_other_seconds", "Other.", b, 2, NULL);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_lat_seconds", 6), SR_OK);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_none", 6), SR_EINVAL);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_lat_seconds", 18), SR_EINVAL);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_lat_seconds", -1), SR_EINVAL);
+    metrics_counter_t *c = metrics_counter(reg, "selroll_c_total", "C.", NULL);
+    assert_non_null(c);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_c_total", 3), SR_EINVAL);
+    metrics_histogram_observe(h, 0.25);
+    metrics_histogram_observe(h, 0.0000004);
+    metrics_histogram_observe(o, 0.25);
+    metrics_histogram_observe(o, 0.125);
+    char *text = s_render(reg);
+    assert_non_null(strstr(text, "selroll_lat_seconds_sum 0.250000\n"));
+    assert_non_null(strstr(text, "selroll_lat_seconds_count 2\n"));
+    assert_non_null(strstr(text, "selroll_other_seconds_sum 0.375\n")); /* shortest, as before */
+    free(text);
+    metrics_registry_destroy(&reg);
+    /* a family without observations still renders its fixed form */
+    reg = metrics_registry_new();
+    metrics_histogram(reg, "selroll_lat_seconds", "Latency.", b, 2, NULL);
+    assert_int_equal(metrics_histogram_sum_decimals(reg, "selroll_lat_seconds", 6), SR_OK);
+    text = s_render(reg);
+    assert_non_null(strstr(text, "selroll_lat_seconds_sum 0.000000\n"));
+    free(text);
+    metrics_registry_destroy(&reg);
+}
+
 static void empty_registry_renders_empty_text(void **state)
 {
     (void)state;
@@ -230,6 +285,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(help_and_label_values_are_escaped),
         cmocka_unit_test(numbers_render_shortest_round_trip),
         cmocka_unit_test(registration_is_get_or_create_and_checks_conflicts),
+        cmocka_unit_test(counter_set_copies_a_count_in_and_never_goes_down),
+        cmocka_unit_test(histogram_sum_can_keep_fixed_decimals),
         cmocka_unit_test(empty_registry_renders_empty_text),
         cmocka_unit_test(updates_from_threads_are_not_lost),
     };

@@ -221,6 +221,55 @@ static void health_models_metrics_and_unknown_routes_answer(void **state)
     assert_non_null(strstr(r.body, "selroll_policy_requests_total{outcome=\"ok\"} 0"));
     assert_non_null(strstr(r.body, "selroll_policy_aborted_tokens_total 0"));
     assert_non_null(strstr(r.body, "selroll_policy_latency_seconds_bucket{le=\"+Inf\"}"));
+    /* the whole text, byte for byte as it always was (rendered by common/metrics) */
+    static const char want[] =
+        "# HELP selroll_policy_requests_total Chat completion requests answered, by outcome.\n"
+        "# TYPE selroll_policy_requests_total counter\n"
+        "selroll_policy_requests_total{outcome=\"ok\"} 0\n"
+        "selroll_policy_requests_total{outcome=\"bad_request\"} 0\n"
+        "selroll_policy_requests_total{outcome=\"not_found\"} 0\n"
+        "selroll_policy_requests_total{outcome=\"queue_full\"} 0\n"
+        "selroll_policy_requests_total{outcome=\"aborted\"} 0\n"
+        "selroll_policy_requests_total{outcome=\"other\"} 0\n"
+        "# HELP selroll_policy_running Requests in the engine's running batch.\n"
+        "# TYPE selroll_policy_running gauge\n"
+        "selroll_policy_running 0\n"
+        "# HELP selroll_policy_queued Requests waiting for the running batch.\n"
+        "# TYPE selroll_policy_queued gauge\n"
+        "selroll_policy_queued 0\n"
+        "# HELP selroll_policy_generated_tokens_total Tokens of completed responses.\n"
+        "# TYPE selroll_policy_generated_tokens_total counter\n"
+        "selroll_policy_generated_tokens_total 0\n"
+        "# HELP selroll_policy_aborted_tokens_total Tokens decoded for requests aborted before the "
+        "end.\n"
+        "# TYPE selroll_policy_aborted_tokens_total counter\n"
+        "selroll_policy_aborted_tokens_total 0\n"
+        "# HELP selroll_policy_prompt_tokens_total Prompt tokens of answered requests.\n"
+        "# TYPE selroll_policy_prompt_tokens_total counter\n"
+        "selroll_policy_prompt_tokens_total 0\n"
+        "# HELP selroll_policy_weights_version Version served under the plain model name.\n"
+        "# TYPE selroll_policy_weights_version gauge\n"
+        "selroll_policy_weights_version 0\n"
+        "# HELP selroll_policy_latency_seconds Chat completion time from request to response.\n"
+        "# TYPE selroll_policy_latency_seconds histogram\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.001\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.005\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.01\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.025\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.05\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.1\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.25\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"0.5\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"1\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"2.5\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"5\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"10\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"30\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"60\"} 0\n"
+        "selroll_policy_latency_seconds_bucket{le=\"+Inf\"} 0\n"
+        "selroll_policy_latency_seconds_sum 0.000000\n"
+        "selroll_policy_latency_seconds_count 0\n";
+    assert_string_equal(r.body, want);
     free(r.body);
 
     r = s_http(port, "GET", "/v2/nothing", NULL);

@@ -65,12 +65,6 @@ typedef struct {
     int tries;
 } s_job_t;
 
-static void s_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* s_split copies the comma-separated words of text into out (at most max, each strdup'ed). */
 static size_t s_split(const char *text, char **out, size_t max)
 {
@@ -600,7 +594,7 @@ int experiment_main(int argc, char **argv)
                     kill(j->pid, SIGKILL);
                 }
             }
-            s_sleep_ms(100);
+            clock_sleep_ms(100);
         }
         if (s_signalled) {
             fprintf(stderr, "selroll experiment: stopped by signal %d\n", (int)s_signalled);
@@ -647,7 +641,7 @@ int experiment_main(int argc, char **argv)
             }
         fclose(ci);
     }
-    time_t now = time(NULL);
+    time_t now = (time_t)clock_wall_sec();
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
     double minutes = (double)(clock_wall_ms() - t0) / 60000.0;

@@ -104,7 +104,6 @@ extern volatile sig_atomic_t run_signalled;
 void run_on_signal(int sig);
 /* run_free_port returns a loopback TCP port that was free a moment ago, or 0. */
 int run_free_port(void);
-void run_sleep_ms(int ms);
 /* run_rm_entry removes one entry (an nftw callback, depth first). */
 int run_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
 void run_arg(run_argv_t *a, const char *s);

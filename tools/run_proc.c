@@ -40,12 +40,6 @@ int run_free_port(void)
     return supervise_free_port();
 }
 
-void run_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 int run_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -133,8 +127,7 @@ bool run_wait_port(int port, long timeout_ms)
             return true;
         if (clock_mono_ms() >= end)
             return false;
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        clock_sleep_ms(100);
     }
 }
 
@@ -237,7 +230,7 @@ int run_start_redis(run_t *r)
             log_info("run: private redis-server at %s in %s", r->redis_url, r->redis_dir);
             return SR_OK;
         }
-        run_sleep_ms(50);
+        clock_sleep_ms(50);
     }
     fprintf(stderr, "selroll run: redis-server (%s) did not answer PING within 10 s; see %s/logs\n",
             run_o.redis_server, r->out);

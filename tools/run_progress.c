@@ -322,11 +322,11 @@ int run_supervise(run_t *r)
             }
             log_warn("run: the coordinator died (status %d); starting it again with --resume",
                      st);
-            run_sleep_ms(200);
+            clock_sleep_ms(200);
             if (run_start_coordinator(r, true) != SR_OK)
                 break;
         }
-        run_sleep_ms(50);
+        clock_sleep_ms(50);
     }
     printf("selroll run %s: %s after %.1f s\n", run_o.run, code == 0 ? "finished" : "failed",
            (double)(clock_wall_ms() - r->started_ms) / 1000.0);

@@ -11,6 +11,7 @@
  * worker registry and the iteration records. --watch redraws every --interval-ms until Ctrl-C.
  */
 #include "common/cfg.h"
+#include "common/clock.h"
 #include "common/cmds.h"
 #include "common/sr.h"
 #include "common/store.h"
@@ -273,7 +274,7 @@ static int s_show(FILE *out, store_t *st, const char *run, int max_groups)
     s_run_field(st, "policy_version", policy, sizeof policy);
     s_run_field(st, "rounds_done", rounds, sizeof rounds);
     s_run_field(st, "iterations_done", iters, sizeof iters);
-    time_t now = time(NULL);
+    time_t now = (time_t)clock_wall_sec();
     char ts[32];
     strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", gmtime(&now));
     fprintf(out, "selroll status: run %s (%s), round %s, rounds done %s, iterations done %s, "
@@ -388,7 +389,7 @@ int status_main(int argc, char **argv)
         fflush(stdout);
         free(text);
         for (int64_t waited = 0; waited < o.interval_ms && !s_stop; waited += 50)
-            usleep(50 * 1000);
+            clock_sleep_ms(50);
     }
     sr_cmd_release_stop(&stop);
 

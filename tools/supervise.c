@@ -333,12 +333,6 @@ int supervise_signal(supervise_t *s, const char *name, int sig)
     return kill(c->pid, sig) == 0 ? SR_OK : SR_EIO;
 }
 
-static void s_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* s_stop_set stops the children for which pick[i] is true; returns how many were SIGKILLed. */
 static int s_stop_set(supervise_t *s, const bool *pick, int64_t grace_ms)
 {
@@ -366,7 +360,7 @@ static int s_stop_set(supervise_t *s, const bool *pick, int64_t grace_ms)
         }
         if (alive == 0 || clock_mono_ms() >= end)
             break;
-        s_sleep_ms(10);
+        clock_sleep_ms(10);
     }
     int killed = 0;
     for (size_t i = 0; i < s->n; i++) {
