@@ -172,7 +172,10 @@ void http_srv_destroy(http_srv_t **self_p);
  * thread, during on_request or later; an unanswered request's connection waits, suspended, and
  * costs no thread. The request lives until libmicrohttpd is done with it; then on_free(arg, ctx)
  * runs with the owner's context (http_srv_req_set_ctx), so a context freed there is never seen
- * by a later on_hangup. */
+ * by a later on_hangup. A connection has 16 KiB of libmicrohttpd memory, as the operational
+ * servers' max_header_bytes: headers that do not fit it are answered 431; a body of any size up
+ * to max_body passes through it in pieces. The reply's body is handed to libmicrohttpd, not
+ * copied. */
 
 typedef struct http_srv_async http_srv_async_t;
 typedef struct http_srv_req http_srv_req_t;

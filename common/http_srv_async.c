@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define S_CONN_MEMORY 16384 /* bytes of libmicrohttpd memory a connection */
+
 typedef enum { R_BODY = 0, R_HANDLER, R_WAITING, R_ANSWERED, R_CLOSED } s_rstate_t;
 
 struct s_sock;
@@ -186,9 +188,10 @@ int http_srv_req_close(http_srv_req_t *rq)
 static enum MHD_Result s_send(struct MHD_Connection *conn, http_srv_req_t *rq)
 {
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(rq->resp_len, rq->resp, MHD_RESPMEM_MUST_COPY);
+        MHD_create_response_from_buffer(rq->resp_len, rq->resp, MHD_RESPMEM_MUST_FREE);
     if (!r)
         return MHD_NO;
+    rq->resp = NULL; /* the response's now, freed with it: no copy of the body */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, rq->ctype);
     if (strncmp(rq->ctype, "text/event-stream", 17) == 0)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
@@ -500,7 +503,11 @@ http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s > 0 ? cfg->timeout_s : 600u,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns > 0 ? cfg->max_conns : 10000u,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_per_ip,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        /* a connection's memory (its headers, the read buffer the body passes through):
+         * libmicrohttpd zeroes all of it for every request of a kept-alive connection, so it is
+         * http_srv's 16 KiB of headers rather than the 32 KiB default */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)S_CONN_MEMORY, MHD_OPTION_END);
     if (!a->d) {
         why = "cannot listen on the address (in use?)";
         goto fail;

@@ -120,21 +120,28 @@ const float *model_weights_const(const model_t *m)
 
 /* ---------------------------------------------------------------- scoring and sampling */
 
-int model_logits(const model_t *m, const pparse_state_t *st, double *logits)
+/* s_logits is model_logits with the context c of m and st. */
+static int s_logits(const model_t *m, const pparse_state_t *st, const model_ctx_t *c,
+                    double *logits)
 {
-    if (!m || !st || (!logits && st->n_actions))
-        return SR_EINVAL;
     model_feat_t f[MODEL_MAX_FEATS];
-    model_ctx_t c;
-    model_ctx_init(m, st, &c);
     for (int i = 0; i < st->n_actions; i++) {
-        int n = model_features_ctx(st, &c, i, f, MODEL_MAX_FEATS);
+        int n = model_features_ctx(st, c, i, f, MODEL_MAX_FEATS);
         double z = 0;
         for (int k = 0; k < n; k++)
             z += (double)m->w[f[k].idx] * f[k].val;
         logits[i] = z;
     }
     return st->n_actions;
+}
+
+int model_logits(const model_t *m, const pparse_state_t *st, double *logits)
+{
+    if (!m || !st || (!logits && st->n_actions))
+        return SR_EINVAL;
+    model_ctx_t c;
+    model_ctx_init(m, st, &c);
+    return s_logits(m, st, &c, logits);
 }
 
 static int s_argmax(const double *v, int n)
@@ -193,6 +200,34 @@ int model_choose(const model_t *m, const pparse_state_t *st, double temperature,
 int model_choose_probs(const model_t *m, const pparse_state_t *st, double temperature,
                        double top_p, model_rng_t *rng, model_choice_t *out, double *probs)
 {
+    return model_choose_probs_ctx(m, st, NULL, temperature, top_p, rng, out, probs);
+}
+
+/* s_sort_desc orders idx[0..n) as qsort_r with s_cmp_desc does. On probabilities without a NaN
+ * s_cmp_desc is a strict total order (ties go by index), so every correct sort gives the same
+ * order; an insertion sort does it for the few candidates of a step with no buffer and no call
+ * a comparison. With a NaN among them the order is qsort_r's own. */
+static void s_sort_desc(int *idx, int n, double *p)
+{
+    for (int i = 0; i < n; i++)
+        if (isnan(p[i])) {
+            qsort_r(idx, (size_t)n, sizeof(int), s_cmp_desc, p);
+            return;
+        }
+    for (int i = 1; i < n; i++) {
+        int v = idx[i], j = i;
+        while (j > 0 && s_cmp_desc(&idx[j - 1], &v, p) > 0) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = v;
+    }
+}
+
+int model_choose_probs_ctx(const model_t *m, const pparse_state_t *st, const model_ctx_t *ctx,
+                           double temperature, double top_p, model_rng_t *rng,
+                           model_choice_t *out, double *probs)
+{
     int rc = SR_OK;
     double *p = NULL;
     int *order = NULL;
@@ -206,7 +241,13 @@ int model_choose_probs(const model_t *m, const pparse_state_t *st, double temper
     if (n == 0)
         return SR_OK;
     p = sr_xmalloc(sizeof(double) * (size_t)n);
-    model_logits(m, st, p);
+    if (ctx) {
+        s_logits(m, st, ctx, p);
+    } else {
+        model_ctx_t c;
+        model_ctx_init(m, st, &c);
+        s_logits(m, st, &c, p);
+    }
     if (temperature == 0) {
         out->index = s_argmax(p, n);
         s_softmax(p, n, 1.0);
@@ -222,7 +263,7 @@ int model_choose_probs(const model_t *m, const pparse_state_t *st, double temper
     order = sr_xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++)
         order[i] = i;
-    qsort_r(order, (size_t)n, sizeof(int), s_cmp_desc, p);
+    s_sort_desc(order, n, p);
     int keep = n;
     double mass = 0;
     for (int i = 0; i < n; i++) {
@@ -395,6 +436,12 @@ static bool s_text_try(s_text_t *t, const char *s, int *used, int target,
 char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, int chosen,
                    int target, model_token_count_fn count)
 {
+    return model_reason_ctx(m, st, NULL, p, chosen, target, count);
+}
+
+char *model_reason_ctx(const model_t *m, const pparse_state_t *st, const model_ctx_t *ctx,
+                       const double *p, int chosen, int target, model_token_count_fn count)
+{
     if (!st || !p || !count)
         return NULL;
     s_text_t t = {0};
@@ -402,57 +449,61 @@ char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, 
     const char *action = chosen >= 0 && chosen < st->n_actions ? st->actions[chosen] : "look";
     s_text_add(&t, "<think>");
     if (st->goal)
-        snprintf(line, sizeof line, "The task is to %s.", st->goal);
+        pparse_cat(line, sizeof line, "The task is to ", st->goal, ".", NULL);
     else
-        snprintf(line, sizeof line, "I need to decide the next action.");
+        pparse_cat(line, sizeof line, "I need to decide the next action.", NULL);
     s_text_add(&t, line);
     char fin[256];
-    snprintf(fin, sizeof fin, " So the next action is: %s.</think>", action);
+    pparse_cat(fin, sizeof fin, " So the next action is: ", action, ".</think>", NULL);
     int used = count(t.p) + count(fin) + 1;
 
     /* The situation as read from the prompt. */
     if (st->location[0])
-        snprintf(line, sizeof line, " I am at the %s.", st->location);
+        pparse_cat(line, sizeof line, " I am at the ", st->location, ".", NULL);
     else
-        snprintf(line, sizeof line, " I am in the middle of the room.");
+        pparse_cat(line, sizeof line, " I am in the middle of the room.", NULL);
     bool fits = s_text_try(&t, line, &used, target, count);
     if (st->holding[0])
-        snprintf(line, sizeof line, " I am carrying the %s.", st->holding);
+        pparse_cat(line, sizeof line, " I am carrying the ", st->holding, ".", NULL);
     else
-        snprintf(line, sizeof line, " My hands are empty.");
+        pparse_cat(line, sizeof line, " My hands are empty.", NULL);
     fits = fits && s_text_try(&t, line, &used, target, count);
     if (fits && st->at_closed) {
-        snprintf(line, sizeof line, " The %s is closed.", st->location);
+        pparse_cat(line, sizeof line, " The ", st->location, " is closed.", NULL);
         fits = s_text_try(&t, line, &used, target, count);
     }
 
     /* What the model believes, where it bears on the step it is taking. */
     model_belief_t b;
-    model_belief(m, st, &b);
+    if (ctx && m)
+        model_belief_of(ctx, &b);
+    else
+        model_belief(m, st, &b);
     char at[PPARSE_NAME_MAX + 8], x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX];
     line[0] = '\0';
     if (strncmp(action, "go to ", 6) == 0 && !st->holding[0] && st->goal_obj[0]) {
-        snprintf(at, sizeof at, "%s", action + 6);
+        pparse_cat(at, sizeof at, action + 6, NULL);
         if (b.where[0] && strcmp(b.where, at) == 0)
-            snprintf(line, sizeof line, " I expect to find the %s at the %s.", st->goal_obj, at);
+            pparse_cat(line, sizeof line, " I expect to find the ", st->goal_obj, " at the ", at, ".",
+                       NULL);
         else
-            snprintf(line, sizeof line, " The %s could be at the %s; I will check there.",
-                     st->goal_obj, at);
+            pparse_cat(line, sizeof line, " The ", st->goal_obj, " could be at the ", at,
+                       "; I will check there.", NULL);
     } else if (strncmp(action, "take ", 5) == 0 && model_split2(action + 5, " from ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         if (b.alike[0] && strcmp(xt, b.alike) == 0)
-            snprintf(line, sizeof line, " The %s here is the %s the task asks for.", x,
-                     st->goal_obj);
+            pparse_cat(line, sizeof line, " The ", x, " here is the ", st->goal_obj,
+                       " the task asks for.", NULL);
         else if (strcmp(xt, st->goal_obj) == 0)
-            snprintf(line, sizeof line, " There is the %s I need.", x);
+            pparse_cat(line, sizeof line, " There is the ", x, " I need.", NULL);
     } else if (strncmp(action, "move ", 5) == 0 && model_split2(action + 5, " to ", x, y)) {
-        snprintf(line, sizeof line, " The %s should go to the %s.", x, y);
+        pparse_cat(line, sizeof line, " The ", x, " should go to the ", y, ".", NULL);
     }
     if (fits && line[0])
         fits = s_text_try(&t, line, &used, target, count);
 
     /* The options weighed: the favoured one first, then the others, most likely first. */
-    snprintf(line, sizeof line, " '%s' is the best next step.", action);
+    pparse_cat(line, sizeof line, " '", action, "' is the best next step.", NULL);
     fits = fits && s_text_try(&t, line, &used, target, count);
     int n = st->n_actions;
     int order[PPARSE_MAX_ACTIONS];
@@ -469,8 +520,9 @@ char *model_reason(const model_t *m, const pparse_state_t *st, const double *p, 
         order[j] = v;
     }
     for (int i = 0; fits && i < k; i++) {
-        snprintf(line, sizeof line, " '%s' %s.", st->actions[order[i]],
-                 p[order[i]] >= 0.05 ? "could work, but less well" : "is unlikely to help");
+        pparse_cat(line, sizeof line, " '", st->actions[order[i]], "' ",
+                   p[order[i]] >= 0.05 ? "could work, but less well" : "is unlikely to help", ".",
+                   NULL);
         fits = s_text_try(&t, line, &used, target, count);
     }
     s_text_add(&t, fin);

@@ -160,6 +160,15 @@ int model_choose(const model_t *m, const pparse_state_t *st, double temperature,
 int model_choose_probs(const model_t *m, const pparse_state_t *st, double temperature,
                        double top_p, model_rng_t *rng, model_choice_t *out, double *probs);
 
+/* model_choose_probs_ctx and model_reason_ctx are model_choose_probs and model_reason with c, the
+ * context of m and st made once by the caller (model_ctx_init): what one answer of the policy
+ * server computes, with one context for both. Same results as the plain calls. */
+int model_choose_probs_ctx(const model_t *m, const pparse_state_t *st, const model_ctx_t *c,
+                           double temperature, double top_p, model_rng_t *rng,
+                           model_choice_t *out, double *probs);
+char *model_reason_ctx(const model_t *m, const pparse_state_t *st, const model_ctx_t *c,
+                       const double *p, int chosen, int target, model_token_count_fn count);
+
 /* model_grad_logprob ADDS scale * d log pi_T(a|s) / d w to grad (MODEL_DIM floats), that is
  * scale * (phi(s, a) - E_pi[phi(s, .)]) / T. T must be > 0. Returns 0, or SR_EINVAL for a bad
  * action index, T <= 0 or NULL arguments. */

@@ -105,7 +105,7 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
     tb->key = s_mix(st->task_key ^ ((uint64_t)salt + 1) * 0xD6E8FEB86659FD93ULL);
     tb->oc = "other";
     char pat[PPARSE_NAME_MAX + 2];
-    snprintf(pat, sizeof pat, " %s ", st->goal_obj);
+    pparse_cat(pat, sizeof pat, " ", st->goal_obj, " ", NULL);
     for (size_t i = 0; st->goal_obj[0] && i < SR_ARRAY_LEN(S_CLASSES); i++)
         if (strstr(S_CLASSES[i].types, pat))
             tb->oc = S_CLASSES[i].oc;
@@ -217,7 +217,7 @@ static double s_known_of(const model_t *m, const pparse_state_t *st, const model
             return kt[i].known;
     double v = s_plan_known(m, st, tb, type);
     if (*nk < 32) {
-        snprintf(kt[*nk].type, sizeof kt[*nk].type, "%s", type);
+        pparse_cat(kt[*nk].type, sizeof kt[*nk].type, type, NULL);
         kt[*nk].known = v;
         (*nk)++;
     }
@@ -256,7 +256,7 @@ static void s_plan_next(const model_t *m, const pparse_state_t *st, model_ctx_t 
     }
     if (!next)
         next = first;
-    snprintf(tb->plan_next, sizeof tb->plan_next, "%s", next ? next : "");
+    pparse_cat(tb->plan_next, sizeof tb->plan_next, next ? next : "", NULL);
 }
 
 void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c)
@@ -277,6 +277,15 @@ void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c)
         s_plan_next(m, st, c);
 }
 
+void model_belief_of(const model_ctx_t *tb, model_belief_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tb->alike)
+        pparse_cat(out->alike, sizeof out->alike, tb->alike, NULL);
+    out->forget = tb->forget;
+    pparse_cat(out->where, sizeof out->where, tb->plan_next, NULL);
+}
+
 void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -284,8 +293,5 @@ void model_belief(const model_t *m, const pparse_state_t *st, model_belief_t *ou
         return;
     model_ctx_t tb;
     model_ctx_init(m, st, &tb);
-    if (tb.alike)
-        snprintf(out->alike, sizeof out->alike, "%s", tb.alike);
-    out->forget = tb.forget;
-    snprintf(out->where, sizeof out->where, "%s", tb.plan_next);
+    model_belief_of(&tb, out);
 }

@@ -126,7 +126,7 @@ int model_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],
         n = PPARSE_NAME_MAX - 1;
     memcpy(a, rest, n);
     a[n] = '\0';
-    snprintf(b, PPARSE_NAME_MAX, "%s", m + strlen(sep));
+    pparse_cat(b, PPARSE_NAME_MAX, m + strlen(sep), NULL);
     return 1;
 }
 
@@ -210,7 +210,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
 
     char verb[16];
     size_t vl = strcspn(a, " ");
-    snprintf(verb, sizeof verb, "%.*s", (int)(vl < sizeof verb ? vl : sizeof verb - 1), a);
+    size_t vn = vl < sizeof verb ? vl : sizeof verb - 1; /* what "%.*s" into verb keeps */
+    memcpy(verb, a, vn);
+    verb[vn] = '\0';
     const char *rest = a[vl] ? a + vl + 1 : a + vl;
     if (strcmp(verb, "go") == 0 && strncmp(rest, "to ", 3) == 0)
         rest += 3;

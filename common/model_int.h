@@ -39,4 +39,7 @@ bool model_processing_task(pparse_task_t t);
 bool model_arrived(const pparse_state_t *st);
 bool model_is_alike(const model_ctx_t *tb, const char *type);
 
+/* model_belief_of fills *out from the context tb, as model_belief does from its own (model_belief.c). */
+void model_belief_of(const model_ctx_t *tb, model_belief_t *out);
+
 #endif

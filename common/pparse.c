@@ -13,6 +13,7 @@
 #include "common/sr.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +80,12 @@ int pparse_type_of(const char *name, char *out, size_t outlen)
         end--;
     int num = 0;
     if (end < n && end > 0 && name[end - 1] == ' ') {
-        num = atoi(name + end);
+        if (n - end <= 9) { /* what atoi reads, without strtol: no overflow in 9 digits */
+            for (size_t i = end; i < n; i++)
+                num = num * 10 + (name[i] - '0');
+        } else {
+            num = atoi(name + end);
+        }
         end--;
     } else {
         end = n;
@@ -172,8 +178,16 @@ static void s_parse_history(pparse_state_t *st, const char *text, const char *li
             continue;
         }
         const char *obs = num_end + 3;
-        char marker[48];
-        snprintf(marker, sizeof marker, "', Action %ld: '", k);
+        char marker[48], num[24], *q = num + sizeof num; /* "%ld" of k, without printf */
+        unsigned long u = k < 0 ? 0ul - (unsigned long)k : (unsigned long)k;
+        *--q = '\0';
+        do {
+            *--q = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (k < 0)
+            *--q = '-';
+        pparse_cat(marker, sizeof marker, "', Action ", q, ": '", NULL);
         const char *m = strstr(obs, marker);
         if (!m || m >= limit)
             break;
@@ -363,10 +377,10 @@ static void s_derive(pparse_state_t *st)
     if (st->location[0]) {
         char closed[PPARSE_NAME_MAX + 16], closing[PPARSE_NAME_MAX + 16],
             opened[PPARSE_NAME_MAX + 16], opening[PPARSE_NAME_MAX + 16];
-        snprintf(closed, sizeof closed, "The %s is closed.", st->location);
-        snprintf(closing, sizeof closing, "You close the %s.", st->location);
-        snprintf(opened, sizeof opened, "The %s is open.", st->location);
-        snprintf(opening, sizeof opening, "You open the %s.", st->location);
+        pparse_cat(closed, sizeof closed, "The ", st->location, " is closed.", NULL);
+        pparse_cat(closing, sizeof closing, "You close the ", st->location, ".", NULL);
+        pparse_cat(opened, sizeof opened, "The ", st->location, " is open.", NULL);
+        pparse_cat(opening, sizeof opening, "You open the ", st->location, ".", NULL);
         for (int i = 0; i < n; i++) {
             if (strstr(obs[i], opened) || strstr(obs[i], opening))
                 break;
@@ -463,6 +477,25 @@ static void s_derive(pparse_state_t *st)
             memcpy(st->goal_seen_at, recep, sizeof recep);
     }
     s_derive_task(st);
+}
+
+size_t pparse_cat(char *out, size_t cap, ...)
+{
+    if (!cap)
+        return 0;
+    size_t len = 0;
+    va_list ap;
+    va_start(ap, cap);
+    for (const char *s; (s = va_arg(ap, const char *)) != NULL;) {
+        size_t n = strlen(s);
+        if (n > cap - 1 - len)
+            n = cap - 1 - len;
+        memcpy(out + len, s, n);
+        len += n;
+    }
+    va_end(ap);
+    out[len] = '\0';
+    return len;
 }
 
 uint64_t pparse_hash64(const char *s, uint64_t seed)

@@ -99,4 +99,10 @@ int pparse_type_of(const char *name, char *out, size_t outlen);
  * seed (0 = standard FNV-1a): task keys here, feature names in the model (model_hash64). */
 uint64_t pparse_hash64(const char *s, uint64_t seed);
 
+/* pparse_cat writes the NUL-terminated strings that follow cap (up to a NULL) one after another
+ * into out, as snprintf(out, cap, "%s%s...", ...) writes them: cut to cap - 1 bytes, terminated.
+ * Returns the bytes written. The feature and reasoning texts of the model are put together with it
+ * on every request, without printf's format parsing. */
+size_t pparse_cat(char *out, size_t cap, ...);
+
 #endif

@@ -230,17 +230,21 @@ static void s_completions(struct policy_server *s, ps_conn_t *c)
     }
     size_t len = 0;
     const char *body = http_srv_req_body(c->rq, &len);
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) {
-        ps_error(c, 400, "invalid JSON in request body");
-        ps_reply(c);
-        return;
-    }
     ps_req_t rq;
-    ps_err_t e;
-    int rc = ps_req_parse(s->name, root, &rq, &e);
-    if (rc != SR_OK)
-        ps_error(c, e.status, "%s", e.msg);
+    cJSON *root = NULL;
+    int rc = ps_req_scan(s->name, body, len, &rq);
+    if (rc != SR_OK) { /* not plain JSON that is a valid request: the full parse answers it */
+        root = cJSON_ParseWithLength(body, len);
+        if (!root) {
+            ps_error(c, 400, "invalid JSON in request body");
+            ps_reply(c);
+            return;
+        }
+        ps_err_t e;
+        rc = ps_req_parse(s->name, root, &rq, &e);
+        if (rc != SR_OK)
+            ps_error(c, e.status, "%s", e.msg);
+    }
     if (rc == SR_OK) {
         ps_mref_t *mr = NULL;
         rc = ps_models_lookup(s->models, rq.use_current, rq.version, &mr);

@@ -25,26 +25,64 @@
 
 /* ---------------------------------------------------------------- tokens */
 
+/* A byte's class for policy_server_tokens: 1 an ASCII letter or digit, 2 whitespace (isspace in
+ * the C locale), 0 any other byte (NUL included: it ends a run). */
+static const unsigned char S_TOKCLS[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, [' '] = 2,
+    ['\t'] = 2,        ['\n'] = 2,        ['\v'] = 2,        ['\f'] = 2, ['\r'] = 2};
+
 int policy_server_tokens(const char *text)
 {
     if (!text)
         return 0;
     int n = 0;
     const unsigned char *p = (const unsigned char *)text;
-    while (*p) {
-        if (isalnum(*p) && *p < 128) {
-            int run = 0;
-            while (*p && *p < 128 && isalnum(*p)) {
-                run++;
-                p++;
-            }
-            n += (run + 3) / 4;
+    for (;;) {
+        unsigned k = S_TOKCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p + 1;
+            while (S_TOKCLS[*q] == 1)
+                q++;
+            n += (int)((q - p + 3) / 4);
+            p = q;
         } else {
-            if (!isspace(*p))
-                n++;
+            if (!*p)
+                break;
+            n += k == 0;
             p++;
         }
     }
+    return n;
+}
+
+int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash)
+{
+    /* pparse_hash64 (model_hash64) and policy_server_tokens, byte for byte */
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (;;) {
+        unsigned k = S_TOKCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p;
+            do {
+                h = (h ^ *q) * 1099511628211ULL;
+                q++;
+            } while (S_TOKCLS[*q] == 1);
+            n += (int)((q - p + 3) / 4);
+            p = q;
+        } else {
+            if (!*p)
+                break;
+            h = (h ^ *p) * 1099511628211ULL;
+            n += k == 0;
+            p++;
+        }
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    *hash = h;
     return n;
 }
 
@@ -146,8 +184,10 @@ void ps_req_clear(ps_req_t *rq)
 {
     free(rq->user);
     free(rq->prompt.p);
+    free(rq->scratch);
     rq->user = NULL;
     rq->prompt.p = NULL;
+    rq->scratch = NULL;
 }
 
 static char *s_content_text(const cJSON *content)
@@ -478,17 +518,28 @@ static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
-        char dig[12];
-        int k = 0;
+        static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                 "31323334353637383940414243444546474849505152535455565758596061"
+                                 "6263646566676869707172737475767778798081828384858687888990919293"
+                                 "949596979899";
+        char dig[12], *e = dig + sizeof dig, *d = e; /* two digits a division */
         uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
-        do {
-            dig[k++] = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
+        while (u >= 100) {
+            uint32_t r = u % 100;
+            u /= 100;
+            d -= 2;
+            memcpy(d, d2 + 2 * r, 2);
+        }
+        if (u >= 10) {
+            d -= 2;
+            memcpy(d, d2 + 2 * u, 2);
+        } else {
+            *--d = (char)('0' + u);
+        }
         if (ids[i] < 0)
             *q++ = '-';
-        while (k > 0)
-            *q++ = dig[--k];
+        memcpy(q, d, (size_t)(e - d));
+        q += e - d;
     }
     *q++ = ']';
     jsonw_raw(w, t, (size_t)(q - t));
@@ -592,7 +643,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     pparse_user_text(rq->user, &st);
     model_rng_t rng;
     if (rq->has_seed)
-        model_rng_seed(&rng, model_hash64(rq->user, (uint64_t)rq->seed));
+        model_rng_seed(&rng, rq->user_hashed ? rq->user_hash
+                                             : model_hash64(rq->user, (uint64_t)rq->seed));
     else
         model_rng_seed(&rng, sh->seed * 0x9E3779B97F4A7C15ULL +
                                  __atomic_fetch_add(sh->seq, 1, __ATOMIC_RELAXED));
@@ -601,26 +653,30 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
     /* One scoring of the candidates gives both the choice and the probabilities the reasoning
      * and the logprobs show (at T, or at 1 when greedy). */
-    model_choose_probs(m, &st, rq->temperature, rq->top_p, &rng, &ch, p);
+    model_ctx_t ctx; /* one context for the choice and the reasoning */
+    if (m)
+        model_ctx_init(m, &st, &ctx);
+    model_choose_probs_ctx(m, &st, m ? &ctx : NULL, rq->temperature, rq->top_p, &rng, &ch, p);
     const char *action = ch.index >= 0 ? st.actions[ch.index] : "look";
 
     double want = sh->think_mean + sh->think_sd * s_gauss(&rng);
     int target = (int)lround(fmax(sh->think_min, fmin(sh->think_max, want)));
     ps_buf_t content = {0};
     /* The reasoning favours the option the choice drew and is written before the action. */
-    char *think = model_reason(m, &st, p, ch.index, target, policy_server_tokens);
+    char *think = model_reason_ctx(m, &st, m ? &ctx : NULL, p, ch.index, target, policy_server_tokens);
     ps_buf_add(&content, think, strlen(think));
     free(think);
     ps_buf_printf(&content, "<action>%s</action>", action);
     const char *finish = s_cut(&content, rq);
-    int completion = policy_server_tokens(content.p);
+    int words = policy_server_tokens(content.p); /* what the cost model decodes */
+    int completion = words;
     int32_t *ids = NULL, *pids = NULL;
     size_t n_ids = 0, n_pids = 0, lp_at = 0;
     if (rq->token_ids && !rq->stream) {
         /* usage counts the ids; the choice's logprob sits on the action's first token */
-        n_ids = ptok_encode(content.p, content.len, NULL, 0);
-        ids = sr_xcalloc(n_ids ? n_ids : 1, sizeof *ids);
-        ptok_encode(content.p, content.len, ids, n_ids);
+        /* one pass: a token takes at least one byte, so len + 1 ids hold them all */
+        ids = sr_xmalloc((content.len + 1) * sizeof *ids);
+        n_ids = ptok_encode(content.p, content.len, ids, content.len + 1);
         n_pids = (size_t)rq->prompt_tokens; /* the prompt's id count, from the parse */
         if (rq->prompt_ids) {
             pids = sr_xcalloc(n_pids ? n_pids : 1, sizeof *pids);
@@ -633,7 +689,7 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         completion = (int)n_ids;
     }
     out->completion_tokens = completion;
-    out->cost_tokens = policy_server_tokens(content.p);
+    out->cost_tokens = words;
 
     char id[40];
     snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));

@@ -48,6 +48,9 @@ typedef struct {
     bool token_ids;  /* return_token_ids: ids beside the text, usage counts the ids */
     bool prompt_ids; /* and prompt_token_ids too (return_prompt_token_ids, default true) */
     ps_buf_t prompt; /* with token_ids: the rendered prompt the ids are of (owned) */
+    char *scratch;   /* ps_req_scan's decoded strings, which stop points into (owned) */
+    bool user_hashed;   /* ps_req_scan: user_hash is model_hash64(user, seed), taken while */
+    uint64_t user_hash; /* the user message's tokens were counted (a seeded request) */
 } ps_req_t;
 
 /* Why a request was refused: its HTTP status and the error message. */
@@ -60,6 +63,16 @@ typedef struct {
  * under the model name `name` (NAME or NAME-vN). Returns SR_OK, or SR_EINVAL (400) or
  * SR_ENOTFOUND (404, an unknown model) with e filled. Free rq with ps_req_clear either way. */
 int ps_req_parse(const char *name, const cJSON *root, ps_req_t *rq, ps_err_t *e);
+
+/* ps_req_scan is cJSON_ParseWithLength and ps_req_parse in one pass over body[0..len), with no
+ * tree, for a body of plain strict JSON that ps_req_parse accepts (ps_reqscan.c): SR_OK with rq
+ * as they would have made it, else SR_EAGAIN (rq cleared) and the body takes the full path, which
+ * answers it or writes its refusal. */
+int ps_req_scan(const char *name, const char *body, size_t len, ps_req_t *rq);
+
+/* ps_tokens_hash returns policy_server_tokens(text) and sets *hash to model_hash64(text, seed),
+ * in one pass: the hash's chain of multiplies runs beside the count. */
+int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash);
 
 /* ps_req_clear frees what rq owns. */
 void ps_req_clear(ps_req_t *rq);

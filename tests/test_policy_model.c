@@ -442,6 +442,15 @@ static void prior_is_confident_at_temperature_0_7(void **state)
     model_destroy(&m);
 }
 
+/* s_words counts the spaces of a text and one more: a token count for model_reason. */
+static int s_words(const char *text)
+{
+    int n = 1;
+    for (; *text; text++)
+        n += *text == ' ';
+    return n;
+}
+
 /* One scoring serves both the choice and the probabilities: model_choose_probs picks what
  * model_choose picks and fills what model_probs fills (at T, or 1 when greedy), bit for bit; and
  * the feature names, hashed as they are put together, land where model_feature_index puts them. */
@@ -474,6 +483,26 @@ static void choose_probs_matches_choose_and_probs_bit_for_bit(void **state)
             assert_memory_equal(&c1.logprob, &c2.logprob, sizeof c1.logprob);
             assert_memory_equal(p1, p2, sizeof p1);
             assert_int_equal(model_rng_next(&r1), model_rng_next(&r2));
+            /* With the context made once by the caller: the same choice, probabilities and
+             * reasoning as the plain calls. */
+            model_ctx_t ctx;
+            model_ctx_init(m, &st, &ctx);
+            model_rng_t r3;
+            model_rng_seed(&r3, 11 + i);
+            model_choice_t c3;
+            double p3[7];
+            assert_int_equal(
+                model_choose_probs_ctx(m, &st, &ctx, temps[i], tops[k], &r3, &c3, p3), SR_OK);
+            assert_int_equal(c3.index, c1.index);
+            assert_memory_equal(&c3.logprob, &c1.logprob, sizeof c1.logprob);
+            assert_memory_equal(p3, p2, sizeof p3);
+            for (int target = 20; target <= 200; target += 60) {
+                char *t1 = model_reason(m, &st, p3, c3.index, target, s_words);
+                char *t2 = model_reason_ctx(m, &st, &ctx, p3, c3.index, target, s_words);
+                assert_string_equal(t1, t2);
+                free(t1);
+                free(t2);
+            }
         }
     }
     model_feat_t f[MODEL_MAX_FEATS];
