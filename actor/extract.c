@@ -9,15 +9,26 @@
 
 #include "common/sr.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Answers longer than this are cut before normalisation: no admissible action is that long. */
 #define S_MAX_CANDIDATE 4096
 
 static const char S_OPEN[] = "<action>";
 static const char S_CLOSE[] = "</action>";
+
+/* s_find_lt returns the first case-insensitive occurrence of needle (which starts with '<') in
+ * s, or NULL: strcasestr, with strchr doing the scanning. */
+static const char *s_find_lt(const char *s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (const char *q = strchr(s, '<'); q; q = strchr(q + 1, '<'))
+        if (strncasecmp(q, needle, n) == 0)
+            return q;
+    return NULL;
+}
 
 /* s_find_tag finds the last complete <action>...</action> pair in text (tags in any case). When
  * there is none but an opening tag exists, it returns the text after the last opening tag and
@@ -27,9 +38,9 @@ static bool s_find_tag(const char *text, const char **start, size_t *len, bool *
     const char *best = NULL, *best_end = NULL, *last_open = NULL;
     const char *p = text;
     const char *open;
-    while ((open = strcasestr(p, S_OPEN)) != NULL) {
+    while ((open = s_find_lt(p, S_OPEN)) != NULL) {
         const char *body = open + sizeof S_OPEN - 1;
-        const char *close = strcasestr(body, S_CLOSE);
+        const char *close = s_find_lt(body, S_CLOSE);
         last_open = body;
         if (close) {
             best = body;
@@ -82,6 +93,17 @@ static bool s_find_action_line(const char *text, const char **start, size_t *len
  * white space made one space and none at either end. With out, it writes them there (n + 1 bytes
  * at least, NUL-terminated); with cmp, it compares them with cmp as it goes and says whether they
  * equal it whole. */
+/* isspace and tolower of the C locale (selroll never changes it), without a call a byte. */
+static inline bool s_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static inline char s_lower(unsigned char c)
+{
+    return (char)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+}
+
 static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
 {
     if (n > S_MAX_CANDIDATE)
@@ -90,7 +112,7 @@ static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
     bool pending_space = false;
     for (size_t i = 0; i < n && s[i]; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (isspace(ch)) {
+        if (s_space(ch)) {
             pending_space = o > 0;
             continue;
         }
@@ -102,7 +124,7 @@ static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
             o++;
             pending_space = false;
         }
-        char c = (char)tolower(ch);
+        char c = s_lower(ch);
         if (cmp && cmp[o] != c)
             return false;
         if (out)

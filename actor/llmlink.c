@@ -149,11 +149,15 @@ const char *llmlink_url(const llmlink_t *l)
 void llmlink_model(const llmlink_t *l, int64_t v, char *out, size_t n)
 {
     const char *ph = strstr(l->model, "{version}");
-    if (ph)
+    if (ph) {
         snprintf(out, n, "%.*s%lld%s", (int)(ph - l->model), l->model, (long long)v,
                  ph + strlen("{version}"));
-    else
-        snprintf(out, n, "%s", l->model);
+    } else if (n > 0) { /* the plain name, twice a step: no snprintf */
+        size_t len = strlen(l->model);
+        len = len < n ? len : n - 1;
+        memcpy(out, l->model, len);
+        out[len] = '\0';
+    }
 }
 
 /* s_version_in reads the N of a name of the form <prefix>N<suffix> into *v. */

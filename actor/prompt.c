@@ -10,6 +10,7 @@
 #include "common/afile.h"
 #include "common/envkind.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -41,45 +42,69 @@ const char PROMPT_DEFAULT_USER[] =
     "Once you've finished your reasoning, you should choose an admissible action for current step "
     "and present it within <action> </action> tags.";
 
+/* A template is kept compiled: a list of segments (literal text, a placeholder, a section's
+ * opening or end) walked at each render, so a render is a few copies into a reused buffer. */
+typedef enum { S_SEG_LIT, S_SEG_PH, S_SEG_OPEN_IF, S_SEG_OPEN_IFNOT, S_SEG_CLOSE } s_seg_kind_t;
+
+typedef struct {
+    uint8_t kind; /* s_seg_kind_t */
+    uint8_t ph;   /* S_SEG_PH: s_ph_t */
+    uint32_t len; /* S_SEG_LIT */
+    const char *lit;
+} s_seg_t;
+
+typedef struct {
+    s_seg_t *seg;
+    size_t n, cap;
+} s_segs_t;
+
 struct prompt {
     char *system;
     char *user;
     int history_len;
+    s_segs_t sys_segs, user_segs;
 };
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} s_buf_t;
+typedef sr_buf_t s_buf_t;
 
 static void s_put(s_buf_t *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = sr_xrealloc(b->p, cap);
-        b->cap = cap;
+    if (sr_buf_append(b, s, n) != SR_OK) { /* as the sr_x allocators do */
+        fputs("selroll: out of memory rendering a prompt\n", stderr);
+        abort();
     }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
 }
 
 static void s_puts(s_buf_t *b, const char *s)
 {
-    s_put(b, s ? s : "", strlen(s ? s : ""));
+    if (s)
+        s_put(b, s, strlen(s));
 }
 
-static void s_printf(s_buf_t *b, const char *fmt, ...)
+/* s_putu writes u in decimal. */
+static void s_putu(s_buf_t *b, size_t u)
 {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        s_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+    char d[24];
+    int k = (int)sizeof d;
+    do {
+        d[--k] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    s_put(b, d + k, sizeof d - (size_t)k);
+}
+
+static void s_seg_add(s_segs_t *g, s_seg_t seg)
+{
+    if (seg.kind == S_SEG_LIT && g->n > 0 && g->seg[g->n - 1].kind == S_SEG_LIT &&
+        g->seg[g->n - 1].lit + g->seg[g->n - 1].len == seg.lit) {
+        g->seg[g->n - 1].len += seg.len; /* adjacent literal text */
+        return;
+    }
+    if (g->n == g->cap) {
+        g->cap = g->cap ? g->cap * 2 : 16;
+        g->seg = sr_xrealloc(g->seg, g->cap * sizeof *g->seg);
+    }
+    g->seg[g->n++] = seg;
 }
 
 static void s_err(char *err, size_t errlen, const char *fmt, ...)
@@ -109,65 +134,71 @@ typedef struct {
     size_t n_prev, n_hist;
 } s_ctx_t;
 
+#define S_PUTL(b, lit) s_put((b), (lit), sizeof(lit) - 1)
+
 static void s_render_ph(s_buf_t *b, s_ph_t ph, const s_ctx_t *c)
 {
     const prompt_state_t *s = c->s;
     switch (ph) {
     case S_PH_GOAL: s_puts(b, s->goal); break;
-    case S_PH_STEP: s_printf(b, "%zu", c->n_prev + 1); break;
-    case S_PH_NPREV: s_printf(b, "%zu", c->n_prev); break;
-    case S_PH_NHIST: s_printf(b, "%zu", c->n_hist); break;
+    case S_PH_STEP: s_putu(b, c->n_prev + 1); break;
+    case S_PH_NPREV: s_putu(b, c->n_prev); break;
+    case S_PH_NHIST: s_putu(b, c->n_hist); break;
     case S_PH_OBS: s_puts(b, s->current_obs); break;
     case S_PH_HISTORY:
         for (size_t i = c->n_prev - c->n_hist; i < c->n_prev; i++) {
             size_t k = i + 1;
             if (i > c->n_prev - c->n_hist)
-                s_puts(b, "\n");
-            s_printf(b, "[Observation %zu: '", k);
+                S_PUTL(b, "\n");
+            S_PUTL(b, "[Observation ");
+            s_putu(b, k);
+            S_PUTL(b, ": '");
             s_puts(b, s->history[i].obs);
-            s_printf(b, "', Action %zu: '", k);
+            S_PUTL(b, "', Action ");
+            s_putu(b, k);
+            S_PUTL(b, ": '");
             s_puts(b, s->history[i].action);
-            s_puts(b, "']");
+            S_PUTL(b, "']");
         }
         break;
     case S_PH_ADM: {
-        s_puts(b, "[");
+        S_PUTL(b, "[");
         bool first = true;
         for (size_t i = 0; i < s->n_admissible; i++) {
             const char *a = s->admissible ? s->admissible[i] : NULL;
             if (!a || strcmp(a, "help") == 0)
                 continue;
-            s_puts(b, first ? "'" : ", '");
+            if (first)
+                S_PUTL(b, "'");
+            else
+                S_PUTL(b, ", '");
             s_puts(b, a);
-            s_puts(b, "'");
+            S_PUTL(b, "'");
             first = false;
         }
-        s_puts(b, "]");
+        S_PUTL(b, "]");
         break;
     }
     }
 }
 
-/* s_walk checks tmpl and, when ctx is not NULL, renders it into b. Returns 0 or SR_EINVAL with
- * a reason in err. */
-static int s_walk(const char *tmpl, const s_ctx_t *ctx, s_buf_t *b, char *err, size_t errlen)
+/* s_walk checks tmpl and, when g is not NULL, compiles it into g (segments pointing into tmpl).
+ * Returns 0 or SR_EINVAL with a reason in err. */
+static int s_walk(const char *tmpl, s_segs_t *g, char *err, size_t errlen)
 {
     int section = 0; /* 0 none, 1 inside {#history}, -1 inside {^history} */
-    bool emit = true;
     const char *p = tmpl;
     while (*p) {
         if (p[0] == '{' && p[1] == '{') {
-            if (ctx && emit)
-                s_put(b, "{", 1);
+            if (g)
+                s_seg_add(g, (s_seg_t){.kind = S_SEG_LIT, .len = 1, .lit = p});
             p += 2;
             continue;
         }
         if (*p != '{') {
-            const char *q = p;
-            while (*q && *q != '{')
-                q++;
-            if (ctx && emit)
-                s_put(b, p, (size_t)(q - p));
+            const char *q = strchrnul(p, '{');
+            if (g)
+                s_seg_add(g, (s_seg_t){.kind = S_SEG_LIT, .len = (uint32_t)(q - p), .lit = p});
             p = q;
             continue;
         }
@@ -184,8 +215,8 @@ static int s_walk(const char *tmpl, const s_ctx_t *ctx, s_buf_t *b, char *err, s
                 return SR_EINVAL;
             }
             section = name[0] == '#' ? 1 : -1;
-            if (ctx)
-                emit = (section == 1) == (ctx->n_hist > 0);
+            if (g)
+                s_seg_add(g, (s_seg_t){.kind = section == 1 ? S_SEG_OPEN_IF : S_SEG_OPEN_IFNOT});
         } else if (n == 8 && name[0] == '/' && strncmp(name + 1, "history", 7) == 0) {
             if (section == 0) {
                 s_err(err, errlen, "{/history} without an opening section at byte %zu",
@@ -193,7 +224,8 @@ static int s_walk(const char *tmpl, const s_ctx_t *ctx, s_buf_t *b, char *err, s
                 return SR_EINVAL;
             }
             section = 0;
-            emit = true;
+            if (g)
+                s_seg_add(g, (s_seg_t){.kind = S_SEG_CLOSE});
         } else {
             size_t i;
             for (i = 0; i < SR_ARRAY_LEN(S_PLACEHOLDERS); i++)
@@ -204,8 +236,8 @@ static int s_walk(const char *tmpl, const s_ctx_t *ctx, s_buf_t *b, char *err, s
                       (size_t)(p - tmpl));
                 return SR_EINVAL;
             }
-            if (ctx && emit)
-                s_render_ph(b, S_PLACEHOLDERS[i].ph, ctx);
+            if (g)
+                s_seg_add(g, (s_seg_t){.kind = S_SEG_PH, .ph = (uint8_t)S_PLACEHOLDERS[i].ph});
         }
         p = close + 1;
     }
@@ -224,11 +256,11 @@ prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history
     if (!user_tmpl)
         user_tmpl = PROMPT_DEFAULT_USER;
     char why[160] = "";
-    if (s_walk(system_tmpl, NULL, NULL, why, sizeof why) != SR_OK) {
+    if (s_walk(system_tmpl, NULL, why, sizeof why) != SR_OK) {
         s_err(err, errlen, "system template: %s", why);
         return NULL;
     }
-    if (s_walk(user_tmpl, NULL, NULL, why, sizeof why) != SR_OK) {
+    if (s_walk(user_tmpl, NULL, why, sizeof why) != SR_OK) {
         s_err(err, errlen, "user template: %s", why);
         return NULL;
     }
@@ -236,6 +268,8 @@ prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history
     p->system = sr_xstrdup(system_tmpl);
     p->user = sr_xstrdup(user_tmpl);
     p->history_len = history_len < 0 ? PROMPT_DEFAULT_HISTORY : history_len;
+    s_walk(p->system, &p->sys_segs, NULL, 0); /* checked above: cannot fail */
+    s_walk(p->user, &p->user_segs, NULL, 0);
     return p;
 }
 
@@ -330,6 +364,8 @@ void prompt_destroy(prompt_t **pp)
     prompt_t *p = *pp;
     free(p->system);
     free(p->user);
+    free(p->sys_segs.seg);
+    free(p->user_segs.seg);
     free(p);
     *pp = NULL;
 }
@@ -339,23 +375,55 @@ int prompt_history_len(const prompt_t *p)
     return p ? p->history_len : PROMPT_DEFAULT_HISTORY;
 }
 
+/* s_render appends the compiled template g to b (NUL-terminated, the NUL not counted). */
+static void s_render(const s_segs_t *g, const s_ctx_t *c, s_buf_t *b)
+{
+    bool emit = true;
+    for (size_t i = 0; i < g->n; i++) {
+        const s_seg_t *sg = &g->seg[i];
+        switch ((s_seg_kind_t)sg->kind) {
+        case S_SEG_LIT:
+            if (emit)
+                s_put(b, sg->lit, sg->len);
+            break;
+        case S_SEG_PH:
+            if (emit)
+                s_render_ph(b, (s_ph_t)sg->ph, c);
+            break;
+        case S_SEG_OPEN_IF: emit = c->n_hist > 0; break;
+        case S_SEG_OPEN_IFNOT: emit = c->n_hist == 0; break;
+        case S_SEG_CLOSE: emit = true; break;
+        }
+    }
+    s_put(b, "", 1);
+    b->len--;
+}
+
+int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system, sr_buf_t *user)
+{
+    if (!p || !s || !system || !user)
+        return SR_EINVAL;
+    s_ctx_t ctx = {.s = s, .n_prev = s->history ? s->n_history : 0};
+    ctx.n_hist = SR_MIN(ctx.n_prev, (size_t)p->history_len);
+    system->len = 0;
+    user->len = 0;
+    if (p->system[0])
+        s_render(&p->sys_segs, &ctx, system);
+    s_render(&p->user_segs, &ctx, user);
+    return SR_OK;
+}
+
 int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t *out)
 {
     if (!p || !s || !out)
         return SR_EINVAL;
     memset(out, 0, sizeof *out);
-    s_ctx_t ctx = {.s = s, .n_prev = s->history ? s->n_history : 0};
-    ctx.n_hist = SR_MIN(ctx.n_prev, (size_t)p->history_len);
-    s_buf_t sys = {0}, user = {0};
-    /* The templates were checked when made, so the walks cannot fail here. */
-    if (p->system[0]) {
-        s_walk(p->system, &ctx, &sys, NULL, 0);
-        s_put(&sys, "", 0);
-    }
-    s_walk(p->user, &ctx, &user, NULL, 0);
-    s_put(&user, "", 0);
-    out->system = sys.p;
-    out->user = user.p;
+    sr_buf_t sys = SR_BUF_INIT, user = SR_BUF_INIT;
+    prompt_render_into(p, s, &sys, &user);
+    out->system = p->system[0] ? (char *)sys.data : NULL;
+    out->user = (char *)user.data;
+    if (!p->system[0])
+        sr_buf_free(&sys);
     return SR_OK;
 }
 

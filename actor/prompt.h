@@ -12,6 +12,8 @@
 #ifndef SR_PROMPT_H
 #define SR_PROMPT_H
 
+#include "common/sr_buf.h"
+
 #include <stddef.h>
 
 /* The default history length H: how many past observation/action pairs the prompt shows. */
@@ -74,6 +76,12 @@ int prompt_history_len(const prompt_t *p);
 /* prompt_render renders the step's messages into *out (which the caller clears with
  * prompt_messages_clear). Returns 0, or SR_EINVAL when p, s or out is NULL. */
 int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t *out);
+
+/* prompt_render_into renders the step's messages into the caller's buffers (emptied first, kept
+ * for reuse, each NUL-terminated past its len): the system text into system (left empty when
+ * the template's system text is empty), the user text into user. Returns 0, or SR_EINVAL when an
+ * argument is NULL. */
+int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system, sr_buf_t *user);
 
 /* prompt_messages_clear frees both texts and nulls them. Accepts NULL. */
 void prompt_messages_clear(prompt_messages_t *m);

@@ -74,6 +74,7 @@ struct slots {
     int backoff_timer;
     uint64_t rid_seq;
     sr_buf_t sbuf; /* scratch encoding buffer */
+    sr_buf_t psys, puser; /* the prompt being rendered, kept for the next step's */
 };
 
 static void s_gauges(slots_t *o)
@@ -363,8 +364,9 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .admissible = (const char *const *)s->adm,
         .n_admissible = s->n_adm,
     };
-    prompt_messages_t pm = {0};
-    prompt_render(o->cfg.prompt, &ps, &pm);
+    prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    prompt_messages_t pm = {.system = o->psys.len ? (char *)o->psys.data : NULL,
+                            .user = (char *)o->puser.data};
     /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
      * rollouts are exactly on-policy. */
     char model[512];
@@ -399,7 +401,6 @@ static void s_llm_ask(slots_t *o, slot_t *s)
     s->llm_calls++;
     AST_INC(o->cfg.st, llm_calls);
     s->req = llmlink_chat(o->cfg.llm, &req, s_llm_done, s);
-    prompt_messages_clear(&pm);
     if (!s->req) {
         char why[PROTO_MAX_ACTION + 64];
         snprintf(why, sizeof why, "policy %s: the request could not be started",
@@ -411,19 +412,21 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs stores an observation's text and admissible list in the slot. */
-static void s_take_obs(slot_t *s, const proto_obs_t *ob)
+/* s_take_obs moves an observation's text and admissible list from the decoded OBS (which then
+ * holds none) into the slot. */
+static void s_take_obs(slot_t *s, proto_obs_t *ob)
 {
     free(s->obs);
-    s->obs = sr_xstrdup(ob->obs);
+    s->obs = (char *)(ob->obs ? ob->obs : sr_xstrdup(""));
+    ob->obs = NULL;
     s_adm_clear(s);
-    s->adm = sr_xcalloc(ob->admissible_len ? ob->admissible_len : 1, sizeof *s->adm);
-    for (size_t i = 0; i < ob->admissible_len; i++)
-        s->adm[i] = sr_xstrdup(ob->admissible[i]);
+    s->adm = (char **)ob->admissible;
     s->n_adm = ob->admissible_len;
+    ob->admissible = NULL;
+    ob->admissible_len = 0;
 }
 
-static void s_on_reset_obs(slots_t *o, slot_t *s, const proto_obs_t *ob)
+static void s_on_reset_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
 {
     const char *goal = ob->goal ? ob->goal : "";
     if (strncmp(goal, GOAL_PREFIX, strlen(GOAL_PREFIX)) == 0)
@@ -458,7 +461,7 @@ static void s_publish_action(slots_t *o, slot_t *s, int64_t step, const char *ac
     bus_publish(o->cfg.bus, &ac);
 }
 
-static void s_on_step_obs(slots_t *o, slot_t *s, const proto_obs_t *ob)
+static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
 {
     AST_INC(o->cfg.st, steps);
     /* The step record takes the step under construction. */
@@ -757,6 +760,8 @@ slots_t *slots_new(const slots_cfg_t *cfg)
         o->slots[i].idx = i;
     }
     sr_buf_init(&o->sbuf);
+    sr_buf_init(&o->psys);
+    sr_buf_init(&o->puser);
     return o;
 }
 
@@ -780,6 +785,8 @@ void slots_destroy(slots_t **op)
     if (o->backoff_timer > 0)
         reactor_timer_cancel(o->cfg.r, o->backoff_timer);
     sr_buf_free(&o->sbuf);
+    sr_buf_free(&o->psys);
+    sr_buf_free(&o->puser);
     free(o->id);
     free(o);
     *op = NULL;

@@ -50,6 +50,31 @@ static void s_runs(const double *v, int n, const char *fmt, char *out, size_t ca
     }
 }
 
+/* s_orch prints the orchestration figure of one run of case `tag`: the CPU per step of every
+ * role but the policy server, summed (nothing when the run left no cpu.tsv). */
+static void s_orch(const char *tag, const br_sys_t *r)
+{
+    if (r->orch_us_per_step >= 0)
+        printf("rollout %s: orchestration CPU %.0f us per step (every role but the policy "
+               "server, summed)\n",
+               tag, r->orch_us_per_step);
+}
+
+/* s_orch_median prints the median orchestration figure of n runs of case `tag` (v: each run's,
+ * -1 for a run without one; nothing unless every run has one). */
+static void s_orch_median(const char *tag, const double *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] < 0)
+            return;
+    char list[256];
+    s_runs(v, n, "%.0f", list, sizeof list);
+    double m[9];
+    memcpy(m, v, (size_t)n * sizeof *v);
+    printf("rollout %s: median of %d runs: orchestration CPU %.0f us per step (runs: %s)\n", tag,
+           n, sr_median(m, (size_t)n), list);
+}
+
 /* s_count_arg reads the count after option argv[i] into *out: 1..max, or a one-line error and
  * false. */
 static bool s_count_arg(int argc, char **argv, int i, int max, int *out)
@@ -198,7 +223,7 @@ int bench_rollout_run(int argc, char **argv)
     const char *one[] = {"--actors",      "1", "--slots",         "1",
                          "--env-workers", "1", "--groups",        quick ? "1" : "4",
                          "--group-size",  "8", "--no-cost-model", "--tokens", "off", NULL};
-    double m1[9], m2[9];
+    double m1[9], m2[9], m3[9];
     int ok_runs = 0;
     char list[256];
     for (int k = 0; (!only || !strcmp(only, "overhead")) && k < repeat; k++) {
@@ -212,6 +237,8 @@ int bench_rollout_run(int argc, char **argv)
                "%.3f ms p99 %.3f ms\n",
                r.actions, r.step_med_ms, r.step_p99_ms, r.llm_mean_ms, r.own_med_ms,
                r.own_p99_ms);
+        s_orch("overhead", &r);
+        m3[ok_runs] = r.orch_us_per_step;
         m1[ok_runs] = r.own_med_ms;
         m2[ok_runs++] = r.own_p99_ms;
     }
@@ -220,6 +247,7 @@ int bench_rollout_run(int argc, char **argv)
         printf("rollout overhead: median of %d runs: without the LLM call median %.3f ms (runs: "
                "%s), p99 %.3f ms\n",
                ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs));
+        s_orch_median("overhead", m3, ok_runs);
     }
 
     const char *sat[] = {"--actors",      "3", "--slots",         "64",
@@ -240,6 +268,8 @@ int bench_rollout_run(int argc, char **argv)
             printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
         if (r.csw[0])
             printf("rollout saturation: context switches per step by role: %s\n", r.csw);
+        s_orch("saturation", &r);
+        m3[ok_runs] = r.orch_us_per_step;
         m1[ok_runs] = r.rate;
         m2[ok_runs++] = r.cpu_us_per_step;
     }
@@ -248,6 +278,7 @@ int bench_rollout_run(int argc, char **argv)
         printf("rollout saturation: median of %d runs: %.0f steps/s (runs: %s), CPU %.0f us per "
                "step\n",
                ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs));
+        s_orch_median("saturation", m3, ok_runs);
     }
 
     /* 50 ms per request: 35 reasoning tokens plus the action, 51.6 tokens an answer on average,
@@ -280,7 +311,7 @@ int bench_rollout_run(int argc, char **argv)
     /* With several --tokens modes the modes alternate inside each repeat (off, completion, off,
      * completion, ...), so a machine whose load drifts moves both alike; each mode's median and
      * the ratio of the medians follow. */
-    double tm1[3][9], tm2[3][9], tm3[3][9], tm4[3][9], tm5[3][9];
+    double tm1[3][9], tm2[3][9], tm3[3][9], tm4[3][9], tm5[3][9], tm6[3][9];
     int tok_ok[3] = {0, 0, 0};
     for (int k = 0; (!only || !strcmp(only, "50ms")) && k < repeat; k++) {
         for (int tm = 0; tm < n_tok; tm++) {
@@ -321,7 +352,9 @@ int bench_rollout_run(int argc, char **argv)
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
             if (r.csw[0])
                 printf("rollout 50ms: context switches per step by role: %s\n", r.csw);
+            s_orch("50ms", &r);
             int j = tok_ok[tm]++;
+            tm6[tm][j] = r.orch_us_per_step;
             tm1[tm][j] = 100.0 * r.rate / 5120.0;
             tm2[tm][j] = ideal > 0 ? 100.0 * r.rate / ideal : 0.0;
             tm3[tm][j] = r.cpu_us_per_step;
@@ -350,6 +383,9 @@ int bench_rollout_run(int argc, char **argv)
                "%s)\n",
                tag ? "--tokens " : "", tag ? tag : "", tag ? ": " : "", n,
                sr_median(tm5[tm], (size_t)n), list);
+        char otag[64];
+        snprintf(otag, sizeof otag, "50ms%s%s", tag ? ": --tokens " : "", tag ? tag : "");
+        s_orch_median(otag, tm6[tm], n);
     }
     for (int tm = 1; tm < n_tok; tm++)
         if (med_rate[0] > 0 && med_rate[tm] > 0)

@@ -29,6 +29,8 @@ typedef struct {
     double wall_s;
     double cpu_us_per_step; /* user + system time of every process of the run, per step */
     char roles[512];        /* the same by role, from the run's cpu.tsv: "actor 240, ..." */
+    double orch_us_per_step; /* the orchestration: every role's but the policy server's, summed
+                              * (-1 when the run left no cpu.tsv) */
     char csw[512];          /* context switches per step by role: "actor 2.4, ..." */
 } br_sys_t;
 

@@ -74,14 +74,17 @@ static uint64_t s_hash(const char *s, int64_t traj)
 
 /* s_roles reads DIR/cpu.tsv (what `selroll run` reports of its children) and writes, per role
  * (a child's name less a trailing "-N"), its user + system CPU µs per step into out and its
- * context switches per step into csw_out. */
-static void s_roles(const char *dir, size_t actions, char *out, char *csw_out, size_t n)
+ * context switches per step into csw_out; *orch gets the sum over every role but the policy
+ * server (the orchestration a step costs), -1 without a cpu.tsv. */
+static void s_roles(const char *dir, size_t actions, char *out, char *csw_out, size_t n,
+                    double *orch)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/cpu.tsv", dir);
     FILE *f = fopen(path, "r");
     out[0] = '\0';
     csw_out[0] = '\0';
+    *orch = -1;
     if (!f || actions == 0) {
         if (f)
             fclose(f);
@@ -115,6 +118,12 @@ static void s_roles(const char *dir, size_t actions, char *out, char *csw_out, s
         cs[i] += (double)sw;
     }
     fclose(f);
+    double sum = 0;
+    for (int i = 0; i < k; i++)
+        if (strcmp(names[i], "policy-server") != 0)
+            sum += us[i];
+    if (k > 0)
+        *orch = sum / (double)actions;
     size_t len = 0, clen = 0;
     for (int i = 0; i < k && len < n && clen < n; i++) {
         len += (size_t)snprintf(out + len, n - len, "%s%s %.0f", i ? ", " : "", names[i],
@@ -333,6 +342,7 @@ int br_ncommon;
 void br_system(const char *self, const char *label, const char *const *extra, br_sys_t *out)
 {
     memset(out, 0, sizeof *out);
+    out->orch_us_per_step = -1;
     char dir[] = "/tmp/selroll-bench-rollout-XXXXXX";
     if (!mkdtemp(dir))
         return;
@@ -376,7 +386,7 @@ void br_system(const char *self, const char *label, const char *const *extra, br
     s_stats(&recs, &lat, rounds, nr, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(br_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
-    s_roles(dir, recs.n, out->roles, out->csw, sizeof out->roles);
+    s_roles(dir, recs.n, out->roles, out->csw, sizeof out->roles, &out->orch_us_per_step);
     if (!out->ok)
         fprintf(stderr, "bench rollout: %s: selroll run failed (logs in %s/logs kept)\n", label,
                 dir);

@@ -11,6 +11,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef struct {
     const char *p; /* the value's first byte, NULL when the key is absent */
@@ -33,6 +35,29 @@ bool jsonscan_fields(const char *s, size_t len, const char *const *keys, size_t 
 const char *jsonscan_ws(const char *p, const char *e);
 const char *jsonscan_str_end(const char *p, const char *e);
 const char *jsonscan_value_end(const char *p, const char *e);
+
+/* jsonscan_str_stop returns the first byte in [p, e) that a JSON string cannot hold as it is (a
+ * quote, a backslash, a byte below 0x20), or e. Eight bytes at a time on little-endian machines:
+ * the lowest flagged byte of a word is exact (a borrow runs only upwards from a true hit). */
+static inline const char *jsonscan_str_stop(const char *p, const char *e)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (e - p >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        uint64_t q = v ^ 0x2222222222222222ull, b = v ^ 0x5c5c5c5c5c5c5c5cull;
+        uint64_t hit = (((q - 0x0101010101010101ull) & ~q) | ((b - 0x0101010101010101ull) & ~b) |
+                        ((v - 0x2020202020202020ull) & ~v)) &
+                       0x8080808080808080ull;
+        if (hit)
+            return p + (__builtin_ctzll(hit) >> 3);
+        p += 8;
+    }
+#endif
+    while (p < e && (unsigned char)*p >= 0x20 && *p != '"' && *p != '\\')
+        p++;
+    return p;
+}
 
 /* jsonscan_num reads v as a JSON number into *x (strtod); false when it is not one. */
 bool jsonscan_num(jsonscan_val_t v, double *x);

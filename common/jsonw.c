@@ -10,6 +10,7 @@
  */
 #include "common/jsonw.h"
 
+#include "common/jsonscan.h"
 #include "common/sr.h"
 
 #include <float.h>
@@ -51,10 +52,8 @@ void jsonw_strn(jsonw_t *w, const char *s, size_t n)
 {
     jsonw_lit(w, "\"");
     size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; (i = (size_t)(jsonscan_str_stop(s + i, s + n) - s)) < n; i++) {
         char e = s_escape_of((unsigned char)s[i]);
-        if (!e)
-            continue;
         jsonw_raw(w, s + run, i - run);
         if (e == 'u') {
             static const char hex[] = "0123456789abcdef";

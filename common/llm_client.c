@@ -67,6 +67,7 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
     c->models_url = llm_models_url(cfg->base_url);
     c->rng = cfg->jitter_seed ? cfg->jitter_seed : (uint64_t)clock_mono_us() ^ ((uint64_t)getpid() << 32);
     c->curl_deadline_ms = -1;
+    c->timer_due = -2;
 
     c->headers = curl_slist_append(NULL, "Content-Type: application/json");
     c->headers = curl_slist_append(c->headers, "Accept: application/json");
@@ -91,6 +92,7 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
         curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
         curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, llm_timer_cb);
         curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+        llm_h1_setup(c);
     }
     return c;
 }
@@ -102,6 +104,7 @@ void llm_client_destroy(llm_client_t **cp)
     llm_client_t *c = *cp;
     while (c->head)
         llm_req_free(c->head);
+    llm_h1_destroy(c);
     for (size_t i = 0; i < c->n_idle; i++)
         curl_easy_cleanup(c->idle[i]);
     free(c->idle);
@@ -131,6 +134,24 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
     bool models = body == NULL;
     if (models && !c->models_url)
         return NULL;
+    if (c->h1 && !models && !url) {
+        llm_request_t *r = sr_xcalloc(1, sizeof *r);
+        r->c = c;
+        r->cb = cb;
+        r->arg = arg;
+        r->retry_due_ms = -1;
+        r->t_start_us = clock_mono_us();
+        llm_h1_prepare(r, body);
+        r->next = c->head;
+        if (c->head)
+            c->head->prev = r;
+        c->head = r;
+        c->pending++;
+        c->stats.started++;
+        r->attempts++;
+        llm_h1_attempt(r);
+        return r;
+    }
     bool fresh = models || url || c->n_idle == 0;
     CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
@@ -244,6 +265,11 @@ void llm_client_on_fd(llm_client_t *c, int fd, bool readable, bool writable)
     if (!c)
         return;
     struct llm_fdstate *st = (size_t)fd < c->nfds ? &c->fds[fd] : NULL;
+    if (llm_h1_on_fd(c, fd, readable, writable)) {
+        llm_run_due_retries(c);
+        llm_rearm(c);
+        return;
+    }
     if (st && st->kind == LLM_FD_PARKED) {
         /* an idle connection that curl does not watch: the server closed it, most likely. Stop
          * watching it (curl finds it dead before it reuses it, and closes it). */
@@ -265,11 +291,25 @@ void llm_client_on_timer(llm_client_t *c)
     if (!c)
         return;
     int64_t now = clock_mono_ms();
+    c->timer_due = -2; /* the owner's timer fired: none is set now */
     if (c->curl_deadline_ms >= 0 && now >= c->curl_deadline_ms) {
         int running = 0;
         c->curl_deadline_ms = -1;
         curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
         llm_drain(c);
+    }
+    llm_run_due_retries(c);
+    /* own connections: deadlines passed and failures found while starting; an ending attempt
+     * runs user code, so the scan starts again after each */
+    for (bool again = c->h1; again;) {
+        again = false;
+        for (llm_request_t *r = c->head; r; r = r->next) {
+            int64_t due = llm_h1_due(r);
+            if (due >= 0 && due <= now && llm_h1_expire(r, now)) {
+                again = true;
+                break;
+            }
+        }
     }
     llm_run_due_retries(c);
     llm_rearm(c);

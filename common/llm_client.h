@@ -5,7 +5,10 @@
  * It is built on a libcurl multi handle and never blocks: the process's reactor owns the file
  * descriptors and the one timer, and learns about them through llm_io_hooks_t (wired to curl's
  * socket and timer callbacks); it calls llm_client_on_fd() when a watched descriptor is ready and
- * llm_client_on_timer() when the timer fires. Each request ends in exactly one call of its done
+ * llm_client_on_timer() when the timer fires. With hooks and an http:// URL to a numeric IPv4
+ * address (no proxy variable set), chat requests go over the client's own HTTP/1.1 keep-alive
+ * connections instead of curl's (llm_client_h1.c: a send and a receive a request), with the same
+ * outcomes, retries and messages. Each request ends in exactly one call of its done
  * callback, unless it is aborted first: llm_request_abort() closes its connection at once (the
  * server sees the disconnect) and the callback is never called for it afterwards.
  *

@@ -11,6 +11,7 @@
 #include "common/llm_client.h"
 
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -34,7 +35,19 @@ struct llm_request {
     void *arg;
     llm_request_t *prev, *next;
     char errbuf[CURL_ERROR_SIZE];
+    /* a chat request on the client's own HTTP/1.1 connections (llm_client_h1.c) */
+    bool h1;
+    bool h1_fresh;               /* sent again on a fresh connection after a kept one died */
+    bool h1_starting;            /* inside llm_h1_attempt: an end is noted, not judged */
+    CURLcode h1_deferred;        /* an end noted while starting, judged from the timer */
+    long h1_deferred_bytes;
+    char *h1_out;                /* the request's bytes: head and body */
+    size_t h1_len;
+    int64_t h1_deadline_ms, h1_conn_deadline_ms;
+    struct llm_h1conn *h1c;      /* its connection, NULL when none */
 };
+
+typedef struct llm_h1conn llm_h1conn_t;
 
 struct llm_client {
     CURLM *multi;
@@ -59,6 +72,18 @@ struct llm_client {
      * request on a kept-alive connection costs no unwatch and watch (two epoll_ctl calls). */
     struct llm_fdstate *fds;
     size_t nfds;
+    int64_t timer_due; /* the due time the owner's timer was last set for (-1 none, -2 unknown) */
+    /* chat requests over the client's own HTTP/1.1 connections (llm_client_h1.c) */
+    bool h1;
+    struct sockaddr_in h1_addr;
+    char h1_host[64];
+    long h1_port;
+    char *h1_head; /* the request head up to "Content-Length: " */
+    size_t h1_head_len;
+    char *h1_rbuf; /* one read buffer for every connection */
+    struct llm_h1conn **h1_by_fd;
+    size_t h1_nfd;
+    struct llm_h1conn *h1_idle;
 };
 
 typedef enum { LLM_FD_NONE = 0, LLM_FD_WATCHED, LLM_FD_PARKED } llm_fdstate_kind_t;
@@ -94,6 +119,28 @@ curl_socket_t llm_open_cb(void *clientp, curlsocktype purpose, struct curl_socka
 int llm_close_cb(void *clientp, curl_socket_t item);
 int llm_timer_cb(CURLM *multi, long timeout_ms, void *userp);
 
+/* llm_attempt_judge judges one finished attempt (the curl code of its end, the HTTP status, the
+ * answer's content type or NULL, the request bytes sent, Retry-After in seconds or -1): the
+ * request completes (its callback runs) or waits for a retry. */
+void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *ctype, long req_bytes,
+                       int64_t retry_after_s);
+
+/* The client's own HTTP/1.1 path for chat requests (llm_client_h1.c). llm_h1_setup turns it on
+ * when the client's URL suits it (hooks, http:// to a numeric IPv4 address, no proxy variable);
+ * llm_h1_prepare makes a request's bytes from its body (taken); llm_h1_attempt starts an
+ * attempt; llm_h1_abort closes the request's connection; llm_h1_on_fd handles a descriptor of its
+ * own (false: not one of its); llm_h1_due gives the time a request's attempt must be looked at
+ * (-1 none) and llm_h1_expire looks (true when the attempt ended); llm_h1_destroy closes
+ * everything. */
+bool llm_h1_setup(llm_client_t *c);
+bool llm_h1_prepare(llm_request_t *r, char *body);
+void llm_h1_attempt(llm_request_t *r);
+void llm_h1_abort(llm_request_t *r);
+bool llm_h1_on_fd(llm_client_t *c, int fd, bool readable, bool writable);
+int64_t llm_h1_due(const llm_request_t *r);
+bool llm_h1_expire(llm_request_t *r, int64_t now);
+void llm_h1_destroy(llm_client_t *c);
+
 /* llm_one_line copies s into buf as one line: control characters become spaces, the ends trimmed
  * (llm_client_json.c). */
 void llm_one_line(const char *s, size_t len, char *buf, size_t n);
@@ -117,5 +164,20 @@ typedef struct {
  * and its token_ids (sc->ids_at), each when it is in the shape read here; false when neither is.
  * The caller frees sc->lp, sc->ids and sc->tids. */
 bool llm_lp_scan(const char *body, size_t len, llm_lpscan_t *sc);
+
+/* The one-pass reader of a chat answer (llm_client_fast.c): llm_fast_parse fills *out and *store
+ * as llm_parse_chat_response does and returns true, or returns false (out and store untouched)
+ * when the body is outside the subset it reads; llm_parse_chat_tree is the cJSON path that reads
+ * every other body, error answers and malformed ones included (llm_client_json.c).
+ * llm_parsed_block makes a store with text_room bytes for its strings (llm_parsed_text) and
+ * llm_parsed_set fills it; the arrays become the store's. */
+bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+int llm_parse_chat_tree(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
+llm_parsed_t *llm_parsed_block(size_t text_room);
+char *llm_parsed_text(llm_parsed_t *st);
+void llm_parsed_set(llm_parsed_t *st, const char *content, const char *reasoning,
+                    const char *finish_reason, const char *model, const char *fingerprint,
+                    int32_t *token_ids, size_t n_token_ids, int32_t *prompt_token_ids,
+                    size_t n_prompt_token_ids, float *token_logprobs, size_t n_token_logprobs);
 
 #endif

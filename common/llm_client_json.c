@@ -27,7 +27,38 @@ struct llm_parsed {
     size_t n_token_ids, n_prompt_token_ids;
     float *token_logprobs;
     size_t n_token_logprobs;
+    bool inline_text; /* the strings live in this allocation, after the struct (llm_parsed_block) */
 };
+
+llm_parsed_t *llm_parsed_block(size_t text_room)
+{
+    llm_parsed_t *st = sr_xcalloc(1, sizeof *st + text_room);
+    st->inline_text = true;
+    return st;
+}
+
+char *llm_parsed_text(llm_parsed_t *st)
+{
+    return (char *)(st + 1);
+}
+
+void llm_parsed_set(llm_parsed_t *st, const char *content, const char *reasoning,
+                    const char *finish_reason, const char *model, const char *fingerprint,
+                    int32_t *token_ids, size_t n_token_ids, int32_t *prompt_token_ids,
+                    size_t n_prompt_token_ids, float *token_logprobs, size_t n_token_logprobs)
+{
+    st->content = (char *)content;
+    st->reasoning = (char *)reasoning;
+    st->finish_reason = (char *)finish_reason;
+    st->model = (char *)model;
+    st->fingerprint = (char *)fingerprint;
+    st->token_ids = token_ids;
+    st->n_token_ids = n_token_ids;
+    st->prompt_token_ids = prompt_token_ids;
+    st->n_prompt_token_ids = n_prompt_token_ids;
+    st->token_logprobs = token_logprobs;
+    st->n_token_logprobs = n_token_logprobs;
+}
 
 /* ---- URL and request body ------------------------------------------------------------------ */
 
@@ -79,8 +110,8 @@ char *llm_chat_body(const llm_chat_t *req)
      * tests/test_llm_client.c compares the two byte for byte. */
     sr_buf_t b = SR_BUF_INIT;
     size_t guess = 256;
-    for (size_t i = 0; i < req->n_messages; i++)
-        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) : 0);
+    for (size_t i = 0; i < req->n_messages; i++) /* room for some escapes: no growth, one copy */
+        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) * 9 / 8 : 0);
     if (sr_buf_reserve(&b, guess) != SR_OK)
         return NULL;
     jsonw_t w;
@@ -313,11 +344,13 @@ void llm_parsed_free(llm_parsed_t **store)
 {
     if (!store || !*store)
         return;
-    free((*store)->content);
-    free((*store)->reasoning);
-    free((*store)->finish_reason);
-    free((*store)->model);
-    free((*store)->fingerprint);
+    if (!(*store)->inline_text) {
+        free((*store)->content);
+        free((*store)->reasoning);
+        free((*store)->finish_reason);
+        free((*store)->model);
+        free((*store)->fingerprint);
+    }
     for (size_t i = 0; i < (*store)->n_models; i++)
         free((*store)->models[i]);
     free((*store)->models);
@@ -338,11 +371,8 @@ static long s_int_field(const cJSON *obj, const char *name)
                : -1;
 }
 
-int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
+static void s_response_reset(llm_response_t *out)
 {
-    if (!out || !store)
-        return SR_EINVAL;
-    *store = NULL;
     out->content = NULL;
     out->reasoning = NULL;
     out->finish_reason = NULL;
@@ -357,6 +387,25 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
     out->token_logprobs = NULL;
     out->n_token_ids = out->n_prompt_token_ids = out->n_token_logprobs = 0;
     out->error[0] = '\0';
+}
+
+int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
+{
+    if (!out || !store)
+        return SR_EINVAL;
+    *store = NULL;
+    s_response_reset(out);
+    if (body && len > 0 && llm_fast_parse(body, len, out, store))
+        return SR_OK;
+    return llm_parse_chat_tree(body, len, out, store);
+}
+
+int llm_parse_chat_tree(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
+{
+    if (!out || !store)
+        return SR_EINVAL;
+    *store = NULL;
+    s_response_reset(out);
     int rc = SR_EPROTO;
     cJSON *root = NULL;
     llm_parsed_t *st = NULL;

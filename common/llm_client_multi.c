@@ -27,9 +27,16 @@ void llm_rearm(llm_client_t *c)
     if (!c->has_hooks || !c->hooks.set_timer)
         return;
     int64_t due = c->curl_deadline_ms;
-    for (llm_request_t *r = c->waiting ? c->head : NULL; r; r = r->next)
+    for (llm_request_t *r = c->waiting || c->h1 ? c->head : NULL; r; r = r->next) {
         if (r->retry_due_ms >= 0 && (due < 0 || r->retry_due_ms < due))
             due = r->retry_due_ms;
+        int64_t d = c->h1 ? llm_h1_due(r) : -1;
+        if (d >= 0 && (due < 0 || d < due))
+            due = d;
+    }
+    if (due == c->timer_due)
+        return; /* the timer the owner holds is the one wanted */
+    c->timer_due = due;
     if (due < 0) {
         c->hooks.set_timer(-1, c->hook_arg);
         return;
@@ -41,7 +48,7 @@ void llm_rearm(llm_client_t *c)
 void llm_req_free(llm_request_t *r)
 {
     llm_client_t *c = r->c;
-    if (r->in_multi)
+    if (r->in_multi && !r->h1)
         curl_multi_remove_handle(c->multi, r->easy);
     if (r->prev)
         r->prev->next = r->next;
@@ -52,7 +59,10 @@ void llm_req_free(llm_request_t *r)
     c->pending--;
     if (r->retry_due_ms >= 0)
         c->waiting--;
-    if (r->models || r->url) {
+    if (r->h1) {
+        llm_h1_abort(r);
+        free(r->h1_out);
+    } else if (r->models || r->url) {
         curl_easy_cleanup(r->easy);
     } else if (c->n_idle < LLM_MAX_IDLE_EASY) {
         if (c->n_idle % 64 == 0)
@@ -116,6 +126,12 @@ static void s_start_attempt(llm_request_t *r)
     r->too_big = false;
     r->errbuf[0] = '\0';
     r->attempts++;
+    if (r->h1) {
+        r->h1_fresh = false;
+        r->h1_deadline_ms = 0;
+        llm_h1_attempt(r);
+        return;
+    }
     CURLMcode mc = curl_multi_add_handle(r->c->multi, r->easy);
     if (mc != CURLM_OK) {
         llm_response_t resp = {.rc = SR_EIO, .prompt_tokens = -1, .completion_tokens = -1,
@@ -143,10 +159,14 @@ static bool s_retryable_curl(CURLcode cc)
 
 static bool s_is_json_type(const char *ctype)
 {
-    return strcasestr(ctype, "json") != NULL;
+    /* strcasestr(ctype, "json"), without glibc's two-way set-up for a needle of four bytes */
+    for (const char *p = ctype; p[0] && p[1] && p[2] && p[3]; p++)
+        if ((p[0] | 0x20) == 'j' && (p[1] | 0x20) == 's' && (p[2] | 0x20) == 'o' && (p[3] | 0x20) == 'n')
+            return true;
+    return false;
 }
 
-/* s_attempt_done judges one finished attempt: complete the request, or schedule a retry. */
+/* s_attempt_done judges one finished curl transfer. */
 static void s_attempt_done(llm_request_t *r, CURLcode cc)
 {
     llm_client_t *c = r->c;
@@ -156,11 +176,25 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
     curl_easy_getinfo(r->easy, CURLINFO_CONTENT_TYPE, &ctype);
     curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &req_bytes);
+    curl_off_t after = -1;
+    if (cc == CURLE_OK && (http == 429 || http == 503) &&
+        curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &after) != CURLE_OK)
+        after = -1;
+    char ctype_keep[128] = "";
+    if (ctype)
+        sr_fmt(ctype_keep, sizeof ctype_keep, "%s", ctype);
+    curl_multi_remove_handle(c->multi, r->easy);
+    r->in_multi = false;
+    llm_attempt_judge(r, cc, http, ctype ? ctype_keep : NULL, req_bytes, (int64_t)after);
+}
+
+void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *ctype, long req_bytes,
+                       int64_t retry_after_s)
+{
+    llm_client_t *c = r->c;
     char ctype_copy[96] = "";
     if (ctype)
         sr_fmt(ctype_copy, sizeof ctype_copy, "%.*s", (int)strcspn(ctype, "; "), ctype);
-    curl_multi_remove_handle(c->multi, r->easy);
-    r->in_multi = false;
 
     llm_response_t resp = {.rc = SR_OK, .http_status = http, .prompt_tokens = -1,
                            .completion_tokens = -1, .reasoning_tokens = -1};
@@ -198,9 +232,8 @@ static void s_attempt_done(llm_request_t *r, CURLcode cc)
         if (http == 429 || http == 503) {
             c->stats.throttled++;
             r->throttled++;
-            curl_off_t after = -1;
-            if (curl_easy_getinfo(r->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0)
-                wait_ms = SR_MIN((int64_t)after * 1000, (int64_t)c->cfg.retry_after_max_ms);
+            if (retry_after_s > 0)
+                wait_ms = SR_MIN(retry_after_s * 1000, (int64_t)c->cfg.retry_after_max_ms);
         }
     } else if (r->url) {
         llm_one_line(r->resp ? r->resp : "", r->resp_len, resp.error, sizeof resp.error);

@@ -68,6 +68,14 @@ static bool s_utf8_ok(const uint8_t *s, size_t n)
     return true;
 }
 
+/* s_str_good tells whether o is a string proto_dec_str_obj accepts (it then says nothing). */
+static bool s_str_good(const proto_dec_t *d, const msgpack_object *o, proto_strkind_t kind)
+{
+    size_t n = o->via.str.size;
+    return o->type == MSGPACK_OBJECT_STR && n <= proto_limit_of(kind, d->max_text) &&
+           !memchr(o->via.str.ptr, '\0', n) && s_utf8_ok((const uint8_t *)o->via.str.ptr, n);
+}
+
 /* proto_dec_str_obj copies the string object o (named name for errors) to the heap into *out. */
 int proto_dec_str_obj(proto_dec_t *d, const msgpack_object *o, const char *name,
                       proto_strkind_t kind, const char **out)
@@ -249,7 +257,18 @@ static int s_str_array(proto_dec_t *d, const msgpack_object *map, const char *ke
     PROTO_TRY(proto_dec_alloc(d, key, a->size, sizeof(char *), out));
     char name[96];
     for (uint32_t i = 0; i < a->size; i++) {
-        PROTO_TRY(proto_dec_str_obj(d, &a->ptr[i], s_elem_name(name, sizeof name, key, i), kind,
+        const msgpack_object *o = &a->ptr[i];
+        if (s_str_good(d, o, kind)) { /* the element's name is formatted only for an error */
+            char *s = malloc(o->via.str.size + 1);
+            if (s) {
+                memcpy(s, o->via.str.ptr, o->via.str.size);
+                s[o->via.str.size] = '\0';
+                (*out)[i] = s;
+                *len = i + 1;
+                continue;
+            }
+        }
+        PROTO_TRY(proto_dec_str_obj(d, o, s_elem_name(name, sizeof name, key, i), kind,
                                     (const char **)&(*out)[i]));
         *len = i + 1;
     }

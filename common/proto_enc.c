@@ -23,12 +23,42 @@ static void s_check(s_enc_t *e, int r)
         e->rc = SR_ENOMEM;
 }
 
+/* s_raw_str packs a string: the header msgpack_pack_str would write (fixstr, str8, str16 or
+ * str32 by length) and the bytes, written into the buffer at once (one reserve, no packer call:
+ * an OBS carries its admissible list, dozens of strings, in every message). */
 static void s_raw_str(s_enc_t *e, const char *s, size_t n)
 {
     if (e->rc)
         return;
-    s_check(e, msgpack_pack_str(&e->pk, n));
-    s_check(e, msgpack_pack_str_body(&e->pk, s, n));
+    if (n > UINT32_MAX) {
+        e->rc = SR_ETOOBIG;
+        return;
+    }
+    sr_buf_t *b = e->pk.data;
+    if (sr_buf_reserve(b, n + 5) != SR_OK) {
+        e->rc = SR_ENOMEM;
+        return;
+    }
+    uint8_t *p = b->data + b->len;
+    if (n < 32) {
+        *p++ = (uint8_t)(0xa0u | n);
+    } else if (n < 256) {
+        *p++ = 0xd9;
+        *p++ = (uint8_t)n;
+    } else if (n < 65536) {
+        *p++ = 0xda;
+        *p++ = (uint8_t)(n >> 8);
+        *p++ = (uint8_t)n;
+    } else {
+        *p++ = 0xdb;
+        *p++ = (uint8_t)(n >> 24);
+        *p++ = (uint8_t)(n >> 16);
+        *p++ = (uint8_t)(n >> 8);
+        *p++ = (uint8_t)n;
+    }
+    if (n)
+        memcpy(p, s, n);
+    b->len = (size_t)(p + n - b->data);
 }
 
 static void s_key(s_enc_t *e, const char *key)

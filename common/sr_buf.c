@@ -33,7 +33,7 @@ int sr_buf_reserve(sr_buf_t *b, size_t extra)
     return SR_OK;
 }
 
-int sr_buf_append(sr_buf_t *b, const void *p, size_t n)
+int sr_buf_append_grow(sr_buf_t *b, const void *p, size_t n)
 {
     if (n == 0)
         return SR_OK;

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     uint8_t *data; /* owned by the buffer; NULL until the first append */
@@ -28,8 +29,20 @@ void sr_buf_init(sr_buf_t *b);
 int sr_buf_reserve(sr_buf_t *b, size_t extra);
 
 /* sr_buf_append copies n bytes from p to the end of b (p may be NULL only when n is 0).
- * Returns 0, SR_ENOMEM or SR_ETOOBIG; on failure the buffer is unchanged. */
-int sr_buf_append(sr_buf_t *b, const void *p, size_t n);
+ * Returns 0, SR_ENOMEM or SR_ETOOBIG; on failure the buffer is unchanged. Inline when the bytes
+ * fit (encoders append many small pieces); sr_buf_append_grow grows the buffer first. */
+int sr_buf_append_grow(sr_buf_t *b, const void *p, size_t n);
+
+static inline int sr_buf_append(sr_buf_t *b, const void *p, size_t n)
+{
+    if (n <= b->cap - b->len) {
+        if (n)
+            memcpy(b->data + b->len, p, n);
+        b->len += n;
+        return 0;
+    }
+    return sr_buf_append_grow(b, p, n);
+}
 
 /* sr_buf_reset empties b but keeps its memory for reuse. */
 void sr_buf_reset(sr_buf_t *b);

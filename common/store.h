@@ -210,6 +210,19 @@ typedef int (*store_reply_fn)(size_t index, const store_reply_t *reply, void *ar
  * and the queue is empty, but which commands ran is unknown. */
 int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg);
 
+/* store_script_load loads Lua script lua (SCRIPT LOAD, as store_script does on its first use) so
+ * that store_pipe_script can queue it. No pipelined reply may be pending. Returns SR_OK or the
+ * error of SCRIPT LOAD. */
+int store_script_load(store_t *s, const char *lua);
+/* store_pipe_script queues script lua (loaded before with store_script_load or store_script) as
+ * EVALSHA with nkeys keys and the argc (at most 16) binary-safe arguments (lens NULL: C
+ * strings). Its reply is a NOSCRIPT error (store_reply_noscript) when the server lost the script
+ * meanwhile: the caller runs that one again with store_script. Returns SR_OK, SR_EINVAL (not
+ * loaded, bad arguments) or store_pipe_appendv's error. */
+int store_pipe_script(store_t *s, const char *lua, int nkeys, int argc, const char **argv,
+                      const size_t *lens);
+/* store_reply_noscript says whether r is Redis's NOSCRIPT error. */
+bool store_reply_noscript(const store_reply_t *r);
 /* store_pipe_pending returns the number of queued commands whose replies were not read yet. */
 size_t store_pipe_pending(const store_t *s);
 

@@ -83,6 +83,57 @@ static int s_status_parse(const char *name, store_group_status_t *out)
     return SR_EPROTO;
 }
 
+/* s_group_reply reads the group script's answer r to op on group gid: it fills *status and
+ * *finished (each may be NULL) and maps the script's code to a result. */
+static int s_group_reply(store_t *s, const store_reply_t *r, const char *gid, const char *op,
+                         store_group_status_t *status, int *finished)
+{
+    const char *code = store_reply_at_str(r, 0, NULL), *st = store_reply_at_str(r, 1, NULL);
+    int64_t fin = 0;
+    if (store_reply_count(r) != 3 || !code || !st || !store_reply_int(store_reply_at(r, 2), &fin)) {
+        store_set_err(s, "store: unexpected reply from the group script");
+        return SR_EPROTO;
+    }
+    if (finished)
+        *finished = (int)fin;
+    if (status && st[0] && s_status_parse(st, status)) {
+        store_set_err(s, "store: group %.80s has an unknown status '%.20s'", gid, st);
+        return SR_EPROTO;
+    }
+    if (strcmp(code, "OK") == 0)
+        return SR_OK;
+    if (strcmp(code, "NOTFOUND") == 0) {
+        store_set_err(s, "store: no group %.100s", gid);
+        return SR_ENOTFOUND;
+    }
+    if (strcmp(code, "CONFLICT") == 0) {
+        store_set_err(s, "store: group %.100s is %s: %s refused", gid, st, op);
+        return SR_ECONFLICT;
+    }
+    if (strcmp(code, "INVALID") == 0) {
+        store_set_err(s, "store: bad arguments for %s on group %.100s", op, gid);
+        return SR_EINVAL;
+    }
+    store_set_err(s, "store: unexpected code '%.20s' from the group script", code);
+    return SR_EPROTO;
+}
+
+/* s_group_argv fills argv with the group script's keys (into key and set) and args. */
+static int s_group_argv(store_t *s, const char *gid, int64_t iteration_for_set, int nargs,
+                        const char **args, char *key, char *set, const char **argv)
+{
+    int rc;
+    SR_ASSERT(nargs <= 10);
+    if ((rc = store_key_group(s, key, STORE_KEY_MAX, gid)) ||
+        (rc = store_key_groups(s, set, STORE_KEY_MAX, iteration_for_set)))
+        return rc;
+    argv[0] = key;
+    argv[1] = set;
+    for (int i = 0; i < nargs; i++)
+        argv[2 + i] = args[i];
+    return SR_OK;
+}
+
 /* s_group_op runs the group script with op and args; it fills *status and *finished from the
  * script's answer and maps its code to a result. store_retried(s) afterwards says whether the
  * script was sent twice. */
@@ -92,51 +143,61 @@ static int s_group_op(store_t *s, bool idempotent, const char *gid, int64_t iter
     char key[STORE_KEY_MAX], set[STORE_KEY_MAX];
     const char *argv[12];
     store_reply_t *r = NULL;
-    int rc;
-    SR_ASSERT(nargs <= 10);
-    if ((rc = store_key_group(s, key, sizeof key, gid)) ||
-        (rc = store_key_groups(s, set, sizeof set, iteration_for_set)))
+    int rc = s_group_argv(s, gid, iteration_for_set, nargs, args, key, set, argv);
+    if (rc != SR_OK)
         return rc;
-    argv[0] = key;
-    argv[1] = set;
-    for (int i = 0; i < nargs; i++)
-        argv[2 + i] = args[i];
     rc = store_script(s, idempotent ? STORE_IDEMPOTENT : 0, s_group_lua, 2, 2 + nargs, argv, NULL,
                       &r);
-    if (rc != SR_OK)
-        goto cleanup;
-    const char *code = store_reply_at_str(r, 0, NULL), *st = store_reply_at_str(r, 1, NULL);
-    int64_t fin = 0;
-    if (store_reply_count(r) != 3 || !code || !st || !store_reply_int(store_reply_at(r, 2), &fin)) {
-        store_set_err(s, "store: unexpected reply from the group script");
-        rc = SR_EPROTO;
-        goto cleanup;
-    }
-    if (finished)
-        *finished = (int)fin;
-    if (status && st[0] && s_status_parse(st, status)) {
-        store_set_err(s, "store: group %.80s has an unknown status '%.20s'", gid, st);
-        rc = SR_EPROTO;
-        goto cleanup;
-    }
-    if (strcmp(code, "OK") == 0)
-        rc = SR_OK;
-    else if (strcmp(code, "NOTFOUND") == 0) {
-        store_set_err(s, "store: no group %.100s", gid);
-        rc = SR_ENOTFOUND;
-    } else if (strcmp(code, "CONFLICT") == 0) {
-        store_set_err(s, "store: group %.100s is %s: %s refused", gid, st, args[0]);
-        rc = SR_ECONFLICT;
-    } else if (strcmp(code, "INVALID") == 0) {
-        store_set_err(s, "store: bad arguments for %s on group %.100s", args[0], gid);
-        rc = SR_EINVAL;
-    } else {
-        store_set_err(s, "store: unexpected code '%.20s' from the group script", code);
-        rc = SR_EPROTO;
-    }
-
-cleanup:
+    if (rc == SR_OK)
+        rc = s_group_reply(s, r, gid, args[0], status, finished);
     store_reply_free(r);
+    return rc;
+}
+
+int store_group_pipe_prepare(store_t *s)
+{
+    return store_script_load(s, s_group_lua);
+}
+
+/* s_finish_args checks a finish's arguments and writes traj and reward as text. */
+static int s_finish_args(store_t *s, const char *gid, int traj, double reward, char t[16],
+                         char rw[40])
+{
+    if (!s)
+        return SR_EINVAL;
+    if (!store_id_ok(gid, STORE_GID_MAX) || traj < 0 || traj >= STORE_G_MAX) {
+        store_set_err(s, "store: bad finish (gid '%.60s', traj %d)", gid ? gid : "(null)", traj);
+        return SR_EINVAL;
+    }
+    snprintf(t, 16, "%d", traj);
+    snprintf(rw, 40, "%.17g", reward);
+    return SR_OK;
+}
+
+int store_group_finish_traj_pipe(store_t *s, const char *gid, int traj, double reward)
+{
+    char t[16], rw[40], key[STORE_KEY_MAX], set[STORE_KEY_MAX];
+    const char *argv[12];
+    int rc = s_finish_args(s, gid, traj, reward, t, rw);
+    const char *args[] = {"finish", t, rw};
+    if (rc == SR_OK)
+        rc = s_group_argv(s, gid, 0, 3, args, key, set, argv);
+    if (rc == SR_OK)
+        rc = store_pipe_script(s, s_group_lua, 2, 5, argv, NULL);
+    return rc;
+}
+
+int store_group_finish_traj_reply(store_t *s, const store_reply_t *r, const char *gid,
+                                  store_group_status_t *out_status)
+{
+    if (store_reply_type(r) == STORE_REPLY_ERROR) {
+        store_set_err(s, "redis: %s", store_reply_text(r) ? store_reply_text(r) : "error");
+        return SR_EREDIS;
+    }
+    store_group_status_t st = STORE_GROUP_RUNNING;
+    int rc = s_group_reply(s, r, gid, "finish", &st, NULL);
+    if (out_status)
+        *out_status = st;
     return rc;
 }
 
@@ -161,15 +222,10 @@ int store_group_create(store_t *s, const char *gid, const char *task, int64_t it
 int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward, int *out_finished,
                             store_group_status_t *out_status)
 {
-    if (!s)
-        return SR_EINVAL;
-    if (!store_id_ok(gid, STORE_GID_MAX) || traj < 0 || traj >= STORE_G_MAX) {
-        store_set_err(s, "store: bad finish (gid '%.60s', traj %d)", gid ? gid : "(null)", traj);
-        return SR_EINVAL;
-    }
     char t[16], rw[40];
-    snprintf(t, sizeof t, "%d", traj);
-    snprintf(rw, sizeof rw, "%.17g", reward);
+    int arc = s_finish_args(s, gid, traj, reward, t, rw);
+    if (arc != SR_OK)
+        return arc;
     const char *args[] = {"finish", t, rw};
     store_group_status_t st = STORE_GROUP_RUNNING;
     int fin = 0;

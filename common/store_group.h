@@ -63,6 +63,17 @@ int store_group_create(store_t *s, const char *gid, const char *task, int64_t it
 int store_group_finish_traj(store_t *s, const char *gid, int traj, double reward, int *out_finished,
                             store_group_status_t *out_status);
 
+/* Pipelined finishes (the coordinator stores a batch of RESULTs in two round trips):
+ * store_group_pipe_prepare loads the group script (no pipelined reply may be pending);
+ * store_group_finish_traj_pipe queues the finish store_group_finish_traj runs; its reply, read
+ * with store_pipe_exec, goes to store_group_finish_traj_reply, which returns what
+ * store_group_finish_traj would have (a Redis error reply is SR_EREDIS; a NOSCRIPT one, see
+ * store_reply_noscript, means the finish is to be run again with store_group_finish_traj). */
+int store_group_pipe_prepare(store_t *s);
+int store_group_finish_traj_pipe(store_t *s, const char *gid, int traj, double reward);
+int store_group_finish_traj_reply(store_t *s, const store_reply_t *r, const char *gid,
+                                  store_group_status_t *out_status);
+
 /* store_group_cancel moves a running group to cancelled and records the gate's step, divergence
  * d and decision text (may be NULL). SR_ECONFLICT if the group is not running (done, filtered or
  * already cancelled), SR_ENOTFOUND if unknown. Retried after a reconnect; a retry that finds the

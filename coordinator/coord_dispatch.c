@@ -131,15 +131,33 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
  * re-adopt them); its JOBs are sent once they are persisted. */
 typedef struct {
     coord_t *c;
-    size_t n;
-    struct {
+    size_t n, cap;
+    struct s_lease_one {
         int job;
         int64_t epoch, round;
         char job_id[COORD_JOB_ID_MAX];
         uint8_t actor[COORD_ID_MAX];
         size_t actor_len;
-    } v[DISPATCH_BATCH];
+    } v[]; /* cap entries, grown while the pass leases more (at most DISPATCH_BATCH) */
 } s_leases_t;
+
+/* s_leases_room makes room for one more lease in *Lp (allocated on the first, grown by doubling:
+ * a pass in the steady state leases one or two jobs, and zeroing DISPATCH_BATCH entries of half
+ * a kilobyte each for them cost more than the rest of the pass). */
+static void s_leases_room(coord_t *c, s_leases_t **Lp)
+{
+    s_leases_t *L = *Lp;
+    if (L && L->n < L->cap)
+        return;
+    size_t cap = L ? SR_MIN(L->cap * 4, (size_t)DISPATCH_BATCH) : 2;
+    L = sr_xrealloc(L, sizeof *L + cap * sizeof L->v[0]);
+    if (!*Lp) {
+        L->c = c;
+        L->n = 0;
+    }
+    L->cap = cap;
+    *Lp = L;
+}
 
 static int s_leases_work(store_t *st, void *arg, char *err)
 {
@@ -215,10 +233,7 @@ static void s_dispatch_pass(coord_t *c)
              * would take the actor's credit with it, as the actor never saw the job. */
             int lrc = coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2);
             SR_ASSERT(lrc == SR_OK); /* picked: a pending job and an actor with credit */
-            if (!L) {
-                L = sr_xcalloc(1, sizeof *L);
-                L->c = c;
-            }
+            s_leases_room(c, &L);
             const coord_job_t *j = coord_sched_job(c->sched, ji);
             L->v[L->n].job = ji;
             L->v[L->n].epoch = epoch;

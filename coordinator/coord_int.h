@@ -110,6 +110,11 @@ struct coord {
                       * env-worker registry, the run record */
     bool sq_closing; /* completions after the loop are only freed */
     bool draining;   /* the loop stopped: completions finish what they must, start nothing */
+    /* RESULTs on their way to Redis (coord_sink.c): stored a batch at a time, two pipelined
+     * round trips a batch; those that come while a batch is at the store thread wait here and
+     * go together once it is back (ci_sink_flush sends them at once). */
+    void *put_head, *put_tail;
+    bool put_inflight;
     coord_sched_t *sched;
     int timer;
 
@@ -269,5 +274,9 @@ void ci_on_cancel(coord_t *c, int gi, uint64_t keep, const proto_cancel_t *cm);
  * message (it then zeroes *m) */
 void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,
                   size_t len);
+/* ci_sink_flush hands the waiting RESULTs to the store thread now (the loop stops);
+ * ci_sink_free frees those still waiting (the coordinator is destroyed). */
+void ci_sink_flush(coord_t *c);
+void ci_sink_free(coord_t *c);
 
 #endif

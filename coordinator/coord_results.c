@@ -28,7 +28,8 @@ typedef struct {
     coord_result_info_t info;
     uint8_t *data;
     size_t len;
-    char *rules;         /* the group's per-rule gate verdicts (JSON), or NULL */
+    char *rules;         /* the group's per-rule gate verdicts as the line prints them (JSON
+                          * parsed and printed again once per group), or NULL */
     double audit_weight; /* 1 unless audited */
 } s_entry_t;
 
@@ -328,8 +329,33 @@ static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
     }
 }
 
+/* s_rules_print returns rules_json parsed and printed again (a new string), or NULL when it is
+ * NULL or no valid JSON: the form a line carries. */
+static char *s_rules_print(const char *rules_json)
+{
+    if (!rules_json)
+        return NULL;
+    cJSON *rj = cJSON_Parse(rules_json);
+    char *rules = rj ? cJSON_PrintUnformatted(rj) : NULL;
+    cJSON_Delete(rj);
+    return rules;
+}
+
+static int s_json_line(const void *data, size_t len, const char *rules, double audit_weight,
+                       sr_buf_t *b);
+
 int coord_results_json_line(const void *data, size_t len, const char *rules_json,
                             double audit_weight, sr_buf_t *b)
+{
+    char *rules = s_rules_print(rules_json);
+    int rc = s_json_line(data, len, rules, audit_weight, b);
+    free(rules);
+    return rc;
+}
+
+/* s_json_line is coord_results_json_line with rules printed already (s_rules_print). */
+static int s_json_line(const void *data, size_t len, const char *rules, double audit_weight,
+                       sr_buf_t *b)
 {
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -340,12 +366,6 @@ int coord_results_json_line(const void *data, size_t len, const char *rules_json
         jsonw_t w;
         jsonw_init(&w, b);
         s_write_json(&w, &u.data, 1);
-        char *rules = NULL;
-        if (rules_json) {
-            cJSON *rj = cJSON_Parse(rules_json);
-            rules = rj ? cJSON_PrintUnformatted(rj) : NULL;
-            cJSON_Delete(rj);
-        }
         if (rules || audit_weight != 1.0) {
             b->len--; /* the closing brace: the gate's fields go inside */
             bool empty = b->len > 0 && b->data[b->len - 1] == '{';
@@ -364,7 +384,6 @@ int coord_results_json_line(const void *data, size_t len, const char *rules_json
             }
             jsonw_lit(&w, "}");
         }
-        free(rules);
         rc = jsonw_finish(&w) ? SR_OK : SR_ENOMEM;
     }
     msgpack_unpacked_destroy(&u);
@@ -403,8 +422,10 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
             continue;
         }
         seen[k] = i + 1;
-        rc = coord_results_gate_fields(st, r->v[i].info.group, &r->v[i].rules,
-                                       &r->v[i].audit_weight);
+        char *raw = NULL;
+        rc = coord_results_gate_fields(st, r->v[i].info.group, &raw, &r->v[i].audit_weight);
+        r->v[i].rules = s_rules_print(raw); /* once per group, not once per line */
+        free(raw);
     }
     free(seen);
     return rc;
@@ -419,7 +440,7 @@ int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err,
     for (size_t i = 0; i < r->n; i++) {
         sr_buf_reset(&line);
         const s_entry_t *e = &r->v[i];
-        if (coord_results_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
+        if (s_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
             rc = SR_ENOMEM;
             if (err)
                 snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);

@@ -39,9 +39,32 @@ struct coord_sched {
     uint64_t rr; /* round-robin cursor over join order */
     bool strict; /* spread cap on */
     bool capped; /* the last pick was held back by the cap */
+    /* Every identity an actor or a lease had, numbered 1.. in order of first sight: a job's
+     * holder is compared with an actor by number (the spread cap counts per pick), not by bytes. */
+    struct s_ident {
+        uint8_t id[COORD_ID_MAX];
+        size_t len;
+    } *idents;
+    int nidents, capidents;
 };
 
 #define SCAN_MAX 4096 /* queued jobs a pick looks at */
+
+/* s_uid returns the number of identity id (1..), numbering it when it is new. */
+static int s_uid(coord_sched_t *s, const void *id, size_t idlen)
+{
+    for (int i = s->nidents - 1; i >= 0; i--)
+        if (s->idents[i].len == idlen && memcmp(s->idents[i].id, id, idlen) == 0)
+            return i + 1;
+    if (s->nidents == s->capidents) {
+        s->capidents = s->capidents ? s->capidents * 2 : 16;
+        s->idents = sr_xrealloc(s->idents, (size_t)s->capidents * sizeof *s->idents);
+    }
+    struct s_ident *e = &s->idents[s->nidents++];
+    memcpy(e->id, id, idlen);
+    e->len = idlen;
+    return s->nidents;
+}
 
 static void s_fifo_push(s_fifo_t *f, int job, uint32_t seq)
 {
@@ -68,6 +91,7 @@ static void s_enqueue(coord_sched_t *s, int job, bool retry)
     j->state = COORD_JOB_QUEUED;
     j->qseq_ = ++s->qseq;
     j->actor_len = 0;
+    j->actor_uid = 0;
     s_fifo_push(retry ? &s->retry : &s->fresh, job, j->qseq_);
 }
 
@@ -106,6 +130,7 @@ void coord_sched_destroy(coord_sched_t **self_p)
     free(s->jobs);
     free(s->retry.v);
     free(s->fresh.v);
+    free(s->idents);
     free(s);
     *self_p = NULL;
 }
@@ -142,6 +167,7 @@ int coord_sched_add_group(coord_sched_t *s, const char *gid, const char *task, i
     snprintf(g->gid, sizeof g->gid, "%s", gid);
     snprintf(g->task, sizeof g->task, "%s", task);
     g->G = G;
+    g->open = G;
     g->first_job = s->njobs;
     for (int t = 0; t < G; t++) {
         int ji = s->njobs++;
@@ -287,6 +313,7 @@ coord_actor_t *coord_sched_actor_hello(coord_sched_t *s, const void *id, size_t 
         a->idlen = idlen;
         s_printable(a->id, idlen, a->name, sizeof a->name);
         a->seq = s->actor_seq++;
+        a->uid = s_uid(s, id, idlen);
         s->actors[s->nactors++] = a;
     }
     a->gate = gate;
@@ -356,8 +383,7 @@ static int s_group_count_on(const coord_sched_t *s, int gi, const coord_actor_t 
     for (int t = 0; t < g->G; t++) {
         const coord_job_t *j = &s->jobs[g->first_job + t];
         if ((j->state == COORD_JOB_LEASED || j->state == COORD_JOB_FINAL) &&
-            j->actor_len == a->idlen &&
-            memcmp(j->actor, a->id, a->idlen) == 0)
+            j->actor_uid == a->uid)
             n++;
     }
     return n;
@@ -400,13 +426,20 @@ static bool s_pick_from(coord_sched_t *s, s_fifo_t *f, int *scanned, int *job, c
 {
     if (s_fifo_front(s, f) < 0)
         return false;
+    /* Placement depends on the job's group and the actors only, neither of which changes during
+     * the scan: once a group's job found no actor, its other queued jobs (next to it in the
+     * queue, as groups are queued whole) are passed over without a second look. */
+    int no_place = -1;
     for (size_t i = f->head; i < f->len && *scanned < SCAN_MAX; i++) {
         s_qentry_t e = f->v[i];
         const coord_job_t *j = &s->jobs[e.job];
         if (j->state != COORD_JOB_QUEUED || j->qseq_ != e.seq)
             continue;
         (*scanned)++;
+        if (j->group == no_place)
+            continue;
         coord_actor_t *a = s_place(s, e.job);
+        no_place = j->group;
         if (a) {
             *job = e.job;
             *actor = a;
@@ -440,6 +473,7 @@ int coord_sched_lease(coord_sched_t *s, int job, coord_actor_t *a, int64_t epoch
     j->epoch = epoch;
     memcpy(j->actor, a->id, a->idlen);
     j->actor_len = a->idlen;
+    j->actor_uid = a->uid;
     j->deadline_ms = deadline_ms;
     a->credit--;
     a->held++;
@@ -462,6 +496,7 @@ int coord_sched_adopt(coord_sched_t *s, int job, const void *id, size_t idlen, i
     j->epoch = epoch;
     memcpy(j->actor, id, idlen);
     j->actor_len = idlen;
+    j->actor_uid = s_uid(s, id, idlen);
     j->deadline_ms = deadline_ms;
     coord_actor_t *a = coord_sched_actor_find(s, id, idlen);
     if (a)
@@ -537,6 +572,8 @@ int coord_sched_finish(coord_sched_t *s, int job, const char *status)
         if (a && a->held > 0)
             a->held--;
     }
+    if (j->state != COORD_JOB_DROPPED)
+        s->groups[j->group].open--;
     j->state = COORD_JOB_FINAL;
     j->storing = false;
     j->qseq_++;
@@ -559,6 +596,7 @@ int coord_sched_cancel_group(coord_sched_t *s, int group, uint64_t keep_mask)
         if (j->state == COORD_JOB_QUEUED && j->epoch == 0 && !(keep_mask & (1ull << t))) {
             j->state = COORD_JOB_DROPPED;
             j->qseq_++;
+            g->open--;
             n++;
         }
     }
@@ -594,13 +632,8 @@ bool coord_sched_round_done(const coord_sched_t *s, int64_t round)
 {
     for (int gi = 0; gi < s->ngroups; gi++) {
         const coord_group_t *g = &s->groups[gi];
-        if (g->round != round)
-            continue;
-        for (int t = 0; t < g->G; t++) {
-            coord_job_state_t st = s->jobs[g->first_job + t].state;
-            if (st != COORD_JOB_FINAL && st != COORD_JOB_DROPPED)
-                return false;
-        }
+        if (g->round == round && g->open > 0)
+            return false;
     }
     return true;
 }

@@ -15,6 +15,7 @@ struct coord_job {
     int64_t epoch;               /* of the current (LEASED) or last lease; 0 = never leased */
     uint8_t actor[COORD_ID_MAX]; /* lease holder's identity while LEASED */
     size_t actor_len;
+    int actor_uid;                 /* that identity's number (coord_sched.c, s_uid); 0 = none */
     int64_t deadline_ms;           /* lease expiry while LEASED */
     int failures;                  /* attempts that ended with status "failed" */
     bool storing;                  /* LEASED, its RESULT being stored: never re-leased */
@@ -40,6 +41,7 @@ struct coord_group {
     uint64_t told_seq; /* the heartbeat that last told an actor (one CANCEL per heartbeat) */
     void *confirming;  /* the coordinator's Redis look-up of a CANCEL on its way, or NULL */
     int64_t round;     /* the round it belongs to (set by the caller; 0 unless set) */
+    int open;          /* its jobs neither FINAL nor DROPPED (coord_sched_round_done) */
 };
 
 struct coord_actor {
@@ -53,6 +55,7 @@ struct coord_actor {
     int64_t last_seen_ms;
     int held;     /* jobs currently leased to it */
     uint64_t seq; /* join order */
+    int uid;      /* its identity's number: the same for every actor of that identity */
 };
 
 #endif

@@ -30,7 +30,10 @@ static void s_refuse(coord_t *c, int64_t round, const void *id, size_t idlen,
 /* ---- storing a RESULT -------------------------------------------------------------------- */
 
 /* One RESULT on its way to Redis: what the loop needs to finish it once stored. */
-typedef struct {
+typedef struct s_put {
+    struct s_put *next; /* in c->put_head's list, then in its batch */
+    int brc;            /* the batch's answer for this one, and its reason */
+    char berr[STOREQ_ERR_MAX];
     coord_t *c;
     int64_t round, epoch;
     char job_id[COORD_JOB_ID_MAX];
@@ -193,6 +196,222 @@ static void s_put_done(int rc, const char *err, void *arg)
     s_put_free(p);
 }
 
+/* ---- storing RESULTs a batch at a time ------------------------------------------------------ */
+
+/* A batch of RESULTs at the store thread. */
+typedef struct {
+    coord_t *c;
+    s_put_t *head;
+} s_batch_t;
+
+/* s_item_fail sets one RESULT's answer to the error rc with the store's reason. */
+static void s_item_fail(s_put_t *p, int rc, store_t *st)
+{
+    p->brc = rc;
+    snprintf(p->berr, sizeof p->berr, "%s", st ? store_errstr(st) : "no connection to Redis");
+}
+
+/* One phase of a batch: s_pipe_reply, the store_pipe_exec callback, gets the replies in the
+ * order of the items in v. */
+typedef struct {
+    store_t *st;
+    s_put_t **v;
+    bool finish; /* phase two: the group finishes; phase one: the result script */
+} s_pipe_t;
+
+static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
+{
+    s_pipe_t *ph = arg;
+    s_put_t *p = ph->v[index];
+    int rc;
+    if (!ph->finish) {
+        rc = store_result_put_reply(ph->st, reply, p->job_id, p->epoch, &p->final_epoch);
+    } else if (store_reply_noscript(reply)) {
+        p->brc = SR_EAGAIN; /* run again alone (store_group_finish_traj loads the script) */
+        return 0;
+    } else {
+        p->gst = STORE_GROUP_RUNNING;
+        rc = store_group_finish_traj_reply(ph->st, reply, p->gid, &p->gst);
+        if (rc == SR_ECONFLICT && p->gst == STORE_GROUP_CANCELLED)
+            rc = SR_OK;
+        if (rc == SR_ENOTFOUND) {
+            p->group_missing = true;
+            rc = SR_OK;
+        }
+    }
+    if (rc == SR_OK)
+        p->brc = SR_OK;
+    else
+        s_item_fail(p, rc, ph->st);
+    return 0;
+}
+
+/* s_batch_work (store thread) does for every RESULT of the batch what s_put_work does for one,
+ * in two pipelined round trips: the result scripts, then the group finishes of those that
+ * became final. A RESULT that needs more (a cancel to confirm, a failed trajectory, a retry, a
+ * script the server lost) goes through s_put_work alone. Each item's answer is in its brc. */
+static int s_batch_work(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_batch_t *B = arg;
+    size_t n = 0;
+    for (s_put_t *p = B->head; p; p = p->next)
+        n++;
+    s_put_t **v = sr_xmalloc(n * sizeof *v);
+    size_t nv = 0;
+    for (s_put_t *p = B->head; p; p = p->next) {
+        if (!st) {
+            s_item_fail(p, SR_EREDIS, NULL);
+        } else if (p->confirm || p->attempts > 0) { /* not queued so (s_put_queue) */
+            char e[STOREQ_ERR_MAX] = "";
+            p->brc = s_put_work(st, p, e);
+            if (p->brc != SR_OK)
+                snprintf(p->berr, sizeof p->berr, "%s", e[0] ? e : store_errstr(st));
+        } else {
+            p->attempts = 1;
+            p->refused = false;
+            p->final_epoch = 0;
+            p->brc = SR_EREDIS; /* until its reply is read */
+            v[nv++] = p;
+        }
+    }
+    s_pipe_t ph = {.st = st, .v = v};
+    /* phase one: every result script */
+    int rc = SR_OK;
+    for (size_t i = 0; i < nv && rc == SR_OK; i++)
+        rc = store_result_put_pipe(st, v[i]->round, v[i]->job_id, v[i]->epoch, v[i]->body,
+                                   v[i]->len);
+    if (rc != SR_OK) {
+        store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
+        for (size_t i = 0; i < nv; i++)
+            s_item_fail(v[i], rc, st);
+        nv = 0;
+    } else if (nv > 0 && (rc = store_pipe_exec(st, s_pipe_reply, &ph)) != SR_OK) {
+        for (size_t i = 0; i < nv; i++)
+            if (v[i]->brc == SR_OK)
+                v[i]->brc = SR_EAGAIN; /* its result is stored; its finish runs alone */
+    }
+    /* phase two: the group finishes of the results that became final (a failed trajectory's
+     * group is marked alone) */
+    size_t nf = 0;
+    for (size_t i = 0; i < nv; i++) {
+        s_put_t *p = v[i];
+        if (p->brc != SR_OK)
+            continue;
+        if (p->failed) {
+            p->brc = SR_EAGAIN;
+            continue;
+        }
+        v[nf++] = p;
+    }
+    rc = nf > 0 ? store_group_pipe_prepare(st) : SR_OK;
+    for (size_t i = 0; i < nf && rc == SR_OK; i++)
+        rc = store_group_finish_traj_pipe(st, v[i]->gid, v[i]->traj, v[i]->reward);
+    ph.finish = true;
+    for (size_t i = 0; i < nf; i++)
+        v[i]->brc = SR_EAGAIN; /* until its reply says otherwise */
+    if (rc != SR_OK)
+        store_pipe_exec(st, NULL, NULL);
+    else if (nf > 0)
+        store_pipe_exec(st, s_pipe_reply, &ph);
+    free(v);
+    /* what is left: the finish alone (its result is stored: s_put_work's second run of the
+     * result script reads back the same epoch) */
+    for (s_put_t *p = B->head; p && st; p = p->next) {
+        if (p->brc != SR_EAGAIN)
+            continue;
+        char e[STOREQ_ERR_MAX] = "";
+        int attempts = p->attempts;
+        p->attempts = 0; /* not a retry: no pause */
+        p->brc = s_put_work(st, p, e);
+        p->attempts = attempts;
+        if (p->brc != SR_OK)
+            snprintf(p->berr, sizeof p->berr, "%s", e[0] ? e : store_errstr(st));
+    }
+    return SR_OK;
+}
+
+static void s_batch_send(coord_t *c);
+
+/* s_batch_done (loop) finishes each RESULT of the batch as s_put_done does one, then sends the
+ * RESULTs that came meanwhile. */
+static void s_batch_done(int rc, const char *err, void *arg)
+{
+    (void)rc;
+    (void)err;
+    s_batch_t *B = arg;
+    coord_t *c = B->c;
+    for (s_put_t *p = B->head, *next; p; p = next) {
+        next = p->next;
+        p->next = NULL;
+        s_put_done(p->brc, p->berr, p);
+    }
+    free(B);
+    c->put_inflight = false;
+    if (!c->sq_closing)
+        s_batch_send(c);
+}
+
+/* s_batch_send hands the waiting RESULTs to the store thread as one batch. */
+static void s_batch_send(coord_t *c)
+{
+    if (!c->put_head)
+        return;
+    s_batch_t *B = sr_xmalloc(sizeof *B);
+    B->c = c;
+    B->head = c->put_head;
+    c->put_head = c->put_tail = NULL;
+    if (storeq_submit(c->sq, s_batch_work, s_batch_done, B) == SR_OK) {
+        c->put_inflight = true;
+        return;
+    }
+    for (s_put_t *p = B->head, *next; p; p = next) {
+        next = p->next;
+        int ji = coord_sched_find_job(c->sched, p->job_id);
+        if (ji >= 0)
+            coord_sched_unstore(c->sched, ji);
+        s_put_free(p);
+    }
+    free(B);
+}
+
+/* s_put_queue stores RESULT p: at once when no batch is at the store thread, else with the next
+ * batch. A cancelled RESULT to confirm goes alone, as it did before batches: the store thread
+ * runs requests in order and their completions come back in that order, so the order in which
+ * the sink reports RESULTs stored stays the order Redis appended them. */
+static void s_put_queue(coord_t *c, s_put_t *p, int ji)
+{
+    if (p->confirm) {
+        if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
+            coord_sched_unstore(c->sched, ji);
+            s_put_free(p);
+        }
+        return;
+    }
+    p->next = NULL;
+    if (c->put_tail)
+        ((s_put_t *)c->put_tail)->next = p;
+    else
+        c->put_head = p;
+    c->put_tail = p;
+    if (!c->put_inflight)
+        s_batch_send(c);
+}
+
+void ci_sink_flush(coord_t *c)
+{
+    s_batch_send(c);
+}
+
+void ci_sink_free(coord_t *c)
+{
+    for (s_put_t *p = c->put_head, *next; p; p = next) {
+        next = p->next;
+        s_put_free(p);
+    }
+    c->put_head = c->put_tail = NULL;
+}
+
 void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,
                   size_t len)
 {
@@ -286,8 +505,5 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     memset(m, 0, sizeof *m);
     int src = coord_sched_store(c->sched, ji);
     SR_ASSERT(src == SR_OK); /* LEASED: checked above */
-    if (storeq_submit(c->sq, s_put_work, s_put_done, p) != SR_OK) {
-        coord_sched_unstore(c->sched, ji);
-        s_put_free(p);
-    }
+    s_put_queue(c, p, ji);
 }

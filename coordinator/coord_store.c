@@ -81,6 +81,47 @@ int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t 
     return rc;
 }
 
+int store_result_put_pipe(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                          const void *msgpack, size_t len)
+{
+    char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
+    if (!s)
+        return SR_EINVAL;
+    if (!msgpack || !len || !job_id || !*job_id || epoch <= 0) {
+        store_set_err(s, "store: empty result, job id or epoch");
+        return SR_EINVAL;
+    }
+    int rc = s_key(s, key, "results", iteration);
+    if (rc || (rc = s_key(s, fkey, "final", iteration)))
+        return rc;
+    int epl = snprintf(ep, sizeof ep, "%" PRId64, epoch);
+    char nk[] = "2";
+    const char *argv[] = {"EVAL", s_result_lua, nk, key, fkey, job_id, ep, msgpack};
+    size_t lens[] = {4, sizeof s_result_lua - 1, 1, strlen(key), strlen(fkey), strlen(job_id),
+                     (size_t)epl, len};
+    return store_pipe_appendv(s, 8, argv, lens);
+}
+
+int store_result_put_reply(store_t *s, const store_reply_t *r, const char *job_id, int64_t epoch,
+                           int64_t *final_epoch)
+{
+    int64_t fin = 0;
+    if (store_reply_type(r) == STORE_REPLY_ERROR) {
+        store_set_err(s, "redis: %s", store_reply_text(r) ? store_reply_text(r) : "error");
+        return SR_EREDIS;
+    }
+    if (!store_reply_int(r, &fin)) {
+        store_set_err(s, "store: unexpected reply from the result script");
+        return SR_EPROTO;
+    }
+    if (final_epoch)
+        *final_epoch = fin;
+    if (fin == epoch)
+        return SR_OK;
+    store_set_err(s, "store: job %s is final under epoch %lld", job_id, (long long)fin);
+    return SR_ECONFLICT;
+}
+
 int store_results_read(store_t *s, int64_t iteration, store_result_fn fn, void *arg)
 {
     char key[STORE_KEY_MAX];
@@ -164,7 +205,9 @@ int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
         int hl = snprintf(val, sizeof val, "%lld ", (long long)v[i].epoch);
         size_t alen = SR_MIN(v[i].actor_len, sizeof val - (size_t)hl);
         memcpy(val + hl, v[i].actor, alen);
-        int rc = store_pipe_append(s, "HSET %s %s %b", key, v[i].job_id, val, (size_t)hl + alen);
+        const char *argv[] = {"HSET", key, v[i].job_id, val};
+        size_t lens[] = {4, strlen(key), strlen(v[i].job_id), (size_t)hl + alen};
+        int rc = store_pipe_appendv(s, 4, argv, lens);
         if (rc != SR_OK) {
             store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
             return rc;

@@ -49,6 +49,14 @@ int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size
 int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
                      const void *msgpack, size_t len, int64_t *final_epoch);
 
+/* store_result_put_pipe queues what store_result_put runs, without waiting (store_pipe_exec
+ * sends it); its reply goes to store_result_put_reply, which returns what store_result_put would
+ * have (SR_OK, SR_ECONFLICT with *final_epoch, SR_EREDIS for an error reply, SR_EPROTO). */
+int store_result_put_pipe(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                          const void *msgpack, size_t len);
+int store_result_put_reply(store_t *s, const store_reply_t *r, const char *job_id, int64_t epoch,
+                           int64_t *final_epoch);
+
 /* store_result_fn receives one stored result (bytes valid during the call); non-zero stops the
  * walk and becomes the result of store_results_read. */
 typedef int (*store_result_fn)(const void *data, size_t len, void *arg);

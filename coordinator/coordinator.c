@@ -483,6 +483,7 @@ int coord_run(coord_t *c)
      * their way) finish first, then the run's end is recorded (the loop stopped: waiting for
      * the store thread is fine here). */
     c->draining = true;
+    ci_sink_flush(c); /* RESULTs waiting for the batch at the store thread */
     if (storeq_flush(c->fq, S_FILE_FLUSH_MS) != SR_OK)
         log_warn("shutdown: %zu file writes still pending", storeq_pending(c->fq));
     if (storeq_flush(c->sq, c->cfg.redis_timeout_ms + 1000) != SR_OK)
@@ -533,6 +534,7 @@ void coord_destroy(coord_t **self_p)
     c->sq_closing = true;
     storeq_destroy(&c->fq);
     storeq_destroy(&c->sq);
+    ci_sink_free(c);
     reactor_destroy(&c->r);
     envkind_list_free(&c->reg);
     ci_held_free(c->held, c->nheld);

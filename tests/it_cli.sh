@@ -4,7 +4,7 @@
 # name Redis keys cannot carry, or a dashboard address (--http) that is in use, before it starts
 # anything; a child refusing its arguments (exit 2) stops `selroll run` with exit 2 at once;
 # `selroll bench rollout --only` refuses a bad case name and runs the saturation case alone: a rate measured from the steps' t_ms in its results files, CPU and context switches per
-# step by role; --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
+# step by role and their sum less the policy server's (the orchestration); --repeat 2 runs it twice and adds the medians (--repeat outside 1-9 is a one-line
 # error); --local-env-workers 1 runs it with the env workers inside the actors (a bad count, or
 # `selroll actor` given both --env-workers and --local-env-workers, is a one-line error); with
 # --skip-system it times only the gate core and the ZeroMQ and plain-socket round trips.
@@ -57,7 +57,8 @@ EOF
 grep -q "^2 selroll run: --http: 127.0.0.1:[0-9]* is in use$" <<<"$out" ||
   { echo "selroll run --http on a busy port: $out"; fail=1; }
 # The rollout benchmark: a bad --only is a one-line error (exit 2); the saturation case runs the
-# whole system through `selroll run` and prints CPU per step by role from the run's cpu.tsv.
+# whole system through `selroll run` and prints CPU per step by role from the run's cpu.tsv, and
+# their sum less the policy server's (the orchestration) as one figure.
 out=$($S bench rollout --only bogus 2>&1); rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "only wants" <<<"$out"; } ||
   { echo "selroll bench rollout --only bogus: rc=$rc: $out"; fail=1; }
@@ -70,6 +71,8 @@ out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
   [ "$(grep -Ec "^rollout saturation: CPU us per step by role: .*env-worker [0-9]+.*actor [0-9]+" <<<"$out")" -eq 2 ] &&
   [ "$(grep -Ec "^rollout saturation: context switches per step by role: .*env-worker [0-9]+\.[0-9]{2}.*actor [0-9]*\.[0-9]*[1-9]" <<<"$out")" -eq 2 ] &&
   grep -Eq "^rollout saturation: median of 2 runs: [1-9][0-9]* steps/s \(runs: [1-9][0-9]*, [1-9][0-9]*\), CPU [1-9][0-9]* us per step$" <<<"$out" &&
+  [ "$(grep -Ec "^rollout saturation: orchestration CPU [1-9][0-9]* us per step \(every role but the policy server, summed\)$" <<<"$out")" -eq 2 ] &&
+  grep -Eq "^rollout saturation: median of 2 runs: orchestration CPU [1-9][0-9]* us per step \(runs: [1-9][0-9]*, [1-9][0-9]*\)$" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --only saturation --repeat 2: rc=$rc: $out"; fail=1; }
 # --local-env-workers: a bad count and a clash with --env-workers are one-line errors (exit 2);

@@ -80,6 +80,59 @@ static void credit_is_capped_at_slots_and_ignored_for_gates_and_drainers(void **
     coord_sched_destroy(&s);
 }
 
+/* The spread cap counts a group's jobs by the identity that ran them: an actor that left and came
+ * back under the same identity (a new actor entry) still holds its finished share, and an adopted
+ * lease of an identity not connected counts for it once it connects. */
+static void spread_cap_counts_jobs_by_identity_across_a_rejoin(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_SPREAD);
+    coord_sched_add_group(s, "g0", "t", 8);
+    coord_actor_t *a = s_actor(s, "a", 8, 8);
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 4); /* the cap: 4 of 8 */
+    for (int j = 0; j < 4; j++)
+        assert_int_equal(coord_sched_finish(s, j, "done"), SR_OK);
+    coord_sched_actor_remove(s, a);
+    a = s_actor(s, "a", 8, 8); /* the same identity, a new entry */
+    assert_int_equal(s_dispatch(s, &epoch, 100), 0);
+    assert_true(coord_sched_capped(s));
+    /* job 4 adopted by "b" before b connects: b's share is 1 once it does */
+    assert_int_equal(coord_sched_adopt(s, 4, "b", 1, ++epoch, 100), SR_OK);
+    coord_actor_t *b = s_actor(s, "b", 8, 8);
+    assert_int_equal(s_dispatch(s, &epoch, 100), 3);
+    assert_int_equal(coord_actor_held(b), 3); /* held counts what it was sent */
+    assert_int_equal(coord_sched_queued(s), 0);
+    coord_sched_destroy(&s);
+}
+
+/* A round is done once every job is final or dropped, whichever way it got there. */
+static void round_done_counts_final_and_dropped_jobs(void **state)
+{
+    (void)state;
+    coord_sched_t *s = coord_sched_new(COORD_PLACE_PACK);
+    coord_sched_add_group(s, "g0", "t", 4);
+    coord_sched_add_group(s, "g1", "t", 4);
+    coord_sched_group_set_round(s, 0, 3);
+    coord_sched_group_set_round(s, 1, 3);
+    coord_actor_t *a = s_actor(s, "a", 2, 2);
+    (void)a;
+    int64_t epoch = 0;
+    assert_int_equal(s_dispatch(s, &epoch, 100), 2); /* g0/t0, g0/t1 */
+    assert_false(coord_sched_round_done(s, 3));
+    assert_int_equal(coord_sched_cancel_group(s, 0, 0), 2); /* g0/t2, t3 dropped */
+    assert_int_equal(coord_sched_finish(s, 0, "done"), SR_OK);
+    assert_int_equal(coord_sched_finish(s, 1, "cancelled"), SR_OK);
+    assert_int_equal(coord_sched_finish(s, 1, "cancelled"), SR_ECONFLICT);
+    assert_false(coord_sched_round_done(s, 3)); /* g1 still queued */
+    assert_int_equal(coord_sched_cancel_group(s, 1, 0), 4);
+    assert_int_equal(coord_sched_cancel_group(s, 1, 0), 0);
+    assert_true(coord_sched_round_done(s, 3));
+    assert_int_equal(coord_sched_finish(s, 5, "done"), SR_OK); /* dropped, then final */
+    assert_true(coord_sched_round_done(s, 3));
+    coord_sched_destroy(&s);
+}
+
 static void spread_caps_a_group_per_actor_until_relaxed(void **state)
 {
     (void)state;
@@ -392,6 +445,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(job_ids_are_parsed_strictly),
     cmocka_unit_test(credit_is_capped_at_slots_and_ignored_for_gates_and_drainers),
     cmocka_unit_test(spread_caps_a_group_per_actor_until_relaxed),
+    cmocka_unit_test(spread_cap_counts_jobs_by_identity_across_a_rejoin),
+    cmocka_unit_test(round_done_counts_final_and_dropped_jobs),
     cmocka_unit_test(expired_and_released_jobs_come_back_first_with_new_epochs),
     cmocka_unit_test(cancel_drops_queued_jobs_but_keeps_the_kept_and_the_running),
     cmocka_unit_test(a_released_job_of_a_cancelled_group_runs_again),

@@ -125,6 +125,44 @@ static void result_put_keeps_one_copy_under_its_first_epoch(void **state)
     assert_int_equal(store_result_put(f->s, 2, "j", 0, "x", 1, NULL), SR_EINVAL);
 }
 
+typedef struct {
+    store_t *s;
+    const char *job[3];
+    int64_t epoch[3], fe[3];
+    int rc[3];
+} put_answers_t;
+
+static int s_put_reply(size_t i, const store_reply_t *r, void *arg)
+{
+    put_answers_t *a = arg;
+    a->rc[i] = store_result_put_reply(a->s, r, a->job[i], a->epoch[i], &a->fe[i]);
+    return 0;
+}
+
+/* Pipelined result puts answer as store_result_put does, in one round trip and in order. */
+static void pipelined_result_puts_answer_like_single_ones(void **state)
+{
+    fixture_t *f = *state;
+    put_answers_t a = {.s = f->s, .job = {"r2-g0/t0", "r2-g0/t1", "r2-g0/t0"}, .epoch = {5, 7, 6}};
+    assert_int_equal(store_result_put_pipe(f->s, 2, "r2-g0/t0", 5, "\x01", 1), SR_OK);
+    assert_int_equal(store_result_put_pipe(f->s, 2, "r2-g0/t1", 7, "\x02\x00", 2), SR_OK);
+    assert_int_equal(store_result_put_pipe(f->s, 2, "r2-g0/t0", 6, "\x03", 1), SR_OK);
+    assert_int_equal(store_result_put_pipe(f->s, 2, "j", 0, "x", 1), SR_EINVAL); /* not queued */
+    assert_int_equal(store_pipe_exec(f->s, s_put_reply, &a), SR_OK);
+    assert_int_equal(a.rc[0], SR_OK);
+    assert_int_equal(a.fe[0], 5);
+    assert_int_equal(a.rc[1], SR_OK);
+    assert_int_equal(a.rc[2], SR_ECONFLICT);
+    assert_int_equal(a.fe[2], 5);
+    size_t n = 0;
+    assert_int_equal(store_results_count(f->s, 2, &n), SR_OK);
+    assert_int_equal(n, 2);
+    /* the one script, run alone afterwards, reads back the same */
+    int64_t fe = 0;
+    assert_int_equal(store_result_put(f->s, 2, "r2-g0/t1", 7, "\x02\x00", 2, &fe), SR_OK);
+    assert_int_equal(fe, 7);
+}
+
 static void epochs_come_in_blocks_from_one_counter(void **state)
 {
     fixture_t *f = *state;
@@ -251,6 +289,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         T(results_are_appended_and_read_back_in_order),
         T(result_put_keeps_one_copy_under_its_first_epoch),
+        T(pipelined_result_puts_answer_like_single_ones),
         T(epochs_come_in_blocks_from_one_counter),
         T(leases_are_persisted_per_round_and_read_back),
         T(failed_groups_records_and_gate_fields_use_their_keys),

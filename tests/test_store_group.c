@@ -1,7 +1,7 @@
 /*
  * test_store_group.c — groups (common/store_group.h) against a real redis-server: creation and
- * reads, the transition table of the group script, a script flush, a corrupt hash, and the
- * cancel-versus-finish race across two connections.
+ * reads, the transition table of the group script, a script flush, pipelined finishes, a corrupt
+ * hash, and the cancel-versus-finish race across two connections.
  *
  * Each test gets its own throwaway redis-server (setup/teardown) and a store for run "t".
  */
@@ -229,6 +229,67 @@ static void group_script_survives_a_script_flush(void **state)
     assert_int_equal(g.status, STORE_GROUP_DONE);
 }
 
+/* s_pipe_finish_reply collects the pipelined finishes' answers (store_group_finish_traj_reply). */
+typedef struct {
+    store_t *s;
+    const char *gid[4];
+    int rc[4];
+    store_group_status_t st[4];
+    bool noscript[4];
+} pipe_answers_t;
+
+static int s_pipe_finish_reply(size_t i, const store_reply_t *r, void *arg)
+{
+    pipe_answers_t *a = arg;
+    a->noscript[i] = store_reply_noscript(r);
+    a->rc[i] = store_group_finish_traj_reply(a->s, r, a->gid[i], &a->st[i]);
+    return 0;
+}
+
+/* Pipelined finishes answer as store_group_finish_traj does, in one round trip; a script the
+ * server lost shows as NOSCRIPT (the caller runs that finish alone). */
+static void pipelined_finishes_answer_like_single_ones(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(store_group_create(f->s, "g", "t", 0, 2), SR_OK);
+    assert_int_equal(store_group_create(f->s, "c", "t", 0, 2), SR_OK);
+    assert_int_equal(store_group_cancel(f->s, "c", 1, 0.0, "cancel"), SR_OK);
+    assert_int_equal(store_group_pipe_prepare(f->s), SR_OK);
+    pipe_answers_t a = {.s = f->s, .gid = {"g", "g", "c", "nope"}};
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "g", 0, 1.0), SR_OK);
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "g", 1, 0.5), SR_OK);
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "c", 0, 1.0), SR_OK);
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "nope", 0, 1.0), SR_OK);
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "g", -1, 1.0), SR_EINVAL); /* not queued */
+    assert_int_equal(store_pipe_pending(f->s), 4);
+    assert_int_equal(store_pipe_exec(f->s, s_pipe_finish_reply, &a), SR_OK);
+    assert_int_equal(a.rc[0], SR_OK);
+    assert_int_equal(a.st[0], STORE_GROUP_RUNNING);
+    assert_int_equal(a.rc[1], SR_OK);
+    assert_int_equal(a.st[1], STORE_GROUP_DONE);
+    assert_int_equal(a.rc[2], SR_ECONFLICT);
+    assert_int_equal(a.st[2], STORE_GROUP_CANCELLED);
+    assert_int_equal(a.rc[3], SR_ENOTFOUND);
+    for (int i = 0; i < 4; i++)
+        assert_false(a.noscript[i]);
+    store_group_t g;
+    assert_int_equal(store_group_get(f->s, "g", &g), SR_OK);
+    assert_int_equal(g.finished, 2);
+    assert_true(g.rewards[1] == 0.5);
+    /* the server loses the script: NOSCRIPT, and the single finish still works */
+    assert_int_equal(store_command(f->s, 0, NULL, "SCRIPT FLUSH"), SR_OK);
+    assert_int_equal(store_group_create(f->s, "h", "t", 0, 1), SR_OK); /* loads it again */
+    assert_int_equal(store_command(f->s, 0, NULL, "SCRIPT FLUSH"), SR_OK);
+    memset(&a, 0, sizeof a);
+    a.s = f->s;
+    a.gid[0] = "h";
+    assert_int_equal(store_group_finish_traj_pipe(f->s, "h", 0, 1.0), SR_OK);
+    assert_int_equal(store_pipe_exec(f->s, s_pipe_finish_reply, &a), SR_OK);
+    assert_true(a.noscript[0]);
+    assert_int_equal(a.rc[0], SR_EREDIS);
+    assert_int_equal(store_group_finish_traj(f->s, "h", 0, 1.0, NULL, NULL), SR_OK);
+}
+
 static void corrupt_group_hash_is_an_error_not_a_crash(void **state)
 {
     fixture_t *f = *state;
@@ -334,6 +395,7 @@ int main(int argc, char **argv)
         T(transition_table_allows_and_refuses_exactly_as_documented),
         T(shadow_decision_is_recorded_without_changing_status),
         T(group_script_survives_a_script_flush),
+        T(pipelined_finishes_answer_like_single_ones),
         T(corrupt_group_hash_is_an_error_not_a_crash),
         T(cancel_and_last_finish_never_both_win),
     };

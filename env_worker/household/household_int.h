@@ -93,6 +93,12 @@ struct household {
     const char *adm[HH_MAX_CMDS];
     hh_cmd_t cmds[HH_MAX_CMDS];
     int n_adm;
+    /* "go to <receptacle>" for every receptacle, sorted: the bulk of every list, the same for the
+     * whole episode, so written and sorted once (on the first list) and merged into each. */
+    bool goto_ready;
+    char goto_pool[HH_MAX_RECEPS * (HH_NAME + 8)];
+    const char *goto_s[HH_MAX_RECEPS];
+    int8_t goto_r[HH_MAX_RECEPS];
 };
 
 /* household_text.c: the texts. hh_put_n and hh_put append to t, cut at its capacity; hh_put_list

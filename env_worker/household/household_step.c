@@ -62,26 +62,43 @@ static void s_cmd(household_t *h, int op, int obj, int rec, const char *a, const
     h->n_adm++;
 }
 
-static int s_cmp_entry(const void *a, const void *b)
-{
-    return strcmp(((const s_entry_t *)a)->s, ((const s_entry_t *)b)->s);
-}
-
 static bool s_accessible(const household_t *h, int r)
 {
     return !h->receps[r].openable || h->open[r];
 }
 
+/* s_goto_prepare writes "go to <receptacle>" for every receptacle into h->goto_pool and sorts
+ * them (the receptacles never change after generation). */
+static void s_goto_prepare(household_t *h)
+{
+    size_t at = 0;
+    for (int r = 0; r < h->n_receps; r++) {
+        char *s = h->goto_pool + at;
+        memcpy(s, "go to ", 6);
+        memcpy(s + 6, h->receps[r].name, h->receps[r].name_len);
+        s[6 + h->receps[r].name_len] = '\0';
+        at += 7u + h->receps[r].name_len;
+        int k = r; /* insertion sort: a few dozen names, once an episode */
+        while (k > 0 && strcmp(h->goto_s[k - 1], s) > 0) {
+            h->goto_s[k] = h->goto_s[k - 1];
+            h->goto_r[k] = h->goto_r[k - 1];
+            k--;
+        }
+        h->goto_s[k] = s;
+        h->goto_r[k] = (int8_t)r;
+    }
+    h->goto_ready = true;
+}
+
 static void s_build_admissible(household_t *h)
 {
+    if (!h->goto_ready)
+        s_goto_prepare(h);
     h->n_adm = 0;
     h->pool_len = 0;
     s_cmd(h, S_HELP, -1, -1, "help", "", 0, NULL, NULL, 0);
     s_cmd(h, S_INVENTORY, -1, -1, "inventory", "", 0, NULL, NULL, 0);
     s_cmd(h, S_LOOK, -1, -1, "look", "", 0, NULL, NULL, 0);
-    for (int r = 0; r < h->n_receps; r++)
-        if (r != h->cur)
-            s_cmd(h, S_GOTO, -1, r, "go to ", h->receps[r].name, h->receps[r].name_len, NULL, NULL, 0);
     int c = h->cur;
     const hh_obj_t *held = h->held >= 0 ? &h->objs[h->held] : NULL;
     if (held)
@@ -116,17 +133,41 @@ static void s_build_admissible(household_t *h)
                       rc->name_len);
         }
     }
-    /* Sort by string, then drop duplicates. */
+    /* Sort the commands above by string (stable: of equal strings the first written stays),
+     * merge the sorted "go to"s in (all but the one to where the agent stands), and drop
+     * duplicates: the list a stable sort of all of them would give. */
     s_entry_t e[HH_MAX_CMDS];
-    for (int i = 0; i < h->n_adm; i++)
-        e[i] = (s_entry_t){h->adm[i], h->cmds[i]};
-    qsort(e, (size_t)h->n_adm, sizeof e[0], s_cmp_entry);
-    int n = 0;
-    for (int i = 0; i < h->n_adm; i++) {
-        if (n > 0 && !strcmp(h->adm[n - 1], e[i].s))
+    int ne = h->n_adm;
+    for (int i = 0; i < ne; i++) {
+        s_entry_t x = {h->adm[i], h->cmds[i]};
+        int k = i;
+        while (k > 0 && strcmp(e[k - 1].s, x.s) > 0) {
+            e[k] = e[k - 1];
+            k--;
+        }
+        e[k] = x;
+    }
+    int n = 0, i = 0, g = 0;
+    for (;;) {
+        while (g < h->n_receps && h->goto_r[g] == c)
+            g++;
+        bool take_goto;
+        if (i < ne && g < h->n_receps)
+            take_goto = strcmp(h->goto_s[g], e[i].s) < 0;
+        else if (i < ne || g < h->n_receps)
+            take_goto = i >= ne;
+        else
+            break;
+        s_entry_t x = take_goto ? (s_entry_t){h->goto_s[g], {S_GOTO, -1, h->goto_r[g]}} : e[i];
+        if (take_goto)
+            g++;
+        else
+            i++;
+        if (n > 0 && !strcmp(h->adm[n - 1], x.s))
             continue;
-        h->adm[n] = e[i].s;
-        h->cmds[n++] = e[i].cmd;
+        SR_ASSERT(n < HH_MAX_CMDS);
+        h->adm[n] = x.s;
+        h->cmds[n++] = x.cmd;
     }
     h->n_adm = n;
 }

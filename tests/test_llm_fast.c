@@ -1,0 +1,247 @@
+/*
+ * test_llm_fast.c — the one-pass reader of chat answers (common/llm_client_fast.c) against the
+ * cJSON path it stands in for: on every body the reader accepts, both give the same fields to
+ * the byte; the shapes the actor meets (the built-in policy server's, vLLM's, SGLang's) take the
+ * one-pass path; and on thousands of mutated bodies, whichever path reads them, the answer is
+ * the cJSON path's.
+ */
+#include "tests/harness.h"
+
+#include "common/llm_client.h"
+#include "common/llm_client_int.h"
+#include "common/sr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIXTURES "tests/fixtures/"
+
+static char *s_read_file(const char *name, size_t *len)
+{
+    char path[256];
+    snprintf(path, sizeof path, FIXTURES "%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open fixture %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static bool s_same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static bool s_same_arr(const void *a, size_t na, const void *b, size_t nb, size_t size)
+{
+    return na == nb && (na == 0 || memcmp(a, b, na * size) == 0);
+}
+
+/* s_check parses body both ways; fails on any difference. Returns whether the one-pass reader
+ * took it. */
+static bool s_check(const char *body, size_t len)
+{
+    llm_response_t a, b;
+    memset(&a, 0x5a, sizeof a);
+    memset(&b, 0, sizeof b);
+    llm_parsed_t *sa = NULL, *sb = NULL;
+    int rb = llm_parse_chat_tree(body, len, &b, &sb);
+    int ra = llm_parse_chat_response(body, len, &a, &sa);
+    llm_response_t f;
+    llm_parsed_t *sf = NULL;
+    bool fast = len > 0 && llm_fast_parse(body, len, &f, &sf);
+    llm_parsed_free(&sf);
+    if (ra != rb)
+        fail_msg("rc %d vs tree %d on %.*s", ra, rb, (int)SR_MIN(len, 400), body);
+    if (fast && rb != SR_OK)
+        fail_msg("the one-pass reader took a body the tree refuses: %.*s", (int)SR_MIN(len, 400), body);
+    if (ra != SR_OK) {
+        if (strcmp(a.error, b.error) != 0)
+            fail_msg("error \"%s\" vs \"%s\"", a.error, b.error);
+        assert_null(sa);
+        assert_null(sb);
+        return fast;
+    }
+    bool same = s_same_str(a.content, b.content) && s_same_str(a.reasoning, b.reasoning) &&
+                s_same_str(a.finish_reason, b.finish_reason) && s_same_str(a.model, b.model) &&
+                s_same_str(a.system_fingerprint, b.system_fingerprint) &&
+                a.prompt_tokens == b.prompt_tokens && a.completion_tokens == b.completion_tokens &&
+                a.reasoning_tokens == b.reasoning_tokens && a.has_logprob == b.has_logprob &&
+                memcmp(&a.logprob_sum, &b.logprob_sum, sizeof a.logprob_sum) == 0 &&
+                s_same_arr(a.token_ids, a.n_token_ids, b.token_ids, b.n_token_ids, sizeof(int32_t)) &&
+                s_same_arr(a.prompt_token_ids, a.n_prompt_token_ids, b.prompt_token_ids,
+                           b.n_prompt_token_ids, sizeof(int32_t)) &&
+                s_same_arr(a.token_logprobs, a.n_token_logprobs, b.token_logprobs,
+                           b.n_token_logprobs, sizeof(float)) &&
+                a.error[0] == '\0';
+    if (!same)
+        fail_msg("the two paths differ (fast %d) on %.*s", fast, (int)SR_MIN(len, 600), body);
+    llm_parsed_free(&sa);
+    llm_parsed_free(&sb);
+    return fast;
+}
+
+/* The built-in policy server's answer with --tokens completion, as it writes it. */
+static const char S_OWN[] =
+    "{\"id\":\"chatcmpl-e48dc40b13105db8\",\"object\":\"chat.completion\",\"created\":1796452487,"
+    "\"model\":\"selroll-policy\",\"system_fingerprint\":\"selroll-policy-v0\",\"choices\":[{"
+    "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"<think>The task is to put some "
+    "pillow on armchair.\\nMy hands are \\\"empty\\\".</think><action>go to sofa 2</action>\"},"
+    "\"logprobs\":{\"content\":[{\"token\":\"<\",\"logprob\":0},{\"token\":\"thin\",\"logprob\":0},"
+    "{\"token\":\"k\",\"logprob\":-0.25},{\"token\":\"go\",\"logprob\":-0.813958686501051,"
+    "\"top_logprobs\":[]},{\"token\":\" to\",\"logprob\":-1.2e-7},{\"token\":\"\\u00e9\",\"logprob\":"
+    "-12.5}]},\"finish_reason\":\"stop\",\"token_ids\":[60,13518599,302,62,2972,15022604]}],"
+    "\"usage\":{\"prompt_tokens\":284,\"completion_tokens\":6,\"total_tokens\":290}}";
+
+static const char *const S_SHAPES[] = {
+    S_OWN,
+    /* vLLM's --return-tokens-as-token-ids: the ids in the tokens */
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"content\":["
+    "{\"token\":\"token_id:5\",\"logprob\":-1},{\"token\":\"token_id:2147483647\",\"logprob\":-0.5}"
+    "]}}],\"prompt_token_ids\":[1,2,3]}",
+    /* ids beside token strings: the array wins */
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"token_ids\":[9],\"logprobs\":{\"content\":["
+    "{\"token\":\"token_id:5\",\"logprob\":-1}]}}]}",
+    /* SGLang: prompt ids in the choice; reasoning_content; details */
+    "{\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"x\","
+    "\"reasoning_content\":\"think \\ud83d\\ude00 \\/ \\b\\f\\r\\t\"},\"prompt_token_ids\":[4,5],"
+    "\"token_ids\":[7,8,9],\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":2,"
+    "\"completion_tokens\":3.0,\"completion_tokens_details\":{\"reasoning_tokens\":1e1}}}",
+    /* duplicates: the first of each key counts */
+    "{\"choices\":[{\"message\":{\"content\":\"first\",\"content\":\"second\"},\"message\":7}],"
+    "\"choices\":[],\"model\":\"a\",\"model\":\"b\",\"usage\":{\"prompt_tokens\":1,"
+    "\"prompt_tokens\":2,\"completion_tokens\":-4}}",
+    /* reasoning: an empty reasoning_content hides reasoning; a non-string one does not */
+    "{\"choices\":[{\"message\":{\"content\":null,\"reasoning_content\":\"\",\"reasoning\":\"r\"}}]}",
+    "{\"choices\":[{\"message\":{\"reasoning_content\":[1],\"reasoning\":\"r\"}}]}",
+    /* odd but valid values around the fields read */
+    "  {\"error\":null,\"object\":\"chat.completion\",\"choices\":[{\"message\":{\"content\":\"\"},"
+    "\"logprobs\":null,\"token_ids\":[],\"finish_reason\":null},{\"x\":[true,false,null,{}]}],"
+    "\"usage\":{\"prompt_tokens\":1e300,\"completion_tokens\":9007199254740993}} trailing",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"content\":[]}}]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"content\":[{},"
+    "{\"logprob\":null,\"token\":7},{\"logprob\":-0.1,\"logprob\":-0.2}]}}]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{}}],\"usage\":[]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"refusal\":null}}],\"usage\":"
+    "{\"completion_tokens_details\":null,\"completion_tokens_details\":{\"reasoning_tokens\":3}}}",
+    "{\"object\":\"\\u0065rror\",\"choices\":[{\"message\":{\"content\":\"a\"}}]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"logprobs\":{\"content\":["
+    "{\"logprob\":-0.12345678901234567890123,\"token\":\"token_id:01\"}]}}]}",
+    /* ids of every length, read eight digits at a time */
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"token_ids\":[0,7,12,123,1234,12345,"
+    "123456,1234567,12345678,99999999,123456789,1234567890,2147483647, 5 ,10000000,90000009]}]}",
+    "{\"choices\":[{\"message\":{\"content\":\"a\"},\"token_ids\":[2147483648]}]}",
+};
+
+static void each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < SR_ARRAY_LEN(S_SHAPES); i++)
+        s_check(S_SHAPES[i], strlen(S_SHAPES[i]));
+    /* the built-in server's, vLLM's and SGLang's usual answers take the one-pass path */
+    const size_t fast[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14};
+    for (size_t i = 0; i < SR_ARRAY_LEN(fast); i++) {
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        if (!llm_fast_parse(S_SHAPES[fast[i]], strlen(S_SHAPES[fast[i]]), &r, &st))
+            fail_msg("shape %zu was left to the tree", fast[i]);
+        llm_parsed_free(&st);
+    }
+    /* an error object is always the tree's */
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_false(llm_fast_parse(S_SHAPES[12], strlen(S_SHAPES[12]), &r, &st));
+    assert_null(st);
+    /* the built-in answer's fields */
+    assert_int_equal(llm_parse_chat_response(S_OWN, strlen(S_OWN), &r, &st), SR_OK);
+    assert_string_equal(r.content, "<think>The task is to put some pillow on armchair.\nMy hands "
+                                   "are \"empty\".</think><action>go to sofa 2</action>");
+    assert_int_equal(r.n_token_ids, 6);
+    assert_int_equal(r.token_ids[1], 13518599);
+    assert_int_equal(r.n_token_logprobs, 6);
+    assert_true(r.token_logprobs[5] == -12.5f);
+    assert_true(r.has_logprob);
+    assert_string_equal(r.system_fingerprint, "selroll-policy-v0");
+    assert_int_equal(r.completion_tokens, 6);
+    llm_parsed_free(&st);
+}
+
+static void every_fixture_reads_the_same_both_ways(void **state)
+{
+    (void)state;
+    const char *files[] = {"vllm_chat_ok.json",      "vllm_chat_logprobs.json", "sglang_chat_ok.json",
+                           "llamacpp_chat_ok.json",  "ollama_chat_ok.json",     "no_usage.json",
+                           "null_content.json",      "truncated.json",          "empty_choices.json",
+                           "chunk_object.json",      "stream_chunk.txt",        "proxy_502.html",
+                           "vllm_error_404.json",    "openai_error_503.json",   "vllm_error_nested.json",
+                           "sglang_error_400.json",  "llamacpp_error_503.json", "ollama_error_404.json"};
+    int fast = 0;
+    for (size_t i = 0; i < SR_ARRAY_LEN(files); i++) {
+        size_t len;
+        char *body = s_read_file(files[i], &len);
+        fast += s_check(body, len);
+        for (size_t cut = 0; cut < len; cut += 7)
+            s_check(body, cut);
+        free(body);
+    }
+    assert_true(fast >= 7); /* the seven success shapes */
+}
+
+static void mutated_bodies_read_the_same_both_ways(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "{}[]\",:\\ 0123456789eE-+.nultrfasu/\x01\x7f\xc3";
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int fast = 0, total = 0;
+    for (size_t i = 0; i < SR_ARRAY_LEN(S_SHAPES); i++) {
+        size_t len = strlen(S_SHAPES[i]);
+        char *buf = malloc(len + 1);
+        for (int round = 0; round < 1500; round++) {
+            memcpy(buf, S_SHAPES[i], len);
+            size_t n = len;
+            int edits = 1 + round % 3;
+            for (int k = 0; k < edits; k++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                size_t at = (size_t)(x % n);
+                int op = (int)((x >> 40) % 3);
+                if (op == 0) {
+                    buf[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+                } else if (op == 1 && n > 1) { /* delete a byte */
+                    memmove(buf + at, buf + at + 1, n - at - 1);
+                    n--;
+                } else { /* duplicate a byte */
+                    if (n < len) {
+                        memmove(buf + at + 1, buf + at, n - at);
+                        n++;
+                    } else {
+                        buf[at] = alphabet[(x >> 24) % (sizeof alphabet - 1)];
+                    }
+                }
+            }
+            fast += s_check(buf, n);
+            total++;
+        }
+        free(buf);
+    }
+    /* many mutations keep the body valid (a digit for a digit, a letter in a string) */
+    if (fast < total / 10)
+        fail_msg("only %d of %d mutated bodies took the one-pass path", fast, total);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
+    cmocka_unit_test(every_fixture_reads_the_same_both_ways),
+    cmocka_unit_test(mutated_bodies_read_the_same_both_ways),
+};
+
+HARNESS_MAIN("llm_fast", tests)
