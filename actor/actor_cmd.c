@@ -119,9 +119,7 @@ int actor_main(int argc, char **argv)
                  "jobs, BYE, exit 0 (as --drain-on-term; SIGUSR1 drains in any case)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
-        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
-         .metavar = "PORT|HOST:PORT",
-         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
+        CFG_OPT_METRICS_PORT(&o.metrics_port),
         {0},
     };
     cfg_t cfg = {.command = "actor",
@@ -129,10 +127,8 @@ int actor_main(int argc, char **argv)
                             "steps the environment, publishes actions.",
                  .options = opts};
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (rc != CFG_GO_ON)
         return rc;
-    }
     int code = 0;
     actor_t *a = NULL;
     http_srv_t *http = NULL;
@@ -209,9 +205,7 @@ int actor_main(int argc, char **argv)
     }
     log_info("actor %s: %d slots, coordinator %s, policy %s", actor_id(a), o.slots, o.coordinator,
              o.policy);
-    if (o.metrics_port && !(http = http_srv_serve_metrics(o.metrics_port, actor_metrics(a), err,
-                                                          sizeof err))) {
-        fprintf(stderr, "selroll actor: --metrics-port: %s\n", err);
+    if (!sr_cmd_metrics("actor", o.metrics_port, actor_metrics(a), &http)) {
         code = 2;
         goto cleanup;
     }

@@ -96,6 +96,11 @@ void astats_add(astats_t *st, size_t idx, double n)
         metrics_counter_add(st->ctr[idx], n);
 }
 
+metrics_counter_t *astats_counter(astats_t *st, size_t idx)
+{
+    return st && idx < AST_N ? st->ctr[idx] : NULL;
+}
+
 void astats_set(astats_t *st, size_t idx, double v)
 {
     if (!st || idx >= AST_N || !st->gauge[idx])

@@ -18,6 +18,7 @@ typedef struct astats astats_t;
 #define AST_ADD(st, field, n) astats_add((st), AST_IDX(field), (double)(n))
 #define AST_INC(st, field) AST_ADD(st, field, 1)
 #define AST_SET(st, field, v) astats_set((st), AST_IDX(field), (double)(v))
+#define AST_COUNTER(st, field) astats_counter((st), AST_IDX(field))
 
 /* astats_new makes the registry and every counter and gauge; NULL when out of memory. */
 astats_t *astats_new(void);
@@ -27,6 +28,9 @@ void astats_destroy(astats_t **st);
 
 /* astats_add adds n to the counter at idx (AST_IDX); a gauge's idx is ignored. */
 void astats_add(astats_t *st, size_t idx, double n);
+
+/* astats_counter returns the counter at idx (AST_IDX), owned by st; NULL for a gauge or NULL st. */
+metrics_counter_t *astats_counter(astats_t *st, size_t idx);
 
 /* astats_set sets the gauge at idx; for max_running it keeps the largest value set to running. */
 void astats_set(astats_t *st, size_t idx, double v);

@@ -8,6 +8,7 @@
 
 #include "actor/actor.h"
 #include "common/log.h"
+#include "common/proto_rx.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/transport.h"
@@ -31,6 +32,7 @@ struct bus {
     int gate_steps[ACTOR_MAX_GATE_STEPS], n_gate_steps;
     int64_t last_ms; /* the last send of ACTIONs, reactor clock */
     sr_buf_t sbuf;
+    proto_rx_t rx; /* a bad message on the bus: bad_bus and a log line */
 };
 
 bus_t *bus_new(reactor_t *r, void *zmq_ctx, astats_t *st, const bus_cfg_t *cfg,
@@ -41,6 +43,8 @@ bus_t *bus_new(reactor_t *r, void *zmq_ctx, astats_t *st, const bus_cfg_t *cfg,
     b->ctx = zmq_ctx;
     b->st = st;
     b->id = sr_xstrdup(cfg->id);
+    proto_rx_init(&b->rx, AST_COUNTER(st, bad_bus), NULL, "actor %s: bad message on the bus",
+                  b->id);
     b->h = *h;
     b->arg = arg;
     b->batch_ms = cfg->action_batch_ms;
@@ -78,22 +82,9 @@ static void s_sub_handler(reactor_t *r, void *sock, int revents, void *arg)
     (void)sock;
     (void)revents;
     bus_t *b = arg;
-    transport_msg_t tm;
-    if (transport_recv(b->sub, &tm, 0) != SR_OK)
-        return;
-    size_t len;
-    const void *body = transport_msg_body(&tm, &len);
     proto_msg_t m;
-    proto_err_t perr;
-    int rc = proto_decode(body, len, &m, &perr);
-    transport_msg_close(&tm);
-    if (rc != SR_OK) {
-        char t[256];
-        AST_INC(b->st, bad_bus);
-        log_warn_limited(5, "actor %s: bad message on the bus: %s", b->id,
-                         proto_err_text(&perr, t, sizeof t));
+    if (proto_rx_recv(&b->rx, b->sub, 0, &m) != SR_OK)
         return;
-    }
     if (m.type == PROTO_CANCEL)
         b->h.cancel(b->arg, &m.u.cancel);
     else if (m.type == PROTO_POLICY_VERSION)

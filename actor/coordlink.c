@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/proto_rx.h"
 #include "common/sr.h"
 #include "common/transport.h"
 
@@ -38,6 +39,7 @@ struct coordlink {
     pending_t *pend;
     size_t n_pend, cap_pend;
     sr_buf_t sbuf;
+    proto_rx_t rx; /* a bad message from the coordinator: bad_work and a log line */
 };
 
 /* s_send encodes m and sends it to the coordinator. */
@@ -313,22 +315,9 @@ static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
     (void)sock;
     (void)revents;
     coordlink_t *c = arg;
-    transport_msg_t tm;
-    if (transport_recv(c->work, &tm, 0) != SR_OK)
-        return;
-    size_t len;
-    const void *body = transport_msg_body(&tm, &len);
     proto_msg_t m;
-    proto_err_t perr;
-    int rc = proto_decode(body, len, &m, &perr);
-    transport_msg_close(&tm);
-    if (rc != SR_OK) {
-        char t[256];
-        AST_INC(c->st, bad_work);
-        log_warn_limited(5, "actor %s: bad message from the coordinator: %s", c->id,
-                         proto_err_text(&perr, t, sizeof t));
+    if (proto_rx_recv(&c->rx, c->work, 0, &m) != SR_OK)
         return;
-    }
     switch (m.type) {
     case PROTO_WELCOME:
         s_on_welcome(c, &m.u.welcome);
@@ -375,6 +364,8 @@ coordlink_t *coordlink_new(reactor_t *r, void *zmq_ctx, astats_t *st, const coor
     c->h = *h;
     c->arg = arg;
     c->id = sr_xstrdup(cfg->id);
+    proto_rx_init(&c->rx, AST_COUNTER(st, bad_work), NULL,
+                  "actor %s: bad message from the coordinator", c->id);
     c->coordinator = sr_xstrdup(cfg->coordinator);
     c->host = sr_xstrdup(cfg->host);
     c->policy_url = sr_xstrdup(cfg->policy_url);

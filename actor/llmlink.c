@@ -36,20 +36,6 @@ struct llmlink {
     void *check_arg;
 };
 
-/* s_strdup_max copies at most max-1 bytes of s (NULL reads as ""), cut on a UTF-8 boundary. */
-static char *s_strdup_max(const char *s, size_t max)
-{
-    if (!s)
-        s = "";
-    size_t n = strlen(s);
-    if (n >= max) {
-        n = max - 1;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
-    }
-    return sr_xstrndup(s, n);
-}
-
 /* ---- the client on the reactor ------------------------------------------------------------------ */
 
 static void s_fd_cb(reactor_t *r, int fd, int revents, void *arg)
@@ -217,7 +203,7 @@ static void s_record_model(llmlink_t *l, const llm_response_t *resp, int64_t ver
     char want[512];
     llmlink_model(l, version, want, sizeof want);
     if (resp->model)
-        cur->model = s_strdup_max(resp->model, PROTO_MAX_ID);
+        cur->model = sr_xstrdup_max(resp->model, PROTO_MAX_ID);
     int64_t v;
     if (s_version_in(resp->system_fingerprint, "selroll-policy-v", 16, "", &v) ||
         s_template_matches(l, resp->model, &v)) {
@@ -279,10 +265,10 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
 void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool first,
                     proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
 {
-    cur->raw = s_strdup_max(resp->content, PROTO_MAX_TEXT);
+    cur->raw = sr_xstrdup_max(resp->content, PROTO_MAX_TEXT);
     cur->text_truncated = strlen(resp->content) >= PROTO_MAX_TEXT;
     if (resp->reasoning) {
-        cur->reasoning = s_strdup_max(resp->reasoning, PROTO_MAX_TEXT);
+        cur->reasoning = sr_xstrdup_max(resp->reasoning, PROTO_MAX_TEXT);
         cur->text_truncated |= strlen(resp->reasoning) >= PROTO_MAX_TEXT;
     }
     cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;

@@ -7,6 +7,7 @@
  */
 #include "actor/prompt.h"
 
+#include "common/afile.h"
 #include "common/envkind.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -295,19 +296,17 @@ prompt_t *prompt_load(const char *path, int history_len, char *err, size_t errle
 {
     prompt_t *result = NULL;
     char *text = NULL, *sys = NULL, *user = NULL;
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
-        s_err(err, errlen, "cannot open template %s: %s", path ? path : "(null)",
-              path ? strerror(errno) : "no path");
-        goto cleanup;
-    }
-    text = sr_xmalloc(S_MAX_FILE + 1);
-    size_t n = fread(text, 1, S_MAX_FILE + 1, f);
-    if (n > S_MAX_FILE) {
+    char why[256] = "no path";
+    size_t n = 0;
+    int rc = path ? afile_read(path, S_MAX_FILE, &text, &n, why, sizeof why) : SR_EINVAL;
+    if (rc == SR_ETOOBIG) {
         s_err(err, errlen, "template %s is larger than %d bytes", path, S_MAX_FILE);
         goto cleanup;
     }
-    text[n] = '\0';
+    if (rc != SR_OK) {
+        s_err(err, errlen, "cannot open template %s: %s", path ? path : "(null)", why);
+        goto cleanup;
+    }
     if (strlen(text) != n) {
         s_err(err, errlen, "template %s contains a NUL byte", path);
         goto cleanup;
@@ -352,8 +351,6 @@ prompt_t *prompt_load(const char *path, int history_len, char *err, size_t errle
     result = prompt_new(sys ? sys : PROMPT_DEFAULT_SYSTEM, user, history_len, err, errlen);
 
 cleanup:
-    if (f)
-        fclose(f);
     free(text);
     free(sys);
     free(user);

@@ -82,20 +82,6 @@ static void s_gauges(slots_t *o)
     AST_SET(o->cfg.st, running, o->n - o->n_free);
 }
 
-/* s_strdup_max copies at most max-1 bytes of s (NULL reads as ""), cut on a UTF-8 boundary. */
-static char *s_strdup_max(const char *s, size_t max)
-{
-    if (!s)
-        s = "";
-    size_t n = strlen(s);
-    if (n >= max) {
-        n = max - 1;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
-    }
-    return sr_xstrndup(s, n);
-}
-
 /* ---- a slot's memory ---------------------------------------------------------------------------- */
 
 static void s_step_clear(proto_result_step_t *st)
@@ -342,7 +328,7 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     extract_result_t ex;
     extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
     proto_result_step_t *cur = &s->cur;
-    cur->action = s_strdup_max(ex.action, PROTO_MAX_ACTION);
+    cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
@@ -407,7 +393,7 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);
         for (size_t k = 0; k < n; k++) {
             s->cur.messages[k].role = sr_xstrdup(msgs[k].role);
-            s->cur.messages[k].content = s_strdup_max(msgs[k].content, PROTO_MAX_TEXT);
+            s->cur.messages[k].content = sr_xstrdup_max(msgs[k].content, PROTO_MAX_TEXT);
         }
         s->cur.messages_len = n;
     }
@@ -489,7 +475,7 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
     st->i = (int64_t)s->n_steps - 1;
     st->has_t = true;
     st->t_ms = (double)clock_wall_us() / 1000.0;
-    st->obs = s_strdup_max(ob->obs, PROTO_MAX_TEXT);
+    st->obs = sr_xstrdup_max(ob->obs, PROTO_MAX_TEXT);
     st->reward = ob->reward;
     st->done = ob->done;
     s->reward += ob->reward;

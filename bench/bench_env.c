@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/sr.h"
 #include "env_worker/envw.h"
+#include "tools/supervise.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -38,23 +39,6 @@
 #include <unistd.h>
 
 #define S_MAX_LEVELS 8
-
-/* s_free_port returns a loopback TCP port that was free a moment ago, or 0. */
-static int s_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 /* ---- the worker: a child process or a thread ------------------------------------------------ */
 
@@ -96,7 +80,7 @@ static int s_worker_start(s_worker_t *wk, bool thread, int capacity, int latency
     }
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    int port = s_free_port();
+    int port = supervise_free_port();
     if (n <= 0 || port == 0) {
         snprintf(err, errlen, "cannot find the selroll binary or a free port");
         return SR_EIO;

@@ -169,3 +169,45 @@ int afile_append(const char *path, const void *data, size_t len, char *err, size
     }
     return rc;
 }
+
+int afile_read(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        sr_fmt(err, errlen, "%s", strerror(e));
+        return e == ENOENT ? SR_ENOTFOUND : sr_from_errno(e);
+    }
+    /* Read up to max + 1 bytes (one more than max says it is too big): at once for a regular
+     * file of a known size, else in doubling chunks. */
+    struct stat sb;
+    size_t cap = 4096, n = 0;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= (off_t)cap)
+        cap = (uint64_t)sb.st_size < max ? (size_t)sb.st_size + 1 : max + 1;
+    if (cap > max)
+        cap = max + 1;
+    char *buf = sr_xmalloc(cap + 1);
+    for (;;) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || n > max)
+            break;
+        cap = cap > max / 2 ? max + 1 : cap * 2;
+        buf = sr_xrealloc(buf, cap + 1);
+    }
+    int rc = ferror(f) ? SR_EIO : n > max ? SR_ETOOBIG : SR_OK;
+    fclose(f);
+    if (rc != SR_OK) {
+        if (rc == SR_EIO)
+            sr_fmt(err, errlen, "read error");
+        else
+            sr_fmt(err, errlen, "larger than %zu bytes", max);
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return SR_OK;
+}

@@ -1,6 +1,7 @@
 /*
  * afile.h — the one way selroll writes a results file: whole files replaced atomically
- * (temporary file, fsync, rename, fsync of the folder) and lines appended with their fsync.
+ * (temporary file, fsync, rename, fsync of the folder) and lines appended with their fsync; and
+ * the one way it reads a whole file (a configuration, a template, weights) into memory.
  *
  * These calls block on the disk. A reactor thread never calls them: the coordinator runs them
  * on its file queue (coord_file_write, a storeq without Redis) or on its round writer, so a slow
@@ -25,5 +26,12 @@ int afile_replace(const char *path, const void *data, size_t len, char *err, siz
  * and syncs it. A short write is truncated away again, so a retry does not leave half a line.
  * Returns SR_OK or SR_EIO with a reason in err. */
 int afile_append(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* afile_read reads all of path into *out (heap, with a NUL after the last byte; the caller frees
+ * it) and its length into *len (may be NULL). Returns SR_OK; SR_ENOTFOUND when path does not
+ * exist and the translated errno when it cannot be opened (err: strerror's text); SR_EIO on a
+ * read error (err: "read error"); SR_ETOOBIG when it holds more than max bytes (err: "larger
+ * than <max> bytes"). *out is NULL on failure; err (errlen bytes) may be NULL. */
+int afile_read(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -8,6 +8,7 @@
  * name the place the bad text came from: "--slots", "SELROLL_SLOTS" or "config FILE:12".
  */
 #include "common/cfg.h"
+#include "common/afile.h"
 #include "common/curve.h"
 #include "common/sr.h"
 
@@ -331,36 +332,20 @@ static char *s_ini_value(char *v)
 
 static int s_read_file(cfg_t *cfg, const char *path, char **out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        s_err(cfg, "config %s: %s", path, strerror(errno));
-        return SR_EIO;
+    size_t n = 0;
+    char why[256];
+    int rc = afile_read(path, CFG_INI_MAX, out, &n, why, sizeof why);
+    if (rc != SR_OK) {
+        s_err(cfg, "config %s: %s", path, why);
+        return rc == SR_ETOOBIG ? SR_EINVAL : SR_EIO;
     }
-    int rc = SR_OK;
-    char *buf = sr_xmalloc(CFG_INI_MAX + 1);
-    size_t n = fread(buf, 1, CFG_INI_MAX + 1, f);
-    if (ferror(f)) {
-        s_err(cfg, "config %s: read error", path);
-        rc = SR_EIO;
-        goto cleanup;
-    }
-    if (n > CFG_INI_MAX) {
-        s_err(cfg, "config %s: larger than %d bytes", path, CFG_INI_MAX);
-        rc = SR_EINVAL;
-        goto cleanup;
-    }
-    buf[n] = '\0';
-    if (memchr(buf, '\0', n)) {
+    if (memchr(*out, '\0', n)) {
         s_err(cfg, "config %s: not a text file", path);
-        rc = SR_EINVAL;
-        goto cleanup;
+        free(*out);
+        *out = NULL;
+        return SR_EINVAL;
     }
-    *out = buf;
-    buf = NULL;
-cleanup:
-    free(buf);
-    fclose(f);
-    return rc;
+    return SR_OK;
 }
 
 static int s_apply_ini(cfg_t *cfg, const char *path)
@@ -645,10 +630,12 @@ int cfg_parse_command(cfg_t *cfg, int argc, char **argv)
     int rc = cfg_parse(cfg, argc, argv);
     if (rc == CFG_HELP) {
         cfg_help(cfg, stdout);
+        cfg_free(cfg);
         return 0;
     }
     if (rc < 0 || s_apply_curve(cfg) < 0) {
         fprintf(stderr, "%s\n", cfg->err);
+        cfg_free(cfg);
         return 2;
     }
     return CFG_GO_ON;

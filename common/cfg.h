@@ -90,9 +90,17 @@ int cfg_parse(cfg_t *cfg, int argc, char **argv);
 /* cfg_parse_command is cfg_parse for the main of a subcommand: after --help it writes the help to
  * stdout, after an error the one-line message to stderr. Returns CFG_GO_ON when the command should
  * go on; otherwise the process exit code (0 after --help, 2 after an error), which the caller
- * returns after cfg_free. */
+ * returns: cfg is then freed already (cfg_free, which is safe a second time). */
 enum { CFG_GO_ON = -1 };
 int cfg_parse_command(cfg_t *cfg, int argc, char **argv);
+
+/* CFG_OPT_METRICS_PORT is the --metrics-port entry of a role's option table (sr_cmd_metrics,
+ * common/cmds.h, serves it). */
+#define CFG_OPT_METRICS_PORT(dst_)                                                                 \
+    {                                                                                              \
+        .name = "metrics-port", .kind = CFG_STRING, .dst = (dst_), .metavar = "PORT|HOST:PORT",    \
+        .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"               \
+    }
 
 /* cfg_help writes the usage and one entry per option (flag, metavar, help, default, bounds,
  * environment variable) to out. */

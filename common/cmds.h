@@ -6,6 +6,10 @@
 #ifndef SR_CMDS_H
 #define SR_CMDS_H
 
+#include "common/http_srv.h"
+#include "common/metrics.h"
+
+#include <signal.h>
 #include <stdbool.h>
 
 /* The exit status of every selroll command for a usage error (a bad flag or configuration): a
@@ -36,5 +40,24 @@ int keygen_main(int argc, char **argv);
  * 'TEXT'" on stderr and return false (the caller exits 2). The flag's range is the caller's. */
 bool sr_cmd_int(const char *cmd, const char *flag, const char *text, int *out);
 bool sr_cmd_double(const char *cmd, const char *flag, const char *text, double *out);
+
+/* sr_cmd_metrics serves reg's /metrics and /health at port (a role's --metrics-port; NULL = not
+ * asked, *out stays NULL). Returns true, or prints "selroll CMD: --metrics-port: WHY" on stderr
+ * and returns false (the caller exits 2). *out is the caller's to http_srv_destroy. */
+/* sr_cmd_stop_t keeps the SIGINT and SIGTERM handlers sr_cmd_catch_stop replaced; zero it
+ * before use. */
+typedef struct {
+    struct sigaction old_int, old_term;
+    bool caught;
+} sr_cmd_stop_t;
+
+/* sr_cmd_catch_stop makes handler the SIGINT and SIGTERM handler of the process, keeping the
+ * handlers it replaces in *saved. */
+void sr_cmd_catch_stop(sr_cmd_stop_t *saved, void (*handler)(int));
+
+/* sr_cmd_release_stop puts the handlers kept in *saved back; nothing when none were caught. */
+void sr_cmd_release_stop(sr_cmd_stop_t *saved);
+
+bool sr_cmd_metrics(const char *cmd, const char *port, metrics_registry_t *reg, http_srv_t **out);
 
 #endif

@@ -35,6 +35,18 @@ static const char *s_str_end(const char *p, const char *e)
     return NULL;
 }
 
+/* s_key_colon skips an object key and the colon after it (p at the key's quote); NULL when
+ * malformed. */
+static const char *s_key_colon(const char *p, const char *e)
+{
+    if (p >= e || *p != '"' || !(p = s_str_end(p, e)))
+        return NULL;
+    p = s_ws(p, e);
+    if (p >= e || *p != ':')
+        return NULL;
+    return p + 1;
+}
+
 static bool s_scalar_char(char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -65,14 +77,8 @@ static const char *s_val_end(const char *p, const char *e)
                 depth--;
                 p++;
             } else {
-                if (close == '}') { /* the first key */
-                    if (p >= e || *p != '"' || !(p = s_str_end(p, e)))
-                        return NULL;
-                    p = s_ws(p, e);
-                    if (p >= e || *p != ':')
-                        return NULL;
-                    p++;
-                }
+                if (close == '}' && !(p = s_key_colon(p, e))) /* the first key */
+                    return NULL;
                 continue;
             }
         } else {
@@ -98,14 +104,8 @@ static const char *s_val_end(const char *p, const char *e)
             if (*p != ',')
                 return NULL;
             p = s_ws(p + 1, e);
-            if (stack[depth - 1] == '}') {
-                if (p >= e || *p != '"' || !(p = s_str_end(p, e)))
-                    return NULL;
-                p = s_ws(p, e);
-                if (p >= e || *p != ':')
-                    return NULL;
-                p++;
-            }
+            if (stack[depth - 1] == '}' && !(p = s_key_colon(p, e)))
+                return NULL;
             break;
         }
     }

@@ -87,18 +87,7 @@ void jsonw_num(jsonw_t *w, double d)
         return;
     }
     if (d == (double)vi && !(vi == 0 && signbit(d))) {
-        char dig[12];
-        int k = 0;
-        unsigned u = vi < 0 ? 0u - (unsigned)vi : (unsigned)vi;
-        do {
-            dig[k++] = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
-        n = 0;
-        if (vi < 0)
-            out[n++] = '-';
-        while (k > 0)
-            out[n++] = dig[--k];
+        n = sr_itoa(vi, out);
         jsonw_raw(w, out, (size_t)n);
         return;
     }

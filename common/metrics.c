@@ -401,20 +401,6 @@ static void s_fmt(char *buf, size_t cap, double v)
     }
 }
 
-static void s_put_double(s_buf_t *b, double v)
-{
-    char tmp[40];
-    s_fmt(tmp, sizeof tmp, v);
-    s_puts(b, tmp);
-}
-
-static void s_put_u64(s_buf_t *b, uint64_t v)
-{
-    char tmp[24];
-    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    s_puts(b, tmp);
-}
-
 /* s_put_labels writes {k="v",...} with an optional extra le label; nothing when empty. */
 static void s_put_labels(s_buf_t *b, const s_family_t *f, const s_series_t *s, const char *le)
 {
@@ -437,6 +423,18 @@ static void s_put_labels(s_buf_t *b, const s_family_t *f, const s_series_t *s, c
     s_puts(b, "}");
 }
 
+/* s_put_sample writes one sample line: NAME<suffix>{labels[,le]} VALUE, the value as text. */
+static void s_put_sample(s_buf_t *b, const s_family_t *f, const char *suffix, const s_series_t *s,
+                         const char *le, const char *value)
+{
+    s_puts(b, f->name);
+    s_puts(b, suffix);
+    s_put_labels(b, f, s, le);
+    s_puts(b, " ");
+    s_puts(b, value);
+    s_puts(b, "\n");
+}
+
 static void s_render_family(s_buf_t *b, const s_family_t *f)
 {
     static const char *types[] = {"counter", "gauge", "histogram"};
@@ -453,12 +451,10 @@ static void s_render_family(s_buf_t *b, const s_family_t *f)
         const s_series_t *s = f->series[i];
         double value = s_double(atomic_load_explicit(&((s_series_t *)s)->value,
                                                      memory_order_relaxed));
+        char v[400];
         if (f->type != S_HISTOGRAM) {
-            s_puts(b, f->name);
-            s_put_labels(b, f, s, NULL);
-            s_puts(b, " ");
-            s_put_double(b, value);
-            s_puts(b, "\n");
+            s_fmt(v, sizeof v, value);
+            s_put_sample(b, f, "", s, NULL, v);
             continue;
         }
         uint64_t cum = 0;
@@ -469,31 +465,16 @@ static void s_render_family(s_buf_t *b, const s_family_t *f)
             else
                 snprintf(le, sizeof le, "+Inf");
             cum += atomic_load_explicit(&((s_series_t *)s)->buckets[k], memory_order_relaxed);
-            s_puts(b, f->name);
-            s_puts(b, "_bucket");
-            s_put_labels(b, f, s, le);
-            s_puts(b, " ");
-            s_put_u64(b, cum);
-            s_puts(b, "\n");
+            snprintf(v, sizeof v, "%llu", (unsigned long long)cum);
+            s_put_sample(b, f, "_bucket", s, le, v);
         }
-        s_puts(b, f->name);
-        s_puts(b, "_sum");
-        s_put_labels(b, f, s, NULL);
-        s_puts(b, " ");
-        if (f->sum_decimals >= 0 && isfinite(value)) {
-            char tmp[400];
-            snprintf(tmp, sizeof tmp, "%.*f", f->sum_decimals, value);
-            s_puts(b, tmp);
-        } else {
-            s_put_double(b, value);
-        }
-        s_puts(b, "\n");
-        s_puts(b, f->name);
-        s_puts(b, "_count");
-        s_put_labels(b, f, s, NULL);
-        s_puts(b, " ");
-        s_put_u64(b, cum);
-        s_puts(b, "\n");
+        if (f->sum_decimals >= 0 && isfinite(value))
+            snprintf(v, sizeof v, "%.*f", f->sum_decimals, value);
+        else
+            s_fmt(v, sizeof v, value);
+        s_put_sample(b, f, "_sum", s, NULL, v);
+        snprintf(v, sizeof v, "%llu", (unsigned long long)cum);
+        s_put_sample(b, f, "_count", s, NULL, v);
     }
 }
 

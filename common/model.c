@@ -330,14 +330,10 @@ static uint32_t s_get32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* s_fnv_bytes is the checksum of a model file: FNV-1a 64 from the seed the files carry. */
 static uint64_t s_fnv_bytes(const uint8_t *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return sr_fnv1a(p, n, 1469598103934665603ULL);
 }
 
 int model_to_blob(const model_t *m, uint8_t **blob, size_t *len)

@@ -52,18 +52,10 @@ void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0)
                 S_FNV_STEP(h, *str);
             f++;
         } else if (f[1] == 'd') {
-            int iv = va_arg(ap, int);
             char dig[12];
-            int k = 0;
-            unsigned u = iv < 0 ? 0u - (unsigned)iv : (unsigned)iv;
-            do {
-                dig[k++] = (char)('0' + u % 10);
-                u /= 10;
-            } while (u);
-            if (iv < 0)
-                dig[k++] = '-';
-            for (; k > 0 && n < S_NAME_MAX - 1; n++)
-                S_FNV_STEP(h, dig[--k]);
+            int k = sr_itoa(va_arg(ap, int), dig);
+            for (int i = 0; i < k && n < S_NAME_MAX - 1; i++, n++)
+                S_FNV_STEP(h, dig[i]);
             f++;
         } else {
             char name[S_NAME_MAX];

@@ -6,6 +6,7 @@
  * the hash; a new peer takes a free slot, or the least recently seen of the probed ones.
  */
 #include "common/peerlimit.h"
+#include "common/log.h"
 #include "common/sr.h"
 
 #include <stdlib.h>
@@ -131,4 +132,18 @@ uint64_t peerlimit_bans(const peerlimit_t *p)
 uint64_t peerlimit_dropped(const peerlimit_t *p)
 {
     return p ? p->dropped : 0;
+}
+
+bool peerlimit_error_logged(peerlimit_t *p, const void *id, size_t idlen, int64_t now_ms,
+                            metrics_counter_t *bans, const char *prefix, const char *peer,
+                            const char *what)
+{
+    if (!peerlimit_error(p, id, idlen, now_ms))
+        return false;
+    if (bans)
+        metrics_counter_inc(bans);
+    log_warn_limited(5, "%signoring a %s for %d s after more than %d malformed %s in %d s", prefix,
+                     peer, PEERLIMIT_DEFAULT_BAN_MS / 1000, PEERLIMIT_DEFAULT_ERRORS, what,
+                     PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+    return true;
 }

@@ -12,6 +12,8 @@
 #ifndef SR_PEERLIMIT_H
 #define SR_PEERLIMIT_H
 
+#include "common/metrics.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +39,13 @@ bool peerlimit_blocked(peerlimit_t *p, const void *id, size_t idlen, int64_t now
 /* peerlimit_error records one malformed message from the peer at now_ms. Returns true when this
  * error crossed the limit and the peer is now ignored for ban_ms (counted as a ban). */
 bool peerlimit_error(peerlimit_t *p, const void *id, size_t idlen, int64_t now_ms);
+
+/* peerlimit_error_logged is peerlimit_error at now_ms for a receiver with the default limits:
+ * when the peer is banned it also counts the ban in bans (may be NULL) and logs
+ * "<prefix>ignoring a <peer> for 30 s after more than 100 malformed <what> in 10 s". */
+bool peerlimit_error_logged(peerlimit_t *p, const void *id, size_t idlen, int64_t now_ms,
+                            metrics_counter_t *bans, const char *prefix, const char *peer,
+                            const char *what);
 
 /* peerlimit_bans returns how many times a peer was banned; peerlimit_dropped how many messages
  * were dropped because their peer was banned. 0 for NULL. */

@@ -66,6 +66,13 @@ static void s_key(s_enc_t *e, const char *key)
     s_raw_str(e, key, strlen(key));
 }
 
+/* s_key_ok packs key and says whether the value may follow (no error so far). */
+static bool s_key_ok(s_enc_t *e, const char *key)
+{
+    s_key(e, key);
+    return !e->rc;
+}
+
 /* s_str_value packs a string value that must not be NULL and must respect its class's limit. */
 static void s_str_value(s_enc_t *e, const char *s, proto_strkind_t kind)
 {
@@ -91,29 +98,25 @@ static void s_put_str(s_enc_t *e, const char *key, const char *s, proto_strkind_
 
 static void s_put_int(s_enc_t *e, const char *key, int64_t v)
 {
-    s_key(e, key);
-    if (!e->rc)
+    if (s_key_ok(e, key))
         s_check(e, msgpack_pack_int64(&e->pk, v));
 }
 
 static void s_put_uint(s_enc_t *e, const char *key, uint64_t v)
 {
-    s_key(e, key);
-    if (!e->rc)
+    if (s_key_ok(e, key))
         s_check(e, msgpack_pack_uint64(&e->pk, v));
 }
 
 static void s_put_num(s_enc_t *e, const char *key, double v)
 {
-    s_key(e, key);
-    if (!e->rc)
+    if (s_key_ok(e, key))
         s_check(e, msgpack_pack_double(&e->pk, v));
 }
 
 static void s_put_bool(s_enc_t *e, const char *key, bool v)
 {
-    s_key(e, key);
-    if (!e->rc)
+    if (s_key_ok(e, key))
         s_check(e, v ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk));
 }
 
@@ -123,21 +126,25 @@ static void s_map(s_enc_t *e, size_t n)
         s_check(e, msgpack_pack_map(&e->pk, n));
 }
 
+/* s_key_sized packs key and checks the value that follows: SR_EINVAL when invalid (a NULL
+ * pointer with items, say), SR_ETOOBIG when its n items are more than max. Says whether the value
+ * may follow. */
+static bool s_key_sized(s_enc_t *e, const char *key, bool invalid, size_t n, size_t max)
+{
+    if (!s_key_ok(e, key))
+        return false;
+    if (invalid)
+        e->rc = SR_EINVAL;
+    else if (n > max)
+        e->rc = SR_ETOOBIG;
+    return !e->rc;
+}
+
 /* s_array_head packs an array header after checking the pointer and the limit. */
 static void s_array_head(s_enc_t *e, const char *key, const void *p, size_t n, size_t max)
 {
-    s_key(e, key);
-    if (e->rc)
-        return;
-    if (n > 0 && !p) {
-        e->rc = SR_EINVAL;
-        return;
-    }
-    if (n > max) {
-        e->rc = SR_ETOOBIG;
-        return;
-    }
-    s_check(e, msgpack_pack_array(&e->pk, n));
+    if (s_key_sized(e, key, n > 0 && !p, n, max))
+        s_check(e, msgpack_pack_array(&e->pk, n));
 }
 
 static void s_put_str_array(s_enc_t *e, const char *key, const char *const *a, size_t n,
@@ -159,17 +166,8 @@ static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t
  * words. */
 static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
 {
-    s_key(e, key);
-    if (e->rc)
+    if (!s_key_sized(e, key, n > 0 && !a, n, PROTO_MAX_TOKENS))
         return;
-    if (n > 0 && !a) {
-        e->rc = SR_EINVAL;
-        return;
-    }
-    if (n > PROTO_MAX_TOKENS) {
-        e->rc = SR_ETOOBIG;
-        return;
-    }
     s_check(e, msgpack_pack_bin(&e->pk, n * 4));
     const uint8_t *src = a;
     uint8_t chunk[256];
@@ -191,17 +189,9 @@ static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
  * be a map header followed by at most PROTO_MAX_TASK_DATA bytes in all. */
 static void s_put_raw_map(s_enc_t *e, const char *key, const uint8_t *p, size_t n)
 {
-    s_key(e, key);
-    if (e->rc)
+    bool is_map = p && n > 0 && ((p[0] >= 0x80 && p[0] <= 0x8f) || p[0] == 0xde || p[0] == 0xdf);
+    if (!s_key_sized(e, key, !is_map, n, PROTO_MAX_TASK_DATA))
         return;
-    if (!p || n == 0 || !((p[0] >= 0x80 && p[0] <= 0x8f) || p[0] == 0xde || p[0] == 0xdf)) {
-        e->rc = SR_EINVAL;
-        return;
-    }
-    if (n > PROTO_MAX_TASK_DATA) {
-        e->rc = SR_ETOOBIG;
-        return;
-    }
     s_check(e, e->pk.callback(e->pk.data, (const char *)p, n));
 }
 

@@ -102,6 +102,19 @@ void *sr_xgrow_zero(void *p, size_t *n, size_t index, size_t size)
     return p;
 }
 
+char *sr_xstrdup_max(const char *s, size_t max)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s);
+    if (n >= max) {
+        n = max - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return sr_xstrndup(s, n);
+}
+
 char *sr_xstrndup(const char *s, size_t n)
 {
     char *d = sr_xmalloc(n + 1);
@@ -132,4 +145,30 @@ double sr_median(double *v, size_t n)
         return 0;
     qsort(v, n, sizeof *v, sr_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+int sr_itoa(int v, char out[12])
+{
+    char dig[10];
+    int k = 0, n = 0;
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    do {
+        dig[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[n++] = '-';
+    while (k > 0)
+        out[n++] = dig[--k];
+    return n;
 }

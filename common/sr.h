@@ -52,6 +52,8 @@ void *sr_xcalloc(size_t n, size_t size);
 void *sr_xrealloc(void *p, size_t n);
 char *sr_xstrdup(const char *s);
 char *sr_xstrndup(const char *s, size_t n);
+/* sr_xstrdup_max copies at most max-1 bytes of s (NULL reads as ""), cut on a UTF-8 boundary. */
+char *sr_xstrdup_max(const char *s, size_t max);
 
 /* sr_xgrow_zero returns the array p of *n elements of `size` bytes grown, when it is too short, to
  * hold element `index`: the count doubles (from 64) until it does, the new elements are zeroed and
@@ -68,6 +70,15 @@ int sr_cmp_double(const void *a, const void *b);
 /* sr_median sorts v[0..n) ascending and returns its median (the mean of the two middle values
  * when n is even); 0 when n is 0. */
 double sr_median(double *v, size_t n);
+
+/* sr_itoa writes v in decimal (a '-' first when negative, no NUL) into out and returns the
+ * number of characters, at most 11. */
+int sr_itoa(int v, char out[12]);
+
+/* sr_fnv1a returns the FNV-1a 64 hash of n bytes at p, started from h: SR_FNV1A_BASIS, the
+ * standard offset basis, or the seed of a hash stored somewhere already. */
+#define SR_FNV1A_BASIS 14695981039346656037ULL
+uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h);
 
 #define SELROLL_VERSION "0.1.0"
 #define SELROLL_PROTO_VERSION 1

@@ -551,6 +551,19 @@ int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, .
     return rc;
 }
 
+int store_get_str(store_t *s, const char *key, char **out)
+{
+    *out = NULL;
+    store_reply_t *r = NULL;
+    int rc = store_command(s, STORE_IDEMPOTENT, &r, "GET %s", key);
+    size_t len = 0;
+    const char *v = store_reply_str(r, &len);
+    if (rc == SR_OK && v)
+        *out = sr_xstrndup(v, len);
+    store_reply_free(r);
+    return rc;
+}
+
 /* ---- scripts ------------------------------------------------------------------------------ */
 
 /* s_script_sha sets *sha to the SHA1 of script lua on this store's server, loading the script on

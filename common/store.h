@@ -117,6 +117,10 @@ int store_ping(store_t *s);
  * text in store_errstr, and *out is then NULL. */
 int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, ...);
 
+/* store_get_str runs GET key (idempotent) and sets *out to a copy of the string (the caller
+ * frees it), or NULL when the key holds none. Returns what store_command returns. */
+int store_get_str(store_t *s, const char *key, char **out);
+
 /* store_script runs Lua script `lua` (a string that lives as long as the program: it is cached by
  * its address) with nkeys keys followed by the other arguments in argv[0..argc), binary-safe when
  * lens gives their lengths (lens NULL: C strings). By default it sends EVALSHA with the script's

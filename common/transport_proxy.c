@@ -6,6 +6,7 @@
 #include "common/transport.h"
 
 #include "common/log.h"
+#include "common/sr.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -108,17 +109,6 @@ static int s_forward(transport_proxy_t *p, void *from, void *to, int budget)
     return n;
 }
 
-static uint64_t s_fnv(const void *d, size_t n)
-{
-    const unsigned char *b = d;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 /* s_topic_ok tells whether topic (n bytes) may be subscribed to: not empty, and under a run one
  * of act/<run>/, ctl/<run>/ or evt/<run>/ followed by anything. */
 static int s_topic_ok(const transport_proxy_t *p, const unsigned char *t, size_t n)
@@ -148,7 +138,7 @@ static s_topic_t **s_topic_slot(transport_proxy_t *p, const unsigned char *t, si
 static s_peer_t *s_peer_get(transport_proxy_t *p, const char *key)
 {
     size_t n = strlen(key);
-    uint64_t h = s_fnv(key, n);
+    uint64_t h = sr_fnv1a(key, n, SR_FNV1A_BASIS);
     s_peer_t **pp = &p->peers[h % S_PEER_BUCKETS];
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->hash == h && (*pp)->len == n && memcmp((*pp)->key, key, n) == 0)
@@ -194,7 +184,7 @@ static void s_subscription(transport_proxy_t *p, zmq_msg_t *msg, void *xpub, voi
     }
     const unsigned char *t = d + 1;
     size_t tl = n - 1;
-    uint64_t h = s_fnv(t, tl);
+    uint64_t h = sr_fnv1a(t, tl, SR_FNV1A_BASIS);
     s_topic_t **slot = s_topic_slot(p, t, tl, h);
     if (d[0] == 0) {
         /* A cancel: libzmq's for every topic of a connection that went away (no properties, no

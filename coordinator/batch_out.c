@@ -121,15 +121,22 @@ static void s_free_groups(proto_group_t *groups, size_t n)
     free(groups);
 }
 
+/* s_stats_of returns st, or b's statistics computed into *own when st is NULL. */
+static const batch_stats_t *s_stats_of(const batch_t *b, const batch_stats_t *st,
+                                       batch_stats_t *own)
+{
+    if (st)
+        return st;
+    batch_stats(b, own);
+    return own;
+}
+
 int batch_encode(const batch_t *b, const batch_stats_t *st, sr_buf_t *out)
 {
     if (!b || !out)
         return SR_EINVAL;
     batch_stats_t own;
-    if (!st) {
-        batch_stats(b, &own);
-        st = &own;
-    }
+    st = s_stats_of(b, st, &own);
     proto_stat_t stats[BATCH_STATS_MAX];
     proto_msg_t m;
     proto_group_t *groups = NULL;
@@ -381,10 +388,7 @@ int batch_jsonl_text(const batch_t *b, const batch_stats_t *st, sr_buf_t *out)
     if (!b || !out)
         return SR_EINVAL;
     batch_stats_t own;
-    if (!st) {
-        batch_stats(b, &own);
-        st = &own;
-    }
+    st = s_stats_of(b, st, &own);
     jsonw_t w;
     jsonw_init(&w, out);
     bool f = true;

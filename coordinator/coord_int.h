@@ -40,6 +40,7 @@
 #include "common/peerlimit.h"
 #include "common/prng.h"
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -168,6 +169,7 @@ struct coord {
     metrics_counter_t *m_dispatched, *m_stored, *m_stale, *m_requeued, *m_expired, *m_bad,
         *m_unknown, *m_cancels, *m_cancels_refused, *m_cancels_reannounced, *m_cancels_told,
         *m_subs_refused, *m_pubs_refused, *m_rounds, *m_file_retries, *m_file_failures;
+    proto_rx_t rx_bus; /* a bad bus message: m_bad and a log line */
     metrics_gauge_t *g_bus_topics;
     uint64_t hb_seq; /* heartbeats handled: one CANCEL per group and heartbeat */
     /* Hostile input (docs/security.md): peers ignored after too many malformed messages, and

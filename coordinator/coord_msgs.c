@@ -98,15 +98,9 @@ static void s_bad_message(coord_t *c, const void *id, size_t idlen, const char *
 {
     metrics_counter_inc(c->m_bad);
     log_warn_limited(5, "bad message on the work channel: %s", text);
-    if (peerlimit_error(c->peers, id, idlen, clock_mono_ms())) {
-        metrics_counter_inc(c->m_peer_bans);
-        log_warn_limited(5,
-                         "work channel: ignoring a peer for %d s after more than %d malformed "
-                         "messages in %d s",
-                         PEERLIMIT_DEFAULT_BAN_MS / 1000, PEERLIMIT_DEFAULT_ERRORS,
-                         PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+    if (peerlimit_error_logged(c->peers, id, idlen, clock_mono_ms(), c->m_peer_bans,
+                               "work channel: ", "peer", "messages"))
         return;
-    }
     if (id && idlen)
         ci_send_error(c, id, idlen, "bad_message", text);
 }
@@ -267,25 +261,9 @@ void ci_on_bus(reactor_t *r, void *sock, int revents, void *arg)
     (void)sock;
     (void)revents;
     coord_t *c = arg;
-    transport_msg_t tm;
-    int rc = transport_recv(c->sub, &tm, 0);
-    if (rc == SR_EAGAIN)
-        return;
-    if (rc != SR_OK) {
-        metrics_counter_inc(c->m_bad);
-        return;
-    }
-    size_t len = 0;
-    const void *body = transport_msg_body(&tm, &len);
     proto_msg_t m;
-    proto_err_t perr;
-    if (proto_decode(body, len, &m, &perr) != SR_OK) {
-        char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8];
-        metrics_counter_inc(c->m_bad);
-        log_warn_limited(5, "bad message on the bus: %s", proto_err_text(&perr, text, sizeof text));
-        transport_msg_close(&tm);
+    if (proto_rx_recv(&c->rx_bus, c->sub, 0, &m) != SR_OK)
         return;
-    }
     if (m.type == PROTO_CANCEL && strcmp(m.u.cancel.run, c->cfg.run) == 0 && c->round_active) {
         int gi = coord_sched_find_group(c->sched, m.u.cancel.group);
         if (gi >= 0) {
@@ -297,7 +275,6 @@ void ci_on_bus(reactor_t *r, void *sock, int revents, void *arg)
         }
     }
     proto_msg_clear(&m);
-    transport_msg_close(&tm);
 }
 
 /* ci_on_tick expires leases, forgets actors silent for a lease period and retries dispatch. */

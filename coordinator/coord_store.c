@@ -46,11 +46,11 @@ int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size
     return store_command(s, 0, NULL, "RPUSH %s %b", key, msgpack, len);
 }
 
-int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
-                     const void *msgpack, size_t len, int64_t *final_epoch)
+/* s_result_keys checks a RESULT to put (bytes, job id, epoch) and builds its iteration's results
+ * and final keys into key and fkey (STORE_KEY_MAX bytes each). Returns SR_OK or SR_EINVAL. */
+static int s_result_keys(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                         const void *msgpack, size_t len, char *key, char *fkey)
 {
-    char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
-    store_reply_t *r = NULL;
     if (!s)
         return SR_EINVAL;
     if (!msgpack || !len || !job_id || !*job_id || epoch <= 0) {
@@ -58,7 +58,16 @@ int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t 
         return SR_EINVAL;
     }
     int rc = s_key(s, key, "results", iteration);
-    if (rc || (rc = s_key(s, fkey, "final", iteration)))
+    return rc ? rc : s_key(s, fkey, "final", iteration);
+}
+
+int store_result_put(store_t *s, int64_t iteration, const char *job_id, int64_t epoch,
+                     const void *msgpack, size_t len, int64_t *final_epoch)
+{
+    char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
+    store_reply_t *r = NULL;
+    int rc = s_result_keys(s, iteration, job_id, epoch, msgpack, len, key, fkey);
+    if (rc)
         return rc;
     snprintf(ep, sizeof ep, "%" PRId64, epoch);
     const char *argv[] = {key, fkey, job_id, ep, msgpack};
@@ -85,14 +94,8 @@ int store_result_put_pipe(store_t *s, int64_t iteration, const char *job_id, int
                           const void *msgpack, size_t len)
 {
     char key[STORE_KEY_MAX], fkey[STORE_KEY_MAX], ep[32];
-    if (!s)
-        return SR_EINVAL;
-    if (!msgpack || !len || !job_id || !*job_id || epoch <= 0) {
-        store_set_err(s, "store: empty result, job id or epoch");
-        return SR_EINVAL;
-    }
-    int rc = s_key(s, key, "results", iteration);
-    if (rc || (rc = s_key(s, fkey, "final", iteration)))
+    int rc = s_result_keys(s, iteration, job_id, epoch, msgpack, len, key, fkey);
+    if (rc)
         return rc;
     int epl = snprintf(ep, sizeof ep, "%" PRId64, epoch);
     char nk[] = "2";
@@ -270,17 +273,9 @@ int coord_store_record_put(store_t *s, coord_record_t kind, int64_t it, const ch
 int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **json)
 {
     char key[STORE_KEY_MAX];
-    store_reply_t *r = NULL;
     *json = NULL;
     int rc = s_record_key(s, key, kind, it);
-    if (rc == SR_OK)
-        rc = store_command(s, STORE_IDEMPOTENT, &r, "GET %s", key);
-    size_t len = 0;
-    const char *v = store_reply_str(r, &len);
-    if (rc == SR_OK && v)
-        *json = sr_xstrndup(v, len);
-    store_reply_free(r);
-    return rc;
+    return rc == SR_OK ? store_get_str(s, key, json) : rc;
 }
 
 /* ---- the gate's fields of a group hash ---------------------------------------------------- */

@@ -23,6 +23,16 @@ static const char *s_keep(coord_train_t *t, const char *s)
     return t->strs[t->nstrs++];
 }
 
+bool ct_failed(coord_train_t *t, const fail_tally_t *f, int64_t total, double max_share,
+               const char *what)
+{
+    char why[512];
+    if (!fail_tally_verdict(f, total, max_share, what, why, sizeof why))
+        return false;
+    t->L.fail_run(t->L.ctx, why);
+    return true;
+}
+
 /* ---- driver callbacks --------------------------------------------------------------------- */
 
 /* s_total reads one number of a stored JSON object (0 when absent). */
@@ -166,6 +176,8 @@ static int s_attach_local(coord_train_t *t)
     char e[256];
     t->push = transport_sock_new(t->L.zctx, ZMQ_PUSH, NULL, e, sizeof e);
     t->pull = t->push ? transport_sock_new(t->L.zctx, ZMQ_PULL, NULL, e, sizeof e) : NULL;
+    proto_rx_init(&t->rx_ack, NULL, NULL,
+                  "trainer channel: ignored a message that does not decode; still waiting");
     if (!t->push || !t->pull) {
         log_error("trainer channel: %s", e);
         return SR_EIO;
@@ -248,13 +260,10 @@ static void s_ended(void *arg, coord_t *c, int64_t round, const coord_round_summ
 {
     coord_train_t *t = arg;
     if (t->round_eval) {
-        char what[96], why[512];
+        char what[96];
         snprintf(what, sizeof what, "held-out evaluation at iteration %lld", (long long)t->it);
-        if (fail_tally_verdict(&sum->errors, sum->results, t->L.max_failed_share, what, why,
-                               sizeof why)) {
-            t->L.fail_run(t->L.ctx, why);
+        if (ct_failed(t, &sum->errors, sum->results, t->L.max_failed_share, what))
             return;
-        }
         ct_eval_ended(t, round, sum->results_in_order);
     } else if (t->batch) {
         fail_tally_merge(&t->it_fails, &sum->errors);

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/prng.h"
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
@@ -73,6 +74,7 @@ struct coord_train {
     coord_link_t L; /* what it may ask of the coordinator (s_link, before the first plan) */
     void *zctx;
     transport_sock_t *push, *pull;
+    proto_rx_t rx_ack; /* a malformed message on pull: logged (acks_ignored counts it) */
     bool attached;
     bool attaching; /* the run's state is being read on the store thread (s_attach_work) */
 
@@ -142,6 +144,11 @@ void ct_train_ended(coord_train_t *t, int64_t round);
 void ct_send_batch(coord_train_t *t);
 void ct_on_ack(reactor_t *r, void *sock, int revents, void *arg);
 void ct_reg_urls_free(coord_train_t *t);
+
+/* coord_train.c: ct_failed fails the run when the failures in f of total trajectories trip
+ * max_share (fail_tally_verdict; the stop line names what) and says whether it did. */
+bool ct_failed(coord_train_t *t, const fail_tally_t *f, int64_t total, double max_share,
+               const char *what);
 
 /* coord_train_eval.c */
 void ct_eval_stored(coord_train_t *t, const proto_msg_t *m);

@@ -230,13 +230,10 @@ static void s_greso_done(int rc, const char *err, void *arg)
  * the JSONL copy, and the BATCH to the trainer. */
 static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 {
-    char what[64], why[512];
+    char what[64];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
-    if (fail_tally_verdict(&t->it_fails, t->it_results, t->L.max_failed_share, what, why,
-                           sizeof why)) {
-        t->L.fail_run(t->L.ctx, why);
+    if (ct_failed(t, &t->it_fails, t->it_results, t->L.max_failed_share, what))
         return;
-    }
     s_greso_req_t *gq = sr_xcalloc(1, sizeof *gq);
     gq->t = t;
     gq->it = t->it;
@@ -414,13 +411,11 @@ static void s_wave_done(int rc, const char *err, void *arg)
 
 void ct_train_ended(coord_train_t *t, int64_t round)
 {
-    char what[64], why[512];
+    char what[64];
     snprintf(what, sizeof what, "iteration %lld", (long long)t->it);
     /* every trajectory of the iteration so far failed: no backfill wave will change that */
-    if (fail_tally_verdict(&t->it_fails, t->it_results, 1.0, what, why, sizeof why)) {
-        t->L.fail_run(t->L.ctx, why);
+    if (ct_failed(t, &t->it_fails, t->it_results, 1.0, what))
         return;
-    }
     s_wave_req_t *q = sr_xcalloc(1, sizeof *q);
     q->t = t;
     q->round = round;

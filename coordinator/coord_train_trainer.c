@@ -229,27 +229,19 @@ void ct_on_ack(reactor_t *r, void *sock, int revents, void *arg)
     (void)sock;
     (void)revents;
     coord_train_t *t = arg;
-    transport_msg_t tm;
-    if (transport_recv(t->pull, &tm, 0) != SR_OK)
-        return;
-    size_t len = 0;
-    const void *body = transport_msg_body(&tm, &len);
     proto_msg_t m;
-    proto_err_t perr;
-    int rc = proto_decode(body, len, &m, &perr);
-    transport_msg_close(&tm);
-    if (rc != SR_OK || m.type != PROTO_WEIGHTS_READY) {
-        char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8] = "";
-        if (rc != SR_OK)
-            proto_err_text(&perr, text, sizeof text);
-        else
-            snprintf(text, sizeof text, "%s instead of WEIGHTS_READY", proto_type_name(m.type));
+    int rc = proto_rx_recv(&t->rx_ack, t->pull, 0, &m);
+    if (rc == SR_EPROTO)
         t->st.acks_ignored++;
-        log_warn_limited(5, "trainer channel: ignored a message that is not a WEIGHTS_READY (%s); "
-                            "still waiting",
-                         text);
-        if (rc == SR_OK)
-            proto_msg_clear(&m);
+    if (rc != SR_OK)
+        return;
+    if (m.type != PROTO_WEIGHTS_READY) {
+        t->st.acks_ignored++;
+        log_warn_limited(5,
+                         "trainer channel: ignored a message that is not a WEIGHTS_READY (%s "
+                         "instead of WEIGHTS_READY); still waiting",
+                         proto_type_name(m.type));
+        proto_msg_clear(&m);
         return;
     }
     const proto_weights_ready_t *w = &m.u.weights_ready;

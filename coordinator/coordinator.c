@@ -261,6 +261,7 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
                                    "Leases that ran out before a RESULT.", NULL);
     c->m_bad = metrics_counter(c->metrics, "selroll_coord_bad_messages_total",
                                "Malformed messages on the work channel and the bus.", NULL);
+    proto_rx_init(&c->rx_bus, c->m_bad, NULL, "bad message on the bus");
     c->m_unknown = metrics_counter(c->metrics, "selroll_coord_unknown_actor_total",
                                    "Messages from actors that had not said HELLO.", NULL);
     c->m_cancels = metrics_counter(c->metrics, "selroll_coord_cancels_total",

@@ -200,10 +200,8 @@ int coordinator_main(int argc, char **argv)
                             "the bus proxy.",
                  .options = opts};
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (rc != CFG_GO_ON)
         return rc;
-    }
     int exit_code = 0;
     const char *servers[64];
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;
@@ -380,15 +378,10 @@ int coordinator_main(int argc, char **argv)
             log_warn("the dashboard is served beyond loopback without --http-token");
     }
     s_running = c;
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    sr_cmd_stop_t stop = {0};
+    sr_cmd_catch_stop(&stop, s_on_signal);
     rc = coord_run(c);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    sr_cmd_release_stop(&stop);
     s_running = NULL;
     if (rc != SR_OK) {
         fprintf(stderr, "selroll coordinator: %s\n", coord_errstr(c));

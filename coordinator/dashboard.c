@@ -127,28 +127,17 @@ static void s_on_cancel(dashboard_t *d, const proto_cancel_t *m)
 static void s_drain(dashboard_t *d, int max)
 {
     for (int n = 0; n < max; n++) {
-        transport_msg_t tm;
-        int rc = transport_recv(d->sub, &tm, 0);
-        if (rc == SR_EAGAIN)
-            return;
-        if (rc != SR_OK) {
-            metrics_counter_inc(d->m_bad);
-            return;
-        }
-        size_t len = 0;
-        const void *body = transport_msg_body(&tm, &len);
         proto_msg_t m;
-        proto_err_t perr;
-        if (proto_decode(body, len, &m, &perr) == SR_OK) {
-            if (m.type == PROTO_ACTION && strcmp(m.u.action.run, coord_run_name(d->c)) == 0)
-                s_on_action(d, &m.u.action);
-            else if (m.type == PROTO_CANCEL && strcmp(m.u.cancel.run, coord_run_name(d->c)) == 0)
-                s_on_cancel(d, &m.u.cancel);
-            proto_msg_clear(&m);
-        } else {
-            metrics_counter_inc(d->m_bad);
-        }
-        transport_msg_close(&tm);
+        int rc = proto_rx_recv(&d->rx, d->sub, 0, &m);
+        if (rc == SR_EPROTO)
+            continue;
+        if (rc != SR_OK)
+            return;
+        if (m.type == PROTO_ACTION && strcmp(m.u.action.run, coord_run_name(d->c)) == 0)
+            s_on_action(d, &m.u.action);
+        else if (m.type == PROTO_CANCEL && strcmp(m.u.cancel.run, coord_run_name(d->c)) == 0)
+            s_on_cancel(d, &m.u.cancel);
+        proto_msg_clear(&m);
     }
 }
 
@@ -407,6 +396,7 @@ static void s_metrics(dashboard_t *d, metrics_registry_t *reg)
                                      "Bytes of snapshots written to event streams.", NULL);
     d->m_bad = metrics_counter(reg, "selroll_dashboard_bad_messages_total",
                                "Bus messages the dashboard could not read.", NULL);
+    proto_rx_init(&d->rx, d->m_bad, NULL, "dashboard: bad message on the bus");
     double bounds[DASH_BINS];
     for (int i = 0; i < DASH_BINS; i++)
         bounds[i] = (double)(i + 1) / DASH_BINS;

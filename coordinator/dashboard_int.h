@@ -10,6 +10,7 @@
 
 #include "common/http_srv.h"
 #include "common/metrics.h"
+#include "common/proto_rx.h"
 #include "common/store.h"
 #include "common/store_group.h"
 #include "common/store_reg.h"
@@ -130,6 +131,7 @@ struct dashboard {
         *g_heldout, *g_zv, *g_dilution, *g_iter_wall, *g_sse_clients, *g_redis_up,
         *g_audit_precision;
     metrics_counter_t *m_actions, *m_lost, *m_spent, *m_sse_bytes, *m_bad;
+    proto_rx_t rx; /* a bad bus message: m_bad and a log line */
     metrics_histogram_t *h_div;
 };
 

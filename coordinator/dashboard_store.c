@@ -139,15 +139,7 @@ int dashboard_store_snapshot(store_t *st, const char *text, size_t len, int64_t 
 int dashboard_store_snapshot_get(store_t *st, char **json)
 {
     char key[S_KEY_MAX];
-    store_reply_t *r = NULL;
     *json = NULL;
     int rc = s_key_snapshot(st, key);
-    if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, &r, "GET %s", key);
-    size_t len = 0;
-    const char *v = store_reply_str(r, &len);
-    if (rc == SR_OK && v)
-        *json = sr_xstrndup(v, len);
-    store_reply_free(r);
-    return rc;
+    return rc == SR_OK ? store_get_str(st, key, json) : rc;
 }

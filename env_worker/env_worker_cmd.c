@@ -53,9 +53,7 @@ int env_worker_main(int argc, char **argv)
          .max = 600000, .help = "registry refresh period; the entry lives 3 periods"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},
-        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
-         .metavar = "PORT|HOST:PORT",
-         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
+        CFG_OPT_METRICS_PORT(&o.metrics_port),
         {0},
     };
     cfg_t cfg = {.command = "env-worker",
@@ -67,10 +65,8 @@ int env_worker_main(int argc, char **argv)
     char err[512] = "";
 
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        code = rc;
-        goto cleanup;
-    }
+    if (rc != CFG_GO_ON)
+        return rc;
     log_set_role("env-worker");
     log_set_level((log_level_t)o.level);
 
@@ -105,9 +101,7 @@ int env_worker_main(int argc, char **argv)
         fprintf(stderr, "selroll env-worker: %s\n", err);
         goto cleanup;
     }
-    if (o.metrics_port &&
-        !(http = http_srv_serve_metrics(o.metrics_port, envw_metrics(w), err, sizeof err))) {
-        fprintf(stderr, "selroll env-worker: --metrics-port: %s\n", err);
+    if (!sr_cmd_metrics("env-worker", o.metrics_port, envw_metrics(w), &http)) {
         code = 2;
         goto cleanup;
     }

@@ -391,11 +391,18 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s_reply_obs(w, id, idlen, q->rid, q->session, &obs, true);
 }
 
-static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_step_t *q)
+/* s_session_of finds the session the client (routing identity id) calls name; NULL when it holds
+ * none of that name. */
+static envw_session_t *s_session_of(envw_t *w, const uint8_t *id, size_t idlen, const char *name)
 {
     uint8_t key[1 + ENVW_IDENTITY_MAX + PROTO_MAX_ID + 1];
-    size_t keylen = envw_sessions_key(key, id, idlen, q->session);
-    envw_session_t *s = envw_sessions_find(w, key, keylen, envw_sessions_hash(key, keylen));
+    size_t keylen = envw_sessions_key(key, id, idlen, name);
+    return envw_sessions_find(w, key, keylen, envw_sessions_hash(key, keylen));
+}
+
+static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_step_t *q)
+{
+    envw_session_t *s = s_session_of(w, id, idlen, q->session);
     if (!s) {
         s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_UNKNOWN_SESSION, q->session,
                       "no session '%s' (never reset, closed, or dropped after being idle)",
@@ -431,9 +438,7 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
 
 static void s_on_close(envw_t *w, const uint8_t *id, size_t idlen, const proto_close_t *q)
 {
-    uint8_t key[1 + ENVW_IDENTITY_MAX + PROTO_MAX_ID + 1];
-    size_t keylen = envw_sessions_key(key, id, idlen, q->session);
-    envw_session_t *s = envw_sessions_find(w, key, keylen, envw_sessions_hash(key, keylen));
+    envw_session_t *s = s_session_of(w, id, idlen, q->session);
     if (!s) {
         s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_UNKNOWN_SESSION, q->session,
                       "no session '%s' to close", q->session);
@@ -486,15 +491,9 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
         return;
     }
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
-        if (peerlimit_error(w->peers, id, idlen, clock_mono_ms())) {
-            metrics_counter_inc(w->m_peer_bans);
-            log_warn_limited(5,
-                             "ignoring a client for %d s after more than %d malformed "
-                             "requests in %d s",
-                             PEERLIMIT_DEFAULT_BAN_MS / 1000, PEERLIMIT_DEFAULT_ERRORS,
-                             PEERLIMIT_DEFAULT_WINDOW_MS / 1000);
+        if (peerlimit_error_logged(w->peers, id, idlen, clock_mono_ms(), w->m_peer_bans, "",
+                                   "client", "requests"))
             return;
-        }
         s_on_bad_decode(w, id, idlen, body, len, &perr);
         return;
     }

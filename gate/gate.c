@@ -23,6 +23,7 @@
 #include "gate/gate_int.h"
 
 #include "common/editdist.h"
+#include "common/sr.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,13 +32,7 @@
 
 uint64_t gi_fnv1a(const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    uint64_t h = 14695981039346656037ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return sr_fnv1a(p, n, SR_FNV1A_BASIS);
 }
 
 void gate_cfg_init(gate_cfg_t *c)

@@ -101,9 +101,7 @@ int gate_main(int argc, char **argv)
          .help = "exit 1 when the coordinator does not answer HELLO in time (0 = wait)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
          .def = "info", .help = "most verbose level logged"},
-        {.name = "metrics-port", .kind = CFG_STRING, .dst = &o.metrics_port,
-         .metavar = "PORT|HOST:PORT",
-         .help = "serve /metrics and /health here (a bare port listens on 127.0.0.1)"},
+        CFG_OPT_METRICS_PORT(&o.metrics_port),
         {0},
     };
     cfg_t cfg = {.command = "gate",
@@ -114,10 +112,8 @@ int gate_main(int argc, char **argv)
     gate_svc_t *svc = NULL;
     http_srv_t *http = NULL;
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        code = rc;
-        goto cleanup;
-    }
+    if (rc != CFG_GO_ON)
+        return rc;
     log_set_role("gate");
     log_set_level((log_level_t)o.log_level);
 
@@ -193,9 +189,7 @@ int gate_main(int argc, char **argv)
              "shard %s",
              o.run, gate_mode_name(c.gate.mode), gate_rule_name(c.gate.rule), o.shadow_rules,
              c.gate.k, c.gate.threshold, c.gate.t_high, o.shard);
-    if (o.metrics_port && !(http = http_srv_serve_metrics(o.metrics_port, gate_svc_metrics(svc),
-                                                          err, sizeof err))) {
-        fprintf(stderr, "selroll gate: --metrics-port: %s\n", err);
+    if (!sr_cmd_metrics("gate", o.metrics_port, gate_svc_metrics(svc), &http)) {
         code = 2;
         goto cleanup;
     }

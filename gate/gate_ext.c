@@ -18,20 +18,22 @@ int gi_plan(gate_t *g)
 {
     const gate_rules_cfg_t *rc = &g->cfg.rules;
     bool need_model = false;
+    /* The checkpoints of every rule that plays (none of one that does not), sorted into g->cps
+     * without repeats; then each rule's mask of the indices its steps took there. */
+    int steps[GATE_RULE_COUNT][GATE_MAX_CHECKPOINTS], nsteps[GATE_RULE_COUNT] = {0};
     for (int r = 0; r < GATE_RULE_COUNT; r++) {
         if (!(g->play & (1u << r)))
             continue;
-        int steps[GATE_MAX_CHECKPOINTS];
-        int n = gate_rule_steps((gate_rule_t)r, rc, g->cfg.k, steps);
+        int n = nsteps[r] = gate_rule_steps((gate_rule_t)r, rc, g->cfg.k, steps[r]);
         for (int i = 0; i < n; i++) {
             int j = 0;
-            while (j < g->ncps && g->cps[j] < steps[i])
+            while (j < g->ncps && g->cps[j] < steps[r][i])
                 j++;
-            if (j < g->ncps && g->cps[j] == steps[i])
+            if (j < g->ncps && g->cps[j] == steps[r][i])
                 continue;
             SR_ASSERT(g->ncps < GI_MAX_CPS);
             memmove(g->cps + j + 1, g->cps + j, (size_t)(g->ncps - j) * sizeof *g->cps);
-            g->cps[j] = steps[i];
+            g->cps[j] = steps[r][i];
             g->ncps++;
         }
         if (r == GATE_RULE_LEARNED || (r == GATE_RULE_AUDIT && rc->audit_base == GATE_RULE_LEARNED))
@@ -39,18 +41,11 @@ int gi_plan(gate_t *g)
         if (r == GATE_RULE_LEARNED || r == GATE_RULE_AUDIT || r == GATE_RULE_KEEP_TWO)
             g->outcomes = true;
     }
-    for (int r = 0; r < GATE_RULE_COUNT; r++) {
-        if (!(g->play & (1u << r)))
-            continue;
-        int steps[GATE_MAX_CHECKPOINTS];
-        int n = gate_rule_steps((gate_rule_t)r, rc, g->cfg.k, steps);
-        for (int i = 0; i < n; i++) {
-            for (int j = 0; j < g->ncps; j++) {
-                if (g->cps[j] == steps[i])
+    for (int r = 0; r < GATE_RULE_COUNT; r++)
+        for (int i = 0; i < nsteps[r]; i++)
+            for (int j = 0; j < g->ncps; j++)
+                if (g->cps[j] == steps[r][i])
                     g->wants[r] |= 1u << j;
-            }
-        }
-    }
     g->H = g->cps[g->ncps - 1] > g->cfg.k ? g->cps[g->ncps - 1] : g->cfg.k;
     if (need_model) {
         g->model = gate_learned_new(g->cfg.learned_capacity);
@@ -230,13 +225,19 @@ static void s_primary(gate_t *g, gi_group_t *grp, const gate_features_t *f, gate
     g->st.decisions++;
 }
 
+/* s_event_init zeroes e and gives it its kind and the group's id and task. */
+static void s_event_init(gate_event_t *e, gate_event_kind_t kind, const gi_group_t *grp)
+{
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    snprintf(e->group, sizeof e->group, "%s", grp->gid);
+    snprintf(e->task, sizeof e->task, "%s", grp->task ? grp->task : "");
+}
+
 static void s_emit_record(gate_t *g, gi_group_t *grp)
 {
     gate_event_t e;
-    memset(&e, 0, sizeof e);
-    e.kind = GATE_EVENT_RULES;
-    snprintf(e.group, sizeof e.group, "%s", grp->gid);
-    snprintf(e.task, sizeof e.task, "%s", grp->task ? grp->task : "");
+    s_event_init(&e, GATE_EVENT_RULES, grp);
     e.rules = g->play;
     memcpy(e.verdicts, grp->v, sizeof e.verdicts);
     e.audited = grp->audited && grp->v[GATE_RULE_AUDIT].cut;
@@ -250,10 +251,7 @@ static void s_emit_record(gate_t *g, gi_group_t *grp)
 static void s_outcome(gate_t *g, gi_group_t *grp)
 {
     gate_event_t e;
-    memset(&e, 0, sizeof e);
-    e.kind = GATE_EVENT_OUTCOME;
-    snprintf(e.group, sizeof e.group, "%s", grp->gid);
-    snprintf(e.task, sizeof e.task, "%s", grp->task ? grp->task : "");
+    s_event_init(&e, GATE_EVENT_OUTCOME, grp);
     int ended = 0;
     double lo = 0, hi = 0, sum = 0;
     for (int t = 0; t < grp->G; t++) {

@@ -121,29 +121,10 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
 {
     gate_svc_t *s = arg;
-    transport_msg_t m;
-    int rc = transport_recv(s->sub, &m, 0);
-    if (rc == SR_EAGAIN)
-        return;
-    if (rc != SR_OK) {
-        metrics_counter_inc(s->m_bad);
-        log_warn_limited(5, "gate: bus message dropped: %s", sr_strerror(rc));
-        return;
-    }
-    int64_t recv_us = clock_mono_us();
-    size_t len = 0;
-    const void *body = transport_msg_body(&m, &len);
     proto_msg_t msg;
-    proto_err_t perr;
-    rc = proto_decode(body, len, &msg, &perr);
-    transport_msg_close(&m);
-    if (rc != SR_OK) {
-        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
-        metrics_counter_inc(s->m_bad);
-        log_warn_limited(5, "gate: bad bus message (%zu bytes): %s", len,
-                         proto_err_text(&perr, why, sizeof why));
+    if (proto_rx_recv(&s->rx_bus, s->sub, 0, &msg) != SR_OK)
         return;
-    }
+    int64_t recv_us = clock_mono_us();
     if (msg.type == PROTO_ACTION) {
         metrics_counter_inc(s->m_actions);
         s_handle_action(s, &msg.u.action, recv_us);
@@ -271,27 +252,9 @@ static void s_on_welcome(gate_svc_t *s, const proto_welcome_t *w)
 static void s_on_work(reactor_t *r, void *zsock, int revents, void *arg)
 {
     gate_svc_t *s = arg;
-    transport_msg_t m;
-    int rc = transport_recv(s->work, &m, 0);
-    if (rc == SR_EAGAIN)
-        return;
-    if (rc != SR_OK) {
-        metrics_counter_inc(s->m_bad);
-        return;
-    }
-    size_t len = 0;
-    const void *body = transport_msg_body(&m, &len);
     proto_msg_t msg;
-    proto_err_t perr;
-    rc = proto_decode(body, len, &msg, &perr);
-    transport_msg_close(&m);
-    if (rc != SR_OK) {
-        char why[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 4];
-        metrics_counter_inc(s->m_bad);
-        log_warn_limited(5, "gate: bad message from the coordinator: %s",
-                         proto_err_text(&perr, why, sizeof why));
+    if (proto_rx_recv(&s->rx_work, s->work, 0, &msg) != SR_OK)
         return;
-    }
     if (msg.type == PROTO_WELCOME) {
         s_on_welcome(s, &msg.u.welcome);
     } else if (msg.type == PROTO_ERROR) {
@@ -383,6 +346,8 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
                                    "ACTIONs received on the bus.", NULL);
     s->m_bad = metrics_counter(s->metrics, "selroll_gate_bad_messages_total",
                                "Undecodable or unexpected messages.", NULL);
+    proto_rx_init(&s->rx_bus, s->m_bad, NULL, "gate: bad bus message");
+    proto_rx_init(&s->rx_work, s->m_bad, NULL, "gate: bad message from the coordinator");
     s->m_refused = metrics_counter(s->metrics, "selroll_gate_refused_total",
                                    "ACTIONs refused as invalid.", NULL);
     s->m_decisions = metrics_counter(s->metrics, "selroll_gate_decisions_total",

@@ -9,6 +9,7 @@
 
 #include "common/metrics.h"
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/reactor.h"
 #include "common/store.h"
 #include "common/store_group.h"
@@ -90,6 +91,7 @@ struct gate_svc {
     metrics_histogram_t *m_latency;
     metrics_gauge_t *m_audit_precision;
     metrics_counter_t *m_records, *m_outcomes;
+    proto_rx_t rx_bus, rx_work; /* a bad message: m_bad and a log line */
     int64_t latency_max_us; /* atomic */
 };
 

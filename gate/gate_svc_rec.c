@@ -79,6 +79,16 @@ static bool s_redis_state(gate_svc_t *s, const gate_job_t *j, int rc, const char
     return true;
 }
 
+/* s_done_begin opens a completion: it follows Redis's state (s_redis_state) and returns the job's
+ * service, or NULL when the gate stops on it (the job is then freed). */
+static gate_svc_t *s_done_begin(gate_job_t *j, int rc, const char *err)
+{
+    if (s_redis_state(j->svc, j, rc, err))
+        return j->svc;
+    gate_rec_job_free(j);
+    return NULL;
+}
+
 static void s_submit(gate_svc_t *s, gate_job_t *j);
 static storeq_work_fn s_work_start;
 static storeq_done_fn s_done_start;
@@ -140,11 +150,9 @@ static int s_work_transition(store_t *st, void *arg, char *err)
 static void s_done_transition(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    if (!s_redis_state(s, j, rc, err)) {
-        gate_rec_job_free(j);
+    gate_svc_t *s = s_done_begin(j, rc, err);
+    if (!s)
         return;
-    }
     if (rc != SR_OK) {
         if (!s_retry_later(s, j, rc)) {
             s_record_failed(s, &j->d, rc, err);
@@ -173,16 +181,15 @@ static int s_work_annotate(store_t *st, void *arg, char *err)
 static void s_done_annotate(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
-    if (!s_redis_state(j->svc, j, rc, err)) {
-        gate_rec_job_free(j);
+    gate_svc_t *s = s_done_begin(j, rc, err);
+    if (!s)
         return;
-    }
-    if (rc != SR_OK && s_retry_later(j->svc, j, rc))
+    if (rc != SR_OK && s_retry_later(s, j, rc))
         return;
     if (rc == SR_OK)
-        metrics_counter_inc(j->svc->m_recorded);
+        metrics_counter_inc(s->m_recorded);
     else
-        s_record_failed(j->svc, &j->d, rc, err);
+        s_record_failed(s, &j->d, rc, err);
     gate_rec_job_free(j);
 }
 
@@ -206,11 +213,9 @@ static int s_work_other(store_t *st, void *arg, char *err)
 static void s_done_other(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    if (!s_redis_state(s, j, rc, err)) {
-        gate_rec_job_free(j);
+    gate_svc_t *s = s_done_begin(j, rc, err);
+    if (!s)
         return;
-    }
     /* Rule records are idempotent (HSET): tried again. An outcome is not (its example is an
      * RPUSH) and a history read is only useful now: neither is. */
     if (rc != SR_OK && j->kind == GATE_JOB_RULES && s_retry_later(s, j, rc))
@@ -352,11 +357,9 @@ static int s_work_start(store_t *st, void *arg, char *err)
 static void s_done_start(int rc, const char *err, void *arg)
 {
     gate_job_t *j = arg;
-    gate_svc_t *s = j->svc;
-    if (!s_redis_state(s, j, rc, err)) {
-        gate_rec_job_free(j);
+    gate_svc_t *s = s_done_begin(j, rc, err);
+    if (!s)
         return;
-    }
     if (rc != SR_OK) {
         if (s_retry_later(s, j, rc))
             return;

@@ -292,10 +292,8 @@ int policy_server_main(int argc, char **argv)
                             "an inference-engine cost model (docs/policy.md).",
                  .options = opts};
     int prc = cfg_parse_command(&cfg, argc, argv);
-    if (prc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (prc != CFG_GO_ON)
         return prc;
-    }
     char host[64];
     {
         const char *colon = strrchr(listen, ':');

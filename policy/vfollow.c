@@ -8,6 +8,7 @@
 #include "policy/vfollow.h"
 
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/sr.h"
 #include "common/transport.h"
 
@@ -27,6 +28,7 @@ struct vfollow {
     transport_sock_t *sub;
     char run[128];
     uint64_t bad;
+    proto_rx_t rx;      /* counts a malformed message in bad */
     uint64_t reported;  /* switches vfollow_poll reported */
     int64_t asked;      /* the last version asked for, -1 = none */
     s_shared_t *sh;
@@ -69,6 +71,7 @@ vfollow_t *vfollow_new(policy_server_t *srv, void *zmq_ctx, const char *endpoint
     atomic_init(&f->sh->refused, 0);
     atomic_init(&f->sh->refs, 1);
     snprintf(f->run, sizeof f->run, "%s", run);
+    proto_rx_init(&f->rx, NULL, &f->bad, NULL);
     f->sub = transport_sock_new(zmq_ctx, ZMQ_SUB, NULL, err, errlen);
     if (!f->sub)
         goto fail;
@@ -104,30 +107,18 @@ int vfollow_poll(vfollow_t *f, int wait_ms)
 {
     if (!f)
         return SR_EINVAL;
-    transport_msg_t m;
-    int rc = transport_recv(f->sub, &m, wait_ms);
-    if (rc == SR_EAGAIN)
+    proto_msg_t msg;
+    int rc = proto_rx_recv(&f->rx, f->sub, wait_ms, &msg);
+    if (rc == SR_EAGAIN || rc == SR_EPROTO)
         return s_reported(f);
-    if (rc == SR_EPROTO) {
-        f->bad++;
-        return s_reported(f);
-    }
     if (rc != SR_OK)
         return rc;
-    size_t len = 0;
-    const void *body = transport_msg_body(&m, &len);
-    proto_msg_t msg;
-    proto_err_t perr;
-    if (proto_decode(body, len, &msg, &perr) != SR_OK) {
-        f->bad++;
-        goto cleanup;
-    }
     if (msg.type != PROTO_POLICY_VERSION || !msg.u.policy_version.run ||
         strcmp(msg.u.policy_version.run, f->run) != 0 || msg.u.policy_version.version < 0 ||
         msg.u.policy_version.version > UINT32_MAX) {
         f->bad++;
         proto_msg_clear(&msg);
-        goto cleanup;
+        return s_reported(f);
     }
     uint32_t v = (uint32_t)msg.u.policy_version.version;
     proto_msg_clear(&msg);
@@ -135,7 +126,7 @@ int vfollow_poll(vfollow_t *f, int wait_ms)
      * for is not asked again; otherwise the one served is not. */
     bool in_flight = atomic_load(&f->sh->refs) > 1;
     if (in_flight ? (int64_t)v == f->asked : v == policy_server_version(f->srv))
-        goto cleanup;
+        return s_reported(f);
     atomic_fetch_add(&f->sh->refs, 1);
     int src = policy_server_set_version_async(f->srv, v, s_switched, f->sh);
     if (src == SR_OK) {
@@ -145,9 +136,6 @@ int vfollow_poll(vfollow_t *f, int wait_ms)
         atomic_fetch_add(&f->sh->refused, 1);
         fprintf(stderr, "policy-server: POLICY_VERSION %u not applied: %s\n", v, sr_strerror(src));
     }
-
-cleanup:
-    transport_msg_close(&m);
     return s_reported(f);
 }
 

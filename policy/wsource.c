@@ -3,6 +3,7 @@
  */
 #include "policy/wsource.h"
 
+#include "common/afile.h"
 #include "common/sr.h"
 #include "common/store.h"
 #include "common/store_policy.h"
@@ -53,38 +54,7 @@ static int s_dir_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/weights-v%u.bin", (const char *)ctx, version);
-    int rc = SR_OK;
-    uint8_t *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return errno == ENOENT ? SR_ENOTFOUND : sr_from_errno(errno);
-    if (fseek(f, 0, SEEK_END) != 0) {
-        rc = SR_EIO;
-        goto cleanup;
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (64L << 20)) {
-        rc = n < 0 ? SR_EIO : SR_ETOOBIG;
-        goto cleanup;
-    }
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    if (!buf) {
-        rc = SR_ENOMEM;
-        goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        rc = SR_EIO;
-        goto cleanup;
-    }
-    *blob = buf;
-    *len = (size_t)n;
-    buf = NULL;
-
-cleanup:
-    free(buf);
-    fclose(f);
-    return rc;
+    return afile_read(path, 64u << 20, (char **)blob, len, NULL, 0);
 }
 
 static const wsource_ops_t S_DIR_OPS = {.name = "dir", .fetch = s_dir_fetch, .destroy = free};

@@ -103,6 +103,36 @@ static void append_adds_lines_in_order(void **state)
     s_rmrf(dir);
 }
 
+static void read_returns_the_whole_file_or_says_why_not(void **state)
+{
+    (void)state;
+    char dir[64], path[128], why[128] = "";
+    s_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(afile_read(path, 100, &text, &n, why, sizeof why), SR_ENOTFOUND);
+    assert_null(text);
+    assert_string_equal(why, "No such file or directory");
+    /* 10,000 bytes: more than the first chunk of a stream, exactly the limit. */
+    char big[10000];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(afile_replace(path, big, sizeof big, NULL, 0), SR_OK);
+    assert_int_equal(afile_read(path, sizeof big, &text, &n, why, sizeof why), SR_OK);
+    assert_int_equal(n, sizeof big);
+    assert_memory_equal(text, big, sizeof big);
+    assert_int_equal(text[n], '\0');
+    free(text);
+    assert_int_equal(afile_read(path, sizeof big - 1, &text, NULL, why, sizeof why), SR_ETOOBIG);
+    assert_null(text);
+    assert_string_equal(why, "larger than 9999 bytes");
+    /* A file whose size stat does not know (procfs says 0) is read in chunks. */
+    assert_int_equal(afile_read("/proc/self/status", 1 << 20, &text, &n, NULL, 0), SR_OK);
+    assert_true(n > 0 && strlen(text) == n);
+    free(text);
+    s_rmrf(dir);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -110,6 +140,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(replace_fails_with_a_reason_when_a_file_is_in_the_folders_way),
         cmocka_unit_test(replace_keeps_the_old_file_when_the_rename_fails),
         cmocka_unit_test(append_adds_lines_in_order),
+        cmocka_unit_test(read_returns_the_whole_file_or_says_why_not),
     };
     return harness_run_("afile", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -5,6 +5,7 @@
 #include "common/sr.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +67,44 @@ static void xgrow_zero_doubles_and_zeroes_the_new_elements(void **state)
     free(v);
 }
 
+static void xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard(void **state)
+{
+    (void)state;
+    char *t = sr_xstrdup_max("abc", 10);
+    assert_string_equal(t, "abc");
+    free(t);
+    t = sr_xstrdup_max(NULL, 10);
+    assert_string_equal(t, "");
+    free(t);
+    t = sr_xstrdup_max("abcdef", 4); /* at most 3 bytes */
+    assert_string_equal(t, "abc");
+    free(t);
+    t = sr_xstrdup_max("a\xc3\xa9z", 3); /* "a" + the two bytes of e-acute would be 3: cut before */
+    assert_string_equal(t, "a");
+    free(t);
+    /* FNV-1a 64 test vectors: "" is the offset basis, "a" is 0xaf63dc4c8601ec8c. */
+    assert_true(sr_fnv1a("", 0, SR_FNV1A_BASIS) == 0xcbf29ce484222325ULL);
+    assert_true(sr_fnv1a("a", 1, SR_FNV1A_BASIS) == 0xaf63dc4c8601ec8cULL);
+}
+
+static void itoa_writes_decimal_text_for_the_whole_int_range(void **state)
+{
+    (void)state;
+    char out[12];
+    int n = sr_itoa(0, out);
+    assert_int_equal(n, 1);
+    assert_memory_equal(out, "0", 1);
+    n = sr_itoa(-507, out);
+    assert_int_equal(n, 4);
+    assert_memory_equal(out, "-507", 4);
+    n = sr_itoa(INT_MIN, out);
+    assert_int_equal(n, 11);
+    assert_memory_equal(out, "-2147483648", 11);
+    n = sr_itoa(INT_MAX, out);
+    assert_int_equal(n, 10);
+    assert_memory_equal(out, "2147483647", 10);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -74,6 +113,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(xstrndup_copies_and_terminates),
         cmocka_unit_test(median_sorts_and_takes_the_middle),
         cmocka_unit_test(xgrow_zero_doubles_and_zeroes_the_new_elements),
+        cmocka_unit_test(xstrdup_max_cuts_on_a_utf8_boundary_and_fnv1a_is_standard),
+        cmocka_unit_test(itoa_writes_decimal_text_for_the_whole_int_range),
     };
     return harness_run_("sr", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

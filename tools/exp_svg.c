@@ -258,28 +258,31 @@ void exp_svg_errbar(exp_svg_t *s, double x, double lo, double hi)
           px, s_py(s, lo), s_py(s, hi), px - 5, s_py(s, lo), px + 5, px - 5, s_py(s, hi), px + 5);
 }
 
+/* s_marker draws a dashed line from (x1, y1) to (x2, y2) and label at (tx, ty), in pixels. */
+static void s_marker(exp_svg_t *s, double x1, double y1, double x2, double y2, double tx, double ty,
+                     const char *label)
+{
+    char buf[256];
+    s_put(s,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+          "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+          x1, y1, x2, y2, tx, ty, s_esc(label, buf, sizeof buf));
+}
+
 void exp_svg_vline(exp_svg_t *s, double x, const char *label)
 {
     if (!s || !isfinite(x))
         return;
-    char buf[256];
     double px = s_px(s, x);
-    s_put(s,
-          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-          "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
-          px, S_T, px, S_H - S_B, px + 4, S_T + 12, s_esc(label, buf, sizeof buf));
+    s_marker(s, px, S_T, px, S_H - S_B, px + 4, S_T + 12, label);
 }
 
 void exp_svg_hline(exp_svg_t *s, double y, const char *label)
 {
     if (!s || !isfinite(y))
         return;
-    char buf[256];
     double py = s_py(s, y);
-    s_put(s,
-          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-          "stroke-dasharray=\"5,4\"/>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
-          S_L, py, S_W - S_R, py, S_L + 4, py - 4, s_esc(label, buf, sizeof buf));
+    s_marker(s, S_L, py, S_W - S_R, py, S_L + 4, py - 4, label);
 }
 
 /* s_step returns a tick step of 1, 2 or 5 times a power of ten giving about 5 ticks. */

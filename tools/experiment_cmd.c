@@ -377,8 +377,7 @@ int experiment_main(int argc, char **argv)
     s_job_t *jobs = NULL;
     size_t njobs = 0;
     char self[4096], machine[6000], scale[6144], command[8192], load0[128] = "", load1[128] = "";
-    struct sigaction sa, old_int, old_term;
-    bool handlers = false;
+    sr_cmd_stop_t stop = {0};
     memset(runs, 0, sizeof runs);
     memset(rarms, 0, sizeof rarms);
 
@@ -500,12 +499,7 @@ int experiment_main(int argc, char **argv)
 
     /* The runs. */
     if (!o.report_only) {
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = s_on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, &old_int);
-        sigaction(SIGTERM, &sa, &old_term);
-        handlers = true;
+        sr_cmd_catch_stop(&stop, s_on_signal);
         jobs = sr_xcalloc(narms * nseed_words, sizeof *jobs);
         size_t nskipped = 0;
         for (size_t s = 0; s < nseed_words; s++)
@@ -729,10 +723,7 @@ int experiment_main(int argc, char **argv)
                         "ratios\n");
 
 cleanup:
-    if (handlers) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-    }
+    sr_cmd_release_stop(&stop);
     for (size_t a = 0; a < S_MAX_ARMS; a++)
         for (size_t s = 0; s < S_MAX_SEEDS; s++)
             exp_data_destroy(&runs[a][s]);

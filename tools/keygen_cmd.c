@@ -41,10 +41,8 @@ int keygen_main(int argc, char **argv)
                  .positional = "DIR",
                  .options = opts};
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (rc != CFG_GO_ON)
         return rc;
-    }
     int exit_code = 0;
     char err[512] = "", adir[PATH_MAX];
     if (cfg.npos != 1) {

@@ -437,8 +437,7 @@ int run_main(int argc, char **argv)
     int code = 1;
     run_t r;
     memset(&r, 0, sizeof r);
-    struct sigaction old_int, old_term;
-    bool handlers = false;
+    sr_cmd_stop_t stop = {0};
 
     int rc = cfg_parse_command(&cfg, argc, argv);
     if (rc != CFG_GO_ON) {
@@ -611,13 +610,7 @@ int run_main(int argc, char **argv)
         unsetenv("SELROLL_CURVE_AUTHORIZED");
         log_info("run: CURVE keys in %s", keys);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = run_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    handlers = true;
+    sr_cmd_catch_stop(&stop, run_on_signal);
     r.started_ms = clock_wall_ms();
 
     /* Redis. */
@@ -661,10 +654,7 @@ cleanup:
         nftw(r.redis_dir, run_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     for (int i = 1; i < r.nnames; i++)
         free(r.names[i]);
-    if (handlers) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-    }
+    sr_cmd_release_stop(&stop);
     cfg_free(&cfg);
     return code;
 }

@@ -108,6 +108,11 @@ int run_free_port(void);
 int run_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
 void run_arg(run_argv_t *a, const char *s);
 void run_argf(run_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* run_args appends each string up to the NULL that ends the list. */
+void run_args(run_argv_t *a, ...) __attribute__((sentinel));
+/* run_optf appends the option opt and its value, formatted like printf. */
+void run_optf(run_argv_t *a, const char *opt, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* run_args_split appends the space-separated words of text (may be NULL) as arguments. */
 void run_args_split(run_argv_t *a, const char *text);
 void run_argv_free(run_argv_t *a);

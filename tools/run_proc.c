@@ -37,20 +37,7 @@ void run_on_signal(int sig)
 /* run_free_port returns a loopback TCP port that was free a moment ago, or 0. */
 int run_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return 0;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    return supervise_free_port();
 }
 
 int run_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -79,6 +66,26 @@ void run_argf(run_argv_t *a, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    run_arg(a, buf);
+}
+
+void run_args(run_argv_t *a, ...)
+{
+    va_list ap;
+    va_start(ap, a);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        run_arg(a, s);
+    va_end(ap);
+}
+
+void run_optf(run_argv_t *a, const char *opt, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    run_arg(a, opt);
     run_arg(a, buf);
 }
 

@@ -19,110 +19,75 @@ int run_start_coordinator(run_t *r, bool resume)
              r->coord_starts == 0 ? "coordinator" : "coordinator-%d", r->coord_starts);
     r->coord_starts++;
     run_argv_t a = {0};
-    run_arg(&a, r->self);
-    run_arg(&a, "coordinator");
-    run_arg(&a, "--redis");
-    run_arg(&a, r->redis_url);
-    run_arg(&a, "--run");
-    run_arg(&a, run_o.run);
-    run_arg(&a, "--work-bind");
-    run_arg(&a, r->work_ep);
-    run_arg(&a, "--http");
-    run_arg(&a, r->http[0] ? r->http : "off");
+    run_args(&a, r->self, "coordinator", "--redis", r->redis_url, "--run", run_o.run, "--work-bind",
+             r->work_ep, "--http", r->http[0] ? r->http : "off", NULL);
     if (r->http_optional)
         run_arg(&a, "--http-optional"); /* another run may take the port first: warn, go on */
-    if (run_o.bus_external) {
-        run_arg(&a, "--bus-external");
-        run_argf(&a, "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
-    } else {
-        run_arg(&a, "--bus-pub-bind");
-        run_arg(&a, r->bus_pub_ep);
-        run_arg(&a, "--bus-sub-bind");
-        run_arg(&a, r->bus_sub_ep);
-    }
-    run_arg(&a, "--iters");
-    run_argf(&a, "%d", run_o.iters);
-    run_arg(&a, "--group-size");
-    run_argf(&a, "%d", run_o.group_size);
-    run_arg(&a, "--tasks");
-    run_argf(&a, "%d", run_o.tasks);
-    if (run_o.tasks_file) {
-        run_arg(&a, "--tasks-file");
-        run_arg(&a, run_o.tasks_file);
-    }
-    run_arg(&a, "--max-steps");
-    run_argf(&a, "%d", run_o.max_steps);
-    run_arg(&a, "--temperature");
-    run_argf(&a, "%.17g", run_o.temperature);
-    run_arg(&a, "--seed");
-    run_argf(&a, "%lld", (long long)run_o.seed);
-    run_arg(&a, "--lease-ms");
-    run_argf(&a, "%lld", (long long)run_o.lease_ms);
-    run_arg(&a, "--heartbeat-ms");
-    run_argf(&a, "%lld", (long long)run_o.heartbeat_ms);
-    run_arg(&a, "--placement");
-    run_arg(&a, run_o.placement);
-    run_arg(&a, "--max-failed-share");
-    run_argf(&a, "%.17g", run_o.max_failed_share);
-    if (r->env_list[0]) {
-        run_arg(&a, "--env-workers");
-        run_arg(&a, r->env_list);
-    }
-    run_arg(&a, "--out");
-    run_arg(&a, r->out);
+    if (run_o.bus_external)
+        run_optf(&a, "--bus-external", "%s,%s", r->bus_pub_ep, r->bus_sub_ep);
+    else
+        run_args(&a, "--bus-pub-bind", r->bus_pub_ep, "--bus-sub-bind", r->bus_sub_ep, NULL);
+    run_optf(&a, "--iters", "%d", run_o.iters);
+    run_optf(&a, "--group-size", "%d", run_o.group_size);
+    run_optf(&a, "--tasks", "%d", run_o.tasks);
+    if (run_o.tasks_file)
+        run_args(&a, "--tasks-file", run_o.tasks_file, NULL);
+    run_optf(&a, "--max-steps", "%d", run_o.max_steps);
+    run_optf(&a, "--temperature", "%.17g", run_o.temperature);
+    run_optf(&a, "--seed", "%lld", (long long)run_o.seed);
+    run_optf(&a, "--lease-ms", "%lld", (long long)run_o.lease_ms);
+    run_optf(&a, "--heartbeat-ms", "%lld", (long long)run_o.heartbeat_ms);
+    run_args(&a, "--placement", run_o.placement, NULL);
+    run_optf(&a, "--max-failed-share", "%.17g", run_o.max_failed_share);
+    if (r->env_list[0])
+        run_args(&a, "--env-workers", r->env_list, NULL);
+    run_args(&a, "--out", r->out, NULL);
     if (resume)
         run_arg(&a, "--resume");
     if (r->train) {
         run_arg(&a, "--train");
-        run_arg(&a, "--batch-groups");
-        run_argf(&a, "%d", run_o.batch_groups);
-        run_arg(&a, "--prefilter");
-        run_arg(&a, run_o.prefilter ? "on" : "off");
-        run_arg(&a, "--backfill");
-        run_arg(&a, run_o.backfill ? "on" : "off");
-        run_arg(&a, "--adv");
-        run_arg(&a, run_o.adv);
-        run_arg(&a, "--eval-every");
-        run_argf(&a, "%d", run_o.eval_every);
-        run_arg(&a, "--eval-tasks");
-        run_argf(&a, "%d", run_o.eval_tasks);
-        run_arg(&a, "--eval-split");
-        run_arg(&a, run_o.eval_split);
-        run_arg(&a, "--weights-timeout-ms");
-        run_argf(&a, "%lld", (long long)run_o.weights_timeout_ms);
-        if (r->trainer_push[0]) {
-            run_arg(&a, "--trainer-push");
-            run_arg(&a, r->trainer_push);
-            run_arg(&a, "--trainer-pull");
-            run_arg(&a, r->trainer_pull);
-        }
+        run_optf(&a, "--batch-groups", "%d", run_o.batch_groups);
+        run_args(&a, "--prefilter", run_o.prefilter ? "on" : "off", "--backfill",
+                 run_o.backfill ? "on" : "off", "--adv", run_o.adv, NULL);
+        run_optf(&a, "--eval-every", "%d", run_o.eval_every);
+        run_optf(&a, "--eval-tasks", "%d", run_o.eval_tasks);
+        run_args(&a, "--eval-split", run_o.eval_split, NULL);
+        run_optf(&a, "--weights-timeout-ms", "%lld", (long long)run_o.weights_timeout_ms);
+        if (r->trainer_push[0])
+            run_args(&a, "--trainer-push", r->trainer_push, "--trainer-pull", r->trainer_pull,
+                     NULL);
         if (run_o.weights_sync != 0) {
             static const char *const modes[] = {"none", "vllm-lora", "sglang-lora",
                                                 "sglang-disk"};
-            run_arg(&a, "--weights-sync");
-            run_arg(&a, modes[run_o.weights_sync]);
-            if (run_o.policy_servers && *run_o.policy_servers) {
-                run_arg(&a, "--policy-servers");
-                run_arg(&a, run_o.policy_servers);
-            }
-            run_arg(&a, "--keep-versions");
-            run_argf(&a, "%d", run_o.keep_versions);
+            run_args(&a, "--weights-sync", modes[run_o.weights_sync], NULL);
+            if (run_o.policy_servers && *run_o.policy_servers)
+                run_args(&a, "--policy-servers", run_o.policy_servers, NULL);
+            run_optf(&a, "--keep-versions", "%d", run_o.keep_versions);
         }
     } else {
-        run_arg(&a, "--groups");
-        run_argf(&a, "%d", run_o.groups);
+        run_optf(&a, "--groups", "%d", run_o.groups);
     }
-    run_arg(&a, "--dashboard-threshold"); /* the gate's d_L, drawn on the d_K histogram */
-    run_argf(&a, "%.17g", run_o.threshold);
+    /* the gate's d_L, drawn on the d_K histogram */
+    run_optf(&a, "--dashboard-threshold", "%.17g", run_o.threshold);
     run_args_split(&a, run_o.coordinator_args);
     int rc = run_supervise_add(r->sup, r->coord_name, &a, false);
     run_argv_free(&a);
     return rc;
 }
 
+/* s_child starts child name with a's arguments (and frees them) and remembers its name for
+ * OUT/children.txt. Returns SR_OK or what run_supervise_add returned. */
+static int s_child(run_t *r, const char *name, run_argv_t *a)
+{
+    int rc = run_supervise_add(r->sup, name, a, true);
+    run_argv_free(a);
+    if (rc == SR_OK)
+        r->names[r->nnames++] = sr_xstrdup(name);
+    return rc;
+}
+
 int run_start_children(run_t *r)
 {
-    int rc;
     /* Endpoints. */
     snprintf(r->work_ep, sizeof r->work_ep, "tcp://127.0.0.1:%d", run_free_port());
     if (run_o.bus_external) {
@@ -172,24 +137,13 @@ int run_start_children(run_t *r)
         snprintf(name, sizeof name, "env-worker-%d", i + 1);
         int port = run_free_port();
         run_argv_t a = {0};
-        run_arg(&a, r->self);
-        run_arg(&a, "env-worker");
-        run_arg(&a, "--bind");
-        run_argf(&a, "tcp://127.0.0.1:%d", port);
-        run_arg(&a, "--capacity");
-        run_argf(&a, "%d", capacity);
-        run_arg(&a, "--redis");
-        run_arg(&a, r->redis_url);
-        run_arg(&a, "--run");
-        run_arg(&a, run_o.run);
-        run_arg(&a, "--id");
-        run_arg(&a, name);
+        run_args(&a, r->self, "env-worker", NULL);
+        run_optf(&a, "--bind", "tcp://127.0.0.1:%d", port);
+        run_optf(&a, "--capacity", "%d", capacity);
+        run_args(&a, "--redis", r->redis_url, "--run", run_o.run, "--id", name, NULL);
         run_metrics_arg(r, &a, name, "env-worker");
-        rc = run_supervise_add(r->sup, name, &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, name, &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup(name);
         el += (size_t)snprintf(r->env_list + el, sizeof r->env_list - el,
                                "%s" ENVKIND_HOUSEHOLD "=tcp://127.0.0.1:%d", el ? "," : "", port);
         pl += (size_t)snprintf(r->env_plain + pl, sizeof r->env_plain - pl, "%stcp://127.0.0.1:%d",
@@ -202,20 +156,12 @@ int run_start_children(run_t *r)
      * none when --policy is a URL. */
     if (r->neural_dir[0]) {
         run_argv_t a = {0};
-        run_arg(&a, "/usr/bin/python3");
-        run_arg(&a, "-m");
-        run_arg(&a, "selroll.neural");
-        run_arg(&a, "serve");
-        run_arg(&a, "--listen");
-        run_argf(&a, "127.0.0.1:%d", policy_port);
-        run_arg(&a, "--weights");
-        run_arg(&a, r->neural_weights);
+        run_args(&a, "/usr/bin/python3", "-m", "selroll.neural", "serve", NULL);
+        run_optf(&a, "--listen", "127.0.0.1:%d", policy_port);
+        run_args(&a, "--weights", r->neural_weights, NULL);
         run_args_split(&a, run_o.policy_args);
-        rc = run_supervise_add(r->sup, "policy-server", &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, "policy-server", &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup("policy-server");
         if (!run_wait_port(policy_port, 90000)) {
             fprintf(stderr, "selroll run: the neural policy server did not listen on port %d within "
                             "90 s (see %s/logs/policy-server.log)\n", policy_port, r->out);
@@ -223,73 +169,40 @@ int run_start_children(run_t *r)
         }
     } else if (!strcmp(run_o.policy, "builtin")) {
         run_argv_t a = {0};
-        run_arg(&a, r->self);
-        run_arg(&a, "policy-server");
-        run_arg(&a, "--listen");
-        run_argf(&a, "127.0.0.1:%d", policy_port);
-        run_arg(&a, "--time-scale");
-        run_argf(&a, "%.17g", run_o.time_scale);
+        run_args(&a, r->self, "policy-server", NULL);
+        run_optf(&a, "--listen", "127.0.0.1:%d", policy_port);
+        run_optf(&a, "--time-scale", "%.17g", run_o.time_scale);
         if (!run_o.cost_model)
             run_arg(&a, "--no-cost-model");
-        run_arg(&a, "--seed");
-        run_argf(&a, "%lld", (long long)run_o.policy_seed);
+        run_optf(&a, "--seed", "%lld", (long long)run_o.policy_seed);
         if (r->train && (r->builtin_trainer || r->trainer_push[0])) {
             /* the new weights are in Redis (an external trainer stores them there too, under
              * weights:<version>); POLICY_VERSION on the bus says which is current. A version never
              * stored is refused and logged, and the steps then say which version answered */
-            run_arg(&a, "--redis");
-            run_arg(&a, r->redis_url);
-            run_arg(&a, "--run");
-            run_arg(&a, run_o.run);
-            run_arg(&a, "--bus");
-            run_arg(&a, r->bus_sub_ep);
+            run_args(&a, "--redis", r->redis_url, "--run", run_o.run, "--bus", r->bus_sub_ep, NULL);
         }
         run_args_split(&a, run_o.policy_args);
-        rc = run_supervise_add(r->sup, "policy-server", &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, "policy-server", &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup("policy-server");
     }
 
     /* Gate: before the coordinator, and on the bus endpoints directly, so that it is subscribed
      * by the time the first ACTIONs of a round are published. */
     if (!run_o.no_gate) {
         run_argv_t a = {0};
-        run_arg(&a, r->self);
-        run_arg(&a, "gate");
-        run_arg(&a, "--coordinator");
-        run_arg(&a, r->work_ep);
-        run_arg(&a, "--bus-sub");
-        run_arg(&a, r->bus_sub_ep);
-        run_arg(&a, "--bus-pub");
-        run_arg(&a, r->bus_pub_ep);
-        run_arg(&a, "--redis");
-        run_arg(&a, r->redis_url);
-        run_arg(&a, "--run");
-        run_arg(&a, run_o.run);
-        run_arg(&a, "--id");
-        run_arg(&a, "gate");
-        run_arg(&a, "--mode");
-        run_arg(&a, run_o.gate_mode);
-        run_arg(&a, "--k");
-        run_argf(&a, "%d", run_o.k);
-        run_arg(&a, "--threshold");
-        run_argf(&a, "%.17g", run_o.threshold);
-        run_arg(&a, "--t-high");
-        run_argf(&a, "%.17g", run_o.t_high);
-        run_arg(&a, "--group-size");
-        run_argf(&a, "%d", run_o.group_size);
-        run_arg(&a, "--gate-rule");
-        run_arg(&a, run_o.gate_rule);
+        run_args(&a, r->self, "gate", "--coordinator", r->work_ep, "--bus-sub", r->bus_sub_ep,
+                 "--bus-pub", r->bus_pub_ep, "--redis", r->redis_url, "--run", run_o.run, "--id",
+                 "gate", "--mode", run_o.gate_mode, NULL);
+        run_optf(&a, "--k", "%d", run_o.k);
+        run_optf(&a, "--threshold", "%.17g", run_o.threshold);
+        run_optf(&a, "--t-high", "%.17g", run_o.t_high);
+        run_optf(&a, "--group-size", "%d", run_o.group_size);
+        run_args(&a, "--gate-rule", run_o.gate_rule, NULL);
         run_metrics_arg(r, &a, "gate", "gate");
         run_args_split(&a, run_o.gate_rule_args);
         run_args_split(&a, run_o.gate_args);
-        rc = run_supervise_add(r->sup, "gate", &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, "gate", &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup("gate");
     }
 
     if (r->train) {
@@ -304,26 +217,15 @@ int run_start_children(run_t *r)
         snprintf(r->trainer_push, sizeof r->trainer_push, "tcp://127.0.0.1:%d", run_free_port());
         snprintf(r->trainer_pull, sizeof r->trainer_pull, "tcp://127.0.0.1:%d", run_free_port());
         run_argv_t a = {0};
-        run_arg(&a, r->self);
-        run_arg(&a, "trainer");
-        run_arg(&a, "--pull");
-        run_argf(&a, "@%s", r->trainer_push);
-        run_arg(&a, "--push");
-        run_argf(&a, ">%s", r->trainer_pull);
-        run_arg(&a, "--redis");
-        run_arg(&a, r->redis_url);
-        run_arg(&a, "--run");
-        run_arg(&a, run_o.run);
-        run_arg(&a, "--seed");
-        run_argf(&a, "%lld", (long long)run_o.policy_seed);
-        run_arg(&a, "--temperature");
-        run_argf(&a, "%.17g", run_o.temperature);
+        run_args(&a, r->self, "trainer", NULL);
+        run_optf(&a, "--pull", "@%s", r->trainer_push);
+        run_optf(&a, "--push", ">%s", r->trainer_pull);
+        run_args(&a, "--redis", r->redis_url, "--run", run_o.run, NULL);
+        run_optf(&a, "--seed", "%lld", (long long)run_o.policy_seed);
+        run_optf(&a, "--temperature", "%.17g", run_o.temperature);
         run_args_split(&a, run_o.trainer_args);
-        rc = run_supervise_add(r->sup, "trainer", &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, "trainer", &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup("trainer");
     }
 
     /* The neural agent's trainer: binds its PULL for BATCHes, connects to the coordinator's PULL
@@ -337,28 +239,14 @@ int run_start_children(run_t *r)
             run_o.policy_servers = sr_xstrdup(r->policy_url); /* freed by cfg_free */
         }
         run_argv_t a = {0};
-        run_arg(&a, "/usr/bin/python3");
-        run_arg(&a, "-m");
-        run_arg(&a, "selroll.neural");
-        run_arg(&a, "train");
-        run_arg(&a, "--pull");
-        run_arg(&a, r->trainer_push);
-        run_arg(&a, "--ack");
-        run_arg(&a, r->trainer_pull);
-        run_arg(&a, "--weights-dir");
-        run_argf(&a, "%s/neural-weights", r->out);
-        run_arg(&a, "--weights");
-        run_arg(&a, r->neural_weights);
-        run_arg(&a, "--run");
-        run_arg(&a, run_o.run);
-        run_arg(&a, "--stats");
-        run_argf(&a, "%s/neural-train.jsonl", r->out);
+        run_args(&a, "/usr/bin/python3", "-m", "selroll.neural", "train", "--pull", r->trainer_push,
+                 "--ack", r->trainer_pull, NULL);
+        run_optf(&a, "--weights-dir", "%s/neural-weights", r->out);
+        run_args(&a, "--weights", r->neural_weights, "--run", run_o.run, NULL);
+        run_optf(&a, "--stats", "%s/neural-train.jsonl", r->out);
         run_args_split(&a, run_o.trainer_args);
-        rc = run_supervise_add(r->sup, "trainer", &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, "trainer", &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup("trainer");
     }
 
     /* Coordinator. */
@@ -370,54 +258,36 @@ int run_start_children(run_t *r)
         char name[32];
         snprintf(name, sizeof name, "actor-%d", i + 1);
         run_argv_t a = {0};
-        run_arg(&a, r->self);
-        run_arg(&a, "actor");
-        run_arg(&a, "--coordinator");
-        run_arg(&a, r->work_ep);
-        run_arg(&a, "--id");
-        run_arg(&a, name);
-        run_arg(&a, "--slots");
-        run_argf(&a, "%d", run_o.slots);
-        run_arg(&a, "--policy");
-        run_arg(&a, r->policy_url);
-        if (run_o.local_envw > 0) {
-            run_arg(&a, "--local-env-workers");
-            run_argf(&a, "%d", run_o.local_envw);
-        } else {
-            run_arg(&a, "--env-workers");
-            run_arg(&a, r->env_list);
-        }
+        run_args(&a, r->self, "actor", "--coordinator", r->work_ep, "--id", name, NULL);
+        run_optf(&a, "--slots", "%d", run_o.slots);
+        run_args(&a, "--policy", r->policy_url, NULL);
+        if (run_o.local_envw > 0)
+            run_optf(&a, "--local-env-workers", "%d", run_o.local_envw);
+        else
+            run_args(&a, "--env-workers", r->env_list, NULL);
         if (r->train)
             run_arg(&a, "--record-messages"); /* the trainer reads each step's prompt */
         static const char *const tokens_words[] = {"off", "completion", "full"};
-        run_arg(&a, "--tokens");
-        run_arg(&a, tokens_words[run_o.tokens]);
+        run_args(&a, "--tokens", tokens_words[run_o.tokens], NULL);
         if (r->neural_dir[0]) {
             char tmpl[4200];
             snprintf(tmpl, sizeof tmpl, "%s/selroll/neural/prompt.tmpl", r->neural_dir);
-            run_arg(&a, "--template");
-            run_arg(&a, tmpl);
-            run_arg(&a, "--model");
-            run_arg(&a, r->train ? "selroll-neural-v{version}" : "selroll-neural");
+            run_args(&a, "--template", tmpl, NULL);
+            run_args(&a, "--model", r->train ? "selroll-neural-v{version}" : "selroll-neural",
+                     NULL);
         } else if (strcmp(run_o.policy, "builtin") != 0) {
             /* a server of its own: the actors' defaults, --actor-args says the rest */
         } else if (r->builtin_trainer || (r->train && r->trainer_push[0])) {
             /* ask for the JOB's policy version explicitly: rollouts are exactly on-policy, and a
              * version an external trainer never stored is an error (404), not answers of another */
-            run_arg(&a, "--model");
-            run_arg(&a, "selroll-policy-v{version}");
+            run_args(&a, "--model", "selroll-policy-v{version}", NULL);
         }
-        if (!run_o.no_gate) {
-            run_arg(&a, "--gate-steps"); /* the gate decides at step K: that ACTION goes at once */
-            run_argf(&a, "%d", run_o.k);
-        }
+        if (!run_o.no_gate) /* the gate decides at step K: that ACTION goes at once */
+            run_optf(&a, "--gate-steps", "%d", run_o.k);
         run_metrics_arg(r, &a, name, "actor");
         run_args_split(&a, run_o.actor_args);
-        rc = run_supervise_add(r->sup, name, &a, true);
-        run_argv_free(&a);
-        if (rc != SR_OK)
+        if (s_child(r, name, &a) != SR_OK)
             return 1;
-        r->names[r->nnames++] = sr_xstrdup(name);
     }
 
     {

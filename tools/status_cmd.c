@@ -358,10 +358,8 @@ int status_main(int argc, char **argv)
                             "the d_K histogram, compute saved, actors, env workers, iterations.",
                  .options = opts};
     int rc = cfg_parse_command(&cfg, argc, argv);
-    if (rc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (rc != CFG_GO_ON)
         return rc;
-    }
     int exit_code = 0;
     store_t *st = NULL;
     char err[512];
@@ -374,12 +372,8 @@ int status_main(int argc, char **argv)
         exit_code = s_show(stdout, st, o.run, o.groups);
         goto cleanup;
     }
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    sr_cmd_stop_t stop = {0};
+    sr_cmd_catch_stop(&stop, s_on_signal);
     while (!s_stop) {
         char *text = NULL;
         size_t len = 0;
@@ -397,8 +391,7 @@ int status_main(int argc, char **argv)
         for (int64_t waited = 0; waited < o.interval_ms && !s_stop; waited += 50)
             clock_sleep_ms(50);
     }
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    sr_cmd_release_stop(&stop);
 
 cleanup:
     store_destroy(&st);

@@ -104,4 +104,8 @@ int supervise_stop_all(supervise_t *s, int64_t grace_ms);
 /* supervise_log_path writes the log file path of `name` into buf. Returns SR_OK or SR_ETOOBIG. */
 int supervise_log_path(const supervise_t *s, const char *name, char *buf, size_t len);
 
+/* supervise_free_port returns a loopback TCP port that was free a moment ago (for a child to
+ * bind), or 0. */
+int supervise_free_port(void);
+
 #endif

@@ -87,10 +87,8 @@ int trainer_main(int argc, char **argv)
                             "new weights to Redis, WEIGHTS_READY out (PUSH) (docs/training.md).",
                  .options = opts};
     int prc = cfg_parse_command(&cfg, argc, argv);
-    if (prc != CFG_GO_ON) {
-        cfg_free(&cfg);
+    if (prc != CFG_GO_ON)
         return prc;
-    }
     log_set_role("trainer");
     log_set_level((log_level_t)log_level);
     lc->prior.seed = (uint64_t)seed;
@@ -113,12 +111,8 @@ int trainer_main(int argc, char **argv)
         goto cleanup;
     }
 
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    sr_cmd_stop_t stop = {0};
+    sr_cmd_catch_stop(&stop, s_on_signal);
     int rc = 0;
     bool said = false;
     while (!s_stop) {
@@ -139,8 +133,7 @@ int trainer_main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    sr_cmd_release_stop(&stop);
     if (s_stop) {
         trainer_svc_stats_t st;
         trainer_svc_stats(svc, &st);

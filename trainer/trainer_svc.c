@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/proto_rx.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/store.h"
@@ -64,6 +65,7 @@ struct trainer_svc {
     s_ack_t outbox[S_OUTBOX_MAX];
     size_t outbox_n;
     trainer_svc_stats_t stats;
+    proto_rx_t rx;    /* a malformed message: stats.garbage and a log line */
     bool resumed;     /* the resume read the run record: BATCHes are taken */
     bool resuming;    /* the resume request is on its way */
     bool redis_down;  /* said once: Redis does not answer */
@@ -235,6 +237,7 @@ trainer_svc_t *trainer_svc_new(void *zctx, const trainer_svc_cfg_t *cfg, char *e
         goto fail;
     }
     s = sr_xcalloc(1, sizeof *s);
+    proto_rx_init(&s->rx, NULL, &s->stats.garbage, "discarded a message that does not decode");
     s->run = sr_xstrdup(cfg->run);
     trainer_cfg_t lc = cfg->learner;
     lc.run = cfg->run;
@@ -517,29 +520,14 @@ static int s_on_batch(trainer_svc_t *s, const proto_batch_t *b)
  * it was done with, 0 when none was there or its ack waits for the store, or a negative SR_E*. */
 static int s_take(trainer_svc_t *s)
 {
-    transport_msg_t m;
-    int rc = transport_recv(s->pull, &m, 0);
+    proto_msg_t msg;
+    int rc = proto_rx_recv(&s->rx, s->pull, 0, &msg);
     if (rc == SR_EAGAIN)
         return 0;
-    if (rc == SR_EPROTO) {
-        s->stats.garbage++;
-        log_error_limited(5, "discarded a multi-frame message on the trainer channel");
+    if (rc == SR_EPROTO)
         return 1;
-    }
     if (rc != SR_OK)
         return rc;
-    size_t len = 0;
-    const void *body = transport_msg_body(&m, &len);
-    proto_msg_t msg;
-    proto_err_t perr;
-    rc = proto_decode(body, len, &msg, &perr);
-    transport_msg_close(&m);
-    if (rc != SR_OK) {
-        s->stats.garbage++;
-        log_error_limited(5, "discarded a message that does not decode (%zu bytes): %s%s%s", len,
-                          perr.field, perr.field[0] ? ": " : "", perr.reason);
-        return 1;
-    }
     int handled = 1;
     if (msg.type != PROTO_BATCH) {
         s->stats.garbage++;

@@ -96,7 +96,8 @@ def check_str(m, key, limit, required=True):
     return v
 
 
-def check_uint(m, key, required=True):
+def _int_field(m, key, required):
+    """The integer at key; None when it is absent and not required."""
     v = m.get(key)
     if v is None:
         if required:
@@ -104,22 +105,21 @@ def check_uint(m, key, required=True):
         return None
     if not is_int(v):
         raise ProtocolError("%s: not an integer" % key)
-    if v < 0:
+    return v
+
+
+def check_uint(m, key, required=True):
+    v = _int_field(m, key, required)
+    if v is not None and v < 0:
         raise ProtocolError("%s: negative" % key)
-    if v >= 1 << 64:
+    if v is not None and v >= 1 << 64:
         raise ProtocolError("%s: out of range" % key)
     return v
 
 
 def check_int(m, key, lo, hi, required=True):
-    v = m.get(key)
-    if v is None:
-        if required:
-            raise ProtocolError("%s: missing" % key)
-        return None
-    if not is_int(v):
-        raise ProtocolError("%s: not an integer" % key)
-    if v < lo or v > hi:
+    v = _int_field(m, key, required)
+    if v is not None and (v < lo or v > hi):
         raise ProtocolError("%s: out of range (%d..%d)" % (key, lo, hi))
     return v
 

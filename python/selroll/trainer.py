@@ -39,25 +39,23 @@ log = logging.getLogger("selroll.trainer")
 
 # ---- the batch as typed objects ------------------------------------------------------------
 
-def _ints(b):
-    """A step's binary of little-endian int32 -> array('i') (a sequence of ints)."""
+def _words(code, b):
+    """A step's binary of little-endian 32-bit words -> array(code): 'i' ints, 'f' floats."""
     if b is None:
         return None
-    a = array.array("i")
+    a = array.array(code)
     a.frombytes(bytes(b))
     if sys.byteorder != "little":
         a.byteswap()
     return a
+
+
+def _ints(b):
+    return _words("i", b)
 
 
 def _floats(b):
-    if b is None:
-        return None
-    a = array.array("f")
-    a.frombytes(bytes(b))
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a
+    return _words("f", b)
 
 
 @dataclasses.dataclass
