@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench_env_worker.py: requests per second of a Python env worker (tests/games.py's copy game,
 served by `python3 -m selroll.env_worker`) on loopback, from one DEALER with 1 and with 16
-sessions' requests in flight. Not a test: a figure for docs/python.md.
+sessions' requests in flight. Not a test: a figure for docs/performance.md ("Env worker").
 
     PYTHONPATH=python python3 python/tests/bench_env_worker.py [--steps N]
 """
