@@ -158,7 +158,8 @@ FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -MMD -MP 
 FUZZ_LIB_SRCS := common/proto.c common/proto_enc.c common/proto_scan.c common/proto_dec.c \
                  common/proto_dec_result.c common/sr_buf.c common/sr.c common/llm_client.c \
                  common/llm_client_json.c common/llm_client_lpscan.c common/llm_client_multi.c \
-                 common/llm_client_fast.c common/llm_client_h1.c \
+                 common/llm_client_fast.c common/llm_client_fast_tok.c \
+                 common/llm_client_h1.c \
                  common/log.c common/clock.c env_worker/household/household.c \
                  env_worker/household/household_gen.c env_worker/household/household_step.c \
                  env_worker/household/household_text.c env_worker/household/household_data.c \

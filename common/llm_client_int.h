@@ -1,8 +1,9 @@
 /*
  * llm_client_int.h — the insides the client's files share (llm_client.c, llm_client_multi.c,
- * llm_client_json.c, llm_client_lpscan.c) and nothing else includes: the request and client
- * structs, the reactor-mode descriptor states, a request's life on the multi handle and curl's
- * callbacks (llm_client_multi.c), and the logprobs scanner (llm_client_lpscan.c).
+ * llm_client_json.c, llm_client_lpscan.c, llm_client_fast.c, llm_client_fast_tok.c) and nothing
+ * else includes: the request and client structs, the reactor-mode descriptor states, a request's
+ * life on the multi handle and curl's callbacks (llm_client_multi.c), the logprobs scanner
+ * (llm_client_lpscan.c) and the one-pass reader's insides (llm_client_fast.c).
  */
 #ifndef SR_LLM_CLIENT_INT_H
 #define SR_LLM_CLIENT_INT_H
@@ -14,6 +15,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 struct llm_request {
@@ -179,5 +181,81 @@ void llm_parsed_set(llm_parsed_t *st, const char *content, const char *reasoning
                     const char *finish_reason, const char *model, const char *fingerprint,
                     int32_t *token_ids, size_t n_token_ids, int32_t *prompt_token_ids,
                     size_t n_prompt_token_ids, float *token_logprobs, size_t n_token_logprobs);
+
+/* The one-pass reader's insides, shared by llm_client_fast.c (strings, numbers, skipping, the
+ * answer's shape) and llm_client_fast_tok.c (token id arrays and logprobs). */
+typedef struct {
+    const char *p, *e;
+    int depth;
+} llm_fast_rd_t;
+
+/* A string value as it stands in the body: its bytes between the quotes. */
+typedef struct {
+    const char *s;
+    size_t n;
+    bool esc; /* holds a backslash: decode before use */
+    bool set;
+} llm_fast_str_t;
+
+/* The pieces of the answer found so far. */
+typedef struct {
+    llm_fast_str_t content, reasoning_content, reasoning, finish, model, fingerprint;
+    bool content_null; /* content was null (or absent: both read as "") */
+    bool rc_is_str, r_is_str;
+    long prompt_tokens, completion_tokens, reasoning_tokens;
+    /* logprobs.content, read as llm_lp_scan reads it */
+    bool lp_seen;
+    float *lp;
+    int32_t *lp_ids;
+    size_t n_lp, cap_lp;
+    bool any, all_ids;
+    double sum;
+    /* token id arrays: the first choice's, the root's and the first choice's prompt ids */
+    int32_t *tids, *root_pids, *choice_pids;
+    size_t n_tids, n_root_pids, n_choice_pids;
+} llm_fast_ans_t;
+
+static inline void llm_fast_ws(llm_fast_rd_t *r)
+{
+    const char *p = r->p, *e = r->e;
+    if (p < e && (unsigned char)*p > ' ')
+        return; /* compact JSON: no whitespace at all */
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    r->p = p;
+}
+
+static inline bool llm_fast_eat(llm_fast_rd_t *r, char c)
+{
+    llm_fast_ws(r);
+    if (r->p < r->e && *r->p == c) {
+        r->p++;
+        return true;
+    }
+    return false;
+}
+
+static inline bool llm_fast_is(const llm_fast_str_t *k, const char *lit, size_t n)
+{
+    return k->n == n && memcmp(k->s, lit, n) == 0;
+}
+
+#define LLM_FAST_IS(k, lit) llm_fast_is((k), (lit), sizeof(lit) - 1)
+
+/* llm_fast_peek returns the first byte of the next value (0 at the end). */
+static inline char llm_fast_peek(llm_fast_rd_t *r)
+{
+    llm_fast_ws(r);
+    return r->p < r->e ? *r->p : 0;
+}
+
+bool llm_fast_string(llm_fast_rd_t *r, llm_fast_str_t *out);
+bool llm_fast_number(llm_fast_rd_t *r, const char **n0, const char **n1, bool *plain);
+double llm_fast_num_value(const char *n0, const char *n1);
+bool llm_fast_key(llm_fast_rd_t *r, llm_fast_str_t *k);
+bool llm_fast_skip(llm_fast_rd_t *r);
+bool llm_fast_null(llm_fast_rd_t *r);
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint);
+bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint);
 
 #endif

@@ -2,6 +2,8 @@
  * store.c — selroll's Redis connection: a blocking hiredis connection with timeouts and one-shot
  * reconnection, key prefixing under selroll:<run>:, commands, pipelining, Lua scripts by SHA1, and
  * the accessors of an opaque reply. No key family lives here (store.h lists the schema modules).
+ * A command's RESP bytes from binary-safe arguments, and the checks of numbers and names, are in
+ * store_resp.c (no hiredis there), shared through store_int.h.
  *
  * Design: every single command goes through s_send_formatted(), which sends the formatted bytes
  * and, on a broken connection (EOF, reset, timeout), drops the context, reconnects once and, only
@@ -13,11 +15,11 @@
  * hiredis redisReply seen through the accessors at the end: hiredis never leaves this file.
  */
 #include "common/store.h"
+#include "common/store_int.h"
 #include "common/sr.h"
 
 #include <hiredis.h>
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -75,57 +77,6 @@ void store_set_err(store_t *s, const char *fmt, ...)
 }
 
 #define s_set_err store_set_err
-
-int store_parse_i64(const char *str, int64_t *out)
-{
-    if (!str || !*str)
-        return SR_EPROTO;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(str, &end, 10);
-    if (errno || *end)
-        return SR_EPROTO;
-    *out = v;
-    return SR_OK;
-}
-
-int store_parse_double(const char *str, double *out)
-{
-    if (!str || !*str)
-        return SR_EPROTO;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(str, &end);
-    if (errno || *end)
-        return SR_EPROTO;
-    *out = v;
-    return SR_OK;
-}
-
-bool store_name_ok(const char *name, size_t max)
-{
-    if (!name || !*name || strlen(name) >= max)
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && *p != '-')
-            return false;
-    return true;
-}
-
-bool store_run_name_ok(const char *run)
-{
-    return store_name_ok(run, STORE_RUN_MAX);
-}
-
-bool store_id_ok(const char *id, size_t max)
-{
-    if (!id || !*id || strlen(id) >= max)
-        return false;
-    for (const char *p = id; *p; p++)
-        if ((unsigned char)*p <= ' ' || *p == 0x7f)
-            return false;
-    return true;
-}
 
 /* ---- SIGPIPE guard ------------------------------------------------------------------------ */
 
@@ -348,49 +299,6 @@ static int s_check(store_t *s, redisReply **r)
     return SR_OK;
 }
 
-/* s_resp_len writes "<c>N\r\n" at p (c '*' or '$') and returns the bytes written (at most 24). */
-static size_t s_resp_len(char *p, char c, size_t n)
-{
-    char dig[20];
-    size_t k = 0, at = 0;
-    do {
-        dig[k++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    p[at++] = c;
-    while (k)
-        p[at++] = dig[--k];
-    p[at++] = '\r';
-    p[at++] = '\n';
-    return at;
-}
-
-/* s_format_argv formats argc binary-safe arguments (lens NULL: C strings) as one RESP command into
- * a new buffer (*cmd, freed by the caller) and returns its length, or -1 when out of memory. It
- * writes what hiredis's redisFormatCommandArgv writes, without a printf call per argument, which
- * took the most of a result's store round trip in the coordinator's profile. */
-static long s_format_argv(char **cmd, int argc, const char **argv, const size_t *lens)
-{
-    size_t total = 24;
-    for (int i = 0; i < argc; i++)
-        total += 24 + 2 + (lens ? lens[i] : strlen(argv[i]));
-    char *b = malloc(total);
-    *cmd = b;
-    if (!b)
-        return -1;
-    size_t at = s_resp_len(b, '*', (size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        size_t l = lens ? lens[i] : strlen(argv[i]);
-        at += s_resp_len(b + at, '$', l);
-        if (l)
-            memcpy(b + at, argv[i], l);
-        at += l;
-        b[at++] = '\r';
-        b[at++] = '\n';
-    }
-    return (long)at;
-}
-
 /* s_execv sends one command given as binary-safe arguments; see s_send_formatted. The reply may
  * be an error reply. */
 static int s_execv(store_t *s, bool idempotent, int argc, const char **argv, const size_t *lens,
@@ -398,7 +306,7 @@ static int s_execv(store_t *s, bool idempotent, int argc, const char **argv, con
 {
     char *cmd = NULL;
     *out = NULL;
-    long len = s_format_argv(&cmd, argc, argv, lens);
+    long len = store_format_argv(&cmd, argc, argv, lens);
     if (len < 0 || !cmd) {
         s_set_err(s, "store: cannot format command");
         return SR_ENOMEM;
@@ -723,7 +631,7 @@ int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *ar
     if (argc <= 0 || !argv)
         return SR_EINVAL;
     char *cmd = NULL;
-    long len = s_format_argv(&cmd, argc, argv, argvlen);
+    long len = store_format_argv(&cmd, argc, argv, argvlen);
     int ok = len >= 0 ? redisAppendFormattedCommand(s->c, cmd, (size_t)len) : REDIS_ERR;
     free(cmd);
     if (ok != REDIS_OK) {

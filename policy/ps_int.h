@@ -5,7 +5,7 @@
  * policy_server.c holds the server's life: its loop, the engine hold and the hang-ups, the
  * version switches. ps_http.c holds the HTTP side (on common/http_srv's request server): the
  * routes, the responses and metrics, and the weight loads a request waits for.
- * ps_openai.c the request and answer shapes, ps_models.c the models by version.
+ * ps_openai.c the answer shapes, ps_openai_req.c the request's, ps_models.c the models by version.
  */
 #ifndef SR_POLICY_PS_INT_H
 #define SR_POLICY_PS_INT_H

@@ -1,0 +1,285 @@
+/*
+ * llm_client_fast_tok.c — the token parts of the one-pass chat answer reader (llm_client_fast.c):
+ * token id arrays (llm_fast_ids) and the first choice's logprobs (llm_fast_logprobs), read from
+ * the bytes without a JSON tree, on the reader that llm_client_int.h shares.
+ */
+#include "common/llm_client_int.h"
+
+#include "common/jsonscan.h"
+#include "common/sr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* s_digits8 reads the run of decimal digits at p when it is at most 8 bytes long and 8 bytes can
+ * be loaded (9 for a run of 8): returns its length and its value in *x. Returns 9 (nothing read)
+ * otherwise. A byte
+ * is a digit when its high nibble is 3 and adding 6 keeps it so; the lowest flagged byte is exact
+ * (carries run upwards only); the digits, moved to the word's top, are combined in three
+ * multiplications. */
+static inline size_t s_digits8(const char *p, const char *e, uint64_t *x)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (e - p < 8)
+        return 9;
+    uint64_t v;
+    memcpy(&v, p, 8);
+    uint64_t bad = ((v & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull) |
+                   (((v + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull);
+    size_t n;
+    if (bad)
+        n = (size_t)__builtin_ctzll(bad) >> 3;
+    else if (e - p > 8 && (unsigned)(unsigned char)p[8] - '0' > 9)
+        n = 8; /* exactly eight digits */
+    else
+        return 9;
+    if (n == 0) {
+        *x = 0;
+        return 0;
+    }
+    uint64_t d = (v << (64 - 8 * n)) & 0x0F0F0F0F0F0F0F0Full;
+    d = (d * 2561) >> 8;
+    d = ((d & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+    d = ((d & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+    *x = d;
+    return n;
+#else
+    (void)p;
+    (void)e;
+    (void)x;
+    return 9;
+#endif
+}
+
+/* llm_fast_ids reads a token id array of plain integers 0..INT32_MAX (null and [] read as none);
+ * any other form is outside the subset. The array is new (NULL when empty). */
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
+{
+    *out = NULL;
+    *n = 0;
+    if (llm_fast_null(r))
+        return true;
+    if (!llm_fast_eat(r, '['))
+        return false;
+    if (llm_fast_eat(r, ']'))
+        return true;
+    size_t cap = SR_MAX((size_t)16, len_hint / 16), k = 0;
+    int32_t *v = sr_xmalloc(cap * sizeof *v);
+    const char *p = r->p, *e = r->e;
+    for (;;) {
+        /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
+        const char *d0 = p;
+        uint64_t x = 0;
+        size_t nd = s_digits8(p, e, &x);
+        if (nd <= 8) {
+            p += nd;
+        } else {
+            for (unsigned d; p < e && (d = (unsigned)(unsigned char)*p - '0') < 10; p++)
+                x = x * 10 + d; /* wraps only past 19 digits, refused below */
+        }
+        if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
+            goto fail;
+        if (k == cap) {
+            cap *= 2;
+            v = sr_xrealloc(v, cap * sizeof *v);
+        }
+        v[k++] = (int32_t)x;
+        if (*p == ',') {
+            p++;
+            if (p < e && (unsigned)(*p - '0') < 10)
+                continue;
+            r->p = p;
+            llm_fast_ws(r);
+            p = r->p;
+            continue;
+        }
+        if (*p == '.' || *p == 'e' || *p == 'E')
+            goto fail; /* not a plain integer: the tree's */
+        r->p = p;
+        llm_fast_ws(r);
+        p = r->p;
+        if (p < e && *p == ',') {
+            p++;
+            r->p = p;
+            llm_fast_ws(r);
+            p = r->p;
+            continue;
+        }
+        break;
+    }
+    r->p = p;
+    if (!llm_fast_eat(r, ']'))
+        goto fail;
+    *out = v;
+    *n = k;
+    return true;
+fail:
+    free(v);
+    return false;
+}
+
+/* s_lp_entry reads one logprobs.content entry k as llm_lp_scan reads it: each numeric "logprob"
+ * adds to the sum and sets the entry's value, a "token" of the form "token_id:N" its id. */
+static bool s_lp_entry(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t k)
+{
+    if (!llm_fast_eat(r, '{'))
+        return false;
+    bool got_id = false;
+    if (!llm_fast_eat(r, '}')) {
+        do {
+            llm_fast_str_t key;
+            if (!llm_fast_key(r, &key))
+                return false;
+            char c = llm_fast_peek(r);
+            if (LLM_FAST_IS(&key, "logprob") && (c == '-' || (c >= '0' && c <= '9'))) {
+                double x;
+                if (c == '0' && r->e - r->p > 1 && (r->p[1] == ',' || r->p[1] == '}')) {
+                    x = 0; /* the usual logprob of a sure token */
+                    r->p++;
+                } else {
+                    const char *n0, *n1;
+                    bool pl;
+                    if (!llm_fast_number(r, &n0, &n1, &pl))
+                        return false;
+                    x = llm_fast_num_value(n0, n1);
+                }
+                a->sum += x;
+                a->any = true;
+                a->lp[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+            } else if (LLM_FAST_IS(&key, "token") && c == '"') {
+                llm_fast_str_t t;
+                if (!llm_fast_string(r, &t))
+                    return false;
+                /* the raw bytes, as llm_lp_scan reads them: "token_id:" and digits to the quote */
+                if (t.n > 9 && memcmp(t.s, "token_id:", 9) == 0 && (a->lp_ids || k == 0)) {
+                    long long v = 0;
+                    const char *d = t.s + 9, *de = t.s + t.n;
+                    for (; d < de && *d >= '0' && *d <= '9' && v <= INT32_MAX; d++)
+                        v = v * 10 + (*d - '0');
+                    if (d == de && v <= INT32_MAX) {
+                        if (!a->lp_ids)
+                            a->lp_ids = sr_xcalloc(a->cap_lp, sizeof *a->lp_ids);
+                        a->lp_ids[k] = (int32_t)v;
+                        got_id = true;
+                    }
+                }
+            } else if (!llm_fast_skip(r)) {
+                return false;
+            }
+        } while (llm_fast_eat(r, ','));
+        if (!llm_fast_eat(r, '}'))
+            return false;
+    }
+    if (!got_id)
+        a->all_ids = false;
+    return true;
+}
+
+/* s_same compares n bytes (n a small constant: the compiler unrolls it into word compares,
+ * where a memcmp of 18 bytes stays a call). */
+static inline bool s_same(const char *p, const char *lit, size_t n)
+{
+    for (; n >= 8; n -= 8, p += 8, lit += 8) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, lit, 8);
+        if (a != b)
+            return false;
+    }
+    for (; n > 0; n--)
+        if (*p++ != *lit++)
+            return false;
+    return true;
+}
+
+/* s_lp_entry_usual reads an entry of the usual compact form {"token":"T","logprob":N} (with
+ * "top_logprobs":[] after it, or not) in one go, as s_lp_entry would; false, with nothing
+ * read, for any other form. */
+static bool s_lp_entry_usual(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t k)
+{
+    static const char k_tok[] = "{\"token\":\"", k_lp[] = ",\"logprob\":",
+                      k_top[] = ",\"top_logprobs\":[]";
+    const char *p = r->p, *e = r->e;
+    if (e - p < 64 || !s_same(p, k_tok, sizeof k_tok - 1))
+        return false;
+    p += sizeof k_tok - 1;
+    p = jsonscan_str_stop(p, e);
+    if (p >= e || *p != '"' || s_same(r->p + sizeof k_tok - 1, "token_id:", 9))
+        return false; /* an escape, a raw control byte, the end, or an id to read: s_lp_entry */
+    p++;
+    if (e - p < (ptrdiff_t)sizeof k_lp + 1 || !s_same(p, k_lp, sizeof k_lp - 1))
+        return false;
+    p += sizeof k_lp - 1;
+    double x;
+    if (*p == '0' && (p[1] == ',' || p[1] == '}')) {
+        x = 0;
+        p++;
+    } else {
+        llm_fast_rd_t n = {.p = p, .e = e};
+        const char *n0, *n1;
+        bool pl;
+        if (*p == ' ' || !llm_fast_number(&n, &n0, &n1, &pl))
+            return false;
+        x = llm_fast_num_value(n0, n1);
+        p = n.p;
+    }
+    if (e - p >= (ptrdiff_t)sizeof k_top - 1 && s_same(p, k_top, sizeof k_top - 1))
+        p += sizeof k_top - 1;
+    if (p >= e || *p != '}')
+        return false;
+    a->sum += x;
+    a->any = true;
+    a->lp[k] = (float)(x < -1e30 ? -1e30 : x > 0 ? 0 : x);
+    a->all_ids = false;
+    r->p = p + 1;
+    return true;
+}
+
+/* llm_fast_logprobs reads the first choice's "logprobs": null, or an object whose first "content"
+ * is an array of entry objects (other shapes are outside the subset). */
+bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
+{
+    if (llm_fast_null(r))
+        return true;
+    if (!llm_fast_eat(r, '{'))
+        return false;
+    if (llm_fast_eat(r, '}'))
+        return true; /* no content: none, as the tree path reads it */
+    bool seen = false;
+    do {
+        llm_fast_str_t key;
+        if (!llm_fast_key(r, &key))
+            return false;
+        if (!seen && LLM_FAST_IS(&key, "content")) {
+            seen = true;
+            if (!llm_fast_eat(r, '['))
+                return false;
+            a->lp_seen = true;
+            a->all_ids = true;
+            a->cap_lp = SR_MAX((size_t)16, len_hint / 24);
+            a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
+            if (!llm_fast_eat(r, ']')) {
+                do {
+                    if (a->n_lp == a->cap_lp) {
+                        size_t cap = a->cap_lp * 2;
+                        a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
+                        memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
+                        if (a->lp_ids) {
+                            a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
+                            memset(a->lp_ids + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp_ids);
+                        }
+                        a->cap_lp = cap;
+                    }
+                    if (!s_lp_entry_usual(r, a, a->n_lp) && !s_lp_entry(r, a, a->n_lp))
+                        return false;
+                    a->n_lp++;
+                } while (llm_fast_eat(r, ','));
+                if (!llm_fast_eat(r, ']'))
+                    return false;
+            }
+        } else if (!llm_fast_skip(r)) {
+            return false;
+        }
+    } while (llm_fast_eat(r, ','));
+    return llm_fast_eat(r, '}');
+}
