@@ -126,6 +126,30 @@ const char *llm_client_url(const llm_client_t *c)
     return c ? c->url : NULL;
 }
 
+/* s_request_new makes a request of c whose answer goes to cb(arg), not yet started. */
+static llm_request_t *s_request_new(llm_client_t *c, llm_done_cb cb, void *arg)
+{
+    llm_request_t *r = sr_xcalloc(1, sizeof *r);
+    r->c = c;
+    r->cb = cb;
+    r->arg = arg;
+    r->retry_due_ms = -1;
+    r->t_start_us = clock_mono_us();
+    return r;
+}
+
+/* s_request_link puts r on c's list of pending requests and counts its first attempt. */
+static void s_request_link(llm_client_t *c, llm_request_t *r)
+{
+    r->next = c->head;
+    if (c->head)
+        c->head->prev = r;
+    c->head = r;
+    c->pending++;
+    c->stats.started++;
+    r->attempts++;
+}
+
 /* s_request_start makes and starts a request: a chat POST of body (owned), or the model list GET
  * when body is NULL. */
 static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, llm_done_cb cb,
@@ -135,20 +159,9 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
     if (models && !c->models_url)
         return NULL;
     if (c->h1 && !models && !url) {
-        llm_request_t *r = sr_xcalloc(1, sizeof *r);
-        r->c = c;
-        r->cb = cb;
-        r->arg = arg;
-        r->retry_due_ms = -1;
-        r->t_start_us = clock_mono_us();
+        llm_request_t *r = s_request_new(c, cb, arg);
         llm_h1_prepare(r, body);
-        r->next = c->head;
-        if (c->head)
-            c->head->prev = r;
-        c->head = r;
-        c->pending++;
-        c->stats.started++;
-        r->attempts++;
+        s_request_link(c, r);
         llm_h1_attempt(r);
         return r;
     }
@@ -159,16 +172,11 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
         free(url);
         return NULL;
     }
-    llm_request_t *r = sr_xcalloc(1, sizeof *r);
-    r->c = c;
+    llm_request_t *r = s_request_new(c, cb, arg);
     r->easy = easy;
     r->body = body;
     r->models = models;
     r->url = url;
-    r->cb = cb;
-    r->arg = arg;
-    r->retry_due_ms = -1;
-    r->t_start_us = clock_mono_us();
     if (fresh) {
         curl_easy_setopt(easy, CURLOPT_URL, url ? url : models ? c->models_url : c->url);
         if (models)
@@ -195,14 +203,7 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
     curl_easy_setopt(easy, CURLOPT_PRIVATE, (char *)r);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->errbuf);
 
-    r->next = c->head;
-    if (c->head)
-        c->head->prev = r;
-    c->head = r;
-    c->pending++;
-    c->stats.started++;
-
-    r->attempts++;
+    s_request_link(c, r);
     if (curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
         r->cb = NULL;
         c->stats.started--;
