@@ -1,6 +1,7 @@
 /*
  * harness.c — shared test scaffolding; see harness.h.
  */
+#include "tools/supervise.h"
 #include "tests/harness.h"
 
 #include <arpa/inet.h>
@@ -33,18 +34,7 @@ int64_t harness_now_ms(void)
 
 int harness_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    return supervise_free_port();
 }
 
 static int s_ping(int port)

@@ -7,6 +7,7 @@
  */
 #include "tests/harness.h"
 
+#include "common/afile.h"
 #include "common/llm_client.h"
 #include "common/llm_client_int.h"
 #include "common/sr.h"
@@ -19,19 +20,11 @@
 
 static char *s_read_file(const char *name, size_t *len)
 {
-    char path[256];
+    char path[256], err[256];
     snprintf(path, sizeof path, FIXTURES "%s", name);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open fixture %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
+    char *buf = NULL;
+    if (afile_read(path, 64u << 20, &buf, len, err, sizeof err) != SR_OK)
+        fail_msg("cannot read fixture %s: %s", path, err);
     return buf;
 }
 
