@@ -1,6 +1,8 @@
 /*
  * harness.c — shared test scaffolding; see harness.h.
  */
+#include "common/afile.h"
+#include "common/sr.h"
 #include "tools/supervise.h"
 #include "tests/harness.h"
 
@@ -30,6 +32,16 @@ int64_t harness_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *harness_fixture(const char *name, size_t *len)
+{
+    char path[256], err[256];
+    snprintf(path, sizeof path, "tests/fixtures/%s", name);
+    char *buf = NULL;
+    if (afile_read(path, 64u << 20, &buf, len, err, sizeof err) != SR_OK)
+        fail_msg("cannot read fixture %s: %s", path, err);
+    return buf;
 }
 
 int harness_free_port(void)

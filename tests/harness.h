@@ -25,6 +25,10 @@ typedef struct {
     char url[64]; /* redis://127.0.0.1:PORT */
 } harness_redis_t;
 
+/* harness_fixture reads tests/fixtures/<name> whole (heap, NUL-terminated, the caller frees it)
+ * and its length into *len; the test fails when it cannot. */
+char *harness_fixture(const char *name, size_t *len);
+
 /* harness_free_port returns a TCP port on 127.0.0.1 that was free a moment ago (0 on failure). */
 int harness_free_port(void);
 

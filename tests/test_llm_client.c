@@ -8,7 +8,6 @@
  */
 #include "tests/harness.h"
 
-#include "common/afile.h"
 #include "common/llm_client.h"
 #include "common/sr.h"
 
@@ -24,17 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define FIXTURES "tests/fixtures/"
-
-static char *s_read_file(const char *name, size_t *len)
-{
-    char path[256], err[256];
-    snprintf(path, sizeof path, FIXTURES "%s", name);
-    char *buf = NULL;
-    if (afile_read(path, 64u << 20, &buf, len, err, sizeof err) != SR_OK)
-        fail_msg("cannot read fixture %s: %s", path, err);
-    return buf;
-}
 
 /* ---- the test server ----------------------------------------------------------------------- */
 
@@ -175,7 +163,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *conn, const c
     char file[128];
     if (sscanf(route, "/fix/%u/%127s", &status, file) == 2) {
         size_t len;
-        char *body = s_read_file(file, &len);
+        char *body = harness_fixture(file, &len);
         const char *ct = strstr(file, ".html") ? "text/html; charset=utf-8"
                          : strstr(file, ".txt") ? "text/event-stream"
                                                 : "application/json";
@@ -616,7 +604,7 @@ static void request_body_is_byte_for_byte_what_cjson_prints(void **state)
 static int s_parse_fixture(const char *name, llm_response_t *r, llm_parsed_t **st)
 {
     size_t len;
-    char *body = s_read_file(name, &len);
+    char *body = harness_fixture(name, &len);
     memset(r, 0, sizeof *r);
     int rc = llm_parse_chat_response(body, len, r, st);
     free(body);
@@ -730,7 +718,7 @@ static void malformed_bodies_give_clear_errors(void **state)
     /* The truncated fixture ends inside a string: the error names the first byte of that
      * unterminated string. */
     size_t len;
-    char *t = s_read_file("truncated.json", &len);
+    char *t = harness_fixture("truncated.json", &len);
     llm_response_t r;
     llm_parsed_t *st = NULL;
     assert_int_equal(llm_parse_chat_response(t, len, &r, &st), SR_EPROTO);
@@ -744,7 +732,7 @@ static void random_and_cut_bodies_never_crash(void **state)
 {
     (void)state;
     size_t len;
-    char *good = s_read_file("vllm_chat_logprobs.json", &len);
+    char *good = harness_fixture("vllm_chat_logprobs.json", &len);
     uint64_t x = 88172645463325252ull;
     for (size_t cut = 0; cut <= len; cut++) {
         llm_response_t r;
@@ -791,7 +779,7 @@ static void error_bodies_of_each_server_yield_their_message(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t len;
-        char *body = s_read_file(cases[i].file, &len);
+        char *body = harness_fixture(cases[i].file, &len);
         char msg[200];
         llm_error_message(body, len, msg, sizeof msg);
         if (strcmp(msg, cases[i].msg) != 0)

@@ -7,7 +7,6 @@
  */
 #include "tests/harness.h"
 
-#include "common/afile.h"
 #include "common/llm_client.h"
 #include "common/llm_client_int.h"
 #include "common/sr.h"
@@ -16,17 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FIXTURES "tests/fixtures/"
-
-static char *s_read_file(const char *name, size_t *len)
-{
-    char path[256], err[256];
-    snprintf(path, sizeof path, FIXTURES "%s", name);
-    char *buf = NULL;
-    if (afile_read(path, 64u << 20, &buf, len, err, sizeof err) != SR_OK)
-        fail_msg("cannot read fixture %s: %s", path, err);
-    return buf;
-}
 
 static bool s_same_str(const char *a, const char *b)
 {
@@ -179,7 +167,7 @@ static void every_fixture_reads_the_same_both_ways(void **state)
     int fast = 0;
     for (size_t i = 0; i < SR_ARRAY_LEN(files); i++) {
         size_t len;
-        char *body = s_read_file(files[i], &len);
+        char *body = harness_fixture(files[i], &len);
         fast += s_check(body, len);
         for (size_t cut = 0; cut < len; cut += 7)
             s_check(body, cut);
