@@ -109,20 +109,37 @@ household_t *household_new(const char *task_id, int max_steps, char *err, size_t
         s_err(err, errlen, "bad task id '%s': too long", task_id);
         return NULL;
     }
-    household_t *h = calloc(1, sizeof *h);
+    /* Not calloc: the world is some 34 KB, mostly buffers for texts and lists that the generator,
+     * reset and step write before anything reads them; only the counts and the state are set. */
+    household_t *h = malloc(sizeof *h);
     if (!h) {
         s_err(err, errlen, "%s", "out of memory");
         return NULL;
     }
-    strcpy(h->task_id, task_id);
+    memcpy(h->task_id, task_id, strlen(task_id) + 1);
     h->split = split;
     h->index = index;
     h->floor_plan = household_floor_plan(split, index);
     h->max_steps = max_steps > 0 ? max_steps : HOUSEHOLD_DEFAULT_MAX_STEPS;
+    h->n_receps = 0;
+    h->n_objs = 0;
+    h->goto_ready = false;
     hh_generate_layout(h);
     hh_generate_task(h);
     hh_build_room_sentence(h);
     h->out = (hh_text_t){h->text, 0, sizeof h->text};
+    h->text[0] = '\0';
+    h->pool_len = 0;
+    h->n_adm = 0;
+    /* The initial state, as a reset leaves it (a step before the first reset, which the API rules
+     * out, then meets a well-defined world with no admissible command). */
+    memcpy(h->objs, h->init_objs, sizeof h->objs[0] * (size_t)h->n_objs);
+    memset(h->open, 0, sizeof h->open);
+    h->cur = -1;
+    h->held = -1;
+    h->steps = 0;
+    h->done = h->won = false;
+    h->reward = 0;
     return h;
 }
 
