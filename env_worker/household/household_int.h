@@ -99,6 +99,8 @@ struct household {
     char goto_pool[HH_MAX_RECEPS * (HH_NAME + 8)];
     const char *goto_s[HH_MAX_RECEPS];
     int8_t goto_r[HH_MAX_RECEPS];
+    hh_cmd_t goto_cmd[HH_MAX_RECEPS];  /* the command of goto_s[i] */
+    uint8_t goto_at[HH_MAX_RECEPS];    /* receptacle r's place in goto_s */
 };
 
 /* household_text.c: the texts. hh_put_n and hh_put append to t, cut at its capacity; hh_put_list

@@ -87,7 +87,21 @@ static void s_goto_prepare(household_t *h)
         h->goto_s[k] = s;
         h->goto_r[k] = (int8_t)r;
     }
+    for (int g = 0; g < h->n_receps; g++) {
+        h->goto_cmd[g] = (hh_cmd_t){S_GOTO, -1, h->goto_r[g]};
+        h->goto_at[h->goto_r[g]] = (uint8_t)g;
+    }
     h->goto_ready = true;
+}
+
+/* s_put_entry appends x to the list unless it equals the last one. */
+static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
+{
+    if (*n > 0 && !strcmp(h->adm[*n - 1], s))
+        return;
+    SR_ASSERT(*n < HH_MAX_CMDS);
+    h->adm[*n] = s;
+    h->cmds[(*n)++] = cmd;
 }
 
 static void s_build_admissible(household_t *h)
@@ -147,28 +161,49 @@ static void s_build_admissible(household_t *h)
         }
         e[k] = x;
     }
-    int n = 0, i = 0, g = 0;
-    for (;;) {
-        while (g < h->n_receps && h->goto_r[g] == c)
-            g++;
-        bool take_goto;
-        if (i < ne && g < h->n_receps)
-            take_goto = strcmp(h->goto_s[g], e[i].s) < 0;
-        else if (i < ne || g < h->n_receps)
-            take_goto = i >= ne;
-        else
-            break;
-        s_entry_t x = take_goto ? (s_entry_t){h->goto_s[g], {S_GOTO, -1, h->goto_r[g]}} : e[i];
-        if (take_goto)
-            g++;
-        else
-            i++;
-        if (n > 0 && !strcmp(h->adm[n - 1], x.s))
-            continue;
-        SR_ASSERT(n < HH_MAX_CMDS);
-        h->adm[n] = x.s;
-        h->cmds[n++] = x.cmd;
+    /* The "go to"s are one block of the sorted list: every other command sorts before the
+     * first of them or after the last (none starts with "go to "), so the list is the commands
+     * before the block, the block without the one to here (pointers copied, no comparison), and
+     * the commands after it. A command that would sort inside the block falls back to the
+     * general merge. */
+    int ng = h->n_receps;
+    int skip = c >= 0 ? h->goto_at[c] : -1;
+    int n = 0, i = 0;
+    while (i < ne && (ng == 0 || strcmp(e[i].s, h->goto_s[0]) < 0)) {
+        s_put_entry(h, &n, e[i].s, e[i].cmd);
+        i++;
     }
+    if (i == ne || strcmp(e[i].s, h->goto_s[ng - 1]) > 0) {
+        for (int g = 0; g < ng; g++) {
+            if (g == skip)
+                continue;
+            SR_ASSERT(n < HH_MAX_CMDS);
+            h->adm[n] = h->goto_s[g];
+            h->cmds[n++] = h->goto_cmd[g];
+        }
+    } else {
+        int g = 0;
+        for (;;) {
+            if (g == skip)
+                g++;
+            bool take_goto;
+            if (i < ne && g < ng)
+                take_goto = strcmp(h->goto_s[g], e[i].s) < 0;
+            else if (i < ne || g < ng)
+                take_goto = i >= ne;
+            else
+                break;
+            if (take_goto) {
+                s_put_entry(h, &n, h->goto_s[g], h->goto_cmd[g]);
+                g++;
+            } else {
+                s_put_entry(h, &n, e[i].s, e[i].cmd);
+                i++;
+            }
+        }
+    }
+    for (; i < ne; i++)
+        s_put_entry(h, &n, e[i].s, e[i].cmd);
     h->n_adm = n;
 }
 
