@@ -40,26 +40,42 @@ typedef struct {
     hh_cmd_t cmd;
 } s_entry_t;
 
-static void s_cmd(household_t *h, int op, int obj, int rec, const char *a, const char *b, uint8_t blen,
-                  const char *c, const char *d, uint8_t dlen)
+/* s_cmd adds a command: a static text (b NULL: pointed at, not copied), or a + b + c + d
+ * written into the pool (c and d may be NULL). Lengths are given: the parts are literals and
+ * names whose lengths are known. */
+static inline void s_cmd(household_t *h, int op, int obj, int rec, const char *a, size_t la, const char *b,
+                         size_t blen, const char *c, size_t lc, const char *d, size_t dlen)
 {
     SR_ASSERT(h->n_adm < HH_MAX_CMDS);
-    size_t la = strlen(a), lc = c ? strlen(c) : 0;
-    size_t need = la + blen + lc + dlen + 1;
-    SR_ASSERT(h->pool_len + need <= HH_POOL);
-    char *s = h->pool + h->pool_len;
-    char *p = s;
-    memcpy(p, a, la), p += la;
-    memcpy(p, b, blen), p += blen;
-    if (c)
-        memcpy(p, c, lc), p += lc;
-    if (d)
-        memcpy(p, d, dlen), p += dlen;
-    *p = '\0';
-    h->pool_len += need;
+    const char *s = a;
+    if (b) {
+        size_t need = la + blen + lc + dlen + 1;
+        SR_ASSERT(h->pool_len + need <= HH_POOL);
+        char *p = h->pool + h->pool_len;
+        s = p;
+        memcpy(p, a, la), p += la;
+        memcpy(p, b, blen), p += blen;
+        if (c)
+            memcpy(p, c, lc), p += lc;
+        if (d)
+            memcpy(p, d, dlen), p += dlen;
+        *p = '\0';
+        h->pool_len += need;
+    }
     h->adm[h->n_adm] = s;
     h->cmds[h->n_adm] = (hh_cmd_t){(uint8_t)op, (int8_t)obj, (int8_t)rec};
     h->n_adm++;
+}
+
+/* A string literal and its length, for s_cmd. */
+#define S_LIT(s) (s), (sizeof(s) - 1)
+
+/* s_after tells whether command a sorts after command b (strcmp order, first letters first). */
+static inline bool s_after(const char *a, const char *b)
+{
+    if (a[0] != b[0])
+        return (unsigned char)a[0] > (unsigned char)b[0];
+    return strcmp(a, b) > 0;
 }
 
 static bool s_accessible(const household_t *h, int r)
@@ -97,7 +113,7 @@ static void s_goto_prepare(household_t *h)
 /* s_put_entry appends x to the list unless it equals the last one. */
 static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
 {
-    if (*n > 0 && !strcmp(h->adm[*n - 1], s))
+    if (*n > 0 && h->adm[*n - 1][0] == s[0] && !strcmp(h->adm[*n - 1], s))
         return;
     SR_ASSERT(*n < HH_MAX_CMDS);
     h->adm[*n] = s;
@@ -110,19 +126,20 @@ static void s_build_admissible(household_t *h)
         s_goto_prepare(h);
     h->n_adm = 0;
     h->pool_len = 0;
-    s_cmd(h, S_HELP, -1, -1, "help", "", 0, NULL, NULL, 0);
-    s_cmd(h, S_INVENTORY, -1, -1, "inventory", "", 0, NULL, NULL, 0);
-    s_cmd(h, S_LOOK, -1, -1, "look", "", 0, NULL, NULL, 0);
+    s_cmd(h, S_HELP, -1, -1, S_LIT("help"), NULL, 0, NULL, 0, NULL, 0);
+    s_cmd(h, S_INVENTORY, -1, -1, S_LIT("inventory"), NULL, 0, NULL, 0, NULL, 0);
+    s_cmd(h, S_LOOK, -1, -1, S_LIT("look"), NULL, 0, NULL, 0, NULL, 0);
     int c = h->cur;
     const hh_obj_t *held = h->held >= 0 ? &h->objs[h->held] : NULL;
     if (held)
-        s_cmd(h, S_EXAMINE_O, h->held, -1, "examine ", held->name, held->name_len, NULL, NULL, 0);
+        s_cmd(h, S_EXAMINE_O, h->held, -1, S_LIT("examine "), held->name, held->name_len, NULL, 0, NULL, 0);
     if (c >= 0) {
         const hh_recep_t *rc = &h->receps[c];
-        s_cmd(h, S_EXAMINE_R, -1, c, "examine ", rc->name, rc->name_len, NULL, NULL, 0);
-        if (rc->openable)
-            s_cmd(h, h->open[c] ? S_CLOSE : S_OPEN, -1, c, h->open[c] ? "close " : "open ", rc->name, rc->name_len,
-                  NULL, NULL, 0);
+        s_cmd(h, S_EXAMINE_R, -1, c, S_LIT("examine "), rc->name, rc->name_len, NULL, 0, NULL, 0);
+        if (rc->openable && h->open[c])
+            s_cmd(h, S_CLOSE, -1, c, S_LIT("close "), rc->name, rc->name_len, NULL, 0, NULL, 0);
+        else if (rc->openable)
+            s_cmd(h, S_OPEN, -1, c, S_LIT("open "), rc->name, rc->name_len, NULL, 0, NULL, 0);
         bool access = s_accessible(h, c);
         for (int i = 0; i < h->n_objs; i++) {
             const hh_obj_t *o = &h->objs[i];
@@ -130,21 +147,24 @@ static void s_build_admissible(household_t *h)
                 continue;
             uint8_t props = household_objects[o->type].props;
             if (props & HOUSEHOLD_LAMP)
-                s_cmd(h, S_USE, i, c, "use ", o->name, o->name_len, NULL, NULL, 0);
+                s_cmd(h, S_USE, i, c, S_LIT("use "), o->name, o->name_len, NULL, 0, NULL, 0);
             else if (!held && access && !(props & HOUSEHOLD_FIXED))
-                s_cmd(h, S_TAKE, i, c, "take ", o->name, o->name_len, " from ", rc->name, rc->name_len);
+                s_cmd(h, S_TAKE, i, c, S_LIT("take "), o->name, o->name_len, S_LIT(" from "), rc->name, rc->name_len);
         }
         if (held) {
             uint8_t props = household_objects[held->type].props;
             if (access && household_can_hold(rc->type, held->type))
-                s_cmd(h, S_MOVE, h->held, c, "move ", held->name, held->name_len, " to ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_MICROWAVE && (props & HOUSEHOLD_HEATABLE))
-                s_cmd(h, S_HEAT, h->held, c, "heat ", held->name, held->name_len, " with ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_FRIDGE && (props & HOUSEHOLD_COOLABLE))
-                s_cmd(h, S_COOL, h->held, c, "cool ", held->name, held->name_len, " with ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_SINKBASIN && (props & HOUSEHOLD_CLEANABLE))
-                s_cmd(h, S_CLEANOP, h->held, c, "clean ", held->name, held->name_len, " with ", rc->name,
+                s_cmd(h, S_MOVE, h->held, c, S_LIT("move "), held->name, held->name_len, S_LIT(" to "), rc->name,
                       rc->name_len);
+            if (rc->type == HOUSEHOLD_R_MICROWAVE && (props & HOUSEHOLD_HEATABLE))
+                s_cmd(h, S_HEAT, h->held, c, S_LIT("heat "), held->name, held->name_len, S_LIT(" with "), rc->name,
+                      rc->name_len);
+            if (rc->type == HOUSEHOLD_R_FRIDGE && (props & HOUSEHOLD_COOLABLE))
+                s_cmd(h, S_COOL, h->held, c, S_LIT("cool "), held->name, held->name_len, S_LIT(" with "), rc->name,
+                      rc->name_len);
+            if (rc->type == HOUSEHOLD_R_SINKBASIN && (props & HOUSEHOLD_CLEANABLE))
+                s_cmd(h, S_CLEANOP, h->held, c, S_LIT("clean "), held->name, held->name_len, S_LIT(" with "),
+                      rc->name, rc->name_len);
         }
     }
     /* Sort the commands above by string (stable: of equal strings the first written stays),
@@ -155,7 +175,7 @@ static void s_build_admissible(household_t *h)
     for (int i = 0; i < ne; i++) {
         s_entry_t x = {h->adm[i], h->cmds[i]};
         int k = i;
-        while (k > 0 && strcmp(e[k - 1].s, x.s) > 0) {
+        while (k > 0 && s_after(e[k - 1].s, x.s)) {
             e[k] = e[k - 1];
             k--;
         }
@@ -169,17 +189,21 @@ static void s_build_admissible(household_t *h)
     int ng = h->n_receps;
     int skip = c >= 0 ? h->goto_at[c] : -1;
     int n = 0, i = 0;
-    while (i < ne && (ng == 0 || strcmp(e[i].s, h->goto_s[0]) < 0)) {
+    while (i < ne && (ng == 0 || s_after(h->goto_s[0], e[i].s))) {
         s_put_entry(h, &n, e[i].s, e[i].cmd);
         i++;
     }
-    if (i == ne || strcmp(e[i].s, h->goto_s[ng - 1]) > 0) {
-        for (int g = 0; g < ng; g++) {
-            if (g == skip)
-                continue;
-            SR_ASSERT(n < HH_MAX_CMDS);
-            h->adm[n] = h->goto_s[g];
-            h->cmds[n++] = h->goto_cmd[g];
+    if (i == ne || s_after(e[i].s, h->goto_s[ng - 1])) {
+        /* the block before the go-to to here, then the block after it */
+        int cut = skip >= 0 ? skip : ng;
+        SR_ASSERT(n + ng <= HH_MAX_CMDS);
+        memcpy(h->adm + n, h->goto_s, sizeof h->adm[0] * (size_t)cut);
+        memcpy(h->cmds + n, h->goto_cmd, sizeof h->cmds[0] * (size_t)cut);
+        n += cut;
+        if (cut < ng) {
+            memcpy(h->adm + n, h->goto_s + cut + 1, sizeof h->adm[0] * (size_t)(ng - cut - 1));
+            memcpy(h->cmds + n, h->goto_cmd + cut + 1, sizeof h->cmds[0] * (size_t)(ng - cut - 1));
+            n += ng - cut - 1;
         }
     } else {
         int g = 0;
