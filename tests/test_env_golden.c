@@ -103,8 +103,9 @@ static void s_keep_admissible(s_sess_t *s, const proto_obs_t *o)
 static const char *const s_splits[] = {"train", "valid_seen", "valid_unseen"};
 
 /* s_play runs the script for `episodes` RESETs on a worker of capacity `capacity` and tallies the
- * replies. */
-static void s_play(int episodes, int capacity, uint64_t seed, s_tally_t *t)
+ * replies; each task is reset `repeat` times in a row (on different sessions, as a group of
+ * trajectories of one task is played). */
+static void s_play(int episodes, int capacity, int repeat, uint64_t seed, s_tally_t *t)
 {
     envw_cfg_t c;
     envw_cfg_init(&c);
@@ -144,7 +145,7 @@ static void s_play(int episodes, int capacity, uint64_t seed, s_tally_t *t)
                 continue;
             }
             if (reset) {
-                uint32_t k = (uint32_t)resets;
+                uint32_t k = (uint32_t)(resets / repeat);
                 if (k % 31 == 30)
                     snprintf(task, sizeof task, "household/bogus/%u", k); /* refused */
                 else if (k % 37 == 36)
@@ -157,7 +158,7 @@ static void s_play(int episodes, int capacity, uint64_t seed, s_tally_t *t)
                 m.u.reset.rid = rid++;
                 m.u.reset.session = s->name;
                 m.u.reset.task = task;
-                m.u.reset.max_steps = max_steps[k % 5];
+                m.u.reset.max_steps = max_steps[(repeat == 1 ? k : (uint32_t)resets) % 5];
                 m.u.reset.has_seed = k % 4 == 0;
                 m.u.reset.seed = k;
                 s_call(w, s->client, &m, t, &b);
@@ -223,7 +224,7 @@ static void test_replies_match_the_pinned_hash(void **state)
 {
     (void)state;
     s_tally_t t;
-    s_play(600, 64, 2026, &t);
+    s_play(600, 64, 1, 2026, &t);
     assert_true(t.errors > 0 && t.obs > 10000);
     s_check("capacity 64", &t, 0x61ebb6441b3775deULL, 18909, 10270839, 18673);
 }
@@ -234,9 +235,19 @@ static void test_replies_at_capacity_match_the_pinned_hash(void **state)
 {
     (void)state;
     s_tally_t t;
-    s_play(400, 5, 7, &t);
+    s_play(400, 5, 1, 7, &t);
     assert_true(t.errors > 100 && t.obs > 500);
     s_check("capacity 5", &t, 0x36bdf7f466c93abeULL, 1010, 353764, 632);
+}
+
+/* Each task reset eight times in a row on eight sessions, episodes of one task overlapping. */
+static void test_replies_of_repeated_tasks_match_the_pinned_hash(void **state)
+{
+    (void)state;
+    s_tally_t t;
+    s_play(640, 64, 8, 41, &t);
+    assert_true(t.errors > 0 && t.obs > 10000);
+    s_check("groups of 8", &t, 0x69fe9dc74c4cf242ULL, 19735, 10442640, 19489);
 }
 
 int main(int argc, char **argv)
@@ -244,6 +255,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replies_match_the_pinned_hash),
         cmocka_unit_test(test_replies_at_capacity_match_the_pinned_hash),
+        cmocka_unit_test(test_replies_of_repeated_tasks_match_the_pinned_hash),
     };
     return harness_run_("env_golden", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
