@@ -96,6 +96,7 @@ struct household {
     /* "go to <receptacle>" for every receptacle, sorted: the bulk of every list, the same for the
      * whole episode, so written and sorted once (on the first list) and merged into each. */
     bool goto_ready;
+    size_t goto_pool_len;
     char goto_pool[HH_MAX_RECEPS * (HH_NAME + 8)];
     const char *goto_s[HH_MAX_RECEPS];
     int8_t goto_r[HH_MAX_RECEPS];
@@ -120,5 +121,8 @@ void hh_put_examine_obj(hh_text_t *t, const hh_obj_t *o);
 void hh_generate_layout(household_t *h);
 void hh_generate_task(household_t *h);
 void hh_build_room_sentence(household_t *h);
+
+/* household_step.c: hh_goto_prepare writes and sorts the "go to"s of the generated world (once). */
+void hh_goto_prepare(household_t *h);
 
 #endif

@@ -83,9 +83,9 @@ static bool s_accessible(const household_t *h, int r)
     return !h->receps[r].openable || h->open[r];
 }
 
-/* s_goto_prepare writes "go to <receptacle>" for every receptacle into h->goto_pool and sorts
+/* hh_goto_prepare writes "go to <receptacle>" for every receptacle into h->goto_pool and sorts
  * them (the receptacles never change after generation). */
-static void s_goto_prepare(household_t *h)
+void hh_goto_prepare(household_t *h)
 {
     size_t at = 0;
     for (int r = 0; r < h->n_receps; r++) {
@@ -107,6 +107,7 @@ static void s_goto_prepare(household_t *h)
         h->goto_cmd[g] = (hh_cmd_t){S_GOTO, -1, h->goto_r[g]};
         h->goto_at[h->goto_r[g]] = (uint8_t)g;
     }
+    h->goto_pool_len = at;
     h->goto_ready = true;
 }
 
@@ -123,7 +124,7 @@ static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
 static void s_build_admissible(household_t *h)
 {
     if (!h->goto_ready)
-        s_goto_prepare(h);
+        hh_goto_prepare(h);
     h->n_adm = 0;
     h->pool_len = 0;
     s_cmd(h, S_HELP, -1, -1, S_LIT("help"), NULL, 0, NULL, 0, NULL, 0);
