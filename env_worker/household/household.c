@@ -12,9 +12,10 @@
  * receptacles that can hold it in at most HOUSEHOLD_SEARCH_BUDGET steps, which keeps every task
  * solvable within 50 steps by an agent that reads only observations (see expert.c).
  *
- * After every reset and step the admissible commands are rebuilt into a string pool, sorted with
- * strcmp and de-duplicated; a step looks its action up in that sorted list, so "exactly admissible"
- * is literally the test, and every admissible command carries the operation it stands for.
+ * After every reset and every step that changes what it depends on (going, opening, closing,
+ * taking, moving) the admissible commands are rebuilt into a string pool, sorted with strcmp and
+ * de-duplicated; a step looks its action up in that sorted list, so "exactly admissible" is
+ * literally the test, and every admissible command carries the operation it stands for.
  */
 #include "env_worker/household/household.h"
 #include "common/sr.h"

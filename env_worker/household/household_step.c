@@ -1,8 +1,8 @@
 /*
  * household_step.c — the household's dynamics: reset, the admissible-command list (rebuilt into a
- * string pool after every reset and step, sorted and de-duplicated, each command with the
- * operation it stands for), the step that applies one command and writes its text, and the goal
- * test.
+ * string pool after a reset and after each step that changes it, sorted and de-duplicated, each
+ * command with the operation it stands for), the step that applies one command and writes its
+ * text, and the goal test.
  */
 #include "env_worker/household/household_int.h"
 #include "common/sr.h"
@@ -412,6 +412,11 @@ int household_step(household_t *self, const char *action, env_obs_t *obs)
     self->text[0] = '\0';
     self->reward = 0;
     int k = s_find_cmd(self, action);
+    /* The list depends on where the agent stands, what it holds, whether the receptacle there is
+     * open and what lies in it; only going, opening, closing, taking and moving change those.
+     * After any other command (or one not admissible) the list stays as it is. */
+    int op = k < 0 ? -1 : self->cmds[k].op;
+    bool list_changes = op == S_GOTO || op == S_OPEN || op == S_CLOSE || op == S_TAKE || op == S_MOVE;
     if (k < 0)
         hh_put(&self->out, "Nothing happens.");
     else
@@ -424,7 +429,8 @@ int household_step(household_t *self, const char *action, env_obs_t *obs)
     } else if (self->steps >= self->max_steps) {
         self->done = true;
     }
-    s_build_admissible(self);
+    if (list_changes)
+        s_build_admissible(self);
     s_fill_obs(self, obs);
     return SR_OK;
 }
