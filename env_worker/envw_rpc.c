@@ -529,17 +529,18 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
     proto_msg_t req;
     proto_err_t perr;
     metrics_counter_inc(w->m_requests);
-    /* A type this channel does not serve is unknown_type whatever the rest of it holds (a
-     * malformed OBS or JOB is not the client's problem to fix here). */
-    proto_type_t pt = proto_peek_type(body, len);
-    if (pt != PROTO_NONE && pt != PROTO_RESET && pt != PROTO_STEP && pt != PROTO_CLOSE) {
-        uint64_t rid = 0;
-        bool has_rid = s_peek_rid(body, len, &rid);
-        s_reply_error(w, id, idlen, has_rid, rid, ENVW_ERR_UNKNOWN_TYPE, NULL,
-                      "an env worker serves RESET, STEP and CLOSE, not %s", proto_type_name(pt));
-        return;
-    }
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
+        /* A type this channel does not serve is unknown_type whatever the rest of it holds (a
+         * malformed OBS or JOB is not the client's problem to fix here); the type is looked at
+         * only when the message did not decode (one that did says its type itself, below). */
+        proto_type_t pt = proto_peek_type(body, len);
+        if (pt != PROTO_NONE && pt != PROTO_RESET && pt != PROTO_STEP && pt != PROTO_CLOSE) {
+            uint64_t rid = 0;
+            bool has_rid = s_peek_rid(body, len, &rid);
+            s_reply_error(w, id, idlen, has_rid, rid, ENVW_ERR_UNKNOWN_TYPE, NULL,
+                          "an env worker serves RESET, STEP and CLOSE, not %s", proto_type_name(pt));
+            return;
+        }
         if (peerlimit_error_logged(w->peers, id, idlen, clock_mono_ms(), w->m_peer_bans, "",
                                    "client", "requests"))
             return;
