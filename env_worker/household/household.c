@@ -148,6 +148,7 @@ household_t *household_new(const char *task_id, int max_steps, char *err, size_t
     hh_generate_layout(h);
     hh_generate_task(h);
     hh_build_room_sentence(h);
+    hh_order_objects(h);
     s_start(h, max_steps);
     return h;
 }
@@ -175,6 +176,7 @@ household_t *household_clone(const household_t *like, int max_steps)
     memcpy(h->receps, like->receps, sizeof h->receps[0] * (size_t)like->n_receps);
     h->n_objs = like->n_objs;
     memcpy(h->init_objs, like->init_objs, sizeof h->init_objs[0] * (size_t)like->n_objs);
+    memcpy(h->obj_order, like->obj_order, sizeof h->obj_order[0] * (size_t)like->n_objs);
     /* The sorted "go to"s, their pointers moved into this world's pool. */
     h->goto_ready = like->goto_ready;
     if (h->goto_ready) {

@@ -75,6 +75,9 @@ struct household {
     hh_obj_t init_objs[HH_MAX_OBJS];
     hh_obj_t objs[HH_MAX_OBJS];
     int n_objs;
+    /* the objects by name (strcmp), so that the "take" and "use" commands of a place are written
+     * in the order the list keeps them */
+    uint8_t obj_order[HH_MAX_OBJS];
 
     /* Dynamic state. */
     bool open[HH_MAX_RECEPS];
@@ -122,7 +125,9 @@ void hh_generate_layout(household_t *h);
 void hh_generate_task(household_t *h);
 void hh_build_room_sentence(household_t *h);
 
-/* household_step.c: hh_goto_prepare writes and sorts the "go to"s of the generated world (once). */
+/* household_step.c: hh_goto_prepare writes and sorts the "go to"s of the generated world (once);
+ * hh_order_objects sorts the objects by name into obj_order (once). */
 void hh_goto_prepare(household_t *h);
+void hh_order_objects(household_t *h);
 
 #endif

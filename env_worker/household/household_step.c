@@ -111,6 +111,18 @@ void hh_goto_prepare(household_t *h)
     h->goto_ready = true;
 }
 
+void hh_order_objects(household_t *h)
+{
+    for (int i = 0; i < h->n_objs; i++) {
+        int k = i; /* insertion sort: a few dozen names, once a world */
+        while (k > 0 && strcmp(h->init_objs[h->obj_order[k - 1]].name, h->init_objs[i].name) > 0) {
+            h->obj_order[k] = h->obj_order[k - 1];
+            k--;
+        }
+        h->obj_order[k] = (uint8_t)i;
+    }
+}
+
 /* s_put_entry appends x to the list unless it equals the last one. */
 static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
 {
@@ -142,7 +154,8 @@ static void s_build_admissible(household_t *h)
         else if (rc->openable)
             s_cmd(h, S_OPEN, -1, c, S_LIT("open "), rc->name, rc->name_len, NULL, 0, NULL, 0);
         bool access = s_accessible(h, c);
-        for (int i = 0; i < h->n_objs; i++) {
+        for (int j = 0; j < h->n_objs; j++) {
+            int i = h->obj_order[j];
             const hh_obj_t *o = &h->objs[i];
             if (o->loc != c)
                 continue;
@@ -247,15 +260,17 @@ static bool s_goal_reached(const household_t *h)
     uint8_t need = h->task == HOUSEHOLD_CLEAN ? HH_CLEAN : h->task == HOUSEHOLD_HEAT ? HH_HOT
                  : h->task == HOUSEHOLD_COOL  ? HH_COLD
                                               : 0;
-    int per_recep[HH_MAX_RECEPS] = {0};
+    int per_recep[HH_MAX_RECEPS]; /* counted only when two are wanted */
     int want = h->task == HOUSEHOLD_TWO ? 2 : 1;
+    if (want > 1)
+        memset(per_recep, 0, sizeof per_recep[0] * (size_t)h->n_receps);
     for (int i = 0; i < h->n_objs; i++) {
         const hh_obj_t *o = &h->objs[i];
         if (o->type != h->goal_obj || o->loc < 0 || h->receps[o->loc].type != h->goal_recep)
             continue;
         if ((o->state & need) != need)
             continue;
-        if (++per_recep[o->loc] >= want)
+        if (want == 1 || ++per_recep[o->loc] >= want)
             return true;
     }
     return false;
