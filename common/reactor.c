@@ -395,6 +395,11 @@ int reactor_signal(const reactor_t *r)
     return r ? atomic_load(&((reactor_t *)r)->signo) : 0;
 }
 
+int reactor_running(const reactor_t *r)
+{
+    return r ? r->running : 0;
+}
+
 void reactor_stop(reactor_t *r)
 {
     if (!r)

@@ -137,6 +137,10 @@ int reactor_signal(const reactor_t *r);
  * a watched socket was closed without being removed, SR_EIO if the wait failed. The stop request is consumed when it returns, so the loop can run again. */
 int reactor_run(reactor_t *r);
 
+/* reactor_running tells whether r's loop is running (a handler, timer or hook of it is on the
+ * stack). r may be NULL (0). */
+int reactor_running(const reactor_t *r);
+
 /* reactor_stop asks the loop to return after the current handler. Thread-safe and
  * async-signal-safe. r may be NULL (no effect). */
 void reactor_stop(reactor_t *r);
