@@ -111,9 +111,10 @@ struct llm_fdstate {
 
 /* A request's life (llm_client_multi.c). llm_rearm asks the owner's timer for the earliest of
  * curl's deadline, the due retries and the own connections' due times (h1_floor_ms: the timer may
- * fire early, never late); llm_h1_note_due lowers h1_floor_ms to a request's new due time; llm_req_free frees a request (its easy handle kept for
- * reuse when it can be); llm_write_cb collects a response body; llm_drain handles every transfer
- * curl reports finished; llm_run_due_retries starts every request whose back-off has passed. */
+ * fire early, never late); llm_h1_note_due lowers h1_floor_ms to a request's new due time;
+ * llm_req_free frees a request (its easy handle kept for reuse when it can be); llm_write_cb
+ * collects a response body; llm_drain handles every transfer curl reports finished;
+ * llm_run_due_retries starts every request whose back-off has passed. */
 void llm_rearm(llm_client_t *c);
 void llm_h1_note_due(llm_client_t *c, int64_t due);
 void llm_req_free(llm_request_t *r);

@@ -22,9 +22,10 @@
  * for the caller as with zmq_poll. A read-only socket's handler that receives through transport
  * answers that question itself: its receive asks libzmq only when it finds no message, so it is
  * called again until a receive comes back empty, and that empty receive (with no send on the
- * socket after it) clears the pending mark as an answer without input would. ZeroMQ sockets are kept in an array; removing one takes its
- * ZMQ_FD out of the epoll set at once and only marks the entry, which is freed when the array is
- * compacted at the end of the round. Entries added during dispatch wait for the next round.
+ * socket after it) clears the pending mark as an answer without input would. ZeroMQ sockets are
+ * kept in an array; removing one takes its ZMQ_FD out of the epoll set at once and only marks the
+ * entry, which is freed when the array is compacted at the end of the round. Entries added
+ * during dispatch wait for the next round.
  * Timers are found by id through a small chained hash and ordered by (deadline, sequence) in a
  * binary heap that records each timer's position, so cancelling is O(log n). The before-sleep
  * hook may bound the next wait finer than a timer (reactor_wait_at_most_ns: epoll_pwait2).
@@ -451,7 +452,7 @@ void reactor_zsock_used(void *sock)
     }
 }
 
-void reactor_zsock_received(void *sock, int empty)
+void reactor_zsock_received(void *sock, int got)
 {
     reactor_t *r = s_running;
     reactor_item_t *cur = r ? r->cur : NULL;
@@ -460,7 +461,8 @@ void reactor_zsock_received(void *sock, int empty)
         return;
     }
     cur->rx_seen = 1;
-    cur->rx_empty = empty != 0;
+    cur->rx_empty = got == 0;
+    cur->rx_failed |= got < 0;
     cur->pending = 1;
 }
 
@@ -487,6 +489,7 @@ static void s_call(reactor_t *r, reactor_item_t *it, int revents)
     reactor_item_t *outer = r->cur;
     it->rx_seen = 0;
     it->rx_empty = 0;
+    it->rx_failed = 0;
     r->cur = it;
     it->zcb(r, it->sock, revents, it->arg);
     r->cur = outer;
@@ -495,7 +498,8 @@ static void s_call(reactor_t *r, reactor_item_t *it, int revents)
 /* s_drain_zsock serves a read-only socket that showed input (revents). While its handler receives
  * through transport, it is called again without asking libzmq, until a receive finds nothing
  * (libzmq processed the socket's commands in that receive: what arrives later signals its
- * ZMQ_FD, and a send after that receive clears rx_empty) or the budget is spent. A call that did
+ * ZMQ_FD, and a send after that receive clears rx_empty), a receive fails, or the budget is
+ * spent. A call that did
  * not receive through transport makes the loop ask ZMQ_EVENTS, as for any socket. One message a
  * wake-up costs the same two questions as before; n messages cost two instead of n + 1. */
 static void s_drain_zsock(reactor_t *r, reactor_item_t *it, int revents)
@@ -510,8 +514,8 @@ static void s_drain_zsock(reactor_t *r, reactor_item_t *it, int revents)
             last = 0;
             break;
         }
-        if (calls >= r->budget)
-            break;
+        if (calls >= r->budget || it->rx_failed)
+            break; /* a failed receive (the context ended, ...): ZMQ_EVENTS reports it next */
         if (it->rx_seen)
             continue;
         if (s_zevents(it->sock, &ev) != 0)

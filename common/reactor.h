@@ -155,10 +155,11 @@ void reactor_wake(reactor_t *r);
  * socket the reactor does not watch is ignored. */
 void reactor_zsock_used(void *sock);
 
-/* reactor_zsock_received is reactor_zsock_used for a receive (transport_recv calls it): empty
- * says the receive found no input after libzmq had processed the socket's commands, which lets the
- * socket's handler stop without asking libzmq once more (see Fairness above). */
-void reactor_zsock_received(void *sock, int empty);
+/* reactor_zsock_received is reactor_zsock_used for a receive (transport_recv calls it): got is 1
+ * when it took a message (or a malformed one), 0 when it found no input after libzmq had processed
+ * the socket's commands (which lets the socket's handler stop without asking libzmq once more,
+ * see Fairness above), -1 when it failed otherwise (the handler is not called again then). */
+void reactor_zsock_received(void *sock, int got);
 
 /* reactor_now returns the loop's cached monotonic clock in ms, updated at every wake-up; cheaper
  * than reading the clock and consistent within one round of dispatch. */

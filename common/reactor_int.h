@@ -25,9 +25,9 @@ typedef struct reactor_item {
     reactor_fd_fn *fcb;
     void *arg;
     int removed;
-    /* during a call of its handler: it received through transport (rx_seen), and its latest
-     * receive, with no send after it, found nothing (rx_empty) */
-    int rx_seen, rx_empty;
+    /* during a call of its handler: it received through transport (rx_seen), its latest
+     * receive, with no send after it, found nothing (rx_empty), a receive failed (rx_failed) */
+    int rx_seen, rx_empty, rx_failed;
     /* a removed fd's entry, in the list freed at the end of a round */
     struct reactor_item *next_dead;
 } reactor_item_t;

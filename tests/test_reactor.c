@@ -1253,6 +1253,58 @@ static void terminated_context_ends_the_loop_with_eclosed(void **state)
     zmq_ctx_term(t.ctx);
 }
 
+/* A handler draining through transport whose receive fails (here the context ends while it
+ * reads) is not called again for the rest of the budget: the loop asks ZMQ_EVENTS, which
+ * reports the end. */
+typedef struct {
+    void *ctx;
+    transport_sock_t *s;
+    int calls, failed;
+} term_drain_t;
+
+static void s_term_drain(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    term_drain_t *x = arg;
+    x->calls++;
+    transport_msg_t m;
+    int rc = transport_recv(x->s, &m, 0);
+    if (rc == SR_OK) {
+        transport_msg_close(&m);
+        zmq_ctx_shutdown(x->ctx);
+    } else if (rc != SR_EAGAIN) {
+        x->failed++;
+    }
+}
+
+static void a_failed_receive_ends_the_drain_and_the_loop(void **state)
+{
+    (void)state;
+    term_drain_t x = {.ctx = zmq_ctx_new()};
+    x.s = s_sock(x.ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *d = s_sock(x.ctx, ZMQ_DEALER, "d");
+    assert_int_equal(transport_bind(x.s, "inproc://term-drain"), SR_OK);
+    assert_int_equal(transport_connect(d, "inproc://term-drain"), SR_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(transport_send(d, "m", 1), SR_OK);
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(x.s), REACTOR_READ, s_term_drain, &x),
+                     SR_OK);
+    assert_int_equal(reactor_run(r), SR_ECLOSED);
+    assert_false(timed_out);
+    /* the three messages queued (libzmq hands them over still), then one failed receive */
+    assert_int_equal(x.calls, 4);
+    assert_int_equal(x.failed, 1);
+    reactor_destroy(&r);
+    transport_sock_destroy(&d);
+    transport_sock_destroy(&x.s);
+    zmq_ctx_term(x.ctx);
+}
+
 /* ---- libcurl's multi handle on the reactor ---- */
 
 #define CURL_N 16
@@ -1439,6 +1491,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(handler_receiving_directly_is_never_called_without_input),
         cmocka_unit_test(sends_after_an_empty_receive_never_leave_input_unread),
         cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
+        cmocka_unit_test(a_failed_receive_ends_the_drain_and_the_loop),
         cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
     };
     return harness_run_("reactor", tests, SR_ARRAY_LEN(tests), argc, argv);
