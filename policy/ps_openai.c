@@ -84,6 +84,65 @@ int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash)
     return n;
 }
 
+/* A byte's class for ps_ptok_count: 0 a byte not named below, 1 an ASCII letter or digit, 2 a
+ * space or a newline (a token's prefix before a byte that is not whitespace), 3 other whitespace,
+ * 4 NUL (the end). */
+static const unsigned char S_PTCLS[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, [' '] = 2, ['\n'] = 2,
+    ['\t'] = 3,        ['\v'] = 3,        ['\f'] = 3,        ['\r'] = 3, [0] = 4};
+
+/* s_ptok_count is ptok_count_words with, when hash is not NULL, model_hash64(text, seed) taken
+ * in the same loop. */
+static inline size_t s_ptok_count(const char *text, int *words, bool with_hash, uint64_t seed,
+                                  uint64_t *hash)
+{
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+    int w = 0;
+    size_t ws = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (;;) {
+        unsigned k = S_PTCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p;
+            do {
+                if (with_hash)
+                    h = (h ^ *q) * 1099511628211ULL;
+                q++;
+            } while (S_PTCLS[*q] == 1);
+            w += (int)((q - p + 3) / 4);
+            p = q;
+            continue;
+        }
+        if (k == 4)
+            break;
+        if (with_hash)
+            h = (h ^ *p) * 1099511628211ULL;
+        if (k == 0)
+            w++;
+        else /* whitespace: a token of its own unless it is the prefix of the next one */
+            ws += k == 3 || S_PTCLS[p[1]] >= 2;
+        p++;
+    }
+    if (with_hash) {
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+        *hash = h;
+    }
+    *words = w;
+    return (size_t)w + ws;
+}
+
+size_t ps_ptok_count(const char *text, int *words)
+{
+    return s_ptok_count(text, words, false, 0, NULL);
+}
+
+size_t ps_ptok_count_hash(const char *text, uint64_t seed, int *words, uint64_t *hash)
+{
+    return s_ptok_count(text, words, true, seed, hash);
+}
+
 /* s_prefix_of_tokens returns the byte length of the longest prefix of text with at most max
  * tokens (never cutting inside a run's 4-character piece). */
 static size_t s_prefix_of_tokens(const char *text, int max)

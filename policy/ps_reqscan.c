@@ -393,8 +393,13 @@ static bool s_message(void *arg, const char *k, size_t kn, s_val_t m)
     uint64_t hash = 0;
     if (rq->token_ids && !rq->prompt_ids) {
         int words;
-        size_t tl;
-        size_t tt = ptok_count_words(text, &words, &tl);
+        size_t tt;
+        if (ms->has_seed && is_user) {
+            tt = ps_ptok_count_hash(text, (uint64_t)ms->seed, &words, &hash);
+            hashed = true;
+        } else {
+            tt = ps_ptok_count(text, &words);
+        }
         rq->prompt_tokens += words + 4;
         ms->ptok_n += ptok_turn_tokens(role, text[0], tt);
     } else if (ms->has_seed && is_user) {

@@ -131,7 +131,7 @@ static void s_check(const char *body, size_t len, s_tally_t *t)
         assert_int_equal(a.prompt_ids, b.prompt_ids);
         if (a.user_hashed) /* the seed's hash of the user text, taken in the same pass */
             assert_int_equal(a.user_hash, model_hash64(b.user, (uint64_t)b.seed));
-        assert_int_equal(a.user_hashed, a.has_seed && !(a.token_ids && !a.prompt_ids));
+        assert_int_equal(a.user_hashed, a.has_seed); /* seeded: hashed whatever the ids */
         assert_int_equal(a.prompt.len, b.prompt.len);
         if (a.prompt.len)
             assert_memory_equal(a.prompt.p, b.prompt.p, a.prompt.len);
@@ -219,8 +219,9 @@ static void mutated_bodies_never_parse_differently(void **state)
     assert_true(t.fast > 1000); /* edits inside the texts keep most requests valid */
 }
 
-/* policy_server_tokens (a table of byte classes) counts what ptok_count_words counts of the same
- * text, on random bytes of every class. */
+/* policy_server_tokens and ps_ptok_count (tables of byte classes) count what ptok_count_words
+ * counts of the same text, and ps_tokens_hash and ps_ptok_count_hash hash as model_hash64, on
+ * random bytes of every class. */
 static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
 {
     (void)state;
@@ -244,6 +245,15 @@ static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
         assert_int_equal(ps_tokens_hash(buf, (uint64_t)k * 977, &h), words);
         assert_int_equal(h, model_hash64(buf, (uint64_t)k * 977));
         assert_int_equal(len, n);
+        size_t toks = ptok_count_words(buf, &words, &len);
+        int w2 = -1;
+        assert_int_equal(ps_ptok_count(buf, &w2), toks);
+        assert_int_equal(w2, words);
+        w2 = -1;
+        h = 0;
+        assert_int_equal(ps_ptok_count_hash(buf, (uint64_t)k * 31, &w2, &h), toks);
+        assert_int_equal(w2, words);
+        assert_int_equal(h, model_hash64(buf, (uint64_t)k * 31));
     }
     assert_int_equal(policy_server_tokens("abcde fg, h"), 2 + 1 + 1 + 1);
 }
