@@ -125,8 +125,10 @@ static int s_logits(const model_t *m, const pparse_state_t *st, const model_ctx_
                     double *logits)
 {
     model_feat_t f[MODEL_MAX_FEATS];
+    model_fmemo_t memo;
+    memo.verb_ok = memo.yt_ok = false;
     for (int i = 0; i < st->n_actions; i++) {
-        int n = model_features_ctx(st, c, i, f, MODEL_MAX_FEATS);
+        int n = model_features_memo(st, c, i, f, MODEL_MAX_FEATS, &memo);
         double z = 0;
         for (int k = 0; k < n; k++)
             z += (double)m->w[f[k].idx] * f[k].val;

@@ -178,6 +178,71 @@ static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int 
     return others > 0;
 }
 
+/* s_go_nums finds the lowest and the highest instance number of the go-to targets of type
+ * `type` that s_lowest_of_several reads; false when there is none. */
+static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long *hi)
+{
+    size_t tl = strlen(type);
+    bool any = false;
+    for (int i = 0; i < st->n_actions; i++) {
+        const char *b = st->actions[i];
+        if (strncmp(b, "go to ", 6) != 0 || strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+            continue;
+        char *end = NULL;
+        long k = strtol(b + 7 + tl, &end, 10);
+        if (!end || *end != '\0' || k <= 0)
+            continue;
+        if (!any || k < *lo)
+            *lo = k;
+        if (!any || k > *hi)
+            *hi = k;
+        any = true;
+    }
+    return any;
+}
+
+/* s_lowest is s_lowest_of_several(st, type, num) with the numbers of type kept in mm (type is
+ * mm->yt when mm is not NULL): num is the lowest of two or more exactly when no other number is
+ * below it and one is above it. */
+static bool s_lowest(const pparse_state_t *st, const char *type, int num, model_fmemo_t *mm)
+{
+    if (!mm)
+        return s_lowest_of_several(st, type, num);
+    if (num <= 0)
+        return false;
+    if (!mm->nums_ok) {
+        mm->nums_any = s_go_nums(st, type, &mm->lo, &mm->hi);
+        mm->nums_ok = true;
+    }
+    return mm->nums_any && mm->lo >= num && mm->hi > num;
+}
+
+static void s_emit_memo(model_emit_t *e, model_fmemo_t *mm, int slot, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* s_emit_memo is s_emit of a go feature whose name depends on the candidate only through its
+ * receptacle type: its index is taken from mm when the last candidate of the type computed it. */
+static void s_emit_memo(model_emit_t *e, model_fmemo_t *mm, int slot, const char *fmt, ...)
+{
+    if (mm && mm->have[slot]) {
+        if (e->n < e->max) {
+            e->out[e->n].idx = mm->idx[slot];
+            e->out[e->n].val = 1.0f;
+            e->n++;
+        }
+        return;
+    }
+    int n0 = e->n;
+    va_list ap;
+    va_start(ap, fmt);
+    model_emit_ap(e, 1.0f, fmt, ap);
+    va_end(ap);
+    if (mm && e->n > n0) {
+        mm->idx[slot] = e->out[n0].idx;
+        mm->have[slot] = true;
+    }
+}
+
 int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
                    int max)
 {
@@ -190,6 +255,12 @@ int model_features(const model_t *m, const pparse_state_t *st, int action, model
 
 int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int action,
                        model_feat_t *out, int max)
+{
+    return model_features_memo(st, ctx, action, out, max, NULL);
+}
+
+int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                        model_feat_t *out, int max, model_fmemo_t *mm)
 {
     if (!st || !ctx || !out || max < 1 || action < 0 || action >= st->n_actions)
         return SR_EINVAL;
@@ -217,20 +288,41 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
     if (strcmp(verb, "go") == 0 && strncmp(rest, "to ", 3) == 0)
         rest += 3;
 
-    s_emit(&e, "verb=%s|task=%s|hold=%s", verb, task, hold);
+    if (mm && mm->verb_ok && strcmp(mm->verb, verb) == 0) {
+        if (e.n < e.max) {
+            e.out[e.n].idx = mm->verb_idx;
+            e.out[e.n].val = 1.0f;
+            e.n++;
+        }
+    } else {
+        s_emit(&e, "verb=%s|task=%s|hold=%s", verb, task, hold);
+        if (mm && e.n > 0) {
+            memcpy(mm->verb, verb, vn + 1);
+            mm->verb_idx = e.out[0].idx;
+            mm->verb_ok = true;
+        }
+    }
 
     char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
     if (strcmp(verb, "go") == 0) {
         int num = pparse_type_of(rest, yt, sizeof yt);
-        s_emit(&e, "go|obj=%s|rt=%s|hold=%s", st->goal_obj, yt, hold);
+        if (mm && !(mm->yt_ok && strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
+            memcpy(mm->yt, yt, strlen(yt) + 1);
+            mm->yt_ok = true;
+            memset(mm->have, 0, sizeof mm->have);
+            mm->nums_ok = false;
+        }
+        s_emit_memo(&e, mm, MODEL_MEMO_GO_OBJ, "go|obj=%s|rt=%s|hold=%s", st->goal_obj, yt, hold);
         bool start = st->n_prev == 0 && st->n_hist == 0 && !st->location[0];
         if (start)
-            s_emit(&e, "go|obj=%s|rt=%s|start", st->goal_obj, yt);
-        s_emit(&e, "go|rt=%s|task=%s|hold=%s|proc=%d", yt, task, hold, proc);
+            s_emit_memo(&e, mm, MODEL_MEMO_GO_START, "go|obj=%s|rt=%s|start", st->goal_obj, yt);
+        s_emit_memo(&e, mm, MODEL_MEMO_GO_RT, "go|rt=%s|task=%s|hold=%s|proc=%d", yt, task, hold,
+                    proc);
         if (strcmp(yt, st->goal_recep) == 0)
             s_emit(&e, "go|goalrecep|task=%s|hold=%s|proc=%d", task, hold, proc);
         if (st->task == PPARSE_TASK_LOOK)
-            s_emit(&e, "go|lamp=%s|rt=%s|hold=%s", st->goal_recep, yt, hold);
+            s_emit_memo(&e, mm, MODEL_MEMO_GO_LAMP, "go|lamp=%s|rt=%s|hold=%s", st->goal_recep, yt,
+                        hold);
         if (st->lamp_seen_at[0] && strcmp(rest, st->lamp_seen_at) == 0)
             s_emit(&e, "go|lampseen|hold=%s", hold);
         if (st->goal_seen_at[0] && strcmp(rest, st->goal_seen_at) == 0)
@@ -244,9 +336,9 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
         }
         if (num == 1)
             s_emit(&e, "go|first");
-        else if (s_lowest_of_several(st, yt, num))
+        else if (s_lowest(st, yt, num, mm))
             s_emit(&e, "go|lowest");
-        if (start && (num == 1 || s_lowest_of_several(st, yt, num)))
+        if (start && (num == 1 || s_lowest(st, yt, num, mm)))
             s_emit(&e, "go|lowest|start");
         if (st->prev_location[0] && strcmp(rest, st->prev_location) == 0)
             s_emit(&e, "go|prev");
@@ -259,7 +351,7 @@ int model_features_ctx(const pparse_state_t *st, const model_ctx_t *ctx, int act
             s_belief3(&e, v, "where", task, st->room, tb.oc);
         }
         if (!st->holding[0] && !goal_here)
-            s_emit(&e, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
+            s_emit_memo(&e, mm, MODEL_MEMO_GO_ROOM, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
         if (!st->holding[0] && goal_here)
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
         if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
