@@ -308,49 +308,86 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
     jsonw_lit(w, "}]}");
 }
 
-/* s_ids_write writes ids as a JSON array of integers, into one piece of scratch memory. */
+static const char S_D2[] = "00010203040506070809101112131415161718192021222324252627282930"
+                          "31323334353637383940414243444546474849505152535455565758596061"
+                          "6263646566676869707172737475767778798081828384858687888990919293"
+                          "949596979899";
+
+/* s_udec writes u in decimal at q (at most 10 bytes) and returns the byte after it: the digits
+ * counted first, then written from the last, two a division. */
+static char *s_udec(uint32_t u, char *q)
+{
+    int n = u < 10 ? 1 : u < 100 ? 2 : u < 1000 ? 3 : u < 10000 ? 4 : u < 100000 ? 5
+          : u < 1000000 ? 6 : u < 10000000 ? 7 : u < 100000000 ? 8 : u < 1000000000 ? 9 : 10;
+    char *e = q + n, *d = e;
+    while (u >= 100) {
+        uint32_t r = u % 100;
+        u /= 100;
+        d -= 2;
+        memcpy(d, S_D2 + 2 * r, 2);
+    }
+    if (u >= 10) {
+        d -= 2;
+        memcpy(d, S_D2 + 2 * u, 2);
+    } else {
+        *--d = (char)('0' + u);
+    }
+    return e;
+}
+
+/* s_room returns where `need` bytes can be written at the end of w's buffer (then counted with
+ * s_wrote), or NULL when the writer has failed or the room cannot be had. */
+static char *s_room(jsonw_t *w, size_t need)
+{
+    if (w->rc != SR_OK)
+        return NULL;
+    int rc = sr_buf_reserve(w->b, need);
+    if (rc != SR_OK) {
+        w->rc = rc;
+        return NULL;
+    }
+    return (char *)w->b->data + w->b->len;
+}
+
+static void s_wrote(jsonw_t *w, const char *end)
+{
+    w->b->len = (size_t)((const uint8_t *)end - w->b->data);
+}
+
+/* s_ids_write writes ids as a JSON array of integers, straight into w's buffer. */
 static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
 {
-    char *t = sr_xmalloc(12 * n + 2), *q = t;
+    char *q = s_room(w, 12 * n + 2);
+    if (!q)
+        return;
     *q++ = '[';
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
-        static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930"
-                                 "31323334353637383940414243444546474849505152535455565758596061"
-                                 "6263646566676869707172737475767778798081828384858687888990919293"
-                                 "949596979899";
-        char dig[12], *e = dig + sizeof dig, *d = e; /* two digits a division */
-        uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
-        while (u >= 100) {
-            uint32_t r = u % 100;
-            u /= 100;
-            d -= 2;
-            memcpy(d, d2 + 2 * r, 2);
-        }
-        if (u >= 10) {
-            d -= 2;
-            memcpy(d, d2 + 2 * u, 2);
-        } else {
-            *--d = (char)('0' + u);
-        }
         if (ids[i] < 0)
             *q++ = '-';
-        memcpy(q, d, (size_t)(e - d));
-        q += e - d;
+        q = s_udec(ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i], q);
     }
     *q++ = ']';
-    jsonw_raw(w, t, (size_t)(q - t));
-    free(t);
+    s_wrote(w, q);
 }
 
-/* s_piece_json writes id's piece at q as a quoted JSON string, escaped as jsonw_strn escapes it
- * (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
-static char *s_piece_json(int32_t id, char *q)
+/* s_piece_len returns the length of id's piece (ptok_piece's), for an id below PTOK_VOCAB. */
+static int s_piece_len(int32_t id)
+{
+    int32_t prefix = id / PTOK_CORES, core = id - prefix * PTOK_CORES;
+    int n = prefix != 0;
+    if (core < 256)
+        return n + 1;
+    int32_t k = core - 256;
+    return n + (k < 62 ? 1 : k < 62 + 62 * 62 ? 2 : k < 62 + 62 * 62 + 62 * 62 * 62 ? 3 : 4);
+}
+
+/* s_piece_json writes the k bytes of a piece at q as a quoted JSON string, escaped as jsonw_strn
+ * escapes it (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
+static char *s_piece_json(const char *piece, int k, char *q)
 {
     static const char hex[] = "0123456789abcdef";
-    char piece[8];
-    int k = ptok_piece(id, piece);
     *q++ = '"';
     for (int i = 0; i < k; i++) {
         unsigned char c = (unsigned char)piece[i];
@@ -378,34 +415,41 @@ static char *s_piece_json(int32_t id, char *q)
  * only), so the entries sum to the choice's logprob exactly. The lean entries are written into
  * scratch memory and appended in runs. */
 static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
-                                   double lp, int top, const int32_t *ids, size_t n, size_t at)
+                                   double lp, int top, const char *text, const int32_t *ids,
+                                   size_t n, size_t at)
 {
     static const char open[] = "{\"token\":", lean[] = ",\"logprob\":0}";
-    char *t = sr_xmalloc(64 * n + 16), *q = t;
+    /* ids are the encoding of text: each id's piece is the text's next bytes */
+    char *q = s_room(w, 64 * n + 16);
+    if (!q)
+        return;
     memcpy(q, "{\"content\":[", 12);
     q += 12;
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
         memcpy(q, open, sizeof open - 1);
-        q = s_piece_json(ids[i], q + sizeof open - 1);
+        int k = s_piece_len(ids[i]);
+        q = s_piece_json(text, k, q + sizeof open - 1);
+        text += k;
         if (i != at) {
             memcpy(q, lean, sizeof lean - 1); /* lean: no alternatives off the action */
             q += sizeof lean - 1;
             continue;
         }
-        jsonw_raw(w, t, (size_t)(q - t));
-        q = t;
+        s_wrote(w, q);
         jsonw_lit(w, ",\"logprob\":");
         jsonw_num(w, lp);
         jsonw_lit(w, ",\"top_logprobs\":");
         s_top_logprobs_write(w, st, p_unit, top);
         jsonw_lit(w, "}");
+        q = s_room(w, 64 * (n - i) + 16);
+        if (!q)
+            return;
     }
     memcpy(q, "]}", 2);
     q += 2;
-    jsonw_raw(w, t, (size_t)(q - t));
-    free(t);
+    s_wrote(w, q);
 }
 
 static cJSON *s_usage_json(int prompt, int completion)
@@ -520,8 +564,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         jsonw_strn(&w, content.p, content.len);
         jsonw_lit(&w, "},\"logprobs\":");
         if (rq->logprobs && ids)
-            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, ids, n_ids,
-                                   lp_at);
+            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, content.p, ids,
+                                   n_ids, lp_at);
         else if (rq->logprobs)
             s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);
         else
