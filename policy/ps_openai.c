@@ -508,7 +508,9 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     char *think = model_reason_ctx(m, &st, m ? &ctx : NULL, p, ch.index, target, policy_server_tokens);
     ps_buf_add(&content, think, strlen(think));
     free(think);
-    ps_buf_printf(&content, "<action>%s</action>", action);
+    ps_buf_add(&content, "<action>", 8);
+    ps_buf_add(&content, action, strlen(action));
+    ps_buf_add(&content, "</action>", 9);
     const char *finish = s_cut(&content, rq);
     int words = policy_server_tokens(content.p); /* what the cost model decodes */
     int completion = words;
@@ -533,19 +535,31 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     out->completion_tokens = completion;
     out->cost_tokens = words;
 
-    char id[40];
-    snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
+    char id[40]; /* "chatcmpl-%016llx" */
+    {
+        static const char hex[] = "0123456789abcdef";
+        uint64_t x = model_rng_next(&rng);
+        memcpy(id, "chatcmpl-", 9);
+        for (int i = 0; i < 16; i++)
+            id[9 + i] = hex[(x >> (60 - 4 * i)) & 15];
+        id[25] = '\0';
+    }
     long created = (long)clock_wall_sec();
-    char model_name[160];
-    if (rq->use_current)
-        snprintf(model_name, sizeof model_name, "%s", sh->name);
-    else
-        snprintf(model_name, sizeof model_name, "%s-v%u", sh->name, rq->version);
+    char model_name[160]; /* "%s" or "%s-v%u" of the name, cut as snprintf cuts */
+    if (rq->use_current) {
+        pparse_cat(model_name, sizeof model_name, sh->name, NULL);
+    } else {
+        char v[16];
+        memcpy(v, "-v", 2);
+        *s_udec(rq->version, v + 2) = '\0';
+        pparse_cat(model_name, sizeof model_name, sh->name, v, NULL);
+    }
     if (!rq->stream) {
         /* Written directly, in the order and the format of a cJSON tree of the same fields
          * (tests/test_policy_server.c checks that cJSON prints a parsed answer back unchanged). */
-        char fp[48];
-        snprintf(fp, sizeof fp, "selroll-policy-v%u", model_version(m));
+        char fp[48]; /* "selroll-policy-v%u" */
+        memcpy(fp, "selroll-policy-v", 16);
+        *s_udec(model_version(m), fp + 16) = '\0';
         sr_buf_t ob = SR_BUF_INIT;
         jsonw_t w;
         jsonw_init(&w, &ob);

@@ -258,6 +258,53 @@ static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
     assert_int_equal(policy_server_tokens("abcde fg, h"), 2 + 1 + 1 + 1);
 }
 
+/* ps_num_fast reads what strtod reads, bit for bit, or leaves the number to it. */
+static void the_fast_number_read_equals_strtod(void **state)
+{
+    (void)state;
+    static const char *const fixed[] = {"0", "-0", "0.7", "1", "1.0", "-0.0", "0.1", "2.0000001",
+                                        "9007199254740993", "9007199254740993.0",
+                                        "1227844342346046657", "9223372036854775807",
+                                        "9223372036854775808", "12345678901234567890",
+                                        "0.30000000000000004", "123456789012345.678", "1e5",
+                                        "1.", ".5", "-", "", "1.2.3", "00012", "4503599627370497.5"};
+    prng_t r;
+    prng_init(&r, 17, 0);
+    int fast = 0;
+    for (int k = 0; k < 200000; k++) {
+        char buf[40];
+        size_t n = 0;
+        if (k < (int)SR_ARRAY_LEN(fixed)) {
+            n = strlen(fixed[k]);
+            memcpy(buf, fixed[k], n);
+        } else {
+            if (prng_bounded(&r, 4) == 0)
+                buf[n++] = '-';
+            int a = 1 + (int)prng_bounded(&r, 20), b = (int)prng_bounded(&r, 24);
+            for (int i = 0; i < a; i++)
+                buf[n++] = (char)('0' + prng_bounded(&r, 10));
+            if (b) {
+                buf[n++] = '.';
+                for (int i = 0; i < b && n < 38; i++)
+                    buf[n++] = (char)('0' + prng_bounded(&r, 10));
+            }
+        }
+        buf[n] = '\0';
+        double x = 12345, y;
+        if (!ps_num_fast(buf, n, &x)) {
+            assert_true(x == 12345);
+            continue;
+        }
+        fast++;
+        char *end;
+        y = strtod(buf, &end);
+        assert_true(*end == '\0');
+        if (memcmp(&x, &y, sizeof x) != 0)
+            fail_msg("%s: %.17g, strtod %.17g", buf, x, y);
+    }
+    assert_true(fast > 50000);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +312,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(every_option_and_refusal_matches_the_full_parse),
         cmocka_unit_test(mutated_bodies_never_parse_differently),
         cmocka_unit_test(the_word_count_matches_the_tokenizers_on_random_bytes),
+        cmocka_unit_test(the_fast_number_read_equals_strtod),
     };
     return harness_run_("ps_reqscan", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
