@@ -134,7 +134,7 @@ static bool s_in_history(const pparse_state_t *st, const char *action, bool skip
 {
     int last = skip_last ? st->n_hist - 1 : st->n_hist;
     for (int i = 0; i < last; i++)
-        if (st->hist[i].action && strcmp(st->hist[i].action, action) == 0)
+        if (st->hist[i].action && pparse_strcmp(st->hist[i].action, action) == 0)
             return true;
     return false;
 }
@@ -147,7 +147,7 @@ static bool s_first_take_of_several(const pparse_state_t *st, int action, const 
     size_t tl = strlen(type);
     for (int i = 0; i < st->n_actions; i++) {
         const char *b = st->actions[i];
-        if (i == action || strncmp(b, "take ", 5) != 0 || strncmp(b + 5, type, tl) != 0 ||
+        if (i == action || pparse_strncmp(b, "take ", 5) != 0 || pparse_strncmp(b + 5, type, tl) != 0 ||
             b[5 + tl] != ' ')
             continue;
         return i > action;
@@ -165,7 +165,7 @@ static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int 
     int others = 0;
     for (int i = 0; i < st->n_actions; i++) {
         const char *b = st->actions[i];
-        if (strncmp(b, "go to ", 6) != 0 || strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+        if (pparse_strncmp(b, "go to ", 6) != 0 || pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
             continue;
         char *end = NULL;
         long k = strtol(b + 7 + tl, &end, 10);
@@ -186,7 +186,7 @@ static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long
     bool any = false;
     for (int i = 0; i < st->n_actions; i++) {
         const char *b = st->actions[i];
-        if (strncmp(b, "go to ", 6) != 0 || strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+        if (pparse_strncmp(b, "go to ", 6) != 0 || pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
             continue;
         char *end = NULL;
         long k = strtol(b + 7 + tl, &end, 10);
@@ -272,7 +272,7 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     pparse_type_of(st->holding, held_type, sizeof held_type);
     bool held_alike = st->holding[0] && model_is_alike(&tb, held_type);
     const char *hold = !st->holding[0]                                         ? "empty"
-                       : strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
+                       : pparse_strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
                                                                                : "other";
     bool goal_here = st->goal_take_here || tb.alike_here;
     int proc = st->processed ? 1 : 0;
@@ -285,10 +285,10 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     memcpy(verb, a, vn);
     verb[vn] = '\0';
     const char *rest = a[vl] ? a + vl + 1 : a + vl;
-    if (strcmp(verb, "go") == 0 && strncmp(rest, "to ", 3) == 0)
+    if (pparse_strcmp(verb, "go") == 0 && pparse_strncmp(rest, "to ", 3) == 0)
         rest += 3;
 
-    if (mm && mm->verb_ok && strcmp(mm->verb, verb) == 0) {
+    if (mm && mm->verb_ok && pparse_strcmp(mm->verb, verb) == 0) {
         if (e.n < e.max) {
             e.out[e.n].idx = mm->verb_idx;
             e.out[e.n].val = 1.0f;
@@ -304,9 +304,9 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     }
 
     char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
-    if (strcmp(verb, "go") == 0) {
+    if (pparse_strcmp(verb, "go") == 0) {
         int num = pparse_type_of(rest, yt, sizeof yt);
-        if (mm && !(mm->yt_ok && strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
+        if (mm && !(mm->yt_ok && pparse_strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
             memcpy(mm->yt, yt, strlen(yt) + 1);
             mm->yt_ok = true;
             memset(mm->have, 0, sizeof mm->have);
@@ -318,16 +318,16 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             s_emit_memo(&e, mm, MODEL_MEMO_GO_START, "go|obj=%s|rt=%s|start", st->goal_obj, yt);
         s_emit_memo(&e, mm, MODEL_MEMO_GO_RT, "go|rt=%s|task=%s|hold=%s|proc=%d", yt, task, hold,
                     proc);
-        if (strcmp(yt, st->goal_recep) == 0)
+        if (pparse_strcmp(yt, st->goal_recep) == 0)
             s_emit(&e, "go|goalrecep|task=%s|hold=%s|proc=%d", task, hold, proc);
         if (st->task == PPARSE_TASK_LOOK)
             s_emit_memo(&e, mm, MODEL_MEMO_GO_LAMP, "go|lamp=%s|rt=%s|hold=%s", st->goal_recep, yt,
                         hold);
-        if (st->lamp_seen_at[0] && strcmp(rest, st->lamp_seen_at) == 0)
+        if (st->lamp_seen_at[0] && pparse_strcmp(rest, st->lamp_seen_at) == 0)
             s_emit(&e, "go|lampseen|hold=%s", hold);
-        if (st->goal_seen_at[0] && strcmp(rest, st->goal_seen_at) == 0)
+        if (st->goal_seen_at[0] && pparse_strcmp(rest, st->goal_seen_at) == 0)
             s_emit(&e, "go|goalseen|hold=%s", hold);
-        if (loc_type[0] && strcmp(yt, loc_type) == 0) {
+        if (loc_type[0] && pparse_strcmp(yt, loc_type) == 0) {
             s_emit(&e, "go|sametype");
             if (num == loc_num + 1)
                 s_emit(&e, "go|nextnum|hold=%s", hold);
@@ -340,13 +340,13 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             s_emit(&e, "go|lowest");
         if (start && (num == 1 || s_lowest(st, yt, num, mm)))
             s_emit(&e, "go|lowest|start");
-        if (st->prev_location[0] && strcmp(rest, st->prev_location) == 0)
+        if (st->prev_location[0] && pparse_strcmp(rest, st->prev_location) == 0)
             s_emit(&e, "go|prev");
         else if (s_in_history(st, a, false))
             s_emit(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
-        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && strcmp(rest, tb.plan_next) == 0) {
+        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && pparse_strcmp(rest, tb.plan_next) == 0) {
             float v = tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure;
             s_belief3(&e, v, "where", task, st->room, tb.oc);
         }
@@ -354,81 +354,81 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             s_emit_memo(&e, mm, MODEL_MEMO_GO_ROOM, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
         if (!st->holding[0] && goal_here)
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
-        if (tb.ralike && strcmp(yt, tb.ralike) == 0 && strcmp(hold, "goal") == 0 &&
+        if (tb.ralike && pparse_strcmp(yt, tb.ralike) == 0 && pparse_strcmp(hold, "goal") == 0 &&
             (proc || !model_processing_task(st->task)))
             s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb.oc);
-        if (tb.forget && strcmp(yt, st->goal_recep) == 0 && strcmp(hold, "goal") == 0 && !proc &&
+        if (tb.forget && pparse_strcmp(yt, st->goal_recep) == 0 && pparse_strcmp(hold, "goal") == 0 && !proc &&
             model_processing_task(st->task))
             s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
-    } else if (strcmp(verb, "open") == 0) {
-        if (st->at_closed && strcmp(rest, st->location) == 0)
+    } else if (pparse_strcmp(verb, "open") == 0) {
+        if (st->at_closed && pparse_strcmp(rest, st->location) == 0)
             s_emit(&e, "open|here_closed|hold=%s", hold);
-    } else if (strcmp(verb, "take") == 0 && model_split2(rest, " from ", x, y)) {
+    } else if (pparse_strcmp(verb, "take") == 0 && model_split2(rest, " from ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
         bool alike = model_is_alike(&tb, xt);
-        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || alike;
+        bool goal_obj = pparse_strcmp(xt, st->goal_obj) == 0 || alike;
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
         if (alike)
             s_belief3(&e, 1.0f, "alike", task, st->room, tb.oc);
-        if (goal_obj && strcmp(yt, st->goal_recep) == 0) {
+        if (goal_obj && pparse_strcmp(yt, st->goal_recep) == 0) {
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
             if (tb.forget && st->task == PPARSE_TASK_TWO)
                 s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
         }
-    } else if ((strcmp(verb, "move") == 0 && model_split2(rest, " to ", x, y)) ||
-               (strcmp(verb, "put") == 0 && model_split2(rest, " in ", x, y))) {
+    } else if ((pparse_strcmp(verb, "move") == 0 && model_split2(rest, " to ", x, y)) ||
+               (pparse_strcmp(verb, "put") == 0 && model_split2(rest, " in ", x, y))) {
         /* "put O in R" is not admissible in ALFWorld 0.4: the model knows as much about it as
          * about the "move O to R" it stands for, less a penalty for the unlisted verb, plus the
          * task's belief that it is the verb to use, and more so right after it failed (an LLM
          * that reads "Nothing happens." often tries the same thing again). */
-        if (strcmp(verb, "put") == 0) {
+        if (pparse_strcmp(verb, "put") == 0) {
             s_emit(&e, "put|misverb");
             if (tb.misverb)
                 s_belief3(&e, 1.0f, "misverb", task, st->room, tb.oc);
             if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
-                strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
-                strcmp(st->current_obs, "Nothing happens.") == 0)
+                pparse_strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
+                pparse_strcmp(st->current_obs, "Nothing happens.") == 0)
                 s_emit(&e, "put|failed");
         }
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
-        bool goal_obj = strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt);
-        bool goal_recep = strcmp(yt, st->goal_recep) == 0;
+        bool goal_obj = pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt);
+        bool goal_recep = pparse_strcmp(yt, st->goal_recep) == 0;
         s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
                proc);
         if (goal_obj && goal_recep && model_arrived(st))
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
-        if (tb.ralike && goal_obj && strcmp(yt, tb.ralike) == 0)
+        if (tb.ralike && goal_obj && pparse_strcmp(yt, tb.ralike) == 0)
             s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb.oc);
         if (tb.forget && goal_obj && goal_recep && !proc && model_processing_task(st->task))
             s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
-    } else if ((strcmp(verb, "heat") == 0 || strcmp(verb, "cool") == 0 ||
-                strcmp(verb, "clean") == 0) &&
+    } else if ((pparse_strcmp(verb, "heat") == 0 || pparse_strcmp(verb, "cool") == 0 ||
+                pparse_strcmp(verb, "clean") == 0) &&
                model_split2(rest, " with ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task,
-               strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt), proc);
-    } else if (strcmp(verb, "use") == 0) {
+               pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt), proc);
+    } else if (pparse_strcmp(verb, "use") == 0) {
         pparse_type_of(rest, yt, sizeof yt);
-        s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", strcmp(yt, st->goal_recep) == 0, task, hold);
-    } else if (strcmp(verb, "examine") == 0) {
-        s_emit(&e, "examine|held=%d", st->holding[0] && strcmp(rest, st->holding) == 0);
+        s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", pparse_strcmp(yt, st->goal_recep) == 0, task, hold);
+    } else if (pparse_strcmp(verb, "examine") == 0) {
+        s_emit(&e, "examine|held=%d", st->holding[0] && pparse_strcmp(rest, st->holding) == 0);
     }
 
     if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
-        strcmp(st->hist[st->n_hist - 1].action, a) == 0)
+        pparse_strcmp(st->hist[st->n_hist - 1].action, a) == 0)
         s_emit(&e, "repeat|last");
-    else if (strcmp(verb, "go") != 0 && s_in_history(st, a, true))
+    else if (pparse_strcmp(verb, "go") != 0 && s_in_history(st, a, true))
         s_emit(&e, "repeat|window");
 
     /* Loops: the same situation as one or two steps ago, and the same answer as then. */
     const char *cur = st->current_obs ? st->current_obs : "";
     for (int back = 1; back <= 2 && back <= st->n_hist; back++) {
         const pparse_hist_t *h = &st->hist[st->n_hist - back];
-        if (h->obs && h->action && strcmp(h->action, a) == 0 && strcmp(h->obs, cur) == 0)
+        if (h->obs && h->action && pparse_strcmp(h->action, a) == 0 && pparse_strcmp(h->obs, cur) == 0)
             s_emit(&e, "loop|again|back=%d", back);
     }
 

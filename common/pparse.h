@@ -105,4 +105,30 @@ uint64_t pparse_hash64(const char *s, uint64_t seed);
  * on every request, without printf's format parsing. */
 size_t pparse_cat(char *out, size_t cap, ...);
 
+/* pparse_strcmp and pparse_strncmp are strcmp and strncmp (the same sign, the same stop at the
+ * first difference or NUL), inline: the parse and the model compare short names with them many
+ * times a request, where a call costs more than the bytes it reads. */
+static inline int pparse_strcmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (!x)
+            return 0;
+    }
+}
+
+static inline int pparse_strncmp(const char *a, const char *b, size_t n)
+{
+    for (; n; n--, a++, b++) {
+        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (!x)
+            return 0;
+    }
+    return 0;
+}
+
 #endif
