@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- beliefs */
@@ -101,7 +102,7 @@ uint32_t model_salt(const model_t *m)
 static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_t *tb)
 {
     uint32_t salt = model_salt(m);
-    memset(tb, 0, sizeof *tb);
+    memset(tb, 0, offsetof(model_ctx_t, types)); /* the types count from n_types */
     tb->key = s_mix(st->task_key ^ ((uint64_t)salt + 1) * 0xD6E8FEB86659FD93ULL);
     tb->oc = "other";
     char pat[PPARSE_NAME_MAX + 2];
@@ -184,14 +185,19 @@ static uint32_t s_index_of(const char *fmt, ...)
     return f.idx;
 }
 
-/* s_plan_known is what the model's weights say of receptacle type `type` as the place to look. */
+/* s_plan_known is what the model's weights say of receptacle type `type` as the place to look;
+ * the indices it read go to *a and *b (model_ctx_t's types). */
 static double s_plan_known(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
-                           const char *type)
+                           const char *type, uint32_t *a, uint32_t *b)
 {
-    if (tb->plan_lamp)
-        return m->w[s_index_of("go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type)];
-    return m->w[s_index_of("go|obj=%s|rt=%s|hold=empty", st->goal_obj, type)] +
-           m->w[s_index_of("go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type)];
+    if (tb->plan_lamp) {
+        *a = s_index_of("go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type);
+        *b = 0;
+        return m->w[*a];
+    }
+    *a = s_index_of("go|obj=%s|rt=%s|hold=empty", st->goal_obj, type);
+    *b = s_index_of("go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type);
+    return m->w[*a] + m->w[*b];
 }
 
 /* s_plan_score orders the receptacles of the task's search plan: the model's own knowledge of
@@ -209,17 +215,24 @@ typedef struct {
     double known;
 } s_known_t;
 
-static double s_known_of(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
+static double s_known_of(const model_t *m, const pparse_state_t *st, model_ctx_t *tb,
                          s_known_t *kt, int *nk, const char *type)
 {
     for (int i = 0; i < *nk; i++)
         if (pparse_strcmp(kt[i].type, type) == 0)
             return kt[i].known;
-    double v = s_plan_known(m, st, tb, type);
+    uint32_t a, b;
+    double v = s_plan_known(m, st, tb, type, &a, &b);
     if (*nk < 32) {
         pparse_cat(kt[*nk].type, sizeof kt[*nk].type, type, NULL);
         kt[*nk].known = v;
         (*nk)++;
+    }
+    if (tb->n_types < MODEL_CTX_TYPES) {
+        pparse_cat(tb->types[tb->n_types].type, sizeof tb->types[0].type, type, NULL);
+        tb->types[tb->n_types].a = a;
+        tb->types[tb->n_types].b = b;
+        tb->n_types++;
     }
     return v;
 }

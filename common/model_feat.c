@@ -267,14 +267,14 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     model_emit_t e = {.out = out, .n = 0, .max = max};
     const char *a = st->actions[action];
     const char *task = s_task_short(st->task);
-    model_ctx_t tb = *ctx;
+    const model_ctx_t *tb = ctx;
     char held_type[PPARSE_NAME_MAX];
     pparse_type_of(st->holding, held_type, sizeof held_type);
-    bool held_alike = st->holding[0] && model_is_alike(&tb, held_type);
+    bool held_alike = st->holding[0] && model_is_alike(tb, held_type);
     const char *hold = !st->holding[0]                                         ? "empty"
                        : pparse_strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
                                                                                : "other";
-    bool goal_here = st->goal_take_here || tb.alike_here;
+    bool goal_here = st->goal_take_here || tb->alike_here;
     int proc = st->processed ? 1 : 0;
     char loc_type[PPARSE_NAME_MAX];
     int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
@@ -311,6 +311,25 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             mm->yt_ok = true;
             memset(mm->have, 0, sizeof mm->have);
             mm->nums_ok = false;
+            /* the plan read some of the type's go features already (model_ctx_t's types) */
+            for (int i = 0; i < tb->n_types; i++) {
+                if (pparse_strcmp(tb->types[i].type, yt) != 0)
+                    continue;
+                if (tb->plan_lamp) {
+                    if (pparse_strcmp(hold, "goal") == 0) { /* the plan's lamp name */
+                        mm->idx[MODEL_MEMO_GO_LAMP] = tb->types[i].a;
+                        mm->have[MODEL_MEMO_GO_LAMP] = true;
+                    }
+                } else {
+                    if (pparse_strcmp(hold, "empty") == 0) { /* the plan's obj name */
+                        mm->idx[MODEL_MEMO_GO_OBJ] = tb->types[i].a;
+                        mm->have[MODEL_MEMO_GO_OBJ] = true;
+                    }
+                    mm->idx[MODEL_MEMO_GO_ROOM] = tb->types[i].b;
+                    mm->have[MODEL_MEMO_GO_ROOM] = true;
+                }
+                break;
+            }
         }
         s_emit_memo(&e, mm, MODEL_MEMO_GO_OBJ, "go|obj=%s|rt=%s|hold=%s", st->goal_obj, yt, hold);
         bool start = st->n_prev == 0 && st->n_hist == 0 && !st->location[0];
@@ -346,35 +365,35 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             s_emit(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
-        if ((tb.sure > 0 || tb.plan_lamp) && tb.plan_next[0] && pparse_strcmp(rest, tb.plan_next) == 0) {
-            float v = tb.plan_lamp && tb.sure == 0 ? 0.5f : (float)tb.sure;
-            s_belief3(&e, v, "where", task, st->room, tb.oc);
+        if ((tb->sure > 0 || tb->plan_lamp) && tb->plan_next[0] && pparse_strcmp(rest, tb->plan_next) == 0) {
+            float v = tb->plan_lamp && tb->sure == 0 ? 0.5f : (float)tb->sure;
+            s_belief3(&e, v, "where", task, st->room, tb->oc);
         }
         if (!st->holding[0] && !goal_here)
-            s_emit_memo(&e, mm, MODEL_MEMO_GO_ROOM, "go|room=%s|oc=%s|rt=%s", st->room, tb.oc, yt);
+            s_emit_memo(&e, mm, MODEL_MEMO_GO_ROOM, "go|room=%s|oc=%s|rt=%s", st->room, tb->oc, yt);
         if (!st->holding[0] && goal_here)
             s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
-        if (tb.ralike && pparse_strcmp(yt, tb.ralike) == 0 && pparse_strcmp(hold, "goal") == 0 &&
+        if (tb->ralike && pparse_strcmp(yt, tb->ralike) == 0 && pparse_strcmp(hold, "goal") == 0 &&
             (proc || !model_processing_task(st->task)))
-            s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb.oc);
-        if (tb.forget && pparse_strcmp(yt, st->goal_recep) == 0 && pparse_strcmp(hold, "goal") == 0 && !proc &&
+            s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb->oc);
+        if (tb->forget && pparse_strcmp(yt, st->goal_recep) == 0 && pparse_strcmp(hold, "goal") == 0 && !proc &&
             model_processing_task(st->task))
-            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb->oc);
     } else if (pparse_strcmp(verb, "open") == 0) {
         if (st->at_closed && pparse_strcmp(rest, st->location) == 0)
             s_emit(&e, "open|here_closed|hold=%s", hold);
     } else if (pparse_strcmp(verb, "take") == 0 && model_split2(rest, " from ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
-        bool alike = model_is_alike(&tb, xt);
+        bool alike = model_is_alike(tb, xt);
         bool goal_obj = pparse_strcmp(xt, st->goal_obj) == 0 || alike;
         s_emit(&e, "take|goalobj=%d|task=%s", goal_obj, task);
         if (alike)
-            s_belief3(&e, 1.0f, "alike", task, st->room, tb.oc);
+            s_belief3(&e, 1.0f, "alike", task, st->room, tb->oc);
         if (goal_obj && pparse_strcmp(yt, st->goal_recep) == 0) {
             s_emit(&e, "take|goalobj|fromgoalrecep|task=%s", task);
-            if (tb.forget && st->task == PPARSE_TASK_TWO)
-                s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+            if (tb->forget && st->task == PPARSE_TASK_TWO)
+                s_belief3(&e, 1.0f, "forget", task, st->room, tb->oc);
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
             s_emit(&e, "take|goalobj|first");
         }
@@ -386,8 +405,8 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
          * that reads "Nothing happens." often tries the same thing again). */
         if (pparse_strcmp(verb, "put") == 0) {
             s_emit(&e, "put|misverb");
-            if (tb.misverb)
-                s_belief3(&e, 1.0f, "misverb", task, st->room, tb.oc);
+            if (tb->misverb)
+                s_belief3(&e, 1.0f, "misverb", task, st->room, tb->oc);
             if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
                 pparse_strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
                 pparse_strcmp(st->current_obs, "Nothing happens.") == 0)
@@ -395,22 +414,22 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
         }
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
-        bool goal_obj = pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt);
+        bool goal_obj = pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(tb, xt);
         bool goal_recep = pparse_strcmp(yt, st->goal_recep) == 0;
         s_emit(&e, "move|goalobj=%d|goalrecep=%d|task=%s|proc=%d", goal_obj, goal_recep, task,
                proc);
         if (goal_obj && goal_recep && model_arrived(st))
             s_emit(&e, "move|arrived|task=%s", task); /* brought it here: put it down */
-        if (tb.ralike && goal_obj && pparse_strcmp(yt, tb.ralike) == 0)
-            s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb.oc);
-        if (tb.forget && goal_obj && goal_recep && !proc && model_processing_task(st->task))
-            s_belief3(&e, 1.0f, "forget", task, st->room, tb.oc);
+        if (tb->ralike && goal_obj && pparse_strcmp(yt, tb->ralike) == 0)
+            s_belief3(&e, 1.0f, "ralike|move", task, st->room, tb->oc);
+        if (tb->forget && goal_obj && goal_recep && !proc && model_processing_task(st->task))
+            s_belief3(&e, 1.0f, "forget", task, st->room, tb->oc);
     } else if ((pparse_strcmp(verb, "heat") == 0 || pparse_strcmp(verb, "cool") == 0 ||
                 pparse_strcmp(verb, "clean") == 0) &&
                model_split2(rest, " with ", x, y)) {
         pparse_type_of(x, xt, sizeof xt);
         s_emit(&e, "proc|verb=%s|task=%s|goalobj=%d|proc=%d", verb, task,
-               pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(&tb, xt), proc);
+               pparse_strcmp(xt, st->goal_obj) == 0 || model_is_alike(tb, xt), proc);
     } else if (pparse_strcmp(verb, "use") == 0) {
         pparse_type_of(rest, yt, sizeof yt);
         s_emit(&e, "use|lampmatch=%d|task=%s|hold=%s", pparse_strcmp(yt, st->goal_recep) == 0, task, hold);
