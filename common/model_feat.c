@@ -99,6 +99,30 @@ static void s_emit(model_emit_t *e, const char *fmt, ...)
     va_end(ap);
 }
 
+/* s_emit_lit emits the feature of a fixed name (no conversion), whose index *cache keeps once
+ * computed (0: not yet; else the index + 1). Threads that meet an empty cache each compute the
+ * same index and store it. */
+static void s_emit_lit(model_emit_t *e, uint32_t *cache, const char *name)
+{
+    if (e->n >= e->max)
+        return;
+    uint32_t c = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (!c) {
+        c = model_feature_index(name) + 1;
+        __atomic_store_n(cache, c, __ATOMIC_RELAXED);
+    }
+    e->out[e->n].idx = c - 1;
+    e->out[e->n].val = 1.0f;
+    e->n++;
+}
+
+/* S_EMIT_LIT(e, "name") is s_emit(e, "name") with the name's index computed once a process. */
+#define S_EMIT_LIT(e, lit)                                                                         \
+    do {                                                                                           \
+        static uint32_t s_cache_;                                                                  \
+        s_emit_lit((e), &s_cache_, "" lit);                                                        \
+    } while (0)
+
 /* s_belief3 emits a belief feature, of value MODEL_BELIEF_VALUE times v, at three levels of
  * generalisation: per (task type, room type, object class), per (task type, room type) and per
  * task type alone, so that a correction learned on one task carries over fully to its closest
@@ -347,22 +371,22 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
         if (st->goal_seen_at[0] && pparse_strcmp(rest, st->goal_seen_at) == 0)
             s_emit(&e, "go|goalseen|hold=%s", hold);
         if (loc_type[0] && pparse_strcmp(yt, loc_type) == 0) {
-            s_emit(&e, "go|sametype");
+            S_EMIT_LIT(&e, "go|sametype");
             if (num == loc_num + 1)
                 s_emit(&e, "go|nextnum|hold=%s", hold);
             else if (num < loc_num)
-                s_emit(&e, "go|sametype|lower");
+                S_EMIT_LIT(&e, "go|sametype|lower");
         }
         if (num == 1)
-            s_emit(&e, "go|first");
+            S_EMIT_LIT(&e, "go|first");
         else if (s_lowest(st, yt, num, mm))
-            s_emit(&e, "go|lowest");
+            S_EMIT_LIT(&e, "go|lowest");
         if (start && (num == 1 || s_lowest(st, yt, num, mm)))
-            s_emit(&e, "go|lowest|start");
+            S_EMIT_LIT(&e, "go|lowest|start");
         if (st->prev_location[0] && pparse_strcmp(rest, st->prev_location) == 0)
-            s_emit(&e, "go|prev");
+            S_EMIT_LIT(&e, "go|prev");
         else if (s_in_history(st, a, false))
-            s_emit(&e, "go|recent");
+            S_EMIT_LIT(&e, "go|recent");
         /* The search plan (for the goal object, or the lamp holding it): its next receptacle,
          * and what the room teaches about this object class's places (learned, 0 at version 0). */
         if ((tb->sure > 0 || tb->plan_lamp) && tb->plan_next[0] && pparse_strcmp(rest, tb->plan_next) == 0) {
@@ -372,7 +396,7 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
         if (!st->holding[0] && !goal_here)
             s_emit_memo(&e, mm, MODEL_MEMO_GO_ROOM, "go|room=%s|oc=%s|rt=%s", st->room, tb->oc, yt);
         if (!st->holding[0] && goal_here)
-            s_emit(&e, "go|goalhere"); /* walking past a goal object in view */
+            S_EMIT_LIT(&e, "go|goalhere"); /* walking past a goal object in view */
         if (tb->ralike && pparse_strcmp(yt, tb->ralike) == 0 && pparse_strcmp(hold, "goal") == 0 &&
             (proc || !model_processing_task(st->task)))
             s_belief3(&e, 1.0f, "ralike|go", task, st->room, tb->oc);
@@ -395,7 +419,7 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
             if (tb->forget && st->task == PPARSE_TASK_TWO)
                 s_belief3(&e, 1.0f, "forget", task, st->room, tb->oc);
         } else if (goal_obj && s_first_take_of_several(st, action, xt)) {
-            s_emit(&e, "take|goalobj|first");
+            S_EMIT_LIT(&e, "take|goalobj|first");
         }
     } else if ((pparse_strcmp(verb, "move") == 0 && model_split2(rest, " to ", x, y)) ||
                (pparse_strcmp(verb, "put") == 0 && model_split2(rest, " in ", x, y))) {
@@ -404,13 +428,13 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
          * task's belief that it is the verb to use, and more so right after it failed (an LLM
          * that reads "Nothing happens." often tries the same thing again). */
         if (pparse_strcmp(verb, "put") == 0) {
-            s_emit(&e, "put|misverb");
+            S_EMIT_LIT(&e, "put|misverb");
             if (tb->misverb)
                 s_belief3(&e, 1.0f, "misverb", task, st->room, tb->oc);
             if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
                 pparse_strncmp(st->hist[st->n_hist - 1].action, "put ", 4) == 0 && st->current_obs &&
                 pparse_strcmp(st->current_obs, "Nothing happens.") == 0)
-                s_emit(&e, "put|failed");
+                S_EMIT_LIT(&e, "put|failed");
         }
         pparse_type_of(x, xt, sizeof xt);
         pparse_type_of(y, yt, sizeof yt);
@@ -439,9 +463,9 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
 
     if (st->n_hist > 0 && st->hist[st->n_hist - 1].action &&
         pparse_strcmp(st->hist[st->n_hist - 1].action, a) == 0)
-        s_emit(&e, "repeat|last");
+        S_EMIT_LIT(&e, "repeat|last");
     else if (pparse_strcmp(verb, "go") != 0 && s_in_history(st, a, true))
-        s_emit(&e, "repeat|window");
+        S_EMIT_LIT(&e, "repeat|window");
 
     /* Loops: the same situation as one or two steps ago, and the same answer as then. */
     const char *cur = st->current_obs ? st->current_obs : "";
