@@ -24,11 +24,41 @@ static const char S_CUR_MARK[] = "your current observation is: ";
 static const char S_ADM_MARK[] = "Your admissible actions of the current situation are: [";
 static const char S_TURN_MARK[] = "\n\nNow it's your turn";
 
-static char *s_dup_range(const char *a, const char *b)
+/* A block of a state's string memory (st->mem, a list): a parse puts every string it keeps
+ * into the state's blocks, one or two a parse instead of a malloc a string. */
+typedef struct s_block {
+    struct s_block *next;
+    size_t len, cap;
+    char data[];
+} s_block_t;
+
+/* s_alloc returns n bytes of st's string memory, in a new block (of at least want bytes) when
+ * the current one has no room. */
+static char *s_alloc(pparse_state_t *st, size_t n, size_t want)
+{
+    s_block_t *b = st->mem;
+    if (!b || b->cap - b->len < n) {
+        size_t cap = n > want ? n : want;
+        s_block_t *nb = sr_xmalloc(sizeof *nb + cap);
+        nb->next = b;
+        nb->len = 0;
+        nb->cap = cap;
+        st->mem = b = nb;
+    }
+    char *p = b->data + b->len;
+    b->len += n;
+    return p;
+}
+
+static char *s_dup_range(pparse_state_t *st, const char *a, const char *b)
 {
     if (b < a)
         b = a;
-    return sr_xstrndup(a, (size_t)(b - a));
+    size_t n = (size_t)(b - a);
+    char *p = s_alloc(st, n + 1, 1024);
+    memcpy(p, a, n);
+    p[n] = '\0';
+    return p;
 }
 
 /* s_copy_name copies [a, b) into a fixed name buffer, trimmed, truncated to fit. */
@@ -152,14 +182,10 @@ void pparse_state_clear(pparse_state_t *st)
 {
     if (!st)
         return;
-    free(st->goal);
-    free(st->current_obs);
-    for (int i = 0; i < st->n_hist; i++) {
-        free(st->hist[i].obs);
-        free(st->hist[i].action);
+    for (s_block_t *b = st->mem, *next; b; b = next) {
+        next = b->next;
+        free(b);
     }
-    for (int i = 0; i < st->n_actions; i++)
-        free(st->actions[i]);
     memset(st, 0, sizeof(*st));
 }
 
@@ -196,13 +222,11 @@ static void s_parse_history(pparse_state_t *st, const char *text, const char *li
         if (!close || close > limit)
             break;
         if (st->n_hist == PPARSE_MAX_HIST) {
-            free(st->hist[0].obs);
-            free(st->hist[0].action);
             memmove(&st->hist[0], &st->hist[1], sizeof(st->hist[0]) * (PPARSE_MAX_HIST - 1));
             st->n_hist--;
         }
-        st->hist[st->n_hist].obs = s_dup_range(obs, m);
-        st->hist[st->n_hist].action = s_dup_range(act, close);
+        st->hist[st->n_hist].obs = s_dup_range(st, obs, m);
+        st->hist[st->n_hist].action = s_dup_range(st, act, close);
         st->n_hist++;
         p = close + 2;
     }
@@ -222,7 +246,7 @@ static void s_parse_admissible(pparse_state_t *st, const char *p)
             break;
         if (b > a && st->n_actions < PPARSE_MAX_ACTIONS &&
             !(b - a == 4 && pparse_strncmp(a, "help", 4) == 0))
-            st->actions[st->n_actions++] = s_dup_range(a, b);
+            st->actions[st->n_actions++] = s_dup_range(st, a, b);
         p = b + 1;
         if (*p == ']')
             break;
@@ -574,9 +598,12 @@ static void s_add_misverbs(pparse_state_t *st)
         const char *to = pparse_strncmp(a, "move ", 5) == 0 ? strstr(a + 5, " to ") : NULL;
         if (!to || to == a + 5 || !to[4])
             continue;
-        size_t n = strlen("put ") + (size_t)(to - (a + 5)) + strlen(" in ") + strlen(to + 4) + 1;
-        char *put = sr_xmalloc(n);
-        snprintf(put, n, "put %.*s in %s", (int)(to - (a + 5)), a + 5, to + 4);
+        size_t on = (size_t)(to - (a + 5)), rn = strlen(to + 4); /* "put %.*s in %s" */
+        char *put = s_alloc(st, 4 + on + 4 + rn + 1, 1024), *q = put;
+        memcpy(q, "put ", 4);
+        memcpy(q + 4, a + 5, on);
+        memcpy(q + 4 + on, " in ", 4);
+        memcpy(q + 8 + on, to + 4, rn + 1);
         st->actions[st->n_actions++] = put;
     }
 }
@@ -587,6 +614,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         return SR_EINVAL;
     memset(st, 0, sizeof(*st));
     const char *end = text + strlen(text);
+    s_alloc(st, 0, (size_t)(end - text) + 256); /* the strings kept are parts of the text */
 
     const char *g = strstr(text, S_TASK_MARK);
     if (g) {
@@ -594,7 +622,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         const char *ge = strchr(g, '\n');
         if (!ge)
             ge = end;
-        st->goal = s_dup_range(g, ge);
+        st->goal = s_dup_range(st, g, ge);
         size_t gl = strlen(st->goal);
         while (gl && (st->goal[gl - 1] == '.' || isspace((unsigned char)st->goal[gl - 1])))
             st->goal[--gl] = '\0';
@@ -619,7 +647,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         }
         while (ce > cur && ce[-1] == '\n')
             ce--;
-        st->current_obs = s_dup_range(cur, ce);
+        st->current_obs = s_dup_range(st, cur, ce);
     }
     if (adm) {
         st->found_admissible = true;

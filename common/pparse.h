@@ -72,6 +72,7 @@ typedef struct {
                           history window shows; 0 without a goal */
     bool goal_take_here; /* a "take O from R" of the goal object type is admissible (R not of
                             the goal receptacle type, but in look tasks) */
+    void *mem; /* the memory of the strings above: blocks that pparse_state_clear frees */
 } pparse_state_t;
 
 /* pparse_user_text parses one user message in the default format into *st, which it first
