@@ -491,7 +491,11 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         model_rng_seed(&rng, sh->seed * 0x9E3779B97F4A7C15ULL +
                                  __atomic_fetch_add(sh->seq, 1, __ATOMIC_RELAXED));
 
-    double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
+    double p_small[PPARSE_MAX_ACTIONS]; /* a state holds at most this many: no calloc */
+    size_t np = (size_t)(st.n_actions ? st.n_actions : 1);
+    double *p = np <= PPARSE_MAX_ACTIONS ? p_small : sr_xcalloc(np, sizeof(double));
+    if (p == p_small)
+        memset(p, 0, np * sizeof(double));
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
     /* One scoring of the candidates gives both the choice and the probabilities the reasoning
      * and the logprobs show (at T, or at 1 when greedy). */
@@ -671,7 +675,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         out->body = b.p;
     }
     free(content.p);
-    free(p);
+    if (p != p_small)
+        free(p);
     free(ids);
     free(pids);
     pparse_state_clear(&st);
