@@ -531,7 +531,15 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
             ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
         }
         const char *a = content.p ? strstr(content.p, "<action>") : NULL;
-        lp_at = a ? ptok_encode(content.p, (size_t)(a - content.p) + 8, NULL, 0) : 0;
+        if (a) {
+            /* the tokens of the text up to the action are the ids' first ones (the '>' that
+             * ends "<action>" is a token of its own): counted off the ids' piece lengths, and
+             * by encoding that text where the lengths do not meet its end */
+            size_t upto = (size_t)(a - content.p) + 8, at = 0, k = 0;
+            while (k < n_ids && at < upto)
+                at += (size_t)s_piece_len(ids[k++]);
+            lp_at = at == upto ? k : ptok_encode(content.p, upto, NULL, 0);
+        }
         if (n_ids > 0 && lp_at >= n_ids)
             lp_at = n_ids - 1;
         completion = (int)n_ids;
