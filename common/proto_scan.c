@@ -141,6 +141,9 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
         if (h->kind == H_ARRAY) {
             if (sc->paths)
                 old = proto_path_push(&sc->path, NULL, 0, (long)i);
+        } else if (!sc->paths && sc->p < sc->end && (*sc->p & 0xe0) == 0xa0 &&
+                   (size_t)(*sc->p & 0x1f) < (size_t)(sc->end - sc->p)) {
+            sc->p += 1 + (*sc->p & 0x1f); /* a short key: a string within its limit */
         } else {
             s_head_t k;
             int rc = s_scan_head(sc, &k);
@@ -158,6 +161,18 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
                 old = proto_path_push(&sc->path, (const char *)sc->p, (size_t)k.n, -1);
             sc->p += k.n;
         }
+        if (!sc->paths && sc->p < sc->end) {
+            /* a short string or a one-byte scalar value, without a call */
+            uint8_t b = *sc->p;
+            if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(sc->end - sc->p)) {
+                sc->p += 1 + (b & 0x1f);
+                continue;
+            }
+            if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+                sc->p++;
+                continue;
+            }
+        }
         int rc = s_scan_value(sc, depth + 1);
         if (rc != SR_OK)
             return rc;
@@ -169,6 +184,21 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
 
 static int s_scan_value(s_scan_t *sc, int depth)
 {
+    /* short strings and one-byte scalars, most values, take no header decoding (a short string
+     * is within every limit) */
+    if (sc->p < sc->end) {
+        uint8_t b = *sc->p;
+        if ((b & 0xe0) == 0xa0) {
+            size_t n = b & 0x1f;
+            if (n < (size_t)(sc->end - sc->p)) {
+                sc->p += 1 + n;
+                return SR_OK;
+            }
+        } else if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            sc->p++;
+            return SR_OK;
+        }
+    }
     s_head_t h;
     int rc = s_scan_head(sc, &h);
     if (rc != SR_OK)
