@@ -16,26 +16,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const s_type_names[PROTO_TYPE_COUNT] = {
-    [PROTO_NONE] = "?",
-    [PROTO_HELLO] = "HELLO",
-    [PROTO_WELCOME] = "WELCOME",
-    [PROTO_CREDIT] = "CREDIT",
-    [PROTO_JOB] = "JOB",
-    [PROTO_RESULT] = "RESULT",
-    [PROTO_HEARTBEAT] = "HEARTBEAT",
-    [PROTO_BYE] = "BYE",
-    [PROTO_ACTION] = "ACTION",
-    [PROTO_CANCEL] = "CANCEL",
-    [PROTO_POLICY_VERSION] = "POLICY_VERSION",
-    [PROTO_RESET] = "RESET",
-    [PROTO_STEP] = "STEP",
-    [PROTO_CLOSE] = "CLOSE",
-    [PROTO_OBS] = "OBS",
-    [PROTO_ERROR] = "ERROR",
-    [PROTO_BATCH] = "BATCH",
-    [PROTO_WEIGHTS_READY] = "WEIGHTS_READY",
-    [PROTO_RESULT_ACK] = "RESULT_ACK",
+/* the wire names and their lengths (every message is routed by its name) */
+#define S_T(name) {name, sizeof name - 1}
+static const struct {
+    const char *s;
+    uint8_t n;
+} s_type_names[PROTO_TYPE_COUNT] = {
+    [PROTO_NONE] = S_T("?"),
+    [PROTO_HELLO] = S_T("HELLO"),
+    [PROTO_WELCOME] = S_T("WELCOME"),
+    [PROTO_CREDIT] = S_T("CREDIT"),
+    [PROTO_JOB] = S_T("JOB"),
+    [PROTO_RESULT] = S_T("RESULT"),
+    [PROTO_HEARTBEAT] = S_T("HEARTBEAT"),
+    [PROTO_BYE] = S_T("BYE"),
+    [PROTO_ACTION] = S_T("ACTION"),
+    [PROTO_CANCEL] = S_T("CANCEL"),
+    [PROTO_POLICY_VERSION] = S_T("POLICY_VERSION"),
+    [PROTO_RESET] = S_T("RESET"),
+    [PROTO_STEP] = S_T("STEP"),
+    [PROTO_CLOSE] = S_T("CLOSE"),
+    [PROTO_OBS] = S_T("OBS"),
+    [PROTO_ERROR] = S_T("ERROR"),
+    [PROTO_BATCH] = S_T("BATCH"),
+    [PROTO_WEIGHTS_READY] = S_T("WEIGHTS_READY"),
+    [PROTO_RESULT_ACK] = S_T("RESULT_ACK"),
 };
 
 proto_limits_t proto_limits_default(void)
@@ -48,21 +53,13 @@ const char *proto_type_name(proto_type_t type)
 {
     if ((int)type <= PROTO_NONE || type >= PROTO_TYPE_COUNT)
         return "?";
-    return s_type_names[type];
+    return s_type_names[type].s;
 }
 
 proto_type_t proto_type_from_n(const char *name, size_t len)
 {
-    /* every message is routed by it: the lengths compared first, kept with the names */
-    static uint8_t lens[PROTO_TYPE_COUNT];
-    static bool lens_set;
-    if (!__atomic_load_n(&lens_set, __ATOMIC_ACQUIRE)) {
-        for (int t = 0; t < PROTO_TYPE_COUNT; t++)
-            lens[t] = (uint8_t)strlen(s_type_names[t]);
-        __atomic_store_n(&lens_set, true, __ATOMIC_RELEASE);
-    }
     for (int t = PROTO_NONE + 1; t < PROTO_TYPE_COUNT; t++)
-        if (lens[t] == len && memcmp(s_type_names[t], name, len) == 0)
+        if (s_type_names[t].n == len && memcmp(s_type_names[t].s, name, len) == 0)
             return (proto_type_t)t;
     return PROTO_NONE;
 }

@@ -247,12 +247,6 @@ static const uint8_t *s_key(const uint8_t *p, const uint8_t *end, const uint8_t 
     return *k + *kn;
 }
 
-/* s_key_bit is the bit of a key of n bytes at k in proto_map_t.keys. */
-static inline uint64_t s_key_bit(const uint8_t *k, size_t n)
-{
-    return n ? (uint64_t)1 << ((n * 7u + k[0] * 3u + k[n - 1]) & 63u) : 1u;
-}
-
 static int s_broken(proto_dec_t *d)
 {
     /* the scan lets no such message through: a guard, not a path */
@@ -279,7 +273,7 @@ int proto_map_open(proto_dec_t *d, const proto_obj_t *o, proto_map_t *m)
         if (!(q = s_key(q, d->end, &kv->k, &kv->kn)))
             return s_broken(d);
         kv->dup = false;
-        uint64_t bit = s_key_bit(kv->k, kv->kn);
+        uint64_t bit = proto_key_bit(kv->k, kv->kn);
         if (seen & bit) {
             for (uint32_t f = 0; f < i && !kv->dup; f++)
                 kv->dup = m->kv[f].kn == kv->kn && memcmp(m->kv[f].k, kv->k, kv->kn) == 0;
@@ -299,11 +293,20 @@ int proto_map_open(proto_dec_t *d, const proto_obj_t *o, proto_map_t *m)
     return SR_OK;
 }
 
+/* s_keq compares a key of n bytes (short: no call) with key. */
+static inline bool s_keq(const uint8_t *k, const char *key, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (k[i] != (uint8_t)key[i])
+            return false;
+    return true;
+}
+
 /* s_find returns the first byte of the value of key in map, NULL when the key is absent. */
 static const uint8_t *s_find(const proto_map_t *map, const char *key)
 {
     size_t n = strlen(key);
-    if (!(map->keys & s_key_bit((const uint8_t *)key, n)))
+    if (!(map->keys & proto_key_bit((const uint8_t *)key, n)))
         return NULL; /* a key the map has not (an optional field left out: most lookups) */
     if (map->indexed) {
         /* Fields are read in about the order they are written: start after the last one found.
@@ -312,7 +315,7 @@ static const uint8_t *s_find(const proto_map_t *map, const char *key)
         for (uint32_t j = 0; j < map->n; j++) {
             uint32_t i = start + j < map->n ? start + j : start + j - map->n;
             const proto_kv_t *kv = &map->kv[i];
-            if (kv->kn == n && memcmp(kv->k, key, n) == 0) {
+            if (kv->kn == n && s_keq(kv->k, key, n)) {
                 if (kv->dup) {
                     for (uint32_t f = 0; f < i; f++)
                         if (map->kv[f].kn == n && memcmp(map->kv[f].k, key, n) == 0)
@@ -987,7 +990,8 @@ int proto_decode_limits(const void *buf, size_t len, const proto_limits_t *lim, 
     if (!((*p >= 0x80 && *p <= 0x8f) || *p == 0xde || *p == 0xdf))
         return proto_fail(err, NULL, "", SR_EPROTO, "not a map");
 
-    int rc = proto_scan_msg(p, len, SR_MAX(lim->max_text, (size_t)PROTO_MAX_ACTION), err);
+    proto_map_t m; /* the outer map: indexed by the scan */
+    int rc = proto_scan_msg(p, len, SR_MAX(lim->max_text, (size_t)PROTO_MAX_ACTION), err, &m);
     if (rc != SR_OK)
         return rc;
 
@@ -995,14 +999,7 @@ int proto_decode_limits(const void *buf, size_t len, const proto_limits_t *lim, 
      * pointers and the structs of arrays a little more. */
     proto_dec_t d = {.max_text = lim->max_text, .err = err, .end = p + len,
                      .arena = {.hint = 2 * len + 256}};
-    proto_obj_t top;
-    proto_map_t m;
-    if (!s_read(p, d.end, &top, false) || top.type != PROTO_O_MAP)
-        rc = proto_fail(err, NULL, "", SR_EPROTO, "msgpack parser refused the message");
-    else
-        rc = proto_map_open(&d, &top, &m);
-    if (rc == SR_OK)
-        rc = s_dec_header(&d, &m, out);
+    rc = s_dec_header(&d, &m, out);
     if (rc == SR_OK)
         rc = s_dec_body(&d, &m, out);
     out->mem_ = d.arena.head;

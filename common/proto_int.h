@@ -44,9 +44,6 @@ __attribute__((format(printf, 5, 6))) int proto_fail(proto_err_t *err, const pro
                                                      const char *name, int rc, const char *fmt,
                                                      ...);
 
-/* proto_scan_msg is pass 1 over the len bytes of an encoded map at p: SR_OK, or the error in err
- * (proto_scan.c). */
-int proto_scan_msg(const uint8_t *p, size_t len, size_t max_blob, proto_err_t *err);
 
 /* Pass 2 reads the bytes that passed the scan directly (no msgpack_object tree): proto_obj_t is
  * one value read in place, proto_map_t a map with an index of its keys (proto_dec.c). */
@@ -96,6 +93,18 @@ typedef struct {
     bool indexed;
     proto_kv_t kv[PROTO_MAP_INDEX];
 } proto_map_t;
+
+/* proto_key_bit is the bit of a key of n bytes at k in proto_map_t.keys. */
+static inline uint64_t proto_key_bit(const uint8_t *k, size_t n)
+{
+    return n ? (uint64_t)1 << ((n * 7u + k[0] * 3u + k[n - 1]) & 63u) : 1u;
+}
+
+/* proto_scan_msg is pass 1 over the len bytes of an encoded map at p: SR_OK, or the error in err
+ * (proto_scan.c). On success it has filled *top (when not NULL) with the view of the outer map
+ * that proto_map_open would make: the scan walks its entries anyway. */
+int proto_scan_msg(const uint8_t *p, size_t len, size_t max_blob, proto_err_t *err,
+                   proto_map_t *top);
 
 /* The memory of a decoded message: chunks from a small per-thread cache, strings and arrays
  * bumped out of them; the chain hangs off proto_msg_t.mem_ and proto_msg_clear gives it back
