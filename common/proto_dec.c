@@ -302,11 +302,12 @@ static inline bool s_keq(const uint8_t *k, const char *key, size_t n)
     return true;
 }
 
-/* s_find returns the first byte of the value of key in map, NULL when the key is absent. */
-static const uint8_t *s_find(const proto_map_t *map, const char *key)
+/* s_find returns the first byte of the value of key k in map, NULL when the key is absent. */
+static const uint8_t *s_find(const proto_map_t *map, const proto_key_t *k)
 {
-    size_t n = strlen(key);
-    if (!(map->keys & proto_key_bit((const uint8_t *)key, n)))
+    const char *key = k->s;
+    size_t n = k->n;
+    if (!(map->keys & k->bit))
         return NULL; /* a key the map has not (an optional field left out: most lookups) */
     if (map->indexed) {
         /* Fields are read in about the order they are written: start after the last one found.
@@ -329,11 +330,11 @@ static const uint8_t *s_find(const proto_map_t *map, const char *key)
     }
     const uint8_t *q = map->p;
     for (uint32_t i = 0; i < map->n && q; i++) {
-        const uint8_t *k;
+        const uint8_t *kb;
         uint32_t kn;
-        if (!(q = s_key(q, map->end, &k, &kn)))
+        if (!(q = s_key(q, map->end, &kb, &kn)))
             break;
-        if (kn == n && memcmp(k, key, n) == 0)
+        if (kn == n && memcmp(kb, key, n) == 0)
             return q;
         q = s_skip(q, map->end, 1);
     }
@@ -342,9 +343,9 @@ static const uint8_t *s_find(const proto_map_t *map, const char *key)
 
 /* proto_dec_get reads the value of key in map into *o; false when the key is absent or its
  * value is nil. */
-bool proto_dec_get(const proto_map_t *map, const char *key, proto_obj_t *o)
+bool proto_dec_get_k(const proto_map_t *map, const proto_key_t *k, proto_obj_t *o)
 {
-    const uint8_t *v = s_find(map, key);
+    const uint8_t *v = s_find(map, k);
     if (!v || !s_read(v, map->end, o, false))
         return false;
     return o->type != PROTO_O_NIL;
@@ -460,24 +461,24 @@ int proto_dec_str_obj(proto_dec_t *d, const proto_obj_t *o, const char *name,
     return SR_OK;
 }
 
-int proto_dec_str(proto_dec_t *d, const proto_map_t *map, const char *key, proto_strkind_t kind,
-                  bool required, const char **out)
+int proto_dec_str_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                    proto_strkind_t kind, bool required, const char **out)
 {
     proto_obj_t o;
-    if (!proto_dec_get(map, key, &o))
-        return required ? proto_dec_missing(d, key) : SR_OK;
-    return proto_dec_str_obj(d, &o, key, kind, out);
+    if (!proto_dec_get_k(map, k, &o))
+        return required ? proto_dec_missing(d, k->s) : SR_OK;
+    return proto_dec_str_obj(d, &o, k->s, kind, out);
 }
 
 /* proto_dec_str_enum reads a required string that must be one of the NULL-terminated choices. */
-int proto_dec_str_enum(proto_dec_t *d, const proto_map_t *map, const char *key,
-                       const char *const *choices, const char *shown, const char **out)
+int proto_dec_str_enum_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                         const char *const *choices, const char *shown, const char **out)
 {
-    PROTO_TRY(proto_dec_str(d, map, key, PROTO_STR_ID, true, out));
+    PROTO_TRY(proto_dec_str_k(d, map, k, PROTO_STR_ID, true, out));
     for (size_t i = 0; choices[i]; i++)
         if (strcmp(*out, choices[i]) == 0)
             return SR_OK;
-    return proto_fail(d->err, &d->path, key, SR_EPROTO, "not one of %s", shown);
+    return proto_fail(d->err, &d->path, k->s, SR_EPROTO, "not one of %s", shown);
 }
 
 static int s_int_obj(proto_dec_t *d, const proto_obj_t *o, const char *name, int64_t min,
@@ -503,20 +504,22 @@ static int s_int_obj(proto_dec_t *d, const proto_obj_t *o, const char *name, int
     return SR_OK;
 }
 
-int proto_dec_int(proto_dec_t *d, const proto_map_t *map, const char *key, int64_t min,
-                  int64_t max, bool required, int64_t *out)
+int proto_dec_int_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, int64_t min,
+                    int64_t max, bool required, int64_t *out)
 {
     proto_obj_t o;
-    if (!proto_dec_get(map, key, &o))
-        return required ? proto_dec_missing(d, key) : SR_OK;
-    return s_int_obj(d, &o, key, min, max, out);
+    if (!proto_dec_get_k(map, k, &o))
+        return required ? proto_dec_missing(d, k->s) : SR_OK;
+    return s_int_obj(d, &o, k->s, min, max, out);
 }
 
-static int s_uint(proto_dec_t *d, const proto_map_t *map, const char *key, bool required,
-                  bool *has, uint64_t *out)
+#define s_uint(d, map, key, ...) s_uint_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+static int s_uint_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, bool required,
+                    bool *has, uint64_t *out)
 {
+    const char *key = k->s;
     proto_obj_t o;
-    if (!proto_dec_get(map, key, &o))
+    if (!proto_dec_get_k(map, k, &o))
         return required ? proto_dec_missing(d, key) : SR_OK;
     if (o.type == PROTO_O_NEG)
         return proto_fail(d->err, &d->path, key, SR_EPROTO, "negative");
@@ -547,37 +550,38 @@ int proto_dec_num_obj(proto_dec_t *d, const proto_obj_t *o, const char *name, do
     return SR_OK;
 }
 
-int proto_dec_num(proto_dec_t *d, const proto_map_t *map, const char *key, double min,
-                  double max, bool required, bool *has, double *out)
+int proto_dec_num_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, double min,
+                    double max, bool required, bool *has, double *out)
 {
     proto_obj_t o;
-    if (!proto_dec_get(map, key, &o))
-        return required ? proto_dec_missing(d, key) : SR_OK;
-    PROTO_TRY(proto_dec_num_obj(d, &o, key, min, max, out));
+    if (!proto_dec_get_k(map, k, &o))
+        return required ? proto_dec_missing(d, k->s) : SR_OK;
+    PROTO_TRY(proto_dec_num_obj(d, &o, k->s, min, max, out));
     if (has)
         *has = true;
     return SR_OK;
 }
 
-int proto_dec_bool(proto_dec_t *d, const proto_map_t *map, const char *key, bool required,
-                   bool *has, bool *out)
+int proto_dec_bool_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                     bool required, bool *has, bool *out)
 {
     proto_obj_t o;
-    if (!proto_dec_get(map, key, &o))
-        return required ? proto_dec_missing(d, key) : SR_OK;
+    if (!proto_dec_get_k(map, k, &o))
+        return required ? proto_dec_missing(d, k->s) : SR_OK;
     if (o.type != PROTO_O_BOOL)
-        return proto_fail(d->err, &d->path, key, SR_EPROTO, "not a boolean");
+        return proto_fail(d->err, &d->path, k->s, SR_EPROTO, "not a boolean");
     *out = o.v.b;
     if (has)
         *has = true;
     return SR_OK;
 }
 
-int proto_dec_arr(proto_dec_t *d, const proto_map_t *map, const char *key, size_t max,
-                  bool required, proto_obj_t *a, bool *found)
+int proto_dec_arr_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, size_t max,
+                    bool required, proto_obj_t *a, bool *found)
 {
+    const char *key = k->s;
     *found = false;
-    if (!proto_dec_get(map, key, a))
+    if (!proto_dec_get_k(map, k, a))
         return required ? proto_dec_missing(d, key) : SR_OK;
     if (a->type != PROTO_O_ARRAY)
         return proto_fail(d->err, &d->path, key, SR_EPROTO, "not an array");
@@ -709,7 +713,7 @@ static int s_raw_map(proto_dec_t *d, const proto_map_t *map, const char *key,
         return SR_OK;
     if (o.type != PROTO_O_MAP)
         return proto_fail(d->err, &d->path, key, SR_EPROTO, "not a map");
-    const uint8_t *start = s_find(map, key); /* the field's bytes, from its header */
+    const uint8_t *start = s_find(map, PROTO_KEY(key)); /* the field's bytes, from its header */
     proto_obj_t whole;
     const uint8_t *stop = proto_obj_read(start, d->end, &whole);
     if (!stop)

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <msgpack.h>
+#include <string.h>
 
 /* String classes and their limits. */
 typedef enum { PROTO_STR_ID, PROTO_STR_SHORT, PROTO_STR_TEXT } proto_strkind_t;
@@ -154,26 +155,46 @@ typedef struct {
 const uint8_t *proto_obj_read(const uint8_t *p, const uint8_t *end, proto_obj_t *o);
 /* proto_map_open makes a view of the map o (which must be PROTO_O_MAP). */
 int proto_map_open(proto_dec_t *d, const proto_obj_t *o, proto_map_t *m);
-bool proto_dec_get(const proto_map_t *map, const char *key, proto_obj_t *o);
+/* A key looked up in a map: its name, length and bit in proto_map_t.keys. PROTO_KEY makes one
+ * where it is used: for a literal name (every field) the compiler computes all three. */
+typedef struct {
+    const char *s;
+    size_t n;
+    uint64_t bit;
+} proto_key_t;
+#define PROTO_KEY(key)                                                                         \
+    (&(const proto_key_t){(key), strlen(key), proto_key_bit((const uint8_t *)(key), strlen(key))})
+
+/* The field readers take the key's name (a macro makes its proto_key_t). */
+#define proto_dec_get(map, key, o) proto_dec_get_k((map), PROTO_KEY(key), (o))
+#define proto_dec_str(d, map, key, ...) proto_dec_str_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+#define proto_dec_str_enum(d, map, key, ...) \
+    proto_dec_str_enum_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+#define proto_dec_int(d, map, key, ...) proto_dec_int_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+#define proto_dec_num(d, map, key, ...) proto_dec_num_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+#define proto_dec_bool(d, map, key, ...) proto_dec_bool_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+#define proto_dec_arr(d, map, key, ...) proto_dec_arr_k((d), (map), PROTO_KEY(key), __VA_ARGS__)
+
+bool proto_dec_get_k(const proto_map_t *map, const proto_key_t *k, proto_obj_t *o);
 int proto_dec_missing(proto_dec_t *d, const char *name);
 int proto_dec_str_obj(proto_dec_t *d, const proto_obj_t *o, const char *name,
                       proto_strkind_t kind, const char **out);
-int proto_dec_str(proto_dec_t *d, const proto_map_t *map, const char *key,
-                  proto_strkind_t kind, bool required, const char **out);
-int proto_dec_str_enum(proto_dec_t *d, const proto_map_t *map, const char *key,
-                       const char *const *choices, const char *shown, const char **out);
-int proto_dec_int(proto_dec_t *d, const proto_map_t *map, const char *key, int64_t min,
-                  int64_t max, bool required, int64_t *out);
+int proto_dec_str_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                    proto_strkind_t kind, bool required, const char **out);
+int proto_dec_str_enum_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                         const char *const *choices, const char *shown, const char **out);
+int proto_dec_int_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, int64_t min,
+                    int64_t max, bool required, int64_t *out);
 int proto_dec_num_obj(proto_dec_t *d, const proto_obj_t *o, const char *name, double min,
                       double max, double *out);
-int proto_dec_num(proto_dec_t *d, const proto_map_t *map, const char *key, double min,
-                  double max, bool required, bool *has, double *out);
-int proto_dec_bool(proto_dec_t *d, const proto_map_t *map, const char *key, bool required,
-                   bool *has, bool *out);
+int proto_dec_num_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, double min,
+                    double max, bool required, bool *has, double *out);
+int proto_dec_bool_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k,
+                     bool required, bool *has, bool *out);
 /* proto_dec_arr finds an array of at most max elements: *found false when an optional one is
  * absent. The elements are walked with proto_obj_read from a->p. */
-int proto_dec_arr(proto_dec_t *d, const proto_map_t *map, const char *key, size_t max,
-                  bool required, proto_obj_t *a, bool *found);
+int proto_dec_arr_k(proto_dec_t *d, const proto_map_t *map, const proto_key_t *k, size_t max,
+                    bool required, proto_obj_t *a, bool *found);
 int proto_dec_alloc(proto_dec_t *d, const char *key, size_t n, size_t size, void *out);
 int proto_dec_num_array(proto_dec_t *d, const proto_map_t *map, const char *key, size_t max,
                         double **out, size_t *len);
