@@ -104,9 +104,7 @@ static void s_step_clear(proto_result_step_t *st)
 
 static void s_adm_clear(slot_t *s)
 {
-    for (size_t i = 0; i < s->n_adm; i++)
-        free(s->adm[i]);
-    free(s->adm);
+    free(s->adm); /* one block: the pointers and the strings (s_take_obs) */
     s->adm = NULL;
     s->n_adm = 0;
 }
@@ -412,18 +410,28 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs moves an observation's text and admissible list from the decoded OBS (which then
- * holds none) into the slot. */
+/* s_take_obs copies an observation's text and admissible list from the decoded OBS (whose
+ * memory proto_msg_clear frees as a whole) into the slot: the list as one block, the pointers
+ * followed by the strings. */
 static void s_take_obs(slot_t *s, proto_obs_t *ob)
 {
     free(s->obs);
-    s->obs = (char *)(ob->obs ? ob->obs : sr_xstrdup(""));
-    ob->obs = NULL;
+    s->obs = sr_xstrdup(ob->obs ? ob->obs : "");
     s_adm_clear(s);
-    s->adm = (char **)ob->admissible;
-    s->n_adm = ob->admissible_len;
-    ob->admissible = NULL;
-    ob->admissible_len = 0;
+    size_t n = ob->admissible_len, bytes = n * sizeof(char *);
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(ob->admissible[i]) + 1;
+    if (n > 0) {
+        s->adm = sr_xmalloc(bytes);
+        char *text = (char *)(s->adm + n);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = strlen(ob->admissible[i]) + 1;
+            memcpy(text, ob->admissible[i], len);
+            s->adm[i] = text;
+            text += len;
+        }
+    }
+    s->n_adm = n;
 }
 
 static void s_on_reset_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
