@@ -67,6 +67,20 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
     int32_t *v = sr_xmalloc(cap * sizeof *v);
     const char *p = r->p, *e = r->e;
     for (;;) {
+        /* the usual run: ids of 1-8 digits, each followed by a comma and a digit, a word each */
+        while (e - p >= 10) {
+            uint64_t x = 0;
+            size_t nd = s_digits8(p, e, &x);
+            if (nd - 1 >= 8 || p[nd] != ',' || (unsigned)(p[nd + 1] - '0') > 9 ||
+                (*p == '0' && nd > 1))
+                break; /* none, nine or more, another end, a leading zero: read below */
+            if (k == cap) {
+                cap *= 2;
+                v = sr_xrealloc(v, cap * sizeof *v);
+            }
+            v[k++] = (int32_t)x;
+            p += nd + 1;
+        }
         /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
         const char *d0 = p;
         uint64_t x = 0;
@@ -235,6 +249,68 @@ static bool s_lp_entry_usual(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t k)
     return true;
 }
 
+/* s_lp_grow doubles the room for logprobs entries (and their ids, when kept), zeroed. */
+static void s_lp_grow(llm_fast_ans_t *a)
+{
+    size_t cap = a->cap_lp * 2;
+    a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
+    memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
+    if (a->lp_ids) {
+        a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
+        memset(a->lp_ids + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp_ids);
+    }
+    a->cap_lp = cap;
+}
+
+static inline uint64_t s_load8(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t s_load4(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* s_lp_lean reads a run of entries of the lean form {"token":"T","logprob":0} (T without escapes,
+ * not "token_id:..."), each but the last followed by a comma and the next entry with no
+ * whitespace between: the built-in server writes every entry off the action so. Each reads as
+ * s_lp_entry_usual reads it (the sum is unchanged by a zero: it is never -0). Returns the entries
+ * read; r->p is after the last one's '}' (untouched when none). */
+static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
+{
+    static const char k_tok[] = "{\"token\":\"", k_lp[] = "\",\"logprob\":0}";
+    const uint64_t tok8 = s_load8(k_tok), lp8 = s_load8(k_lp);
+    const uint32_t lp4 = s_load4(k_lp + 8);
+    const char *p = r->p, *e = r->e, *done = NULL;
+    size_t got = 0;
+    /* 48 bytes: the entry's fixed 24, a piece within the word the scan loads, and the next '{' */
+    while (e - p >= 48 && s_load8(p) == tok8 && p[8] == ':' && p[9] == '"') {
+        const char *t = p + 10, *q = jsonscan_str_stop(t, e);
+        if (e - q < 16 || *q != '"' || (q - t >= 9 && memcmp(t, "token_id:", 9) == 0) ||
+            s_load8(q) != lp8 || s_load4(q + 8) != lp4 || q[12] != '0' || q[13] != '}')
+            break;
+        if (a->n_lp == a->cap_lp)
+            s_lp_grow(a);
+        a->lp[a->n_lp++] = 0;
+        got++;
+        done = q + 14;
+        if (q[14] != ',' || q[15] != '{')
+            break;
+        p = q + 15;
+    }
+    if (got) {
+        a->any = true;
+        a->all_ids = false;
+        r->p = done;
+    }
+    return got;
+}
+
 /* llm_fast_logprobs reads the first choice's "logprobs": null, or an object whose first "content"
  * is an array of entry objects (other shapes are outside the subset). */
 bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
@@ -260,16 +336,10 @@ bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
             a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
             if (!llm_fast_eat(r, ']')) {
                 do {
-                    if (a->n_lp == a->cap_lp) {
-                        size_t cap = a->cap_lp * 2;
-                        a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
-                        memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
-                        if (a->lp_ids) {
-                            a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
-                            memset(a->lp_ids + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp_ids);
-                        }
-                        a->cap_lp = cap;
-                    }
+                    if (s_lp_lean(r, a) > 0)
+                        continue; /* to the comma after the run */
+                    if (a->n_lp == a->cap_lp)
+                        s_lp_grow(a);
                     if (!s_lp_entry_usual(r, a, a->n_lp) && !s_lp_entry(r, a, a->n_lp))
                         return false;
                     a->n_lp++;

@@ -41,7 +41,7 @@ static bool s_check(const char *body, size_t len)
     bool fast = len > 0 && llm_fast_parse(body, len, &f, &sf);
     llm_parsed_free(&sf);
     if (ra != rb)
-        fail_msg("rc %d vs tree %d on %.*s", ra, rb, (int)SR_MIN(len, 400), body);
+        fail_msg("rc %d vs tree %d on %.*s", ra, rb, (int)SR_MIN(len, 4000), body);
     if (fast && rb != SR_OK)
         fail_msg("the one-pass reader took a body the tree refuses: %.*s", (int)SR_MIN(len, 400), body);
     if (ra != SR_OK) {
@@ -219,7 +219,84 @@ static void mutated_bodies_read_the_same_both_ways(void **state)
         fail_msg("only %d of %d mutated bodies took the one-pass path", fast, total);
 }
 
+/* s_long_body writes an answer as the built-in server writes one with --tokens completion: n lean
+ * logprobs entries ({"token":"T","logprob":0}) around the action's entry, and n + 1 ids. Some
+ * entries and ids step outside the usual run (an escaped piece, a piece of the "token_id:" form,
+ * whitespace, a nonzero logprob, a leading zero, ids of nine and ten digits), which the reader
+ * takes entry by entry. Returns the length; buf has room for 96 * n + 1024 bytes. */
+static size_t s_long_body(char *buf, size_t n, bool odd)
+{
+    static const char *const pieces[] = {"<", "thin", "k", ">", " the", "\\\"", "token_id:17",
+                                         "\\u00e9", "ab cd", " pillow", ",", "token_id"};
+    size_t o = (size_t)sprintf(buf, "{\"model\":\"selroll-policy\",\"choices\":[{\"index\":0,"
+                                     "\"message\":{\"content\":\"<action>go</action>\"},"
+                                     "\"logprobs\":{\"content\":[");
+    for (size_t i = 0; i < n; i++) {
+        const char *pc = odd ? pieces[i % SR_ARRAY_LEN(pieces)] : pieces[i % 5];
+        if (i == n / 2)
+            o += (size_t)sprintf(buf + o, "%s{\"token\":\"go\",\"logprob\":-0.813958686501051,"
+                                          "\"top_logprobs\":[{\"token\":\"x\",\"logprob\":-2}]}",
+                                 i ? "," : "");
+        else if (odd && i % 29 == 7)
+            o += (size_t)sprintf(buf + o, "%s {\"token\":\"%s\",\"logprob\":-0.5}", i ? "," : "", pc);
+        else
+            o += (size_t)sprintf(buf + o, "%s{\"token\":\"%s\",\"logprob\":0}", i ? "," : "", pc);
+    }
+    o += (size_t)sprintf(buf + o, "]},\"finish_reason\":\"stop\",\"token_ids\":[");
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t id = (uint32_t)(i * 2654435761u) % (odd && i % 13 == 5 ? 2147483647u : 30000000u);
+        o += (size_t)sprintf(buf + o, "%s%s%u", i ? "," : "", odd && i % 17 == 3 ? " " : "", id);
+    }
+    o += (size_t)sprintf(buf + o, "]}],\"usage\":{\"prompt_tokens\":284,\"completion_tokens\":%zu}}",
+                         n + 1);
+    return o;
+}
+
+static void long_answers_read_in_runs_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    size_t ns[] = {1, 2, 3, 15, 16, 17, 130, 700};
+    char *buf = malloc(96 * 700 + 1024), *mut = malloc(96 * 700 + 1024);
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (size_t t = 0; t < SR_ARRAY_LEN(ns); t++) {
+        for (int odd = 0; odd < 2; odd++) {
+            size_t len = s_long_body(buf, ns[t], odd);
+            assert_true(s_check(buf, len)); /* the one-pass path, the same fields */
+            llm_response_t r;
+            llm_parsed_t *st = NULL;
+            assert_true(llm_fast_parse(buf, len, &r, &st));
+            assert_int_equal(r.n_token_logprobs, ns[t]);
+            assert_int_equal(r.n_token_ids, ns[t] + 1);
+            assert_true(r.has_logprob);
+            llm_parsed_free(&st);
+            /* one byte changed, dropped or doubled anywhere: both paths agree */
+            for (int k = 0; k < 300; k++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                size_t at = (size_t)(x % len), n = len;
+                memcpy(mut, buf, len);
+                static const char alphabet[] = "{}[]\",:\\ 09-.e0t";
+                int op = (int)((x >> 40) % 3);
+                if (op == 0) {
+                    mut[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+                } else if (op == 1) {
+                    memmove(mut + at, mut + at + 1, len - at - 1);
+                    n--;
+                } else {
+                    memmove(mut + at + 1, mut + at, len - at);
+                    n++;
+                }
+                s_check(mut, n);
+            }
+        }
+    }
+    free(buf);
+    free(mut);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
     cmocka_unit_test(every_fixture_reads_the_same_both_ways),
     cmocka_unit_test(mutated_bodies_read_the_same_both_ways),
