@@ -186,12 +186,19 @@ static bool s_template_matches(const llmlink_t *l, const char *name, int64_t *v)
 
 /* ---- what an answer says -------------------------------------------------------------------------- */
 
+/* s_dup copies n elements of size sz (NULL when none): each written, so not zeroed first. */
+static void *s_dup(const void *v, size_t n, size_t sz)
+{
+    if (!n)
+        return NULL;
+    void *d = sr_xmalloc(n * sz);
+    memcpy(d, v, n * sz);
+    return d;
+}
+
 static int32_t *s_ids_dup(const int32_t *v, size_t n)
 {
-    int32_t *d = n ? sr_xcalloc(n, sizeof *d) : NULL;
-    if (n)
-        memcpy(d, v, n * sizeof *d);
-    return d;
+    return s_dup(v, n, sizeof *v);
 }
 
 /* s_record_model records the answering model and, when it can be told, the policy version that
@@ -230,9 +237,7 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
     cur->token_ids = s_ids_dup(resp->token_ids, n);
     cur->token_ids_len = n;
     if (resp->n_token_logprobs == n && n > 0) {
-        float *lp = sr_xcalloc(n, sizeof *lp);
-        memcpy(lp, resp->token_logprobs, n * sizeof *lp);
-        cur->token_logprobs = lp;
+        cur->token_logprobs = s_dup(resp->token_logprobs, n, sizeof *resp->token_logprobs);
         cur->token_logprobs_len = n;
     }
     cur->tokens_mismatch = n != resp->n_token_ids ||
@@ -255,7 +260,7 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
     cur->prompt_token_ids_len = np - k;
     free(*last_ids);
     *n_last_ids = np + n;
-    *last_ids = *n_last_ids ? sr_xcalloc(*n_last_ids, sizeof **last_ids) : NULL;
+    *last_ids = *n_last_ids ? sr_xmalloc(*n_last_ids * sizeof **last_ids) : NULL;
     if (np)
         memcpy(*last_ids, p, np * sizeof *p);
     if (n)
@@ -266,10 +271,10 @@ void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool fi
                     proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
 {
     cur->raw = sr_xstrdup_max(resp->content, PROTO_MAX_TEXT);
-    cur->text_truncated = strlen(resp->content) >= PROTO_MAX_TEXT;
+    cur->text_truncated = strnlen(resp->content, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     if (resp->reasoning) {
         cur->reasoning = sr_xstrdup_max(resp->reasoning, PROTO_MAX_TEXT);
-        cur->text_truncated |= strlen(resp->reasoning) >= PROTO_MAX_TEXT;
+        cur->text_truncated |= strnlen(resp->reasoning, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     }
     cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;
     cur->reasoning_tokens = resp->reasoning_tokens >= 0 ? resp->reasoning_tokens : 0;

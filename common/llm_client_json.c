@@ -161,9 +161,8 @@ char *llm_chat_body(const llm_chat_t *req)
     }
     if (req->has_seed) {
         /* an exact integer: a double loses the low bits, and Ollama's decoder refuses it */
-        char num[40];
-        int n = snprintf(num, sizeof num, ",\"seed\":%lld", (long long)(req->seed & LLM_SEED_MAX));
-        jsonw_raw(&w, num, (size_t)n);
+        jsonw_lit(&w, ",\"seed\":");
+        jsonw_int(&w, (long long)(req->seed & LLM_SEED_MAX));
     }
     if (req->logprobs)
         jsonw_lit(&w, ",\"logprobs\":true");
