@@ -234,10 +234,13 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
                             proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
 {
     size_t n = SR_MIN(resp->n_token_ids, (size_t)PROTO_MAX_TOKENS);
-    cur->token_ids = s_ids_dup(resp->token_ids, n);
+    /* the parse's arrays are taken over when the client gives them (no copy) */
+    int32_t *ids = n ? llm_response_take_ids(resp) : NULL;
+    cur->token_ids = ids ? ids : s_ids_dup(resp->token_ids, n);
     cur->token_ids_len = n;
     if (resp->n_token_logprobs == n && n > 0) {
-        cur->token_logprobs = s_dup(resp->token_logprobs, n, sizeof *resp->token_logprobs);
+        float *lp = llm_response_take_logprobs(resp);
+        cur->token_logprobs = lp ? lp : s_dup(resp->token_logprobs, n, sizeof *resp->token_logprobs);
         cur->token_logprobs_len = n;
     }
     cur->tokens_mismatch = n != resp->n_token_ids ||

@@ -381,10 +381,11 @@ static bool s_choices(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
                 ok = llm_fast_logprobs(r, a, len_hint);
             } else if (!seen_t && LLM_FAST_IS(&key, "token_ids")) {
                 seen_t = true;
-                ok = llm_fast_ids(r, &a->tids, &a->n_tids, len_hint);
+                ok = llm_fast_ids(r, &a->tids, &a->n_tids, len_hint, a->ids_scratch,
+                                  a->scratch_cap);
             } else if (!seen_p && LLM_FAST_IS(&key, "prompt_token_ids")) {
                 seen_p = true;
-                ok = llm_fast_ids(r, &a->choice_pids, &a->n_choice_pids, len_hint);
+                ok = llm_fast_ids(r, &a->choice_pids, &a->n_choice_pids, len_hint, NULL, 0);
             } else {
                 ok = llm_fast_skip(r);
             }
@@ -458,9 +459,11 @@ static bool s_usage(llm_fast_rd_t *r, llm_fast_ans_t *a)
 
 static void s_ans_free(llm_fast_ans_t *a)
 {
-    free(a->lp);
+    if (a->lp != a->lp_scratch)
+        free(a->lp);
     free(a->lp_ids);
-    free(a->tids);
+    if (a->tids != a->ids_scratch)
+        free(a->tids);
     free(a->root_pids);
     free(a->choice_pids);
 }
@@ -494,7 +497,7 @@ static bool s_root(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len)
             ok = s_str_or_other(r, &a->fingerprint);
         } else if (!seen_p && LLM_FAST_IS(&key, "prompt_token_ids")) {
             seen_p = true;
-            ok = llm_fast_ids(r, &a->root_pids, &a->n_root_pids, 0);
+            ok = llm_fast_ids(r, &a->root_pids, &a->n_root_pids, 0, NULL, 0);
         } else if (!seen_e && LLM_FAST_IS(&key, "error")) {
             seen_e = true;
             ok = llm_fast_null(r); /* an error answer is the tree path's */
@@ -517,9 +520,27 @@ static bool s_root(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len)
     return seen_ch && llm_fast_eat(r, '}');
 }
 
+/* s_exact returns n elements of size sz at v in an array of their own: v itself when it is on the
+ * heap already, else a copy (v on the stack). */
+static void *s_exact(void *v, size_t n, size_t sz, const void *scratch)
+{
+    if (!v || v != scratch)
+        return v;
+    void *h = sr_xmalloc(n * sz);
+    memcpy(h, v, n * sz);
+    return h;
+}
+
+/* Ids and logprobs of an answer of up to this many tokens are read on the stack (4 KiB). */
+#define S_SCRATCH 512
+
 bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
 {
-    llm_fast_ans_t a = {.prompt_tokens = -1, .completion_tokens = -1, .reasoning_tokens = -1};
+    int32_t ids_scratch[S_SCRATCH];
+    float lp_scratch[S_SCRATCH];
+    llm_fast_ans_t a = {.prompt_tokens = -1, .completion_tokens = -1, .reasoning_tokens = -1,
+                        .ids_scratch = ids_scratch, .lp_scratch = lp_scratch,
+                        .scratch_cap = S_SCRATCH};
     llm_fast_rd_t r = {.p = body, .e = body + len};
     if (!s_root(&r, &a, len)) {
         s_ans_free(&a);
@@ -548,8 +569,8 @@ bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parse
         got[0] = o;
     }
 
-    int32_t *ids = a.tids;
     size_t n_ids = a.n_tids;
+    int32_t *ids = s_exact(a.tids, n_ids, sizeof *ids, ids_scratch);
     a.tids = NULL;
     int32_t *pids = a.root_pids;
     size_t n_pids = a.n_root_pids;
@@ -562,8 +583,8 @@ bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parse
     float *lp = NULL;
     size_t n_lp = 0;
     if (a.lp_seen && a.n_lp > 0) {
-        lp = a.lp;
         n_lp = a.n_lp;
+        lp = s_exact(a.lp, n_lp, sizeof *lp, lp_scratch);
         a.lp = NULL;
         if (!ids && a.all_ids && a.lp_ids) {
             ids = a.lp_ids;

@@ -51,9 +51,23 @@ static inline size_t s_digits8(const char *p, const char *e, uint64_t *x)
 #endif
 }
 
+/* s_ids_grow doubles the room of the id array *v (scratch_cap ids at scratch, or on the heap). */
+static int32_t *s_ids_grow(int32_t *v, size_t *cap, const int32_t *scratch)
+{
+    size_t k = *cap;
+    *cap *= 2;
+    if (v != scratch)
+        return sr_xrealloc(v, *cap * sizeof *v);
+    int32_t *h = sr_xmalloc(*cap * sizeof *h);
+    memcpy(h, v, k * sizeof *v);
+    return h;
+}
+
 /* llm_fast_ids reads a token id array of plain integers 0..INT32_MAX (null and [] read as none);
- * any other form is outside the subset. The array is new (NULL when empty). */
-bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
+ * any other form is outside the subset. The array is new (NULL when empty), or scratch itself
+ * when scratch (room for scratch_cap ids, not NULL) held them all. */
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, int32_t *scratch,
+                  size_t scratch_cap)
 {
     *out = NULL;
     *n = 0;
@@ -63,8 +77,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
         return false;
     if (llm_fast_eat(r, ']'))
         return true;
-    size_t cap = SR_MAX((size_t)16, len_hint / 16), k = 0;
-    int32_t *v = sr_xmalloc(cap * sizeof *v);
+    size_t cap = scratch ? scratch_cap : SR_MAX((size_t)16, len_hint / 16), k = 0;
+    int32_t *v = scratch ? scratch : sr_xmalloc(cap * sizeof *v);
     const char *p = r->p, *e = r->e;
     for (;;) {
         /* the usual run: ids of 1-8 digits, each followed by a comma and a digit, a word each */
@@ -74,10 +88,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
             if (nd - 1 >= 8 || p[nd] != ',' || (unsigned)(p[nd + 1] - '0') > 9 ||
                 (*p == '0' && nd > 1))
                 break; /* none, nine or more, another end, a leading zero: read below */
-            if (k == cap) {
-                cap *= 2;
-                v = sr_xrealloc(v, cap * sizeof *v);
-            }
+            if (k == cap)
+                v = s_ids_grow(v, &cap, scratch);
             v[k++] = (int32_t)x;
             p += nd + 1;
         }
@@ -93,10 +105,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
         }
         if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
             goto fail;
-        if (k == cap) {
-            cap *= 2;
-            v = sr_xrealloc(v, cap * sizeof *v);
-        }
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
         v[k++] = (int32_t)x;
         if (*p == ',') {
             p++;
@@ -128,7 +138,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
     *n = k;
     return true;
 fail:
-    free(v);
+    if (v != scratch)
+        free(v);
     return false;
 }
 
@@ -253,7 +264,13 @@ static bool s_lp_entry_usual(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t k)
 static void s_lp_grow(llm_fast_ans_t *a)
 {
     size_t cap = a->cap_lp * 2;
-    a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
+    if (a->lp == a->lp_scratch) { /* off the stack */
+        float *h = sr_xmalloc(cap * sizeof *h);
+        memcpy(h, a->lp, a->cap_lp * sizeof *h);
+        a->lp = h;
+    } else {
+        a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
+    }
     memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
     if (a->lp_ids) {
         a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
@@ -332,14 +349,20 @@ bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
                 return false;
             a->lp_seen = true;
             a->all_ids = true;
-            a->cap_lp = SR_MAX((size_t)16, len_hint / 24);
-            a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
+            if (a->lp_scratch) { /* zeroed entry by entry as they come */
+                a->cap_lp = a->scratch_cap;
+                a->lp = a->lp_scratch;
+            } else {
+                a->cap_lp = SR_MAX((size_t)16, len_hint / 24);
+                a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
+            }
             if (!llm_fast_eat(r, ']')) {
                 do {
                     if (s_lp_lean(r, a) > 0)
                         continue; /* to the comma after the run */
                     if (a->n_lp == a->cap_lp)
                         s_lp_grow(a);
+                    a->lp[a->n_lp] = 0; /* an entry without a numeric logprob reads as 0 */
                     if (!s_lp_entry_usual(r, a, a->n_lp) && !s_lp_entry(r, a, a->n_lp))
                         return false;
                     a->n_lp++;

@@ -295,7 +295,59 @@ static void long_answers_read_in_runs_as_the_tree_reads_them(void **state)
     free(mut);
 }
 
+/* The arrays an answer carries can be taken over by the caller, once: they outlive the store;
+ * what was not taken is the store's to free. Both paths (one-pass, and the tree's for a body
+ * outside the subset). */
+static void token_arrays_are_taken_over_once_and_outlive_the_store(void **state)
+{
+    (void)state;
+    char *buf = malloc(96 * 700 + 1024);
+    for (int big = 0; big < 2; big++) {
+        size_t n = big ? 700 : 130; /* within the reader's stack room, and beyond it */
+        size_t len = s_long_body(buf, n, false);
+        for (int tree = 0; tree < 2; tree++) {
+            if (tree)
+                buf[len++] = ' ', memmove(buf + 1, buf, len - 1), buf[0] = '\f'; /* the tree's */
+            llm_response_t r;
+            llm_parsed_t *st = NULL;
+            assert_int_equal(llm_parse_chat_response(buf, len, &r, &st), SR_OK);
+            assert_int_equal(r.n_token_ids, n + 1);
+            int32_t *want = malloc((n + 1) * sizeof *want);
+            memcpy(want, r.token_ids, (n + 1) * sizeof *want);
+            int32_t *ids = llm_response_take_ids(&r);
+            float *lp = llm_response_take_logprobs(&r);
+            assert_non_null(ids);
+            assert_ptr_equal(ids, r.token_ids);
+            if (tree == 0)
+                assert_non_null(lp);
+            assert_null(llm_response_take_ids(&r)); /* once */
+            assert_null(llm_response_take_logprobs(&r));
+            size_t n_lp = r.n_token_logprobs;
+            llm_parsed_free(&st);
+            assert_memory_equal(ids, want, (n + 1) * sizeof *want);
+            for (size_t i = 0; lp && i < n_lp; i++)
+                assert_true(lp[i] <= 0);
+            free(ids);
+            free(lp);
+            free(want);
+        }
+    }
+    /* an answer without ids gives none; nor does a response that no parse made */
+    static const char none[] = "{\"choices\":[{\"message\":{\"content\":\"a\"}}]}";
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(llm_parse_chat_response(none, strlen(none), &r, &st), SR_OK);
+    assert_null(llm_response_take_ids(&r));
+    assert_null(llm_response_take_logprobs(&r));
+    llm_parsed_free(&st);
+    llm_response_t z = {0};
+    assert_null(llm_response_take_ids(&z));
+    assert_null(llm_response_take_ids(NULL));
+    free(buf);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
     cmocka_unit_test(every_fixture_reads_the_same_both_ways),
