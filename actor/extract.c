@@ -264,10 +264,17 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
         out->match = EXTRACT_MATCH_NONE;
     }
     if (best >= 0) {
-        out->action = sr_xstrdup(admissible[best]);
+        /* the action as listed, in the candidate's memory when it fits (the usual exact match) */
+        size_t la = strlen(admissible[best]);
+        if (la <= (len > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : len)) {
+            memcpy(cand, admissible[best], la + 1);
+            out->action = cand;
+        } else {
+            out->action = sr_xstrdup(admissible[best]);
+            free(cand);
+        }
         out->index = best;
         out->distance = best_d;
-        free(cand);
     } else {
         out->action = cand;
         out->distance = best_d > 1.0 ? 1.0 : best_d;
