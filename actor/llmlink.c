@@ -23,6 +23,8 @@ struct llmlink {
     reactor_t *r;
     astats_t *st;
     char *id, *policy_url, *model, *api_key;
+    const char *ph;   /* "{version}" in model, or NULL: found once, not at every step */
+    size_t model_len;
     actor_tokens_t tokens;
     llm_client_t *llm;
     int timer;
@@ -90,6 +92,8 @@ llmlink_t *llmlink_new(reactor_t *r, astats_t *st, const llmlink_cfg_t *cfg, cha
     l->id = sr_xstrdup(cfg->id);
     l->policy_url = sr_xstrdup(cfg->policy_url);
     l->model = sr_xstrdup(cfg->model);
+    l->ph = strstr(l->model, "{version}");
+    l->model_len = strlen(l->model);
     l->api_key = cfg->api_key ? sr_xstrdup(cfg->api_key) : NULL;
     l->tokens = cfg->tokens;
     l->after_io = cfg->after_io;
@@ -148,13 +152,12 @@ const char *llmlink_url(const llmlink_t *l)
 
 void llmlink_model(const llmlink_t *l, int64_t v, char *out, size_t n)
 {
-    const char *ph = strstr(l->model, "{version}");
+    const char *ph = l->ph;
     if (ph) {
         snprintf(out, n, "%.*s%lld%s", (int)(ph - l->model), l->model, (long long)v,
                  ph + strlen("{version}"));
     } else if (n > 0) { /* the plain name, twice a step: no snprintf */
-        size_t len = strlen(l->model);
-        len = len < n ? len : n - 1;
+        size_t len = l->model_len < n ? l->model_len : n - 1;
         memcpy(out, l->model, len);
         out[len] = '\0';
     }
@@ -178,7 +181,7 @@ static bool s_version_in(const char *name, const char *prefix, size_t plen, cons
 /* s_template_matches tells whether name is the model template with some version in it. */
 static bool s_template_matches(const llmlink_t *l, const char *name, int64_t *v)
 {
-    const char *ph = strstr(l->model, "{version}");
+    const char *ph = l->ph;
     int64_t dummy;
     return ph && s_version_in(name, l->model, (size_t)(ph - l->model), ph + strlen("{version}"),
                               v ? v : &dummy);
