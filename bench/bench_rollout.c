@@ -99,6 +99,7 @@ int bench_rollout_run(int argc, char **argv)
     const char *only = NULL;
     const char *tok_modes[3] = {"off"}; /* the 50 ms case runs once per mode, in this order */
     int n_tok = 1;
+    bool tok_explicit = false; /* --tokens given: the saturation lines name the mode */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = true;
@@ -155,6 +156,7 @@ int bench_rollout_run(int argc, char **argv)
                 }
                 tok_modes[n_tok++] = t;
             }
+            tok_explicit = true;
             if (n_tok == 0) {
                 fprintf(stderr, "selroll bench rollout: --tokens wants off, completion or full\n");
                 return 2;
@@ -253,32 +255,46 @@ int bench_rollout_run(int argc, char **argv)
     const char *sat[] = {"--actors",      "3", "--slots",         "64",
                          "--env-workers", "2", "--groups",        quick ? "16" : "48",
                          "--group-size",  "8", "--no-cost-model", "--tokens", "off", NULL};
-    ok_runs = 0;
+    /* Like the 50 ms case: with several --tokens modes the modes alternate inside each repeat. */
+    double sm1[3][9], sm2[3][9], sm3[3][9];
+    int sat_ok[3] = {0, 0, 0};
     for (int k = 0; (!only || !strcmp(only, "saturation")) && k < repeat; k++) {
-        br_system(self, "bench-saturation", sat, &r);
-        if (!r.ok) {
-            code = 1;
-            continue;
+        for (int tm = 0; tm < n_tok; tm++) {
+            sat[SR_ARRAY_LEN(sat) - 2] = tok_modes[tm];
+            char stag[64];
+            snprintf(stag, sizeof stag, "saturation%s%s", tok_explicit ? ": --tokens " : "",
+                     tok_explicit ? tok_modes[tm] : "");
+            br_system(self, "bench-saturation", sat, &r);
+            if (!r.ok) {
+                code = 1;
+                continue;
+            }
+            printf("rollout %s: 3 actors x 64 slots, cost model off: %zu steps, %.0f steps/s "
+                   "(middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all "
+                   "processes)\n",
+                   stag, r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
+            if (r.roles[0])
+                printf("rollout %s: CPU us per step by role: %s\n", stag, r.roles);
+            if (r.csw[0])
+                printf("rollout %s: context switches per step by role: %s\n", stag, r.csw);
+            s_orch(stag, &r);
+            int j = sat_ok[tm]++;
+            sm3[tm][j] = r.orch_us_per_step;
+            sm1[tm][j] = r.rate;
+            sm2[tm][j] = r.cpu_us_per_step;
         }
-        printf("rollout saturation: 3 actors x 64 slots, cost model off: %zu steps, %.0f "
-               "steps/s (middle 60%% of the run), wall %.1f s, CPU %.0f us per step (all "
-               "processes)\n",
-               r.actions, r.rate, r.wall_s, r.cpu_us_per_step);
-        if (r.roles[0])
-            printf("rollout saturation: CPU us per step by role: %s\n", r.roles);
-        if (r.csw[0])
-            printf("rollout saturation: context switches per step by role: %s\n", r.csw);
-        s_orch("saturation", &r);
-        m3[ok_runs] = r.orch_us_per_step;
-        m1[ok_runs] = r.rate;
-        m2[ok_runs++] = r.cpu_us_per_step;
     }
-    if (ok_runs > 1) {
-        s_runs(m1, ok_runs, "%.0f", list, sizeof list);
-        printf("rollout saturation: median of %d runs: %.0f steps/s (runs: %s), CPU %.0f us per "
-               "step\n",
-               ok_runs, sr_median(m1, (size_t)ok_runs), list, sr_median(m2, (size_t)ok_runs));
-        s_orch_median("saturation", m3, ok_runs);
+    for (int tm = 0; tm < n_tok; tm++) {
+        int n = sat_ok[tm];
+        if (n < 2)
+            continue;
+        char stag[64];
+        snprintf(stag, sizeof stag, "saturation%s%s", tok_explicit ? ": --tokens " : "",
+                 tok_explicit ? tok_modes[tm] : "");
+        s_runs(sm1[tm], n, "%.0f", list, sizeof list);
+        printf("rollout %s: median of %d runs: %.0f steps/s (runs: %s), CPU %.0f us per step\n",
+               stag, n, sr_median(sm1[tm], (size_t)n), list, sr_median(sm2[tm], (size_t)n));
+        s_orch_median(stag, sm3[tm], n);
     }
 
     /* 50 ms per request: 35 reasoning tokens plus the action, 51.6 tokens an answer on average,

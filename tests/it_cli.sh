@@ -75,6 +75,17 @@ out=$($S bench rollout --quick --only saturation --repeat 2 2>&1); rc=$?
   grep -Eq "^rollout saturation: median of 2 runs: orchestration CPU [1-9][0-9]* us per step \(runs: [1-9][0-9]*, [1-9][0-9]*\)$" <<<"$out" &&
   ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
   { echo "selroll bench rollout --quick --only saturation --repeat 2: rc=$rc: $out"; fail=1; }
+# --tokens with two modes: the saturation case runs once per mode, each line naming its mode.
+out=$($S bench rollout --quick --only saturation --tokens off,completion 2>&1); rc=$?
+{ [ $rc -eq 0 ] &&
+  [ "$(grep -Ec "^rollout saturation: --tokens (off|completion): 3 actors x 64 slots, cost model off: [1-9][0-9]* steps, [1-9][0-9]* steps/s" <<<"$out")" -eq 2 ] &&
+  grep -q "^rollout saturation: --tokens off: 3 actors" <<<"$out" &&
+  grep -q "^rollout saturation: --tokens completion: 3 actors" <<<"$out" &&
+  [ "$(grep -Ec "^rollout saturation: --tokens (off|completion): CPU us per step by role: .*actor [0-9]+" <<<"$out")" -eq 2 ] &&
+  [ "$(grep -Ec "^rollout saturation: --tokens (off|completion): orchestration CPU [1-9][0-9]* us per step \(every role but the policy server, summed\)$" <<<"$out")" -eq 2 ] &&
+  [ "$(grep -c "^rollout saturation: --tokens" <<<"$out")" -eq 8 ] &&
+  ! grep -q "rollout overhead\|rollout 50ms" <<<"$out"; } ||
+  { echo "selroll bench rollout --quick --only saturation --tokens off,completion: rc=$rc: $out"; fail=1; }
 # --local-env-workers: a bad count and a clash with --env-workers are one-line errors (exit 2);
 # the saturation case with one env worker inside each actor runs no env-worker process.
 out=$($S bench rollout --local-env-workers 0 2>&1); rc=$?
