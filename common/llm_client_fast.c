@@ -17,6 +17,7 @@
 #include "common/jsonscan.h"
 #include "common/sr.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,46 @@ bool llm_fast_number(llm_fast_rd_t *r, const char **n0, const char **n1, bool *p
     return true;
 }
 
+/* s_div_round returns m / 10^k (m > 0, k <= 21) rounded to the nearest double, ties to even, as
+ * strtod rounds: m, moved to the top of 127 bits, divided by 10^k in 128-bit integers leaves a
+ * quotient of at least 57 bits; its top 53 are rounded with the rest and the remainder. */
+static double s_div_round(uint64_t m, int k)
+{
+    typedef unsigned __int128 u128;
+    static const uint64_t p10[20] = {1ull,
+                                     10ull,
+                                     100ull,
+                                     1000ull,
+                                     10000ull,
+                                     100000ull,
+                                     1000000ull,
+                                     10000000ull,
+                                     100000000ull,
+                                     1000000000ull,
+                                     10000000000ull,
+                                     100000000000ull,
+                                     1000000000000ull,
+                                     10000000000000ull,
+                                     100000000000000ull,
+                                     1000000000000000ull,
+                                     10000000000000000ull,
+                                     100000000000000000ull,
+                                     1000000000000000000ull,
+                                     10000000000000000000ull};
+    u128 p = (u128)p10[k > 19 ? 19 : k] * p10[k > 19 ? k - 19 : 0]; /* < 2^70 */
+    int sh = 127 - (64 - __builtin_clzll(m));
+    u128 n = (u128)m << sh; /* 2^126 <= n < 2^127 */
+    u128 q = n / p, r = n % p; /* q >= 2^56 */
+    uint64_t qh = (uint64_t)(q >> 64);
+    int bits = qh ? 128 - __builtin_clzll(qh) : 64 - __builtin_clzll((uint64_t)q);
+    int drop = bits - 53;
+    uint64_t top = (uint64_t)(q >> drop);
+    u128 rest = q & (((u128)1 << drop) - 1), half = (u128)1 << (drop - 1);
+    if (rest > half || (rest == half && (r != 0 || (top & 1))))
+        top++; /* 2^53 at most: still exact as a double */
+    return ldexp((double)top, drop - sh);
+}
+
 /* llm_fast_num_value returns the number [n0, n1) as strtod reads it. */
 double llm_fast_num_value(const char *n0, const char *n1)
 {
@@ -217,8 +258,25 @@ double llm_fast_num_value(const char *n0, const char *n1)
         mant = mant * 10 + (uint64_t)(*p - '0');
         scale -= frac;
     }
-    if (p == n1 && digits <= 15 && scale >= -22) {
+    if (p < n1 && (*p == 'e' || *p == 'E')) { /* the exponent joins the scale */
+        const char *q = p + 1;
+        bool eneg = q < n1 && *q == '-';
+        q += q < n1 && (*q == '-' || *q == '+');
+        int ex = 0;
+        for (; q < n1 && *q >= '0' && *q <= '9' && ex < 1000; q++)
+            ex = ex * 10 + (*q - '0');
+        if (q == n1) {
+            scale += eneg ? -ex : ex;
+            p = q;
+        }
+    }
+    if (p == n1 && digits <= 15 && scale >= -22 && scale <= 0) {
         double x = (double)mant / p10[-scale];
+        return neg ? -x : x;
+    }
+    if (p == n1 && mant > 0 && digits <= 19 && scale >= -21 && scale <= 0) {
+        /* a logprob printed with 17 digits */
+        double x = s_div_round(mant, -scale);
         return neg ? -x : x;
     }
     char num[64];

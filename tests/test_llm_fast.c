@@ -346,7 +346,67 @@ static void token_arrays_are_taken_over_once_and_outlive_the_store(void **state)
     free(buf);
 }
 
+/* s_num_same checks llm_fast_num_value against strtod on the JSON number text t, bit for bit. */
+static void s_num_same(const char *t)
+{
+    double a = llm_fast_num_value(t, t + strlen(t)), b = strtod(t, NULL);
+    if (memcmp(&a, &b, sizeof a) != 0)
+        fail_msg("%s: %.17g, strtod %.17g", t, a, b);
+}
+
+/* Numbers of up to 19 significant digits and 21 decimals (a logprob printed with 17) are read
+ * without strtod and give its value to the bit: edge cases, ties, and 300,000 random ones. */
+static void numbers_read_as_strtod_reads_them(void **state)
+{
+    (void)state;
+    static const char *const edges[] = {
+        "0", "-0", "0.1", "-0.81395868650105101", "-0.813958686501051", "0.30000000000000004",
+        "9007199254740993", "9007199254740995", "9007199254740992.5", "18014398509481985",
+        "9999999999999999999", "1000000000000000000", "0.000000000000000000001",
+        "-0.000000000000000000001234567890123456789", "0.1234567890123456789",
+        "123456789.0123456789", "1.7976931348623157", "4.9406564584124654", "2.2250738585072014",
+        "0.99999999999999999999", "-1.0000000000000000001", "1e-7", "-1.2e-7", "12.5e3",
+        "-3.6391350932435364e-05", "-3.6391350932435364E-5", "1.5e+0", "2e-21", "2e-22", "0e5",
+        "-0.0e-3", "1.2345678901234567e-10", "9.999999999999999999e-3", "1e0", "7E+1",
+        "1.0e-1000", "1.0e-99999999999", "5e-324"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(edges); i++)
+        s_num_same(edges[i]);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int round = 0; round < 300000; round++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        char t[64], *o = t;
+        if (x & 1)
+            *o++ = '-';
+        int nd = 1 + (int)((x >> 8) % 19), lead = (int)((x >> 16) % 6), dot = (int)((x >> 24) % 23);
+        uint64_t y = x * 0x2545F4914F6CDD1Dull;
+        if (lead) { /* 0.000ddd */
+            *o++ = '0';
+            *o++ = '.';
+            for (int i = 1; i < lead; i++)
+                *o++ = '0';
+        }
+        for (int i = 0; i < nd; i++) {
+            int d = (int)(y % 10);
+            y = y / 10 ^ (y << 7);
+            if (i == 0 && !lead && d == 0 && nd > 1)
+                d = 1 + (int)(x % 9); /* no leading zero */
+            *o++ = (char)('0' + d);
+            if (!lead && i == dot && i + 1 < nd)
+                *o++ = '.';
+        }
+        if ((x >> 40) % 3 == 0) /* an exponent, as %.17g writes small logprobs */
+            o += sprintf(o, "%c%s%d", (x >> 44) & 1 ? 'e' : 'E',
+                         (x >> 45) % 3 == 0 ? "+" : (x >> 45) % 3 == 1 ? "-" : "",
+                         (int)((x >> 48) % 25));
+        *o = '\0';
+        s_num_same(t);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(numbers_read_as_strtod_reads_them),
     cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
