@@ -148,24 +148,24 @@ static int s_parse_levels(const char *s, int *levels)
 
 static void s_print_closed(const bench_env_level_t *res, int n)
 {
-    printf("%10s %12s %10s %10s %10s %10s %8s\n", "sessions", "steps/s", "steps", "p50_us",
-           "p99_us", "p999_us", "resets");
+    printf("%10s %12s %10s %10s %10s %10s %8s %10s\n", "sessions", "steps/s", "steps", "p50_us",
+           "p99_us", "p999_us", "resets", "worker_us");
     for (int i = 0; i < n; i++)
-        printf("%10d %12.0f %10ld %10.1f %10.1f %10.1f %8ld\n", res[i].sessions,
+        printf("%10d %12.0f %10ld %10.1f %10.1f %10.1f %8ld %10.2f\n", res[i].sessions,
                res[i].steps_per_s, res[i].steps, res[i].p50_us, res[i].p99_us, res[i].p999_us,
-               res[i].resets);
+               res[i].resets, res[i].worker_cpu_us);
 }
 
 static void s_print_open(const bench_env_level_t *res, int n)
 {
-    printf("%10s %10s %12s %10s %10s %10s %10s %7s %8s\n", "sessions", "offered/s", "steps/s",
-           "steps", "p50_us", "p99_us", "p999_us", "late%", "resets");
+    printf("%10s %10s %12s %10s %10s %10s %10s %7s %8s %10s\n", "sessions", "offered/s", "steps/s",
+           "steps", "p50_us", "p99_us", "p999_us", "late%", "resets", "worker_us");
     for (int i = 0; i < n; i++) {
         const bench_env_level_t *r = &res[i];
         double late = r->steps > 0 ? 100.0 * (double)r->late / (double)r->steps : 0;
-        printf("%10d %10.0f %12.0f %10ld %10.1f %10.1f %10.1f %7.1f %8ld\n", r->sessions,
+        printf("%10d %10.0f %12.0f %10ld %10.1f %10.1f %10.1f %7.1f %8ld %10.2f\n", r->sessions,
                r->offered_per_s, r->steps_per_s, r->steps, r->p50_us, r->p99_us, r->p999_us, late,
-               r->resets);
+               r->resets, r->worker_cpu_us);
     }
     /* A level whose sessions cannot offer the rate (it falls short, and most STEPs waited for the
      * previous reply) is a closed loop in disguise: say so. */
@@ -248,6 +248,10 @@ int bench_env_run(int argc, char **argv)
         fprintf(stderr, "selroll bench env: client: %s\n", err);
         goto cleanup;
     }
+    clockid_t cpu_clock;
+    if (wk.thread ? pthread_getcpuclockid(wk.th, &cpu_clock) == 0
+                  : clock_getcpuclockid(wk.pid, &cpu_clock) == 0)
+        bench_env_client_watch(c, cpu_clock);
     for (int i = 0; run_closed && i < nlevels; i++) {
         rc = bench_env_closed_loop(c, levels[i], o.seconds, (uint64_t)o.seed, &closed[i]);
         if (rc != SR_OK) {
@@ -266,8 +270,9 @@ int bench_env_run(int argc, char **argv)
         }
     }
     printf("env worker over ZeroMQ tcp loopback (worker: %s, step latency %d ms, %.1f s per "
-           "level)\n",
-           o.worker == 1 ? "thread" : "separate process", o.latency, o.seconds);
+           "level; worker_us: the worker's CPU per STEP in the window, %s)\n",
+           o.worker == 1 ? "thread" : "separate process", o.latency, o.seconds,
+           o.worker == 1 ? "its thread alone" : "its process, all threads");
     if (run_closed) {
         printf("\nsaturation (closed loop: each session always has one request in flight)\n");
         s_print_closed(closed, nlevels);

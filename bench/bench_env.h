@@ -16,6 +16,9 @@
  *     its next send time comes while it waits for a reply, the STEP goes out as soon as the reply
  *     is in and is counted as "late". Latency runs from the send to the reply.
  *
+ * Each level also reports the worker's CPU time per STEP of its window (worker_us), read from the
+ * worker's CPU-time clock: its process's, or with --worker thread its thread's.
+ *
  * The measurement functions are public so that tests can drive a worker they started themselves.
  */
 #ifndef SR_BENCH_ENV_H
@@ -26,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* The arrival processes of the open loop. */
 typedef enum {
@@ -44,6 +48,9 @@ typedef struct {
     double seconds;       /* length of the timed window */
     double steps_per_s;   /* steps / seconds */
     double mean_us, p50_us, p99_us, p999_us;
+    /* the worker's CPU time in the timed window per STEP of it, microseconds (the clock given to
+     * bench_env_client_watch; 0 when none was given) */
+    double worker_cpu_us;
 } bench_env_level_t;
 
 typedef struct bench_env_client bench_env_client_t;
@@ -53,6 +60,11 @@ typedef struct bench_env_client bench_env_client_t;
  * is still starting is waited for). Returns NULL on failure with one line in err (errlen bytes;
  * err may be NULL). The caller owns the client; free it with bench_env_client_destroy. */
 bench_env_client_t *bench_env_client_new(const char *endpoint, char *err, size_t errlen);
+
+/* bench_env_client_watch gives the client the CPU-time clock of the worker (clock_getcpuclockid of
+ * its process, pthread_getcpuclockid of its thread): the loops read it at the start and the end of
+ * each timed window and report the worker's CPU per STEP (worker_cpu_us). */
+void bench_env_client_watch(bench_env_client_t *c, clockid_t worker_clock);
 
 /* bench_env_client_err returns the text of the client's last failure ("" if none). Belongs to c. */
 const char *bench_env_client_err(const bench_env_client_t *c);

@@ -204,6 +204,22 @@ const char *bench_env_client_err(const bench_env_client_t *c)
     return c ? c->err : "";
 }
 
+void bench_env_client_watch(bench_env_client_t *c, clockid_t worker_clock)
+{
+    if (!c)
+        return;
+    c->watch = true;
+    c->worker_clock = worker_clock;
+}
+
+int64_t be_worker_cpu_ns(const bench_env_client_t *c)
+{
+    struct timespec ts;
+    if (!c->watch || clock_gettime(c->worker_clock, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 void bench_env_client_destroy(bench_env_client_t **self_p)
 {
     if (!self_p || !*self_p)

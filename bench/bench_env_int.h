@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define BE_MAX_SESSIONS 65536
 #define BE_WAIT_MS 5000
@@ -39,6 +40,8 @@ struct bench_env_client {
     sr_buf_t buf;
     uint64_t task_counter;
     int level_counter; /* makes the session names of each level distinct */
+    bool watch;          /* worker_clock is the worker's CPU-time clock */
+    clockid_t worker_clock;
     char err[256];
 };
 
@@ -61,6 +64,8 @@ int be_sessions_close(bench_env_client_t *c, be_sess_t *sess, int n);
 /* be_open_sessions RESETs every session and waits for all the replies, untimed; each session's
  * first action is then in s->action. */
 int be_open_sessions(bench_env_client_t *c, be_sess_t *sess, int n);
+/* be_worker_cpu_ns reads the worker's CPU-time clock (0 when the client watches none). */
+int64_t be_worker_cpu_ns(const bench_env_client_t *c);
 /* be_args_ok checks a loop's arguments: false, with "bad arguments" in the client's err, when
  * they are out of range. */
 bool be_args_ok(bench_env_client_t *c, int sessions, double seconds, bench_env_level_t *out);

@@ -88,6 +88,7 @@ int bench_env_closed_loop(bench_env_client_t *c, int n, double seconds, uint64_t
         if ((rc = be_send_step(c, &sess[i], sess[i].action)) != SR_OK)
             goto cleanup;
     int in_flight = n;
+    int64_t cpu0 = be_worker_cpu_ns(c), cpu1 = cpu0;
     int64_t t0 = clock_mono_ns(), end = t0 + (int64_t)(seconds * 1e9);
     int64_t t_end = 0;
     while (in_flight > 0) {
@@ -106,8 +107,10 @@ int bench_env_closed_loop(bench_env_client_t *c, int n, double seconds, uint64_t
             } else {
                 out->resets++;
             }
-            if (now >= end)
+            if (now >= end) {
                 t_end = now;
+                cpu1 = be_worker_cpu_ns(c);
+            }
         }
         bool more = be_next_action(s, &m);
         if (t_end) {
@@ -121,6 +124,7 @@ int bench_env_closed_loop(bench_env_client_t *c, int n, double seconds, uint64_t
     }
     out->seconds = (double)(t_end - t0) / 1e9;
     out->steps_per_s = out->seconds > 0 ? (double)out->steps / out->seconds : 0;
+    out->worker_cpu_us = out->steps > 0 ? (double)(cpu1 - cpu0) / 1e3 / (double)out->steps : 0;
     s_lat_fill(&lat, out);
     rc = be_sessions_close(c, sess, n);
 
@@ -274,6 +278,7 @@ int bench_env_open_loop(bench_env_client_t *c, int n, double rate, bench_env_arr
     if ((rc = be_open_sessions(c, sess, n)) != SR_OK)
         goto cleanup;
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    int64_t cpu0 = be_worker_cpu_ns(c);
     int64_t t0 = clock_mono_ns(), end = t0 + (int64_t)(seconds * 1e9);
     for (int i = 0; i < n; i++) {
         /* A uniform process starts at a random phase, a Poisson one after a first gap. */
@@ -321,6 +326,7 @@ int bench_env_open_loop(bench_env_client_t *c, int n, double rate, bench_env_arr
         now = clock_mono_ns();
     }
     out->seconds = (double)(now - t0) / 1e9;
+    int64_t cpu1 = be_worker_cpu_ns(c);
     /* Collect what is in flight, untimed. */
     while (in_flight > 0) {
         proto_msg_t m;
@@ -331,6 +337,7 @@ int bench_env_open_loop(bench_env_client_t *c, int n, double rate, bench_env_arr
         (void)s_open_reply(c, sess, &heap, s, &m, &lat, false, per_session, arrivals, out);
     }
     out->steps_per_s = out->seconds > 0 ? (double)out->steps / out->seconds : 0;
+    out->worker_cpu_us = out->steps > 0 ? (double)(cpu1 - cpu0) / 1e3 / (double)out->steps : 0;
     s_lat_fill(&lat, out);
     rc = be_sessions_close(c, sess, n);
 

@@ -2,11 +2,14 @@
  * coord_results.c — a round's stored results: decode, de-duplicate by job id, sum, write JSONL.
  *
  * Each stored result keeps its msgpack bytes, so the JSON line carries every field the actor sent
- * (including fields this version does not know), converted value by value from msgpack to cJSON.
+ * (including fields this version does not know), converted value by value from msgpack to JSON as
+ * cJSON prints it: read in place from the bytes (s_fast_value), or from msgpack-c's unpacked
+ * object for what that reader leaves to it (s_write_json).
  */
 #include "coordinator/coord_results.h"
 
 #include "common/afile.h"
+#include "common/jsonscan.h"
 #include "common/jsonw.h"
 #include "common/proto.h"
 #include "common/sr.h"
@@ -16,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -213,14 +217,13 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
  * building and printing a cJSON tree for it cost the round writer several times the CPU. */
 /* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
  * JSON array; a length that is not whole words gives null. */
-static void s_write_bin32(jsonw_t *w, const msgpack_object *o, bool is_float)
+static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
 {
-    size_t n = o->via.bin.size;
     if (n % 4) {
         jsonw_lit(w, "null");
         return;
     }
-    const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
+    const uint8_t *p = bin;
     char chunk[4096]; /* written here, appended a chunk at a time */
     size_t at = 0;
     chunk[at++] = '[';
@@ -314,9 +317,9 @@ static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
             jsonw_lit(w, ":");
             if (kv->val.type == MSGPACK_OBJECT_BIN &&
                 (s_key_is(k, kl, "token_ids") || s_key_is(k, kl, "prompt_token_ids")))
-                s_write_bin32(w, &kv->val, false);
+                s_write_bin32(w, kv->val.via.bin.ptr, kv->val.via.bin.size, false);
             else if (kv->val.type == MSGPACK_OBJECT_BIN && s_key_is(k, kl, "token_logprobs"))
-                s_write_bin32(w, &kv->val, true);
+                s_write_bin32(w, kv->val.via.bin.ptr, kv->val.via.bin.size, true);
             else
                 s_write_json(w, &kv->val, depth + 1);
         }
@@ -327,6 +330,274 @@ static void s_write_json(jsonw_t *w, const msgpack_object *o, int depth)
         jsonw_lit(w, "null");
         return;
     }
+}
+
+/* ---- msgpack -> JSON without unpacking ------------------------------------------------- */
+
+/* The round writer's usual path (s_fast_line): the msgpack bytes are read in place and written
+ * as s_write_json writes the unpacked object, byte for byte, with no msgpack_unpack_next (its
+ * zone and object arrays), keys that need no escape copied in one piece and integers of the int
+ * range written without a double. What it does not take on gives up (-1) and the line is written
+ * again by the unpacking path, which decides as before: a truncated or malformed object (0xc1),
+ * extension types, a non-string key, nesting deeper than PROTO_MAX_DEPTH. */
+typedef struct {
+    const uint8_t *p, *end;
+} s_rd_t;
+
+/* s_take advances r by n bytes and returns where they start, or NULL when fewer are left. */
+static inline const uint8_t *s_take(s_rd_t *r, size_t n)
+{
+    if ((size_t)(r->end - r->p) < n)
+        return NULL;
+    const uint8_t *at = r->p;
+    r->p += n;
+    return at;
+}
+
+/* s_be reads an n-byte big-endian unsigned number (n = 1, 2, 4, 8); false when truncated. */
+static inline bool s_be(s_rd_t *r, int n, uint64_t *v)
+{
+    const uint8_t *q = s_take(r, (size_t)n);
+    if (!q)
+        return false;
+    switch (n) {
+    case 1:
+        *v = q[0];
+        break;
+    case 2:
+        *v = (uint64_t)q[0] << 8 | q[1];
+        break;
+    case 4: {
+        uint32_t x;
+        memcpy(&x, q, 4);
+        *v = __builtin_bswap32(x);
+        break;
+    }
+    default: {
+        uint64_t x;
+        memcpy(&x, q, 8);
+        *v = __builtin_bswap64(x);
+        break;
+    }
+    }
+    return true;
+}
+
+/* s_fast_uint and s_fast_neg write an integer as jsonw_num writes the double the unpacked object
+ * gives. */
+static inline void s_fast_uint(jsonw_t *w, uint64_t u)
+{
+    if (u <= INT_MAX) {
+        char out[12];
+        jsonw_raw(w, out, (size_t)sr_itoa((int)u, out));
+    } else {
+        jsonw_num(w, (double)u);
+    }
+}
+
+static inline void s_fast_neg(jsonw_t *w, int64_t v)
+{
+    if (v >= INT_MIN) {
+        char out[12];
+        jsonw_raw(w, out, (size_t)sr_itoa((int)v, out));
+    } else {
+        jsonw_num(w, (double)v);
+    }
+}
+
+/* s_fast_key writes "key": for a key of n bytes; plain: it holds no byte that needs an escape
+ * (and no NUL), so it goes in as it is. */
+static inline void s_fast_key(jsonw_t *w, const char *k, size_t n, bool plain)
+{
+    if (!plain || w->rc != SR_OK ||
+        (w->b->cap - w->b->len < n + 3 && sr_buf_reserve(w->b, n + 3) != SR_OK)) {
+        jsonw_strn(w, k, n);
+        jsonw_lit(w, ":");
+        return;
+    }
+    uint8_t *o = w->b->data + w->b->len;
+    o[0] = '"';
+    memcpy(o + 1, k, n);
+    o[n + 1] = '"';
+    o[n + 2] = ':';
+    w->b->len += n + 3;
+}
+
+/* s_fast_str_len reads a str header whose first byte is c; -1 when c starts no str or it is
+ * truncated. */
+static inline int64_t s_fast_str_len(s_rd_t *r, uint8_t c)
+{
+    uint64_t n;
+    if (c >= 0xa0 && c <= 0xbf)
+        return c & 0x1f;
+    if (c < 0xd9 || c > 0xdb || !s_be(r, 1 << (c - 0xd9), &n))
+        return -1;
+    return (int64_t)n;
+}
+
+static int s_fast_value(jsonw_t *w, s_rd_t *r, int depth);
+
+/* s_fast_map writes a map of n pairs at nesting depth `depth`. */
+static int s_fast_map(jsonw_t *w, s_rd_t *r, uint64_t n, int depth)
+{
+    jsonw_lit(w, "{");
+    bool first = true;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *c = s_take(r, 1);
+        if (!c)
+            return -1;
+        int64_t kn = s_fast_str_len(r, *c);
+        const uint8_t *kp = kn >= 0 ? s_take(r, (size_t)kn) : NULL;
+        if (!kp)
+            return -1; /* truncated, or a key that is not a string */
+        const char *k = (const char *)kp;
+        size_t kl = (size_t)kn;
+        bool plain = jsonscan_str_stop(k, k + kl) == k + kl; /* no escape, no NUL */
+        if (!plain)
+            kl = strnlen(k, kl);
+        if (depth == 1 && kl == 1 && (k[0] == 't' || k[0] == 'v')) {
+            size_t at = w->b->len; /* left out: read, written, taken back */
+            int rc = s_fast_value(w, r, depth + 1);
+            if (w->rc == SR_OK)
+                w->b->len = at;
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (!first)
+            jsonw_lit(w, ",");
+        first = false;
+        s_fast_key(w, k, kl, plain);
+        const uint8_t *vc = r->p < r->end ? r->p : NULL;
+        if (vc && *vc >= 0xc4 && *vc <= 0xc6 &&
+            (s_key_is(k, kl, "token_ids") || s_key_is(k, kl, "prompt_token_ids") ||
+             s_key_is(k, kl, "token_logprobs"))) {
+            uint64_t bn;
+            r->p++;
+            if (!s_be(r, 1 << (*vc - 0xc4), &bn))
+                return -1;
+            const uint8_t *bp = s_take(r, (size_t)bn);
+            if (!bp || bn != (size_t)bn)
+                return -1;
+            s_write_bin32(w, bp, (size_t)bn, s_key_is(k, kl, "token_logprobs"));
+            continue;
+        }
+        int rc = s_fast_value(w, r, depth + 1);
+        if (rc)
+            return rc;
+    }
+    jsonw_lit(w, "}");
+    return 0;
+}
+
+static int s_fast_value(jsonw_t *w, s_rd_t *r, int depth)
+{
+    if (depth > PROTO_MAX_DEPTH)
+        return -1; /* written as null by the unpacking path */
+    const uint8_t *cp = s_take(r, 1);
+    if (!cp)
+        return -1;
+    uint8_t c = *cp;
+    uint64_t n;
+    if (c <= 0x7f) {
+        s_fast_uint(w, c);
+        return 0;
+    }
+    if (c >= 0xe0) {
+        s_fast_neg(w, (int8_t)c);
+        return 0;
+    }
+    if ((c >= 0xa0 && c <= 0xbf) || (c >= 0xd9 && c <= 0xdb)) {
+        int64_t sn = s_fast_str_len(r, c);
+        const uint8_t *sp = sn >= 0 ? s_take(r, (size_t)sn) : NULL;
+        if (!sp)
+            return -1;
+        jsonw_strn(w, (const char *)sp, strnlen((const char *)sp, (size_t)sn));
+        return 0;
+    }
+    bool is_map = false;
+    if (c >= 0x80 && c <= 0x9f) {
+        is_map = c <= 0x8f;
+        n = c & 0x0f;
+    } else if (c >= 0xdc && c <= 0xdf) {
+        is_map = c >= 0xde;
+        if (!s_be(r, (c & 1) ? 4 : 2, &n))
+            return -1;
+    } else {
+        switch (c) {
+        case 0xc0: /* nil */
+            jsonw_lit(w, "null");
+            return 0;
+        case 0xc2:
+            jsonw_lit(w, "false");
+            return 0;
+        case 0xc3:
+            jsonw_lit(w, "true");
+            return 0;
+        case 0xc4:
+        case 0xc5:
+        case 0xc6: /* binary: null */
+            if (!s_be(r, 1 << (c - 0xc4), &n) || !s_take(r, (size_t)n))
+                return -1;
+            jsonw_lit(w, "null");
+            return 0;
+        case 0xca: {
+            uint64_t b;
+            if (!s_be(r, 4, &b))
+                return -1;
+            uint32_t b32 = (uint32_t)b;
+            float f;
+            memcpy(&f, &b32, 4);
+            jsonw_num(w, (double)f);
+            return 0;
+        }
+        case 0xcb: {
+            uint64_t b;
+            if (!s_be(r, 8, &b))
+                return -1;
+            double d;
+            memcpy(&d, &b, 8);
+            jsonw_num(w, d);
+            return 0;
+        }
+        case 0xcc:
+        case 0xcd:
+        case 0xce:
+        case 0xcf:
+            if (!s_be(r, 1 << (c - 0xcc), &n))
+                return -1;
+            s_fast_uint(w, n);
+            return 0;
+        case 0xd0:
+        case 0xd1:
+        case 0xd2:
+        case 0xd3: {
+            int nb = 1 << (c - 0xd0);
+            if (!s_be(r, nb, &n))
+                return -1;
+            int64_t v = nb == 8 ? (int64_t)n : (int64_t)(n << (64 - 8 * nb)) >> (64 - 8 * nb);
+            if (v >= 0)
+                s_fast_uint(w, (uint64_t)v);
+            else
+                s_fast_neg(w, v);
+            return 0;
+        }
+        default: /* 0xc1, extension types */
+            return -1;
+        }
+    }
+    if (is_map)
+        return s_fast_map(w, r, n, depth);
+    jsonw_lit(w, "[");
+    for (uint64_t i = 0; i < n; i++) {
+        if (i)
+            jsonw_lit(w, ",");
+        int rc = s_fast_value(w, r, depth + 1);
+        if (rc)
+            return rc;
+    }
+    jsonw_lit(w, "]");
+    return 0;
 }
 
 /* s_rules_print returns rules_json parsed and printed again (a new string), or NULL when it is
@@ -353,41 +624,53 @@ int coord_results_json_line(const void *data, size_t len, const char *rules_json
     return rc;
 }
 
-/* s_json_line is coord_results_json_line with rules printed already (s_rules_print). */
+/* s_json_line is coord_results_json_line with rules printed already (s_rules_print). The object
+ * is written from its bytes in place (s_fast_value), or, when that gives up, from the unpacked
+ * object (s_write_json), which writes the same text for what both take on. */
 static int s_json_line(const void *data, size_t len, const char *rules, double audit_weight,
                        sr_buf_t *b)
 {
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    int rc = SR_EPROTO;
-    if (msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
-        u.data.type == MSGPACK_OBJECT_MAP) {
-        jsonw_t w;
-        jsonw_init(&w, b);
-        s_write_json(&w, &u.data, 1);
-        if (rules || audit_weight != 1.0) {
-            b->len--; /* the closing brace: the gate's fields go inside */
-            bool empty = b->len > 0 && b->data[b->len - 1] == '{';
-            if (rules) {
-                if (!empty)
-                    jsonw_lit(&w, ",");
-                jsonw_lit(&w, "\"rules\":");
-                jsonw_raw(&w, rules, strlen(rules));
-                empty = false;
-            }
-            if (audit_weight != 1.0) {
-                if (!empty)
-                    jsonw_lit(&w, ",");
-                jsonw_lit(&w, "\"audit_weight\":");
-                jsonw_num(&w, audit_weight);
-            }
-            jsonw_lit(&w, "}");
-        }
-        rc = jsonw_finish(&w) ? SR_OK : SR_ENOMEM;
+    size_t at = b->len;
+    jsonw_t w;
+    jsonw_init(&w, b);
+    const uint8_t *d = data;
+    s_rd_t r = {d, d + len};
+    bool fast = len > 0 && ((d[0] & 0xf0) == 0x80 || d[0] == 0xde || d[0] == 0xdf) &&
+                s_fast_value(&w, &r, 1) == 0;
+    if (w.rc != SR_OK)
+        return SR_ENOMEM;
+    if (!fast) {
+        b->len = at;
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        bool ok = msgpack_unpack_next(&u, (const char *)data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+                  u.data.type == MSGPACK_OBJECT_MAP;
+        if (ok)
+            s_write_json(&w, &u.data, 1);
+        msgpack_unpacked_destroy(&u);
+        if (!ok)
+            return SR_EPROTO;
     }
-    msgpack_unpacked_destroy(&u);
-    return rc;
+    if (rules || audit_weight != 1.0) {
+        b->len--; /* the closing brace: the gate's fields go inside */
+        bool empty = b->len > 0 && b->data[b->len - 1] == '{';
+        if (rules) {
+            if (!empty)
+                jsonw_lit(&w, ",");
+            jsonw_lit(&w, "\"rules\":");
+            jsonw_raw(&w, rules, strlen(rules));
+            empty = false;
+        }
+        if (audit_weight != 1.0) {
+            if (!empty)
+                jsonw_lit(&w, ",");
+            jsonw_lit(&w, "\"audit_weight\":");
+            jsonw_num(&w, audit_weight);
+        }
+        jsonw_lit(&w, "}");
+    }
+    return jsonw_finish(&w) ? SR_OK : SR_ENOMEM;
 }
 
 int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
@@ -435,27 +718,21 @@ int coord_mkdirs(const char *path) { return afile_mkdirs(path); }
 
 int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen)
 {
-    sr_buf_t line = SR_BUF_INIT;
-    int rc = SR_OK;
     for (size_t i = 0; i < r->n; i++) {
-        sr_buf_reset(&line);
         const s_entry_t *e = &r->v[i];
-        if (s_json_line(e->data, e->len, e->rules, e->audit_weight, &line) != SR_OK) {
-            rc = SR_ENOMEM;
-            if (err)
-                snprintf(err, errlen, "cannot convert result %s to JSON", r->v[i].info.job_id);
-            break;
-        }
-        if (sr_buf_append(out, line.data, line.len) != SR_OK ||
-            sr_buf_append(out, "\n", 1) != SR_OK) {
-            rc = SR_ENOMEM;
-            if (err)
-                snprintf(err, errlen, "out of memory for the results of %s", r->v[i].info.job_id);
-            break;
-        }
+        size_t at = out->len; /* the line goes straight into out, taken back if it fails */
+        bool made = s_json_line(e->data, e->len, e->rules, e->audit_weight, out) == SR_OK;
+        if (made && sr_buf_append(out, "\n", 1) == SR_OK)
+            continue;
+        if (out->len > at)
+            out->len = at;
+        if (err && !made)
+            snprintf(err, errlen, "cannot convert result %s to JSON", e->info.job_id);
+        else if (err)
+            snprintf(err, errlen, "out of memory for the results of %s", e->info.job_id);
+        return SR_ENOMEM;
     }
-    sr_buf_free(&line);
-    return rc;
+    return SR_OK;
 }
 
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err, size_t errlen)

@@ -57,6 +57,8 @@ typedef struct s_put {
     store_group_status_t gst;
     bool group_missing;
     bool confirm; /* status cancelled: store only if Redis shows the group cancelled */
+    bool merge;   /* its round is in order (ci_open_t.in_order) when it came: its group finish
+                   * may go in the same round trip as its result (s_batch_one) */
     bool refused; /* it does not: nothing was stored */
 } s_put_t;
 
@@ -217,15 +219,34 @@ typedef struct {
     store_t *st;
     s_put_t **v;
     bool finish; /* phase two: the group finishes; phase one: the result script */
+    bool merged; /* both phases in one round trip: item i's result, then its finish */
 } s_pipe_t;
 
 static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
 {
     s_pipe_t *ph = arg;
+    bool finish = ph->finish;
+    if (ph->merged) {
+        finish = index % 2 == 1;
+        index /= 2;
+    }
     s_put_t *p = ph->v[index];
     int rc;
-    if (!ph->finish) {
+    if (ph->merged && finish && p->brc != SR_EAGAIN) {
+        /* its result was not stored as final: the finish that went with it counts nothing new
+         * unless another process stored a final copy whose finish has not run yet (two
+         * coordinators on one run) */
+        if (p->brc == SR_ECONFLICT)
+            log_error("RESULT %s epoch %lld: not final, but its group finish went with it (%s)",
+                      p->job_id, (long long)p->epoch, p->gid);
+        return 0;
+    }
+    if (!finish) {
         rc = store_result_put_reply(ph->st, reply, p->job_id, p->epoch, &p->final_epoch);
+        if (rc == SR_OK && ph->merged) {
+            p->brc = SR_EAGAIN; /* stored: its finish's reply comes next */
+            return 0;
+        }
     } else if (store_reply_noscript(reply)) {
         p->brc = SR_EAGAIN; /* run again alone (store_group_finish_traj loads the script) */
         return 0;
@@ -246,10 +267,40 @@ static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
     return 0;
 }
 
+/* s_batch_one (store thread) stores the n RESULTs of ph->v in one pipelined round trip: each
+ * result script followed by its group finish. Only for RESULTs of rounds in order (s_put_t.merge):
+ * there every copy stored went through this sink, which stores one copy a job, so a result
+ * script answers the RESULT's own epoch (final now, or already by an earlier attempt) and the
+ * finish that follows it counts that copy, as the second round trip of s_batch_work does; a
+ * finish is idempotent by trajectory. Each item ends SR_OK, SR_EAGAIN (stored; its finish runs
+ * alone: its reply was lost or the server lost the script), or failed. */
+static void s_batch_one(s_pipe_t *ph, size_t n)
+{
+    store_t *st = ph->st;
+    int rc = store_group_pipe_prepare(st);
+    for (size_t i = 0; i < n && rc == SR_OK; i++) {
+        s_put_t *p = ph->v[i];
+        p->brc = SR_EREDIS; /* until its replies are read */
+        rc = store_result_put_pipe(st, p->round, p->job_id, p->epoch, p->body, p->len);
+        if (rc == SR_OK)
+            rc = store_group_finish_traj_pipe(st, p->gid, p->traj, p->reward);
+    }
+    if (rc != SR_OK) {
+        store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
+        for (size_t i = 0; i < n; i++)
+            s_item_fail(ph->v[i], rc, st);
+        return;
+    }
+    ph->merged = true;
+    store_pipe_exec(st, s_pipe_reply, ph); /* unread replies leave their items as they are */
+    ph->merged = false;
+}
+
 /* s_batch_work (store thread) does for every RESULT of the batch what s_put_work does for one,
  * in two pipelined round trips: the result scripts, then the group finishes of those that
- * became final. A RESULT that needs more (a cancel to confirm, a failed trajectory, a retry, a
- * script the server lost) goes through s_put_work alone. Each item's answer is in its brc. */
+ * became final (in one, s_batch_one, when every RESULT's round is in order). A RESULT that needs
+ * more (a cancel to confirm, a failed trajectory, a retry, a script the server lost) goes through
+ * s_put_work alone. Each item's answer is in its brc. */
 static int s_batch_work(store_t *st, void *arg, char *err)
 {
     (void)err;
@@ -276,6 +327,13 @@ static int s_batch_work(store_t *st, void *arg, char *err)
         }
     }
     s_pipe_t ph = {.st = st, .v = v};
+    bool merged = nv > 0;
+    for (size_t i = 0; i < nv; i++)
+        merged = merged && v[i]->merge;
+    if (merged) {
+        s_batch_one(&ph, nv);
+        nv = 0; /* done: what is left runs alone below */
+    }
     /* phase one: every result script */
     int rc = SR_OK;
     for (size_t i = 0; i < nv && rc == SR_OK; i++)
@@ -483,6 +541,7 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
     /* A cancelled RESULT of a group not known cancelled is stored only once Redis shows the group
      * cancelled (s_put_work): the actor may have stopped on a forged CANCEL. */
     p->confirm = strcmp(r->status, "cancelled") == 0 && !coord_group_cancelled(g);
+    p->merge = R->in_order && !failed;
     p->n_steps = r->n_steps;
     p->llm_calls = r->llm_calls;
     p->tokens = r->prompt_tokens + r->completion_tokens;

@@ -252,12 +252,18 @@ static void s_on_tick(reactor_t *r, int id, void *arg)
     }
     dash_account(d);
     dash_throughput_point(d, now);
+    /* The snapshot (a few MB of instructions for a round of groups) is built every tick while an
+     * event stream is open, else only when it is due in Redis (once a second): /api/state is
+     * then at most a second old. */
+    bool store_due = now - d->last_store_ms >= 1000;
+    if (d->snap && !store_due && http_srv_sse_clients(d->http) == 0)
+        return;
     char *text = dash_build(d);
     if (!text)
         return;
     size_t len = strlen(text);
     http_srv_sse_publish(d->http, "state", text, len);
-    if (now - d->last_store_ms >= 1000) {
+    if (store_due) {
         d->last_store_ms = now;
         dash_store_snapshot(d, text, len);
     }

@@ -49,6 +49,12 @@ typedef struct env_ops {
      * into err (errlen bytes, may be 0). */
     void *(*create)(const char *task_id, uint64_t seed, int max_steps, char *err, size_t errlen);
 
+    /* clone (optional: NULL when the environment has none) returns a new instance of like's task
+     * with step limit max_steps (<= 0: the default), equal to what create would make for that
+     * task id, without generating it again; NULL when memory is exhausted. Only an environment
+     * that create determines by the task id alone (it ignores seed) may offer it: the env worker
+     * keeps a few recent instances and clones them for the RESETs of the same task. */
+    void *(*clone)(const void *like, int max_steps);
     /* reset starts the episode again and fills *obs with the opening observation. 0 or SR_E*. */
     int (*reset)(void *env, env_obs_t *obs);
 
@@ -61,7 +67,7 @@ typedef struct env_ops {
     void (*destroy)(void **env_p);
 
     /* Optional parts (NULL or 0 when the environment has none), for the commands that are no role
-     * (`selroll env`, the benches); the roles use only the four operations above. */
+     * (`selroll env`, the benches); the roles use only the operations above. */
     /* describe returns the full hidden layout of the instance in its initial state, as a string
      * the caller frees with free(), or NULL when memory is exhausted. */
     char *(*describe)(const void *env);

@@ -27,8 +27,20 @@ typedef struct s_reply {
     uint8_t data[]; /* identity, then body */
 } s_reply_t;
 
+/* A recent environment kept to be cloned for the RESETs of its task (env_ops_t.clone): a group's
+ * trajectories RESET one task several times, and generating a world costs more than copying it. */
+#define S_TEMPLATES 8
+typedef struct {
+    const env_ops_t *ops; /* NULL: a free slot */
+    void *env;
+    uint64_t hash; /* of task */
+    char task[PROTO_MAX_ID + 1];
+} s_template_t;
+
 struct envw_rpc {
     sr_buf_t out; /* the reply being encoded */
+    s_template_t templates[S_TEMPLATES];
+    int template_next; /* the slot the next one replaces */
     int reply_timer;
     /* delayed replies */
     s_reply_t *q_head, *q_tail;
@@ -302,6 +314,43 @@ static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid
  * Requests
  * ------------------------------------------------------------------------------------------- */
 
+/* s_env_new makes the environment of a RESET: a clone of a kept one of the same task when the
+ * environment offers clone, else ops->create (whose instance is then kept, as a clone, for the
+ * RESETs of its task that follow). NULL with the reason in err as create gives it. */
+static void *s_env_new(envw_t *w, const env_ops_t *ops, const proto_reset_t *q, int max_steps, char *err,
+                       size_t errlen)
+{
+    uint64_t seed = q->has_seed ? q->seed : 0;
+    if (!ops->clone)
+        return ops->create(q->task, seed, max_steps, err, errlen);
+    size_t len = strlen(q->task);
+    uint64_t h = envw_sessions_hash((const uint8_t *)q->task, len);
+    for (int i = 0; i < S_TEMPLATES; i++) {
+        s_template_t *t = &w->rpc->templates[i];
+        if (t->ops == ops && t->hash == h && !strcmp(t->task, q->task)) {
+            void *env = ops->clone(t->env, max_steps);
+            if (env)
+                return env;
+            break; /* out of memory: create says so */
+        }
+    }
+    void *env = ops->create(q->task, seed, max_steps, err, errlen);
+    if (!env || len >= sizeof w->rpc->templates[0].task)
+        return env;
+    void *keep = ops->clone(env, 0);
+    if (keep) {
+        s_template_t *t = &w->rpc->templates[w->rpc->template_next];
+        w->rpc->template_next = (w->rpc->template_next + 1) % S_TEMPLATES;
+        if (t->ops)
+            t->ops->destroy(&t->env);
+        t->ops = ops;
+        t->env = keep;
+        t->hash = h;
+        memcpy(t->task, q->task, len + 1);
+    }
+    return env;
+}
+
 static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_reset_t *q)
 {
     uint8_t key[1 + ENVW_IDENTITY_MAX + PROTO_MAX_ID + 1];
@@ -354,7 +403,7 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
         envw_sessions_remove(w, old); /* frees top when that was its last, which it was not */
     }
     int max_steps = q->max_steps > INT_MAX ? INT_MAX : (int)q->max_steps;
-    void *env = ops->create(q->task, q->has_seed ? q->seed : 0, max_steps, err, sizeof err);
+    void *env = s_env_new(w, ops, q, max_steps, err, sizeof err);
     if (!env) {
         s_reply_error(w, id, idlen, true, q->rid, ENVW_ERR_BAD_TASK, q->session, "%s",
                       err[0] ? err : "the environment refused the task");
@@ -480,17 +529,18 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
     proto_msg_t req;
     proto_err_t perr;
     metrics_counter_inc(w->m_requests);
-    /* A type this channel does not serve is unknown_type whatever the rest of it holds (a
-     * malformed OBS or JOB is not the client's problem to fix here). */
-    proto_type_t pt = proto_peek_type(body, len);
-    if (pt != PROTO_NONE && pt != PROTO_RESET && pt != PROTO_STEP && pt != PROTO_CLOSE) {
-        uint64_t rid = 0;
-        bool has_rid = s_peek_rid(body, len, &rid);
-        s_reply_error(w, id, idlen, has_rid, rid, ENVW_ERR_UNKNOWN_TYPE, NULL,
-                      "an env worker serves RESET, STEP and CLOSE, not %s", proto_type_name(pt));
-        return;
-    }
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
+        /* A type this channel does not serve is unknown_type whatever the rest of it holds (a
+         * malformed OBS or JOB is not the client's problem to fix here); the type is looked at
+         * only when the message did not decode (one that did says its type itself, below). */
+        proto_type_t pt = proto_peek_type(body, len);
+        if (pt != PROTO_NONE && pt != PROTO_RESET && pt != PROTO_STEP && pt != PROTO_CLOSE) {
+            uint64_t rid = 0;
+            bool has_rid = s_peek_rid(body, len, &rid);
+            s_reply_error(w, id, idlen, has_rid, rid, ENVW_ERR_UNKNOWN_TYPE, NULL,
+                          "an env worker serves RESET, STEP and CLOSE, not %s", proto_type_name(pt));
+            return;
+        }
         if (peerlimit_error_logged(w->peers, id, idlen, clock_mono_ms(), w->m_peer_bans, "",
                                    "client", "requests"))
             return;
@@ -586,6 +636,9 @@ void envw_rpc_destroy(envw_t *w)
         w->rpc->q_head = q->next;
         free(q);
     }
+    for (int i = 0; i < S_TEMPLATES; i++)
+        if (w->rpc->templates[i].ops)
+            w->rpc->templates[i].ops->destroy(&w->rpc->templates[i].env);
     sr_buf_free(&w->rpc->out);
     free(w->rpc);
     w->rpc = NULL;

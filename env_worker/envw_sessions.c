@@ -18,7 +18,9 @@
  * Sessions
  * ------------------------------------------------------------------------------------------- */
 
-uint64_t envw_sessions_hash(const uint8_t *p, size_t n)
+/* s_fnv hashes a client's identity for the clients' table (FNV-1a; its bucket order decides which
+ * of two clients holding as many sessions gives one up at capacity, so it stays as it was). */
+static uint64_t s_fnv(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
@@ -26,6 +28,28 @@ uint64_t envw_sessions_hash(const uint8_t *p, size_t n)
         h *= 1099511628211ull;
     }
     return h;
+}
+
+/* envw_sessions_hash mixes the key eight bytes at a time (a key is some 20 to 60 bytes, hashed
+ * on every request): each word is multiplied in and the bits folded down, then the length; the
+ * low bits pick the bucket. */
+uint64_t envw_sessions_hash(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+    }
+    uint64_t tail = 0;
+    for (size_t k = 0; i + k < n; k++)
+        tail |= (uint64_t)p[i + k] << (8 * k);
+    h = (h ^ tail) * 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 32);
 }
 
 /* envw_sessions_key writes the session key into buf (at least 1 + 255 + PROTO_MAX_ID bytes). */
@@ -104,7 +128,7 @@ static void s_grow(envw_t *w)
  */
 envw_owner_t *envw_sessions_owner_get(envw_t *w, const uint8_t *id, size_t idlen)
 {
-    uint64_t h = envw_sessions_hash(id, idlen);
+    uint64_t h = s_fnv(id, idlen);
     envw_owner_t **pp = &w->owners[h % ENVW_OWNER_BUCKETS];
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->hash == h && (*pp)->idlen == idlen && !memcmp((*pp)->id, id, idlen))

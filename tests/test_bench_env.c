@@ -185,6 +185,39 @@ static void test_bad_arguments_are_errors_not_crashes(void **state)
     s_server_stop(&s);
 }
 
+/* The worker's CPU per STEP comes from the clock the client watches: 0 without one; with the
+ * worker thread's clock, more than nothing and never more than the thread could spend in the
+ * window (one thread, at most the window's wall time). */
+static void test_worker_cpu_per_step_is_read_from_its_clock(void **state)
+{
+    (void)state;
+    s_server_t s;
+    s_server_start(&s, 8, 0);
+    bench_env_client_t *c = bench_env_client_new(envw_endpoint(s.w), NULL, 0);
+    assert_non_null(c);
+    bench_env_level_t r;
+    assert_int_equal(bench_env_closed_loop(c, 4, 0.2, 3, &r), SR_OK);
+    assert_true(r.steps > 0);
+    assert_true(r.worker_cpu_us == 0);
+    clockid_t clk;
+    assert_int_equal(pthread_getcpuclockid(s.th, &clk), 0);
+    bench_env_client_watch(c, clk);
+    assert_int_equal(bench_env_closed_loop(c, 4, 0.3, 3, &r), SR_OK);
+    assert_true(r.steps > 0);
+    double cpu_s = r.worker_cpu_us * (double)r.steps / 1e6;
+    print_message("closed loop: %.0f steps/s, worker %.2f us a step (%.3f s of %.3f s)\n",
+                  r.steps_per_s, r.worker_cpu_us, cpu_s, r.seconds);
+    assert_true(r.worker_cpu_us > 0);
+    assert_true(cpu_s <= r.seconds * 1.05 + 0.01);
+    assert_int_equal(bench_env_open_loop(c, 4, 200, BENCH_ENV_UNIFORM, 0.5, 3, &r), SR_OK);
+    print_message("open loop: %ld steps, worker %.2f us a step\n", r.steps, r.worker_cpu_us);
+    assert_true(r.steps > 0);
+    assert_true(r.worker_cpu_us > 0);
+    assert_true(r.worker_cpu_us * (double)r.steps / 1e6 <= r.seconds * 1.05 + 0.01);
+    bench_env_client_destroy(&c);
+    s_server_stop(&s);
+}
+
 static void test_command_runs_both_tables_and_refuses_bad_options(void **state)
 {
     (void)state;
@@ -209,6 +242,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_open_loop_one_session_cannot_offer_more_than_one_over_latency),
     cmocka_unit_test(test_closed_loop_keeps_every_session_busy),
     cmocka_unit_test(test_bad_arguments_are_errors_not_crashes),
+    cmocka_unit_test(test_worker_cpu_per_step_is_read_from_its_clock),
     cmocka_unit_test(test_command_runs_both_tables_and_refuses_bad_options),
 };
 

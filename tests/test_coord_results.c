@@ -289,6 +289,142 @@ static void token_bins_come_out_as_arrays_of_ints_and_g9_floats(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* s_reference_or_null is s_reference for bytes that may not unpack: NULL when msgpack-c does not
+ * unpack them into a map (the writer then refuses them). */
+static char *s_reference_or_null(const void *data, size_t len)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    char *t = NULL;
+    if (msgpack_unpack_next(&u, data, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        cJSON *j = s_tree(&u.data, 1);
+        t = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+    }
+    msgpack_unpacked_destroy(&u);
+    return t;
+}
+
+/* s_widths packs a map of every integer width at its edges, float32, str8/16/32 and the 16- and
+ * 32-bit array and map headers (msgpack-c picks the smallest form; these are written by hand). */
+static void s_widths(msgpack_sbuffer *sb)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    static const int64_t ints[] = {0,        1,          127,         128,        255,
+                                   256,      65535,      65536,       2147483647, 2147483648LL,
+                                   -1,       -32,        -33,         -128,       -129,
+                                   -32768,   -32769,     -2147483647 - 1,       -2147483649LL,
+                                   INT64_MIN, INT64_MAX, 9007199254740993LL};
+    size_t n = SR_ARRAY_LEN(ints);
+    msgpack_pack_map(&pk, 8);
+    S_LIT(&pk, "ints");
+    msgpack_pack_array(&pk, n);
+    for (size_t i = 0; i < n; i++)
+        msgpack_pack_int64(&pk, ints[i]);
+    S_LIT(&pk, "u64");
+    msgpack_pack_uint64(&pk, 18446744073709551615ULL);
+    S_LIT(&pk, "f32");
+    msgpack_pack_float(&pk, -1.25e-3f);
+    /* by hand: int8 5, int16 -2, uint32 7, str8 "ab", str16 "c", str32 "", array16 [nil],
+     * map16 {"k": true}, array32 [], map32 {} */
+    static const uint8_t raw[] = {0xa3, 'r', 'a', 'w', 0x9a, 0xd0, 0x05, 0xd1, 0xff, 0xfe, 0xce,
+                                  0,    0,   0,   7,   0xd9, 2,    'a',  'b',  0xda, 0,    1,
+                                  'c',  0xdb, 0,  0,   0,    0,    0xdc, 0,    1,    0xc0, 0xde,
+                                  0,    1,   0xa1, 'k', 0xc3, 0xdd, 0,   0,    0,    0,    0xdf,
+                                  0,    0,   0,   0};
+    msgpack_sbuffer_write(sb, (const char *)raw, sizeof raw);
+    S_LIT(&pk, "t");
+    S_LIT(&pk, "RESULT");
+    S_LIT(&pk, "neg");
+    msgpack_pack_double(&pk, -7.5);
+    S_LIT(&pk, "tiny");
+    msgpack_pack_double(&pk, 4.9e-324);
+    S_LIT(&pk, "nan");
+    msgpack_pack_double(&pk, NAN);
+}
+
+/* The writer reads the msgpack bytes in place and falls back to unpacking them for what it does
+ * not take on: whatever the bytes, both must write what the cJSON tree prints, or refuse. Every
+ * integer width, and thousands of RESULTs with bytes overwritten or cut short. */
+static void mutated_results_come_out_as_the_cjson_tree_prints_them_or_are_refused(void **state)
+{
+    (void)state;
+    msgpack_sbuffer seeds[3];
+    for (int i = 0; i < 3; i++)
+        msgpack_sbuffer_init(&seeds[i]);
+    s_result(&seeds[0], 3);
+    s_widths(&seeds[1]);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &seeds[2], msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    S_LIT(&pk, "deep");
+    for (int d = 0; d < PROTO_MAX_DEPTH + 3; d++) {
+        msgpack_pack_map(&pk, 1);
+        S_LIT(&pk, "d");
+    }
+    msgpack_pack_int(&pk, 1);
+    S_LIT(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    S_LIT(&pk, "x");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_ext(&pk, 1, 5);
+    msgpack_pack_ext_body(&pk, "\x01", 1);
+    msgpack_pack_str(&pk, 0);
+    for (int i = 0; i < 3; i++) {
+        char *want = s_reference_or_null(seeds[i].data, seeds[i].size);
+        assert_non_null(want);
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(coord_results_json_line(seeds[i].data, seeds[i].size, NULL, 1.0, &b),
+                         SR_OK);
+        if (b.len != strlen(want) || memcmp(b.data, want, b.len) != 0)
+            fail_msg("seed %d: got  %.*s\nwant %s", i, (int)b.len, b.data, want);
+        sr_buf_free(&b);
+        free(want);
+    }
+    uint64_t seed = 0x5eed;
+    size_t refused = 0, written = 0;
+    for (int round = 0; round < 6000; round++) {
+        const msgpack_sbuffer *sd = &seeds[round % 3];
+        uint8_t *m = malloc(sd->size);
+        memcpy(m, sd->data, sd->size);
+        size_t len = sd->size;
+        int flips = 1 + (int)((seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >>
+                              62);
+        for (int f = 0; f < flips; f++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t at = (size_t)(seed >> 33) % len;
+            m[at] = (uint8_t)(seed >> 20);
+        }
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        if ((seed >> 60) == 0)
+            len = (size_t)(seed >> 33) % len;
+        char *want = s_reference_or_null(m, len);
+        sr_buf_t b = SR_BUF_INIT;
+        sr_buf_append(&b, "x", 1);
+        int rc = coord_results_json_line(m, len, NULL, 1.0, &b);
+        if (!want) {
+            assert_int_equal(rc, SR_EPROTO);
+            assert_int_equal(b.len, 1);
+            refused++;
+        } else {
+            assert_int_equal(rc, SR_OK);
+            if (b.len != 1 + strlen(want) || memcmp(b.data + 1, want, b.len - 1) != 0)
+                fail_msg("round %d: got  %.*s\nwant %s", round, (int)b.len - 1, b.data + 1, want);
+            written++;
+        }
+        sr_buf_free(&b);
+        free(want);
+        free(m);
+    }
+    assert_true(refused > 100);
+    assert_true(written > 1000);
+    for (int i = 0; i < 3; i++)
+        msgpack_sbuffer_destroy(&seeds[i]);
+}
+
 static void bytes_that_are_not_a_map_are_refused(void **state)
 {
     (void)state;
@@ -517,6 +653,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(token_bins_come_out_as_arrays_of_ints_and_g9_floats),
     cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
     cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),
+    cmocka_unit_test(mutated_results_come_out_as_the_cjson_tree_prints_them_or_are_refused),
     cmocka_unit_test(bytes_that_are_not_a_map_are_refused),
     cmocka_unit_test(a_failed_write_is_an_error_and_leaves_no_file),
 };

@@ -105,6 +105,51 @@ static void s_publish_action(transport_sock_t *pub, int traj, int step)
     sr_buf_free(&b);
 }
 
+/* An event stream read for a while on its own thread: the "event: state" lines it got. */
+typedef struct {
+    int port;
+    long ms;
+    int events;
+    s_body_t b;
+} s_stream_t;
+
+static size_t s_stream_collect(char *p, size_t size, size_t n, void *arg)
+{
+    s_stream_t *st = arg;
+    return s_collect(p, size, n, &st->b);
+}
+
+static void *s_stream_main(void *arg)
+{
+    s_stream_t *st = arg;
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/api/events", st->port);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = curl_slist_append(NULL, "Authorization: Bearer tok");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_stream_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, st);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, st->ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_perform(h); /* ends by its timeout */
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(h);
+    for (const char *q = st->b.data; q && (q = strstr(q, "event: state")); q++)
+        st->events++;
+    free(st->b.data);
+    return NULL;
+}
+
+/* s_snapshot_ms is the snapshot's now_ms (when it was built), -1 without one. */
+static double s_snapshot_ms(int port)
+{
+    cJSON *st = s_state(port);
+    double v = st ? cJSON_GetNumberValue(cJSON_GetObjectItem(st, "now_ms")) : -1;
+    cJSON_Delete(st);
+    return v;
+}
+
 /* s_redis_cli runs redis-cli against port with args and returns its first output line. */
 static void s_redis_cli(int port, const char *args, char *line, size_t len)
 {
@@ -394,6 +439,26 @@ static void the_dashboard_follows_the_run_and_reports_redis_health(void **state)
         cJSON_Delete(st);
     }
     assert_int_equal(k, 3);
+
+    /* Snapshots (period 50 ms here): while no event stream is open, one a second (the one that
+     * goes to Redis); with a stream open, one every period, each sent on the stream. */
+    double seen[16];
+    int nseen = 0;
+    for (int i = 0; i < 15; i++) {
+        double v = s_snapshot_ms(port);
+        bool known = false;
+        for (int j = 0; j < nseen; j++)
+            known = known || seen[j] == v;
+        if (!known)
+            seen[nseen++] = v;
+        usleep(100 * 1000);
+    }
+    assert_true(nseen >= 1 && nseen <= 3); /* 1.5 s without a stream */
+    s_stream_t sst = {.port = port, .ms = 1500};
+    pthread_t sth;
+    assert_int_equal(pthread_create(&sth, NULL, s_stream_main, &sst), 0);
+    pthread_join(sth, NULL);
+    assert_true(sst.events >= 6); /* 1.5 s with one: ~30 at 50 ms, a loaded machine fewer */
 
     /* /health: 200 while Redis answers, 503 once it is gone; the server keeps answering */
     assert_int_equal(s_get(port, "/health", NULL, NULL), 200);

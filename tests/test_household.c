@@ -723,6 +723,73 @@ static void same_task_id_same_world_texts_and_lists_everywhere(void **state)
     assert_true(s_transcript_hash("household/train/1", 7) != s_transcript_hash("household/train/2", 7));
 }
 
+/* s_play_hash plays a fixed pseudo-random walk on h from its reset and hashes every text, list,
+ * reward and end. */
+static uint64_t s_play_hash(household_t *h, uint64_t seed)
+{
+    env_obs_t obs;
+    assert_int_equal(household_reset(h, &obs), SR_OK);
+    uint64_t hash = 0xcbf29ce484222325ULL, rng = seed;
+    for (;;) {
+        hash = s_fnv(obs.text, hash);
+        for (size_t i = 0; i < obs.n_admissible; i++)
+            hash = s_fnv(obs.admissible[i], s_fnv("|", hash));
+        hash = (hash ^ (uint64_t)(obs.reward * 10 + obs.done * 2 + obs.won)) * 0x100000001b3ULL;
+        hash = (hash ^ (uint64_t)obs.steps ^ ((uint64_t)obs.max_steps << 16)) * 0x100000001b3ULL;
+        if (obs.done)
+            break;
+        char action[256];
+        uint64_t r = s_rand(&rng);
+        if (r % 11 == 0)
+            snprintf(action, sizeof action, "dance");
+        else
+            snprintf(action, sizeof action, "%s", obs.admissible[(r >> 8) % obs.n_admissible]);
+        s_step(h, action, &obs);
+    }
+    return hash;
+}
+
+/* A clone plays exactly as the world generated for its task id, whatever its original did before
+ * and after it was cloned (the clone keeps nothing of it), with its own step limit. */
+static void clone_plays_as_the_generated_world(void **state)
+{
+    (void)state;
+    static const char *const ids[] = {"household/train/0", "household/train/12345", "household/valid_seen/77",
+                                      "household/valid_unseen/4242", "household/train/4294967295"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(ids); i++) {
+        char err[256] = "";
+        household_t *orig = household_new(ids[i], 0, err, sizeof err);
+        assert_non_null(orig);
+        household_t *fresh_clone = household_clone(orig, 12); /* before any reset */
+        assert_non_null(fresh_clone);
+        (void)s_play_hash(orig, 99); /* the original plays a while */
+        household_t *clone = household_clone(orig, 7);
+        assert_non_null(clone);
+        household_destroy(&orig);
+        household_t *ref7 = household_new(ids[i], 7, err, sizeof err);
+        household_t *ref12 = household_new(ids[i], 12, err, sizeof err);
+        assert_non_null(ref7);
+        assert_non_null(ref12);
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            assert_true(s_play_hash(clone, seed) == s_play_hash(ref7, seed));
+            assert_true(s_play_hash(fresh_clone, seed) == s_play_hash(ref12, seed));
+        }
+        char *layout = household_describe(clone);
+        char *want_layout = household_describe(ref7); /* the layout, with "max steps: 7" */
+        assert_string_equal(layout, want_layout);
+        assert_string_equal(household_goal(clone), household_goal(ref7));
+        assert_int_equal(household_task_type(clone), household_task_type(ref7));
+        free(layout);
+        free(want_layout);
+        household_destroy(&clone);
+        household_destroy(&fresh_clone);
+        household_destroy(&ref7);
+        household_destroy(&ref12);
+    }
+    assert_null(household_clone(NULL, 0));
+    assert_non_null(household_env_ops.clone);
+}
+
 static void reset_restores_the_initial_world(void **state)
 {
     (void)state;
@@ -971,6 +1038,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_task_ids_get_clear_errors),
         cmocka_unit_test(same_task_id_same_world_texts_and_lists_everywhere),
         cmocka_unit_test(reset_restores_the_initial_world),
+        cmocka_unit_test(clone_plays_as_the_generated_world),
         cmocka_unit_test(splits_partition_floor_plans),
         cmocka_unit_test(ops_table_drives_the_environment),
         cmocka_unit_test(ops_table_optional_parts_match_the_household_and_its_expert),

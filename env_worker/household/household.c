@@ -12,9 +12,10 @@
  * receptacles that can hold it in at most HOUSEHOLD_SEARCH_BUDGET steps, which keeps every task
  * solvable within 50 steps by an agent that reads only observations (see expert.c).
  *
- * After every reset and step the admissible commands are rebuilt into a string pool, sorted with
- * strcmp and de-duplicated; a step looks its action up in that sorted list, so "exactly admissible"
- * is literally the test, and every admissible command carries the operation it stands for.
+ * After every reset and every step that changes what it depends on (going, opening, closing,
+ * taking, moving) the admissible commands are rebuilt into a string pool, sorted with strcmp and
+ * de-duplicated; a step looks its action up in that sorted list, so "exactly admissible" is
+ * literally the test, and every admissible command carries the operation it stands for.
  */
 #include "env_worker/household/household.h"
 #include "common/sr.h"
@@ -99,6 +100,27 @@ uint32_t household_floor_plan(household_split_t split, uint32_t index)
 
 /* ---- lifecycle and steps ---- */
 
+/* s_start sets what a new world has besides its generation: the step limit, empty texts and
+ * lists, the "go to"s, and the initial state as a reset leaves it (a step before the first
+ * reset, which the API rules out, then meets a well-defined world with no admissible command). */
+static void s_start(household_t *h, int max_steps)
+{
+    h->max_steps = max_steps > 0 ? max_steps : HOUSEHOLD_DEFAULT_MAX_STEPS;
+    if (!h->goto_ready)
+        hh_goto_prepare(h);
+    h->out = (hh_text_t){h->text, 0, sizeof h->text};
+    h->text[0] = '\0';
+    h->pool_len = 0;
+    h->n_adm = 0;
+    memcpy(h->objs, h->init_objs, sizeof h->objs[0] * (size_t)h->n_objs);
+    memset(h->open, 0, sizeof h->open);
+    h->cur = -1;
+    h->held = -1;
+    h->steps = 0;
+    h->done = h->won = false;
+    h->reward = 0;
+}
+
 household_t *household_new(const char *task_id, int max_steps, char *err, size_t errlen)
 {
     household_split_t split;
@@ -109,20 +131,65 @@ household_t *household_new(const char *task_id, int max_steps, char *err, size_t
         s_err(err, errlen, "bad task id '%s': too long", task_id);
         return NULL;
     }
-    household_t *h = calloc(1, sizeof *h);
+    /* Not calloc: the world is some 34 KB, mostly buffers for texts and lists that the generator,
+     * reset and step write before anything reads them; only the counts and the state are set. */
+    household_t *h = malloc(sizeof *h);
     if (!h) {
         s_err(err, errlen, "%s", "out of memory");
         return NULL;
     }
-    strcpy(h->task_id, task_id);
+    memcpy(h->task_id, task_id, strlen(task_id) + 1);
     h->split = split;
     h->index = index;
     h->floor_plan = household_floor_plan(split, index);
-    h->max_steps = max_steps > 0 ? max_steps : HOUSEHOLD_DEFAULT_MAX_STEPS;
+    h->n_receps = 0;
+    h->n_objs = 0;
+    h->goto_ready = false;
     hh_generate_layout(h);
     hh_generate_task(h);
     hh_build_room_sentence(h);
-    h->out = (hh_text_t){h->text, 0, sizeof h->text};
+    hh_order_objects(h);
+    s_start(h, max_steps);
+    return h;
+}
+
+household_t *household_clone(const household_t *like, int max_steps)
+{
+    if (!like)
+        return NULL;
+    household_t *h = malloc(sizeof *h);
+    if (!h)
+        return NULL;
+    /* What the generator wrote, the used part of each buffer. */
+    memcpy(h->task_id, like->task_id, strlen(like->task_id) + 1);
+    h->split = like->split;
+    h->index = like->index;
+    h->floor_plan = like->floor_plan;
+    h->room = like->room;
+    h->task = like->task;
+    h->goal_obj = like->goal_obj;
+    h->goal_recep = like->goal_recep;
+    h->lamp_obj = like->lamp_obj;
+    memcpy(h->goal, like->goal, strlen(like->goal) + 1);
+    memcpy(h->room_sentence, like->room_sentence, strlen(like->room_sentence) + 1);
+    h->n_receps = like->n_receps;
+    memcpy(h->receps, like->receps, sizeof h->receps[0] * (size_t)like->n_receps);
+    h->n_objs = like->n_objs;
+    memcpy(h->init_objs, like->init_objs, sizeof h->init_objs[0] * (size_t)like->n_objs);
+    memcpy(h->obj_order, like->obj_order, sizeof h->obj_order[0] * (size_t)like->n_objs);
+    /* The sorted "go to"s, their pointers moved into this world's pool. */
+    h->goto_ready = like->goto_ready;
+    if (h->goto_ready) {
+        size_t nr = (size_t)like->n_receps;
+        h->goto_pool_len = like->goto_pool_len;
+        memcpy(h->goto_pool, like->goto_pool, like->goto_pool_len);
+        for (size_t g = 0; g < nr; g++)
+            h->goto_s[g] = h->goto_pool + (like->goto_s[g] - like->goto_pool);
+        memcpy(h->goto_r, like->goto_r, sizeof h->goto_r[0] * nr);
+        memcpy(h->goto_cmd, like->goto_cmd, sizeof h->goto_cmd[0] * nr);
+        memcpy(h->goto_at, like->goto_at, sizeof h->goto_at[0] * nr);
+    }
+    s_start(h, max_steps);
     return h;
 }
 
@@ -202,6 +269,11 @@ static void *s_ops_create(const char *task_id, uint64_t seed, int max_steps, cha
     return household_new(task_id, max_steps, err, errlen);
 }
 
+static void *s_ops_clone(const void *like, int max_steps)
+{
+    return household_clone(like, max_steps);
+}
+
 static int s_ops_reset(void *env, env_obs_t *obs)
 {
     return household_reset(env, obs);
@@ -269,6 +341,7 @@ static int s_ops_expert_run(const char *task_id, int max_steps, bool with_admiss
 const env_ops_t household_env_ops = {
     .name = "household",
     .create = s_ops_create,
+    .clone = s_ops_clone,
     .reset = s_ops_reset,
     .step = s_ops_step,
     .destroy = s_ops_destroy,

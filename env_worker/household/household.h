@@ -74,6 +74,12 @@ uint32_t household_floor_plan(household_split_t split, uint32_t index);
  * before the first step. */
 household_t *household_new(const char *task_id, int max_steps, char *err, size_t errlen);
 
+/* household_clone returns a new world of like's task with a step limit of max_steps (<= 0: 50):
+ * what household_new would make for that task id, copied from like instead of generated again
+ * (like may have been stepped: only what the generator made is copied). NULL when out of memory
+ * or like is NULL. */
+household_t *household_clone(const household_t *like, int max_steps);
+
 /* household_destroy frees the environment; it accepts NULL and *self_p == NULL, and nulls *self_p. */
 void household_destroy(household_t **self_p);
 

@@ -150,9 +150,3 @@ bool household_recep_openable(int rtype)
            rtype == HOUSEHOLD_R_MICROWAVE || rtype == HOUSEHOLD_R_SAFE;
 }
 
-bool household_can_hold(int rtype, int otype)
-{
-    if (rtype < 0 || rtype >= HOUSEHOLD_R_COUNT || otype < 0 || otype >= household_n_objects)
-        return false;
-    return (household_objects[otype].holders >> rtype) & 1u;
-}

@@ -94,7 +94,13 @@ int household_object_type(const char *name, size_t len);
  * (cabinets may still be open shelves in a given floor plan). */
 bool household_recep_openable(int rtype);
 
-/* household_can_hold tells whether receptacle type rtype can hold object type otype. */
-bool household_can_hold(int rtype, int otype);
+/* household_can_hold tells whether receptacle type rtype can hold object type otype (inline: the
+ * generator asks it for every receptacle, some 700 times a world). */
+static inline bool household_can_hold(int rtype, int otype)
+{
+    if (rtype < 0 || rtype >= HOUSEHOLD_R_COUNT || otype < 0 || otype >= household_n_objects)
+        return false;
+    return (household_objects[otype].holders >> rtype) & 1u;
+}
 
 #endif

@@ -8,7 +8,6 @@
 #include "common/sr.h"
 #include "env_worker/household/household_data.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #define S_SEARCH_BUDGET 36
@@ -47,6 +46,40 @@ static int s_below(uint64_t *state, int n)
 
 /* ---- the generator ---- */
 
+/* s_name writes "<base> <num>" into name (HH_NAME bytes) and returns its length: what
+ * snprintf "%s %d" wrote, without a printf per name (a world has some 60 of them). The longest
+ * type name (17 letters) and number (3 digits) fit with room to spare. */
+static uint8_t s_name(char *name, const char *base, unsigned num)
+{
+    size_t n = strlen(base);
+    SR_ASSERT(n + 4 < HH_NAME && num < 1000);
+    memcpy(name, base, n);
+    name[n++] = ' ';
+    if (num >= 100)
+        name[n++] = (char)('0' + num / 100);
+    if (num >= 10)
+        name[n++] = (char)('0' + num / 10 % 10);
+    name[n++] = (char)('0' + num % 10);
+    name[n] = '\0';
+    return (uint8_t)n;
+}
+
+/* s_fill_template writes tmpl into out (cap bytes, cut as snprintf cuts) with its two "%s"
+ * replaced by a and b in that order. */
+static void s_fill_template(char *out, size_t cap, const char *tmpl, const char *a, const char *b)
+{
+    hh_text_t t = {out, 0, cap};
+    const char *args[2] = {a, b};
+    int k = 0;
+    const char *p = tmpl;
+    for (const char *q; (q = strstr(p, "%s")) != NULL; p = q + 2) {
+        SR_ASSERT(k < 2);
+        hh_put_n(&t, p, (size_t)(q - p));
+        hh_put(&t, args[k++]);
+    }
+    hh_put(&t, p);
+}
+
 static int s_add_recep(household_t *h, int type, int num, bool openable)
 {
     SR_ASSERT(h->n_receps < HH_MAX_RECEPS);
@@ -54,8 +87,7 @@ static int s_add_recep(household_t *h, int type, int num, bool openable)
     r->type = (uint8_t)type;
     r->num = (uint8_t)num;
     r->openable = openable;
-    int n = snprintf(r->name, sizeof r->name, "%s %d", household_recep_names[type], num);
-    r->name_len = (uint8_t)n;
+    r->name_len = s_name(r->name, household_recep_names[type], (unsigned)num);
     return h->n_receps++;
 }
 
@@ -224,7 +256,7 @@ void hh_generate_task(household_t *h)
     const char *obj_name = household_objects[h->goal_obj].name;
     const char *second = h->task == HOUSEHOLD_LOOK ? household_objects[h->lamp_obj].name
                                                    : household_recep_names[h->goal_recep];
-    snprintf(h->goal, sizeof h->goal, s_templates[h->task][s_below(&rng, 2)], obj_name, second);
+    s_fill_template(h->goal, sizeof h->goal, s_templates[h->task][s_below(&rng, 2)], obj_name, second);
 
     /* Goal objects: two or three for pick-two, otherwise one, sometimes two. */
     int n_goal = h->task == HOUSEHOLD_TWO ? 2 + s_below(&rng, 2) : 1 + (s_below(&rng, 3) == 0);
@@ -261,7 +293,7 @@ void hh_generate_task(household_t *h)
     for (int i = 0; i < h->n_objs; i++) {
         hh_obj_t *o = &h->init_objs[i];
         o->num = (uint8_t)++counts[o->type];
-        o->name_len = (uint8_t)snprintf(o->name, sizeof o->name, "%s %d", household_objects[o->type].name, o->num);
+        o->name_len = s_name(o->name, household_objects[o->type].name, o->num);
     }
 }
 

@@ -75,6 +75,9 @@ struct household {
     hh_obj_t init_objs[HH_MAX_OBJS];
     hh_obj_t objs[HH_MAX_OBJS];
     int n_objs;
+    /* the objects by name (strcmp), so that the "take" and "use" commands of a place are written
+     * in the order the list keeps them */
+    uint8_t obj_order[HH_MAX_OBJS];
 
     /* Dynamic state. */
     bool open[HH_MAX_RECEPS];
@@ -96,9 +99,12 @@ struct household {
     /* "go to <receptacle>" for every receptacle, sorted: the bulk of every list, the same for the
      * whole episode, so written and sorted once (on the first list) and merged into each. */
     bool goto_ready;
+    size_t goto_pool_len;
     char goto_pool[HH_MAX_RECEPS * (HH_NAME + 8)];
     const char *goto_s[HH_MAX_RECEPS];
     int8_t goto_r[HH_MAX_RECEPS];
+    hh_cmd_t goto_cmd[HH_MAX_RECEPS];  /* the command of goto_s[i] */
+    uint8_t goto_at[HH_MAX_RECEPS];    /* receptacle r's place in goto_s */
 };
 
 /* household_text.c: the texts. hh_put_n and hh_put append to t, cut at its capacity; hh_put_list
@@ -118,5 +124,10 @@ void hh_put_examine_obj(hh_text_t *t, const hh_obj_t *o);
 void hh_generate_layout(household_t *h);
 void hh_generate_task(household_t *h);
 void hh_build_room_sentence(household_t *h);
+
+/* household_step.c: hh_goto_prepare writes and sorts the "go to"s of the generated world (once);
+ * hh_order_objects sorts the objects by name into obj_order (once). */
+void hh_goto_prepare(household_t *h);
+void hh_order_objects(household_t *h);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * household_step.c — the household's dynamics: reset, the admissible-command list (rebuilt into a
- * string pool after every reset and step, sorted and de-duplicated, each command with the
- * operation it stands for), the step that applies one command and writes its text, and the goal
- * test.
+ * string pool after a reset and after each step that changes it, sorted and de-duplicated, each
+ * command with the operation it stands for), the step that applies one command and writes its
+ * text, and the goal test.
  */
 #include "env_worker/household/household_int.h"
 #include "common/sr.h"
@@ -40,26 +40,42 @@ typedef struct {
     hh_cmd_t cmd;
 } s_entry_t;
 
-static void s_cmd(household_t *h, int op, int obj, int rec, const char *a, const char *b, uint8_t blen,
-                  const char *c, const char *d, uint8_t dlen)
+/* s_cmd adds a command: a static text (b NULL: pointed at, not copied), or a + b + c + d
+ * written into the pool (c and d may be NULL). Lengths are given: the parts are literals and
+ * names whose lengths are known. */
+static inline void s_cmd(household_t *h, int op, int obj, int rec, const char *a, size_t la, const char *b,
+                         size_t blen, const char *c, size_t lc, const char *d, size_t dlen)
 {
     SR_ASSERT(h->n_adm < HH_MAX_CMDS);
-    size_t la = strlen(a), lc = c ? strlen(c) : 0;
-    size_t need = la + blen + lc + dlen + 1;
-    SR_ASSERT(h->pool_len + need <= HH_POOL);
-    char *s = h->pool + h->pool_len;
-    char *p = s;
-    memcpy(p, a, la), p += la;
-    memcpy(p, b, blen), p += blen;
-    if (c)
-        memcpy(p, c, lc), p += lc;
-    if (d)
-        memcpy(p, d, dlen), p += dlen;
-    *p = '\0';
-    h->pool_len += need;
+    const char *s = a;
+    if (b) {
+        size_t need = la + blen + lc + dlen + 1;
+        SR_ASSERT(h->pool_len + need <= HH_POOL);
+        char *p = h->pool + h->pool_len;
+        s = p;
+        memcpy(p, a, la), p += la;
+        memcpy(p, b, blen), p += blen;
+        if (c)
+            memcpy(p, c, lc), p += lc;
+        if (d)
+            memcpy(p, d, dlen), p += dlen;
+        *p = '\0';
+        h->pool_len += need;
+    }
     h->adm[h->n_adm] = s;
     h->cmds[h->n_adm] = (hh_cmd_t){(uint8_t)op, (int8_t)obj, (int8_t)rec};
     h->n_adm++;
+}
+
+/* A string literal and its length, for s_cmd. */
+#define S_LIT(s) (s), (sizeof(s) - 1)
+
+/* s_after tells whether command a sorts after command b (strcmp order, first letters first). */
+static inline bool s_after(const char *a, const char *b)
+{
+    if (a[0] != b[0])
+        return (unsigned char)a[0] > (unsigned char)b[0];
+    return strcmp(a, b) > 0;
 }
 
 static bool s_accessible(const household_t *h, int r)
@@ -67,9 +83,9 @@ static bool s_accessible(const household_t *h, int r)
     return !h->receps[r].openable || h->open[r];
 }
 
-/* s_goto_prepare writes "go to <receptacle>" for every receptacle into h->goto_pool and sorts
+/* hh_goto_prepare writes "go to <receptacle>" for every receptacle into h->goto_pool and sorts
  * them (the receptacles never change after generation). */
-static void s_goto_prepare(household_t *h)
+void hh_goto_prepare(household_t *h)
 {
     size_t at = 0;
     for (int r = 0; r < h->n_receps; r++) {
@@ -87,50 +103,82 @@ static void s_goto_prepare(household_t *h)
         h->goto_s[k] = s;
         h->goto_r[k] = (int8_t)r;
     }
+    for (int g = 0; g < h->n_receps; g++) {
+        h->goto_cmd[g] = (hh_cmd_t){S_GOTO, -1, h->goto_r[g]};
+        h->goto_at[h->goto_r[g]] = (uint8_t)g;
+    }
+    h->goto_pool_len = at;
     h->goto_ready = true;
+}
+
+void hh_order_objects(household_t *h)
+{
+    for (int i = 0; i < h->n_objs; i++) {
+        int k = i; /* insertion sort: a few dozen names, once a world */
+        while (k > 0 && strcmp(h->init_objs[h->obj_order[k - 1]].name, h->init_objs[i].name) > 0) {
+            h->obj_order[k] = h->obj_order[k - 1];
+            k--;
+        }
+        h->obj_order[k] = (uint8_t)i;
+    }
+}
+
+/* s_put_entry appends x to the list unless it equals the last one. */
+static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
+{
+    if (*n > 0 && h->adm[*n - 1][0] == s[0] && !strcmp(h->adm[*n - 1], s))
+        return;
+    SR_ASSERT(*n < HH_MAX_CMDS);
+    h->adm[*n] = s;
+    h->cmds[(*n)++] = cmd;
 }
 
 static void s_build_admissible(household_t *h)
 {
     if (!h->goto_ready)
-        s_goto_prepare(h);
+        hh_goto_prepare(h);
     h->n_adm = 0;
     h->pool_len = 0;
-    s_cmd(h, S_HELP, -1, -1, "help", "", 0, NULL, NULL, 0);
-    s_cmd(h, S_INVENTORY, -1, -1, "inventory", "", 0, NULL, NULL, 0);
-    s_cmd(h, S_LOOK, -1, -1, "look", "", 0, NULL, NULL, 0);
+    s_cmd(h, S_HELP, -1, -1, S_LIT("help"), NULL, 0, NULL, 0, NULL, 0);
+    s_cmd(h, S_INVENTORY, -1, -1, S_LIT("inventory"), NULL, 0, NULL, 0, NULL, 0);
+    s_cmd(h, S_LOOK, -1, -1, S_LIT("look"), NULL, 0, NULL, 0, NULL, 0);
     int c = h->cur;
     const hh_obj_t *held = h->held >= 0 ? &h->objs[h->held] : NULL;
     if (held)
-        s_cmd(h, S_EXAMINE_O, h->held, -1, "examine ", held->name, held->name_len, NULL, NULL, 0);
+        s_cmd(h, S_EXAMINE_O, h->held, -1, S_LIT("examine "), held->name, held->name_len, NULL, 0, NULL, 0);
     if (c >= 0) {
         const hh_recep_t *rc = &h->receps[c];
-        s_cmd(h, S_EXAMINE_R, -1, c, "examine ", rc->name, rc->name_len, NULL, NULL, 0);
-        if (rc->openable)
-            s_cmd(h, h->open[c] ? S_CLOSE : S_OPEN, -1, c, h->open[c] ? "close " : "open ", rc->name, rc->name_len,
-                  NULL, NULL, 0);
+        s_cmd(h, S_EXAMINE_R, -1, c, S_LIT("examine "), rc->name, rc->name_len, NULL, 0, NULL, 0);
+        if (rc->openable && h->open[c])
+            s_cmd(h, S_CLOSE, -1, c, S_LIT("close "), rc->name, rc->name_len, NULL, 0, NULL, 0);
+        else if (rc->openable)
+            s_cmd(h, S_OPEN, -1, c, S_LIT("open "), rc->name, rc->name_len, NULL, 0, NULL, 0);
         bool access = s_accessible(h, c);
-        for (int i = 0; i < h->n_objs; i++) {
+        for (int j = 0; j < h->n_objs; j++) {
+            int i = h->obj_order[j];
             const hh_obj_t *o = &h->objs[i];
             if (o->loc != c)
                 continue;
             uint8_t props = household_objects[o->type].props;
             if (props & HOUSEHOLD_LAMP)
-                s_cmd(h, S_USE, i, c, "use ", o->name, o->name_len, NULL, NULL, 0);
+                s_cmd(h, S_USE, i, c, S_LIT("use "), o->name, o->name_len, NULL, 0, NULL, 0);
             else if (!held && access && !(props & HOUSEHOLD_FIXED))
-                s_cmd(h, S_TAKE, i, c, "take ", o->name, o->name_len, " from ", rc->name, rc->name_len);
+                s_cmd(h, S_TAKE, i, c, S_LIT("take "), o->name, o->name_len, S_LIT(" from "), rc->name, rc->name_len);
         }
         if (held) {
             uint8_t props = household_objects[held->type].props;
             if (access && household_can_hold(rc->type, held->type))
-                s_cmd(h, S_MOVE, h->held, c, "move ", held->name, held->name_len, " to ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_MICROWAVE && (props & HOUSEHOLD_HEATABLE))
-                s_cmd(h, S_HEAT, h->held, c, "heat ", held->name, held->name_len, " with ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_FRIDGE && (props & HOUSEHOLD_COOLABLE))
-                s_cmd(h, S_COOL, h->held, c, "cool ", held->name, held->name_len, " with ", rc->name, rc->name_len);
-            if (rc->type == HOUSEHOLD_R_SINKBASIN && (props & HOUSEHOLD_CLEANABLE))
-                s_cmd(h, S_CLEANOP, h->held, c, "clean ", held->name, held->name_len, " with ", rc->name,
+                s_cmd(h, S_MOVE, h->held, c, S_LIT("move "), held->name, held->name_len, S_LIT(" to "), rc->name,
                       rc->name_len);
+            if (rc->type == HOUSEHOLD_R_MICROWAVE && (props & HOUSEHOLD_HEATABLE))
+                s_cmd(h, S_HEAT, h->held, c, S_LIT("heat "), held->name, held->name_len, S_LIT(" with "), rc->name,
+                      rc->name_len);
+            if (rc->type == HOUSEHOLD_R_FRIDGE && (props & HOUSEHOLD_COOLABLE))
+                s_cmd(h, S_COOL, h->held, c, S_LIT("cool "), held->name, held->name_len, S_LIT(" with "), rc->name,
+                      rc->name_len);
+            if (rc->type == HOUSEHOLD_R_SINKBASIN && (props & HOUSEHOLD_CLEANABLE))
+                s_cmd(h, S_CLEANOP, h->held, c, S_LIT("clean "), held->name, held->name_len, S_LIT(" with "),
+                      rc->name, rc->name_len);
         }
     }
     /* Sort the commands above by string (stable: of equal strings the first written stays),
@@ -141,34 +189,59 @@ static void s_build_admissible(household_t *h)
     for (int i = 0; i < ne; i++) {
         s_entry_t x = {h->adm[i], h->cmds[i]};
         int k = i;
-        while (k > 0 && strcmp(e[k - 1].s, x.s) > 0) {
+        while (k > 0 && s_after(e[k - 1].s, x.s)) {
             e[k] = e[k - 1];
             k--;
         }
         e[k] = x;
     }
-    int n = 0, i = 0, g = 0;
-    for (;;) {
-        while (g < h->n_receps && h->goto_r[g] == c)
-            g++;
-        bool take_goto;
-        if (i < ne && g < h->n_receps)
-            take_goto = strcmp(h->goto_s[g], e[i].s) < 0;
-        else if (i < ne || g < h->n_receps)
-            take_goto = i >= ne;
-        else
-            break;
-        s_entry_t x = take_goto ? (s_entry_t){h->goto_s[g], {S_GOTO, -1, h->goto_r[g]}} : e[i];
-        if (take_goto)
-            g++;
-        else
-            i++;
-        if (n > 0 && !strcmp(h->adm[n - 1], x.s))
-            continue;
-        SR_ASSERT(n < HH_MAX_CMDS);
-        h->adm[n] = x.s;
-        h->cmds[n++] = x.cmd;
+    /* The "go to"s are one block of the sorted list: every other command sorts before the
+     * first of them or after the last (none starts with "go to "), so the list is the commands
+     * before the block, the block without the one to here (pointers copied, no comparison), and
+     * the commands after it. A command that would sort inside the block falls back to the
+     * general merge. */
+    int ng = h->n_receps;
+    int skip = c >= 0 ? h->goto_at[c] : -1;
+    int n = 0, i = 0;
+    while (i < ne && (ng == 0 || s_after(h->goto_s[0], e[i].s))) {
+        s_put_entry(h, &n, e[i].s, e[i].cmd);
+        i++;
     }
+    if (i == ne || s_after(e[i].s, h->goto_s[ng - 1])) {
+        /* the block before the go-to to here, then the block after it */
+        int cut = skip >= 0 ? skip : ng;
+        SR_ASSERT(n + ng <= HH_MAX_CMDS);
+        memcpy(h->adm + n, h->goto_s, sizeof h->adm[0] * (size_t)cut);
+        memcpy(h->cmds + n, h->goto_cmd, sizeof h->cmds[0] * (size_t)cut);
+        n += cut;
+        if (cut < ng) {
+            memcpy(h->adm + n, h->goto_s + cut + 1, sizeof h->adm[0] * (size_t)(ng - cut - 1));
+            memcpy(h->cmds + n, h->goto_cmd + cut + 1, sizeof h->cmds[0] * (size_t)(ng - cut - 1));
+            n += ng - cut - 1;
+        }
+    } else {
+        int g = 0;
+        for (;;) {
+            if (g == skip)
+                g++;
+            bool take_goto;
+            if (i < ne && g < ng)
+                take_goto = strcmp(h->goto_s[g], e[i].s) < 0;
+            else if (i < ne || g < ng)
+                take_goto = i >= ne;
+            else
+                break;
+            if (take_goto) {
+                s_put_entry(h, &n, h->goto_s[g], h->goto_cmd[g]);
+                g++;
+            } else {
+                s_put_entry(h, &n, e[i].s, e[i].cmd);
+                i++;
+            }
+        }
+    }
+    for (; i < ne; i++)
+        s_put_entry(h, &n, e[i].s, e[i].cmd);
     h->n_adm = n;
 }
 
@@ -187,15 +260,17 @@ static bool s_goal_reached(const household_t *h)
     uint8_t need = h->task == HOUSEHOLD_CLEAN ? HH_CLEAN : h->task == HOUSEHOLD_HEAT ? HH_HOT
                  : h->task == HOUSEHOLD_COOL  ? HH_COLD
                                               : 0;
-    int per_recep[HH_MAX_RECEPS] = {0};
+    int per_recep[HH_MAX_RECEPS]; /* counted only when two are wanted */
     int want = h->task == HOUSEHOLD_TWO ? 2 : 1;
+    if (want > 1)
+        memset(per_recep, 0, sizeof per_recep[0] * (size_t)h->n_receps);
     for (int i = 0; i < h->n_objs; i++) {
         const hh_obj_t *o = &h->objs[i];
         if (o->type != h->goal_obj || o->loc < 0 || h->receps[o->loc].type != h->goal_recep)
             continue;
         if ((o->state & need) != need)
             continue;
-        if (++per_recep[o->loc] >= want)
+        if (want == 1 || ++per_recep[o->loc] >= want)
             return true;
     }
     return false;
@@ -352,6 +427,11 @@ int household_step(household_t *self, const char *action, env_obs_t *obs)
     self->text[0] = '\0';
     self->reward = 0;
     int k = s_find_cmd(self, action);
+    /* The list depends on where the agent stands, what it holds, whether the receptacle there is
+     * open and what lies in it; only going, opening, closing, taking and moving change those.
+     * After any other command (or one not admissible) the list stays as it is. */
+    int op = k < 0 ? -1 : self->cmds[k].op;
+    bool list_changes = op == S_GOTO || op == S_OPEN || op == S_CLOSE || op == S_TAKE || op == S_MOVE;
     if (k < 0)
         hh_put(&self->out, "Nothing happens.");
     else
@@ -364,7 +444,8 @@ int household_step(household_t *self, const char *action, env_obs_t *obs)
     } else if (self->steps >= self->max_steps) {
         self->done = true;
     }
-    s_build_admissible(self);
+    if (list_changes)
+        s_build_admissible(self);
     s_fill_obs(self, obs);
     return SR_OK;
 }
