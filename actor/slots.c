@@ -46,7 +46,7 @@ typedef struct slot {
     char *obs;
     char **adm;
     size_t n_adm;
-    prompt_turn_t *hist; /* owned strings */
+    prompt_turn_t *hist; /* owned observations; each action is its step record's (steps[i]) */
     size_t n_hist, cap_hist;
     proto_result_step_t *steps; /* owned strings */
     size_t n_steps, cap_steps;
@@ -115,10 +115,8 @@ static void s_slot_clear(slot_t *s)
     free(s->goal);
     free(s->obs);
     s_adm_clear(s);
-    for (size_t i = 0; i < s->n_hist; i++) {
-        free((char *)s->hist[i].obs);
-        free((char *)s->hist[i].action);
-    }
+    for (size_t i = 0; i < s->n_hist; i++)
+        free((char *)s->hist[i].obs); /* the actions are the step records' */
     free(s->hist);
     for (size_t i = 0; i < s->n_steps; i++)
         s_step_clear(&s->steps[i]);
@@ -326,7 +324,12 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     extract_result_t ex;
     extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
     proto_result_step_t *cur = &s->cur;
-    cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
+    if (strnlen(ex.action, PROTO_MAX_ACTION) < PROTO_MAX_ACTION) { /* taken over: no copy */
+        cur->action = ex.action;
+        ex.action = NULL;
+    } else {
+        cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
+    }
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
@@ -498,7 +501,7 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
         s->hist = sr_xrealloc(s->hist, s->cap_hist * sizeof *s->hist);
     }
     s->hist[s->n_hist].obs = s->obs;
-    s->hist[s->n_hist++].action = sr_xstrdup(st->action);
+    s->hist[s->n_hist++].action = st->action; /* the step record's, freed with it */
     s->obs = NULL;
     s_take_obs(s, ob);
 

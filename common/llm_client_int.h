@@ -220,6 +220,11 @@ typedef struct {
     /* token id arrays: the first choice's, the root's and the first choice's prompt ids */
     int32_t *tids, *root_pids, *choice_pids;
     size_t n_tids, n_root_pids, n_choice_pids;
+    /* Scratch room on llm_fast_parse's stack for the first choice's ids and the logprobs: read
+     * there, then copied once into arrays of their exact size (beyond it, on the heap). */
+    int32_t *ids_scratch;
+    float *lp_scratch;
+    size_t scratch_cap;
 } llm_fast_ans_t;
 
 static inline void llm_fast_ws(llm_fast_rd_t *r)
@@ -262,7 +267,8 @@ double llm_fast_num_value(const char *n0, const char *n1);
 bool llm_fast_key(llm_fast_rd_t *r, llm_fast_str_t *k);
 bool llm_fast_skip(llm_fast_rd_t *r);
 bool llm_fast_null(llm_fast_rd_t *r);
-bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint);
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, int32_t *scratch,
+                  size_t scratch_cap);
 bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint);
 
 #endif
