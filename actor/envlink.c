@@ -32,6 +32,7 @@ struct envconn {
     void *worker;           /* in process (envhost_env_worker) */
     int sessions;           /* sessions this actor holds on the worker now */
     int fail_streak;        /* timeouts since the last reply */
+    sr_buf_t out;           /* remote: requests of this round, each a size_t length and the body */
 };
 
 struct envlink {
@@ -47,17 +48,70 @@ struct envlink {
     sr_buf_t q;
     sr_buf_t spare; /* the queue drained last, kept for its memory */
     int timer;      /* > 0: a zero-delay timer hands q over */
+    int out_timer;  /* > 0: a zero-delay timer sends the remote links' queued requests */
+    uint64_t out_failed; /* queued requests libzmq refused */
 };
 
 /* ---- remote ------------------------------------------------------------------------------------ */
 
+/* A remote worker's requests made in one round of the loop (the STEPs of the LLM answers read in
+ * that round) leave together from a zero-delay timer, at the top of the next round: libzmq's I/O
+ * thread is woken once for them, not once a request. Order per worker is kept. Outside the loop a
+ * request goes at once. */
+static void s_remote_flush_one(envconn_t *e)
+{
+    const uint8_t *p = e->out.data;
+    for (size_t off = 0; off + sizeof(size_t) <= e->out.len;) {
+        size_t len;
+        memcpy(&len, p + off, sizeof len);
+        off += sizeof len;
+        if (transport_send(e->sock, p + off, len) != SR_OK) {
+            /* The request's timeout fails its episode, as an unanswered one would. */
+            e->el->out_failed++;
+            log_warn_limited(5, "actor %s: request to env worker %s not sent: %s (%llu so far)",
+                             e->el->id, e->endpoint, transport_sock_errstr(e->sock),
+                             (unsigned long long)e->el->out_failed);
+        }
+        off += len;
+    }
+    e->out.len = 0;
+}
+
+static void s_remote_flush(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    envlink_t *el = arg;
+    el->out_timer = 0;
+    for (size_t i = 0; i < el->n_envs; i++)
+        if (el->envs[i]->out.len > 0)
+            s_remote_flush_one(el->envs[i]);
+}
+
 static int s_remote_send(envconn_t *e, const void *body, size_t len)
 {
-    return transport_send(e->sock, body, len);
+    envlink_t *el = e->el;
+    if (!reactor_running(el->r)) {
+        /* outside the loop (the CLOSEs of a shutdown): now, after what this worker still holds */
+        if (e->out.len > 0)
+            s_remote_flush_one(e);
+        return transport_send(e->sock, body, len);
+    }
+    if (el->out_timer <= 0) {
+        int t = reactor_timer_add(el->r, 0, 0, s_remote_flush, el);
+        if (t <= 0)
+            return transport_send(e->sock, body, len); /* no timer: send it now */
+        el->out_timer = t;
+    }
+    sr_buf_append(&e->out, &len, sizeof len);
+    sr_buf_append(&e->out, body, len);
+    return SR_OK;
 }
 
 static void s_remote_close(envconn_t *e)
 {
+    if (e->sock && e->out.len > 0)
+        s_remote_flush_one(e);
     if (e->sock)
         reactor_remove_zsock(e->el->r, transport_sock_zmq(e->sock));
     transport_sock_destroy(&e->sock);
@@ -157,8 +211,11 @@ void envlink_destroy(envlink_t **elp)
     envlink_t *el = *elp;
     if (el->timer > 0)
         reactor_timer_cancel(el->r, el->timer);
+    if (el->out_timer > 0)
+        reactor_timer_cancel(el->r, el->out_timer);
     for (size_t i = 0; i < el->n_envs; i++) {
-        el->envs[i]->ops->close(el->envs[i]);
+        el->envs[i]->ops->close(el->envs[i]); /* a remote one sends what it still holds */
+        sr_buf_free(&el->envs[i]->out);
         free(el->envs[i]->endpoint);
         free(el->envs[i]->kind);
         free(el->envs[i]);

@@ -61,7 +61,10 @@ envconn_t *envlink_pick(envlink_t *el, const char *env, char *why, size_t whylen
 /* envlink_flush hands the queued in-process replies over now (at the loop's top level). */
 void envlink_flush(envlink_t *el);
 
-/* envconn_send sends one encoded request to e. SR_OK or an SR_E* error. */
+/* envconn_send sends one encoded request to e. SR_OK or an SR_E* error. Inside the loop, a remote
+ * worker's requests are held until the round's end and leave together (one wake-up of libzmq's
+ * I/O thread), in order; one libzmq refuses then is logged and counted, and its request's timeout
+ * fails its episode. Outside the loop a request goes at once, after those still held. */
 int envconn_send(envconn_t *e, const void *body, size_t len);
 
 /* envconn_name returns e's endpoint (or local-N). Belongs to e. */

@@ -136,6 +136,24 @@ static bool s_normalise(const char *s, size_t n, char *out, const char *cmp)
     return !cmp || cmp[o] == '\0';
 }
 
+/* s_norm_equal tells whether a, normalised, equals cand (a normalised text, as s_normalise with
+ * cmp tells it). The bytes a shares with cand as they stand are compared first; when the first
+ * byte that differs is no space and no capital (nor past S_MAX_CANDIDATE), that settles it:
+ * normalising the shared bytes gives them back, and the byte after them as it is. Else
+ * s_normalise decides. */
+static bool s_norm_equal(const char *a, const char *cand)
+{
+    size_t k = 0;
+    while (a[k] == cand[k] && a[k])
+        k++;
+    unsigned char c = (unsigned char)a[k];
+    if (c == cand[k])
+        return true; /* a is cand: normalised already */
+    if (k < S_MAX_CANDIDATE && !s_space(c) && !(c >= 'A' && c <= 'Z'))
+        return false;
+    return s_normalise(a, SIZE_MAX, NULL, cand);
+}
+
 static char *s_normalise_n(const char *s, size_t n)
 {
     char *out = sr_xmalloc((n > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : n) + 1);
@@ -225,7 +243,7 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
     /* The usual case, an exact match, first: no copy of each admissible action. */
     bool exact = false;
     for (size_t i = 0; i < n && admissible && !exact; i++) {
-        if (admissible[i] && s_normalise(admissible[i], SIZE_MAX, NULL, cand)) {
+        if (admissible[i] && s_norm_equal(admissible[i], cand)) {
             best = (int)i;
             best_d = 0.0;
             exact = true;
@@ -264,10 +282,17 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
         out->match = EXTRACT_MATCH_NONE;
     }
     if (best >= 0) {
-        out->action = sr_xstrdup(admissible[best]);
+        /* the action as listed, in the candidate's memory when it fits (the usual exact match) */
+        size_t la = strlen(admissible[best]);
+        if (la <= (len > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : len)) {
+            memcpy(cand, admissible[best], la + 1);
+            out->action = cand;
+        } else {
+            out->action = sr_xstrdup(admissible[best]);
+            free(cand);
+        }
         out->index = best;
         out->distance = best_d;
-        free(cand);
     } else {
         out->action = cand;
         out->distance = best_d > 1.0 ? 1.0 : best_d;

@@ -23,6 +23,8 @@ struct llmlink {
     reactor_t *r;
     astats_t *st;
     char *id, *policy_url, *model, *api_key;
+    const char *ph;   /* "{version}" in model, or NULL: found once, not at every step */
+    size_t model_len;
     actor_tokens_t tokens;
     llm_client_t *llm;
     int timer;
@@ -90,6 +92,8 @@ llmlink_t *llmlink_new(reactor_t *r, astats_t *st, const llmlink_cfg_t *cfg, cha
     l->id = sr_xstrdup(cfg->id);
     l->policy_url = sr_xstrdup(cfg->policy_url);
     l->model = sr_xstrdup(cfg->model);
+    l->ph = strstr(l->model, "{version}");
+    l->model_len = strlen(l->model);
     l->api_key = cfg->api_key ? sr_xstrdup(cfg->api_key) : NULL;
     l->tokens = cfg->tokens;
     l->after_io = cfg->after_io;
@@ -148,13 +152,12 @@ const char *llmlink_url(const llmlink_t *l)
 
 void llmlink_model(const llmlink_t *l, int64_t v, char *out, size_t n)
 {
-    const char *ph = strstr(l->model, "{version}");
+    const char *ph = l->ph;
     if (ph) {
         snprintf(out, n, "%.*s%lld%s", (int)(ph - l->model), l->model, (long long)v,
                  ph + strlen("{version}"));
     } else if (n > 0) { /* the plain name, twice a step: no snprintf */
-        size_t len = strlen(l->model);
-        len = len < n ? len : n - 1;
+        size_t len = l->model_len < n ? l->model_len : n - 1;
         memcpy(out, l->model, len);
         out[len] = '\0';
     }
@@ -178,7 +181,7 @@ static bool s_version_in(const char *name, const char *prefix, size_t plen, cons
 /* s_template_matches tells whether name is the model template with some version in it. */
 static bool s_template_matches(const llmlink_t *l, const char *name, int64_t *v)
 {
-    const char *ph = strstr(l->model, "{version}");
+    const char *ph = l->ph;
     int64_t dummy;
     return ph && s_version_in(name, l->model, (size_t)(ph - l->model), ph + strlen("{version}"),
                               v ? v : &dummy);
@@ -186,12 +189,19 @@ static bool s_template_matches(const llmlink_t *l, const char *name, int64_t *v)
 
 /* ---- what an answer says -------------------------------------------------------------------------- */
 
+/* s_dup copies n elements of size sz (NULL when none): each written, so not zeroed first. */
+static void *s_dup(const void *v, size_t n, size_t sz)
+{
+    if (!n)
+        return NULL;
+    void *d = sr_xmalloc(n * sz);
+    memcpy(d, v, n * sz);
+    return d;
+}
+
 static int32_t *s_ids_dup(const int32_t *v, size_t n)
 {
-    int32_t *d = n ? sr_xcalloc(n, sizeof *d) : NULL;
-    if (n)
-        memcpy(d, v, n * sizeof *d);
-    return d;
+    return s_dup(v, n, sizeof *v);
 }
 
 /* s_record_model records the answering model and, when it can be told, the policy version that
@@ -227,12 +237,13 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
                             proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
 {
     size_t n = SR_MIN(resp->n_token_ids, (size_t)PROTO_MAX_TOKENS);
-    cur->token_ids = s_ids_dup(resp->token_ids, n);
+    /* the parse's arrays are taken over when the client gives them (no copy) */
+    int32_t *ids = n ? llm_response_take_ids(resp) : NULL;
+    cur->token_ids = ids ? ids : s_ids_dup(resp->token_ids, n);
     cur->token_ids_len = n;
     if (resp->n_token_logprobs == n && n > 0) {
-        float *lp = sr_xcalloc(n, sizeof *lp);
-        memcpy(lp, resp->token_logprobs, n * sizeof *lp);
-        cur->token_logprobs = lp;
+        float *lp = llm_response_take_logprobs(resp);
+        cur->token_logprobs = lp ? lp : s_dup(resp->token_logprobs, n, sizeof *resp->token_logprobs);
         cur->token_logprobs_len = n;
     }
     cur->tokens_mismatch = n != resp->n_token_ids ||
@@ -255,7 +266,7 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
     cur->prompt_token_ids_len = np - k;
     free(*last_ids);
     *n_last_ids = np + n;
-    *last_ids = *n_last_ids ? sr_xcalloc(*n_last_ids, sizeof **last_ids) : NULL;
+    *last_ids = *n_last_ids ? sr_xmalloc(*n_last_ids * sizeof **last_ids) : NULL;
     if (np)
         memcpy(*last_ids, p, np * sizeof *p);
     if (n)
@@ -266,10 +277,10 @@ void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool fi
                     proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
 {
     cur->raw = sr_xstrdup_max(resp->content, PROTO_MAX_TEXT);
-    cur->text_truncated = strlen(resp->content) >= PROTO_MAX_TEXT;
+    cur->text_truncated = strnlen(resp->content, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     if (resp->reasoning) {
         cur->reasoning = sr_xstrdup_max(resp->reasoning, PROTO_MAX_TEXT);
-        cur->text_truncated |= strlen(resp->reasoning) >= PROTO_MAX_TEXT;
+        cur->text_truncated |= strnlen(resp->reasoning, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     }
     cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;
     cur->reasoning_tokens = resp->reasoning_tokens >= 0 ? resp->reasoning_tokens : 0;

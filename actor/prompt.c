@@ -75,6 +75,15 @@ static void s_put(s_buf_t *b, const char *s, size_t n)
     }
 }
 
+/* s_reserve makes room for n more bytes. */
+static void s_reserve(s_buf_t *b, size_t n)
+{
+    if (n > b->cap - b->len && sr_buf_reserve(b, n) != SR_OK) {
+        fputs("selroll: out of memory rendering a prompt\n", stderr);
+        abort();
+    }
+}
+
 static void s_puts(s_buf_t *b, const char *s)
 {
     if (s)
@@ -166,14 +175,20 @@ static void s_render_ph(s_buf_t *b, s_ph_t ph, const s_ctx_t *c)
         bool first = true;
         for (size_t i = 0; i < s->n_admissible; i++) {
             const char *a = s->admissible ? s->admissible[i] : NULL;
-            if (!a || strcmp(a, "help") == 0)
+            if (!a || (a[0] == 'h' && strcmp(a, "help") == 0))
                 continue;
-            if (first)
-                S_PUTL(b, "'");
-            else
-                S_PUTL(b, ", '");
-            s_puts(b, a);
-            S_PUTL(b, "'");
+            /* ", '" a "'" written in place: one copy an action, not three */
+            size_t n = strlen(a);
+            s_reserve(b, n + 4);
+            char *o = (char *)b->data + b->len;
+            if (!first) {
+                *o++ = ',';
+                *o++ = ' ';
+            }
+            *o++ = '\'';
+            memcpy(o, a, n);
+            o[n] = '\'';
+            b->len = (size_t)(o + n + 1 - (char *)b->data);
             first = false;
         }
         S_PUTL(b, "]");

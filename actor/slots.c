@@ -46,7 +46,7 @@ typedef struct slot {
     char *obs;
     char **adm;
     size_t n_adm;
-    prompt_turn_t *hist; /* owned strings */
+    prompt_turn_t *hist; /* owned observations; each action is its step record's (steps[i]) */
     size_t n_hist, cap_hist;
     proto_result_step_t *steps; /* owned strings */
     size_t n_steps, cap_steps;
@@ -104,9 +104,7 @@ static void s_step_clear(proto_result_step_t *st)
 
 static void s_adm_clear(slot_t *s)
 {
-    for (size_t i = 0; i < s->n_adm; i++)
-        free(s->adm[i]);
-    free(s->adm);
+    free(s->adm); /* one block: the pointers and the strings (s_take_obs) */
     s->adm = NULL;
     s->n_adm = 0;
 }
@@ -117,10 +115,8 @@ static void s_slot_clear(slot_t *s)
     free(s->goal);
     free(s->obs);
     s_adm_clear(s);
-    for (size_t i = 0; i < s->n_hist; i++) {
-        free((char *)s->hist[i].obs);
-        free((char *)s->hist[i].action);
-    }
+    for (size_t i = 0; i < s->n_hist; i++)
+        free((char *)s->hist[i].obs); /* the actions are the step records' */
     free(s->hist);
     for (size_t i = 0; i < s->n_steps; i++)
         s_step_clear(&s->steps[i]);
@@ -328,7 +324,12 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     extract_result_t ex;
     extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
     proto_result_step_t *cur = &s->cur;
-    cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
+    if (strnlen(ex.action, PROTO_MAX_ACTION) < PROTO_MAX_ACTION) { /* taken over: no copy */
+        cur->action = ex.action;
+        ex.action = NULL;
+    } else {
+        cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
+    }
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
@@ -412,18 +413,28 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs moves an observation's text and admissible list from the decoded OBS (which then
- * holds none) into the slot. */
+/* s_take_obs copies an observation's text and admissible list from the decoded OBS (whose
+ * memory proto_msg_clear frees as a whole) into the slot: the list as one block, the pointers
+ * followed by the strings. */
 static void s_take_obs(slot_t *s, proto_obs_t *ob)
 {
     free(s->obs);
-    s->obs = (char *)(ob->obs ? ob->obs : sr_xstrdup(""));
-    ob->obs = NULL;
+    s->obs = sr_xstrdup(ob->obs ? ob->obs : "");
     s_adm_clear(s);
-    s->adm = (char **)ob->admissible;
-    s->n_adm = ob->admissible_len;
-    ob->admissible = NULL;
-    ob->admissible_len = 0;
+    size_t n = ob->admissible_len, bytes = n * sizeof(char *);
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(ob->admissible[i]) + 1;
+    if (n > 0) {
+        s->adm = sr_xmalloc(bytes);
+        char *text = (char *)(s->adm + n);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = strlen(ob->admissible[i]) + 1;
+            memcpy(text, ob->admissible[i], len);
+            s->adm[i] = text;
+            text += len;
+        }
+    }
+    s->n_adm = n;
 }
 
 static void s_on_reset_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
@@ -490,7 +501,7 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
         s->hist = sr_xrealloc(s->hist, s->cap_hist * sizeof *s->hist);
     }
     s->hist[s->n_hist].obs = s->obs;
-    s->hist[s->n_hist++].action = sr_xstrdup(st->action);
+    s->hist[s->n_hist++].action = st->action; /* the step record's, freed with it */
     s->obs = NULL;
     s_take_obs(s, ob);
 

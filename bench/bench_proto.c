@@ -8,7 +8,7 @@
  * observations, raw model responses and the two chat messages sent at each step. The same RESULT
  * is measured with the token fields of --tokens completion (50 completion ids and logprobs a
  * step) and full (also 600 prompt ids a step, stored whole), and as the trajectories of a BATCH
- * group of 8.
+ * group of 8; and the ACTION of a step on the bus.
  */
 #include "bench/bench_proto.h"
 
@@ -21,13 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define S_RESULT_STEPS 30
 #define S_COMPLETION_IDS 50
 #define S_PROMPT_IDS 600
 #define S_BATCH_G 8
-#define S_NCASES 9
+#define S_NCASES 10
 
 typedef enum { S_ENCODE, S_DECODE, S_ROUNDTRIP } s_mode_t;
 
@@ -169,6 +170,13 @@ static void s_cases(s_case_t c[S_NCASES])
                                                .groups = &s_group[f], .groups_len = 1,
                                                .estimator = "grpo"};
     }
+
+    c[9].name = "ACTION";
+    proto_msg_init(&c[9].msg, PROTO_ACTION);
+    c[9].msg.u.action = (proto_action_t){.run = "r1", .group = "g-0007", .traj = 5, .step = 4,
+                                         .action = "take apple 1 from countertop 1",
+                                         .ended = false, .reward = 0.0, .actor_id = "actor-3",
+                                         .group_size = 8, .task = "household/train/17"};
 }
 
 /* s_batch runs n operations of the given mode and returns ns per operation, or -1 on failure. */
@@ -211,9 +219,40 @@ static double s_median_ns(const proto_msg_t *m, const sr_buf_t *enc, s_mode_t mo
     return sr_median(t, (size_t)reps);
 }
 
+/* s_counted runs exactly n operations of each mode on every case whose name starts with only
+ * (all with NULL), for counting tools: `valgrind --tool=callgrind` (instructions) or memcheck
+ * (allocations) over two values of n, the difference divided by the difference of n. */
+static int s_counted(s_case_t *cases, size_t ncases, const char *only, long n)
+{
+    sr_buf_t enc = SR_BUF_INIT, scratch = SR_BUF_INIT;
+    int rc = 0, matched = 0;
+    for (size_t c = 0; c < ncases && rc == 0; c++) {
+        if (only && strncasecmp(cases[c].name, only, strlen(only)) != 0)
+            continue;
+        matched++;
+        sr_buf_reset(&enc);
+        if (proto_encode(&cases[c].msg, &enc) != SR_OK ||
+            s_batch(&cases[c].msg, &enc, S_ENCODE, n, &scratch) < 0 ||
+            s_batch(&cases[c].msg, &enc, S_DECODE, n, &scratch) < 0) {
+            fprintf(stderr, "bench proto: %s failed to round-trip\n", cases[c].name);
+            rc = 1;
+        } else {
+            printf("%-18s %8zu bytes: %ld encodes, %ld decodes\n", cases[c].name, enc.len, n, n);
+        }
+    }
+    if (matched == 0) {
+        fprintf(stderr, "bench proto: no message named %s (try --help)\n", only);
+        rc = 2;
+    }
+    sr_buf_free(&enc);
+    sr_buf_free(&scratch);
+    return rc;
+}
+
 int bench_proto_run(int argc, char **argv)
 {
-    int reps = 7, ms = 200;
+    int reps = 7, ms = 200, count = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             if (!sr_cmd_int("bench proto", "--reps", argv[++i], &reps))
@@ -221,31 +260,45 @@ int bench_proto_run(int argc, char **argv)
         } else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
             if (!sr_cmd_int("bench proto", "--ms", argv[++i], &ms))
                 return 2;
+        } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+            if (!sr_cmd_int("bench proto", "--count", argv[++i], &count))
+                return 2;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: selroll bench proto [--reps N] [--ms N]\n"
+            printf("usage: selroll bench proto [--reps N] [--ms N] [--only NAME] [--count N]\n"
                    "Median ns/msg and messages/s of encode, decode and encode+decode of JOB,\n"
                    "STEP, OBS and RESULT with 30 steps (also with the token fields of --tokens\n"
                    "completion and full: 50 completion, 600 prompt ids a step), and BATCH of 8\n"
-                   "such trajectories, over N repetitions of about N ms each.\n");
+                   "such trajectories, and the bus's ACTION, over N repetitions of about N ms\n"
+                   "each.\n"
+                   "--only NAME keeps the messages whose name starts with NAME (e.g. OBS).\n"
+                   "--count N runs exactly N encodes and N decodes of each message, untimed: for\n"
+                   "counting instructions (valgrind --tool=callgrind) or allocations (memcheck's\n"
+                   "heap summary) per message from two runs with different N.\n");
             return 0;
         } else {
             fprintf(stderr, "bench proto: unknown option %s (try --help)\n", argv[i]);
             return 2;
         }
     }
-    if (reps < 1 || reps > 64 || ms < 1) {
-        fprintf(stderr, "bench proto: --reps must be 1..64 and --ms positive\n");
+    if (reps < 1 || reps > 64 || ms < 1 || count < 0) {
+        fprintf(stderr, "bench proto: --reps must be 1..64, --ms positive and --count >= 0\n");
         return 2;
     }
 
     s_case_t cases[S_NCASES];
     s_cases(cases);
+    if (count > 0)
+        return s_counted(cases, SR_ARRAY_LEN(cases), only, count);
     sr_buf_t enc = SR_BUF_INIT, scratch = SR_BUF_INIT;
     int rc = 0;
     printf("proto codec: median of %d repetitions of ~%d ms\n", reps, ms);
     printf("%-18s %8s %12s %12s %12s %14s %10s\n", "message", "bytes", "encode ns", "decode ns",
            "both ns", "both msg/s", "MB/s");
     for (size_t c = 0; c < SR_ARRAY_LEN(cases); c++) {
+        if (only && strncasecmp(cases[c].name, only, strlen(only)) != 0)
+            continue;
         sr_buf_reset(&enc);
         if (proto_encode(&cases[c].msg, &enc) != SR_OK) {
             fprintf(stderr, "bench proto: cannot encode %s\n", cases[c].name);

@@ -119,6 +119,7 @@ typedef struct {
     int attempts;            /* HTTP attempts made, retries included */
     int throttled;           /* of which answered 429 or 503 */
     double latency_ms;       /* from llm_client_chat() to the end of the last attempt */
+    struct llm_parsed *store; /* what the parse made (llm_response_take_*), or NULL */
 } llm_response_t;
 
 /* The done callback. It may start new requests and abort other requests; it must not destroy
@@ -200,6 +201,13 @@ char *llm_chat_body(const llm_chat_t *req);
 typedef struct llm_parsed llm_parsed_t;
 int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store);
 void llm_parsed_free(llm_parsed_t **store);
+
+/* llm_response_take_ids and llm_response_take_logprobs hand resp's token_ids / token_logprobs
+ * array (n_token_ids / n_token_logprobs elements, maybe more room) over to the caller, who frees
+ * it; resp's pointer stays valid. NULL when there is none or it is not resp's to give (then
+ * copy it). For a done callback that keeps the arrays beyond it without a copy. */
+int32_t *llm_response_take_ids(const llm_response_t *resp);
+float *llm_response_take_logprobs(const llm_response_t *resp);
 
 /* llm_parse_models_response parses a GET /v1/models body ({"object": "list", "data": [{"id"}]})
  * into out->models / out->n_models (pointing into *store, freed with llm_parsed_free). Returns

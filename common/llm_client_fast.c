@@ -17,6 +17,7 @@
 #include "common/jsonscan.h"
 #include "common/sr.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,46 @@ bool llm_fast_number(llm_fast_rd_t *r, const char **n0, const char **n1, bool *p
     return true;
 }
 
+/* s_div_round returns m / 10^k (m > 0, k <= 21) rounded to the nearest double, ties to even, as
+ * strtod rounds: m, moved to the top of 127 bits, divided by 10^k in 128-bit integers leaves a
+ * quotient of at least 57 bits; its top 53 are rounded with the rest and the remainder. */
+static double s_div_round(uint64_t m, int k)
+{
+    typedef unsigned __int128 u128;
+    static const uint64_t p10[20] = {1ull,
+                                     10ull,
+                                     100ull,
+                                     1000ull,
+                                     10000ull,
+                                     100000ull,
+                                     1000000ull,
+                                     10000000ull,
+                                     100000000ull,
+                                     1000000000ull,
+                                     10000000000ull,
+                                     100000000000ull,
+                                     1000000000000ull,
+                                     10000000000000ull,
+                                     100000000000000ull,
+                                     1000000000000000ull,
+                                     10000000000000000ull,
+                                     100000000000000000ull,
+                                     1000000000000000000ull,
+                                     10000000000000000000ull};
+    u128 p = (u128)p10[k > 19 ? 19 : k] * p10[k > 19 ? k - 19 : 0]; /* < 2^70 */
+    int sh = 127 - (64 - __builtin_clzll(m));
+    u128 n = (u128)m << sh; /* 2^126 <= n < 2^127 */
+    u128 q = n / p, r = n % p; /* q >= 2^56 */
+    uint64_t qh = (uint64_t)(q >> 64);
+    int bits = qh ? 128 - __builtin_clzll(qh) : 64 - __builtin_clzll((uint64_t)q);
+    int drop = bits - 53;
+    uint64_t top = (uint64_t)(q >> drop);
+    u128 rest = q & (((u128)1 << drop) - 1), half = (u128)1 << (drop - 1);
+    if (rest > half || (rest == half && (r != 0 || (top & 1))))
+        top++; /* 2^53 at most: still exact as a double */
+    return ldexp((double)top, drop - sh);
+}
+
 /* llm_fast_num_value returns the number [n0, n1) as strtod reads it. */
 double llm_fast_num_value(const char *n0, const char *n1)
 {
@@ -217,8 +258,25 @@ double llm_fast_num_value(const char *n0, const char *n1)
         mant = mant * 10 + (uint64_t)(*p - '0');
         scale -= frac;
     }
-    if (p == n1 && digits <= 15 && scale >= -22) {
+    if (p < n1 && (*p == 'e' || *p == 'E')) { /* the exponent joins the scale */
+        const char *q = p + 1;
+        bool eneg = q < n1 && *q == '-';
+        q += q < n1 && (*q == '-' || *q == '+');
+        int ex = 0;
+        for (; q < n1 && *q >= '0' && *q <= '9' && ex < 1000; q++)
+            ex = ex * 10 + (*q - '0');
+        if (q == n1) {
+            scale += eneg ? -ex : ex;
+            p = q;
+        }
+    }
+    if (p == n1 && digits <= 15 && scale >= -22 && scale <= 0) {
         double x = (double)mant / p10[-scale];
+        return neg ? -x : x;
+    }
+    if (p == n1 && mant > 0 && digits <= 19 && scale >= -21 && scale <= 0) {
+        /* a logprob printed with 17 digits */
+        double x = s_div_round(mant, -scale);
         return neg ? -x : x;
     }
     char num[64];
@@ -381,10 +439,11 @@ static bool s_choices(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
                 ok = llm_fast_logprobs(r, a, len_hint);
             } else if (!seen_t && LLM_FAST_IS(&key, "token_ids")) {
                 seen_t = true;
-                ok = llm_fast_ids(r, &a->tids, &a->n_tids, len_hint);
+                ok = llm_fast_ids(r, &a->tids, &a->n_tids, len_hint, a->ids_scratch,
+                                  a->scratch_cap);
             } else if (!seen_p && LLM_FAST_IS(&key, "prompt_token_ids")) {
                 seen_p = true;
-                ok = llm_fast_ids(r, &a->choice_pids, &a->n_choice_pids, len_hint);
+                ok = llm_fast_ids(r, &a->choice_pids, &a->n_choice_pids, len_hint, NULL, 0);
             } else {
                 ok = llm_fast_skip(r);
             }
@@ -458,9 +517,11 @@ static bool s_usage(llm_fast_rd_t *r, llm_fast_ans_t *a)
 
 static void s_ans_free(llm_fast_ans_t *a)
 {
-    free(a->lp);
+    if (a->lp != a->lp_scratch)
+        free(a->lp);
     free(a->lp_ids);
-    free(a->tids);
+    if (a->tids != a->ids_scratch)
+        free(a->tids);
     free(a->root_pids);
     free(a->choice_pids);
 }
@@ -494,7 +555,7 @@ static bool s_root(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len)
             ok = s_str_or_other(r, &a->fingerprint);
         } else if (!seen_p && LLM_FAST_IS(&key, "prompt_token_ids")) {
             seen_p = true;
-            ok = llm_fast_ids(r, &a->root_pids, &a->n_root_pids, 0);
+            ok = llm_fast_ids(r, &a->root_pids, &a->n_root_pids, 0, NULL, 0);
         } else if (!seen_e && LLM_FAST_IS(&key, "error")) {
             seen_e = true;
             ok = llm_fast_null(r); /* an error answer is the tree path's */
@@ -517,9 +578,27 @@ static bool s_root(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len)
     return seen_ch && llm_fast_eat(r, '}');
 }
 
+/* s_exact returns n elements of size sz at v in an array of their own: v itself when it is on the
+ * heap already, else a copy (v on the stack). */
+static void *s_exact(void *v, size_t n, size_t sz, const void *scratch)
+{
+    if (!v || v != scratch)
+        return v;
+    void *h = sr_xmalloc(n * sz);
+    memcpy(h, v, n * sz);
+    return h;
+}
+
+/* Ids and logprobs of an answer of up to this many tokens are read on the stack (4 KiB). */
+#define S_SCRATCH 512
+
 bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)
 {
-    llm_fast_ans_t a = {.prompt_tokens = -1, .completion_tokens = -1, .reasoning_tokens = -1};
+    int32_t ids_scratch[S_SCRATCH];
+    float lp_scratch[S_SCRATCH];
+    llm_fast_ans_t a = {.prompt_tokens = -1, .completion_tokens = -1, .reasoning_tokens = -1,
+                        .ids_scratch = ids_scratch, .lp_scratch = lp_scratch,
+                        .scratch_cap = S_SCRATCH};
     llm_fast_rd_t r = {.p = body, .e = body + len};
     if (!s_root(&r, &a, len)) {
         s_ans_free(&a);
@@ -548,8 +627,8 @@ bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parse
         got[0] = o;
     }
 
-    int32_t *ids = a.tids;
     size_t n_ids = a.n_tids;
+    int32_t *ids = s_exact(a.tids, n_ids, sizeof *ids, ids_scratch);
     a.tids = NULL;
     int32_t *pids = a.root_pids;
     size_t n_pids = a.n_root_pids;
@@ -562,8 +641,8 @@ bool llm_fast_parse(const char *body, size_t len, llm_response_t *out, llm_parse
     float *lp = NULL;
     size_t n_lp = 0;
     if (a.lp_seen && a.n_lp > 0) {
-        lp = a.lp;
         n_lp = a.n_lp;
+        lp = s_exact(a.lp, n_lp, sizeof *lp, lp_scratch);
         a.lp = NULL;
         if (!ids && a.all_ids && a.lp_ids) {
             ids = a.lp_ids;

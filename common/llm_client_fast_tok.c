@@ -51,9 +51,23 @@ static inline size_t s_digits8(const char *p, const char *e, uint64_t *x)
 #endif
 }
 
+/* s_ids_grow doubles the room of the id array *v (scratch_cap ids at scratch, or on the heap). */
+static int32_t *s_ids_grow(int32_t *v, size_t *cap, const int32_t *scratch)
+{
+    size_t k = *cap;
+    *cap *= 2;
+    if (v != scratch)
+        return sr_xrealloc(v, *cap * sizeof *v);
+    int32_t *h = sr_xmalloc(*cap * sizeof *h);
+    memcpy(h, v, k * sizeof *v);
+    return h;
+}
+
 /* llm_fast_ids reads a token id array of plain integers 0..INT32_MAX (null and [] read as none);
- * any other form is outside the subset. The array is new (NULL when empty). */
-bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
+ * any other form is outside the subset. The array is new (NULL when empty), or scratch itself
+ * when scratch (room for scratch_cap ids, not NULL) held them all. */
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, int32_t *scratch,
+                  size_t scratch_cap)
 {
     *out = NULL;
     *n = 0;
@@ -63,10 +77,22 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
         return false;
     if (llm_fast_eat(r, ']'))
         return true;
-    size_t cap = SR_MAX((size_t)16, len_hint / 16), k = 0;
-    int32_t *v = sr_xmalloc(cap * sizeof *v);
+    size_t cap = scratch ? scratch_cap : SR_MAX((size_t)16, len_hint / 16), k = 0;
+    int32_t *v = scratch ? scratch : sr_xmalloc(cap * sizeof *v);
     const char *p = r->p, *e = r->e;
     for (;;) {
+        /* the usual run: ids of 1-8 digits, each followed by a comma and a digit, a word each */
+        while (e - p >= 10) {
+            uint64_t x = 0;
+            size_t nd = s_digits8(p, e, &x);
+            if (nd - 1 >= 8 || p[nd] != ',' || (unsigned)(p[nd + 1] - '0') > 9 ||
+                (*p == '0' && nd > 1))
+                break; /* none, nine or more, another end, a leading zero: read below */
+            if (k == cap)
+                v = s_ids_grow(v, &cap, scratch);
+            v[k++] = (int32_t)x;
+            p += nd + 1;
+        }
         /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
         const char *d0 = p;
         uint64_t x = 0;
@@ -79,10 +105,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
         }
         if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
             goto fail;
-        if (k == cap) {
-            cap *= 2;
-            v = sr_xrealloc(v, cap * sizeof *v);
-        }
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
         v[k++] = (int32_t)x;
         if (*p == ',') {
             p++;
@@ -114,7 +138,8 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint)
     *n = k;
     return true;
 fail:
-    free(v);
+    if (v != scratch)
+        free(v);
     return false;
 }
 
@@ -235,6 +260,74 @@ static bool s_lp_entry_usual(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t k)
     return true;
 }
 
+/* s_lp_grow doubles the room for logprobs entries (and their ids, when kept), zeroed. */
+static void s_lp_grow(llm_fast_ans_t *a)
+{
+    size_t cap = a->cap_lp * 2;
+    if (a->lp == a->lp_scratch) { /* off the stack */
+        float *h = sr_xmalloc(cap * sizeof *h);
+        memcpy(h, a->lp, a->cap_lp * sizeof *h);
+        a->lp = h;
+    } else {
+        a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
+    }
+    memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
+    if (a->lp_ids) {
+        a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
+        memset(a->lp_ids + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp_ids);
+    }
+    a->cap_lp = cap;
+}
+
+static inline uint64_t s_load8(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t s_load4(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* s_lp_lean reads a run of entries of the lean form {"token":"T","logprob":0} (T without escapes,
+ * not "token_id:..."), each but the last followed by a comma and the next entry with no
+ * whitespace between: the built-in server writes every entry off the action so. Each reads as
+ * s_lp_entry_usual reads it (the sum is unchanged by a zero: it is never -0). Returns the entries
+ * read; r->p is after the last one's '}' (untouched when none). */
+static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
+{
+    static const char k_tok[] = "{\"token\":\"", k_lp[] = "\",\"logprob\":0}";
+    const uint64_t tok8 = s_load8(k_tok), lp8 = s_load8(k_lp);
+    const uint32_t lp4 = s_load4(k_lp + 8);
+    const char *p = r->p, *e = r->e, *done = NULL;
+    size_t got = 0;
+    /* 48 bytes: the entry's fixed 24, a piece within the word the scan loads, and the next '{' */
+    while (e - p >= 48 && s_load8(p) == tok8 && p[8] == ':' && p[9] == '"') {
+        const char *t = p + 10, *q = jsonscan_str_stop(t, e);
+        if (e - q < 16 || *q != '"' || (q - t >= 9 && memcmp(t, "token_id:", 9) == 0) ||
+            s_load8(q) != lp8 || s_load4(q + 8) != lp4 || q[12] != '0' || q[13] != '}')
+            break;
+        if (a->n_lp == a->cap_lp)
+            s_lp_grow(a);
+        a->lp[a->n_lp++] = 0;
+        got++;
+        done = q + 14;
+        if (q[14] != ',' || q[15] != '{')
+            break;
+        p = q + 15;
+    }
+    if (got) {
+        a->any = true;
+        a->all_ids = false;
+        r->p = done;
+    }
+    return got;
+}
+
 /* llm_fast_logprobs reads the first choice's "logprobs": null, or an object whose first "content"
  * is an array of entry objects (other shapes are outside the subset). */
 bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
@@ -256,20 +349,20 @@ bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint)
                 return false;
             a->lp_seen = true;
             a->all_ids = true;
-            a->cap_lp = SR_MAX((size_t)16, len_hint / 24);
-            a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
+            if (a->lp_scratch) { /* zeroed entry by entry as they come */
+                a->cap_lp = a->scratch_cap;
+                a->lp = a->lp_scratch;
+            } else {
+                a->cap_lp = SR_MAX((size_t)16, len_hint / 24);
+                a->lp = sr_xcalloc(a->cap_lp, sizeof *a->lp);
+            }
             if (!llm_fast_eat(r, ']')) {
                 do {
-                    if (a->n_lp == a->cap_lp) {
-                        size_t cap = a->cap_lp * 2;
-                        a->lp = sr_xrealloc(a->lp, cap * sizeof *a->lp);
-                        memset(a->lp + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp);
-                        if (a->lp_ids) {
-                            a->lp_ids = sr_xrealloc(a->lp_ids, cap * sizeof *a->lp_ids);
-                            memset(a->lp_ids + a->cap_lp, 0, (cap - a->cap_lp) * sizeof *a->lp_ids);
-                        }
-                        a->cap_lp = cap;
-                    }
+                    if (s_lp_lean(r, a) > 0)
+                        continue; /* to the comma after the run */
+                    if (a->n_lp == a->cap_lp)
+                        s_lp_grow(a);
+                    a->lp[a->n_lp] = 0; /* an entry without a numeric logprob reads as 0 */
                     if (!s_lp_entry_usual(r, a, a->n_lp) && !s_lp_entry(r, a, a->n_lp))
                         return false;
                     a->n_lp++;

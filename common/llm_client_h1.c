@@ -650,6 +650,7 @@ void llm_h1_attempt(llm_request_t *r)
             s_send(k);
     }
     r->h1_starting = false;
+    llm_h1_note_due(c, llm_h1_due(r));
     llm_rearm(c);
 }
 

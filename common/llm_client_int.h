@@ -75,6 +75,10 @@ struct llm_client {
     struct llm_fdstate *fds;
     size_t nfds;
     int64_t timer_due; /* the due time the owner's timer was last set for (-1 none, -2 unknown) */
+    /* at most the earliest llm_h1_due of the requests (when h1_has_floor): lowered by every
+     * attempt, recomputed by a scan of the requests only when the owner's timer fired */
+    int64_t h1_floor_ms;
+    bool h1_has_floor;
     /* chat requests over the client's own HTTP/1.1 connections (llm_client_h1.c) */
     bool h1;
     struct sockaddr_in h1_addr;
@@ -106,10 +110,13 @@ struct llm_fdstate {
 #define LLM_MAX_IDLE_EASY 4096u
 
 /* A request's life (llm_client_multi.c). llm_rearm asks the owner's timer for the earliest of
- * curl's deadline and the due retries; llm_req_free frees a request (its easy handle kept for
- * reuse when it can be); llm_write_cb collects a response body; llm_drain handles every transfer
- * curl reports finished; llm_run_due_retries starts every request whose back-off has passed. */
+ * curl's deadline, the due retries and the own connections' due times (h1_floor_ms: the timer may
+ * fire early, never late); llm_h1_note_due lowers h1_floor_ms to a request's new due time;
+ * llm_req_free frees a request (its easy handle kept for reuse when it can be); llm_write_cb
+ * collects a response body; llm_drain handles every transfer curl reports finished;
+ * llm_run_due_retries starts every request whose back-off has passed. */
 void llm_rearm(llm_client_t *c);
+void llm_h1_note_due(llm_client_t *c, int64_t due);
 void llm_req_free(llm_request_t *r);
 size_t llm_write_cb(char *data, size_t size, size_t nmemb, void *userp);
 void llm_drain(llm_client_t *c);
@@ -213,6 +220,11 @@ typedef struct {
     /* token id arrays: the first choice's, the root's and the first choice's prompt ids */
     int32_t *tids, *root_pids, *choice_pids;
     size_t n_tids, n_root_pids, n_choice_pids;
+    /* Scratch room on llm_fast_parse's stack for the first choice's ids and the logprobs: read
+     * there, then copied once into arrays of their exact size (beyond it, on the heap). */
+    int32_t *ids_scratch;
+    float *lp_scratch;
+    size_t scratch_cap;
 } llm_fast_ans_t;
 
 static inline void llm_fast_ws(llm_fast_rd_t *r)
@@ -255,7 +267,8 @@ double llm_fast_num_value(const char *n0, const char *n1);
 bool llm_fast_key(llm_fast_rd_t *r, llm_fast_str_t *k);
 bool llm_fast_skip(llm_fast_rd_t *r);
 bool llm_fast_null(llm_fast_rd_t *r);
-bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint);
+bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, int32_t *scratch,
+                  size_t scratch_cap);
 bool llm_fast_logprobs(llm_fast_rd_t *r, llm_fast_ans_t *a, size_t len_hint);
 
 #endif

@@ -161,9 +161,8 @@ char *llm_chat_body(const llm_chat_t *req)
     }
     if (req->has_seed) {
         /* an exact integer: a double loses the low bits, and Ollama's decoder refuses it */
-        char num[40];
-        int n = snprintf(num, sizeof num, ",\"seed\":%lld", (long long)(req->seed & LLM_SEED_MAX));
-        jsonw_raw(&w, num, (size_t)n);
+        jsonw_lit(&w, ",\"seed\":");
+        jsonw_int(&w, (long long)(req->seed & LLM_SEED_MAX));
     }
     if (req->logprobs)
         jsonw_lit(&w, ",\"logprobs\":true");
@@ -383,6 +382,7 @@ static void s_response_reset(llm_response_t *out)
     out->reasoning_tokens = -1;
     out->has_logprob = false;
     out->logprob_sum = 0;
+    out->store = NULL;
     out->token_ids = out->prompt_token_ids = NULL;
     out->token_logprobs = NULL;
     out->n_token_ids = out->n_prompt_token_ids = out->n_token_logprobs = 0;
@@ -395,9 +395,33 @@ int llm_parse_chat_response(const char *body, size_t len, llm_response_t *out, l
         return SR_EINVAL;
     *store = NULL;
     s_response_reset(out);
-    if (body && len > 0 && llm_fast_parse(body, len, out, store))
-        return SR_OK;
-    return llm_parse_chat_tree(body, len, out, store);
+    int rc = body && len > 0 && llm_fast_parse(body, len, out, store)
+                 ? SR_OK
+                 : llm_parse_chat_tree(body, len, out, store);
+    out->store = *store;
+    return rc;
+}
+
+int32_t *llm_response_take_ids(const llm_response_t *resp)
+{
+    llm_parsed_t *st = resp ? resp->store : NULL;
+    if (!st || !st->token_ids || st->token_ids != resp->token_ids)
+        return NULL;
+    int32_t *v = st->token_ids;
+    st->token_ids = NULL;
+    st->n_token_ids = 0;
+    return v;
+}
+
+float *llm_response_take_logprobs(const llm_response_t *resp)
+{
+    llm_parsed_t *st = resp ? resp->store : NULL;
+    if (!st || !st->token_logprobs || st->token_logprobs != resp->token_logprobs)
+        return NULL;
+    float *v = st->token_logprobs;
+    st->token_logprobs = NULL;
+    st->n_token_logprobs = 0;
+    return v;
 }
 
 int llm_parse_chat_tree(const char *body, size_t len, llm_response_t *out, llm_parsed_t **store)

@@ -22,18 +22,35 @@ static uint64_t s_rand(llm_client_t *c)
 
 /* ---- request lifecycle --------------------------------------------------------------------- */
 
+void llm_h1_note_due(llm_client_t *c, int64_t due)
+{
+    if (due >= 0 && (!c->h1_has_floor || due < c->h1_floor_ms)) {
+        c->h1_floor_ms = due;
+        c->h1_has_floor = true;
+    }
+}
+
+/* The own connections' due times change only when an attempt starts (llm_h1_note_due) or rise
+ * when one ends; the floor kept for them is exact after a scan, low after an end. A low floor
+ * makes the timer fire early, once: that scans (the requests' due times are looked at in the
+ * timer anyway) and takes the true earliest. So only the timer's rearm and the retries' scan
+ * the requests, not every answer and every request start (64 requests an actor, twice a step). */
 void llm_rearm(llm_client_t *c)
 {
     if (!c->has_hooks || !c->hooks.set_timer)
         return;
     int64_t due = c->curl_deadline_ms;
-    for (llm_request_t *r = c->waiting || c->h1 ? c->head : NULL; r; r = r->next) {
+    bool scan = c->waiting || (c->h1 && c->timer_due == -2);
+    if (scan && c->h1)
+        c->h1_has_floor = false;
+    for (llm_request_t *r = scan ? c->head : NULL; r; r = r->next) {
         if (r->retry_due_ms >= 0 && (due < 0 || r->retry_due_ms < due))
             due = r->retry_due_ms;
-        int64_t d = c->h1 ? llm_h1_due(r) : -1;
-        if (d >= 0 && (due < 0 || d < due))
-            due = d;
+        if (c->h1)
+            llm_h1_note_due(c, llm_h1_due(r));
     }
+    if (c->h1_has_floor && (due < 0 || c->h1_floor_ms < due))
+        due = c->h1_floor_ms;
     if (due == c->timer_due)
         return; /* the timer the owner holds is the one wanted */
     c->timer_due = due;

@@ -125,8 +125,10 @@ static int s_logits(const model_t *m, const pparse_state_t *st, const model_ctx_
                     double *logits)
 {
     model_feat_t f[MODEL_MAX_FEATS];
+    model_fmemo_t memo;
+    memo.verb_ok = memo.yt_ok = false;
     for (int i = 0; i < st->n_actions; i++) {
-        int n = model_features_ctx(st, c, i, f, MODEL_MAX_FEATS);
+        int n = model_features_memo(st, c, i, f, MODEL_MAX_FEATS, &memo);
         double z = 0;
         for (int k = 0; k < n; k++)
             z += (double)m->w[f[k].idx] * f[k].val;
@@ -240,7 +242,9 @@ int model_choose_probs_ctx(const model_t *m, const pparse_state_t *st, const mod
     int n = st->n_actions;
     if (n == 0)
         return SR_OK;
-    p = sr_xmalloc(sizeof(double) * (size_t)n);
+    double p_small[PPARSE_MAX_ACTIONS]; /* a state holds at most this many: no malloc */
+    int order_small[PPARSE_MAX_ACTIONS];
+    p = n <= PPARSE_MAX_ACTIONS ? p_small : sr_xmalloc(sizeof(double) * (size_t)n);
     if (ctx) {
         s_logits(m, st, ctx, p);
     } else {
@@ -260,7 +264,7 @@ int model_choose_probs_ctx(const model_t *m, const pparse_state_t *st, const mod
     s_softmax(p, n, temperature);
     if (probs)
         memcpy(probs, p, sizeof(double) * (size_t)n);
-    order = sr_xmalloc(sizeof(int) * (size_t)n);
+    order = n <= PPARSE_MAX_ACTIONS ? order_small : sr_xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++)
         order[i] = i;
     s_sort_desc(order, n, p);
@@ -288,8 +292,10 @@ int model_choose_probs_ctx(const model_t *m, const pparse_state_t *st, const mod
     out->logprob = log(out->prob);
 
 cleanup:
-    free(order);
-    free(p);
+    if (order != order_small)
+        free(order);
+    if (p != p_small)
+        free(p);
     return rc;
 }
 
@@ -444,7 +450,8 @@ char *model_reason_ctx(const model_t *m, const pparse_state_t *st, const model_c
 {
     if (!st || !p || !count)
         return NULL;
-    s_text_t t = {0};
+    s_text_t t = {.p = sr_xmalloc(1024), .len = 0, .cap = 1024}; /* most reasonings fit */
+    t.p[0] = '\0';
     char line[512];
     const char *action = chosen >= 0 && chosen < st->n_actions ? st->actions[chosen] : "look";
     s_text_add(&t, "<think>");

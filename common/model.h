@@ -92,6 +92,8 @@ uint32_t model_string_index(const char *action);
 int model_features(const model_t *m, const pparse_state_t *st, int action, model_feat_t *out,
                    int max);
 
+#define MODEL_CTX_TYPES 32 /* receptacle types a state's context keeps (model_ctx_t) */
+
 /* What a model takes for true about the task of one state, computed once per state: the task's
  * beliefs and the next receptacle of its search plan. Filled by model_ctx_init. */
 typedef struct {
@@ -105,6 +107,16 @@ typedef struct {
     double sure;       /* how sure of its plan it is on this task (the plan feature's value) */
     bool plan_lamp;    /* the plan searches for the lamp (look tasks, goal object in hand) */
     char plan_next[PPARSE_NAME_MAX]; /* the plan's next receptacle while searching, "" if none */
+    /* The receptacle types the plan weighed (its go-to targets' and the location's, at most
+     * MODEL_CTX_TYPES), each with the feature indices it read of the weights: with plan_lamp
+     * "go|lamp=GOALRECEP|rt=TYPE|hold=goal" in a, else "go|obj=GOALOBJ|rt=TYPE|hold=empty" in a
+     * and "go|room=ROOM|oc=OC|rt=TYPE" in b. model_logits takes the go features' indices from
+     * here. n_types 0 when the state made no plan. */
+    int n_types;
+    struct {
+        char type[PPARSE_NAME_MAX];
+        uint32_t a, b;
+    } types[MODEL_CTX_TYPES];
 } model_ctx_t;
 
 /* model_ctx_init fills *c for m and st (neither NULL). */

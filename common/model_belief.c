@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- beliefs */
@@ -101,7 +102,7 @@ uint32_t model_salt(const model_t *m)
 static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_t *tb)
 {
     uint32_t salt = model_salt(m);
-    memset(tb, 0, sizeof *tb);
+    memset(tb, 0, offsetof(model_ctx_t, types)); /* the types count from n_types */
     tb->key = s_mix(st->task_key ^ ((uint64_t)salt + 1) * 0xD6E8FEB86659FD93ULL);
     tb->oc = "other";
     char pat[PPARSE_NAME_MAX + 2];
@@ -114,14 +115,14 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
     unsigned t = (unsigned)st->task < PPARSE_TASK_COUNT ? (unsigned)st->task : 0;
     if (s_unit(tb->key ^ 0xA11CEULL) < S_P_ALIKE[t]) {
         for (size_t i = 0; i < SR_ARRAY_LEN(S_ALIKE); i++)
-            if (strcmp(S_ALIKE[i][0], st->goal_obj) == 0)
+            if (pparse_strcmp(S_ALIKE[i][0], st->goal_obj) == 0)
                 tb->alike = S_ALIKE[i][1];
     }
     tb->forget = s_unit(tb->key ^ 0xF0E6E7ULL) < S_P_FORGET[t];
     tb->misverb = s_unit(tb->key ^ 0x9E7BULL) < S_P_MISVERB[t];
     if (s_unit(tb->key ^ 0x4A11CEULL) < S_P_RALIKE[t]) {
         for (size_t i = 0; i < SR_ARRAY_LEN(S_RALIKE); i++)
-            if (strcmp(S_RALIKE[i][0], st->goal_recep) == 0)
+            if (pparse_strcmp(S_RALIKE[i][0], st->goal_recep) == 0)
                 tb->ralike = S_RALIKE[i][1];
     }
     tb->sure = s_unit(tb->key ^ 0x5E4EULL) < S_P_SURE[t] ? 1.0 : 0.0;
@@ -129,7 +130,7 @@ static void s_task_belief(const model_t *m, const pparse_state_t *st, model_ctx_
         size_t l = strlen(tb->alike);
         for (int i = 0; i < st->n_actions && !tb->alike_here; i++) {
             const char *a = st->actions[i];
-            tb->alike_here = strncmp(a, "take ", 5) == 0 && strncmp(a + 5, tb->alike, l) == 0 &&
+            tb->alike_here = pparse_strncmp(a, "take ", 5) == 0 && pparse_strncmp(a + 5, tb->alike, l) == 0 &&
                              a[5 + l] == ' ';
         }
     }
@@ -144,16 +145,16 @@ bool model_arrived(const pparse_state_t *st)
         const char *a = st->hist[i].action;
         if (!a)
             return false;
-        if (strncmp(a, "put ", 4) == 0)
+        if (pparse_strncmp(a, "put ", 4) == 0)
             continue;
-        return strncmp(a, "go to ", 6) == 0 && strcmp(a + 6, st->location) == 0;
+        return pparse_strncmp(a, "go to ", 6) == 0 && pparse_strcmp(a + 6, st->location) == 0;
     }
     return false;
 }
 
 bool model_is_alike(const model_ctx_t *tb, const char *type)
 {
-    return tb->alike && strcmp(tb->alike, type) == 0;
+    return tb->alike && pparse_strcmp(tb->alike, type) == 0;
 }
 
 #define S_PLAN_SPREAD 1.0 /* how far a task's belief moves a receptacle in its plan */
@@ -184,14 +185,19 @@ static uint32_t s_index_of(const char *fmt, ...)
     return f.idx;
 }
 
-/* s_plan_known is what the model's weights say of receptacle type `type` as the place to look. */
+/* s_plan_known is what the model's weights say of receptacle type `type` as the place to look;
+ * the indices it read go to *a and *b (model_ctx_t's types). */
 static double s_plan_known(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
-                           const char *type)
+                           const char *type, uint32_t *a, uint32_t *b)
 {
-    if (tb->plan_lamp)
-        return m->w[s_index_of("go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type)];
-    return m->w[s_index_of("go|obj=%s|rt=%s|hold=empty", st->goal_obj, type)] +
-           m->w[s_index_of("go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type)];
+    if (tb->plan_lamp) {
+        *a = s_index_of("go|lamp=%s|rt=%s|hold=goal", st->goal_recep, type);
+        *b = 0;
+        return m->w[*a];
+    }
+    *a = s_index_of("go|obj=%s|rt=%s|hold=empty", st->goal_obj, type);
+    *b = s_index_of("go|room=%s|oc=%s|rt=%s", st->room, tb->oc, type);
+    return m->w[*a] + m->w[*b];
 }
 
 /* s_plan_score orders the receptacles of the task's search plan: the model's own knowledge of
@@ -209,17 +215,24 @@ typedef struct {
     double known;
 } s_known_t;
 
-static double s_known_of(const model_t *m, const pparse_state_t *st, const model_ctx_t *tb,
+static double s_known_of(const model_t *m, const pparse_state_t *st, model_ctx_t *tb,
                          s_known_t *kt, int *nk, const char *type)
 {
     for (int i = 0; i < *nk; i++)
-        if (strcmp(kt[i].type, type) == 0)
+        if (pparse_strcmp(kt[i].type, type) == 0)
             return kt[i].known;
-    double v = s_plan_known(m, st, tb, type);
+    uint32_t a, b;
+    double v = s_plan_known(m, st, tb, type, &a, &b);
     if (*nk < 32) {
         pparse_cat(kt[*nk].type, sizeof kt[*nk].type, type, NULL);
         kt[*nk].known = v;
         (*nk)++;
+    }
+    if (tb->n_types < MODEL_CTX_TYPES) {
+        pparse_cat(tb->types[tb->n_types].type, sizeof tb->types[0].type, type, NULL);
+        tb->types[tb->n_types].a = a;
+        tb->types[tb->n_types].b = b;
+        tb->n_types++;
     }
     return v;
 }
@@ -241,7 +254,7 @@ static void s_plan_next(const model_t *m, const pparse_state_t *st, model_ctx_t 
     const char *next = NULL, *first = NULL;
     for (int i = 0; i < st->n_actions; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "go to ", 6) != 0)
+        if (pparse_strncmp(a, "go to ", 6) != 0)
             continue;
         int num = pparse_type_of(a + 6, type, sizeof type);
         double v = s_plan_score(tb, a + 6, type, num, s_known_of(m, st, tb, kt, &nk, type));
@@ -267,11 +280,11 @@ void model_ctx_init(const model_t *m, const pparse_state_t *st, model_ctx_t *c)
     bool lamp_here = false;
     size_t ll = strlen(st->goal_recep);
     for (int i = 0; i < st->n_actions && ll; i++)
-        lamp_here = lamp_here || (strncmp(st->actions[i], "use ", 4) == 0 &&
-                                  strncmp(st->actions[i] + 4, st->goal_recep, ll) == 0);
+        lamp_here = lamp_here || (pparse_strncmp(st->actions[i], "use ", 4) == 0 &&
+                                  pparse_strncmp(st->actions[i] + 4, st->goal_recep, ll) == 0);
     c->plan_lamp = st->task == PPARSE_TASK_LOOK && st->holding[0] && !lamp_here &&
                    !st->lamp_seen_at[0] &&
-                   (strcmp(held, st->goal_obj) == 0 || (c->alike && strcmp(held, c->alike) == 0));
+                   (pparse_strcmp(held, st->goal_obj) == 0 || (c->alike && pparse_strcmp(held, c->alike) == 0));
     bool plan_obj = !st->holding[0] && !st->goal_take_here && !c->alike_here && st->goal_obj[0];
     if (plan_obj || c->plan_lamp)
         s_plan_next(m, st, c);

@@ -27,6 +27,31 @@ typedef struct {
 /* model_emit_ap emits the feature named by fmt and ap with value v (model_feat.c). */
 void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0);
 
+/* What the features of one state's candidates share, kept from one candidate to the next by
+ * model_logits (the admissible list is sorted, so candidates of one verb and of one receptacle
+ * type come together): the verb feature's index for the last verb, and for the last go-to
+ * receptacle type the indices of the go features that name only it and the state, and the
+ * lowest and highest instance numbers of its go-to targets. Every entry is what the feature's
+ * own computation gives, so the features are the same with or without it. Zero it per state. */
+enum { MODEL_MEMO_GO_OBJ, MODEL_MEMO_GO_START, MODEL_MEMO_GO_RT, MODEL_MEMO_GO_LAMP,
+       MODEL_MEMO_GO_ROOM, MODEL_MEMO_GO_N };
+typedef struct {
+    bool verb_ok;
+    char verb[16];
+    uint32_t verb_idx;
+    bool yt_ok;
+    char yt[PPARSE_NAME_MAX];
+    bool have[MODEL_MEMO_GO_N];
+    uint32_t idx[MODEL_MEMO_GO_N];
+    bool nums_ok, nums_any; /* lo and hi: over the go-to targets of type yt with a number */
+    long lo, hi;
+} model_fmemo_t;
+
+/* model_features_memo is model_features_ctx with memo (NULL: none) for a run over one state's
+ * candidates (model_feat.c). */
+int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int action,
+                        model_feat_t *out, int max, model_fmemo_t *memo);
+
 /* model_split2 splits "VERB A SEP B" (e.g. "take apple 1 from countertop 1" with SEP " from ")
  * into a and b. Returns 1 when SEP is found (model_feat.c). */
 int model_split2(const char *rest, const char *sep, char a[PPARSE_NAME_MAX],

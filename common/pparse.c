@@ -24,11 +24,41 @@ static const char S_CUR_MARK[] = "your current observation is: ";
 static const char S_ADM_MARK[] = "Your admissible actions of the current situation are: [";
 static const char S_TURN_MARK[] = "\n\nNow it's your turn";
 
-static char *s_dup_range(const char *a, const char *b)
+/* A block of a state's string memory (st->mem, a list): a parse puts every string it keeps
+ * into the state's blocks, one or two a parse instead of a malloc a string. */
+typedef struct s_block {
+    struct s_block *next;
+    size_t len, cap;
+    char data[];
+} s_block_t;
+
+/* s_alloc returns n bytes of st's string memory, in a new block (of at least want bytes) when
+ * the current one has no room. */
+static char *s_alloc(pparse_state_t *st, size_t n, size_t want)
+{
+    s_block_t *b = st->mem;
+    if (!b || b->cap - b->len < n) {
+        size_t cap = n > want ? n : want;
+        s_block_t *nb = sr_xmalloc(sizeof *nb + cap);
+        nb->next = b;
+        nb->len = 0;
+        nb->cap = cap;
+        st->mem = b = nb;
+    }
+    char *p = b->data + b->len;
+    b->len += n;
+    return p;
+}
+
+static char *s_dup_range(pparse_state_t *st, const char *a, const char *b)
 {
     if (b < a)
         b = a;
-    return sr_xstrndup(a, (size_t)(b - a));
+    size_t n = (size_t)(b - a);
+    char *p = s_alloc(st, n + 1, 1024);
+    memcpy(p, a, n);
+    p[n] = '\0';
+    return p;
 }
 
 /* s_copy_name copies [a, b) into a fixed name buffer, trimmed, truncated to fit. */
@@ -132,7 +162,7 @@ pparse_task_t pparse_goal(const char *goal, char obj[PPARSE_NAME_MAX], char rece
         end--;
     for (size_t i = 0; i < SR_ARRAY_LEN(S_GOALS); i++) {
         size_t pl = strlen(S_GOALS[i].prefix);
-        if ((size_t)(end - goal) <= pl || strncmp(goal, S_GOALS[i].prefix, pl) != 0)
+        if ((size_t)(end - goal) <= pl || pparse_strncmp(goal, S_GOALS[i].prefix, pl) != 0)
             continue;
         const char *o = goal + pl;
         const char *m = strstr(o, S_GOALS[i].middle);
@@ -152,14 +182,10 @@ void pparse_state_clear(pparse_state_t *st)
 {
     if (!st)
         return;
-    free(st->goal);
-    free(st->current_obs);
-    for (int i = 0; i < st->n_hist; i++) {
-        free(st->hist[i].obs);
-        free(st->hist[i].action);
+    for (s_block_t *b = st->mem, *next; b; b = next) {
+        next = b->next;
+        free(b);
     }
-    for (int i = 0; i < st->n_actions; i++)
-        free(st->actions[i]);
     memset(st, 0, sizeof(*st));
 }
 
@@ -173,7 +199,7 @@ static void s_parse_history(pparse_state_t *st, const char *text, const char *li
             break;
         char *num_end = NULL;
         long k = strtol(e + 13, &num_end, 10);
-        if (!num_end || strncmp(num_end, ": '", 3) != 0) {
+        if (!num_end || pparse_strncmp(num_end, ": '", 3) != 0) {
             p = e + 13;
             continue;
         }
@@ -196,13 +222,11 @@ static void s_parse_history(pparse_state_t *st, const char *text, const char *li
         if (!close || close > limit)
             break;
         if (st->n_hist == PPARSE_MAX_HIST) {
-            free(st->hist[0].obs);
-            free(st->hist[0].action);
             memmove(&st->hist[0], &st->hist[1], sizeof(st->hist[0]) * (PPARSE_MAX_HIST - 1));
             st->n_hist--;
         }
-        st->hist[st->n_hist].obs = s_dup_range(obs, m);
-        st->hist[st->n_hist].action = s_dup_range(act, close);
+        st->hist[st->n_hist].obs = s_dup_range(st, obs, m);
+        st->hist[st->n_hist].action = s_dup_range(st, act, close);
         st->n_hist++;
         p = close + 2;
     }
@@ -221,8 +245,8 @@ static void s_parse_admissible(pparse_state_t *st, const char *p)
         if (!b)
             break;
         if (b > a && st->n_actions < PPARSE_MAX_ACTIONS &&
-            !(b - a == 4 && strncmp(a, "help", 4) == 0))
-            st->actions[st->n_actions++] = s_dup_range(a, b);
+            !(b - a == 4 && pparse_strncmp(a, "help", 4) == 0))
+            st->actions[st->n_actions++] = s_dup_range(st, a, b);
         p = b + 1;
         if (*p == ']')
             break;
@@ -293,7 +317,7 @@ static bool s_list_has_type(const char *list, const char *type)
         if (!a || a >= end)
             break;
         a += 2;
-        if ((size_t)(end - a) > tl + 1 && strncmp(a, type, tl) == 0 && a[tl] == ' ' &&
+        if ((size_t)(end - a) > tl + 1 && pparse_strncmp(a, type, tl) == 0 && a[tl] == ' ' &&
             isdigit((unsigned char)a[tl + 1]))
             return true;
         p = a;
@@ -315,7 +339,7 @@ static bool s_is_receptacle(const char *name)
     char t[PPARSE_NAME_MAX];
     pparse_type_of(name, t, sizeof t);
     for (size_t i = 0; i < SR_ARRAY_LEN(types); i++)
-        if (strcmp(t, types[i]) == 0)
+        if (pparse_strcmp(t, types[i]) == 0)
             return true;
     return false;
 }
@@ -324,7 +348,7 @@ static bool s_same_type(const char *name, const char *type)
 {
     char t[PPARSE_NAME_MAX];
     pparse_type_of(name, t, sizeof t);
-    return type[0] && strcmp(t, type) == 0;
+    return type[0] && pparse_strcmp(t, type) == 0;
 }
 
 static void s_derive_task(pparse_state_t *st);
@@ -355,7 +379,7 @@ static void s_derive(pparse_state_t *st)
         }
         if (r < 0)
             break;
-        if (strcmp(loc, st->location) != 0) {
+        if (pparse_strcmp(loc, st->location) != 0) {
             memcpy(st->prev_location, loc, sizeof loc);
             break;
         }
@@ -365,7 +389,7 @@ static void s_derive(pparse_state_t *st)
      * receptacle the admissible list lets the agent examine is where it stands. */
     for (int i = 0; i < st->n_actions && !have_loc; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "examine ", 8) == 0 && strlen(a + 8) < PPARSE_NAME_MAX &&
+        if (pparse_strncmp(a, "examine ", 8) == 0 && strlen(a + 8) < PPARSE_NAME_MAX &&
             s_is_receptacle(a + 8))
         {
             s_copy_name(st->location, a + 8, a + strlen(a));
@@ -395,11 +419,11 @@ static void s_derive(pparse_state_t *st)
     for (int i = 0; i < st->n_actions && !st->holding[0]; i++) {
         const char *a = st->actions[i];
         const char *e = NULL;
-        if (strncmp(a, "move ", 5) == 0)
+        if (pparse_strncmp(a, "move ", 5) == 0)
             e = strstr(a + 5, " to "), a += 5;
-        else if (strncmp(a, "heat ", 5) == 0 || strncmp(a, "cool ", 5) == 0)
+        else if (pparse_strncmp(a, "heat ", 5) == 0 || pparse_strncmp(a, "cool ", 5) == 0)
             e = strstr(a + 5, " with "), a += 5;
-        else if (strncmp(a, "clean ", 6) == 0)
+        else if (pparse_strncmp(a, "clean ", 6) == 0)
             e = strstr(a + 6, " with "), a += 6;
         if (e)
             s_copy_name(st->holding, a, e);
@@ -407,13 +431,13 @@ static void s_derive(pparse_state_t *st)
     /* "examine X" for anything but the receptacle in front of the agent: X is in its hands. */
     for (int i = 0; i < st->n_actions && !st->holding[0]; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "examine ", 8) == 0 && strcmp(a + 8, st->location) != 0 &&
+        if (pparse_strncmp(a, "examine ", 8) == 0 && pparse_strcmp(a + 8, st->location) != 0 &&
             strlen(a + 8) < PPARSE_NAME_MAX && !s_is_receptacle(a + 8))
             s_copy_name(st->holding, a + 8, a + strlen(a));
     }
     bool take_offered = false;
     for (int i = 0; i < st->n_actions; i++)
-        if (strncmp(st->actions[i], "take ", 5) == 0)
+        if (pparse_strncmp(st->actions[i], "take ", 5) == 0)
             take_offered = true;
     for (int i = 0; i < n && !st->holding[0] && !take_offered; i++) {
         const char *p;
@@ -531,19 +555,19 @@ static void s_derive_task(pparse_state_t *st)
     char type[PPARSE_NAME_MAX];
     for (int i = 0; i < st->n_actions; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "go to ", 6) != 0)
+        if (pparse_strncmp(a, "go to ", 6) != 0)
             continue;
-        if (strcmp(a + 6, st->location) != 0)
+        if (pparse_strcmp(a + 6, st->location) != 0)
             set ^= pparse_hash64(a + 6, 0); /* order-free: the admissible list is sorted anyway */
         pparse_type_of(a + 6, type, sizeof type);
         for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
-            if (strcmp(type, tells[k].recep) == 0 && strcmp(st->room, "room") == 0)
+            if (pparse_strcmp(type, tells[k].recep) == 0 && pparse_strcmp(st->room, "room") == 0)
                 st->room = tells[k].room;
     }
-    if (st->location[0] && strcmp(st->room, "room") == 0) {
+    if (st->location[0] && pparse_strcmp(st->room, "room") == 0) {
         pparse_type_of(st->location, type, sizeof type);
         for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
-            if (strcmp(type, tells[k].recep) == 0)
+            if (pparse_strcmp(type, tells[k].recep) == 0)
                 st->room = tells[k].room;
     }
     st->task_key = st->goal ? pparse_hash64(st->goal, 0) ^ (set * 0x9E3779B97F4A7C15ULL) : 0;
@@ -551,13 +575,13 @@ static void s_derive_task(pparse_state_t *st)
     size_t gl = strlen(st->goal_obj);
     for (int i = 0; gl && i < st->n_actions; i++) {
         const char *a = st->actions[i];
-        if (strncmp(a, "take ", 5) != 0 || strncmp(a + 5, st->goal_obj, gl) != 0 ||
+        if (pparse_strncmp(a, "take ", 5) != 0 || pparse_strncmp(a + 5, st->goal_obj, gl) != 0 ||
             a[5 + gl] != ' ' || !isdigit((unsigned char)a[6 + gl]))
             continue;
         const char *from = strstr(a, " from ");
         if (from && st->task != PPARSE_TASK_LOOK) {
             pparse_type_of(from + 6, type, sizeof type);
-            if (strcmp(type, st->goal_recep) == 0)
+            if (pparse_strcmp(type, st->goal_recep) == 0)
                 continue;
         }
         st->goal_take_here = true;
@@ -571,12 +595,15 @@ static void s_add_misverbs(pparse_state_t *st)
     st->n_listed = st->n_actions;
     for (int i = 0; i < st->n_listed && st->n_actions < PPARSE_MAX_ACTIONS; i++) {
         const char *a = st->actions[i];
-        const char *to = strncmp(a, "move ", 5) == 0 ? strstr(a + 5, " to ") : NULL;
+        const char *to = pparse_strncmp(a, "move ", 5) == 0 ? strstr(a + 5, " to ") : NULL;
         if (!to || to == a + 5 || !to[4])
             continue;
-        size_t n = strlen("put ") + (size_t)(to - (a + 5)) + strlen(" in ") + strlen(to + 4) + 1;
-        char *put = sr_xmalloc(n);
-        snprintf(put, n, "put %.*s in %s", (int)(to - (a + 5)), a + 5, to + 4);
+        size_t on = (size_t)(to - (a + 5)), rn = strlen(to + 4); /* "put %.*s in %s" */
+        char *put = s_alloc(st, 4 + on + 4 + rn + 1, 1024), *q = put;
+        memcpy(q, "put ", 4);
+        memcpy(q + 4, a + 5, on);
+        memcpy(q + 4 + on, " in ", 4);
+        memcpy(q + 8 + on, to + 4, rn + 1);
         st->actions[st->n_actions++] = put;
     }
 }
@@ -587,6 +614,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         return SR_EINVAL;
     memset(st, 0, sizeof(*st));
     const char *end = text + strlen(text);
+    s_alloc(st, 0, (size_t)(end - text) + 256); /* the strings kept are parts of the text */
 
     const char *g = strstr(text, S_TASK_MARK);
     if (g) {
@@ -594,7 +622,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         const char *ge = strchr(g, '\n');
         if (!ge)
             ge = end;
-        st->goal = s_dup_range(g, ge);
+        st->goal = s_dup_range(st, g, ge);
         size_t gl = strlen(st->goal);
         while (gl && (st->goal[gl - 1] == '.' || isspace((unsigned char)st->goal[gl - 1])))
             st->goal[--gl] = '\0';
@@ -619,7 +647,7 @@ int pparse_user_text(const char *text, pparse_state_t *st)
         }
         while (ce > cur && ce[-1] == '\n')
             ce--;
-        st->current_obs = s_dup_range(cur, ce);
+        st->current_obs = s_dup_range(st, cur, ce);
     }
     if (adm) {
         st->found_admissible = true;

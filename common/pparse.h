@@ -72,6 +72,7 @@ typedef struct {
                           history window shows; 0 without a goal */
     bool goal_take_here; /* a "take O from R" of the goal object type is admissible (R not of
                             the goal receptacle type, but in look tasks) */
+    void *mem; /* the memory of the strings above: blocks that pparse_state_clear frees */
 } pparse_state_t;
 
 /* pparse_user_text parses one user message in the default format into *st, which it first
@@ -104,5 +105,31 @@ uint64_t pparse_hash64(const char *s, uint64_t seed);
  * Returns the bytes written. The feature and reasoning texts of the model are put together with it
  * on every request, without printf's format parsing. */
 size_t pparse_cat(char *out, size_t cap, ...);
+
+/* pparse_strcmp and pparse_strncmp are strcmp and strncmp (the same sign, the same stop at the
+ * first difference or NUL), inline: the parse and the model compare short names with them many
+ * times a request, where a call costs more than the bytes it reads. */
+static inline int pparse_strcmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (!x)
+            return 0;
+    }
+}
+
+static inline int pparse_strncmp(const char *a, const char *b, size_t n)
+{
+    for (; n; n--, a++, b++) {
+        unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (!x)
+            return 0;
+    }
+    return 0;
+}
 
 #endif

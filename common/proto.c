@@ -9,31 +9,38 @@
  */
 #include "common/proto_int.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const s_type_names[PROTO_TYPE_COUNT] = {
-    [PROTO_NONE] = "?",
-    [PROTO_HELLO] = "HELLO",
-    [PROTO_WELCOME] = "WELCOME",
-    [PROTO_CREDIT] = "CREDIT",
-    [PROTO_JOB] = "JOB",
-    [PROTO_RESULT] = "RESULT",
-    [PROTO_HEARTBEAT] = "HEARTBEAT",
-    [PROTO_BYE] = "BYE",
-    [PROTO_ACTION] = "ACTION",
-    [PROTO_CANCEL] = "CANCEL",
-    [PROTO_POLICY_VERSION] = "POLICY_VERSION",
-    [PROTO_RESET] = "RESET",
-    [PROTO_STEP] = "STEP",
-    [PROTO_CLOSE] = "CLOSE",
-    [PROTO_OBS] = "OBS",
-    [PROTO_ERROR] = "ERROR",
-    [PROTO_BATCH] = "BATCH",
-    [PROTO_WEIGHTS_READY] = "WEIGHTS_READY",
-    [PROTO_RESULT_ACK] = "RESULT_ACK",
+/* the wire names and their lengths (every message is routed by its name) */
+#define S_T(name) {name, sizeof name - 1}
+static const struct {
+    const char *s;
+    uint8_t n;
+} s_type_names[PROTO_TYPE_COUNT] = {
+    [PROTO_NONE] = S_T("?"),
+    [PROTO_HELLO] = S_T("HELLO"),
+    [PROTO_WELCOME] = S_T("WELCOME"),
+    [PROTO_CREDIT] = S_T("CREDIT"),
+    [PROTO_JOB] = S_T("JOB"),
+    [PROTO_RESULT] = S_T("RESULT"),
+    [PROTO_HEARTBEAT] = S_T("HEARTBEAT"),
+    [PROTO_BYE] = S_T("BYE"),
+    [PROTO_ACTION] = S_T("ACTION"),
+    [PROTO_CANCEL] = S_T("CANCEL"),
+    [PROTO_POLICY_VERSION] = S_T("POLICY_VERSION"),
+    [PROTO_RESET] = S_T("RESET"),
+    [PROTO_STEP] = S_T("STEP"),
+    [PROTO_CLOSE] = S_T("CLOSE"),
+    [PROTO_OBS] = S_T("OBS"),
+    [PROTO_ERROR] = S_T("ERROR"),
+    [PROTO_BATCH] = S_T("BATCH"),
+    [PROTO_WEIGHTS_READY] = S_T("WEIGHTS_READY"),
+    [PROTO_RESULT_ACK] = S_T("RESULT_ACK"),
 };
 
 proto_limits_t proto_limits_default(void)
@@ -46,13 +53,13 @@ const char *proto_type_name(proto_type_t type)
 {
     if ((int)type <= PROTO_NONE || type >= PROTO_TYPE_COUNT)
         return "?";
-    return s_type_names[type];
+    return s_type_names[type].s;
 }
 
 proto_type_t proto_type_from_n(const char *name, size_t len)
 {
     for (int t = PROTO_NONE + 1; t < PROTO_TYPE_COUNT; t++)
-        if (strlen(s_type_names[t]) == len && memcmp(s_type_names[t], name, len) == 0)
+        if (s_type_names[t].n == len && memcmp(s_type_names[t].s, name, len) == 0)
             return (proto_type_t)t;
     return PROTO_NONE;
 }
@@ -89,11 +96,10 @@ void proto_group_init(proto_group_t *g)
  * Bytes that are not printable ASCII are shown as '?'; a path too long for the buffer is cut. */
 size_t proto_path_push(proto_path_t *p, const char *name, size_t n, long index)
 {
-    size_t old = p->len;
-    char tmp[PROTO_ERR_FIELD_MAX];
-    size_t t = 0;
+    /* written in place: this runs for every array element of every message decoded */
+    size_t old = p->len, room = sizeof p->s - 1 - p->len, t = 0;
+    char *o = p->s + p->len;
     if (index >= 0) {
-        /* By hand: this runs for every array element of every message decoded. */
         char dig[24];
         size_t nd = 0;
         unsigned long v = (unsigned long)index;
@@ -101,24 +107,20 @@ size_t proto_path_push(proto_path_t *p, const char *name, size_t n, long index)
             dig[nd++] = (char)('0' + v % 10);
             v /= 10;
         } while (v);
-        tmp[t++] = '[';
-        while (nd)
-            tmp[t++] = dig[--nd];
-        tmp[t++] = ']';
+        if (t < room)
+            o[t++] = '[';
+        while (nd && t < room)
+            o[t++] = dig[--nd];
+        if (t < room)
+            o[t++] = ']';
     } else {
-        if (p->len > 0)
-            tmp[t++] = '.';
-        for (size_t i = 0; i < n && t < sizeof tmp - 1; i++) {
+        if (p->len > 0 && t < room)
+            o[t++] = '.';
+        for (size_t i = 0; i < n && t < room; i++) {
             unsigned char c = (unsigned char)name[i];
-            tmp[t++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+            o[t++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
         }
     }
-    if (t >= sizeof tmp)
-        t = sizeof tmp - 1;
-    size_t room = sizeof p->s - 1 - p->len;
-    if (t > room)
-        t = room;
-    memcpy(p->s + p->len, tmp, t);
     p->len += t;
     p->s[p->len] = '\0';
     return old;
@@ -166,155 +168,138 @@ const char *proto_err_text(const proto_err_t *err, char *out, size_t n)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Freeing decoded messages
+ * The memory of decoded messages
+ *
+ * A decoded message's strings and arrays are bumped out of chunks; the first chunk is sized from
+ * the message's length, so a message usually takes one. Freed chunks of the usual sizes (1 KiB
+ * to 256 KiB, powers of two) wait in a small per-thread cache for the next message: a receiver
+ * that decodes and clears one message after another allocates nothing in the steady state. A
+ * thread's cache is freed when the thread ends.
  * ------------------------------------------------------------------------------------------- */
 
-#define S_FREE(p) free((void *)(p))
+struct proto_chunk {
+    proto_chunk_t *next;
+    size_t size; /* bytes of the whole chunk, header included */
+    max_align_t data[];
+};
 
-static void s_free_strs(const char **a, size_t n)
+#define S_CLASS_MIN 10 /* 1 KiB */
+#define S_CLASS_MAX 18 /* 256 KiB */
+#define S_NCLASS (S_CLASS_MAX - S_CLASS_MIN + 1)
+#define S_PER_CLASS 4
+
+typedef struct {
+    proto_chunk_t *free[S_NCLASS][S_PER_CLASS];
+    uint8_t n[S_NCLASS];
+    bool keyed; /* registered for the thread-exit destructor */
+} s_cache_t;
+
+static _Thread_local s_cache_t s_cache;
+static pthread_key_t s_cache_key;
+static pthread_once_t s_cache_once = PTHREAD_ONCE_INIT;
+
+static void s_cache_drop(void *arg)
 {
-    for (size_t i = 0; i < n; i++)
-        S_FREE(a[i]);
-    S_FREE(a);
+    s_cache_t *c = arg;
+    for (int k = 0; k < S_NCLASS; k++) {
+        for (int i = 0; i < c->n[k]; i++)
+            free(c->free[k][i]);
+        c->n[k] = 0;
+    }
+    c->keyed = false; /* a message cleared by a later destructor registers the cache again */
 }
 
-static void s_free_result(proto_result_t *r)
+static void s_cache_key_make(void)
 {
-    S_FREE(r->job_id);
-    S_FREE(r->run);
-    S_FREE(r->group);
-    S_FREE(r->task);
-    S_FREE(r->status);
-    S_FREE(r->error);
-    for (size_t i = 0; i < r->steps_len; i++) {
-        proto_result_step_t *s = &r->steps[i];
-        S_FREE(s->action);
-        S_FREE(s->raw);
-        S_FREE(s->obs);
-        S_FREE(s->reasoning);
-        S_FREE(s->model);
-        S_FREE(s->token_ids);
-        S_FREE(s->token_logprobs);
-        S_FREE(s->prompt_token_ids);
-        for (size_t k = 0; k < s->messages_len; k++) {
-            S_FREE(s->messages[k].role);
-            S_FREE(s->messages[k].content);
+    if (pthread_key_create(&s_cache_key, s_cache_drop) != 0)
+        s_cache_key = (pthread_key_t)-1;
+}
+
+/* s_class is the cache class of a chunk of size bytes, or -1 when it is not a class size. */
+static int s_class(size_t size)
+{
+    for (int k = 0; k < S_NCLASS; k++)
+        if (size == (size_t)1 << (S_CLASS_MIN + k))
+            return k;
+    return -1;
+}
+
+/* s_chunk_new returns a chunk of at least need bytes (header included), from the cache when one
+ * of its class waits there. */
+static proto_chunk_t *s_chunk_new(size_t need)
+{
+    size_t size = (size_t)1 << S_CLASS_MIN;
+    while (size < need && size < ((size_t)1 << S_CLASS_MAX))
+        size <<= 1;
+    if (size < need)
+        size = need; /* beyond the classes: its own size, never cached */
+    int k = s_class(size);
+    proto_chunk_t *c;
+    if (k >= 0 && s_cache.n[k] > 0) {
+        c = s_cache.free[k][--s_cache.n[k]];
+    } else {
+        c = malloc(size);
+        if (!c)
+            return NULL;
+        c->size = size;
+    }
+    c->next = NULL;
+    return c;
+}
+
+static void s_chunk_put(proto_chunk_t *c)
+{
+    int k = s_class(c->size);
+    if (k < 0 || s_cache.n[k] >= S_PER_CLASS) {
+        free(c);
+        return;
+    }
+    if (!s_cache.keyed) {
+        /* the destructor frees the cache when a thread other than the main one ends */
+        pthread_once(&s_cache_once, s_cache_key_make);
+        if (s_cache_key == (pthread_key_t)-1 || pthread_setspecific(s_cache_key, &s_cache) != 0) {
+            free(c);
+            return;
         }
-        S_FREE(s->messages);
+        s_cache.keyed = true;
     }
-    S_FREE(r->steps);
+    s_cache.free[k][s_cache.n[k]++] = c;
 }
 
-static void s_free_batch(proto_batch_t *b)
+/* proto_arena_grow starts a new chunk for n bytes (a multiple of 8) and returns them. */
+void *proto_arena_grow(proto_arena_t *a, size_t n)
 {
-    S_FREE(b->run);
-    for (size_t i = 0; i < b->groups_len; i++) {
-        proto_group_t *g = &b->groups[i];
-        S_FREE(g->group);
-        S_FREE(g->task);
-        S_FREE(g->rewards);
-        S_FREE(g->advantages);
-        S_FREE(g->advantages_raw);
-        for (size_t k = 0; k < g->trajectories_len; k++)
-            s_free_result(&g->trajectories[k]);
-        S_FREE(g->trajectories);
+    size_t need = sizeof(proto_chunk_t) + n;
+    size_t want = a->head ? a->head->size * 2 : a->hint;
+    proto_chunk_t *c = s_chunk_new(SR_MAX(need, want));
+    if (!c)
+        return NULL;
+    c->next = a->head;
+    a->head = c;
+    a->cur = (uint8_t *)c->data;
+    a->left = c->size - sizeof(proto_chunk_t);
+    void *p = a->cur;
+    a->cur += n;
+    a->left -= n;
+    return p;
+}
+
+void proto_arena_release(void *head)
+{
+    proto_chunk_t *c = head;
+    while (c) {
+        proto_chunk_t *next = c->next;
+        s_chunk_put(c);
+        c = next;
     }
-    S_FREE(b->groups);
-    S_FREE(b->estimator);
-    for (size_t i = 0; i < b->stats_len; i++)
-        S_FREE(b->stats[i].name);
-    S_FREE(b->stats);
 }
 
 void proto_msg_clear(proto_msg_t *m)
 {
     if (!m)
         return;
-    if (!m->owned_) {
+    if (!m->owned_)
         return;
-    }
-    switch (m->type) {
-    case PROTO_HELLO:
-        S_FREE(m->u.hello.actor_id);
-        S_FREE(m->u.hello.role);
-        S_FREE(m->u.hello.host);
-        S_FREE(m->u.hello.policy);
-        S_FREE(m->u.hello.version);
-        break;
-    case PROTO_WELCOME:
-        S_FREE(m->u.welcome.run);
-        S_FREE(m->u.welcome.actor_id);
-        S_FREE(m->u.welcome.bus_pub);
-        S_FREE(m->u.welcome.bus_sub);
-        s_free_strs(m->u.welcome.env_workers, m->u.welcome.env_workers_len);
-        s_free_strs(m->u.welcome.env_kinds, m->u.welcome.env_kinds_len);
-        break;
-    case PROTO_JOB:
-        S_FREE(m->u.job.job_id);
-        S_FREE(m->u.job.run);
-        S_FREE(m->u.job.group);
-        S_FREE(m->u.job.task);
-        S_FREE(m->u.job.task_data);
-        S_FREE(m->u.job.env);
-        break;
-    case PROTO_RESULT: s_free_result(&m->u.result); break;
-    case PROTO_HEARTBEAT:
-        S_FREE(m->u.heartbeat.actor_id);
-        for (size_t i = 0; i < m->u.heartbeat.leases_len; i++)
-            S_FREE(m->u.heartbeat.leases[i].job_id);
-        S_FREE(m->u.heartbeat.leases);
-        break;
-    case PROTO_BYE:
-        S_FREE(m->u.bye.actor_id);
-        S_FREE(m->u.bye.reason);
-        break;
-    case PROTO_RESULT_ACK:
-        S_FREE(m->u.result_ack.job_id);
-        S_FREE(m->u.result_ack.reason);
-        break;
-    case PROTO_ACTION:
-        S_FREE(m->u.action.run);
-        S_FREE(m->u.action.group);
-        S_FREE(m->u.action.action);
-        S_FREE(m->u.action.actor_id);
-        S_FREE(m->u.action.task);
-        break;
-    case PROTO_CANCEL:
-        S_FREE(m->u.cancel.run);
-        S_FREE(m->u.cancel.group);
-        S_FREE(m->u.cancel.reason);
-        S_FREE(m->u.cancel.keep);
-        break;
-    case PROTO_POLICY_VERSION: S_FREE(m->u.policy_version.run); break;
-    case PROTO_RESET:
-        S_FREE(m->u.reset.session);
-        S_FREE(m->u.reset.task);
-        S_FREE(m->u.reset.task_data);
-        break;
-    case PROTO_STEP:
-        S_FREE(m->u.step.session);
-        S_FREE(m->u.step.action);
-        break;
-    case PROTO_CLOSE: S_FREE(m->u.close.session); break;
-    case PROTO_OBS:
-        S_FREE(m->u.obs.session);
-        S_FREE(m->u.obs.obs);
-        s_free_strs(m->u.obs.admissible, m->u.obs.admissible_len);
-        S_FREE(m->u.obs.goal);
-        break;
-    case PROTO_ERROR:
-        S_FREE(m->u.error.code);
-        S_FREE(m->u.error.msg);
-        S_FREE(m->u.error.session);
-        break;
-    case PROTO_BATCH: s_free_batch(&m->u.batch); break;
-    case PROTO_WEIGHTS_READY:
-        S_FREE(m->u.weights_ready.run);
-        S_FREE(m->u.weights_ready.info);
-        S_FREE(m->u.weights_ready.reason);
-        S_FREE(m->u.weights_ready.path);
-        break;
-    default: break;
-    }
+    proto_arena_release(m->mem_);
     memset(m, 0, sizeof *m);
 }

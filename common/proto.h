@@ -17,8 +17,12 @@
  *    borrowed pointers (string literals, your own buffers, stack arrays) and call proto_encode.
  *    Encode never frees or keeps anything. Do not call proto_msg_clear on such a message (it
  *    would do nothing: clear only frees what decode allocated).
- *  - decoded: proto_decode allocates every string and array on the heap; the message owns them
- *    and proto_msg_clear frees them all. Strings are NUL-terminated valid UTF-8 without NUL bytes.
+ *  - decoded: proto_decode copies every string and array into memory the message owns as a whole
+ *    (one chunk in the usual case, reused from a per-thread cache: no malloc per message once a
+ *    receiver runs); proto_msg_clear frees it all. A single string or array of a decoded message
+ *    is not heap memory of its own: never free one, copy what must outlive proto_msg_clear. A
+ *    decoded message may be moved (copied by value, the old copy forgotten) and cleared once, in
+ *    any thread. Strings are NUL-terminated valid UTF-8 without NUL bytes.
  * Optional fields: an optional string or array is NULL / length 0 when absent; an optional number
  * without a natural default has a has_<name> flag; an optional field with a default (top_p = 1.0)
  * is set to that default by proto_msg_init and by decode when the key is absent (or nil).
@@ -386,7 +390,8 @@ typedef struct {
         proto_weights_ready_t weights_ready;
         proto_result_ack_t result_ack;
     } u;
-    bool owned_; /* set by proto_decode: the pointers inside are heap memory that clear frees */
+    bool owned_; /* set by proto_decode: the pointers inside point into mem_, which clear frees */
+    void *mem_;  /* set by proto_decode: the memory of the decoded strings and arrays */
 } proto_msg_t;
 
 /* The reason of a failed decode. field is the path of the offending field ("steps[3].action",

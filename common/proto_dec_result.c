@@ -1,26 +1,26 @@
 /*
  * proto_dec_result.c — pass 2 of decoding for the messages that carry trajectories: RESULT (its
  * steps, tokens and log-probabilities), BATCH (its groups) and WEIGHTS_READY. The field readers
- * are proto_dec.c's.
+ * and the in-place reading of the bytes are proto_dec.c's.
  */
 #include "common/proto_int.h"
 
 #include <math.h>
-#include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* s_bin32 reads an optional bin of little-endian 32-bit words (int32 ids or float32
  * logprobs) into a new array of *len elements; floats must be finite. */
-static int s_bin32(proto_dec_t *d, const msgpack_object *m, const char *key, bool is_float,
+static int s_bin32(proto_dec_t *d, const proto_map_t *m, const char *key, bool is_float,
                    void *out, size_t *len)
 {
-    const msgpack_object *o = proto_dec_get(m, key);
-    if (!o)
+    proto_obj_t ob;
+    const proto_obj_t *o = &ob;
+    if (!proto_dec_get(m, key, &ob))
         return SR_OK;
-    if (o->type != MSGPACK_OBJECT_BIN)
+    if (o->type != PROTO_O_BIN)
         return proto_fail(d->err, &d->path, key, SR_EPROTO, "not a binary");
-    size_t nb = o->via.bin.size;
+    size_t nb = o->n;
     if (nb % 4 != 0)
         return proto_fail(d->err, &d->path, key, SR_EPROTO,
                           "binary of %zu bytes is not whole 32-bit words", nb);
@@ -29,19 +29,24 @@ static int s_bin32(proto_dec_t *d, const msgpack_object *m, const char *key, boo
                           nb / 4, PROTO_MAX_TOKENS);
     uint8_t *a = NULL;
     PROTO_TRY(proto_dec_alloc(d, key, nb / 4, 4, &a));
-    const uint8_t *p = (const uint8_t *)o->via.bin.ptr;
+    const uint8_t *p = o->p;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (nb > 0)
+        memcpy(a, p, nb);
+#else
     for (size_t i = 0; i < nb; i += 4) {
         uint32_t w = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
                      (uint32_t)p[i + 3] << 24;
         memcpy(a + i, &w, 4);
-        if (is_float) {
+    }
+#endif
+    if (is_float) {
+        for (size_t i = 0; i < nb; i += 4) {
             float f;
-            memcpy(&f, &w, 4);
-            if (!isfinite(f)) {
-                free(a);
+            memcpy(&f, a + i, 4);
+            if (!isfinite(f))
                 return proto_fail(d->err, &d->path, key, SR_EPROTO, "element %zu is not a number",
                                   i / 4);
-            }
         }
     }
     memcpy(out, &a, sizeof a);
@@ -49,7 +54,7 @@ static int s_bin32(proto_dec_t *d, const msgpack_object *m, const char *key, boo
     return SR_OK;
 }
 
-static int s_dec_result_step(proto_dec_t *d, const msgpack_object *m, proto_result_step_t *s)
+static int s_dec_result_step(proto_dec_t *d, const proto_map_t *m, proto_result_step_t *s)
 {
     PROTO_TRY(proto_dec_int(d, m, "i", PROTO_NONNEG, true, &s->i));
     PROTO_TRY(proto_dec_str(d, m, "action", PROTO_STR_SHORT, true, &s->action));
@@ -64,10 +69,11 @@ static int s_dec_result_step(proto_dec_t *d, const msgpack_object *m, proto_resu
     PROTO_TRY(proto_dec_num(d, m, "latency_ms", 0.0, HUGE_VAL, true, NULL, &s->latency_ms));
     PROTO_TRY(proto_dec_num(d, m, "t_ms", 0.0, HUGE_VAL, false, &s->has_t, &s->t_ms));
     PROTO_TRY(proto_dec_str(d, m, "reasoning", PROTO_STR_TEXT, false, &s->reasoning));
-    s->has_reasoning_tokens = proto_dec_get(m, "reasoning_tokens") != NULL;
+    proto_obj_t o;
+    s->has_reasoning_tokens = proto_dec_get(m, "reasoning_tokens", &o);
     PROTO_TRY(proto_dec_int(d, m, "reasoning_tokens", PROTO_NONNEG, false, &s->reasoning_tokens));
     PROTO_TRY(proto_dec_str(d, m, "model", PROTO_STR_ID, false, &s->model));
-    s->has_served_version = proto_dec_get(m, "served_version") != NULL;
+    s->has_served_version = proto_dec_get(m, "served_version", &o);
     PROTO_TRY(proto_dec_int(d, m, "served_version", PROTO_NONNEG, false, &s->served_version));
     PROTO_TRY(proto_dec_bool(d, m, "usage_unknown", false, NULL, &s->usage_unknown));
     PROTO_TRY(proto_dec_bool(d, m, "text_truncated", false, NULL, &s->text_truncated));
@@ -79,28 +85,30 @@ static int s_dec_result_step(proto_dec_t *d, const msgpack_object *m, proto_resu
                           s->token_ids_len);
     PROTO_TRY(
         s_bin32(d, m, "prompt_token_ids", false, &s->prompt_token_ids, &s->prompt_token_ids_len));
-    s->has_prompt_prefix = proto_dec_get(m, "prompt_prefix") != NULL;
+    s->has_prompt_prefix = proto_dec_get(m, "prompt_prefix", &o);
     PROTO_TRY(proto_dec_int(d, m, "prompt_prefix", 0, 2 * (int64_t)PROTO_MAX_TOKENS, false,
                             &s->prompt_prefix));
     PROTO_TRY(proto_dec_bool(d, m, "tokens_mismatch", false, NULL, &s->tokens_mismatch));
-    const msgpack_object_array *a;
-    PROTO_TRY(proto_dec_arr(d, m, "messages", PROTO_MAX_MESSAGES, false, &a));
-    if (!a)
+    proto_obj_t a;
+    bool found;
+    PROTO_TRY(proto_dec_arr(d, m, "messages", PROTO_MAX_MESSAGES, false, &a, &found));
+    if (!found)
         return SR_OK;
-    PROTO_TRY(proto_dec_alloc(d, "messages", a->size, sizeof *s->messages, &s->messages));
-    for (uint32_t i = 0; i < a->size; i++) {
+    PROTO_TRY(proto_dec_alloc(d, "messages", a.n, sizeof *s->messages, &s->messages));
+    const uint8_t *q = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
         size_t old;
-        PROTO_TRY(proto_dec_enter(d, &a->ptr[i], "messages", i, &old));
+        proto_map_t em;
+        PROTO_TRY(proto_dec_enter(d, &q, "messages", i, &em, &old));
         s->messages_len = i + 1;
-        PROTO_TRY(proto_dec_str(d, &a->ptr[i], "role", PROTO_STR_ID, true, &s->messages[i].role));
-        PROTO_TRY(
-            proto_dec_str(d, &a->ptr[i], "content", PROTO_STR_TEXT, true, &s->messages[i].content));
+        PROTO_TRY(proto_dec_str(d, &em, "role", PROTO_STR_ID, true, &s->messages[i].role));
+        PROTO_TRY(proto_dec_str(d, &em, "content", PROTO_STR_TEXT, true, &s->messages[i].content));
         proto_path_pop(&d->path, old);
     }
     return SR_OK;
 }
 
-int proto_dec_result(proto_dec_t *d, const msgpack_object *m, proto_result_t *r)
+int proto_dec_result(proto_dec_t *d, const proto_map_t *m, proto_result_t *r)
 {
     static const char *const statuses[] = {"done", "cancelled", "failed", "truncated", NULL};
     PROTO_TRY(proto_dec_str(d, m, "job_id", PROTO_STR_ID, true, &r->job_id));
@@ -122,20 +130,23 @@ int proto_dec_result(proto_dec_t *d, const msgpack_object *m, proto_result_t *r)
     PROTO_TRY(proto_dec_str(d, m, "error", PROTO_STR_TEXT, false, &r->error));
     PROTO_TRY(proto_dec_int(d, m, "usage_unknown_steps", 0, PROTO_MAX_STEPS, false,
                             &r->usage_unknown_steps));
-    const msgpack_object_array *a;
-    PROTO_TRY(proto_dec_arr(d, m, "steps", PROTO_MAX_STEPS, true, &a));
-    PROTO_TRY(proto_dec_alloc(d, "steps", a->size, sizeof *r->steps, &r->steps));
-    for (uint32_t i = 0; i < a->size; i++) {
+    proto_obj_t a;
+    bool found;
+    PROTO_TRY(proto_dec_arr(d, m, "steps", PROTO_MAX_STEPS, true, &a, &found));
+    PROTO_TRY(proto_dec_alloc(d, "steps", a.n, sizeof *r->steps, &r->steps));
+    const uint8_t *q = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
         size_t old;
-        PROTO_TRY(proto_dec_enter(d, &a->ptr[i], "steps", i, &old));
+        proto_map_t em;
+        PROTO_TRY(proto_dec_enter(d, &q, "steps", i, &em, &old));
         r->steps_len = i + 1;
-        PROTO_TRY(s_dec_result_step(d, &a->ptr[i], &r->steps[i]));
+        PROTO_TRY(s_dec_result_step(d, &em, &r->steps[i]));
         proto_path_pop(&d->path, old);
     }
     return SR_OK;
 }
 
-static int s_dec_group(proto_dec_t *d, const msgpack_object *m, proto_group_t *g)
+static int s_dec_group(proto_dec_t *d, const proto_map_t *m, proto_group_t *g)
 {
     PROTO_TRY(proto_dec_str(d, m, "group", PROTO_STR_ID, true, &g->group));
     PROTO_TRY(proto_dec_str(d, m, "task", PROTO_STR_ID, true, &g->task));
@@ -150,7 +161,8 @@ static int s_dec_group(proto_dec_t *d, const msgpack_object *m, proto_group_t *g
     PROTO_TRY(proto_dec_num(d, m, "audit_weight", 0.0, HUGE_VAL, false, NULL, &g->audit_weight));
     if (!(g->audit_weight > 0.0))
         return proto_fail(d->err, &d->path, "audit_weight", SR_EPROTO, "must be > 0");
-    if (proto_dec_get(m, "advantages_raw")) {
+    proto_obj_t raw;
+    if (proto_dec_get(m, "advantages_raw", &raw)) {
         PROTO_TRY(proto_dec_num_array(d, m, "advantages_raw", PROTO_MAX_GROUP_SIZE,
                                       &g->advantages_raw, &g->advantages_raw_len));
         if (g->advantages_raw_len != g->rewards_len)
@@ -158,57 +170,65 @@ static int s_dec_group(proto_dec_t *d, const msgpack_object *m, proto_group_t *g
                               "has %zu entries but rewards has %zu", g->advantages_raw_len,
                               g->rewards_len);
     }
-    const msgpack_object_array *a;
-    PROTO_TRY(proto_dec_arr(d, m, "trajectories", PROTO_MAX_GROUP_SIZE, true, &a));
-    PROTO_TRY(
-        proto_dec_alloc(d, "trajectories", a->size, sizeof *g->trajectories, &g->trajectories));
-    for (uint32_t i = 0; i < a->size; i++) {
+    proto_obj_t a;
+    bool found;
+    PROTO_TRY(proto_dec_arr(d, m, "trajectories", PROTO_MAX_GROUP_SIZE, true, &a, &found));
+    PROTO_TRY(proto_dec_alloc(d, "trajectories", a.n, sizeof *g->trajectories, &g->trajectories));
+    const uint8_t *q = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
         size_t old;
-        PROTO_TRY(proto_dec_enter(d, &a->ptr[i], "trajectories", i, &old));
+        proto_map_t em;
+        PROTO_TRY(proto_dec_enter(d, &q, "trajectories", i, &em, &old));
         g->trajectories_len = i + 1;
-        PROTO_TRY(proto_dec_result(d, &a->ptr[i], &g->trajectories[i]));
+        PROTO_TRY(proto_dec_result(d, &em, &g->trajectories[i]));
         proto_path_pop(&d->path, old);
     }
     return SR_OK;
 }
 
-int proto_dec_batch(proto_dec_t *d, const msgpack_object *m, proto_batch_t *b)
+int proto_dec_batch(proto_dec_t *d, const proto_map_t *m, proto_batch_t *b)
 {
     PROTO_TRY(proto_dec_str(d, m, "run", PROTO_STR_ID, true, &b->run));
     PROTO_TRY(proto_dec_int(d, m, "iteration", PROTO_NONNEG, true, &b->iteration));
     PROTO_TRY(proto_dec_int(d, m, "policy_version", PROTO_NONNEG, true, &b->policy_version));
     PROTO_TRY(proto_dec_str(d, m, "estimator", PROTO_STR_ID, false, &b->estimator));
-    const msgpack_object_array *a;
-    PROTO_TRY(proto_dec_arr(d, m, "groups", PROTO_MAX_GROUPS, true, &a));
-    PROTO_TRY(proto_dec_alloc(d, "groups", a->size, sizeof *b->groups, &b->groups));
-    for (uint32_t i = 0; i < a->size; i++) {
+    proto_obj_t a;
+    bool found;
+    PROTO_TRY(proto_dec_arr(d, m, "groups", PROTO_MAX_GROUPS, true, &a, &found));
+    PROTO_TRY(proto_dec_alloc(d, "groups", a.n, sizeof *b->groups, &b->groups));
+    const uint8_t *q = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
         size_t old;
-        PROTO_TRY(proto_dec_enter(d, &a->ptr[i], "groups", i, &old));
+        proto_map_t em;
+        PROTO_TRY(proto_dec_enter(d, &q, "groups", i, &em, &old));
         b->groups_len = i + 1;
         proto_group_init(&b->groups[i]);
-        PROTO_TRY(s_dec_group(d, &a->ptr[i], &b->groups[i]));
+        PROTO_TRY(s_dec_group(d, &em, &b->groups[i]));
         proto_path_pop(&d->path, old);
     }
-    const msgpack_object *st = proto_dec_get(m, "stats");
-    if (!st)
+    proto_obj_t st;
+    if (!proto_dec_get(m, "stats", &st))
         return proto_dec_missing(d, "stats");
-    if (st->type != MSGPACK_OBJECT_MAP)
+    if (st.type != PROTO_O_MAP)
         return proto_fail(d->err, &d->path, "stats", SR_EPROTO, "not a map");
-    PROTO_TRY(proto_dec_alloc(d, "stats", st->via.map.size, sizeof *b->stats, &b->stats));
+    PROTO_TRY(proto_dec_alloc(d, "stats", st.n, sizeof *b->stats, &b->stats));
     size_t old = proto_path_push(&d->path, "stats", 5, -1);
-    for (uint32_t i = 0; i < st->via.map.size; i++) {
-        const msgpack_object_kv *kv = &st->via.map.ptr[i];
+    q = st.p;
+    for (uint32_t i = 0; i < st.n; i++) {
+        proto_obj_t key, val;
+        PROTO_TRY(proto_dec_next(d, &q, &key));
+        PROTO_TRY(proto_dec_next(d, &q, &val));
         char name[PROTO_MAX_ID + 1];
-        snprintf(name, sizeof name, "%.*s", (int)kv->key.via.str.size, kv->key.via.str.ptr);
+        snprintf(name, sizeof name, "%.*s", (int)key.n, (const char *)key.p);
         b->stats_len = i + 1;
-        PROTO_TRY(proto_dec_str_obj(d, &kv->key, name, PROTO_STR_ID, &b->stats[i].name));
-        PROTO_TRY(proto_dec_num_obj(d, &kv->val, name, PROTO_ANY, &b->stats[i].value));
+        PROTO_TRY(proto_dec_str_obj(d, &key, name, PROTO_STR_ID, &b->stats[i].name));
+        PROTO_TRY(proto_dec_num_obj(d, &val, name, PROTO_ANY, &b->stats[i].value));
     }
     proto_path_pop(&d->path, old);
     return SR_OK;
 }
 
-int proto_dec_weights_ready(proto_dec_t *d, const msgpack_object *m, proto_weights_ready_t *w)
+int proto_dec_weights_ready(proto_dec_t *d, const proto_map_t *m, proto_weights_ready_t *w)
 {
     PROTO_TRY(proto_dec_str(d, m, "run", PROTO_STR_ID, true, &w->run));
     PROTO_TRY(proto_dec_int(d, m, "version", PROTO_NONNEG, true, &w->version));

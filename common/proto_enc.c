@@ -1,6 +1,7 @@
 /*
- * proto_enc.c — encoding: packs a proto_msg_t with msgpack-c's packer straight into an sr_buf_t
- * (proto_encode); the field writers and one writer per message type with fields of its own.
+ * proto_enc.c — encoding: packs a proto_msg_t straight into an sr_buf_t (proto_encode), byte for
+ * byte as msgpack-c's packer would (the writers of numbers and headers below); the field writers
+ * and one writer per message type with fields of its own.
  */
 #include "common/proto_int.h"
 
@@ -61,6 +62,133 @@ static void s_raw_str(s_enc_t *e, const char *s, size_t n)
     b->len = (size_t)(p + n - b->data);
 }
 
+/* The writers of numbers and headers below write what msgpack-c's packer writes (the shortest
+ * form of an integer, float64 for a double, the shortest container header) straight into the
+ * buffer: one reserve a value, no packer callback per piece. s_room reserves n bytes and returns
+ * where they go (NULL after an error); s_commit ends the value at p. */
+static uint8_t *s_room(s_enc_t *e, size_t n)
+{
+    if (e->rc)
+        return NULL;
+    sr_buf_t *b = e->pk.data;
+    if (n > b->cap - b->len && sr_buf_reserve(b, n) != SR_OK) {
+        e->rc = SR_ENOMEM;
+        return NULL;
+    }
+    return b->data + b->len;
+}
+
+static void s_commit(s_enc_t *e, uint8_t *p)
+{
+    sr_buf_t *b = e->pk.data;
+    b->len = (size_t)(p - b->data);
+}
+
+static uint8_t *s_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+    return p + n;
+}
+
+static uint8_t *s_wint(uint8_t *p, int64_t d)
+{
+    if (d < -(1LL << 5)) {
+        if (d < -(1LL << 15)) {
+            if (d < -(1LL << 31)) {
+                *p++ = 0xd3;
+                return s_be(p, (uint64_t)d, 8);
+            }
+            *p++ = 0xd2;
+            return s_be(p, (uint64_t)d, 4);
+        }
+        if (d < -(1 << 7)) {
+            *p++ = 0xd1;
+            return s_be(p, (uint64_t)d, 2);
+        }
+        *p++ = 0xd0;
+        return s_be(p, (uint64_t)d, 1);
+    }
+    if (d < (1 << 7)) {
+        *p++ = (uint8_t)d;
+        return p;
+    }
+    if (d < (1LL << 16)) {
+        if (d < (1 << 8)) {
+            *p++ = 0xcc;
+            return s_be(p, (uint64_t)d, 1);
+        }
+        *p++ = 0xcd;
+        return s_be(p, (uint64_t)d, 2);
+    }
+    if (d < (1LL << 32)) {
+        *p++ = 0xce;
+        return s_be(p, (uint64_t)d, 4);
+    }
+    *p++ = 0xcf;
+    return s_be(p, (uint64_t)d, 8);
+}
+
+static uint8_t *s_wuint(uint8_t *p, uint64_t d)
+{
+    if (d < (1ULL << 8)) {
+        if (d < (1ULL << 7)) {
+            *p++ = (uint8_t)d;
+            return p;
+        }
+        *p++ = 0xcc;
+        return s_be(p, d, 1);
+    }
+    if (d < (1ULL << 16)) {
+        *p++ = 0xcd;
+        return s_be(p, d, 2);
+    }
+    if (d < (1ULL << 32)) {
+        *p++ = 0xce;
+        return s_be(p, d, 4);
+    }
+    *p++ = 0xcf;
+    return s_be(p, d, 8);
+}
+
+static uint8_t *s_wdouble(uint8_t *p, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    *p++ = 0xcb;
+    return s_be(p, bits, 8);
+}
+
+/* s_whead writes a header of n elements: fix | n below 16, else b16 and 16 bits, else b16 + 1
+ * and 32 bits (maps 0x80/0xde, arrays 0x90/0xdc). */
+static uint8_t *s_whead(uint8_t *p, size_t n, uint8_t fix, uint8_t b16)
+{
+    if (n < 16) {
+        *p++ = (uint8_t)(fix | n);
+        return p;
+    }
+    if (n < 65536) {
+        *p++ = b16;
+        return s_be(p, n, 2);
+    }
+    *p++ = (uint8_t)(b16 + 1);
+    return s_be(p, n, 4);
+}
+
+static void s_int(s_enc_t *e, int64_t v)
+{
+    uint8_t *p = s_room(e, 9);
+    if (p)
+        s_commit(e, s_wint(p, v));
+}
+
+static void s_double(s_enc_t *e, double v)
+{
+    uint8_t *p = s_room(e, 9);
+    if (p)
+        s_commit(e, s_wdouble(p, v));
+}
+
 static void s_key(s_enc_t *e, const char *key)
 {
     s_raw_str(e, key, strlen(key));
@@ -96,34 +224,57 @@ static void s_put_str(s_enc_t *e, const char *key, const char *s, proto_strkind_
     s_str_value(e, s, kind);
 }
 
+/* s_key_room packs key and reserves vmax bytes for its value; NULL after an error. */
+static uint8_t *s_key_room(s_enc_t *e, const char *key, size_t vmax)
+{
+    size_t n = strlen(key);
+    if (n >= 32) {
+        s_raw_str(e, key, n);
+        return s_room(e, vmax);
+    }
+    uint8_t *p = s_room(e, 1 + n + vmax);
+    if (!p)
+        return NULL;
+    *p++ = (uint8_t)(0xa0u | n);
+    memcpy(p, key, n);
+    return p + n;
+}
+
 static void s_put_int(s_enc_t *e, const char *key, int64_t v)
 {
-    if (s_key_ok(e, key))
-        s_check(e, msgpack_pack_int64(&e->pk, v));
+    uint8_t *p = s_key_room(e, key, 9);
+    if (p)
+        s_commit(e, s_wint(p, v));
 }
 
 static void s_put_uint(s_enc_t *e, const char *key, uint64_t v)
 {
-    if (s_key_ok(e, key))
-        s_check(e, msgpack_pack_uint64(&e->pk, v));
+    uint8_t *p = s_key_room(e, key, 9);
+    if (p)
+        s_commit(e, s_wuint(p, v));
 }
 
 static void s_put_num(s_enc_t *e, const char *key, double v)
 {
-    if (s_key_ok(e, key))
-        s_check(e, msgpack_pack_double(&e->pk, v));
+    uint8_t *p = s_key_room(e, key, 9);
+    if (p)
+        s_commit(e, s_wdouble(p, v));
 }
 
 static void s_put_bool(s_enc_t *e, const char *key, bool v)
 {
-    if (s_key_ok(e, key))
-        s_check(e, v ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk));
+    uint8_t *p = s_key_room(e, key, 1);
+    if (p) {
+        *p++ = v ? 0xc3 : 0xc2;
+        s_commit(e, p);
+    }
 }
 
 static void s_map(s_enc_t *e, size_t n)
 {
-    if (!e->rc)
-        s_check(e, msgpack_pack_map(&e->pk, n));
+    uint8_t *p = s_room(e, 5);
+    if (p)
+        s_commit(e, s_whead(p, n, 0x80, 0xde));
 }
 
 /* s_key_sized packs key and checks the value that follows: SR_EINVAL when invalid (a NULL
@@ -143,8 +294,11 @@ static bool s_key_sized(s_enc_t *e, const char *key, bool invalid, size_t n, siz
 /* s_array_head packs an array header after checking the pointer and the limit. */
 static void s_array_head(s_enc_t *e, const char *key, const void *p, size_t n, size_t max)
 {
-    if (s_key_sized(e, key, n > 0 && !p, n, max))
-        s_check(e, msgpack_pack_array(&e->pk, n));
+    if (s_key_sized(e, key, n > 0 && !p, n, max)) {
+        uint8_t *w = s_room(e, 5);
+        if (w)
+            s_commit(e, s_whead(w, n, 0x90, 0xdc));
+    }
 }
 
 static void s_put_str_array(s_enc_t *e, const char *key, const char *const *a, size_t n,
@@ -159,7 +313,7 @@ static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t
 {
     s_array_head(e, key, a, n, max);
     for (size_t i = 0; i < n && !e->rc; i++)
-        s_check(e, msgpack_pack_double(&e->pk, a[i]));
+        s_double(e, a[i]);
 }
 
 /* s_put_bin32 packs n 32-bit values (int32_t or float bits) as one msgpack bin of little-endian
@@ -168,21 +322,36 @@ static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
 {
     if (!s_key_sized(e, key, n > 0 && !a, n, PROTO_MAX_TOKENS))
         return;
-    s_check(e, msgpack_pack_bin(&e->pk, n * 4));
-    const uint8_t *src = a;
-    uint8_t chunk[256];
-    for (size_t i = 0; i < n && !e->rc;) {
-        size_t k = 0;
-        for (; i < n && k < sizeof chunk; i++, k += 4) {
-            uint32_t w;
-            memcpy(&w, src + i * 4, 4);
-            chunk[k] = (uint8_t)w;
-            chunk[k + 1] = (uint8_t)(w >> 8);
-            chunk[k + 2] = (uint8_t)(w >> 16);
-            chunk[k + 3] = (uint8_t)(w >> 24);
-        }
-        s_check(e, msgpack_pack_bin_body(&e->pk, chunk, k));
+    size_t nb = n * 4;
+    uint8_t *p = s_room(e, 5 + nb);
+    if (!p)
+        return;
+    if (nb < 256) {
+        *p++ = 0xc4;
+        p = s_be(p, nb, 1);
+    } else if (nb < 65536) {
+        *p++ = 0xc5;
+        p = s_be(p, nb, 2);
+    } else {
+        *p++ = 0xc6;
+        p = s_be(p, nb, 4);
     }
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (nb)
+        memcpy(p, a, nb);
+    p += nb;
+#else
+    const uint8_t *src = a;
+    for (size_t i = 0; i < n; i++, p += 4) {
+        uint32_t w;
+        memcpy(&w, src + i * 4, 4);
+        p[0] = (uint8_t)w;
+        p[1] = (uint8_t)(w >> 8);
+        p[2] = (uint8_t)(w >> 16);
+        p[3] = (uint8_t)(w >> 24);
+    }
+#endif
+    s_commit(e, p);
 }
 
 /* s_put_raw_map packs key and then the bytes of one encoded msgpack map as its value, which must
@@ -403,7 +572,7 @@ static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
     if (c->keep_len > 0) {
         s_array_head(e, "keep", c->keep, c->keep_len, PROTO_MAX_GROUP_SIZE);
         for (size_t i = 0; i < c->keep_len && !e->rc; i++)
-            s_check(e, msgpack_pack_int64(&e->pk, c->keep[i]));
+            s_int(e, c->keep[i]);
     }
 }
 
@@ -457,8 +626,7 @@ static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
     s_map(e, b->stats_len);
     for (size_t i = 0; i < b->stats_len && !e->rc; i++) {
         s_str_value(e, b->stats[i].name, PROTO_STR_ID);
-        if (!e->rc)
-            s_check(e, msgpack_pack_double(&e->pk, b->stats[i].value));
+        s_double(e, b->stats[i].value);
     }
 }
 

@@ -107,8 +107,27 @@ typedef struct {
     size_t max_blob; /* longest string or extension anywhere */
     proto_err_t *err;
     bool paths; /* keep the path (for err); a scan without is rerun with it when it fails */
+    proto_map_t *top; /* the outer map's view to fill, or NULL */
     proto_path_t path;
 } s_scan_t;
+
+/* s_top_key records the key of n bytes at k (entry i of the outer map, its value next) in
+ * sc->top, as proto_map_open does. */
+static void s_top_key(s_scan_t *sc, uint64_t i, const uint8_t *k, size_t n)
+{
+    proto_map_t *m = sc->top;
+    proto_kv_t *kv = &m->kv[i];
+    kv->k = k;
+    kv->kn = (uint32_t)n;
+    kv->v = k + n;
+    kv->dup = false;
+    uint64_t bit = proto_key_bit(k, n);
+    if (m->keys & bit) {
+        for (uint64_t f = 0; f < i && !kv->dup; f++)
+            kv->dup = m->kv[f].kn == n && memcmp(m->kv[f].k, k, n) == 0;
+    }
+    m->keys |= bit;
+}
 
 static int s_scan_value(s_scan_t *sc, int depth);
 
@@ -136,11 +155,27 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
     /* Every element takes at least one byte: a count beyond the bytes left is a lie. */
     if (h->n * (h->kind == H_MAP ? 2 : 1) > avail)
         return proto_fail(sc->err, &sc->path, "", SR_EPROTO, "truncated message");
+    proto_map_t *top = NULL;
+    if (sc->top && depth == 1 && h->kind == H_MAP) {
+        top = sc->top;
+        top->p = sc->p;
+        top->n = (uint32_t)h->n;
+        top->next = 0;
+        top->indexed = h->n <= PROTO_MAP_INDEX;
+        top->keys = top->indexed ? 0 : ~(uint64_t)0;
+        if (!top->indexed)
+            top = NULL;
+    }
     for (uint64_t i = 0; i < h->n; i++) {
         size_t old = 0;
         if (h->kind == H_ARRAY) {
             if (sc->paths)
                 old = proto_path_push(&sc->path, NULL, 0, (long)i);
+        } else if (!sc->paths && sc->p < sc->end && (*sc->p & 0xe0) == 0xa0 &&
+                   (size_t)(*sc->p & 0x1f) < (size_t)(sc->end - sc->p)) {
+            if (top)
+                s_top_key(sc, i, sc->p + 1, *sc->p & 0x1f);
+            sc->p += 1 + (*sc->p & 0x1f); /* a short key: a string within its limit */
         } else {
             s_head_t k;
             int rc = s_scan_head(sc, &k);
@@ -156,7 +191,21 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
                 return proto_fail(sc->err, &sc->path, "", SR_EPROTO, "truncated message");
             if (sc->paths)
                 old = proto_path_push(&sc->path, (const char *)sc->p, (size_t)k.n, -1);
+            if (top)
+                s_top_key(sc, i, sc->p, (size_t)k.n);
             sc->p += k.n;
+        }
+        if (!sc->paths && sc->p < sc->end) {
+            /* a short string or a one-byte scalar value, without a call */
+            uint8_t b = *sc->p;
+            if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(sc->end - sc->p)) {
+                sc->p += 1 + (b & 0x1f);
+                continue;
+            }
+            if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+                sc->p++;
+                continue;
+            }
         }
         int rc = s_scan_value(sc, depth + 1);
         if (rc != SR_OK)
@@ -169,6 +218,21 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
 
 static int s_scan_value(s_scan_t *sc, int depth)
 {
+    /* short strings and one-byte scalars, most values, take no header decoding (a short string
+     * is within every limit) */
+    if (sc->p < sc->end) {
+        uint8_t b = *sc->p;
+        if ((b & 0xe0) == 0xa0) {
+            size_t n = b & 0x1f;
+            if (n < (size_t)(sc->end - sc->p)) {
+                sc->p += 1 + n;
+                return SR_OK;
+            }
+        } else if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            sc->p++;
+            return SR_OK;
+        }
+    }
     s_head_t h;
     int rc = s_scan_head(sc, &h);
     if (rc != SR_OK)
@@ -229,9 +293,10 @@ proto_type_t proto_peek_type(const void *buf, size_t len)
 /* proto_scan_msg checks the whole buffer p of len bytes (an encoded map) before it goes to the
  * unpacker. The scan runs without the field path (a copy of every key's name); a message it
  * refuses is scanned again with the path, for the error. */
-int proto_scan_msg(const uint8_t *p, size_t len, size_t max_blob, proto_err_t *err)
+int proto_scan_msg(const uint8_t *p, size_t len, size_t max_blob, proto_err_t *err,
+                   proto_map_t *top)
 {
-    s_scan_t sc = {.p = p, .end = p + len, .max_blob = max_blob};
+    s_scan_t sc = {.p = p, .end = p + len, .max_blob = max_blob, .top = top};
     int rc = s_scan_value(&sc, 1);
     if (rc != SR_OK) {
         sc = (s_scan_t){.p = p, .end = p + len, .err = err, .paths = true, .max_blob = max_blob};
@@ -240,5 +305,9 @@ int proto_scan_msg(const uint8_t *p, size_t len, size_t max_blob, proto_err_t *e
     if (sc.p != sc.end)
         return proto_fail(err, NULL, "", SR_EPROTO, "trailing bytes after the map (%zu)",
                           (size_t)(sc.end - sc.p));
+    if (top) {
+        top->end = sc.end;
+        top->stop = sc.p;
+    }
     return SR_OK;
 }

@@ -24,6 +24,13 @@
  * socket still has input, up to a budget per wake-up (reactor_set_budget), then the other sources
  * get their turn. A socket handler should therefore receive one message per call (or drain with
  * a budget of its own) and remove its read interest when it cannot make progress.
+ *
+ * A read-only socket whose handler receives through transport_recv is drained by receives: after
+ * a call that received a message the handler is called again without asking libzmq first, until
+ * its receive comes back empty (SR_EAGAIN) or the budget is spent. Such a handler must return
+ * quietly on SR_EAGAIN; it is called with nothing to read at most once a wake-up, after a call
+ * that did receive. A handler that did not receive through transport_recv in a call is asked for
+ * as before (ZMQ_EVENTS), and never called without input.
  */
 #ifndef SR_REACTOR_H
 #define SR_REACTOR_H
@@ -130,6 +137,10 @@ int reactor_signal(const reactor_t *r);
  * a watched socket was closed without being removed, SR_EIO if the wait failed. The stop request is consumed when it returns, so the loop can run again. */
 int reactor_run(reactor_t *r);
 
+/* reactor_running tells whether r's loop is running (a handler, timer or hook of it is on the
+ * stack). r may be NULL (0). */
+int reactor_running(const reactor_t *r);
+
 /* reactor_stop asks the loop to return after the current handler. Thread-safe and
  * async-signal-safe. r may be NULL (no effect). */
 void reactor_stop(reactor_t *r);
@@ -143,6 +154,12 @@ void reactor_wake(reactor_t *r);
  * input during such a call, so the reactor asks the socket's state again before it sleeps. A
  * socket the reactor does not watch is ignored. */
 void reactor_zsock_used(void *sock);
+
+/* reactor_zsock_received is reactor_zsock_used for a receive (transport_recv calls it): got is 1
+ * when it took a message (or a malformed one), 0 when it found no input after libzmq had processed
+ * the socket's commands (which lets the socket's handler stop without asking libzmq once more,
+ * see Fairness above), -1 when it failed otherwise (the handler is not called again then). */
+void reactor_zsock_received(void *sock, int got);
 
 /* reactor_now returns the loop's cached monotonic clock in ms, updated at every wake-up; cheaper
  * than reading the clock and consistent within one round of dispatch. */

@@ -25,6 +25,9 @@ typedef struct reactor_item {
     reactor_fd_fn *fcb;
     void *arg;
     int removed;
+    /* during a call of its handler: it received through transport (rx_seen), its latest
+     * receive, with no send after it, found nothing (rx_empty), a receive failed (rx_failed) */
+    int rx_seen, rx_empty, rx_failed;
     /* a removed fd's entry, in the list freed at the end of a round */
     struct reactor_item *next_dead;
 } reactor_item_t;
@@ -63,6 +66,7 @@ struct reactor {
     void *before_sleep_arg;
     int64_t wait_cap_ns; /* reactor_wait_at_most_ns for the coming wait, or -1 */
     int budget;
+    reactor_item_t *cur; /* the ZeroMQ socket whose handler runs now, or NULL */
 
     int wake_rd, wake_wr;
     atomic_int stop_requested;

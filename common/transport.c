@@ -455,7 +455,8 @@ int transport_recv(transport_sock_t *s, transport_msg_t *m, int wait_ms)
     if (!s || !m)
         return SR_EINVAL;
     int rc = s_recv(s, m, wait_ms);
-    reactor_zsock_used(s->zsock);
+    reactor_zsock_received(s->zsock,
+                           rc == SR_OK || rc == SR_EPROTO ? 1 : rc == SR_EAGAIN ? 0 : -1);
     return rc;
 }
 

@@ -84,6 +84,65 @@ int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash)
     return n;
 }
 
+/* A byte's class for ps_ptok_count: 0 a byte not named below, 1 an ASCII letter or digit, 2 a
+ * space or a newline (a token's prefix before a byte that is not whitespace), 3 other whitespace,
+ * 4 NUL (the end). */
+static const unsigned char S_PTCLS[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, [' '] = 2, ['\n'] = 2,
+    ['\t'] = 3,        ['\v'] = 3,        ['\f'] = 3,        ['\r'] = 3, [0] = 4};
+
+/* s_ptok_count is ptok_count_words with, when hash is not NULL, model_hash64(text, seed) taken
+ * in the same loop. */
+static inline size_t s_ptok_count(const char *text, int *words, bool with_hash, uint64_t seed,
+                                  uint64_t *hash)
+{
+    uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+    int w = 0;
+    size_t ws = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (;;) {
+        unsigned k = S_PTCLS[*p];
+        if (k == 1) {
+            const unsigned char *q = p;
+            do {
+                if (with_hash)
+                    h = (h ^ *q) * 1099511628211ULL;
+                q++;
+            } while (S_PTCLS[*q] == 1);
+            w += (int)((q - p + 3) / 4);
+            p = q;
+            continue;
+        }
+        if (k == 4)
+            break;
+        if (with_hash)
+            h = (h ^ *p) * 1099511628211ULL;
+        if (k == 0)
+            w++;
+        else /* whitespace: a token of its own unless it is the prefix of the next one */
+            ws += k == 3 || S_PTCLS[p[1]] >= 2;
+        p++;
+    }
+    if (with_hash) {
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+        *hash = h;
+    }
+    *words = w;
+    return (size_t)w + ws;
+}
+
+size_t ps_ptok_count(const char *text, int *words)
+{
+    return s_ptok_count(text, words, false, 0, NULL);
+}
+
+size_t ps_ptok_count_hash(const char *text, uint64_t seed, int *words, uint64_t *hash)
+{
+    return s_ptok_count(text, words, true, seed, hash);
+}
+
 /* s_prefix_of_tokens returns the byte length of the longest prefix of text with at most max
  * tokens (never cutting inside a run's 4-character piece). */
 static size_t s_prefix_of_tokens(const char *text, int max)
@@ -249,49 +308,86 @@ static void s_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double 
     jsonw_lit(w, "}]}");
 }
 
-/* s_ids_write writes ids as a JSON array of integers, into one piece of scratch memory. */
+static const char S_D2[] = "00010203040506070809101112131415161718192021222324252627282930"
+                          "31323334353637383940414243444546474849505152535455565758596061"
+                          "6263646566676869707172737475767778798081828384858687888990919293"
+                          "949596979899";
+
+/* s_udec writes u in decimal at q (at most 10 bytes) and returns the byte after it: the digits
+ * counted first, then written from the last, two a division. */
+static char *s_udec(uint32_t u, char *q)
+{
+    int n = u < 10 ? 1 : u < 100 ? 2 : u < 1000 ? 3 : u < 10000 ? 4 : u < 100000 ? 5
+          : u < 1000000 ? 6 : u < 10000000 ? 7 : u < 100000000 ? 8 : u < 1000000000 ? 9 : 10;
+    char *e = q + n, *d = e;
+    while (u >= 100) {
+        uint32_t r = u % 100;
+        u /= 100;
+        d -= 2;
+        memcpy(d, S_D2 + 2 * r, 2);
+    }
+    if (u >= 10) {
+        d -= 2;
+        memcpy(d, S_D2 + 2 * u, 2);
+    } else {
+        *--d = (char)('0' + u);
+    }
+    return e;
+}
+
+/* s_room returns where `need` bytes can be written at the end of w's buffer (then counted with
+ * s_wrote), or NULL when the writer has failed or the room cannot be had. */
+static char *s_room(jsonw_t *w, size_t need)
+{
+    if (w->rc != SR_OK)
+        return NULL;
+    int rc = sr_buf_reserve(w->b, need);
+    if (rc != SR_OK) {
+        w->rc = rc;
+        return NULL;
+    }
+    return (char *)w->b->data + w->b->len;
+}
+
+static void s_wrote(jsonw_t *w, const char *end)
+{
+    w->b->len = (size_t)((const uint8_t *)end - w->b->data);
+}
+
+/* s_ids_write writes ids as a JSON array of integers, straight into w's buffer. */
 static void s_ids_write(jsonw_t *w, const int32_t *ids, size_t n)
 {
-    char *t = sr_xmalloc(12 * n + 2), *q = t;
+    char *q = s_room(w, 12 * n + 2);
+    if (!q)
+        return;
     *q++ = '[';
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
-        static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930"
-                                 "31323334353637383940414243444546474849505152535455565758596061"
-                                 "6263646566676869707172737475767778798081828384858687888990919293"
-                                 "949596979899";
-        char dig[12], *e = dig + sizeof dig, *d = e; /* two digits a division */
-        uint32_t u = ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i];
-        while (u >= 100) {
-            uint32_t r = u % 100;
-            u /= 100;
-            d -= 2;
-            memcpy(d, d2 + 2 * r, 2);
-        }
-        if (u >= 10) {
-            d -= 2;
-            memcpy(d, d2 + 2 * u, 2);
-        } else {
-            *--d = (char)('0' + u);
-        }
         if (ids[i] < 0)
             *q++ = '-';
-        memcpy(q, d, (size_t)(e - d));
-        q += e - d;
+        q = s_udec(ids[i] < 0 ? 0u - (uint32_t)ids[i] : (uint32_t)ids[i], q);
     }
     *q++ = ']';
-    jsonw_raw(w, t, (size_t)(q - t));
-    free(t);
+    s_wrote(w, q);
 }
 
-/* s_piece_json writes id's piece at q as a quoted JSON string, escaped as jsonw_strn escapes it
- * (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
-static char *s_piece_json(int32_t id, char *q)
+/* s_piece_len returns the length of id's piece (ptok_piece's), for an id below PTOK_VOCAB. */
+static int s_piece_len(int32_t id)
+{
+    int32_t prefix = id / PTOK_CORES, core = id - prefix * PTOK_CORES;
+    int n = prefix != 0;
+    if (core < 256)
+        return n + 1;
+    int32_t k = core - 256;
+    return n + (k < 62 ? 1 : k < 62 + 62 * 62 ? 2 : k < 62 + 62 * 62 + 62 * 62 * 62 ? 3 : 4);
+}
+
+/* s_piece_json writes the k bytes of a piece at q as a quoted JSON string, escaped as jsonw_strn
+ * escapes it (a piece is at most 5 bytes: 32 bytes of room), and returns the byte after it. */
+static char *s_piece_json(const char *piece, int k, char *q)
 {
     static const char hex[] = "0123456789abcdef";
-    char piece[8];
-    int k = ptok_piece(id, piece);
     *q++ = '"';
     for (int i = 0; i < k; i++) {
         unsigned char c = (unsigned char)piece[i];
@@ -319,34 +415,41 @@ static char *s_piece_json(int32_t id, char *q)
  * only), so the entries sum to the choice's logprob exactly. The lean entries are written into
  * scratch memory and appended in runs. */
 static void s_token_logprobs_write(jsonw_t *w, const pparse_state_t *st, const double *p_unit,
-                                   double lp, int top, const int32_t *ids, size_t n, size_t at)
+                                   double lp, int top, const char *text, const int32_t *ids,
+                                   size_t n, size_t at)
 {
     static const char open[] = "{\"token\":", lean[] = ",\"logprob\":0}";
-    char *t = sr_xmalloc(64 * n + 16), *q = t;
+    /* ids are the encoding of text: each id's piece is the text's next bytes */
+    char *q = s_room(w, 64 * n + 16);
+    if (!q)
+        return;
     memcpy(q, "{\"content\":[", 12);
     q += 12;
     for (size_t i = 0; i < n; i++) {
         if (i)
             *q++ = ',';
         memcpy(q, open, sizeof open - 1);
-        q = s_piece_json(ids[i], q + sizeof open - 1);
+        int k = s_piece_len(ids[i]);
+        q = s_piece_json(text, k, q + sizeof open - 1);
+        text += k;
         if (i != at) {
             memcpy(q, lean, sizeof lean - 1); /* lean: no alternatives off the action */
             q += sizeof lean - 1;
             continue;
         }
-        jsonw_raw(w, t, (size_t)(q - t));
-        q = t;
+        s_wrote(w, q);
         jsonw_lit(w, ",\"logprob\":");
         jsonw_num(w, lp);
         jsonw_lit(w, ",\"top_logprobs\":");
         s_top_logprobs_write(w, st, p_unit, top);
         jsonw_lit(w, "}");
+        q = s_room(w, 64 * (n - i) + 16);
+        if (!q)
+            return;
     }
     memcpy(q, "]}", 2);
     q += 2;
-    jsonw_raw(w, t, (size_t)(q - t));
-    free(t);
+    s_wrote(w, q);
 }
 
 static cJSON *s_usage_json(int prompt, int completion)
@@ -388,7 +491,11 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         model_rng_seed(&rng, sh->seed * 0x9E3779B97F4A7C15ULL +
                                  __atomic_fetch_add(sh->seq, 1, __ATOMIC_RELAXED));
 
-    double *p = sr_xcalloc((size_t)(st.n_actions ? st.n_actions : 1), sizeof(double));
+    double p_small[PPARSE_MAX_ACTIONS]; /* a state holds at most this many: no calloc */
+    size_t np = (size_t)(st.n_actions ? st.n_actions : 1);
+    double *p = np <= PPARSE_MAX_ACTIONS ? p_small : sr_xcalloc(np, sizeof(double));
+    if (p == p_small)
+        memset(p, 0, np * sizeof(double));
     model_choice_t ch = {.index = -1, .logprob = 0, .prob = 1};
     /* One scoring of the candidates gives both the choice and the probabilities the reasoning
      * and the logprobs show (at T, or at 1 when greedy). */
@@ -405,7 +512,9 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     char *think = model_reason_ctx(m, &st, m ? &ctx : NULL, p, ch.index, target, policy_server_tokens);
     ps_buf_add(&content, think, strlen(think));
     free(think);
-    ps_buf_printf(&content, "<action>%s</action>", action);
+    ps_buf_add(&content, "<action>", 8);
+    ps_buf_add(&content, action, strlen(action));
+    ps_buf_add(&content, "</action>", 9);
     const char *finish = s_cut(&content, rq);
     int words = policy_server_tokens(content.p); /* what the cost model decodes */
     int completion = words;
@@ -422,7 +531,15 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
             ptok_encode(rq->prompt.p, rq->prompt.len, pids, n_pids);
         }
         const char *a = content.p ? strstr(content.p, "<action>") : NULL;
-        lp_at = a ? ptok_encode(content.p, (size_t)(a - content.p) + 8, NULL, 0) : 0;
+        if (a) {
+            /* the tokens of the text up to the action are the ids' first ones (the '>' that
+             * ends "<action>" is a token of its own): counted off the ids' piece lengths, and
+             * by encoding that text where the lengths do not meet its end */
+            size_t upto = (size_t)(a - content.p) + 8, at = 0, k = 0;
+            while (k < n_ids && at < upto)
+                at += (size_t)s_piece_len(ids[k++]);
+            lp_at = at == upto ? k : ptok_encode(content.p, upto, NULL, 0);
+        }
         if (n_ids > 0 && lp_at >= n_ids)
             lp_at = n_ids - 1;
         completion = (int)n_ids;
@@ -430,19 +547,31 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
     out->completion_tokens = completion;
     out->cost_tokens = words;
 
-    char id[40];
-    snprintf(id, sizeof id, "chatcmpl-%016llx", (unsigned long long)model_rng_next(&rng));
+    char id[40]; /* "chatcmpl-%016llx" */
+    {
+        static const char hex[] = "0123456789abcdef";
+        uint64_t x = model_rng_next(&rng);
+        memcpy(id, "chatcmpl-", 9);
+        for (int i = 0; i < 16; i++)
+            id[9 + i] = hex[(x >> (60 - 4 * i)) & 15];
+        id[25] = '\0';
+    }
     long created = (long)clock_wall_sec();
-    char model_name[160];
-    if (rq->use_current)
-        snprintf(model_name, sizeof model_name, "%s", sh->name);
-    else
-        snprintf(model_name, sizeof model_name, "%s-v%u", sh->name, rq->version);
+    char model_name[160]; /* "%s" or "%s-v%u" of the name, cut as snprintf cuts */
+    if (rq->use_current) {
+        pparse_cat(model_name, sizeof model_name, sh->name, NULL);
+    } else {
+        char v[16];
+        memcpy(v, "-v", 2);
+        *s_udec(rq->version, v + 2) = '\0';
+        pparse_cat(model_name, sizeof model_name, sh->name, v, NULL);
+    }
     if (!rq->stream) {
         /* Written directly, in the order and the format of a cJSON tree of the same fields
          * (tests/test_policy_server.c checks that cJSON prints a parsed answer back unchanged). */
-        char fp[48];
-        snprintf(fp, sizeof fp, "selroll-policy-v%u", model_version(m));
+        char fp[48]; /* "selroll-policy-v%u" */
+        memcpy(fp, "selroll-policy-v", 16);
+        *s_udec(model_version(m), fp + 16) = '\0';
         sr_buf_t ob = SR_BUF_INIT;
         jsonw_t w;
         jsonw_init(&w, &ob);
@@ -461,8 +590,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         jsonw_strn(&w, content.p, content.len);
         jsonw_lit(&w, "},\"logprobs\":");
         if (rq->logprobs && ids)
-            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, ids, n_ids,
-                                   lp_at);
+            s_token_logprobs_write(&w, &st, p, ch.logprob, rq->top_logprobs, content.p, ids,
+                                   n_ids, lp_at);
         else if (rq->logprobs)
             s_logprobs_write(&w, &st, p, ch.index, ch.logprob, rq->top_logprobs);
         else
@@ -554,7 +683,8 @@ void ps_answer(const ps_shape_t *sh, const ps_req_t *rq, const model_t *m, ps_an
         out->body = b.p;
     }
     free(content.p);
-    free(p);
+    if (p != p_small)
+        free(p);
     free(ids);
     free(pids);
     pparse_state_clear(&st);

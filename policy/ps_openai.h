@@ -74,6 +74,18 @@ int ps_req_scan(const char *name, const char *body, size_t len, ps_req_t *rq);
  * in one pass: the hash's chain of multiplies runs beside the count. */
 int ps_tokens_hash(const char *text, uint64_t seed, uint64_t *hash);
 
+/* ps_ptok_count is ptok_count_words(text, words, &len) (common/ptok.h: the tokenizer's count of
+ * text, and policy_server_tokens of it in *words) by a table of byte classes; ps_ptok_count_hash
+ * sets *hash to model_hash64(text, seed) too, in the same pass. text is not NULL. */
+size_t ps_ptok_count(const char *text, int *words);
+size_t ps_ptok_count_hash(const char *text, uint64_t seed, int *words, uint64_t *hash);
+
+/* ps_num_fast reads the n bytes at p, a JSON number of the form -?digits(.digits)?, into *x
+ * exactly as strtod does, when that takes no more than one correctly rounded operation (at most
+ * 2^53 with up to 22 decimals, or an integer below 2^63); false otherwise (and for any other
+ * text), *x untouched. */
+bool ps_num_fast(const char *p, size_t n, double *x);
+
 /* ps_req_clear frees what rq owns. */
 void ps_req_clear(ps_req_t *rq);
 

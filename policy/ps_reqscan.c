@@ -289,11 +289,49 @@ static bool s_is_obj(s_val_t v) { return v.p && *v.p == '{'; }
 static bool s_is_true(s_val_t v) { return v.p && *v.p == 't'; }
 static bool s_is_bool(s_val_t v) { return v.p && (*v.p == 't' || *v.p == 'f'); }
 
+bool ps_num_fast(const char *p, size_t n, double *x)
+{
+    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    const char *e = p + n;
+    bool neg = p < e && *p == '-', dot = false;
+    p += neg;
+    if (p >= e)
+        return false;
+    uint64_t m = 0;
+    int sig = 0, frac = 0;
+    for (; p < e; p++) {
+        if (*p >= '0' && *p <= '9') {
+            sig += sig || *p != '0';
+            if (sig > 19)
+                return false;
+            m = m * 10 + (uint64_t)(*p - '0');
+            frac += dot;
+        } else if (*p == '.' && !dot) {
+            dot = true;
+        } else {
+            return false;
+        }
+    }
+    double v;
+    if (m <= (1ull << 53) && frac <= 22)
+        v = (double)m / p10[frac]; /* both exact: the quotient is correctly rounded */
+    else if (!frac && m < (1ull << 63))
+        v = (double)(int64_t)m; /* a conversion rounds to nearest as strtod does */
+    else
+        return false;
+    *x = neg ? -v : v;
+    return true;
+}
+
 /* s_num reads a number value (false when v is not one), with strtod as cJSON reads it. */
 static bool s_num(s_val_t v, double *x)
 {
     if (!v.p || !(*v.p == '-' || isdigit((unsigned char)*v.p)))
         return false;
+    if (ps_num_fast(v.p, (size_t)(v.e - v.p), x))
+        return true;
     char buf[S_NUM_MAX + 1];
     size_t n = (size_t)(v.e - v.p);
     memcpy(buf, v.p, n);
@@ -393,8 +431,13 @@ static bool s_message(void *arg, const char *k, size_t kn, s_val_t m)
     uint64_t hash = 0;
     if (rq->token_ids && !rq->prompt_ids) {
         int words;
-        size_t tl;
-        size_t tt = ptok_count_words(text, &words, &tl);
+        size_t tt;
+        if (ms->has_seed && is_user) {
+            tt = ps_ptok_count_hash(text, (uint64_t)ms->seed, &words, &hash);
+            hashed = true;
+        } else {
+            tt = ps_ptok_count(text, &words);
+        }
         rq->prompt_tokens += words + 4;
         ms->ptok_n += ptok_turn_tokens(role, text[0], tt);
     } else if (ms->has_seed && is_user) {

@@ -1,7 +1,7 @@
 /*
  * test_envlink.c — the actor's env link (actor/envlink.h): an in-process env worker and a remote
  * one (a ROUTER in this test) behind the same calls; a reply never arrives inside the send that
- * asked for it; picking a worker by kind and load, and the reason when none serves.
+ * asked for it; a remote worker's requests of one loop round leave together, in order; picking a worker by kind and load, and the reason when none serves.
  */
 #include "tests/harness.h"
 
@@ -170,6 +170,101 @@ static void remote_worker_is_reached_through_the_same_calls(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* ---- a round's remote requests leave together ---- */
+
+typedef struct {
+    envconn_t *e;
+    transport_sock_t *srv;
+    uint64_t rids[4];
+    int n;
+    int seen_inside; /* requests the worker could read while the sending callback ran */
+    int stop;        /* stop the loop in the callback, before the round's requests left */
+} burst_t;
+
+static void s_send_rid(envconn_t *e, uint64_t rid)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    char session[32];
+    snprintf(session, sizeof session, "s-%llu", (unsigned long long)rid);
+    s_encode_reset(&b, rid, session);
+    assert_int_equal(envconn_send(e, b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+}
+
+static void s_burst_cb(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    burst_t *x = arg;
+    for (int i = 0; i < x->n; i++)
+        s_send_rid(x->e, x->rids[i]);
+    transport_msg_t tm;
+    while (transport_recv(x->srv, &tm, 0) == SR_OK) {
+        x->seen_inside++;
+        transport_msg_close(&tm);
+    }
+    if (x->stop)
+        reactor_stop(r);
+}
+
+/* s_expect_rid reads the next request at the worker and checks its rid. */
+static void s_expect_rid(transport_sock_t *srv, uint64_t rid)
+{
+    transport_msg_t tm;
+    assert_int_equal(transport_recv(srv, &tm, 2000), SR_OK);
+    size_t len;
+    const void *body = transport_msg_body(&tm, &len);
+    proto_msg_t q;
+    proto_err_t perr;
+    assert_int_equal(proto_decode(body, len, &q, &perr), SR_OK);
+    assert_int_equal(q.type, PROTO_RESET);
+    assert_int_equal(q.u.reset.rid, rid);
+    proto_msg_clear(&q);
+    transport_msg_close(&tm);
+}
+
+static void remote_requests_of_a_round_leave_together_in_order(void **state)
+{
+    void *ctx = zmq_ctx_new();
+    sink_t k = {.r = reactor_new()};
+    envlink_handlers_t h = {.reply = s_reply};
+    envlink_t *el = envlink_new(k.r, ctx, "actor-b", &h, &k);
+    char err[256];
+    transport_sock_t *srv = transport_sock_new(ctx, ZMQ_ROUTER, NULL, err, sizeof err);
+    assert_non_null(srv);
+    assert_int_equal(transport_bind(srv, "inproc://test-envlink-burst"), SR_OK);
+    envconn_t *e = envlink_add_remote(el, "inproc://test-envlink-burst", "", err, sizeof err);
+    assert_non_null(e);
+
+    /* Inside the loop: none leaves during the callback; all three after it, in order. */
+    burst_t x = {.e = e, .srv = srv, .rids = {21, 22, 23}, .n = 3};
+    reactor_timer_add(k.r, 0, 0, s_burst_cb, &x);
+    s_run(&k, 1, 50);
+    assert_int_equal(x.seen_inside, 0);
+    for (int i = 0; i < 3; i++)
+        s_expect_rid(srv, x.rids[i]);
+
+    /* Outside the loop a request goes at once: after the one the stopped loop still held. */
+    burst_t y = {.e = e, .srv = srv, .rids = {31}, .n = 1, .stop = 1};
+    reactor_timer_add(k.r, 0, 0, s_burst_cb, &y);
+    s_run(&k, 1, 2000);
+    assert_int_equal(y.seen_inside, 0);
+    s_send_rid(e, 32);
+    s_expect_rid(srv, 31);
+    s_expect_rid(srv, 32);
+
+    /* What the link holds when it is destroyed still goes. */
+    burst_t z = {.e = e, .srv = srv, .rids = {41}, .n = 1, .stop = 1};
+    reactor_timer_add(k.r, 0, 0, s_burst_cb, &z);
+    s_run(&k, 1, 2000);
+    envlink_destroy(&el);
+    s_expect_rid(srv, 41);
+
+    proto_msg_clear(&k.last);
+    transport_sock_destroy(&srv);
+    reactor_destroy(&k.r);
+    zmq_ctx_term(ctx);
+}
+
 static void pick_takes_the_kind_then_unknown_then_the_least_loaded(void **state)
 {
     void *ctx = zmq_ctx_new();
@@ -215,6 +310,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(in_process_reply_comes_through_the_loop_after_the_send),
         cmocka_unit_test(remote_worker_is_reached_through_the_same_calls),
+        cmocka_unit_test(remote_requests_of_a_round_leave_together_in_order),
         cmocka_unit_test(pick_takes_the_kind_then_unknown_then_the_least_loaded),
     };
     return harness_run_("envlink", tests, SR_ARRAY_LEN(tests), argc, argv);

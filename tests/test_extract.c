@@ -255,7 +255,78 @@ static void distance_is_levenshtein_over_longer_length(void **state)
     assert_true(extract_distance("look", "look") == 0.0);
 }
 
+/* s_rnd steps a xorshift generator. */
+static uint64_t s_rnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The exact match is the first admissible action whose normalised text equals the candidate's,
+ * whatever the case, spaces and tabs of either, over thousands of random lists of near misses
+ * (the comparison settles most of them on the first byte that differs). */
+static void exact_match_agrees_with_normalised_comparison_on_random_lists(void **state)
+{
+    (void)state;
+    static const char alpha[] = "abAB  \t1";
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    char text[64], want[32], adm_s[8][40];
+    for (int round = 0; round < 20000; round++) {
+        size_t n = 1 + s_rnd(&x) % 10;
+        for (size_t i = 0; i < n; i++)
+            want[i] = alpha[s_rnd(&x) % (sizeof alpha - 1)];
+        want[n] = '\0';
+        const char *adm[8];
+        for (int i = 0; i < 8; i++) {
+            /* the answer's text with a few bytes changed, dropped, doubled, or re-cased */
+            strcpy(adm_s[i], want);
+            size_t m = n;
+            int edits = (int)(s_rnd(&x) % 3);
+            for (int k = 0; k < edits && m > 0; k++) {
+                size_t at = s_rnd(&x) % m;
+                int op = (int)(s_rnd(&x) % 4);
+                if (op == 0) {
+                    adm_s[i][at] = alpha[s_rnd(&x) % (sizeof alpha - 1)];
+                } else if (op == 1) {
+                    memmove(adm_s[i] + at, adm_s[i] + at + 1, m - at);
+                    m--;
+                } else if (op == 2 && m + 1 < sizeof adm_s[i]) {
+                    memmove(adm_s[i] + at + 1, adm_s[i] + at, m - at + 1);
+                    m++;
+                } else {
+                    char c = adm_s[i][at];
+                    adm_s[i][at] = c >= 'a' && c <= 'z' ? (char)(c - 32) : c;
+                }
+            }
+            adm[i] = adm_s[i];
+        }
+        snprintf(text, sizeof text, "<action>%s</action>", want);
+        char *cand = extract_normalise(want);
+        int expect = -1;
+        for (int i = 0; i < 8 && expect < 0; i++) {
+            char *a = extract_normalise(adm[i]);
+            if (strcmp(a, cand) == 0)
+                expect = i;
+            free(a);
+        }
+        extract_result_t r;
+        assert_int_equal(extract_action(text, adm, 8, -1, &r), 0);
+        if (expect >= 0) {
+            assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
+            assert_int_equal(r.index, expect);
+            assert_string_equal(r.action, adm[expect]);
+        } else {
+            assert_int_not_equal(r.match, EXTRACT_MATCH_EXACT);
+        }
+        extract_result_clear(&r);
+        free(cand);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(exact_match_agrees_with_normalised_comparison_on_random_lists),
     cmocka_unit_test(tag_with_exact_action_is_matched_without_format_error),
     cmocka_unit_test(case_and_spaces_are_normalised_before_matching),
     cmocka_unit_test(tags_are_found_in_any_case),

@@ -498,6 +498,24 @@ static void request_body_carries_the_openai_fields(void **state)
     cJSON_Delete(j);
     free(body);
 
+    /* A seed is an exact integer, a negative one masked to 63 bits. */
+    const struct {
+        int64_t seed;
+        const char *text;
+    } seeds[] = {{0, ",\"seed\":0,"},
+                 {9007199254740993, ",\"seed\":9007199254740993,"},
+                 {INT64_MAX, ",\"seed\":9223372036854775807,"},
+                 {-1, ",\"seed\":9223372036854775807,"},
+                 {INT64_MIN, ",\"seed\":0,"}};
+    for (size_t i = 0; i < SR_ARRAY_LEN(seeds); i++) {
+        chat = s_chat();
+        chat.has_seed = true;
+        chat.seed = seeds[i].seed;
+        body = llm_chat_body(&chat);
+        assert_non_null(strstr(body, seeds[i].text));
+        free(body);
+    }
+
     /* Left-out fields stay out. */
     chat = s_chat();
     chat.temperature = -1;

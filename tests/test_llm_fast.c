@@ -41,7 +41,7 @@ static bool s_check(const char *body, size_t len)
     bool fast = len > 0 && llm_fast_parse(body, len, &f, &sf);
     llm_parsed_free(&sf);
     if (ra != rb)
-        fail_msg("rc %d vs tree %d on %.*s", ra, rb, (int)SR_MIN(len, 400), body);
+        fail_msg("rc %d vs tree %d on %.*s", ra, rb, (int)SR_MIN(len, 4000), body);
     if (fast && rb != SR_OK)
         fail_msg("the one-pass reader took a body the tree refuses: %.*s", (int)SR_MIN(len, 400), body);
     if (ra != SR_OK) {
@@ -219,7 +219,196 @@ static void mutated_bodies_read_the_same_both_ways(void **state)
         fail_msg("only %d of %d mutated bodies took the one-pass path", fast, total);
 }
 
+/* s_long_body writes an answer as the built-in server writes one with --tokens completion: n lean
+ * logprobs entries ({"token":"T","logprob":0}) around the action's entry, and n + 1 ids. Some
+ * entries and ids step outside the usual run (an escaped piece, a piece of the "token_id:" form,
+ * whitespace, a nonzero logprob, a leading zero, ids of nine and ten digits), which the reader
+ * takes entry by entry. Returns the length; buf has room for 96 * n + 1024 bytes. */
+static size_t s_long_body(char *buf, size_t n, bool odd)
+{
+    static const char *const pieces[] = {"<", "thin", "k", ">", " the", "\\\"", "token_id:17",
+                                         "\\u00e9", "ab cd", " pillow", ",", "token_id"};
+    size_t o = (size_t)sprintf(buf, "{\"model\":\"selroll-policy\",\"choices\":[{\"index\":0,"
+                                     "\"message\":{\"content\":\"<action>go</action>\"},"
+                                     "\"logprobs\":{\"content\":[");
+    for (size_t i = 0; i < n; i++) {
+        const char *pc = odd ? pieces[i % SR_ARRAY_LEN(pieces)] : pieces[i % 5];
+        if (i == n / 2)
+            o += (size_t)sprintf(buf + o, "%s{\"token\":\"go\",\"logprob\":-0.813958686501051,"
+                                          "\"top_logprobs\":[{\"token\":\"x\",\"logprob\":-2}]}",
+                                 i ? "," : "");
+        else if (odd && i % 29 == 7)
+            o += (size_t)sprintf(buf + o, "%s {\"token\":\"%s\",\"logprob\":-0.5}", i ? "," : "", pc);
+        else
+            o += (size_t)sprintf(buf + o, "%s{\"token\":\"%s\",\"logprob\":0}", i ? "," : "", pc);
+    }
+    o += (size_t)sprintf(buf + o, "]},\"finish_reason\":\"stop\",\"token_ids\":[");
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t id = (uint32_t)(i * 2654435761u) % (odd && i % 13 == 5 ? 2147483647u : 30000000u);
+        o += (size_t)sprintf(buf + o, "%s%s%u", i ? "," : "", odd && i % 17 == 3 ? " " : "", id);
+    }
+    o += (size_t)sprintf(buf + o, "]}],\"usage\":{\"prompt_tokens\":284,\"completion_tokens\":%zu}}",
+                         n + 1);
+    return o;
+}
+
+static void long_answers_read_in_runs_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    size_t ns[] = {1, 2, 3, 15, 16, 17, 130, 700};
+    char *buf = malloc(96 * 700 + 1024), *mut = malloc(96 * 700 + 1024);
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (size_t t = 0; t < SR_ARRAY_LEN(ns); t++) {
+        for (int odd = 0; odd < 2; odd++) {
+            size_t len = s_long_body(buf, ns[t], odd);
+            assert_true(s_check(buf, len)); /* the one-pass path, the same fields */
+            llm_response_t r;
+            llm_parsed_t *st = NULL;
+            assert_true(llm_fast_parse(buf, len, &r, &st));
+            assert_int_equal(r.n_token_logprobs, ns[t]);
+            assert_int_equal(r.n_token_ids, ns[t] + 1);
+            assert_true(r.has_logprob);
+            llm_parsed_free(&st);
+            /* one byte changed, dropped or doubled anywhere: both paths agree */
+            for (int k = 0; k < 300; k++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                size_t at = (size_t)(x % len), n = len;
+                memcpy(mut, buf, len);
+                static const char alphabet[] = "{}[]\",:\\ 09-.e0t";
+                int op = (int)((x >> 40) % 3);
+                if (op == 0) {
+                    mut[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+                } else if (op == 1) {
+                    memmove(mut + at, mut + at + 1, len - at - 1);
+                    n--;
+                } else {
+                    memmove(mut + at + 1, mut + at, len - at);
+                    n++;
+                }
+                s_check(mut, n);
+            }
+        }
+    }
+    free(buf);
+    free(mut);
+}
+
+/* The arrays an answer carries can be taken over by the caller, once: they outlive the store;
+ * what was not taken is the store's to free. Both paths (one-pass, and the tree's for a body
+ * outside the subset). */
+static void token_arrays_are_taken_over_once_and_outlive_the_store(void **state)
+{
+    (void)state;
+    char *buf = malloc(96 * 700 + 1024);
+    for (int big = 0; big < 2; big++) {
+        size_t n = big ? 700 : 130; /* within the reader's stack room, and beyond it */
+        size_t len = s_long_body(buf, n, false);
+        for (int tree = 0; tree < 2; tree++) {
+            if (tree)
+                buf[len++] = ' ', memmove(buf + 1, buf, len - 1), buf[0] = '\f'; /* the tree's */
+            llm_response_t r;
+            llm_parsed_t *st = NULL;
+            assert_int_equal(llm_parse_chat_response(buf, len, &r, &st), SR_OK);
+            assert_int_equal(r.n_token_ids, n + 1);
+            int32_t *want = malloc((n + 1) * sizeof *want);
+            memcpy(want, r.token_ids, (n + 1) * sizeof *want);
+            int32_t *ids = llm_response_take_ids(&r);
+            float *lp = llm_response_take_logprobs(&r);
+            assert_non_null(ids);
+            assert_ptr_equal(ids, r.token_ids);
+            if (tree == 0)
+                assert_non_null(lp);
+            assert_null(llm_response_take_ids(&r)); /* once */
+            assert_null(llm_response_take_logprobs(&r));
+            size_t n_lp = r.n_token_logprobs;
+            llm_parsed_free(&st);
+            assert_memory_equal(ids, want, (n + 1) * sizeof *want);
+            for (size_t i = 0; lp && i < n_lp; i++)
+                assert_true(lp[i] <= 0);
+            free(ids);
+            free(lp);
+            free(want);
+        }
+    }
+    /* an answer without ids gives none; nor does a response that no parse made */
+    static const char none[] = "{\"choices\":[{\"message\":{\"content\":\"a\"}}]}";
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_int_equal(llm_parse_chat_response(none, strlen(none), &r, &st), SR_OK);
+    assert_null(llm_response_take_ids(&r));
+    assert_null(llm_response_take_logprobs(&r));
+    llm_parsed_free(&st);
+    llm_response_t z = {0};
+    assert_null(llm_response_take_ids(&z));
+    assert_null(llm_response_take_ids(NULL));
+    free(buf);
+}
+
+/* s_num_same checks llm_fast_num_value against strtod on the JSON number text t, bit for bit. */
+static void s_num_same(const char *t)
+{
+    double a = llm_fast_num_value(t, t + strlen(t)), b = strtod(t, NULL);
+    if (memcmp(&a, &b, sizeof a) != 0)
+        fail_msg("%s: %.17g, strtod %.17g", t, a, b);
+}
+
+/* Numbers of up to 19 significant digits and 21 decimals (a logprob printed with 17) are read
+ * without strtod and give its value to the bit: edge cases, ties, and 300,000 random ones. */
+static void numbers_read_as_strtod_reads_them(void **state)
+{
+    (void)state;
+    static const char *const edges[] = {
+        "0", "-0", "0.1", "-0.81395868650105101", "-0.813958686501051", "0.30000000000000004",
+        "9007199254740993", "9007199254740995", "9007199254740992.5", "18014398509481985",
+        "9999999999999999999", "1000000000000000000", "0.000000000000000000001",
+        "-0.000000000000000000001234567890123456789", "0.1234567890123456789",
+        "123456789.0123456789", "1.7976931348623157", "4.9406564584124654", "2.2250738585072014",
+        "0.99999999999999999999", "-1.0000000000000000001", "1e-7", "-1.2e-7", "12.5e3",
+        "-3.6391350932435364e-05", "-3.6391350932435364E-5", "1.5e+0", "2e-21", "2e-22", "0e5",
+        "-0.0e-3", "1.2345678901234567e-10", "9.999999999999999999e-3", "1e0", "7E+1",
+        "1.0e-1000", "1.0e-99999999999", "5e-324"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(edges); i++)
+        s_num_same(edges[i]);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int round = 0; round < 300000; round++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        char t[64], *o = t;
+        if (x & 1)
+            *o++ = '-';
+        int nd = 1 + (int)((x >> 8) % 19), lead = (int)((x >> 16) % 6), dot = (int)((x >> 24) % 23);
+        uint64_t y = x * 0x2545F4914F6CDD1Dull;
+        if (lead) { /* 0.000ddd */
+            *o++ = '0';
+            *o++ = '.';
+            for (int i = 1; i < lead; i++)
+                *o++ = '0';
+        }
+        for (int i = 0; i < nd; i++) {
+            int d = (int)(y % 10);
+            y = y / 10 ^ (y << 7);
+            if (i == 0 && !lead && d == 0 && nd > 1)
+                d = 1 + (int)(x % 9); /* no leading zero */
+            *o++ = (char)('0' + d);
+            if (!lead && i == dot && i + 1 < nd)
+                *o++ = '.';
+        }
+        if ((x >> 40) % 3 == 0) /* an exponent, as %.17g writes small logprobs */
+            o += sprintf(o, "%c%s%d", (x >> 44) & 1 ? 'e' : 'E',
+                         (x >> 45) % 3 == 0 ? "+" : (x >> 45) % 3 == 1 ? "-" : "",
+                         (int)((x >> 48) % 25));
+        *o = '\0';
+        s_num_same(t);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(numbers_read_as_strtod_reads_them),
+    cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
+    cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
     cmocka_unit_test(every_fixture_reads_the_same_both_ways),
     cmocka_unit_test(mutated_bodies_read_the_same_both_ways),

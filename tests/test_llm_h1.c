@@ -3,7 +3,8 @@
  * server on a free loopback port: answers framed each way HTTP/1.1 allows (chunked with
  * extensions and trailers, in pieces; close-delimited HTTP/1.0; 100 Continue first), one
  * connection kept for the next request, a kept connection the server closed sent again on a fresh
- * one without an attempt counted, Retry-After as an HTTP date, and a reply that is no HTTP.
+ * one without an attempt counted, Retry-After as an HTTP date, a reply that is no HTTP, and a
+ * timeout on time after an earlier request's answer.
  * tests/test_llm_client.c runs the client's common behaviours (retries, timeouts, aborts,
  * limits) through the same path against libmicrohttpd.
  */
@@ -160,6 +161,7 @@ typedef struct {
     } fds[32];
     int n;
     int64_t timer_at; /* -1 none */
+    int timer_fired;
     llm_client_t *c;
 } loop_t;
 
@@ -214,6 +216,7 @@ static void s_run(loop_t *l, const int *done, long ms)
                                  (p[i].revents & POLLOUT) != 0);
         if (l->timer_at >= 0 && harness_now_ms() >= l->timer_at) {
             l->timer_at = -1;
+            l->timer_fired++;
             llm_client_on_timer(l->c);
         }
     }
@@ -387,7 +390,47 @@ static void retry_after_as_an_http_date_is_waited_for(void **state)
     s_stop(&s);
 }
 
+/* The timer follows the earliest deadline of the requests without a scan of them at every start
+ * and answer: after the first request's answer its deadline, the earliest, is gone, and the timer
+ * fires there once, early, then at the second request's own deadline, which times it out on
+ * time. */
+static void a_deadline_after_an_answered_earlier_one_times_out_on_time(void **state)
+{
+    (void)state;
+    const reply_t replies[] = {{{OK_HEAD_LEN("61") BODY}, false}, {{"HTTP/1.1 200 OK\r\n"}, false}};
+    srv_t s;
+    s_start(&s, replies, 2);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
+    llm_client_cfg_t cfg = {.base_url = url, .timeout_ms = 400, .max_retries = 0, .jitter_seed = 7};
+    loop_t l;
+    memset(&l, 0, sizeof l);
+    l.timer_at = -1;
+    l.c = llm_client_new(&cfg, &HOOKS, &l);
+    assert_non_null(l.c);
+    llm_chat_t chat = s_chat();
+    seen_t a = {0}, b = {0};
+    assert_non_null(llm_client_chat(l.c, &chat, s_done, &a));
+    s_run(&l, &a.calls, 3000);
+    assert_int_equal(a.rc, 0);
+    s_run(&l, NULL, 150);
+    int64_t t0 = harness_now_ms();
+    assert_non_null(llm_client_chat(l.c, &chat, s_done, &b));
+    s_run(&l, &b.calls, 5000);
+    int64_t took = harness_now_ms() - t0;
+    assert_int_equal(b.calls, 1);
+    assert_true(b.rc != 0);
+    print_message("b: %s after %lld ms, timer fired %d times\n", b.error, (long long)took, l.timer_fired);
+    assert_non_null(strstr(b.error, "timeout"));
+    assert_true(took >= 395);
+    assert_true(took < 400 + 1500);
+    assert_true(l.timer_fired >= 1 && l.timer_fired <= 4);
+    llm_client_destroy(&l.c);
+    s_stop(&s);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(a_deadline_after_an_answered_earlier_one_times_out_on_time),
     cmocka_unit_test(chunked_answers_in_pieces_keep_their_connection),
     cmocka_unit_test(http10_close_delimited_and_100_continue_answers_are_read),
     cmocka_unit_test(a_kept_connection_the_server_closed_is_replaced_without_an_attempt),

@@ -1065,6 +1065,42 @@ static double s_prob_ctx(const model_t *m, const pparse_state_t *st, const model
     return exp(z[a] - mx) / sum;
 }
 
+/* s_check_memo: model_logits (which keeps what one candidate's features share with the next)
+ * gives every candidate the logit of its features computed alone, bit for bit. */
+static void s_check_memo(const model_t *m, const pparse_state_t *st, void *arg)
+{
+    int *states = arg;
+    double z[PPARSE_MAX_ACTIONS];
+    assert_int_equal(model_logits(m, st, z), st->n_actions);
+    const float *w = model_weights_const(m);
+    model_feat_t f[MODEL_MAX_FEATS];
+    for (int i = 0; i < st->n_actions; i++) {
+        int nf = model_features(m, st, i, f, MODEL_MAX_FEATS);
+        assert_true(nf > 0);
+        double x = 0;
+        for (int k = 0; k < nf; k++)
+            x += (double)w[f[k].idx] * f[k].val;
+        assert_memory_equal(&x, &z[i], sizeof x);
+    }
+    (*states)++;
+}
+
+static void logits_of_a_state_equal_each_candidates_features_alone(void **state)
+{
+    (void)state;
+    int states = 0;
+    for (uint64_t seed = 0; seed < 3; seed++) {
+        model_t *m = s_prior(seed);
+        for (int task = 0; task < 30; task++) {
+            char id[64];
+            snprintf(id, sizeof id, "household/train/%d", task);
+            s_walk(m, id, seed + 5, 25, s_check_memo, &states);
+        }
+        model_destroy(&m);
+    }
+    assert_true(states >= 300);
+}
+
 /* Learning changes beliefs the way RL would and carries over: lowering the plan's next step on
  * one task lowers it on another task of the same type, room and object class, and leaves a task
  * of another type alone. */
@@ -1326,6 +1362,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(beliefs_are_shared_by_a_group_and_differ_between_policy_seeds),
         cmocka_unit_test(reasoning_names_the_sampled_action_as_the_favoured_one),
         cmocka_unit_test(visible_goal_object_is_taken_at_temperature_0_7),
+        cmocka_unit_test(logits_of_a_state_equal_each_candidates_features_alone),
         cmocka_unit_test(correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room),
         cmocka_unit_test(a_belief_step_carries_over_by_type_and_room),
         cmocka_unit_test(misused_verb_is_a_task_belief_and_learning_corrects_it),

@@ -282,7 +282,48 @@ static void default_template_file_in_docs_equals_builtin(void **state)
     prompt_destroy(&p);
 }
 
+/* The admissible list: "help" left out wherever it stands, NULL entries skipped, other words
+ * starting with h kept, an empty list as [], and a list long enough to grow the buffer. */
+static void admissible_list_leaves_out_help_and_nothing_else(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    prompt_t *p = prompt_new("", "{admissible}", -1, err, sizeof err);
+    assert_non_null(p);
+    const char *adm[] = {"help", "helpful", NULL, "h", "go to 'a'", "help", "", "hELP"};
+    prompt_state_t s = {.goal = "g", .admissible = adm, .n_admissible = sizeof adm / sizeof adm[0]};
+    prompt_messages_t m;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.user, "['helpful', 'h', 'go to 'a'', '', 'hELP']");
+    prompt_messages_clear(&m);
+    s.n_admissible = 1;
+    assert_int_equal(prompt_render(p, &s, &m), 0);
+    assert_string_equal(m.user, "[]");
+    prompt_messages_clear(&m);
+
+    static char names[300][16];
+    const char *many[300];
+    char want[300 * 20] = "[";
+    for (int i = 0; i < 300; i++) {
+        snprintf(names[i], sizeof names[i], "take thing %d", i);
+        many[i] = names[i];
+        strcat(want, i ? ", '" : "'");
+        strcat(want, names[i]);
+        strcat(want, "'");
+    }
+    strcat(want, "]");
+    s.admissible = many;
+    s.n_admissible = 300;
+    sr_buf_t sys = SR_BUF_INIT, user = SR_BUF_INIT;
+    assert_int_equal(prompt_render_into(p, &s, &sys, &user), 0);
+    assert_string_equal((const char *)user.data, want);
+    sr_buf_free(&sys);
+    sr_buf_free(&user);
+    prompt_destroy(&p);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(admissible_list_leaves_out_help_and_nothing_else),
     cmocka_unit_test(default_step1_matches_golden_text),
     cmocka_unit_test(default_step5_shows_last_two_pairs),
     cmocka_unit_test(history_length_is_configurable),

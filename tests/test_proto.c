@@ -11,6 +11,7 @@
 #include "common/proto.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1612,6 +1613,191 @@ static void encoding_matches_what_other_msgpack_writers_produce(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Reading in place: big and repeated maps, encodings of every width, the message's memory
+ * ------------------------------------------------------------------------------------------- */
+
+/* s_pk_str packs a string key or value. */
+static void s_pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+/* s_action_with packs an ACTION with `extra` unknown keys before its fields (each an array with a
+ * map inside, to be skipped whole) and, when dup_key is set, that key again first with dup_nil's
+ * value (nil) or a wrong one. */
+static msgpack_sbuffer s_action_with(int extra, const char *dup_key, bool dup_nil)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, (size_t)extra + 9 + (dup_key != NULL));
+    if (dup_key) {
+        s_pk_str(&pk, dup_key);
+        if (dup_nil)
+            msgpack_pack_nil(&pk);
+        else
+            msgpack_pack_int(&pk, 7);
+    }
+    for (int i = 0; i < extra; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "zz%d", i);
+        s_pk_str(&pk, k);
+        msgpack_pack_array(&pk, 2);
+        msgpack_pack_int(&pk, i);
+        msgpack_pack_map(&pk, 1);
+        s_pk_str(&pk, "q");
+        s_pk_str(&pk, "skipped");
+    }
+    s_pk_str(&pk, "t"), s_pk_str(&pk, "ACTION");
+    s_pk_str(&pk, "v"), msgpack_pack_int(&pk, 1);
+    s_pk_str(&pk, "run"), s_pk_str(&pk, "r1");
+    s_pk_str(&pk, "group"), s_pk_str(&pk, "g-7");
+    s_pk_str(&pk, "traj"), msgpack_pack_int(&pk, 3);
+    s_pk_str(&pk, "step"), msgpack_pack_int(&pk, 4);
+    s_pk_str(&pk, "action"), s_pk_str(&pk, "go to fridge 1");
+    s_pk_str(&pk, "ended"), msgpack_pack_false(&pk);
+    s_pk_str(&pk, "reward"), msgpack_pack_double(&pk, 0.5);
+    return sb;
+}
+
+static void maps_of_many_keys_and_repeated_keys_are_read_in_place(void **state)
+{
+    /* A map of more keys than the decoder indexes (a peer with many new fields): read by walking
+     * its bytes, with the same result. */
+    int extras[] = {0, 31, 32, 100, 3000};
+    for (size_t k = 0; k < SR_ARRAY_LEN(extras); k++) {
+        msgpack_sbuffer sb = s_action_with(extras[k], NULL, false);
+        proto_msg_t out;
+        proto_err_t err;
+        assert_int_equal(proto_decode(sb.data, sb.size, &out, &err), SR_OK);
+        assert_int_equal(out.type, PROTO_ACTION);
+        assert_string_equal(out.u.action.group, "g-7");
+        assert_string_equal(out.u.action.action, "go to fridge 1");
+        assert_int_equal(out.u.action.traj, 3);
+        assert_true(out.u.action.reward == 0.5);
+        assert_false(out.u.action.has_won);
+        proto_msg_clear(&out);
+        /* The first of two equal keys counts: a nil first is absent, a wrong value is refused. */
+        msgpack_sbuffer_destroy(&sb);
+        sb = s_action_with(extras[k], "action", true);
+        s_expect(sb.data, sb.size, SR_EPROTO, "action", "missing");
+        msgpack_sbuffer_destroy(&sb);
+        sb = s_action_with(extras[k], "group", false);
+        s_expect(sb.data, sb.size, SR_EPROTO, "group", "not a string");
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
+static void task_data_is_kept_in_msgpacks_shortest_form(void **state)
+{
+    /* {"n": 5 as int64, "s": "ab" as str8} is kept as {"n": 5, "s": "ab"} in the shortest
+     * encodings, as msgpack-c packs it (what the codec always kept). */
+    static const char wide[] = "\x82\xa1n\xd3\0\0\0\0\0\0\0\x05\xa1s\xd9\x02" "ab";
+    static const unsigned char want[] = {0x82, 0xa1, 'n', 0x05, 0xa1, 's', 0xa2, 'a', 'b'};
+    proto_msg_t out;
+    s_decode_edit(PROTO_RESET, "task_data", s_raw(wide, sizeof wide - 1), &out);
+    assert_int_equal(out.u.reset.task_data_len, sizeof want);
+    assert_memory_equal(out.u.reset.task_data, want, sizeof want);
+    proto_msg_clear(&out);
+}
+
+static void *s_clear_in_thread(void *arg)
+{
+    proto_msg_t *m = arg;
+    /* the message's memory goes to this thread's cache, freed when the thread ends */
+    proto_msg_clear(m);
+    proto_msg_t again;
+    sr_buf_t b = s_encoded(PROTO_OBS);
+    if (proto_decode(b.data, b.len, &again, NULL) == SR_OK)
+        proto_msg_clear(&again);
+    sr_buf_free(&b);
+    return NULL;
+}
+
+static void decoded_memory_is_one_block_reused_moved_and_freed_in_any_thread(void **state)
+{
+    sr_buf_t b = s_encoded(PROTO_OBS);
+    /* Decoded one after another, a receiver's messages reuse the same memory. */
+    proto_msg_t m;
+    assert_int_equal(proto_decode(b.data, b.len, &m, NULL), SR_OK);
+    const void *first = m.u.obs.obs;
+    proto_msg_clear(&m);
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(proto_decode(b.data, b.len, &m, NULL), SR_OK);
+        assert_ptr_equal(m.u.obs.obs, first);
+        assert_string_equal(m.u.obs.admissible[2], "look");
+        proto_msg_clear(&m);
+    }
+    /* Two alive at once do not share it. */
+    proto_msg_t m2;
+    assert_int_equal(proto_decode(b.data, b.len, &m, NULL), SR_OK);
+    assert_int_equal(proto_decode(b.data, b.len, &m2, NULL), SR_OK);
+    assert_ptr_not_equal(m.u.obs.obs, m2.u.obs.obs);
+    assert_string_equal(m.u.obs.obs, m2.u.obs.obs);
+    proto_msg_clear(&m2);
+    /* A message moved by value is cleared once, in another thread. */
+    proto_msg_t *moved = malloc(sizeof *moved);
+    assert_non_null(moved);
+    *moved = m;
+    memset(&m, 0, sizeof m);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_clear_in_thread, moved), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    free(moved);
+    sr_buf_free(&b);
+
+    /* More memory than the first chunk holds (1024 one-byte integers become 8 KiB): a chain. */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 8);
+    s_pk_str(&pk, "t"), s_pk_str(&pk, "CANCEL");
+    s_pk_str(&pk, "v"), msgpack_pack_int(&pk, 1);
+    s_pk_str(&pk, "run"), s_pk_str(&pk, "r1");
+    s_pk_str(&pk, "group"), s_pk_str(&pk, "g-7");
+    s_pk_str(&pk, "step"), msgpack_pack_int(&pk, 2);
+    s_pk_str(&pk, "d"), msgpack_pack_double(&pk, 0.5);
+    s_pk_str(&pk, "reason"), s_pk_str(&pk, "diverged");
+    s_pk_str(&pk, "keep"), msgpack_pack_array(&pk, PROTO_MAX_GROUP_SIZE);
+    for (int i = 0; i < PROTO_MAX_GROUP_SIZE; i++)
+        msgpack_pack_int(&pk, i % 128);
+    assert_int_equal(proto_decode(sb.data, sb.size, &m, NULL), SR_OK);
+    assert_int_equal(m.u.cancel.keep_len, PROTO_MAX_GROUP_SIZE);
+    for (int i = 0; i < PROTO_MAX_GROUP_SIZE; i++)
+        assert_int_equal(m.u.cancel.keep[i], i % 128);
+    assert_string_equal(m.u.cancel.reason, "diverged");
+    proto_msg_clear(&m);
+    msgpack_sbuffer_destroy(&sb);
+
+    /* A message beyond the cached sizes (a RESULT of 128 steps with 20,000 token ids each, about
+     * 10 MB) has memory of its own size, freed whole. */
+    static int32_t ids[20000];
+    for (size_t i = 0; i < SR_ARRAY_LEN(ids); i++)
+        ids[i] = (int32_t)i;
+    proto_result_step_t *steps = calloc(128, sizeof *steps);
+    assert_non_null(steps);
+    for (int i = 0; i < 128; i++)
+        steps[i] = (proto_result_step_t){.i = i, .action = "look", .raw = "r", .obs = "o",
+                                         .token_ids = ids, .token_ids_len = SR_ARRAY_LEN(ids)};
+    proto_msg_t big;
+    s_sample(&big, PROTO_RESULT);
+    big.u.result.steps = steps;
+    big.u.result.steps_len = 128;
+    sr_buf_t bb = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&big, &bb), SR_OK);
+    assert_int_equal(proto_decode(bb.data, bb.len, &m, NULL), SR_OK);
+    assert_int_equal(m.u.result.steps_len, 128);
+    assert_int_equal(m.u.result.steps[127].token_ids_len, SR_ARRAY_LEN(ids));
+    assert_int_equal(m.u.result.steps[127].token_ids[19999], 19999);
+    proto_msg_clear(&m);
+    sr_buf_free(&bb);
+    free(steps);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Random mutations
  * ------------------------------------------------------------------------------------------- */
 
@@ -1744,6 +1930,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(encode_refuses_null_required_strings_and_oversize_values),
         cmocka_unit_test(encode_appends_and_clear_ignores_built_messages),
         cmocka_unit_test(encoding_matches_what_other_msgpack_writers_produce),
+        cmocka_unit_test(maps_of_many_keys_and_repeated_keys_are_read_in_place),
+        cmocka_unit_test(task_data_is_kept_in_msgpacks_shortest_form),
+        cmocka_unit_test(decoded_memory_is_one_block_reused_moved_and_freed_in_any_thread),
         cmocka_unit_test(random_mutations_never_crash_and_always_explain),
     };
     return harness_run_("proto", tests, SR_ARRAY_LEN(tests), argc, argv);

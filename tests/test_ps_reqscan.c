@@ -131,7 +131,7 @@ static void s_check(const char *body, size_t len, s_tally_t *t)
         assert_int_equal(a.prompt_ids, b.prompt_ids);
         if (a.user_hashed) /* the seed's hash of the user text, taken in the same pass */
             assert_int_equal(a.user_hash, model_hash64(b.user, (uint64_t)b.seed));
-        assert_int_equal(a.user_hashed, a.has_seed && !(a.token_ids && !a.prompt_ids));
+        assert_int_equal(a.user_hashed, a.has_seed); /* seeded: hashed whatever the ids */
         assert_int_equal(a.prompt.len, b.prompt.len);
         if (a.prompt.len)
             assert_memory_equal(a.prompt.p, b.prompt.p, a.prompt.len);
@@ -219,8 +219,9 @@ static void mutated_bodies_never_parse_differently(void **state)
     assert_true(t.fast > 1000); /* edits inside the texts keep most requests valid */
 }
 
-/* policy_server_tokens (a table of byte classes) counts what ptok_count_words counts of the same
- * text, on random bytes of every class. */
+/* policy_server_tokens and ps_ptok_count (tables of byte classes) count what ptok_count_words
+ * counts of the same text, and ps_tokens_hash and ps_ptok_count_hash hash as model_hash64, on
+ * random bytes of every class. */
 static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
 {
     (void)state;
@@ -244,8 +245,64 @@ static void the_word_count_matches_the_tokenizers_on_random_bytes(void **state)
         assert_int_equal(ps_tokens_hash(buf, (uint64_t)k * 977, &h), words);
         assert_int_equal(h, model_hash64(buf, (uint64_t)k * 977));
         assert_int_equal(len, n);
+        size_t toks = ptok_count_words(buf, &words, &len);
+        int w2 = -1;
+        assert_int_equal(ps_ptok_count(buf, &w2), toks);
+        assert_int_equal(w2, words);
+        w2 = -1;
+        h = 0;
+        assert_int_equal(ps_ptok_count_hash(buf, (uint64_t)k * 31, &w2, &h), toks);
+        assert_int_equal(w2, words);
+        assert_int_equal(h, model_hash64(buf, (uint64_t)k * 31));
     }
     assert_int_equal(policy_server_tokens("abcde fg, h"), 2 + 1 + 1 + 1);
+}
+
+/* ps_num_fast reads what strtod reads, bit for bit, or leaves the number to it. */
+static void the_fast_number_read_equals_strtod(void **state)
+{
+    (void)state;
+    static const char *const fixed[] = {"0", "-0", "0.7", "1", "1.0", "-0.0", "0.1", "2.0000001",
+                                        "9007199254740993", "9007199254740993.0",
+                                        "1227844342346046657", "9223372036854775807",
+                                        "9223372036854775808", "12345678901234567890",
+                                        "0.30000000000000004", "123456789012345.678", "1e5",
+                                        "1.", ".5", "-", "", "1.2.3", "00012", "4503599627370497.5"};
+    prng_t r;
+    prng_init(&r, 17, 0);
+    int fast = 0;
+    for (int k = 0; k < 200000; k++) {
+        char buf[40];
+        size_t n = 0;
+        if (k < (int)SR_ARRAY_LEN(fixed)) {
+            n = strlen(fixed[k]);
+            memcpy(buf, fixed[k], n);
+        } else {
+            if (prng_bounded(&r, 4) == 0)
+                buf[n++] = '-';
+            int a = 1 + (int)prng_bounded(&r, 20), b = (int)prng_bounded(&r, 24);
+            for (int i = 0; i < a; i++)
+                buf[n++] = (char)('0' + prng_bounded(&r, 10));
+            if (b) {
+                buf[n++] = '.';
+                for (int i = 0; i < b && n < 38; i++)
+                    buf[n++] = (char)('0' + prng_bounded(&r, 10));
+            }
+        }
+        buf[n] = '\0';
+        double x = 12345, y;
+        if (!ps_num_fast(buf, n, &x)) {
+            assert_true(x == 12345);
+            continue;
+        }
+        fast++;
+        char *end;
+        y = strtod(buf, &end);
+        assert_true(*end == '\0');
+        if (memcmp(&x, &y, sizeof x) != 0)
+            fail_msg("%s: %.17g, strtod %.17g", buf, x, y);
+    }
+    assert_true(fast > 50000);
 }
 
 int main(int argc, char **argv)
@@ -255,6 +312,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(every_option_and_refusal_matches_the_full_parse),
         cmocka_unit_test(mutated_bodies_never_parse_differently),
         cmocka_unit_test(the_word_count_matches_the_tokenizers_on_random_bytes),
+        cmocka_unit_test(the_fast_number_read_equals_strtod),
     };
     return harness_run_("ps_reqscan", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

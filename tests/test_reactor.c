@@ -1004,6 +1004,237 @@ static void lock_step_sends_from_timers_never_stall(void **state)
     }
 }
 
+/* ---- draining by receives ---- */
+
+#define BURST_N 50
+
+typedef struct {
+    transport_sock_t *router;
+    rounds_t rounds;
+    int got, empty, calls;
+    int first_round, last_round; /* the rounds (before-sleep count) of the first and last message */
+} burst_t;
+
+static void s_burst_transport(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    burst_t *b = arg;
+    b->calls++;
+    transport_msg_t m;
+    int rc = transport_recv(b->router, &m, 0);
+    if (rc == SR_EAGAIN) {
+        b->empty++;
+        return;
+    }
+    assert_int_equal(rc, SR_OK);
+    transport_msg_close(&m);
+    if (b->got++ == 0)
+        b->first_round = b->rounds.rounds;
+    b->last_round = b->rounds.rounds;
+}
+
+/* s_burst_raw receives with libzmq directly and tells the reactor, as reactor.h asks. */
+static void s_burst_raw(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)revents;
+    burst_t *b = arg;
+    b->calls++;
+    zmq_msg_t f;
+    zmq_msg_init(&f);
+    int rc = zmq_msg_recv(&f, sock, ZMQ_DONTWAIT);
+    reactor_zsock_used(sock);
+    if (rc < 0) {
+        zmq_msg_close(&f);
+        b->empty++;
+        return;
+    }
+    int more = zmq_msg_more(&f);
+    zmq_msg_close(&f);
+    if (more) { /* the body */
+        zmq_msg_init(&f);
+        assert_true(zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) >= 0);
+        zmq_msg_close(&f);
+    }
+    b->got++;
+}
+
+static void s_burst(reactor_zsock_fn *handler, int budget, burst_t *b)
+{
+    void *ctx = zmq_ctx_new();
+    b->router = s_sock(ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *d = s_sock(ctx, ZMQ_DEALER, "burst");
+    assert_int_equal(transport_bind(b->router, "inproc://burst"), SR_OK);
+    assert_int_equal(transport_connect(d, "inproc://burst"), SR_OK);
+    for (int i = 0; i < BURST_N; i++)
+        assert_int_equal(transport_send(d, "m", 1), SR_OK);
+    reactor_t *r = reactor_new();
+    reactor_set_budget(r, budget);
+    b->rounds.stop_at = BURST_N + 3;
+    reactor_set_before_sleep(r, s_stop_after_rounds, &b->rounds);
+    reactor_timer_add(r, 1, 1, s_tick, NULL); /* keeps the rounds coming */
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(b->router), REACTOR_READ, handler, b),
+                     SR_OK);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(b->got, BURST_N);
+    reactor_destroy(&r);
+    transport_sock_destroy(&d);
+    transport_sock_destroy(&b->router);
+    zmq_ctx_term(ctx);
+}
+
+static void handler_receiving_through_transport_is_drained_until_an_empty_receive(void **state)
+{
+    (void)state;
+    /* The whole burst in the first round, and one call that finds nothing: no other call. */
+    burst_t b = {0};
+    s_burst(s_burst_transport, 64, &b);
+    assert_int_equal(b.first_round, 1);
+    assert_int_equal(b.last_round, 1);
+    assert_int_equal(b.empty, 1);
+    assert_int_equal(b.calls, BURST_N + 1);
+    /* The budget still bounds a wake-up: 8 calls a round, the empty one in the last. */
+    burst_t c = {0};
+    s_burst(s_burst_transport, 8, &c);
+    assert_int_equal(c.first_round, 1);
+    assert_int_equal(c.last_round, 1 + (BURST_N - 1) / 8);
+    assert_int_equal(c.empty, 1);
+    assert_int_equal(c.calls, BURST_N + 1);
+}
+
+static void handler_receiving_directly_is_never_called_without_input(void **state)
+{
+    (void)state;
+    burst_t b = {0};
+    s_burst(s_burst_raw, 64, &b);
+    assert_int_equal(b.empty, 0);
+    assert_int_equal(b.calls, BURST_N);
+}
+
+/* Input that arrives while the thread sends must never be left unread: a handler that sends
+ * after its receive came back empty may have let libzmq take the wake-up of a reply in that
+ * send, so the empty receive no longer vouches for the socket. Here an echo thread answers over
+ * tcp; with one request in flight, the client sends the next one from the call whose receive
+ * found nothing, after a pause long enough for the reply to arrive and for libzmq to process
+ * commands inside the send (it does so at most about once a millisecond). */
+#define REFILL_N 150
+#define REFILL_PAUSE_NS 2500000
+
+typedef struct {
+    void *ctx;
+    char endpoint[TRANSPORT_ENDPOINT_LEN];
+    int echoed;
+    atomic_int ready;
+} echo_thread_t;
+
+static void *s_echo_thread(void *arg)
+{
+    echo_thread_t *t = arg;
+    transport_sock_t *s = s_sock(t->ctx, ZMQ_ROUTER, NULL);
+    int rcvtimeo = SAFETY_MS;
+    zmq_setsockopt(transport_sock_zmq(s), ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+    if (transport_bind(s, "tcp://127.0.0.1:*") == SR_OK)
+        snprintf(t->endpoint, sizeof t->endpoint, "%s", transport_sock_endpoint(s));
+    atomic_store(&t->ready, 1);
+    while (t->endpoint[0] && t->echoed < REFILL_N) {
+        transport_msg_t m;
+        if (transport_recv(s, &m, SAFETY_MS) != SR_OK)
+            break;
+        size_t hl, bl;
+        const void *h = transport_msg_head(&m, &hl);
+        const void *b = transport_msg_body(&m, &bl);
+        if (transport_send_routed(s, h, hl, b, bl) == SR_OK)
+            t->echoed++;
+        transport_msg_close(&m);
+    }
+    transport_sock_destroy(&s);
+    return NULL;
+}
+
+typedef struct {
+    transport_sock_t *dealer;
+    int sent, received, refills, bad;
+} refill_t;
+
+static void s_pause(void)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < REFILL_PAUSE_NS);
+}
+
+static void s_refill_send(refill_t *f)
+{
+    if (transport_send(f->dealer, "r", 1) != SR_OK)
+        f->bad++;
+    f->sent++;
+}
+
+static void s_refill_client(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)sock;
+    (void)revents;
+    refill_t *f = arg;
+    transport_msg_t m;
+    int rc = transport_recv(f->dealer, &m, 0);
+    if (rc == SR_EAGAIN) {
+        /* One request in flight: its reply comes during the pause, and the send may take it. */
+        if (f->sent < REFILL_N && f->sent - f->received == 1) {
+            f->refills++;
+            s_pause();
+            s_refill_send(f);
+        }
+        return;
+    }
+    if (rc != SR_OK) {
+        f->bad++;
+        return;
+    }
+    transport_msg_close(&m);
+    if (++f->received == REFILL_N)
+        reactor_stop(r);
+    else if (f->sent < REFILL_N && f->sent == f->received)
+        s_refill_send(f); /* nothing in flight: keep the exchange going */
+}
+
+static void sends_after_an_empty_receive_never_leave_input_unread(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    echo_thread_t t = {.ctx = ctx};
+    atomic_init(&t.ready, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_echo_thread, &t), 0);
+    while (!atomic_load(&t.ready))
+        usleep(1000);
+    assert_true(t.endpoint[0] != '\0');
+    refill_t f = {0};
+    f.dealer = s_sock(ctx, ZMQ_DEALER, "refill");
+    assert_int_equal(transport_connect(f.dealer, t.endpoint), SR_OK);
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    assert_true(reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out) > 0);
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(f.dealer), REACTOR_READ,
+                                       s_refill_client, &f),
+                     SR_OK);
+    for (; f.sent < 2; f.sent++)
+        assert_int_equal(transport_send(f.dealer, "r", 1), SR_OK);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    assert_int_equal(f.received, REFILL_N);
+    assert_int_equal(f.bad, 0);
+    assert_true(f.refills > 0);
+    reactor_destroy(&r);
+    transport_sock_destroy(&f.dealer);
+    pthread_join(th, NULL);
+    assert_int_equal(t.echoed, REFILL_N);
+    zmq_ctx_term(ctx);
+}
+
 static void terminated_context_ends_the_loop_with_eclosed(void **state)
 {
     (void)state;
@@ -1020,6 +1251,58 @@ static void terminated_context_ends_the_loop_with_eclosed(void **state)
     reactor_destroy(&r);
     transport_sock_destroy(&s);
     zmq_ctx_term(t.ctx);
+}
+
+/* A handler draining through transport whose receive fails (here the context ends while it
+ * reads) is not called again for the rest of the budget: the loop asks ZMQ_EVENTS, which
+ * reports the end. */
+typedef struct {
+    void *ctx;
+    transport_sock_t *s;
+    int calls, failed;
+} term_drain_t;
+
+static void s_term_drain(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)sock;
+    (void)revents;
+    term_drain_t *x = arg;
+    x->calls++;
+    transport_msg_t m;
+    int rc = transport_recv(x->s, &m, 0);
+    if (rc == SR_OK) {
+        transport_msg_close(&m);
+        zmq_ctx_shutdown(x->ctx);
+    } else if (rc != SR_EAGAIN) {
+        x->failed++;
+    }
+}
+
+static void a_failed_receive_ends_the_drain_and_the_loop(void **state)
+{
+    (void)state;
+    term_drain_t x = {.ctx = zmq_ctx_new()};
+    x.s = s_sock(x.ctx, ZMQ_ROUTER, NULL);
+    transport_sock_t *d = s_sock(x.ctx, ZMQ_DEALER, "d");
+    assert_int_equal(transport_bind(x.s, "inproc://term-drain"), SR_OK);
+    assert_int_equal(transport_connect(d, "inproc://term-drain"), SR_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(transport_send(d, "m", 1), SR_OK);
+    reactor_t *r = reactor_new();
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    assert_int_equal(reactor_add_zsock(r, transport_sock_zmq(x.s), REACTOR_READ, s_term_drain, &x),
+                     SR_OK);
+    assert_int_equal(reactor_run(r), SR_ECLOSED);
+    assert_false(timed_out);
+    /* the three messages queued (libzmq hands them over still), then one failed receive */
+    assert_int_equal(x.calls, 4);
+    assert_int_equal(x.failed, 1);
+    reactor_destroy(&r);
+    transport_sock_destroy(&d);
+    transport_sock_destroy(&x.s);
+    zmq_ctx_term(x.ctx);
 }
 
 /* ---- libcurl's multi handle on the reactor ---- */
@@ -1204,7 +1487,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(wake_from_another_thread_runs_before_sleep_hook),
         cmocka_unit_test(sigterm_stops_the_loop_that_catches_signals),
         cmocka_unit_test(lock_step_sends_from_timers_never_stall),
+        cmocka_unit_test(handler_receiving_through_transport_is_drained_until_an_empty_receive),
+        cmocka_unit_test(handler_receiving_directly_is_never_called_without_input),
+        cmocka_unit_test(sends_after_an_empty_receive_never_leave_input_unread),
         cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
+        cmocka_unit_test(a_failed_receive_ends_the_drain_and_the_loop),
         cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
     };
     return harness_run_("reactor", tests, SR_ARRAY_LEN(tests), argc, argv);
