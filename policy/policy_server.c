@@ -250,6 +250,14 @@ void ps_on_hangup(void *arg, http_srv_req_t *rq)
 static void s_before_sleep(reactor_t *r, void *arg)
 {
     struct policy_server *s = arg;
+    if (!s->slack_set) {
+        /* The loop's waits end at the engine's events (epoll_pwait2, to the nanosecond): without
+         * this the kernel may end each up to its default 50 us of timer slack late, and every
+         * such delay is a held answer's. Set on the thread that runs the loop, whoever owns it
+         * (selroll policy-server: the main thread). */
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        s->slack_set = true;
+    }
     s_advance(s);
     http_srv_async_run(s->http);
     if (s->engine) {
@@ -271,11 +279,6 @@ static void s_before_sleep(reactor_t *r, void *arg)
 static void *s_thread(void *arg)
 {
     struct policy_server *s = arg;
-    /* The loop's waits end at the engine's events (epoll_pwait2, to the nanosecond): without
-     * this the kernel may end each up to its default 50 us of timer slack late, and every such
-     * delay is a held answer's. */
-    if (s->loop)
-        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     for (;;) {
         int rc = reactor_run(s->r);
         pthread_mutex_lock(&s->mu);
