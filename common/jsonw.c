@@ -324,7 +324,7 @@ static int s_dbl_g15(double d, char *out)
     int t52 = (e + 52) * 78913;
     int x = t52 >= 0 ? t52 >> 18 : -((-t52 + (1 << 18) - 1) >> 18);
     unsigned long long F = 0;
-    u128 r = 0, den = 1;
+    u128 r = 0, den = 1, ulp = 0; /* ulp: 2^e * 10^k in units of 1 / den, when known */
     for (int tries = 0; tries < 3 && !F; tries++) {
         int k = 16 - x;
         if (k > 38 || k < -38)
@@ -339,7 +339,9 @@ static int s_dbl_g15(double d, char *out)
                 return -1;
             num *= t;
             int sh = -e - k;
+            ulp = 0;
             if (sh > 0) {
+                ulp = t;
                 den <<= sh;
                 qq = num >> sh;
                 r = num & (den - 1);
@@ -387,9 +389,30 @@ static int s_dbl_g15(double d, char *out)
         x15++;
     }
     int j = x15 - 14;
-    if (j < -22 || j > 22)
-        return -1;
-    double back = j >= 0 ? (double)q * p10[j] : (double)q / p10[-j];
+    double back;
+    if (j >= -22 && j <= 22) {
+        back = j >= 0 ? (double)q * p10[j] : (double)q / p10[-j];
+    } else {
+        /* Smaller than 1e-8: strtod's double is found exactly. The 15 digits are D = q * 10^j,
+         * D * 10^k = Q; D - |d| in units of 1 / den is (Q - F) * den - r (within 2^95: the
+         * difference is a few ulps, computed modulo 2^128), rounded to whole ulps, half to an
+         * even mantissa. A result at the edge of d's binade, where the ulp changes: printf. */
+        if (!ulp)
+            return -1;
+        long long Q = (long long)(x15 == x ? q * 100 : q * 1000);
+        u128 dn = (u128)(Q - (long long)F) * den - r;
+        bool down = dn >> 127;
+        u128 a = down ? -dn : dn, n = a / ulp, rem = a % ulp;
+        if (n > 64)
+            return -1;
+        long long mm = down ? (long long)m - (long long)n : (long long)m + (long long)n;
+        if (rem > ulp - rem || (rem == ulp - rem && (mm & 1)))
+            mm += down ? -1 : 1;
+        if (mm < (1ll << 52) || (mm == (1ll << 52) && down) || mm >= (1ll << 53))
+            return -1;
+        uint64_t bb = (ef << 52) | ((uint64_t)mm & ((1ull << 52) - 1));
+        memcpy(&back, &bb, 8);
+    }
     double ad = fabs(d);
     double big = back > ad ? back : ad;
     if (fabs(back - ad) <= big * DBL_EPSILON)
