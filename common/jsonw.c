@@ -192,9 +192,16 @@ static const unsigned long long s_p5[28] = {1ull,
  * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length. */
 static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
 {
+    static const char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
     char dig[17];
-    for (int i = P - 1; i >= 0; i--, q /= 10)
-        dig[i] = (char)('0' + q % 10);
+    int left = P;
+    for (; left >= 2; left -= 2, q /= 100)
+        memcpy(dig + left - 2, d2 + 2 * (q % 100), 2);
+    if (left)
+        dig[0] = (char)('0' + q);
     int nd = P; /* %g drops the trailing zeros of the fraction */
     while (nd > 1 && dig[nd - 1] == '0')
         nd--;
