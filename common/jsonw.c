@@ -26,12 +26,6 @@ void jsonw_init(jsonw_t *w, sr_buf_t *b)
     w->rc = SR_OK;
 }
 
-void jsonw_raw(jsonw_t *w, const char *s, size_t n)
-{
-    if (w->rc == SR_OK && n > 0)
-        w->rc = sr_buf_append(w->b, s, n);
-}
-
 /* s_escape_of tells how byte c is written inside a string: 0 as it is, 'u' as \u00xx, else
  * the letter after the backslash. */
 static char s_escape_of(unsigned char c)
