@@ -26,25 +26,27 @@ void jsonw_init(jsonw_t *w, sr_buf_t *b)
     w->rc = SR_OK;
 }
 
-void jsonw_raw(jsonw_t *w, const char *s, size_t n)
-{
-    if (w->rc == SR_OK && n > 0)
-        w->rc = sr_buf_append(w->b, s, n);
-}
-
 /* s_escape_of tells how byte c is written inside a string: 0 as it is, 'u' as \u00xx, else
  * the letter after the backslash. */
 static char s_escape_of(unsigned char c)
 {
     switch (c) {
-    case '"': return '"';
-    case '\\': return '\\';
-    case '\b': return 'b';
-    case '\f': return 'f';
-    case '\n': return 'n';
-    case '\r': return 'r';
-    case '\t': return 't';
-    default: return c < 0x20 ? 'u' : 0;
+    case '"':
+        return '"';
+    case '\\':
+        return '\\';
+    case '\b':
+        return 'b';
+    case '\f':
+        return 'f';
+    case '\n':
+        return 'n';
+    case '\r':
+        return 'r';
+    case '\t':
+        return 't';
+    default:
+        return c < 0x20 ? 'u' : 0;
     }
 }
 
@@ -57,7 +59,11 @@ void jsonw_strn(jsonw_t *w, const char *s, size_t n)
         jsonw_raw(w, s + run, i - run);
         if (e == 'u') {
             static const char hex[] = "0123456789abcdef";
-            char u[6] = {'\\', 'u', '0', '0', hex[((unsigned char)s[i]) >> 4],
+            char u[6] = {'\\',
+                         'u',
+                         '0',
+                         '0',
+                         hex[((unsigned char)s[i]) >> 4],
                          hex[((unsigned char)s[i]) & 15]};
             jsonw_raw(w, u, sizeof u);
         } else {
@@ -124,87 +130,72 @@ void jsonw_int(jsonw_t *w, long long v)
     jsonw_raw(w, buf + k, (size_t)(24 - k));
 }
 
-/* s_gfmt writes "%.Pg" (P = 1..17) of a finite, non-zero value (-1)^neg * m * 2^e into out (room
- * for 32) and returns its length, or -1 outside the range it handles exactly with 128-bit
- * integers. The P digits are q = round(m * 2^e * 10^k) with 10^(P-1) <= q < 10^P, the tie to even
- * as glibc rounds; *q_out and *x_out (when not NULL) get q and the decimal exponent x of its first
- * digit (the text's value is q * 10^(x - P + 1)). */
-static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long long *q_out,
-                  int *x_out)
+/* s_p10[i] is 10^i. */
+static const unsigned long long s_p10[20] = {1ull,
+                                             10ull,
+                                             100ull,
+                                             1000ull,
+                                             10000ull,
+                                             100000ull,
+                                             1000000ull,
+                                             10000000ull,
+                                             100000000ull,
+                                             1000000000ull,
+                                             10000000000ull,
+                                             100000000000ull,
+                                             1000000000000ull,
+                                             10000000000000ull,
+                                             100000000000000ull,
+                                             1000000000000000ull,
+                                             10000000000000000ull,
+                                             100000000000000000ull,
+                                             1000000000000000000ull,
+                                             10000000000000000000ull};
+
+/* s_p5[i] is 5^i. */
+static const unsigned long long s_p5[28] = {1ull,
+                                            5ull,
+                                            25ull,
+                                            125ull,
+                                            625ull,
+                                            3125ull,
+                                            15625ull,
+                                            78125ull,
+                                            390625ull,
+                                            1953125ull,
+                                            9765625ull,
+                                            48828125ull,
+                                            244140625ull,
+                                            1220703125ull,
+                                            6103515625ull,
+                                            30517578125ull,
+                                            152587890625ull,
+                                            762939453125ull,
+                                            3814697265625ull,
+                                            19073486328125ull,
+                                            95367431640625ull,
+                                            476837158203125ull,
+                                            2384185791015625ull,
+                                            11920928955078125ull,
+                                            59604644775390625ull,
+                                            298023223876953125ull,
+                                            1490116119384765625ull,
+                                            7450580596923828125ull};
+
+/* s_render writes the P digits q (10^(P-1) <= q < 10^P), whose first digit has the decimal
+ * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length. */
+static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
 {
-    typedef unsigned __int128 u128;
-    static const unsigned long long p10[20] = {1ull,
-                                               10ull,
-                                               100ull,
-                                               1000ull,
-                                               10000ull,
-                                               100000ull,
-                                               1000000ull,
-                                               10000000ull,
-                                               100000000ull,
-                                               1000000000ull,
-                                               10000000000ull,
-                                               100000000000ull,
-                                               1000000000000ull,
-                                               10000000000000ull,
-                                               100000000000000ull,
-                                               1000000000000000ull,
-                                               10000000000000000ull,
-                                               100000000000000000ull,
-                                               1000000000000000000ull,
-                                               10000000000000000000ull};
-    double v = ldexp((double)m, e);
-    int x = (int)floor(log10(v)); /* the decimal exponent, corrected below when off by one */
-    unsigned long long q = 0;
-    const unsigned long long lo = p10[P - 1], hi = p10[P];
-    for (int tries = 0; tries < 3; tries++) {
-        int k = P - 1 - x;
-        if (k > 38 || k < -38 || e < -127 || e > 127 - 53)
-            return -1;
-        u128 num = m, den = 1;
-        if (e >= 0)
-            num <<= e;
-        else
-            den <<= -e;
-        if (k >= 0) {
-            u128 t = k > 19 ? (u128)p10[19] * p10[k - 19] : p10[k];
-            if (num > ~(u128)0 / t)
-                return -1;
-            num *= t;
-        } else {
-            u128 t = -k > 19 ? (u128)p10[19] * p10[-k - 19] : p10[-k];
-            if (den > ~(u128)0 / t)
-                return -1;
-            den *= t;
-        }
-        u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
-        u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
-        if (qq >= hi) {
-            x++;
-            continue;
-        }
-        if (qq < lo) {
-            x--;
-            continue;
-        }
-        q = (unsigned long long)qq;
-        if (2 * r > den || (2 * r == den && (q & 1)))
-            q++;
-        if (q == hi) {
-            q = lo;
-            x++;
-        }
-        break;
-    }
-    if (!q)
-        return -1;
-    if (q_out)
-        *q_out = q;
-    if (x_out)
-        *x_out = x;
+    static const char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
     char dig[17];
-    for (int i = P - 1; i >= 0; i--, q /= 10)
-        dig[i] = (char)('0' + q % 10);
+    int left = P;
+    for (; left >= 2; left -= 2, q /= 100)
+        memcpy(dig + left - 2, d2 + 2 * (q % 100), 2);
+    if (left)
+        dig[0] = (char)('0' + q);
     int nd = P; /* %g drops the trailing zeros of the fraction */
     while (nd > 1 && dig[nd - 1] == '0')
         nd--;
@@ -245,12 +236,77 @@ static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long l
     return n;
 }
 
+/* s_gfmt writes "%.Pg" (P = 1..17) of a finite, non-zero value (-1)^neg * m * 2^e into out (room
+ * for 32) and returns its length, or -1 outside the range it handles exactly with 128-bit
+ * integers. The P digits are q = round(m * 2^e * 10^k) with 10^(P-1) <= q < 10^P, the tie to even
+ * as glibc rounds; *q_out and *x_out (when not NULL) get q and the decimal exponent x of its first
+ * digit (the text's value is q * 10^(x - P + 1)). */
+static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long long *q_out,
+                  int *x_out)
+{
+    typedef unsigned __int128 u128;
+    double v = ldexp((double)m, e);
+    int x = (int)floor(log10(v)); /* the decimal exponent, corrected below when off by one */
+    unsigned long long q = 0;
+    const unsigned long long lo = s_p10[P - 1], hi = s_p10[P];
+    for (int tries = 0; tries < 3; tries++) {
+        int k = P - 1 - x;
+        if (k > 38 || k < -38 || e < -127 || e > 127 - 53)
+            return -1;
+        u128 num = m, den = 1;
+        if (e >= 0)
+            num <<= e;
+        else
+            den <<= -e;
+        if (k >= 0) {
+            u128 t = k > 19 ? (u128)s_p10[19] * s_p10[k - 19] : s_p10[k];
+            if (num > ~(u128)0 / t)
+                return -1;
+            num *= t;
+        } else {
+            u128 t = -k > 19 ? (u128)s_p10[19] * s_p10[-k - 19] : s_p10[-k];
+            if (den > ~(u128)0 / t)
+                return -1;
+            den *= t;
+        }
+        u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
+        u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
+        if (qq >= hi) {
+            x++;
+            continue;
+        }
+        if (qq < lo) {
+            x--;
+            continue;
+        }
+        q = (unsigned long long)qq;
+        if (2 * r > den || (2 * r == den && (q & 1)))
+            q++;
+        if (q == hi) {
+            q = lo;
+            x++;
+        }
+        break;
+    }
+    if (!q)
+        return -1;
+    if (q_out)
+        *q_out = q;
+    if (x_out)
+        *x_out = x;
+    return s_render(neg, q, x, P, out);
+}
+
 /* s_dbl_g15 writes d (finite, not an int) as jsonw_num does: "%1.15g" when that reads back as d
  * within a relative DBL_EPSILON, else "%1.17g"; -1 when the read-back or the digits are out of
- * the exact fast range (the caller then uses snprintf and strtod). The read-back is q * 10^j or
+ * the exact fast range (the caller then uses snprintf and strtod). The exact value is divided
+ * once, at 17 digits: F = floor(|d| * 10^k) with 10^16 <= F < 10^17 and the remainder r / den;
+ * both roundings come from it (the 15 digits are F / 100 rounded by F % 100 and r, which is
+ * exact, and the first digit's exponent x is the same for both). The read-back is q * 10^j or
  * q / 10^-j with q < 2^53 and |j| <= 22: one correctly rounded operation, as strtod gives. */
 static int s_dbl_g15(double d, char *out)
 {
+    typedef unsigned __int128 u128;
     static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
@@ -262,20 +318,115 @@ static int s_dbl_g15(double d, char *out)
     m |= 1ull << 52;
     int e = (int)ef - 1075;
     bool neg = bits >> 63;
-    unsigned long long q;
-    int x;
-    int n = s_gfmt(neg, m, e, 15, out, &q, &x);
-    if (n < 0)
+    if (e < -127 || e > 127 - 53)
         return -1;
-    int j = x - 14;
-    if (j < -22 || j > 22)
+    /* |d| is in [2^(e+52), 2^(e+53)): x is floor((e+52) log10 2) or one more (78913 / 2^18 is
+     * log10 2 to within 2.7e-6, the loop corrects any miss). */
+    int t52 = (e + 52) * 78913;
+    int x = t52 >= 0 ? t52 >> 18 : -((-t52 + (1 << 18) - 1) >> 18);
+    unsigned long long F = 0;
+    u128 r = 0, den = 1, ulp = 0; /* ulp: 2^e * 10^k in units of 1 / den, when known */
+    for (int tries = 0; tries < 3 && !F; tries++) {
+        int k = 16 - x;
+        if (k > 38 || k < -38)
+            return -1;
+        u128 num = m, qq;
+        den = 1;
+        if (e < 0 && k >= 0) {
+            /* m * 10^k / 2^-e is m * 5^k / 2^(k+e): the power of five keeps small values (the
+             * logprobs near 0) inside 128 bits. */
+            u128 t = k > 27 ? (u128)s_p5[27] * s_p5[k - 27] : s_p5[k];
+            if (num > ~(u128)0 / t)
+                return -1;
+            num *= t;
+            int sh = -e - k;
+            ulp = 0;
+            if (sh > 0) {
+                ulp = t;
+                den <<= sh;
+                qq = num >> sh;
+                r = num & (den - 1);
+            } else {
+                if (num > ~(u128)0 >> -sh)
+                    return -1;
+                qq = num << -sh;
+                r = 0;
+            }
+        } else {
+            if (e >= 0)
+                num <<= e;
+            else
+                den <<= -e;
+            if (k >= 0) {
+                u128 t = k > 19 ? (u128)s_p10[19] * s_p10[k - 19] : s_p10[k];
+                if (num > ~(u128)0 / t)
+                    return -1;
+                num *= t;
+            } else {
+                u128 t = -k > 19 ? (u128)s_p10[19] * s_p10[-k - 19] : s_p10[-k];
+                if (den > ~(u128)0 / t)
+                    return -1;
+                den *= t;
+            }
+            qq = num / den;
+            r = num % den;
+        }
+        if (qq >= s_p10[17])
+            x++;
+        else if (qq < s_p10[16])
+            x--;
+        else
+            F = (unsigned long long)qq;
+    }
+    if (!F)
         return -1;
-    double back = j >= 0 ? (double)q * p10[j] : (double)q / p10[-j];
+    /* 15 digits: round F / 100 half to even on the exact rest (F % 100 + r / den) / 100. */
+    unsigned long long q = F / 100, low = F % 100;
+    if (low > 50 || (low == 50 && (r != 0 || (q & 1))))
+        q++;
+    int x15 = x;
+    if (q == s_p10[15]) {
+        q = s_p10[14];
+        x15++;
+    }
+    int j = x15 - 14;
+    double back;
+    if (j >= -22 && j <= 22) {
+        back = j >= 0 ? (double)q * p10[j] : (double)q / p10[-j];
+    } else {
+        /* Smaller than 1e-8: strtod's double is found exactly. The 15 digits are D = q * 10^j,
+         * D * 10^k = Q; D - |d| in units of 1 / den is (Q - F) * den - r (within 2^95: the
+         * difference is a few ulps, computed modulo 2^128), rounded to whole ulps, half to an
+         * even mantissa. A result at the edge of d's binade, where the ulp changes: printf. */
+        if (!ulp)
+            return -1;
+        long long Q = (long long)(x15 == x ? q * 100 : q * 1000);
+        u128 dn = (u128)(Q - (long long)F) * den - r;
+        bool down = dn >> 127;
+        u128 a = down ? -dn : dn, n = a / ulp, rem = a % ulp;
+        if (n > 64)
+            return -1;
+        long long mm = down ? (long long)m - (long long)n : (long long)m + (long long)n;
+        if (rem > ulp - rem || (rem == ulp - rem && (mm & 1)))
+            mm += down ? -1 : 1;
+        if (mm < (1ll << 52) || (mm == (1ll << 52) && down) || mm >= (1ll << 53))
+            return -1;
+        uint64_t bb = (ef << 52) | ((uint64_t)mm & ((1ull << 52) - 1));
+        memcpy(&back, &bb, 8);
+    }
     double ad = fabs(d);
     double big = back > ad ? back : ad;
     if (fabs(back - ad) <= big * DBL_EPSILON)
-        return n;
-    return s_gfmt(neg, m, e, 17, out, NULL, NULL);
+        return s_render(neg, q, x15, 15, out);
+    /* 17 digits: round F half to even on r / den. */
+    q = F;
+    if (r > den - r || (r == den - r && (q & 1)))
+        q++;
+    if (q == s_p10[17]) {
+        q = s_p10[16];
+        x++;
+    }
+    return s_render(neg, q, x, 17, out);
 }
 
 size_t jsonw_f32_fmt(float f, char *out)
