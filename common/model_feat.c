@@ -202,6 +202,38 @@ static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int 
     return others > 0;
 }
 
+/* s_num_to_end is strtol(p, &end, 10) when end reaches p's NUL, else 0: read directly when p is
+ * 1 to 18 ASCII digits (no overflow), through strtol otherwise. */
+static long s_num_to_end(const char *p)
+{
+    long k = 0;
+    int i = 0;
+    for (; i < 18 && p[i] >= '0' && p[i] <= '9'; i++)
+        k = k * 10 + (p[i] - '0');
+    if (i > 0 && p[i] == '\0')
+        return k;
+    char *end = NULL;
+    k = strtol(p, &end, 10);
+    return end && *end == '\0' ? k : 0;
+}
+
+/* s_type_num tells whether name is "TYPE N" with TYPE the tl bytes of type and N 1 to 9 ASCII
+ * digits, setting *num to N: then pparse_type_of(name) gives type and N (no trailing space,
+ * the digits run back to the space, and atoi of 9 digits does not overflow). */
+static bool s_type_num(const char *name, const char *type, size_t tl, int *num)
+{
+    if (pparse_strncmp(name, type, tl) != 0 || name[tl] != ' ')
+        return false;
+    const char *p = name + tl + 1;
+    int k = 0, i = 0;
+    for (; i < 10 && p[i] >= '0' && p[i] <= '9'; i++)
+        k = k * 10 + (p[i] - '0');
+    if (i == 0 || i > 9 || p[i] != '\0')
+        return false;
+    *num = k;
+    return true;
+}
+
 /* s_go_nums finds the lowest and the highest instance number of the go-to targets of type
  * `type` that s_lowest_of_several reads; false when there is none. */
 static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long *hi)
@@ -212,9 +244,8 @@ static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long
         const char *b = st->actions[i];
         if (pparse_strncmp(b, "go to ", 6) != 0 || pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
             continue;
-        char *end = NULL;
-        long k = strtol(b + 7 + tl, &end, 10);
-        if (!end || *end != '\0' || k <= 0)
+        long k = s_num_to_end(b + 7 + tl);
+        if (k <= 0)
             continue;
         if (!any || k < *lo)
             *lo = k;
@@ -329,9 +360,13 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
 
     char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
     if (pparse_strcmp(verb, "go") == 0) {
-        int num = pparse_type_of(rest, yt, sizeof yt);
-        if (mm && !(mm->yt_ok && pparse_strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
-            memcpy(mm->yt, yt, strlen(yt) + 1);
+        int num;
+        if (mm && mm->yt_ok && s_type_num(rest, mm->yt, mm->yt_len, &num)) {
+            memcpy(yt, mm->yt, mm->yt_len + 1); /* the last candidate's type: what is kept holds */
+        } else if ((num = pparse_type_of(rest, yt, sizeof yt)), mm &&
+                   !(mm->yt_ok && pparse_strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
+            mm->yt_len = strlen(yt);
+            memcpy(mm->yt, yt, mm->yt_len + 1);
             mm->yt_ok = true;
             memset(mm->have, 0, sizeof mm->have);
             mm->nums_ok = false;

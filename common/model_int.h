@@ -41,6 +41,7 @@ typedef struct {
     uint32_t verb_idx;
     bool yt_ok;
     char yt[PPARSE_NAME_MAX];
+    size_t yt_len; /* strlen(yt) */
     bool have[MODEL_MEMO_GO_N];
     uint32_t idx[MODEL_MEMO_GO_N];
     bool nums_ok, nums_any; /* lo and hi: over the go-to targets of type yt with a number */
