@@ -323,16 +323,30 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     const char *a = st->actions[action];
     const char *task = s_task_short(st->task);
     const model_ctx_t *tb = ctx;
-    char held_type[PPARSE_NAME_MAX];
-    pparse_type_of(st->holding, held_type, sizeof held_type);
-    bool held_alike = st->holding[0] && model_is_alike(tb, held_type);
-    const char *hold = !st->holding[0]                                         ? "empty"
-                       : pparse_strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
-                                                                               : "other";
+    const char *hold, *loc_type;
+    int loc_num;
+    char held_t[PPARSE_NAME_MAX], loc_t[PPARSE_NAME_MAX];
+    if (mm && mm->st_ok) { /* the state's, from its first candidate */
+        hold = mm->hold;
+        loc_type = mm->loc_type;
+        loc_num = mm->loc_num;
+    } else {
+        pparse_type_of(st->holding, held_t, sizeof held_t);
+        bool held_alike = st->holding[0] && model_is_alike(tb, held_t);
+        hold = !st->holding[0]                                                ? "empty"
+               : pparse_strcmp(held_t, st->goal_obj) == 0 || held_alike ? "goal"
+                                                                          : "other";
+        loc_num = pparse_type_of(st->location, loc_t, sizeof loc_t);
+        loc_type = loc_t;
+        if (mm) {
+            mm->hold = hold;
+            memcpy(mm->loc_type, loc_t, sizeof loc_t);
+            mm->loc_num = loc_num;
+            mm->st_ok = true;
+        }
+    }
     bool goal_here = st->goal_take_here || tb->alike_here;
     int proc = st->processed ? 1 : 0;
-    char loc_type[PPARSE_NAME_MAX];
-    int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
 
     char verb[16];
     size_t vl = strcspn(a, " ");
