@@ -22,58 +22,92 @@ static const char *s_task_short(pparse_task_t t)
 
 /* The longest feature name, with its NUL; longer names are cut. */
 #define S_NAME_MAX 192
-#define S_FNV_OFFSET 1469598103934665603ULL
-#define S_FNV_STEP(h, c) ((h) = ((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
+/* The calling thread's cache of feature-name indices: a name of fewer than S_NC_NAME bytes, in
+ * the slot its words pick, with the index model_feature_index gave it. A slot holds the last
+ * name that met it; a name is found only when every byte is the same, so an index from the
+ * cache is the one the hash gives. */
+#define S_NC_SLOTS 1024
+#define S_NC_NAME 59
+typedef struct {
+    uint32_t idx;
+    uint8_t len1; /* the name's length + 1; 0: an empty slot */
+    char name[S_NC_NAME];
+} s_nc_entry_t;
+static _Thread_local s_nc_entry_t s_nc[S_NC_SLOTS];
+static _Thread_local bool s_nc_off;
+
+void model_feature_cache(bool on)
+{
+    s_nc_off = !on;
+}
 
 /* model_emit_ap emits the feature named by fmt and ap with value v. */
 void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0)
 {
     if (e->n >= e->max)
         return;
-    /* The feature names use only %s and %d. Their bytes go straight into the FNV-1a hash of
-     * model_feature_index as they are put together, with no name buffer and no second pass; the
-     * hash is that of the name cut to S_NAME_MAX - 1 bytes, as a buffer of S_NAME_MAX would have
-     * cut it. Any other conversion goes through vsnprintf into a buffer. */
-    uint64_t h = S_FNV_OFFSET; /* model_hash64's start for seed 0 */
+    /* The name as a buffer of S_NAME_MAX gets it from vsnprintf (cut to S_NAME_MAX - 1 bytes),
+     * put together here for the names' %s and %d, through vsnprintf for any other conversion. */
+    char name[S_NAME_MAX + 8];
     size_t n = 0;
     va_list ap;
     va_copy(ap, ap0);
-    for (const char *f = fmt; *f && n < S_NAME_MAX - 1; f++) {
+    for (const char *f = fmt; *f;) {
+        const char *str;
+        size_t l;
+        char dig[12];
         if (*f != '%') {
-            S_FNV_STEP(h, *f);
-            n++;
-            continue;
-        }
-        if (f[1] == 's') {
-            const char *str = va_arg(ap, const char *);
+            str = f;
+            f = strchrnul(f, '%');
+            l = (size_t)(f - str);
+        } else if (f[1] == 's') {
+            str = va_arg(ap, const char *);
             if (!str)
                 str = "(null)";
-            for (; *str && n < S_NAME_MAX - 1; str++, n++)
-                S_FNV_STEP(h, *str);
-            f++;
+            l = strlen(str);
+            f += 2;
         } else if (f[1] == 'd') {
-            char dig[12];
-            int k = sr_itoa(va_arg(ap, int), dig);
-            for (int i = 0; i < k && n < S_NAME_MAX - 1; i++, n++)
-                S_FNV_STEP(h, dig[i]);
-            f++;
+            str = dig;
+            l = (size_t)sr_itoa(va_arg(ap, int), dig);
+            f += 2;
         } else {
-            char name[S_NAME_MAX];
             va_end(ap);
             va_copy(ap, ap0);
-            vsnprintf(name, sizeof name, fmt, ap);
-            va_end(ap);
-            e->out[e->n].idx = model_feature_index(name);
-            e->out[e->n].val = v;
-            e->n++;
-            return;
+            vsnprintf(name, S_NAME_MAX, fmt, ap);
+            n = strlen(name);
+            break;
         }
+        if (l > S_NAME_MAX - 1 - n)
+            l = S_NAME_MAX - 1 - n;
+        memcpy(name + n, str, l);
+        n += l;
     }
     va_end(ap);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    e->out[e->n].idx = (uint32_t)(h % MODEL_NAMED_DIM);
+    name[n] = '\0';
+    uint32_t idx;
+    if (n < S_NC_NAME && !s_nc_off) {
+        memset(name + n, 0, 8); /* whole words for the slot's hash */
+        uint64_t h = n;
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t w;
+            memcpy(&w, name + i, 8);
+            h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+            h ^= h >> 32;
+        }
+        s_nc_entry_t *c = &s_nc[h & (S_NC_SLOTS - 1)];
+        if (c->len1 == n + 1 && memcmp(c->name, name, n) == 0) {
+            idx = c->idx;
+        } else {
+            idx = model_feature_index(name);
+            c->idx = idx;
+            c->len1 = (uint8_t)(n + 1);
+            memcpy(c->name, name, n);
+        }
+    } else {
+        idx = model_feature_index(name);
+    }
+    e->out[e->n].idx = idx;
     e->out[e->n].val = v;
     e->n++;
 }

@@ -1165,6 +1165,53 @@ static void shared_go_features_equal_the_direct_ones_on_odd_targets(void **state
     }
 }
 
+/* s_check_cache: every candidate's features, and the state's logits, are the same with the
+ * feature-name cache (cold or warm) as without it, bit for bit. */
+static void s_check_cache(const model_t *m, const pparse_state_t *st, void *arg)
+{
+    int *states = arg;
+    model_feat_t on[MODEL_MAX_FEATS], warm[MODEL_MAX_FEATS], off[MODEL_MAX_FEATS];
+    double zon[PPARSE_MAX_ACTIONS], zoff[PPARSE_MAX_ACTIONS];
+    for (int i = 0; i < st->n_actions; i++) {
+        model_feature_cache(true);
+        int non = model_features(m, st, i, on, MODEL_MAX_FEATS);
+        int nwarm = model_features(m, st, i, warm, MODEL_MAX_FEATS);
+        model_feature_cache(false);
+        int noff = model_features(m, st, i, off, MODEL_MAX_FEATS);
+        assert_true(noff > 0);
+        assert_int_equal(non, noff);
+        assert_int_equal(nwarm, noff);
+        assert_memory_equal(on, off, (size_t)noff * sizeof off[0]);
+        assert_memory_equal(warm, off, (size_t)noff * sizeof off[0]);
+    }
+    model_feature_cache(false);
+    assert_int_equal(model_logits(m, st, zoff), st->n_actions);
+    model_feature_cache(true);
+    assert_int_equal(model_logits(m, st, zon), st->n_actions);
+    assert_memory_equal(zon, zoff, (size_t)st->n_actions * sizeof zon[0]);
+    (*states)++;
+}
+
+/* The feature-name cache gives every feature the index its name hashes to: over the states met
+ * in play on 60 tasks (many more names than the cache has slots, so slots are taken over), with
+ * weights that tell the features apart. */
+static void feature_name_cache_gives_the_hashed_indices(void **state)
+{
+    (void)state;
+    int states = 0;
+    for (uint64_t seed = 0; seed < 2; seed++) {
+        model_t *m = s_noisy(seed);
+        for (int task = 0; task < 30; task++) {
+            char id[64];
+            snprintf(id, sizeof id, "household/train/%d", task + 30 * (int)seed);
+            s_walk(m, id, seed + 7, 25, s_check_cache, &states);
+        }
+        model_destroy(&m);
+    }
+    model_feature_cache(true);
+    assert_true(states >= 400);
+}
+
 /* Learning changes beliefs the way RL would and carries over: lowering the plan's next step on
  * one task lowers it on another task of the same type, room and object class, and leaves a task
  * of another type alone. */
@@ -1428,6 +1475,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(visible_goal_object_is_taken_at_temperature_0_7),
         cmocka_unit_test(logits_of_a_state_equal_each_candidates_features_alone),
         cmocka_unit_test(shared_go_features_equal_the_direct_ones_on_odd_targets),
+        cmocka_unit_test(feature_name_cache_gives_the_hashed_indices),
         cmocka_unit_test(correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room),
         cmocka_unit_test(a_belief_step_carries_over_by_type_and_room),
         cmocka_unit_test(misused_verb_is_a_task_belief_and_learning_corrects_it),
