@@ -276,7 +276,11 @@ static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long
     bool any = false;
     for (int i = 0; i < st->n_actions; i++) {
         const char *b = st->actions[i];
-        if (pparse_strncmp(b, "go to ", 6) != 0 || pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+        /* "go to " and type's first byte, a byte at a time (each test stops at a NUL of b) */
+        if (b[0] != 'g' || b[1] != 'o' || b[2] != ' ' || b[3] != 't' || b[4] != 'o' || b[5] != ' ' ||
+            (tl && b[6] != type[0]))
+            continue;
+        if (pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
             continue;
         long k = s_num_to_end(b + 7 + tl);
         if (k <= 0)
