@@ -17,6 +17,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
+/* At most this many buffers of acknowledged RESULTs are kept, none larger than CL_SPARE_MAX. */
+#define CL_MAX_SPARE 8u
+#define CL_SPARE_MAX ((size_t)4 << 20)
+
 typedef struct {
     char *job_id;
     int64_t epoch;
@@ -39,6 +43,8 @@ struct coordlink {
     pending_t *pend;
     size_t n_pend, cap_pend;
     sr_buf_t sbuf;
+    sr_buf_t spare[CL_MAX_SPARE]; /* buffers of acknowledged RESULTs, kept for the next ones */
+    size_t n_spare;
     proto_rx_t rx; /* a bad message from the coordinator: bad_work and a log line */
 };
 
@@ -183,7 +189,10 @@ static void s_pending_send(coordlink_t *c, pending_t *p, bool resend)
 static void s_pending_remove(coordlink_t *c, size_t i)
 {
     free(c->pend[i].job_id);
-    sr_buf_free(&c->pend[i].buf);
+    if (c->n_spare < CL_MAX_SPARE && c->pend[i].buf.cap <= CL_SPARE_MAX)
+        c->spare[c->n_spare++] = c->pend[i].buf;
+    else
+        sr_buf_free(&c->pend[i].buf);
     c->pend[i] = c->pend[--c->n_pend];
     AST_SET(c->st, unacked, c->n_pend);
 }
@@ -219,10 +228,38 @@ static void s_keep(coordlink_t *c, const char *job_id, int64_t epoch, sr_buf_t *
     AST_SET(c->st, unacked, c->n_pend);
 }
 
+static size_t s_len(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+/* s_result_room is about the bytes a RESULT's encoding takes: its strings and token arrays as
+ * they are, and room for every key and number. */
+static size_t s_result_room(const proto_result_t *res)
+{
+    size_t n = 1024 + s_len(res->error);
+    for (size_t i = 0; i < res->steps_len; i++) {
+        const proto_result_step_t *st = &res->steps[i];
+        n += 512 + s_len(st->action) + s_len(st->raw) + s_len(st->obs) + s_len(st->reasoning) +
+             s_len(st->model) +
+             4 * (st->token_ids_len + st->token_logprobs_len + st->prompt_token_ids_len);
+        for (size_t k = 0; k < st->messages_len; k++)
+            n += 32 + s_len(st->messages[k].role) + s_len(st->messages[k].content);
+    }
+    return n;
+}
+
 void coordlink_result(coordlink_t *c, proto_msg_t *m)
 {
     proto_result_t *res = &m->u.result;
     sr_buf_t buf = SR_BUF_INIT;
+    if (c->n_spare > 0) { /* an acknowledged RESULT's buffer: usually room enough already */
+        buf = c->spare[--c->n_spare];
+        buf.len = 0;
+    }
+    size_t room = s_result_room(res);
+    if (room > buf.cap) /* one allocation of about the right size instead of doublings */
+        (void)sr_buf_reserve(&buf, SR_MIN(room, (size_t)PROTO_MAX_MSG_BYTES + 1024));
     int rc = proto_encode(m, &buf);
     if (rc == SR_OK && buf.len > PROTO_MAX_MSG_BYTES)
         rc = SR_ETOOBIG; /* long trajectories with --tokens full: the message limit */
@@ -402,6 +439,8 @@ void coordlink_destroy(coordlink_t **cp)
         c->n_pend--;
     }
     free(c->pend);
+    for (size_t i = 0; i < c->n_spare; i++)
+        sr_buf_free(&c->spare[i]);
     transport_sock_destroy(&c->work);
     free(c->run);
     free(c->id);

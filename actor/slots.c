@@ -44,8 +44,9 @@ typedef struct slot {
     int64_t start_ms;
     char *goal;
     char *obs;
-    char **adm;
+    const char **adm; /* the admissible actions of obs_msg (s_take_obs) */
     size_t n_adm;
+    proto_msg_t obs_msg; /* the last OBS, kept until the next one: adm points into it */
     prompt_turn_t *hist; /* owned observations; each action is its step record's (steps[i]) */
     size_t n_hist, cap_hist;
     proto_result_step_t *steps; /* owned strings */
@@ -104,7 +105,7 @@ static void s_step_clear(proto_result_step_t *st)
 
 static void s_adm_clear(slot_t *s)
 {
-    free(s->adm); /* one block: the pointers and the strings (s_take_obs) */
+    proto_msg_clear(&s->obs_msg); /* the strings s->adm points at */
     s->adm = NULL;
     s->n_adm = 0;
 }
@@ -413,39 +414,31 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs copies an observation's text and admissible list from the decoded OBS (whose
- * memory proto_msg_clear frees as a whole) into the slot: the list as one block, the pointers
- * followed by the strings. */
-static void s_take_obs(slot_t *s, proto_obs_t *ob)
+/* s_take_obs copies an observation's text from the decoded OBS m and keeps m itself (moved into
+ * the slot, m left zeroed) for its admissible list until the next OBS or the slot's end. */
+static void s_take_obs(slot_t *s, proto_msg_t *m)
 {
+    const proto_obs_t *ob = &m->u.obs;
     free(s->obs);
     s->obs = sr_xstrdup(ob->obs ? ob->obs : "");
     s_adm_clear(s);
-    size_t n = ob->admissible_len, bytes = n * sizeof(char *);
-    for (size_t i = 0; i < n; i++)
-        bytes += strlen(ob->admissible[i]) + 1;
-    if (n > 0) {
-        s->adm = sr_xmalloc(bytes);
-        char *text = (char *)(s->adm + n);
-        for (size_t i = 0; i < n; i++) {
-            size_t len = strlen(ob->admissible[i]) + 1;
-            memcpy(text, ob->admissible[i], len);
-            s->adm[i] = text;
-            text += len;
-        }
-    }
-    s->n_adm = n;
+    s->obs_msg = *m;
+    memset(m, 0, sizeof *m);
+    s->adm = s->obs_msg.u.obs.admissible;
+    s->n_adm = s->obs_msg.u.obs.admissible_len;
 }
 
-static void s_on_reset_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
+static void s_on_reset_obs(slots_t *o, slot_t *s, proto_msg_t *m)
 {
+    const proto_obs_t *ob = &m->u.obs;
     const char *goal = ob->goal ? ob->goal : "";
     if (strncmp(goal, GOAL_PREFIX, strlen(GOAL_PREFIX)) == 0)
         goal += strlen(GOAL_PREFIX);
     free(s->goal);
     s->goal = sr_xstrdup(goal);
-    s_take_obs(s, ob);
-    if (ob->done) {
+    bool done = ob->done;
+    s_take_obs(s, m); /* m (and ob) moved into the slot */
+    if (done) {
         s_slot_finish(s, "done", NULL);
         return;
     }
@@ -472,8 +465,9 @@ static void s_publish_action(slots_t *o, slot_t *s, int64_t step, const char *ac
     bus_publish(o->cfg.bus, &ac);
 }
 
-static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
+static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
 {
+    const proto_obs_t *ob = &m->u.obs;
     AST_INC(o->cfg.st, steps);
     /* The step record takes the step under construction. */
     if (s->n_steps == s->cap_steps) {
@@ -503,13 +497,14 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_obs_t *ob)
     s->hist[s->n_hist].obs = s->obs;
     s->hist[s->n_hist++].action = st->action; /* the step record's, freed with it */
     s->obs = NULL;
-    s_take_obs(s, ob);
+    bool done = ob->done;
+    s_take_obs(s, m); /* m (and ob) moved into the slot */
 
     if (!ended) {
         s_llm_ask(o, s);
         return;
     }
-    bool truncated = !s->won && (!ob->done || n >= s->max_steps);
+    bool truncated = !s->won && (!done || n >= s->max_steps);
     s_slot_finish(s, truncated ? "truncated" : "done", NULL);
 }
 
@@ -562,9 +557,9 @@ void slots_env_reply(slots_t *o, envconn_t *e, const void *body, size_t len)
         goto cleanup;
     }
     if (s->state == SLOT_RESET)
-        s_on_reset_obs(o, s, &m.u.obs);
+        s_on_reset_obs(o, s, &m);
     else
-        s_on_step_obs(o, s, &m.u.obs);
+        s_on_step_obs(o, s, &m);
 cleanup:
     proto_msg_clear(&m);
 }

@@ -105,6 +105,9 @@ void llm_client_destroy(llm_client_t **cp)
     while (c->head)
         llm_req_free(c->head);
     llm_h1_destroy(c);
+    for (size_t i = 0; i < c->n_spare; i++)
+        free(c->spare[i].p);
+    free(c->spare);
     for (size_t i = 0; i < c->n_idle; i++)
         curl_easy_cleanup(c->idle[i]);
     free(c->idle);
@@ -158,13 +161,6 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
     bool models = body == NULL;
     if (models && !c->models_url)
         return NULL;
-    if (c->h1 && !models && !url) {
-        llm_request_t *r = s_request_new(c, cb, arg);
-        llm_h1_prepare(r, body);
-        s_request_link(c, r);
-        llm_h1_attempt(r);
-        return r;
-    }
     bool fresh = models || url || c->n_idle == 0;
     CURL *easy = fresh ? curl_easy_init() : c->idle[--c->n_idle];
     if (!easy) {
@@ -218,6 +214,26 @@ llm_request_t *llm_client_chat(llm_client_t *c, const llm_chat_t *req, llm_done_
 {
     if (!c || !req || !cb)
         return NULL;
+    if (c->h1) {
+        /* the body is written into a spare buffer after room for the head, and sent from there */
+        sr_buf_t b = SR_BUF_INIT;
+        llm_spare_take(c, (char **)&b.data, &b.cap);
+        size_t pad = c->h1_head_len + 24; /* the head and its "<length>\r\n\r\n" (at most 24) */
+        if (sr_buf_reserve(&b, pad) != SR_OK) {
+            sr_buf_free(&b);
+            return NULL;
+        }
+        b.len = pad;
+        if (!llm_chat_body_into(req, &b)) {
+            llm_spare_give(c, (char *)b.data, b.cap);
+            return NULL;
+        }
+        llm_request_t *r = s_request_new(c, cb, arg);
+        llm_h1_prepare(r, &b, pad);
+        s_request_link(c, r);
+        llm_h1_attempt(r);
+        return r;
+    }
     char *body = llm_chat_body(req);
     if (!body)
         return NULL;

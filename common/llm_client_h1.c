@@ -606,20 +606,22 @@ static bool s_feed(llm_h1conn_t *k, const char *p, size_t n)
 
 /* ---- the request's side ------------------------------------------------------------------------ */
 
-bool llm_h1_prepare(llm_request_t *r, char *body)
+void llm_h1_prepare(llm_request_t *r, sr_buf_t *b, size_t pad)
 {
     llm_client_t *c = r->c;
-    size_t bl = strlen(body);
+    size_t bl = b->len - pad;
     char num[24];
     int nl = snprintf(num, sizeof num, "%zu\r\n\r\n", bl);
-    r->h1_len = c->h1_head_len + (size_t)nl + bl;
-    r->h1_out = sr_xmalloc(r->h1_len + 1);
+    /* the head goes right before the body: no copy of the body */
+    size_t off = pad - (size_t)nl - c->h1_head_len;
+    r->h1_base = (char *)b->data;
+    r->h1_cap = b->cap;
+    r->h1_out = r->h1_base + off;
+    r->h1_len = b->len - off;
     memcpy(r->h1_out, c->h1_head, c->h1_head_len);
     memcpy(r->h1_out + c->h1_head_len, num, (size_t)nl);
-    memcpy(r->h1_out + c->h1_head_len + (size_t)nl, body, bl + 1);
-    free(body);
     r->h1 = true;
-    return true;
+    sr_buf_init(b);
 }
 
 void llm_h1_attempt(llm_request_t *r)

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/llm_client.h"
+#include "common/sr_buf.h"
 
 #include <curl/curl.h>
 #include <netinet/in.h>
@@ -43,8 +44,10 @@ struct llm_request {
     bool h1_starting;            /* inside llm_h1_attempt: an end is noted, not judged */
     CURLcode h1_deferred;        /* an end noted while starting, judged from the timer */
     long h1_deferred_bytes;
-    char *h1_out;                /* the request's bytes: head and body */
+    char *h1_out;                /* the request's bytes: head and body, inside h1_base */
     size_t h1_len;
+    char *h1_base;               /* the buffer they are in (a spare of the client's when freed) */
+    size_t h1_cap;
     int64_t h1_deadline_ms, h1_conn_deadline_ms;
     struct llm_h1conn *h1c;      /* its connection, NULL when none */
 };
@@ -90,7 +93,28 @@ struct llm_client {
     struct llm_h1conn **h1_by_fd;
     size_t h1_nfd;
     struct llm_h1conn *h1_idle;
+    /* buffers of finished requests (their bodies, answers), kept for the next ones */
+    struct llm_spare *spare;
+    size_t n_spare;
 };
+
+/* At most this many spare buffers are kept, none larger than LLM_SPARE_MAX_BYTES. */
+#define LLM_MAX_SPARE 256u
+#define LLM_SPARE_MAX_BYTES (1u << 20)
+
+struct llm_spare {
+    char *p;
+    size_t cap;
+};
+
+/* llm_spare_take hands out a spare buffer (p NULL, cap 0 when none is kept); llm_spare_give
+ * keeps p (cap bytes) for a later request, or frees it (llm_client_multi.c). */
+void llm_spare_take(llm_client_t *c, char **p, size_t *cap);
+void llm_spare_give(llm_client_t *c, char *p, size_t cap);
+
+/* llm_chat_body_into appends what llm_chat_body returns to b, NUL-terminated (the NUL not
+ * counted in b->len); false when req has no messages or memory ran out (llm_client_json.c). */
+bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b);
 
 typedef enum { LLM_FD_NONE = 0, LLM_FD_WATCHED, LLM_FD_PARKED } llm_fdstate_kind_t;
 
@@ -136,13 +160,14 @@ void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *cty
 
 /* The client's own HTTP/1.1 path for chat requests (llm_client_h1.c). llm_h1_setup turns it on
  * when the client's URL suits it (hooks, http:// to a numeric IPv4 address, no proxy variable);
- * llm_h1_prepare makes a request's bytes from its body (taken); llm_h1_attempt starts an
+ * llm_h1_prepare makes a request's bytes from its body, written into b after pad bytes left for
+ * the head (the buffer is taken: the request's until it is freed); llm_h1_attempt starts an
  * attempt; llm_h1_abort closes the request's connection; llm_h1_on_fd handles a descriptor of its
  * own (false: not one of its); llm_h1_due gives the time a request's attempt must be looked at
  * (-1 none) and llm_h1_expire looks (true when the attempt ended); llm_h1_destroy closes
  * everything. */
 bool llm_h1_setup(llm_client_t *c);
-bool llm_h1_prepare(llm_request_t *r, char *body);
+void llm_h1_prepare(llm_request_t *r, sr_buf_t *b, size_t pad);
 void llm_h1_attempt(llm_request_t *r);
 void llm_h1_abort(llm_request_t *r);
 bool llm_h1_on_fd(llm_client_t *c, int fd, bool readable, bool writable);

@@ -104,18 +104,27 @@ char *llm_models_url(const char *base_url)
 
 char *llm_chat_body(const llm_chat_t *req)
 {
-    if (!req || !req->messages || req->n_messages == 0)
+    sr_buf_t b = SR_BUF_INIT;
+    if (!llm_chat_body_into(req, &b)) {
+        sr_buf_free(&b);
         return NULL;
+    }
+    return (char *)b.data;
+}
+
+bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
+{
+    if (!req || !req->messages || req->n_messages == 0)
+        return false;
     /* Written directly, field by field in the order a cJSON tree of the request prints them;
      * tests/test_llm_client.c compares the two byte for byte. */
-    sr_buf_t b = SR_BUF_INIT;
     size_t guess = 256;
     for (size_t i = 0; i < req->n_messages; i++) /* room for some escapes: no growth, one copy */
         guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) * 9 / 8 : 0);
-    if (sr_buf_reserve(&b, guess) != SR_OK)
-        return NULL;
+    if (sr_buf_reserve(b, guess) != SR_OK)
+        return false;
     jsonw_t w;
-    jsonw_init(&w, &b);
+    jsonw_init(&w, b);
     jsonw_lit(&w, "{");
     if (req->model) {
         jsonw_lit(&w, "\"model\":");
@@ -171,10 +180,7 @@ char *llm_chat_body(const llm_chat_t *req)
     if (req->token_ids && req->no_prompt_ids)
         jsonw_lit(&w, ",\"return_prompt_token_ids\":false");
     jsonw_lit(&w, ",\"n\":1,\"stream\":false}");
-    char *out = jsonw_finish(&w);
-    if (!out)
-        sr_buf_free(&b);
-    return out;
+    return jsonw_finish(&w) != NULL;
 }
 
 /* ---- response parsing ---------------------------------------------------------------------- */

@@ -78,7 +78,7 @@ void llm_req_free(llm_request_t *r)
         c->waiting--;
     if (r->h1) {
         llm_h1_abort(r);
-        free(r->h1_out);
+        llm_spare_give(c, r->h1_base, r->h1_cap);
     } else if (r->models || r->url) {
         curl_easy_cleanup(r->easy);
     } else if (c->n_idle < LLM_MAX_IDLE_EASY) {
@@ -89,9 +89,36 @@ void llm_req_free(llm_request_t *r)
         curl_easy_cleanup(r->easy);
     }
     free(r->body);
-    free(r->resp);
+    llm_spare_give(c, r->resp, r->resp_cap);
     free(r->url);
     free(r);
+}
+
+void llm_spare_take(llm_client_t *c, char **p, size_t *cap)
+{
+    if (c->n_spare == 0) {
+        *p = NULL;
+        *cap = 0;
+        return;
+    }
+    c->n_spare--;
+    *p = c->spare[c->n_spare].p;
+    *cap = c->spare[c->n_spare].cap;
+}
+
+void llm_spare_give(llm_client_t *c, char *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap > LLM_SPARE_MAX_BYTES || c->n_spare >= LLM_MAX_SPARE) {
+        free(p);
+        return;
+    }
+    if (!c->spare)
+        c->spare = sr_xmalloc(LLM_MAX_SPARE * sizeof *c->spare);
+    c->spare[c->n_spare].p = p;
+    c->spare[c->n_spare].cap = cap;
+    c->n_spare++;
 }
 
 size_t llm_write_cb(char *data, size_t size, size_t nmemb, void *userp)
@@ -103,6 +130,8 @@ size_t llm_write_cb(char *data, size_t size, size_t nmemb, void *userp)
         r->too_big = true;
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
     }
+    if (!r->resp) /* a spare buffer of a finished request's, when the client keeps one */
+        llm_spare_take(r->c, &r->resp, &r->resp_cap);
     if (r->resp_len + n + 1 > r->resp_cap) {
         size_t cap = r->resp_cap ? r->resp_cap : 4096;
         while (cap < r->resp_len + n + 1)

@@ -879,6 +879,40 @@ static void test_result_resent_until_acked(void **state)
     s_fx_fini(&f);
 }
 
+/* RESULTs encoded after earlier ones were acknowledged (into those ones' buffers): a long one,
+ * a short one in its larger buffer, a longer one that outgrows it; each arrives whole. */
+static void test_results_after_acks_arrive_whole(void **state)
+{
+    fx_t f;
+    s_start_welcomed(&f, 1, 0, 10000);
+    const int steps[] = {5, 1, 8};
+    for (int k = 0; k < 3; k++) {
+        char group[32];
+        snprintf(group, sizeof group, "r0000-g%04d", k);
+        s_co_job(&f, group, 0, 1, steps[k], 1);
+        proto_msg_t m;
+        s_co_expect(&f, PROTO_RESULT, 5000, &m);
+        proto_result_t *r = &m.u.result;
+        assert_string_equal(r->group, group);
+        assert_string_equal(r->status, "truncated");
+        assert_int_equal(r->n_steps, steps[k]);
+        assert_int_equal(r->steps_len, (size_t)steps[k]);
+        for (size_t i = 0; i < r->steps_len; i++) {
+            assert_int_equal(r->steps[i].i, (int64_t)i);
+            assert_string_equal(r->steps[i].action, "look");
+            assert_non_null(strstr(r->steps[i].raw, "<action>look</action>"));
+            assert_true(strlen(r->steps[i].obs) > 0);
+        }
+        s_co_ack(&f, r, true);
+        proto_msg_clear(&m);
+        actor_stats_t st;
+        STATS_EVENTUALLY(&f, st, st.results_acked == (uint64_t)k + 1 && st.unacked == 0);
+        assert_int_equal(st.results_acked, (uint64_t)k + 1);
+        assert_int_equal(st.unacked, 0);
+    }
+    s_fx_fini(&f);
+}
+
 /* ERROR unknown_actor (a restarted coordinator) makes the actor HELLO again; after the new
  * WELCOME it grants its free slots again, heartbeats its leases and resends unacked RESULTs. */
 static void test_unknown_actor_triggers_rehello_with_credit_and_resend(void **state)
@@ -1677,6 +1711,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cancel_from_the_coordinator_stops_the_group_and_keeps_its_keep_list),
         cmocka_unit_test(test_cancel_covers_jobs_waiting_for_a_slot),
         cmocka_unit_test(test_result_resent_until_acked),
+    cmocka_unit_test(test_results_after_acks_arrive_whole),
         cmocka_unit_test(test_unknown_actor_triggers_rehello_with_credit_and_resend),
         cmocka_unit_test(test_dead_env_worker_fails_the_episode),
         cmocka_unit_test(test_env_worker_dying_mid_episode_fails_it),

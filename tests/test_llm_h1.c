@@ -40,6 +40,8 @@ typedef struct {
     const reply_t *replies;
     int n_replies, next;
     int accepts, requests;
+    char last[8192]; /* the last whole request's bytes */
+    size_t last_len;
     pthread_mutex_t mu;
 } srv_t;
 
@@ -83,6 +85,10 @@ static void *s_serve(void *arg)
                 bufs[i][lens[i]] = '\0';
             }
             if (!gone && s_request_done(bufs[i], lens[i], &used)) {
+                pthread_mutex_lock(&s->mu);
+                memcpy(s->last, bufs[i], used);
+                s->last_len = used;
+                pthread_mutex_unlock(&s->mu);
                 memmove(bufs[i], bufs[i] + used, lens[i] - used);
                 lens[i] -= used;
                 pthread_mutex_lock(&s->mu);
@@ -394,6 +400,51 @@ static void retry_after_as_an_http_date_is_waited_for(void **state)
  * and answer: after the first request's answer its deadline, the earliest, is gone, and the timer
  * fires there once, early, then at the second request's own deadline, which times it out on
  * time. */
+/* Requests of bodies 2, 4 and 3 digits long, each written into the buffer the one before used:
+ * the server gets every body whole, after its own Content-Length. */
+static void bodies_of_every_size_go_out_whole_from_reused_buffers(void **state)
+{
+    (void)state;
+    const reply_t replies[] = {
+        {{OK_HEAD_LEN("61"), BODY}, false},
+        {{OK_HEAD_LEN("61"), BODY}, false},
+        {{OK_HEAD_LEN("61"), BODY}, false},
+    };
+    srv_t s;
+    s_start(&s, replies, 3);
+    loop_t l;
+    llm_client_t *c = s_client(&l, &s, 30000);
+    static char big[6000];
+    memset(big, 'x', sizeof big - 1);
+    big[100] = '"'; /* escaped: the body is longer than the text */
+    const char *texts[] = {"", big, "a \"quoted\" line\n"};
+    for (int i = 0; i < 3; i++) {
+        llm_message_t msg = {.role = "user", .content = texts[i]};
+        llm_chat_t chat = {.messages = &msg, .n_messages = 1, .temperature = -1, .top_p = -1};
+        char *want = llm_chat_body(&chat);
+        assert_non_null(want);
+        seen_t seen = {0};
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        s_run(&l, &seen.calls, 3000);
+        assert_int_equal(seen.calls, 1);
+        assert_int_equal(seen.rc, 0);
+        pthread_mutex_lock(&s.mu);
+        s.last[s.last_len] = '\0';
+        const char *end = strstr(s.last, "\r\n\r\n");
+        assert_non_null(end);
+        char cl[64];
+        snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", strlen(want));
+        assert_non_null(strstr(s.last, cl));
+        assert_true(strncmp(s.last, "POST /v1/chat/completions HTTP/1.1\r\n", 36) == 0);
+        assert_string_equal(end + 4, want);
+        pthread_mutex_unlock(&s.mu);
+        free(want);
+    }
+    assert_int_equal(s_get(&s, &s.accepts), 1);
+    llm_client_destroy(&c);
+    s_stop(&s);
+}
+
 static void a_deadline_after_an_answered_earlier_one_times_out_on_time(void **state)
 {
     (void)state;
@@ -431,6 +482,7 @@ static void a_deadline_after_an_answered_earlier_one_times_out_on_time(void **st
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(a_deadline_after_an_answered_earlier_one_times_out_on_time),
+    cmocka_unit_test(bodies_of_every_size_go_out_whole_from_reused_buffers),
     cmocka_unit_test(chunked_answers_in_pieces_keep_their_connection),
     cmocka_unit_test(http10_close_delimited_and_100_continue_answers_are_read),
     cmocka_unit_test(a_kept_connection_the_server_closed_is_replaced_without_an_attempt),
