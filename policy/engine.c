@@ -81,10 +81,15 @@ void engine_opts_default(engine_opts_t *o)
     o->time_scale = 1.0;
 }
 
+static double s_sim_at(const engine_t *e, int64_t mono_ns)
+{
+    double s = (double)(mono_ns - e->t0_ns) * 1e-9;
+    return s * e->o.time_scale;
+}
+
 static double s_wall_now(const engine_t *e)
 {
-    double s = (double)(clock_mono_ns() - e->t0_ns) * 1e-9;
-    return s * e->o.time_scale;
+    return s_sim_at(e, clock_mono_ns());
 }
 
 /* ---- the two heaps ---- */
@@ -520,6 +525,11 @@ double engine_next_event(engine_t *e)
 double engine_wall_now(engine_t *e)
 {
     return s_wall_now(e);
+}
+
+double engine_sim_at(const engine_t *e, int64_t mono_ns)
+{
+    return s_sim_at(e, mono_ns);
 }
 
 double engine_time_scale(const engine_t *e)

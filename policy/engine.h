@@ -95,6 +95,10 @@ double engine_next_event(engine_t *e);
  */
 double engine_wall_now(engine_t *e);
 
+/* engine_sim_at returns the simulated time of the monotonic instant mono_ns (clock_mono_ns): what
+ * engine_wall_now returned, or will return, at that instant. */
+double engine_sim_at(const engine_t *e, int64_t mono_ns);
+
 /* engine_time_scale returns the engine's simulated seconds per wall second. */
 double engine_time_scale(const engine_t *e);
 

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -249,6 +250,14 @@ void ps_on_hangup(void *arg, http_srv_req_t *rq)
 static void s_before_sleep(reactor_t *r, void *arg)
 {
     struct policy_server *s = arg;
+    if (!s->slack_set) {
+        /* The loop's waits end at the engine's events (epoll_pwait2, to the nanosecond): without
+         * this the kernel may end each up to its default 50 us of timer slack late, and every
+         * such delay is a held answer's. Set on the thread that runs the loop, whoever owns it
+         * (selroll policy-server: the main thread). */
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        s->slack_set = true;
+    }
     s_advance(s);
     http_srv_async_run(s->http);
     if (s->engine) {
@@ -292,7 +301,13 @@ void ps_hold(struct policy_server *s, ps_conn_t *c, int prompt_tokens)
     pthread_mutex_unlock(&s->mu);
 
     uint64_t id = 0;
-    s_advance(s); /* the request arrives now, not at the engine's last event */
+    /* The request arrives when the server read it (c->t0_ns), before its answer was made, not at
+     * the engine's last event: the answer is what the modelled accelerator generates in the
+     * request's simulated time. Never before the engine's present (engine_advance does not go
+     * back); a request that waited for its weights arrives now. */
+    if (s->loop && s->engine)
+        engine_advance(s->engine, c->loaded ? engine_wall_now(s->engine)
+                                            : engine_sim_at(s->engine, c->t0_ns));
     int rc = engine_submit(s->engine, prompt_tokens, c->cost_tokens, s_engine_done, c, &id);
 
     pthread_mutex_lock(&s->mu);

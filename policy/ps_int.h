@@ -94,6 +94,7 @@ struct policy_server {
     pthread_t thread; /* runs the loop */
     bool thread_started;
     bool loop; /* one thread: HTTP, the engine, hang-ups and the store queue on the loop */
+    bool slack_set; /* the loop's thread has its timer slack at 1 ns (loop thread only) */
     bool stopping;
 
     /* /metrics (common/metrics; ps_http.c registers and renders them): requests by outcome

@@ -4,6 +4,7 @@
  */
 #include "tests/harness.h"
 
+#include "common/clock.h"
 #include "common/sr.h"
 #include "policy/engine.h"
 
@@ -347,6 +348,40 @@ static void a_short_request_behind_a_long_one_is_delivered_on_time(void **state)
     engine_destroy(&e);
 }
 
+/* engine_sim_at: the simulated time of a monotonic instant, as the wall clock gave it then; a
+ * manual engine advanced to an instant already past (a request's reading) takes the request as
+ * submitted then, and ends it exactly the model's time after. */
+static void a_request_is_submitted_as_of_the_instant_it_was_read(void **state)
+{
+    (void)state;
+    engine_opts_t o = s_opts(1e6, 1000, 8, 64);
+    o.prefill_tps = 1e9;
+    o.time_scale = 10;
+    engine_t *e = engine_new_manual(&o);
+    assert_non_null(e);
+    int64_t before = clock_mono_ns();
+    double now = engine_wall_now(e);
+    int64_t after = clock_mono_ns();
+    assert_true(engine_sim_at(e, before) <= now && now <= engine_sim_at(e, after));
+    assert_true(fabs(engine_sim_at(e, before + 1000000000) - engine_sim_at(e, before) - 10) < 1e-9);
+
+    int64_t read_ns = clock_mono_ns();
+    usleep(20000); /* the answer being made */
+    double t_read = engine_sim_at(e, read_ns);
+    assert_true(engine_wall_now(e) - t_read >= 0.2 - 1e-9); /* 20 ms at 10x */
+    assert_int_equal(engine_advance(e, t_read), SR_OK);
+    record_t r;
+    s_record_init(&r);
+    assert_int_equal(engine_submit(e, 0, 100, s_record, &r, NULL), SR_OK);
+    assert_int_equal(engine_advance(e, t_read + 0.1 - 1e-6), SR_OK);
+    assert_int_equal(r.n, 0); /* not before the model's time */
+    assert_int_equal(engine_advance(e, t_read + 0.1), SR_OK);
+    assert_int_equal(r.n, 1);
+    assert_true(fabs(r.first_submit - t_read) < 1e-12);
+    assert_true(fabs(r.ends[0] - t_read - 0.1) < 1e-9); /* 100 tokens at 1000/s */
+    engine_destroy(&e);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +395,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(threaded_engine_matches_analytic_makespan_on_the_wall_clock),
         cmocka_unit_test(a_short_request_behind_a_long_one_is_delivered_on_time),
         cmocka_unit_test(a_large_batch_completes_each_request_on_time),
+        cmocka_unit_test(a_request_is_submitted_as_of_the_instant_it_was_read),
     };
     return harness_run_("engine", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
