@@ -126,7 +126,7 @@ static int s_logits(const model_t *m, const pparse_state_t *st, const model_ctx_
 {
     model_feat_t f[MODEL_MAX_FEATS];
     model_fmemo_t memo;
-    memo.verb_ok = memo.yt_ok = false;
+    memo.st_ok = memo.verb_ok = memo.yt_ok = false;
     for (int i = 0; i < st->n_actions; i++) {
         int n = model_features_memo(st, c, i, f, MODEL_MAX_FEATS, &memo);
         double z = 0;

@@ -83,6 +83,11 @@ const float *model_weights_const(const model_t *m);
  * index in the named region. The prior uses it to set weights by name. */
 uint32_t model_feature_index(const char *name);
 
+/* model_feature_cache turns the calling thread's cache of feature-name indices on (the default) or
+ * off. The features are the same either way (a cached index is the one of the same name); the
+ * tests compare the two. */
+void model_feature_cache(bool on);
+
 /* model_string_index maps an action string to its weight index in the string region. */
 uint32_t model_string_index(const char *action);
 

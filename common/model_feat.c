@@ -22,58 +22,92 @@ static const char *s_task_short(pparse_task_t t)
 
 /* The longest feature name, with its NUL; longer names are cut. */
 #define S_NAME_MAX 192
-#define S_FNV_OFFSET 1469598103934665603ULL
-#define S_FNV_STEP(h, c) ((h) = ((h) ^ (unsigned char)(c)) * 1099511628211ULL)
+
+/* The calling thread's cache of feature-name indices: a name of fewer than S_NC_NAME bytes, in
+ * the slot its words pick, with the index model_feature_index gave it. A slot holds the last
+ * name that met it; a name is found only when every byte is the same, so an index from the
+ * cache is the one the hash gives. */
+#define S_NC_SLOTS 1024
+#define S_NC_NAME 59
+typedef struct {
+    uint32_t idx;
+    uint8_t len1; /* the name's length + 1; 0: an empty slot */
+    char name[S_NC_NAME];
+} s_nc_entry_t;
+static _Thread_local s_nc_entry_t s_nc[S_NC_SLOTS];
+static _Thread_local bool s_nc_off;
+
+void model_feature_cache(bool on)
+{
+    s_nc_off = !on;
+}
 
 /* model_emit_ap emits the feature named by fmt and ap with value v. */
 void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0)
 {
     if (e->n >= e->max)
         return;
-    /* The feature names use only %s and %d. Their bytes go straight into the FNV-1a hash of
-     * model_feature_index as they are put together, with no name buffer and no second pass; the
-     * hash is that of the name cut to S_NAME_MAX - 1 bytes, as a buffer of S_NAME_MAX would have
-     * cut it. Any other conversion goes through vsnprintf into a buffer. */
-    uint64_t h = S_FNV_OFFSET; /* model_hash64's start for seed 0 */
+    /* The name as a buffer of S_NAME_MAX gets it from vsnprintf (cut to S_NAME_MAX - 1 bytes),
+     * put together here for the names' %s and %d, through vsnprintf for any other conversion. */
+    char name[S_NAME_MAX + 8];
     size_t n = 0;
     va_list ap;
     va_copy(ap, ap0);
-    for (const char *f = fmt; *f && n < S_NAME_MAX - 1; f++) {
+    for (const char *f = fmt; *f;) {
+        const char *str;
+        size_t l;
+        char dig[12];
         if (*f != '%') {
-            S_FNV_STEP(h, *f);
-            n++;
-            continue;
-        }
-        if (f[1] == 's') {
-            const char *str = va_arg(ap, const char *);
+            str = f;
+            f = strchrnul(f, '%');
+            l = (size_t)(f - str);
+        } else if (f[1] == 's') {
+            str = va_arg(ap, const char *);
             if (!str)
                 str = "(null)";
-            for (; *str && n < S_NAME_MAX - 1; str++, n++)
-                S_FNV_STEP(h, *str);
-            f++;
+            l = strlen(str);
+            f += 2;
         } else if (f[1] == 'd') {
-            char dig[12];
-            int k = sr_itoa(va_arg(ap, int), dig);
-            for (int i = 0; i < k && n < S_NAME_MAX - 1; i++, n++)
-                S_FNV_STEP(h, dig[i]);
-            f++;
+            str = dig;
+            l = (size_t)sr_itoa(va_arg(ap, int), dig);
+            f += 2;
         } else {
-            char name[S_NAME_MAX];
             va_end(ap);
             va_copy(ap, ap0);
-            vsnprintf(name, sizeof name, fmt, ap);
-            va_end(ap);
-            e->out[e->n].idx = model_feature_index(name);
-            e->out[e->n].val = v;
-            e->n++;
-            return;
+            vsnprintf(name, S_NAME_MAX, fmt, ap);
+            n = strlen(name);
+            break;
         }
+        if (l > S_NAME_MAX - 1 - n)
+            l = S_NAME_MAX - 1 - n;
+        memcpy(name + n, str, l);
+        n += l;
     }
     va_end(ap);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    e->out[e->n].idx = (uint32_t)(h % MODEL_NAMED_DIM);
+    name[n] = '\0';
+    uint32_t idx;
+    if (n < S_NC_NAME && !s_nc_off) {
+        memset(name + n, 0, 8); /* whole words for the slot's hash */
+        uint64_t h = n;
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t w;
+            memcpy(&w, name + i, 8);
+            h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+            h ^= h >> 32;
+        }
+        s_nc_entry_t *c = &s_nc[h & (S_NC_SLOTS - 1)];
+        if (c->len1 == n + 1 && memcmp(c->name, name, n) == 0) {
+            idx = c->idx;
+        } else {
+            idx = model_feature_index(name);
+            c->idx = idx;
+            c->len1 = (uint8_t)(n + 1);
+            memcpy(c->name, name, n);
+        }
+    } else {
+        idx = model_feature_index(name);
+    }
+    e->out[e->n].idx = idx;
     e->out[e->n].val = v;
     e->n++;
 }
@@ -202,6 +236,38 @@ static bool s_lowest_of_several(const pparse_state_t *st, const char *type, int 
     return others > 0;
 }
 
+/* s_num_to_end is strtol(p, &end, 10) when end reaches p's NUL, else 0: read directly when p is
+ * 1 to 18 ASCII digits (no overflow), through strtol otherwise. */
+static long s_num_to_end(const char *p)
+{
+    long k = 0;
+    int i = 0;
+    for (; i < 18 && p[i] >= '0' && p[i] <= '9'; i++)
+        k = k * 10 + (p[i] - '0');
+    if (i > 0 && p[i] == '\0')
+        return k;
+    char *end = NULL;
+    k = strtol(p, &end, 10);
+    return end && *end == '\0' ? k : 0;
+}
+
+/* s_type_num tells whether name is "TYPE N" with TYPE the tl bytes of type and N 1 to 9 ASCII
+ * digits, setting *num to N: then pparse_type_of(name) gives type and N (no trailing space,
+ * the digits run back to the space, and atoi of 9 digits does not overflow). */
+static bool s_type_num(const char *name, const char *type, size_t tl, int *num)
+{
+    if (pparse_strncmp(name, type, tl) != 0 || name[tl] != ' ')
+        return false;
+    const char *p = name + tl + 1;
+    int k = 0, i = 0;
+    for (; i < 10 && p[i] >= '0' && p[i] <= '9'; i++)
+        k = k * 10 + (p[i] - '0');
+    if (i == 0 || i > 9 || p[i] != '\0')
+        return false;
+    *num = k;
+    return true;
+}
+
 /* s_go_nums finds the lowest and the highest instance number of the go-to targets of type
  * `type` that s_lowest_of_several reads; false when there is none. */
 static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long *hi)
@@ -210,11 +276,14 @@ static bool s_go_nums(const pparse_state_t *st, const char *type, long *lo, long
     bool any = false;
     for (int i = 0; i < st->n_actions; i++) {
         const char *b = st->actions[i];
-        if (pparse_strncmp(b, "go to ", 6) != 0 || pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+        /* "go to " and type's first byte, a byte at a time (each test stops at a NUL of b) */
+        if (b[0] != 'g' || b[1] != 'o' || b[2] != ' ' || b[3] != 't' || b[4] != 'o' || b[5] != ' ' ||
+            (tl && b[6] != type[0]))
             continue;
-        char *end = NULL;
-        long k = strtol(b + 7 + tl, &end, 10);
-        if (!end || *end != '\0' || k <= 0)
+        if (pparse_strncmp(b + 6, type, tl) != 0 || b[6 + tl] != ' ')
+            continue;
+        long k = s_num_to_end(b + 7 + tl);
+        if (k <= 0)
             continue;
         if (!any || k < *lo)
             *lo = k;
@@ -292,16 +361,30 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
     const char *a = st->actions[action];
     const char *task = s_task_short(st->task);
     const model_ctx_t *tb = ctx;
-    char held_type[PPARSE_NAME_MAX];
-    pparse_type_of(st->holding, held_type, sizeof held_type);
-    bool held_alike = st->holding[0] && model_is_alike(tb, held_type);
-    const char *hold = !st->holding[0]                                         ? "empty"
-                       : pparse_strcmp(held_type, st->goal_obj) == 0 || held_alike ? "goal"
-                                                                               : "other";
+    const char *hold, *loc_type;
+    int loc_num;
+    char held_t[PPARSE_NAME_MAX], loc_t[PPARSE_NAME_MAX];
+    if (mm && mm->st_ok) { /* the state's, from its first candidate */
+        hold = mm->hold;
+        loc_type = mm->loc_type;
+        loc_num = mm->loc_num;
+    } else {
+        pparse_type_of(st->holding, held_t, sizeof held_t);
+        bool held_alike = st->holding[0] && model_is_alike(tb, held_t);
+        hold = !st->holding[0]                                                ? "empty"
+               : pparse_strcmp(held_t, st->goal_obj) == 0 || held_alike ? "goal"
+                                                                          : "other";
+        loc_num = pparse_type_of(st->location, loc_t, sizeof loc_t);
+        loc_type = loc_t;
+        if (mm) {
+            mm->hold = hold;
+            memcpy(mm->loc_type, loc_t, sizeof loc_t);
+            mm->loc_num = loc_num;
+            mm->st_ok = true;
+        }
+    }
     bool goal_here = st->goal_take_here || tb->alike_here;
     int proc = st->processed ? 1 : 0;
-    char loc_type[PPARSE_NAME_MAX];
-    int loc_num = pparse_type_of(st->location, loc_type, sizeof loc_type);
 
     char verb[16];
     size_t vl = strcspn(a, " ");
@@ -329,9 +412,13 @@ int model_features_memo(const pparse_state_t *st, const model_ctx_t *ctx, int ac
 
     char x[PPARSE_NAME_MAX], y[PPARSE_NAME_MAX], xt[PPARSE_NAME_MAX], yt[PPARSE_NAME_MAX];
     if (pparse_strcmp(verb, "go") == 0) {
-        int num = pparse_type_of(rest, yt, sizeof yt);
-        if (mm && !(mm->yt_ok && pparse_strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
-            memcpy(mm->yt, yt, strlen(yt) + 1);
+        int num;
+        if (mm && mm->yt_ok && s_type_num(rest, mm->yt, mm->yt_len, &num)) {
+            memcpy(yt, mm->yt, mm->yt_len + 1); /* the last candidate's type: what is kept holds */
+        } else if ((num = pparse_type_of(rest, yt, sizeof yt)), mm &&
+                   !(mm->yt_ok && pparse_strcmp(mm->yt, yt) == 0)) { /* a new type: nothing kept of it */
+            mm->yt_len = strlen(yt);
+            memcpy(mm->yt, yt, mm->yt_len + 1);
             mm->yt_ok = true;
             memset(mm->have, 0, sizeof mm->have);
             mm->nums_ok = false;

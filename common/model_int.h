@@ -31,16 +31,22 @@ void model_emit_ap(model_emit_t *e, float v, const char *fmt, va_list ap0);
  * model_logits (the admissible list is sorted, so candidates of one verb and of one receptacle
  * type come together): the verb feature's index for the last verb, and for the last go-to
  * receptacle type the indices of the go features that name only it and the state, and the
- * lowest and highest instance numbers of its go-to targets. Every entry is what the feature's
+ * lowest and highest instance numbers of its go-to targets; and the held object's standing
+ * and the location's type and number. Every entry is what the feature's
  * own computation gives, so the features are the same with or without it. Zero it per state. */
 enum { MODEL_MEMO_GO_OBJ, MODEL_MEMO_GO_START, MODEL_MEMO_GO_RT, MODEL_MEMO_GO_LAMP,
        MODEL_MEMO_GO_ROOM, MODEL_MEMO_GO_N };
 typedef struct {
+    bool st_ok; /* hold, loc_type, loc_num: the state's, as each candidate computes them */
+    const char *hold;
+    char loc_type[PPARSE_NAME_MAX];
+    int loc_num;
     bool verb_ok;
     char verb[16];
     uint32_t verb_idx;
     bool yt_ok;
     char yt[PPARSE_NAME_MAX];
+    size_t yt_len; /* strlen(yt) */
     bool have[MODEL_MEMO_GO_N];
     uint32_t idx[MODEL_MEMO_GO_N];
     bool nums_ok, nums_any; /* lo and hi: over the go-to targets of type yt with a number */

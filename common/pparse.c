@@ -559,6 +559,8 @@ static void s_derive_task(pparse_state_t *st)
             continue;
         if (pparse_strcmp(a + 6, st->location) != 0)
             set ^= pparse_hash64(a + 6, 0); /* order-free: the admissible list is sorted anyway */
+        if (pparse_strcmp(st->room, "room") != 0)
+            continue; /* the room is told: no other type can change it */
         pparse_type_of(a + 6, type, sizeof type);
         for (size_t k = 0; k < SR_ARRAY_LEN(tells); k++)
             if (pparse_strcmp(type, tells[k].recep) == 0 && pparse_strcmp(st->room, "room") == 0)

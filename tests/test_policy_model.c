@@ -1101,6 +1101,117 @@ static void logits_of_a_state_equal_each_candidates_features_alone(void **state)
     assert_true(states >= 300);
 }
 
+/* s_noisy is the prior of seed with a distinct small offset on every weight, so that a logit
+ * equal bit for bit means the same features (any feature missing, added or named otherwise would
+ * move it). */
+static model_t *s_noisy(uint64_t seed)
+{
+    model_t *m = s_prior(seed);
+    float *w = model_weights(m);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (size_t i = 0; i < MODEL_DIM; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        w[i] += (float)((int)(x % 2001) - 1000) * 1e-4f;
+    }
+    return m;
+}
+
+/* The shared path (model_logits: the type of the last go-to target, the numbers of its type,
+ * the indices of its features kept from candidate to candidate) against each candidate's
+ * features alone, with weights that tell every feature apart: over the states met in play, and
+ * over go-to targets whose names are not "TYPE N" (no number, leading zeros, ten or more
+ * digits, a sign, a trailing space, a type that is a prefix of the next one). */
+static void shared_go_features_equal_the_direct_ones_on_odd_targets(void **state)
+{
+    (void)state;
+    int states = 0;
+    for (uint64_t seed = 0; seed < 2; seed++) {
+        model_t *m = s_noisy(seed);
+        for (int task = 0; task < 20; task++) {
+            char id[64];
+            snprintf(id, sizeof id, "household/train/%d", task);
+            s_walk(m, id, seed + 3, 25, s_check_memo, &states);
+        }
+        model_destroy(&m);
+    }
+    assert_true(states >= 200);
+    static const char *odd[][12] = {
+        {"go to cabinet 1", "go to cabinet 2", "go to cabinet 10", "go to cabinet 02",
+         "go to cabinet", "go to cabinet +3", "go to cabinet 1234567890", "go to cabinet 7 ",
+         "go to cabinetx 4", "go to cabinet  5", "go to drawer 3", "go to 4"},
+        {"go to shelf 3", "go to shelf", "go to shelf 999999999", "go to shelf 2", "go to shelf 1",
+         "go to shelf 0", "go to shelf -2", "go to shelf 18446744073709551617", "go to sofa 1",
+         "go to sofa 2", "go to  3", "go to  2"},
+    };
+    const char *goals[] = {"put a apple in shelf", "put a hot apple in cabinet",
+                           "look at apple under the desklamp"};
+    const char *hist[] = {"You arrive at shelf 2. On the shelf 2, you see a apple 1.",
+                          "go to shelf 2"};
+    for (uint64_t seed = 0; seed < 2; seed++) {
+        model_t *m = s_noisy(seed);
+        for (size_t g = 0; g < SR_ARRAY_LEN(goals); g++)
+            for (size_t k = 0; k < SR_ARRAY_LEN(odd); k++)
+                for (int h = 0; h < 2; h++) {
+                    char *text = s_render(goals[g], h, hist, h, "You are in the middle of a room.",
+                                          odd[k], 12);
+                    pparse_state_t st;
+                    assert_int_equal(pparse_user_text(text, &st), SR_OK);
+                    assert_true(st.n_actions >= 12);
+                    s_check_memo(m, &st, &states);
+                    pparse_state_clear(&st);
+                    free(text);
+                }
+        model_destroy(&m);
+    }
+}
+
+/* s_check_cache: every candidate's features, and the state's logits, are the same with the
+ * feature-name cache (cold or warm) as without it, bit for bit. */
+static void s_check_cache(const model_t *m, const pparse_state_t *st, void *arg)
+{
+    int *states = arg;
+    model_feat_t on[MODEL_MAX_FEATS], warm[MODEL_MAX_FEATS], off[MODEL_MAX_FEATS];
+    double zon[PPARSE_MAX_ACTIONS], zoff[PPARSE_MAX_ACTIONS];
+    for (int i = 0; i < st->n_actions; i++) {
+        model_feature_cache(true);
+        int non = model_features(m, st, i, on, MODEL_MAX_FEATS);
+        int nwarm = model_features(m, st, i, warm, MODEL_MAX_FEATS);
+        model_feature_cache(false);
+        int noff = model_features(m, st, i, off, MODEL_MAX_FEATS);
+        assert_true(noff > 0);
+        assert_int_equal(non, noff);
+        assert_int_equal(nwarm, noff);
+        assert_memory_equal(on, off, (size_t)noff * sizeof off[0]);
+        assert_memory_equal(warm, off, (size_t)noff * sizeof off[0]);
+    }
+    model_feature_cache(false);
+    assert_int_equal(model_logits(m, st, zoff), st->n_actions);
+    model_feature_cache(true);
+    assert_int_equal(model_logits(m, st, zon), st->n_actions);
+    assert_memory_equal(zon, zoff, (size_t)st->n_actions * sizeof zon[0]);
+    (*states)++;
+}
+
+/* The feature-name cache gives every feature the index its name hashes to: over the states met
+ * in play on 60 tasks (many more names than the cache has slots, so slots are taken over), with
+ * weights that tell the features apart. */
+static void feature_name_cache_gives_the_hashed_indices(void **state)
+{
+    (void)state;
+    int states = 0;
+    for (uint64_t seed = 0; seed < 2; seed++) {
+        model_t *m = s_noisy(seed);
+        for (int task = 0; task < 30; task++) {
+            char id[64];
+            snprintf(id, sizeof id, "household/train/%d", task + 30 * (int)seed);
+            s_walk(m, id, seed + 7, 25, s_check_cache, &states);
+        }
+        model_destroy(&m);
+    }
+    model_feature_cache(true);
+    assert_true(states >= 400);
+}
+
 /* Learning changes beliefs the way RL would and carries over: lowering the plan's next step on
  * one task lowers it on another task of the same type, room and object class, and leaves a task
  * of another type alone. */
@@ -1363,6 +1474,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(reasoning_names_the_sampled_action_as_the_favoured_one),
         cmocka_unit_test(visible_goal_object_is_taken_at_temperature_0_7),
         cmocka_unit_test(logits_of_a_state_equal_each_candidates_features_alone),
+        cmocka_unit_test(shared_go_features_equal_the_direct_ones_on_odd_targets),
+        cmocka_unit_test(feature_name_cache_gives_the_hashed_indices),
         cmocka_unit_test(correcting_a_plan_generalises_to_tasks_of_the_same_type_and_room),
         cmocka_unit_test(a_belief_step_carries_over_by_type_and_room),
         cmocka_unit_test(misused_verb_is_a_task_belief_and_learning_corrects_it),
