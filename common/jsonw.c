@@ -130,28 +130,6 @@ void jsonw_int(jsonw_t *w, long long v)
     jsonw_raw(w, buf + k, (size_t)(24 - k));
 }
 
-/* s_p10[i] is 10^i. */
-static const unsigned long long s_p10[20] = {1ull,
-                                             10ull,
-                                             100ull,
-                                             1000ull,
-                                             10000ull,
-                                             100000ull,
-                                             1000000ull,
-                                             10000000ull,
-                                             100000000ull,
-                                             1000000000ull,
-                                             10000000000ull,
-                                             100000000000ull,
-                                             1000000000000ull,
-                                             10000000000000ull,
-                                             100000000000000ull,
-                                             1000000000000000ull,
-                                             10000000000000000ull,
-                                             100000000000000000ull,
-                                             1000000000000000000ull,
-                                             10000000000000000000ull};
-
 /* s_p5[i] is 5^i. */
 static const unsigned long long s_p5[28] = {1ull,
                                             5ull,
@@ -181,6 +159,20 @@ static const unsigned long long s_p5[28] = {1ull,
                                             298023223876953125ull,
                                             1490116119384765625ull,
                                             7450580596923828125ull};
+
+/* s_scale10 multiplies *num by 10^k (k >= 0) or *den by 10^-k (k < 0), |k| <= 38; false when the
+ * product would not fit 128 bits. */
+static bool s_scale10(unsigned __int128 *num, unsigned __int128 *den, int k)
+{
+    typedef unsigned __int128 u128;
+    int a = k >= 0 ? k : -k;
+    u128 t = a > 19 ? (u128)sr_p10[19] * sr_p10[a - 19] : sr_p10[a];
+    u128 *v = k >= 0 ? num : den;
+    if (*v > ~(u128)0 / t)
+        return false;
+    *v *= t;
+    return true;
+}
 
 /* s_render writes the P digits q (10^(P-1) <= q < 10^P), whose first digit has the decimal
  * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length. */
@@ -248,7 +240,7 @@ static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long l
     double v = ldexp((double)m, e);
     int x = (int)floor(log10(v)); /* the decimal exponent, corrected below when off by one */
     unsigned long long q = 0;
-    const unsigned long long lo = s_p10[P - 1], hi = s_p10[P];
+    const unsigned long long lo = sr_p10[P - 1], hi = sr_p10[P];
     for (int tries = 0; tries < 3; tries++) {
         int k = P - 1 - x;
         if (k > 38 || k < -38 || e < -127 || e > 127 - 53)
@@ -258,17 +250,8 @@ static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long l
             num <<= e;
         else
             den <<= -e;
-        if (k >= 0) {
-            u128 t = k > 19 ? (u128)s_p10[19] * s_p10[k - 19] : s_p10[k];
-            if (num > ~(u128)0 / t)
-                return -1;
-            num *= t;
-        } else {
-            u128 t = -k > 19 ? (u128)s_p10[19] * s_p10[-k - 19] : s_p10[-k];
-            if (den > ~(u128)0 / t)
-                return -1;
-            den *= t;
-        }
+        if (!s_scale10(&num, &den, k))
+            return -1;
         u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
         u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
         if (qq >= hi) {
@@ -357,23 +340,14 @@ static int s_dbl_g15(double d, char *out)
                 num <<= e;
             else
                 den <<= -e;
-            if (k >= 0) {
-                u128 t = k > 19 ? (u128)s_p10[19] * s_p10[k - 19] : s_p10[k];
-                if (num > ~(u128)0 / t)
-                    return -1;
-                num *= t;
-            } else {
-                u128 t = -k > 19 ? (u128)s_p10[19] * s_p10[-k - 19] : s_p10[-k];
-                if (den > ~(u128)0 / t)
-                    return -1;
-                den *= t;
-            }
+            if (!s_scale10(&num, &den, k))
+                return -1;
             qq = num / den;
             r = num % den;
         }
-        if (qq >= s_p10[17])
+        if (qq >= sr_p10[17])
             x++;
-        else if (qq < s_p10[16])
+        else if (qq < sr_p10[16])
             x--;
         else
             F = (unsigned long long)qq;
@@ -385,8 +359,8 @@ static int s_dbl_g15(double d, char *out)
     if (low > 50 || (low == 50 && (r != 0 || (q & 1))))
         q++;
     int x15 = x;
-    if (q == s_p10[15]) {
-        q = s_p10[14];
+    if (q == sr_p10[15]) {
+        q = sr_p10[14];
         x15++;
     }
     int j = x15 - 14;
@@ -422,8 +396,8 @@ static int s_dbl_g15(double d, char *out)
     q = F;
     if (r > den - r || (r == den - r && (q & 1)))
         q++;
-    if (q == s_p10[17]) {
-        q = s_p10[16];
+    if (q == sr_p10[17]) {
+        q = sr_p10[16];
         x++;
     }
     return s_render(neg, q, x, 17, out);

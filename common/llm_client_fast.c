@@ -199,27 +199,7 @@ bool llm_fast_number(llm_fast_rd_t *r, const char **n0, const char **n1, bool *p
 static double s_div_round(uint64_t m, int k)
 {
     typedef unsigned __int128 u128;
-    static const uint64_t p10[20] = {1ull,
-                                     10ull,
-                                     100ull,
-                                     1000ull,
-                                     10000ull,
-                                     100000ull,
-                                     1000000ull,
-                                     10000000ull,
-                                     100000000ull,
-                                     1000000000ull,
-                                     10000000000ull,
-                                     100000000000ull,
-                                     1000000000000ull,
-                                     10000000000000ull,
-                                     100000000000000ull,
-                                     1000000000000000ull,
-                                     10000000000000000ull,
-                                     100000000000000000ull,
-                                     1000000000000000000ull,
-                                     10000000000000000000ull};
-    u128 p = (u128)p10[k > 19 ? 19 : k] * p10[k > 19 ? k - 19 : 0]; /* < 2^70 */
+    u128 p = (u128)sr_p10[k > 19 ? 19 : k] * sr_p10[k > 19 ? k - 19 : 0]; /* < 2^70 */
     int sh = 127 - (64 - __builtin_clzll(m));
     u128 n = (u128)m << sh; /* 2^126 <= n < 2^127 */
     u128 q = n / p, r = n % p; /* q >= 2^56 */

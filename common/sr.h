@@ -83,4 +83,7 @@ uint64_t sr_fnv1a(const void *p, size_t n, uint64_t h);
 #define SELROLL_VERSION "0.1.0"
 #define SELROLL_PROTO_VERSION 1
 
+/* sr_p10[i] is 10^i, i = 0..19 (every power of ten a uint64_t holds). */
+extern const unsigned long long sr_p10[20];
+
 #endif
