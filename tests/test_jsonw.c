@@ -193,7 +193,7 @@ static void random_doubles_are_printed_as_the_printf_writer_prints_them(void **s
 {
     (void)state;
     uint64_t x = 0x9e3779b97f4a7c15ULL;
-    for (int i = 0; i < 300000; i++) {
+    for (int i = 0; i < 60000; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         double d;
         memcpy(&d, &x, sizeof d);
