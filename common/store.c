@@ -48,6 +48,9 @@ struct store {
     size_t nscripts;
     bool retried;   /* the last command was sent twice */
     size_t pending; /* pipelined commands whose replies are not read yet */
+    bool in_multi;  /* store_pipe_multi queued MULTI, its EXEC is not queued yet */
+    unsigned char *hidden; /* hidden[i]: pending reply i is MULTI's or a QUEUED, not passed on */
+    size_t hidden_cap;
     char err[STORE_ERR_MAX];
 };
 
@@ -138,6 +141,7 @@ static void s_drop(store_t *s)
         s->c = NULL;
     }
     s->pending = 0;
+    s->in_multi = false;
 }
 
 /* s_handshake sends one command during connection set-up and checks its reply. */
@@ -401,6 +405,7 @@ void store_destroy(store_t **self_p)
         return;
     store_t *s = *self_p;
     s_drop(s);
+    free(s->hidden);
     free(s);
     *self_p = NULL;
 }
@@ -606,6 +611,20 @@ static int s_pipe_ready(store_t *s)
     return SR_OK;
 }
 
+/* s_pipe_count counts one more queued command; hidden: its reply is not passed on (MULTI's, a
+ * QUEUED). */
+static void s_pipe_count(store_t *s, bool hidden)
+{
+    if (s->pending >= s->hidden_cap) {
+        size_t cap = s->hidden_cap ? 2 * s->hidden_cap : 64;
+        while (cap <= s->pending)
+            cap *= 2;
+        s->hidden = sr_xrealloc(s->hidden, cap);
+        s->hidden_cap = cap;
+    }
+    s->hidden[s->pending++] = hidden;
+}
+
 int store_pipe_append(store_t *s, const char *fmt, ...)
 {
     int rc = s_pipe_ready(s);
@@ -619,7 +638,7 @@ int store_pipe_append(store_t *s, const char *fmt, ...)
         s_set_err(s, "store: cannot queue command '%.60s'", fmt);
         return SR_ENOMEM;
     }
-    s->pending++;
+    s_pipe_count(s, s->in_multi);
     return SR_OK;
 }
 
@@ -638,8 +657,41 @@ int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *ar
         s_set_err(s, "store: cannot queue command");
         return SR_ENOMEM;
     }
-    s->pending++;
+    s_pipe_count(s, s->in_multi);
     return SR_OK;
+}
+
+int store_pipe_multi(store_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    if (s->in_multi) {
+        s_set_err(s, "store: MULTI queued twice");
+        return SR_EINVAL;
+    }
+    const char *v[] = {"MULTI"};
+    int rc = store_pipe_appendv(s, 1, v, NULL);
+    if (rc == SR_OK) {
+        s->hidden[s->pending - 1] = 1;
+        s->in_multi = true;
+    }
+    return rc;
+}
+
+int store_pipe_multi_exec(store_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    if (!s->in_multi) {
+        s_set_err(s, "store: EXEC without MULTI");
+        return SR_EINVAL;
+    }
+    s->in_multi = false;
+    const char *v[] = {"EXEC"};
+    int rc = store_pipe_appendv(s, 1, v, NULL);
+    if (rc != SR_OK)
+        s->in_multi = true; /* store_pipe_exec discards it */
+    return rc;
 }
 
 size_t store_pipe_pending(const store_t *s)
@@ -652,7 +704,13 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
     if (!s)
         return SR_EINVAL;
     int rc = SR_OK;
-    size_t n = s->pending;
+    if (s->in_multi) { /* a transaction left open (its queueing failed): it does not run */
+        const char *v[] = {"DISCARD"};
+        s->in_multi = false;
+        if (store_pipe_appendv(s, 1, v, NULL) == SR_OK)
+            s->hidden[s->pending - 1] = 1;
+    }
+    size_t n = s->pending, shown = 0;
     s_sigguard_t g;
     s_sigpipe_block(&g);
     for (size_t i = 0; i < n; i++) {
@@ -676,13 +734,17 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
         }
         redisReply *r = reply;
         int frc = SR_OK;
-        if (fn)
-            frc = fn(i, (const store_reply_t *)r, arg);
+        if (s->hidden[i]) {
+            /* MULTI's +OK or a +QUEUED; an error here makes EXEC's answer EXECABORT */
+        } else if (fn)
+            frc = fn(shown++, (const store_reply_t *)r, arg);
         else if (r->type == REDIS_REPLY_ERROR) {
             frc = SR_EREDIS;
             if (rc == SR_OK)
-                s_set_err(s, "redis: %s (pipelined command %zu)", r->str, i);
-        }
+                s_set_err(s, "redis: %s (pipelined command %zu)", r->str, shown);
+            shown++;
+        } else
+            shown++;
         if (frc && rc == SR_OK)
             rc = frc;
         freeReplyObject(r);

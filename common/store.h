@@ -197,7 +197,17 @@ int store_pipe_append(store_t *s, const char *fmt, ...);
 /* store_pipe_appendv queues one command given as argc binary-safe arguments. */
 int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *argvlen);
 
-/* store_reply_fn receives the index-th reply of a pipeline (an error reply included); the reply
+/* store_pipe_multi and store_pipe_multi_exec queue MULTI and EXEC around the commands queued
+ * between them: one transaction, run together with nothing of another connection in between.
+ * Only EXEC's reply reaches store_pipe_exec's fn, as one reply (an array of the commands'
+ * replies, or an error when the transaction was refused: EXECABORT); MULTI's and the QUEUED
+ * answers are read and dropped. A transaction still open at store_pipe_exec is discarded. Return
+ * SR_OK, SR_EINVAL (MULTI twice, EXEC without MULTI) or store_pipe_appendv's error. */
+int store_pipe_multi(store_t *s);
+int store_pipe_multi_exec(store_t *s);
+
+/* store_reply_fn receives the index-th reply of a pipeline (an error reply included; a
+ * transaction counts as one reply, its EXEC's); the reply
  * belongs to the store.
  * A non-zero return is remembered (the first one is store_pipe_exec's result), but the
  * remaining replies are still read so that the connection stays in step. */

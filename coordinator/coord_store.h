@@ -39,9 +39,9 @@
 int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size_t len);
 
 /* store_result_put stores the result of job `job_id` (msgpack bytes, len > 0) leased under
- * `epoch` (> 0) as the job's final one, exactly once: one script records the job's final epoch
- * in hash final:<iteration> and appends the bytes to results:<iteration>, unless the job is
- * final already, and then changes nothing. It is idempotent, hence retried after a reconnect,
+ * `epoch` (> 0) as the job's final one, exactly once: one MULTI/EXEC transaction appends the
+ * bytes to results:<iteration> and records the job's final epoch in hash final:<iteration>,
+ * unless the job is final already, and then takes its copy off again: nothing changes. It is idempotent, hence retried after a reconnect,
  * and a caller that saw a timeout learns the outcome by calling it again. *final_epoch (may be
  * NULL) receives the epoch the job is final under. Returns SR_OK when that is `epoch`,
  * SR_ECONFLICT when the job is final under another epoch (that copy stays the only one), or an
