@@ -464,6 +464,19 @@ int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, .
     return rc;
 }
 
+int store_commandv(store_t *s, int flags, store_reply_t **out, int argc, const char **argv,
+                   const size_t *lens)
+{
+    if (out)
+        *out = NULL;
+    if (!s || argc <= 0 || !argv)
+        return SR_EINVAL;
+    redisReply *r = NULL;
+    s->retried = false;
+    int rc = s_execv(s, (flags & STORE_IDEMPOTENT) != 0, argc, argv, lens, &r);
+    return s_hand(s, rc, r, out);
+}
+
 int store_get_str(store_t *s, const char *key, char **out)
 {
     *out = NULL;

@@ -117,6 +117,11 @@ int store_ping(store_t *s);
  * text in store_errstr, and *out is then NULL. */
 int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, ...);
 
+/* store_commandv runs one command given as argc binary-safe arguments (lens NULL: C strings),
+ * as store_command does. */
+int store_commandv(store_t *s, int flags, store_reply_t **out, int argc, const char **argv,
+                   const size_t *lens);
+
 /* store_get_str runs GET key (idempotent) and sets *out to a copy of the string (the caller
  * frees it), or NULL when the key holds none. Returns what store_command returns. */
 int store_get_str(store_t *s, const char *key, char **out);
