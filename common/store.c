@@ -11,7 +11,8 @@
  * the server gave it at SCRIPT LOAD (the first use on this store) and falls back to EVAL when the
  * server answers NOSCRIPT (restarted or flushed server). hiredis writes with write(2), which
  * raises SIGPIPE on a socket the server closed; SIGPIPE is blocked around each exchange and a
- * pending one is consumed, so the process keeps its own signal disposition. A store_reply_t is a
+ * pending one is consumed, so the process keeps its own signal disposition (a store thread, which
+ * talks to Redis only, keeps it blocked for good: store_thread_block_sigpipe, no system calls). A store_reply_t is a
  * hiredis redisReply seen through the accessors at the end: hiredis never leaves this file.
  */
 #include "common/store.h"
@@ -86,13 +87,47 @@ void store_set_err(store_t *s, const char *fmt, ...)
 typedef struct {
     sigset_t old;
     bool blocked; /* this guard blocked SIGPIPE (it was not blocked before) */
+    bool kept;    /* the thread keeps SIGPIPE blocked (store_thread_block_sigpipe): no guard */
 } s_sigguard_t;
+
+/* Set on a thread that keeps SIGPIPE blocked for good (a store thread): its exchanges need no
+ * system call to block and restore it. */
+static __thread bool s_sigpipe_kept;
+
+void store_thread_block_sigpipe(void)
+{
+    if (s_sigpipe_kept)
+        return;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0)
+        s_sigpipe_kept = true;
+}
+
+/* s_sigpipe_consume takes a pending SIGPIPE off the calling thread (it has SIGPIPE blocked). */
+static void s_sigpipe_consume(void)
+{
+    sigset_t set, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigemptyset(&pend);
+    if (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+}
 
 /* s_sigpipe_block blocks SIGPIPE for one exchange: one system call. A SIGPIPE pending before it
  * can only be one the thread blocked itself (an unblocked one is delivered at once), and then the
  * guard leaves the mask and the pending signal alone. */
 static void s_sigpipe_block(s_sigguard_t *g)
 {
+    g->kept = s_sigpipe_kept;
+    g->blocked = false;
+    if (g->kept)
+        return;
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
@@ -104,19 +139,15 @@ static void s_sigpipe_block(s_sigguard_t *g)
  * raised SIGPIPE, which is consumed (a successful exchange raised none: no system call). */
 static void s_sigpipe_restore(s_sigguard_t *g, bool failed)
 {
+    if (g->kept) {
+        if (failed)
+            s_sigpipe_consume(); /* none piles up on the thread */
+        return;
+    }
     if (!g->blocked)
         return;
-    if (failed) {
-        sigset_t set, pend;
-        sigemptyset(&set);
-        sigaddset(&set, SIGPIPE);
-        sigemptyset(&pend);
-        if (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
-            struct timespec zero = {0, 0};
-            while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
-            }
-        }
-    }
+    if (failed)
+        s_sigpipe_consume();
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 

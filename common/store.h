@@ -139,6 +139,12 @@ int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, co
  * time after a reconnect, so that an earlier attempt may have run. */
 bool store_retried(const store_t *s);
 
+/* store_thread_block_sigpipe blocks SIGPIPE on the calling thread for good, so that its
+ * exchanges with Redis skip blocking and restoring it around each round trip (two system calls);
+ * a SIGPIPE a broken connection raised is still consumed. For a thread that talks to Redis only
+ * (common/storeq's store thread), never for one that writes to pipes or sockets of its own. */
+void store_thread_block_sigpipe(void);
+
 /* store_set_err sets the text store_errstr returns (schema modules' own failures). */
 void store_set_err(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

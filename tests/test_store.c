@@ -625,6 +625,63 @@ static int s_redis_start_at(harness_redis_t *r, int port)
     return -1;
 }
 
+/* What a thread that keeps SIGPIPE blocked saw. */
+typedef struct {
+    const char *url;
+    int rc_kill, rc_put, rc_count;
+    size_t n;
+    bool blocked_after, pending_after;
+} sigpipe_seen_t;
+
+static void *s_sigpipe_thread(void *arg)
+{
+    sigpipe_seen_t *o = arg;
+    store_thread_block_sigpipe();
+    store_t *s = store_new(o->url, "t", 2000), *admin = store_new(o->url, "t", 2000);
+    if (!s || !admin) {
+        store_destroy(&s);
+        store_destroy(&admin);
+        return NULL;
+    }
+    size_t big = 1 << 20; /* larger than the socket buffers: written into a closed socket */
+    char *b = calloc(1, big);
+    o->rc_kill = store_command(admin, 0, NULL, "CLIENT KILL TYPE normal SKIPME yes");
+    o->rc_put = store_result_put(s, 9, "r9-g0/t0", 1, b, big, NULL);
+    o->rc_count = store_results_count(s, 9, &o->n);
+    sigset_t cur, pend;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    sigpending(&pend);
+    o->blocked_after = sigismember(&cur, SIGPIPE) == 1;
+    o->pending_after = sigismember(&pend, SIGPIPE) == 1;
+    free(b);
+    store_destroy(&s);
+    store_destroy(&admin);
+    return NULL;
+}
+
+/* A thread that keeps SIGPIPE blocked (a store thread) writes into a connection the server
+ * closed: no signal kills the process (SIGPIPE's default action here), the put is sent again on
+ * a new connection, and no SIGPIPE stays pending. The main thread's mask is left alone. */
+static void a_store_thread_keeps_sigpipe_blocked_without_guards(void **state)
+{
+    fixture_t *f = *state;
+    sigset_t before, after;
+    pthread_sigmask(SIG_BLOCK, NULL, &before);
+    sigpipe_seen_t o = {.url = f->redis.url};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, s_sigpipe_thread, &o), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(o.rc_kill, SR_OK);
+    assert_int_equal(o.rc_put, SR_OK);
+    assert_int_equal(o.rc_count, SR_OK);
+    assert_int_equal(o.n, 1);
+    assert_true(o.blocked_after);
+    assert_false(o.pending_after);
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    assert_int_equal(sigismember(&after, SIGPIPE), sigismember(&before, SIGPIPE));
+    assert_int_equal(store_ping(f->s), SR_OK);
+}
+
 static void unix_socket_url_connects_and_selects_the_db(void **state)
 {
     (void)state;
@@ -700,6 +757,7 @@ int main(int argc, char **argv)
         T(a_pipelined_transaction_is_one_reply),
         T(killed_connection_is_reopened_and_idempotent_calls_retried),
         T(restarted_server_is_reached_again),
+        T(a_store_thread_keeps_sigpipe_blocked_without_guards),
         cmocka_unit_test(unix_socket_url_connects_and_selects_the_db),
     };
 #undef T
