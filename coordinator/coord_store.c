@@ -358,3 +358,62 @@ int coord_store_gate_fields(store_t *s, const char *gid, char **rules_json, doub
     store_reply_free(r);
     return SR_OK;
 }
+
+/* What one pipelined read of the gate's fields answered. */
+typedef struct {
+    size_t n, answered;
+    char **rules_json;
+    double *audit_weight;
+} s_fields_t;
+
+static int s_fields_reply(size_t i, const store_reply_t *r, void *arg)
+{
+    s_fields_t *f = arg;
+    f->answered++;
+    if (i >= f->n || store_reply_count(r) != 2)
+        return 0; /* an error reply or no hash: the defaults */
+    const char *rules = store_reply_at_str(r, 0, NULL), *w = store_reply_at_str(r, 1, NULL);
+    if (rules && !f->rules_json[i])
+        f->rules_json[i] = sr_xstrdup(rules);
+    if (w) {
+        double x = strtod(w, NULL);
+        if (isfinite(x) && x > 0)
+            f->audit_weight[i] = x;
+    }
+    return 0;
+}
+
+int coord_store_gate_fields_many(store_t *s, size_t n, const char *const *gids, char **rules_json,
+                                 double *audit_weight)
+{
+    for (size_t i = 0; i < n; i++) {
+        rules_json[i] = NULL;
+        audit_weight[i] = 1.0;
+    }
+    if (n == 0)
+        return SR_OK;
+    if (store_pipe_pending(s)) {
+        store_set_err(s, "store: %zu pipelined replies not read yet", store_pipe_pending(s));
+        return SR_EINVAL;
+    }
+    int rc = SR_OK;
+    /* reads: sent once more when the connection broke before every answer came */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (size_t i = 0; i < n && rc == SR_OK; i++) {
+            char key[STORE_KEY_MAX];
+            rc = store_key_group(s, key, sizeof key, gids[i]);
+            if (rc == SR_OK)
+                rc = store_pipe_append(s, "HMGET %s rules audit_weight", key);
+        }
+        if (rc != SR_OK) {
+            store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
+            return rc;
+        }
+        s_fields_t f = {.n = n, .rules_json = rules_json, .audit_weight = audit_weight};
+        rc = store_pipe_exec(s, s_fields_reply, &f);
+        if (f.answered == n)
+            return SR_OK;
+        rc = rc != SR_OK ? rc : SR_EREDIS;
+    }
+    return rc;
+}

@@ -120,4 +120,11 @@ int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **j
  * gid. Idempotent. */
 int coord_store_gate_fields(store_t *s, const char *gid, char **rules_json, double *audit_weight);
 
+/* coord_store_gate_fields_many reads the same of the n groups gids[0..n) in one round trip (a
+ * pipeline of HMGETs, sent once more after a broken connection): rules_json[i] (a new string or
+ * NULL) and audit_weight[i] as coord_store_gate_fields gives them; a group whose read failed
+ * keeps NULL and 1. Returns SR_OK or the error that broke the pipeline. */
+int coord_store_gate_fields_many(store_t *s, size_t n, const char *const *gids, char **rules_json,
+                                 double *audit_weight);
+
 #endif

@@ -325,6 +325,39 @@ static void failed_groups_records_and_gate_fields_use_their_keys(void **state)
     free(json);
 }
 
+/* The gate's fields of many groups come in one pipeline, each as coord_store_gate_fields reads
+ * it, an unknown group or a hash of another type with the defaults. */
+static void gate_fields_of_many_groups_in_one_round_trip(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(store_command(f->s, 0, NULL,
+                                   "HSET selroll:t:group:a rules {\"paper\":1} audit_weight 2.5"),
+                     SR_OK);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET selroll:t:group:b rules {}"), SR_OK);
+    assert_int_equal(store_command(f->s, 0, NULL, "SET selroll:t:group:c x"), SR_OK);
+    const char *gids[] = {"a", "ghost", "b", "c"};
+    char *rules[4];
+    double w[4];
+    assert_int_equal(store_command(f->s, 0, NULL, "CONFIG RESETSTAT"), SR_OK);
+    assert_int_equal(coord_store_gate_fields_many(f->s, 4, gids, rules, w), SR_OK);
+    assert_string_equal(rules[0], "{\"paper\":1}");
+    assert_true(w[0] == 2.5);
+    assert_null(rules[1]);
+    assert_true(w[1] == 1.0);
+    assert_string_equal(rules[2], "{}");
+    assert_true(w[2] == 1.0);
+    assert_null(rules[3]); /* WRONGTYPE: the defaults */
+    assert_true(w[3] == 1.0);
+    for (int i = 0; i < 4; i++)
+        free(rules[i]);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "INFO commandstats"), SR_OK);
+    assert_non_null(strstr(store_reply_str(r, NULL), "cmdstat_hmget:calls=4,"));
+    store_reply_free(r);
+    assert_int_equal(coord_store_gate_fields_many(f->s, 0, gids, rules, w), SR_OK);
+    assert_int_equal(store_ping(f->s), SR_OK);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* the store must not depend on SIGPIPE being ignored */
@@ -337,6 +370,7 @@ int main(int argc, char **argv)
         T(epochs_come_in_blocks_from_one_counter),
         T(leases_are_persisted_per_round_and_read_back),
         T(failed_groups_records_and_gate_fields_use_their_keys),
+        T(gate_fields_of_many_groups_in_one_round_trip),
     };
 #undef T
     return harness_run_("coord_store", tests, SR_ARRAY_LEN(tests), argc, argv);
