@@ -168,6 +168,9 @@ char *extract_normalise(const char *s)
     return s_normalise_n(s, strlen(s));
 }
 
+/* Rows of up to this many columns (+1) are kept on the stack. */
+#define S_LEV_STACK 256
+
 /* s_levenshtein: edit distance between a (la bytes) and b (lb bytes), two rows. */
 static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
 {
@@ -175,8 +178,9 @@ static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
         return lb;
     if (lb == 0)
         return la;
-    size_t *prev = sr_xmalloc((lb + 1) * sizeof *prev);
-    size_t *cur = sr_xmalloc((lb + 1) * sizeof *cur);
+    size_t room[2 * (S_LEV_STACK + 1)]; /* the rows of a short b, on the stack */
+    size_t *prev = lb <= S_LEV_STACK ? room : sr_xmalloc((lb + 1) * sizeof *prev);
+    size_t *cur = lb <= S_LEV_STACK ? room + S_LEV_STACK + 1 : sr_xmalloc((lb + 1) * sizeof *cur);
     for (size_t j = 0; j <= lb; j++)
         prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
@@ -193,8 +197,10 @@ static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
         cur = t;
     }
     size_t d = prev[lb];
-    free(prev);
-    free(cur);
+    if (lb > S_LEV_STACK) {
+        free(prev);
+        free(cur);
+    }
     return d;
 }
 
@@ -249,15 +255,15 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
             exact = true;
         }
     }
+    char a[S_MAX_CANDIDATE + 1]; /* each admissible action normalised, in turn */
     for (size_t i = 0; !exact && i < n && admissible; i++) {
         if (!admissible[i])
             continue;
-        char *a = extract_normalise(admissible[i]);
+        s_normalise(admissible[i], strlen(admissible[i]), a, NULL);
         size_t la = strlen(a);
         if (strcmp(a, cand) == 0) {
             best = (int)i;
             best_d = 0.0;
-            free(a);
             break;
         }
         size_t longer = la > lc ? la : lc;
@@ -270,7 +276,6 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
                 best = (int)i;
             }
         }
-        free(a);
     }
 
     if (best >= 0 && best_d == 0.0) {

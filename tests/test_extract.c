@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const ADM[] = {
@@ -87,6 +88,37 @@ static void exact_match_is_the_first_admissible_that_normalises_equal(void **sta
         extract_result_clear(&r);
         free(want);
     }
+}
+
+/* The fuzzy match over actions longer and shorter than the rows kept on the stack (256
+ * columns): one typo in 300 characters is within the threshold, the distance is 1/300 either way
+ * round, and an action normalised to the candidate is an exact match. */
+static void fuzzy_match_over_long_actions(void **state)
+{
+    (void)state;
+    char longa[301], typo[301], text[400];
+    for (int i = 0; i < 300; i++)
+        longa[i] = (char)('a' + i % 26);
+    longa[300] = '\0';
+    memcpy(typo, longa, sizeof typo);
+    typo[150] = typo[150] == 'z' ? 'y' : 'z';
+    assert_true(fabs(extract_distance(longa, typo) - 1.0 / 300) < 1e-12);
+    assert_true(fabs(extract_distance("go to fridge 1", "go to fridge 2") - 1.0 / 14) < 1e-12);
+    const char *adm[] = {"look", "go to fridge 1", longa};
+    snprintf(text, sizeof text, "<action>%s</action>", typo);
+    extract_result_t r;
+    assert_int_equal(extract_action(text, adm, 3, -1, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_int_equal(r.index, 2);
+    assert_string_equal(r.action, longa);
+    assert_true(fabs(r.distance - 1.0 / 300) < 1e-12);
+    extract_result_clear(&r);
+    const char *adm2[] = {"look", "Go  To FRIDGE 2 ", "go to fridge 1"};
+    assert_int_equal(extract_action("<action>go to fridge 3</action>", adm2, 3, -1, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_int_equal(r.index, 1); /* the first of two at the same distance */
+    assert_string_equal(r.action, "Go  To FRIDGE 2 ");
+    extract_result_clear(&r);
 }
 
 static void tags_are_found_in_any_case(void **state)
@@ -341,6 +373,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(empty_and_null_answers_are_format_errors),
     cmocka_unit_test(huge_answer_does_not_blow_up),
     cmocka_unit_test(distance_is_levenshtein_over_longer_length),
+    cmocka_unit_test(fuzzy_match_over_long_actions),
 };
 
 HARNESS_MAIN("extract", tests)
