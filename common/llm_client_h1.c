@@ -610,16 +610,23 @@ void llm_h1_prepare(llm_request_t *r, sr_buf_t *b, size_t pad)
 {
     llm_client_t *c = r->c;
     size_t bl = b->len - pad;
-    char num[24];
-    int nl = snprintf(num, sizeof num, "%zu\r\n\r\n", bl);
+    /* the Content-Length's digits and the head's end, written backwards (no snprintf a request) */
+    char num[32];
+    size_t k = sizeof num;
+    memcpy(num + (k -= 4), "\r\n\r\n", 4);
+    do {
+        num[--k] = (char)('0' + bl % 10);
+        bl /= 10;
+    } while (bl);
+    size_t nl = sizeof num - k;
     /* the head goes right before the body: no copy of the body */
-    size_t off = pad - (size_t)nl - c->h1_head_len;
+    size_t off = pad - nl - c->h1_head_len;
     r->h1_base = (char *)b->data;
     r->h1_cap = b->cap;
     r->h1_out = r->h1_base + off;
     r->h1_len = b->len - off;
     memcpy(r->h1_out, c->h1_head, c->h1_head_len);
-    memcpy(r->h1_out + c->h1_head_len, num, (size_t)nl);
+    memcpy(r->h1_out + c->h1_head_len, num + k, nl);
     r->h1 = true;
     sr_buf_init(b);
 }

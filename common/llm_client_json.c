@@ -32,7 +32,8 @@ struct llm_parsed {
 
 llm_parsed_t *llm_parsed_block(size_t text_room)
 {
-    llm_parsed_t *st = sr_xcalloc(1, sizeof *st + text_room);
+    llm_parsed_t *st = sr_xmalloc(sizeof *st + text_room); /* the text is written whole: */
+    memset(st, 0, sizeof *st);                               /* only the struct zeroed */
     st->inline_text = true;
     return st;
 }
