@@ -383,7 +383,13 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .admissible = (const char *const *)s->adm,
         .n_admissible = s->n_adm,
     };
-    prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    /* Rendered escaped for the chat body (written into it as it is), unless the step records
+     * its messages as they read. */
+    bool json = !o->cfg.record_messages;
+    if (json)
+        prompt_render_json_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    else
+        prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
     prompt_messages_t pm = {.system = o->psys.len ? (char *)o->psys.data : NULL,
                             .user = (char *)o->puser.data};
     /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
@@ -407,6 +413,7 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .logprobs = true,
         .token_ids = o->cfg.tokens != ACTOR_TOKENS_OFF,
         .no_prompt_ids = o->cfg.tokens == ACTOR_TOKENS_COMPLETION,
+        .contents_json = json,
     };
     if (o->cfg.record_messages) {
         s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);

@@ -140,7 +140,13 @@ bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
         jsonw_lit(&w, "{\"role\":");
         jsonw_str(&w, lm->role ? lm->role : "user");
         jsonw_lit(&w, ",\"content\":");
-        jsonw_str(&w, lm->content ? lm->content : "");
+        if (req->contents_json && lm->content) { /* escaped already */
+            jsonw_lit(&w, "\"");
+            jsonw_raw(&w, lm->content, strlen(lm->content));
+            jsonw_lit(&w, "\"");
+        } else {
+            jsonw_str(&w, lm->content ? lm->content : "");
+        }
         jsonw_lit(&w, "}");
     }
     jsonw_lit(&w, "]");
