@@ -650,7 +650,8 @@ static void request_body_is_byte_for_byte_what_cjson_prints(void **state)
     chat.stop = stop;
     chat.n_stop = 4;
     chat.logprobs = true;
-    const double temps[] = {0, 0.7, 1, 1.3333333333333333, -1};
+    /* changing and repeated values (the writer keeps the text of the last one) */
+    const double temps[] = {0, 0.7, 1, 1.3333333333333333, -1, -0.0, 0.30000000000000004, 1e-7, 0, 0.7};
     const int64_t seeds[] = {0, 1, 2147483647, 2147483648, 1234567890123456789, INT64_MAX};
     for (size_t t = 0; t < SR_ARRAY_LEN(temps); t++) {
         for (size_t k = 0; k < SR_ARRAY_LEN(seeds); k++) {
