@@ -35,7 +35,7 @@ typedef struct {
     int port;
     atomic_int delay_ms;
     atomic_int hits;
-    atomic_int flip_models; /* answers alternate between "selroll-policy" and "other-model" */
+    atomic_int flip_models; /* answers rotate: "selroll-policy", "other-model" v7, v8 */
     atomic_long tildes;     /* '~' bytes in the request bodies so far */
     atomic_int posts;
     char url[64];
@@ -48,9 +48,17 @@ static const char POLICY_JSON[] =
     "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
     "\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,\"total_tokens\":47}}";
 
-/* POLICY_JSON as another model answers it */
+/* POLICY_JSON as another model answers it, at policy versions 7 and 8 */
 static const char POLICY_JSON_OTHER[] =
     "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"other-model\","
+    "\"system_fingerprint\":\"selroll-policy-v7\","
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+    "\"<think>nothing yet</think><action>look</action>\"},\"finish_reason\":\"stop\","
+    "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
+    "\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,\"total_tokens\":47}}";
+static const char POLICY_JSON_OTHER8[] =
+    "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"other-model\","
+    "\"system_fingerprint\":\"selroll-policy-v8\","
     "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
     "\"<think>nothing yet</think><action>look</action>\"},\"finish_reason\":\"stop\","
     "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
@@ -79,7 +87,9 @@ static enum MHD_Result s_pol_handler(void *cls, struct MHD_Connection *conn, con
         usleep((useconds_t)delay * 1000);
     (void)hit;
     int post = strcmp(method, "POST") == 0 ? atomic_fetch_add(&p->posts, 1) : 0;
-    const char *body = atomic_load(&p->flip_models) && post % 2 ? POLICY_JSON_OTHER : POLICY_JSON;
+    /* flip_models: the answers of "selroll-policy", then "other-model" at versions 7 and 8 */
+    static const char *const flip[3] = {POLICY_JSON, POLICY_JSON_OTHER, POLICY_JSON_OTHER8};
+    const char *body = atomic_load(&p->flip_models) ? flip[post % 3] : POLICY_JSON;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
                                                              MHD_RESPMEM_PERSISTENT);
     MHD_add_response_header(r, "Content-Type", "application/json");
@@ -1622,7 +1632,8 @@ static void s_env_reply(transport_sock_t *env, transport_msg_t *tm, const char *
 
 /* A step record keeps the observation the next prompt reads (one copy of it), cut below
  * PROTO_MAX_TEXT bytes where the prompt has it whole; and the model that answered each step,
- * when it changes within the episode too (a mismatch with the one asked for is counted). */
+ * when it changes within the episode too (a mismatch with the one asked for is counted), with
+ * the policy version its fingerprint names. */
 static void test_step_records_keep_observations_and_model_names(void **state)
 {
     fx_t f;
@@ -1663,7 +1674,11 @@ static void test_step_records_keep_observations_and_model_names(void **state)
     assert_null(strchr(r->steps[1].obs, '~'));
     assert_string_equal(r->steps[2].obs, "you see a shelf 3.");
     for (size_t i = 0; i < 3; i++) {
-        assert_string_equal(r->steps[i].model, i % 2 ? "other-model" : "selroll-policy");
+        assert_string_equal(r->steps[i].model, i ? "other-model" : "selroll-policy");
+        /* the version the fingerprint names, read anew when it changes */
+        assert_int_equal(r->steps[i].has_served_version, i > 0);
+        if (i > 0)
+            assert_int_equal(r->steps[i].served_version, 6 + (int64_t)i);
         assert_true(r->steps[i].messages_len >= 1);
         /* each prompt reads the observation before its step, the step record's from step 1 on */
         const char *u = r->steps[i].messages[r->steps[i].messages_len - 1].content;
@@ -1673,8 +1688,8 @@ static void test_step_records_keep_observations_and_model_names(void **state)
     assert_true(atomic_load(&f.pol.tildes) >= 1);
     proto_msg_clear(&m);
     actor_stats_t st;
-    STATS_EVENTUALLY(&f, st, st.model_mismatch == 1);
-    assert_int_equal(st.model_mismatch, 1);
+    STATS_EVENTUALLY(&f, st, st.model_mismatch == 2);
+    assert_int_equal(st.model_mismatch, 2);
     free(big);
     transport_sock_destroy(&env); /* before the fixture terminates the context */
     s_fx_fini(&f);
