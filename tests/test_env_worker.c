@@ -2,7 +2,8 @@
  * test_env_worker.c — the env worker over real ZeroMQ tcp on 127.0.0.1: concurrent sessions whose
  * transcripts equal the in-process environment's, every kind of bad request answered with the
  * right ERROR while the worker keeps serving, capacity, idle drop, per-client session names,
- * reply latency on a timer, and registration in a real redis-server.
+ * reply latency on a timer, pipelined bursts answered in full and in order, a client sending
+ * garbage ignored while the others are served, and registration in a real redis-server.
  *
  * The worker runs in a thread of its own (envw_run); clients are DEALER sockets in the test's
  * threads. cmocka's assertions are used on the main thread only: client threads count mismatches
