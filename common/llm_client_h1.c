@@ -389,6 +389,16 @@ static bool s_parse_head(llm_h1conn_t *k, const char *h, size_t len)
             ve--;
         size_t vl = (size_t)(ve - v);
         if (nl == 14 && strncasecmp(p, "content-length", 14) == 0) {
+            /* the usual value, up to 18 plain digits, read here; any other form by strtoll */
+            size_t d = 0;
+            unsigned long long x = 0;
+            while (d < vl && d < 18 && v[d] >= '0' && v[d] <= '9')
+                x = x * 10 + (unsigned)(v[d++] - '0');
+            if (d == vl && d > 0) {
+                k->has_len = true;
+                k->left = (size_t)x;
+                continue;
+            }
             char *end;
             char num[32];
             if (vl == 0 || vl >= sizeof num) {
