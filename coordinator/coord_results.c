@@ -716,31 +716,62 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
 
 int coord_mkdirs(const char *path) { return afile_mkdirs(path); }
 
+/* s_line appends entry e's JSON line and its newline to out; on failure out is as it was and err
+ * says why. */
+static int s_line(const s_entry_t *e, sr_buf_t *out, char *err, size_t errlen)
+{
+    size_t at = out->len; /* the line goes straight into out, taken back if it fails */
+    bool made = s_json_line(e->data, e->len, e->rules, e->audit_weight, out) == SR_OK;
+    if (made && sr_buf_append(out, "\n", 1) == SR_OK)
+        return SR_OK;
+    if (out->len > at)
+        out->len = at;
+    if (err && !made)
+        snprintf(err, errlen, "cannot convert result %s to JSON", e->info.job_id);
+    else if (err)
+        snprintf(err, errlen, "out of memory for the results of %s", e->info.job_id);
+    return SR_ENOMEM;
+}
+
 int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen)
 {
     for (size_t i = 0; i < r->n; i++) {
-        const s_entry_t *e = &r->v[i];
-        size_t at = out->len; /* the line goes straight into out, taken back if it fails */
-        bool made = s_json_line(e->data, e->len, e->rules, e->audit_weight, out) == SR_OK;
-        if (made && sr_buf_append(out, "\n", 1) == SR_OK)
-            continue;
-        if (out->len > at)
-            out->len = at;
-        if (err && !made)
-            snprintf(err, errlen, "cannot convert result %s to JSON", e->info.job_id);
-        else if (err)
-            snprintf(err, errlen, "out of memory for the results of %s", e->info.job_id);
-        return SR_ENOMEM;
+        int rc = s_line(&r->v[i], out, err, errlen);
+        if (rc != SR_OK)
+            return rc;
     }
     return SR_OK;
 }
 
+/* The round file goes to the disk a piece at a time: lines are formatted into a buffer of about
+ * S_CHUNK bytes that each write() empties again, so the buffer stays in the cache for the
+ * kernel's copy into the page cache, and a round of ~15 MB never takes (and faults in) 15 MB of
+ * fresh memory. */
+#define S_CHUNK (256u << 10)
+
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err, size_t errlen)
 {
+    afile_tmp_t t;
+    int rc = afile_tmp_open(&t, path, err, errlen);
+    if (rc != SR_OK)
+        return rc;
     sr_buf_t text = SR_BUF_INIT;
-    int rc = coord_results_jsonl_text(r, &text, err, errlen);
-    if (rc == SR_OK)
-        rc = afile_replace(path, text.data, text.len, err, errlen);
+    if (sr_buf_reserve(&text, S_CHUNK + 4096) != SR_OK) {
+        afile_tmp_abort(&t);
+        if (err)
+            snprintf(err, errlen, "out of memory for the results file %s", path);
+        return SR_ENOMEM;
+    }
+    for (size_t i = 0; i < r->n && rc == SR_OK; i++) {
+        rc = s_line(&r->v[i], &text, err, errlen);
+        if (rc == SR_OK && (text.len >= S_CHUNK || i + 1 == r->n)) {
+            rc = afile_tmp_write(&t, text.data, text.len, err, errlen);
+            text.len = 0;
+        }
+    }
     sr_buf_free(&text);
+    if (rc == SR_OK)
+        return afile_tmp_commit(&t, err, errlen);
+    afile_tmp_abort(&t);
     return rc;
 }
