@@ -217,6 +217,37 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
  * building and printing a cJSON tree for it cost the round writer several times the CPU. */
 /* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
  * JSON array; a length that is not whole words gives null. */
+/* s_udec32 writes u in decimal at o (room for 10) and returns its length: digits in pairs from
+ * a table, the length counted first so they go straight to their place. */
+static inline size_t s_udec32(uint32_t u, char *o)
+{
+    static const char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    size_t n = u < 10          ? 1
+               : u < 100       ? 2
+               : u < 1000      ? 3
+               : u < 10000     ? 4
+               : u < 100000    ? 5
+               : u < 1000000   ? 6
+               : u < 10000000  ? 7
+               : u < 100000000 ? 8
+               : u < 1000000000 ? 9
+                                : 10;
+    char *p = o + n;
+    while (u >= 100) {
+        p -= 2;
+        memcpy(p, d2 + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10)
+        memcpy(p - 2, d2 + 2 * u, 2);
+    else
+        p[-1] = (char)('0' + u);
+    return n;
+}
+
 static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
 {
     if (n % 4) {
@@ -242,17 +273,9 @@ static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
             at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
         } else {
             int32_t x = (int32_t)v;
-            uint32_t u = x < 0 ? 0u - v : v;
-            char dig[12];
-            int k = 0;
-            do {
-                dig[k++] = (char)('0' + u % 10);
-                u /= 10;
-            } while (u);
             if (x < 0)
                 chunk[at++] = '-';
-            while (k > 0)
-                chunk[at++] = dig[--k];
+            at += s_udec32(x < 0 ? 0u - v : v, chunk + at);
         }
     }
     chunk[at++] = ']';
