@@ -225,17 +225,21 @@ static inline size_t s_udec32(uint32_t u, char *o)
         "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
         "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
         "8081828384858687888990919293949596979899";
-    size_t n = u < 10          ? 1
-               : u < 100       ? 2
-               : u < 1000      ? 3
-               : u < 10000     ? 4
-               : u < 100000    ? 5
-               : u < 1000000   ? 6
-               : u < 10000000  ? 7
-               : u < 100000000 ? 8
-               : u < 1000000000 ? 9
-                                : 10;
+    static const uint32_t p10[10] = {1,      10,      100,      1000,      10000,
+                                     100000, 1000000, 10000000, 100000000, 1000000000};
+    /* digits: from the bit length (1233 / 4096 is just above log10 2), one more when u reaches
+     * the next power of ten */
+    size_t n = (size_t)(((32 - __builtin_clz(u | 1)) * 1233) >> 12);
+    n += n < 10 && u >= p10[n];
+    n += n == 0;
     char *p = o + n;
+    if (u >= 10000) { /* four digits at once: two pairs from one division by 10^4 */
+        uint32_t lo = u % 10000;
+        u /= 10000;
+        memcpy(p - 2, d2 + 2 * (lo % 100), 2);
+        memcpy(p - 4, d2 + 2 * (lo / 100), 2);
+        p -= 4;
+    }
     while (u >= 100) {
         p -= 2;
         memcpy(p, d2 + 2 * (u % 100), 2);
@@ -270,7 +274,10 @@ static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
         if (is_float) {
             float f;
             memcpy(&f, &v, 4);
-            at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
+            if (v == 0) /* +0: "%.9g" is "0" (a sure token's logprob) */
+                chunk[at++] = '0';
+            else
+                at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
         } else {
             int32_t x = (int32_t)v;
             if (x < 0)

@@ -225,7 +225,8 @@ static void odd_shapes_come_out_as_the_cjson_tree_prints_them(void **state)
 
 static void s_bin_le(msgpack_packer *pk, const uint32_t *w, size_t n)
 {
-    uint8_t b[64];
+    uint8_t b[128];
+    assert_true(n <= sizeof b / 4);
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 4; k++)
             b[4 * i + (size_t)k] = (uint8_t)(w[i] >> (8 * k));
@@ -238,7 +239,10 @@ static void s_bin_le(msgpack_packer *pk, const uint32_t *w, size_t n)
 static void token_bins_come_out_as_arrays_of_ints_and_g9_floats(void **state)
 {
     (void)state;
-    const uint32_t ids[] = {0, 1, 7, 151645, 2147483647u, 0xffffffffu /* -1 */};
+    const uint32_t ids[] = {0,        1,          7,          9,         10,        99,
+                            100,      9999,       10000,      99999999,  100000000, 999999999,
+                            1000000000, 15019083, 151645,     2147483647u,
+                            0xffffffffu /* -1 */, 0xfffffff6u /* -10 */, 0x80000000u /* INT_MIN */};
     const float lps[] = {0.0f, -0.0f, -0.5f, -1e-7f, -0.693147182f, -9999.0f, -1e30f,
                          -3.4028235e38f, -1.4e-45f, -12.345678f, NAN};
     uint32_t lpw[SR_ARRAY_LEN(lps)];
