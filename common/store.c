@@ -11,7 +11,8 @@
  * the server gave it at SCRIPT LOAD (the first use on this store) and falls back to EVAL when the
  * server answers NOSCRIPT (restarted or flushed server). hiredis writes with write(2), which
  * raises SIGPIPE on a socket the server closed; SIGPIPE is blocked around each exchange and a
- * pending one is consumed, so the process keeps its own signal disposition. A store_reply_t is a
+ * pending one is consumed, so the process keeps its own signal disposition (a store thread, which
+ * talks to Redis only, keeps it blocked for good: store_thread_block_sigpipe, no system calls). A store_reply_t is a
  * hiredis redisReply seen through the accessors at the end: hiredis never leaves this file.
  */
 #include "common/store.h"
@@ -48,6 +49,9 @@ struct store {
     size_t nscripts;
     bool retried;   /* the last command was sent twice */
     size_t pending; /* pipelined commands whose replies are not read yet */
+    bool in_multi;  /* store_pipe_multi queued MULTI, its EXEC is not queued yet */
+    unsigned char *hidden; /* hidden[i]: pending reply i is MULTI's or a QUEUED, not passed on */
+    size_t hidden_cap;
     char err[STORE_ERR_MAX];
 };
 
@@ -83,13 +87,47 @@ void store_set_err(store_t *s, const char *fmt, ...)
 typedef struct {
     sigset_t old;
     bool blocked; /* this guard blocked SIGPIPE (it was not blocked before) */
+    bool kept;    /* the thread keeps SIGPIPE blocked (store_thread_block_sigpipe): no guard */
 } s_sigguard_t;
+
+/* Set on a thread that keeps SIGPIPE blocked for good (a store thread): its exchanges need no
+ * system call to block and restore it. */
+static __thread bool s_sigpipe_kept;
+
+void store_thread_block_sigpipe(void)
+{
+    if (s_sigpipe_kept)
+        return;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0)
+        s_sigpipe_kept = true;
+}
+
+/* s_sigpipe_consume takes a pending SIGPIPE off the calling thread (it has SIGPIPE blocked). */
+static void s_sigpipe_consume(void)
+{
+    sigset_t set, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    sigemptyset(&pend);
+    if (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+        }
+    }
+}
 
 /* s_sigpipe_block blocks SIGPIPE for one exchange: one system call. A SIGPIPE pending before it
  * can only be one the thread blocked itself (an unblocked one is delivered at once), and then the
  * guard leaves the mask and the pending signal alone. */
 static void s_sigpipe_block(s_sigguard_t *g)
 {
+    g->kept = s_sigpipe_kept;
+    g->blocked = false;
+    if (g->kept)
+        return;
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
@@ -101,19 +139,15 @@ static void s_sigpipe_block(s_sigguard_t *g)
  * raised SIGPIPE, which is consumed (a successful exchange raised none: no system call). */
 static void s_sigpipe_restore(s_sigguard_t *g, bool failed)
 {
+    if (g->kept) {
+        if (failed)
+            s_sigpipe_consume(); /* none piles up on the thread */
+        return;
+    }
     if (!g->blocked)
         return;
-    if (failed) {
-        sigset_t set, pend;
-        sigemptyset(&set);
-        sigaddset(&set, SIGPIPE);
-        sigemptyset(&pend);
-        if (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) == 1) {
-            struct timespec zero = {0, 0};
-            while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
-            }
-        }
-    }
+    if (failed)
+        s_sigpipe_consume();
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
@@ -138,6 +172,7 @@ static void s_drop(store_t *s)
         s->c = NULL;
     }
     s->pending = 0;
+    s->in_multi = false;
 }
 
 /* s_handshake sends one command during connection set-up and checks its reply. */
@@ -401,6 +436,7 @@ void store_destroy(store_t **self_p)
         return;
     store_t *s = *self_p;
     s_drop(s);
+    free(s->hidden);
     free(s);
     *self_p = NULL;
 }
@@ -457,6 +493,19 @@ int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, .
     int rc = s_vcommand(s, flags, out, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+int store_commandv(store_t *s, int flags, store_reply_t **out, int argc, const char **argv,
+                   const size_t *lens)
+{
+    if (out)
+        *out = NULL;
+    if (!s || argc <= 0 || !argv)
+        return SR_EINVAL;
+    redisReply *r = NULL;
+    s->retried = false;
+    int rc = s_execv(s, (flags & STORE_IDEMPOTENT) != 0, argc, argv, lens, &r);
+    return s_hand(s, rc, r, out);
 }
 
 int store_get_str(store_t *s, const char *key, char **out)
@@ -606,6 +655,20 @@ static int s_pipe_ready(store_t *s)
     return SR_OK;
 }
 
+/* s_pipe_count counts one more queued command; hidden: its reply is not passed on (MULTI's, a
+ * QUEUED). */
+static void s_pipe_count(store_t *s, bool hidden)
+{
+    if (s->pending >= s->hidden_cap) {
+        size_t cap = s->hidden_cap ? 2 * s->hidden_cap : 64;
+        while (cap <= s->pending)
+            cap *= 2;
+        s->hidden = sr_xrealloc(s->hidden, cap);
+        s->hidden_cap = cap;
+    }
+    s->hidden[s->pending++] = hidden;
+}
+
 int store_pipe_append(store_t *s, const char *fmt, ...)
 {
     int rc = s_pipe_ready(s);
@@ -619,7 +682,7 @@ int store_pipe_append(store_t *s, const char *fmt, ...)
         s_set_err(s, "store: cannot queue command '%.60s'", fmt);
         return SR_ENOMEM;
     }
-    s->pending++;
+    s_pipe_count(s, s->in_multi);
     return SR_OK;
 }
 
@@ -638,8 +701,41 @@ int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *ar
         s_set_err(s, "store: cannot queue command");
         return SR_ENOMEM;
     }
-    s->pending++;
+    s_pipe_count(s, s->in_multi);
     return SR_OK;
+}
+
+int store_pipe_multi(store_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    if (s->in_multi) {
+        s_set_err(s, "store: MULTI queued twice");
+        return SR_EINVAL;
+    }
+    const char *v[] = {"MULTI"};
+    int rc = store_pipe_appendv(s, 1, v, NULL);
+    if (rc == SR_OK) {
+        s->hidden[s->pending - 1] = 1;
+        s->in_multi = true;
+    }
+    return rc;
+}
+
+int store_pipe_multi_exec(store_t *s)
+{
+    if (!s)
+        return SR_EINVAL;
+    if (!s->in_multi) {
+        s_set_err(s, "store: EXEC without MULTI");
+        return SR_EINVAL;
+    }
+    s->in_multi = false;
+    const char *v[] = {"EXEC"};
+    int rc = store_pipe_appendv(s, 1, v, NULL);
+    if (rc != SR_OK)
+        s->in_multi = true; /* store_pipe_exec discards it */
+    return rc;
 }
 
 size_t store_pipe_pending(const store_t *s)
@@ -652,7 +748,13 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
     if (!s)
         return SR_EINVAL;
     int rc = SR_OK;
-    size_t n = s->pending;
+    if (s->in_multi) { /* a transaction left open (its queueing failed): it does not run */
+        const char *v[] = {"DISCARD"};
+        s->in_multi = false;
+        if (store_pipe_appendv(s, 1, v, NULL) == SR_OK)
+            s->hidden[s->pending - 1] = 1;
+    }
+    size_t n = s->pending, shown = 0;
     s_sigguard_t g;
     s_sigpipe_block(&g);
     for (size_t i = 0; i < n; i++) {
@@ -676,13 +778,17 @@ int store_pipe_exec(store_t *s, store_reply_fn fn, void *arg)
         }
         redisReply *r = reply;
         int frc = SR_OK;
-        if (fn)
-            frc = fn(i, (const store_reply_t *)r, arg);
+        if (s->hidden[i]) {
+            /* MULTI's +OK or a +QUEUED; an error here makes EXEC's answer EXECABORT */
+        } else if (fn)
+            frc = fn(shown++, (const store_reply_t *)r, arg);
         else if (r->type == REDIS_REPLY_ERROR) {
             frc = SR_EREDIS;
             if (rc == SR_OK)
-                s_set_err(s, "redis: %s (pipelined command %zu)", r->str, i);
-        }
+                s_set_err(s, "redis: %s (pipelined command %zu)", r->str, shown);
+            shown++;
+        } else
+            shown++;
         if (frc && rc == SR_OK)
             rc = frc;
         freeReplyObject(r);

@@ -117,6 +117,11 @@ int store_ping(store_t *s);
  * text in store_errstr, and *out is then NULL. */
 int store_command(store_t *s, int flags, store_reply_t **out, const char *fmt, ...);
 
+/* store_commandv runs one command given as argc binary-safe arguments (lens NULL: C strings),
+ * as store_command does. */
+int store_commandv(store_t *s, int flags, store_reply_t **out, int argc, const char **argv,
+                   const size_t *lens);
+
 /* store_get_str runs GET key (idempotent) and sets *out to a copy of the string (the caller
  * frees it), or NULL when the key holds none. Returns what store_command returns. */
 int store_get_str(store_t *s, const char *key, char **out);
@@ -133,6 +138,12 @@ int store_script(store_t *s, int flags, const char *lua, int nkeys, int argc, co
 /* store_retried says whether the last command (store_command, store_script) was sent a second
  * time after a reconnect, so that an earlier attempt may have run. */
 bool store_retried(const store_t *s);
+
+/* store_thread_block_sigpipe blocks SIGPIPE on the calling thread for good, so that its
+ * exchanges with Redis skip blocking and restoring it around each round trip (two system calls);
+ * a SIGPIPE a broken connection raised is still consumed. For a thread that talks to Redis only
+ * (common/storeq's store thread), never for one that writes to pipes or sockets of its own. */
+void store_thread_block_sigpipe(void);
 
 /* store_set_err sets the text store_errstr returns (schema modules' own failures). */
 void store_set_err(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -197,7 +208,17 @@ int store_pipe_append(store_t *s, const char *fmt, ...);
 /* store_pipe_appendv queues one command given as argc binary-safe arguments. */
 int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *argvlen);
 
-/* store_reply_fn receives the index-th reply of a pipeline (an error reply included); the reply
+/* store_pipe_multi and store_pipe_multi_exec queue MULTI and EXEC around the commands queued
+ * between them: one transaction, run together with nothing of another connection in between.
+ * Only EXEC's reply reaches store_pipe_exec's fn, as one reply (an array of the commands'
+ * replies, or an error when the transaction was refused: EXECABORT); MULTI's and the QUEUED
+ * answers are read and dropped. A transaction still open at store_pipe_exec is discarded. Return
+ * SR_OK, SR_EINVAL (MULTI twice, EXEC without MULTI) or store_pipe_appendv's error. */
+int store_pipe_multi(store_t *s);
+int store_pipe_multi_exec(store_t *s);
+
+/* store_reply_fn receives the index-th reply of a pipeline (an error reply included; a
+ * transaction counts as one reply, its EXEC's); the reply
  * belongs to the store.
  * A non-zero return is remembered (the first one is store_pipe_exec's result), but the
  * remaining replies are still read so that the connection stays in step. */

@@ -66,6 +66,7 @@ static int s_work(void *arg, char *err)
     rq->ran = true;
     if (!rq->work)
         return SR_OK;
+    store_thread_block_sigpipe(); /* once per thread: it writes to Redis and files only */
     store_t *st = s_store(q);
     int rc = rq->work(st, rq->arg, err);
     if (rc != SR_OK && err[0] == '\0')

@@ -716,30 +716,48 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
     while (cap < r->n * 2)
         cap *= 2;
     size_t *seen = sr_xcalloc(cap, sizeof *seen);
-    int rc = SR_OK;
+    size_t *first = sr_xmalloc((r->n ? r->n : 1) * sizeof *first); /* entry -> its group's first */
+    const char **gids = sr_xmalloc((r->n ? r->n : 1) * sizeof *gids);
+    size_t *gat = sr_xmalloc((r->n ? r->n : 1) * sizeof *gat); /* group -> its first entry */
+    size_t ng = 0;
     for (size_t i = 0; i < r->n; i++) { /* what an earlier call read (a write tried again) */
         free(r->v[i].rules);
         r->v[i].rules = NULL;
         r->v[i].audit_weight = 1.0;
     }
-    for (size_t i = 0; i < r->n && rc == SR_OK; i++) {
+    for (size_t i = 0; i < r->n; i++) {
         size_t k = (size_t)s_hash(r->v[i].info.group) & (cap - 1);
         while (seen[k] && strcmp(r->v[seen[k] - 1].info.group, r->v[i].info.group) != 0)
             k = (k + 1) & (cap - 1);
-        if (seen[k]) {
-            /* Another result of the same group was read already. */
-            const s_entry_t *first = &r->v[seen[k] - 1];
-            if (first->rules)
-                r->v[i].rules = sr_xstrdup(first->rules);
-            r->v[i].audit_weight = first->audit_weight;
-            continue;
+        if (!seen[k]) {
+            seen[k] = i + 1;
+            gids[ng] = r->v[i].info.group;
+            gat[ng++] = i;
         }
-        seen[k] = i + 1;
-        char *raw = NULL;
-        rc = coord_results_gate_fields(st, r->v[i].info.group, &raw, &r->v[i].audit_weight);
-        r->v[i].rules = s_rules_print(raw); /* once per group, not once per line */
-        free(raw);
+        first[i] = seen[k] - 1;
     }
+    /* every group's fields in one round trip */
+    char **raw = sr_xcalloc(ng ? ng : 1, sizeof *raw);
+    double *w = sr_xcalloc(ng ? ng : 1, sizeof *w);
+    int rc = coord_store_gate_fields_many(st, ng, gids, raw, w);
+    for (size_t g = 0; g < ng; g++) {
+        r->v[gat[g]].rules = s_rules_print(raw[g]); /* once per group, not once per line */
+        r->v[gat[g]].audit_weight = w[g];
+        free(raw[g]);
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        const s_entry_t *f = &r->v[first[i]];
+        if (first[i] == i)
+            continue;
+        if (f->rules)
+            r->v[i].rules = sr_xstrdup(f->rules);
+        r->v[i].audit_weight = f->audit_weight;
+    }
+    free(raw);
+    free(w);
+    free(gat);
+    free(gids);
+    free(first);
     free(seen);
     return rc;
 }

@@ -218,7 +218,7 @@ static void s_item_fail(s_put_t *p, int rc, store_t *st)
 typedef struct {
     store_t *st;
     s_put_t **v;
-    bool finish; /* phase two: the group finishes; phase one: the result script */
+    bool finish; /* phase two: the group finishes; phase one: the result transactions */
     bool merged; /* both phases in one round trip: item i's result, then its finish */
 } s_pipe_t;
 
@@ -268,9 +268,9 @@ static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
 }
 
 /* s_batch_one (store thread) stores the n RESULTs of ph->v in one pipelined round trip: each
- * result script followed by its group finish. Only for RESULTs of rounds in order (s_put_t.merge):
+ * result transaction followed by its group finish. Only for RESULTs of rounds in order (s_put_t.merge):
  * there every copy stored went through this sink, which stores one copy a job, so a result
- * script answers the RESULT's own epoch (final now, or already by an earlier attempt) and the
+ * transaction answers the RESULT's own epoch (final now, or already by an earlier attempt) and the
  * finish that follows it counts that copy, as the second round trip of s_batch_work does; a
  * finish is idempotent by trajectory. Each item ends SR_OK, SR_EAGAIN (stored; its finish runs
  * alone: its reply was lost or the server lost the script), or failed. */
@@ -297,7 +297,7 @@ static void s_batch_one(s_pipe_t *ph, size_t n)
 }
 
 /* s_batch_work (store thread) does for every RESULT of the batch what s_put_work does for one,
- * in two pipelined round trips: the result scripts, then the group finishes of those that
+ * in two pipelined round trips: the result transactions, then the group finishes of those that
  * became final (in one, s_batch_one, when every RESULT's round is in order). A RESULT that needs
  * more (a cancel to confirm, a failed trajectory, a retry, a script the server lost) goes through
  * s_put_work alone. Each item's answer is in its brc. */
@@ -334,7 +334,7 @@ static int s_batch_work(store_t *st, void *arg, char *err)
         s_batch_one(&ph, nv);
         nv = 0; /* done: what is left runs alone below */
     }
-    /* phase one: every result script */
+    /* phase one: every result transaction */
     int rc = SR_OK;
     for (size_t i = 0; i < nv && rc == SR_OK; i++)
         rc = store_result_put_pipe(st, v[i]->round, v[i]->job_id, v[i]->epoch, v[i]->body,
@@ -374,7 +374,7 @@ static int s_batch_work(store_t *st, void *arg, char *err)
         store_pipe_exec(st, s_pipe_reply, &ph);
     free(v);
     /* what is left: the finish alone (its result is stored: s_put_work's second run of the
-     * result script reads back the same epoch) */
+     * result transaction reads back the same epoch) */
     for (s_put_t *p = B->head; p && st; p = p->next) {
         if (p->brc != SR_EAGAIN)
             continue;

@@ -39,9 +39,9 @@
 int store_result_append(store_t *s, int64_t iteration, const void *msgpack, size_t len);
 
 /* store_result_put stores the result of job `job_id` (msgpack bytes, len > 0) leased under
- * `epoch` (> 0) as the job's final one, exactly once: one script records the job's final epoch
- * in hash final:<iteration> and appends the bytes to results:<iteration>, unless the job is
- * final already, and then changes nothing. It is idempotent, hence retried after a reconnect,
+ * `epoch` (> 0) as the job's final one, exactly once: one MULTI/EXEC transaction appends the
+ * bytes to results:<iteration> and records the job's final epoch in hash final:<iteration>,
+ * unless the job is final already, and then takes its copy off again: nothing changes. It is idempotent, hence retried after a reconnect,
  * and a caller that saw a timeout learns the outcome by calling it again. *final_epoch (may be
  * NULL) receives the epoch the job is final under. Returns SR_OK when that is `epoch`,
  * SR_ECONFLICT when the job is final under another epoch (that copy stays the only one), or an
@@ -119,5 +119,12 @@ int coord_store_record_get(store_t *s, coord_record_t kind, int64_t it, char **j
  * absent) and `audit_weight` (*audit_weight, 1 when absent or not a positive number) of group
  * gid. Idempotent. */
 int coord_store_gate_fields(store_t *s, const char *gid, char **rules_json, double *audit_weight);
+
+/* coord_store_gate_fields_many reads the same of the n groups gids[0..n) in one round trip (a
+ * pipeline of HMGETs, sent once more after a broken connection): rules_json[i] (a new string or
+ * NULL) and audit_weight[i] as coord_store_gate_fields gives them; a group whose read failed
+ * keeps NULL and 1. Returns SR_OK or the error that broke the pipeline. */
+int coord_store_gate_fields_many(store_t *s, size_t n, const char *const *gids, char **rules_json,
+                                 double *audit_weight);
 
 #endif

@@ -50,22 +50,32 @@ int gate_store_annotate(store_t *st, const gate_decision_t *d, gate_mode_t mode,
     int rc = store_key_group(st, key, sizeof key, d->group);
     if (rc != SR_OK)
         return rc;
-    char wall[32], share[32];
+    char wall[32], share[32], w[32];
     snprintf(wall, sizeof wall, "%lld", (long long)wall_ms);
     snprintf(share, sizeof share, "%.17g", d->ended_share);
-    rc = store_command(st, STORE_IDEMPOTENT, NULL,
-                       "HSET %s gate_wall_ms %s gate_mode %s gate_reason %s gate_ended_share %s",
-                       key, wall, gate_mode_name(mode), d->reason ? d->reason : "", share);
-    if (rc == SR_OK && d->rule != GATE_RULE_PAPER)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s gate_rule %s", key,
-                           gate_rule_name(d->rule));
-    if (rc == SR_OK && d->audited && d->audit_weight != 1.0) {
-        char w[32];
-        snprintf(w, sizeof w, "%.17g", d->audit_weight);
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s audit_weight %s", key, w);
+    /* one HSET, so one round trip, whatever fields the decision has */
+    const char *argv[14] = {"HSET",        key,  "gate_wall_ms",     wall,
+                            "gate_mode",   gate_mode_name(mode),
+                            "gate_reason", d->reason ? d->reason : "",
+                            "gate_ended_share", share};
+    int argc = 10;
+    if (d->rule != GATE_RULE_PAPER) {
+        argv[argc++] = "gate_rule";
+        argv[argc++] = gate_rule_name(d->rule);
     }
-    return rc;
+    if (d->audited && d->audit_weight != 1.0) {
+        snprintf(w, sizeof w, "%.17g", d->audit_weight);
+        argv[argc++] = "audit_weight";
+        argv[argc++] = w;
+    }
+    return store_commandv(st, STORE_IDEMPOTENT, NULL, argc, argv, NULL);
 }
+
+/* The rules go into an existing group hash only (a group unknown to Redis must not be created
+ * by the gate): checked and written in one round trip. Answers 1, or 0 for no such group. */
+static const char s_rules_lua[] = "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n"
+                                  "redis.call('HSET', KEYS[1], 'rules', ARGV[1])\n"
+                                  "return 1\n";
 
 int gate_store_rules(store_t *st, const char *gid, const char *json)
 {
@@ -73,17 +83,20 @@ int gate_store_rules(store_t *st, const char *gid, const char *json)
     int rc = store_key_group(st, key, sizeof key, gid);
     if (rc != SR_OK)
         return rc;
-    /* HSET on an existing group only: a group unknown to Redis must not be created by us. */
     store_reply_t *r = NULL;
-    rc = store_command(st, STORE_IDEMPOTENT, &r, "EXISTS %s", key);
+    const char *argv[] = {key, json};
+    rc = store_script(st, STORE_IDEMPOTENT, s_rules_lua, 1, 2, argv, NULL, &r);
     if (rc != SR_OK)
         return rc;
     int64_t n = 0;
-    bool exists = store_reply_int(r, &n) && n == 1;
+    if (!store_reply_int(r, &n)) {
+        store_set_err(st, "store: unexpected reply from the rules script");
+        rc = SR_EPROTO;
+    } else if (n != 1) {
+        rc = SR_ENOTFOUND;
+    }
     store_reply_free(r);
-    if (!exists)
-        return SR_ENOTFOUND;
-    return store_command(st, STORE_IDEMPOTENT, NULL, "HSET %s rules %s", key, json);
+    return rc;
 }
 
 int gate_store_history(store_t *st, const char *task, gate_history_t *out)
@@ -100,16 +113,55 @@ int gate_store_history(store_t *st, const char *task, gate_history_t *out)
     return SR_OK;
 }
 
-int gate_store_example_push(store_t *st, const char *line, int64_t capacity)
+/* s_queue_example queues the RPUSH of one example line and the LTRIM to the latest capacity. */
+static int s_queue_example(store_t *st, const char *line, int64_t capacity)
 {
     char key[S_KEY_MAX];
     int rc = s_key_examples(st, key);
     if (rc == SR_OK)
-        rc = store_command(st, 0, NULL, "RPUSH %s %s", key, line);
+        rc = store_pipe_append(st, "RPUSH %s %s", key, line);
     if (rc == SR_OK)
-        rc = store_command(st, STORE_IDEMPOTENT, NULL, "LTRIM %s -%lld -1", key,
-                           (long long)capacity);
+        rc = store_pipe_append(st, "LTRIM %s -%lld -1", key, (long long)capacity);
     return rc;
+}
+
+/* s_queue_figures queues the HSET of the running figures into gate:stats. */
+static int s_queue_figures(store_t *st, const gate_stats_t *g, double audit_precision,
+                           uint64_t learned_labels)
+{
+    char key[S_KEY_MAX], prec[32];
+    snprintf(prec, sizeof prec, "%.6g", audit_precision);
+    int rc = store_key_gate_stats(st, key, sizeof key);
+    if (rc != SR_OK)
+        return rc;
+    return store_pipe_append(
+        st,
+        "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
+        "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
+        key, (unsigned long long)g->outcomes, (unsigned long long)g->audit_groups,
+        (unsigned long long)g->audit_zero_variance, prec, (unsigned long long)g->keep_two_labels,
+        (unsigned long long)g->keep_two_wrong, (unsigned long long)learned_labels);
+}
+
+int gate_store_outcome(store_t *st, const char *line, int64_t capacity, const gate_stats_t *g,
+                       double audit_precision, uint64_t learned_labels)
+{
+    int rc = SR_OK;
+    if (store_pipe_pending(st)) {
+        store_set_err(st, "store: %zu pipelined replies not read yet", store_pipe_pending(st));
+        return SR_EINVAL;
+    }
+    if (line)
+        rc = s_queue_example(st, line, capacity);
+    if (rc == SR_OK && g)
+        rc = s_queue_figures(st, g, audit_precision, learned_labels);
+    int xrc = store_pipe_exec(st, NULL, NULL); /* one round trip; also after a queueing error */
+    return rc != SR_OK ? rc : xrc;
+}
+
+int gate_store_example_push(store_t *st, const char *line, int64_t capacity)
+{
+    return gate_store_outcome(st, line, capacity, NULL, 0, 0);
 }
 
 int gate_store_examples(store_t *st, gate_store_example_fn fn, void *arg, size_t *bad)
@@ -137,18 +189,7 @@ int gate_store_examples(store_t *st, gate_store_example_fn fn, void *arg, size_t
 int gate_store_figures(store_t *st, const gate_stats_t *g, double audit_precision,
                        uint64_t learned_labels)
 {
-    char key[S_KEY_MAX], prec[32];
-    snprintf(prec, sizeof prec, "%.6g", audit_precision);
-    int rc = store_key_gate_stats(st, key, sizeof key);
-    if (rc != SR_OK)
-        return rc;
-    return store_command(
-        st, STORE_IDEMPOTENT, NULL,
-        "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
-        "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
-        key, (unsigned long long)g->outcomes, (unsigned long long)g->audit_groups,
-        (unsigned long long)g->audit_zero_variance, prec, (unsigned long long)g->keep_two_labels,
-        (unsigned long long)g->keep_two_wrong, (unsigned long long)learned_labels);
+    return gate_store_outcome(st, NULL, 0, g, audit_precision, learned_labels);
 }
 
 int gate_store_config(store_t *st, gate_rule_t rule, gate_mode_t mode, gate_rule_t audit_base,

@@ -54,8 +54,15 @@ int gate_store_rules(store_t *st, const char *gid, const char *json);
 int gate_store_history(store_t *st, const char *task, gate_history_t *out);
 
 /* gate_store_example_push appends one labelled example line to gate:learned:examples and trims
- * the list to its latest `capacity` lines. Not idempotent (a retry may append it twice). */
+ * the list to its latest `capacity` lines, in one round trip. Not idempotent, not retried. */
 int gate_store_example_push(store_t *st, const char *line, int64_t capacity);
+
+/* gate_store_outcome writes what one group's outcome changes, in one round trip (a pipeline):
+ * the example line (when line is not NULL) as gate_store_example_push does and the running
+ * figures (when g is not NULL) as gate_store_figures does. Not idempotent (the RPUSH), not
+ * retried after a broken connection. */
+int gate_store_outcome(store_t *st, const char *line, int64_t capacity, const gate_stats_t *g,
+                       double audit_precision, uint64_t learned_labels);
 
 /* gate_store_example_fn receives one stored example line; non-zero stops the walk. */
 typedef int (*gate_store_example_fn)(const char *line, void *arg);
@@ -65,7 +72,8 @@ typedef int (*gate_store_example_fn)(const char *line, void *arg);
 int gate_store_examples(store_t *st, gate_store_example_fn fn, void *arg, size_t *bad);
 
 /* gate_store_figures writes the running figures into gate:stats: outcomes, the audit's counts and
- * precision, keep-two's labels and wrong cuts, the learned model's labels. Idempotent. */
+ * precision, keep-two's labels and wrong cuts, the learned model's labels. Idempotent, but as a
+ * pipeline not retried after a broken connection (the next outcome writes them again). */
 int gate_store_figures(store_t *st, const gate_stats_t *g, double audit_precision,
                        uint64_t learned_labels);
 

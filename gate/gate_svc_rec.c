@@ -20,16 +20,13 @@
 #include <string.h>
 
 /* s_write_outcome keeps the learned example (a capped list shared by every shard) and the
- * audit's and keep-two's running figures. */
+ * audit's and keep-two's running figures, in one round trip. */
 static int s_write_outcome(store_t *st, const gate_svc_t *s, const gate_job_t *j)
 {
-    int rc = SR_OK;
-    if (j->text && (rc = gate_store_example_push(st, j->text, s->cfg.gate.learned_capacity)) !=
-                       SR_OK)
-        return rc;
-    if (j->has_stats)
-        rc = gate_store_figures(st, &j->st, j->audit_precision, j->learned_labels);
-    return rc;
+    if (!j->text && !j->has_stats)
+        return SR_OK;
+    return gate_store_outcome(st, j->text, s->cfg.gate.learned_capacity,
+                              j->has_stats ? &j->st : NULL, j->audit_precision, j->learned_labels);
 }
 
 static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, const char *err)

@@ -125,6 +125,49 @@ static void result_put_keeps_one_copy_under_its_first_epoch(void **state)
     assert_int_equal(store_result_put(f->s, 2, "j", 0, "x", 1, NULL), SR_EINVAL);
 }
 
+/* A 40 KB RESULT is stored once by one transaction a put (RPUSH beside the script, which never
+ * sees the bytes), and a conflicting put takes its copy off again; a results key of another type
+ * makes the put an error that changes nothing (the job does not become final without its copy). */
+static void result_put_stores_big_bytes_once_and_refuses_a_bad_key(void **state)
+{
+    fixture_t *f = *state;
+    size_t big = 40000;
+    unsigned char *b = malloc(big);
+    assert_non_null(b);
+    for (size_t i = 0; i < big; i++)
+        b[i] = (unsigned char)(i * 7);
+    assert_int_equal(store_command(f->s, 0, NULL, "CONFIG RESETSTAT"), SR_OK);
+    int64_t fe = 0;
+    assert_int_equal(store_result_put(f->s, 4, "r4-g0/t0", 9, b, big, &fe), SR_OK);
+    assert_int_equal(store_result_put(f->s, 4, "r4-g0/t0", 10, b, big, &fe), SR_ECONFLICT);
+    assert_int_equal(fe, 9);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "LRANGE selroll:t:results:4 0 -1"), SR_OK);
+    assert_int_equal(store_reply_count(r), 1);
+    size_t len = 0;
+    const char *v = store_reply_at_str(r, 0, &len);
+    assert_int_equal(len, big);
+    assert_memory_equal(v, b, big);
+    store_reply_free(r);
+    /* one transaction a put; the conflicting one trimmed its copy */
+    assert_int_equal(store_command(f->s, 0, &r, "INFO commandstats"), SR_OK);
+    const char *t = store_reply_str(r, NULL);
+    assert_non_null(strstr(t, "cmdstat_exec:calls=2,"));
+    assert_non_null(strstr(t, "cmdstat_rpush:calls=2,"));
+    assert_non_null(strstr(t, "cmdstat_ltrim:calls=1,"));
+    store_reply_free(r);
+
+    assert_int_equal(store_command(f->s, 0, NULL, "SET selroll:t:results:5 x"), SR_OK);
+    assert_int_equal(store_result_put(f->s, 5, "r5-g0/t0", 9, b, big, &fe), SR_EREDIS);
+    assert_non_null(strstr(store_errstr(f->s), "WRONGTYPE"));
+    assert_int_equal(store_command(f->s, 0, &r, "HLEN selroll:t:final:5"), SR_OK);
+    int64_t n = -1;
+    assert_true(store_reply_int(r, &n));
+    assert_int_equal(n, 0);
+    store_reply_free(r);
+    free(b);
+}
+
 typedef struct {
     store_t *s;
     const char *job[3];
@@ -282,6 +325,39 @@ static void failed_groups_records_and_gate_fields_use_their_keys(void **state)
     free(json);
 }
 
+/* The gate's fields of many groups come in one pipeline, each as coord_store_gate_fields reads
+ * it, an unknown group or a hash of another type with the defaults. */
+static void gate_fields_of_many_groups_in_one_round_trip(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(store_command(f->s, 0, NULL,
+                                   "HSET selroll:t:group:a rules {\"paper\":1} audit_weight 2.5"),
+                     SR_OK);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET selroll:t:group:b rules {}"), SR_OK);
+    assert_int_equal(store_command(f->s, 0, NULL, "SET selroll:t:group:c x"), SR_OK);
+    const char *gids[] = {"a", "ghost", "b", "c"};
+    char *rules[4];
+    double w[4];
+    assert_int_equal(store_command(f->s, 0, NULL, "CONFIG RESETSTAT"), SR_OK);
+    assert_int_equal(coord_store_gate_fields_many(f->s, 4, gids, rules, w), SR_OK);
+    assert_string_equal(rules[0], "{\"paper\":1}");
+    assert_true(w[0] == 2.5);
+    assert_null(rules[1]);
+    assert_true(w[1] == 1.0);
+    assert_string_equal(rules[2], "{}");
+    assert_true(w[2] == 1.0);
+    assert_null(rules[3]); /* WRONGTYPE: the defaults */
+    assert_true(w[3] == 1.0);
+    for (int i = 0; i < 4; i++)
+        free(rules[i]);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "INFO commandstats"), SR_OK);
+    assert_non_null(strstr(store_reply_str(r, NULL), "cmdstat_hmget:calls=4,"));
+    store_reply_free(r);
+    assert_int_equal(coord_store_gate_fields_many(f->s, 0, gids, rules, w), SR_OK);
+    assert_int_equal(store_ping(f->s), SR_OK);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* the store must not depend on SIGPIPE being ignored */
@@ -289,10 +365,12 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         T(results_are_appended_and_read_back_in_order),
         T(result_put_keeps_one_copy_under_its_first_epoch),
+        T(result_put_stores_big_bytes_once_and_refuses_a_bad_key),
         T(pipelined_result_puts_answer_like_single_ones),
         T(epochs_come_in_blocks_from_one_counter),
         T(leases_are_persisted_per_round_and_read_back),
         T(failed_groups_records_and_gate_fields_use_their_keys),
+        T(gate_fields_of_many_groups_in_one_round_trip),
     };
 #undef T
     return harness_run_("coord_store", tests, SR_ARRAY_LEN(tests), argc, argv);

@@ -171,6 +171,34 @@ static void examples_are_capped_and_read_back_oldest_first(void **state)
     assert_string_equal(buf, "b|c|");
 }
 
+/* An outcome writes its example and the figures together (one pipeline); either may be absent. */
+static void an_outcome_writes_example_and_figures_together(void **state)
+{
+    fix_t *f = *state;
+    gate_stats_t g;
+    memset(&g, 0, sizeof g);
+    g.outcomes = 7;
+    g.audit_groups = 2;
+    assert_int_equal(gate_store_outcome(f->st, "1 0.5", 2, &g, 0.5, 9), SR_OK);
+    assert_int_equal(gate_store_outcome(f->st, "0 0.25", 2, NULL, 0, 0), SR_OK);
+    g.outcomes = 8;
+    assert_int_equal(gate_store_outcome(f->st, NULL, 2, &g, 0.25, 10), SR_OK);
+    assert_int_equal(gate_store_outcome(f->st, "1 1", 2, NULL, 0, 0), SR_OK);
+    char buf[256] = "";
+    assert_int_equal(gate_store_examples(f->st, s_collect, buf, NULL), SR_OK);
+    assert_string_equal(buf, "0 0.25|1 1|");
+    s_expect(f, "gate:stats", "outcomes", "8");
+    s_expect(f, "gate:stats", "audit_groups", "2");
+    s_expect(f, "gate:stats", "audit_precision", "0.25");
+    s_expect(f, "gate:stats", "learned_labels", "10");
+    assert_int_equal(gate_store_outcome(f->st, NULL, 2, NULL, 0, 0), SR_OK); /* nothing to do */
+    /* an error reply (gate:stats of another type) is an error, and the connection stays usable */
+    assert_int_equal(store_command(f->st, 0, NULL, "SET selroll:" RUN ":gate:stats x"), SR_OK);
+    assert_int_equal(gate_store_outcome(f->st, "1 2", 2, &g, 0.25, 10), SR_EREDIS);
+    assert_non_null(strstr(store_errstr(f->st), "WRONGTYPE"));
+    assert_int_equal(store_ping(f->st), SR_OK);
+}
+
 static void config_and_figures_fill_gate_stats(void **state)
 {
     fix_t *f = *state;
@@ -224,6 +252,8 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(rules_go_only_to_a_known_group, setup, teardown),
         cmocka_unit_test_setup_teardown(examples_are_capped_and_read_back_oldest_first, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(an_outcome_writes_example_and_figures_together, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(config_and_figures_fill_gate_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(history_reads_the_prompt_streaks, setup, teardown),

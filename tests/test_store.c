@@ -458,6 +458,75 @@ static void pipeline_of_a_thousand_commands_reads_every_reply_in_order(void **st
     assert_int_equal(store_pipe_exec(f->s, NULL, NULL), SR_OK); /* empty pipeline */
 }
 
+/* s_multi_reply records the replies of a pipeline holding a transaction. */
+typedef struct {
+    int n;
+    long long first, tx0, tx1, last;
+    int tx_count;
+} multi_seen_t;
+
+static int check_multi(size_t index, const store_reply_t *r, void *arg)
+{
+    multi_seen_t *m = arg;
+    m->n++;
+    if (index == 0)
+        m->first = harness_reply_int(r);
+    else if (index == 1) {
+        m->tx_count = (int)store_reply_count(r);
+        m->tx0 = harness_reply_int(store_reply_at(r, 0));
+        m->tx1 = harness_reply_int(store_reply_at(r, 1));
+    } else if (index == 2)
+        m->last = harness_reply_int(r);
+    return 0;
+}
+
+/* A MULTI/EXEC transaction in a pipeline reaches the callback as one reply, EXEC's array; a
+ * transaction left open when the pipeline is sent does not run. */
+static void a_pipelined_transaction_is_one_reply(void **state)
+{
+    fixture_t *f = *state;
+    char key[64];
+    assert_int_equal(store_key(f->s, key, sizeof key, "tx"), SR_OK);
+    assert_int_equal(store_pipe_append(f->s, "INCR %s", key), SR_OK);
+    assert_int_equal(store_pipe_multi(f->s), SR_OK);
+    assert_int_equal(store_pipe_multi(f->s), SR_EINVAL); /* not nested */
+    assert_int_equal(store_pipe_append(f->s, "INCR %s", key), SR_OK);
+    assert_int_equal(store_pipe_append(f->s, "INCRBY %s 10", key), SR_OK);
+    assert_int_equal(store_pipe_multi_exec(f->s), SR_OK);
+    assert_int_equal(store_pipe_multi_exec(f->s), SR_EINVAL); /* no MULTI open */
+    assert_int_equal(store_pipe_append(f->s, "INCR %s", key), SR_OK);
+    multi_seen_t m = {0};
+    assert_int_equal(store_pipe_exec(f->s, check_multi, &m), SR_OK);
+    assert_int_equal(m.n, 3);
+    assert_int_equal(m.first, 1);
+    assert_int_equal(m.tx_count, 2);
+    assert_int_equal(m.tx0, 2);
+    assert_int_equal(m.tx1, 12);
+    assert_int_equal(m.last, 13);
+    assert_int_equal(store_pipe_pending(f->s), 0);
+
+    /* Left open: discarded, nothing of it runs, and the connection stays in step. */
+    assert_int_equal(store_pipe_multi(f->s), SR_OK);
+    assert_int_equal(store_pipe_append(f->s, "INCR %s", key), SR_OK);
+    assert_int_equal(store_pipe_exec(f->s, NULL, NULL), SR_OK);
+    store_reply_t *r = NULL;
+    assert_int_equal(store_command(f->s, 0, &r, "GET %s", key), SR_OK);
+    assert_string_equal(store_reply_str(r, NULL), "13");
+    store_reply_free(r);
+
+    /* A transaction the server refuses (an unknown command queued) is one error reply. */
+    assert_int_equal(store_pipe_multi(f->s), SR_OK);
+    assert_int_equal(store_pipe_append(f->s, "INCR %s", key), SR_OK);
+    assert_int_equal(store_pipe_append(f->s, "NOSUCHCOMMAND"), SR_OK);
+    assert_int_equal(store_pipe_multi_exec(f->s), SR_OK);
+    assert_int_equal(store_pipe_exec(f->s, NULL, NULL), SR_EREDIS);
+    assert_non_null(strstr(store_errstr(f->s), "EXECABORT"));
+    assert_int_equal(store_command(f->s, 0, &r, "GET %s", key), SR_OK);
+    assert_string_equal(store_reply_str(r, NULL), "13");
+    store_reply_free(r);
+    assert_int_equal(store_ping(f->s), SR_OK);
+}
+
 /* ---- reconnection --------------------------------------------------------------------- */
 
 static void killed_connection_is_reopened_and_idempotent_calls_retried(void **state)
@@ -488,6 +557,14 @@ static void killed_connection_is_reopened_and_idempotent_calls_retried(void **st
     assert_int_equal(n, 0);
     assert_int_equal(store_result_append(f->s, 1, "r1", 2), SR_OK);
     assert_int_equal(store_results_count(f->s, 1, &n), SR_OK);
+    assert_int_equal(n, 1);
+
+    /* A result put is retried after a kill (idempotent): stored once. */
+    int64_t fe = 0;
+    assert_int_equal(store_command(admin, 0, NULL, "CLIENT KILL TYPE normal SKIPME yes"), SR_OK);
+    assert_int_equal(store_result_put(f->s, 2, "r2-g0/t0", 3, "r2", 2, &fe), SR_OK);
+    assert_int_equal(fe, 3);
+    assert_int_equal(store_results_count(f->s, 2, &n), SR_OK);
     assert_int_equal(n, 1);
 
     /* A pipeline cut by a kill reports the loss and leaves a working connection. */
@@ -546,6 +623,63 @@ static int s_redis_start_at(harness_redis_t *r, int port)
         usleep(10000);
     }
     return -1;
+}
+
+/* What a thread that keeps SIGPIPE blocked saw. */
+typedef struct {
+    const char *url;
+    int rc_kill, rc_put, rc_count;
+    size_t n;
+    bool blocked_after, pending_after;
+} sigpipe_seen_t;
+
+static void *s_sigpipe_thread(void *arg)
+{
+    sigpipe_seen_t *o = arg;
+    store_thread_block_sigpipe();
+    store_t *s = store_new(o->url, "t", 2000), *admin = store_new(o->url, "t", 2000);
+    if (!s || !admin) {
+        store_destroy(&s);
+        store_destroy(&admin);
+        return NULL;
+    }
+    size_t big = 1 << 20; /* larger than the socket buffers: written into a closed socket */
+    char *b = calloc(1, big);
+    o->rc_kill = store_command(admin, 0, NULL, "CLIENT KILL TYPE normal SKIPME yes");
+    o->rc_put = store_result_put(s, 9, "r9-g0/t0", 1, b, big, NULL);
+    o->rc_count = store_results_count(s, 9, &o->n);
+    sigset_t cur, pend;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    sigpending(&pend);
+    o->blocked_after = sigismember(&cur, SIGPIPE) == 1;
+    o->pending_after = sigismember(&pend, SIGPIPE) == 1;
+    free(b);
+    store_destroy(&s);
+    store_destroy(&admin);
+    return NULL;
+}
+
+/* A thread that keeps SIGPIPE blocked (a store thread) writes into a connection the server
+ * closed: no signal kills the process (SIGPIPE's default action here), the put is sent again on
+ * a new connection, and no SIGPIPE stays pending. The main thread's mask is left alone. */
+static void a_store_thread_keeps_sigpipe_blocked_without_guards(void **state)
+{
+    fixture_t *f = *state;
+    sigset_t before, after;
+    pthread_sigmask(SIG_BLOCK, NULL, &before);
+    sigpipe_seen_t o = {.url = f->redis.url};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, s_sigpipe_thread, &o), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(o.rc_kill, SR_OK);
+    assert_int_equal(o.rc_put, SR_OK);
+    assert_int_equal(o.rc_count, SR_OK);
+    assert_int_equal(o.n, 1);
+    assert_true(o.blocked_after);
+    assert_false(o.pending_after);
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    assert_int_equal(sigismember(&after, SIGPIPE), sigismember(&before, SIGPIPE));
+    assert_int_equal(store_ping(f->s), SR_OK);
 }
 
 static void unix_socket_url_connects_and_selects_the_db(void **state)
@@ -620,8 +754,10 @@ int main(int argc, char **argv)
         T(a_pipelined_error_reply_reaches_the_callback),
         T(scripts_run_by_sha_loaded_once_per_connection),
         T(pipeline_of_a_thousand_commands_reads_every_reply_in_order),
+        T(a_pipelined_transaction_is_one_reply),
         T(killed_connection_is_reopened_and_idempotent_calls_retried),
         T(restarted_server_is_reached_again),
+        T(a_store_thread_keeps_sigpipe_blocked_without_guards),
         cmocka_unit_test(unix_socket_url_connects_and_selects_the_db),
     };
 #undef T
