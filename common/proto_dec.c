@@ -406,12 +406,19 @@ static bool s_utf8_ok(const uint8_t *s, size_t n)
 static bool s_ascii(const uint8_t *s, size_t n)
 {
     size_t i = 0;
-    for (; n - i >= 8; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        /* a high bit, or a zero byte (the classic has-zero-byte test) */
-        if ((w | ((w - 0x0101010101010101ull) & ~w)) & 0x8080808080808080ull)
-            return false;
+    if (n >= 8) {
+        /* words, the last one overlapping the one before it: no byte loop */
+        for (;; i += 8) {
+            if (i > n - 8)
+                i = n - 8;
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            /* a high bit, or a zero byte (the classic has-zero-byte test) */
+            if ((w | ((w - 0x0101010101010101ull) & ~w)) & 0x8080808080808080ull)
+                return false;
+            if (i == n - 8)
+                return true;
+        }
     }
     for (; i < n; i++)
         if (s[i] == 0 || s[i] >= 0x80)
@@ -621,6 +628,11 @@ static const char *s_elem_name(char *buf, size_t n, const char *key, size_t i)
     return buf;
 }
 
+/* s_str_array reads an array of strings in two passes: every element is checked where it lies
+ * (the same checks and errors as proto_dec_str_obj), then the array's bytes are copied into the
+ * message's memory at once and each string ends where the next one's header was: that header's
+ * first byte becomes the NUL (the last string's NUL is one byte past the copy). One copy an
+ * array instead of one a string. */
 static int s_str_array(proto_dec_t *d, const proto_map_t *map, const char *key, size_t max,
                        proto_strkind_t kind, bool required, const char ***out, size_t *len)
 {
@@ -630,38 +642,53 @@ static int s_str_array(proto_dec_t *d, const proto_map_t *map, const char *key, 
     if (!found)
         return SR_OK;
     PROTO_TRY(proto_dec_alloc(d, key, a.n, sizeof(char *), out));
+    if (a.n == 0)
+        return SR_OK;
     char name[96];
     const uint8_t *q = a.p;
     size_t limit = proto_limit_of(kind, d->max_text);
     for (uint32_t i = 0; i < a.n; i++) {
-        /* a short ASCII string (most lists) is read from its header here */
+        /* a short ASCII string (most lists) is checked from its header here */
         if (q < d->end && (*q & 0xe0) == 0xa0) {
             size_t n = *q & 0x1f;
             const uint8_t *sp = q + 1;
             if (n <= (size_t)(d->end - sp) && n <= limit && s_ascii(sp, n)) {
-                char *s = s_copy(d, sp, n);
-                if (s) {
-                    (*out)[i] = s;
-                    *len = i + 1;
-                    q = sp + n;
-                    continue;
-                }
+                q = sp + n;
+                continue;
             }
         }
         proto_obj_t o;
         PROTO_TRY(proto_dec_next(d, &q, &o));
-        if (s_str_good(d, &o, kind)) { /* the element's name is formatted only for an error */
-            char *s = s_copy(d, o.p, o.n);
-            if (s) {
-                (*out)[i] = s;
-                *len = i + 1;
-                continue;
-            }
-        }
+        if (s_str_good(d, &o, kind)) /* the element's name is formatted only for an error */
+            continue;
+        const char *ignored = NULL;
         PROTO_TRY(proto_dec_str_obj(d, &o, s_elem_name(name, sizeof name, key, i), kind,
-                                    (const char **)&(*out)[i]));
-        *len = i + 1;
+                                    &ignored));
     }
+    size_t span = (size_t)(q - a.p);
+    uint8_t *copy = proto_arena_alloc(&d->arena, span + 1);
+    if (!copy)
+        return proto_fail(d->err, &d->path, key, SR_ENOMEM, "out of memory");
+    memcpy(copy, a.p, span);
+    const uint8_t *r = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
+        const uint8_t *sp;
+        size_t n;
+        if ((*r & 0xe0) == 0xa0) {
+            n = *r & 0x1f;
+            sp = r + 1;
+        } else {
+            proto_obj_t o;
+            if (!proto_obj_read(r, d->end, &o))
+                return s_broken(d);
+            sp = o.p;
+            n = o.n;
+        }
+        (*out)[i] = (const char *)copy + (sp - a.p);
+        copy[(size_t)(sp - a.p) + n] = '\0';
+        r = sp + n;
+    }
+    *len = a.n;
     return SR_OK;
 }
 
