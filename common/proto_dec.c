@@ -316,7 +316,8 @@ static const uint8_t *s_find(const proto_map_t *map, const proto_key_t *k)
         for (uint32_t j = 0; j < map->n; j++) {
             uint32_t i = start + j < map->n ? start + j : start + j - map->n;
             const proto_kv_t *kv = &map->kv[i];
-            if (kv->kn == n && s_keq(kv->k, key, n)) {
+            if (kv->kn == n && proto_key_word(kv->k, n, map->end) == k->w &&
+                (n <= 8 || s_keq(kv->k + 8, key + 8, n - 8))) {
                 if (kv->dup) {
                     for (uint32_t f = 0; f < i; f++)
                         if (map->kv[f].kn == n && memcmp(map->kv[f].k, key, n) == 0)
@@ -438,10 +439,21 @@ static bool s_str_good(const proto_dec_t *d, const proto_obj_t *o, proto_strkind
 static char *s_copy(proto_dec_t *d, const uint8_t *p, size_t n)
 {
     char *s = proto_arena_alloc(&d->arena, n + 1);
-    if (s) {
+    if (!s)
+        return NULL;
+    /* A short string is copied a word at a time, as many words as the arena gave it (n + 1
+     * rounded up to 8), when the message has that many bytes from p: no call. */
+    size_t room = (n + 8) & ~(size_t)7;
+    if (room <= 32 && (size_t)(d->end - p) >= room) {
+        for (size_t i = 0; i < room; i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            memcpy(s + i, &w, 8);
+        }
+    } else {
         memcpy(s, p, n);
-        s[n] = '\0';
     }
+    s[n] = '\0';
     return s;
 }
 

@@ -84,6 +84,27 @@ typedef struct {
     bool dup;         /* an equal key comes earlier in the map (that one counts) */
 } proto_kv_t;
 
+/* proto_key_word is the first eight bytes of the key of n bytes at k as one number, byte i in
+ * bits 8i..8i+7, zeros past the key's end (end: the end of the buffer the key is in). A lookup
+ * compares it with PROTO_KEY_WORD of the name instead of the bytes one by one. */
+static inline uint64_t proto_key_word(const uint8_t *k, size_t n, const uint8_t *end)
+{
+    uint64_t w = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if ((size_t)(end - k) >= 8) {
+        memcpy(&w, k, 8);
+        if (n < 8)
+            w &= n ? ~(uint64_t)0 >> (64 - 8 * n) : 0;
+        return w;
+    }
+#else
+    (void)end;
+#endif
+    for (size_t i = 0; i < n && i < 8; i++)
+        w |= (uint64_t)k[i] << (8 * i);
+    return w;
+}
+
 typedef struct {
     const uint8_t *p; /* the first entry */
     const uint8_t *end;
@@ -161,9 +182,15 @@ typedef struct {
     const char *s;
     size_t n;
     uint64_t bit;
+    uint64_t w; /* proto_key_word of the name */
 } proto_key_t;
+#define PROTO_KB_(key, i) (strlen(key) > (i) ? (uint64_t)(uint8_t)(key)[i] << (8 * (i)) : 0)
+#define PROTO_KEY_WORD(key)                                                                    \
+    (PROTO_KB_(key, 0) | PROTO_KB_(key, 1) | PROTO_KB_(key, 2) | PROTO_KB_(key, 3) |           \
+     PROTO_KB_(key, 4) | PROTO_KB_(key, 5) | PROTO_KB_(key, 6) | PROTO_KB_(key, 7))
 #define PROTO_KEY(key)                                                                         \
-    (&(const proto_key_t){(key), strlen(key), proto_key_bit((const uint8_t *)(key), strlen(key))})
+    (&(const proto_key_t){(key), strlen(key), proto_key_bit((const uint8_t *)(key), strlen(key)), \
+                          PROTO_KEY_WORD(key)})
 
 /* The field readers take the key's name (a macro makes its proto_key_t). */
 #define proto_dec_get(map, key, o) proto_dec_get_k((map), PROTO_KEY(key), (o))

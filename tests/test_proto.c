@@ -2021,6 +2021,74 @@ static void ascii_checks_find_a_nul_or_a_high_byte_at_every_position(void **stat
     }
 }
 
+/* Keys are compared a word at a time (the first eight bytes, then the rest): decoys that share a
+ * prefix with a field's name, differ only in its eighth or a later byte, or are longer or shorter,
+ * must not be taken for it, in either order, and a key in the message's last eight bytes (read
+ * byte by byte) is still found. */
+static void keys_that_share_a_prefix_or_differ_late_are_told_apart(void **state)
+{
+    static const char *decoys[][2] = {
+        {"group_sizf", "group_size"}, {"group_siz", "group_size"}, {"group_sizee", "group_size"},
+        {"actor_ie", "actor_id"},     {"actor_i", "actor_id"},     {"bctor_id", "actor_id"},
+        {"runx", "run"},              {"ru", "run"},               {"acti0n", "action"},
+        {"rewarc", "reward"},         {"taskk", "task"},           {"", "task"},
+    };
+    for (size_t dcy = 0; dcy < SR_ARRAY_LEN(decoys); dcy++) {
+        for (int decoy_first = 0; decoy_first < 2; decoy_first++) {
+            const char *real = decoys[dcy][1];
+            s_w_t w = {.n = 0};
+            s_w_byte(&w, 0x8e); /* 14 entries */
+            s_w_cstr(&w, "t");
+            s_w_cstr(&w, "ACTION");
+            s_w_cstr(&w, "v");
+            s_w_byte(&w, 1);
+            const char *names[] = {"run", "group", "traj", "step", "action", "ended",
+                                   "reward", "actor_id", "group_size", "task"};
+            for (size_t f = 0; f < SR_ARRAY_LEN(names); f++) {
+                bool is_real = strcmp(names[f], real) == 0;
+                for (int pass = 0; pass < (is_real ? 2 : 1); pass++) {
+                    bool write_decoy = is_real && (pass == 0) == (decoy_first == 1);
+                    const char *k = write_decoy ? decoys[dcy][0] : names[f];
+                    s_w_cstr(&w, k);
+                    const char *name = names[f];
+                    if (!strcmp(name, "traj"))
+                        s_w_byte(&w, write_decoy ? 9 : 5);
+                    else if (!strcmp(name, "step"))
+                        s_w_byte(&w, write_decoy ? 99 : 4);
+                    else if (!strcmp(name, "group_size"))
+                        s_w_byte(&w, write_decoy ? 2 : 8);
+                    else if (!strcmp(name, "ended"))
+                        s_w_byte(&w, write_decoy ? 0xc3 : 0xc2);
+                    else if (!strcmp(name, "reward"))
+                        s_w_byte(&w, write_decoy ? 7 : 1);
+                    else
+                        s_w_cstr(&w, write_decoy ? "decoy" : name);
+                }
+            }
+            s_w_cstr(&w, "won"); /* the last key, within the last eight bytes */
+            s_w_byte(&w, 0xc3);
+            proto_msg_t m;
+            proto_err_t err;
+            int rc = proto_decode(w.b, w.n, &m, &err);
+            if (rc != SR_OK)
+                fail_msg("decoy %s: %s: %s", decoys[dcy][0], err.field, err.reason);
+            const proto_action_t *a = &m.u.action;
+            assert_string_equal(a->run, "run");
+            assert_string_equal(a->group, "group");
+            assert_int_equal(a->traj, 5);
+            assert_int_equal(a->step, 4);
+            assert_string_equal(a->action, "action");
+            assert_false(a->ended);
+            assert_true(a->reward == 1.0);
+            assert_string_equal(a->actor_id, "actor_id");
+            assert_int_equal(a->group_size, 8);
+            assert_string_equal(a->task, "task");
+            assert_true(a->has_won && a->won);
+            proto_msg_clear(&m);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Random mutations
  * ------------------------------------------------------------------------------------------- */
@@ -2160,6 +2228,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(string_arrays_in_every_string_form_decode_to_the_same_strings),
         cmocka_unit_test(a_bad_element_anywhere_in_a_string_array_is_named),
         cmocka_unit_test(ascii_checks_find_a_nul_or_a_high_byte_at_every_position),
+        cmocka_unit_test(keys_that_share_a_prefix_or_differ_late_are_told_apart),
         cmocka_unit_test(random_mutations_never_crash_and_always_explain),
     };
     return harness_run_("proto", tests, SR_ARRAY_LEN(tests), argc, argv);
