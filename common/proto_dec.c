@@ -280,11 +280,9 @@ int proto_map_open(proto_dec_t *d, const proto_obj_t *o, proto_map_t *m)
         }
         seen |= bit;
         kv->v = q;
-        uint8_t b = q < d->end ? *q : 0xc1;
-        if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(d->end - q))
-            q += 1 + (b & 0x1f); /* a short string */
-        else if (b <= 0x7f || b == 0xc2 || b == 0xc3)
-            q++; /* a small integer, a boolean */
+        size_t w = proto_quick_size(q, d->end); /* a short string, a number, a boolean */
+        if (w)
+            q += w;
         else if (!(q = s_skip(q, d->end, 1)))
             return s_broken(d);
     }

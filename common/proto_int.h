@@ -122,6 +122,35 @@ static inline uint64_t proto_key_bit(const uint8_t *k, size_t n)
     return n ? (uint64_t)1 << ((n * 7u + k[0] * 3u + k[n - 1]) & 63u) : 1u;
 }
 
+/* proto_fixed_size[b - 0xc0] is the whole size of a value whose first byte b (0xc0..0xdf) fixes
+ * it: nil, booleans, floats and sized integers; 0 for the others (0xc1, strings, binaries,
+ * extensions, arrays, maps: their headers must be read). */
+static const uint8_t proto_fixed_size[32] = {
+    [0x00] = 1, [0x02] = 1, [0x03] = 1,             /* nil, false, true */
+    [0x0a] = 5, [0x0b] = 9,                         /* float32, float64 */
+    [0x0c] = 2, [0x0d] = 3, [0x0e] = 5, [0x0f] = 9, /* uint8..uint64 */
+    [0x10] = 2, [0x11] = 3, [0x12] = 5, [0x13] = 9, /* int8..int64 */
+};
+
+/* proto_quick_size returns the size of the value at p when it is a short string or a value of
+ * fixed size that fits before end (no header to decode, within every limit), else 0. */
+static inline size_t proto_quick_size(const uint8_t *p, const uint8_t *end)
+{
+    if (p >= end)
+        return 0;
+    uint8_t b = *p;
+    size_t w;
+    if ((b & 0xe0) == 0xa0)
+        w = 1 + (size_t)(b & 0x1f);
+    else if (b <= 0x7f || b >= 0xe0)
+        w = 1;
+    else if (b >= 0xc0)
+        w = proto_fixed_size[b - 0xc0];
+    else
+        return 0;
+    return w <= (size_t)(end - p) ? w : 0;
+}
+
 /* proto_scan_msg is pass 1 over the len bytes of an encoded map at p: SR_OK, or the error in err
  * (proto_scan.c). On success it has filled *top (when not NULL) with the view of the outer map
  * that proto_map_open would make: the scan walks its entries anyway. */
