@@ -344,8 +344,31 @@ static const uint8_t *s_find(const proto_map_t *map, const proto_key_t *k)
  * value is nil. */
 bool proto_dec_get_k(const proto_map_t *map, const proto_key_t *k, proto_obj_t *o)
 {
-    const uint8_t *v = s_find(map, k);
-    if (!v || !s_read(v, map->end, o, false))
+    const uint8_t *v = NULL;
+    /* Fields are read in the order they are written: the entry after the last one found is
+     * most often the key (and, not repeated, the one that counts) */
+    uint32_t i = map->next;
+    if (map->indexed && i < map->n) {
+        const proto_kv_t *kv = &map->kv[i];
+        size_t n = k->n;
+        if (kv->kn == n && !kv->dup && proto_key_word(kv->k, n, map->end) == k->w &&
+            (n <= 8 || s_keq(kv->k + 8, k->s + 8, n - 8))) {
+            ((proto_map_t *)map)->next = i + 1; /* maps are the decoder's own, never const */
+            v = kv->v;
+        }
+    }
+    if (!v && !(v = s_find(map, k)))
+        return false;
+    if (v >= map->end)
+        return false;
+    uint8_t b = *v;
+    if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(map->end - v)) {
+        o->type = PROTO_O_STR; /* a short string, read here */
+        o->n = b & 0x1f;
+        o->p = v + 1;
+        return true;
+    }
+    if (!s_read(v, map->end, o, false))
         return false;
     return o->type != PROTO_O_NIL;
 }
