@@ -9,6 +9,7 @@
 
 #include "common/sr.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -168,15 +169,54 @@ char *extract_normalise(const char *s)
     return s_normalise_n(s, strlen(s));
 }
 
-/* s_levenshtein: edit distance between a (la bytes) and b (lb bytes), two rows. */
+/* Rows of up to this many columns (+1) are kept on the stack. */
+#define S_LEV_STACK 256
+
+/* s_lev64: the edit distance between a (1..64 bytes) and b, bit-parallel (Myers 1999, in
+ * Hyyro's form for the global distance): a column of the table is kept as its vertical steps
+ * (+1 in pv, -1 in mv, one bit a row of a), updated a byte of b at a time in a few word
+ * operations; the score follows the last row. The same number the table gives. */
+static size_t s_lev64(const char *a, size_t la, const char *b, size_t lb)
+{
+    uint64_t peq[256];
+    memset(peq, 0, sizeof peq);
+    for (size_t i = 0; i < la; i++)
+        peq[(unsigned char)a[i]] |= (uint64_t)1 << i;
+    uint64_t pv = ~(uint64_t)0, mv = 0, last = (uint64_t)1 << (la - 1);
+    size_t score = la;
+    for (size_t j = 0; j < lb; j++) {
+        uint64_t eq = peq[(unsigned char)b[j]];
+        uint64_t xv = eq | mv;
+        uint64_t xh = (((eq & pv) + pv) ^ pv) | eq;
+        uint64_t ph = mv | ~(xh | pv);
+        uint64_t mh = pv & xh;
+        if (ph & last)
+            score++;
+        else if (mh & last)
+            score--;
+        ph = (ph << 1) | 1; /* the first row grows by one a column */
+        mh <<= 1;
+        pv = mh | ~(xv | ph);
+        mv = ph & xv;
+    }
+    return score;
+}
+
+/* s_levenshtein: edit distance between a (la bytes) and b (lb bytes): bit-parallel when either
+ * is at most 64 bytes long, else the table in two rows. */
 static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
 {
     if (la == 0)
         return lb;
     if (lb == 0)
         return la;
-    size_t *prev = sr_xmalloc((lb + 1) * sizeof *prev);
-    size_t *cur = sr_xmalloc((lb + 1) * sizeof *cur);
+    if (la <= 64)
+        return s_lev64(a, la, b, lb);
+    if (lb <= 64)
+        return s_lev64(b, lb, a, la);
+    size_t room[2 * (S_LEV_STACK + 1)]; /* the rows of a short b, on the stack */
+    size_t *prev = lb <= S_LEV_STACK ? room : sr_xmalloc((lb + 1) * sizeof *prev);
+    size_t *cur = lb <= S_LEV_STACK ? room + S_LEV_STACK + 1 : sr_xmalloc((lb + 1) * sizeof *cur);
     for (size_t j = 0; j <= lb; j++)
         prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
@@ -193,8 +233,10 @@ static size_t s_levenshtein(const char *a, size_t la, const char *b, size_t lb)
         cur = t;
     }
     size_t d = prev[lb];
-    free(prev);
-    free(cur);
+    if (lb > S_LEV_STACK) {
+        free(prev);
+        free(cur);
+    }
     return d;
 }
 
@@ -249,15 +291,15 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
             exact = true;
         }
     }
+    char a[S_MAX_CANDIDATE + 1]; /* each admissible action normalised, in turn */
     for (size_t i = 0; !exact && i < n && admissible; i++) {
         if (!admissible[i])
             continue;
-        char *a = extract_normalise(admissible[i]);
+        s_normalise(admissible[i], strlen(admissible[i]), a, NULL);
         size_t la = strlen(a);
         if (strcmp(a, cand) == 0) {
             best = (int)i;
             best_d = 0.0;
-            free(a);
             break;
         }
         size_t longer = la > lc ? la : lc;
@@ -270,7 +312,6 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
                 best = (int)i;
             }
         }
-        free(a);
     }
 
     if (best >= 0 && best_d == 0.0) {

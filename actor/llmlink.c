@@ -204,16 +204,45 @@ static int32_t *s_ids_dup(const int32_t *v, size_t n)
     return s_dup(v, n, sizeof *v);
 }
 
+void llmlink_names_clear(llmlink_names_t *names)
+{
+    for (size_t i = 0; i < names->n; i++)
+        free(names->v[i]);
+    free(names->v);
+    memset(names, 0, sizeof *names);
+}
+
+/* s_name returns name as a step record keeps it (cut below PROTO_MAX_ID bytes, as
+ * sr_xstrdup_max cuts) from names, added there when new. */
+static const char *s_name(llmlink_names_t *names, const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= PROTO_MAX_ID) {
+        n = PROTO_MAX_ID - 1;
+        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    for (size_t i = names->n; i-- > 0;) /* the last one added is the usual one */
+        if (strncmp(names->v[i], name, n) == 0 && names->v[i][n] == '\0')
+            return names->v[i];
+    if (names->n == names->cap) {
+        names->cap = names->cap ? names->cap * 2 : 2;
+        names->v = sr_xrealloc(names->v, names->cap * sizeof *names->v);
+    }
+    names->v[names->n] = sr_xstrndup(name, n);
+    return names->v[names->n++];
+}
+
 /* s_record_model records the answering model and, when it can be told, the policy version that
  * answered: the built-in server's system_fingerprint "selroll-policy-v<N>", else the version in
  * a model name of the template's form. */
 static void s_record_model(llmlink_t *l, const llm_response_t *resp, int64_t version,
-                           proto_result_step_t *cur)
+                           proto_result_step_t *cur, llmlink_names_t *names)
 {
     char want[512];
     llmlink_model(l, version, want, sizeof want);
     if (resp->model)
-        cur->model = sr_xstrdup_max(resp->model, PROTO_MAX_ID);
+        cur->model = s_name(names, resp->model);
     int64_t v;
     if (s_version_in(resp->system_fingerprint, "selroll-policy-v", 16, "", &v) ||
         s_template_matches(l, resp->model, &v)) {
@@ -274,7 +303,8 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
 }
 
 void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool first,
-                    proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
+                    proto_result_step_t *cur, llmlink_names_t *names, int32_t **last_ids,
+                    size_t *n_last_ids)
 {
     cur->raw = sr_xstrdup_max(resp->content, PROTO_MAX_TEXT);
     cur->text_truncated = strnlen(resp->content, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
@@ -284,7 +314,7 @@ void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool fi
     }
     cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;
     cur->reasoning_tokens = resp->reasoning_tokens >= 0 ? resp->reasoning_tokens : 0;
-    s_record_model(l, resp, v, cur);
+    s_record_model(l, resp, v, cur, names);
     cur->usage_unknown = resp->prompt_tokens < 0 || resp->completion_tokens < 0;
     cur->prompt_tokens = resp->prompt_tokens > 0 ? resp->prompt_tokens : 0;
     cur->completion_tokens = resp->completion_tokens > 0 ? resp->completion_tokens : 0;

@@ -56,14 +56,26 @@ const char *llmlink_url(const llmlink_t *l);
  * replaced by v ("selroll-policy-v{version}" -> "selroll-policy-v3"). */
 void llmlink_model(const llmlink_t *l, int64_t v, char *out, size_t n);
 
+/* The names of the models that answered a slot's episode, each kept once: a step record's model
+ * points into them (one copy an episode, not one a step). */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} llmlink_names_t;
+
+/* llmlink_names_clear frees the names and empties the list. */
+void llmlink_names_clear(llmlink_names_t *names);
+
 /* llmlink_record puts what the answer resp says into the step cur (all but the action): its
  * text and reasoning (capped), usage, logprob and latency, the answering model and the policy
  * version that answered when it can be told, and with --tokens the token ids and logprobs (full:
  * the prompt's ids as the delta against the previous step's prompt and completion, kept in
- * *last_ids / *n_last_ids, owned by the caller; first: no previous step). Counts the tokens; a
- * model other than the one asked for at version v is counted and logged once. */
+ * *last_ids / *n_last_ids, owned by the caller; first: no previous step). cur->model points into
+ * names (the caller's, kept as long as cur). Counts the tokens; a model other than the one asked
+ * for at version v is counted and logged once. */
 void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool first,
-                    proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids);
+                    proto_result_step_t *cur, llmlink_names_t *names, int32_t **last_ids,
+                    size_t *n_last_ids);
 
 /* llmlink_check_start asks GET <policy>/v1/models; failed(arg, why) is called once when the
  * model is not served or the check cannot run (a transient failure asks again every second). */

@@ -9,6 +9,7 @@
 
 #include "common/afile.h"
 #include "common/envkind.h"
+#include "common/jsonscan.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
 
@@ -51,6 +52,9 @@ typedef struct {
     uint8_t ph;   /* S_SEG_PH: s_ph_t */
     uint32_t len; /* S_SEG_LIT */
     const char *lit;
+    const char *elit; /* S_SEG_LIT: the text escaped for a JSON string: lit itself when it needs no
+                       * escape, else a copy of the template's own (s_escape_lits) */
+    uint32_t elen;
 } s_seg_t;
 
 typedef struct {
@@ -75,6 +79,45 @@ static void s_put(s_buf_t *b, const char *s, size_t n)
     }
 }
 
+/* s_escape_of tells how byte c is written inside a JSON string, as jsonw writes it: 0 as it is,
+ * 'u' as \u00xx, else the letter after the backslash. */
+static char s_escape_of(unsigned char c)
+{
+    switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '\b': return 'b';
+    case '\f': return 'f';
+    case '\n': return 'n';
+    case '\r': return 'r';
+    case '\t': return 't';
+    default: return c < 0x20 ? 'u' : 0;
+    }
+}
+
+/* s_put_esc appends the n bytes at s escaped as the inside of a JSON string: the bytes jsonw_strn
+ * writes between its quotes. Escaping goes byte by byte, so the pieces of a text escaped one by
+ * one are the whole text escaped. */
+static void s_put_esc(s_buf_t *b, const char *s, size_t n)
+{
+    size_t run = 0;
+    for (size_t i = 0; (i = (size_t)(jsonscan_str_stop(s + i, s + n) - s)) < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e = s_escape_of(c);
+        s_put(b, s + run, i - run);
+        if (e == 'u') {
+            static const char hex[] = "0123456789abcdef";
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            s_put(b, u, sizeof u);
+        } else {
+            char x[2] = {'\\', e};
+            s_put(b, x, sizeof x);
+        }
+        run = i + 1;
+    }
+    s_put(b, s + run, n - run);
+}
+
 /* s_reserve makes room for n more bytes. */
 static void s_reserve(s_buf_t *b, size_t n)
 {
@@ -82,12 +125,6 @@ static void s_reserve(s_buf_t *b, size_t n)
         fputs("selroll: out of memory rendering a prompt\n", stderr);
         abort();
     }
-}
-
-static void s_puts(s_buf_t *b, const char *s)
-{
-    if (s)
-        s_put(b, s, strlen(s));
 }
 
 /* s_putu writes u in decimal. */
@@ -141,44 +178,61 @@ static const struct {
 typedef struct {
     const prompt_state_t *s;
     size_t n_prev, n_hist;
+    bool json; /* every text escaped for a JSON string (prompt_render_json_into) */
 } s_ctx_t;
 
 #define S_PUTL(b, lit) s_put((b), (lit), sizeof(lit) - 1)
+
+/* s_text appends the text t (NULL: none), escaped when c says so. */
+static void s_text(s_buf_t *b, const char *t, const s_ctx_t *c)
+{
+    if (!t)
+        return;
+    if (c->json)
+        s_put_esc(b, t, strlen(t));
+    else
+        s_put(b, t, strlen(t));
+}
 
 static void s_render_ph(s_buf_t *b, s_ph_t ph, const s_ctx_t *c)
 {
     const prompt_state_t *s = c->s;
     switch (ph) {
-    case S_PH_GOAL: s_puts(b, s->goal); break;
+    case S_PH_GOAL: s_text(b, s->goal, c); break;
     case S_PH_STEP: s_putu(b, c->n_prev + 1); break;
     case S_PH_NPREV: s_putu(b, c->n_prev); break;
     case S_PH_NHIST: s_putu(b, c->n_hist); break;
-    case S_PH_OBS: s_puts(b, s->current_obs); break;
+    case S_PH_OBS: s_text(b, s->current_obs, c); break;
     case S_PH_HISTORY:
         for (size_t i = c->n_prev - c->n_hist; i < c->n_prev; i++) {
             size_t k = i + 1;
-            if (i > c->n_prev - c->n_hist)
-                S_PUTL(b, "\n");
+            if (i > c->n_prev - c->n_hist) {
+                if (c->json)
+                    S_PUTL(b, "\\n");
+                else
+                    S_PUTL(b, "\n");
+            }
             S_PUTL(b, "[Observation ");
             s_putu(b, k);
             S_PUTL(b, ": '");
-            s_puts(b, s->history[i].obs);
+            s_text(b, s->history[i].obs, c);
             S_PUTL(b, "', Action ");
             s_putu(b, k);
             S_PUTL(b, ": '");
-            s_puts(b, s->history[i].action);
+            s_text(b, s->history[i].action, c);
             S_PUTL(b, "']");
         }
         break;
     case S_PH_ADM: {
+        size_t start = b->len;
         S_PUTL(b, "[");
         bool first = true;
         for (size_t i = 0; i < s->n_admissible; i++) {
             const char *a = s->admissible ? s->admissible[i] : NULL;
             if (!a || (a[0] == 'h' && strcmp(a, "help") == 0))
                 continue;
-            /* ", '" a "'" written in place: one copy an action, not three */
             size_t n = strlen(a);
+            /* ", '" a "'" written in place: one copy an action, not three */
             s_reserve(b, n + 4);
             char *o = (char *)b->data + b->len;
             if (!first) {
@@ -192,6 +246,17 @@ static void s_render_ph(s_buf_t *b, s_ph_t ph, const s_ctx_t *c)
             first = false;
         }
         S_PUTL(b, "]");
+        /* escaped: the list as written, checked in one pass; written again escaped when some
+         * action needs it (escaping goes byte by byte: the same as each piece escaped) */
+        const char *r0 = (const char *)b->data + start, *r1 = (const char *)b->data + b->len;
+        if (c->json && jsonscan_str_stop(r0, r1) != r1) {
+            size_t n = b->len - start;
+            char *plain = sr_xmalloc(n);
+            memcpy(plain, r0, n);
+            b->len = start;
+            s_put_esc(b, plain, n);
+            free(plain);
+        }
         break;
     }
     }
@@ -263,6 +328,32 @@ static int s_walk(const char *tmpl, s_segs_t *g, char *err, size_t errlen)
     return SR_OK;
 }
 
+/* s_escape_lits gives each literal segment of g its text escaped for a JSON string. */
+static void s_escape_lits(s_segs_t *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        s_seg_t *sg = &g->seg[i];
+        if (sg->kind != S_SEG_LIT)
+            continue;
+        sg->elit = sg->lit;
+        sg->elen = sg->len;
+        if (jsonscan_str_stop(sg->lit, sg->lit + sg->len) == sg->lit + sg->len)
+            continue;
+        s_buf_t e = SR_BUF_INIT;
+        s_put_esc(&e, sg->lit, sg->len);
+        sg->elit = (const char *)e.data;
+        sg->elen = (uint32_t)e.len;
+    }
+}
+
+static void s_segs_free(s_segs_t *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->seg[i].kind == S_SEG_LIT && g->seg[i].elit != g->seg[i].lit)
+            free((char *)g->seg[i].elit);
+    free(g->seg);
+}
+
 prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history_len, char *err,
                      size_t errlen)
 {
@@ -285,6 +376,8 @@ prompt_t *prompt_new(const char *system_tmpl, const char *user_tmpl, int history
     p->history_len = history_len < 0 ? PROMPT_DEFAULT_HISTORY : history_len;
     s_walk(p->system, &p->sys_segs, NULL, 0); /* checked above: cannot fail */
     s_walk(p->user, &p->user_segs, NULL, 0);
+    s_escape_lits(&p->sys_segs);
+    s_escape_lits(&p->user_segs);
     return p;
 }
 
@@ -379,8 +472,8 @@ void prompt_destroy(prompt_t **pp)
     prompt_t *p = *pp;
     free(p->system);
     free(p->user);
-    free(p->sys_segs.seg);
-    free(p->user_segs.seg);
+    s_segs_free(&p->sys_segs);
+    s_segs_free(&p->user_segs);
     free(p);
     *pp = NULL;
 }
@@ -398,7 +491,9 @@ static void s_render(const s_segs_t *g, const s_ctx_t *c, s_buf_t *b)
         const s_seg_t *sg = &g->seg[i];
         switch ((s_seg_kind_t)sg->kind) {
         case S_SEG_LIT:
-            if (emit)
+            if (emit && c->json)
+                s_put(b, sg->elit, sg->elen);
+            else if (emit)
                 s_put(b, sg->lit, sg->len);
             break;
         case S_SEG_PH:
@@ -414,11 +509,12 @@ static void s_render(const s_segs_t *g, const s_ctx_t *c, s_buf_t *b)
     b->len--;
 }
 
-int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system, sr_buf_t *user)
+static int s_render_both(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system,
+                         sr_buf_t *user, bool json)
 {
     if (!p || !s || !system || !user)
         return SR_EINVAL;
-    s_ctx_t ctx = {.s = s, .n_prev = s->history ? s->n_history : 0};
+    s_ctx_t ctx = {.s = s, .n_prev = s->history ? s->n_history : 0, .json = json};
     ctx.n_hist = SR_MIN(ctx.n_prev, (size_t)p->history_len);
     system->len = 0;
     user->len = 0;
@@ -426,6 +522,17 @@ int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *sys
         s_render(&p->sys_segs, &ctx, system);
     s_render(&p->user_segs, &ctx, user);
     return SR_OK;
+}
+
+int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system, sr_buf_t *user)
+{
+    return s_render_both(p, s, system, user, false);
+}
+
+int prompt_render_json_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system,
+                            sr_buf_t *user)
+{
+    return s_render_both(p, s, system, user, true);
 }
 
 int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t *out)

@@ -83,6 +83,12 @@ int prompt_render(const prompt_t *p, const prompt_state_t *s, prompt_messages_t 
  * argument is NULL. */
 int prompt_render_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system, sr_buf_t *user);
 
+/* prompt_render_json_into renders as prompt_render_into does, each text written as the inside of
+ * a JSON string: the bytes jsonw_strn writes between its quotes for prompt_render_into's texts
+ * (a chat body takes them as they are: llm_message_t.content_json). */
+int prompt_render_json_into(const prompt_t *p, const prompt_state_t *s, sr_buf_t *system,
+                            sr_buf_t *user);
+
 /* prompt_messages_clear frees both texts and nulls them. Accepts NULL. */
 void prompt_messages_clear(prompt_messages_t *m);
 

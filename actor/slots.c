@@ -43,11 +43,16 @@ typedef struct slot {
     llm_request_t *req;
     int64_t start_ms;
     char *goal;
-    char *obs;
+    const char *obs; /* the current observation: the last step record's (steps[n_steps - 1].obs),
+                      * else in owned */
+    char **owned;    /* texts the slot owns besides its steps: the RESET's observation, and one
+                      * longer than a step record keeps */
+    size_t n_owned, cap_owned;
+    llmlink_names_t models; /* the answering models' names, each once; steps[i].model points here */
     const char **adm; /* the admissible actions of obs_msg (s_take_obs) */
     size_t n_adm;
     proto_msg_t obs_msg; /* the last OBS, kept until the next one: adm points into it */
-    prompt_turn_t *hist; /* owned observations; each action is its step record's (steps[i]) */
+    prompt_turn_t *hist; /* each observation and action is a step record's or in owned */
     size_t n_hist, cap_hist;
     proto_result_step_t *steps; /* owned strings */
     size_t n_steps, cap_steps;
@@ -91,7 +96,7 @@ static void s_step_clear(proto_result_step_t *st)
     free((char *)st->raw);
     free((char *)st->obs);
     free((char *)st->reasoning);
-    free((char *)st->model);
+    /* st->model is the slot's (models) */
     free((void *)st->token_ids);
     free((void *)st->token_logprobs);
     free((void *)st->prompt_token_ids);
@@ -114,11 +119,12 @@ static void s_slot_clear(slot_t *s)
 {
     proto_msg_clear(&s->job);
     free(s->goal);
-    free(s->obs);
     s_adm_clear(s);
-    for (size_t i = 0; i < s->n_hist; i++)
-        free((char *)s->hist[i].obs); /* the actions are the step records' */
-    free(s->hist);
+    for (size_t i = 0; i < s->n_owned; i++)
+        free(s->owned[i]);
+    free(s->owned);
+    llmlink_names_clear(&s->models);
+    free(s->hist); /* its texts are the step records' or owned's */
     for (size_t i = 0; i < s->n_steps; i++)
         s_step_clear(&s->steps[i]);
     free(s->steps);
@@ -129,6 +135,17 @@ static void s_slot_clear(slot_t *s)
     memset(s, 0, sizeof *s);
     s->o = o;
     s->idx = idx;
+}
+
+/* s_own keeps the text t (new) for the slot's episode and returns it. */
+static const char *s_own(slot_t *s, char *t)
+{
+    if (s->n_owned == s->cap_owned) {
+        s->cap_owned = s->cap_owned ? s->cap_owned * 2 : 2;
+        s->owned = sr_xrealloc(s->owned, s->cap_owned * sizeof *s->owned);
+    }
+    s->owned[s->n_owned++] = t;
+    return t;
 }
 
 /* ---- env requests --------------------------------------------------------------------------------- */
@@ -334,7 +351,7 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
-                   &s->last_ids, &s->n_last_ids);
+                   &s->models, &s->last_ids, &s->n_last_ids);
     s->prompt_tokens += cur->prompt_tokens;
     s->completion_tokens += cur->completion_tokens;
     s->usage_unknown_steps += cur->usage_unknown;
@@ -366,7 +383,13 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .admissible = (const char *const *)s->adm,
         .n_admissible = s->n_adm,
     };
-    prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    /* Rendered escaped for the chat body (written into it as it is), unless the step records
+     * its messages as they read. */
+    bool json = !o->cfg.record_messages;
+    if (json)
+        prompt_render_json_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
+    else
+        prompt_render_into(o->cfg.prompt, &ps, &o->psys, &o->puser);
     prompt_messages_t pm = {.system = o->psys.len ? (char *)o->psys.data : NULL,
                             .user = (char *)o->puser.data};
     /* A model name holding "{version}" asks for the JOB's policy version explicitly, so that
@@ -390,6 +413,7 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .logprobs = true,
         .token_ids = o->cfg.tokens != ACTOR_TOKENS_OFF,
         .no_prompt_ids = o->cfg.tokens == ACTOR_TOKENS_COMPLETION,
+        .contents_json = json,
     };
     if (o->cfg.record_messages) {
         s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);
@@ -414,13 +438,10 @@ static void s_llm_ask(slots_t *o, slot_t *s)
 
 /* ---- the environment's turn --------------------------------------------------------------------- */
 
-/* s_take_obs copies an observation's text from the decoded OBS m and keeps m itself (moved into
- * the slot, m left zeroed) for its admissible list until the next OBS or the slot's end. */
+/* s_take_obs keeps the decoded OBS m (moved into the slot, m left zeroed) for its admissible list
+ * until the next OBS or the slot's end; its text is the caller's to keep (s->obs). */
 static void s_take_obs(slot_t *s, proto_msg_t *m)
 {
-    const proto_obs_t *ob = &m->u.obs;
-    free(s->obs);
-    s->obs = sr_xstrdup(ob->obs ? ob->obs : "");
     s_adm_clear(s);
     s->obs_msg = *m;
     memset(m, 0, sizeof *m);
@@ -436,6 +457,7 @@ static void s_on_reset_obs(slots_t *o, slot_t *s, proto_msg_t *m)
         goal += strlen(GOAL_PREFIX);
     free(s->goal);
     s->goal = sr_xstrdup(goal);
+    s->obs = s_own(s, sr_xstrdup(ob->obs ? ob->obs : ""));
     bool done = ob->done;
     s_take_obs(s, m); /* m (and ob) moved into the slot */
     if (done) {
@@ -480,7 +502,12 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
     st->i = (int64_t)s->n_steps - 1;
     st->has_t = true;
     st->t_ms = (double)clock_wall_us() / 1000.0;
-    st->obs = sr_xstrdup_max(ob->obs, PROTO_MAX_TEXT);
+    /* One copy of the observation: the step record's, which the next prompt reads too, unless
+     * the record keeps it cut (a text of PROTO_MAX_TEXT bytes or more: the prompt has it whole). */
+    const char *otext = ob->obs ? ob->obs : "";
+    size_t on = strlen(otext);
+    st->obs = on < PROTO_MAX_TEXT ? sr_xstrndup(otext, on) : sr_xstrdup_max(otext, PROTO_MAX_TEXT);
+    const char *next_obs = on < PROTO_MAX_TEXT ? st->obs : s_own(s, sr_xstrndup(otext, on));
     st->reward = ob->reward;
     st->done = ob->done;
     s->reward += ob->reward;
@@ -496,7 +523,7 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
     }
     s->hist[s->n_hist].obs = s->obs;
     s->hist[s->n_hist++].action = st->action; /* the step record's, freed with it */
-    s->obs = NULL;
+    s->obs = next_obs;
     bool done = ob->done;
     s_take_obs(s, m); /* m (and ob) moved into the slot */
 

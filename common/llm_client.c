@@ -104,6 +104,11 @@ void llm_client_destroy(llm_client_t **cp)
     llm_client_t *c = *cp;
     while (c->head)
         llm_req_free(c->head);
+    while (c->req_pool) {
+        llm_request_t *r = c->req_pool;
+        c->req_pool = r->next;
+        free(r);
+    }
     llm_h1_destroy(c);
     for (size_t i = 0; i < c->n_spare; i++)
         free(c->spare[i].p);
@@ -132,7 +137,14 @@ const char *llm_client_url(const llm_client_t *c)
 /* s_request_new makes a request of c whose answer goes to cb(arg), not yet started. */
 static llm_request_t *s_request_new(llm_client_t *c, llm_done_cb cb, void *arg)
 {
-    llm_request_t *r = sr_xcalloc(1, sizeof *r);
+    llm_request_t *r = c->req_pool;
+    if (r) {
+        c->req_pool = r->next;
+        c->n_req_pool--;
+        memset(r, 0, sizeof *r);
+    } else {
+        r = sr_xcalloc(1, sizeof *r);
+    }
     r->c = c;
     r->cb = cb;
     r->arg = arg;

@@ -86,6 +86,9 @@ typedef struct {
     bool token_ids; /* ask for the token ids too: "return_token_ids": true (vLLM, SGLang) */
     bool no_prompt_ids; /* with token_ids: "return_prompt_token_ids": false (SGLang's name; the
                            built-in server then leaves prompt_token_ids out; vLLM ignores it) */
+    bool contents_json; /* each message's content is the inside of a JSON string already (escaped
+                           as jsonw escapes: prompt_render_json_into), written into the body as it
+                           is */
 } llm_chat_t;
 
 /* The outcome of a request, valid only during the done callback. */

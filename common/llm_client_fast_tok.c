@@ -286,10 +286,10 @@ static inline uint64_t s_load8(const char *p)
     return v;
 }
 
-static inline uint32_t s_load4(const char *p)
+static inline uint16_t s_load2(const char *p)
 {
-    uint32_t v;
-    memcpy(&v, p, 4);
+    uint16_t v;
+    memcpy(&v, p, 2);
     return v;
 }
 
@@ -301,25 +301,34 @@ static inline uint32_t s_load4(const char *p)
 static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
 {
     static const char k_tok[] = "{\"token\":\"", k_lp[] = "\",\"logprob\":0}";
-    const uint64_t tok8 = s_load8(k_tok), lp8 = s_load8(k_lp);
-    const uint32_t lp4 = s_load4(k_lp + 8);
+    /* the entry's head {"token":" in a word and two bytes; its tail ","logprob":0} (14 bytes) in
+     * two words that overlap; the comma and the next '{' in two bytes */
+    const uint64_t tok8 = s_load8(k_tok), lp8 = s_load8(k_lp), lp8b = s_load8(k_lp + 6);
+    const uint16_t tok2 = s_load2(k_tok + 8), next2 = s_load2(",{");
     const char *p = r->p, *e = r->e, *done = NULL;
-    size_t got = 0;
+    size_t n = a->n_lp, cap = a->cap_lp;
+    float *lp = a->lp;
     /* 48 bytes: the entry's fixed 24, a piece within the word the scan loads, and the next '{' */
-    while (e - p >= 48 && s_load8(p) == tok8 && p[8] == ':' && p[9] == '"') {
+    while (e - p >= 48 && s_load8(p) == tok8 && s_load2(p + 8) == tok2) {
         const char *t = p + 10, *q = jsonscan_str_stop(t, e);
-        if (e - q < 16 || *q != '"' || (q - t >= 9 && memcmp(t, "token_id:", 9) == 0) ||
-            s_load8(q) != lp8 || s_load4(q + 8) != lp4 || q[12] != '0' || q[13] != '}')
+        /* q at the closing quote: s_load8(q) == lp8 says so (its first byte is '"') */
+        if (e - q < 16 || s_load8(q) != lp8 || s_load8(q + 6) != lp8b ||
+            (q - t >= 9 && memcmp(t, "token_id:", 9) == 0))
             break;
-        if (a->n_lp == a->cap_lp)
+        if (n == cap) {
+            a->n_lp = n;
             s_lp_grow(a);
-        a->lp[a->n_lp++] = 0;
-        got++;
+            cap = a->cap_lp;
+            lp = a->lp;
+        }
+        lp[n++] = 0;
         done = q + 14;
-        if (q[14] != ',' || q[15] != '{')
+        if (s_load2(q + 14) != next2)
             break;
         p = q + 15;
     }
+    size_t got = n - a->n_lp;
+    a->n_lp = n;
     if (got) {
         a->any = true;
         a->all_ids = false;

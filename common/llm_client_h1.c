@@ -389,6 +389,16 @@ static bool s_parse_head(llm_h1conn_t *k, const char *h, size_t len)
             ve--;
         size_t vl = (size_t)(ve - v);
         if (nl == 14 && strncasecmp(p, "content-length", 14) == 0) {
+            /* the usual value, up to 18 plain digits, read here; any other form by strtoll */
+            size_t d = 0;
+            unsigned long long x = 0;
+            while (d < vl && d < 18 && v[d] >= '0' && v[d] <= '9')
+                x = x * 10 + (unsigned)(v[d++] - '0');
+            if (d == vl && d > 0) {
+                k->has_len = true;
+                k->left = (size_t)x;
+                continue;
+            }
             char *end;
             char num[32];
             if (vl == 0 || vl >= sizeof num) {
@@ -610,16 +620,23 @@ void llm_h1_prepare(llm_request_t *r, sr_buf_t *b, size_t pad)
 {
     llm_client_t *c = r->c;
     size_t bl = b->len - pad;
-    char num[24];
-    int nl = snprintf(num, sizeof num, "%zu\r\n\r\n", bl);
+    /* the Content-Length's digits and the head's end, written backwards (no snprintf a request) */
+    char num[32];
+    size_t k = sizeof num;
+    memcpy(num + (k -= 4), "\r\n\r\n", 4);
+    do {
+        num[--k] = (char)('0' + bl % 10);
+        bl /= 10;
+    } while (bl);
+    size_t nl = sizeof num - k;
     /* the head goes right before the body: no copy of the body */
-    size_t off = pad - (size_t)nl - c->h1_head_len;
+    size_t off = pad - nl - c->h1_head_len;
     r->h1_base = (char *)b->data;
     r->h1_cap = b->cap;
     r->h1_out = r->h1_base + off;
     r->h1_len = b->len - off;
     memcpy(r->h1_out, c->h1_head, c->h1_head_len);
-    memcpy(r->h1_out + c->h1_head_len, num, (size_t)nl);
+    memcpy(r->h1_out + c->h1_head_len, num + k, nl);
     r->h1 = true;
     sr_buf_init(b);
 }

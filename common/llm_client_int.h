@@ -54,6 +54,9 @@ struct llm_request {
 
 typedef struct llm_h1conn llm_h1conn_t;
 
+/* Finished requests kept for reuse, at most. */
+#define LLM_REQ_POOL 64
+
 struct llm_client {
     CURLM *multi;
     llm_client_cfg_t cfg;
@@ -67,6 +70,9 @@ struct llm_client {
     int64_t curl_deadline_ms; /* -1 when curl wants no timer */
     llm_request_t *head;
     size_t pending;
+    /* finished requests kept for the next ones (linked by next): no calloc and free a request */
+    llm_request_t *req_pool;
+    size_t n_req_pool;
     size_t waiting; /* requests with retry_due_ms >= 0: the scans for due retries skip when 0 */
     CURL **idle;      /* finished easy handles kept for the next requests (their options set) */
     size_t n_idle;

@@ -32,7 +32,8 @@ struct llm_parsed {
 
 llm_parsed_t *llm_parsed_block(size_t text_room)
 {
-    llm_parsed_t *st = sr_xcalloc(1, sizeof *st + text_room);
+    llm_parsed_t *st = sr_xmalloc(sizeof *st + text_room); /* the text is written whole: */
+    memset(st, 0, sizeof *st);                               /* only the struct zeroed */
     st->inline_text = true;
     return st;
 }
@@ -112,6 +113,48 @@ char *llm_chat_body(const llm_chat_t *req)
     return (char *)b.data;
 }
 
+/* s_num writes d as jsonw_num writes it, from a copy of the text kept for the last value seen in
+ * slot k of this thread (the temperature and top_p of a job's every step: one conversion a job). */
+static void s_num(jsonw_t *w, double d, int k)
+{
+    static _Thread_local struct {
+        uint64_t bits;
+        bool set;
+        size_t n;
+        char text[40];
+    } cache[2];
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    if (!cache[k].set || cache[k].bits != bits) {
+        sr_buf_t t = SR_BUF_INIT;
+        jsonw_t tw;
+        jsonw_init(&tw, &t);
+        jsonw_num(&tw, d);
+        if (!jsonw_finish(&tw) || t.len >= sizeof cache[k].text) {
+            sr_buf_free(&t);
+            jsonw_num(w, d);
+            return;
+        }
+        memcpy(cache[k].text, t.data, t.len);
+        cache[k].n = t.len;
+        cache[k].bits = bits;
+        cache[k].set = true;
+        sr_buf_free(&t);
+    }
+    jsonw_raw(w, cache[k].text, cache[k].n);
+}
+
+/* s_role writes a message's role: the usual two as literals. */
+static void s_role(jsonw_t *w, const char *role)
+{
+    if (strcmp(role, "user") == 0)
+        jsonw_lit(w, "\"user\"");
+    else if (strcmp(role, "system") == 0)
+        jsonw_lit(w, "\"system\"");
+    else
+        jsonw_str(w, role);
+}
+
 bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
 {
     if (!req || !req->messages || req->n_messages == 0)
@@ -137,19 +180,25 @@ bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
         if (i)
             jsonw_lit(&w, ",");
         jsonw_lit(&w, "{\"role\":");
-        jsonw_str(&w, lm->role ? lm->role : "user");
+        s_role(&w, lm->role ? lm->role : "user");
         jsonw_lit(&w, ",\"content\":");
-        jsonw_str(&w, lm->content ? lm->content : "");
+        if (req->contents_json && lm->content) { /* escaped already */
+            jsonw_lit(&w, "\"");
+            jsonw_raw(&w, lm->content, strlen(lm->content));
+            jsonw_lit(&w, "\"");
+        } else {
+            jsonw_str(&w, lm->content ? lm->content : "");
+        }
         jsonw_lit(&w, "}");
     }
     jsonw_lit(&w, "]");
     if (req->temperature >= 0) {
         jsonw_lit(&w, ",\"temperature\":");
-        jsonw_num(&w, req->temperature);
+        s_num(&w, req->temperature, 0);
     }
     if (req->top_p >= 0) {
         jsonw_lit(&w, ",\"top_p\":");
-        jsonw_num(&w, req->top_p);
+        s_num(&w, req->top_p, 1);
     }
     if (req->max_tokens > 0) {
         jsonw_lit(&w, ",\"max_tokens\":");

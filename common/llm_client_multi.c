@@ -91,7 +91,13 @@ void llm_req_free(llm_request_t *r)
     free(r->body);
     llm_spare_give(c, r->resp, r->resp_cap);
     free(r->url);
-    free(r);
+    if (c->n_req_pool < LLM_REQ_POOL) { /* kept for the next request (s_request_new) */
+        r->next = c->req_pool;
+        c->req_pool = r;
+        c->n_req_pool++;
+    } else {
+        free(r);
+    }
 }
 
 void llm_spare_take(llm_client_t *c, char **p, size_t *cap)

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/proto.h"
 #include "common/sr.h"
+#include "common/sr_buf.h"
 #include "common/transport.h"
 #include "env_worker/envw.h"
 #include "policy/policy_server.h"
@@ -34,11 +35,30 @@ typedef struct {
     int port;
     atomic_int delay_ms;
     atomic_int hits;
+    atomic_int flip_models; /* answers rotate: "selroll-policy", "other-model" v7, v8 */
+    atomic_long tildes;     /* '~' bytes in the request bodies so far */
+    atomic_int posts;
     char url[64];
 } tpol_t;
 
 static const char POLICY_JSON[] =
     "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"selroll-policy\","
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+    "\"<think>nothing yet</think><action>look</action>\"},\"finish_reason\":\"stop\","
+    "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
+    "\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,\"total_tokens\":47}}";
+
+/* POLICY_JSON as another model answers it, at policy versions 7 and 8 */
+static const char POLICY_JSON_OTHER[] =
+    "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"other-model\","
+    "\"system_fingerprint\":\"selroll-policy-v7\","
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+    "\"<think>nothing yet</think><action>look</action>\"},\"finish_reason\":\"stop\","
+    "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
+    "\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":7,\"total_tokens\":47}}";
+static const char POLICY_JSON_OTHER8[] =
+    "{\"id\":\"c\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"other-model\","
+    "\"system_fingerprint\":\"selroll-policy-v8\","
     "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
     "\"<think>nothing yet</think><action>look</action>\"},\"finish_reason\":\"stop\","
     "\"logprobs\":{\"content\":[{\"token\":\"look\",\"logprob\":-0.25},{\"token\":\".\",\"logprob\":-0.5}]}}],"
@@ -54,14 +74,23 @@ static enum MHD_Result s_pol_handler(void *cls, struct MHD_Connection *conn, con
         return MHD_YES;
     }
     if (*upload_size) {
+        long t = 0;
+        for (size_t i = 0; i < *upload_size; i++)
+            t += upload[i] == '~';
+        atomic_fetch_add(&p->tildes, t);
         *upload_size = 0;
         return MHD_YES;
     }
-    atomic_fetch_add(&p->hits, 1);
+    int hit = atomic_fetch_add(&p->hits, 1);
     int delay = atomic_load(&p->delay_ms);
     if (delay > 0)
         usleep((useconds_t)delay * 1000);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(POLICY_JSON), (void *)POLICY_JSON,
+    (void)hit;
+    int post = strcmp(method, "POST") == 0 ? atomic_fetch_add(&p->posts, 1) : 0;
+    /* flip_models: the answers of "selroll-policy", then "other-model" at versions 7 and 8 */
+    static const char *const flip[3] = {POLICY_JSON, POLICY_JSON_OTHER, POLICY_JSON_OTHER8};
+    const char *body = atomic_load(&p->flip_models) ? flip[post % 3] : POLICY_JSON;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
                                                              MHD_RESPMEM_PERSISTENT);
     MHD_add_response_header(r, "Content-Type", "application/json");
     enum MHD_Result ret = MHD_queue_response(conn, 200, r);
@@ -1575,6 +1604,97 @@ static void test_record_messages_keeps_the_prompt_of_each_step(void **state)
     s_fx_fini(&f);
 }
 
+/* s_env_reply answers the env request tm (RESET or STEP) on the scripted env worker env with
+ * an OBS of text obs and the one admissible action "look". */
+static void s_env_reply(transport_sock_t *env, transport_msg_t *tm, const char *obs)
+{
+    size_t idlen, blen;
+    const void *id = transport_msg_head(tm, &idlen);
+    const void *body = transport_msg_body(tm, &blen);
+    proto_msg_t req;
+    proto_err_t perr;
+    assert_int_equal(proto_decode(body, blen, &req, &perr), SR_OK);
+    const char *adm[] = {"look"};
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_OBS);
+    m.u.obs.rid = req.type == PROTO_RESET ? req.u.reset.rid : req.u.step.rid;
+    m.u.obs.session = req.type == PROTO_RESET ? req.u.reset.session : req.u.step.session;
+    m.u.obs.obs = obs;
+    m.u.obs.admissible = adm;
+    m.u.obs.admissible_len = 1;
+    m.u.obs.goal = req.type == PROTO_RESET ? "Your task is to: look around." : NULL;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    assert_int_equal(transport_send_routed(env, id, idlen, b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+    proto_msg_clear(&req);
+}
+
+/* A step record keeps the observation the next prompt reads (one copy of it), cut below
+ * PROTO_MAX_TEXT bytes where the prompt has it whole; and the model that answered each step,
+ * when it changes within the episode too (a mismatch with the one asked for is counted), with
+ * the policy version its fingerprint names. */
+static void test_step_records_keep_observations_and_model_names(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    atomic_store(&f.pol.flip_models, 1);
+    char err[256];
+    transport_sock_t *env = transport_sock_new(f.ctx, ZMQ_ROUTER, NULL, err, sizeof err);
+    assert_non_null(env);
+    assert_int_equal(transport_bind(env, "tcp://127.0.0.1:*"), SR_OK);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 1);
+    const char *envs[] = {transport_sock_endpoint(env)};
+    c.env_workers = envs;
+    c.n_env_workers = 1;
+    c.record_messages = true;
+    s_fx_start(&f, &c);
+    s_co_welcome(&f, 10000, envs, 1);
+    s_co_job(&f, "r0000-g0000", 0, 1, 3, 0);
+    /* the longest text an OBS may carry, ending in a byte no prompt has otherwise */
+    char *big = malloc(PROTO_MAX_TEXT + 1);
+    memset(big, 'x', PROTO_MAX_TEXT);
+    big[PROTO_MAX_TEXT - 1] = '~';
+    big[PROTO_MAX_TEXT] = '\0';
+    const char *obs[] = {"you see a desk 1.", "you see a lamp 2.", big, "you see a shelf 3."};
+    for (int k = 0; k < 4; k++) { /* RESET, then three STEPs */
+        transport_msg_t tm;
+        assert_int_equal(transport_recv(env, &tm, 3000), SR_OK);
+        s_env_reply(env, &tm, obs[k]);
+        transport_msg_close(&tm);
+    }
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_RESULT, 3000, &m);
+    proto_result_t *r = &m.u.result;
+    assert_string_equal(r->status, "truncated");
+    assert_int_equal(r->steps_len, 3);
+    assert_string_equal(r->steps[0].obs, "you see a lamp 2.");
+    assert_int_equal(strlen(r->steps[1].obs), PROTO_MAX_TEXT - 1); /* cut: no '~' */
+    assert_null(strchr(r->steps[1].obs, '~'));
+    assert_string_equal(r->steps[2].obs, "you see a shelf 3.");
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(r->steps[i].model, i ? "other-model" : "selroll-policy");
+        /* the version the fingerprint names, read anew when it changes */
+        assert_int_equal(r->steps[i].has_served_version, i > 0);
+        if (i > 0)
+            assert_int_equal(r->steps[i].served_version, 6 + (int64_t)i);
+        assert_true(r->steps[i].messages_len >= 1);
+        /* each prompt reads the observation before its step, the step record's from step 1 on */
+        const char *u = r->steps[i].messages[r->steps[i].messages_len - 1].content;
+        assert_non_null(strstr(u, i < 2 ? obs[i] : "you see a lamp 2."));
+    }
+    /* the prompt of step 2 had the long observation whole (its last byte is '~') */
+    assert_true(atomic_load(&f.pol.tildes) >= 1);
+    proto_msg_clear(&m);
+    actor_stats_t st;
+    STATS_EVENTUALLY(&f, st, st.model_mismatch == 2);
+    assert_int_equal(st.model_mismatch, 2);
+    free(big);
+    transport_sock_destroy(&env); /* before the fixture terminates the context */
+    s_fx_fini(&f);
+}
+
 /* ---- against the real policy server ---------------------------------------------------------- */
 
 static policy_server_t *s_policy_real(bool cost_model, double time_scale, char *url, size_t n)
@@ -1703,6 +1823,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_rejects_bad_configuration),
+        cmocka_unit_test(test_step_records_keep_observations_and_model_names),
         cmocka_unit_test(test_no_welcome_fails_run_with_a_clear_error),
         cmocka_unit_test(test_jobs_run_and_report_every_step_with_actions_in_order),
         cmocka_unit_test(test_local_env_workers_run_and_cancel_in_process),

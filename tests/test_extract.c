@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const ADM[] = {
@@ -86,6 +87,98 @@ static void exact_match_is_the_first_admissible_that_normalises_equal(void **sta
         assert_int_equal(r.match, EXTRACT_MATCH_EXACT);
         extract_result_clear(&r);
         free(want);
+    }
+}
+
+/* The fuzzy match over actions longer and shorter than the rows kept on the stack (256
+ * columns): one typo in 300 characters is within the threshold, the distance is 1/300 either way
+ * round, and an action normalised to the candidate is an exact match. */
+static void fuzzy_match_over_long_actions(void **state)
+{
+    (void)state;
+    char longa[301], typo[301], text[400];
+    for (int i = 0; i < 300; i++)
+        longa[i] = (char)('a' + i % 26);
+    longa[300] = '\0';
+    memcpy(typo, longa, sizeof typo);
+    typo[150] = typo[150] == 'z' ? 'y' : 'z';
+    assert_true(fabs(extract_distance(longa, typo) - 1.0 / 300) < 1e-12);
+    assert_true(fabs(extract_distance("go to fridge 1", "go to fridge 2") - 1.0 / 14) < 1e-12);
+    const char *adm[] = {"look", "go to fridge 1", longa};
+    snprintf(text, sizeof text, "<action>%s</action>", typo);
+    extract_result_t r;
+    assert_int_equal(extract_action(text, adm, 3, -1, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_int_equal(r.index, 2);
+    assert_string_equal(r.action, longa);
+    assert_true(fabs(r.distance - 1.0 / 300) < 1e-12);
+    extract_result_clear(&r);
+    const char *adm2[] = {"look", "Go  To FRIDGE 2 ", "go to fridge 1"};
+    assert_int_equal(extract_action("<action>go to fridge 3</action>", adm2, 3, -1, &r), 0);
+    assert_int_equal(r.match, EXTRACT_MATCH_FUZZY);
+    assert_int_equal(r.index, 1); /* the first of two at the same distance */
+    assert_string_equal(r.action, "Go  To FRIDGE 2 ");
+    extract_result_clear(&r);
+}
+
+/* s_dp_distance: the edit distance by the full table, the reference. */
+static size_t s_dp_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t *d = malloc((la + 1) * (lb + 1) * sizeof *d);
+    for (size_t i = 0; i <= la; i++)
+        for (size_t j = 0; j <= lb; j++) {
+            size_t v;
+            if (i == 0 || j == 0) {
+                v = i + j;
+            } else {
+                size_t sub = d[(i - 1) * (lb + 1) + j - 1] + (a[i - 1] != b[j - 1]);
+                size_t del = d[(i - 1) * (lb + 1) + j] + 1, ins = d[i * (lb + 1) + j - 1] + 1;
+                v = sub < del ? sub : del;
+                v = v < ins ? v : ins;
+            }
+            d[i * (lb + 1) + j] = v;
+        }
+    size_t r = d[la * (lb + 1) + lb];
+    free(d);
+    return r;
+}
+
+/* extract_distance is the table's distance over the longer length, for random strings of 0..150
+ * bytes (the bit-parallel form up to 64 bytes on either side, the rows beyond) over a small
+ * alphabet and over every byte value. */
+static void distance_matches_the_full_table(void **state)
+{
+    (void)state;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    char a[160], b[160];
+    for (int round = 0; round < 4000; round++) {
+        size_t lens[2];
+        for (int k = 0; k < 2; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            lens[k] = round < 3000 ? (size_t)(x % 70) : (size_t)(x % 151);
+        }
+        bool wide = round % 4 == 3;
+        for (size_t i = 0; i < lens[0] || i < lens[1]; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char ca = wide ? (char)(1 + x % 255) : (char)('a' + x % 4);
+            char cb = wide ? (char)(1 + (x >> 16) % 255) : (char)('a' + (x >> 16) % 4);
+            if (i < lens[0])
+                a[i] = ca;
+            if (i < lens[1])
+                b[i] = (x >> 40) % 3 == 0 && i < lens[0] ? a[i] : cb; /* some shared bytes */
+        }
+        a[lens[0]] = '\0';
+        b[lens[1]] = '\0';
+        size_t longer = lens[0] > lens[1] ? lens[0] : lens[1];
+        double want = longer ? (double)s_dp_distance(a, b) / (double)longer : 0.0;
+        if (extract_distance(a, b) != want || extract_distance(b, a) != want)
+            fail_msg("distance of '%s' and '%s': %g, the table says %g", a, b,
+                     extract_distance(a, b), want);
     }
 }
 
@@ -341,6 +434,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(empty_and_null_answers_are_format_errors),
     cmocka_unit_test(huge_answer_does_not_blow_up),
     cmocka_unit_test(distance_is_levenshtein_over_longer_length),
+    cmocka_unit_test(fuzzy_match_over_long_actions),
+    cmocka_unit_test(distance_matches_the_full_table),
 };
 
 HARNESS_MAIN("extract", tests)

@@ -53,6 +53,35 @@ static void fields_are_the_values_cjson_finds(void **state)
     s_check_same("{\"x\":\"\\\\\\\\\",\"won\":true}");
 }
 
+/* jsonscan_str_stop finds the first quote, backslash or byte below 0x20 as a byte-by-byte scan
+ * does: each stop byte at each position of runs of 0..80 bytes (the 16- and 8-byte steps and
+ * the tail), among plain ASCII and bytes of 0x80 and above, with no stop at all too. */
+static void str_stop_finds_the_first_byte_a_string_cannot_hold(void **state)
+{
+    (void)state;
+    static const unsigned char stops[] = {'"', '\\', 0x00, 0x01, 0x0a, 0x1f};
+    static const unsigned char fill[] = {'a', ' ', 0x20, 0x7f, 0x80, 0xe9, 0xff, '#', '[', ']'};
+    char buf[96];
+    for (size_t len = 0; len <= 80; len++) {
+        for (size_t f = 0; f < sizeof fill; f++) {
+            for (size_t i = 0; i < len; i++)
+                buf[i] = (char)fill[(f + i) % sizeof fill];
+            assert_ptr_equal(jsonscan_str_stop(buf, buf + len), buf + len);
+            for (size_t at = 0; at < len; at++) {
+                for (size_t k = 0; k < sizeof stops; k++) {
+                    char keep = buf[at];
+                    buf[at] = (char)stops[k];
+                    if (at + 1 < len && k % 2) /* a second stop after the first */
+                        buf[len - 1] = '"';
+                    assert_ptr_equal(jsonscan_str_stop(buf, buf + len), buf + at);
+                    buf[at] = keep;
+                    buf[len - 1] = (char)fill[(f + len - 1) % sizeof fill];
+                }
+            }
+        }
+    }
+}
+
 static void malformed_text_is_refused(void **state)
 {
     (void)state;
@@ -96,6 +125,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fields_are_the_values_cjson_finds),
         cmocka_unit_test(malformed_text_is_refused),
+        cmocka_unit_test(str_stop_finds_the_first_byte_a_string_cannot_hold),
     };
     return harness_run_("jsonscan", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -8,7 +8,9 @@
  */
 #include "tests/harness.h"
 
+#include "common/jsonw.h"
 #include "common/llm_client.h"
+#include "common/sr_buf.h"
 #include "common/sr.h"
 
 #include <arpa/inet.h>
@@ -467,6 +469,50 @@ static void base_urls_are_normalised(void **state)
     assert_null(llm_client_new(NULL, NULL, NULL));
 }
 
+/* Messages whose contents come escaped already (contents_json) make the same body byte for byte
+ * as the plain ones, for texts with every kind of escape. */
+static void escaped_contents_make_the_same_body(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "You are an expert agent.", "", "a \"quote\", a \\ and /", "line\nbreak\r\n\ttab\b\f",
+        "ctl \x01\x1f and caf\xc3\xa9 \xe2\x82\xac",
+        "Your task is to: put a clean lettuce in diningtable.\nThis is the first step."};
+    size_t nt = SR_ARRAY_LEN(texts);
+    for (size_t i = 0; i < nt; i++) {
+        llm_message_t plain[2] = {{"system", texts[i]}, {"user", texts[(i + 1) % nt]}};
+        llm_message_t esc[2] = {{"system", NULL}, {"user", NULL}};
+        char *own[2];
+        for (int k = 0; k < 2; k++) {
+            sr_buf_t b = SR_BUF_INIT;
+            jsonw_t w;
+            jsonw_init(&w, &b);
+            jsonw_str(&w, plain[k].content);
+            own[k] = jsonw_finish(&w);
+            size_t len = strlen(own[k]);
+            memmove(own[k], own[k] + 1, len - 2); /* the quotes off */
+            own[k][len - 2] = '\0';
+            esc[k].content = own[k];
+        }
+        for (size_t n = 1; n <= 2; n++) {
+            llm_chat_t chat = s_chat();
+            chat.messages = plain + 2 - n;
+            chat.n_messages = n;
+            char *want = llm_chat_body(&chat);
+            chat.messages = esc + 2 - n;
+            chat.contents_json = true;
+            char *got = llm_chat_body(&chat);
+            assert_non_null(want);
+            assert_non_null(got);
+            assert_string_equal(got, want);
+            free(want);
+            free(got);
+        }
+        free(own[0]);
+        free(own[1]);
+    }
+}
+
 static void request_body_carries_the_openai_fields(void **state)
 {
     (void)state;
@@ -604,7 +650,8 @@ static void request_body_is_byte_for_byte_what_cjson_prints(void **state)
     chat.stop = stop;
     chat.n_stop = 4;
     chat.logprobs = true;
-    const double temps[] = {0, 0.7, 1, 1.3333333333333333, -1};
+    /* changing and repeated values (the writer keeps the text of the last one) */
+    const double temps[] = {0, 0.7, 1, 1.3333333333333333, -1, -0.0, 0.30000000000000004, 1e-7, 0, 0.7};
     const int64_t seeds[] = {0, 1, 2147483647, 2147483648, 1234567890123456789, INT64_MAX};
     for (size_t t = 0; t < SR_ARRAY_LEN(temps); t++) {
         for (size_t k = 0; k < SR_ARRAY_LEN(seeds); k++) {
@@ -1582,6 +1629,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(scanned_ids_and_logprobs_equal_what_the_parser_reads),
     cmocka_unit_test(base_urls_are_normalised),
     cmocka_unit_test(request_body_carries_the_openai_fields),
+    cmocka_unit_test(escaped_contents_make_the_same_body),
     cmocka_unit_test(request_body_is_byte_for_byte_what_cjson_prints),
     cmocka_unit_test(each_server_success_shape_parses),
     cmocka_unit_test(logprobs_present_are_summed),

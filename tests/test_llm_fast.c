@@ -295,6 +295,34 @@ static void long_answers_read_in_runs_as_the_tree_reads_them(void **state)
     free(mut);
 }
 
+/* Every byte of a lean logprobs entry in the middle of a run, and the comma after it, changed to
+ * each of a few others (the bytes the run's word compares look at among them): both paths agree,
+ * whether the run reads on, stops there or the body leaves the subset. */
+static void each_byte_of_a_lean_entry_changed_reads_the_same_both_ways(void **state)
+{
+    (void)state;
+    char *buf = malloc(96 * 40 + 1024), *mut = malloc(96 * 40 + 1024);
+    size_t len = s_long_body(buf, 40, false);
+    const char *at = strstr(buf, "{\"token\":\" the\",\"logprob\":0},{\"token\":\"<\"");
+    assert_non_null(at);
+    size_t from = (size_t)(at - buf), to = from + strlen("{\"token\":\" the\",\"logprob\":0},{");
+    static const char repl[] = "{}\"',: 0-1xtl\\\x01";
+    int same = 0;
+    for (size_t i = from; i < to; i++) {
+        for (size_t k = 0; k < sizeof repl - 1; k++) {
+            if (buf[i] == repl[k])
+                continue;
+            memcpy(mut, buf, len);
+            mut[i] = repl[k];
+            s_check(mut, len);
+            same++;
+        }
+    }
+    assert_true(same > 300);
+    free(buf);
+    free(mut);
+}
+
 /* The arrays an answer carries can be taken over by the caller, once: they outlive the store;
  * what was not taken is the store's to free. Both paths (one-pass, and the tree's for a body
  * outside the subset). */
@@ -409,6 +437,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(numbers_read_as_strtod_reads_them),
     cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
+    cmocka_unit_test(each_byte_of_a_lean_entry_changed_reads_the_same_both_ways),
     cmocka_unit_test(each_shape_the_actor_meets_is_read_in_one_pass_as_the_tree_reads_it),
     cmocka_unit_test(every_fixture_reads_the_same_both_ways),
     cmocka_unit_test(mutated_bodies_read_the_same_both_ways),

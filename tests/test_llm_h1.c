@@ -335,6 +335,41 @@ static void http10_close_delimited_and_100_continue_answers_are_read(void **stat
     s_stop(&s);
 }
 
+/* Content-Length in each form: plain digits (read without strtoll), leading zeros, a sign,
+ * spaces around it; a value with a stray byte or a negative one is the server's error. */
+static void content_lengths_in_every_form(void **state)
+{
+    (void)state;
+    const reply_t replies[] = {
+        {{"HTTP/1.1 200 OK\r\nContent-Length: 61\r\n\r\n", BODY}, false},
+        {{"HTTP/1.1 200 OK\r\ncontent-length:0000000000000000061\r\n\r\n", BODY}, false},
+        {{"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: \t +61 \r\n\r\n", BODY}, false},
+        {{"HTTP/1.1 200 OK\r\nContent-Length: 61x\r\n\r\n", BODY}, true},
+        {{"HTTP/1.1 200 OK\r\nContent-Length: -61\r\n\r\n", BODY}, true},
+    };
+    srv_t s;
+    s_start(&s, replies, 5);
+    loop_t l;
+    llm_client_t *c = s_client(&l, &s, 30000);
+    llm_chat_t chat = s_chat();
+    for (int i = 0; i < 5; i++) {
+        seen_t seen = {0};
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        s_run(&l, &seen.calls, 3000);
+        assert_int_equal(seen.calls, 1);
+        if (i < 3) {
+            assert_int_equal(seen.rc, 0);
+            assert_string_equal(seen.content, "<action>look</action>");
+        } else {
+            assert_int_equal(seen.rc, SR_EIO);
+            assert_string_equal(seen.error, "connection error: Invalid Content-Length: value");
+            assert_int_equal(seen.attempts, 1);
+        }
+    }
+    llm_client_destroy(&c);
+    s_stop(&s);
+}
+
 static void a_kept_connection_the_server_closed_is_replaced_without_an_attempt(void **state)
 {
     (void)state;
@@ -487,6 +522,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(http10_close_delimited_and_100_continue_answers_are_read),
     cmocka_unit_test(a_kept_connection_the_server_closed_is_replaced_without_an_attempt),
     cmocka_unit_test(retry_after_as_an_http_date_is_waited_for),
+    cmocka_unit_test(content_lengths_in_every_form),
 };
 
 HARNESS_MAIN("llm_h1", tests)

@@ -5,6 +5,9 @@
 #include "tests/harness.h"
 
 #include "actor/prompt.h"
+#include "common/jsonw.h"
+#include "common/sr.h"
+#include "common/sr_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,43 @@ static const char OPENING[] =
 
 static const char *const ADM1[] = {"go to cabinet 1", "go to countertop 1", "go to diningtable 1",
                                    "go to fridge 1", "go to sinkbasin 1", "help", "inventory", "look"};
+
+/* s_escaped returns text escaped as jsonw_strn escapes a string, without its quotes (new). */
+static char *s_escaped(const char *text, size_t n)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    jsonw_t w;
+    jsonw_init(&w, &b);
+    jsonw_strn(&w, text, n);
+    char *out = jsonw_finish(&w);
+    assert_non_null(out);
+    size_t len = strlen(out);
+    assert_true(len >= 2 && out[0] == '"' && out[len - 1] == '"');
+    memmove(out, out + 1, len - 2);
+    out[len - 2] = '\0';
+    return out;
+}
+
+/* s_json_same checks that prompt_render_json_into gives prompt_render_into's texts escaped. */
+static void s_json_same(const prompt_t *p, const prompt_state_t *st)
+{
+    sr_buf_t sys = SR_BUF_INIT, user = SR_BUF_INIT, jsys = SR_BUF_INIT, juser = SR_BUF_INIT;
+    assert_int_equal(prompt_render_into(p, st, &sys, &user), 0);
+    assert_int_equal(prompt_render_json_into(p, st, &jsys, &juser), 0);
+    char *want_sys = s_escaped(sys.len ? (char *)sys.data : "", sys.len);
+    char *want_user = s_escaped((char *)user.data, user.len);
+    assert_int_equal(jsys.len, strlen(want_sys));
+    if (jsys.len)
+        assert_string_equal((char *)jsys.data, want_sys);
+    assert_int_equal(juser.len, strlen(want_user));
+    assert_string_equal((char *)juser.data, want_user);
+    free(want_sys);
+    free(want_user);
+    sr_buf_free(&sys);
+    sr_buf_free(&user);
+    sr_buf_free(&jsys);
+    sr_buf_free(&juser);
+}
 
 static const char GOLDEN_STEP1[] =
     "Your task is to: put a clean lettuce in diningtable.\n"
@@ -199,6 +239,46 @@ static char *s_write_tmp(const char *text)
     return path;
 }
 
+/* The escaped render is the plain one escaped for a JSON string, byte for byte: the default
+ * template and one whose literal text needs escapes, at every history length, with texts holding
+ * quotes, backslashes, line breaks, control bytes and UTF-8, and admissible actions with and
+ * without escapes ("help" left out). */
+static void json_render_is_the_plain_render_escaped(void **state)
+{
+    (void)state;
+    static const char odd_user[] =
+        "Goal:\t\"{goal}\"\\ {{x}}\n{#history}H{n_hist}/{n_prev}:\n{history}\x01\n{/history}"
+        "{^history}none\r\n{/history}Step {step}: {current_obs}\nActions: {admissible}\x1f";
+    prompt_t *ps[3];
+    char err[256];
+    ps[0] = prompt_new(NULL, NULL, -1, err, sizeof err);
+    ps[1] = prompt_new("Sys \"quoted\"\n\\ {goal}", odd_user, 3, err, sizeof err);
+    ps[2] = prompt_new("", odd_user, 0, err, sizeof err);
+    static const char *const texts[] = {
+        "plain text of some length, longer than sixteen bytes for the wide scan",
+        "", "a \"quote\" and a \\ backslash", "line\nbreaks\r\nand\ttabs\b\f",
+        "ctl \x01\x02\x1f bytes", "caf\xc3\xa9 \xe2\x82\xac UTF-8 / slash"};
+    const char *adm[] = {"go to \"cabinet\" 1", "help", "look", "take a\\b", "line\nbreak",
+                         "open drawer 1"};
+    prompt_turn_t hist[6];
+    size_t nt = SR_ARRAY_LEN(texts);
+    for (size_t k = 0; k < 3; k++) {
+        assert_non_null(ps[k]);
+        for (size_t n = 0; n <= 6; n++) {
+            for (size_t i = 0; i < n; i++)
+                hist[i] = (prompt_turn_t){texts[(i + n) % nt], texts[(i + 2 * n + 1) % nt]};
+            prompt_state_t st = {.goal = texts[(n + k) % nt], .history = hist, .n_history = n,
+                                 .current_obs = texts[(n + 3) % nt], .admissible = adm,
+                                 .n_admissible = n % 2 ? SR_ARRAY_LEN(adm) : 3};
+            s_json_same(ps[k], &st);
+            st.goal = NULL;
+            st.current_obs = NULL;
+            s_json_same(ps[k], &st);
+        }
+        prompt_destroy(&ps[k]);
+    }
+}
+
 static void template_file_loads_system_and_user_parts(void **state)
 {
     (void)state;
@@ -329,6 +409,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(history_length_is_configurable),
     cmocka_unit_test(custom_template_placeholders_render),
     cmocka_unit_test(malformed_templates_are_refused_with_reason),
+    cmocka_unit_test(json_render_is_the_plain_render_escaped),
     cmocka_unit_test(template_file_loads_system_and_user_parts),
     cmocka_unit_test(bad_template_files_are_refused_with_reason),
     cmocka_unit_test(default_template_file_in_docs_equals_builtin),
