@@ -58,8 +58,12 @@ const char *proto_type_name(proto_type_t type)
 
 proto_type_t proto_type_from_n(const char *name, size_t len)
 {
+    if (len == 0)
+        return PROTO_NONE;
+    /* the length and the first letter tell most names apart without a call */
     for (int t = PROTO_NONE + 1; t < PROTO_TYPE_COUNT; t++)
-        if (s_type_names[t].n == len && memcmp(s_type_names[t].s, name, len) == 0)
+        if (s_type_names[t].n == len && s_type_names[t].s[0] == name[0] &&
+            memcmp(s_type_names[t].s, name, len) == 0)
             return (proto_type_t)t;
     return PROTO_NONE;
 }

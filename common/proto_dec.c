@@ -280,11 +280,9 @@ int proto_map_open(proto_dec_t *d, const proto_obj_t *o, proto_map_t *m)
         }
         seen |= bit;
         kv->v = q;
-        uint8_t b = q < d->end ? *q : 0xc1;
-        if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(d->end - q))
-            q += 1 + (b & 0x1f); /* a short string */
-        else if (b <= 0x7f || b == 0xc2 || b == 0xc3)
-            q++; /* a small integer, a boolean */
+        size_t w = proto_quick_size(q, d->end); /* a short string, a number, a boolean */
+        if (w)
+            q += w;
         else if (!(q = s_skip(q, d->end, 1)))
             return s_broken(d);
     }
@@ -316,7 +314,8 @@ static const uint8_t *s_find(const proto_map_t *map, const proto_key_t *k)
         for (uint32_t j = 0; j < map->n; j++) {
             uint32_t i = start + j < map->n ? start + j : start + j - map->n;
             const proto_kv_t *kv = &map->kv[i];
-            if (kv->kn == n && s_keq(kv->k, key, n)) {
+            if (kv->kn == n && proto_key_word(kv->k, n, map->end) == k->w &&
+                (n <= 8 || s_keq(kv->k + 8, key + 8, n - 8))) {
                 if (kv->dup) {
                     for (uint32_t f = 0; f < i; f++)
                         if (map->kv[f].kn == n && memcmp(map->kv[f].k, key, n) == 0)
@@ -345,8 +344,31 @@ static const uint8_t *s_find(const proto_map_t *map, const proto_key_t *k)
  * value is nil. */
 bool proto_dec_get_k(const proto_map_t *map, const proto_key_t *k, proto_obj_t *o)
 {
-    const uint8_t *v = s_find(map, k);
-    if (!v || !s_read(v, map->end, o, false))
+    const uint8_t *v = NULL;
+    /* Fields are read in the order they are written: the entry after the last one found is
+     * most often the key (and, not repeated, the one that counts) */
+    uint32_t i = map->next;
+    if (map->indexed && i < map->n) {
+        const proto_kv_t *kv = &map->kv[i];
+        size_t n = k->n;
+        if (kv->kn == n && !kv->dup && proto_key_word(kv->k, n, map->end) == k->w &&
+            (n <= 8 || s_keq(kv->k + 8, k->s + 8, n - 8))) {
+            ((proto_map_t *)map)->next = i + 1; /* maps are the decoder's own, never const */
+            v = kv->v;
+        }
+    }
+    if (!v && !(v = s_find(map, k)))
+        return false;
+    if (v >= map->end)
+        return false;
+    uint8_t b = *v;
+    if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(map->end - v)) {
+        o->type = PROTO_O_STR; /* a short string, read here */
+        o->n = b & 0x1f;
+        o->p = v + 1;
+        return true;
+    }
+    if (!s_read(v, map->end, o, false))
         return false;
     return o->type != PROTO_O_NIL;
 }
@@ -406,12 +428,19 @@ static bool s_utf8_ok(const uint8_t *s, size_t n)
 static bool s_ascii(const uint8_t *s, size_t n)
 {
     size_t i = 0;
-    for (; n - i >= 8; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        /* a high bit, or a zero byte (the classic has-zero-byte test) */
-        if ((w | ((w - 0x0101010101010101ull) & ~w)) & 0x8080808080808080ull)
-            return false;
+    if (n >= 8) {
+        /* words, the last one overlapping the one before it: no byte loop */
+        for (;; i += 8) {
+            if (i > n - 8)
+                i = n - 8;
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            /* a high bit, or a zero byte (the classic has-zero-byte test) */
+            if ((w | ((w - 0x0101010101010101ull) & ~w)) & 0x8080808080808080ull)
+                return false;
+            if (i == n - 8)
+                return true;
+        }
     }
     for (; i < n; i++)
         if (s[i] == 0 || s[i] >= 0x80)
@@ -431,10 +460,21 @@ static bool s_str_good(const proto_dec_t *d, const proto_obj_t *o, proto_strkind
 static char *s_copy(proto_dec_t *d, const uint8_t *p, size_t n)
 {
     char *s = proto_arena_alloc(&d->arena, n + 1);
-    if (s) {
+    if (!s)
+        return NULL;
+    /* A short string is copied a word at a time, as many words as the arena gave it (n + 1
+     * rounded up to 8), when the message has that many bytes from p: no call. */
+    size_t room = (n + 8) & ~(size_t)7;
+    if (room <= 32 && (size_t)(d->end - p) >= room) {
+        for (size_t i = 0; i < room; i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            memcpy(s + i, &w, 8);
+        }
+    } else {
         memcpy(s, p, n);
-        s[n] = '\0';
     }
+    s[n] = '\0';
     return s;
 }
 
@@ -621,6 +661,11 @@ static const char *s_elem_name(char *buf, size_t n, const char *key, size_t i)
     return buf;
 }
 
+/* s_str_array reads an array of strings in two passes: every element is checked where it lies
+ * (the same checks and errors as proto_dec_str_obj), then the array's bytes are copied into the
+ * message's memory at once and each string ends where the next one's header was: that header's
+ * first byte becomes the NUL (the last string's NUL is one byte past the copy). One copy an
+ * array instead of one a string. */
 static int s_str_array(proto_dec_t *d, const proto_map_t *map, const char *key, size_t max,
                        proto_strkind_t kind, bool required, const char ***out, size_t *len)
 {
@@ -630,38 +675,53 @@ static int s_str_array(proto_dec_t *d, const proto_map_t *map, const char *key, 
     if (!found)
         return SR_OK;
     PROTO_TRY(proto_dec_alloc(d, key, a.n, sizeof(char *), out));
+    if (a.n == 0)
+        return SR_OK;
     char name[96];
     const uint8_t *q = a.p;
     size_t limit = proto_limit_of(kind, d->max_text);
     for (uint32_t i = 0; i < a.n; i++) {
-        /* a short ASCII string (most lists) is read from its header here */
+        /* a short ASCII string (most lists) is checked from its header here */
         if (q < d->end && (*q & 0xe0) == 0xa0) {
             size_t n = *q & 0x1f;
             const uint8_t *sp = q + 1;
             if (n <= (size_t)(d->end - sp) && n <= limit && s_ascii(sp, n)) {
-                char *s = s_copy(d, sp, n);
-                if (s) {
-                    (*out)[i] = s;
-                    *len = i + 1;
-                    q = sp + n;
-                    continue;
-                }
+                q = sp + n;
+                continue;
             }
         }
         proto_obj_t o;
         PROTO_TRY(proto_dec_next(d, &q, &o));
-        if (s_str_good(d, &o, kind)) { /* the element's name is formatted only for an error */
-            char *s = s_copy(d, o.p, o.n);
-            if (s) {
-                (*out)[i] = s;
-                *len = i + 1;
-                continue;
-            }
-        }
+        if (s_str_good(d, &o, kind)) /* the element's name is formatted only for an error */
+            continue;
+        const char *ignored = NULL;
         PROTO_TRY(proto_dec_str_obj(d, &o, s_elem_name(name, sizeof name, key, i), kind,
-                                    (const char **)&(*out)[i]));
-        *len = i + 1;
+                                    &ignored));
     }
+    size_t span = (size_t)(q - a.p);
+    uint8_t *copy = proto_arena_alloc(&d->arena, span + 1);
+    if (!copy)
+        return proto_fail(d->err, &d->path, key, SR_ENOMEM, "out of memory");
+    memcpy(copy, a.p, span);
+    const uint8_t *r = a.p;
+    for (uint32_t i = 0; i < a.n; i++) {
+        const uint8_t *sp;
+        size_t n;
+        if ((*r & 0xe0) == 0xa0) {
+            n = *r & 0x1f;
+            sp = r + 1;
+        } else {
+            proto_obj_t o;
+            if (!proto_obj_read(r, d->end, &o))
+                return s_broken(d);
+            sp = o.p;
+            n = o.n;
+        }
+        (*out)[i] = (const char *)copy + (sp - a.p);
+        copy[(size_t)(sp - a.p) + n] = '\0';
+        r = sp + n;
+    }
+    *len = a.n;
     return SR_OK;
 }
 

@@ -84,6 +84,27 @@ typedef struct {
     bool dup;         /* an equal key comes earlier in the map (that one counts) */
 } proto_kv_t;
 
+/* proto_key_word is the first eight bytes of the key of n bytes at k as one number, byte i in
+ * bits 8i..8i+7, zeros past the key's end (end: the end of the buffer the key is in). A lookup
+ * compares it with PROTO_KEY_WORD of the name instead of the bytes one by one. */
+static inline uint64_t proto_key_word(const uint8_t *k, size_t n, const uint8_t *end)
+{
+    uint64_t w = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if ((size_t)(end - k) >= 8) {
+        memcpy(&w, k, 8);
+        if (n < 8)
+            w &= n ? ~(uint64_t)0 >> (64 - 8 * n) : 0;
+        return w;
+    }
+#else
+    (void)end;
+#endif
+    for (size_t i = 0; i < n && i < 8; i++)
+        w |= (uint64_t)k[i] << (8 * i);
+    return w;
+}
+
 typedef struct {
     const uint8_t *p; /* the first entry */
     const uint8_t *end;
@@ -99,6 +120,35 @@ typedef struct {
 static inline uint64_t proto_key_bit(const uint8_t *k, size_t n)
 {
     return n ? (uint64_t)1 << ((n * 7u + k[0] * 3u + k[n - 1]) & 63u) : 1u;
+}
+
+/* proto_fixed_size[b - 0xc0] is the whole size of a value whose first byte b (0xc0..0xdf) fixes
+ * it: nil, booleans, floats and sized integers; 0 for the others (0xc1, strings, binaries,
+ * extensions, arrays, maps: their headers must be read). */
+static const uint8_t proto_fixed_size[32] = {
+    [0x00] = 1, [0x02] = 1, [0x03] = 1,             /* nil, false, true */
+    [0x0a] = 5, [0x0b] = 9,                         /* float32, float64 */
+    [0x0c] = 2, [0x0d] = 3, [0x0e] = 5, [0x0f] = 9, /* uint8..uint64 */
+    [0x10] = 2, [0x11] = 3, [0x12] = 5, [0x13] = 9, /* int8..int64 */
+};
+
+/* proto_quick_size returns the size of the value at p when it is a short string or a value of
+ * fixed size that fits before end (no header to decode, within every limit), else 0. */
+static inline size_t proto_quick_size(const uint8_t *p, const uint8_t *end)
+{
+    if (p >= end)
+        return 0;
+    uint8_t b = *p;
+    size_t w;
+    if ((b & 0xe0) == 0xa0)
+        w = 1 + (size_t)(b & 0x1f);
+    else if (b <= 0x7f || b >= 0xe0)
+        w = 1;
+    else if (b >= 0xc0)
+        w = proto_fixed_size[b - 0xc0];
+    else
+        return 0;
+    return w <= (size_t)(end - p) ? w : 0;
 }
 
 /* proto_scan_msg is pass 1 over the len bytes of an encoded map at p: SR_OK, or the error in err
@@ -161,9 +211,15 @@ typedef struct {
     const char *s;
     size_t n;
     uint64_t bit;
+    uint64_t w; /* proto_key_word of the name */
 } proto_key_t;
+#define PROTO_KB_(key, i) (strlen(key) > (i) ? (uint64_t)(uint8_t)(key)[i] << (8 * (i)) : 0)
+#define PROTO_KEY_WORD(key)                                                                    \
+    (PROTO_KB_(key, 0) | PROTO_KB_(key, 1) | PROTO_KB_(key, 2) | PROTO_KB_(key, 3) |           \
+     PROTO_KB_(key, 4) | PROTO_KB_(key, 5) | PROTO_KB_(key, 6) | PROTO_KB_(key, 7))
 #define PROTO_KEY(key)                                                                         \
-    (&(const proto_key_t){(key), strlen(key), proto_key_bit((const uint8_t *)(key), strlen(key))})
+    (&(const proto_key_t){(key), strlen(key), proto_key_bit((const uint8_t *)(key), strlen(key)), \
+                          PROTO_KEY_WORD(key)})
 
 /* The field readers take the key's name (a macro makes its proto_key_t). */
 #define proto_dec_get(map, key, o) proto_dec_get_k((map), PROTO_KEY(key), (o))

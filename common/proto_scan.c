@@ -113,7 +113,8 @@ typedef struct {
 
 /* s_top_key records the key of n bytes at k (entry i of the outer map, its value next) in
  * sc->top, as proto_map_open does. */
-static void s_top_key(s_scan_t *sc, uint64_t i, const uint8_t *k, size_t n)
+static inline __attribute__((always_inline)) void s_top_key(s_scan_t *sc, uint64_t i,
+                                                            const uint8_t *k, size_t n)
 {
     proto_map_t *m = sc->top;
     proto_kv_t *kv = &m->kv[i];
@@ -195,15 +196,11 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
                 s_top_key(sc, i, sc->p, (size_t)k.n);
             sc->p += k.n;
         }
-        if (!sc->paths && sc->p < sc->end) {
-            /* a short string or a one-byte scalar value, without a call */
-            uint8_t b = *sc->p;
-            if ((b & 0xe0) == 0xa0 && (size_t)(b & 0x1f) < (size_t)(sc->end - sc->p)) {
-                sc->p += 1 + (b & 0x1f);
-                continue;
-            }
-            if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-                sc->p++;
+        if (!sc->paths) {
+            /* a short string or a scalar of fixed size, without a call */
+            size_t w = proto_quick_size(sc->p, sc->end);
+            if (w) {
+                sc->p += w;
                 continue;
             }
         }
@@ -218,20 +215,12 @@ static int s_scan_container(s_scan_t *sc, const s_head_t *h, int depth)
 
 static int s_scan_value(s_scan_t *sc, int depth)
 {
-    /* short strings and one-byte scalars, most values, take no header decoding (a short string
-     * is within every limit) */
-    if (sc->p < sc->end) {
-        uint8_t b = *sc->p;
-        if ((b & 0xe0) == 0xa0) {
-            size_t n = b & 0x1f;
-            if (n < (size_t)(sc->end - sc->p)) {
-                sc->p += 1 + n;
-                return SR_OK;
-            }
-        } else if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-            sc->p++;
-            return SR_OK;
-        }
+    /* short strings and scalars of fixed size, most values, take no header decoding (a short
+     * string is within every limit) */
+    size_t w = proto_quick_size(sc->p, sc->end);
+    if (w) {
+        sc->p += w;
+        return SR_OK;
     }
     s_head_t h;
     int rc = s_scan_head(sc, &h);

@@ -1798,6 +1798,298 @@ static void decoded_memory_is_one_block_reused_moved_and_freed_in_any_thread(voi
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * String arrays and strings in every form (the decoder copies an array's strings at once and
+ * checks ASCII a word at a time)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t b[8192];
+    size_t n;
+} s_w_t;
+
+static void s_w_byte(s_w_t *w, uint8_t c)
+{
+    assert_true(w->n < sizeof w->b);
+    w->b[w->n++] = c;
+}
+
+/* s_w_str writes the n bytes at s as a string in form 0 (shortest), 8, 16 or 32. */
+static void s_w_str(s_w_t *w, const char *s, size_t n, int form)
+{
+    if (form == 0 && n < 32) {
+        s_w_byte(w, (uint8_t)(0xa0 | n));
+    } else if (form <= 8 && n < 256) {
+        s_w_byte(w, 0xd9);
+        s_w_byte(w, (uint8_t)n);
+    } else if (form <= 16) {
+        s_w_byte(w, 0xda);
+        s_w_byte(w, (uint8_t)(n >> 8));
+        s_w_byte(w, (uint8_t)n);
+    } else {
+        s_w_byte(w, 0xdb);
+        for (int i = 3; i >= 0; i--)
+            s_w_byte(w, (uint8_t)(n >> (8 * i)));
+    }
+    assert_true(w->n + n <= sizeof w->b);
+    memcpy(w->b + w->n, s, n);
+    w->n += n;
+}
+
+static void s_w_cstr(s_w_t *w, const char *s)
+{
+    s_w_str(w, s, strlen(s), 0);
+}
+
+/* s_w_obs writes an OBS whose admissible list is the n strings elems (lengths lens, forms forms)
+ * and whose session is session (length session_n); a length of SIZE_MAX writes the integer 5. */
+static void s_w_obs(s_w_t *w, const char *const *elems, const size_t *lens, const int *forms,
+                    size_t n, const char *session, size_t session_n)
+{
+    w->n = 0;
+    s_w_byte(w, 0x8a);
+    s_w_cstr(w, "t");
+    s_w_cstr(w, "OBS");
+    s_w_cstr(w, "v");
+    s_w_byte(w, 1);
+    s_w_cstr(w, "rid");
+    s_w_byte(w, 7);
+    s_w_cstr(w, "session");
+    s_w_str(w, session, session_n, 0);
+    s_w_cstr(w, "obs");
+    s_w_cstr(w, "You see a fridge 1.");
+    s_w_cstr(w, "admissible");
+    assert_true(n < 65536);
+    s_w_byte(w, 0xdc);
+    s_w_byte(w, (uint8_t)(n >> 8));
+    s_w_byte(w, (uint8_t)n);
+    for (size_t i = 0; i < n; i++) {
+        if (lens[i] == SIZE_MAX)
+            s_w_byte(w, 5); /* the integer 5 */
+        else
+            s_w_str(w, elems[i], lens[i], forms[i]);
+    }
+    s_w_cstr(w, "reward");
+    s_w_byte(w, 0);
+    s_w_cstr(w, "done");
+    s_w_byte(w, 0xc2);
+    s_w_cstr(w, "won");
+    s_w_byte(w, 0xc2);
+    s_w_cstr(w, "step");
+    s_w_byte(w, 3);
+}
+
+static void string_arrays_in_every_string_form_decode_to_the_same_strings(void **state)
+{
+    static char longer[300], text16[1100];
+    memset(longer, 'q', sizeof longer - 1);
+    memset(text16, 'r', 1024); /* exactly PROTO_MAX_ACTION */
+    const char *elems[] = {"go to cabinet 1", "", "look", "caf\xc3\xa9 1", "x",
+                           "exactly eight", "12345678", "1234567", "123456789",
+                           "thirty-one bytes of a command..", "thirty-two bytes of a command...",
+                           longer, text16, "\xe2\x82\xac\xf0\x9f\x8d\x8e", "inventory"};
+    size_t n = SR_ARRAY_LEN(elems);
+    size_t lens[SR_ARRAY_LEN(elems)];
+    int forms[SR_ARRAY_LEN(elems)];
+    for (int variant = 0; variant < 4; variant++) {
+        for (size_t i = 0; i < n; i++) {
+            lens[i] = strlen(elems[i]);
+            forms[i] = variant == 0 ? 0 : variant == 1 ? 8 : variant == 2 ? 16 : (int)(i % 4) * 8;
+        }
+        s_w_t w;
+        s_w_obs(&w, elems, lens, forms, n, "actor-1/3", 9);
+        proto_msg_t m;
+        proto_err_t err;
+        int rc = proto_decode(w.b, w.n, &m, &err);
+        if (rc != SR_OK)
+            fail_msg("variant %d: %s: %s", variant, err.field, err.reason);
+        assert_int_equal(m.u.obs.admissible_len, n);
+        for (size_t i = 0; i < n; i++) {
+            assert_string_equal(m.u.obs.admissible[i], elems[i]);
+            assert_int_equal(strlen(m.u.obs.admissible[i]), lens[i]);
+        }
+        assert_string_equal(m.u.obs.obs, "You see a fridge 1.");
+        assert_string_equal(m.u.obs.session, "actor-1/3");
+        proto_msg_clear(&m);
+    }
+    /* an empty list */
+    s_w_t w;
+    s_w_obs(&w, elems, lens, forms, 0, "s", 1);
+    proto_msg_t m;
+    proto_err_t err;
+    assert_int_equal(proto_decode(w.b, w.n, &m, &err), SR_OK);
+    assert_int_equal(m.u.obs.admissible_len, 0);
+    proto_msg_clear(&m);
+}
+
+static void a_bad_element_anywhere_in_a_string_array_is_named(void **state)
+{
+    const char *good = "go to fridge 1";
+    static const struct {
+        const char *s;
+        size_t n;
+        int form;
+        int rc;
+        const char *reason;
+    } bad[] = {
+        {"a\0b", 3, 0, SR_EPROTO, "contains a NUL byte"},
+        {"a long command with a NUL \0 in it", 34, 8, SR_EPROTO, "contains a NUL byte"},
+        {"bad \xc3", 5, 0, SR_EPROTO, "not valid UTF-8"},
+        {"\xed\xa0\x80 surrogate", 13, 16, SR_EPROTO, "not valid UTF-8"},
+        {"12345678\x80", 9, 0, SR_EPROTO, "not valid UTF-8"},
+    };
+    for (size_t b = 0; b < SR_ARRAY_LEN(bad); b++) {
+        for (size_t at = 0; at < 5; at++) {
+            const char *elems[5];
+            size_t lens[5];
+            int forms[5];
+            for (size_t i = 0; i < 5; i++) {
+                elems[i] = i == at ? bad[b].s : good;
+                lens[i] = i == at ? bad[b].n : strlen(good);
+                forms[i] = i == at ? bad[b].form : 0;
+            }
+            s_w_t w;
+            s_w_obs(&w, elems, lens, forms, 5, "s", 1);
+            proto_msg_t m;
+            proto_err_t err;
+            assert_int_equal(proto_decode(w.b, w.n, &m, &err), bad[b].rc);
+            char field[32];
+            snprintf(field, sizeof field, "admissible[%zu]", at);
+            assert_string_equal(err.field, field);
+            assert_string_equal(err.reason, bad[b].reason);
+            assert_int_equal(m.type, PROTO_NONE);
+        }
+    }
+    /* one over the limit of an action, and an element that is not a string */
+    static char over[1026];
+    memset(over, 'o', 1025);
+    const char *elems[3] = {good, over, good};
+    size_t lens[3] = {strlen(good), 1025, strlen(good)};
+    int forms[3] = {0, 16, 0};
+    s_w_t w;
+    s_w_obs(&w, elems, lens, forms, 3, "s", 1);
+    proto_msg_t m;
+    proto_err_t err;
+    assert_int_equal(proto_decode(w.b, w.n, &m, &err), SR_ETOOBIG);
+    assert_string_equal(err.field, "admissible[1]");
+    assert_string_equal(err.reason, "string of 1025 bytes exceeds the limit of 1024");
+    lens[1] = SIZE_MAX; /* an integer in place of a string */
+    s_w_obs(&w, elems, lens, forms, 3, "s", 1);
+    assert_int_equal(proto_decode(w.b, w.n, &m, &err), SR_EPROTO);
+    assert_string_equal(err.field, "admissible[1]");
+    assert_string_equal(err.reason, "not a string");
+}
+
+/* Every string length 0..40 with a NUL or a high byte at every position: the word-wise ASCII check
+ * must find it wherever it is (first word, last overlapping word, the tail of a short one). */
+static void ascii_checks_find_a_nul_or_a_high_byte_at_every_position(void **state)
+{
+    for (size_t n = 0; n <= 40; n++) {
+        char s[48];
+        for (size_t i = 0; i < n; i++)
+            s[i] = (char)('a' + i % 26);
+        for (int what = 0; what < 3; what++) {
+            for (size_t at = 0; at < (what == 0 ? 1 : n); at++) {
+                char t[48];
+                memcpy(t, s, n);
+                if (what == 1)
+                    t[at] = '\0';
+                else if (what == 2)
+                    t[at] = (char)0x80;
+                const char *elems[1] = {t};
+                size_t lens[1] = {n};
+                int forms[1] = {0};
+                s_w_t w;
+                s_w_obs(&w, elems, lens, forms, 1, t, n); /* the session too (an ID) */
+                proto_msg_t m;
+                proto_err_t err;
+                int rc = proto_decode(w.b, w.n, &m, &err);
+                if (what == 0) {
+                    assert_int_equal(rc, SR_OK);
+                    assert_int_equal(strlen(m.u.obs.session), n);
+                    assert_memory_equal(m.u.obs.session, t, n);
+                    assert_int_equal(strlen(m.u.obs.admissible[0]), n);
+                    assert_memory_equal(m.u.obs.admissible[0], t, n);
+                    proto_msg_clear(&m);
+                } else {
+                    assert_int_equal(rc, SR_EPROTO);
+                    assert_string_equal(err.field, "session");
+                    assert_string_equal(err.reason,
+                                        what == 1 ? "contains a NUL byte" : "not valid UTF-8");
+                }
+            }
+        }
+    }
+}
+
+/* Keys are compared a word at a time (the first eight bytes, then the rest): decoys that share a
+ * prefix with a field's name, differ only in its eighth or a later byte, or are longer or shorter,
+ * must not be taken for it, in either order, and a key in the message's last eight bytes (read
+ * byte by byte) is still found. */
+static void keys_that_share_a_prefix_or_differ_late_are_told_apart(void **state)
+{
+    static const char *decoys[][2] = {
+        {"group_sizf", "group_size"}, {"group_siz", "group_size"}, {"group_sizee", "group_size"},
+        {"actor_ie", "actor_id"},     {"actor_i", "actor_id"},     {"bctor_id", "actor_id"},
+        {"runx", "run"},              {"ru", "run"},               {"acti0n", "action"},
+        {"rewarc", "reward"},         {"taskk", "task"},           {"", "task"},
+    };
+    for (size_t dcy = 0; dcy < SR_ARRAY_LEN(decoys); dcy++) {
+        for (int decoy_first = 0; decoy_first < 2; decoy_first++) {
+            const char *real = decoys[dcy][1];
+            s_w_t w = {.n = 0};
+            s_w_byte(&w, 0x8e); /* 14 entries */
+            s_w_cstr(&w, "t");
+            s_w_cstr(&w, "ACTION");
+            s_w_cstr(&w, "v");
+            s_w_byte(&w, 1);
+            const char *names[] = {"run", "group", "traj", "step", "action", "ended",
+                                   "reward", "actor_id", "group_size", "task"};
+            for (size_t f = 0; f < SR_ARRAY_LEN(names); f++) {
+                bool is_real = strcmp(names[f], real) == 0;
+                for (int pass = 0; pass < (is_real ? 2 : 1); pass++) {
+                    bool write_decoy = is_real && (pass == 0) == (decoy_first == 1);
+                    const char *k = write_decoy ? decoys[dcy][0] : names[f];
+                    s_w_cstr(&w, k);
+                    const char *name = names[f];
+                    if (!strcmp(name, "traj"))
+                        s_w_byte(&w, write_decoy ? 9 : 5);
+                    else if (!strcmp(name, "step"))
+                        s_w_byte(&w, write_decoy ? 99 : 4);
+                    else if (!strcmp(name, "group_size"))
+                        s_w_byte(&w, write_decoy ? 2 : 8);
+                    else if (!strcmp(name, "ended"))
+                        s_w_byte(&w, write_decoy ? 0xc3 : 0xc2);
+                    else if (!strcmp(name, "reward"))
+                        s_w_byte(&w, write_decoy ? 7 : 1);
+                    else
+                        s_w_cstr(&w, write_decoy ? "decoy" : name);
+                }
+            }
+            s_w_cstr(&w, "won"); /* the last key, within the last eight bytes */
+            s_w_byte(&w, 0xc3);
+            proto_msg_t m;
+            proto_err_t err;
+            int rc = proto_decode(w.b, w.n, &m, &err);
+            if (rc != SR_OK)
+                fail_msg("decoy %s: %s: %s", decoys[dcy][0], err.field, err.reason);
+            const proto_action_t *a = &m.u.action;
+            assert_string_equal(a->run, "run");
+            assert_string_equal(a->group, "group");
+            assert_int_equal(a->traj, 5);
+            assert_int_equal(a->step, 4);
+            assert_string_equal(a->action, "action");
+            assert_false(a->ended);
+            assert_true(a->reward == 1.0);
+            assert_string_equal(a->actor_id, "actor_id");
+            assert_int_equal(a->group_size, 8);
+            assert_string_equal(a->task, "task");
+            assert_true(a->has_won && a->won);
+            proto_msg_clear(&m);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Random mutations
  * ------------------------------------------------------------------------------------------- */
 
@@ -1933,6 +2225,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(maps_of_many_keys_and_repeated_keys_are_read_in_place),
         cmocka_unit_test(task_data_is_kept_in_msgpacks_shortest_form),
         cmocka_unit_test(decoded_memory_is_one_block_reused_moved_and_freed_in_any_thread),
+        cmocka_unit_test(string_arrays_in_every_string_form_decode_to_the_same_strings),
+        cmocka_unit_test(a_bad_element_anywhere_in_a_string_array_is_named),
+        cmocka_unit_test(ascii_checks_find_a_nul_or_a_high_byte_at_every_position),
+        cmocka_unit_test(keys_that_share_a_prefix_or_differ_late_are_told_apart),
         cmocka_unit_test(random_mutations_never_crash_and_always_explain),
     };
     return harness_run_("proto", tests, SR_ARRAY_LEN(tests), argc, argv);
