@@ -80,11 +80,27 @@ static int s_write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-int afile_replace(const char *path, const void *data, size_t len, char *err, size_t errlen)
+void afile_tmp_abort(afile_tmp_t *t)
 {
+    if (!t)
+        return;
+    if (t->fd >= 0) {
+        close(t->fd);
+        unlink(t->tmp);
+    }
+    t->fd = -1;
+    free(t->tmp);
+    free(t->path);
+    t->tmp = t->path = NULL;
+}
+
+int afile_tmp_open(afile_tmp_t *t, const char *path, char *err, size_t errlen)
+{
+    t->fd = -1;
+    t->tmp = t->path = NULL;
     if (err && errlen)
         err[0] = '\0';
-    if (!path || !*path || (!data && len)) {
+    if (!path || !*path) {
         if (err && errlen)
             snprintf(err, errlen, "afile_replace: no path or no data");
         return SR_EINVAL;
@@ -95,43 +111,93 @@ int afile_replace(const char *path, const void *data, size_t len, char *err, siz
     size_t tl = strlen(path) + 8;
     char *tmp = sr_xmalloc(tl);
     snprintf(tmp, tl, "%s.tmp", path);
-    int rc = SR_EIO;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         if (err && errlen)
             snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
+        free(tmp);
+        return SR_EIO;
     }
-    if (s_write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+    t->fd = fd;
+    t->tmp = tmp;
+    t->path = sr_xstrdup(path);
+    return SR_OK;
+}
+
+int afile_tmp_write(afile_tmp_t *t, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (t->fd < 0 || (!data && len)) {
         if (err && errlen)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno ? errno : EIO));
-        goto cleanup;
+            snprintf(err, errlen, "afile_replace: no file or no data");
+        return SR_EIO;
     }
-    int cerr = close(fd);
-    fd = -1;
-    if (cerr != 0) {
+    if (s_write_all(t->fd, data, len) != 0) {
         if (err && errlen)
-            snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
+            snprintf(err, errlen, "cannot write %s: %s", t->tmp, strerror(errno ? errno : EIO));
+        afile_tmp_abort(t);
+        return SR_EIO;
     }
-    if (rename(tmp, path) != 0) {
+    return SR_OK;
+}
+
+int afile_tmp_commit(afile_tmp_t *t, char *err, size_t errlen)
+{
+    if (t->fd < 0) {
         if (err && errlen)
-            snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto cleanup;
+            snprintf(err, errlen, "afile_replace: no file");
+        return SR_EIO;
+    }
+    errno = 0;
+    if (fsync(t->fd) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", t->tmp, strerror(errno ? errno : EIO));
+        afile_tmp_abort(t);
+        return SR_EIO;
+    }
+    int cerr = close(t->fd);
+    t->fd = -1;
+    if (cerr != 0 || rename(t->tmp, t->path) != 0) {
+        if (err && errlen && cerr != 0)
+            snprintf(err, errlen, "cannot write %s: %s", t->tmp, strerror(errno));
+        else if (err && errlen)
+            snprintf(err, errlen, "cannot rename %s to %s: %s", t->tmp, t->path, strerror(errno));
+        unlink(t->tmp);
+        afile_tmp_abort(t);
+        return SR_EIO;
     }
     /* the rename itself is durable once the folder is synced */
+    char dir[4096];
+    const char *slash = strrchr(t->path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == t->path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - t->path), t->path);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
     }
-    rc = SR_OK;
-cleanup:
-    if (fd >= 0)
-        close(fd);
-    if (rc != SR_OK)
-        unlink(tmp);
-    free(tmp);
+    afile_tmp_abort(t); /* closed already: frees the names */
+    return SR_OK;
+}
+
+int afile_replace(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!path || !*path || (!data && len)) {
+        if (err && errlen)
+            snprintf(err, errlen, "afile_replace: no path or no data");
+        return SR_EINVAL;
+    }
+    afile_tmp_t t;
+    int rc = afile_tmp_open(&t, path, err, errlen);
+    if (rc == SR_OK)
+        rc = afile_tmp_write(&t, data, len, err, errlen);
+    if (rc == SR_OK)
+        rc = afile_tmp_commit(&t, err, errlen);
     return rc;
 }
 

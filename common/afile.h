@@ -22,6 +22,25 @@ int afile_mkdirs(const char *path);
  * failed. Returns SR_OK or SR_EIO. */
 int afile_replace(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
+/* A file replaced as afile_replace does, written a piece at a time: afile_tmp_open creates the
+ * parent folders and "<path>.tmp", afile_tmp_write appends to it (as many calls as the caller
+ * likes: a writer that formats into a small reused buffer and hands it over whenever it fills
+ * keeps its buffer in the cache and never touches fresh pages for the whole text), and
+ * afile_tmp_commit syncs it, renames it over path and syncs the folder. On any failure (and on
+ * afile_tmp_abort) the temporary file is removed and path is left as it was. Each call returns
+ * SR_OK or SR_EIO with the same reason in err as afile_replace gives; after a failure the
+ * writer is closed (a later call returns SR_EIO, afile_tmp_abort does nothing). */
+typedef struct {
+    int fd;     /* -1 when closed */
+    char *tmp;  /* "<path>.tmp" (heap) */
+    char *path; /* heap */
+} afile_tmp_t;
+
+int afile_tmp_open(afile_tmp_t *t, const char *path, char *err, size_t errlen);
+int afile_tmp_write(afile_tmp_t *t, const void *data, size_t len, char *err, size_t errlen);
+int afile_tmp_commit(afile_tmp_t *t, char *err, size_t errlen);
+void afile_tmp_abort(afile_tmp_t *t);
+
 /* afile_append appends len bytes of data to path (created with its parent folders when missing)
  * and syncs it. A short write is truncated away again, so a retry does not leave half a line.
  * Returns SR_OK or SR_EIO with a reason in err. */

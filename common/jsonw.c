@@ -175,14 +175,16 @@ static bool s_scale10(unsigned __int128 *num, unsigned __int128 *den, int k)
 }
 
 /* s_render writes the P digits q (10^(P-1) <= q < 10^P), whose first digit has the decimal
- * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length. */
+ * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length.
+ * For P <= 9 (jsonw_f32's "%.9g") the digits go out in fixed 16-byte copies, which may write
+ * past the returned length but stay inside out's 32 bytes. */
 static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
 {
     static const char d2[] =
         "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
         "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
         "8081828384858687888990919293949596979899";
-    char dig[17];
+    char dig[40];
     int left = P;
     for (; left >= 2; left -= 2, q /= 100)
         memcpy(dig + left - 2, d2 + 2 * (q % 100), 2);
@@ -192,13 +194,17 @@ static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
     while (nd > 1 && dig[nd - 1] == '0')
         nd--;
     int n = 0;
+    bool fixed = P <= 9; /* sign, "0.", 3 zeros and 16: within 32 */
     if (neg)
         out[n++] = '-';
     if (x < -4 || x >= P) {
         out[n++] = dig[0];
         if (nd > 1) {
             out[n++] = '.';
-            memcpy(out + n, dig + 1, (size_t)nd - 1);
+            if (fixed)
+                memcpy(out + n, dig + 1, 16);
+            else
+                memcpy(out + n, dig + 1, (size_t)nd - 1);
             n += nd - 1;
         }
         out[n++] = 'e';
@@ -210,6 +216,18 @@ static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
             out[n++] = '0';
         out[n++] = (char)('0' + ax % 10);
     } else if (x >= 0) {
+        if (fixed) {
+            /* the digits, then the fraction's moved one to the right for the point */
+            memcpy(out + n, dig, 16);
+            if (nd > x + 1) {
+                memcpy(out + n + x + 2, dig + x + 1, 8);
+                out[n + x + 1] = '.';
+                n += nd + 1;
+            } else {
+                n += x + 1;
+            }
+            return n;
+        }
         memcpy(out + n, dig, (size_t)x + 1);
         n += x + 1;
         if (nd > x + 1) {
@@ -222,7 +240,10 @@ static int s_render(bool neg, unsigned long long q, int x, int P, char *out)
         out[n++] = '.';
         for (int i = 0; i < -x - 1; i++)
             out[n++] = '0';
-        memcpy(out + n, dig, (size_t)nd);
+        if (fixed)
+            memcpy(out + n, dig, 16);
+        else
+            memcpy(out + n, dig, (size_t)nd);
         n += nd;
     }
     return n;
@@ -403,6 +424,54 @@ static int s_dbl_g15(double d, char *out)
     return s_render(neg, q, x, 17, out);
 }
 
+/* s_f32_g9 writes "%.9g" of the normal float (-1)^neg * m * 2^e (2^23 <= m < 2^24) between 1e-9
+ * and 2^24 (e < 0: the logprobs) with 64-bit integers only, or returns -1 for s_gfmt to do it.
+ * The first digit's exponent x comes from e (m * 2^e is in [2^(e+23), 2^(e+24)); 78913 / 2^18
+ * is log10 2 to within 2.7e-6, the loop corrects a miss); then q = floor(m * 2^e * 10^k) for
+ * k = 8 - x is m * 5^k / 2^(-e-k) (below 2^24 * 5^17 < 2^64), rounded half to even on the bits
+ * shifted out, as glibc rounds the exact value. */
+static int s_f32_g9(bool neg, uint32_t m, int e, char *out)
+{
+    int t = (e + 23) * 78913;
+    int x = t >= 0 ? t >> 18 : -((-t + (1 << 18) - 1) >> 18);
+    for (int tries = 0; tries < 3; tries++) {
+        int k = 8 - x;
+        if (e >= 0 || k < 0 || k > 17)
+            return -1;
+        uint64_t num = (uint64_t)m * s_p5[k], q, r = 0;
+        int sh = -e - k;
+        if (sh >= 64)
+            return -1;
+        if (sh <= 0) {
+            if (-sh >= 64 || num > (UINT64_MAX >> -sh))
+                return -1;
+            q = num << -sh;
+        } else {
+            q = num >> sh;
+            r = num & ((1ull << sh) - 1);
+        }
+        if (q >= 1000000000ull) {
+            x++;
+            continue;
+        }
+        if (q < 100000000ull) {
+            x--;
+            continue;
+        }
+        if (sh > 0) {
+            uint64_t half = 1ull << (sh - 1);
+            if (r > half || (r == half && (q & 1)))
+                q++;
+        }
+        if (q == 1000000000ull) {
+            q = 100000000ull;
+            x++;
+        }
+        return s_render(neg, q, x, 9, out);
+    }
+    return -1;
+}
+
 size_t jsonw_f32_fmt(float f, char *out)
 {
     if (!isfinite(f)) {
@@ -423,7 +492,9 @@ size_t jsonw_f32_fmt(float f, char *out)
     int e = ef ? (int)ef - 150 : -149;
     if (ef)
         m |= 1u << 23;
-    n = s_gfmt(bits >> 31, m, e, 9, out, NULL, NULL);
+    n = ef ? s_f32_g9(bits >> 31, m, e, out) : -1;
+    if (n < 0)
+        n = s_gfmt(bits >> 31, m, e, 9, out, NULL, NULL);
     if (n < 0)
         n = snprintf(out, 32, "%.9g", (double)f);
     return (size_t)n;

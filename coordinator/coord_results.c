@@ -217,6 +217,41 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
  * building and printing a cJSON tree for it cost the round writer several times the CPU. */
 /* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
  * JSON array; a length that is not whole words gives null. */
+/* s_udec32 writes u in decimal at o (room for 10) and returns its length: digits in pairs from
+ * a table, the length counted first so they go straight to their place. */
+static inline size_t s_udec32(uint32_t u, char *o)
+{
+    static const char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    static const uint32_t p10[10] = {1,      10,      100,      1000,      10000,
+                                     100000, 1000000, 10000000, 100000000, 1000000000};
+    /* digits: from the bit length (1233 / 4096 is just above log10 2), one more when u reaches
+     * the next power of ten */
+    size_t n = (size_t)(((32 - __builtin_clz(u | 1)) * 1233) >> 12);
+    n += n < 10 && u >= p10[n];
+    n += n == 0;
+    char *p = o + n;
+    if (u >= 10000) { /* four digits at once: two pairs from one division by 10^4 */
+        uint32_t lo = u % 10000;
+        u /= 10000;
+        memcpy(p - 2, d2 + 2 * (lo % 100), 2);
+        memcpy(p - 4, d2 + 2 * (lo / 100), 2);
+        p -= 4;
+    }
+    while (u >= 100) {
+        p -= 2;
+        memcpy(p, d2 + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10)
+        memcpy(p - 2, d2 + 2 * u, 2);
+    else
+        p[-1] = (char)('0' + u);
+    return n;
+}
+
 static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
 {
     if (n % 4) {
@@ -239,20 +274,15 @@ static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
         if (is_float) {
             float f;
             memcpy(&f, &v, 4);
-            at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
+            if (v == 0) /* +0: "%.9g" is "0" (a sure token's logprob) */
+                chunk[at++] = '0';
+            else
+                at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
         } else {
             int32_t x = (int32_t)v;
-            uint32_t u = x < 0 ? 0u - v : v;
-            char dig[12];
-            int k = 0;
-            do {
-                dig[k++] = (char)('0' + u % 10);
-                u /= 10;
-            } while (u);
             if (x < 0)
                 chunk[at++] = '-';
-            while (k > 0)
-                chunk[at++] = dig[--k];
+            at += s_udec32(x < 0 ? 0u - v : v, chunk + at);
         }
     }
     chunk[at++] = ']';
@@ -716,31 +746,62 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
 
 int coord_mkdirs(const char *path) { return afile_mkdirs(path); }
 
+/* s_line appends entry e's JSON line and its newline to out; on failure out is as it was and err
+ * says why. */
+static int s_line(const s_entry_t *e, sr_buf_t *out, char *err, size_t errlen)
+{
+    size_t at = out->len; /* the line goes straight into out, taken back if it fails */
+    bool made = s_json_line(e->data, e->len, e->rules, e->audit_weight, out) == SR_OK;
+    if (made && sr_buf_append(out, "\n", 1) == SR_OK)
+        return SR_OK;
+    if (out->len > at)
+        out->len = at;
+    if (err && !made)
+        snprintf(err, errlen, "cannot convert result %s to JSON", e->info.job_id);
+    else if (err)
+        snprintf(err, errlen, "out of memory for the results of %s", e->info.job_id);
+    return SR_ENOMEM;
+}
+
 int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen)
 {
     for (size_t i = 0; i < r->n; i++) {
-        const s_entry_t *e = &r->v[i];
-        size_t at = out->len; /* the line goes straight into out, taken back if it fails */
-        bool made = s_json_line(e->data, e->len, e->rules, e->audit_weight, out) == SR_OK;
-        if (made && sr_buf_append(out, "\n", 1) == SR_OK)
-            continue;
-        if (out->len > at)
-            out->len = at;
-        if (err && !made)
-            snprintf(err, errlen, "cannot convert result %s to JSON", e->info.job_id);
-        else if (err)
-            snprintf(err, errlen, "out of memory for the results of %s", e->info.job_id);
-        return SR_ENOMEM;
+        int rc = s_line(&r->v[i], out, err, errlen);
+        if (rc != SR_OK)
+            return rc;
     }
     return SR_OK;
 }
 
+/* The round file goes to the disk a piece at a time: lines are formatted into a buffer of about
+ * S_CHUNK bytes that each write() empties again, so the buffer stays in the cache for the
+ * kernel's copy into the page cache, and a round of ~15 MB never takes (and faults in) 15 MB of
+ * fresh memory. */
+#define S_CHUNK (256u << 10)
+
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err, size_t errlen)
 {
+    afile_tmp_t t;
+    int rc = afile_tmp_open(&t, path, err, errlen);
+    if (rc != SR_OK)
+        return rc;
     sr_buf_t text = SR_BUF_INIT;
-    int rc = coord_results_jsonl_text(r, &text, err, errlen);
-    if (rc == SR_OK)
-        rc = afile_replace(path, text.data, text.len, err, errlen);
+    if (sr_buf_reserve(&text, S_CHUNK + 4096) != SR_OK) {
+        afile_tmp_abort(&t);
+        if (err)
+            snprintf(err, errlen, "out of memory for the results file %s", path);
+        return SR_ENOMEM;
+    }
+    for (size_t i = 0; i < r->n && rc == SR_OK; i++) {
+        rc = s_line(&r->v[i], &text, err, errlen);
+        if (rc == SR_OK && (text.len >= S_CHUNK || i + 1 == r->n)) {
+            rc = afile_tmp_write(&t, text.data, text.len, err, errlen);
+            text.len = 0;
+        }
+    }
     sr_buf_free(&text);
+    if (rc == SR_OK)
+        return afile_tmp_commit(&t, err, errlen);
+    afile_tmp_abort(&t);
     return rc;
 }

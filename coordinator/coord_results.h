@@ -104,9 +104,10 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum);
  * (when err is not NULL). */
 int coord_results_jsonl_text(const coord_results_t *r, sr_buf_t *out, char *err, size_t errlen);
 
-/* coord_results_write_jsonl writes coord_results_jsonl_text's lines to path with afile_replace
- * (a temporary file synced and renamed into place, the folder synced; missing parent folders are
- * created). It blocks on the disk: the round writer's thread calls it. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err (when
+/* coord_results_write_jsonl writes coord_results_jsonl_text's lines to path as afile_replace
+ * does (a temporary file synced and renamed into place, the folder synced; missing parent folders
+ * are created), formatted and written about 256 KiB at a time (afile_tmp_write). It blocks on
+ * the disk: the round writer's thread calls it. Returns SR_OK, or SR_EIO / SR_ENOMEM with a one-line reason in err (when
  * err is not NULL); on failure the temporary file is removed and path is left as it was. */
 int coord_results_write_jsonl(const coord_results_t *r, const char *path, char *err,
                               size_t errlen);

@@ -609,7 +609,8 @@ void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
         transport_msg_close(&m);
         return;
     }
-    if (peerlimit_blocked(w->peers, id, idlen, clock_mono_ms())) {
+    /* Until a client was first banned no one is blocked: no lookup, no clock read a request. */
+    if (peerlimit_bans(w->peers) > 0 && peerlimit_blocked(w->peers, id, idlen, clock_mono_ms())) {
         metrics_counter_inc(w->m_peer_dropped);
         transport_msg_close(&m);
         return;

@@ -23,10 +23,16 @@ out=$($S actor --coordinator "$ep" --welcome-timeout-ms 300 2>&1 >/dev/null); rc
 [ $rc -eq 1 ] && grep -q "selroll actor: no WELCOME from the coordinator at $ep" <<<"$out" \
   || { echo "unreachable coordinator: rc=$rc out=$out"; fail=1; }
 
+# catching() tells whether pid catches SIGINT and SIGTERM yet. A background job of this
+# non-interactive shell starts with SIGINT ignored: one sent before the actor installs its handler
+# would be lost and the wait below would hang, which a fixed sleep allowed on a loaded machine.
+catching() { local m; m=$(awk '/^SigCgt:/{print $2}' /proc/$1/status 2>/dev/null) || return 1
+  [ -n "$m" ] && (( (16#$m & 0x4002) == 0x4002 )); }
 for sig in TERM INT; do
   $S actor --coordinator "$ep" --welcome-timeout-ms 0 --drain-on-term 2>/dev/null &
   pid=$!
-  sleep 0.3
+  for _ in $(seq 1 100); do catching $pid && break; sleep 0.05; done
+  sleep 0.1
   kill -$sig $pid
   wait $pid; rc=$?
   [ $rc -eq 0 ] || { echo "SIG$sig: exit $rc"; fail=1; }

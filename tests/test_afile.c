@@ -87,6 +87,51 @@ static void replace_keeps_the_old_file_when_the_rename_fails(void **state)
     s_rmrf(dir);
 }
 
+/* A file written a piece at a time: the pieces in order once committed, the old file until then;
+ * an abort or a failed piece leaves the old file and no temporary one, and a write after a
+ * failure is refused. */
+static void a_file_written_in_pieces_replaces_the_old_one_only_on_commit(void **state)
+{
+    (void)state;
+    char dir[64], path[200], tmp[256], err[256] = "";
+    s_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/r/round-3.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(afile_replace(path, "old\n", 4, err, sizeof err), SR_OK);
+    afile_tmp_t t;
+    assert_int_equal(afile_tmp_open(&t, path, err, sizeof err), SR_OK);
+    assert_int_equal(afile_tmp_write(&t, "a\n", 2, err, sizeof err), SR_OK);
+    assert_int_equal(afile_tmp_write(&t, "", 0, err, sizeof err), SR_OK);
+    assert_int_equal(afile_tmp_write(&t, "bc\n", 3, err, sizeof err), SR_OK);
+    assert_string_equal(s_slurp(path), "old\n");
+    assert_int_equal(access(tmp, F_OK), 0);
+    assert_int_equal(afile_tmp_commit(&t, err, sizeof err), SR_OK);
+    assert_string_equal(s_slurp(path), "a\nbc\n");
+    assert_int_equal(access(tmp, F_OK), -1);
+    /* aborted: the old file stays, no temporary file */
+    assert_int_equal(afile_tmp_open(&t, path, err, sizeof err), SR_OK);
+    assert_int_equal(afile_tmp_write(&t, "zz\n", 3, err, sizeof err), SR_OK);
+    afile_tmp_abort(&t);
+    afile_tmp_abort(&t); /* twice: nothing */
+    assert_string_equal(s_slurp(path), "a\nbc\n");
+    assert_int_equal(access(tmp, F_OK), -1);
+    /* a piece that cannot be written (the temporary file leads to a full disk) */
+    assert_int_equal(symlink("/dev/full", tmp), 0);
+    assert_int_equal(afile_tmp_open(&t, path, err, sizeof err), SR_OK);
+    assert_int_equal(afile_tmp_write(&t, "x\n", 2, err, sizeof err), SR_EIO);
+    assert_non_null(strstr(err, "cannot write"));
+    assert_non_null(strstr(err, "No space"));
+    assert_int_equal(access(tmp, F_OK), -1);
+    assert_int_equal(afile_tmp_write(&t, "y\n", 2, err, sizeof err), SR_EIO);
+    assert_int_equal(afile_tmp_commit(&t, err, sizeof err), SR_EIO);
+    afile_tmp_abort(&t);
+    assert_string_equal(s_slurp(path), "a\nbc\n");
+    /* no path */
+    assert_int_equal(afile_tmp_open(&t, "", err, sizeof err), SR_EINVAL);
+    afile_tmp_abort(&t);
+    s_rmrf(dir);
+}
+
 static void append_adds_lines_in_order(void **state)
 {
     (void)state;
@@ -137,6 +182,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(replace_creates_folders_and_leaves_no_temporary_file),
+        cmocka_unit_test(a_file_written_in_pieces_replaces_the_old_one_only_on_commit),
         cmocka_unit_test(replace_fails_with_a_reason_when_a_file_is_in_the_folders_way),
         cmocka_unit_test(replace_keeps_the_old_file_when_the_rename_fails),
         cmocka_unit_test(append_adds_lines_in_order),

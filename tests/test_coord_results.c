@@ -225,7 +225,8 @@ static void odd_shapes_come_out_as_the_cjson_tree_prints_them(void **state)
 
 static void s_bin_le(msgpack_packer *pk, const uint32_t *w, size_t n)
 {
-    uint8_t b[64];
+    uint8_t b[128];
+    assert_true(n <= sizeof b / 4);
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 4; k++)
             b[4 * i + (size_t)k] = (uint8_t)(w[i] >> (8 * k));
@@ -238,7 +239,10 @@ static void s_bin_le(msgpack_packer *pk, const uint32_t *w, size_t n)
 static void token_bins_come_out_as_arrays_of_ints_and_g9_floats(void **state)
 {
     (void)state;
-    const uint32_t ids[] = {0, 1, 7, 151645, 2147483647u, 0xffffffffu /* -1 */};
+    const uint32_t ids[] = {0,        1,          7,          9,         10,        99,
+                            100,      9999,       10000,      99999999,  100000000, 999999999,
+                            1000000000, 15019083, 151645,     2147483647u,
+                            0xffffffffu /* -1 */, 0xfffffff6u /* -10 */, 0x80000000u /* INT_MIN */};
     const float lps[] = {0.0f, -0.0f, -0.5f, -1e-7f, -0.693147182f, -9999.0f, -1e30f,
                          -3.4028235e38f, -1.4e-45f, -12.345678f, NAN};
     uint32_t lpw[SR_ARRAY_LEN(lps)];
@@ -647,6 +651,107 @@ static void a_kept_duplicate_is_dropped_and_freed(void **state)
     coord_results_destroy(&r); /* NULL: nothing */
 }
 
+/* A round file larger than the writer's 256 KiB piece (200 RESULTs of 1-2 steps with 950-token
+ * bins each, ~6 MB of JSON) is written a piece at a time: the file holds exactly the text
+ * coord_results_jsonl_text makes, lines never cut where a piece ends. */
+static void a_round_file_written_in_pieces_holds_the_whole_text(void **state)
+{
+    (void)state;
+    enum { N = 200, TOK = 1000 };
+    coord_results_t *res = coord_results_new();
+    assert_non_null(res);
+    int32_t *ids = malloc(TOK * sizeof *ids);
+    float *lps = malloc(TOK * sizeof *lps);
+    assert_non_null(ids);
+    assert_non_null(lps);
+    for (int k = 0; k < TOK; k++) {
+        ids[k] = k * 7919 - 3;
+        lps[k] = -(float)k / 997.0f;
+    }
+    for (int i = 0; i < N; i++) {
+        char jid[64], gid[32];
+        snprintf(gid, sizeof gid, "r0001-g%04d", i / 8);
+        snprintf(jid, sizeof jid, "%s/t%d", gid, i % 8);
+        proto_msg_t m;
+        proto_msg_init(&m, PROTO_RESULT);
+        proto_result_t *r = &m.u.result;
+        r->job_id = jid;
+        r->epoch = i + 1;
+        r->run = "t";
+        r->group = gid;
+        r->task = "household/train/3";
+        r->status = "done";
+        r->reward = i * 0.25;
+        proto_result_step_t st[2];
+        memset(st, 0, sizeof st);
+        for (int k = 0; k < 2; k++) {
+            st[k].i = k;
+            st[k].action = "open drawer 2";
+            st[k].raw = "think: open drawer 2";
+            st[k].obs = "You open the drawer 2.";
+            st[k].token_ids = ids + (i % 50);
+            st[k].token_ids_len = TOK - 50;
+            st[k].token_logprobs = lps + (i % 50);
+            st[k].token_logprobs_len = TOK - 50;
+        }
+        r->steps = st;
+        r->steps_len = (size_t)(1 + i % 2);
+        r->n_steps = (int)r->steps_len;
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(proto_encode(&m, &b), SR_OK);
+        assert_int_equal(coord_results_add(res, b.data, b.len), SR_OK);
+        sr_buf_free(&b);
+    }
+    free(ids);
+    free(lps);
+    char err[256] = "";
+    sr_buf_t want = SR_BUF_INIT;
+    assert_int_equal(coord_results_jsonl_text(res, &want, err, sizeof err), SR_OK);
+    assert_true(want.len > 16u * 256 * 1024);
+    char dir[] = "/tmp/selroll-crp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], tmp[300];
+    snprintf(path, sizeof path, "%s/rounds/round-1.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(coord_results_write_jsonl(res, path, err, sizeof err), SR_OK);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *got = malloc(want.len + 1);
+    assert_non_null(got);
+    size_t n = fread(got, 1, want.len + 1, f);
+    fclose(f);
+    assert_int_equal(n, want.len);
+    assert_memory_equal(got, want.data, want.len);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    /* written again over itself: the same bytes */
+    assert_int_equal(coord_results_write_jsonl(res, path, err, sizeof err), SR_OK);
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    n = fread(got, 1, want.len + 1, f);
+    fclose(f);
+    assert_int_equal(n, want.len);
+    assert_memory_equal(got, want.data, want.len);
+    free(got);
+    sr_buf_free(&want);
+    unlink(path);
+    char sub[280];
+    snprintf(sub, sizeof sub, "%s/rounds", dir);
+    rmdir(sub);
+    rmdir(dir);
+    /* no results: an empty file */
+    coord_results_t *none = coord_results_new();
+    assert_non_null(mkdtemp(strcpy(dir, "/tmp/selroll-crp-XXXXXX")));
+    snprintf(path, sizeof path, "%s/round-2.jsonl", dir);
+    assert_int_equal(coord_results_write_jsonl(none, path, err, sizeof err), SR_OK);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 0);
+    unlink(path);
+    rmdir(dir);
+    coord_results_destroy(&none);
+    coord_results_destroy(&res);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(results_kept_on_arrival_write_the_same_file_as_results_read_back),
     cmocka_unit_test(a_kept_duplicate_is_dropped_and_freed),
@@ -656,6 +761,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(mutated_results_come_out_as_the_cjson_tree_prints_them_or_are_refused),
     cmocka_unit_test(bytes_that_are_not_a_map_are_refused),
     cmocka_unit_test(a_failed_write_is_an_error_and_leaves_no_file),
+    cmocka_unit_test(a_round_file_written_in_pieces_holds_the_whole_text),
 };
 
 int main(int argc, char **argv)

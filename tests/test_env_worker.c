@@ -2,7 +2,8 @@
  * test_env_worker.c — the env worker over real ZeroMQ tcp on 127.0.0.1: concurrent sessions whose
  * transcripts equal the in-process environment's, every kind of bad request answered with the
  * right ERROR while the worker keeps serving, capacity, idle drop, per-client session names,
- * reply latency on a timer, and registration in a real redis-server.
+ * reply latency on a timer, pipelined bursts answered in full and in order, a client sending
+ * garbage ignored while the others are served, and registration in a real redis-server.
  *
  * The worker runs in a thread of its own (envw_run); clients are DEALER sockets in the test's
  * threads. cmocka's assertions are used on the main thread only: client threads count mismatches
@@ -926,6 +927,116 @@ static void test_step_latency_delays_replies_without_blocking_the_loop(void **st
     zmq_ctx_term(ctx);
 }
 
+/* ---- a client that sends garbage is ignored, the others are not ---------------------------- */
+
+/* A client is served until it sends more than 100 malformed requests in 10 s; then even its good
+ * requests are dropped unanswered (and not counted as requests) while another client is served
+ * as before. Before any ban no request is looked up in the limiter at all. */
+static void test_a_client_sending_garbage_is_ignored_the_others_served(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 32;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *bad = s_client(ctx, envw_endpoint(srv.w));
+    transport_sock_t *good = s_client(ctx, envw_endpoint(srv.w));
+    assert_non_null(bad);
+    assert_non_null(good);
+    proto_msg_t m;
+    s_reset(bad, 1, "s", "household/train/7", 0);
+    s_expect_obs(bad, 1, &m);
+    proto_msg_clear(&m);
+    static const uint8_t garbage[] = {0xc1, 0xc1, 0xc1};
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(transport_send(bad, garbage, sizeof garbage), SR_OK);
+        s_expect_error(bad, false, 0, "bad_message", NULL);
+    }
+    /* the 101st crosses the limit: no answer, and none from now on */
+    assert_int_equal(transport_send(bad, garbage, sizeof garbage), SR_OK);
+    s_step(bad, 2, "s", "look");
+    s_reset(good, 3, "s", "household/train/7", 0);
+    s_expect_obs(good, 3, &m);
+    proto_msg_clear(&m);
+    s_step(good, 4, "s", "look");
+    s_expect_obs(good, 4, &m);
+    proto_msg_clear(&m);
+    assert_int_equal(s_recv(bad, &m, 200), SR_EAGAIN);
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.requests, 1 + 101 + 2); /* the banned client's STEP is not one */
+    assert_int_equal(st.steps, 1);
+    assert_int_equal(st.errors_by_code[ENVW_ERR_BAD_MESSAGE], 100); /* the 101st: no answer */
+    transport_sock_destroy(&bad);
+    transport_sock_destroy(&good);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- replies held for the end of a turn ---------------------------------------------------- */
+
+#define BURST_CLIENTS 3
+#define BURST_STEPS 150
+
+/* Each client sends a RESET, 150 STEPs (one of them on a session it does not hold) and a CLOSE
+ * without waiting for any reply: the worker drains them in bursts, more than one turn's budget
+ * of them, and holds the replies of a turn for its end. Every reply comes back, to its client, in
+ * the order of the requests, the ERROR in its place among the OBSs. */
+static void test_a_burst_is_answered_in_full_and_in_order(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.capacity = 32;
+    s_server_t srv;
+    s_server_start(&srv, &c);
+    void *ctx = zmq_ctx_new();
+    transport_sock_t *cl[BURST_CLIENTS];
+    for (int k = 0; k < BURST_CLIENTS; k++) {
+        cl[k] = s_client(ctx, envw_endpoint(srv.w));
+        assert_non_null(cl[k]);
+    }
+    for (int k = 0; k < BURST_CLIENTS; k++) {
+        s_reset(cl[k], 0, "s", "household/train/7", BURST_STEPS * 2);
+        for (int i = 1; i <= BURST_STEPS; i++)
+            s_step(cl[k], (uint64_t)i, i == BURST_STEPS / 2 ? "none" : "s", "look");
+        s_close(cl[k], BURST_STEPS + 1, "s");
+    }
+    proto_msg_t m;
+    for (int k = 0; k < BURST_CLIENTS; k++) {
+        s_expect_obs(cl[k], 0, &m);
+        assert_non_null(m.u.obs.goal);
+        proto_msg_clear(&m);
+        for (int i = 1; i <= BURST_STEPS; i++) {
+            if (i == BURST_STEPS / 2) {
+                s_expect_error(cl[k], true, (uint64_t)i, "unknown_session", "'none'");
+                continue;
+            }
+            s_expect_obs(cl[k], (uint64_t)i, &m);
+            assert_false(m.u.obs.done);
+            proto_msg_clear(&m);
+        }
+        s_expect_obs(cl[k], BURST_STEPS + 1, &m);
+        assert_true(m.u.obs.done);
+        proto_msg_clear(&m);
+        /* nothing more */
+        assert_int_equal(s_recv(cl[k], &m, 50), SR_EAGAIN);
+    }
+    envw_stats_t st;
+    envw_stats(srv.w, &st);
+    assert_int_equal(st.requests, BURST_CLIENTS * (BURST_STEPS + 2));
+    assert_int_equal(st.steps, BURST_CLIENTS * (BURST_STEPS - 1));
+    assert_int_equal(st.errors, BURST_CLIENTS);
+    assert_int_equal(st.send_failed, 0);
+    assert_int_equal(st.sessions, 0);
+    for (int k = 0; k < BURST_CLIENTS; k++)
+        transport_sock_destroy(&cl[k]);
+    s_server_stop(&srv);
+    zmq_ctx_term(ctx);
+}
+
 /* ---- the registry in a real redis-server -------------------------------------------------- */
 
 typedef struct {
@@ -1143,6 +1254,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_session_names_belong_to_their_client),
     cmocka_unit_test(test_direct_calls_serve_on_the_callers_thread),
     cmocka_unit_test(test_step_latency_delays_replies_without_blocking_the_loop),
+    cmocka_unit_test(test_a_burst_is_answered_in_full_and_in_order),
+    cmocka_unit_test(test_a_client_sending_garbage_is_ignored_the_others_served),
     cmocka_unit_test(test_registers_in_redis_with_a_ttl_and_unregisters_on_stop),
     cmocka_unit_test(test_a_stopped_redis_delays_the_registry_never_a_reply),
     cmocka_unit_test(test_new_reports_bad_configuration_and_starts_without_redis),

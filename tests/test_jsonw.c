@@ -286,6 +286,16 @@ static void float32_is_printed_as_printf_g9_prints_it(void **state)
     /* Every 65,521st bit pattern: each exponent, both signs, subnormals. */
     for (uint64_t u = 0; u < (1ull << 32); u += 65521)
         s_check_f32((uint32_t)u);
+    /* The 64-bit path (normal floats from 1e-9 to 2^24, exponent fields 97..150): every
+     * 4,093rd pattern of both signs, and each binade's first and last. */
+    for (uint32_t b = 97u << 23; b < 151u << 23; b += 4093) {
+        s_check_f32(b);
+        s_check_f32(b | 0x80000000u);
+    }
+    for (uint32_t ef = 97; ef <= 150; ef++) {
+        s_check_f32(ef << 23);
+        s_check_f32((ef << 23) | 0x807fffffu);
+    }
     /* Logprobs: a sweep of small negative numbers. */
     uint64_t x = 88172645463325252ULL;
     for (int i = 0; i < 20000; i++) {
