@@ -283,7 +283,7 @@ static void s_slot_credit(slots_t *o, bool failed, int64_t start_ms)
 static void s_slot_start(slots_t *o, slot_t *s, proto_msg_t *job);
 
 /* s_slot_finish ends the slot's episode: stops what is in flight, closes the env session, sends
- * the RESULT, frees the slot and hands it to the backlog or back as a credit. */
+ * the slot's credit (unless the backlog takes the slot), then the RESULT, and frees the slot. */
 static void s_slot_finish(slot_t *s, const char *status, const char *error)
 {
     slots_t *o = s->o;
@@ -301,6 +301,14 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
         AST_INC(o->cfg.st, episodes_cancelled);
     else
         AST_INC(o->cfg.st, episodes_failed);
+    /* The freed slot's credit goes out ahead of its RESULT, not at the end of this loop turn
+     * behind it: the coordinator leases the slot's next job (and submits the lease to Redis)
+     * before it decodes and stores the RESULT. A slot that takes a backlogged job grants none. */
+    bool to_backlog = o->n_backlog > 0;
+    if (!to_backlog && coordlink_taking(o->cfg.coord)) {
+        s_slot_credit(o, failed, start_ms);
+        coordlink_credit(o->cfg.coord, slots_take_credits(o));
+    }
     s_send_result(o, s, status, error);
     if (error)
         log_info("actor %s: job %s#%lld %s: %s", o->id, j->job_id, (long long)j->epoch, status, error);
@@ -310,13 +318,11 @@ static void s_slot_finish(slot_t *s, const char *status, const char *error)
 
     s_slot_clear(s);
     o->n_free++;
-    if (o->n_backlog > 0) {
+    if (to_backlog) {
         proto_msg_t next = o->backlog[0];
         memmove(o->backlog, o->backlog + 1, (o->n_backlog - 1) * sizeof *o->backlog);
         o->n_backlog--;
         s_slot_start(o, s, &next);
-    } else if (coordlink_taking(o->cfg.coord)) {
-        s_slot_credit(o, failed, start_ms);
     }
     s_gauges(o);
 }

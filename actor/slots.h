@@ -6,7 +6,8 @@
  * says which single request is in flight (an env RESET or STEP, or an LLM call), so a reply that
  * does not match it (a late OBS after a CANCEL, say) is recognised and dropped.
  *
- * Flow control: each slot that frees is one credit, collected until slots_take_credits (the
+ * Flow control: each slot that frees is one credit, sent as a CREDIT at once, ahead of the RESULT
+ * that freed it (credits released by a backoff are collected until slots_take_credits: the
  * actor's before-sleep hook sends them as one CREDIT). A slot whose job failed at once (within
  * 100 ms of its start) is offered again only after a backoff (50 ms doubling to 2 s, back to 0
  * once a job runs 100 ms). A JOB that arrives with no free slot (only when a coordinator

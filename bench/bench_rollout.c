@@ -50,6 +50,34 @@ static void s_runs(const double *v, int n, const char *fmt, char *out, size_t ca
     }
 }
 
+/* s_losses prints where the 50 ms case's slots lost time against the ceiling (256 slots always
+ * in a call of the cost model's mean latency), in points of 5,120 steps/s over the middle 60%:
+ * rate = calls in flight / their latency, so the ceiling less the rate is the calls' latency
+ * beyond the model's (at the calls in flight) plus the slot time not in a call (at the model's
+ * latency), split by where it was. The parts sum to the ceiling less the rate within a few
+ * hundredths (the window's edges). */
+static void s_losses(const br_sys_t *r)
+{
+    if (r->win_s <= 0 || r->tokens_mean <= 0 || r->call_win_ms <= 0)
+        return;
+    double model = 1000.0 * r->tokens_mean / S_SEQ_TPS, slot_s = 256.0 * r->win_s;
+    double inflight = r->call_slot_s / r->win_s;
+    double p_lat = 100.0 * inflight * (1000.0 / model - 1000.0 / r->call_win_ms) / 5120.0;
+    double per_slot_s = 100.0 * (1000.0 / model) / 5120.0 / r->win_s; /* points a slot-second */
+    double p_between = per_slot_s * r->between_slot_s;
+    double p_in = per_slot_s * (r->traj_slot_s - r->call_slot_s - r->between_slot_s);
+    double p_none = per_slot_s * (slot_s - r->traj_slot_s);
+    printf("rollout 50ms: below the ceiling of %.1f%% (256 slots in calls of the model's %.1f ms), "
+           "in points of 5120 over the middle 60%%: calls longer than the model %.2f (%.2f ms a "
+           "call), between the steps of a trajectory %.2f (env step and next prompt, %.3f ms "
+           "mean), in trajectories without a call %.2f (reset and first prompt, last env step, "
+           "%zu aborted calls in the run), slots without a trajectory %.2f (%.2f ms per "
+           "trajectory ended: the next JOB on its way, the rounds' drain)\n",
+           100.0 * 256.0 * 1000.0 / model / 5120.0, model, p_lat, r->call_win_ms, p_between,
+           r->between_mean_ms, p_in, r->aborted, p_none,
+           r->traj_ends ? 1000.0 * (slot_s - r->traj_slot_s) / (double)r->traj_ends : 0.0);
+}
+
 /* s_orch prints the orchestration figure of one run of case `tag`: the CPU per step of every
  * role but the policy server, summed (nothing when the run left no cpu.tsv). */
 static void s_orch(const char *tag, const br_sys_t *r)
@@ -364,6 +392,7 @@ int bench_rollout_run(int argc, char **argv)
                        "began %.0f ms before its last step\n",
                        r.steady_rate, 100.0 * r.steady_rate / 5120.0, r.rounds, r.drain_ms,
                        -r.gap_ms);
+            s_losses(&r);
             if (r.roles[0])
                 printf("rollout 50ms: CPU us per step by role: %s\n", r.roles);
             if (r.csw[0])

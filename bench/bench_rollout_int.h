@@ -32,6 +32,17 @@ typedef struct {
     double orch_us_per_step; /* the orchestration: every role's but the policy server's, summed
                               * (-1 when the run left no cpu.tsv) */
     char csw[512];          /* context switches per step by role: "actor 2.4, ..." */
+    /* Where the slots' time went over the middle 60% (its span win_s), in slot-seconds: in the
+     * LLM calls that made steps (each step's latency_ms before its t_ms), between two steps of a
+     * trajectory (from one step's t_ms, its OBS, to the next call), and inside trajectories (a
+     * slot from its JOB to its RESULT: t_ms of the last step less wall_ms; for one cancelled or
+     * with aborted calls, from its first call less the median head of the others, for wall_ms).
+     * The rest of slots x win_s had no trajectory: a JOB on its way, or a round's drain. */
+    double win_s, call_slot_s, between_slot_s, traj_slot_s;
+    double call_win_ms;    /* mean latency of the calls wholly inside the window */
+    double between_mean_ms; /* mean time between two steps of a trajectory inside the window */
+    size_t traj_ends;       /* trajectories that ended inside the window */
+    size_t aborted;         /* LLM calls without a step (llm_calls - n_steps), whole run */
 } br_sys_t;
 
 /* bench_rollout_wire.c */

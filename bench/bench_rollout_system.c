@@ -3,8 +3,8 @@
  * (a private redis-server, env workers, the policy server, coordinator, gate and actors) in a
  * temporary folder, then measured from its results file (the interval between consecutive steps
  * of a trajectory, with and without the step's LLM call, the step rate over the middle 60% and
- * while rounds still had jobs, drain and gap per round) and its cpu.tsv (CPU and context switches
- * per step by role).
+ * while rounds still had jobs, drain and gap per round, where the slots' time went over the middle
+ * 60%) and its cpu.tsv (CPU and context switches per step by role).
  */
 #include "bench/bench_rollout_int.h"
 
@@ -41,6 +41,49 @@ typedef struct {
 } s_round_t;
 
 #define S_MAX_ROUNDS 64
+
+/* A span of wall time (µs). */
+typedef struct {
+    int64_t a, b;
+} s_span_t;
+
+typedef struct {
+    s_span_t *v;
+    size_t n, cap;
+} s_spans_t;
+
+/* One trajectory as its results file shows it (µs): its first call's start (first step's t_ms
+ * less its latency), its last step's t_ms, its wall_ms, and whether it ran to its end with every
+ * call answered (then its slot was held from last - wall to last). */
+typedef struct {
+    int64_t first, last, wall;
+    bool whole;
+} s_traj_t;
+
+/* The timeline of a run: every step's call, the spans between consecutive steps, the
+ * trajectories. */
+typedef struct {
+    s_spans_t calls, between;
+    s_traj_t *traj;
+    size_t ntraj, captraj;
+    size_t aborted;
+} s_timeline_t;
+
+static void s_span_push(s_spans_t *s, int64_t a, int64_t b)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 4096;
+        s->v = sr_xrealloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n++] = (s_span_t){a, b};
+}
+
+static void s_timeline_free(s_timeline_t *t)
+{
+    free(t->calls.v);
+    free(t->between.v);
+    free(t->traj);
+}
 
 static int s_cmp_i64(const void *a, const void *b)
 {
@@ -163,7 +206,8 @@ static void s_rec_push(s_recs_t *r, s_rec_t x)
  * 1-based step number of the ACTION, t_us holding the wall time in µs or the latency in µs).
  * Returns the mean latency in ms, or -1 when there is none. */
 static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
-                             double *tokens_mean, s_round_t *rounds, int *n_rounds)
+                             double *tokens_mean, s_round_t *rounds, int *n_rounds,
+                             s_timeline_t *tl)
 {
     *n_rounds = 0;
     double tok_sum = 0;
@@ -188,6 +232,10 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
             const cJSON *grp = j ? cJSON_GetObjectItemCaseSensitive(j, "group") : NULL;
             const cJSON *traj = j ? cJSON_GetObjectItemCaseSensitive(j, "traj") : NULL;
             bool keyed = cJSON_IsString(grp) && cJSON_IsNumber(traj);
+            const cJSON *status = j ? cJSON_GetObjectItemCaseSensitive(j, "status") : NULL;
+            const cJSON *calls = j ? cJSON_GetObjectItemCaseSensitive(j, "llm_calls") : NULL;
+            const cJSON *wall = j ? cJSON_GetObjectItemCaseSensitive(j, "wall_ms") : NULL;
+            int64_t first = INT64_MIN, last = INT64_MIN, nst = 0;
             const cJSON *st;
             cJSON_ArrayForEach(st, steps)
             {
@@ -205,6 +253,14 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
                 n++;
                 if (cJSON_IsNumber(t)) {
                     int64_t at = (int64_t)(t->valuedouble * 1000.0);
+                    int64_t from = at - (int64_t)(l->valuedouble * 1000.0);
+                    s_span_push(&tl->calls, from, at);
+                    if (last != INT64_MIN)
+                        s_span_push(&tl->between, last, from);
+                    else
+                        first = from;
+                    last = at;
+                    nst++;
                     if (st == steps->child) {
                         int64_t begun = at - (int64_t)(l->valuedouble * 1000.0);
                         rd.start = SR_MIN(rd.start, begun);
@@ -219,6 +275,19 @@ static double s_results_read(const char *out_dir, s_recs_t *recs, s_recs_t *lat,
                 s_rec_push(lat, (s_rec_t){key, step, (int64_t)(l->valuedouble * 1000.0)});
                 if (cJSON_IsNumber(t))
                     s_rec_push(recs, (s_rec_t){key, step, (int64_t)(t->valuedouble * 1000.0)});
+            }
+            if (first != INT64_MIN && cJSON_IsNumber(wall)) {
+                int64_t aborted = cJSON_IsNumber(calls) ? (int64_t)calls->valuedouble - nst : 0;
+                bool ended = cJSON_IsString(status) && (!strcmp(status->valuestring, "done") ||
+                                                        !strcmp(status->valuestring, "truncated"));
+                if (tl->ntraj == tl->captraj) {
+                    tl->captraj = tl->captraj ? tl->captraj * 2 : 1024;
+                    tl->traj = sr_xrealloc(tl->traj, tl->captraj * sizeof *tl->traj);
+                }
+                tl->traj[tl->ntraj++] = (s_traj_t){first, last,
+                                                   (int64_t)(wall->valuedouble * 1000.0),
+                                                   ended && aborted == 0};
+                tl->aborted += aborted > 0 ? (size_t)aborted : 0;
             }
             cJSON_Delete(j);
         }
@@ -291,7 +360,62 @@ static void s_steady(const int64_t *ts, size_t n, s_round_t *rounds, int nr, br_
         out->gap_ms = gap / (nr - 1) / 1000.0;
 }
 
-static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, br_sys_t *out)
+static int64_t s_overlap(int64_t a, int64_t b, int64_t w0, int64_t w1)
+{
+    int64_t lo = SR_MAX(a, w0), hi = SR_MIN(b, w1);
+    return hi > lo ? hi - lo : 0;
+}
+
+/* s_timeline sums, over the window [w0, w1] (µs), the slot time in calls, between steps and
+ * inside trajectories (br_sys_t says how each is read from the results file). */
+static void s_timeline(s_timeline_t *tl, int64_t w0, int64_t w1, br_sys_t *out)
+{
+    double call = 0, between = 0, traj = 0, in_sum = 0, bsum = 0;
+    size_t in_n = 0, bn = 0, ends = 0;
+    for (size_t i = 0; i < tl->calls.n; i++) {
+        const s_span_t *c = &tl->calls.v[i];
+        call += (double)s_overlap(c->a, c->b, w0, w1);
+        if (c->a >= w0 && c->b <= w1) {
+            in_sum += (double)(c->b - c->a);
+            in_n++;
+        }
+    }
+    for (size_t i = 0; i < tl->between.n; i++) {
+        const s_span_t *g = &tl->between.v[i];
+        between += (double)s_overlap(g->a, g->b, w0, w1);
+        if (g->a >= w0 && g->b <= w1) {
+            bsum += (double)(g->b - g->a);
+            bn++;
+        }
+    }
+    /* the head (JOB to first call) of a trajectory that was not whole: the others' median */
+    int64_t *heads = sr_xmalloc((tl->ntraj + 1) * sizeof *heads);
+    size_t nh = 0;
+    for (size_t i = 0; i < tl->ntraj; i++)
+        if (tl->traj[i].whole)
+            heads[nh++] = tl->traj[i].wall - (tl->traj[i].last - tl->traj[i].first);
+    qsort(heads, nh, sizeof *heads, s_cmp_i64);
+    int64_t head = nh ? heads[nh / 2] : 0;
+    free(heads);
+    for (size_t i = 0; i < tl->ntraj; i++) {
+        const s_traj_t *t = &tl->traj[i];
+        int64_t a = t->whole ? t->last - t->wall : t->first - head;
+        int64_t b = a + t->wall;
+        traj += (double)s_overlap(a, b, w0, w1);
+        ends += b >= w0 && b <= w1;
+    }
+    out->win_s = (double)(w1 - w0) / 1e6;
+    out->call_slot_s = call / 1e6;
+    out->between_slot_s = between / 1e6;
+    out->traj_slot_s = traj / 1e6;
+    out->call_win_ms = in_n ? in_sum / (double)in_n / 1000.0 : 0;
+    out->between_mean_ms = bn ? bsum / (double)bn / 1000.0 : 0;
+    out->traj_ends = ends;
+    out->aborted = tl->aborted;
+}
+
+static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, s_timeline_t *tl,
+                    br_sys_t *out)
 {
     out->actions = r->n;
     if (r->n < 10)
@@ -301,8 +425,10 @@ static void s_stats(s_recs_t *r, s_recs_t *lat, s_round_t *rounds, int nr, br_sy
         ts[i] = r->v[i].t_us;
     qsort(ts, r->n, sizeof *ts, s_cmp_i64);
     size_t lo = r->n / 5, hi = r->n * 4 / 5;
-    if (ts[hi] > ts[lo])
+    if (ts[hi] > ts[lo]) {
         out->rate = (double)(hi - lo) / ((double)(ts[hi] - ts[lo]) / 1e6);
+        s_timeline(tl, ts[lo], ts[hi], out);
+    }
     s_steady(ts, r->n, rounds, nr, out);
     qsort(r->v, r->n, sizeof *r->v, s_cmp_rec);
     qsort(lat->v, lat->n, sizeof *lat->v, s_cmp_rec);
@@ -363,6 +489,7 @@ void br_system(const char *self, const char *label, const char *const *extra, br
         argv[n++] = br_common[i];
     argv[n] = NULL;
     s_recs_t recs = {0}, lat = {0};
+    s_timeline_t tl = {0};
     int64_t t0 = clock_mono_ms();
     int64_t cpu0 = br_cpu_us(RUSAGE_CHILDREN);
     if (!sup || supervise_add(sup, "run", (char *const *)argv, false) != SR_OK)
@@ -382,8 +509,8 @@ void br_system(const char *self, const char *label, const char *const *extra, br
     out->wall_s = (double)(clock_mono_ms() - t0) / 1000.0;
     s_round_t rounds[S_MAX_ROUNDS];
     int nr = 0;
-    out->llm_mean_ms = s_results_read(dir, &recs, &lat, &out->tokens_mean, rounds, &nr);
-    s_stats(&recs, &lat, rounds, nr, out);
+    out->llm_mean_ms = s_results_read(dir, &recs, &lat, &out->tokens_mean, rounds, &nr, &tl);
+    s_stats(&recs, &lat, rounds, nr, &tl, out);
     if (recs.n > 0)
         out->cpu_us_per_step = (double)(br_cpu_us(RUSAGE_CHILDREN) - cpu0) / (double)recs.n;
     s_roles(dir, recs.n, out->roles, out->csw, sizeof out->roles, &out->orch_us_per_step);
@@ -394,6 +521,7 @@ cleanup:
     supervise_destroy(&sup);
     free(recs.v);
     free(lat.v);
+    s_timeline_free(&tl);
     if (out->ok)
         nftw(dir, s_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }

@@ -1286,11 +1286,13 @@ static void test_jobs_failing_at_once_get_their_slot_back_with_a_backoff(void **
     for (int k = 0; k < 4; k++) {
         if (k == 3) { /* a job that runs (4 steps of >= 40 ms each) resets the backoff */
             s_co_job(&f, "r0000-g0001", 0, 1, 4, 1);
-            s_co_expect(&f, PROTO_RESULT, 5000, &m);
+            /* its slot's credit at once, ahead of its RESULT (a RESULT first fails here) */
+            s_co_expect(&f, PROTO_CREDIT, 5000, &m);
+            assert_int_equal(m.u.credit.credits, 1);
+            proto_msg_clear(&m);
+            s_co_expect(&f, PROTO_RESULT, 2000, &m);
             assert_string_equal(m.u.result.status, "truncated");
             s_co_ack(&f, &m.u.result, true);
-            proto_msg_clear(&m);
-            s_co_expect(&f, PROTO_CREDIT, 2000, &m);
             proto_msg_clear(&m);
         }
         s_co_job_env(&f, "r0000-g0000", 0, 1, 2, k + 1, "games");

@@ -678,6 +678,90 @@ static void lone_actor_gets_a_whole_group_after_the_spread_wait(void **state)
     s_fx_free(&f);
 }
 
+/* A lease as Redis holds it (lease:<round>), looked up by job id. */
+typedef struct {
+    const char *job_id;
+    int64_t epoch;
+    char actor[64];
+    bool found;
+} s_lease_look_t;
+
+static int s_lease_cb(const char *job_id, size_t job_len, int64_t epoch, const uint8_t *actor,
+                      size_t actor_len, void *arg)
+{
+    s_lease_look_t *l = arg;
+    if (job_len == strlen(l->job_id) && memcmp(job_id, l->job_id, job_len) == 0) {
+        l->found = true;
+        l->epoch = epoch;
+        snprintf(l->actor, sizeof l->actor, "%.*s", (int)actor_len, (const char *)actor);
+    }
+    return SR_OK;
+}
+
+/* s_assert_lease checks that Redis holds job j's lease to actor. */
+static void s_assert_lease(fx_t *f, const proto_job_t *j, const char *actor)
+{
+    s_lease_look_t l = {.job_id = j->job_id};
+    assert_int_equal(coord_store_leases_read(f->st, j->iteration, s_lease_cb, &l), SR_OK);
+    assert_true(l.found);
+    assert_int_equal(l.epoch, j->epoch);
+    assert_string_equal(l.actor, actor);
+}
+
+/* An actor sends a freed slot's CREDIT ahead of the RESULT that freed it: the coordinator leases
+ * the next job at once, and its JOB goes out only once that lease is in Redis; the JOB and the
+ * RESULT's RESULT_ACK may come in either order, and every RESULT is stored. */
+static void a_credit_ahead_of_its_result_gets_a_job_whose_lease_is_in_redis(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 3;
+    cfg.spread_wait_ms = 0;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 1, NULL);
+    s_credit(&a, 1);
+    proto_msg_t j[3];
+    s_expect(&a, PROTO_JOB, &j[0]);
+    s_assert_lease(&f, &j[0].u.job, "actor-a");
+    for (int i = 1; i < 3; i++) {
+        s_credit(&a, 1);
+        s_result(&a, &j[i - 1].u.job, "done", 1.0);
+        bool acked = false, got = false;
+        while (!acked || !got) {
+            proto_msg_t m;
+            if (s_peer_recv(&a, &m, WAIT_MS) != SR_OK)
+                fail_msg("no RESULT_ACK and JOB within %d ms", WAIT_MS);
+            if (m.type == PROTO_RESULT_ACK) {
+                assert_false(acked);
+                assert_string_equal(m.u.result_ack.job_id, j[i - 1].u.job.job_id);
+                assert_true(m.u.result_ack.ok);
+                acked = true;
+                proto_msg_clear(&m);
+            } else {
+                assert_int_equal(m.type, PROTO_JOB);
+                assert_false(got);
+                j[i] = m;
+                got = true;
+                s_assert_lease(&f, &j[i].u.job, "actor-a"); /* in Redis as it arrives */
+                assert_true(j[i].u.job.epoch > j[i - 1].u.job.epoch);
+            }
+        }
+    }
+    s_result(&a, &j[2].u.job, "done", 0.0);
+    s_expect_ack(&a, &j[2].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(s_results_in_redis(&f, 0), 3);
+    for (int i = 0; i < 3; i++)
+        proto_msg_clear(&j[i]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 static void result_is_in_redis_before_its_ack_arrives(void **state)
 {
     (void)state;
@@ -2065,6 +2149,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(spread_places_a_group_on_several_actors_and_pack_on_one),
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
     cmocka_unit_test(result_is_in_redis_before_its_ack_arrives),
+    cmocka_unit_test(a_credit_ahead_of_its_result_gets_a_job_whose_lease_is_in_redis),
     cmocka_unit_test(an_in_order_result_and_its_group_finish_take_one_round_trip),
     cmocka_unit_test(a_round_with_a_failed_store_attempt_is_read_back_from_redis),
     cmocka_unit_test(expired_lease_requeues_with_higher_epoch_and_late_result_is_refused),
