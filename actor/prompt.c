@@ -10,6 +10,7 @@
 #include "common/afile.h"
 #include "common/envkind.h"
 #include "common/jsonscan.h"
+#include "common/jsonw.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
 
@@ -79,22 +80,6 @@ static void s_put(s_buf_t *b, const char *s, size_t n)
     }
 }
 
-/* s_escape_of tells how byte c is written inside a JSON string, as jsonw writes it: 0 as it is,
- * 'u' as \u00xx, else the letter after the backslash. */
-static char s_escape_of(unsigned char c)
-{
-    switch (c) {
-    case '"': return '"';
-    case '\\': return '\\';
-    case '\b': return 'b';
-    case '\f': return 'f';
-    case '\n': return 'n';
-    case '\r': return 'r';
-    case '\t': return 't';
-    default: return c < 0x20 ? 'u' : 0;
-    }
-}
-
 /* s_put_esc appends the n bytes at s escaped as the inside of a JSON string: the bytes jsonw_strn
  * writes between its quotes. Escaping goes byte by byte, so the pieces of a text escaped one by
  * one are the whole text escaped. */
@@ -102,17 +87,9 @@ static void s_put_esc(s_buf_t *b, const char *s, size_t n)
 {
     size_t run = 0;
     for (size_t i = 0; (i = (size_t)(jsonscan_str_stop(s + i, s + n) - s)) < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char e = s_escape_of(c);
+        char esc[6];
         s_put(b, s + run, i - run);
-        if (e == 'u') {
-            static const char hex[] = "0123456789abcdef";
-            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            s_put(b, u, sizeof u);
-        } else {
-            char x[2] = {'\\', e};
-            s_put(b, x, sizeof x);
-        }
+        s_put(b, esc, jsonw_escape_seq((unsigned char)s[i], esc));
         run = i + 1;
     }
     s_put(b, s + run, n - run);

@@ -26,28 +26,45 @@ void jsonw_init(jsonw_t *w, sr_buf_t *b)
     w->rc = SR_OK;
 }
 
-/* s_escape_of tells how byte c is written inside a string: 0 as it is, 'u' as \u00xx, else
- * the letter after the backslash. */
-static char s_escape_of(unsigned char c)
+size_t jsonw_escape_seq(unsigned char c, char out[6])
 {
+    char e;
     switch (c) {
     case '"':
-        return '"';
+        e = '"';
+        break;
     case '\\':
-        return '\\';
+        e = '\\';
+        break;
     case '\b':
-        return 'b';
+        e = 'b';
+        break;
     case '\f':
-        return 'f';
+        e = 'f';
+        break;
     case '\n':
-        return 'n';
+        e = 'n';
+        break;
     case '\r':
-        return 'r';
+        e = 'r';
+        break;
     case '\t':
-        return 't';
+        e = 't';
+        break;
     default:
-        return c < 0x20 ? 'u' : 0;
+        if (c >= 0x20) {
+            out[0] = (char)c;
+            return 1;
+        }
+        static const char hex[] = "0123456789abcdef";
+        memcpy(out, "\\u00", 4);
+        out[4] = hex[c >> 4];
+        out[5] = hex[c & 15];
+        return 6;
     }
+    out[0] = '\\';
+    out[1] = e;
+    return 2;
 }
 
 void jsonw_strn(jsonw_t *w, const char *s, size_t n)
@@ -55,21 +72,9 @@ void jsonw_strn(jsonw_t *w, const char *s, size_t n)
     jsonw_lit(w, "\"");
     size_t run = 0;
     for (size_t i = 0; (i = (size_t)(jsonscan_str_stop(s + i, s + n) - s)) < n; i++) {
-        char e = s_escape_of((unsigned char)s[i]);
+        char esc[6];
         jsonw_raw(w, s + run, i - run);
-        if (e == 'u') {
-            static const char hex[] = "0123456789abcdef";
-            char u[6] = {'\\',
-                         'u',
-                         '0',
-                         '0',
-                         hex[((unsigned char)s[i]) >> 4],
-                         hex[((unsigned char)s[i]) & 15]};
-            jsonw_raw(w, u, sizeof u);
-        } else {
-            char x[2] = {'\\', e};
-            jsonw_raw(w, x, sizeof x);
-        }
+        jsonw_raw(w, esc, jsonw_escape_seq((unsigned char)s[i], esc));
         run = i + 1;
     }
     jsonw_raw(w, s + run, n - run);

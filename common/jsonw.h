@@ -43,6 +43,11 @@ void jsonw_str(jsonw_t *w, const char *s);
 /* jsonw_strn is jsonw_str of the first n bytes of s (which may hold no NUL among them). */
 void jsonw_strn(jsonw_t *w, const char *s, size_t n);
 
+/* jsonw_escape_seq writes into out how byte c is written inside a JSON string, as jsonw_strn
+ * writes it (\" \\ \b \f \n \r \t, other bytes below 0x20 as \u00xx, any other byte as it is),
+ * and returns its length (1, 2 or 6). */
+size_t jsonw_escape_seq(unsigned char c, char out[6]);
+
 /* jsonw_num appends d as cJSON prints a number: null for NaN and infinities, else %1.15g, or
  * %1.17g when %1.15g does not read back as d (within a relative DBL_EPSILON). */
 void jsonw_num(jsonw_t *w, double d);
