@@ -179,6 +179,19 @@ static bool s_scale10(unsigned __int128 *num, unsigned __int128 *den, int k)
     return true;
 }
 
+/* s_ratio sets *num / *den to m * 2^e * 10^k exactly (|e| <= 127, |k| <= 38); false when it
+ * does not fit 128 bits. */
+static bool s_ratio(uint64_t m, int e, int k, unsigned __int128 *num, unsigned __int128 *den)
+{
+    *num = m;
+    *den = 1;
+    if (e >= 0)
+        *num <<= e;
+    else
+        *den <<= -e;
+    return s_scale10(num, den, k);
+}
+
 /* s_render writes the P digits q (10^(P-1) <= q < 10^P), whose first digit has the decimal
  * exponent x, as "%.Pg" writes them (sign when neg) into out (room for 32); returns the length.
  * For P <= 9 (jsonw_f32's "%.9g") the digits go out in fixed 16-byte copies, which may write
@@ -271,12 +284,8 @@ static int s_gfmt(bool neg, uint64_t m, int e, int P, char *out, unsigned long l
         int k = P - 1 - x;
         if (k > 38 || k < -38 || e < -127 || e > 127 - 53)
             return -1;
-        u128 num = m, den = 1;
-        if (e >= 0)
-            num <<= e;
-        else
-            den <<= -e;
-        if (!s_scale10(&num, &den, k))
+        u128 num, den;
+        if (!s_ratio(m, e, k, &num, &den))
             return -1;
         u128 qq = e < 0 && k >= 0 ? num >> -e : num / den;
         u128 r = e < 0 && k >= 0 ? num & (den - 1) : num % den;
@@ -362,11 +371,7 @@ static int s_dbl_g15(double d, char *out)
                 r = 0;
             }
         } else {
-            if (e >= 0)
-                num <<= e;
-            else
-                den <<= -e;
-            if (!s_scale10(&num, &den, k))
+            if (!s_ratio(m, e, k, &num, &den))
                 return -1;
             qq = num / den;
             r = num % den;
