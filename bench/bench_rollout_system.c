@@ -366,28 +366,29 @@ static int64_t s_overlap(int64_t a, int64_t b, int64_t w0, int64_t w1)
     return hi > lo ? hi - lo : 0;
 }
 
+/* s_spans_sum adds to *overlap the time of the spans inside [w0, w1] (µs), and to *whole and
+ * *nwhole the length and number of the spans wholly inside it. */
+static void s_spans_sum(const s_spans_t *s, int64_t w0, int64_t w1, double *overlap,
+                        double *whole, size_t *nwhole)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const s_span_t *c = &s->v[i];
+        *overlap += (double)s_overlap(c->a, c->b, w0, w1);
+        if (c->a >= w0 && c->b <= w1) {
+            *whole += (double)(c->b - c->a);
+            (*nwhole)++;
+        }
+    }
+}
+
 /* s_timeline sums, over the window [w0, w1] (µs), the slot time in calls, between steps and
  * inside trajectories (br_sys_t says how each is read from the results file). */
 static void s_timeline(s_timeline_t *tl, int64_t w0, int64_t w1, br_sys_t *out)
 {
     double call = 0, between = 0, traj = 0, in_sum = 0, bsum = 0;
     size_t in_n = 0, bn = 0, ends = 0;
-    for (size_t i = 0; i < tl->calls.n; i++) {
-        const s_span_t *c = &tl->calls.v[i];
-        call += (double)s_overlap(c->a, c->b, w0, w1);
-        if (c->a >= w0 && c->b <= w1) {
-            in_sum += (double)(c->b - c->a);
-            in_n++;
-        }
-    }
-    for (size_t i = 0; i < tl->between.n; i++) {
-        const s_span_t *g = &tl->between.v[i];
-        between += (double)s_overlap(g->a, g->b, w0, w1);
-        if (g->a >= w0 && g->b <= w1) {
-            bsum += (double)(g->b - g->a);
-            bn++;
-        }
-    }
+    s_spans_sum(&tl->calls, w0, w1, &call, &in_sum, &in_n);
+    s_spans_sum(&tl->between, w0, w1, &between, &bsum, &bn);
     /* the head (JOB to first call) of a trajectory that was not whole: the others' median */
     int64_t *heads = sr_xmalloc((tl->ntraj + 1) * sizeof *heads);
     size_t nh = 0;
