@@ -102,7 +102,7 @@ int afile_tmp_open(afile_tmp_t *t, const char *path, char *err, size_t errlen)
         err[0] = '\0';
     if (!path || !*path) {
         if (err && errlen)
-            snprintf(err, errlen, "afile_replace: no path or no data");
+            snprintf(err, errlen, "afile_tmp_open: no path");
         return SR_EINVAL;
     }
     char dir[4096];
@@ -128,7 +128,7 @@ int afile_tmp_write(afile_tmp_t *t, const void *data, size_t len, char *err, siz
 {
     if (t->fd < 0 || (!data && len)) {
         if (err && errlen)
-            snprintf(err, errlen, "afile_replace: no file or no data");
+            snprintf(err, errlen, "afile_tmp_write: no open file or no data");
         return SR_EIO;
     }
     if (s_write_all(t->fd, data, len) != 0) {
@@ -144,7 +144,7 @@ int afile_tmp_commit(afile_tmp_t *t, char *err, size_t errlen)
 {
     if (t->fd < 0) {
         if (err && errlen)
-            snprintf(err, errlen, "afile_replace: no file");
+            snprintf(err, errlen, "afile_tmp_commit: no open file");
         return SR_EIO;
     }
     errno = 0;
