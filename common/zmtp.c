@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/sr_buf.h"
+#include "common/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +34,13 @@
 #define S_RECONNECT_MS 100
 #define S_RECONNECT_MAX_MS 5000
 #define S_BUCKETS 256
+
+static int64_t s_handshake_ms = ZMTP_HANDSHAKE_MS;
+
+void zmtp_set_handshake_ms(int64_t ms)
+{
+    s_handshake_ms = ms > 0 ? ms : ZMTP_HANDSHAKE_MS;
+}
 
 enum { S_DOWN, S_CONNECTING, S_GREET, S_READY, S_OPEN };
 enum { F_MORE = 1, F_LONG = 2, F_CMD = 4 };
@@ -148,6 +156,7 @@ typedef struct s_conn {
     bool multi; /* inside a message of more than one frame: dropped */
     uint8_t id[256]; /* ROUTER: the peer's identity */
     size_t idlen;
+    int hs_timer;                   /* > 0: the handshake must be done when it fires */
     bool dirty;                     /* ROUTER: on the list to flush */
     struct zmtp_router *rt;         /* ROUTER: whose connection this is */
     struct s_conn *next, *next_id, *next_dirty;
@@ -545,6 +554,8 @@ static void s_dealer_connect(zmtp_dealer_t *d);
 
 static void s_dealer_free(zmtp_dealer_t *d)
 {
+    if (d->c.hs_timer > 0)
+        reactor_timer_cancel(d->r, d->c.hs_timer);
     if (d->reconnect_timer > 0)
         reactor_timer_cancel(d->r, d->reconnect_timer);
     if (d->flush_timer > 0)
@@ -594,6 +605,10 @@ static void s_drop_partial(s_conn_t *c)
 /* s_dealer_lost closes the connection (why: one line) and tries again after the back-off. */
 static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
 {
+    if (d->c.hs_timer > 0) {
+        reactor_timer_cancel(d->r, d->c.hs_timer);
+        d->c.hs_timer = 0;
+    }
     if (d->c.fd >= 0) {
         reactor_remove_fd(d->r, d->c.fd);
         close(d->c.fd);
@@ -616,8 +631,11 @@ static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
 static bool s_dealer_ready(void *owner, s_conn_t *c, const char *unused)
 {
     (void)unused;
-    (void)c;
     zmtp_dealer_t *d = owner;
+    if (c->hs_timer > 0) {
+        reactor_timer_cancel(d->r, c->hs_timer);
+        c->hs_timer = 0;
+    }
     d->st.connects++;
     d->ivl = S_RECONNECT_MS;
     d->err[0] = '\0';
@@ -661,7 +679,7 @@ static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
         int was = c->state;
         d->depth++;
         int rc = s_read(&P, c);
-        if (rc == SR_OK && P.delivered && d->batch && !d->dead)
+        if (P.delivered && d->batch && !d->dead)
             d->batch(d->arg);
         d->depth--;
         if (d->dead) {
@@ -684,6 +702,18 @@ static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
         snprintf(why, sizeof why, "write: %s", strerror(errno));
         s_dealer_lost(d, why);
     }
+}
+
+static void s_dealer_hs_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmtp_dealer_t *d = arg;
+    d->c.hs_timer = 0;
+    d->st.bad_peer++;
+    char why[96];
+    snprintf(why, sizeof why, "no ZMTP handshake within %lld ms", (long long)s_handshake_ms);
+    s_dealer_lost(d, why);
 }
 
 static void s_dealer_connect(zmtp_dealer_t *d)
@@ -715,6 +745,8 @@ static void s_dealer_connect(zmtp_dealer_t *d)
         return;
     }
     c->events = REACTOR_WRITE;
+    int t = reactor_timer_add(d->r, s_handshake_ms, 0, s_dealer_hs_timeout, d);
+    c->hs_timer = t > 0 ? t : 0;
 }
 
 zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
@@ -864,6 +896,8 @@ static void s_unlink_id(zmtp_router_t *rt, s_conn_t *c)
 /* s_router_drop closes c and forgets it. Not while c's own input is being handed over. */
 static void s_router_drop(zmtp_router_t *rt, s_conn_t *c, const char *why)
 {
+    if (c->hs_timer > 0)
+        reactor_timer_cancel(rt->r, c->hs_timer);
     if (c->state == S_OPEN) {
         s_unlink_id(rt, c);
         rt->st.disconnects++;
@@ -892,6 +926,10 @@ static bool s_router_ready(void *owner, s_conn_t *c, const char *unused)
 {
     (void)unused;
     zmtp_router_t *rt = owner;
+    if (c->hs_timer > 0) {
+        reactor_timer_cancel(rt->r, c->hs_timer);
+        c->hs_timer = 0;
+    }
     if (c->idlen == 0) { /* as libzmq names an anonymous peer: a zero byte and a counter */
         c->id[0] = 0;
         s_put_be32(c->id + 1, ++rt->next_auto);
@@ -993,6 +1031,19 @@ static void s_rconn_io(reactor_t *r, int fd, int revents, void *arg)
     }
 }
 
+static void s_router_hs_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_conn_t *c = arg;
+    zmtp_router_t *rt = c->rt;
+    c->hs_timer = 0;
+    rt->st.bad_peer++;
+    log_warn_limited(5, "env worker %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)",
+                     rt->ep, (long long)s_handshake_ms, (unsigned long long)rt->st.bad_peer);
+    s_router_drop(rt, c, "no handshake");
+}
+
 static void s_accept(reactor_t *r, int fd, int revents, void *arg)
 {
     (void)revents;
@@ -1020,6 +1071,8 @@ static void s_accept(reactor_t *r, int fd, int revents, void *arg)
         c->events = REACTOR_READ;
         c->next = rt->conns;
         rt->conns = c;
+        int t = reactor_timer_add(r, s_handshake_ms, 0, s_router_hs_timeout, c);
+        c->hs_timer = t > 0 ? t : 0;
         if (s_write(r, c) != SR_OK)
             s_router_drop(rt, c, "cannot send the greeting");
     }
@@ -1036,6 +1089,9 @@ zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zm
                      ep ? ep : "(null)");
         return NULL;
     }
+    if (!transport_is_loopback(ep)) /* as transport_bind warns: there are no CURVE keys here */
+        log_warn("binding %s unencrypted: any host that reaches it can connect "
+                 "(set --curve-keys, see docs/security.md)", ep);
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||

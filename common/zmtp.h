@@ -17,7 +17,8 @@
  * empty one gets a 5-byte one of its own, as libzmq gives), hands an identity over to the newest
  * connection that claims it (ZMQ_ROUTER_HANDOVER) and refuses a send to an unknown one with
  * SR_ECLOSED and a count (ZMQ_ROUTER_MANDATORY). A frame longer than the maximum message size
- * drops the connection that sent it (ZMQ_MAXMSGSIZE). TCP_NODELAY and keepalive (idle 30 s,
+ * drops the connection that sent it (ZMQ_MAXMSGSIZE); one that has not finished its handshake in 30 s
+ * is dropped too (ZMQ_HANDSHAKE_IVL; the DEALER then tries again). TCP_NODELAY and keepalive (idle 30 s,
  * interval 10 s) as transport.h sets them.
  *
  * What is not here: CURVE, names to resolve (getaddrinfo would block the loop), ipc:// and
@@ -38,6 +39,10 @@
 #include <stdint.h>
 
 #define ZMTP_HWM 10000
+#define ZMTP_HANDSHAKE_MS 30000 /* libzmq's ZMQ_HANDSHAKE_IVL: connect and handshake within it */
+
+/* zmtp_set_handshake_ms sets the process's handshake limit (<= 0: the default); for tests. */
+void zmtp_set_handshake_ms(int64_t ms);
 
 /* The --env-wire choices of the actor and the env worker: zmtp (this module where it can speak
  * the endpoint, the default) or zmq (libzmq for everything). */

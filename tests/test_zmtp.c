@@ -445,7 +445,7 @@ static void test_ping_answered(void **state)
     (void)state;
     void *ctx = zmq_ctx_new();
     s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
-    int ivl = 20, tmo = 150;
+    int ivl = 50, tmo = 1000; /* a PING every 50 ms; no answer within 1 s drops the peer */
     assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl), 0);
     assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo), 0);
     assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
@@ -457,7 +457,7 @@ static void test_ping_answered(void **state)
                                        err, sizeof err);
     assert_non_null(d);
     assert_true(s_spin(r, s_dealer_up, d, 3000));
-    s_spin(r, NULL, NULL, 600); /* many heartbeat periods and timeouts */
+    s_spin(r, NULL, NULL, 2500); /* 50 PINGs, over two timeouts */
     assert_int_equal(zmtp_dealer_send(d, "still", 5), SR_OK);
     s_want = 1;
     assert_true(s_spin(r, s_has_n, &zp.got, 3000));
@@ -538,6 +538,60 @@ static void test_router_bad_peers(void **state)
     reactor_destroy(&r);
 }
 
+static bool s_dealer_bad(void *arg)
+{
+    zmtp_stats_t st;
+    zmtp_dealer_stats(arg, &st);
+    return st.bad_peer >= (uint64_t)s_want;
+}
+
+/* Peers that never finish the handshake are dropped after the limit, on either side. */
+static void test_silent_peers(void **state)
+{
+    (void)state;
+    zmtp_set_handshake_ms(200);
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &got, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    const char *ep = zmtp_router_endpoint(rt);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    s_want = 1;
+    assert_true(s_spin(r, s_bad_n, rt, 3000));
+    char buf[256];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        ;
+    assert_int_equal(n, 0);
+    close(fd);
+    /* a listener that accepts (the kernel does) and never speaks */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in la = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &la.sin_addr);
+    socklen_t ll = sizeof la;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&la, sizeof la), 0);
+    assert_int_equal(listen(lfd, 8), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&la, &ll), 0);
+    char dep[64];
+    snprintf(dep, sizeof dep, "tcp://127.0.0.1:%d", ntohs(la.sin_port));
+    zmtp_dealer_t *d = zmtp_dealer_new(r, dep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err);
+    assert_non_null(d);
+    assert_int_equal(zmtp_dealer_send(d, "kept", 4), SR_OK);
+    assert_true(s_spin(r, s_dealer_bad, d, 3000));
+    assert_false(zmtp_dealer_connected(d));
+    assert_non_null(strstr(zmtp_dealer_errstr(d), "handshake"));
+    zmtp_dealer_destroy(&d);
+    close(lfd);
+    zmtp_set_handshake_ms(0);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
 /* Many peers of ours, many messages each way, in one run of the loop. */
 static void test_many_peers(void **state)
 {
@@ -596,6 +650,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dealer_hwm),
         cmocka_unit_test(test_ping_answered),
         cmocka_unit_test(test_router_bad_peers),
+        cmocka_unit_test(test_silent_peers),
         cmocka_unit_test(test_many_peers),
     };
     return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
