@@ -202,6 +202,8 @@ static void s_remove(gate_t *g, gi_group_t *grp)
         pp = &(*pp)->next;
     SR_ASSERT(*pp == grp);
     *pp = grp->next;
+    if (g->last == grp)
+        g->last = NULL;
     s_group_free(grp);
     g->st.groups--;
 }
@@ -408,6 +410,7 @@ int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decisi
             return SR_ENOMEM;
     }
     grp->last_seen_ms = now_ms;
+    g->last = grp;
     if (grp->decided) {
         g->st.ignored++;
         return 0;
@@ -457,6 +460,8 @@ size_t gate_evict(gate_t *g, int64_t now_ms)
                 *pp = grp->next;
                 if (!grp->decided && !grp->primary_done)
                     g->st.evicted++;
+                if (g->last == grp)
+                    g->last = NULL;
                 s_group_free(grp);
                 g->st.groups--;
                 n++;

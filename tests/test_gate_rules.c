@@ -193,6 +193,31 @@ static gate_event_t s_prior_group(const gate_history_t *h, gate_decision_t *d)
     return e;
 }
 
+/* The history is asked of the group named, whether or not it is the one of the last ACTION, and
+ * never of a group evicted since (the gate remembers the last group it saw). */
+static void history_is_asked_once_of_the_group_named_even_after_eviction(void **state)
+{
+    (void)state;
+    gate_cfg_t c;
+    s_cfg(&c, GATE_RULE_PRIOR, GATE_MODE_SHADOW);
+    gate_t *g = gate_new(&c);
+    gate_decision_t d;
+    s_act(g, "h1", 4, 0, 1, "a", false, 0, &d);
+    s_act(g, "h2", 4, 0, 1, "a", false, 0, &d);
+    assert_false(gate_wants_history(g, "h3")); /* unknown */
+    assert_true(gate_wants_history(g, "h1"));  /* not the last group seen */
+    assert_true(gate_wants_history(g, "h2"));  /* the last one */
+    assert_false(gate_wants_history(g, "h1"));
+    assert_false(gate_wants_history(g, "h2"));
+    s_act(g, "h3", 4, 0, 1, "a", false, 0, &d);
+    assert_int_equal(gate_evict(g, 1000000), 3); /* every group idle: h3, the last, goes too */
+    assert_false(gate_wants_history(g, "h3"));
+    assert_int_equal(gate_set_history(g, "h3", &(gate_history_t){0}), SR_ENOTFOUND);
+    s_act(g, "h3", 4, 0, 1, "a", false, 0, &d); /* a new record of the same id */
+    assert_true(gate_wants_history(g, "h3"));
+    gate_destroy(&g);
+}
+
 static void prior_loosens_for_zero_variance_history_and_tightens_for_informative(void **state)
 {
     (void)state;
@@ -722,6 +747,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(multi_fires_at_the_first_checkpoint_below_its_threshold),
         cmocka_unit_test(multi_keeps_after_its_last_checkpoint_and_records_it),
+        cmocka_unit_test(history_is_asked_once_of_the_group_named_even_after_eviction),
         cmocka_unit_test(prior_loosens_for_zero_variance_history_and_tightens_for_informative),
         cmocka_unit_test(multi_and_prior_scores_are_divergence_over_threshold_cut_iff_below_one),
         cmocka_unit_test(keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cuts),
