@@ -266,12 +266,6 @@ uint64_t gi_action_hash(const char *action)
     return gi_fnv1a(norm, len);
 }
 
-static int s_cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* s_ready tells whether every trajectory reported step K or ended, with no gap in 1..K. */
 static bool s_ready(const gate_t *g, const gi_group_t *grp)
 {
@@ -335,46 +329,68 @@ static int s_decide(gate_t *g, gi_group_t *grp, gate_decision_t *out)
     return SR_OK;
 }
 
-/* gi_divergence: see gate_int.h. */
+/* Up to S_DIV_STACK actions (G x c) the divergence numbers them in stack memory. */
+#define S_DIV_STACK 512
+
+/* s_slot_of returns the slot of hash h in the open-addressing table keys/used of mask + 1 slots:
+ * its own, or the empty one where it goes. */
+static size_t s_slot_of(const uint64_t *keys, const uint32_t *used, size_t mask, uint64_t h)
+{
+    size_t i = (size_t)(h ^ (h >> 29)) & mask;
+    while (used[i] && keys[i] != h)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* gi_divergence: see gate_int.h. The action hashes are numbered 1.. in the order they first
+ * appear (0 is <END>): the distances look at nothing but which actions are equal. */
 int gi_divergence(const gate_t *g, const gi_group_t *grp, int c, double *out)
 {
-    int rc = SR_ENOMEM;
-    size_t H = (size_t)g->H, G = (size_t)grp->G, C = (size_t)c;
-    uint64_t *uniq = malloc(G * C * sizeof *uniq);
-    uint32_t *ids = calloc(G * C, sizeof *ids);
-    const uint32_t **seqs = malloc(G * sizeof *seqs);
-    size_t *lens = malloc(G * sizeof *lens);
-    if (!uniq || !ids || !seqs || !lens)
-        goto cleanup;
-    size_t n = 0;
+    size_t H = (size_t)g->H, G = (size_t)grp->G, C = (size_t)c, n = G * C;
+    size_t nslots = 16;
+    while (nslots < 2 * n)
+        nslots <<= 1;
+    uint32_t ids_st[S_DIV_STACK], used_st[2 * S_DIV_STACK];
+    uint64_t keys_st[2 * S_DIV_STACK];
+    uint32_t *ids = ids_st, *used = used_st;
+    uint64_t *keys = keys_st;
+    if (n > S_DIV_STACK) {
+        ids = malloc(n * sizeof *ids);
+        used = calloc(nslots, sizeof *used);
+        keys = malloc(nslots * sizeof *keys);
+        if (!ids || !used || !keys) {
+            free(ids);
+            free(used);
+            free(keys);
+            return SR_ENOMEM;
+        }
+    } else {
+        memset(used, 0, nslots * sizeof *used);
+    }
+    const uint32_t *seqs[GATE_MAX_G];
+    size_t lens[GATE_MAX_G];
+    uint32_t next = 1;
     for (size_t t = 0; t < G; t++) {
         lens[t] = grp->seen[t] < (int64_t)C ? (size_t)grp->seen[t] : C;
-        for (size_t i = 0; i < lens[t]; i++)
-            uniq[n++] = grp->acts[t * H + i];
-    }
-    qsort(uniq, n, sizeof *uniq, s_cmp_u64);
-    size_t u = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (u == 0 || uniq[u - 1] != uniq[i])
-            uniq[u++] = uniq[i];
-    }
-    for (size_t t = 0; t < G; t++) {
         for (size_t i = 0; i < lens[t]; i++) {
-            const uint64_t *hit = bsearch(&grp->acts[t * H + i], uniq, u, sizeof *uniq, s_cmp_u64);
-            SR_ASSERT(hit);
-            ids[t * C + i] = (uint32_t)(hit - uniq) + 1; /* 0 is <END> */
+            uint64_t h = grp->acts[t * H + i];
+            size_t k = s_slot_of(keys, used, nslots - 1, h);
+            if (!used[k]) {
+                keys[k] = h;
+                used[k] = next++;
+            }
+            ids[t * C + i] = used[k];
         }
         seqs[t] = ids + t * C;
     }
     *out = editdist_prefix_divergence(seqs, lens, G, C);
     SR_ASSERT(*out >= 0.0);
-    rc = SR_OK;
-cleanup:
-    free(uniq);
-    free(ids);
-    free(seqs);
-    free(lens);
-    return rc;
+    if (ids != ids_st) {
+        free(ids);
+        free(used);
+        free(keys);
+    }
+    return SR_OK;
 }
 
 int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decision_t *out)

@@ -515,6 +515,50 @@ static void random_groups_match_string_divergence(void **state)
     gate_destroy(&g);
 }
 
+/* Groups of 64 with K 100: the divergence numbers more actions than its stack holds and pads
+ * past EDITDIST_FAST_K (the heap paths); d_K must still equal the string-level d_K. */
+static void large_groups_match_string_divergence(void **state)
+{
+    (void)state;
+    static const char *vocab[] = {"go to cabinet 1", "Go to  cabinet 1", "open cabinet 1", "look",
+                                  "inventory"};
+    prng_t p;
+    prng_init(&p, 11, 1);
+    enum { G = 64, T = 120, K = 100 };
+    gate_t *g = s_gate(GATE_MODE_SHADOW, K, 0.12, 0);
+    static const char *acts[G][T];
+    for (int grp = 0; grp < 3; grp++) {
+        char gid[32];
+        snprintf(gid, sizeof gid, "large-%d", grp);
+        size_t lens[G];
+        for (int t = 0; t < G; t++) {
+            lens[t] = (size_t)prng_range(&p, K / 2, T);
+            for (int i = 0; i < T; i++)
+                acts[t][i] = vocab[prng_bounded(&p, grp == 0 ? 2 : SR_ARRAY_LEN(vocab))];
+        }
+        gate_decision_t d;
+        int decided = 0;
+        for (int i = 0; i < T; i++) {
+            for (int t = 0; t < G; t++) {
+                if ((size_t)i >= lens[t])
+                    continue;
+                int rc = s_act(g, gid, G, t, i + 1, acts[t][i], (size_t)i + 1 == lens[t], 0, &d);
+                assert_true(rc == 0 || rc == 1);
+                decided += rc;
+                if (rc == 1) {
+                    const char *const *seqs[G];
+                    for (int u = 0; u < G; u++)
+                        seqs[u] = acts[u];
+                    double want = editdist_prefix_divergence_strs(seqs, lens, G, K);
+                    assert_true(fabs(d.d - want) < 1e-12);
+                }
+            }
+        }
+        assert_int_equal(decided, 1);
+    }
+    gate_destroy(&g);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -533,6 +577,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(invalid_actions_are_refused_and_counted),
         cmocka_unit_test(bad_configurations_are_refused),
         cmocka_unit_test(random_groups_match_string_divergence),
+        cmocka_unit_test(large_groups_match_string_divergence),
     };
     return harness_run_("gate", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
