@@ -131,34 +131,69 @@ int gate_store_history(store_t *st, const char *task, gate_history_t *out)
     return SR_OK;
 }
 
-/* s_queue_example queues the RPUSH of one example line and the LTRIM to the latest capacity. */
+/* s_u64 writes v in decimal into out (21 bytes at least) and returns out. */
+static const char *s_u64(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return out;
+}
+
+/* s_queue_example queues the RPUSH of one example line and the LTRIM to the latest capacity. The
+ * commands are given as arguments (no printf-style format for hiredis to parse). */
 static int s_queue_example(store_t *st, const char *line, int64_t capacity)
 {
-    char key[S_KEY_MAX];
+    char key[S_KEY_MAX], neg[24];
     int rc = s_key_examples(st, key);
-    if (rc == SR_OK)
-        rc = store_pipe_append(st, "RPUSH %s %s", key, line);
-    if (rc == SR_OK)
-        rc = store_pipe_append(st, "LTRIM %s -%lld -1", key, (long long)capacity);
-    return rc;
+    if (rc != SR_OK)
+        return rc;
+    const char *push[] = {"RPUSH", key, line};
+    rc = store_pipe_appendv(st, 3, push, NULL);
+    if (rc != SR_OK)
+        return rc;
+    /* -capacity, as "-%lld" wrote it */
+    neg[0] = '-';
+    if (capacity >= 0)
+        s_u64(neg + 1, (uint64_t)capacity);
+    else
+        snprintf(neg + 1, sizeof neg - 1, "%lld", (long long)capacity);
+    const char *trim[] = {"LTRIM", key, neg, "-1"};
+    return store_pipe_appendv(st, 4, trim, NULL);
 }
 
 /* s_queue_figures queues the HSET of the running figures into gate:stats. */
 static int s_queue_figures(store_t *st, const gate_stats_t *g, double audit_precision,
                            uint64_t learned_labels)
 {
-    char key[S_KEY_MAX], prec[32];
+    char key[S_KEY_MAX], prec[32], n[6][24];
     snprintf(prec, sizeof prec, "%.6g", audit_precision);
     int rc = store_key_gate_stats(st, key, sizeof key);
     if (rc != SR_OK)
         return rc;
-    return store_pipe_append(
-        st,
-        "HSET %s outcomes %llu audit_groups %llu audit_zero_variance %llu "
-        "audit_precision %s keep_two_labels %llu keep_two_wrong %llu learned_labels %llu",
-        key, (unsigned long long)g->outcomes, (unsigned long long)g->audit_groups,
-        (unsigned long long)g->audit_zero_variance, prec, (unsigned long long)g->keep_two_labels,
-        (unsigned long long)g->keep_two_wrong, (unsigned long long)learned_labels);
+    const char *argv[] = {"HSET",
+                          key,
+                          "outcomes",
+                          s_u64(n[0], g->outcomes),
+                          "audit_groups",
+                          s_u64(n[1], g->audit_groups),
+                          "audit_zero_variance",
+                          s_u64(n[2], g->audit_zero_variance),
+                          "audit_precision",
+                          prec,
+                          "keep_two_labels",
+                          s_u64(n[3], g->keep_two_labels),
+                          "keep_two_wrong",
+                          s_u64(n[4], g->keep_two_wrong),
+                          "learned_labels",
+                          s_u64(n[5], learned_labels)};
+    return store_pipe_appendv(st, (int)SR_ARRAY_LEN(argv), argv, NULL);
 }
 
 int gate_store_outcome(store_t *st, const char *line, int64_t capacity, const gate_stats_t *g,

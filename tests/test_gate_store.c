@@ -293,6 +293,7 @@ static void a_batch_writes_what_the_single_calls_write_each_with_its_result(void
     snprintf(pb.group, sizeof pb.group, "b2");
     gate_stats_t g2 = g;
     g2.outcomes = 6;
+    g2.keep_two_wrong = UINT64_MAX;
     gate_store_op_t ops[] = {
         {.kind = GATE_STORE_ANNOTATE, .d = &kb, .mode = GATE_MODE_SHADOW, .wall_ms = 77},
         {.kind = GATE_STORE_ANNOTATE, .d = &pb, .mode = GATE_MODE_ENFORCE, .wall_ms = 78},
@@ -326,6 +327,8 @@ static void a_batch_writes_what_the_single_calls_write_each_with_its_result(void
     s_expect(f, "gate:stats", "outcomes", "6");
     s_expect(f, "gate:stats", "keep_two_labels", "2");
     s_expect(f, "gate:stats", "learned_labels", "4");
+    s_expect(f, "gate:stats", "keep_two_wrong", "18446744073709551615");
+    s_expect(f, "gate:stats", "audit_precision", "0.25");
 
     /* The server lost the rules script: that record runs again alone, the others stay. */
     assert_int_equal(store_command(f->st, 0, NULL, "SCRIPT FLUSH"), SR_OK);
