@@ -55,10 +55,16 @@ static int s_annotate_argv(store_t *st, const gate_decision_t *d, gate_mode_t mo
     snprintf(wall, 32, "%lld", (long long)wall_ms);
     snprintf(share, 32, "%.17g", d->ended_share);
     /* one HSET, so one round trip, whatever fields the decision has */
-    const char *head[] = {"HSET",        key,  "gate_wall_ms",     wall,
-                          "gate_mode",   gate_mode_name(mode),
-                          "gate_reason", d->reason ? d->reason : "",
-                          "gate_ended_share", share};
+    const char *head[] = {"HSET",
+                          key,
+                          "gate_wall_ms",
+                          wall,
+                          "gate_mode",
+                          gate_mode_name(mode),
+                          "gate_reason",
+                          d->reason ? d->reason : "",
+                          "gate_ended_share",
+                          share};
     int argc = 10;
     memcpy(argv, head, sizeof head);
     if (d->rule != GATE_RULE_PAPER) {

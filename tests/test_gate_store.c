@@ -299,8 +299,12 @@ static void a_batch_writes_what_the_single_calls_write_each_with_its_result(void
         {.kind = GATE_STORE_ANNOTATE, .d = &pb, .mode = GATE_MODE_ENFORCE, .wall_ms = 78},
         {.kind = GATE_STORE_RULES, .gid = "b1", .text = rules},
         {.kind = GATE_STORE_RULES, .gid = "ghost", .text = "{}"},
-        {.kind = GATE_STORE_OUTCOME, .text = "0 0.25", .capacity = 4, .stats = &g2,
-         .audit_precision = 0.25, .learned_labels = 4},
+        {.kind = GATE_STORE_OUTCOME,
+         .text = "0 0.25",
+         .capacity = 4,
+         .stats = &g2,
+         .audit_precision = 0.25,
+         .learned_labels = 4},
         {.kind = GATE_STORE_OUTCOME, .capacity = 4},
         {.kind = GATE_STORE_ANNOTATE, .d = &w, .mode = GATE_MODE_SHADOW, .wall_ms = 79},
         {.kind = GATE_STORE_ANNOTATE, .d = &b3, .mode = GATE_MODE_SHADOW, .wall_ms = 80},
@@ -312,9 +316,9 @@ static void a_batch_writes_what_the_single_calls_write_each_with_its_result(void
         assert_true((ops[i].rc == SR_OK) == (ops[i].err[0] == '\0'));
     }
     assert_non_null(strstr(ops[6].err, "WRONGTYPE"));
-    static const char *const fields[] = {"gate_wall_ms", "gate_mode", "gate_reason",
-                                         "gate_ended_share", "gate_rule", "audit_weight",
-                                         "rules", "status"};
+    static const char *const fields[] = {
+        "gate_wall_ms", "gate_mode",    "gate_reason", "gate_ended_share",
+        "gate_rule",    "audit_weight", "rules",       "status"};
     for (size_t i = 0; i < SR_ARRAY_LEN(fields); i++) {
         s_same_field(f, "s1", "b1", fields[i]);
         s_same_field(f, "s2", "b2", fields[i]);
