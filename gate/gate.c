@@ -25,6 +25,7 @@
 #include "common/editdist.h"
 #include "common/sr.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,12 +259,32 @@ static gi_group_t *s_create(gate_t *g, const char *gid, uint64_t h, int G)
     return grp;
 }
 
+/* gi_action_hash: the FNV-1a hash of the text editdist_normalize writes into a buffer of
+ * PROTO_MAX_ACTION + 1 bytes (a longer text cut there: the cut prefix stands for it), computed
+ * as the text is made, in one pass without the buffer. */
 uint64_t gi_action_hash(const char *action)
 {
-    char norm[PROTO_MAX_ACTION + 1];
-    int n = editdist_normalize(action ? action : "", norm, sizeof norm);
-    size_t len = n >= 0 ? (size_t)n : strlen(norm); /* too long: the cut prefix stands for it */
-    return gi_fnv1a(norm, len);
+    const uint64_t prime = 1099511628211ULL;
+    const size_t cap = PROTO_MAX_ACTION + 1;
+    uint64_t h = SR_FNV1A_BASIS;
+    size_t n = 0;
+    bool pending_space = false;
+    for (const unsigned char *p = (const unsigned char *)(action ? action : ""); *p; p++) {
+        if (isspace(*p)) {
+            pending_space = n > 0; /* leading whitespace is dropped */
+            continue;
+        }
+        if (n + (pending_space ? 2 : 1) >= cap)
+            break;
+        if (pending_space) {
+            h = (h ^ (unsigned char)' ') * prime;
+            n++;
+            pending_space = false;
+        }
+        h = (h ^ (unsigned char)tolower(*p)) * prime;
+        n++;
+    }
+    return h;
 }
 
 /* s_ready tells whether every trajectory reported step K or ended, with no gap in 1..K. */
