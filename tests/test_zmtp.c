@@ -421,6 +421,56 @@ static void test_reconnect_keeps_queue(void **state)
     reactor_destroy(&r);
 }
 
+/* A send from a timer: deferred to the end of the round by default, at once with
+ * zmtp_dealer_write_at_once (the peer has it while the timer's callback still runs). */
+typedef struct {
+    zmtp_dealer_t *d;
+    void *peer;
+    int seen_inside;
+} s_at_once_t;
+
+static void s_send_and_look(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_at_once_t *a = arg;
+    assert_int_equal(zmtp_dealer_send(a->d, "now", 3), SR_OK);
+    zmq_pollitem_t it = {.socket = a->peer, .events = ZMQ_POLLIN};
+    a->seen_inside = zmq_poll(&it, 1, 300) == 1;
+    reactor_stop(r);
+}
+
+static void test_dealer_write_at_once(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
+    reactor_t *r = reactor_new();
+    char err[256] = "";
+    zmtp_dealer_t *d = zmtp_dealer_new(r, s_bound(zp.sock), "x", 0, s_on_dealer, NULL, NULL, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_true(s_spin(r, s_dealer_up, d, 3000));
+    s_at_once_t a = {.d = d, .peer = zp.sock};
+    assert_true(reactor_timer_add(r, 1, 0, s_send_and_look, &a) > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(a.seen_inside, 0); /* written after the callback, at the round's end */
+    assert_int_equal(reactor_add_zsock(r, zp.sock, REACTOR_READ, s_zpeer_read, &zp), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &zp.got, 3000));
+    reactor_remove_zsock(r, zp.sock);
+    zmtp_dealer_write_at_once(d, true);
+    a.seen_inside = 0;
+    assert_true(reactor_timer_add(r, 1, 0, s_send_and_look, &a) > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(a.seen_inside, 1);
+    zmtp_dealer_destroy(&d);
+    s_got_free(&zp.got);
+    zmq_close(zp.sock);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
 /* Nothing listens: the DEALER keeps up to ZMTP_HWM messages, then says SR_EAGAIN. */
 static void test_dealer_hwm(void **state)
 {
@@ -648,6 +698,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_libzmq_dealer_router),
         cmocka_unit_test(test_router_handover),
         cmocka_unit_test(test_reconnect_keeps_queue),
+        cmocka_unit_test(test_dealer_write_at_once),
         cmocka_unit_test(test_dealer_hwm),
         cmocka_unit_test(test_ping_answered),
         cmocka_unit_test(test_router_bad_peers),
