@@ -161,7 +161,8 @@ static void s_wait_over(bus_t *b, const char *why)
     b->state = BUS_OPEN;
     s_watch(b, false);
     AST_INC(b->st, bus_waits_expired);
-    log_warn_limited(1, "actor %s: no subscriber of %s on the bus %s %s: %d ACTIONs held go out "
+    /* info, not a warning: a run without a gate (and without the dashboard) has no subscriber */
+    log_info_limited(1, "actor %s: no subscriber of %s on the bus %s %s: %d ACTIONs held go out "
                         "now, and the next ones at once (a subscriber that joins later misses "
                         "them)",
                      b->id, b->act_prefix, b->pub_ep, why, b->q_n);
