@@ -1,7 +1,8 @@
 /*
- * envlink.c — the actor's env workers behind one table of operations (see envlink.h): s_remote
- * sends over a DEALER watched by the reactor; s_inproc calls the env worker's server code and
- * queues its reply for a zero-delay timer.
+ * envlink.c — the actor's env workers behind one table of operations (see envlink.h): s_wire
+ * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// to an address, no CURVE); s_remote
+ * sends over a libzmq DEALER watched by the reactor (names, ipc://, CURVE, SELROLL_ENV_WIRE=zmq);
+ * s_inproc calls the env worker's server code and queues its reply for a zero-delay timer.
  */
 #include "actor/envlink.h"
 
@@ -10,6 +11,7 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,7 @@ struct envconn {
     char *endpoint;
     char *kind;             /* the env it serves (envkind.h); "" = unknown: serves any task */
     transport_sock_t *sock; /* remote */
+    zmtp_dealer_t *zd;      /* wire */
     void *worker;           /* in process (envhost_env_worker) */
     int sessions;           /* sessions this actor holds on the worker now */
     int fail_streak;        /* timeouts since the last reply */
@@ -132,6 +135,43 @@ static void s_remote_handler(reactor_t *r, void *sock, int revents, void *arg)
     const void *body = transport_msg_body(&tm, &len);
     e->el->h.reply(e->el->arg, e, body, len);
     transport_msg_close(&tm);
+}
+
+/* ---- wire: ZMTP on the loop's thread ----------------------------------------------------------- */
+
+/* The dealer queues a turn's requests and writes them in one system call at the top of the next
+ * round of the loop (or at the end of the read whose replies made them). */
+static int s_wire_send(envconn_t *e, const void *body, size_t len)
+{
+    int rc = zmtp_dealer_send(e->zd, body, len);
+    if (rc != SR_OK) {
+        e->el->out_failed++;
+        log_warn_limited(5, "actor %s: request to env worker %s not sent: %s (%llu so far)",
+                         e->el->id, e->endpoint, zmtp_dealer_errstr(e->zd),
+                         (unsigned long long)e->el->out_failed);
+    }
+    return rc;
+}
+
+static void s_wire_close(envconn_t *e)
+{
+    zmtp_dealer_destroy(&e->zd); /* writes what the socket takes at once */
+}
+
+static const envconn_ops_t s_wire = {.send = s_wire_send, .close = s_wire_close};
+
+static void s_wire_reply(void *arg, const void *body, size_t len)
+{
+    envconn_t *e = arg;
+    e->el->h.reply(e->el->arg, e, body, len);
+}
+
+/* s_wire_batch: the replies of one read were handed over (the LLM requests they started can go) */
+static void s_wire_batch(void *arg)
+{
+    envconn_t *e = arg;
+    if (e->el->h.batch_done)
+        e->el->h.batch_done(e->el->arg);
 }
 
 /* ---- in process ---------------------------------------------------------------------------------- */
@@ -241,6 +281,15 @@ static envconn_t *s_push(envlink_t *el, const envconn_ops_t *ops, const char *na
     return e;
 }
 
+static void s_announce(const envlink_t *el, const envconn_t *e)
+{
+    const char *how = e->zd ? "" : " (through libzmq)";
+    if (e->kind[0])
+        log_info("actor %s: env worker %s (%s)%s", el->id, e->endpoint, e->kind, how);
+    else
+        log_info("actor %s: env worker %s%s", el->id, e->endpoint, how);
+}
+
 envconn_t *envlink_add_remote(envlink_t *el, const char *endpoint, const char *kind, char *err,
                               size_t errlen)
 {
@@ -253,6 +302,20 @@ envconn_t *envlink_add_remote(envlink_t *el, const char *endpoint, const char *k
             }
             return e;
         }
+    }
+    if (zmtp_can_connect(endpoint)) {
+        envconn_t *e = s_push(el, &s_wire, endpoint, kind);
+        e->zd = zmtp_dealer_new(el->r, endpoint, el->id, TRANSPORT_DEFAULT_MAX_MSG_SIZE,
+                                s_wire_reply, s_wire_batch, e, err, errlen);
+        if (!e->zd) {
+            el->n_envs--;
+            free(e->endpoint);
+            free(e->kind);
+            free(e);
+            return NULL;
+        }
+        s_announce(el, e);
+        return e;
     }
     transport_opts_t o;
     transport_opts_init(&o);
@@ -268,10 +331,7 @@ envconn_t *envlink_add_remote(envlink_t *el, const char *endpoint, const char *k
     envconn_t *e = s_push(el, &s_remote, endpoint, kind);
     e->sock = sock;
     reactor_add_zsock(el->r, transport_sock_zmq(sock), REACTOR_READ, s_remote_handler, e);
-    if (e->kind[0])
-        log_info("actor %s: env worker %s (%s)", el->id, endpoint, e->kind);
-    else
-        log_info("actor %s: env worker %s", el->id, endpoint);
+    s_announce(el, e);
     return e;
 }
 

@@ -179,15 +179,23 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
             goto fail;
         }
     }
-    w->sock = transport_sock_new(w->ctx, ZMQ_ROUTER, NULL, why, sizeof why);
-    if (!w->sock)
-        goto fail;
-    if (transport_bind(w->sock, cfg->bind) != SR_OK) {
-        snprintf(why, sizeof why, "%s", transport_sock_errstr(w->sock));
-        goto fail;
+    if (zmtp_can_bind(cfg->bind)) {
+        /* tcp:// with an address and no CURVE: spoken on the loop's thread, no I/O thread */
+        w->zr = zmtp_router_new(w->reactor, cfg->bind, TRANSPORT_DEFAULT_MAX_MSG_SIZE,
+                                envw_rpc_on_zmtp, w, why, sizeof why);
+        if (!w->zr)
+            goto fail;
+    } else {
+        w->sock = transport_sock_new(w->ctx, ZMQ_ROUTER, NULL, why, sizeof why);
+        if (!w->sock)
+            goto fail;
+        if (transport_bind(w->sock, cfg->bind) != SR_OK) {
+            snprintf(why, sizeof why, "%s", transport_sock_errstr(w->sock));
+            goto fail;
+        }
     }
     w->advertise = cfg->advertise ? sr_xstrdup(cfg->advertise)
-                                  : s_derive_advertise(transport_sock_endpoint(w->sock), w->host);
+                                  : s_derive_advertise(envw_endpoint(w), w->host);
     if (cfg->redis_url) {
         /* Redis need not answer yet, and nothing here waits for it: the registry is requests to
          * the store queue, which connects on the first one and again after a loss, so the worker
@@ -201,8 +209,8 @@ envw_t *envw_new(const envw_cfg_t *cfg, char *err, size_t errlen)
             goto fail;
         }
     }
-    if (reactor_add_zsock(w->reactor, transport_sock_zmq(w->sock), REACTOR_READ,
-                          envw_rpc_on_readable, w) != SR_OK) {
+    if (w->sock && reactor_add_zsock(w->reactor, transport_sock_zmq(w->sock), REACTOR_READ,
+                                     envw_rpc_on_readable, w) != SR_OK) {
         snprintf(why, sizeof why, "cannot watch the socket");
         goto fail;
     }
@@ -236,7 +244,7 @@ int envw_run(envw_t *w)
     }
     envw_reg_start(w);
     log_info("env worker %s serving on %s (capacity %d, step latency %d ms, session ttl %lld ms)",
-             w->id, transport_sock_endpoint(w->sock), w->capacity, w->step_latency_ms,
+             w->id, envw_endpoint(w), w->capacity, w->step_latency_ms,
              (long long)w->session_ttl_ms);
     rc = reactor_run(w->reactor);
     envw_reg_stop(w);
@@ -261,7 +269,7 @@ int envw_signal(const envw_t *w)
 
 const char *envw_endpoint(const envw_t *w)
 {
-    return transport_sock_endpoint(w->sock);
+    return w->zr ? zmtp_router_endpoint(w->zr) : transport_sock_endpoint(w->sock);
 }
 
 const char *envw_advertised(const envw_t *w)
@@ -329,6 +337,7 @@ void envw_destroy(envw_t **self_p)
             envw_sessions_remove(w, w->lru_head);
     }
     envw_rpc_destroy(w);
+    zmtp_router_destroy(&w->zr); /* before the reactor, which watches its sockets */
     reactor_destroy(&w->reactor);
     transport_sock_destroy(&w->sock);
     if (w->own_ctx && w->ctx)

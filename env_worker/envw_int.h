@@ -23,6 +23,7 @@
 #include "common/peerlimit.h"
 #include "common/reactor.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 #include "env_worker/env.h"
 #include "env_worker/envw.h"
 
@@ -75,7 +76,8 @@ struct envw {
     /* ZeroMQ and the loop */
     void *ctx;
     bool own_ctx;
-    transport_sock_t *sock;
+    transport_sock_t *sock; /* the ROUTER through libzmq, or */
+    zmtp_router_t *zr;      /* the ROUTER spoken on the loop's thread (common/zmtp.h) */
     reactor_t *reactor;
     int sweep_timer;
     atomic_int running;
@@ -131,6 +133,8 @@ void envw_sessions_sweep(reactor_t *r, int id, void *arg);
 int envw_rpc_new(envw_t *w);
 void envw_rpc_destroy(envw_t *w);
 void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg);
+/* envw_rpc_on_zmtp is the same for the ROUTER of common/zmtp.h (arg: the envw_t). */
+void envw_rpc_on_zmtp(void *arg, const void *id, size_t idlen, const void *body, size_t len);
 
 /* envw_reg.c: the registry entry, its state private to that file. envw_reg_new makes it for the
  * Redis at url (nothing connects yet: the store queue connects on its first request);

@@ -199,10 +199,12 @@ static void s_send_now(envw_t *w, const uint8_t *id, size_t idlen, const void *b
         w->rpc->direct_fn(w->rpc->direct_arg, body, len);
         return;
     }
-    int rc = transport_send_routed(w->sock, id, idlen, body, len);
+    int rc = w->zr ? zmtp_router_send(w->zr, id, idlen, body, len)
+                   : transport_send_routed(w->sock, id, idlen, body, len);
     if (rc != SR_OK) {
         metrics_counter_inc(w->m_send_failed);
-        log_warn_limited(5, "reply not sent: %s", transport_sock_errstr(w->sock));
+        log_warn_limited(5, "reply not sent: %s",
+                         w->zr ? zmtp_router_errstr(w->zr) : transport_sock_errstr(w->sock));
     }
 }
 
@@ -584,6 +586,27 @@ int envw_call(envw_t *w, const void *client, size_t client_len, const void *body
     return SR_OK;
 }
 
+/* s_wrong_frames counts a request of several frames: there is no single body to answer. */
+static void s_wrong_frames(envw_t *w)
+{
+    metrics_counter_inc(w->m_requests);
+    metrics_counter_inc(w->m_errors[ENVW_ERR_BAD_MESSAGE]);
+    log_warn_limited(5, "dropped a request with the wrong number of frames");
+}
+
+/* s_request hands one request of client id to s_handle, unless the client is banned. */
+static void s_request(envw_t *w, const uint8_t *id, size_t idlen, const void *body, size_t len)
+{
+    if (idlen == 0 || idlen > ENVW_IDENTITY_MAX)
+        return;
+    /* Until a client was first banned no one is blocked: no lookup, no clock read a request. */
+    if (peerlimit_bans(w->peers) > 0 && peerlimit_blocked(w->peers, id, idlen, clock_mono_ms())) {
+        metrics_counter_inc(w->m_peer_dropped);
+        return;
+    }
+    s_handle(w, id, idlen, body, len);
+}
+
 void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
 {
     envw_t *w = arg;
@@ -592,10 +615,7 @@ void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
     if (rc == SR_EAGAIN)
         return;
     if (rc == SR_EPROTO) {
-        /* Several frames from one client: there is no single body to answer. */
-        metrics_counter_inc(w->m_requests);
-        metrics_counter_inc(w->m_errors[ENVW_ERR_BAD_MESSAGE]);
-        log_warn_limited(5, "dropped a request with the wrong number of frames");
+        s_wrong_frames(w);
         return;
     }
     if (rc != SR_OK) {
@@ -605,18 +625,17 @@ void envw_rpc_on_readable(reactor_t *r, void *zsock, int revents, void *arg)
     size_t idlen, len;
     const uint8_t *id = transport_msg_head(&m, &idlen);
     const void *body = transport_msg_body(&m, &len);
-    if (idlen == 0 || idlen > ENVW_IDENTITY_MAX) {
-        transport_msg_close(&m);
-        return;
-    }
-    /* Until a client was first banned no one is blocked: no lookup, no clock read a request. */
-    if (peerlimit_bans(w->peers) > 0 && peerlimit_blocked(w->peers, id, idlen, clock_mono_ms())) {
-        metrics_counter_inc(w->m_peer_dropped);
-        transport_msg_close(&m);
-        return;
-    }
-    s_handle(w, id, idlen, body, len);
+    s_request(w, id, idlen, body, len);
     transport_msg_close(&m);
+}
+
+void envw_rpc_on_zmtp(void *arg, const void *id, size_t idlen, const void *body, size_t len)
+{
+    envw_t *w = arg;
+    if (!body)
+        s_wrong_frames(w);
+    else
+        s_request(w, id, idlen, body, len);
 }
 
 int envw_rpc_new(envw_t *w)

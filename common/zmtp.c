@@ -1,0 +1,1207 @@
+/*
+ * zmtp.c — ZMTP 3.1 on the reactor's thread (see zmtp.h).
+ *
+ * One connection (s_conn_t) is a non-blocking TCP socket with a read buffer parsed in place and a
+ * write buffer of whole frames. Its life: the greeting both ways (64 bytes: signature, version
+ * 3.1, mechanism NULL), then the READY command both ways (Socket-Type, Identity), then frames. The
+ * DEALER keeps one connection and its write buffer across reconnects; the ROUTER keeps a list of
+ * accepted connections and a table of them by identity.
+ */
+#include "common/zmtp.h"
+
+#include "common/curve.h"
+#include "common/log.h"
+#include "common/sr.h"
+#include "common/sr_buf.h"
+#include "common/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define S_GREETING 64
+#define S_CMD_MAX 65536          /* the longest command accepted (READY with its properties) */
+#define S_DEFAULT_MAX (64LL * 1024 * 1024)
+#define S_READ_CHUNK 65536
+#define S_RECONNECT_MS 100
+#define S_RECONNECT_MAX_MS 5000
+#define S_BUCKETS 256
+
+static int64_t s_handshake_ms = ZMTP_HANDSHAKE_MS;
+
+void zmtp_set_handshake_ms(int64_t ms)
+{
+    s_handshake_ms = ms > 0 ? ms : ZMTP_HANDSHAKE_MS;
+}
+
+enum { S_DOWN, S_CONNECTING, S_GREET, S_READY, S_OPEN };
+enum { F_MORE = 1, F_LONG = 2, F_CMD = 4 };
+
+/* ---- endpoints ---- */
+
+static _Atomic bool s_off;
+
+void zmtp_set_enabled(bool on)
+{
+    s_off = !on;
+}
+
+bool zmtp_enabled(void)
+{
+    return !s_off && curve_default() == NULL;
+}
+
+/* s_parse_ep reads "tcp://host:port" into sa (host "*" and port "*"/0 only when bind). */
+static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, socklen_t *salen)
+{
+    if (!ep || strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    const char *h = ep + 6, *colon = strrchr(h, ':');
+    if (!colon || colon == h)
+        return false;
+    char host[64];
+    size_t hl = (size_t)(colon - h);
+    bool v6 = h[0] == '[';
+    if (v6) {
+        if (hl < 3 || h[hl - 1] != ']')
+            return false;
+        h++;
+        hl -= 2;
+    }
+    if (hl >= sizeof host)
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    const char *ps = colon + 1;
+    long port;
+    if (bind && strcmp(ps, "*") == 0) {
+        port = 0;
+    } else {
+        char *end = NULL;
+        port = strtol(ps, &end, 10);
+        if (!*ps || !end || *end || port < (bind ? 0 : 1) || port > 65535)
+            return false;
+    }
+    memset(sa, 0, sizeof *sa);
+    if (!v6 && bind && strcmp(host, "*") == 0) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+        s4->sin_family = AF_INET;
+        s4->sin_addr.s_addr = htonl(INADDR_ANY);
+        s4->sin_port = htons((uint16_t)port);
+        *salen = sizeof *s4;
+        return true;
+    }
+    if (!v6) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+        if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+            return false;
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        *salen = sizeof *s4;
+        return true;
+    }
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+    if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1)
+        return false;
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons((uint16_t)port);
+    *salen = sizeof *s6;
+    return true;
+}
+
+bool zmtp_can_connect(const char *ep)
+{
+    struct sockaddr_storage sa;
+    socklen_t n;
+    return zmtp_enabled() && s_parse_ep(ep, false, &sa, &n);
+}
+
+bool zmtp_can_bind(const char *ep)
+{
+    struct sockaddr_storage sa;
+    socklen_t n;
+    return zmtp_enabled() && s_parse_ep(ep, true, &sa, &n);
+}
+
+/* s_tune sets what transport.h sets on every TCP connection: no Nagle, keepalive 30 s / 10 s. */
+static void s_tune(int fd)
+{
+    int one = 1, idle = 30, intvl = 10;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+}
+
+/* ---- one connection ---- */
+
+typedef struct s_conn {
+    int fd;
+    int state;
+    int events; /* what the reactor watches */
+    uint8_t hs[S_GREETING + 320]; /* our greeting and READY */
+    size_t hs_len, hs_off;
+    sr_buf_t in;
+    size_t in_off;
+    sr_buf_t out; /* whole frames; out_off of them written */
+    size_t out_off, out_msgs;
+    bool multi; /* inside a message of more than one frame: dropped */
+    uint8_t id[256]; /* ROUTER: the peer's identity */
+    size_t idlen;
+    int hs_timer;                   /* > 0: the handshake must be done when it fires */
+    bool dirty;                     /* ROUTER: on the list to flush */
+    struct zmtp_router *rt;         /* ROUTER: whose connection this is */
+    struct s_conn *next, *next_id, *next_dirty;
+} s_conn_t;
+
+static void s_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t s_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t s_be64(const uint8_t *p)
+{
+    return (uint64_t)s_be32(p) << 32 | s_be32(p + 4);
+}
+
+static size_t s_prop(uint8_t *p, const char *name, const void *v, size_t vlen)
+{
+    size_t n = strlen(name);
+    p[0] = (uint8_t)n;
+    memcpy(p + 1, name, n);
+    s_put_be32(p + 1 + n, (uint32_t)vlen);
+    if (vlen)
+        memcpy(p + 5 + n, v, vlen);
+    return 5 + n + vlen;
+}
+
+static size_t s_frame_head(uint8_t *h, uint8_t flags, size_t len);
+
+/* s_hs_build writes our greeting and READY (Socket-Type type, Identity id) into c->hs. */
+static void s_hs_build(s_conn_t *c, const char *type, const void *id, size_t idlen)
+{
+    uint8_t *g = c->hs;
+    memset(g, 0, S_GREETING);
+    g[0] = 0xFF;
+    g[9] = 0x7F;
+    g[10] = 3; /* version 3.1 */
+    g[11] = 1;
+    memcpy(g + 12, "NULL", 4);
+    g[32] = 0; /* as-server: NULL has no roles */
+    uint8_t body[320];
+    size_t n = 0;
+    body[n++] = 5;
+    memcpy(body + n, "READY", 5);
+    n += 5;
+    n += s_prop(body + n, "Socket-Type", type, strlen(type));
+    n += s_prop(body + n, "Identity", id, idlen);
+    uint8_t *f = g + S_GREETING;
+    size_t hl = s_frame_head(f, F_CMD, n);
+    memcpy(f + hl, body, n);
+    c->hs_len = S_GREETING + hl + n;
+    c->hs_off = 0;
+}
+
+/* s_frame_head writes the header of a frame of len bytes into h; returns its size (2 or 9). */
+static size_t s_frame_head(uint8_t *h, uint8_t flags, size_t len)
+{
+    if (len <= 255) {
+        h[0] = flags;
+        h[1] = (uint8_t)len;
+        return 2;
+    }
+    h[0] = flags | F_LONG;
+    s_put_be32(h + 1, (uint32_t)((uint64_t)len >> 32));
+    s_put_be32(h + 5, (uint32_t)len);
+    return 9;
+}
+
+static int s_append_frame(s_conn_t *c, uint8_t flags, const void *body, size_t len)
+{
+    uint8_t h[9];
+    size_t hl = s_frame_head(h, flags, len);
+    if (sr_buf_reserve(&c->out, hl + len) != SR_OK)
+        return SR_ENOMEM;
+    sr_buf_append(&c->out, h, hl);
+    sr_buf_append(&c->out, body, len);
+    return SR_OK;
+}
+
+static void s_conn_reset(s_conn_t *c)
+{
+    c->fd = -1;
+    c->state = S_DOWN;
+    c->events = 0;
+    c->in.len = 0;
+    c->in_off = 0;
+    c->multi = false;
+    c->hs_len = c->hs_off = 0;
+}
+
+static void s_conn_free_bufs(s_conn_t *c)
+{
+    sr_buf_free(&c->in);
+    sr_buf_free(&c->out);
+}
+
+static void s_watch(reactor_t *r, s_conn_t *c, int events)
+{
+    if (c->fd >= 0 && c->events != events && reactor_mod_fd(r, c->fd, events) == SR_OK)
+        c->events = events;
+}
+
+/* s_write writes the greeting/READY left, then (once open) the frames queued, in one sendmsg.
+ * Returns SR_OK (all written, or the socket is full: then the reactor watches for room) or
+ * SR_EIO with errno set. */
+static int s_write(reactor_t *r, s_conn_t *c)
+{
+    for (;;) {
+        struct iovec iov[2];
+        int n = 0;
+        if (c->hs_off < c->hs_len)
+            iov[n++] = (struct iovec){c->hs + c->hs_off, c->hs_len - c->hs_off};
+        if (c->state == S_OPEN && c->out_off < c->out.len)
+            iov[n++] = (struct iovec){c->out.data + c->out_off, c->out.len - c->out_off};
+        if (n == 0) {
+            if (c->state == S_OPEN) /* all written */
+                c->out.len = c->out_off = c->out_msgs = 0;
+            s_watch(r, c, REACTOR_READ);
+            return SR_OK;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                s_watch(r, c, REACTOR_READ | REACTOR_WRITE);
+                if (c->out_off > (1u << 20) && c->out_off > c->out.len / 2) {
+                    memmove(c->out.data, c->out.data + c->out_off, c->out.len - c->out_off);
+                    c->out.len -= c->out_off;
+                    c->out_off = 0;
+                }
+                return SR_OK;
+            }
+            return SR_EIO;
+        }
+        size_t left = (size_t)w, h = SR_MIN(left, c->hs_len - c->hs_off);
+        c->hs_off += h;
+        c->out_off += left - h;
+    }
+}
+
+/* What parsing a connection's input found. */
+typedef struct {
+    /* READY arrived: type is the peer's Socket-Type; returns false (why set) to refuse it */
+    bool (*ready)(void *owner, s_conn_t *c, const char *why_prefix);
+    void (*msg)(void *owner, s_conn_t *c, const uint8_t *body, size_t len);
+    /* a message of several frames was dropped (may be NULL) */
+    void (*dropped)(void *owner, s_conn_t *c);
+    void *owner;
+    const char *const *peer_types; /* accepted Socket-Types, NULL-terminated */
+    int64_t max_msg;
+    zmtp_stats_t *st;
+    char *why;
+    size_t whylen;
+    size_t delivered; /* messages handed over */
+} s_parse_t;
+
+static bool s_name_is(const uint8_t *p, size_t n, const char *name)
+{
+    return n == strlen(name) && strncasecmp((const char *)p, name, n) == 0;
+}
+
+/* s_ready reads the peer's READY command body (b, n). */
+static bool s_ready(s_parse_t *P, s_conn_t *c, const uint8_t *b, size_t n)
+{
+    if (n < 1 || (size_t)b[0] + 1 > n) {
+        snprintf(P->why, P->whylen, "a malformed command in the handshake");
+        return false;
+    }
+    size_t nl = b[0];
+    if (s_name_is(b + 1, nl, "ERROR")) {
+        size_t rl = 0;
+        if (n > nl + 1)
+            rl = SR_MIN((size_t)b[nl + 1], n - nl - 2);
+        snprintf(P->why, P->whylen, "the peer refused the handshake: %.*s", (int)rl,
+                 (const char *)b + nl + 2);
+        return false;
+    }
+    if (!s_name_is(b + 1, nl, "READY")) {
+        snprintf(P->why, P->whylen, "command %.*s where READY was due", (int)nl,
+                 (const char *)b + 1);
+        return false;
+    }
+    bool typed = false;
+    c->idlen = 0;
+    for (size_t pos = 1 + nl; pos < n;) {
+        size_t kl = b[pos];
+        if (pos + 1 + kl + 4 > n) {
+            snprintf(P->why, P->whylen, "a malformed READY property");
+            return false;
+        }
+        const uint8_t *k = b + pos + 1;
+        uint32_t vl = s_be32(b + pos + 1 + kl);
+        const uint8_t *v = b + pos + 5 + kl;
+        if ((size_t)vl > n - (pos + 5 + kl)) {
+            snprintf(P->why, P->whylen, "a malformed READY property");
+            return false;
+        }
+        if (s_name_is(k, kl, "Socket-Type")) {
+            bool ok = false;
+            for (const char *const *t = P->peer_types; *t && !ok; t++)
+                ok = s_name_is(v, vl, *t);
+            if (!ok) {
+                snprintf(P->why, P->whylen, "a peer of socket type %.*s", (int)SR_MIN(vl, 32u),
+                         (const char *)v);
+                return false;
+            }
+            typed = true;
+        } else if (s_name_is(k, kl, "Identity")) {
+            if (vl > 255) {
+                snprintf(P->why, P->whylen, "an identity of %u bytes (255 at most)", vl);
+                return false;
+            }
+            memcpy(c->id, v, vl);
+            c->idlen = vl;
+        }
+        pos += 5 + kl + vl;
+    }
+    if (!typed) {
+        snprintf(P->why, P->whylen, "a READY without Socket-Type");
+        return false;
+    }
+    return P->ready(P->owner, c, "");
+}
+
+/* s_command handles a command after the handshake: PING is answered, the rest ignored. */
+static void s_command(s_conn_t *c, const uint8_t *b, size_t n)
+{
+    if (n >= 7 && b[0] == 4 && memcmp(b + 1, "PING", 4) == 0) {
+        uint8_t pong[1 + 4 + 16];
+        size_t cl = SR_MIN(n - 7, (size_t)16);
+        pong[0] = 4;
+        memcpy(pong + 1, "PONG", 4);
+        memcpy(pong + 5, b + 7, cl);
+        (void)s_append_frame(c, F_CMD, pong, 5 + cl);
+    }
+}
+
+/* s_parse takes every whole unit out of c->in: the greeting, the READY, then frames. Returns
+ * SR_OK, or SR_EPROTO with P->why set when the connection must go. */
+static int s_parse(s_parse_t *P, s_conn_t *c)
+{
+    for (;;) {
+        const uint8_t *p = c->in.data + c->in_off;
+        size_t avail = c->in.len - c->in_off;
+        if (c->state == S_GREET) {
+            if (avail >= 1 && p[0] != 0xFF) {
+                snprintf(P->why, P->whylen, "not a ZMTP peer (its first byte is 0x%02x)", p[0]);
+                return SR_EPROTO;
+            }
+            if (avail < S_GREETING)
+                return SR_OK;
+            if (!(p[9] & 1) || p[10] < 3) {
+                snprintf(P->why, P->whylen, "a ZMTP peer of version %u (3 or later needed)",
+                         p[9] & 1 ? p[10] : 1);
+                return SR_EPROTO;
+            }
+            static const uint8_t null_mech[20] = "NULL";
+            if (memcmp(p + 12, null_mech, 20) != 0) {
+                snprintf(P->why, P->whylen, "a peer with security mechanism %.20s (NULL only)",
+                         (const char *)p + 12);
+                return SR_EPROTO;
+            }
+            c->in_off += S_GREETING;
+            c->state = S_READY;
+            continue;
+        }
+        if (avail < 2)
+            return SR_OK;
+        uint8_t fl = p[0];
+        if (fl & ~(F_MORE | F_LONG | F_CMD)) {
+            snprintf(P->why, P->whylen, "a frame with flags 0x%02x", fl);
+            return SR_EPROTO;
+        }
+        size_t hl = (fl & F_LONG) ? 9 : 2;
+        if (avail < hl)
+            return SR_OK;
+        uint64_t size = (fl & F_LONG) ? s_be64(p + 1) : p[1];
+        uint64_t cap = (fl & F_CMD) ? S_CMD_MAX : (uint64_t)P->max_msg;
+        if (size > cap) {
+            snprintf(P->why, P->whylen, "a %s of %llu bytes (%llu at most)",
+                     (fl & F_CMD) ? "command" : "frame", (unsigned long long)size,
+                     (unsigned long long)cap);
+            return SR_EPROTO;
+        }
+        if (avail < hl + size) {
+            /* room for the whole frame, so that the next reads can complete it */
+            if (c->in_off > 0) {
+                memmove(c->in.data, p, avail);
+                c->in.len = avail;
+                c->in_off = 0;
+            }
+            if (sr_buf_reserve(&c->in, hl + (size_t)size - avail) != SR_OK) {
+                snprintf(P->why, P->whylen, "no memory for a frame of %llu bytes",
+                         (unsigned long long)size);
+                return SR_EPROTO;
+            }
+            return SR_OK;
+        }
+        const uint8_t *b = p + hl;
+        c->in_off += hl + (size_t)size;
+        if (c->state == S_READY) {
+            if (!(fl & F_CMD)) {
+                snprintf(P->why, P->whylen, "a message before the peer's READY");
+                return SR_EPROTO;
+            }
+            if (!s_ready(P, c, b, (size_t)size))
+                return SR_EPROTO;
+            c->state = S_OPEN;
+            continue;
+        }
+        if (fl & F_CMD) {
+            s_command(c, b, (size_t)size);
+        } else if (c->multi || (fl & F_MORE)) {
+            c->multi = (fl & F_MORE) != 0;
+            if (!c->multi) {
+                P->st->dropped_msgs++;
+                if (P->dropped)
+                    P->dropped(P->owner, c);
+            }
+        } else {
+            P->delivered++;
+            P->msg(P->owner, c, b, (size_t)size);
+        }
+    }
+}
+
+/* s_read reads what the socket holds and parses it. Returns SR_OK, SR_ECLOSED (the peer closed;
+ * why set) or SR_EPROTO/SR_EIO (why set). */
+static int s_read(s_parse_t *P, s_conn_t *c)
+{
+    if (c->in.cap - c->in.len < S_READ_CHUNK / 4 && sr_buf_reserve(&c->in, S_READ_CHUNK) != SR_OK) {
+        snprintf(P->why, P->whylen, "no memory to read into");
+        return SR_EIO;
+    }
+    ssize_t n;
+    do
+        n = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return SR_OK;
+        snprintf(P->why, P->whylen, "read: %s", strerror(errno));
+        return SR_EIO;
+    }
+    if (n == 0) {
+        snprintf(P->why, P->whylen, "the peer closed the connection");
+        return SR_ECLOSED;
+    }
+    c->in.len += (size_t)n;
+    int rc = s_parse(P, c);
+    if (c->in_off > 0) {
+        size_t left = c->in.len - c->in_off;
+        if (left)
+            memmove(c->in.data, c->in.data + c->in_off, left);
+        c->in.len = left;
+        c->in_off = 0;
+    }
+    return rc;
+}
+
+/* ---- DEALER ---- */
+
+static const char *const s_dealer_peers[] = {"ROUTER", "DEALER", "REP", NULL};
+static const char *const s_router_peers[] = {"DEALER", "ROUTER", "REQ", NULL};
+
+struct zmtp_dealer {
+    reactor_t *r;
+    char *ep;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    char id[256];
+    int64_t max_msg;
+    zmtp_dealer_fn *cb;
+    zmtp_batch_fn *batch;
+    void *arg;
+    s_conn_t c;
+    int64_t ivl;
+    int reconnect_timer, flush_timer;
+    int depth;
+    bool dead;
+    char err[320];
+    zmtp_stats_t st;
+};
+
+static void s_dealer_connect(zmtp_dealer_t *d);
+
+static void s_dealer_free(zmtp_dealer_t *d)
+{
+    if (d->c.hs_timer > 0)
+        reactor_timer_cancel(d->r, d->c.hs_timer);
+    if (d->reconnect_timer > 0)
+        reactor_timer_cancel(d->r, d->reconnect_timer);
+    if (d->flush_timer > 0)
+        reactor_timer_cancel(d->r, d->flush_timer);
+    if (d->c.fd >= 0) {
+        reactor_remove_fd(d->r, d->c.fd);
+        close(d->c.fd);
+    }
+    s_conn_free_bufs(&d->c);
+    free(d->ep);
+    free(d);
+}
+
+static void s_dealer_retry(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmtp_dealer_t *d = arg;
+    d->reconnect_timer = 0;
+    s_dealer_connect(d);
+}
+
+/* s_drop_partial drops from c->out the frames written, and the rest of a frame cut off half
+ * written (libzmq loses that message with its connection too), and counts what is left. */
+static void s_drop_partial(s_conn_t *c)
+{
+    size_t pos = 0;
+    while (pos < c->out_off && pos + 2 <= c->out.len) {
+        const uint8_t *p = c->out.data + pos;
+        size_t hl = (p[0] & F_LONG) ? 9 : 2;
+        uint64_t sz = (p[0] & F_LONG) ? s_be64(p + 1) : p[1];
+        pos += hl + (size_t)sz;
+    }
+    pos = SR_MIN(pos, c->out.len);
+    memmove(c->out.data, c->out.data + pos, c->out.len - pos);
+    c->out.len -= pos;
+    c->out_off = 0;
+    c->out_msgs = 0;
+    for (size_t q = 0; q + 2 <= c->out.len;) {
+        const uint8_t *p = c->out.data + q;
+        size_t hl = (p[0] & F_LONG) ? 9 : 2;
+        q += hl + (size_t)((p[0] & F_LONG) ? s_be64(p + 1) : p[1]);
+        c->out_msgs += !(p[0] & (F_CMD | F_MORE));
+    }
+}
+
+/* s_dealer_lost closes the connection (why: one line) and tries again after the back-off. */
+static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
+{
+    if (d->c.hs_timer > 0) {
+        reactor_timer_cancel(d->r, d->c.hs_timer);
+        d->c.hs_timer = 0;
+    }
+    if (d->c.fd >= 0) {
+        reactor_remove_fd(d->r, d->c.fd);
+        close(d->c.fd);
+    }
+    bool was_open = d->c.state == S_OPEN;
+    if (d->c.state >= S_GREET)
+        d->st.disconnects++;
+    snprintf(d->err, sizeof d->err, "%s: %s", d->ep, why);
+    if (was_open)
+        log_info("env link %s lost: %s; reconnecting", d->ep, why);
+    s_drop_partial(&d->c);
+    s_conn_reset(&d->c);
+    if (d->reconnect_timer <= 0 && !d->dead) {
+        int t = reactor_timer_add(d->r, d->ivl, 0, s_dealer_retry, d);
+        d->reconnect_timer = t > 0 ? t : 0;
+    }
+    d->ivl = SR_MIN(d->ivl * 2, (int64_t)S_RECONNECT_MAX_MS);
+}
+
+static bool s_dealer_ready(void *owner, s_conn_t *c, const char *unused)
+{
+    (void)unused;
+    zmtp_dealer_t *d = owner;
+    if (c->hs_timer > 0) {
+        reactor_timer_cancel(d->r, c->hs_timer);
+        c->hs_timer = 0;
+    }
+    d->st.connects++;
+    d->ivl = S_RECONNECT_MS;
+    d->err[0] = '\0';
+    return true;
+}
+
+static void s_dealer_msg(void *owner, s_conn_t *c, const uint8_t *body, size_t len)
+{
+    (void)c;
+    zmtp_dealer_t *d = owner;
+    if (!d->dead)
+        d->cb(d->arg, body, len);
+}
+
+static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    zmtp_dealer_t *d = arg;
+    s_conn_t *c = &d->c;
+    if (c->state == S_CONNECTING) {
+        int e = 0;
+        socklen_t el = sizeof e;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+            e = errno;
+        if (e) {
+            char why[128];
+            snprintf(why, sizeof why, "connect: %s", strerror(e));
+            s_dealer_lost(d, why);
+            return;
+        }
+        c->state = S_GREET;
+        s_hs_build(c, "DEALER", d->id, strlen(d->id));
+        revents = REACTOR_WRITE | REACTOR_READ;
+    }
+    char why[256] = "";
+    if (revents & (REACTOR_READ | REACTOR_ERROR)) {
+        s_parse_t P = {.ready = s_dealer_ready, .msg = s_dealer_msg, .owner = d,
+                       .peer_types = s_dealer_peers, .max_msg = d->max_msg, .st = &d->st,
+                       .why = why, .whylen = sizeof why};
+        int was = c->state;
+        d->depth++;
+        int rc = s_read(&P, c);
+        if (P.delivered && d->batch && !d->dead)
+            d->batch(d->arg);
+        d->depth--;
+        if (d->dead) {
+            if (d->depth == 0)
+                s_dealer_free(d);
+            return;
+        }
+        if (rc == SR_EPROTO)
+            d->st.bad_peer++;
+        if (rc != SR_OK) {
+            s_dealer_lost(d, why);
+            return;
+        }
+        if (c->state == S_OPEN && was != S_OPEN)
+            revents |= REACTOR_WRITE; /* what waited for the handshake */
+        if (c->out.len > c->out_off)
+            revents |= REACTOR_WRITE; /* the sends of the handlers, and PONGs */
+    }
+    if ((revents & REACTOR_WRITE) && c->fd >= 0 && s_write(d->r, c) != SR_OK) {
+        snprintf(why, sizeof why, "write: %s", strerror(errno));
+        s_dealer_lost(d, why);
+    }
+}
+
+static void s_dealer_hs_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmtp_dealer_t *d = arg;
+    d->c.hs_timer = 0;
+    d->st.bad_peer++;
+    char why[96];
+    snprintf(why, sizeof why, "no ZMTP handshake within %lld ms", (long long)s_handshake_ms);
+    s_dealer_lost(d, why);
+}
+
+static void s_dealer_connect(zmtp_dealer_t *d)
+{
+    s_conn_t *c = &d->c;
+    int fd = socket(d->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        char why[128];
+        snprintf(why, sizeof why, "socket: %s", strerror(errno));
+        s_dealer_lost(d, why);
+        return;
+    }
+    s_tune(fd);
+    c->fd = fd;
+    int rc = connect(fd, (struct sockaddr *)&d->sa, d->salen);
+    if (rc != 0 && errno != EINPROGRESS) {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", strerror(errno));
+        c->fd = -1;
+        close(fd);
+        s_dealer_lost(d, why);
+        return;
+    }
+    c->state = S_CONNECTING;
+    if (reactor_add_fd(d->r, fd, REACTOR_WRITE, s_dealer_io, d) != SR_OK) {
+        c->fd = -1;
+        close(fd);
+        s_dealer_lost(d, "cannot watch the socket");
+        return;
+    }
+    c->events = REACTOR_WRITE;
+    int t = reactor_timer_add(d->r, s_handshake_ms, 0, s_dealer_hs_timeout, d);
+    c->hs_timer = t > 0 ? t : 0;
+}
+
+zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
+                               zmtp_dealer_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
+                               size_t errlen)
+{
+    zmtp_dealer_t *d = sr_xcalloc(1, sizeof *d);
+    if (!r || !cb || !s_parse_ep(ep, false, &d->sa, &d->salen) || (id && strlen(id) > 255)) {
+        if (err && errlen)
+            snprintf(err, errlen, "connect %s: %s", ep ? ep : "(null)",
+                     id && strlen(id) > 255 ? "a routing identity of more than 255 bytes"
+                                            : "not an endpoint spoken without libzmq");
+        free(d);
+        return NULL;
+    }
+    d->r = r;
+    d->ep = sr_xstrdup(ep);
+    snprintf(d->id, sizeof d->id, "%s", id ? id : "");
+    d->max_msg = max_msg > 0 ? max_msg : S_DEFAULT_MAX;
+    d->cb = cb;
+    d->batch = batch;
+    d->arg = arg;
+    d->ivl = S_RECONNECT_MS;
+    s_conn_reset(&d->c);
+    s_dealer_connect(d);
+    return d;
+}
+
+static void s_dealer_flush_timer(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmtp_dealer_t *d = arg;
+    d->flush_timer = 0;
+    zmtp_dealer_flush(d);
+}
+
+void zmtp_dealer_flush(zmtp_dealer_t *d)
+{
+    if (!d || d->c.state != S_OPEN || d->c.out.len <= d->c.out_off)
+        return;
+    if (s_write(d->r, &d->c) != SR_OK) {
+        char why[160];
+        snprintf(why, sizeof why, "write: %s", strerror(errno));
+        s_dealer_lost(d, why);
+    }
+}
+
+int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len)
+{
+    if (d->c.out_msgs >= ZMTP_HWM) {
+        snprintf(d->err, sizeof d->err, "%s: %d messages queued (the high-water mark)", d->ep,
+                 ZMTP_HWM);
+        return SR_EAGAIN;
+    }
+    if (s_append_frame(&d->c, 0, body, len) != SR_OK)
+        return SR_ENOMEM;
+    d->c.out_msgs++;
+    if (d->c.state != S_OPEN || d->depth > 0)
+        return SR_OK; /* the handshake's end, or the end of this read, writes it */
+    if (!reactor_running(d->r)) {
+        zmtp_dealer_flush(d);
+    } else if (d->flush_timer <= 0) {
+        int t = reactor_timer_add(d->r, 0, 0, s_dealer_flush_timer, d);
+        if (t > 0)
+            d->flush_timer = t;
+        else
+            zmtp_dealer_flush(d);
+    }
+    return SR_OK;
+}
+
+bool zmtp_dealer_connected(const zmtp_dealer_t *d)
+{
+    return d && d->c.state == S_OPEN;
+}
+
+const char *zmtp_dealer_errstr(const zmtp_dealer_t *d)
+{
+    return d ? d->err : "";
+}
+
+void zmtp_dealer_stats(const zmtp_dealer_t *d, zmtp_stats_t *out)
+{
+    *out = d ? d->st : (zmtp_stats_t){0};
+}
+
+void zmtp_dealer_destroy(zmtp_dealer_t **dp)
+{
+    if (!dp || !*dp)
+        return;
+    zmtp_dealer_t *d = *dp;
+    *dp = NULL;
+    if (d->c.state == S_OPEN && d->c.out.len > d->c.out_off)
+        (void)s_write(d->r, &d->c);
+    d->dead = true;
+    if (d->depth == 0)
+        s_dealer_free(d);
+}
+
+/* ---- ROUTER ---- */
+
+struct zmtp_router {
+    reactor_t *r;
+    int lfd;
+    char ep[128];
+    int64_t max_msg;
+    zmtp_router_fn *cb;
+    void *arg;
+    s_conn_t *conns;
+    s_conn_t *by_id[S_BUCKETS];
+    s_conn_t *dirty;
+    size_t peers;
+    uint32_t next_auto;
+    int flush_timer;
+    int depth;
+    char err[320];
+    zmtp_stats_t st;
+};
+
+static size_t s_bucket(const uint8_t *id, size_t n)
+{
+    uint64_t h = SR_FNV1A_BASIS;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ id[i]) * 1099511628211ULL;
+    return (size_t)(h % S_BUCKETS);
+}
+
+static s_conn_t *s_find(zmtp_router_t *rt, const void *id, size_t n)
+{
+    for (s_conn_t *c = rt->by_id[s_bucket(id, n)]; c; c = c->next_id)
+        if (c->idlen == n && memcmp(c->id, id, n) == 0)
+            return c;
+    return NULL;
+}
+
+static void s_unlink_id(zmtp_router_t *rt, s_conn_t *c)
+{
+    for (s_conn_t **pp = &rt->by_id[s_bucket(c->id, c->idlen)]; *pp; pp = &(*pp)->next_id)
+        if (*pp == c) {
+            *pp = c->next_id;
+            rt->peers--;
+            return;
+        }
+}
+
+/* s_router_drop closes c and forgets it. Not while c's own input is being handed over. */
+static void s_router_drop(zmtp_router_t *rt, s_conn_t *c, const char *why)
+{
+    if (c->hs_timer > 0)
+        reactor_timer_cancel(rt->r, c->hs_timer);
+    if (c->state == S_OPEN) {
+        s_unlink_id(rt, c);
+        rt->st.disconnects++;
+        log_debug("env worker %s: peer connection closed: %s", rt->ep, why);
+    }
+    if (c->dirty)
+        for (s_conn_t **pp = &rt->dirty; *pp; pp = &(*pp)->next_dirty)
+            if (*pp == c) {
+                *pp = c->next_dirty;
+                break;
+            }
+    for (s_conn_t **pp = &rt->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    if (c->fd >= 0) {
+        reactor_remove_fd(rt->r, c->fd);
+        close(c->fd);
+    }
+    s_conn_free_bufs(c);
+    free(c);
+}
+
+static bool s_router_ready(void *owner, s_conn_t *c, const char *unused)
+{
+    (void)unused;
+    zmtp_router_t *rt = owner;
+    if (c->hs_timer > 0) {
+        reactor_timer_cancel(rt->r, c->hs_timer);
+        c->hs_timer = 0;
+    }
+    if (c->idlen == 0) { /* as libzmq names an anonymous peer: a zero byte and a counter */
+        c->id[0] = 0;
+        s_put_be32(c->id + 1, ++rt->next_auto);
+        c->idlen = 5;
+    }
+    s_conn_t *old = s_find(rt, c->id, c->idlen);
+    if (old) /* handover: the newest connection takes the identity */
+        s_router_drop(rt, old, "its identity was taken over by a new connection");
+    size_t b = s_bucket(c->id, c->idlen);
+    c->next_id = rt->by_id[b];
+    rt->by_id[b] = c;
+    rt->peers++;
+    rt->st.connects++;
+    return true;
+}
+
+static void s_router_msg(void *owner, s_conn_t *c, const uint8_t *body, size_t len)
+{
+    zmtp_router_t *rt = owner;
+    rt->cb(rt->arg, c->id, c->idlen, body, len);
+}
+
+static void s_router_dropped(void *owner, s_conn_t *c)
+{
+    zmtp_router_t *rt = owner;
+    rt->cb(rt->arg, c->id, c->idlen, NULL, 0);
+}
+
+/* s_router_flush writes every connection with something queued. */
+static void s_router_flush(zmtp_router_t *rt)
+{
+    while (rt->dirty) {
+        s_conn_t *c = rt->dirty;
+        rt->dirty = c->next_dirty;
+        c->dirty = false;
+        if (s_write(rt->r, c) != SR_OK) {
+            char why[160];
+            snprintf(why, sizeof why, "write: %s", strerror(errno));
+            s_router_drop(rt, c, why);
+        }
+    }
+}
+
+static void s_router_flush_timer(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    zmtp_router_t *rt = arg;
+    rt->flush_timer = 0;
+    s_router_flush(rt);
+}
+
+static void s_mark_dirty(zmtp_router_t *rt, s_conn_t *c)
+{
+    if (!c->dirty) {
+        c->dirty = true;
+        c->next_dirty = rt->dirty;
+        rt->dirty = c;
+    }
+}
+
+static void s_rconn_io(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    s_conn_t *c = arg;
+    zmtp_router_t *rt = c->rt;
+    char why[256] = "";
+    if (revents & (REACTOR_READ | REACTOR_ERROR)) {
+        s_parse_t P = {.ready = s_router_ready, .msg = s_router_msg,
+                       .dropped = s_router_dropped, .owner = rt,
+                       .peer_types = s_router_peers, .max_msg = rt->max_msg, .st = &rt->st,
+                       .why = why, .whylen = sizeof why};
+        rt->depth++;
+        int rc = s_read(&P, c);
+        rt->depth--;
+        if (rc == SR_EPROTO) {
+            rt->st.bad_peer++;
+            log_warn_limited(5, "env worker %s: a peer dropped: %s (%llu so far)", rt->ep, why,
+                             (unsigned long long)rt->st.bad_peer);
+        }
+        if (rc != SR_OK) {
+            s_router_drop(rt, c, why);
+            s_router_flush(rt);
+            return;
+        }
+        if ((revents & REACTOR_WRITE) || c->out.len > c->out_off || c->hs_off < c->hs_len)
+            s_mark_dirty(rt, c);
+        s_router_flush(rt); /* the replies of this read, to every peer, each in one write */
+        return;
+    }
+    if (revents & REACTOR_WRITE) {
+        if (c->dirty)
+            return; /* the flush will write it */
+        if (s_write(rt->r, c) != SR_OK) {
+            snprintf(why, sizeof why, "write: %s", strerror(errno));
+            s_router_drop(rt, c, why);
+        }
+    }
+}
+
+static void s_router_hs_timeout(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_conn_t *c = arg;
+    zmtp_router_t *rt = c->rt;
+    c->hs_timer = 0;
+    rt->st.bad_peer++;
+    log_warn_limited(5, "env worker %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)",
+                     rt->ep, (long long)s_handshake_ms, (unsigned long long)rt->st.bad_peer);
+    s_router_drop(rt, c, "no handshake");
+}
+
+static void s_accept(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)revents;
+    zmtp_router_t *rt = arg;
+    for (int k = 0; k < 64; k++) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                log_warn_limited(1, "env worker %s: accept: %s", rt->ep, strerror(errno));
+            return;
+        }
+        s_tune(cfd);
+        s_conn_t *c = sr_xcalloc(1, sizeof *c);
+        s_conn_reset(c);
+        c->rt = rt;
+        c->fd = cfd;
+        c->state = S_GREET;
+        s_hs_build(c, "ROUTER", NULL, 0);
+        if (reactor_add_fd(r, cfd, REACTOR_READ, s_rconn_io, c) != SR_OK) {
+            close(cfd);
+            free(c);
+            continue;
+        }
+        c->events = REACTOR_READ;
+        c->next = rt->conns;
+        rt->conns = c;
+        int t = reactor_timer_add(r, s_handshake_ms, 0, s_router_hs_timeout, c);
+        c->hs_timer = t > 0 ? t : 0;
+        if (s_write(r, c) != SR_OK)
+            s_router_drop(rt, c, "cannot send the greeting");
+    }
+}
+
+zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zmtp_router_fn *cb,
+                               void *arg, char *err, size_t errlen)
+{
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    if (!r || !cb || !s_parse_ep(ep, true, &sa, &salen)) {
+        if (err && errlen)
+            snprintf(err, errlen, "bind %s: not an endpoint spoken without libzmq",
+                     ep ? ep : "(null)");
+        return NULL;
+    }
+    if (!transport_is_loopback(ep)) /* as transport_bind warns: there are no CURVE keys here */
+        log_warn("binding %s unencrypted: any host that reaches it can connect "
+                 "(set --curve-keys, see docs/security.md)", ep);
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, salen) != 0 || listen(fd, 256) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "bind %s: %s", ep, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0) {
+        if (got.ss_family == AF_INET6) {
+            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&got;
+            inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+            port = ntohs(s6->sin6_port);
+        } else {
+            struct sockaddr_in *s4 = (struct sockaddr_in *)&got;
+            inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+            port = ntohs(s4->sin_port);
+        }
+    }
+    zmtp_router_t *rt = sr_xcalloc(1, sizeof *rt);
+    rt->r = r;
+    rt->lfd = fd;
+    rt->max_msg = max_msg > 0 ? max_msg : S_DEFAULT_MAX;
+    rt->cb = cb;
+    rt->arg = arg;
+    if (got.ss_family == AF_INET6)
+        snprintf(rt->ep, sizeof rt->ep, "tcp://[%s]:%d", host, port);
+    else
+        snprintf(rt->ep, sizeof rt->ep, "tcp://%s:%d", host, port);
+    if (reactor_add_fd(r, fd, REACTOR_READ, s_accept, rt) != SR_OK) {
+        if (err && errlen)
+            snprintf(err, errlen, "bind %s: cannot watch the socket", ep);
+        close(fd);
+        free(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+const char *zmtp_router_endpoint(const zmtp_router_t *rt)
+{
+    return rt ? rt->ep : "";
+}
+
+int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void *body,
+                     size_t len)
+{
+    s_conn_t *c = s_find(rt, id, idlen);
+    if (!c) {
+        rt->st.unroutable++;
+        snprintf(rt->err, sizeof rt->err, "no peer with identity %.*s connected",
+                 (int)SR_MIN(idlen, (size_t)64), (const char *)id);
+        return SR_ECLOSED;
+    }
+    if (c->out_msgs >= ZMTP_HWM) {
+        snprintf(rt->err, sizeof rt->err, "%d messages queued to peer %.*s (the high-water mark)",
+                 ZMTP_HWM, (int)SR_MIN(idlen, (size_t)64), (const char *)id);
+        return SR_EAGAIN;
+    }
+    if (s_append_frame(c, 0, body, len) != SR_OK)
+        return SR_ENOMEM;
+    c->out_msgs++;
+    s_mark_dirty(rt, c);
+    if (rt->depth > 0)
+        return SR_OK; /* the end of this read writes it */
+    if (!reactor_running(rt->r)) {
+        s_router_flush(rt);
+    } else if (rt->flush_timer <= 0) {
+        int t = reactor_timer_add(rt->r, 0, 0, s_router_flush_timer, rt);
+        if (t > 0)
+            rt->flush_timer = t;
+        else
+            s_router_flush(rt);
+    }
+    return SR_OK;
+}
+
+const char *zmtp_router_errstr(const zmtp_router_t *rt)
+{
+    return rt ? rt->err : "";
+}
+
+void zmtp_router_stats(const zmtp_router_t *rt, zmtp_stats_t *out)
+{
+    *out = rt ? rt->st : (zmtp_stats_t){0};
+}
+
+size_t zmtp_router_peers(const zmtp_router_t *rt)
+{
+    return rt ? rt->peers : 0;
+}
+
+void zmtp_router_destroy(zmtp_router_t **rp)
+{
+    if (!rp || !*rp)
+        return;
+    zmtp_router_t *rt = *rp;
+    *rp = NULL;
+    s_router_flush(rt);
+    if (rt->flush_timer > 0)
+        reactor_timer_cancel(rt->r, rt->flush_timer);
+    while (rt->conns)
+        s_router_drop(rt, rt->conns, "closing");
+    reactor_remove_fd(rt->r, rt->lfd);
+    close(rt->lfd);
+    free(rt);
+}

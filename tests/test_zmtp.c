@@ -1,0 +1,657 @@
+/*
+ * test_zmtp.c — the reactor's own ZMTP DEALER and ROUTER against libzmq's sockets and each other,
+ * over real loopback TCP: messages both ways (short and long frames), identities, handover,
+ * unroutable sends, reconnection with the queue kept, heartbeats answered, bad peers dropped.
+ */
+#include "tests/harness.h"
+
+#include "common/reactor.h"
+#include "common/sr.h"
+#include "common/zmtp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define S_MAXMSG 16
+
+typedef struct {
+    int n;
+    size_t len[S_MAXMSG];
+    char *body[S_MAXMSG];
+    char id[S_MAXMSG][64];
+    size_t idlen[S_MAXMSG];
+    int batches;
+    int dropped; /* ROUTER: messages of several frames reported */
+} s_got_t;
+
+static void s_got_free(s_got_t *g)
+{
+    for (int i = 0; i < g->n; i++)
+        free(g->body[i]);
+    memset(g, 0, sizeof *g);
+}
+
+static void s_keep(s_got_t *g, const void *id, size_t idlen, const void *body, size_t len)
+{
+    if (g->n >= S_MAXMSG)
+        return;
+    g->body[g->n] = malloc(len + 1);
+    memcpy(g->body[g->n], body, len);
+    g->body[g->n][len] = '\0';
+    g->len[g->n] = len;
+    g->idlen[g->n] = SR_MIN(idlen, sizeof g->id[0]);
+    if (idlen)
+        memcpy(g->id[g->n], id, g->idlen[g->n]);
+    g->n++;
+}
+
+static void s_on_dealer(void *arg, const void *body, size_t len)
+{
+    s_keep(arg, NULL, 0, body, len);
+}
+
+static void s_on_batch(void *arg)
+{
+    ((s_got_t *)arg)->batches++;
+}
+
+static void s_on_router(void *arg, const void *id, size_t idlen, const void *body, size_t len)
+{
+    if (!body) {
+        assert_int_equal(idlen, 1);
+        ((s_got_t *)arg)->dropped++;
+        return;
+    }
+    s_keep(arg, id, idlen, body, len);
+}
+
+/* ---- running the loop until something holds ---- */
+
+typedef struct {
+    bool (*done)(void *);
+    void *arg;
+    int64_t deadline;
+} s_until_t;
+
+static void s_check(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_until_t *u = arg;
+    if ((u->done && u->done(u->arg)) || harness_now_ms() >= u->deadline)
+        reactor_stop(r);
+}
+
+/* s_spin runs r until done(arg) holds or ms pass; returns whether done held. */
+static bool s_spin(reactor_t *r, bool (*done)(void *), void *arg, int ms)
+{
+    s_until_t u = {done, arg, harness_now_ms() + (int64_t)(ms * HARNESS_SLOWDOWN)};
+    int t = reactor_timer_add(r, 1, 1, s_check, &u);
+    assert_true(t > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    reactor_timer_cancel(r, t);
+    return done ? done(arg) : true;
+}
+
+/* a libzmq socket read from the loop into an s_got_t */
+typedef struct {
+    void *sock;
+    s_got_t got;
+    bool routed; /* ROUTER: [id][body] */
+} s_zpeer_t;
+
+static void s_zpeer_read(reactor_t *r, void *sock, int revents, void *arg)
+{
+    (void)r;
+    (void)revents;
+    s_zpeer_t *p = arg;
+    for (;;) {
+        zmq_msg_t a, b;
+        zmq_msg_init(&a);
+        if (zmq_msg_recv(&a, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&a);
+            return;
+        }
+        if (p->routed) {
+            zmq_msg_init(&b);
+            assert_true(zmq_msg_recv(&b, sock, 0) >= 0);
+            s_keep(&p->got, zmq_msg_data(&a), zmq_msg_size(&a), zmq_msg_data(&b),
+                   zmq_msg_size(&b));
+            zmq_msg_close(&b);
+        } else {
+            s_keep(&p->got, NULL, 0, zmq_msg_data(&a), zmq_msg_size(&a));
+        }
+        zmq_msg_close(&a);
+    }
+}
+
+static int s_want;
+static bool s_has_n(void *arg)
+{
+    return ((s_got_t *)arg)->n >= s_want;
+}
+
+static bool s_dealer_up(void *arg)
+{
+    return zmtp_dealer_connected(arg);
+}
+
+static bool s_router_has_peers(void *arg)
+{
+    return zmtp_router_peers(arg) >= (size_t)s_want;
+}
+
+static char *s_big(size_t n, char c)
+{
+    char *b = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)(c + (char)(i % 7));
+    return b;
+}
+
+static char *s_bound(void *zs)
+{
+    static char ep[256];
+    size_t n = sizeof ep;
+    assert_int_equal(zmq_getsockopt(zs, ZMQ_LAST_ENDPOINT, ep, &n), 0);
+    return ep;
+}
+
+/* ---- tests ---- */
+
+static void test_endpoints(void **state)
+{
+    (void)state;
+    assert_true(zmtp_can_connect("tcp://127.0.0.1:5555"));
+    assert_true(zmtp_can_connect("tcp://[::1]:5555"));
+    assert_false(zmtp_can_connect("tcp://localhost:5555")); /* a name: libzmq resolves it */
+    assert_false(zmtp_can_connect("tcp://127.0.0.1:*"));
+    assert_false(zmtp_can_connect("tcp://127.0.0.1:0"));
+    assert_false(zmtp_can_connect("tcp://127.0.0.1:70000"));
+    assert_false(zmtp_can_connect("ipc:///tmp/x"));
+    assert_false(zmtp_can_connect("inproc://x"));
+    assert_false(zmtp_can_connect("tcp://127.0.0.1"));
+    assert_false(zmtp_can_connect(NULL));
+    assert_true(zmtp_can_bind("tcp://*:5555"));
+    assert_true(zmtp_can_bind("tcp://127.0.0.1:*"));
+    assert_true(zmtp_can_bind("tcp://0.0.0.0:0"));
+    assert_false(zmtp_can_bind("tcp://eth0:5555"));
+    zmtp_set_enabled(false); /* --env-wire zmq */
+    assert_false(zmtp_can_connect("tcp://127.0.0.1:5555"));
+    assert_false(zmtp_can_bind("tcp://*:5555"));
+    zmtp_set_enabled(true);
+    char err[256] = "";
+    reactor_t *r = reactor_new();
+    assert_null(zmtp_dealer_new(r, "tcp://host.example:1", "a", 0, s_on_dealer, NULL, NULL, err,
+                                sizeof err));
+    assert_non_null(strstr(err, "tcp://host.example:1"));
+    reactor_destroy(&r);
+}
+
+/* our DEALER against libzmq's ROUTER: identity, order, a long frame both ways, the batch hook */
+static void test_dealer_libzmq_router(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, zp.sock, REACTOR_READ, s_zpeer_read, &zp), SR_OK);
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_dealer_t *d = zmtp_dealer_new(r, s_bound(zp.sock), "actor-7", 0, s_on_dealer,
+                                       s_on_batch, &got, err, sizeof err);
+    assert_non_null(d);
+    char *big = s_big(100000, 'a');
+    /* queued before the connection exists: they leave once the handshake is done */
+    assert_int_equal(zmtp_dealer_send(d, "one", 3), SR_OK);
+    assert_int_equal(zmtp_dealer_send(d, big, 100000), SR_OK);
+    assert_int_equal(zmtp_dealer_send(d, "", 0), SR_OK);
+    s_want = 3;
+    assert_true(s_spin(r, s_has_n, &zp.got, 3000));
+    assert_true(zmtp_dealer_connected(d));
+    assert_int_equal(zp.got.idlen[0], 7);
+    assert_memory_equal(zp.got.id[0], "actor-7", 7);
+    assert_string_equal(zp.got.body[0], "one");
+    assert_int_equal(zp.got.len[1], 100000);
+    assert_memory_equal(zp.got.body[1], big, 100000);
+    assert_int_equal(zp.got.len[2], 0);
+    /* the ROUTER answers: three messages, one long */
+    for (int i = 0; i < 3; i++) {
+        assert_true(zmq_send(zp.sock, "actor-7", 7, ZMQ_SNDMORE) == 7);
+        if (i == 1)
+            assert_true(zmq_send(zp.sock, big, 100000, 0) == 100000);
+        else
+            assert_true(zmq_send(zp.sock, i ? "two" : "zero", i ? 3 : 4, 0) >= 3);
+    }
+    s_want = 3;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    assert_string_equal(got.body[0], "zero");
+    assert_int_equal(got.len[1], 100000);
+    assert_memory_equal(got.body[1], big, 100000);
+    assert_string_equal(got.body[2], "two");
+    assert_true(got.batches >= 1);
+    zmtp_stats_t st;
+    zmtp_dealer_stats(d, &st);
+    assert_int_equal(st.connects, 1);
+    assert_int_equal(st.disconnects, 0);
+    assert_int_equal(st.bad_peer, 0);
+    zmtp_dealer_destroy(&d);
+    assert_null(d);
+    free(big);
+    s_got_free(&got);
+    s_got_free(&zp.got);
+    reactor_remove_zsock(r, zp.sock);
+    zmq_close(zp.sock);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
+/* libzmq's DEALERs against our ROUTER: a named one and an anonymous one, replies routed back */
+static void test_libzmq_dealer_router(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:*", 0, s_on_router, &got, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    const char *ep = zmtp_router_endpoint(rt);
+    assert_int_equal(strncmp(ep, "tcp://127.0.0.1:", 16), 0);
+    assert_true(atoi(ep + 16) > 0);
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t a = {.sock = zmq_socket(ctx, ZMQ_DEALER)}, b = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
+    assert_int_equal(zmq_setsockopt(a.sock, ZMQ_ROUTING_ID, "env-a", 5), 0);
+    assert_int_equal(zmq_connect(a.sock, ep), 0);
+    assert_int_equal(zmq_connect(b.sock, ep), 0);
+    assert_int_equal(reactor_add_zsock(r, a.sock, REACTOR_READ, s_zpeer_read, &a), SR_OK);
+    assert_int_equal(reactor_add_zsock(r, b.sock, REACTOR_READ, s_zpeer_read, &b), SR_OK);
+    char *big = s_big(70000, 'k');
+    assert_int_equal(zmq_send(a.sock, "hello", 5, 0), 5);
+    assert_int_equal(zmq_send(a.sock, big, 70000, 0), 70000);
+    assert_int_equal(zmq_send(b.sock, "anon", 4, 0), 4);
+    s_want = 3;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    int ia = -1, ib = -1, ibig = -1;
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(got.body[i], "hello") == 0)
+            ia = i;
+        else if (strcmp(got.body[i], "anon") == 0)
+            ib = i;
+        else if (got.len[i] == 70000)
+            ibig = i;
+    }
+    assert_true(ia >= 0 && ib >= 0 && ibig > ia); /* a peer's own messages in order */
+    assert_int_equal(got.idlen[ia], 5);
+    assert_memory_equal(got.id[ia], "env-a", 5);
+    assert_memory_equal(got.id[ibig], "env-a", 5);
+    assert_memory_equal(got.body[ibig], big, 70000);
+    assert_int_equal(got.idlen[ib], 5); /* libzmq's shape for an anonymous peer */
+    assert_int_equal(got.id[ib][0], 0);
+    assert_int_equal(zmtp_router_peers(rt), 2);
+    /* replies, routed by identity; a long one */
+    assert_int_equal(zmtp_router_send(rt, "env-a", 5, big, 70000), SR_OK);
+    assert_int_equal(zmtp_router_send(rt, got.id[ib], got.idlen[ib], "back", 4), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &a.got, 3000));
+    assert_true(s_spin(r, s_has_n, &b.got, 3000));
+    assert_int_equal(a.got.len[0], 70000);
+    assert_memory_equal(a.got.body[0], big, 70000);
+    assert_string_equal(b.got.body[0], "back");
+    /* a send to nobody is refused and counted */
+    assert_int_equal(zmtp_router_send(rt, "nobody", 6, "x", 1), SR_ECLOSED);
+    assert_non_null(strstr(zmtp_router_errstr(rt), "nobody"));
+    zmtp_stats_t st;
+    zmtp_router_stats(rt, &st);
+    assert_int_equal(st.unroutable, 1);
+    assert_int_equal(st.connects, 2);
+    free(big);
+    s_got_free(&got);
+    s_got_free(&a.got);
+    s_got_free(&b.got);
+    reactor_remove_zsock(r, a.sock);
+    reactor_remove_zsock(r, b.sock);
+    zmq_close(a.sock);
+    zmq_close(b.sock);
+    zmq_ctx_term(ctx);
+    zmtp_router_destroy(&rt);
+    assert_null(rt);
+    reactor_destroy(&r);
+}
+
+/* A second connection with a known identity takes it over; replies go to the newest. */
+static void test_router_handover(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &got, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t a = {.sock = zmq_socket(ctx, ZMQ_DEALER)}, b = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
+    assert_int_equal(zmq_setsockopt(a.sock, ZMQ_ROUTING_ID, "same", 4), 0);
+    assert_int_equal(zmq_setsockopt(b.sock, ZMQ_ROUTING_ID, "same", 4), 0);
+    assert_int_equal(reactor_add_zsock(r, a.sock, REACTOR_READ, s_zpeer_read, &a), SR_OK);
+    assert_int_equal(reactor_add_zsock(r, b.sock, REACTOR_READ, s_zpeer_read, &b), SR_OK);
+    assert_int_equal(zmq_connect(a.sock, zmtp_router_endpoint(rt)), 0);
+    assert_int_equal(zmq_send(a.sock, "from-a", 6, 0), 6);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    assert_int_equal(zmq_connect(b.sock, zmtp_router_endpoint(rt)), 0);
+    assert_int_equal(zmq_send(b.sock, "from-b", 6, 0), 6);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    zmtp_stats_t st;
+    zmtp_router_stats(rt, &st);
+    assert_int_equal(st.connects, 2);
+    assert_int_equal(st.disconnects, 1);
+    assert_int_equal(zmtp_router_peers(rt), 1);
+    assert_int_equal(zmtp_router_send(rt, "same", 4, "to-newest", 9), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &b.got, 3000));
+    assert_string_equal(b.got.body[0], "to-newest");
+    assert_int_equal(a.got.n, 0);
+    s_got_free(&got);
+    s_got_free(&b.got);
+    reactor_remove_zsock(r, a.sock);
+    reactor_remove_zsock(r, b.sock);
+    zmq_setsockopt(a.sock, ZMQ_LINGER, &(int){0}, sizeof(int));
+    zmq_setsockopt(b.sock, ZMQ_LINGER, &(int){0}, sizeof(int));
+    zmq_close(a.sock);
+    zmq_close(b.sock);
+    zmq_ctx_term(ctx);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
+/* Ours to ours; the ROUTER goes away and comes back on the same port: the DEALER reconnects and
+ * delivers what it queued meanwhile. */
+static void test_reconnect_keeps_queue(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t rgot = {0}, dgot = {0};
+    char err[256] = "", ep[64];
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &rgot, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    snprintf(ep, sizeof ep, "%s", zmtp_router_endpoint(rt));
+    zmtp_dealer_t *d = zmtp_dealer_new(r, ep, "actor-1/0", 0, s_on_dealer, NULL, &dgot, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_true(s_spin(r, s_dealer_up, d, 3000));
+    assert_int_equal(zmtp_dealer_send(d, "before", 6), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &rgot, 3000));
+    assert_string_equal(rgot.body[0], "before");
+    assert_int_equal(zmtp_router_send(rt, "actor-1/0", 9, "reply", 5), SR_OK);
+    assert_true(s_spin(r, s_has_n, &dgot, 3000));
+    zmtp_router_destroy(&rt);
+    s_want = 0;
+    for (int i = 0; i < 300 && zmtp_dealer_connected(d); i++)
+        s_spin(r, NULL, NULL, 10);
+    assert_false(zmtp_dealer_connected(d));
+    assert_non_null(strstr(zmtp_dealer_errstr(d), ep));
+    assert_int_equal(zmtp_dealer_send(d, "while-down-1", 12), SR_OK);
+    assert_int_equal(zmtp_dealer_send(d, "while-down-2", 12), SR_OK);
+    s_got_free(&rgot);
+    rt = zmtp_router_new(r, ep, 0, s_on_router, &rgot, err, sizeof err);
+    assert_non_null(rt);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &rgot, 8000));
+    assert_string_equal(rgot.body[0], "while-down-1");
+    assert_string_equal(rgot.body[1], "while-down-2");
+    zmtp_stats_t st;
+    zmtp_dealer_stats(d, &st);
+    assert_int_equal(st.connects, 2);
+    assert_int_equal(st.disconnects, 1);
+    s_got_free(&rgot);
+    s_got_free(&dgot);
+    zmtp_dealer_destroy(&d);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
+/* Nothing listens: the DEALER keeps up to ZMTP_HWM messages, then says SR_EAGAIN. */
+static void test_dealer_hwm(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    char err[256] = "", ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", harness_free_port());
+    zmtp_dealer_t *d = zmtp_dealer_new(r, ep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err);
+    assert_non_null(d);
+    for (int i = 0; i < ZMTP_HWM; i++)
+        assert_int_equal(zmtp_dealer_send(d, "x", 1), SR_OK);
+    assert_int_equal(zmtp_dealer_send(d, "x", 1), SR_EAGAIN);
+    assert_non_null(strstr(zmtp_dealer_errstr(d), "high-water"));
+    s_spin(r, NULL, NULL, 150); /* a refused connection and a retry */
+    assert_false(zmtp_dealer_connected(d));
+    zmtp_dealer_destroy(&d);
+    reactor_destroy(&r);
+}
+
+/* libzmq heartbeats: its PINGs are answered, so it keeps the connection. */
+static void test_ping_answered(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    int ivl = 50, tmo = 1000; /* a PING every 50 ms; no answer within 1 s drops the peer */
+    assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl), 0);
+    assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo), 0);
+    assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, zp.sock, REACTOR_READ, s_zpeer_read, &zp), SR_OK);
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_dealer_t *d = zmtp_dealer_new(r, s_bound(zp.sock), "hb", 0, s_on_dealer, NULL, &got,
+                                       err, sizeof err);
+    assert_non_null(d);
+    assert_true(s_spin(r, s_dealer_up, d, 3000));
+    s_spin(r, NULL, NULL, 2500); /* 50 PINGs, over two timeouts */
+    assert_int_equal(zmtp_dealer_send(d, "still", 5), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &zp.got, 3000));
+    zmtp_stats_t st;
+    zmtp_dealer_stats(d, &st);
+    assert_int_equal(st.connects, 1);
+    assert_int_equal(st.disconnects, 0);
+    zmtp_dealer_destroy(&d);
+    s_got_free(&zp.got);
+    reactor_remove_zsock(r, zp.sock);
+    zmq_close(zp.sock);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
+static bool s_bad_n(void *arg)
+{
+    zmtp_stats_t st;
+    zmtp_router_stats(arg, &st);
+    return st.bad_peer >= (uint64_t)s_want;
+}
+
+/* Bad peers are dropped and counted; a message of two frames is dropped, the next one goes on. */
+static void test_router_bad_peers(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 1000, s_on_router, &got, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    const char *ep = zmtp_router_endpoint(rt);
+    /* not ZMTP at all */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(write(fd, "GET / HTTP/1.1\r\n\r\n", 18), 18);
+    s_want = 1;
+    assert_true(s_spin(r, s_bad_n, rt, 3000));
+    char buf[256];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) /* our greeting, then the close */
+        ;
+    assert_int_equal(n, 0);
+    close(fd);
+    /* a frame over the maximum message size (1000 here) */
+    void *ctx = zmq_ctx_new();
+    void *big = zmq_socket(ctx, ZMQ_DEALER), *multi = zmq_socket(ctx, ZMQ_DEALER);
+    assert_int_equal(zmq_connect(big, ep), 0);
+    char *b = s_big(2000, 'q');
+    assert_int_equal(zmq_send(big, b, 2000, 0), 2000);
+    s_want = 2;
+    assert_true(s_spin(r, s_bad_n, rt, 3000));
+    /* two frames: dropped and counted; then one frame arrives */
+    assert_int_equal(zmq_setsockopt(multi, ZMQ_ROUTING_ID, "m", 1), 0);
+    assert_int_equal(zmq_connect(multi, ep), 0);
+    assert_int_equal(zmq_send(multi, "", 0, ZMQ_SNDMORE), 0);
+    assert_int_equal(zmq_send(multi, "req", 3, 0), 3);
+    assert_int_equal(zmq_send(multi, "ok", 2, 0), 2);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    assert_string_equal(got.body[0], "ok");
+    zmtp_stats_t st;
+    zmtp_router_stats(rt, &st);
+    assert_int_equal(st.dropped_msgs, 1);
+    assert_int_equal(got.dropped, 1);
+    assert_int_equal(st.bad_peer, 2);
+    free(b);
+    s_got_free(&got);
+    int zero = 0;
+    zmq_setsockopt(big, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(big);
+    zmq_close(multi);
+    zmq_ctx_term(ctx);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
+static bool s_dealer_bad(void *arg)
+{
+    zmtp_stats_t st;
+    zmtp_dealer_stats(arg, &st);
+    return st.bad_peer >= (uint64_t)s_want;
+}
+
+/* Peers that never finish the handshake are dropped after the limit, on either side. */
+static void test_silent_peers(void **state)
+{
+    (void)state;
+    zmtp_set_handshake_ms(200);
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &got, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    const char *ep = zmtp_router_endpoint(rt);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    s_want = 1;
+    assert_true(s_spin(r, s_bad_n, rt, 3000));
+    char buf[256];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        ;
+    assert_int_equal(n, 0);
+    close(fd);
+    /* a listener that accepts (the kernel does) and never speaks */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in la = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &la.sin_addr);
+    socklen_t ll = sizeof la;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&la, sizeof la), 0);
+    assert_int_equal(listen(lfd, 8), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&la, &ll), 0);
+    char dep[64];
+    snprintf(dep, sizeof dep, "tcp://127.0.0.1:%d", ntohs(la.sin_port));
+    zmtp_dealer_t *d = zmtp_dealer_new(r, dep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err);
+    assert_non_null(d);
+    assert_int_equal(zmtp_dealer_send(d, "kept", 4), SR_OK);
+    assert_true(s_spin(r, s_dealer_bad, d, 3000));
+    assert_false(zmtp_dealer_connected(d));
+    assert_non_null(strstr(zmtp_dealer_errstr(d), "handshake"));
+    zmtp_dealer_destroy(&d);
+    close(lfd);
+    zmtp_set_handshake_ms(0);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
+/* Many peers of ours, many messages each way, in one run of the loop. */
+static void test_many_peers(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t rgot = {0};
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &rgot, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    enum { N = 40 };
+    zmtp_dealer_t *d[N];
+    s_got_t dg[N];
+    memset(dg, 0, sizeof dg);
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "peer-%d", i);
+        d[i] = zmtp_dealer_new(r, zmtp_router_endpoint(rt), id, 0, s_on_dealer, NULL, &dg[i],
+                               err, sizeof err);
+        assert_non_null(d[i]);
+    }
+    s_want = N;
+    assert_true(s_spin(r, s_router_has_peers, rt, 5000));
+    for (int i = 0; i < N; i++) {
+        char id[16], body[32];
+        int k = snprintf(id, sizeof id, "peer-%d", i);
+        for (int j = 0; j < 3; j++) {
+            int m = snprintf(body, sizeof body, "to-%d-%d", i, j);
+            assert_int_equal(zmtp_router_send(rt, id, (size_t)k, body, (size_t)m), SR_OK);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        s_want = 3;
+        assert_true(s_spin(r, s_has_n, &dg[i], 3000));
+        char want[32];
+        for (int j = 0; j < 3; j++) {
+            snprintf(want, sizeof want, "to-%d-%d", i, j);
+            assert_string_equal(dg[i].body[j], want);
+        }
+        s_got_free(&dg[i]);
+        zmtp_dealer_destroy(&d[i]);
+    }
+    s_got_free(&rgot);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_endpoints),
+        cmocka_unit_test(test_dealer_libzmq_router),
+        cmocka_unit_test(test_libzmq_dealer_router),
+        cmocka_unit_test(test_router_handover),
+        cmocka_unit_test(test_reconnect_keeps_queue),
+        cmocka_unit_test(test_dealer_hwm),
+        cmocka_unit_test(test_ping_answered),
+        cmocka_unit_test(test_router_bad_peers),
+        cmocka_unit_test(test_silent_peers),
+        cmocka_unit_test(test_many_peers),
+    };
+    return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
+}
