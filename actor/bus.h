@@ -21,7 +21,9 @@
 #include "common/reactor.h"
 
 #define BUS_SUB_WAIT_MS 2000              /* the longest wait for a subscriber after a connect */
-#define BUS_HOLD_MAX 16384                /* ACTIONs held at most while waiting */
+/* ACTIONs held at most while waiting: below the socket's send high-water mark (10,000,
+ * transport.h), so the burst that goes out when the subscription arrives fits its queue. */
+#define BUS_HOLD_MAX 8192
 #define BUS_HOLD_MAX_BYTES (8u << 20)     /* bytes held at most while waiting */
 #define BUS_SUB_CHECK_MS 100              /* subscriptions looked at this often once one is known */
 

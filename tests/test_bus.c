@@ -408,13 +408,13 @@ static void without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded
     bus_destroy(&b);
     astats_destroy(&st2);
 
-    /* ... or BUS_HOLD_MAX_BYTES of them: 900-byte actions reach it after about 9,000. */
+    /* ... or BUS_HOLD_MAX_BYTES of them: 1000-byte actions reach it after about 7,500. */
     st2 = astats_new();
     b = bus_new(r, ctx, st2, &cfg, &h, &seen);
     bus_join(b, "r1", transport_proxy_pub_endpoint(p), transport_proxy_sub_endpoint(p));
-    char big[901];
-    memset(big, 'x', 900);
-    big[900] = '\0';
+    char big[1001];
+    memset(big, 'x', 1000);
+    big[1000] = '\0';
     int n = 0;
     do {
         ac = s_action(++n, false);
@@ -424,8 +424,8 @@ static void without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded
     } while (as.actions_published == 0 && n < BUS_HOLD_MAX);
     assert_int_equal(as.bus_waits_expired, 1);
     assert_true(n < BUS_HOLD_MAX);
-    assert_true((size_t)n * 900 < BUS_HOLD_MAX_BYTES);   /* each is 900 bytes and a little */
-    assert_true((size_t)n * 1100 >= BUS_HOLD_MAX_BYTES);
+    assert_true((size_t)n * 1000 < BUS_HOLD_MAX_BYTES);   /* each is 1000 bytes and a little */
+    assert_true((size_t)n * 1200 >= BUS_HOLD_MAX_BYTES);
     assert_int_equal(as.actions_published, n);
     bus_destroy(&b);
     astats_destroy(&st2);
