@@ -52,7 +52,7 @@ int actor_main(int argc, char **argv)
         char *coordinator, *id, *policy, *model, *api_key, *env_workers, *template_path, *metrics_port;
         char *gate_steps;
         int slots, history, env_timeout_ms, llm_timeout_ms, llm_retries, welcome_timeout_ms;
-        int log_level, local_envw, action_batch_ms, llm_max_response_bytes, tokens, env_wire;
+        int log_level, local_envw, action_batch_ms, llm_max_response_bytes, tokens, wire;
         bool record_messages, drain_on_term, drain, model_check;
     } o;
     cfg_option_t opts[] = {
@@ -106,10 +106,10 @@ int actor_main(int argc, char **argv)
          .help = "record each step's token ids and logprobs: completion = the completion's ids "
                  "and per-token logprobs, full = also the prompt's ids (asks the policy for "
                  "return_token_ids)"},
-        {.name = "env-wire", .kind = CFG_ENUM, .dst = &o.env_wire, .def = "zmtp",
+        {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
-         .help = "the env channel: zmtp = ZeroMQ's wire protocol spoken on the loop's thread "
-                 "for tcp://ADDRESS:PORT without CURVE (libzmq for the rest), zmq = libzmq "
+         .help = "the env and work DEALERs: zmtp = ZeroMQ's wire protocol spoken on the loop's "
+                 "thread for tcp://ADDRESS:PORT without CURVE (libzmq for the rest), zmq = libzmq "
                  "always"},
         {.name = "gate-steps", .kind = CFG_STRING, .dst = &o.gate_steps, .def = "10",
          .metavar = "LIST",
@@ -182,7 +182,7 @@ int actor_main(int argc, char **argv)
     ac.welcome_timeout_ms = o.welcome_timeout_ms;
     ac.record_messages = o.record_messages;
     ac.tokens = (actor_tokens_t)o.tokens;
-    zmtp_set_enabled(o.env_wire == 0);
+    zmtp_set_enabled(o.wire == 0);
     ac.drain_on_term = o.drain_on_term || o.drain;
     ac.catch_signals = true;
     if (o.env_workers && o.local_envw > 0) {

@@ -10,6 +10,7 @@
 #include "common/proto_rx.h"
 #include "common/sr.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ struct coordlink {
     void *arg;
     char *id, *coordinator, *host, *policy_url;
     int slots, welcome_timeout_ms, hello_retry_ms;
-    transport_sock_t *work;
+    transport_sock_t *work; /* the DEALER through libzmq, or */
+    zmtp_dealer_t *zwork;   /* spoken on the loop's thread (common/zmtp.h) */
     bool ready, ever_welcomed, draining;
     char *run;
     int64_t lease_ms, heartbeat_ms;
@@ -48,13 +50,19 @@ struct coordlink {
     proto_rx_t rx; /* a bad message from the coordinator: bad_work and a log line */
 };
 
+/* s_raw_send sends one encoded message to the coordinator. */
+static int s_raw_send(coordlink_t *c, const void *body, size_t len)
+{
+    return c->zwork ? zmtp_dealer_send(c->zwork, body, len) : transport_send(c->work, body, len);
+}
+
 /* s_send encodes m and sends it to the coordinator. */
 static int s_send(coordlink_t *c, const proto_msg_t *m)
 {
     c->sbuf.len = 0;
     int rc = proto_encode(m, &c->sbuf);
     if (rc == SR_OK)
-        rc = transport_send(c->work, c->sbuf.data, c->sbuf.len);
+        rc = s_raw_send(c, c->sbuf.data, c->sbuf.len);
     if (rc != SR_OK)
         log_warn_limited(5, "actor %s: cannot send %s: %s", c->id, proto_type_name(m->type),
                          sr_strerror(rc));
@@ -174,7 +182,7 @@ void coordlink_start(coordlink_t *c)
 
 static void s_pending_send(coordlink_t *c, pending_t *p, bool resend)
 {
-    int rc = transport_send(c->work, p->buf.data, p->buf.len);
+    int rc = s_raw_send(c, p->buf.data, p->buf.len);
     p->sent_ms = clock_mono_ms();
     if (rc != SR_OK) {
         log_warn_limited(5, "actor %s: RESULT %s#%lld not sent (%s); kept for a resend", c->id,
@@ -346,6 +354,8 @@ static void s_on_welcome(coordlink_t *c, const proto_welcome_t *w)
         s_pending_send(c, &c->pend[i], c->pend[i].sent_ms != 0);
 }
 
+static void s_on_message(coordlink_t *c, proto_msg_t *m);
+
 static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
 {
     (void)r;
@@ -355,22 +365,37 @@ static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
     proto_msg_t m;
     if (proto_rx_recv(&c->rx, c->work, 0, &m) != SR_OK)
         return;
-    switch (m.type) {
+    s_on_message(c, &m);
+}
+
+static void s_zwork_msg(void *arg, const void *body, size_t len)
+{
+    coordlink_t *c = arg;
+    proto_msg_t m;
+    if (proto_rx_decode(&c->rx, body, len, &m) != SR_OK)
+        return;
+    s_on_message(c, &m);
+}
+
+/* s_on_message acts on one message from the coordinator and clears it. */
+static void s_on_message(coordlink_t *c, proto_msg_t *m)
+{
+    switch (m->type) {
     case PROTO_WELCOME:
-        s_on_welcome(c, &m.u.welcome);
+        s_on_welcome(c, &m->u.welcome);
         break;
     case PROTO_JOB:
-        c->h.job(c->arg, &m);
+        c->h.job(c->arg, m);
         break;
     case PROTO_RESULT_ACK:
-        s_on_ack(c, &m.u.result_ack);
+        s_on_ack(c, &m->u.result_ack);
         break;
     case PROTO_CANCEL: /* the coordinator tells a CANCEL the bus may have dropped */
-        if (c->run && strcmp(m.u.cancel.run, c->run) == 0)
-            c->h.cancel(c->arg, &m.u.cancel);
+        if (c->run && strcmp(m->u.cancel.run, c->run) == 0)
+            c->h.cancel(c->arg, &m->u.cancel);
         break;
     case PROTO_ERROR:
-        if (strcmp(m.u.error.code, "unknown_actor") == 0) {
+        if (strcmp(m->u.error.code, "unknown_actor") == 0) {
             AST_INC(c->st, unknown_actor);
             if (c->ready) {
                 log_info("actor %s: the coordinator does not know us; HELLO again", c->id);
@@ -378,16 +403,16 @@ static void s_work_handler(reactor_t *r, void *sock, int revents, void *arg)
             }
         } else {
             log_warn_limited(5, "actor %s: ERROR from the coordinator: %s: %s", c->id,
-                             m.u.error.code, m.u.error.msg);
+                             m->u.error.code, m->u.error.msg);
         }
         break;
     default:
         AST_INC(c->st, bad_work);
         log_warn_limited(5, "actor %s: unexpected %s from the coordinator", c->id,
-                         proto_type_name(m.type));
+                         proto_type_name(m->type));
         break;
     }
-    proto_msg_clear(&m);
+    proto_msg_clear(m);
 }
 
 /* ---- lifecycle -------------------------------------------------------------------------------------- */
@@ -411,6 +436,13 @@ coordlink_t *coordlink_new(reactor_t *r, void *zmq_ctx, astats_t *st, const coor
     c->hello_retry_ms = cfg->hello_retry_ms;
     c->lease_ms = 10000;
     c->heartbeat_ms = 1000;
+    if (zmtp_can_connect(c->coordinator)) {
+        c->zwork = zmtp_dealer_new(r, c->coordinator, c->id, TRANSPORT_DEFAULT_MAX_MSG_SIZE,
+                                   s_zwork_msg, NULL, c, err, errlen);
+        if (!c->zwork)
+            goto fail;
+        return c;
+    }
     transport_opts_t o;
     transport_opts_init(&o);
     o.identity = c->id;
@@ -442,6 +474,7 @@ void coordlink_destroy(coordlink_t **cp)
     for (size_t i = 0; i < c->n_spare; i++)
         sr_buf_free(&c->spare[i]);
     transport_sock_destroy(&c->work);
+    zmtp_dealer_destroy(&c->zwork); /* writes what the socket takes at once (a BYE) */
     free(c->run);
     free(c->id);
     free(c->coordinator);

@@ -1,7 +1,7 @@
 /*
  * envlink.c — the actor's env workers behind one table of operations (see envlink.h): s_wire
  * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// to an address, no CURVE); s_remote
- * sends over a libzmq DEALER watched by the reactor (names, ipc://, CURVE, SELROLL_ENV_WIRE=zmq);
+ * sends over a libzmq DEALER watched by the reactor (names, ipc://, CURVE, --wire zmq);
  * s_inproc calls the env worker's server code and queues its reply for a zero-delay timer.
  */
 #include "actor/envlink.h"

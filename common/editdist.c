@@ -238,6 +238,87 @@ static void s_pad(const uint32_t *seq, size_t len, size_t K, uint32_t *out)
         out[i] = EDITDIST_END;
 }
 
+/* ---- bit-parallel Levenshtein, K <= 64 ---- */
+
+/* s_peq_t maps each token of a pattern of at most 64 to the bit mask of its positions (an
+ * open-addressing table: at most 64 distinct tokens in 128 slots). */
+typedef struct {
+    uint32_t key[128];
+    uint64_t mask[128];
+    uint8_t used[128];
+    uint32_t shift; /* slot = (token * golden) >> shift */
+    size_t nslots;
+} s_peq_t;
+
+static size_t s_peq_slot(const s_peq_t *t, uint32_t v)
+{
+    size_t i = (uint32_t)(v * 2654435769u) >> t->shift;
+    while (t->used[i] && t->key[i] != v)
+        i = (i + 1) & (t->nslots - 1);
+    return i;
+}
+
+static void s_peq_build(s_peq_t *t, const uint32_t *a, size_t m)
+{
+    t->nslots = 16;
+    t->shift = 28;
+    while (t->nslots < 2 * m) {
+        t->nslots <<= 1;
+        t->shift--;
+    }
+    memset(t->used, 0, t->nslots);
+    for (size_t i = 0; i < m; i++) {
+        size_t k = s_peq_slot(t, a[i]);
+        if (!t->used[k]) {
+            t->used[k] = 1;
+            t->key[k] = a[i];
+            t->mask[k] = 0;
+        }
+        t->mask[k] |= 1ull << i;
+    }
+}
+
+static uint64_t s_peq_get(const s_peq_t *t, uint32_t v)
+{
+    size_t k = s_peq_slot(t, v);
+    return t->used[k] ? t->mask[k] : 0;
+}
+
+/* s_lev_bits is the Levenshtein distance of a and b, both of length K <= 64, peq being a's
+ * table: the common prefix and suffix stripped as s_lev does, then the bit-vector algorithm
+ * (Myers 1999, in Hyyro's form for the whole distance) over the rest, one step per token of b. */
+static size_t s_lev_bits(const uint32_t *a, const uint32_t *b, size_t K, const s_peq_t *peq)
+{
+    size_t p = 0;
+    while (p < K && a[p] == b[p])
+        p++;
+    if (p == K)
+        return 0;
+    size_t e = K;
+    while (a[e - 1] == b[e - 1]) /* stops at p at the latest: a[p] != b[p] */
+        e--;
+    size_t m = e - p;
+    uint64_t keep = m == 64 ? ~0ull : (1ull << m) - 1, top = 1ull << (m - 1);
+    uint64_t pv = ~0ull, mv = 0;
+    size_t score = m;
+    for (size_t j = p; j < e; j++) {
+        uint64_t eq = (s_peq_get(peq, b[j]) >> p) & keep;
+        uint64_t xv = eq | mv;
+        uint64_t xh = (((eq & pv) + pv) ^ pv) | eq;
+        uint64_t ph = mv | ~(xh | pv);
+        uint64_t mh = pv & xh;
+        if (ph & top)
+            score++;
+        else if (mh & top)
+            score--;
+        ph = (ph << 1) | 1;
+        mh <<= 1;
+        pv = mh | ~(xv | ph);
+        mv = ph & xv;
+    }
+    return score;
+}
+
 double editdist_prefix_divergence(const uint32_t *const *seqs, const size_t *lens, size_t G,
                                   size_t K)
 {
@@ -255,6 +336,15 @@ double editdist_prefix_divergence(const uint32_t *const *seqs, const size_t *len
     uint64_t total = 0;
     for (size_t i = 0; i < G; i++) {
         s_pad(seqs[i], lens[i], K, pa);
+        if (K <= 64) {
+            s_peq_t peq;
+            s_peq_build(&peq, pa, K);
+            for (size_t j = i + 1; j < G; j++) {
+                s_pad(seqs[j], lens[j], K, pb);
+                total += s_lev_bits(pa, pb, K, &peq);
+            }
+            continue;
+        }
         for (size_t j = i + 1; j < G; j++) {
             s_pad(seqs[j], lens[j], K, pb);
             total += s_lev(pa, K, pb, K, r0, r1);

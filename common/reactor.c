@@ -308,6 +308,7 @@ void reactor_destroy(reactor_t **self_p)
     for (size_t i = 0; i < r->nheap; i++)
         free(r->heap[i]);
     free(r->heap);
+    free(r->deferred);
     free(r->buckets);
     close(r->wake_rd);
     close(r->wake_wr);
@@ -338,6 +339,38 @@ static int s_wait(reactor_t *r, int timeout_ms, int64_t cap_ns)
     atomic_store(&no_pwait2, true);
 #endif
     return epoll_wait(r->epfd, r->evs, n, (int)SR_MIN((cap_ns + 999999) / 1000000, INT32_MAX));
+}
+
+int reactor_defer(reactor_t *r, reactor_hook_fn *cb, void *arg)
+{
+    if (!r || !cb)
+        return SR_EINVAL;
+    if (r->ndeferred == r->deferred_cap) {
+        r->deferred_cap = r->deferred_cap ? 2 * r->deferred_cap : 8;
+        r->deferred = sr_xrealloc(r->deferred, r->deferred_cap * sizeof *r->deferred);
+    }
+    r->deferred[r->ndeferred++] = (struct reactor_deferred){cb, arg};
+    return SR_OK;
+}
+
+void reactor_defer_cancel(reactor_t *r, reactor_hook_fn *cb, void *arg)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ndeferred; i++)
+        if (r->deferred[i].cb == cb && r->deferred[i].arg == arg)
+            r->deferred[i].cb = NULL; /* skipped when the list runs */
+}
+
+/* s_run_deferred runs the deferred callbacks in order, those they defer too. */
+static void s_run_deferred(reactor_t *r)
+{
+    for (size_t i = 0; i < r->ndeferred; i++) {
+        struct reactor_deferred d = r->deferred[i];
+        if (d.cb)
+            d.cb(r, d.arg);
+    }
+    r->ndeferred = 0;
 }
 
 void reactor_set_before_sleep(reactor_t *r, reactor_hook_fn *cb, void *arg)
@@ -613,6 +646,7 @@ int reactor_run(reactor_t *r)
         r->wait_cap_ns = -1;
         if (r->before_sleep)
             r->before_sleep(r, r->before_sleep_arg);
+        s_run_deferred(r);
         if (atomic_load(&r->stop_requested))
             break;
         int timeout = s_any_pending(r) ? 0 : s_poll_timeout(r);
@@ -638,6 +672,7 @@ int reactor_run(reactor_t *r)
         if (rc != SR_OK)
             break;
     }
+    s_run_deferred(r); /* the sends of the round that stopped the loop */
     s_running = outer;
     /* A loop run inside a handler of another one: the outer loop's sockets may have been used
      * meanwhile without its knowing. */

@@ -111,6 +111,14 @@ int reactor_timer_count(const reactor_t *r);
 /* reactor_set_before_sleep sets (or, with cb NULL, clears) the hook called before each wait. */
 void reactor_set_before_sleep(reactor_t *r, reactor_hook_fn *cb, void *arg);
 
+/* reactor_defer has cb(r, arg) called once at the end of this round of the loop: after the
+ * before-sleep hook, right before the wait, or before reactor_run returns when the loop was
+ * stopped; called outside reactor_run, at the end of the next round. For writers that gather a
+ * round's sends into one system call. A callback may defer again (it runs in the same round).
+ * Returns SR_OK or SR_EINVAL. reactor_defer_cancel forgets every pending cb(arg). */
+int reactor_defer(reactor_t *r, reactor_hook_fn *cb, void *arg);
+void reactor_defer_cancel(reactor_t *r, reactor_hook_fn *cb, void *arg);
+
 /* reactor_wait_at_most_ns, called from the before-sleep hook, bounds the coming wait to ns
  * nanoseconds (>= 0; the smallest of several calls counts) with a finer grain than a timer's
  * millisecond: epoll_pwait2 where the kernel has it, else rounded up to the millisecond. It holds

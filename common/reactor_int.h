@@ -64,6 +64,11 @@ struct reactor {
 
     reactor_hook_fn *before_sleep;
     void *before_sleep_arg;
+    struct reactor_deferred {
+        reactor_hook_fn *cb;
+        void *arg;
+    } *deferred; /* reactor_defer: run before the coming wait, or before reactor_run returns */
+    size_t ndeferred, deferred_cap;
     int64_t wait_cap_ns; /* reactor_wait_at_most_ns for the coming wait, or -1 */
     int budget;
     reactor_item_t *cur; /* the ZeroMQ socket whose handler runs now, or NULL */

@@ -28,9 +28,10 @@
 #include <unistd.h>
 
 #define S_GREETING 64
-#define S_CMD_MAX 65536          /* the longest command accepted (READY with its properties) */
+#define S_CMD_MAX 65536 /* the longest command accepted (READY with its properties) */
 #define S_DEFAULT_MAX (64LL * 1024 * 1024)
 #define S_READ_CHUNK 65536
+#define S_KEEP_MAX (1u << 20) /* a buffer grown past this for a long frame shrinks after it */
 #define S_RECONNECT_MS 100
 #define S_RECONNECT_MAX_MS 5000
 #define S_BUCKETS 256
@@ -146,19 +147,19 @@ static void s_tune(int fd)
 typedef struct s_conn {
     int fd;
     int state;
-    int events; /* what the reactor watches */
+    int events;                   /* what the reactor watches */
     uint8_t hs[S_GREETING + 320]; /* our greeting and READY */
     size_t hs_len, hs_off;
     sr_buf_t in;
     size_t in_off;
     sr_buf_t out; /* whole frames; out_off of them written */
     size_t out_off, out_msgs;
-    bool multi; /* inside a message of more than one frame: dropped */
+    bool multi;      /* inside a message of more than one frame: dropped */
     uint8_t id[256]; /* ROUTER: the peer's identity */
     size_t idlen;
-    int hs_timer;                   /* > 0: the handshake must be done when it fires */
-    bool dirty;                     /* ROUTER: on the list to flush */
-    struct zmtp_router *rt;         /* ROUTER: whose connection this is */
+    int hs_timer;           /* > 0: the handshake must be done when it fires */
+    bool dirty;             /* ROUTER: on the list to flush */
+    struct zmtp_router *rt; /* ROUTER: whose connection this is */
     struct s_conn *next, *next_id, *next_dirty;
 } s_conn_t;
 
@@ -281,6 +282,8 @@ static int s_write(reactor_t *r, s_conn_t *c)
         if (n == 0) {
             if (c->state == S_OPEN) /* all written */
                 c->out.len = c->out_off = c->out_msgs = 0;
+            if (c->out.len == 0 && c->out.cap > S_KEEP_MAX)
+                sr_buf_free(&c->out);
             s_watch(r, c, REACTOR_READ);
             return SR_OK;
         }
@@ -523,6 +526,14 @@ static int s_read(s_parse_t *P, s_conn_t *c)
         c->in.len = left;
         c->in_off = 0;
     }
+    if (c->in.cap > S_KEEP_MAX && c->in.len <= S_READ_CHUNK) {
+        /* a long frame passed: give its room back (many idle peers must not hold megabytes) */
+        uint8_t *p = realloc(c->in.data, S_READ_CHUNK);
+        if (p) {
+            c->in.data = p;
+            c->in.cap = S_READ_CHUNK;
+        }
+    }
     return rc;
 }
 
@@ -543,7 +554,8 @@ struct zmtp_dealer {
     void *arg;
     s_conn_t c;
     int64_t ivl;
-    int reconnect_timer, flush_timer;
+    int reconnect_timer;
+    bool flush_due; /* a flush is deferred to the end of this round of the loop */
     int depth;
     bool dead;
     char err[320];
@@ -551,6 +563,7 @@ struct zmtp_dealer {
 };
 
 static void s_dealer_connect(zmtp_dealer_t *d);
+static void s_dealer_flush_cb(reactor_t *r, void *arg);
 
 static void s_dealer_free(zmtp_dealer_t *d)
 {
@@ -558,8 +571,8 @@ static void s_dealer_free(zmtp_dealer_t *d)
         reactor_timer_cancel(d->r, d->c.hs_timer);
     if (d->reconnect_timer > 0)
         reactor_timer_cancel(d->r, d->reconnect_timer);
-    if (d->flush_timer > 0)
-        reactor_timer_cancel(d->r, d->flush_timer);
+    if (d->flush_due)
+        reactor_defer_cancel(d->r, s_dealer_flush_cb, d);
     if (d->c.fd >= 0) {
         reactor_remove_fd(d->r, d->c.fd);
         close(d->c.fd);
@@ -618,7 +631,7 @@ static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
         d->st.disconnects++;
     snprintf(d->err, sizeof d->err, "%s: %s", d->ep, why);
     if (was_open)
-        log_info("env link %s lost: %s; reconnecting", d->ep, why);
+        log_info("connection to %s lost: %s; reconnecting", d->ep, why);
     s_drop_partial(&d->c);
     s_conn_reset(&d->c);
     if (d->reconnect_timer <= 0 && !d->dead) {
@@ -673,9 +686,14 @@ static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
     }
     char why[256] = "";
     if (revents & (REACTOR_READ | REACTOR_ERROR)) {
-        s_parse_t P = {.ready = s_dealer_ready, .msg = s_dealer_msg, .owner = d,
-                       .peer_types = s_dealer_peers, .max_msg = d->max_msg, .st = &d->st,
-                       .why = why, .whylen = sizeof why};
+        s_parse_t P = {.ready = s_dealer_ready,
+                       .msg = s_dealer_msg,
+                       .owner = d,
+                       .peer_types = s_dealer_peers,
+                       .max_msg = d->max_msg,
+                       .st = &d->st,
+                       .why = why,
+                       .whylen = sizeof why};
         int was = c->state;
         d->depth++;
         int rc = s_read(&P, c);
@@ -775,12 +793,11 @@ zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int
     return d;
 }
 
-static void s_dealer_flush_timer(reactor_t *r, int id, void *arg)
+static void s_dealer_flush_cb(reactor_t *r, void *arg)
 {
     (void)r;
-    (void)id;
     zmtp_dealer_t *d = arg;
-    d->flush_timer = 0;
+    d->flush_due = false;
     zmtp_dealer_flush(d);
 }
 
@@ -807,15 +824,10 @@ int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len)
     d->c.out_msgs++;
     if (d->c.state != S_OPEN || d->depth > 0)
         return SR_OK; /* the handshake's end, or the end of this read, writes it */
-    if (!reactor_running(d->r)) {
+    if (!reactor_running(d->r))
         zmtp_dealer_flush(d);
-    } else if (d->flush_timer <= 0) {
-        int t = reactor_timer_add(d->r, 0, 0, s_dealer_flush_timer, d);
-        if (t > 0)
-            d->flush_timer = t;
-        else
-            zmtp_dealer_flush(d);
-    }
+    else if (!d->flush_due) /* the round's sends leave together, before the loop waits */
+        d->flush_due = reactor_defer(d->r, s_dealer_flush_cb, d) == SR_OK;
     return SR_OK;
 }
 
@@ -861,7 +873,7 @@ struct zmtp_router {
     s_conn_t *dirty;
     size_t peers;
     uint32_t next_auto;
-    int flush_timer;
+    bool flush_due; /* a flush is deferred to the end of this round of the loop */
     int depth;
     char err[320];
     zmtp_stats_t st;
@@ -973,12 +985,11 @@ static void s_router_flush(zmtp_router_t *rt)
     }
 }
 
-static void s_router_flush_timer(reactor_t *r, int id, void *arg)
+static void s_router_flush_cb(reactor_t *r, void *arg)
 {
     (void)r;
-    (void)id;
     zmtp_router_t *rt = arg;
-    rt->flush_timer = 0;
+    rt->flush_due = false;
     s_router_flush(rt);
 }
 
@@ -999,10 +1010,15 @@ static void s_rconn_io(reactor_t *r, int fd, int revents, void *arg)
     zmtp_router_t *rt = c->rt;
     char why[256] = "";
     if (revents & (REACTOR_READ | REACTOR_ERROR)) {
-        s_parse_t P = {.ready = s_router_ready, .msg = s_router_msg,
-                       .dropped = s_router_dropped, .owner = rt,
-                       .peer_types = s_router_peers, .max_msg = rt->max_msg, .st = &rt->st,
-                       .why = why, .whylen = sizeof why};
+        s_parse_t P = {.ready = s_router_ready,
+                       .msg = s_router_msg,
+                       .dropped = s_router_dropped,
+                       .owner = rt,
+                       .peer_types = s_router_peers,
+                       .max_msg = rt->max_msg,
+                       .st = &rt->st,
+                       .why = why,
+                       .whylen = sizeof why};
         rt->depth++;
         int rc = s_read(&P, c);
         rt->depth--;
@@ -1039,8 +1055,9 @@ static void s_router_hs_timeout(reactor_t *r, int id, void *arg)
     zmtp_router_t *rt = c->rt;
     c->hs_timer = 0;
     rt->st.bad_peer++;
-    log_warn_limited(5, "env worker %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)",
-                     rt->ep, (long long)s_handshake_ms, (unsigned long long)rt->st.bad_peer);
+    log_warn_limited(
+        5, "env worker %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)", rt->ep,
+        (long long)s_handshake_ms, (unsigned long long)rt->st.bad_peer);
     s_router_drop(rt, c, "no handshake");
 }
 
@@ -1051,8 +1068,7 @@ static void s_accept(reactor_t *r, int fd, int revents, void *arg)
     for (int k = 0; k < 64; k++) {
         int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED)
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
                 log_warn_limited(1, "env worker %s: accept: %s", rt->ep, strerror(errno));
             return;
         }
@@ -1091,7 +1107,8 @@ zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zm
     }
     if (!transport_is_loopback(ep)) /* as transport_bind warns: there are no CURVE keys here */
         log_warn("binding %s unencrypted: any host that reaches it can connect "
-                 "(set --curve-keys, see docs/security.md)", ep);
+                 "(set --curve-keys, see docs/security.md)",
+                 ep);
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -1142,8 +1159,7 @@ const char *zmtp_router_endpoint(const zmtp_router_t *rt)
     return rt ? rt->ep : "";
 }
 
-int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void *body,
-                     size_t len)
+int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void *body, size_t len)
 {
     s_conn_t *c = s_find(rt, id, idlen);
     if (!c) {
@@ -1163,15 +1179,10 @@ int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void
     s_mark_dirty(rt, c);
     if (rt->depth > 0)
         return SR_OK; /* the end of this read writes it */
-    if (!reactor_running(rt->r)) {
+    if (!reactor_running(rt->r))
         s_router_flush(rt);
-    } else if (rt->flush_timer <= 0) {
-        int t = reactor_timer_add(rt->r, 0, 0, s_router_flush_timer, rt);
-        if (t > 0)
-            rt->flush_timer = t;
-        else
-            s_router_flush(rt);
-    }
+    else if (!rt->flush_due) /* the round's sends leave together, before the loop waits */
+        rt->flush_due = reactor_defer(rt->r, s_router_flush_cb, rt) == SR_OK;
     return SR_OK;
 }
 
@@ -1197,8 +1208,8 @@ void zmtp_router_destroy(zmtp_router_t **rp)
     zmtp_router_t *rt = *rp;
     *rp = NULL;
     s_router_flush(rt);
-    if (rt->flush_timer > 0)
-        reactor_timer_cancel(rt->r, rt->flush_timer);
+    if (rt->flush_due)
+        reactor_defer_cancel(rt->r, s_router_flush_cb, rt);
     while (rt->conns)
         s_router_drop(rt, rt->conns, "closing");
     reactor_remove_fd(rt->r, rt->lfd);

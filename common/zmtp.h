@@ -17,17 +17,18 @@
  * empty one gets a 5-byte one of its own, as libzmq gives), hands an identity over to the newest
  * connection that claims it (ZMQ_ROUTER_HANDOVER) and refuses a send to an unknown one with
  * SR_ECLOSED and a count (ZMQ_ROUTER_MANDATORY). A frame longer than the maximum message size
- * drops the connection that sent it (ZMQ_MAXMSGSIZE); one that has not finished its handshake in 30 s
- * is dropped too (ZMQ_HANDSHAKE_IVL; the DEALER then tries again). TCP_NODELAY and keepalive (idle 30 s,
- * interval 10 s) as transport.h sets them.
+ * drops the connection that sent it (ZMQ_MAXMSGSIZE); one that has not finished its handshake in 30
+ * s is dropped too (ZMQ_HANDSHAKE_IVL; the DEALER then tries again). TCP_NODELAY and keepalive
+ * (idle 30 s, interval 10 s) as transport.h sets them.
  *
  * What is not here: CURVE, names to resolve (getaddrinfo would block the loop), ipc:// and
  * inproc://. zmtp_can_connect and zmtp_can_bind say when an endpoint can be spoken here; the
- * callers use libzmq for the rest, and for everything with --env-wire zmq.
+ * callers use libzmq for the rest, and for everything with --wire zmq.
  *
- * Sends never block: a message is queued and the queue leaves at the top of the next round of the
- * loop (a zero-delay timer), or at the end of the handler that read the messages it answers.
- * Each object is used by the reactor's thread only.
+ * Sends never block: a message is queued, and the queue leaves at the end of the handler that read
+ * the messages it answers, or else at the end of this round of the loop (reactor_defer: before it
+ * waits, or before reactor_run returns); outside a running loop, at once. Each object is used by
+ * the reactor's thread only.
  */
 #ifndef SR_ZMTP_H
 #define SR_ZMTP_H
@@ -44,14 +45,14 @@
 /* zmtp_set_handshake_ms sets the process's handshake limit (<= 0: the default); for tests. */
 void zmtp_set_handshake_ms(int64_t ms);
 
-/* The --env-wire choices of the actor and the env worker: zmtp (this module where it can speak
+/* The --wire choices of the actor and the env worker: zmtp (this module where it can speak
  * the endpoint, the default) or zmq (libzmq for everything). */
 #define ZMTP_WIRE_CHOICES "zmtp|zmq"
 
-/* zmtp_set_enabled sets the process's --env-wire (true = zmtp). */
+/* zmtp_set_enabled sets the process's --wire (true = zmtp). */
 void zmtp_set_enabled(bool on);
 
-/* zmtp_enabled tells whether the env channel may use this module: --env-wire zmtp and no CURVE
+/* zmtp_enabled tells whether the env channel may use this module: --wire zmtp and no CURVE
  * keys in the process. */
 bool zmtp_enabled(void);
 
@@ -62,11 +63,11 @@ bool zmtp_can_bind(const char *ep);
 
 /* What a link has seen go wrong, for metrics and tests. */
 typedef struct {
-    uint64_t connects;      /* handshakes completed */
-    uint64_t disconnects;   /* connections lost or dropped after their handshake began */
-    uint64_t bad_peer;      /* dropped for a bad greeting, READY, frame or size */
-    uint64_t dropped_msgs;  /* messages of more than one frame, dropped (not the env shape) */
-    uint64_t unroutable;    /* ROUTER: sends to an identity with no connection */
+    uint64_t connects;     /* handshakes completed */
+    uint64_t disconnects;  /* connections lost or dropped after their handshake began */
+    uint64_t bad_peer;     /* dropped for a bad greeting, READY, frame or size */
+    uint64_t dropped_msgs; /* messages of more than one frame, dropped (not the env shape) */
+    uint64_t unroutable;   /* ROUTER: sends to an identity with no connection */
 } zmtp_stats_t;
 
 /* ---- DEALER ---- */
@@ -108,8 +109,7 @@ typedef struct zmtp_router zmtp_router_t;
 /* A message received from peer id (idlen bytes): its one frame. Both point into the link's
  * buffers, valid in the call. body NULL: a message of several frames came and was dropped (the
  * env channel's messages have one), for the receiver to count. */
-typedef void(zmtp_router_fn)(void *arg, const void *id, size_t idlen, const void *body,
-                             size_t len);
+typedef void(zmtp_router_fn)(void *arg, const void *id, size_t idlen, const void *body, size_t len);
 
 /* zmtp_router_new binds ep (zmtp_can_bind(ep) must hold) and accepts connections. Returns NULL
  * with one line in err ("bind EP: reason") on failure. */
@@ -121,8 +121,7 @@ const char *zmtp_router_endpoint(const zmtp_router_t *rt);
 
 /* zmtp_router_send queues [body] to peer id. SR_OK; SR_ECLOSED (counted) when no connection has
  * that identity; SR_EAGAIN with ZMTP_HWM messages queued to it. */
-int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void *body,
-                     size_t len);
+int zmtp_router_send(zmtp_router_t *rt, const void *id, size_t idlen, const void *body, size_t len);
 
 const char *zmtp_router_errstr(const zmtp_router_t *rt);
 void zmtp_router_stats(const zmtp_router_t *rt, zmtp_stats_t *out);

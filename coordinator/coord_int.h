@@ -51,6 +51,7 @@
 #include "common/store_run.h"
 #include "common/storeq.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 #include "common/wq.h"
 
 #include <pthread.h>
@@ -100,7 +101,8 @@ struct coord {
     tasks_t *own_tasks;  /* the household source, when cfg.task_set is NULL */
 
     void *zctx;
-    transport_sock_t *work;
+    transport_sock_t *work; /* the work ROUTER through libzmq, or */
+    zmtp_router_t *zwork;   /* spoken on the loop's thread (common/zmtp.h) */
     transport_sock_t *sub;
     transport_sock_t *pub; /* the driver's bus publisher, created on first use */
     transport_proxy_t *proxy;
@@ -260,6 +262,8 @@ void ci_registry_refresh(coord_t *c, bool now);
  * open rounds (the sink's report) */
 void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o);
 void ci_on_work(reactor_t *r, void *sock, int revents, void *arg);
+/* ci_on_zwork is the same for the work ROUTER of common/zmtp.h (arg: the coord_t). */
+void ci_on_zwork(void *arg, const void *id, size_t idlen, const void *body, size_t len);
 void ci_on_bus(reactor_t *r, void *sock, int revents, void *arg);
 void ci_on_tick(reactor_t *r, int id, void *arg);
 

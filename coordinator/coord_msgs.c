@@ -179,6 +179,8 @@ void ci_result_outcome(coord_t *c, const ci_sink_outcome_t *o)
     }
 }
 
+static void s_on_work_msg(coord_t *c, const void *id, size_t idlen, const void *body, size_t len);
+
 void ci_on_work(reactor_t *r, void *sock, int revents, void *arg)
 {
     (void)r;
@@ -196,18 +198,32 @@ void ci_on_work(reactor_t *r, void *sock, int revents, void *arg)
     size_t idlen = 0, len = 0;
     const void *id = transport_msg_head(&tm, &idlen);
     const void *body = transport_msg_body(&tm, &len);
+    s_on_work_msg(c, id, idlen, body, len);
+    transport_msg_close(&tm);
+}
+
+void ci_on_zwork(void *arg, const void *id, size_t idlen, const void *body, size_t len)
+{
+    coord_t *c = arg;
+    if (!body)
+        s_bad_message(c, NULL, 0, "wrong number of frames");
+    else
+        s_on_work_msg(c, id, idlen, body, len);
+}
+
+/* s_on_work_msg acts on one message of peer id on the work channel. */
+static void s_on_work_msg(coord_t *c, const void *id, size_t idlen, const void *body, size_t len)
+{
     if (peerlimit_blocked(c->peers, id, idlen, clock_mono_ms())) {
         metrics_counter_inc(c->m_peer_dropped);
-        transport_msg_close(&tm);
         return;
     }
     proto_msg_t m;
     proto_err_t perr;
-    rc = proto_decode(body, len, &m, &perr);
+    int rc = proto_decode(body, len, &m, &perr);
     if (rc != SR_OK) {
         char text[PROTO_ERR_FIELD_MAX + PROTO_ERR_REASON_MAX + 8];
         s_bad_message(c, id, idlen, proto_err_text(&perr, text, sizeof text));
-        transport_msg_close(&tm);
         return;
     }
     if (m.type == PROTO_HELLO) {
@@ -252,7 +268,6 @@ void ci_on_work(reactor_t *r, void *sock, int revents, void *arg)
     }
 cleanup:
     proto_msg_clear(&m);
-    transport_msg_close(&tm);
 }
 
 void ci_on_bus(reactor_t *r, void *sock, int revents, void *arg)

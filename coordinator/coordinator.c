@@ -102,6 +102,8 @@ int ci_send(coord_t *c, const void *id, size_t idlen, const proto_msg_t *m)
         log_error("cannot encode %s: %s", proto_type_name(m->type), sr_strerror(rc));
         return rc;
     }
+    if (c->zwork)
+        return zmtp_router_send(c->zwork, id, idlen, c->out.data, c->out.len);
     return transport_send_routed(c->work, id, idlen, c->out.data, c->out.len);
 }
 
@@ -333,14 +335,23 @@ coord_t *coord_new(const coord_cfg_t *cfg, char *err, size_t errlen)
         snprintf(host, sizeof host, "127.0.0.1");
     host[sizeof host - 1] = '\0';
 
-    c->work = transport_sock_new(c->zctx, ZMQ_ROUTER, NULL, e2, sizeof e2);
-    if (!c->work)
-        goto fail;
-    if (transport_bind(c->work, c->cfg.work_bind) != SR_OK) {
-        snprintf(e2, sizeof e2, "%s", transport_sock_errstr(c->work));
-        goto fail;
+    if (zmtp_can_bind(c->cfg.work_bind)) {
+        /* tcp:// with an address and no CURVE: spoken on the loop's thread, no I/O thread */
+        c->zwork = zmtp_router_new(c->r, c->cfg.work_bind, TRANSPORT_DEFAULT_MAX_MSG_SIZE,
+                                   ci_on_zwork, c, e2, sizeof e2);
+        if (!c->zwork)
+            goto fail;
+    } else {
+        c->work = transport_sock_new(c->zctx, ZMQ_ROUTER, NULL, e2, sizeof e2);
+        if (!c->work)
+            goto fail;
+        if (transport_bind(c->work, c->cfg.work_bind) != SR_OK) {
+            snprintf(e2, sizeof e2, "%s", transport_sock_errstr(c->work));
+            goto fail;
+        }
     }
-    s_advertise(transport_sock_endpoint(c->work), host, c->ep_work, sizeof c->ep_work);
+    s_advertise(c->zwork ? zmtp_router_endpoint(c->zwork) : transport_sock_endpoint(c->work), host,
+                c->ep_work, sizeof c->ep_work);
 
     char sub_local[EP_MAX];
     if (c->cfg.bus_external_pub) {
@@ -451,8 +462,8 @@ int coord_run(coord_t *c)
         log_warn("no bus publisher: POLICY_VERSION will not be announced");
     int64_t tick = SR_MAX(10, SR_MIN(c->cfg.lease_ms / 4, 250));
     c->timer = reactor_timer_add(c->r, tick, tick, ci_on_tick, c);
-    if (reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, ci_on_work, c) !=
-            SR_OK ||
+    if ((c->work && reactor_add_zsock(c->r, transport_sock_zmq(c->work), REACTOR_READ, ci_on_work,
+                                      c) != SR_OK) ||
         reactor_add_zsock(c->r, transport_sock_zmq(c->sub), REACTOR_READ, ci_on_bus, c) != SR_OK ||
         c->timer < 0) {
         snprintf(c->err, sizeof c->err, "cannot register with the reactor");
@@ -474,7 +485,8 @@ int coord_run(coord_t *c)
             c->fatal = rc;
         }
     }
-    reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
+    if (c->work)
+        reactor_remove_zsock(c->r, transport_sock_zmq(c->work));
     reactor_remove_zsock(c->r, transport_sock_zmq(c->sub));
     reactor_timer_cancel(c->r, c->timer);
     if (c->cfg.driver && c->cfg.driver->stopped)
@@ -528,6 +540,7 @@ void coord_destroy(coord_t **self_p)
     transport_sock_destroy(&c->pub);
     transport_sock_destroy(&c->sub);
     transport_sock_destroy(&c->work);
+    zmtp_router_destroy(&c->zwork); /* before the reactor, which watches its sockets */
     transport_proxy_destroy(&c->proxy);
     if (c->zctx)
         zmq_ctx_term(c->zctx);

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/sr.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 #include "coordinator/coord_train.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dashboard.h"
@@ -55,7 +56,7 @@ int coordinator_main(int argc, char **argv)
         int64_t weights_timeout_ms;
         int iters, groups, group_size, tasks, max_steps, max_tokens, max_attempts, placement;
         int overlap;
-        int log_level;
+        int log_level, wire;
         int64_t seed, lease_ms, heartbeat_ms, spread_wait_ms;
         double temperature, top_p;
         double max_failed_share;
@@ -134,6 +135,11 @@ int coordinator_main(int argc, char **argv)
          .help = "continue the run found in Redis"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level"},
+        {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
+         .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
+         .help = "the work ROUTER: zmtp = ZeroMQ's wire protocol spoken on the loop's thread for "
+                 "tcp://ADDRESS:PORT or tcp://*:PORT without CURVE (libzmq for the rest), zmq = "
+                 "libzmq always"},
         {.name = "train", .kind = CFG_BOOL, .dst = &o.train, .def = "false",
          .help = "run the training loop: --iters iterations of pre-filtered groups, backfill, "
                  "one BATCH each to the trainer, held-out evaluations (--groups is unused)"},
@@ -202,6 +208,7 @@ int coordinator_main(int argc, char **argv)
     int rc = cfg_parse_command(&cfg, argc, argv);
     if (rc != CFG_GO_ON)
         return rc;
+    zmtp_set_enabled(o.wire == 0);
     int exit_code = 0;
     const char *servers[64];
     char *ext_pub = NULL, *ext_sub = NULL, *out = NULL;

@@ -22,7 +22,7 @@ int env_worker_main(int argc, char **argv)
 {
     struct {
         char *bind, *redis, *run, *id, *advertise, *metrics_port, *kind;
-        int capacity, latency, level, per_peer, env_wire;
+        int capacity, latency, level, per_peer, wire;
         int64_t ttl, heartbeat;
     } o = {0};
     cfg_option_t opts[] = {
@@ -52,7 +52,7 @@ int env_worker_main(int argc, char **argv)
                  "only tasks whose env is NAME (or that name none); 1..64 of A-Z a-z 0-9 _ . -"},
         {.name = "heartbeat-ms", .kind = CFG_I64, .dst = &o.heartbeat, .def = "2000", .min = 10,
          .max = 600000, .help = "registry refresh period; the entry lives 3 periods"},
-        {.name = "env-wire", .kind = CFG_ENUM, .dst = &o.env_wire, .def = "zmtp",
+        {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
          .help = "the ROUTER: zmtp = ZeroMQ's wire protocol spoken on the loop's thread for "
                  "tcp://ADDRESS:PORT or tcp://*:PORT without CURVE (libzmq for the rest), zmq = "
@@ -88,7 +88,7 @@ int env_worker_main(int argc, char **argv)
         code = 2;
         goto cleanup;
     }
-    zmtp_set_enabled(o.env_wire == 0);
+    zmtp_set_enabled(o.wire == 0);
     envw_cfg_t c;
     envw_cfg_init(&c);
     c.bind = o.bind;

@@ -25,6 +25,7 @@
 #include "common/editdist.h"
 #include "common/sr.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,8 @@ static void s_remove(gate_t *g, gi_group_t *grp)
         pp = &(*pp)->next;
     SR_ASSERT(*pp == grp);
     *pp = grp->next;
+    if (g->last == grp)
+        g->last = NULL;
     s_group_free(grp);
     g->st.groups--;
 }
@@ -256,18 +259,32 @@ static gi_group_t *s_create(gate_t *g, const char *gid, uint64_t h, int G)
     return grp;
 }
 
+/* gi_action_hash: the FNV-1a hash of the text editdist_normalize writes into a buffer of
+ * PROTO_MAX_ACTION + 1 bytes (a longer text cut there: the cut prefix stands for it), computed
+ * as the text is made, in one pass without the buffer. */
 uint64_t gi_action_hash(const char *action)
 {
-    char norm[PROTO_MAX_ACTION + 1];
-    int n = editdist_normalize(action ? action : "", norm, sizeof norm);
-    size_t len = n >= 0 ? (size_t)n : strlen(norm); /* too long: the cut prefix stands for it */
-    return gi_fnv1a(norm, len);
-}
-
-static int s_cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    const uint64_t prime = 1099511628211ULL;
+    const size_t cap = PROTO_MAX_ACTION + 1;
+    uint64_t h = SR_FNV1A_BASIS;
+    size_t n = 0;
+    bool pending_space = false;
+    for (const unsigned char *p = (const unsigned char *)(action ? action : ""); *p; p++) {
+        if (isspace(*p)) {
+            pending_space = n > 0; /* leading whitespace is dropped */
+            continue;
+        }
+        if (n + (pending_space ? 2 : 1) >= cap)
+            break;
+        if (pending_space) {
+            h = (h ^ (unsigned char)' ') * prime;
+            n++;
+            pending_space = false;
+        }
+        h = (h ^ (unsigned char)tolower(*p)) * prime;
+        n++;
+    }
+    return h;
 }
 
 /* s_ready tells whether every trajectory reported step K or ended, with no gap in 1..K. */
@@ -333,46 +350,68 @@ static int s_decide(gate_t *g, gi_group_t *grp, gate_decision_t *out)
     return SR_OK;
 }
 
-/* gi_divergence: see gate_int.h. */
+/* Up to S_DIV_STACK actions (G x c) the divergence numbers them in stack memory. */
+#define S_DIV_STACK 512
+
+/* s_slot_of returns the slot of hash h in the open-addressing table keys/used of mask + 1 slots:
+ * its own, or the empty one where it goes. */
+static size_t s_slot_of(const uint64_t *keys, const uint32_t *used, size_t mask, uint64_t h)
+{
+    size_t i = (size_t)(h ^ (h >> 29)) & mask;
+    while (used[i] && keys[i] != h)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* gi_divergence: see gate_int.h. The action hashes are numbered 1.. in the order they first
+ * appear (0 is <END>): the distances look at nothing but which actions are equal. */
 int gi_divergence(const gate_t *g, const gi_group_t *grp, int c, double *out)
 {
-    int rc = SR_ENOMEM;
-    size_t H = (size_t)g->H, G = (size_t)grp->G, C = (size_t)c;
-    uint64_t *uniq = malloc(G * C * sizeof *uniq);
-    uint32_t *ids = calloc(G * C, sizeof *ids);
-    const uint32_t **seqs = malloc(G * sizeof *seqs);
-    size_t *lens = malloc(G * sizeof *lens);
-    if (!uniq || !ids || !seqs || !lens)
-        goto cleanup;
-    size_t n = 0;
+    size_t H = (size_t)g->H, G = (size_t)grp->G, C = (size_t)c, n = G * C;
+    size_t nslots = 16;
+    while (nslots < 2 * n)
+        nslots <<= 1;
+    uint32_t ids_st[S_DIV_STACK], used_st[2 * S_DIV_STACK];
+    uint64_t keys_st[2 * S_DIV_STACK];
+    uint32_t *ids = ids_st, *used = used_st;
+    uint64_t *keys = keys_st;
+    if (n > S_DIV_STACK) {
+        ids = malloc(n * sizeof *ids);
+        used = calloc(nslots, sizeof *used);
+        keys = malloc(nslots * sizeof *keys);
+        if (!ids || !used || !keys) {
+            free(ids);
+            free(used);
+            free(keys);
+            return SR_ENOMEM;
+        }
+    } else {
+        memset(used, 0, nslots * sizeof *used);
+    }
+    const uint32_t *seqs[GATE_MAX_G];
+    size_t lens[GATE_MAX_G];
+    uint32_t next = 1;
     for (size_t t = 0; t < G; t++) {
         lens[t] = grp->seen[t] < (int64_t)C ? (size_t)grp->seen[t] : C;
-        for (size_t i = 0; i < lens[t]; i++)
-            uniq[n++] = grp->acts[t * H + i];
-    }
-    qsort(uniq, n, sizeof *uniq, s_cmp_u64);
-    size_t u = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (u == 0 || uniq[u - 1] != uniq[i])
-            uniq[u++] = uniq[i];
-    }
-    for (size_t t = 0; t < G; t++) {
         for (size_t i = 0; i < lens[t]; i++) {
-            const uint64_t *hit = bsearch(&grp->acts[t * H + i], uniq, u, sizeof *uniq, s_cmp_u64);
-            SR_ASSERT(hit);
-            ids[t * C + i] = (uint32_t)(hit - uniq) + 1; /* 0 is <END> */
+            uint64_t h = grp->acts[t * H + i];
+            size_t k = s_slot_of(keys, used, nslots - 1, h);
+            if (!used[k]) {
+                keys[k] = h;
+                used[k] = next++;
+            }
+            ids[t * C + i] = used[k];
         }
         seqs[t] = ids + t * C;
     }
     *out = editdist_prefix_divergence(seqs, lens, G, C);
     SR_ASSERT(*out >= 0.0);
-    rc = SR_OK;
-cleanup:
-    free(uniq);
-    free(ids);
-    free(seqs);
-    free(lens);
-    return rc;
+    if (ids != ids_st) {
+        free(ids);
+        free(used);
+        free(keys);
+    }
+    return SR_OK;
 }
 
 int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decision_t *out)
@@ -408,6 +447,7 @@ int gate_observe(gate_t *g, const proto_action_t *a, int64_t now_ms, gate_decisi
             return SR_ENOMEM;
     }
     grp->last_seen_ms = now_ms;
+    g->last = grp;
     if (grp->decided) {
         g->st.ignored++;
         return 0;
@@ -457,6 +497,8 @@ size_t gate_evict(gate_t *g, int64_t now_ms)
                 *pp = grp->next;
                 if (!grp->decided && !grp->primary_done)
                     g->st.evicted++;
+                if (g->last == grp)
+                    g->last = NULL;
                 s_group_free(grp);
                 g->st.groups--;
                 n++;

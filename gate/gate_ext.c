@@ -250,8 +250,6 @@ static void s_emit_record(gate_t *g, gi_group_t *grp)
  * the learned model and the audit's estimate. */
 static void s_outcome(gate_t *g, gi_group_t *grp)
 {
-    gate_event_t e;
-    s_event_init(&e, GATE_EVENT_OUTCOME, grp);
     int ended = 0;
     double lo = 0, hi = 0, sum = 0;
     for (int t = 0; t < grp->G; t++) {
@@ -263,6 +261,8 @@ static void s_outcome(gate_t *g, gi_group_t *grp)
         sum += r;
         ended++;
     }
+    /* Called on every ACTION of a recorded group until its outcome is known: the event is built
+     * only once it is. */
     if (grp->keep_mask) {
         /* Cut by keep-two: only the kept trajectories finish. Once they have, the rewards of
          * every ended trajectory (the kept ones and those that ended before the cut) are what
@@ -271,13 +271,17 @@ static void s_outcome(gate_t *g, gi_group_t *grp)
             if ((grp->keep_mask & (1ull << t)) && !grp->ended[t])
                 return;
         }
+    } else if (ended < grp->G) {
+        return;
+    }
+    gate_event_t e;
+    s_event_init(&e, GATE_EVENT_OUTCOME, grp);
+    if (grp->keep_mask) {
         e.keep_two = true;
         e.keep_two_wrong = hi != lo;
         g->st.keep_two_labels++;
         g->st.keep_two_wrong += e.keep_two_wrong;
     } else {
-        if (ended < grp->G)
-            return;
         e.known = true;
         e.zero_variance = hi == lo;
         e.reward_mean = sum / grp->G;
@@ -395,7 +399,10 @@ bool gate_wants_history(gate_t *g, const char *gid)
 {
     if (!g || !gid || !g->extended)
         return false;
-    gi_group_t *grp = gi_find(g, gid, gi_fnv1a(gid, strlen(gid)));
+    /* Asked after each ACTION, of the group that ACTION named: no lookup then. */
+    gi_group_t *grp = g->last && !strcmp(g->last->gid, gid)
+                          ? g->last
+                          : gi_find(g, gid, gi_fnv1a(gid, strlen(gid)));
     if (!grp || grp->decided || grp->hist_asked || !grp->task)
         return false;
     grp->hist_asked = true;

@@ -45,6 +45,7 @@ struct gate {
     char *run;
     gi_group_t **buckets;
     size_t nbuckets; /* a power of two */
+    gi_group_t *last; /* the group of the last ACTION observed, NULL once it is freed */
     gate_stats_t st;
     bool extended;   /* rules beyond the paper's gate are in play */
     unsigned play;   /* rules evaluated: the deciding one and the shadow ones */

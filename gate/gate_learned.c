@@ -146,10 +146,19 @@ static void s_newton(gate_learned_t *m, int steps)
             const double *x = m->x + e * S_NF;
             double p = s_sigmoid(s_dot(m->w, x));
             double r = p - (m->y[e] ? 1.0 : 0.0), wgt = p * (1 - p);
-            for (int i = 0; i < S_NF; i++) {
+            /* Only the non-zero features add anything: a zero one adds a zero (x is finite), and
+             * a sum that starts at +0 is the same after adding a zero of either sign. The other
+             * terms are the same products, added in the same order. */
+            int nz[S_NF], k = 0;
+            for (int i = 0; i < S_NF; i++)
+                if (x[i] != 0.0)
+                    nz[k++] = i;
+            for (int a = 0; a < k; a++) {
+                int i = nz[a];
+                double wi = wgt * x[i];
                 g[i] += r * x[i];
-                for (int j = 0; j <= i; j++)
-                    H[i][j] += wgt * x[i] * x[j];
+                for (int b = 0; b <= a; b++)
+                    H[i][nz[b]] += wi * x[nz[b]];
             }
         }
         for (int i = 0; i < S_NF; i++) {

@@ -83,4 +83,41 @@ int gate_store_figures(store_t *st, const gate_stats_t *g, double audit_precisio
 int gate_store_config(store_t *st, gate_rule_t rule, gate_mode_t mode, gate_rule_t audit_base,
                       int64_t learned_min_groups);
 
+/* ---- batches: one round trip for what one turn of the gate's loop writes ---------------- */
+
+typedef enum {
+    GATE_STORE_ANNOTATE, /* gate_store_annotate: d, mode, wall_ms */
+    GATE_STORE_RULES,    /* gate_store_rules: gid, text (the JSON) */
+    GATE_STORE_OUTCOME,  /* gate_store_outcome: text (the example line or NULL), capacity, stats
+                          * (NULL: no figures), audit_precision, learned_labels */
+} gate_store_op_kind_t;
+
+#define GATE_STORE_ERR_MAX 256
+
+typedef struct {
+    gate_store_op_kind_t kind;
+    const gate_decision_t *d;
+    gate_mode_t mode;
+    int64_t wall_ms;
+    const char *gid;
+    const char *text;
+    int64_t capacity;
+    const gate_stats_t *stats;
+    double audit_precision;
+    uint64_t learned_labels;
+    int rc;                       /* set by gate_store_batch: this operation's result */
+    char err[GATE_STORE_ERR_MAX]; /* set by gate_store_batch: the reason when rc != SR_OK */
+    size_t first_, n_;            /* private: its replies in the pipeline */
+    bool noscript_;               /* private: the server lost the rules script */
+} gate_store_op_t;
+
+/* gate_store_batch sends the commands of ops[0..n) in one pipeline (one round trip), in order,
+ * the same commands the functions named above send one by one, and sets each operation's rc
+ * (SR_OK, or what that function would have returned) and err. A rules script the server lost
+ * (NOSCRIPT) runs again alone after the pipeline. Returns SR_OK once the replies were read, or the
+ * error that stopped the round trip (every operation's rc then says it): a broken connection is
+ * not retried, so an annotation or a rules record (idempotent) may be submitted again, an outcome
+ * (its RPUSH) not. */
+int gate_store_batch(store_t *st, gate_store_op_t *ops, size_t n);
+
 #endif

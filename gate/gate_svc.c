@@ -277,6 +277,13 @@ static void s_on_evict(reactor_t *r, int id, void *arg)
         log_debug("gate: evicted %zu idle groups", n);
 }
 
+/* s_before_sleep sends the writes of this turn of the loop to Redis, as one request. */
+static void s_before_sleep(reactor_t *r, void *arg)
+{
+    (void)r;
+    gate_rec_flush(arg);
+}
+
 /* ---- life cycle ------------------------------------------------------------------------- */
 
 static transport_sock_t *s_sock(gate_svc_t *s, int type, const char *identity)
@@ -458,6 +465,7 @@ gate_svc_t *gate_svc_new(const gate_svc_cfg_t *c, char *err, size_t errlen)
             goto fail;
         }
         gate_rec_start(s); /* the queue's first request: examples and configuration */
+        reactor_set_before_sleep(s->reactor, s_before_sleep, s);
     }
     return s;
 fail:
@@ -565,6 +573,8 @@ void gate_svc_destroy(gate_svc_t **self_p)
         return;
     gate_svc_t *s = *self_p;
     s->stopping = true;
+    if (s->sq)
+        gate_rec_flush(s); /* this turn's writes; from now on each goes alone */
     /* The decisions still queued are recorded (and their CANCELs published) before the bus
      * sockets close, as long as Redis answers within a few of its timeouts. */
     if (s->sq && storeq_flush(s->sq, 2 * s->cfg.redis_timeout_ms + 1000) != SR_OK)

@@ -50,6 +50,8 @@ typedef struct gate_job {
     double audit_precision;
     uint64_t learned_labels;
     bool no_redis;      /* set on the store thread: the request found no connection */
+    int brc;            /* in a batch: set on the store thread, this job's own result */
+    char *berr;         /* in a batch: its reason when brc != SR_OK (NULL: none) */
     /* START: the examples read on the store thread, learned on the loop */
     double (*ex_x)[GATE_LEARNED_NF];
     bool *ex_y;
@@ -81,6 +83,7 @@ struct gate_svc {
 
     storeq_t *sq; /* Redis, off the loop (NULL in mode off) */
     gate_job_t *retry; /* jobs waiting to be submitted again (Redis was unreachable) */
+    gate_job_t *batch, **batch_tail; /* writes of this turn of the loop, sent as one request */
     bool stopping;  /* gate_svc_destroy: no more retries */
     bool redis_down;     /* the last request found Redis unreachable (said once in the log) */
     bool redis_answered; /* Redis answered once: credentials it refuses later are not fatal */
@@ -98,6 +101,11 @@ struct gate_svc {
 /* gate_rec_queue hands job j (filled but for svc and first_ms) to the store thread; the queue
  * owns it from then on. */
 void gate_rec_queue(gate_svc_t *s, gate_job_t *j);
+
+/* gate_rec_flush submits the writes gathered in this turn of the loop (annotations, rule records,
+ * outcomes) as one request: one pipeline, one round trip (gate_store_batch). Called before the
+ * loop waits, and before the store queue is flushed at exit. */
+void gate_rec_flush(gate_svc_t *s);
 
 /* gate_rec_job_free frees a job that was never queued (or whose completion is done with it). */
 void gate_rec_job_free(gate_job_t *j);

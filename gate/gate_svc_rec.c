@@ -38,6 +38,7 @@ static void s_record_failed(gate_svc_t *s, const gate_decision_t *d, int rc, con
 
 void gate_rec_job_free(gate_job_t *j)
 {
+    free(j->berr);
     free(j->text);
     free(j->ex_x);
     free(j->ex_y);
@@ -226,9 +227,100 @@ static void s_done_other(int rc, const char *err, void *arg)
     gate_rec_job_free(j);
 }
 
-/* s_submit hands job j to the store thread: a decision's transition or, once that succeeded,
+/* ---- batches ------------------------------------------------------------------------------ */
+
+/* Writes that wait for nothing (annotations, rule records, outcomes) gathered during one turn of
+ * the loop go to Redis as one request: one pipeline. Each job then completes as it would alone,
+ * in order, with its own result. */
+typedef struct {
+    gate_job_t *jobs; /* linked through next, in submission order */
+    size_t n;
+    bool no_redis;
+} s_batch_t;
+
+static bool s_batchable(const gate_job_t *j)
+{
+    return (j->kind == GATE_JOB_DECISION && j->phase == 1) || j->kind == GATE_JOB_RULES ||
+           (j->kind == GATE_JOB_OUTCOME && (j->text || j->has_stats));
+}
+
+static int s_work_batch(store_t *st, void *arg, char *err)
+{
+    (void)err;
+    s_batch_t *b = arg;
+    b->no_redis = !st;
+    if (!st)
+        return SR_EREDIS;
+    gate_store_op_t *ops = sr_xcalloc(b->n, sizeof *ops);
+    size_t i = 0;
+    for (gate_job_t *j = b->jobs; j; j = j->next, i++) {
+        gate_store_op_t *op = &ops[i];
+        const gate_cfg_t *g = &j->svc->cfg.gate; /* fixed once the service runs */
+        if (j->kind == GATE_JOB_DECISION) {
+            op->kind = GATE_STORE_ANNOTATE;
+            op->d = &j->d;
+            op->mode = g->mode;
+            op->wall_ms = j->wall_ms;
+        } else if (j->kind == GATE_JOB_RULES) {
+            op->kind = GATE_STORE_RULES;
+            op->gid = j->d.group;
+            op->text = j->text;
+        } else {
+            op->kind = GATE_STORE_OUTCOME;
+            op->text = j->text;
+            op->capacity = g->learned_capacity;
+            op->stats = j->has_stats ? &j->st : NULL;
+            op->audit_precision = j->audit_precision;
+            op->learned_labels = j->learned_labels;
+        }
+    }
+    int rc = gate_store_batch(st, ops, b->n);
+    i = 0;
+    for (gate_job_t *j = b->jobs; j; j = j->next, i++) {
+        j->brc = ops[i].rc;
+        if (ops[i].rc != SR_OK)
+            j->berr = sr_xstrdup(ops[i].err);
+    }
+    free(ops);
+    return rc;
+}
+
+static void s_done_annotate(int rc, const char *err, void *arg);
+static void s_done_other(int rc, const char *err, void *arg);
+
+/* s_done_batch completes each job of the batch with its own result, or with the batch's when the
+ * round trip itself failed (or never ran). */
+static void s_done_batch(int rc, const char *err, void *arg)
+{
+    s_batch_t *b = arg;
+    gate_job_t *j = b->jobs;
+    while (j) {
+        gate_job_t *next = j->next;
+        j->next = NULL;
+        char why[STOREQ_ERR_MAX];
+        int jrc = rc;
+        if (rc != SR_OK) {
+            j->no_redis = b->no_redis;
+            snprintf(why, sizeof why, "%s", err);
+        } else {
+            jrc = j->brc;
+            snprintf(why, sizeof why, "%s", j->berr ? j->berr : "");
+        }
+        free(j->berr);
+        j->berr = NULL;
+        j->brc = SR_OK;
+        if (j->kind == GATE_JOB_DECISION)
+            s_done_annotate(jrc, why, j);
+        else
+            s_done_other(jrc, why, j);
+        j = next;
+    }
+    free(b);
+}
+
+/* s_submit_now hands job j to the store thread: a decision's transition or, once that succeeded,
  * its annotation; anything else as one request. The store queue owns j from then on. */
-static void s_submit(gate_svc_t *s, gate_job_t *j)
+static void s_submit_now(gate_svc_t *s, gate_job_t *j)
 {
     int rc;
     if (j->kind == GATE_JOB_DECISION)
@@ -240,6 +332,46 @@ static void s_submit(gate_svc_t *s, gate_job_t *j)
         rc = storeq_submit(s->sq, s_work_other, s_done_other, j);
     if (rc != SR_OK)
         gate_rec_job_free(j);
+}
+
+/* s_submit submits job j: a write that waits for nothing joins this turn's batch (alone once the
+ * gate stops: no turn follows), anything else goes now. */
+static void s_submit(gate_svc_t *s, gate_job_t *j)
+{
+    if (s->stopping || !s_batchable(j)) {
+        s_submit_now(s, j);
+        return;
+    }
+    j->next = NULL;
+    if (!s->batch)
+        s->batch_tail = &s->batch;
+    *s->batch_tail = j;
+    s->batch_tail = &j->next;
+}
+
+void gate_rec_flush(gate_svc_t *s)
+{
+    gate_job_t *jobs = s->batch;
+    if (!jobs)
+        return;
+    s->batch = NULL;
+    s->batch_tail = &s->batch;
+    if (!jobs->next) {
+        s_submit_now(s, jobs); /* alone: as it always went */
+        return;
+    }
+    s_batch_t *b = sr_xcalloc(1, sizeof *b);
+    b->jobs = jobs;
+    for (gate_job_t *j = jobs; j; j = j->next)
+        b->n++;
+    if (storeq_submit(s->sq, s_work_batch, s_done_batch, b) != SR_OK) {
+        while (jobs) {
+            gate_job_t *next = jobs->next;
+            gate_rec_job_free(jobs);
+            jobs = next;
+        }
+        free(b);
+    }
 }
 
 void gate_rec_queue(gate_svc_t *s, gate_job_t *j)

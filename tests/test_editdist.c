@@ -3,6 +3,7 @@
  */
 #include "tests/harness.h"
 #include "common/editdist.h"
+#include "common/prng.h"
 #include "common/sr.h"
 
 #include <math.h>
@@ -272,6 +273,49 @@ static void divergence_over_strings_normalises_actions(void **state)
     assert_true(editdist_prefix_divergence_strs(f, fl, 2, 1) == 1.0);
 }
 
+/* d_K equals the mean of the pairwise distances of the padded prefixes as the plain dynamic
+ * programme (editdist_levenshtein) counts them: random groups over a few tokens (long shared
+ * prefixes, <END> inside), over arbitrary 32-bit ids (the pattern table's collisions), and K
+ * around 64, where the bit-parallel distance gives way to the plain one. */
+static void divergence_matches_the_plain_distance_on_random_groups(void **state)
+{
+    (void)state;
+    prng_t p;
+    prng_init(&p, 41, 2);
+    enum { GMAX = 10, KMAX = 70 };
+    static uint32_t seq[GMAX][KMAX], pad[GMAX][KMAX];
+    for (int round = 0; round < 3000; round++) {
+        size_t G = (size_t)prng_range(&p, 2, GMAX);
+        size_t K =
+            round % 10 == 0 ? (size_t)prng_range(&p, 62, KMAX) : (size_t)prng_range(&p, 1, 40);
+        int kind = round % 3; /* 0: 3 tokens and END, 1: 8 tokens, 2: any 32-bit id */
+        const uint32_t *seqs[GMAX];
+        size_t lens[GMAX];
+        for (size_t g = 0; g < G; g++) {
+            lens[g] = (size_t)prng_bounded(&p, KMAX + 1);
+            for (size_t i = 0; i < KMAX; i++) {
+                uint32_t v = kind == 0   ? (uint32_t)prng_bounded(&p, 4)
+                             : kind == 1 ? 1 + (uint32_t)prng_bounded(&p, 8)
+                                         : (uint32_t)prng_u64(&p);
+                /* most trajectories follow trajectory 0 for a while */
+                seq[g][i] = g > 0 && i < (size_t)round % 17 ? seq[0][i] : v;
+            }
+            seqs[g] = seq[g];
+            for (size_t i = 0; i < K; i++)
+                pad[g][i] = i < lens[g] ? seq[g][i] : EDITDIST_END;
+        }
+        uint64_t total = 0;
+        for (size_t a = 0; a < G; a++)
+            for (size_t b = a + 1; b < G; b++)
+                total += editdist_levenshtein(pad[a], K, pad[b], K);
+        double want = (double)total / ((double)G * (double)(G - 1) / 2.0) / (double)K;
+        double got = editdist_prefix_divergence(seqs, lens, G, K);
+        if (got != want)
+            fail_msg("round %d: G %zu K %zu kind %d: d %.17g, want %.17g", round, G, K, kind, got,
+                     want);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +336,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(divergence_degenerate_and_bad_arguments),
         cmocka_unit_test(divergence_with_k_beyond_fast_path),
         cmocka_unit_test(divergence_over_strings_normalises_actions),
+        cmocka_unit_test(divergence_matches_the_plain_distance_on_random_groups),
     };
     return harness_run_("editdist", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -515,6 +515,82 @@ static void random_groups_match_string_divergence(void **state)
     gate_destroy(&g);
 }
 
+/* Groups of 64 with K 100: the divergence numbers more actions than its stack holds and pads
+ * past EDITDIST_FAST_K (the heap paths); d_K must still equal the string-level d_K. */
+static void large_groups_match_string_divergence(void **state)
+{
+    (void)state;
+    static const char *vocab[] = {"go to cabinet 1", "Go to  cabinet 1", "open cabinet 1", "look",
+                                  "inventory"};
+    prng_t p;
+    prng_init(&p, 11, 1);
+    enum { G = 64, T = 120, K = 100 };
+    gate_t *g = s_gate(GATE_MODE_SHADOW, K, 0.12, 0);
+    static const char *acts[G][T];
+    for (int grp = 0; grp < 3; grp++) {
+        char gid[32];
+        snprintf(gid, sizeof gid, "large-%d", grp);
+        size_t lens[G];
+        for (int t = 0; t < G; t++) {
+            lens[t] = (size_t)prng_range(&p, K / 2, T);
+            for (int i = 0; i < T; i++)
+                acts[t][i] = vocab[prng_bounded(&p, grp == 0 ? 2 : SR_ARRAY_LEN(vocab))];
+        }
+        gate_decision_t d;
+        int decided = 0;
+        for (int i = 0; i < T; i++) {
+            for (int t = 0; t < G; t++) {
+                if ((size_t)i >= lens[t])
+                    continue;
+                int rc = s_act(g, gid, G, t, i + 1, acts[t][i], (size_t)i + 1 == lens[t], 0, &d);
+                assert_true(rc == 0 || rc == 1);
+                decided += rc;
+                if (rc == 1) {
+                    const char *const *seqs[G];
+                    for (int u = 0; u < G; u++)
+                        seqs[u] = acts[u];
+                    double want = editdist_prefix_divergence_strs(seqs, lens, G, K);
+                    assert_true(fabs(d.d - want) < 1e-12);
+                }
+            }
+        }
+        assert_int_equal(decided, 1);
+    }
+    gate_destroy(&g);
+}
+
+/* Actions are the same token when their normalised texts are (case, runs of whitespace, leading
+ * and trailing whitespace), and two texts longer than an ACTION's limit (which the decoder does
+ * not let through) that agree up to it are the same token too. */
+static void actions_are_compared_by_their_normalised_text(void **state)
+{
+    (void)state;
+    enum { L = PROTO_MAX_ACTION + 40 };
+    static char longa[L + 1], longb[L + 1], longc[L + 1];
+    memset(longa, 'x', L);
+    memset(longb, 'X', L);
+    memset(longc, 'x', L);
+    longb[PROTO_MAX_ACTION + 5] = 'y'; /* past the limit: the same token as longa */
+    longc[PROTO_MAX_ACTION - 3] = 'y'; /* inside it: another token */
+    static const char *const acts[4][2] = {
+        {"go to  Cabinet 1", longa},
+        {" GO TO cabinet\t1 ", longb},
+        {"go to cabinet 1", longc},
+        {"go tocabinet 1", longa},
+    };
+    gate_t *g = s_gate(GATE_MODE_SHADOW, 2, 0.12, 0);
+    gate_decision_t d;
+    int decided = 0;
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < 4; t++)
+            decided += s_act(g, "norm", 4, t, i + 1, acts[t][i], false, 0, &d) == 1;
+    assert_int_equal(decided, 1);
+    /* pairs: 0-1 equal, 0-2 and 1-2 differ at step 2, trajectory 3 differs from all at step 1
+     * and from 2 at step 2 too: (0 + 1 + 1 + 1 + 1 + 2) / 6 pairs / K 2 */
+    assert_true(fabs(d.d - 0.5) < 1e-12);
+    gate_destroy(&g);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -533,6 +609,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(invalid_actions_are_refused_and_counted),
         cmocka_unit_test(bad_configurations_are_refused),
         cmocka_unit_test(random_groups_match_string_divergence),
+        cmocka_unit_test(large_groups_match_string_divergence),
+        cmocka_unit_test(actions_are_compared_by_their_normalised_text),
     };
     return harness_run_("gate", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -193,6 +193,31 @@ static gate_event_t s_prior_group(const gate_history_t *h, gate_decision_t *d)
     return e;
 }
 
+/* The history is asked of the group named, whether or not it is the one of the last ACTION, and
+ * never of a group evicted since (the gate remembers the last group it saw). */
+static void history_is_asked_once_of_the_group_named_even_after_eviction(void **state)
+{
+    (void)state;
+    gate_cfg_t c;
+    s_cfg(&c, GATE_RULE_PRIOR, GATE_MODE_SHADOW);
+    gate_t *g = gate_new(&c);
+    gate_decision_t d;
+    s_act(g, "h1", 4, 0, 1, "a", false, 0, &d);
+    s_act(g, "h2", 4, 0, 1, "a", false, 0, &d);
+    assert_false(gate_wants_history(g, "h3")); /* unknown */
+    assert_true(gate_wants_history(g, "h1"));  /* not the last group seen */
+    assert_true(gate_wants_history(g, "h2"));  /* the last one */
+    assert_false(gate_wants_history(g, "h1"));
+    assert_false(gate_wants_history(g, "h2"));
+    s_act(g, "h3", 4, 0, 1, "a", false, 0, &d);
+    assert_int_equal(gate_evict(g, 1000000), 3); /* every group idle: h3, the last, goes too */
+    assert_false(gate_wants_history(g, "h3"));
+    assert_int_equal(gate_set_history(g, "h3", &(gate_history_t){0}), SR_ENOTFOUND);
+    s_act(g, "h3", 4, 0, 1, "a", false, 0, &d); /* a new record of the same id */
+    assert_true(gate_wants_history(g, "h3"));
+    gate_destroy(&g);
+}
+
 static void prior_loosens_for_zero_variance_history_and_tightens_for_informative(void **state)
 {
     (void)state;
@@ -629,6 +654,108 @@ static void learned_model_recovers_a_known_separating_rule(void **state)
     gate_learned_destroy(NULL);
 }
 
+/* ---- the learned model against a plain refit ---- */
+
+enum { REF_NF = GATE_LEARNED_NF };
+
+typedef struct {
+    double w[REF_NF];
+    double x[64][REF_NF];
+    bool y[64];
+    size_t n;
+} ref_model_t;
+
+static double s_ref_sigmoid(double z)
+{
+    if (z >= 0)
+        return 1.0 / (1.0 + exp(-z));
+    double e = exp(z);
+    return e / (1.0 + e);
+}
+
+/* s_ref_newton is the model's Newton step written plainly (every feature, every product). */
+static void s_ref_newton(ref_model_t *m)
+{
+    double H[REF_NF][REF_NF] = {{0}}, g[REF_NF] = {0}, d[REF_NF];
+    for (size_t e = 0; e < m->n; e++) {
+        const double *x = m->x[e];
+        double z = 0;
+        for (int i = 0; i < REF_NF; i++)
+            z += m->w[i] * x[i];
+        double p = s_ref_sigmoid(z);
+        double r = p - (m->y[e] ? 1.0 : 0.0), wgt = p * (1 - p);
+        for (int i = 0; i < REF_NF; i++) {
+            g[i] += r * x[i];
+            for (int j = 0; j <= i; j++)
+                H[i][j] += wgt * x[i] * x[j];
+        }
+    }
+    for (int i = 0; i < REF_NF; i++) {
+        H[i][i] += 0.3;
+        g[i] += 0.3 * m->w[i];
+        for (int j = 0; j < i; j++)
+            H[j][i] = H[i][j];
+    }
+    for (int j = 0; j < REF_NF; j++) { /* Cholesky, as the model solves it */
+        double sum = H[j][j];
+        for (int k = 0; k < j; k++)
+            sum -= H[j][k] * H[j][k];
+        assert_true(sum > 0);
+        H[j][j] = sqrt(sum);
+        for (int i = j + 1; i < REF_NF; i++) {
+            double t = H[i][j];
+            for (int k = 0; k < j; k++)
+                t -= H[i][k] * H[j][k];
+            H[i][j] = t / H[j][j];
+        }
+    }
+    double zz[REF_NF];
+    for (int i = 0; i < REF_NF; i++) {
+        double t = g[i];
+        for (int k = 0; k < i; k++)
+            t -= H[i][k] * zz[k];
+        zz[i] = t / H[i][i];
+    }
+    for (int i = REF_NF - 1; i >= 0; i--) {
+        double t = zz[i];
+        for (int k = i + 1; k < REF_NF; k++)
+            t -= H[k][i] * d[k];
+        d[i] = t / H[i][i];
+    }
+    for (int i = 0; i < REF_NF; i++)
+        m->w[i] -= d[i];
+}
+
+/* Examples with many zero features (as the gate's are: no history, nothing ended yet) fit to the
+ * very same weights, bit for bit, as the plain Newton step gives them. */
+static void learned_refit_matches_the_plain_newton_step_bit_for_bit(void **state)
+{
+    (void)state;
+    prng_t p;
+    prng_init(&p, 5, 3);
+    gate_learned_t *m = gate_learned_new(64);
+    ref_model_t *ref = calloc(1, sizeof *ref);
+    assert_non_null(ref);
+    for (int e = 0; e < 64; e++) {
+        double x[REF_NF];
+        x[0] = 1.0;
+        for (int i = 1; i < REF_NF; i++)
+            x[i] = prng_bounded(&p, 2) ? 0.0 : (double)prng_bounded(&p, 1000) / 999.0;
+        if (e % 7 == 0)
+            x[5] = -0.0;
+        bool y = prng_bounded(&p, 3) == 0 || x[1] < 0.2;
+        assert_int_equal(gate_learned_add(m, x, y, true), SR_OK);
+        memcpy(ref->x[ref->n], x, sizeof x);
+        ref->y[ref->n++] = y;
+        s_ref_newton(ref);
+        double w[REF_NF];
+        gate_learned_weights(m, w);
+        assert_memory_equal(w, ref->w, sizeof w);
+    }
+    free(ref);
+    gate_learned_destroy(&m);
+}
+
 static void learned_rule_stays_in_shadow_until_it_has_seen_enough_groups(void **state)
 {
     (void)state;
@@ -722,6 +849,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(multi_fires_at_the_first_checkpoint_below_its_threshold),
         cmocka_unit_test(multi_keeps_after_its_last_checkpoint_and_records_it),
+        cmocka_unit_test(history_is_asked_once_of_the_group_named_even_after_eviction),
         cmocka_unit_test(prior_loosens_for_zero_variance_history_and_tightens_for_informative),
         cmocka_unit_test(multi_and_prior_scores_are_divergence_over_threshold_cut_iff_below_one),
         cmocka_unit_test(keep_two_cancels_all_but_the_two_most_different_and_labels_wrong_cuts),
@@ -731,6 +859,7 @@ int main(int argc, char **argv)
             audit_lets_a_cut_group_run_on_with_weight_one_over_q_and_estimates_precision),
         cmocka_unit_test(paper_decisions_do_not_change_when_every_rule_runs_in_shadow),
         cmocka_unit_test(learned_model_recovers_a_known_separating_rule),
+        cmocka_unit_test(learned_refit_matches_the_plain_newton_step_bit_for_bit),
         cmocka_unit_test(learned_rule_stays_in_shadow_until_it_has_seen_enough_groups),
         cmocka_unit_test(rule_options_are_parsed_and_checked),
     };

@@ -245,6 +245,109 @@ static void history_reads_the_prompt_streaks(void **state)
     assert_int_equal(h.hard_streak, 0);
 }
 
+/* s_same_field expects field of group:<a> and group:<b> to be equal (both absent counts). */
+static void s_same_field(fix_t *f, const char *a, const char *b, const char *field)
+{
+    char ka[64], kb[64];
+    snprintf(ka, sizeof ka, "group:%s", a);
+    snprintf(kb, sizeof kb, "group:%s", b);
+    char *va = s_hget(f, ka, field), *vb = s_hget(f, kb, field);
+    if (!va || !vb) {
+        assert_null(va);
+        assert_null(vb);
+    } else {
+        assert_string_equal(va, vb);
+    }
+    free(va);
+    free(vb);
+}
+
+static void a_batch_writes_what_the_single_calls_write_each_with_its_result(void **state)
+{
+    fix_t *f = *state;
+    static const char *const gids[] = {"s1", "s2", "b1", "b2", "b3"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(gids); i++)
+        assert_int_equal(store_group_create(f->st, gids[i], "t", 0, 4), SR_OK);
+    gate_decision_t k = s_decision("s1", false);
+    k.rule = GATE_RULE_AUDIT;
+    k.audited = true;
+    k.audit_weight = 4.0;
+    gate_decision_t p = s_decision("s2", true);
+    gate_stats_t g;
+    memset(&g, 0, sizeof g);
+    g.outcomes = 5;
+    g.keep_two_labels = 2;
+    const char *rules = "{\"paper\":{\"cut\":false,\"step\":10,\"score\":1.5,\"final\":true}}";
+
+    /* One by one. */
+    assert_int_equal(gate_store_annotate(f->st, &k, GATE_MODE_SHADOW, 77), SR_OK);
+    assert_int_equal(gate_store_annotate(f->st, &p, GATE_MODE_ENFORCE, 78), SR_OK);
+    assert_int_equal(gate_store_rules(f->st, "s1", rules), SR_OK);
+    assert_int_equal(gate_store_outcome(f->st, "1 0.5", 4, &g, 0.5, 3), SR_OK);
+
+    /* The same as one batch, with a group Redis does not know, an outcome with nothing to write
+     * and an annotation that meets a key of another type between them. */
+    assert_int_equal(store_command(f->st, 0, NULL, "SET selroll:" RUN ":group:wrong x"), SR_OK);
+    gate_decision_t kb = k, pb = p, w = s_decision("wrong", false), b3 = s_decision("b3", false);
+    snprintf(kb.group, sizeof kb.group, "b1");
+    snprintf(pb.group, sizeof pb.group, "b2");
+    gate_stats_t g2 = g;
+    g2.outcomes = 6;
+    g2.keep_two_wrong = UINT64_MAX;
+    gate_store_op_t ops[] = {
+        {.kind = GATE_STORE_ANNOTATE, .d = &kb, .mode = GATE_MODE_SHADOW, .wall_ms = 77},
+        {.kind = GATE_STORE_ANNOTATE, .d = &pb, .mode = GATE_MODE_ENFORCE, .wall_ms = 78},
+        {.kind = GATE_STORE_RULES, .gid = "b1", .text = rules},
+        {.kind = GATE_STORE_RULES, .gid = "ghost", .text = "{}"},
+        {.kind = GATE_STORE_OUTCOME,
+         .text = "0 0.25",
+         .capacity = 4,
+         .stats = &g2,
+         .audit_precision = 0.25,
+         .learned_labels = 4},
+        {.kind = GATE_STORE_OUTCOME, .capacity = 4},
+        {.kind = GATE_STORE_ANNOTATE, .d = &w, .mode = GATE_MODE_SHADOW, .wall_ms = 79},
+        {.kind = GATE_STORE_ANNOTATE, .d = &b3, .mode = GATE_MODE_SHADOW, .wall_ms = 80},
+    };
+    assert_int_equal(gate_store_batch(f->st, ops, SR_ARRAY_LEN(ops)), SR_OK);
+    static const int want[] = {SR_OK, SR_OK, SR_OK, SR_ENOTFOUND, SR_OK, SR_OK, SR_EREDIS, SR_OK};
+    for (size_t i = 0; i < SR_ARRAY_LEN(ops); i++) {
+        assert_int_equal(ops[i].rc, want[i]);
+        assert_true((ops[i].rc == SR_OK) == (ops[i].err[0] == '\0'));
+    }
+    assert_non_null(strstr(ops[6].err, "WRONGTYPE"));
+    static const char *const fields[] = {
+        "gate_wall_ms", "gate_mode",    "gate_reason", "gate_ended_share",
+        "gate_rule",    "audit_weight", "rules",       "status"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(fields); i++) {
+        s_same_field(f, "s1", "b1", fields[i]);
+        s_same_field(f, "s2", "b2", fields[i]);
+    }
+    s_expect(f, "group:b1", "audit_weight", "4");
+    s_expect(f, "group:b3", "gate_wall_ms", "80");
+    char buf[256] = "";
+    assert_int_equal(gate_store_examples(f->st, s_collect, buf, NULL), SR_OK);
+    assert_string_equal(buf, "1 0.5|0 0.25|");
+    s_expect(f, "gate:stats", "outcomes", "6");
+    s_expect(f, "gate:stats", "keep_two_labels", "2");
+    s_expect(f, "gate:stats", "learned_labels", "4");
+    s_expect(f, "gate:stats", "keep_two_wrong", "18446744073709551615");
+    s_expect(f, "gate:stats", "audit_precision", "0.25");
+
+    /* The server lost the rules script: that record runs again alone, the others stay. */
+    assert_int_equal(store_command(f->st, 0, NULL, "SCRIPT FLUSH"), SR_OK);
+    gate_store_op_t again[] = {
+        {.kind = GATE_STORE_RULES, .gid = "b3", .text = "{\"x\":1}"},
+        {.kind = GATE_STORE_ANNOTATE, .d = &b3, .mode = GATE_MODE_ENFORCE, .wall_ms = 81},
+    };
+    assert_int_equal(gate_store_batch(f->st, again, 2), SR_OK);
+    assert_int_equal(again[0].rc, SR_OK);
+    assert_int_equal(again[1].rc, SR_OK);
+    s_expect(f, "group:b3", "rules", "{\"x\":1}");
+    s_expect(f, "group:b3", "gate_wall_ms", "81");
+    assert_int_equal(store_ping(f->st), SR_OK);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +360,8 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(config_and_figures_fill_gate_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(history_reads_the_prompt_streaks, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_batch_writes_what_the_single_calls_write_each_with_its_result, setup, teardown),
     };
     return harness_run_("gate_store", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -1466,6 +1466,73 @@ static void curl_multi_requests_complete_on_the_reactor(void **state)
     MHD_stop_daemon(d);
 }
 
+/* ---- reactor_defer ---- */
+
+typedef struct {
+    reactor_t *r;
+    int ran, again, stopped_then;
+    char order[16];
+    size_t n;
+} s_defer_t;
+
+static void s_deferred(reactor_t *r, void *arg)
+{
+    s_defer_t *d = arg;
+    d->ran++;
+    d->order[d->n++] = 'd';
+    if (d->again-- > 0)
+        reactor_defer(r, s_deferred, d); /* runs in the same round */
+}
+
+static void s_defer_then_stop(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_defer_t *d = arg;
+    d->order[d->n++] = 't';
+    reactor_defer(r, s_deferred, d);
+    reactor_stop(r); /* the deferred callback still runs, before reactor_run returns */
+}
+
+static void s_defer_cancelled_cb(reactor_t *r, void *arg)
+{
+    (void)r;
+    ((s_defer_t *)arg)->stopped_then++;
+}
+
+static void s_defer_and_cancel(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_defer_t *d = arg;
+    reactor_defer(r, s_defer_cancelled_cb, d);
+    reactor_defer_cancel(r, s_defer_cancelled_cb, d);
+    d->order[d->n++] = 'c';
+}
+
+static void deferred_callbacks_run_before_the_wait_and_when_the_loop_stops(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_defer_t d = {.r = r, .again = 1};
+    assert_int_equal(reactor_defer(NULL, s_deferred, &d), SR_EINVAL);
+    assert_int_equal(reactor_defer(r, NULL, &d), SR_EINVAL);
+    assert_true(reactor_timer_add(r, 1, 0, s_defer_and_cancel, &d) > 0);
+    assert_true(reactor_timer_add(r, 30, 0, s_defer_then_stop, &d) > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    /* the cancelled one never ran; the stopping round's ran, and the one it deferred again */
+    assert_int_equal(d.stopped_then, 0);
+    assert_int_equal(d.ran, 2);
+    assert_string_equal(d.order, "ctdd");
+    /* deferred outside the loop: it runs at the end of the next round, before the wait */
+    d = (s_defer_t){.r = r};
+    assert_int_equal(reactor_defer(r, s_deferred, &d), SR_OK);
+    assert_true(reactor_timer_add(r, 200, 0, s_defer_then_stop, &d) > 0);
+    int64_t t0 = harness_now_ms();
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_true(harness_now_ms() - t0 >= 150);
+    assert_string_equal(d.order, "dtd"); /* the first one before the 200 ms wait */
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1493,6 +1560,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(terminated_context_ends_the_loop_with_eclosed),
         cmocka_unit_test(a_failed_receive_ends_the_drain_and_the_loop),
         cmocka_unit_test(curl_multi_requests_complete_on_the_reactor),
+        cmocka_unit_test(deferred_callbacks_run_before_the_wait_and_when_the_loop_stops),
     };
     return harness_run_("reactor", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
