@@ -318,6 +318,9 @@ typedef struct {
     void (*dropped)(void *owner, s_conn_t *c);
     /* a command other than PING after the handshake (may be NULL: ignored) */
     void (*cmd)(void *owner, const uint8_t *body, size_t len);
+    /* a message of exactly two frames ([topic][body], a subscriber's); NULL: dropped as any
+     * message of several frames */
+    void (*msg2)(void *owner, const uint8_t *head, size_t hlen, const uint8_t *body, size_t len);
     void *owner;
     const char *const *peer_types; /* accepted Socket-Types, NULL-terminated */
     int64_t max_msg;
@@ -459,21 +462,52 @@ static int s_parse(s_parse_t *P, s_conn_t *c)
                      (unsigned long long)cap);
             return SR_EPROTO;
         }
-        if (avail < hl + size) {
-            /* room for the whole frame, so that the next reads can complete it */
+        size_t whole = hl + (size_t)size; /* what must be in the buffer to go on */
+        size_t hl2 = 0;
+        uint64_t size2 = 0;
+        bool pair = false;
+        if (P->msg2 && c->state == S_OPEN && (fl & (F_MORE | F_CMD)) == F_MORE && !c->multi) {
+            /* a subscriber's [topic][body]: both frames at once, or wait for the rest */
+            if (avail < whole + 2) {
+                whole += 2;
+            } else if (!(p[whole] & (F_MORE | F_CMD))) {
+                uint8_t fl2 = p[whole];
+                hl2 = (fl2 & F_LONG) ? 9 : 2;
+                if (avail < whole + hl2) {
+                    whole += hl2;
+                } else {
+                    size2 = (fl2 & F_LONG) ? s_be64(p + whole + 1) : p[whole + 1];
+                    if (size2 > (uint64_t)P->max_msg) {
+                        snprintf(P->why, P->whylen, "a frame of %llu bytes (%llu at most)",
+                                 (unsigned long long)size2, (unsigned long long)P->max_msg);
+                        return SR_EPROTO;
+                    }
+                    pair = true;
+                    whole += hl2 + (size_t)size2;
+                }
+            }
+        }
+        if (avail < whole) {
+            /* room for the whole frame (or pair), so that the next reads can complete it */
             if (c->in_off > 0) {
                 memmove(c->in.data, p, avail);
                 c->in.len = avail;
                 c->in_off = 0;
             }
-            if (sr_buf_reserve(&c->in, hl + (size_t)size - avail) != SR_OK) {
+            if (sr_buf_reserve(&c->in, whole - avail) != SR_OK) {
                 snprintf(P->why, P->whylen, "no memory for a frame of %llu bytes",
-                         (unsigned long long)size);
+                         (unsigned long long)(whole - hl));
                 return SR_EPROTO;
             }
             return SR_OK;
         }
         const uint8_t *b = p + hl;
+        if (pair) {
+            c->in_off += whole;
+            P->delivered++;
+            P->msg2(P->owner, b, (size_t)size, p + hl + (size_t)size + hl2, (size_t)size2);
+            continue;
+        }
         c->in_off += hl + (size_t)size;
         if (c->state == S_READY) {
             if (!(fl & F_CMD)) {
@@ -547,6 +581,7 @@ static int s_read(s_parse_t *P, s_conn_t *c)
 
 static const char *const s_dealer_peers[] = {"ROUTER", "DEALER", "REP", NULL};
 static const char *const s_pub_peers[] = {"XSUB", "SUB", NULL};
+static const char *const s_sub_peers[] = {"XPUB", "PUB", NULL};
 static const char *const s_router_peers[] = {"DEALER", "ROUTER", "REQ", NULL};
 
 struct zmtp_dealer {
@@ -559,6 +594,9 @@ struct zmtp_dealer {
     zmtp_dealer_fn *cb;
     zmtp_batch_fn *batch;
     zmtp_sub_fn *sub;   /* a publisher: its peer's (un)subscriptions */
+    zmtp_topic_fn *topic_cb; /* a subscriber: each [topic][body] */
+    char **topics;           /* a subscriber: what it subscribes to on each connection */
+    size_t ntopics;
     zmtp_lost_fn *lost; /* a publisher: a connection's handshake was done and it is gone */
     void *arg;
     const char *type;               /* our Socket-Type */
@@ -575,6 +613,13 @@ struct zmtp_dealer {
 };
 
 static void s_dealer_connect(zmtp_dealer_t *d);
+
+static void s_no_msg(void *arg, const void *body, size_t len)
+{
+    (void)arg;
+    (void)body;
+    (void)len;
+}
 static void s_dealer_flush_cb(reactor_t *r, void *arg);
 
 static void s_dealer_free(zmtp_dealer_t *d)
@@ -590,6 +635,9 @@ static void s_dealer_free(zmtp_dealer_t *d)
         close(d->c.fd);
     }
     s_conn_free_bufs(&d->c);
+    for (size_t i = 0; i < d->ntopics; i++)
+        free(d->topics[i]);
+    free(d->topics);
     free(d->ep);
     free(d);
 }
@@ -668,7 +716,25 @@ static bool s_dealer_ready(void *owner, s_conn_t *c, const char *unused)
     d->st.connects++;
     d->ivl = S_RECONNECT_MS;
     d->err[0] = '\0';
+    if (d->topic_cb) { /* a subscriber says what it wants on every connection, first */
+        c->out.len = c->out_off = c->out_msgs = 0;
+        for (size_t i = 0; i < d->ntopics; i++) {
+            size_t n = strlen(d->topics[i]);
+            uint8_t m[1 + ZMTP_TOPIC_MAX];
+            m[0] = 1;
+            memcpy(m + 1, d->topics[i], n);
+            (void)s_append_frame(c, 0, m, n + 1);
+        }
+    }
     return true;
+}
+
+static void s_dealer_msg2(void *owner, const uint8_t *head, size_t hlen, const uint8_t *body,
+                          size_t len)
+{
+    zmtp_dealer_t *d = owner;
+    if (!d->dead)
+        d->topic_cb(d->arg, head, hlen, body, len);
 }
 
 static void s_dealer_msg(void *owner, s_conn_t *c, const uint8_t *body, size_t len)
@@ -677,7 +743,9 @@ static void s_dealer_msg(void *owner, s_conn_t *c, const uint8_t *body, size_t l
     zmtp_dealer_t *d = owner;
     if (d->dead)
         return;
-    if (!d->sub) {
+    if (d->topic_cb) {
+        d->st.dropped_msgs++; /* a subscriber takes [topic][body] only */
+    } else if (!d->sub) {
         d->cb(d->arg, body, len);
     } else if (len >= 1 && body[0] <= 1) { /* ZMTP 3.0's form: [1 topic] / [0 topic] */
         d->sub(d->arg, body[0] == 1, body + 1, len - 1);
@@ -737,6 +805,7 @@ static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
                        .msg = s_dealer_msg,
                        .dropped = s_dealer_dropped,
                        .cmd = s_dealer_cmd,
+                       .msg2 = d->topic_cb ? s_dealer_msg2 : NULL,
                        .owner = d,
                        .peer_types = d->peers,
                        .max_msg = d->max_msg,
@@ -853,6 +922,39 @@ zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int
         snprintf(err, errlen, "connect %s: no handler", ep ? ep : "(null)");
     if (d)
         d->batch = batch;
+    return d;
+}
+
+zmtp_dealer_t *zmtp_sub_new(reactor_t *r, const char *ep, const char *const *topics, size_t n,
+                            zmtp_topic_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
+                            size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(topics[i]) > ZMTP_TOPIC_MAX) {
+            if (err && errlen)
+                snprintf(err, errlen, "connect %s: a topic of more than %d bytes",
+                         ep ? ep : "(null)", ZMTP_TOPIC_MAX);
+            return NULL;
+        }
+    if (!cb) {
+        if (err && errlen)
+            snprintf(err, errlen, "connect %s: no handler", ep ? ep : "(null)");
+        return NULL;
+    }
+    /* made as a DEALER (cb stands in for the check), then turned into a subscriber before its
+     * connection can finish its handshake (that happens on the loop, later) */
+    zmtp_dealer_t *d = s_dealer_make(r, ep, NULL, 0, s_no_msg, NULL, arg, err, errlen);
+    if (!d)
+        return NULL;
+    d->cb = NULL;
+    d->topic_cb = cb;
+    d->batch = batch;
+    d->type = "SUB";
+    d->peers = s_sub_peers;
+    d->topics = sr_xcalloc(n ? n : 1, sizeof *d->topics);
+    for (size_t i = 0; i < n; i++)
+        d->topics[i] = sr_xstrdup(topics[i]);
+    d->ntopics = n;
     return d;
 }
 

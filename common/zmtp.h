@@ -108,6 +108,22 @@ zmtp_dealer_t *zmtp_pub_new(reactor_t *r, const char *ep, zmtp_sub_fn *sub, zmtp
 /* zmtp_pub_send queues [topic][body] (topic a C string). SR_OK or SR_EAGAIN (high-water mark). */
 int zmtp_pub_send(zmtp_dealer_t *d, const char *topic, const void *body, size_t len);
 
+/* ---- a subscriber: the DEALER's connection, speaking SUB ---- */
+
+#define ZMTP_TOPIC_MAX 255
+
+/* A message [topic][body] a subscriber received; both point into its buffer, valid in the call. */
+typedef void(zmtp_topic_fn)(void *arg, const void *topic, size_t tlen, const void *body,
+                            size_t len);
+
+/* zmtp_sub_new connects a subscriber (Socket-Type SUB: an XPUB or PUB peer) to ep and subscribes
+ * to the n topics (prefixes, each at most ZMTP_TOPIC_MAX bytes) on every connection it makes;
+ * cb gets each [topic][body], batch (may be NULL) runs after the messages of one read. A message
+ * of another shape is dropped and counted (dropped_msgs). Destroyed with zmtp_dealer_destroy. */
+zmtp_dealer_t *zmtp_sub_new(reactor_t *r, const char *ep, const char *const *topics, size_t n,
+                            zmtp_topic_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
+                            size_t errlen);
+
 /* zmtp_dealer_send queues [body]. SR_OK, or SR_EAGAIN with ZMTP_HWM messages queued. */
 int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len);
 

@@ -9,6 +9,7 @@
 #include "common/cmds.h"
 #include "common/http_srv.h"
 #include "common/log.h"
+#include "common/zmtp.h"
 #include "gate/gate_svc.h"
 
 #include <stdio.h>
@@ -31,7 +32,7 @@ int gate_main(int argc, char **argv)
 {
     static struct {
         char *coordinator, *bus_sub, *bus_pub, *redis, *run, *id, *shard, *metrics_port;
-        int mode, k, group_size, welcome_timeout_ms, log_level, redis_timeout_ms;
+        int mode, k, group_size, welcome_timeout_ms, log_level, redis_timeout_ms, wire;
         double threshold, t_high;
         int64_t idle_ttl_ms, max_groups;
         int rule, audit_base, learned_k;
@@ -101,6 +102,11 @@ int gate_main(int argc, char **argv)
          .help = "exit 1 when the coordinator does not answer HELLO in time (0 = wait)"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.log_level, .choices = LOG_LEVEL_CHOICES,
          .def = "info", .help = "most verbose level logged"},
+        {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
+         .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
+         .help = "the ACTION subscription: zmtp = ZeroMQ's wire protocol spoken on the loop's "
+                 "thread for tcp://ADDRESS:PORT without CURVE (libzmq for the rest), zmq = libzmq "
+                 "always"},
         CFG_OPT_METRICS_PORT(&o.metrics_port),
         {0},
     };
@@ -116,6 +122,7 @@ int gate_main(int argc, char **argv)
         return rc;
     log_set_role("gate");
     log_set_level((log_level_t)o.log_level);
+    zmtp_set_enabled(o.wire == 0);
 
     gate_svc_cfg_t c;
     gate_svc_cfg_init(&c);

@@ -51,6 +51,7 @@ static char *s_dup(const char *s)
 /* ---- bus -------------------------------------------------------------------------------- */
 
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg);
+static void s_on_zbus(void *arg, const void *topic, size_t tlen, const void *body, size_t len);
 
 static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
 {
@@ -58,11 +59,26 @@ static int s_bus_connect(gate_svc_t *s, const char *sub_ep, const char *pub_ep)
         return SR_OK;
     if (s->bus_connected) {
         /* The coordinator moved the bus: leave the old endpoints. */
-        zmq_disconnect(transport_sock_zmq(s->sub), s->bus_sub);
+        if (s->zsub)
+            zmtp_dealer_destroy(&s->zsub);
+        else
+            zmq_disconnect(transport_sock_zmq(s->sub), s->bus_sub);
         zmq_disconnect(transport_sock_zmq(s->pub), s->bus_pub);
         s->bus_connected = false;
     }
-    int rc = transport_connect(s->sub, sub_ep);
+    int rc = SR_OK;
+    if (zmtp_can_connect(sub_ep)) {
+        /* the ACTIONs read on the loop's thread: no libzmq I/O thread between (common/zmtp.h) */
+        const char *topics[] = {s->act_prefix};
+        char why[256];
+        s->zsub = zmtp_sub_new(s->reactor, sub_ep, topics, 1, s_on_zbus, NULL, s, why, sizeof why);
+        if (!s->zsub) {
+            snprintf(s->err, sizeof s->err, "gate: bus: %s", why);
+            return SR_EINVAL;
+        }
+    } else {
+        rc = transport_connect(s->sub, sub_ep);
+    }
     if (rc == SR_OK)
         rc = transport_connect(s->pub, pub_ep);
     if (rc != SR_OK) {
@@ -118,21 +134,40 @@ static void s_handle_action(gate_svc_t *s, const proto_action_t *a, int64_t recv
     gate_rec_drain_events(s);
 }
 
+static void s_on_bus_msg(gate_svc_t *s, proto_msg_t *msg);
+
 static void s_on_bus(reactor_t *r, void *zsock, int revents, void *arg)
 {
     gate_svc_t *s = arg;
     proto_msg_t msg;
     if (proto_rx_recv(&s->rx_bus, s->sub, 0, &msg) != SR_OK)
         return;
+    s_on_bus_msg(s, &msg);
+}
+
+static void s_on_zbus(void *arg, const void *topic, size_t tlen, const void *body, size_t len)
+{
+    (void)topic;
+    (void)tlen;
+    gate_svc_t *s = arg;
+    proto_msg_t msg;
+    if (proto_rx_decode(&s->rx_bus, body, len, &msg) != SR_OK)
+        return;
+    s_on_bus_msg(s, &msg);
+}
+
+/* s_on_bus_msg acts on one message of the ACTION topic and clears it. */
+static void s_on_bus_msg(gate_svc_t *s, proto_msg_t *msg)
+{
     int64_t recv_us = clock_mono_us();
-    if (msg.type == PROTO_ACTION) {
+    if (msg->type == PROTO_ACTION) {
         metrics_counter_inc(s->m_actions);
-        s_handle_action(s, &msg.u.action, recv_us);
+        s_handle_action(s, &msg->u.action, recv_us);
     } else {
         metrics_counter_inc(s->m_bad);
-        log_warn_limited(5, "gate: unexpected %s on the action topic", proto_type_name(msg.type));
+        log_warn_limited(5, "gate: unexpected %s on the action topic", proto_type_name(msg->type));
     }
-    proto_msg_clear(&msg);
+    proto_msg_clear(msg);
 }
 
 /* gate_svc_publish_cancel publishes the CANCEL of a decision whose Redis transition succeeded. */
@@ -590,6 +625,7 @@ void gate_svc_destroy(gate_svc_t **self_p)
     }
     if (dropped)
         log_warn("gate: %zu records waiting for Redis are dropped at exit", dropped);
+    zmtp_dealer_destroy(&s->zsub); /* before the reactor, which watches its socket */
     if (s->reactor) {
         if (s->sub)
             reactor_remove_zsock(s->reactor, transport_sock_zmq(s->sub));

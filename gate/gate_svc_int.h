@@ -15,6 +15,7 @@
 #include "common/store_group.h"
 #include "common/storeq.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 #include "gate/gate.h"
 #include "gate/gate_rules.h"
 #include "gate/gate_svc.h"
@@ -72,6 +73,7 @@ struct gate_svc {
     void *ctx;
     reactor_t *reactor;
     transport_sock_t *sub, *pub, *work;
+    zmtp_dealer_t *zsub; /* the ACTION subscription spoken on the loop (--wire zmtp), or NULL */
     bool bus_connected;
     bool bus_fixed; /* the bus endpoints were given: WELCOME's are not used */
     bool welcomed;

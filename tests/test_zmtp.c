@@ -810,6 +810,127 @@ static void test_pub_through_the_proxy(void **state)
     reactor_destroy(&r);
 }
 
+/* ---- the subscriber ---- */
+
+static void s_on_topic(void *arg, const void *topic, size_t tlen, const void *body, size_t len)
+{
+    s_keep(arg, topic, tlen, body, len);
+}
+
+/* s_publish_until sends [topic][body] on a libzmq PUB every few ms until got has want messages
+ * (a PUB drops what it sends before the subscription has reached it). */
+static bool s_publish_until(reactor_t *r, void *pub, const char *topic, const char *body,
+                            s_got_t *got, int want)
+{
+    for (int i = 0; i < 600 && got->n < want; i++) {
+        zmq_send(pub, topic, strlen(topic), ZMQ_SNDMORE);
+        zmq_send(pub, body, strlen(body), 0);
+        s_spin(r, NULL, NULL, 5);
+    }
+    return got->n >= want;
+}
+
+/* Our subscriber against libzmq's PUB: its subscription filters at the source, [topic][body]
+ * arrives whole; the PUB goes away and comes back, and the subscription is made again. */
+static void test_sub_libzmq_pub(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    void *pub = zmq_socket(ctx, ZMQ_PUB);
+    assert_int_equal(zmq_bind(pub, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", s_bound(pub));
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[256] = "";
+    const char *topics[] = {"act/r/", "ctl/r/cancel"};
+    zmtp_dealer_t *d = zmtp_sub_new(r, ep, topics, 2, s_on_topic, s_on_batch, &got, err,
+                                    sizeof err);
+    assert_non_null(d);
+    assert_true(s_publish_until(r, pub, "act/r/g1", "first", &got, 1));
+    int before = got.n;
+    zmq_send(pub, "act/x/g1", 8, ZMQ_SNDMORE); /* another run: filtered at the PUB */
+    zmq_send(pub, "no", 2, 0);
+    zmq_send(pub, "ctl/r/cancel", 12, ZMQ_SNDMORE);
+    zmq_send(pub, "c", 1, 0);
+    char *big = s_big(90000, 's');
+    zmq_send(pub, "act/r/g2", 8, ZMQ_SNDMORE);
+    zmq_send(pub, big, 90000, 0);
+    s_want = before + 2;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    s_spin(r, NULL, NULL, 30);
+    assert_int_equal(got.n, before + 2);
+    assert_memory_equal(got.id[before], "ctl/r/cancel", 12);
+    assert_int_equal(got.len[before + 1], 90000);
+    assert_memory_equal(got.body[before + 1], big, 90000);
+    for (int i = 0; i < got.n; i++)
+        assert_true(memcmp(got.id[i], "act/x/", 6) != 0);
+    assert_true(got.batches >= 1);
+    /* the PUB goes and comes back on the same port: subscribed again */
+    int zero = 0;
+    zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(pub);
+    for (int i = 0; i < 300 && zmtp_dealer_connected(d); i++)
+        s_spin(r, NULL, NULL, 5);
+    pub = zmq_socket(ctx, ZMQ_PUB);
+    assert_int_equal(zmq_bind(pub, ep), 0);
+    s_got_free(&got);
+    assert_true(s_publish_until(r, pub, "act/r/g3", "again", &got, 1));
+    assert_string_equal(got.body[0], "again");
+    zmtp_stats_t st;
+    zmtp_dealer_stats(d, &st);
+    assert_int_equal(st.connects, 2);
+    zmtp_dealer_destroy(&d);
+    free(big);
+    s_got_free(&got);
+    zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(pub);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
+/* Ours at both ends of the bus proxy: publisher -> XSUB/XPUB proxy -> subscriber. */
+static void test_pub_proxy_sub(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    char err[256] = "";
+    transport_proxy_t *px =
+        transport_proxy_new(ctx, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", NULL, err, sizeof err);
+    assert_non_null(px);
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    s_subs_t subs = {0};
+    const char *topics[] = {"act/r/"};
+    zmtp_dealer_t *sub = zmtp_sub_new(r, transport_proxy_sub_endpoint(px), topics, 1, s_on_topic,
+                                      NULL, &got, err, sizeof err);
+    zmtp_dealer_t *p = zmtp_pub_new(r, transport_proxy_pub_endpoint(px), s_on_sub, NULL, NULL,
+                                    &subs, err, sizeof err);
+    assert_non_null(sub);
+    assert_non_null(p);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_on, &subs, 5000)); /* the subscription reached the publisher */
+    for (int i = 0; i < S_MAXMSG; i++) {
+        char body[16];
+        int n = snprintf(body, sizeof body, "step-%d", i);
+        assert_int_equal(zmtp_pub_send(p, i % 2 ? "act/r/g2" : "act/r/g1", body, (size_t)n),
+                         SR_OK);
+    }
+    s_want = S_MAXMSG;
+    assert_true(s_spin(r, s_has_n, &got, 3000)); /* all, in order */
+    for (int i = 0; i < S_MAXMSG; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "step-%d", i);
+        assert_string_equal(got.body[i], want);
+    }
+    zmtp_dealer_destroy(&p);
+    zmtp_dealer_destroy(&sub);
+    s_got_free(&got);
+    transport_proxy_destroy(&px);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -826,6 +947,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_peers),
         cmocka_unit_test(test_pub_libzmq_xsub),
         cmocka_unit_test(test_pub_through_the_proxy),
+        cmocka_unit_test(test_sub_libzmq_pub),
+        cmocka_unit_test(test_pub_proxy_sub),
     };
     return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
