@@ -81,17 +81,38 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, i
     int32_t *v = scratch ? scratch : sr_xmalloc(cap * sizeof *v);
     const char *p = r->p, *e = r->e;
     for (;;) {
-        /* the usual run: ids of 1-8 digits, each followed by a comma and a digit, a word each */
-        while (e - p >= 10) {
-            uint64_t x = 0;
-            size_t nd = s_digits8(p, e, &x);
-            if (nd - 1 >= 8 || p[nd] != ',' || (unsigned)(p[nd + 1] - '0') > 9 ||
-                (*p == '0' && nd > 1))
+        /* the usual run: ids of 1-8 digits, each followed by a comma, a word each. A byte is a
+         * digit when it less '0' is below 10: t = w - "00000000" has the top bit of each byte that
+         * is no digit set in t or in t + 0x76 (the lowest such byte exactly: borrows and carries
+         * run upwards only), and the digits' values below it. At most cap - k ids fit: each takes
+         * two bytes at least, so the run stops 2 (cap - k - 1) + 1 bytes on. A comma followed by
+         * no digit ends the run there: the general read below skips the whitespace. */
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
+        size_t lim = e - p >= 10 ? (size_t)(e - p) - 9 : 0;
+        if (lim > 2 * (cap - k - 1) + 1)
+            lim = 2 * (cap - k - 1) + 1;
+        for (const char *stop = p + lim; p < stop;) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t t = w - 0x3030303030303030ull;
+            uint64_t bad = (t | (t + 0x7676767676767676ull)) & 0x8080808080808080ull;
+            size_t nd = bad ? (size_t)__builtin_ctzll(bad) >> 3 : 8;
+            if (nd - 1 >= 8 || p[nd] != ',' || ((uint8_t)t == 0 && nd > 1))
                 break; /* none, nine or more, another end, a leading zero: read below */
-            if (k == cap)
-                v = s_ids_grow(v, &cap, scratch);
-            v[k++] = (int32_t)x;
+            uint64_t d = t << (64 - 8 * nd);
+            d = (d * 2561) >> 8;
+            d = ((d & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+            d = ((d & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+            v[k++] = (int32_t)d;
             p += nd + 1;
+        }
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
+        if (p < e && (unsigned char)*p <= ' ') { /* after a comma the run ended at */
+            r->p = p;
+            llm_fast_ws(r);
+            p = r->p;
         }
         /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
         const char *d0 = p;
@@ -105,8 +126,6 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, i
         }
         if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
             goto fail;
-        if (k == cap)
-            v = s_ids_grow(v, &cap, scratch);
         v[k++] = (int32_t)x;
         if (*p == ',') {
             p++;
