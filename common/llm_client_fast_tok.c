@@ -10,9 +10,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 /* s_digits8 reads the run of decimal digits at p when it is at most 8 bytes long and 8 bytes can
  * be loaded (9 for a run of 8): returns its length and its value in *x. Returns 9 (nothing read)
@@ -315,26 +312,6 @@ static inline uint16_t s_load2(const char *p)
     return v;
 }
 
-/* s_str_stop_near is jsonscan_str_stop for a string that usually ends within 16 bytes of p, with
- * at least 16 bytes to read at p: one SSE2 load, no loop, for the short token of a logprobs
- * entry. */
-static inline const char *s_str_stop_near(const char *p, const char *e)
-{
-#if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-                  ctl = _mm_set1_epi8(0x1f);
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                               _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v)); /* v <= 0x1f */
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
-    if (m)
-        return p + __builtin_ctz(m);
-    return jsonscan_str_stop(p + 16, e);
-#else
-    return jsonscan_str_stop(p, e);
-#endif
-}
-
 /* s_lp_lean reads a run of entries of the lean form {"token":"T","logprob":0} (T without escapes,
  * not "token_id:..."), each but the last followed by a comma and the next entry with no
  * whitespace between: the built-in server writes every entry off the action so. Each reads as
@@ -352,7 +329,7 @@ static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
     float *lp = a->lp;
     /* 48 bytes: the entry's fixed 24, a piece within the word the scan loads, and the next '{' */
     while (e - p >= 48 && s_load8(p) == tok8 && s_load2(p + 8) == tok2) {
-        const char *t = p + 10, *q = s_str_stop_near(t, e);
+        const char *t = p + 10, *q = jsonscan_str_stop_near(t, e);
         /* q at the closing quote: s_load8(q) == lp8 says so (its first byte is '"') */
         if (e - q < 16 || s_load8(q) != lp8 || s_load8(q + 6) != lp8b ||
             (q - t >= 9 && memcmp(t, "token_id:", 9) == 0))

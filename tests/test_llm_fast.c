@@ -483,6 +483,54 @@ static void token_id_arrays_read_as_the_tree_reads_them(void **state)
     free(want);
 }
 
+/* Keys are read in one SSE2 load when short: escaped keys (valid or not), raw control bytes,
+ * keys of 15, 16, 17 bytes and more, keys cut by the body's end; and usage counts of every form
+ * (plain, 15 and 16 digits, negative, fractional, exponent): all read as the tree reads them. */
+static void keys_and_counts_read_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"choices\":[{\"message\":{\"\\u0063ontent\":\"a\"}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"\\q\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"x\x01y\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmno\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnop\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopq\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopqrstuvwxyz0123456789\""
+        ":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopqrs\\\"tuv\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usa",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\"",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\" : {\"prompt_tokens\" :3}}",
+        "{ \"choices\" :[{\"message\":{\"content\":\"a\"}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":0,"
+        "\"completion_tokens\":999999999999999}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":"
+        "9007199254740993,\"completion_tokens\":9999999999999999}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":-3,"
+        "\"completion_tokens\":-0}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":3.5,"
+        "\"completion_tokens\":2e3,\"completion_tokens_details\":{\"reasoning_tokens\":07}}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":12,"
+        "\"completion_tokens\":34,\"completion_tokens_details\":{\"reasoning_tokens\":5}}}"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(bodies); i++)
+        s_check(bodies[i], strlen(bodies[i]));
+    /* the plain ones take the one-pass path, with the counts as they stand */
+    const char *last = bodies[SR_ARRAY_LEN(bodies) - 1];
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_true(llm_fast_parse(last, strlen(last), &r, &st));
+    assert_int_equal(r.prompt_tokens, 12);
+    assert_int_equal(r.completion_tokens, 34);
+    assert_int_equal(r.reasoning_tokens, 5);
+    llm_parsed_free(&st);
+    const char *big = bodies[13];
+    assert_true(llm_fast_parse(big, strlen(big), &r, &st));
+    assert_int_equal(r.completion_tokens, 999999999999999L);
+    llm_parsed_free(&st);
+}
+
 /* s_num_same checks llm_fast_num_value against strtod on the JSON number text t, bit for bit. */
 static void s_num_same(const char *t)
 {
@@ -545,6 +593,7 @@ static void numbers_read_as_strtod_reads_them(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(numbers_read_as_strtod_reads_them),
     cmocka_unit_test(token_id_arrays_read_as_the_tree_reads_them),
+    cmocka_unit_test(keys_and_counts_read_as_the_tree_reads_them),
     cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_byte_of_a_lean_entry_changed_reads_the_same_both_ways),
