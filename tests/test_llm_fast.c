@@ -531,6 +531,44 @@ static void keys_and_counts_read_as_the_tree_reads_them(void **state)
     llm_parsed_free(&st);
 }
 
+/* Lean logprobs entries with pieces of every length from 0 to 40 bytes (one 16-byte load finds the
+ * end of the short ones; the longer are read entry by entry), with an escape or a "token_id:" now
+ * and then: both paths agree, in one pass, one logprob of 0 each. */
+static void lean_entries_with_pieces_of_every_length_read_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    char *buf = malloc(64 * 1024);
+    for (int odd = 0; odd < 3; odd++) {
+        size_t o = (size_t)sprintf(buf, "{\"choices\":[{\"message\":{\"content\":\"a\"},"
+                                        "\"logprobs\":{\"content\":[");
+        size_t n = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            for (int len = 0; len <= 40; len++, n++) {
+                if (n)
+                    buf[o++] = ',';
+                o += (size_t)sprintf(buf + o, "{\"token\":\"");
+                for (int i = 0; i < len; i++)
+                    buf[o++] = (char)('a' + (i + len) % 26);
+                if (odd == 1 && len % 7 == 3)
+                    o += (size_t)sprintf(buf + o, "\\n");
+                if (odd == 2 && len % 5 == 1)
+                    o += (size_t)sprintf(buf + o, "token_id:%d", len);
+                o += (size_t)sprintf(buf + o, "\",\"logprob\":0}");
+            }
+        }
+        o += (size_t)sprintf(buf + o, "]}}]}");
+        assert_true(s_check(buf, o));
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_true(llm_fast_parse(buf, o, &r, &st));
+        assert_int_equal(r.n_token_logprobs, n);
+        for (size_t i = 0; i < n; i++)
+            assert_true(r.token_logprobs[i] == 0);
+        llm_parsed_free(&st);
+    }
+    free(buf);
+}
+
 /* s_num_same checks llm_fast_num_value against strtod on the JSON number text t, bit for bit. */
 static void s_num_same(const char *t)
 {
@@ -594,6 +632,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(numbers_read_as_strtod_reads_them),
     cmocka_unit_test(token_id_arrays_read_as_the_tree_reads_them),
     cmocka_unit_test(keys_and_counts_read_as_the_tree_reads_them),
+    cmocka_unit_test(lean_entries_with_pieces_of_every_length_read_as_the_tree_reads_them),
     cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_byte_of_a_lean_entry_changed_reads_the_same_both_ways),
