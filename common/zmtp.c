@@ -556,6 +556,7 @@ struct zmtp_dealer {
     int64_t ivl;
     int reconnect_timer;
     bool flush_due; /* a flush is deferred to the end of this round of the loop */
+    bool at_once;   /* zmtp_dealer_write_at_once */
     int depth;
     bool dead;
     char err[320];
@@ -824,11 +825,17 @@ int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len)
     d->c.out_msgs++;
     if (d->c.state != S_OPEN || d->depth > 0)
         return SR_OK; /* the handshake's end, or the end of this read, writes it */
-    if (!reactor_running(d->r))
+    if (d->at_once || !reactor_running(d->r))
         zmtp_dealer_flush(d);
     else if (!d->flush_due) /* the round's sends leave together, before the loop waits */
         d->flush_due = reactor_defer(d->r, s_dealer_flush_cb, d) == SR_OK;
     return SR_OK;
+}
+
+void zmtp_dealer_write_at_once(zmtp_dealer_t *d, bool on)
+{
+    if (d)
+        d->at_once = on;
 }
 
 bool zmtp_dealer_connected(const zmtp_dealer_t *d)

@@ -89,6 +89,11 @@ zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int
 /* zmtp_dealer_send queues [body]. SR_OK, or SR_EAGAIN with ZMTP_HWM messages queued. */
 int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len);
 
+/* zmtp_dealer_write_at_once(d, true): a send outside the dealer's own handler is written at once
+ * (one system call a message, as soon as possible: a link of few messages whose latency counts,
+ * the actor's to the coordinator), not at the end of the loop round. */
+void zmtp_dealer_write_at_once(zmtp_dealer_t *d, bool on);
+
 /* zmtp_dealer_flush writes what is queued now, as far as the socket takes it without waiting. */
 void zmtp_dealer_flush(zmtp_dealer_t *d);
 
