@@ -13,6 +13,12 @@
  * subscription is known it is no longer watched (a watched socket costs the reactor a ZMQ_EVENTS
  * query, two system calls, after every send) and is read at most every BUS_SUB_CHECK_MS, from
  * bus_publish, to notice a cancel.
+ *
+ * With --wire zmtp (the default) and a tcp:// address without CURVE, the ACTION connection is
+ * common/zmtp.c's publisher instead, on the reactor's own thread: the subscriptions come as
+ * callbacks, a lost connection takes its subscriptions with it (the ACTIONs wait again until the
+ * proxy's XSUB has sent them again), and a round's ACTIONs leave in one write, with no libzmq I/O
+ * thread woken.
  */
 #include "actor/bus.h"
 
@@ -22,6 +28,7 @@
 #include "common/sr.h"
 #include "common/sr_buf.h"
 #include "common/transport.h"
+#include "common/zmtp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +49,8 @@ struct bus {
     char *id;
     bus_handlers_t h;
     void *arg;
-    transport_sock_t *pub, *sub; /* pub: the XPUB the ACTIONs go on */
+    transport_sock_t *pub, *sub; /* pub: the XPUB the ACTIONs go on (through libzmq), or */
+    zmtp_dealer_t *zpub;         /* the publisher on the loop's thread (common/zmtp.h) */
     char *pub_ep, *sub_ep, *run;
     char act_prefix[PROTO_MAX_ID + 8]; /* act/<run>/ */
     sr_buf_t q; /* ACTIONs held for the next send */
@@ -90,7 +98,21 @@ static void s_pub_close(bus_t *b)
         reactor_remove_zsock(b->r, transport_sock_zmq(b->pub));
     b->pub_watched = false;
     transport_sock_destroy(&b->pub);
+    zmtp_dealer_destroy(&b->zpub); /* writes what the socket takes at once */
     b->subs = 0;
+}
+
+/* s_has_pub tells whether there is an ACTION connection. */
+static bool s_has_pub(const bus_t *b)
+{
+    return b->pub || b->zpub;
+}
+
+/* s_pub_send sends one ACTION on the ACTION connection. */
+static int s_pub_send(bus_t *b, const char *topic, const void *body, size_t len)
+{
+    return b->zpub ? zmtp_pub_send(b->zpub, topic, body, len)
+                   : transport_send_topic(b->pub, topic, body, len);
 }
 
 void bus_destroy(bus_t **bp)
@@ -139,7 +161,8 @@ static void s_sub_handler(reactor_t *r, void *sock, int revents, void *arg)
 static void s_send_held(bus_t *b);
 static void s_pub_handler(reactor_t *r, void *sock, int revents, void *arg);
 
-/* s_watch makes the reactor watch the ACTION socket (on) or not (off). */
+/* s_watch makes the reactor watch the ACTION socket (on) or not (off); the zmtp publisher needs
+ * no watching (its subscriptions come as callbacks). */
 static void s_watch(bus_t *b, bool on)
 {
     if (!b->pub || b->pub_watched == on)
@@ -257,6 +280,40 @@ static int s_read_subs(bus_t *b, int max)
     return n;
 }
 
+/* s_zsub takes a subscription or cancel the zmtp publisher received. */
+static void s_zsub(void *arg, bool on, const void *topic, size_t len)
+{
+    bus_t *b = arg;
+    unsigned char m[PROTO_MAX_ID + 16];
+    if (len + 1 > sizeof m)
+        return; /* longer than act/<run>/: it covers no ACTION of the run */
+    m[0] = on ? 1 : 0;
+    memcpy(m + 1, topic, len);
+    s_on_subscription(b, m, len + 1);
+}
+
+/* s_zother counts what the zmtp publisher's peer sent that is no subscription. */
+static void s_zother(void *arg, const void *body, size_t len)
+{
+    bus_t *b = arg;
+    proto_rx_bad(&b->rx, len, body ? "not a subscription on the ACTION socket"
+                                   : "a message of several frames on the ACTION socket");
+}
+
+/* s_zlost: the zmtp publisher's connection is gone, its subscriptions with it. The ACTIONs wait
+ * for them to come again (the proxy's XSUB sends them on the new connection). */
+static void s_zlost(void *arg)
+{
+    bus_t *b = arg;
+    b->subs = 0;
+    if (b->state == BUS_LIVE) {
+        log_info_limited(1, "actor %s: the bus connection %s was lost: ACTIONs wait for its "
+                            "subscriptions again (%d ms at most)",
+                         b->id, b->pub_ep, b->wait_ms);
+        s_wait(b);
+    }
+}
+
 static void s_pub_handler(reactor_t *r, void *sock, int revents, void *arg)
 {
     (void)r;
@@ -270,16 +327,26 @@ static int s_connect(bus_t *b, transport_sock_t **sp, char **cur, int type, cons
 {
     if (*sp && *cur && strcmp(*cur, ep) == 0)
         return SR_OK;
-    if (*sp) {
-        if (type == ZMQ_SUB)
-            reactor_remove_zsock(b->r, transport_sock_zmq(*sp));
-        else
-            s_pub_close(b);
+    if (*sp && type == ZMQ_SUB) {
+        reactor_remove_zsock(b->r, transport_sock_zmq(*sp));
         transport_sock_destroy(sp);
     }
+    if (type == ZMQ_XPUB && s_has_pub(b) && *cur && strcmp(*cur, ep) == 0)
+        return SR_OK;
+    if (type == ZMQ_XPUB)
+        s_pub_close(b);
     free(*cur);
     *cur = sr_xstrdup(ep);
     char err[256];
+    if (type == ZMQ_XPUB && zmtp_can_connect(ep)) {
+        b->zpub = zmtp_pub_new(b->r, ep, s_zsub, s_zlost, s_zother, b, err, sizeof err);
+        if (!b->zpub) {
+            log_error("actor %s: bus socket: %s", b->id, err);
+            return SR_EIO;
+        }
+        s_wait(b);
+        return SR_OK;
+    }
     *sp = transport_sock_new(b->ctx, type, NULL, err, sizeof err);
     if (!*sp) {
         log_error("actor %s: bus socket: %s", b->id, err);
@@ -330,7 +397,7 @@ static void s_send_held(bus_t *b)
     b->timer = 0;
     b->last_ms = reactor_now(b->r);
     const char *p = (const char *)b->q.data, *end = p + b->q.len;
-    while (b->pub && p < end) {
+    while (s_has_pub(b) && p < end) {
         uint32_t tl, bl;
         memcpy(&tl, p, sizeof tl);
         char topic[2 * PROTO_MAX_ID + 8];
@@ -339,7 +406,7 @@ static void s_send_held(bus_t *b)
         p += sizeof tl + tl;
         memcpy(&bl, p, sizeof bl);
         p += sizeof bl;
-        if (transport_send_topic(b->pub, topic, p, bl) == SR_OK) {
+        if (s_pub_send(b, topic, p, bl) == SR_OK) {
             AST_INC(b->st, actions_published);
             if (b->state == BUS_OPEN)
                 AST_INC(b->st, actions_unsubscribed);
@@ -388,7 +455,7 @@ static void s_hold(bus_t *b, const char *topic)
 
 void bus_publish(bus_t *b, const proto_action_t *ac)
 {
-    if (!b->pub)
+    if (!s_has_pub(b))
         return;
     proto_msg_t m;
     proto_msg_init(&m, PROTO_ACTION);
@@ -423,7 +490,7 @@ void bus_publish(bus_t *b, const proto_action_t *ac)
         urgent = ac->step == b->gate_steps[i];
     if (b->q_n == 0 && (urgent || now - b->last_ms >= b->batch_ms)) {
         b->last_ms = now;
-        if (transport_send_topic(b->pub, topic, b->sbuf.data, b->sbuf.len) == SR_OK) {
+        if (s_pub_send(b, topic, b->sbuf.data, b->sbuf.len) == SR_OK) {
             AST_INC(b->st, actions_published);
             if (b->state == BUS_OPEN)
                 AST_INC(b->st, actions_unsubscribed);

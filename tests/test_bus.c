@@ -438,7 +438,9 @@ static void without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded
 
 /* What the peer of the ACTION socket sends besides subscriptions is bad input: counted (bad_bus),
  * logged, and the bus goes on. The peer here is a bare XSUB, which can send anything upstream. */
-static void junk_from_the_peer_of_the_action_socket_is_counted(void **state)
+/* s_junk_case: junk on the ACTION socket is counted, the ACTION goes after the subscription;
+ * pub_bind/sub_bind are where the test's XSUB and PUB bind. */
+static void s_junk_case(const char *pub_bind, const char *sub_bind)
 {
     void *ctx = zmq_ctx_new();
     reactor_t *r = reactor_new();
@@ -448,13 +450,13 @@ static void junk_from_the_peer_of_the_action_socket_is_counted(void **state)
     transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
     assert_non_null(xsub);
     assert_non_null(pub);
-    assert_int_equal(transport_bind(xsub, "inproc://test-bus-junk-pub"), SR_OK);
-    assert_int_equal(transport_bind(pub, "inproc://test-bus-junk-sub"), SR_OK);
+    assert_int_equal(transport_bind(xsub, pub_bind), SR_OK);
+    assert_int_equal(transport_bind(pub, sub_bind), SR_OK);
     seen_t seen = {0};
     bus_cfg_t cfg = {.id = "a1", .action_batch_ms = 0, .sub_wait_ms = 60000};
     bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
     bus_t *b = bus_new(r, ctx, st, &cfg, &h, &seen);
-    bus_join(b, "r1", "inproc://test-bus-junk-pub", "inproc://test-bus-junk-sub");
+    bus_join(b, "r1", transport_sock_endpoint(xsub), transport_sock_endpoint(pub));
     void *zx = transport_sock_zmq(xsub);
     assert_int_equal(zmq_send(zx, "\x07junk", 5, 0), 5);
     assert_int_equal(zmq_send(zx, "", 0, 0), 0);
@@ -487,6 +489,64 @@ static void junk_from_the_peer_of_the_action_socket_is_counted(void **state)
     zmq_ctx_term(ctx);
 }
 
+static void junk_from_the_peer_of_the_action_socket_is_counted(void **state)
+{
+    (void)state;
+    s_junk_case("inproc://test-bus-junk-pub", "inproc://test-bus-junk-sub");
+}
+
+/* Over tcp the actor's ACTION connection is common/zmtp.c's publisher: junk its peer sends once
+ * connected is counted the same way (libzmq's XSUB drops what it sends before a peer is there,
+ * so the junk follows a first ACTION here). */
+static void junk_reaching_the_zmtp_publisher_is_counted_too(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    reactor_t *r = reactor_new();
+    astats_t *st = astats_new();
+    char err[256];
+    transport_sock_t *xsub = transport_sock_new(ctx, ZMQ_XSUB, NULL, err, sizeof err);
+    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(xsub);
+    assert_non_null(pub);
+    assert_int_equal(transport_bind(xsub, "tcp://127.0.0.1:*"), SR_OK);
+    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
+    seen_t seen = {0};
+    bus_cfg_t cfg = {.id = "a1", .action_batch_ms = 0, .sub_wait_ms = 60000};
+    bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
+    bus_t *b = bus_new(r, ctx, st, &cfg, &h, &seen);
+    bus_join(b, "r1", transport_sock_endpoint(xsub), transport_sock_endpoint(pub));
+    void *zx = transport_sock_zmq(xsub);
+    assert_int_equal(zmq_send(zx, "\x01" "act/r1/", 8, 0), 8);
+    proto_action_t ac = s_action(1, false);
+    bus_publish(b, &ac); /* held until the subscription came, then sent */
+    transport_msg_t tm;
+    int rc = SR_EAGAIN;
+    for (int i = 0; i < 400 && rc != SR_OK; i++) {
+        s_spin(r, 5);
+        rc = transport_recv(xsub, &tm, 0);
+    }
+    assert_int_equal(rc, SR_OK);
+    transport_msg_close(&tm);
+    assert_int_equal(zmq_send(zx, "\x07junk", 5, 0), 5);
+    assert_int_equal(zmq_send(zx, "", 0, 0), 0);
+    assert_int_equal(zmq_send(zx, "\x07" "a", 2, ZMQ_SNDMORE), 2); /* two frames */
+    assert_int_equal(zmq_send(zx, "b", 1, 0), 1);
+    actor_stats_t as = {0};
+    for (int i = 0; i < 400 && as.bad_bus < 3; i++) {
+        s_spin(r, 5);
+        s_stats(st, &as);
+    }
+    assert_int_equal(as.bad_bus, 3);
+    assert_int_equal(as.actions_published, 1);
+    bus_destroy(&b);
+    transport_sock_destroy(&xsub);
+    transport_sock_destroy(&pub);
+    astats_destroy(&st);
+    reactor_destroy(&r);
+    zmq_ctx_term(ctx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +554,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(actions_wait_for_a_late_subscriber_and_arrive_in_order),
         cmocka_unit_test(without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded),
         cmocka_unit_test(junk_from_the_peer_of_the_action_socket_is_counted),
+        cmocka_unit_test(junk_reaching_the_zmtp_publisher_is_counted_too),
     };
     return harness_run_("bus", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

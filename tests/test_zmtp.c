@@ -7,6 +7,7 @@
 
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/transport.h"
 #include "common/zmtp.h"
 
 #include <arpa/inet.h>
@@ -678,6 +679,137 @@ static void test_many_peers(void **state)
     reactor_destroy(&r);
 }
 
+/* ---- the publisher ---- */
+
+typedef struct {
+    int on, off, lost;
+    char last[64];
+} s_subs_t;
+
+static void s_on_sub(void *arg, bool on, const void *topic, size_t len)
+{
+    s_subs_t *s = arg;
+    if (on)
+        s->on++;
+    else
+        s->off++;
+    snprintf(s->last, sizeof s->last, "%.*s", (int)SR_MIN(len, (size_t)60), (const char *)topic);
+}
+
+static void s_on_lost(void *arg)
+{
+    ((s_subs_t *)arg)->lost++;
+}
+
+static bool s_subs_on(void *arg)
+{
+    return ((s_subs_t *)arg)->on >= s_want;
+}
+
+static bool s_subs_lost(void *arg)
+{
+    return ((s_subs_t *)arg)->lost >= s_want;
+}
+
+/* Our publisher against libzmq's XSUB: the subscriptions come (and their cancels), [topic][body]
+ * messages go out whole, in order; the XSUB going away is told, and its subscriptions come again
+ * once it is back. */
+static void test_pub_libzmq_xsub(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    /* the XSUB watched by the loop (libzmq attaches a new peer only when its socket is used) */
+    s_zpeer_t xs = {.sock = zmq_socket(ctx, ZMQ_XSUB), .routed = true};
+    assert_int_equal(zmq_bind(xs.sock, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", s_bound(xs.sock));
+    assert_int_equal(zmq_send(xs.sock, "\001act/r/", 7, 0), 7);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, xs.sock, REACTOR_READ, s_zpeer_read, &xs), SR_OK);
+    s_subs_t subs = {0};
+    char err[256] = "";
+    zmtp_dealer_t *p = zmtp_pub_new(r, ep, s_on_sub, s_on_lost, NULL, &subs, err, sizeof err);
+    assert_non_null(p);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_on, &subs, 3000));
+    assert_string_equal(subs.last, "act/r/");
+    char *big = s_big(70000, 'p');
+    assert_int_equal(zmtp_pub_send(p, "act/r/g1", "one", 3), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/r/g2", big, 70000), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &xs.got, 3000)); /* [topic][body], whole and in order */
+    assert_memory_equal(xs.got.id[0], "act/r/g1", 8);
+    assert_string_equal(xs.got.body[0], "one");
+    assert_memory_equal(xs.got.id[1], "act/r/g2", 8);
+    assert_int_equal(xs.got.len[1], 70000);
+    assert_memory_equal(xs.got.body[1], big, 70000);
+    assert_int_equal(zmq_send(xs.sock, "\000act/r/", 7, 0), 7);
+    for (int i = 0; i < 300 && subs.off < 1; i++)
+        s_spin(r, NULL, NULL, 5);
+    assert_int_equal(subs.off, 1);
+    /* the XSUB goes; a new one on the same port subscribes again */
+    reactor_remove_zsock(r, xs.sock);
+    int zero = 0;
+    zmq_setsockopt(xs.sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(xs.sock);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_lost, &subs, 3000));
+    xs.sock = zmq_socket(ctx, ZMQ_XSUB);
+    assert_int_equal(zmq_bind(xs.sock, ep), 0);
+    assert_int_equal(zmq_send(xs.sock, "\001act/", 5, 0), 5);
+    assert_int_equal(reactor_add_zsock(r, xs.sock, REACTOR_READ, s_zpeer_read, &xs), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_subs_on, &subs, 8000));
+    assert_string_equal(subs.last, "act/");
+    zmtp_dealer_destroy(&p);
+    free(big);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&xs}, 1);
+    reactor_destroy(&r);
+}
+
+/* Through the bus proxy (transport_proxy_new, the coordinator's): a SUB's subscription reaches
+ * our publisher, and what it publishes reaches the SUB. */
+static void test_pub_through_the_proxy(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    char err[256] = "";
+    transport_proxy_t *px =
+        transport_proxy_new(ctx, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", NULL, err, sizeof err);
+    assert_non_null(px);
+    s_zpeer_t sub = {.sock = zmq_socket(ctx, ZMQ_SUB), .routed = true};
+    assert_int_equal(zmq_setsockopt(sub.sock, ZMQ_SUBSCRIBE, "act/r/", 6), 0);
+    assert_int_equal(zmq_connect(sub.sock, transport_proxy_sub_endpoint(px)), 0);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, sub.sock, REACTOR_READ, s_zpeer_read, &sub), SR_OK);
+    s_subs_t subs = {0};
+    zmtp_dealer_t *p = zmtp_pub_new(r, transport_proxy_pub_endpoint(px), s_on_sub, NULL, NULL,
+                                    &subs, err, sizeof err);
+    assert_non_null(p);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_on, &subs, 5000));
+    assert_string_equal(subs.last, "act/r/");
+    assert_int_equal(zmtp_pub_send(p, "act/r/g7", "seven", 5), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/other/g1", "not for it", 10), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/r/g8", "eight", 5), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &sub.got, 3000));
+    s_spin(r, NULL, NULL, 50);
+    assert_int_equal(sub.got.n, 2); /* the proxy's XPUB filtered the other run's */
+    assert_memory_equal(sub.got.id[0], "act/r/g7", 8);
+    assert_string_equal(sub.got.body[0], "seven");
+    assert_string_equal(sub.got.body[1], "eight");
+    zmtp_dealer_destroy(&p);
+    reactor_remove_zsock(r, sub.sock);
+    int zero = 0;
+    zmq_setsockopt(sub.sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(sub.sock);
+    s_got_free(&sub.got);
+    transport_proxy_destroy(&px);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -692,6 +824,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_router_bad_peers),
         cmocka_unit_test(test_silent_peers),
         cmocka_unit_test(test_many_peers),
+        cmocka_unit_test(test_pub_libzmq_xsub),
+        cmocka_unit_test(test_pub_through_the_proxy),
     };
     return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
