@@ -76,6 +76,26 @@ static inline const char *jsonscan_str_stop(const char *p, const char *e)
     return p;
 }
 
+/* jsonscan_str_stop_near is jsonscan_str_stop for a string that usually ends within 16 bytes of
+ * p, where at least 16 bytes can be read: one SSE2 load and no loop for a short key or token,
+ * jsonscan_str_stop on from byte 16 for a longer one. */
+static inline const char *jsonscan_str_stop_near(const char *p, const char *e)
+{
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  ctl = _mm_set1_epi8(0x1f);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                               _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v)); /* v <= 0x1f */
+    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    if (m)
+        return p + __builtin_ctz(m);
+    return jsonscan_str_stop(p + 16, e);
+#else
+    return jsonscan_str_stop(p, e);
+#endif
+}
+
 /* jsonscan_num reads v as a JSON number into *x (strtod); false when it is not one. */
 bool jsonscan_num(jsonscan_val_t v, double *x);
 

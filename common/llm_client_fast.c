@@ -269,8 +269,21 @@ double llm_fast_num_value(const char *n0, const char *n1)
  * subset. */
 bool llm_fast_key(llm_fast_rd_t *r, llm_fast_str_t *k)
 {
-    if (!llm_fast_string(r, k) || k->esc)
+    /* as llm_fast_string reads it, and refused at its first stop byte that is no quote (an
+     * escape, valid or not, a raw control byte or the end): every refusal ends the read */
+    llm_fast_ws(r);
+    const char *p = r->p, *e = r->e;
+    if (p >= e || *p != '"')
         return false;
+    p++;
+    const char *q = e - p >= 16 ? jsonscan_str_stop_near(p, e) : jsonscan_str_stop(p, e);
+    if (q >= e || *q != '"')
+        return false;
+    k->s = p;
+    k->n = (size_t)(q - p);
+    k->esc = false;
+    k->set = true;
+    r->p = q + 1;
     return llm_fast_eat(r, ':');
 }
 
@@ -349,6 +362,13 @@ static bool s_count(llm_fast_rd_t *r, long *out)
         bool pl;
         if (!llm_fast_number(r, &a, &b, &pl))
             return false;
+        if (pl && b - a <= 15) { /* plain digits: exact, below 2^53 */
+            long v = 0;
+            for (; a < b; a++)
+                v = v * 10 + (*a - '0');
+            *out = v;
+            return true;
+        }
         double v = llm_fast_num_value(a, b);
         *out = v >= 0 && v <= 9007199254740992.0 ? (long)v : -1;
         return true;

@@ -10,6 +10,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* s_digits8 reads the run of decimal digits at p when it is at most 8 bytes long and 8 bytes can
  * be loaded (9 for a run of 8): returns its length and its value in *x. Returns 9 (nothing read)
@@ -81,17 +84,38 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, i
     int32_t *v = scratch ? scratch : sr_xmalloc(cap * sizeof *v);
     const char *p = r->p, *e = r->e;
     for (;;) {
-        /* the usual run: ids of 1-8 digits, each followed by a comma and a digit, a word each */
-        while (e - p >= 10) {
-            uint64_t x = 0;
-            size_t nd = s_digits8(p, e, &x);
-            if (nd - 1 >= 8 || p[nd] != ',' || (unsigned)(p[nd + 1] - '0') > 9 ||
-                (*p == '0' && nd > 1))
+        /* the usual run: ids of 1-8 digits, each followed by a comma, a word each. A byte is a
+         * digit when it less '0' is below 10: t = w - "00000000" has the top bit of each byte that
+         * is no digit set in t or in t + 0x76 (the lowest such byte exactly: borrows and carries
+         * run upwards only), and the digits' values below it. At most cap - k ids fit: each takes
+         * two bytes at least, so the run stops 2 (cap - k - 1) + 1 bytes on. A comma followed by
+         * no digit ends the run there: the general read below skips the whitespace. */
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
+        size_t lim = e - p >= 10 ? (size_t)(e - p) - 9 : 0;
+        if (lim > 2 * (cap - k - 1) + 1)
+            lim = 2 * (cap - k - 1) + 1;
+        for (const char *stop = p + lim; p < stop;) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t t = w - 0x3030303030303030ull;
+            uint64_t bad = (t | (t + 0x7676767676767676ull)) & 0x8080808080808080ull;
+            size_t nd = bad ? (size_t)__builtin_ctzll(bad) >> 3 : 8;
+            if (nd - 1 >= 8 || p[nd] != ',' || ((uint8_t)t == 0 && nd > 1))
                 break; /* none, nine or more, another end, a leading zero: read below */
-            if (k == cap)
-                v = s_ids_grow(v, &cap, scratch);
-            v[k++] = (int32_t)x;
+            uint64_t d = t << (64 - 8 * nd);
+            d = (d * 2561) >> 8;
+            d = ((d & 0x00FF00FF00FF00FFull) * 6553601) >> 16;
+            d = ((d & 0x0000FFFF0000FFFFull) * 42949672960001ull) >> 32;
+            v[k++] = (int32_t)d;
             p += nd + 1;
+        }
+        if (k == cap)
+            v = s_ids_grow(v, &cap, scratch);
+        if (p < e && (unsigned char)*p <= ' ') { /* after a comma the run ended at */
+            r->p = p;
+            llm_fast_ws(r);
+            p = r->p;
         }
         /* plain digits, no leading zero, at most 10 of them, then (whitespace) ',' or ']' */
         const char *d0 = p;
@@ -105,8 +129,6 @@ bool llm_fast_ids(llm_fast_rd_t *r, int32_t **out, size_t *n, size_t len_hint, i
         }
         if (p == d0 || p - d0 > 10 || x > INT32_MAX || (*d0 == '0' && p - d0 > 1) || p >= e)
             goto fail;
-        if (k == cap)
-            v = s_ids_grow(v, &cap, scratch);
         v[k++] = (int32_t)x;
         if (*p == ',') {
             p++;
@@ -302,17 +324,39 @@ static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
 {
     static const char k_tok[] = "{\"token\":\"", k_lp[] = "\",\"logprob\":0}";
     /* the entry's head {"token":" in a word and two bytes; its tail ","logprob":0} (14 bytes) in
-     * two words that overlap; the comma and the next '{' in two bytes */
+     * two words that overlap */
     const uint64_t tok8 = s_load8(k_tok), lp8 = s_load8(k_lp), lp8b = s_load8(k_lp + 6);
-    const uint16_t tok2 = s_load2(k_tok + 8), next2 = s_load2(",{");
+    const uint16_t tok2 = s_load2(k_tok + 8);
     const char *p = r->p, *e = r->e, *done = NULL;
     size_t n = a->n_lp, cap = a->cap_lp;
     float *lp = a->lp;
-    /* 48 bytes: the entry's fixed 24, a piece within the word the scan loads, and the next '{' */
-    while (e - p >= 48 && s_load8(p) == tok8 && s_load2(p + 8) == tok2) {
-        const char *t = p + 10, *q = jsonscan_str_stop(t, e);
+    /* 48 bytes: the entry's fixed 24, a piece within the 16 bytes the scan loads, the next '{' */
+    if (e - p < 48)
+        return 0;
+    const char *last = e - 48; /* the last place an entry is read at */
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  ctl = _mm_set1_epi8(0x1f);
+#endif
+    while (p <= last && s_load8(p) == tok8 && s_load2(p + 8) == tok2) {
+        const char *t = p + 10, *q;
+#if defined(__SSE2__)
+        /* the piece's end in one load (jsonscan_str_stop's test); a piece of 16 bytes or more is
+         * left to s_lp_entry_usual. q is then within 16 bytes of t: 22 bytes at least follow. */
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)t);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                   _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+        unsigned m = (unsigned)_mm_movemask_epi8(hit);
+        if (!m)
+            break;
+        q = t + __builtin_ctz(m);
+#else
+        q = jsonscan_str_stop(t, e);
+        if (e - q < 16)
+            break;
+#endif
         /* q at the closing quote: s_load8(q) == lp8 says so (its first byte is '"') */
-        if (e - q < 16 || s_load8(q) != lp8 || s_load8(q + 6) != lp8b ||
+        if (s_load8(q) != lp8 || s_load8(q + 6) != lp8b ||
             (q - t >= 9 && memcmp(t, "token_id:", 9) == 0))
             break;
         if (n == cap) {
@@ -323,9 +367,9 @@ static size_t s_lp_lean(llm_fast_rd_t *r, llm_fast_ans_t *a)
         }
         lp[n++] = 0;
         done = q + 14;
-        if (s_load2(q + 14) != next2)
+        if (q[14] != ',')
             break;
-        p = q + 15;
+        p = q + 15; /* the next entry's '{' is checked with its head */
     }
     size_t got = n - a->n_lp;
     a->n_lp = n;

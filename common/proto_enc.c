@@ -8,6 +8,8 @@
 #include <msgpack.h>
 #include <string.h>
 
+#define S_INLINE static inline __attribute__((always_inline))
+
 typedef struct {
     msgpack_packer pk;
     int rc; /* the first error; once set, further puts do nothing */
@@ -36,7 +38,7 @@ static void s_raw_str(s_enc_t *e, const char *s, size_t n)
         return;
     }
     sr_buf_t *b = e->pk.data;
-    if (sr_buf_reserve(b, n + 5) != SR_OK) {
+    if (n + 5 > b->cap - b->len && sr_buf_reserve(b, n + 5) != SR_OK) {
         e->rc = SR_ENOMEM;
         return;
     }
@@ -189,13 +191,33 @@ static void s_double(s_enc_t *e, double v)
         s_commit(e, s_wdouble(p, v));
 }
 
-static void s_key(s_enc_t *e, const char *key)
+/* s_key_room packs key and reserves vmax bytes for its value; NULL after an error. Inlined, as
+ * the writers below that take a key, so that a literal key's length is known where it is written:
+ * no strlen, a copy of known size. */
+S_INLINE uint8_t *s_key_room(s_enc_t *e, const char *key, size_t vmax)
 {
-    s_raw_str(e, key, strlen(key));
+    size_t n = strlen(key);
+    if (n >= 32) {
+        s_raw_str(e, key, n);
+        return s_room(e, vmax);
+    }
+    uint8_t *p = s_room(e, 1 + n + vmax);
+    if (!p)
+        return NULL;
+    *p++ = (uint8_t)(0xa0u | n);
+    memcpy(p, key, n);
+    return p + n;
+}
+
+S_INLINE void s_key(s_enc_t *e, const char *key)
+{
+    uint8_t *p = s_key_room(e, key, 0);
+    if (p)
+        s_commit(e, p);
 }
 
 /* s_key_ok packs key and says whether the value may follow (no error so far). */
-static bool s_key_ok(s_enc_t *e, const char *key)
+S_INLINE bool s_key_ok(s_enc_t *e, const char *key)
 {
     s_key(e, key);
     return !e->rc;
@@ -218,50 +240,34 @@ static void s_str_value(s_enc_t *e, const char *s, proto_strkind_t kind)
     s_raw_str(e, s, n);
 }
 
-static void s_put_str(s_enc_t *e, const char *key, const char *s, proto_strkind_t kind)
+S_INLINE void s_put_str(s_enc_t *e, const char *key, const char *s, proto_strkind_t kind)
 {
     s_key(e, key);
     s_str_value(e, s, kind);
 }
 
-/* s_key_room packs key and reserves vmax bytes for its value; NULL after an error. */
-static uint8_t *s_key_room(s_enc_t *e, const char *key, size_t vmax)
-{
-    size_t n = strlen(key);
-    if (n >= 32) {
-        s_raw_str(e, key, n);
-        return s_room(e, vmax);
-    }
-    uint8_t *p = s_room(e, 1 + n + vmax);
-    if (!p)
-        return NULL;
-    *p++ = (uint8_t)(0xa0u | n);
-    memcpy(p, key, n);
-    return p + n;
-}
-
-static void s_put_int(s_enc_t *e, const char *key, int64_t v)
+S_INLINE void s_put_int(s_enc_t *e, const char *key, int64_t v)
 {
     uint8_t *p = s_key_room(e, key, 9);
     if (p)
         s_commit(e, s_wint(p, v));
 }
 
-static void s_put_uint(s_enc_t *e, const char *key, uint64_t v)
+S_INLINE void s_put_uint(s_enc_t *e, const char *key, uint64_t v)
 {
     uint8_t *p = s_key_room(e, key, 9);
     if (p)
         s_commit(e, s_wuint(p, v));
 }
 
-static void s_put_num(s_enc_t *e, const char *key, double v)
+S_INLINE void s_put_num(s_enc_t *e, const char *key, double v)
 {
     uint8_t *p = s_key_room(e, key, 9);
     if (p)
         s_commit(e, s_wdouble(p, v));
 }
 
-static void s_put_bool(s_enc_t *e, const char *key, bool v)
+S_INLINE void s_put_bool(s_enc_t *e, const char *key, bool v)
 {
     uint8_t *p = s_key_room(e, key, 1);
     if (p) {
@@ -280,7 +286,7 @@ static void s_map(s_enc_t *e, size_t n)
 /* s_key_sized packs key and checks the value that follows: SR_EINVAL when invalid (a NULL
  * pointer with items, say), SR_ETOOBIG when its n items are more than max. Says whether the value
  * may follow. */
-static bool s_key_sized(s_enc_t *e, const char *key, bool invalid, size_t n, size_t max)
+S_INLINE bool s_key_sized(s_enc_t *e, const char *key, bool invalid, size_t n, size_t max)
 {
     if (!s_key_ok(e, key))
         return false;
@@ -292,7 +298,7 @@ static bool s_key_sized(s_enc_t *e, const char *key, bool invalid, size_t n, siz
 }
 
 /* s_array_head packs an array header after checking the pointer and the limit. */
-static void s_array_head(s_enc_t *e, const char *key, const void *p, size_t n, size_t max)
+S_INLINE void s_array_head(s_enc_t *e, const char *key, const void *p, size_t n, size_t max)
 {
     if (s_key_sized(e, key, n > 0 && !p, n, max)) {
         uint8_t *w = s_room(e, 5);
@@ -318,7 +324,7 @@ static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t
 
 /* s_put_bin32 packs n 32-bit values (int32_t or float bits) as one msgpack bin of little-endian
  * words. */
-static void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
+S_INLINE void s_put_bin32(s_enc_t *e, const char *key, const void *a, size_t n)
 {
     if (!s_key_sized(e, key, n > 0 && !a, n, PROTO_MAX_TOKENS))
         return;

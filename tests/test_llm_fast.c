@@ -374,6 +374,201 @@ static void token_arrays_are_taken_over_once_and_outlive_the_store(void **state)
     free(buf);
 }
 
+/* s_ids_body writes an answer whose token_ids (on the choice: read into the stack room) or
+ * prompt_token_ids (on the root: on the heap from 16 ids) is the array text ids. */
+static size_t s_ids_body(char *buf, size_t cap, const char *ids, bool root)
+{
+    int n = root ? snprintf(buf, cap, "{\"prompt_token_ids\":%s,\"choices\":[{\"message\":"
+                                      "{\"content\":\"a\"}}]}", ids)
+                 : snprintf(buf, cap, "{\"choices\":[{\"message\":{\"content\":\"a\"},"
+                                      "\"token_ids\":%s}]}", ids);
+    assert_true(n > 0 && (size_t)n < cap);
+    return (size_t)n;
+}
+
+/* Token id arrays, read eight digits at a time: ids of every length next to every end (a comma,
+ * whitespace, the closing bracket, the body's end), negative, fractional, huge, with leading
+ * zeros, empty, malformed; each byte of a run changed to each of a few others; random arrays of
+ * up to 1,500 ids (past the stack room and the heap array's doublings). Both paths agree on each,
+ * and the plain ones take the one-pass path with the values strtol reads. */
+static void token_id_arrays_read_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    static const char *const forms[] = {
+        "[]", "[ ]", "[\n]", "null", "[0]", "[00]", "[01]", "[0,0,0]", "[1]", "[-1]", "[-0]",
+        "[1,-2]", "[1.5]", "[1e3]", "[1E3,2]", "[1.]", "[2147483647]", "[2147483648]",
+        "[4294967296]", "[99999999999999999999]", "[999999999999999999999999]", "[12345678]",
+        "[123456789]", "[1234567890]", "[12345678,1]", "[123456789,1]", "[1234567890,12345678]",
+        "[1,]", "[,1]", "[1,,2]", "[1 2]", "[1, 2]", "[1 ,2]", "[1 , 2 ]", "[1,\n\t2,\r 3]",
+        "[ 1,2,3,4,5,6,7,8,9,10,11,12]", "[1,2,3,4,5,6,7,8,9,10,11, 12]", "[1,2", "[1,2,",
+        "[1,2,3", "[\"1\"]", "[true]", "[null]", "[[1]]", "[12345678,87654321,00000001]",
+        "[10000000,20000000,30000000,40000000,50000000,60000000,70000000,80000000,90000000]",
+        "[7,77,777,7777,77777,777777,7777777,77777777,777777777,0,0,0,0,0,0,0,0,0,0,0]",
+        "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]", "[1,2,3,4,5,6,7,8,9,10]x",
+        "[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,0x1]",
+        "[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,+1]",
+        "[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,\x01]"};
+    char buf[8192];
+    for (size_t i = 0; i < SR_ARRAY_LEN(forms); i++) {
+        for (int root = 0; root < 2; root++) {
+            size_t len = s_ids_body(buf, sizeof buf, forms[i], root);
+            s_check(buf, len);
+        }
+    }
+    /* the plain forms take the one-pass path */
+    static const char *const plain[] = {"[0,7,12,123,1234,12345,123456,1234567,12345678,99999999,"
+                                        "123456789,1234567890,2147483647,0]",
+                                        "[ 1 ,\t2 ,3, 4\n,5]", "[]"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(plain); i++) {
+        for (int root = 0; root < 2; root++) {
+            size_t len = s_ids_body(buf, sizeof buf, plain[i], root);
+            assert_true(s_check(buf, len));
+        }
+    }
+    /* each byte of a run of ids of every length changed */
+    static const char run[] = "[0,5,12345678,1,22,333,4444,55555,666666,7777777,88888888,9,10]";
+    static const char repl[] = "0195,]- .e+\x01x";
+    for (size_t at = 1; at < sizeof run - 2; at++) {
+        for (size_t k = 0; k < sizeof repl - 1; k++) {
+            char mut[sizeof run];
+            memcpy(mut, run, sizeof run);
+            if (mut[at] == repl[k])
+                continue;
+            mut[at] = repl[k];
+            for (int root = 0; root < 2; root++)
+                s_check(buf, s_ids_body(buf, sizeof buf, mut, root));
+        }
+    }
+    /* random arrays: the values strtol reads, in one pass */
+    char *big = malloc(16 * 1500 + 256), *ids = malloc(16 * 1500 + 16);
+    int32_t *want = malloc(1500 * sizeof *want);
+    uint64_t x = 0xD1B54A32D192ED03ull;
+    for (int round = 0; round < 400; round++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t n = 1 + (size_t)(x % (round < 200 ? 40 : 1500)), o = 0;
+        ids[o++] = '[';
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            int digits = 1 + (int)(x % 10);
+            uint64_t v = (x >> 8) % sr_p10[digits];
+            if (v > INT32_MAX)
+                v %= (uint64_t)INT32_MAX + 1;
+            want[i] = (int32_t)v;
+            if (i)
+                ids[o++] = ',';
+            if ((x >> 60) == 0)
+                ids[o++] = ' '; /* now and then whitespace */
+            o += (size_t)sprintf(ids + o, "%d", want[i]);
+        }
+        ids[o++] = ']';
+        ids[o] = '\0';
+        for (int root = 0; root < 2; root++) {
+            size_t len = s_ids_body(big, 16 * 1500 + 256, ids, root);
+            assert_true(s_check(big, len));
+            llm_response_t r;
+            llm_parsed_t *st = NULL;
+            assert_true(llm_fast_parse(big, len, &r, &st));
+            const int32_t *got = root ? r.prompt_token_ids : r.token_ids;
+            assert_int_equal(root ? r.n_prompt_token_ids : r.n_token_ids, n);
+            assert_memory_equal(got, want, n * sizeof *want);
+            llm_parsed_free(&st);
+        }
+    }
+    free(big);
+    free(ids);
+    free(want);
+}
+
+/* Keys are read in one SSE2 load when short: escaped keys (valid or not), raw control bytes,
+ * keys of 15, 16, 17 bytes and more, keys cut by the body's end; and usage counts of every form
+ * (plain, 15 and 16 digits, negative, fractional, exponent): all read as the tree reads them. */
+static void keys_and_counts_read_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"choices\":[{\"message\":{\"\\u0063ontent\":\"a\"}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"\\q\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"x\x01y\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmno\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnop\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopq\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopqrstuvwxyz0123456789\""
+        ":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"abcdefghijklmnopqrs\\\"tuv\":1}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usa",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\"",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\" : {\"prompt_tokens\" :3}}",
+        "{ \"choices\" :[{\"message\":{\"content\":\"a\"}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":0,"
+        "\"completion_tokens\":999999999999999}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":"
+        "9007199254740993,\"completion_tokens\":9999999999999999}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":-3,"
+        "\"completion_tokens\":-0}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":3.5,"
+        "\"completion_tokens\":2e3,\"completion_tokens_details\":{\"reasoning_tokens\":07}}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"usage\":{\"prompt_tokens\":12,"
+        "\"completion_tokens\":34,\"completion_tokens_details\":{\"reasoning_tokens\":5}}}"};
+    for (size_t i = 0; i < SR_ARRAY_LEN(bodies); i++)
+        s_check(bodies[i], strlen(bodies[i]));
+    /* the plain ones take the one-pass path, with the counts as they stand */
+    const char *last = bodies[SR_ARRAY_LEN(bodies) - 1];
+    llm_response_t r;
+    llm_parsed_t *st = NULL;
+    assert_true(llm_fast_parse(last, strlen(last), &r, &st));
+    assert_int_equal(r.prompt_tokens, 12);
+    assert_int_equal(r.completion_tokens, 34);
+    assert_int_equal(r.reasoning_tokens, 5);
+    llm_parsed_free(&st);
+    const char *big = bodies[13];
+    assert_true(llm_fast_parse(big, strlen(big), &r, &st));
+    assert_int_equal(r.completion_tokens, 999999999999999L);
+    llm_parsed_free(&st);
+}
+
+/* Lean logprobs entries with pieces of every length from 0 to 40 bytes (one 16-byte load finds the
+ * end of the short ones; the longer are read entry by entry), with an escape or a "token_id:" now
+ * and then: both paths agree, in one pass, one logprob of 0 each. */
+static void lean_entries_with_pieces_of_every_length_read_as_the_tree_reads_them(void **state)
+{
+    (void)state;
+    char *buf = malloc(64 * 1024);
+    for (int odd = 0; odd < 3; odd++) {
+        size_t o = (size_t)sprintf(buf, "{\"choices\":[{\"message\":{\"content\":\"a\"},"
+                                        "\"logprobs\":{\"content\":[");
+        size_t n = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            for (int len = 0; len <= 40; len++, n++) {
+                if (n)
+                    buf[o++] = ',';
+                o += (size_t)sprintf(buf + o, "{\"token\":\"");
+                for (int i = 0; i < len; i++)
+                    buf[o++] = (char)('a' + (i + len) % 26);
+                if (odd == 1 && len % 7 == 3)
+                    o += (size_t)sprintf(buf + o, "\\n");
+                if (odd == 2 && len % 5 == 1)
+                    o += (size_t)sprintf(buf + o, "token_id:%d", len);
+                o += (size_t)sprintf(buf + o, "\",\"logprob\":0}");
+            }
+        }
+        o += (size_t)sprintf(buf + o, "]}}]}");
+        assert_true(s_check(buf, o));
+        llm_response_t r;
+        llm_parsed_t *st = NULL;
+        assert_true(llm_fast_parse(buf, o, &r, &st));
+        assert_int_equal(r.n_token_logprobs, n);
+        for (size_t i = 0; i < n; i++)
+            assert_true(r.token_logprobs[i] == 0);
+        llm_parsed_free(&st);
+    }
+    free(buf);
+}
+
 /* s_num_same checks llm_fast_num_value against strtod on the JSON number text t, bit for bit. */
 static void s_num_same(const char *t)
 {
@@ -435,6 +630,9 @@ static void numbers_read_as_strtod_reads_them(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(numbers_read_as_strtod_reads_them),
+    cmocka_unit_test(token_id_arrays_read_as_the_tree_reads_them),
+    cmocka_unit_test(keys_and_counts_read_as_the_tree_reads_them),
+    cmocka_unit_test(lean_entries_with_pieces_of_every_length_read_as_the_tree_reads_them),
     cmocka_unit_test(token_arrays_are_taken_over_once_and_outlive_the_store),
     cmocka_unit_test(long_answers_read_in_runs_as_the_tree_reads_them),
     cmocka_unit_test(each_byte_of_a_lean_entry_changed_reads_the_same_both_ways),
