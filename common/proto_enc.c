@@ -309,6 +309,17 @@ static void s_put_str_array(s_enc_t *e, const char *key, const char *const *a, s
         s_str_value(e, a[i], kind);
 }
 
+/* s_raw appends n bytes already encoded. */
+static void s_raw(s_enc_t *e, const uint8_t *p, size_t n)
+{
+    uint8_t *w = s_room(e, n);
+    if (w) {
+        if (n)
+            memcpy(w, p, n);
+        s_commit(e, w + n);
+    }
+}
+
 static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t n, size_t max)
 {
     s_array_head(e, key, a, n, max);
@@ -582,8 +593,13 @@ static void s_enc_obs(s_enc_t *e, const proto_obs_t *o)
     s_put_uint(e, "rid", o->rid);
     s_put_str(e, "session", o->session, PROTO_STR_ID);
     s_put_str(e, "obs", o->obs, PROTO_STR_TEXT);
-    s_put_str_array(e, "admissible", o->admissible, o->admissible_len, PROTO_MAX_ADMISSIBLE,
-                    PROTO_STR_SHORT);
+    if (o->admissible_enc) {
+        s_key(e, "admissible");
+        s_raw(e, o->admissible_enc, o->admissible_enc_len);
+    } else {
+        s_put_str_array(e, "admissible", o->admissible, o->admissible_len, PROTO_MAX_ADMISSIBLE,
+                        PROTO_STR_SHORT);
+    }
     s_put_num(e, "reward", o->reward);
     s_put_bool(e, "done", o->done);
     s_put_bool(e, "won", o->won);
@@ -628,6 +644,45 @@ static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
         s_str_value(e, b->stats[i].name, PROTO_STR_ID);
         s_double(e, b->stats[i].value);
     }
+}
+
+/* The list is written in one loop: a header and a copy a string, the buffer's room checked
+ * inline (a string of the list is at most PROTO_MAX_ACTION bytes: a str16 header at most), the
+ * checks s_put_str_array's, in its order. */
+int proto_encode_admissible(const char *const *a, size_t n, sr_buf_t *out)
+{
+    _Static_assert(PROTO_MAX_ACTION < 65536, "an admissible command's header is at most 3 bytes");
+    if (!out || (n > 0 && !a))
+        return SR_EINVAL;
+    if (n > PROTO_MAX_ADMISSIBLE)
+        return SR_ETOOBIG;
+    if (sr_buf_reserve(out, 5 + n * 24) != SR_OK)
+        return SR_ENOMEM;
+    out->len = (size_t)(s_whead(out->data + out->len, n, 0x90, 0xdc) - out->data);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = a[i];
+        if (!s)
+            return SR_EINVAL;
+        size_t k = strlen(s);
+        if (k > PROTO_MAX_ACTION)
+            return SR_ETOOBIG;
+        if (k + 3 > out->cap - out->len && sr_buf_reserve(out, k + 3 + (n - i) * 24) != SR_OK)
+            return SR_ENOMEM;
+        uint8_t *w = out->data + out->len;
+        if (k < 32) {
+            *w++ = (uint8_t)(0xa0u | k);
+        } else if (k < 256) {
+            *w++ = 0xd9;
+            *w++ = (uint8_t)k;
+        } else {
+            *w++ = 0xda;
+            *w++ = (uint8_t)(k >> 8);
+            *w++ = (uint8_t)k;
+        }
+        memcpy(w, s, k);
+        out->len = (size_t)(w + k - out->data);
+    }
+    return SR_OK;
 }
 
 int proto_encode(const proto_msg_t *m, sr_buf_t *out)

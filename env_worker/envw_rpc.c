@@ -286,8 +286,11 @@ static void s_reply_error(envw_t *w, const uint8_t *id, size_t idlen, bool has_r
     s_send(w, id, idlen);
 }
 
+/* s_reply_obs answers with obs. s, when not NULL, is the session whose environment gave it: its
+ * admissible list is encoded once a version (env_obs_t.admissible_version) and kept. */
 static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid,
-                        const char *session, const env_obs_t *obs, bool with_goal)
+                        const char *session, envw_session_t *s, const env_obs_t *obs,
+                        bool with_goal)
 {
     proto_msg_t m;
     proto_msg_init(&m, PROTO_OBS);
@@ -301,6 +304,20 @@ static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid
     m.u.obs.won = obs->won;
     m.u.obs.step = obs->steps;
     m.u.obs.goal = with_goal ? obs->goal : NULL;
+    if (s && obs->admissible_version) {
+        if (s->adm_version != obs->admissible_version) {
+            /* On failure the list is encoded with the rest below, which reports the error. */
+            sr_buf_reset(&s->adm_enc);
+            s->adm_version = 0;
+            if (proto_encode_admissible((const char *const *)obs->admissible, obs->n_admissible,
+                                        &s->adm_enc) == SR_OK)
+                s->adm_version = obs->admissible_version;
+        }
+        if (s->adm_version) {
+            m.u.obs.admissible_enc = s->adm_enc.data;
+            m.u.obs.admissible_enc_len = s->adm_enc.len;
+        }
+    }
     sr_buf_reset(&w->rpc->out);
     int rc = proto_encode(&m, &w->rpc->out);
     if (rc != SR_OK) {
@@ -427,6 +444,7 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s->ops = ops;
     s->env = env;
     env_obs_t obs;
+    obs.admissible_version = 0; /* for an environment that does not track it */
     int rc = ops->reset(env, &obs);
     if (rc != SR_OK) {
         envw_sessions_remove(w, s);
@@ -439,7 +457,7 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s->won = obs.won;
     envw_sessions_touch(w, s);
     metrics_counter_inc(w->m_resets);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, true);
+    s_reply_obs(w, id, idlen, q->rid, q->session, s, &obs, true);
 }
 
 /* s_session_of finds the session the client (routing identity id) calls name; NULL when it holds
@@ -468,6 +486,7 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
         return;
     }
     env_obs_t obs;
+    obs.admissible_version = 0;
     int rc = s->ops->step(s->env, q->action, &obs);
     if (rc == SR_ECONFLICT) {
         s->done = true;
@@ -484,7 +503,7 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
     s->done = obs.done;
     s->won = obs.won;
     metrics_counter_inc(w->m_steps);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, false);
+    s_reply_obs(w, id, idlen, q->rid, q->session, s, &obs, false);
 }
 
 static void s_on_close(envw_t *w, const uint8_t *id, size_t idlen, const proto_close_t *q)
@@ -504,7 +523,7 @@ static void s_on_close(envw_t *w, const uint8_t *id, size_t idlen, const proto_c
                      .steps = s->steps};
     envw_sessions_remove(w, s);
     metrics_counter_inc(w->m_closes);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, false);
+    s_reply_obs(w, id, idlen, q->rid, q->session, NULL, &obs, false);
 }
 
 /* s_on_bad_decode answers a request that did not decode: "t" and "v" problems have codes of

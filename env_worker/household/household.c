@@ -112,6 +112,7 @@ static void s_start(household_t *h, int max_steps)
     h->text[0] = '\0';
     h->pool_len = 0;
     h->n_adm = 0;
+    h->adm_version = 0;
     memcpy(h->objs, h->init_objs, sizeof h->objs[0] * (size_t)h->n_objs);
     memset(h->open, 0, sizeof h->open);
     h->cur = -1;

@@ -96,6 +96,7 @@ struct household {
     const char *adm[HH_MAX_CMDS];
     hh_cmd_t cmds[HH_MAX_CMDS];
     int n_adm;
+    uint64_t adm_version; /* env_obs_t.admissible_version of adm; 0 before the first list */
     /* "go to <receptacle>" for every receptacle, sorted: the bulk of every list, the same for the
      * whole episode, so written and sorted once (on the first list) and merged into each. */
     bool goto_ready;

@@ -8,8 +8,13 @@
 #include "common/sr.h"
 #include "env_worker/household/household_data.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The source of admissible-list versions, shared by every world of the process (worlds are
+ * cloned, and a clone must not reuse a number its original gives to another list). */
+static _Atomic uint64_t s_adm_versions;
 
 /* Operations behind admissible commands. */
 enum {
@@ -243,6 +248,7 @@ static void s_build_admissible(household_t *h)
     for (; i < ne; i++)
         s_put_entry(h, &n, e[i].s, e[i].cmd);
     h->n_adm = n;
+    h->adm_version = atomic_fetch_add_explicit(&s_adm_versions, 1, memory_order_relaxed) + 1;
 }
 
 /* ---- goals ---- */
@@ -281,6 +287,7 @@ static void s_fill_obs(household_t *h, env_obs_t *obs)
     obs->text = h->text;
     obs->admissible = h->adm;
     obs->n_admissible = (size_t)h->n_adm;
+    obs->admissible_version = h->adm_version;
     obs->goal = h->goal;
     obs->reward = h->reward;
     obs->done = h->done;
