@@ -587,8 +587,81 @@ static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
     }
 }
 
+/* s_wstr writes a string's header (the shortest, as s_raw_str) and its n bytes at p. */
+static inline uint8_t *s_wstr(uint8_t *p, const char *s, size_t n)
+{
+    if (n < 32) {
+        *p++ = (uint8_t)(0xa0u | n);
+    } else if (n < 256) {
+        *p++ = 0xd9;
+        *p++ = (uint8_t)n;
+    } else if (n < 65536) {
+        *p++ = 0xda;
+        p = s_be(p, n, 2);
+    } else {
+        *p++ = 0xdb;
+        p = s_be(p, n, 4);
+    }
+    memcpy(p, s, n);
+    return p + n;
+}
+
+/* A key, a string literal of fewer than 32 bytes: its fixstr written with a copy of known size. */
+#define S_WKEY(p, k) s_wstr((p), (k), sizeof(k) - 1)
+
+/* s_enc_obs_pre writes an OBS whose admissible list comes encoded (the env worker's replies):
+ * the lengths taken once, one reserve, every piece written in place; the bytes s_enc_obs's.
+ * Returns false, having written nothing, for an OBS that s_enc_obs must refuse (a string NULL or
+ * beyond its limit), so that it says why. */
+static bool s_enc_obs_pre(s_enc_t *e, const proto_obs_t *o)
+{
+    if (!o->session || !o->obs)
+        return false;
+    size_t ns = strlen(o->session), no = strlen(o->obs), ng = o->goal ? strlen(o->goal) : 0;
+    if (ns > PROTO_MAX_ID || no > PROTO_MAX_TEXT || ng > PROTO_MAX_TEXT)
+        return false;
+    const char *tn = proto_type_name(PROTO_OBS);
+    size_t nt = strlen(tn);
+    /* map, t, v, rid, session, obs, admissible, reward, done, won, step, goal: keys and headers
+     * in 128 bytes */
+    uint8_t *p = s_room(e, 128 + nt + ns + no + o->admissible_enc_len + ng);
+    if (!p)
+        return true;
+    p = s_whead(p, 10 + (o->goal != NULL), 0x80, 0xde);
+    p = S_WKEY(p, "t");
+    p = s_wstr(p, tn, nt);
+    p = S_WKEY(p, "v");
+    p = s_wint(p, SELROLL_PROTO_VERSION);
+    p = S_WKEY(p, "rid");
+    p = s_wuint(p, o->rid);
+    p = S_WKEY(p, "session");
+    p = s_wstr(p, o->session, ns);
+    p = S_WKEY(p, "obs");
+    p = s_wstr(p, o->obs, no);
+    p = S_WKEY(p, "admissible");
+    if (o->admissible_enc_len)
+        memcpy(p, o->admissible_enc, o->admissible_enc_len);
+    p += o->admissible_enc_len;
+    p = S_WKEY(p, "reward");
+    p = s_wdouble(p, o->reward);
+    p = S_WKEY(p, "done");
+    *p++ = o->done ? 0xc3 : 0xc2;
+    p = S_WKEY(p, "won");
+    *p++ = o->won ? 0xc3 : 0xc2;
+    p = S_WKEY(p, "step");
+    p = s_wint(p, o->step);
+    if (o->goal) {
+        p = S_WKEY(p, "goal");
+        p = s_wstr(p, o->goal, ng);
+    }
+    s_commit(e, p);
+    return true;
+}
+
 static void s_enc_obs(s_enc_t *e, const proto_obs_t *o)
 {
+    if (o->admissible_enc && s_enc_obs_pre(e, o))
+        return;
     s_header(e, PROTO_OBS, 8 + (o->goal != NULL));
     s_put_uint(e, "rid", o->rid);
     s_put_str(e, "session", o->session, PROTO_STR_ID);

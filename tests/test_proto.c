@@ -1076,7 +1076,57 @@ static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
         sr_buf_free(&plain);
         sr_buf_free(&pre);
     }
+    /* the OBS's own strings of every header size, the goal left out; and the errors of a NULL
+     * session and of a text beyond the limit, the same with the list encoded beforehand */
+    static char text[PROTO_MAX_TEXT + 2];
+    memset(text, 'o', sizeof text - 1);
+    static char sess[PROTO_MAX_ID + 2];
+    memset(sess, 's', sizeof sess - 1);
+    size_t text_lens[] = {0, 31, 32, 255, 256, 65535, PROTO_MAX_TEXT};
+    size_t sess_lens[] = {1, 31, 200, PROTO_MAX_ID};
+    for (size_t t = 0; t < sizeof text_lens / sizeof text_lens[0]; t++) {
+        char *tx = strndup(text, text_lens[t]);
+        char *se = strndup(sess, sess_lens[t % 4]);
+        assert_non_null(tx);
+        assert_non_null(se);
+        s_obs_text = tx;
+        s_obs_session = se;
+        s_obs_goal_off = t & 1;
+        sr_buf_t plain = SR_BUF_INIT, pre = SR_BUF_INIT;
+        assert_int_equal(s_obs_with_list(a, 5 + t, false, &plain), SR_OK);
+        assert_int_equal(s_obs_with_list(a, 5 + t, true, &pre), SR_OK);
+        assert_int_equal(plain.len, pre.len);
+        assert_memory_equal(plain.data, pre.data, plain.len);
+        sr_buf_free(&plain);
+        sr_buf_free(&pre);
+        free(tx);
+        free(se);
+    }
+    s_obs_goal_off = false;
+    s_obs_session = NULL;
+    s_obs_text = text; /* one byte beyond PROTO_MAX_TEXT */
     sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(s_obs_with_list(a, 3, false, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, true, &b), SR_ETOOBIG);
+    s_obs_text = NULL;
+    s_obs_session = sess; /* one byte beyond PROTO_MAX_ID */
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, false, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, true, &b), SR_ETOOBIG);
+    s_obs_session = NULL;
+    proto_msg_t m;
+    s_sample(&m, PROTO_OBS);
+    sr_buf_t enc = SR_BUF_INIT;
+    assert_int_equal(proto_encode_admissible(a, 3, &enc), SR_OK);
+    m.u.obs.admissible_enc = enc.data;
+    m.u.obs.admissible_enc_len = enc.len;
+    m.u.obs.session = NULL;
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode(&m, &b), SR_EINVAL);
+    sr_buf_free(&enc);
+
     /* too many, NULL with items, a NULL string, a string beyond the limit: the same errors */
     assert_int_equal(proto_encode_admissible(a, PROTO_MAX_ADMISSIBLE + 1, &b), SR_ETOOBIG);
     sr_buf_reset(&b);
