@@ -441,8 +441,9 @@ int proto_encode(const proto_msg_t *m, sr_buf_t *out);
 /* proto_encode_admissible appends the encoding of an OBS's admissible list of n strings (the
  * value of "admissible", not its key), for proto_obs_t.admissible_enc: a sender that sends the
  * same list again keeps it and skips encoding it. The same checks and errors as proto_encode's
- * for that field (an OBS that proto_encode refuses for its list is refused here). */
-int proto_encode_admissible(const char *const *a, size_t n, sr_buf_t *out);
+ * for that field (an OBS that proto_encode refuses for its list is refused here). lens, when not
+ * NULL, holds each string's length (strlen's, which is then not taken). */
+int proto_encode_admissible(const char *const *a, const uint32_t *lens, size_t n, sr_buf_t *out);
 
 /* proto_decode decodes one message of exactly len bytes into out with the default limits.
  * out is overwritten (not cleared first): clear a previously decoded message before reuse.

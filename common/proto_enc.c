@@ -722,7 +722,7 @@ static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
 /* The list is written in one loop: a header and a copy a string, the buffer's room checked
  * inline (a string of the list is at most PROTO_MAX_ACTION bytes: a str16 header at most), the
  * checks s_put_str_array's, in its order. */
-int proto_encode_admissible(const char *const *a, size_t n, sr_buf_t *out)
+int proto_encode_admissible(const char *const *a, const uint32_t *lens, size_t n, sr_buf_t *out)
 {
     _Static_assert(PROTO_MAX_ACTION < 65536, "an admissible command's header is at most 3 bytes");
     if (!out || (n > 0 && !a))
@@ -736,7 +736,7 @@ int proto_encode_admissible(const char *const *a, size_t n, sr_buf_t *out)
         const char *s = a[i];
         if (!s)
             return SR_EINVAL;
-        size_t k = strlen(s);
+        size_t k = lens ? lens[i] : strlen(s);
         if (k > PROTO_MAX_ACTION)
             return SR_ETOOBIG;
         if (k + 3 > out->cap - out->len && sr_buf_reserve(out, k + 3 + (n - i) * 24) != SR_OK)

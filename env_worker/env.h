@@ -23,6 +23,9 @@ typedef struct env_obs {
     const char *text;              /* the observation text (never NULL) */
     const char *const *admissible; /* admissible commands, sorted by strcmp, no duplicates */
     size_t n_admissible;
+    /* optional (NULL: not given): the length of each admissible command, strlen's, so that a
+     * caller that writes the list need not count them */
+    const uint32_t *admissible_lens;
     /* A number that changes whenever the admissible list's contents may have changed: two
      * observations of an environment with the same non-zero number have equal lists, so that a
      * caller may keep what it made of the list (the env worker its encoding). 0: not tracked. */

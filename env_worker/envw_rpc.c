@@ -388,8 +388,8 @@ static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid
             /* On failure the list is encoded with the rest below, which reports the error. */
             sr_buf_reset(&s->adm_enc);
             s->adm_version = 0;
-            if (proto_encode_admissible((const char *const *)obs->admissible, obs->n_admissible,
-                                        &s->adm_enc) == SR_OK)
+            if (proto_encode_admissible((const char *const *)obs->admissible, obs->admissible_lens,
+                                        obs->n_admissible, &s->adm_enc) == SR_OK)
                 s->adm_version = obs->admissible_version;
         }
         if (s->adm_version) {
@@ -524,6 +524,7 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s->env = env;
     env_obs_t obs;
     obs.admissible_version = 0; /* for an environment that does not track it */
+    obs.admissible_lens = NULL;
     int rc = ops->reset(env, &obs);
     if (rc != SR_OK) {
         envw_sessions_remove(w, s);
@@ -566,6 +567,7 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
     }
     env_obs_t obs;
     obs.admissible_version = 0;
+    obs.admissible_lens = NULL;
     int rc = s->ops->step(s->env, q->action, &obs);
     if (rc == SR_ECONFLICT) {
         s->done = true;

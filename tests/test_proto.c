@@ -1030,7 +1030,7 @@ static int s_obs_with_list(const char **a, size_t n, bool pre, sr_buf_t *out)
     m.u.obs.admissible_len = n;
     sr_buf_t enc = SR_BUF_INIT;
     if (pre) {
-        int rc = proto_encode_admissible(a, n, &enc);
+        int rc = proto_encode_admissible(a, NULL, n, &enc);
         if (rc != SR_OK) {
             sr_buf_free(&enc);
             return rc;
@@ -1073,6 +1073,17 @@ static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
         assert_int_equal(proto_decode(pre.data, pre.len, &out, &err), SR_OK);
         assert_int_equal(out.u.obs.admissible_len, sizes[s]);
         proto_msg_clear(&out);
+        /* the strings' lengths given: the same bytes */
+        static uint32_t lens[PROTO_MAX_ADMISSIBLE];
+        for (size_t i = 0; i < sizes[s]; i++)
+            lens[i] = (uint32_t)strlen(a[i]);
+        sr_buf_t counted = SR_BUF_INIT, given = SR_BUF_INIT;
+        assert_int_equal(proto_encode_admissible(a, NULL, sizes[s], &counted), SR_OK);
+        assert_int_equal(proto_encode_admissible(a, lens, sizes[s], &given), SR_OK);
+        assert_int_equal(counted.len, given.len);
+        assert_memory_equal(counted.data, given.data, counted.len);
+        sr_buf_free(&counted);
+        sr_buf_free(&given);
         sr_buf_free(&plain);
         sr_buf_free(&pre);
     }
@@ -1119,7 +1130,7 @@ static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
     proto_msg_t m;
     s_sample(&m, PROTO_OBS);
     sr_buf_t enc = SR_BUF_INIT;
-    assert_int_equal(proto_encode_admissible(a, 3, &enc), SR_OK);
+    assert_int_equal(proto_encode_admissible(a, NULL, 3, &enc), SR_OK);
     m.u.obs.admissible_enc = enc.data;
     m.u.obs.admissible_enc_len = enc.len;
     m.u.obs.session = NULL;
@@ -1128,16 +1139,16 @@ static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
     sr_buf_free(&enc);
 
     /* too many, NULL with items, a NULL string, a string beyond the limit: the same errors */
-    assert_int_equal(proto_encode_admissible(a, PROTO_MAX_ADMISSIBLE + 1, &b), SR_ETOOBIG);
+    assert_int_equal(proto_encode_admissible(a, NULL, PROTO_MAX_ADMISSIBLE + 1, &b), SR_ETOOBIG);
     sr_buf_reset(&b);
     assert_int_equal(s_obs_with_list(a, PROTO_MAX_ADMISSIBLE + 1, false, &b), SR_ETOOBIG);
     sr_buf_reset(&b);
-    assert_int_equal(proto_encode_admissible(NULL, 2, &b), SR_EINVAL);
+    assert_int_equal(proto_encode_admissible(NULL, NULL, 2, &b), SR_EINVAL);
     sr_buf_reset(&b);
     assert_int_equal(s_obs_with_list(NULL, 2, false, &b), SR_EINVAL);
     const char *with_null[2] = {"look", NULL};
     sr_buf_reset(&b);
-    assert_int_equal(proto_encode_admissible(with_null, 2, &b), SR_EINVAL);
+    assert_int_equal(proto_encode_admissible(with_null, NULL, 2, &b), SR_EINVAL);
     sr_buf_reset(&b);
     assert_int_equal(s_obs_with_list(with_null, 2, false, &b), SR_EINVAL);
     char *long_one = malloc(PROTO_MAX_ACTION + 2);
@@ -1146,10 +1157,10 @@ static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
     long_one[PROTO_MAX_ACTION + 1] = '\0';
     const char *too_long[1] = {long_one};
     sr_buf_reset(&b);
-    assert_int_equal(proto_encode_admissible(too_long, 1, &b), SR_ETOOBIG);
+    assert_int_equal(proto_encode_admissible(too_long, NULL, 1, &b), SR_ETOOBIG);
     sr_buf_reset(&b);
     assert_int_equal(s_obs_with_list(too_long, 1, false, &b), SR_ETOOBIG);
-    assert_int_equal(proto_encode_admissible(a, 1, NULL), SR_EINVAL);
+    assert_int_equal(proto_encode_admissible(a, NULL, 1, NULL), SR_EINVAL);
     free(long_one);
     sr_buf_free(&b);
 }

@@ -186,6 +186,7 @@ household_t *household_clone(const household_t *like, int max_steps)
         memcpy(h->goto_pool, like->goto_pool, like->goto_pool_len);
         for (size_t g = 0; g < nr; g++)
             h->goto_s[g] = h->goto_pool + (like->goto_s[g] - like->goto_pool);
+        memcpy(h->goto_len, like->goto_len, sizeof h->goto_len[0] * nr);
         memcpy(h->goto_r, like->goto_r, sizeof h->goto_r[0] * nr);
         memcpy(h->goto_cmd, like->goto_cmd, sizeof h->goto_cmd[0] * nr);
         memcpy(h->goto_at, like->goto_at, sizeof h->goto_at[0] * nr);
