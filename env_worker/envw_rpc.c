@@ -223,10 +223,26 @@ static bool s_quick_str(const uint8_t **pp, const uint8_t *end, size_t max, char
     }
     if (n > max || n > (size_t)(end - p))
         return false;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] == 0 || p[i] >= 0x80)
-            return false;
-        dst[i] = (char)p[i];
+    size_t i = 0;
+    if (n >= 8) {
+        /* words, the last one overlapping the one before it: a high bit or a zero byte */
+        for (;; i += 8) {
+            if (i > n - 8)
+                i = n - 8;
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if ((v | ((v - 0x0101010101010101ull) & ~v)) & 0x8080808080808080ull)
+                return false;
+            memcpy(dst + i, &v, 8);
+            if (i == n - 8)
+                break;
+        }
+    } else {
+        for (; i < n; i++) {
+            if (p[i] == 0 || p[i] >= 0x80)
+                return false;
+            dst[i] = (char)p[i];
+        }
     }
     dst[n] = '\0';
     *pp = p + n;

@@ -881,7 +881,7 @@ static void test_a_step_read_quickly_is_answered_as_decoded(void **state)
     memset(long_action, 'x', sizeof long_action - 1);
     uint64_t seed = 7;
     int obs = 0, errors = 0;
-    for (int k = 0; k < 60; k++) {
+    for (int k = 0; k < 100; k++) {
         /* an admissible command of the last reply, most steps */
         proto_msg_t last;
         proto_err_t perr;
@@ -896,15 +896,18 @@ static void test_a_step_read_quickly_is_answered_as_decoded(void **state)
                      last.u.obs.admissible[(seed >> 33) % last.u.obs.admissible_len]);
             alen = strlen(action);
         } else {
-            static const char *const odd[] = {"dance", "look \xc3\xa9", "lo\0ok", "", "!"};
-            int which = (k / 7) % 8;
-            if (which < 5) {
-                alen = which == 2 ? 5 : strlen(odd[which]);
+            /* short and long (word-read) forms of text that is not plain ASCII */
+            static const char *const odd[] = {"dance", "look \xc3\xa9", "lo\0ok", "", "!",
+                                              "go to caf\xff\xfe 1", "examine the\0 lamp 1"};
+            static const size_t odd_len[] = {5, 7, 5, 0, 1, 13, 19};
+            int which = (k / 7) % 10;
+            if (which < 7) {
+                alen = odd_len[which];
                 memcpy(action, odd[which], alen + 1);
-            } else if (which == 5) {
+            } else if (which == 7) {
                 alen = PROTO_MAX_ACTION; /* at the limit */
                 memcpy(action, long_action, alen), action[alen] = '\0';
-            } else if (which == 6) {
+            } else if (which == 8) {
                 alen = PROTO_MAX_ACTION + 1; /* beyond it */
                 memcpy(action, long_action, alen), action[alen] = '\0';
             } else {
