@@ -137,7 +137,7 @@ static size_t s_on_leases(void *arg, proto_lease_t *out, size_t cap, int *runnin
 static void s_before_bye(void *arg)
 {
     actor_t *a = arg;
-    bus_flush(a->bus);
+    bus_flush_all(a->bus);
 }
 
 static void s_fail(void *arg, int rc, const char *why)
@@ -227,7 +227,7 @@ static void s_before_sleep(reactor_t *r, void *arg)
  * for them (the coordinator re-queues the jobs of an actor that says BYE drain=false). */
 static void s_shutdown(actor_t *a)
 {
-    bus_flush(a->bus);
+    bus_flush_all(a->bus);
     llmlink_check_stop(a->llm);
     slots_abort(a->slots);
 }

@@ -133,6 +133,8 @@ typedef struct {
     uint64_t model_mismatch;    /* answers whose model is not the one requested */
     uint64_t tokens_mismatch;   /* --tokens: answers whose ids disagree with usage (or are missing) */
     uint64_t credits_delayed;   /* slots held back after a job failed at once (backoff) */
+    uint64_t bus_waits_expired; /* bus connections whose wait for a subscriber of act/<run>/ ran out */
+    uint64_t actions_unsubscribed; /* of actions_published: sent with no subscriber known */
 } actor_stats_t;
 
 typedef struct actor actor_t;

@@ -108,9 +108,9 @@ int actor_main(int argc, char **argv)
                  "return_token_ids)"},
         {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
-         .help = "the env and work DEALERs: zmtp = ZeroMQ's wire protocol spoken on the loop's "
-                 "thread for tcp://ADDRESS:PORT without CURVE (libzmq for the rest), zmq = libzmq "
-                 "always"},
+         .help = "the env and work DEALERs and the ACTION publisher: zmtp = ZeroMQ's wire "
+                 "protocol spoken on the loop's thread for tcp://ADDRESS:PORT without CURVE "
+                 "(libzmq for the rest), zmq = libzmq always"},
         {.name = "gate-steps", .kind = CFG_STRING, .dst = &o.gate_steps, .def = "10",
          .metavar = "LIST",
          .help = "steps whose ACTIONs go out at once, past --action-batch-ms, like an episode's "

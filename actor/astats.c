@@ -62,6 +62,8 @@ static const struct {
     {AST_IDX(model_mismatch), "selroll_actor_model_mismatch_total", "Policy answers from another model than requested.", false},
     {AST_IDX(tokens_mismatch), "selroll_actor_tokens_mismatch_total", "Policy answers whose token ids disagree with usage.completion_tokens.", false},
     {AST_IDX(credits_delayed), "selroll_actor_credits_delayed_total", "Slots held back after a job failed at once (backoff).", false},
+    {AST_IDX(bus_waits_expired), "selroll_actor_bus_waits_expired_total", "Bus connections whose wait for a subscriber of the run's ACTIONs ran out.", false},
+    {AST_IDX(actions_unsubscribed), "selroll_actor_actions_unsubscribed_total", "ACTIONs published with no subscriber known (after such a wait).", false},
 };
 
 astats_t *astats_new(void)

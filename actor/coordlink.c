@@ -441,6 +441,7 @@ coordlink_t *coordlink_new(reactor_t *r, void *zmq_ctx, astats_t *st, const coor
                                    s_zwork_msg, NULL, c, err, errlen);
         if (!c->zwork)
             goto fail;
+        zmtp_dealer_write_at_once(c->zwork, true); /* a RESULT, a CREDIT: no waiting */
         return c;
     }
     transport_opts_t o;

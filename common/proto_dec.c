@@ -368,6 +368,32 @@ bool proto_dec_get_k(const proto_map_t *map, const proto_key_t *k, proto_obj_t *
         o->p = v + 1;
         return true;
     }
+    /* the other usual values read here too, as s_read reads them: a small integer, a boolean,
+     * a float64 */
+    if (b <= 0x7f || b == 0xc2 || b == 0xc3) {
+        o->n = 0;
+        o->p = NULL;
+        if (b <= 0x7f) {
+            o->type = PROTO_O_POS;
+            o->v.u64 = b;
+        } else {
+            o->type = PROTO_O_BOOL;
+            o->v.b = b == 0xc3;
+        }
+        return true;
+    }
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (b == 0xcb && map->end - v >= 9) {
+        uint64_t bits;
+        memcpy(&bits, v + 1, 8);
+        bits = __builtin_bswap64(bits);
+        o->n = 0;
+        o->p = NULL;
+        o->type = PROTO_O_F64;
+        memcpy(&o->v.f64, &bits, 8);
+        return true;
+    }
+#endif
     if (!s_read(v, map->end, o, false))
         return false;
     return o->type != PROTO_O_NIL;

@@ -27,8 +27,9 @@ static int s_bin32(proto_dec_t *d, const proto_map_t *m, const char *key, bool i
     if (nb / 4 > PROTO_MAX_TOKENS)
         return proto_fail(d->err, &d->path, key, SR_ETOOBIG, "%zu tokens exceed the limit of %d",
                           nb / 4, PROTO_MAX_TOKENS);
-    uint8_t *a = NULL;
-    PROTO_TRY(proto_dec_alloc(d, key, nb / 4, 4, &a));
+    uint8_t *a = NULL; /* every byte written below: not zeroed first */
+    if (nb > 0 && !(a = proto_arena_alloc(&d->arena, nb)))
+        return proto_fail(d->err, &d->path, key, SR_ENOMEM, "out of memory");
     const uint8_t *p = o->p;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (nb > 0)
@@ -41,7 +42,18 @@ static int s_bin32(proto_dec_t *d, const proto_map_t *m, const char *key, bool i
     }
 #endif
     if (is_float) {
-        for (size_t i = 0; i < nb; i += 4) {
+        /* a float32 is not finite when its exponent bits are all ones: two words at a time,
+         * each lane's exponent XORed with all ones is zero there */
+        const uint64_t ex = 0x7f8000007f800000ull;
+        size_t i = 0;
+        for (; i + 8 <= nb; i += 8) {
+            uint64_t w;
+            memcpy(&w, a + i, 8);
+            uint64_t x = (w & ex) ^ ex; /* a lane is 0 where its float is not finite */
+            if ((uint32_t)x == 0 || (x >> 32) == 0)
+                break;
+        }
+        for (; i < nb; i += 4) {
             float f;
             memcpy(&f, a + i, 4);
             if (!isfinite(f))
@@ -70,10 +82,17 @@ static int s_dec_result_step(proto_dec_t *d, const proto_map_t *m, proto_result_
     PROTO_TRY(proto_dec_num(d, m, "t_ms", 0.0, HUGE_VAL, false, &s->has_t, &s->t_ms));
     PROTO_TRY(proto_dec_str(d, m, "reasoning", PROTO_STR_TEXT, false, &s->reasoning));
     proto_obj_t o;
+    /* a field looked up twice (is it there, then its value): the second lookup starts where the
+     * first one did, so it finds the field at once (lookups go on after the last key found) */
+    proto_map_t *mm = (proto_map_t *)m; /* maps are the decoder's own, never const */
+    uint32_t at = mm->next;
     s->has_reasoning_tokens = proto_dec_get(m, "reasoning_tokens", &o);
+    mm->next = at;
     PROTO_TRY(proto_dec_int(d, m, "reasoning_tokens", PROTO_NONNEG, false, &s->reasoning_tokens));
     PROTO_TRY(proto_dec_str(d, m, "model", PROTO_STR_ID, false, &s->model));
+    at = mm->next;
     s->has_served_version = proto_dec_get(m, "served_version", &o);
+    mm->next = at;
     PROTO_TRY(proto_dec_int(d, m, "served_version", PROTO_NONNEG, false, &s->served_version));
     PROTO_TRY(proto_dec_bool(d, m, "usage_unknown", false, NULL, &s->usage_unknown));
     PROTO_TRY(proto_dec_bool(d, m, "text_truncated", false, NULL, &s->text_truncated));
@@ -85,7 +104,9 @@ static int s_dec_result_step(proto_dec_t *d, const proto_map_t *m, proto_result_
                           s->token_ids_len);
     PROTO_TRY(
         s_bin32(d, m, "prompt_token_ids", false, &s->prompt_token_ids, &s->prompt_token_ids_len));
+    at = mm->next;
     s->has_prompt_prefix = proto_dec_get(m, "prompt_prefix", &o);
+    mm->next = at;
     PROTO_TRY(proto_dec_int(d, m, "prompt_prefix", 0, 2 * (int64_t)PROTO_MAX_TOKENS, false,
                             &s->prompt_prefix));
     PROTO_TRY(proto_dec_bool(d, m, "tokens_mismatch", false, NULL, &s->tokens_mismatch));

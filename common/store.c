@@ -686,6 +686,50 @@ int store_pipe_append(store_t *s, const char *fmt, ...)
     return SR_OK;
 }
 
+/* An argument of at least S_BIG_ARG bytes (a RESULT's msgpack bytes) goes into hiredis's output
+ * buffer from where it is, not copied into a formatted command first. */
+#define S_BIG_ARG 4096
+
+/* s_append_split queues the command of s_pipe_appendv with its big arguments appended where they
+ * lie: the RESP around them (the count, the lengths, the small arguments) goes through a buffer on
+ * the stack, each piece appended to the output buffer in turn (the same bytes as one formatted
+ * command). Returns REDIS_OK or REDIS_ERR; a command left half queued closes the connection. */
+static int s_append_split(store_t *s, int argc, const char **argv, const size_t *argvlen)
+{
+    char buf[S_BIG_ARG + 64];
+    size_t at = store_resp_len(buf, '*', (size_t)argc);
+    bool started = false;
+    int ok = REDIS_OK;
+    for (int i = 0; i < argc && ok == REDIS_OK; i++) {
+        size_t l = argvlen ? argvlen[i] : strlen(argv[i]);
+        bool big = l >= S_BIG_ARG;
+        if (at + 24 + (big ? 0 : l) + 2 > sizeof buf) {
+            ok = redisAppendFormattedCommand(s->c, buf, at);
+            started = true;
+            at = 0;
+        }
+        at += store_resp_len(buf + at, '$', l);
+        if (big) {
+            if (ok == REDIS_OK)
+                ok = redisAppendFormattedCommand(s->c, buf, at);
+            started = true;
+            at = 0;
+            if (ok == REDIS_OK)
+                ok = redisAppendFormattedCommand(s->c, argv[i], l);
+        } else if (l) {
+            memcpy(buf + at, argv[i], l);
+            at += l;
+        }
+        buf[at++] = '\r';
+        buf[at++] = '\n';
+    }
+    if (ok == REDIS_OK)
+        ok = redisAppendFormattedCommand(s->c, buf, at);
+    if (ok != REDIS_OK && started)
+        s_drop(s); /* a command cut in the middle: the connection cannot be used again */
+    return ok;
+}
+
 int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *argvlen)
 {
     int rc = s_pipe_ready(s);
@@ -693,6 +737,17 @@ int store_pipe_appendv(store_t *s, int argc, const char **argv, const size_t *ar
         return rc;
     if (argc <= 0 || !argv)
         return SR_EINVAL;
+    bool split = false;
+    for (int i = 0; i < argc && !split; i++)
+        split = argvlen && argvlen[i] >= S_BIG_ARG;
+    if (split) {
+        if (s_append_split(s, argc, argv, argvlen) != REDIS_OK) {
+            s_set_err(s, "store: cannot queue command");
+            return SR_ENOMEM;
+        }
+        s_pipe_count(s, s->in_multi);
+        return SR_OK;
+    }
     char *cmd = NULL;
     long len = store_format_argv(&cmd, argc, argv, argvlen);
     int ok = len >= 0 ? redisAppendFormattedCommand(s->c, cmd, (size_t)len) : REDIS_ERR;

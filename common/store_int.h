@@ -11,4 +11,8 @@
  * (store_resp.c). */
 long store_format_argv(char **cmd, int argc, const char **argv, const size_t *lens);
 
+/* store_resp_len writes "<c>N\r\n" (c '*' or '$') at p, at most 24 bytes, and returns its length
+ * (store_resp.c). */
+size_t store_resp_len(char *p, char c, size_t n);
+
 #endif

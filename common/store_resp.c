@@ -33,6 +33,11 @@ static size_t s_resp_len(char *p, char c, size_t n)
  * into a new buffer (*cmd, freed by the caller) and returns its length, or -1 when out of memory.
  * It writes what hiredis's redisFormatCommandArgv writes, without a printf call per argument,
  * which took the most of a result's store round trip in the coordinator's profile. */
+size_t store_resp_len(char *p, char c, size_t n)
+{
+    return s_resp_len(p, c, n);
+}
+
 long store_format_argv(char **cmd, int argc, const char **argv, const size_t *lens)
 {
     size_t total = 24;

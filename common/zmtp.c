@@ -316,6 +316,8 @@ typedef struct {
     void (*msg)(void *owner, s_conn_t *c, const uint8_t *body, size_t len);
     /* a message of several frames was dropped (may be NULL) */
     void (*dropped)(void *owner, s_conn_t *c);
+    /* a command other than PING after the handshake (may be NULL: ignored) */
+    void (*cmd)(void *owner, const uint8_t *body, size_t len);
     void *owner;
     const char *const *peer_types; /* accepted Socket-Types, NULL-terminated */
     int64_t max_msg;
@@ -393,16 +395,20 @@ static bool s_ready(s_parse_t *P, s_conn_t *c, const uint8_t *b, size_t n)
     return P->ready(P->owner, c, "");
 }
 
-/* s_command handles a command after the handshake: PING is answered, the rest ignored. */
-static void s_command(s_conn_t *c, const uint8_t *b, size_t n)
+/* s_command handles a command after the handshake: PING is answered, the rest go to P->cmd. */
+static void s_command(s_parse_t *P, s_conn_t *c, const uint8_t *b, size_t n)
 {
-    if (n >= 7 && b[0] == 4 && memcmp(b + 1, "PING", 4) == 0) {
+    if (n >= 5 && b[0] == 4 && memcmp(b + 1, "PING", 4) == 0) {
+        if (n < 7)
+            return; /* no TTL: not a PING to answer */
         uint8_t pong[1 + 4 + 16];
         size_t cl = SR_MIN(n - 7, (size_t)16);
         pong[0] = 4;
         memcpy(pong + 1, "PONG", 4);
         memcpy(pong + 5, b + 7, cl);
         (void)s_append_frame(c, F_CMD, pong, 5 + cl);
+    } else if (P->cmd) {
+        P->cmd(P->owner, b, n);
     }
 }
 
@@ -480,7 +486,7 @@ static int s_parse(s_parse_t *P, s_conn_t *c)
             continue;
         }
         if (fl & F_CMD) {
-            s_command(c, b, (size_t)size);
+            s_command(P, c, b, (size_t)size);
         } else if (c->multi || (fl & F_MORE)) {
             c->multi = (fl & F_MORE) != 0;
             if (!c->multi) {
@@ -540,6 +546,7 @@ static int s_read(s_parse_t *P, s_conn_t *c)
 /* ---- DEALER ---- */
 
 static const char *const s_dealer_peers[] = {"ROUTER", "DEALER", "REP", NULL};
+static const char *const s_pub_peers[] = {"XSUB", "SUB", NULL};
 static const char *const s_router_peers[] = {"DEALER", "ROUTER", "REQ", NULL};
 
 struct zmtp_dealer {
@@ -551,11 +558,16 @@ struct zmtp_dealer {
     int64_t max_msg;
     zmtp_dealer_fn *cb;
     zmtp_batch_fn *batch;
+    zmtp_sub_fn *sub;   /* a publisher: its peer's (un)subscriptions */
+    zmtp_lost_fn *lost; /* a publisher: a connection's handshake was done and it is gone */
     void *arg;
+    const char *type;               /* our Socket-Type */
+    const char *const *peers;       /* the peer's we take */
     s_conn_t c;
     int64_t ivl;
     int reconnect_timer;
     bool flush_due; /* a flush is deferred to the end of this round of the loop */
+    bool at_once;   /* zmtp_dealer_write_at_once */
     int depth;
     bool dead;
     char err[320];
@@ -596,10 +608,12 @@ static void s_dealer_retry(reactor_t *r, int id, void *arg)
 static void s_drop_partial(s_conn_t *c)
 {
     size_t pos = 0;
-    while (pos < c->out_off && pos + 2 <= c->out.len) {
+    bool more = false; /* pos is inside a message of several frames */
+    while ((pos < c->out_off || more) && pos + 2 <= c->out.len) {
         const uint8_t *p = c->out.data + pos;
         size_t hl = (p[0] & F_LONG) ? 9 : 2;
         uint64_t sz = (p[0] & F_LONG) ? s_be64(p + 1) : p[1];
+        more = (p[0] & F_MORE) != 0;
         pos += hl + (size_t)sz;
     }
     pos = SR_MIN(pos, c->out.len);
@@ -627,6 +641,8 @@ static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
         close(d->c.fd);
     }
     bool was_open = d->c.state == S_OPEN;
+    if (was_open && d->lost && !d->dead)
+        d->lost(d->arg);
     if (d->c.state >= S_GREET)
         d->st.disconnects++;
     snprintf(d->err, sizeof d->err, "%s: %s", d->ep, why);
@@ -659,8 +675,39 @@ static void s_dealer_msg(void *owner, s_conn_t *c, const uint8_t *body, size_t l
 {
     (void)c;
     zmtp_dealer_t *d = owner;
-    if (!d->dead)
+    if (d->dead)
+        return;
+    if (!d->sub) {
         d->cb(d->arg, body, len);
+    } else if (len >= 1 && body[0] <= 1) { /* ZMTP 3.0's form: [1 topic] / [0 topic] */
+        d->sub(d->arg, body[0] == 1, body + 1, len - 1);
+    } else {
+        d->st.dropped_msgs++; /* not a subscription: nothing else comes to a publisher */
+        if (d->cb)
+            d->cb(d->arg, body, len);
+    }
+}
+
+/* s_dealer_dropped: a message of several frames came (and went); a publisher tells its owner. */
+static void s_dealer_dropped(void *owner, s_conn_t *c)
+{
+    (void)c;
+    zmtp_dealer_t *d = owner;
+    if (d->sub && d->cb && !d->dead)
+        d->cb(d->arg, NULL, 0);
+}
+
+/* s_dealer_cmd takes ZMTP 3.1's SUBSCRIBE and CANCEL commands (a publisher's). */
+static void s_dealer_cmd(void *owner, const uint8_t *b, size_t n)
+{
+    zmtp_dealer_t *d = owner;
+    if (d->dead || !d->sub || n < 1 || (size_t)b[0] + 1 > n)
+        return;
+    size_t nl = b[0];
+    if (s_name_is(b + 1, nl, "SUBSCRIBE"))
+        d->sub(d->arg, true, b + 1 + nl, n - 1 - nl);
+    else if (s_name_is(b + 1, nl, "CANCEL"))
+        d->sub(d->arg, false, b + 1 + nl, n - 1 - nl);
 }
 
 static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
@@ -681,15 +728,17 @@ static void s_dealer_io(reactor_t *r, int fd, int revents, void *arg)
             return;
         }
         c->state = S_GREET;
-        s_hs_build(c, "DEALER", d->id, strlen(d->id));
+        s_hs_build(c, d->type, d->id, strlen(d->id));
         revents = REACTOR_WRITE | REACTOR_READ;
     }
     char why[256] = "";
     if (revents & (REACTOR_READ | REACTOR_ERROR)) {
         s_parse_t P = {.ready = s_dealer_ready,
                        .msg = s_dealer_msg,
+                       .dropped = s_dealer_dropped,
+                       .cmd = s_dealer_cmd,
                        .owner = d,
-                       .peer_types = s_dealer_peers,
+                       .peer_types = d->peers,
                        .max_msg = d->max_msg,
                        .st = &d->st,
                        .why = why,
@@ -767,12 +816,12 @@ static void s_dealer_connect(zmtp_dealer_t *d)
     c->hs_timer = t > 0 ? t : 0;
 }
 
-zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
-                               zmtp_dealer_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
-                               size_t errlen)
+static zmtp_dealer_t *s_dealer_make(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
+                                    zmtp_dealer_fn *cb, zmtp_sub_fn *sub, void *arg, char *err,
+                                    size_t errlen)
 {
     zmtp_dealer_t *d = sr_xcalloc(1, sizeof *d);
-    if (!r || !cb || !s_parse_ep(ep, false, &d->sa, &d->salen) || (id && strlen(id) > 255)) {
+    if (!r || (!cb && !sub) || !s_parse_ep(ep, false, &d->sa, &d->salen) || (id && strlen(id) > 255)) {
         if (err && errlen)
             snprintf(err, errlen, "connect %s: %s", ep ? ep : "(null)",
                      id && strlen(id) > 255 ? "a routing identity of more than 255 bytes"
@@ -785,11 +834,36 @@ zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int
     snprintf(d->id, sizeof d->id, "%s", id ? id : "");
     d->max_msg = max_msg > 0 ? max_msg : S_DEFAULT_MAX;
     d->cb = cb;
-    d->batch = batch;
+    d->sub = sub;
     d->arg = arg;
+    d->type = sub ? "XPUB" : "DEALER"; /* (a publisher's cb: what is not a subscription) */
+    d->peers = sub ? s_pub_peers : s_dealer_peers;
     d->ivl = S_RECONNECT_MS;
     s_conn_reset(&d->c);
     s_dealer_connect(d);
+    return d;
+}
+
+zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
+                               zmtp_dealer_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
+                               size_t errlen)
+{
+    zmtp_dealer_t *d = cb ? s_dealer_make(r, ep, id, max_msg, cb, NULL, arg, err, errlen) : NULL;
+    if (!cb && err && errlen)
+        snprintf(err, errlen, "connect %s: no handler", ep ? ep : "(null)");
+    if (d)
+        d->batch = batch;
+    return d;
+}
+
+zmtp_dealer_t *zmtp_pub_new(reactor_t *r, const char *ep, zmtp_sub_fn *sub, zmtp_lost_fn *lost,
+                            zmtp_dealer_fn *other, void *arg, char *err, size_t errlen)
+{
+    zmtp_dealer_t *d = sub ? s_dealer_make(r, ep, NULL, 0, other, sub, arg, err, errlen) : NULL;
+    if (!sub && err && errlen)
+        snprintf(err, errlen, "connect %s: no handler", ep ? ep : "(null)");
+    if (d)
+        d->lost = lost;
     return d;
 }
 
@@ -812,23 +886,45 @@ void zmtp_dealer_flush(zmtp_dealer_t *d)
     }
 }
 
-int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len)
+/* s_dealer_queue queues [head][body] (head NULL: [body]) and has it written (zmtp_dealer_send). */
+static int s_dealer_queue(zmtp_dealer_t *d, const void *head, size_t hlen, const void *body,
+                          size_t len)
 {
     if (d->c.out_msgs >= ZMTP_HWM) {
         snprintf(d->err, sizeof d->err, "%s: %d messages queued (the high-water mark)", d->ep,
                  ZMTP_HWM);
         return SR_EAGAIN;
     }
-    if (s_append_frame(&d->c, 0, body, len) != SR_OK)
+    size_t at = d->c.out.len;
+    if ((head && s_append_frame(&d->c, F_MORE, head, hlen) != SR_OK) ||
+        s_append_frame(&d->c, 0, body, len) != SR_OK) {
+        d->c.out.len = at; /* not half a message */
         return SR_ENOMEM;
+    }
     d->c.out_msgs++;
     if (d->c.state != S_OPEN || d->depth > 0)
         return SR_OK; /* the handshake's end, or the end of this read, writes it */
-    if (!reactor_running(d->r))
+    if (d->at_once || !reactor_running(d->r))
         zmtp_dealer_flush(d);
     else if (!d->flush_due) /* the round's sends leave together, before the loop waits */
         d->flush_due = reactor_defer(d->r, s_dealer_flush_cb, d) == SR_OK;
     return SR_OK;
+}
+
+int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len)
+{
+    return s_dealer_queue(d, NULL, 0, body, len);
+}
+
+int zmtp_pub_send(zmtp_dealer_t *d, const char *topic, const void *body, size_t len)
+{
+    return s_dealer_queue(d, topic, strlen(topic), body, len);
+}
+
+void zmtp_dealer_write_at_once(zmtp_dealer_t *d, bool on)
+{
+    if (d)
+        d->at_once = on;
 }
 
 bool zmtp_dealer_connected(const zmtp_dealer_t *d)

@@ -86,8 +86,35 @@ zmtp_dealer_t *zmtp_dealer_new(reactor_t *r, const char *ep, const char *id, int
                                zmtp_dealer_fn *cb, zmtp_batch_fn *batch, void *arg, char *err,
                                size_t errlen);
 
+/* ---- a publisher: the DEALER's connection and queue, speaking XPUB ---- */
+
+/* A subscription (on) or its cancel of topic (len bytes) from the publisher's peer, in either
+ * of ZMTP's forms (a [1 topic] / [0 topic] message, or 3.1's SUBSCRIBE / CANCEL command). */
+typedef void(zmtp_sub_fn)(void *arg, bool on, const void *topic, size_t len);
+/* The connection whose subscriptions came is gone (they are gone with it; the publisher
+ * reconnects, and the peer sends its subscriptions again). */
+typedef void(zmtp_lost_fn)(void *arg);
+
+/* zmtp_pub_new connects a publisher (Socket-Type XPUB: an XSUB or SUB peer) to ep, as
+ * zmtp_dealer_new connects a DEALER; sub is called with each subscription, lost (may be NULL) when
+ * a connection that finished its handshake is gone, other (may be NULL) with a message that is no
+ * subscription (body NULL: one of several frames; either way also in dropped_msgs). Messages go with zmtp_pub_send; the queue, the
+ * reconnects, the high-water mark and zmtp_dealer_destroy are the DEALER's. Unlike libzmq's PUB,
+ * nothing is filtered or dropped here: what is sent reaches the peer (an XSUB takes every
+ * message); whether to send before a subscription came is the caller's choice. */
+zmtp_dealer_t *zmtp_pub_new(reactor_t *r, const char *ep, zmtp_sub_fn *sub, zmtp_lost_fn *lost,
+                            zmtp_dealer_fn *other, void *arg, char *err, size_t errlen);
+
+/* zmtp_pub_send queues [topic][body] (topic a C string). SR_OK or SR_EAGAIN (high-water mark). */
+int zmtp_pub_send(zmtp_dealer_t *d, const char *topic, const void *body, size_t len);
+
 /* zmtp_dealer_send queues [body]. SR_OK, or SR_EAGAIN with ZMTP_HWM messages queued. */
 int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len);
+
+/* zmtp_dealer_write_at_once(d, true): a send outside the dealer's own handler is written at once
+ * (one system call a message, as soon as possible: a link of few messages whose latency counts,
+ * the actor's to the coordinator), not at the end of the loop round. */
+void zmtp_dealer_write_at_once(zmtp_dealer_t *d, bool on);
 
 /* zmtp_dealer_flush writes what is queued now, as far as the socket takes it without waiting. */
 void zmtp_dealer_flush(zmtp_dealer_t *d);

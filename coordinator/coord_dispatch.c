@@ -1,8 +1,8 @@
 /*
  * coord_dispatch.c — the coordinator's dispatch and leases: epochs allocated in blocks from the
  * run's counter (INCRBY on the store thread), the dispatch pass (jobs leased to actors with credit,
- * their leases persisted in one pipelined round trip, only then the JOBs sent), the next plain
- * round opened once the queue runs dry.
+ * their leases persisted in the sink's next pipelined round trip, only then the JOBs sent), the
+ * next plain round opened once the queue runs dry.
  *
  * Part of the coordinator (coordinator/coord_int.h lists its files).
  */
@@ -128,8 +128,10 @@ static void s_send_job(coord_t *c, int ji, coord_actor_t *a)
 }
 
 /* A batch of leases on its way to Redis (hash lease:<round>, so a resumed coordinator can
- * re-adopt them); its JOBs are sent once they are persisted. */
-typedef struct {
+ * re-adopt them); its JOBs are sent once they are persisted. The sink's batches carry them
+ * (ci_sink_leases): their HSETs go in the same pipelined round trip as the RESULTs stored then. */
+struct ci_leases {
+    ci_leases_t *next; /* in the sink's list, then in its batch */
     coord_t *c;
     size_t n, cap;
     struct s_lease_one {
@@ -139,7 +141,8 @@ typedef struct {
         uint8_t actor[COORD_ID_MAX];
         size_t actor_len;
     } v[]; /* cap entries, grown while the pass leases more (at most DISPATCH_BATCH) */
-} s_leases_t;
+};
+typedef ci_leases_t s_leases_t;
 
 /* s_leases_room makes room for one more lease in *Lp (allocated on the first, grown by doubling:
  * a pass in the steady state leases one or two jobs, and zeroing DISPATCH_BATCH entries of half
@@ -159,12 +162,23 @@ static void s_leases_room(coord_t *c, s_leases_t **Lp)
     *Lp = L;
 }
 
-static int s_leases_work(store_t *st, void *arg, char *err)
+ci_leases_t *ci_leases_next(const ci_leases_t *L)
 {
-    (void)err;
-    s_leases_t *L = arg;
-    if (!st)
-        return SR_EREDIS;
+    return L->next;
+}
+
+void ci_leases_set_next(ci_leases_t *L, ci_leases_t *next)
+{
+    L->next = next;
+}
+
+size_t ci_leases_len(const ci_leases_t *L)
+{
+    return L->n;
+}
+
+int ci_leases_queue(store_t *st, const ci_leases_t *L)
+{
     coord_store_lease_t v[DISPATCH_BATCH];
     for (size_t i = 0; i < L->n; i++)
         v[i] = (coord_store_lease_t){.round = L->v[i].round,
@@ -172,12 +186,21 @@ static int s_leases_work(store_t *st, void *arg, char *err)
                                      .epoch = L->v[i].epoch,
                                      .actor = L->v[i].actor,
                                      .actor_len = L->v[i].actor_len};
-    return coord_store_leases_put(st, v, L->n);
+    return coord_store_leases_queue(st, v, L->n);
 }
 
-static void s_leases_done(int rc, const char *err, void *arg)
+void ci_leases_refuse(coord_t *c, ci_leases_t *L)
 {
-    s_leases_t *L = arg;
+    for (size_t i = 0; i < L->n; i++) {
+        coord_actor_t *a = coord_sched_actor_find(c->sched, L->v[i].actor, L->v[i].actor_len);
+        if (coord_sched_requeue(c->sched, L->v[i].job) == SR_OK && a)
+            coord_sched_actor_refund(c->sched, a);
+    }
+    free(L);
+}
+
+void ci_leases_done(int rc, const char *err, ci_leases_t *L)
+{
     coord_t *c = L->c;
     if (c->sq_closing || c->draining) {
         free(L); /* no JOB goes out once the loop stopped: a resume re-adopts the leases */
@@ -210,7 +233,8 @@ static void s_leases_done(int rc, const char *err, void *arg)
 }
 
 /* s_dispatch_pass leases queued jobs to actors with credit and hands each batch to the store
- * thread; its JOBs go out once the leases are persisted (s_leases_done). */
+ * thread (with the sink's next batch); its JOBs go out once the leases are persisted
+ * (ci_leases_done). */
 static void s_dispatch_pass(coord_t *c)
 {
     for (;;) {
@@ -229,7 +253,7 @@ static void s_dispatch_pass(coord_t *c)
                 break;
             epoch = s_epoch(c);
             SR_ASSERT(epoch > 0); /* checked above */
-            /* No deadline until the JOB is sent (s_leases_done): a lease that expired before
+            /* No deadline until the JOB is sent (ci_leases_done): a lease that expired before
              * would take the actor's credit with it, as the actor never saw the job. */
             int lrc = coord_sched_lease(c->sched, ji, a, epoch, INT64_MAX / 2);
             SR_ASSERT(lrc == SR_OK); /* picked: a pending job and an actor with credit */
@@ -252,16 +276,9 @@ static void s_dispatch_pass(coord_t *c)
         if (!L)
             return;
         size_t n = L->n;
-        if (storeq_submit(c->sq, s_leases_work, s_leases_done, L) != SR_OK) {
-            for (size_t i = 0; i < n; i++) {
-                coord_actor_t *a2 =
-                    coord_sched_actor_find(c->sched, L->v[i].actor, L->v[i].actor_len);
-                if (coord_sched_requeue(c->sched, L->v[i].job) == SR_OK && a2)
-                    coord_sched_actor_refund(c->sched, a2);
-            }
-            free(L);
-            return;
-        }
+        L->next = NULL;
+        if (ci_sink_leases(c, L) != SR_OK)
+            return; /* refused (ci_leases_refuse): the jobs are back in the queue */
         if (n < DISPATCH_BATCH)
             return;
     }

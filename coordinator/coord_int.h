@@ -71,6 +71,7 @@
 #define EP_MAX 1100
 
 struct ci_sink_outcome;
+typedef struct ci_leases ci_leases_t; /* a batch of leases (coord_dispatch.c) */
 
 /* An open round. The scheduler holds the open rounds' groups, the oldest round's first. */
 typedef struct {
@@ -112,10 +113,12 @@ struct coord {
                       * env-worker registry, the run record */
     bool sq_closing; /* completions after the loop are only freed */
     bool draining;   /* the loop stopped: completions finish what they must, start nothing */
-    /* RESULTs on their way to Redis (coord_sink.c): stored a batch at a time, two pipelined
-     * round trips a batch; those that come while a batch is at the store thread wait here and
-     * go together once it is back (ci_sink_flush sends them at once). */
+    /* RESULTs and leases on their way to Redis (coord_sink.c): stored a batch at a time, the
+     * leases' HSETs in the same pipelined round trip as the RESULTs; those that come while a
+     * batch is at the store thread wait here and go together once it is back (ci_sink_flush
+     * sends them at once). */
     void *put_head, *put_tail;
+    ci_leases_t *lease_head, *lease_tail;
     bool put_inflight;
     coord_sched_t *sched;
     int timer;
@@ -231,6 +234,16 @@ void ci_send_ack(coord_t *c, const void *id, size_t idlen, const char *job_id, i
 /* coord_dispatch.c: a dispatch pass (and the next plain round once the queue runs dry); a stored
  * result counted into its open round's summary */
 void ci_dispatch(coord_t *c);
+/* a batch of leases (the sink's batches carry them to Redis): the next in a list, its count, its
+ * HSETs queued on a pipeline (coord_store_leases_queue), what becomes of it once they ran
+ * (ci_leases_done: the JOBs sent, or the jobs back in the queue when rc is an error), or its jobs
+ * back in the queue when it cannot be handed over (ci_leases_refuse). Done and refuse free it. */
+ci_leases_t *ci_leases_next(const ci_leases_t *L);
+void ci_leases_set_next(ci_leases_t *L, ci_leases_t *next);
+size_t ci_leases_len(const ci_leases_t *L);
+int ci_leases_queue(store_t *st, const ci_leases_t *L);
+void ci_leases_done(int rc, const char *err, ci_leases_t *L);
+void ci_leases_refuse(coord_t *c, ci_leases_t *L);
 void ci_acc_add(ci_open_t *R, const char *status, int64_t steps, int64_t llm_calls, int64_t tokens,
                 bool won, const char *error);
 
@@ -282,5 +295,9 @@ void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, cons
  * ci_sink_free frees those still waiting (the coordinator is destroyed). */
 void ci_sink_flush(coord_t *c);
 void ci_sink_free(coord_t *c);
+/* ci_sink_leases hands the lease batch L to the store thread with the sink's next batch (now, when
+ * no batch is there). SR_OK, or an error when it cannot be submitted: L was refused then
+ * (ci_leases_refuse). */
+int ci_sink_leases(coord_t *c, ci_leases_t *L);
 
 #endif

@@ -215,31 +215,47 @@ void coord_results_sum(const coord_results_t *r, coord_round_summary_t *sum)
  * for nil, binary and what nests deeper than PROTO_MAX_DEPTH; strings and numbers as cJSON prints
  * them. It writes with no tree: a round of 256 groups x 8 trajectories is ~20 MB of JSON, and
  * building and printing a cJSON tree for it cost the round writer several times the CPU. */
-/* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
- * JSON array; a length that is not whole words gives null. */
-/* s_udec32 writes u in decimal at o (room for 10) and returns its length: digits in pairs from
- * a table, the length counted first so they go straight to their place. */
+/* s_udec32 writes u in decimal at o (room for 10 bytes; up to 8 may be written past the digits)
+ * and returns its length. */
 static inline size_t s_udec32(uint32_t u, char *o)
 {
     static const char d2[] =
         "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
         "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
         "8081828384858687888990919293949596979899";
-    static const uint32_t p10[10] = {1,      10,      100,      1000,      10000,
-                                     100000, 1000000, 10000000, 100000000, 1000000000};
-    /* digits: from the bit length (1233 / 4096 is just above log10 2), one more when u reaches
-     * the next power of ten */
-    size_t n = (size_t)(((32 - __builtin_clz(u | 1)) * 1233) >> 12);
-    n += n < 10 && u >= p10[n];
-    n += n == 0;
-    char *p = o + n;
-    if (u >= 10000) { /* four digits at once: two pairs from one division by 10^4 */
-        uint32_t lo = u % 10000;
-        u /= 10000;
-        memcpy(p - 2, d2 + 2 * (lo % 100), 2);
-        memcpy(p - 4, d2 + 2 * (lo / 100), 2);
-        p -= 4;
+    if (u < 100000000) {
+        /* up to eight digits (every token id of today's vocabularies): all eight made at once
+         * in one 64-bit word, two lanes of four and then of two digits (each lane divided by
+         * 100 and by 10 with a multiply and a shift, exact below 10^4), the first digit in the
+         * lowest byte; the leading zeros (zero bytes before the '0's are added) counted and
+         * shifted out, and the word stored whole (o has room) */
+        uint64_t x = u / 10000 | (uint64_t)(u % 10000) << 32;
+        uint64_t hi = ((x * 10486) >> 20) & (0x7Full << 32 | 0x7Full);
+        uint64_t pairs = ((x - 100 * hi) << 16) + hi;
+        uint64_t tens = ((pairs * 103) >> 10) & (0xFull << 48 | 0xFull << 32 | 0xFull << 16 | 0xF);
+        uint64_t digits = tens + ((pairs - 10 * tens) << 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        size_t lead = digits ? (size_t)__builtin_ctzll(digits) / 8 : 7; /* u = 0: "0" */
+        digits = (digits + 0x3030303030303030ull) >> 8 * lead;
+        memcpy(o, &digits, 8);
+        return 8 - lead;
+#else
+        size_t lead = 0;
+        while (lead < 7 && ((digits >> 8 * lead) & 0xff) == 0)
+            lead++;
+        for (size_t i = lead; i < 8; i++)
+            o[i - lead] = (char)('0' + ((digits >> 8 * i) & 0xff));
+        return 8 - lead;
+#endif
     }
+    /* nine or ten digits: pairs from the table, from the last */
+    size_t n = u >= 1000000000 ? 10 : 9;
+    char *p = o + n;
+    uint32_t lo = u % 10000;
+    u /= 10000;
+    memcpy(p - 2, d2 + 2 * (lo % 100), 2);
+    memcpy(p - 4, d2 + 2 * (lo / 100), 2);
+    p -= 4;
     while (u >= 100) {
         p -= 2;
         memcpy(p, d2 + 2 * (u % 100), 2);
@@ -252,6 +268,70 @@ static inline size_t s_udec32(uint32_t u, char *o)
     return n;
 }
 
+/* s_le32 reads the little-endian 32-bit word at p. */
+static inline uint32_t s_le32(const uint8_t *p)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+#endif
+}
+
+#define S_BIN32_ROOM 40 /* bytes one element may take in the chunk: "%.9g" (32 at most), a comma */
+
+/* s_ids writes the int32 words [i, end) of p, each followed by a comma, at o; returns the bytes. */
+static size_t s_ids(const uint8_t *p, size_t i, size_t end, char *o)
+{
+    char *q = o;
+    for (; i < end; i++) {
+        uint32_t v = s_le32(p + 4 * i);
+        if ((int32_t)v < 0) {
+            *q++ = '-';
+            v = 0u - v;
+        }
+        q += s_udec32(v, q);
+        *q++ = ',';
+    }
+    return (size_t)(q - o);
+}
+
+/* s_logprobs writes the float32 words [i, end) of p as "%.9g" (null when not finite), each
+ * followed by a comma, at o; returns the bytes. A +0 (a sure token: most of them) is "0", two of
+ * them in a row written at once. */
+static size_t s_logprobs(const uint8_t *p, size_t i, size_t end, char *o)
+{
+    char *q = o;
+    while (i < end) {
+        if (i + 1 < end) {
+            uint64_t two;
+            memcpy(&two, p + 4 * i, 8);
+            if (two == 0) {
+                memcpy(q, "0,0,", 4);
+                q += 4;
+                i += 2;
+                continue;
+            }
+        }
+        uint32_t v = s_le32(p + 4 * i++);
+        if (v == 0) {
+            memcpy(q, "0,", 2);
+            q += 2;
+            continue;
+        }
+        float f;
+        memcpy(&f, &v, 4);
+        q += jsonw_f32_fmt(f, q);
+        *q++ = ',';
+    }
+    return (size_t)(q - o);
+}
+
+/* s_write_bin32 writes a step's token bin (little-endian int32 ids, or float32 logprobs) as a
+ * JSON array; a length that is not whole words gives null. The elements go into a chunk on the
+ * stack as many at a time as surely fit, and the chunk is appended whole. */
 static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
 {
     if (n % 4) {
@@ -259,32 +339,23 @@ static void s_write_bin32(jsonw_t *w, const void *bin, size_t n, bool is_float)
         return;
     }
     const uint8_t *p = bin;
+    size_t words = n / 4;
     char chunk[4096]; /* written here, appended a chunk at a time */
     size_t at = 0;
     chunk[at++] = '[';
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t v = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
-                     (uint32_t)p[i + 3] << 24;
-        if (at > sizeof chunk - 40) {
+    for (size_t i = 0; i < words;) {
+        size_t end = i + (sizeof chunk - 1 - at) / S_BIN32_ROOM;
+        if (end > words)
+            end = words;
+        at += is_float ? s_logprobs(p, i, end, chunk + at) : s_ids(p, i, end, chunk + at);
+        i = end;
+        if (i < words) {
             jsonw_raw(w, chunk, at);
             at = 0;
         }
-        if (i)
-            chunk[at++] = ',';
-        if (is_float) {
-            float f;
-            memcpy(&f, &v, 4);
-            if (v == 0) /* +0: "%.9g" is "0" (a sure token's logprob) */
-                chunk[at++] = '0';
-            else
-                at += jsonw_f32_fmt(f, chunk + at); /* "%.9g", null when not finite */
-        } else {
-            int32_t x = (int32_t)v;
-            if (x < 0)
-                chunk[at++] = '-';
-            at += s_udec32(x < 0 ? 0u - v : v, chunk + at);
-        }
     }
+    if (words)
+        at--; /* the last comma */
     chunk[at++] = ']';
     jsonw_raw(w, chunk, at);
 }

@@ -200,11 +200,23 @@ static void s_put_done(int rc, const char *err, void *arg)
 
 /* ---- storing RESULTs a batch at a time ------------------------------------------------------ */
 
-/* A batch of RESULTs at the store thread. */
+/* A batch of RESULTs and leases at the store thread. */
 typedef struct {
     coord_t *c;
     s_put_t *head;
+    ci_leases_t *leases; /* their HSETs go first in the batch's first pipeline */
+    int lrc;             /* the leases' answer, and its reason */
+    char lerr[STOREQ_ERR_MAX];
 } s_batch_t;
+
+/* s_leases_fail sets the batch's leases' answer to the error rc with the store's reason. */
+static void s_leases_fail(s_batch_t *B, int rc, store_t *st)
+{
+    if (B->lrc != SR_OK)
+        return;
+    B->lrc = rc;
+    snprintf(B->lerr, sizeof B->lerr, "%s", st ? store_errstr(st) : "no connection to Redis");
+}
 
 /* s_item_fail sets one RESULT's answer to the error rc with the store's reason. */
 static void s_item_fail(s_put_t *p, int rc, store_t *st)
@@ -220,11 +232,37 @@ typedef struct {
     s_put_t **v;
     bool finish; /* phase two: the group finishes; phase one: the result transactions */
     bool merged; /* both phases in one round trip: item i's result, then its finish */
+    s_batch_t *B;
+    size_t front, front_read; /* the leases' HSETs in front of the items' replies, those read */
 } s_pipe_t;
+
+/* s_front_end ends the leases' part of the first pipeline: the leases failed unless each of
+ * their replies was read (a pipeline cut short, or sent only to keep the connection in step). */
+static void s_front_end(s_pipe_t *ph, int rc)
+{
+    if (ph->front && ph->front_read < ph->front) {
+        if (rc == SR_OK) {
+            rc = SR_EREDIS;
+            store_set_err(ph->st, "store: the leases' replies were not read");
+        }
+        s_leases_fail(ph->B, rc, ph->st);
+    }
+    ph->front = ph->front_read = 0;
+}
 
 static int s_pipe_reply(size_t index, const store_reply_t *reply, void *arg)
 {
     s_pipe_t *ph = arg;
+    if (index < ph->front) { /* a lease's HSET */
+        ph->front_read++;
+        if (store_reply_type(reply) == STORE_REPLY_ERROR && ph->B->lrc == SR_OK) {
+            ph->B->lrc = SR_EREDIS;
+            snprintf(ph->B->lerr, sizeof ph->B->lerr, "redis: %s",
+                     store_reply_text(reply) ? store_reply_text(reply) : "error");
+        }
+        return 0;
+    }
+    index -= ph->front;
     bool finish = ph->finish;
     if (ph->merged) {
         finish = index % 2 == 1;
@@ -287,12 +325,14 @@ static void s_batch_one(s_pipe_t *ph, size_t n)
     }
     if (rc != SR_OK) {
         store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
+        s_front_end(ph, rc);
         for (size_t i = 0; i < n; i++)
             s_item_fail(ph->v[i], rc, st);
         return;
     }
     ph->merged = true;
-    store_pipe_exec(st, s_pipe_reply, ph); /* unread replies leave their items as they are */
+    /* unread replies leave their items as they are */
+    s_front_end(ph, store_pipe_exec(st, s_pipe_reply, ph));
     ph->merged = false;
 }
 
@@ -300,7 +340,8 @@ static void s_batch_one(s_pipe_t *ph, size_t n)
  * in two pipelined round trips: the result transactions, then the group finishes of those that
  * became final (in one, s_batch_one, when every RESULT's round is in order). A RESULT that needs
  * more (a cancel to confirm, a failed trajectory, a retry, a script the server lost) goes through
- * s_put_work alone. Each item's answer is in its brc. */
+ * s_put_work alone. Each item's answer is in its brc. The batch's leases go in front of the first
+ * pipeline (alone when no RESULT is pipelined); their answer is in lrc. */
 static int s_batch_work(store_t *st, void *arg, char *err)
 {
     (void)err;
@@ -326,7 +367,29 @@ static int s_batch_work(store_t *st, void *arg, char *err)
             v[nv++] = p;
         }
     }
-    s_pipe_t ph = {.st = st, .v = v};
+    s_pipe_t ph = {.st = st, .v = v, .B = B};
+    B->lrc = SR_OK;
+    if (B->leases && !st) {
+        s_leases_fail(B, SR_EREDIS, NULL);
+    } else if (B->leases) {
+        /* the group script loaded first: its SCRIPT LOAD must not find the leases queued */
+        int qrc = nv > 0 ? store_group_pipe_prepare(st) : SR_OK;
+        size_t nl = 0;
+        for (ci_leases_t *L = B->leases; L && qrc == SR_OK; L = ci_leases_next(L)) {
+            qrc = ci_leases_queue(st, L);
+            nl += ci_leases_len(L);
+        }
+        if (qrc != SR_OK) {
+            store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
+            s_leases_fail(B, qrc, st);
+        } else if (nv == 0) {
+            int erc = store_pipe_exec(st, NULL, NULL);
+            if (erc != SR_OK)
+                s_leases_fail(B, erc, st);
+        } else {
+            ph.front = nl; /* they ride with the first pipeline below */
+        }
+    }
     bool merged = nv > 0;
     for (size_t i = 0; i < nv; i++)
         merged = merged && v[i]->merge;
@@ -341,11 +404,14 @@ static int s_batch_work(store_t *st, void *arg, char *err)
                                    v[i]->len);
     if (rc != SR_OK) {
         store_pipe_exec(st, NULL, NULL); /* keep the connection in step */
+        s_front_end(&ph, rc);
         for (size_t i = 0; i < nv; i++)
             s_item_fail(v[i], rc, st);
         nv = 0;
-    } else if (nv > 0 && (rc = store_pipe_exec(st, s_pipe_reply, &ph)) != SR_OK) {
-        for (size_t i = 0; i < nv; i++)
+    } else if (nv > 0) {
+        rc = store_pipe_exec(st, s_pipe_reply, &ph);
+        s_front_end(&ph, rc);
+        for (size_t i = 0; rc != SR_OK && i < nv; i++)
             if (v[i]->brc == SR_OK)
                 v[i]->brc = SR_EAGAIN; /* its result is stored; its finish runs alone */
     }
@@ -389,16 +455,21 @@ static int s_batch_work(store_t *st, void *arg, char *err)
     return SR_OK;
 }
 
-static void s_batch_send(coord_t *c);
+static int s_batch_send(coord_t *c);
 
-/* s_batch_done (loop) finishes each RESULT of the batch as s_put_done does one, then sends the
- * RESULTs that came meanwhile. */
+/* s_batch_done (loop) finishes the batch's leases (their JOBs sent) and each RESULT of the batch
+ * as s_put_done does one, then sends the RESULTs and leases that came meanwhile. */
 static void s_batch_done(int rc, const char *err, void *arg)
 {
     (void)rc;
     (void)err;
     s_batch_t *B = arg;
     coord_t *c = B->c;
+    for (ci_leases_t *L = B->leases, *next; L; L = next) {
+        next = ci_leases_next(L);
+        ci_leases_set_next(L, NULL);
+        ci_leases_done(B->lrc, B->lerr, L);
+    }
     for (s_put_t *p = B->head, *next; p; p = next) {
         next = p->next;
         p->next = NULL;
@@ -410,18 +481,23 @@ static void s_batch_done(int rc, const char *err, void *arg)
         s_batch_send(c);
 }
 
-/* s_batch_send hands the waiting RESULTs to the store thread as one batch. */
-static void s_batch_send(coord_t *c)
+/* s_batch_send hands the waiting RESULTs and leases to the store thread as one batch. Returns
+ * SR_OK, or the error of a batch that could not be submitted (its RESULTs and leases dropped:
+ * their jobs stay leased until stored again, or go back to the queue). */
+static int s_batch_send(coord_t *c)
 {
-    if (!c->put_head)
-        return;
-    s_batch_t *B = sr_xmalloc(sizeof *B);
+    if (!c->put_head && !c->lease_head)
+        return SR_OK;
+    s_batch_t *B = sr_xcalloc(1, sizeof *B);
     B->c = c;
     B->head = c->put_head;
+    B->leases = c->lease_head;
     c->put_head = c->put_tail = NULL;
-    if (storeq_submit(c->sq, s_batch_work, s_batch_done, B) == SR_OK) {
+    c->lease_head = c->lease_tail = NULL;
+    int rc = storeq_submit(c->sq, s_batch_work, s_batch_done, B);
+    if (rc == SR_OK) {
         c->put_inflight = true;
-        return;
+        return SR_OK;
     }
     for (s_put_t *p = B->head, *next; p; p = next) {
         next = p->next;
@@ -430,7 +506,12 @@ static void s_batch_send(coord_t *c)
             coord_sched_unstore(c->sched, ji);
         s_put_free(p);
     }
+    for (ci_leases_t *L = B->leases, *next; L; L = next) {
+        next = ci_leases_next(L);
+        ci_leases_refuse(c, L);
+    }
     free(B);
+    return rc;
 }
 
 /* s_put_queue stores RESULT p: at once when no batch is at the store thread, else with the next
@@ -468,6 +549,22 @@ void ci_sink_free(coord_t *c)
         s_put_free(p);
     }
     c->put_head = c->put_tail = NULL;
+    for (ci_leases_t *L = c->lease_head, *next; L; L = next) {
+        next = ci_leases_next(L);
+        free(L);
+    }
+    c->lease_head = c->lease_tail = NULL;
+}
+
+int ci_sink_leases(coord_t *c, ci_leases_t *L)
+{
+    ci_leases_set_next(L, NULL);
+    if (c->lease_tail)
+        ci_leases_set_next(c->lease_tail, L);
+    else
+        c->lease_head = L;
+    c->lease_tail = L;
+    return c->put_inflight ? SR_OK : s_batch_send(c);
 }
 
 void ci_on_result(coord_t *c, const void *id, size_t idlen, proto_msg_t *m, const void *body,

@@ -249,7 +249,7 @@ int coord_store_epochs(store_t *s, int64_t block, int64_t *top)
     return rc;
 }
 
-int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
+int coord_store_leases_queue(store_t *s, const coord_store_lease_t *v, size_t n)
 {
     char key[STORE_KEY_MAX];
     int64_t key_round = -1;
@@ -265,10 +265,18 @@ int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
         const char *argv[] = {"HSET", key, v[i].job_id, val};
         size_t lens[] = {4, strlen(key), strlen(v[i].job_id), (size_t)hl + alen};
         int rc = store_pipe_appendv(s, 4, argv, lens);
-        if (rc != SR_OK) {
-            store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
+        if (rc != SR_OK)
             return rc;
-        }
+    }
+    return SR_OK;
+}
+
+int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n)
+{
+    int rc = coord_store_leases_queue(s, v, n);
+    if (rc != SR_OK) {
+        store_pipe_exec(s, NULL, NULL); /* keep the connection in step */
+        return rc;
     }
     return store_pipe_exec(s, NULL, NULL);
 }

@@ -86,6 +86,11 @@ typedef struct {
  * trip. Idempotent (a lease written twice is the same field). */
 int coord_store_leases_put(store_t *s, const coord_store_lease_t *v, size_t n);
 
+/* coord_store_leases_queue queues the n HSETs of coord_store_leases_put on s's pipeline without
+ * sending them (one reply each reaches store_pipe_exec's fn, in order). On an error the caller
+ * runs store_pipe_exec to keep the connection in step. */
+int coord_store_leases_queue(store_t *s, const coord_store_lease_t *v, size_t n);
+
 /* coord_store_lease_fn receives one persisted lease (valid during the call); non-zero stops the
  * walk and becomes the result. */
 typedef int (*coord_store_lease_fn)(const char *job_id, size_t job_len, int64_t epoch,

@@ -1581,6 +1581,66 @@ static void test_actions_within_the_batch_time_go_out_together(void **state)
     s_fx_fini(&f);
 }
 
+/* The slow joiner: the bus has no subscriber of the run's ACTIONs when the actor connects and
+ * runs its episodes. The actor holds their ACTIONs (its RESULTs go out meanwhile: the work
+ * channel does not wait for the bus); a subscriber that connects after the first RESULT gets
+ * every ACTION of the four trajectories, each trajectory's steps in order. */
+static void test_actions_wait_for_a_subscriber_that_comes_late(void **state)
+{
+    fx_t f;
+    s_fx_init(&f, 0);
+    transport_sock_destroy(&f.act_sub); /* no subscriber of act/ for now */
+    transport_proxy_stats_t ps;
+    int64_t deadline = harness_now_ms() + 5000;
+    do {
+        usleep(2000);
+        transport_proxy_stats(f.proxy, &ps);
+    } while (ps.topics > 0 && harness_now_ms() < deadline);
+    assert_int_equal(ps.topics, 0);
+    actor_cfg_t c;
+    s_fx_cfg(&f, &c, 4);
+    s_fx_start(&f, &c);
+    const char *envs[] = {f.env.endpoint};
+    s_co_welcome(&f, 10000, envs, 1);
+    for (int t = 0; t < 4; t++)
+        s_co_job(&f, "r0000-g0000", t, 4, 3, 1);
+    proto_msg_t m;
+    s_co_expect(&f, PROTO_RESULT, 5000, &m);
+    actor_stats_t st;
+    actor_stats(f.a, &st);
+    assert_int_equal(st.bus_waits_expired, 0); /* (else the check below proves nothing) */
+    assert_int_equal(st.actions_published, 0);
+    s_co_ack(&f, &m.u.result, true);
+    proto_msg_clear(&m);
+
+    char err[256];
+    f.act_sub = transport_sock_new(f.ctx, ZMQ_SUB, NULL, err, sizeof err);
+    assert_non_null(f.act_sub);
+    zmq_setsockopt(transport_sock_zmq(f.act_sub), ZMQ_SUBSCRIBE, "act/t/", 6);
+    assert_int_equal(transport_connect(f.act_sub, transport_proxy_sub_endpoint(f.proxy)), SR_OK);
+    int next[4] = {1, 1, 1, 1}, results = 1;
+    for (int n = 0; n < 12; n++) {
+        assert_true(s_recv_action(&f, &m, 5000, NULL, 0));
+        int t = (int)m.u.action.traj;
+        assert_true(t >= 0 && t < 4);
+        assert_int_equal(m.u.action.step, next[t]++);
+        assert_int_equal(m.u.action.ended, m.u.action.step == 3);
+        proto_msg_clear(&m);
+    }
+    assert_false(s_recv_action(&f, &m, 100, NULL, 0));
+    while (results < 4) {
+        s_co_expect(&f, PROTO_RESULT, 5000, &m);
+        s_co_ack(&f, &m.u.result, true);
+        proto_msg_clear(&m);
+        results++;
+    }
+    STATS_EVENTUALLY(&f, st, st.actions_published == 12);
+    assert_int_equal(st.actions_published, 12);
+    assert_int_equal(st.bus_waits_expired, 0);
+    assert_int_equal(st.actions_unsubscribed, 0);
+    s_fx_fini(&f);
+}
+
 static void test_record_messages_keeps_the_prompt_of_each_step(void **state)
 {
     fx_t f;
@@ -1851,6 +1911,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_heartbeat_leases_then_stop_says_bye_and_closes_sessions),
         cmocka_unit_test(test_record_messages_keeps_the_prompt_of_each_step),
         cmocka_unit_test(test_actions_within_the_batch_time_go_out_together),
+        cmocka_unit_test(test_actions_wait_for_a_subscriber_that_comes_late),
         cmocka_unit_test(test_episodes_against_the_policy_server),
         cmocka_unit_test(test_cancel_aborts_requests_at_the_policy_server),
     };

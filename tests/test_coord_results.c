@@ -293,6 +293,97 @@ static void token_bins_come_out_as_arrays_of_ints_and_g9_floats(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* Long bins come out as printf writes them, across the writer's chunks: ids of every length
+ * (each power of ten and the number below it, negative ones, random ones), logprobs with runs of
+ * +0 of odd and even length, -0, other values, NaN and infinities. */
+static void long_token_bins_come_out_as_printf_writes_them(void **state)
+{
+    (void)state;
+    enum { N = 3001 };
+    uint32_t *ids = malloc(N * 4), *lpw = malloc(N * 4);
+    uint8_t *bi = malloc(N * 4), *bl = malloc(N * 4);
+    assert_non_null(ids && lpw && bi && bl);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    size_t k = 0;
+    for (uint64_t p = 1; p <= 1000000000ull && k + 4 <= N; p *= 10) {
+        ids[k++] = (uint32_t)p;
+        ids[k++] = (uint32_t)(p - 1);
+        ids[k++] = 0u - (uint32_t)p;
+        ids[k++] = (uint32_t)(p + 1);
+    }
+    ids[k++] = 0x7fffffffu;
+    ids[k++] = 0x80000000u;
+    for (; k < N; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[k] = (uint32_t)(x >> (x % 29)); /* short and long ones */
+    }
+    for (k = 0; k < N; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float f = 0.0f;
+        unsigned r = (unsigned)(x % 16);
+        if (r == 12)
+            f = -0.0f;
+        else if (r == 13)
+            f = -(float)(x >> 40) / 1e6f;
+        else if (r == 14)
+            f = (k % 3) ? NAN : -INFINITY;
+        else if (r == 15)
+            f = -1e-9f * (float)(x % 1000);
+        memcpy(&lpw[k], &f, 4);
+    }
+    for (k = 0; k < N; k++)
+        for (int b = 0; b < 4; b++) {
+            bi[4 * k + (size_t)b] = (uint8_t)(ids[k] >> (8 * b));
+            bl[4 * k + (size_t)b] = (uint8_t)(lpw[k] >> (8 * b));
+        }
+    for (size_t n = N; n + 3 >= N; n--) { /* odd and even lengths */
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 2);
+        S_LIT(&pk, "t");
+        S_LIT(&pk, "RESULT");
+        S_LIT(&pk, "steps");
+        msgpack_pack_array(&pk, 1);
+        msgpack_pack_map(&pk, 2);
+        S_LIT(&pk, "token_ids");
+        msgpack_pack_bin(&pk, 4 * n);
+        msgpack_pack_bin_body(&pk, bi, 4 * n);
+        S_LIT(&pk, "token_logprobs");
+        msgpack_pack_bin(&pk, 4 * n);
+        msgpack_pack_bin_body(&pk, bl, 4 * n);
+        size_t cap = 64 + 40 * 2 * n, at;
+        char *want = malloc(cap);
+        assert_non_null(want);
+        at = (size_t)snprintf(want, cap, "{\"steps\":[{\"token_ids\":[");
+        for (size_t i = 0; i < n; i++)
+            at += (size_t)snprintf(want + at, cap - at, "%s%d", i ? "," : "", (int32_t)ids[i]);
+        at += (size_t)snprintf(want + at, cap - at, "],\"token_logprobs\":[");
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, &lpw[i], 4);
+            if (isfinite(f))
+                at += (size_t)snprintf(want + at, cap - at, "%s%.9g", i ? "," : "", (double)f);
+            else
+                at += (size_t)snprintf(want + at, cap - at, "%snull", i ? "," : "");
+        }
+        snprintf(want + at, cap - at, "]}]}");
+        sr_buf_t b = SR_BUF_INIT;
+        assert_int_equal(coord_results_json_line(sb.data, sb.size, NULL, 1.0, &b), SR_OK);
+        assert_int_equal(sr_buf_reserve(&b, 1), SR_OK);
+        b.data[b.len] = '\0';
+        assert_string_equal((char *)b.data, want);
+        sr_buf_free(&b);
+        free(want);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    free(ids);
+    free(lpw);
+    free(bi);
+    free(bl);
+}
+
 /* s_reference_or_null is s_reference for bytes that may not unpack: NULL when msgpack-c does not
  * unpack them into a map (the writer then refuses them). */
 static char *s_reference_or_null(const void *data, size_t len)
@@ -756,6 +847,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(results_kept_on_arrival_write_the_same_file_as_results_read_back),
     cmocka_unit_test(a_kept_duplicate_is_dropped_and_freed),
     cmocka_unit_test(token_bins_come_out_as_arrays_of_ints_and_g9_floats),
+    cmocka_unit_test(long_token_bins_come_out_as_printf_writes_them),
     cmocka_unit_test(a_result_comes_out_as_the_cjson_tree_prints_it),
     cmocka_unit_test(odd_shapes_come_out_as_the_cjson_tree_prints_them),
     cmocka_unit_test(mutated_results_come_out_as_the_cjson_tree_prints_them_or_are_refused),

@@ -762,6 +762,64 @@ static void a_credit_ahead_of_its_result_gets_a_job_whose_lease_is_in_redis(void
     s_fx_free(&f);
 }
 
+/* While a batch is at Redis (its writes paused), a freed slot's CREDIT and another RESULT come:
+ * the new lease and the RESULT wait and go to Redis together in the next batch, the lease's HSET
+ * in the same pipeline as the RESULT's transaction. The JOB goes out only once its lease is in
+ * Redis, every RESULT is acknowledged once stored, and the round completes. */
+static void a_lease_and_a_result_that_wait_go_to_redis_together(void **state)
+{
+    (void)state;
+    fx_t f;
+    s_fx_init(&f);
+    coord_cfg_t cfg;
+    s_cfg(&f, &cfg);
+    cfg.group_size = 3;
+    cfg.spread_wait_ms = 0;
+    s_start(&f, &cfg);
+    peer_t a;
+    s_peer_open(&a, "actor-a", f.ep.work);
+    s_hello(&a, 2, NULL);
+    s_credit(&a, 2);
+    proto_msg_t j[3];
+    s_expect(&a, PROTO_JOB, &j[0]);
+    s_expect(&a, PROTO_JOB, &j[1]);
+    /* writes wait 400 ms: the first RESULT's batch stays at Redis meanwhile */
+    assert_int_equal(store_command(f.st, 0, NULL, "CLIENT PAUSE 400 WRITE"), SR_OK);
+    s_result(&a, &j[0].u.job, "done", 1.0);
+    usleep(50 * 1000);
+    s_credit(&a, 1);
+    s_result(&a, &j[1].u.job, "done", 0.0);
+    int acks = 0;
+    bool got = false;
+    while (acks < 2 || !got) {
+        proto_msg_t m;
+        if (s_peer_recv(&a, &m, WAIT_MS) != SR_OK)
+            fail_msg("no RESULT_ACKs and JOB within %d ms", WAIT_MS);
+        if (m.type == PROTO_RESULT_ACK) {
+            assert_string_equal(m.u.result_ack.job_id, j[acks].u.job.job_id);
+            assert_true(m.u.result_ack.ok);
+            acks++;
+            assert_true(s_results_in_redis(&f, 0) >= (size_t)acks); /* stored before its ack */
+            proto_msg_clear(&m);
+        } else {
+            assert_int_equal(m.type, PROTO_JOB);
+            assert_false(got);
+            j[2] = m;
+            got = true;
+            s_assert_lease(&f, &j[2].u.job, "actor-a"); /* in Redis as it arrives */
+            assert_true(j[2].u.job.epoch > j[1].u.job.epoch);
+        }
+    }
+    s_result(&a, &j[2].u.job, "done", 0.0);
+    s_expect_ack(&a, &j[2].u.job, true);
+    s_join(&f, WAIT_MS);
+    assert_int_equal(s_results_in_redis(&f, 0), 3);
+    for (int i = 0; i < 3; i++)
+        proto_msg_clear(&j[i]);
+    s_peer_close(&a);
+    s_fx_free(&f);
+}
+
 static void result_is_in_redis_before_its_ack_arrives(void **state)
 {
     (void)state;
@@ -2150,6 +2208,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(lone_actor_gets_a_whole_group_after_the_spread_wait),
     cmocka_unit_test(result_is_in_redis_before_its_ack_arrives),
     cmocka_unit_test(a_credit_ahead_of_its_result_gets_a_job_whose_lease_is_in_redis),
+    cmocka_unit_test(a_lease_and_a_result_that_wait_go_to_redis_together),
     cmocka_unit_test(an_in_order_result_and_its_group_finish_take_one_round_trip),
     cmocka_unit_test(a_round_with_a_failed_store_attempt_is_read_back_from_redis),
     cmocka_unit_test(expired_lease_requeues_with_higher_epoch_and_late_result_is_refused),

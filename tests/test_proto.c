@@ -748,6 +748,68 @@ static void result_step_tokens_round_trip_as_little_endian_bins(void **state)
     sr_buf_free(&b);
 }
 
+/* A logprob that is not finite (NaN, either infinity), wherever it is in the bin (first, last, at
+ * an odd or even place, after a run of finite ones), is refused with its index. */
+static void a_logprob_that_is_not_finite_is_refused_with_its_index(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    static const int32_t ids[N] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    static const float lps[N] = {-0.5f, 0.0f, -1.5f, -2.5f, 0.0f, -3.5f, -4.5f, -5.5f, -6.5f};
+    const uint32_t bad[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffffffffu};
+    proto_result_step_t st = s_steps[2];
+    st.token_ids = ids;
+    st.token_ids_len = N;
+    st.token_logprobs = lps;
+    st.token_logprobs_len = N;
+    proto_msg_t in, out;
+    proto_msg_init(&in, PROTO_RESULT);
+    in.u.result = s_result();
+    in.u.result.steps = &st;
+    in.u.result.steps_len = 1;
+    in.u.result.n_steps = 1;
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&in, &b), SR_OK);
+    /* the logprobs' bin: 0xc4, 36, then the floats little-endian */
+    uint8_t want[2 + 4 * N] = {0xc4, 4 * N};
+    for (size_t i = 0; i < N; i++) {
+        uint32_t w;
+        memcpy(&w, &lps[i], 4);
+        for (int k = 0; k < 4; k++)
+            want[2 + 4 * i + (size_t)k] = (uint8_t)(w >> (8 * k));
+    }
+    size_t at = 0;
+    for (size_t i = 0; i + sizeof want <= b.len && !at; i++)
+        if (memcmp(b.data + i, want, sizeof want) == 0)
+            at = i + 2;
+    assert_true(at > 0);
+    proto_err_t err;
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_OK);
+    proto_msg_clear(&out);
+    for (size_t e = 0; e < N; e++) {
+        for (size_t v = 0; v < SR_ARRAY_LEN(bad); v++) {
+            uint8_t keep[4];
+            memcpy(keep, b.data + at + 4 * e, 4);
+            for (int k = 0; k < 4; k++)
+                b.data[at + 4 * e + (size_t)k] = (uint8_t)(bad[v] >> (8 * k));
+            assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_EPROTO);
+            assert_string_equal(err.field, "steps[0].token_logprobs");
+            char reason[64];
+            snprintf(reason, sizeof reason, "element %zu is not a number", e);
+            assert_string_equal(err.reason, reason);
+            memcpy(b.data + at + 4 * e, keep, 4);
+        }
+    }
+    /* two bad ones: the first is named */
+    for (int k = 0; k < 4; k++) {
+        b.data[at + 4 * 3 + (size_t)k] = (uint8_t)(bad[0] >> (8 * k));
+        b.data[at + 4 * 6 + (size_t)k] = (uint8_t)(bad[1] >> (8 * k));
+    }
+    assert_int_equal(proto_decode(b.data, b.len, &out, &err), SR_EPROTO);
+    assert_string_equal(err.reason, "element 3 is not a number");
+    sr_buf_free(&b);
+}
+
 static void heartbeat_round_trips(void **state)
 {
     proto_msg_t in, out;
@@ -2332,6 +2394,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(result_step_tokens_round_trip_as_little_endian_bins),
+    cmocka_unit_test(a_logprob_that_is_not_finite_is_refused_with_its_index),
         cmocka_unit_test(weights_ready_path_round_trips_and_is_optional),
         cmocka_unit_test(hello_round_trips),
         cmocka_unit_test(hello_optional_fields_absent_are_null),

@@ -458,6 +458,73 @@ static void pipeline_of_a_thousand_commands_reads_every_reply_in_order(void **st
     assert_int_equal(store_pipe_exec(f->s, NULL, NULL), SR_OK); /* empty pipeline */
 }
 
+/* s_big_reply checks that each reply of a pipeline of GETs is the bytes expected for it. */
+typedef struct {
+    const uint8_t *want[8];
+    size_t wantl[8];
+    int bad;
+} big_seen_t;
+
+static int check_big(size_t index, const store_reply_t *r, void *arg)
+{
+    big_seen_t *b = arg;
+    size_t len = 0;
+    const char *v = store_reply_str(r, &len);
+    if (index >= 8 || !v || len != b->wantl[index] || memcmp(v, b->want[index], len) != 0)
+        b->bad++;
+    return 0;
+}
+
+/* Arguments of any size go whole into a pipeline: big ones (at and above the size that is queued
+ * where it lies) holding NUL, CR and LF bytes, two in one command, first and last, beside small
+ * ones, inside a transaction and out of it; what Redis stores is the bytes given. */
+static void pipeline_arguments_of_any_size_are_stored_whole(void **state)
+{
+    fixture_t *f = *state;
+    enum { BIG = 100000 };
+    uint8_t *big = malloc(BIG), *big2 = malloc(BIG);
+    assert_non_null(big && big2);
+    for (size_t i = 0; i < BIG; i++) {
+        big[i] = (uint8_t)(i * 131 + (i >> 7));
+        big2[i] = (uint8_t)("\r\n\0$*x"[i % 6]);
+    }
+    char k[6][64];
+    for (int i = 0; i < 6; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "big%d", i);
+        assert_int_equal(store_key(f->s, k[i], sizeof k[i], name), SR_OK);
+    }
+    const size_t sizes[] = {4095, 4096, 4097, BIG};
+    big_seen_t seen = {.bad = 0};
+    for (int i = 0; i < 4; i++) {
+        const char *argv[] = {"SET", k[i], (const char *)big};
+        size_t lens[] = {3, strlen(k[i]), sizes[i]};
+        if (i == 2)
+            assert_int_equal(store_pipe_multi(f->s), SR_OK);
+        assert_int_equal(store_pipe_appendv(f->s, 3, argv, lens), SR_OK);
+        if (i == 2)
+            assert_int_equal(store_pipe_multi_exec(f->s), SR_OK);
+        seen.want[i] = big;
+        seen.wantl[i] = sizes[i];
+    }
+    /* two big ones in one command, a small one between them */
+    const char *mset[] = {"MSET", k[4], (const char *)big2, k[5], (const char *)big};
+    size_t msetl[] = {4, strlen(k[4]), BIG, strlen(k[5]), 5000};
+    assert_int_equal(store_pipe_appendv(f->s, 5, mset, msetl), SR_OK);
+    assert_int_equal(store_pipe_exec(f->s, NULL, NULL), SR_OK);
+    seen.want[4] = big2;
+    seen.wantl[4] = BIG;
+    seen.want[5] = big;
+    seen.wantl[5] = 5000;
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(store_pipe_append(f->s, "GET %s", k[i]), SR_OK);
+    assert_int_equal(store_pipe_exec(f->s, check_big, &seen), SR_OK);
+    assert_int_equal(seen.bad, 0);
+    assert_int_equal(store_ping(f->s), SR_OK); /* the connection is in step */
+    free(big);
+    free(big2);
+}
+
 /* s_multi_reply records the replies of a pipeline holding a transaction. */
 typedef struct {
     int n;
@@ -754,6 +821,7 @@ int main(int argc, char **argv)
         T(a_pipelined_error_reply_reaches_the_callback),
         T(scripts_run_by_sha_loaded_once_per_connection),
         T(pipeline_of_a_thousand_commands_reads_every_reply_in_order),
+        T(pipeline_arguments_of_any_size_are_stored_whole),
         T(a_pipelined_transaction_is_one_reply),
         T(killed_connection_is_reopened_and_idempotent_calls_retried),
         T(restarted_server_is_reached_again),

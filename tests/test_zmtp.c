@@ -7,6 +7,7 @@
 
 #include "common/reactor.h"
 #include "common/sr.h"
+#include "common/transport.h"
 #include "common/zmtp.h"
 
 #include <arpa/inet.h>
@@ -162,6 +163,29 @@ static char *s_bound(void *zs)
     return ep;
 }
 
+/* s_router_up binds a ROUTER of ours on ep for the test (max: the largest frame, 0 = default). */
+static zmtp_router_t *s_router_up(reactor_t *r, const char *ep, int64_t max, s_got_t *got)
+{
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, ep, max, s_on_router, got, err, sizeof err);
+    if (!rt)
+        fail_msg("zmtp_router_new %s: %s", ep, err);
+    return rt;
+}
+
+/* s_zpeers_close closes the test's libzmq sockets (unwatched, no linger) and their context. */
+static void s_zpeers_close(reactor_t *r, void *ctx, s_zpeer_t *const *p, int n)
+{
+    int zero = 0;
+    for (int i = 0; i < n; i++) {
+        reactor_remove_zsock(r, p[i]->sock); /* SR_ENOTFOUND when not watched: fine */
+        zmq_setsockopt(p[i]->sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_close(p[i]->sock);
+        s_got_free(&p[i]->got);
+    }
+    zmq_ctx_term(ctx);
+}
+
 /* ---- tests ---- */
 
 static void test_endpoints(void **state)
@@ -246,10 +270,7 @@ static void test_dealer_libzmq_router(void **state)
     assert_null(d);
     free(big);
     s_got_free(&got);
-    s_got_free(&zp.got);
-    reactor_remove_zsock(r, zp.sock);
-    zmq_close(zp.sock);
-    zmq_ctx_term(ctx);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zp}, 1);
     reactor_destroy(&r);
 }
 
@@ -259,10 +280,7 @@ static void test_libzmq_dealer_router(void **state)
     (void)state;
     reactor_t *r = reactor_new();
     s_got_t got = {0};
-    char err[256] = "";
-    zmtp_router_t *rt =
-        zmtp_router_new(r, "tcp://127.0.0.1:*", 0, s_on_router, &got, err, sizeof err);
-    assert_non_null(rt);
+    zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:*", 0, &got);
     const char *ep = zmtp_router_endpoint(rt);
     assert_int_equal(strncmp(ep, "tcp://127.0.0.1:", 16), 0);
     assert_true(atoi(ep + 16) > 0);
@@ -314,13 +332,7 @@ static void test_libzmq_dealer_router(void **state)
     assert_int_equal(st.connects, 2);
     free(big);
     s_got_free(&got);
-    s_got_free(&a.got);
-    s_got_free(&b.got);
-    reactor_remove_zsock(r, a.sock);
-    reactor_remove_zsock(r, b.sock);
-    zmq_close(a.sock);
-    zmq_close(b.sock);
-    zmq_ctx_term(ctx);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&a, &b}, 2);
     zmtp_router_destroy(&rt);
     assert_null(rt);
     reactor_destroy(&r);
@@ -332,10 +344,7 @@ static void test_router_handover(void **state)
     (void)state;
     reactor_t *r = reactor_new();
     s_got_t got = {0};
-    char err[256] = "";
-    zmtp_router_t *rt =
-        zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &got, err, sizeof err);
-    assert_non_null(rt);
+    zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 0, &got);
     void *ctx = zmq_ctx_new();
     s_zpeer_t a = {.sock = zmq_socket(ctx, ZMQ_DEALER)}, b = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
     assert_int_equal(zmq_setsockopt(a.sock, ZMQ_ROUTING_ID, "same", 4), 0);
@@ -361,14 +370,7 @@ static void test_router_handover(void **state)
     assert_string_equal(b.got.body[0], "to-newest");
     assert_int_equal(a.got.n, 0);
     s_got_free(&got);
-    s_got_free(&b.got);
-    reactor_remove_zsock(r, a.sock);
-    reactor_remove_zsock(r, b.sock);
-    zmq_setsockopt(a.sock, ZMQ_LINGER, &(int){0}, sizeof(int));
-    zmq_setsockopt(b.sock, ZMQ_LINGER, &(int){0}, sizeof(int));
-    zmq_close(a.sock);
-    zmq_close(b.sock);
-    zmq_ctx_term(ctx);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&a, &b}, 2);
     zmtp_router_destroy(&rt);
     reactor_destroy(&r);
 }
@@ -421,6 +423,54 @@ static void test_reconnect_keeps_queue(void **state)
     reactor_destroy(&r);
 }
 
+/* A send from a timer: deferred to the end of the round by default, at once with
+ * zmtp_dealer_write_at_once (the peer has it while the timer's callback still runs). */
+typedef struct {
+    zmtp_dealer_t *d;
+    void *peer;
+    int seen_inside;
+} s_at_once_t;
+
+static void s_send_and_look(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_at_once_t *a = arg;
+    assert_int_equal(zmtp_dealer_send(a->d, "now", 3), SR_OK);
+    zmq_pollitem_t it = {.socket = a->peer, .events = ZMQ_POLLIN};
+    a->seen_inside = zmq_poll(&it, 1, 300) == 1;
+    reactor_stop(r);
+}
+
+static void test_dealer_write_at_once(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
+    reactor_t *r = reactor_new();
+    char err[256] = "";
+    zmtp_dealer_t *d = zmtp_dealer_new(r, s_bound(zp.sock), "x", 0, s_on_dealer, NULL, NULL, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_true(s_spin(r, s_dealer_up, d, 3000));
+    s_at_once_t a = {.d = d, .peer = zp.sock};
+    assert_true(reactor_timer_add(r, 1, 0, s_send_and_look, &a) > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(a.seen_inside, 0); /* written after the callback, at the round's end */
+    assert_int_equal(reactor_add_zsock(r, zp.sock, REACTOR_READ, s_zpeer_read, &zp), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &zp.got, 3000));
+    reactor_remove_zsock(r, zp.sock);
+    zmtp_dealer_write_at_once(d, true);
+    a.seen_inside = 0;
+    assert_true(reactor_timer_add(r, 1, 0, s_send_and_look, &a) > 0);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(a.seen_inside, 1);
+    zmtp_dealer_destroy(&d);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zp}, 1);
+    reactor_destroy(&r);
+}
+
 /* Nothing listens: the DEALER keeps up to ZMTP_HWM messages, then says SR_EAGAIN. */
 static void test_dealer_hwm(void **state)
 {
@@ -467,10 +517,7 @@ static void test_ping_answered(void **state)
     assert_int_equal(st.connects, 1);
     assert_int_equal(st.disconnects, 0);
     zmtp_dealer_destroy(&d);
-    s_got_free(&zp.got);
-    reactor_remove_zsock(r, zp.sock);
-    zmq_close(zp.sock);
-    zmq_ctx_term(ctx);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zp}, 1);
     reactor_destroy(&r);
 }
 
@@ -487,10 +534,7 @@ static void test_router_bad_peers(void **state)
     (void)state;
     reactor_t *r = reactor_new();
     s_got_t got = {0};
-    char err[256] = "";
-    zmtp_router_t *rt =
-        zmtp_router_new(r, "tcp://127.0.0.1:0", 1000, s_on_router, &got, err, sizeof err);
-    assert_non_null(rt);
+    zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 1000, &got);
     const char *ep = zmtp_router_endpoint(rt);
     /* not ZMTP at all */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -553,10 +597,7 @@ static void test_silent_peers(void **state)
     zmtp_set_handshake_ms(200);
     reactor_t *r = reactor_new();
     s_got_t got = {0};
-    char err[256] = "";
-    zmtp_router_t *rt =
-        zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &got, err, sizeof err);
-    assert_non_null(rt);
+    zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 0, &got);
     const char *ep = zmtp_router_endpoint(rt);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
@@ -578,7 +619,7 @@ static void test_silent_peers(void **state)
     assert_int_equal(bind(lfd, (struct sockaddr *)&la, sizeof la), 0);
     assert_int_equal(listen(lfd, 8), 0);
     assert_int_equal(getsockname(lfd, (struct sockaddr *)&la, &ll), 0);
-    char dep[64];
+    char dep[64], err[256] = "";
     snprintf(dep, sizeof dep, "tcp://127.0.0.1:%d", ntohs(la.sin_port));
     zmtp_dealer_t *d = zmtp_dealer_new(r, dep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err);
     assert_non_null(d);
@@ -599,13 +640,11 @@ static void test_many_peers(void **state)
     (void)state;
     reactor_t *r = reactor_new();
     s_got_t rgot = {0};
-    char err[256] = "";
-    zmtp_router_t *rt =
-        zmtp_router_new(r, "tcp://127.0.0.1:0", 0, s_on_router, &rgot, err, sizeof err);
-    assert_non_null(rt);
+    zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 0, &rgot);
     enum { N = 40 };
     zmtp_dealer_t *d[N];
     s_got_t dg[N];
+    char err[256] = "";
     memset(dg, 0, sizeof dg);
     for (int i = 0; i < N; i++) {
         char id[16];
@@ -640,6 +679,137 @@ static void test_many_peers(void **state)
     reactor_destroy(&r);
 }
 
+/* ---- the publisher ---- */
+
+typedef struct {
+    int on, off, lost;
+    char last[64];
+} s_subs_t;
+
+static void s_on_sub(void *arg, bool on, const void *topic, size_t len)
+{
+    s_subs_t *s = arg;
+    if (on)
+        s->on++;
+    else
+        s->off++;
+    snprintf(s->last, sizeof s->last, "%.*s", (int)SR_MIN(len, (size_t)60), (const char *)topic);
+}
+
+static void s_on_lost(void *arg)
+{
+    ((s_subs_t *)arg)->lost++;
+}
+
+static bool s_subs_on(void *arg)
+{
+    return ((s_subs_t *)arg)->on >= s_want;
+}
+
+static bool s_subs_lost(void *arg)
+{
+    return ((s_subs_t *)arg)->lost >= s_want;
+}
+
+/* Our publisher against libzmq's XSUB: the subscriptions come (and their cancels), [topic][body]
+ * messages go out whole, in order; the XSUB going away is told, and its subscriptions come again
+ * once it is back. */
+static void test_pub_libzmq_xsub(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    /* the XSUB watched by the loop (libzmq attaches a new peer only when its socket is used) */
+    s_zpeer_t xs = {.sock = zmq_socket(ctx, ZMQ_XSUB), .routed = true};
+    assert_int_equal(zmq_bind(xs.sock, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", s_bound(xs.sock));
+    assert_int_equal(zmq_send(xs.sock, "\001act/r/", 7, 0), 7);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, xs.sock, REACTOR_READ, s_zpeer_read, &xs), SR_OK);
+    s_subs_t subs = {0};
+    char err[256] = "";
+    zmtp_dealer_t *p = zmtp_pub_new(r, ep, s_on_sub, s_on_lost, NULL, &subs, err, sizeof err);
+    assert_non_null(p);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_on, &subs, 3000));
+    assert_string_equal(subs.last, "act/r/");
+    char *big = s_big(70000, 'p');
+    assert_int_equal(zmtp_pub_send(p, "act/r/g1", "one", 3), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/r/g2", big, 70000), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &xs.got, 3000)); /* [topic][body], whole and in order */
+    assert_memory_equal(xs.got.id[0], "act/r/g1", 8);
+    assert_string_equal(xs.got.body[0], "one");
+    assert_memory_equal(xs.got.id[1], "act/r/g2", 8);
+    assert_int_equal(xs.got.len[1], 70000);
+    assert_memory_equal(xs.got.body[1], big, 70000);
+    assert_int_equal(zmq_send(xs.sock, "\000act/r/", 7, 0), 7);
+    for (int i = 0; i < 300 && subs.off < 1; i++)
+        s_spin(r, NULL, NULL, 5);
+    assert_int_equal(subs.off, 1);
+    /* the XSUB goes; a new one on the same port subscribes again */
+    reactor_remove_zsock(r, xs.sock);
+    int zero = 0;
+    zmq_setsockopt(xs.sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(xs.sock);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_lost, &subs, 3000));
+    xs.sock = zmq_socket(ctx, ZMQ_XSUB);
+    assert_int_equal(zmq_bind(xs.sock, ep), 0);
+    assert_int_equal(zmq_send(xs.sock, "\001act/", 5, 0), 5);
+    assert_int_equal(reactor_add_zsock(r, xs.sock, REACTOR_READ, s_zpeer_read, &xs), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_subs_on, &subs, 8000));
+    assert_string_equal(subs.last, "act/");
+    zmtp_dealer_destroy(&p);
+    free(big);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&xs}, 1);
+    reactor_destroy(&r);
+}
+
+/* Through the bus proxy (transport_proxy_new, the coordinator's): a SUB's subscription reaches
+ * our publisher, and what it publishes reaches the SUB. */
+static void test_pub_through_the_proxy(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    char err[256] = "";
+    transport_proxy_t *px =
+        transport_proxy_new(ctx, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", NULL, err, sizeof err);
+    assert_non_null(px);
+    s_zpeer_t sub = {.sock = zmq_socket(ctx, ZMQ_SUB), .routed = true};
+    assert_int_equal(zmq_setsockopt(sub.sock, ZMQ_SUBSCRIBE, "act/r/", 6), 0);
+    assert_int_equal(zmq_connect(sub.sock, transport_proxy_sub_endpoint(px)), 0);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, sub.sock, REACTOR_READ, s_zpeer_read, &sub), SR_OK);
+    s_subs_t subs = {0};
+    zmtp_dealer_t *p = zmtp_pub_new(r, transport_proxy_pub_endpoint(px), s_on_sub, NULL, NULL,
+                                    &subs, err, sizeof err);
+    assert_non_null(p);
+    s_want = 1;
+    assert_true(s_spin(r, s_subs_on, &subs, 5000));
+    assert_string_equal(subs.last, "act/r/");
+    assert_int_equal(zmtp_pub_send(p, "act/r/g7", "seven", 5), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/other/g1", "not for it", 10), SR_OK);
+    assert_int_equal(zmtp_pub_send(p, "act/r/g8", "eight", 5), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &sub.got, 3000));
+    s_spin(r, NULL, NULL, 50);
+    assert_int_equal(sub.got.n, 2); /* the proxy's XPUB filtered the other run's */
+    assert_memory_equal(sub.got.id[0], "act/r/g7", 8);
+    assert_string_equal(sub.got.body[0], "seven");
+    assert_string_equal(sub.got.body[1], "eight");
+    zmtp_dealer_destroy(&p);
+    reactor_remove_zsock(r, sub.sock);
+    int zero = 0;
+    zmq_setsockopt(sub.sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(sub.sock);
+    s_got_free(&sub.got);
+    transport_proxy_destroy(&px);
+    zmq_ctx_term(ctx);
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -648,11 +818,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_libzmq_dealer_router),
         cmocka_unit_test(test_router_handover),
         cmocka_unit_test(test_reconnect_keeps_queue),
+        cmocka_unit_test(test_dealer_write_at_once),
         cmocka_unit_test(test_dealer_hwm),
         cmocka_unit_test(test_ping_answered),
         cmocka_unit_test(test_router_bad_peers),
         cmocka_unit_test(test_silent_peers),
         cmocka_unit_test(test_many_peers),
+        cmocka_unit_test(test_pub_libzmq_xsub),
+        cmocka_unit_test(test_pub_through_the_proxy),
     };
     return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
