@@ -303,6 +303,10 @@ typedef struct {
     const char *obs;
     const char **admissible;
     size_t admissible_len;
+    /* optional, to encode: the admissible list already encoded by proto_encode_admissible, sent
+     * as it is instead of admissible (which is then not read) */
+    const uint8_t *admissible_enc;
+    size_t admissible_enc_len;
     double reward;
     bool done;
     bool won;
@@ -433,6 +437,13 @@ void proto_group_init(proto_group_t *g);
  * array exceeds its default limit; SR_ENOMEM. On failure out may hold a partial message after its
  * old length: the caller truncates it (out->len) or resets it. */
 int proto_encode(const proto_msg_t *m, sr_buf_t *out);
+
+/* proto_encode_admissible appends the encoding of an OBS's admissible list of n strings (the
+ * value of "admissible", not its key), for proto_obs_t.admissible_enc: a sender that sends the
+ * same list again keeps it and skips encoding it. The same checks and errors as proto_encode's
+ * for that field (an OBS that proto_encode refuses for its list is refused here). lens, when not
+ * NULL, holds each string's length (strlen's, which is then not taken). */
+int proto_encode_admissible(const char *const *a, const uint32_t *lens, size_t n, sr_buf_t *out);
 
 /* proto_decode decodes one message of exactly len bytes into out with the default limits.
  * out is overwritten (not cleared first): clear a previously decoded message before reuse.

@@ -315,6 +315,17 @@ static void s_put_str_array(s_enc_t *e, const char *key, const char *const *a, s
         s_str_value(e, a[i], kind);
 }
 
+/* s_raw appends n bytes already encoded. */
+static void s_raw(s_enc_t *e, const uint8_t *p, size_t n)
+{
+    uint8_t *w = s_room(e, n);
+    if (w) {
+        if (n)
+            memcpy(w, p, n);
+        s_commit(e, w + n);
+    }
+}
+
 static void s_put_num_array(s_enc_t *e, const char *key, const double *a, size_t n, size_t max)
 {
     s_array_head(e, key, a, n, max);
@@ -582,14 +593,114 @@ static void s_enc_cancel(s_enc_t *e, const proto_cancel_t *c)
     }
 }
 
+/* s_copy copies n bytes from s to d (distinct buffers); those of a short string, up to 32 bytes
+ * (most commands, keys and ids), with two overlapping moves of a fixed size that the compiler
+ * writes inline, instead of a call of memcpy. */
+static inline void s_copy(uint8_t *d, const char *s, size_t n)
+{
+    if (n > 32) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = (uint8_t)s[i];
+    }
+}
+
+/* s_wstr writes a string's header (the shortest, as s_raw_str) and its n bytes at p. */
+static inline uint8_t *s_wstr(uint8_t *p, const char *s, size_t n)
+{
+    if (n < 32) {
+        *p++ = (uint8_t)(0xa0u | n);
+    } else if (n < 256) {
+        *p++ = 0xd9;
+        *p++ = (uint8_t)n;
+    } else if (n < 65536) {
+        *p++ = 0xda;
+        p = s_be(p, n, 2);
+    } else {
+        *p++ = 0xdb;
+        p = s_be(p, n, 4);
+    }
+    s_copy(p, s, n);
+    return p + n;
+}
+
+/* A key, a string literal of fewer than 32 bytes: its fixstr written with a copy of known size. */
+#define S_WKEY(p, k) s_wstr((p), (k), sizeof(k) - 1)
+
+/* s_enc_obs_pre writes an OBS whose admissible list comes encoded (the env worker's replies):
+ * the lengths taken once, one reserve, every piece written in place; the bytes s_enc_obs's.
+ * Returns false, having written nothing, for an OBS that s_enc_obs must refuse (a string NULL or
+ * beyond its limit), so that it says why. */
+static bool s_enc_obs_pre(s_enc_t *e, const proto_obs_t *o)
+{
+    if (!o->session || !o->obs)
+        return false;
+    size_t ns = strlen(o->session), no = strlen(o->obs), ng = o->goal ? strlen(o->goal) : 0;
+    if (ns > PROTO_MAX_ID || no > PROTO_MAX_TEXT || ng > PROTO_MAX_TEXT)
+        return false;
+    const char *tn = proto_type_name(PROTO_OBS);
+    size_t nt = strlen(tn);
+    /* map, t, v, rid, session, obs, admissible, reward, done, won, step, goal: keys and headers
+     * in 128 bytes */
+    uint8_t *p = s_room(e, 128 + nt + ns + no + o->admissible_enc_len + ng);
+    if (!p)
+        return true;
+    p = s_whead(p, 10 + (o->goal != NULL), 0x80, 0xde);
+    p = S_WKEY(p, "t");
+    p = s_wstr(p, tn, nt);
+    p = S_WKEY(p, "v");
+    p = s_wint(p, SELROLL_PROTO_VERSION);
+    p = S_WKEY(p, "rid");
+    p = s_wuint(p, o->rid);
+    p = S_WKEY(p, "session");
+    p = s_wstr(p, o->session, ns);
+    p = S_WKEY(p, "obs");
+    p = s_wstr(p, o->obs, no);
+    p = S_WKEY(p, "admissible");
+    if (o->admissible_enc_len)
+        memcpy(p, o->admissible_enc, o->admissible_enc_len);
+    p += o->admissible_enc_len;
+    p = S_WKEY(p, "reward");
+    p = s_wdouble(p, o->reward);
+    p = S_WKEY(p, "done");
+    *p++ = o->done ? 0xc3 : 0xc2;
+    p = S_WKEY(p, "won");
+    *p++ = o->won ? 0xc3 : 0xc2;
+    p = S_WKEY(p, "step");
+    p = s_wint(p, o->step);
+    if (o->goal) {
+        p = S_WKEY(p, "goal");
+        p = s_wstr(p, o->goal, ng);
+    }
+    s_commit(e, p);
+    return true;
+}
+
 static void s_enc_obs(s_enc_t *e, const proto_obs_t *o)
 {
+    if (o->admissible_enc && s_enc_obs_pre(e, o))
+        return;
     s_header(e, PROTO_OBS, 8 + (o->goal != NULL));
     s_put_uint(e, "rid", o->rid);
     s_put_str(e, "session", o->session, PROTO_STR_ID);
     s_put_str(e, "obs", o->obs, PROTO_STR_TEXT);
-    s_put_str_array(e, "admissible", o->admissible, o->admissible_len, PROTO_MAX_ADMISSIBLE,
-                    PROTO_STR_SHORT);
+    if (o->admissible_enc) {
+        s_key(e, "admissible");
+        s_raw(e, o->admissible_enc, o->admissible_enc_len);
+    } else {
+        s_put_str_array(e, "admissible", o->admissible, o->admissible_len, PROTO_MAX_ADMISSIBLE,
+                        PROTO_STR_SHORT);
+    }
     s_put_num(e, "reward", o->reward);
     s_put_bool(e, "done", o->done);
     s_put_bool(e, "won", o->won);
@@ -634,6 +745,45 @@ static void s_enc_batch(s_enc_t *e, const proto_batch_t *b)
         s_str_value(e, b->stats[i].name, PROTO_STR_ID);
         s_double(e, b->stats[i].value);
     }
+}
+
+/* The list is written in one loop: a header and a copy a string, the buffer's room checked
+ * inline (a string of the list is at most PROTO_MAX_ACTION bytes: a str16 header at most), the
+ * checks s_put_str_array's, in its order. */
+int proto_encode_admissible(const char *const *a, const uint32_t *lens, size_t n, sr_buf_t *out)
+{
+    _Static_assert(PROTO_MAX_ACTION < 65536, "an admissible command's header is at most 3 bytes");
+    if (!out || (n > 0 && !a))
+        return SR_EINVAL;
+    if (n > PROTO_MAX_ADMISSIBLE)
+        return SR_ETOOBIG;
+    if (sr_buf_reserve(out, 5 + n * 24) != SR_OK)
+        return SR_ENOMEM;
+    out->len = (size_t)(s_whead(out->data + out->len, n, 0x90, 0xdc) - out->data);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = a[i];
+        if (!s)
+            return SR_EINVAL;
+        size_t k = lens ? lens[i] : strlen(s);
+        if (k > PROTO_MAX_ACTION)
+            return SR_ETOOBIG;
+        if (k + 3 > out->cap - out->len && sr_buf_reserve(out, k + 3 + (n - i) * 24) != SR_OK)
+            return SR_ENOMEM;
+        uint8_t *w = out->data + out->len;
+        if (k < 32) {
+            *w++ = (uint8_t)(0xa0u | k);
+        } else if (k < 256) {
+            *w++ = 0xd9;
+            *w++ = (uint8_t)k;
+        } else {
+            *w++ = 0xda;
+            *w++ = (uint8_t)(k >> 8);
+            *w++ = (uint8_t)k;
+        }
+        s_copy(w, s, k);
+        out->len = (size_t)(w + k - out->data);
+    }
+    return SR_OK;
 }
 
 int proto_encode(const proto_msg_t *m, sr_buf_t *out)

@@ -23,6 +23,13 @@ typedef struct env_obs {
     const char *text;              /* the observation text (never NULL) */
     const char *const *admissible; /* admissible commands, sorted by strcmp, no duplicates */
     size_t n_admissible;
+    /* optional (NULL: not given): the length of each admissible command, strlen's, so that a
+     * caller that writes the list need not count them */
+    const uint32_t *admissible_lens;
+    /* A number that changes whenever the admissible list's contents may have changed: two
+     * observations of an environment with the same non-zero number have equal lists, so that a
+     * caller may keep what it made of the list (the env worker its encoding). 0: not tracked. */
+    uint64_t admissible_version;
     const char *goal;              /* the goal sentence, e.g. "put a clean lettuce in diningtable." */
     double reward;                 /* reward of this step: 1 on the winning step, else 0 */
     bool done;                     /* the episode is over (won, or max steps reached) */

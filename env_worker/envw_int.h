@@ -20,6 +20,7 @@
 #define SR_ENVW_INT_H
 
 #include "common/metrics.h"
+#include "common/sr_buf.h"
 #include "common/peerlimit.h"
 #include "common/reactor.h"
 #include "common/transport.h"
@@ -59,6 +60,10 @@ typedef struct envw_session {
     int steps;
     bool done;
     bool won;
+    /* The env's admissible list of version adm_version (0: none) as an OBS carries it
+     * (proto_encode_admissible): most steps leave the list as it was. */
+    uint64_t adm_version;
+    sr_buf_t adm_enc;
 } envw_session_t;
 
 struct envw {

@@ -190,6 +190,101 @@ static bool s_peek_rid(const void *buf, size_t len, uint64_t *rid)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * A STEP as clients write it, read without the general decoder
+ * ------------------------------------------------------------------------------------------- */
+
+/* s_quick_lit checks that the n bytes at *pp are lit and steps over them. */
+static inline bool s_quick_lit(const uint8_t **pp, const uint8_t *end, const char *lit, size_t n)
+{
+    if ((size_t)(end - *pp) < n || memcmp(*pp, lit, n) != 0)
+        return false;
+    *pp += n;
+    return true;
+}
+
+/* s_quick_str reads a string of at most max bytes (fixstr, str8 or str16) of ASCII without NUL
+ * (text proto_decode takes as it is) into dst, NUL-terminated. */
+static bool s_quick_str(const uint8_t **pp, const uint8_t *end, size_t max, char *dst)
+{
+    const uint8_t *p = *pp;
+    if (p >= end)
+        return false;
+    size_t n;
+    uint8_t b = *p++;
+    if ((b & 0xe0) == 0xa0) {
+        n = b & 0x1f;
+    } else if (b == 0xd9 && p < end) {
+        n = *p++;
+    } else if (b == 0xda && end - p >= 2) {
+        n = (size_t)p[0] << 8 | p[1];
+        p += 2;
+    } else {
+        return false;
+    }
+    if (n > max || n > (size_t)(end - p))
+        return false;
+    size_t i = 0;
+    if (n >= 8) {
+        /* words, the last one overlapping the one before it: a high bit or a zero byte */
+        for (;; i += 8) {
+            if (i > n - 8)
+                i = n - 8;
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if ((v | ((v - 0x0101010101010101ull) & ~v)) & 0x8080808080808080ull)
+                return false;
+            memcpy(dst + i, &v, 8);
+            if (i == n - 8)
+                break;
+        }
+    } else {
+        for (; i < n; i++) {
+            if (p[i] == 0 || p[i] >= 0x80)
+                return false;
+            dst[i] = (char)p[i];
+        }
+    }
+    dst[n] = '\0';
+    *pp = p + n;
+    return true;
+}
+
+/* s_quick_step reads a STEP written as proto_encode writes one: a map of exactly t, v, rid,
+ * session and action in that order, version 1, rid a non-negative integer, the strings ASCII
+ * without NUL within their limits, nothing after the map. Such a message is one proto_decode
+ * takes, with the same fields; anything else (false) goes to proto_decode, errors included.
+ * session and action receive the strings. */
+static bool s_quick_step(const void *buf, size_t len, proto_step_t *q, char *session, char *action)
+{
+    _Static_assert(SELROLL_PROTO_VERSION == 1, "the version byte below");
+    const uint8_t *p = buf, *end = p + len;
+    if (!s_quick_lit(&p, end, "\x85\xa1t\xa4STEP\xa1v\x01\xa3rid", 15) || p >= end)
+        return false;
+    uint8_t b = *p++;
+    uint64_t rid = 0;
+    if (b <= 0x7f) {
+        rid = b;
+    } else if (b >= 0xcc && b <= 0xcf) {
+        size_t n = (size_t)1 << (b - 0xcc);
+        if ((size_t)(end - p) < n)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            rid = rid << 8 | p[i];
+        p += n;
+    } else {
+        return false;
+    }
+    if (!s_quick_lit(&p, end, "\xa7session", 8) || !s_quick_str(&p, end, PROTO_MAX_ID, session) ||
+        !s_quick_lit(&p, end, "\xa6" "action", 7) || !s_quick_str(&p, end, PROTO_MAX_ACTION, action) ||
+        p != end)
+        return false;
+    q->rid = rid;
+    q->session = session;
+    q->action = action;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Replies
  * ------------------------------------------------------------------------------------------- */
 
@@ -286,8 +381,11 @@ static void s_reply_error(envw_t *w, const uint8_t *id, size_t idlen, bool has_r
     s_send(w, id, idlen);
 }
 
+/* s_reply_obs answers with obs. s, when not NULL, is the session whose environment gave it: its
+ * admissible list is encoded once a version (env_obs_t.admissible_version) and kept. */
 static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid,
-                        const char *session, const env_obs_t *obs, bool with_goal)
+                        const char *session, envw_session_t *s, const env_obs_t *obs,
+                        bool with_goal)
 {
     proto_msg_t m;
     proto_msg_init(&m, PROTO_OBS);
@@ -301,6 +399,20 @@ static void s_reply_obs(envw_t *w, const uint8_t *id, size_t idlen, uint64_t rid
     m.u.obs.won = obs->won;
     m.u.obs.step = obs->steps;
     m.u.obs.goal = with_goal ? obs->goal : NULL;
+    if (s && obs->admissible_version) {
+        if (s->adm_version != obs->admissible_version) {
+            /* On failure the list is encoded with the rest below, which reports the error. */
+            sr_buf_reset(&s->adm_enc);
+            s->adm_version = 0;
+            if (proto_encode_admissible((const char *const *)obs->admissible, obs->admissible_lens,
+                                        obs->n_admissible, &s->adm_enc) == SR_OK)
+                s->adm_version = obs->admissible_version;
+        }
+        if (s->adm_version) {
+            m.u.obs.admissible_enc = s->adm_enc.data;
+            m.u.obs.admissible_enc_len = s->adm_enc.len;
+        }
+    }
     sr_buf_reset(&w->rpc->out);
     int rc = proto_encode(&m, &w->rpc->out);
     if (rc != SR_OK) {
@@ -427,6 +539,8 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s->ops = ops;
     s->env = env;
     env_obs_t obs;
+    obs.admissible_version = 0; /* for an environment that does not track it */
+    obs.admissible_lens = NULL;
     int rc = ops->reset(env, &obs);
     if (rc != SR_OK) {
         envw_sessions_remove(w, s);
@@ -439,7 +553,7 @@ static void s_on_reset(envw_t *w, const uint8_t *id, size_t idlen, const proto_r
     s->won = obs.won;
     envw_sessions_touch(w, s);
     metrics_counter_inc(w->m_resets);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, true);
+    s_reply_obs(w, id, idlen, q->rid, q->session, s, &obs, true);
 }
 
 /* s_session_of finds the session the client (routing identity id) calls name; NULL when it holds
@@ -468,6 +582,8 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
         return;
     }
     env_obs_t obs;
+    obs.admissible_version = 0;
+    obs.admissible_lens = NULL;
     int rc = s->ops->step(s->env, q->action, &obs);
     if (rc == SR_ECONFLICT) {
         s->done = true;
@@ -484,7 +600,7 @@ static void s_on_step(envw_t *w, const uint8_t *id, size_t idlen, const proto_st
     s->done = obs.done;
     s->won = obs.won;
     metrics_counter_inc(w->m_steps);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, false);
+    s_reply_obs(w, id, idlen, q->rid, q->session, s, &obs, false);
 }
 
 static void s_on_close(envw_t *w, const uint8_t *id, size_t idlen, const proto_close_t *q)
@@ -504,7 +620,7 @@ static void s_on_close(envw_t *w, const uint8_t *id, size_t idlen, const proto_c
                      .steps = s->steps};
     envw_sessions_remove(w, s);
     metrics_counter_inc(w->m_closes);
-    s_reply_obs(w, id, idlen, q->rid, q->session, &obs, false);
+    s_reply_obs(w, id, idlen, q->rid, q->session, NULL, &obs, false);
 }
 
 /* s_on_bad_decode answers a request that did not decode: "t" and "v" problems have codes of
@@ -531,6 +647,14 @@ static void s_handle(envw_t *w, const uint8_t *id, size_t idlen, const void *bod
     proto_msg_t req;
     proto_err_t perr;
     metrics_counter_inc(w->m_requests);
+    {
+        proto_step_t q;
+        char session[PROTO_MAX_ID + 1], action[PROTO_MAX_ACTION + 1];
+        if (s_quick_step(body, len, &q, session, action)) {
+            s_on_step(w, id, idlen, &q);
+            return;
+        }
+    }
     if (proto_decode(body, len, &req, &perr) != SR_OK) {
         /* A type this channel does not serve is unknown_type whatever the rest of it holds (a
          * malformed OBS or JOB is not the client's problem to fix here); the type is looked at

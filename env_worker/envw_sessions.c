@@ -197,6 +197,7 @@ static void s_session_free(envw_session_t *s)
 {
     if (s->ops && s->env)
         s->ops->destroy(&s->env);
+    sr_buf_free(&s->adm_enc);
     free(s->key);
     free(s);
 }

@@ -804,6 +804,172 @@ static void s_direct(envw_t *w, const char *who, const proto_msg_t *m, s_direct_
     sr_buf_free(&b);
 }
 
+/* envw_call's receiver that keeps the reply's bytes. */
+static void s_raw_take(void *arg, const void *body, size_t len)
+{
+    sr_buf_t *b = arg;
+    sr_buf_reset(b);
+    assert_int_equal(sr_buf_append(b, body, len), SR_OK);
+}
+
+/* s_pack_str appends a msgpack string of n bytes, as str8 when wide (a non-canonical header for
+ * a short string) else the shortest. */
+static void s_put_mstr(sr_buf_t *b, const char *s, size_t n, bool wide)
+{
+    uint8_t h[3];
+    size_t hn;
+    if (n < 32 && !wide) {
+        h[0] = (uint8_t)(0xa0 | n), hn = 1;
+    } else if (n < 256) {
+        h[0] = 0xd9, h[1] = (uint8_t)n, hn = 2;
+    } else {
+        h[0] = 0xda, h[1] = (uint8_t)(n >> 8), h[2] = (uint8_t)n, hn = 3;
+    }
+    assert_int_equal(sr_buf_append(b, h, hn), SR_OK);
+    assert_int_equal(sr_buf_append(b, s, n), SR_OK);
+}
+
+/* s_step_other writes a STEP other than proto_encode would: its fields in reverse order, the
+ * strings with wide headers, the rid as a uint64; "extra" adds a trailing byte. */
+static void s_step_other(sr_buf_t *b, uint64_t rid, const char *session, const char *action,
+                         size_t action_len, bool extra)
+{
+    sr_buf_reset(b);
+    assert_int_equal(sr_buf_append(b, "\x85", 1), SR_OK);
+    s_put_mstr(b, "action", 6, true);
+    s_put_mstr(b, action, action_len, true);
+    s_put_mstr(b, "session", 7, true);
+    s_put_mstr(b, session, strlen(session), true);
+    s_put_mstr(b, "rid", 3, false);
+    uint8_t r[9] = {0xcf};
+    for (int i = 0; i < 8; i++)
+        r[1 + i] = (uint8_t)(rid >> (56 - 8 * i));
+    assert_int_equal(sr_buf_append(b, r, 9), SR_OK);
+    assert_int_equal(sr_buf_append(b, "\xa1v\x01\xa1t\xa4STEP", 10), SR_OK);
+    if (extra)
+        assert_int_equal(sr_buf_append(b, "\xc0", 1), SR_OK);
+}
+
+/* A STEP as proto_encode writes it is read without the general decoder (s_quick_step): its
+ * replies are the bytes of the same STEP written otherwise (which the decoder reads), for the
+ * actions of a played episode, actions that are not admissible, not ASCII, hold a NUL, reach the
+ * length limit or pass it, rids of every width, a session that does not exist, and a STEP with a
+ * trailing byte. Two clients hold the same session name of the same task. */
+static void test_a_step_read_quickly_is_answered_as_decoded(void **state)
+{
+    (void)state;
+    envw_cfg_t c;
+    envw_cfg_init(&c);
+    c.bind = "inproc://test-quick-step";
+    c.capacity = 4;
+    envw_t *w = envw_new(&c, NULL, 0);
+    assert_non_null(w);
+    sr_buf_t req = SR_BUF_INIT, ra = SR_BUF_INIT, rb = SR_BUF_INIT;
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESET);
+    m.u.reset.rid = 1;
+    m.u.reset.session = "s";
+    m.u.reset.task = "household/train/3";
+    m.u.reset.max_steps = 40;
+    assert_int_equal(proto_encode(&m, &req), SR_OK);
+    assert_int_equal(envw_call(w, "actor-a", 7, req.data, req.len, s_raw_take, &ra), SR_OK);
+    assert_int_equal(envw_call(w, "actor-b", 7, req.data, req.len, s_raw_take, &rb), SR_OK);
+    assert_int_equal(ra.len, rb.len);
+    assert_memory_equal(ra.data, rb.data, ra.len);
+
+    static char long_action[PROTO_MAX_ACTION + 2];
+    memset(long_action, 'x', sizeof long_action - 1);
+    uint64_t seed = 7;
+    int obs = 0, errors = 0;
+    for (int k = 0; k < 100; k++) {
+        /* an admissible command of the last reply, most steps */
+        proto_msg_t last;
+        proto_err_t perr;
+        assert_int_equal(proto_decode(ra.data, ra.len, &last, &perr), SR_OK);
+        char action[PROTO_MAX_ACTION + 2];
+        size_t alen;
+        bool trailing = false;
+        const char *session = "s";
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        if (last.type == PROTO_OBS && last.u.obs.admissible_len > 0 && k % 7 != 6) {
+            snprintf(action, sizeof action, "%s",
+                     last.u.obs.admissible[(seed >> 33) % last.u.obs.admissible_len]);
+            alen = strlen(action);
+        } else {
+            /* short and long (word-read) forms of text that is not plain ASCII */
+            static const char *const odd[] = {"dance", "look \xc3\xa9", "lo\0ok", "", "!",
+                                              "go to caf\xff\xfe 1", "examine the\0 lamp 1"};
+            static const size_t odd_len[] = {5, 7, 5, 0, 1, 13, 19};
+            int which = (k / 7) % 10;
+            if (which < 7) {
+                alen = odd_len[which];
+                memcpy(action, odd[which], alen + 1);
+            } else if (which == 7) {
+                alen = PROTO_MAX_ACTION; /* at the limit */
+                memcpy(action, long_action, alen), action[alen] = '\0';
+            } else if (which == 8) {
+                alen = PROTO_MAX_ACTION + 1; /* beyond it */
+                memcpy(action, long_action, alen), action[alen] = '\0';
+            } else {
+                snprintf(action, sizeof action, "look");
+                alen = 4;
+                session = k % 2 ? "nobody" : "s";
+                trailing = k % 2 == 0;
+            }
+        }
+        proto_msg_clear(&last);
+        uint64_t rid = k % 3 == 0 ? (uint64_t)k : k % 3 == 1 ? 200 + (uint64_t)k : UINT64_MAX - (uint64_t)k;
+        /* client a: as proto_encode writes it (by hand when proto_encode refuses it, or for the
+         * trailing byte) */
+        proto_msg_init(&m, PROTO_STEP);
+        m.u.step.rid = rid;
+        m.u.step.session = session;
+        m.u.step.action = action;
+        sr_buf_reset(&req);
+        if (alen != strlen(action) || alen > PROTO_MAX_ACTION || trailing) {
+            uint8_t rb9[9] = {0xcf};
+            for (int i = 0; i < 8; i++)
+                rb9[1 + i] = (uint8_t)(rid >> (56 - 8 * i));
+            assert_int_equal(sr_buf_append(&req, "\x85\xa1t\xa4STEP\xa1v\x01\xa3rid", 15), SR_OK);
+            assert_int_equal(sr_buf_append(&req, rb9, 9), SR_OK);
+            s_put_mstr(&req, "session", 7, false);
+            s_put_mstr(&req, session, strlen(session), false);
+            s_put_mstr(&req, "action", 6, false);
+            s_put_mstr(&req, action, alen, false);
+            if (trailing)
+                assert_int_equal(sr_buf_append(&req, "\xc0", 1), SR_OK);
+        } else {
+            assert_int_equal(proto_encode(&m, &req), SR_OK);
+        }
+        assert_int_equal(envw_call(w, "actor-a", 7, req.data, req.len, s_raw_take, &ra), SR_OK);
+        s_step_other(&req, rid, session, action, alen, trailing);
+        assert_int_equal(envw_call(w, "actor-b", 7, req.data, req.len, s_raw_take, &rb), SR_OK);
+        assert_int_equal(ra.len, rb.len);
+        assert_memory_equal(ra.data, rb.data, ra.len);
+        proto_type_t t = proto_peek_type(ra.data, ra.len);
+        obs += t == PROTO_OBS;
+        errors += t == PROTO_ERROR;
+        if (t == PROTO_OBS && memmem(ra.data, ra.len, "\xa4" "done\xc3", 6)) {
+            /* the episode ended: play it again */
+            proto_msg_init(&m, PROTO_RESET);
+            m.u.reset.rid = 1;
+            m.u.reset.session = "s";
+            m.u.reset.task = "household/train/3";
+            m.u.reset.max_steps = 40;
+            sr_buf_reset(&req);
+            assert_int_equal(proto_encode(&m, &req), SR_OK);
+            assert_int_equal(envw_call(w, "actor-a", 7, req.data, req.len, s_raw_take, &ra), SR_OK);
+            assert_int_equal(envw_call(w, "actor-b", 7, req.data, req.len, s_raw_take, &rb), SR_OK);
+        }
+    }
+    assert_true(obs >= 40);
+    assert_true(errors >= 4);
+    sr_buf_free(&req);
+    sr_buf_free(&ra);
+    sr_buf_free(&rb);
+    envw_destroy(&w);
+}
+
 /* envw_call serves requests on the caller's thread (the actor's --local-env-workers): the same
  * episode as over the socket, sessions keyed by the client name, ERROR for a malformed request,
  * and refusals when the worker has a step latency or bad arguments. */
@@ -1260,6 +1426,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_stopped_redis_delays_the_registry_never_a_reply),
     cmocka_unit_test(test_new_reports_bad_configuration_and_starts_without_redis),
     cmocka_unit_test(test_bench_env_runs_a_short_closed_loop_measurement),
+    cmocka_unit_test(test_a_step_read_quickly_is_answered_as_decoded),
 };
 
 HARNESS_MAIN("env_worker", tests)

@@ -331,6 +331,8 @@ static void random_walks_admissible_lists_sorted_and_every_command_answers(void 
              * object at a time; help, inventory and look always there. */
             for (size_t k = 1; k < obs.n_admissible; k++)
                 assert_true(strcmp(obs.admissible[k - 1], obs.admissible[k]) < 0);
+            for (size_t k = 0; k < obs.n_admissible; k++)
+                assert_int_equal(obs.admissible_lens[k], strlen(obs.admissible[k]));
             assert_true(s_has(&obs, "help") && s_has(&obs, "inventory") && s_has(&obs, "look"));
             for (size_t k = 0; k < obs.n_admissible; k++) {
                 const char *a = obs.admissible[k];
@@ -730,10 +732,22 @@ static uint64_t s_play_hash(household_t *h, uint64_t seed)
     env_obs_t obs;
     assert_int_equal(household_reset(h, &obs), SR_OK);
     uint64_t hash = 0xcbf29ce484222325ULL, rng = seed;
+    uint64_t last_version = 0, last_list = 0;
     for (;;) {
         hash = s_fnv(obs.text, hash);
-        for (size_t i = 0; i < obs.n_admissible; i++)
+        /* the lengths given with the list are strlen's; an unchanged version, an unchanged list */
+        uint64_t list = 0xcbf29ce484222325ULL;
+        assert_non_null(obs.admissible_lens);
+        assert_true(obs.admissible_version != 0);
+        for (size_t i = 0; i < obs.n_admissible; i++) {
+            assert_int_equal(obs.admissible_lens[i], strlen(obs.admissible[i]));
+            list = s_fnv(obs.admissible[i], s_fnv("|", list));
             hash = s_fnv(obs.admissible[i], s_fnv("|", hash));
+        }
+        if (obs.admissible_version == last_version)
+            assert_true(list == last_list);
+        last_version = obs.admissible_version;
+        last_list = list;
         hash = (hash ^ (uint64_t)(obs.reward * 10 + obs.done * 2 + obs.won)) * 0x100000001b3ULL;
         hash = (hash ^ (uint64_t)obs.steps ^ ((uint64_t)obs.max_steps << 16)) * 0x100000001b3ULL;
         if (obs.done)

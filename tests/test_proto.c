@@ -1068,6 +1068,165 @@ static void obs_round_trips(void **state)
     proto_msg_clear(&out);
 }
 
+/* The strings of the OBS below, when set (NULL: the sample's); s_obs_goal_off drops the goal. */
+static const char *s_obs_session, *s_obs_text;
+static bool s_obs_goal_off;
+
+/* s_obs_with_list encodes the sample OBS with admissible list a (n strings), plainly (enc NULL)
+ * or with the list pre-encoded by proto_encode_admissible; returns proto_encode's code. */
+static int s_obs_with_list(const char **a, size_t n, bool pre, sr_buf_t *out)
+{
+    proto_msg_t m;
+    s_sample(&m, PROTO_OBS);
+    if (s_obs_session)
+        m.u.obs.session = s_obs_session;
+    if (s_obs_text)
+        m.u.obs.obs = s_obs_text;
+    if (s_obs_goal_off)
+        m.u.obs.goal = NULL;
+    m.u.obs.rid = UINT64_MAX - (n & 1);
+    m.u.obs.step = 1000 + (int64_t)n;
+    m.u.obs.done = n & 1;
+    m.u.obs.reward = (double)n / 7;
+    m.u.obs.admissible = a;
+    m.u.obs.admissible_len = n;
+    sr_buf_t enc = SR_BUF_INIT;
+    if (pre) {
+        int rc = proto_encode_admissible(a, NULL, n, &enc);
+        if (rc != SR_OK) {
+            sr_buf_free(&enc);
+            return rc;
+        }
+        m.u.obs.admissible_enc = enc.data;
+        m.u.obs.admissible_enc_len = enc.len;
+        m.u.obs.admissible = NULL; /* not read */
+        m.u.obs.admissible_len = 99;
+    }
+    int rc = proto_encode(&m, out);
+    sr_buf_free(&enc);
+    return rc;
+}
+
+/* An OBS whose admissible list was encoded beforehand is the same bytes as one encoded whole,
+ * for lists of every header size; the list's encoder refuses what proto_encode refuses. */
+static void obs_with_a_pre_encoded_list_is_the_same_bytes(void **state)
+{
+    static char pool[4096 * 302];
+    static const char *a[PROTO_MAX_ADMISSIBLE + 1];
+    size_t sizes[] = {0, 1, 3, 15, 16, 40, 255, 4096};
+    char *p = pool;
+    for (size_t i = 0; i < 4096; i++) {
+        /* strings of 1 to 300 bytes: fixstr, str8 and str16 headers */
+        size_t len = 1 + (i * 37) % 300;
+        a[i] = p;
+        for (size_t k = 0; k < len; k++)
+            p[k] = (char)('a' + (i + k) % 26);
+        p[len] = '\0';
+        p += len + 1;
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        sr_buf_t plain = SR_BUF_INIT, pre = SR_BUF_INIT;
+        assert_int_equal(s_obs_with_list(a, sizes[s], false, &plain), SR_OK);
+        assert_int_equal(s_obs_with_list(a, sizes[s], true, &pre), SR_OK);
+        assert_int_equal(plain.len, pre.len);
+        assert_memory_equal(plain.data, pre.data, plain.len);
+        proto_msg_t out;
+        proto_err_t err;
+        assert_int_equal(proto_decode(pre.data, pre.len, &out, &err), SR_OK);
+        assert_int_equal(out.u.obs.admissible_len, sizes[s]);
+        proto_msg_clear(&out);
+        /* the strings' lengths given: the same bytes */
+        static uint32_t lens[PROTO_MAX_ADMISSIBLE];
+        for (size_t i = 0; i < sizes[s]; i++)
+            lens[i] = (uint32_t)strlen(a[i]);
+        sr_buf_t counted = SR_BUF_INIT, given = SR_BUF_INIT;
+        assert_int_equal(proto_encode_admissible(a, NULL, sizes[s], &counted), SR_OK);
+        assert_int_equal(proto_encode_admissible(a, lens, sizes[s], &given), SR_OK);
+        assert_int_equal(counted.len, given.len);
+        assert_memory_equal(counted.data, given.data, counted.len);
+        sr_buf_free(&counted);
+        sr_buf_free(&given);
+        sr_buf_free(&plain);
+        sr_buf_free(&pre);
+    }
+    /* the OBS's own strings of every header size, the goal left out; and the errors of a NULL
+     * session and of a text beyond the limit, the same with the list encoded beforehand */
+    static char text[PROTO_MAX_TEXT + 2];
+    memset(text, 'o', sizeof text - 1);
+    static char sess[PROTO_MAX_ID + 2];
+    memset(sess, 's', sizeof sess - 1);
+    size_t text_lens[] = {0, 31, 32, 255, 256, 65535, PROTO_MAX_TEXT};
+    size_t sess_lens[] = {1, 31, 200, PROTO_MAX_ID};
+    for (size_t t = 0; t < sizeof text_lens / sizeof text_lens[0]; t++) {
+        char *tx = strndup(text, text_lens[t]);
+        char *se = strndup(sess, sess_lens[t % 4]);
+        assert_non_null(tx);
+        assert_non_null(se);
+        s_obs_text = tx;
+        s_obs_session = se;
+        s_obs_goal_off = t & 1;
+        sr_buf_t plain = SR_BUF_INIT, pre = SR_BUF_INIT;
+        assert_int_equal(s_obs_with_list(a, 5 + t, false, &plain), SR_OK);
+        assert_int_equal(s_obs_with_list(a, 5 + t, true, &pre), SR_OK);
+        assert_int_equal(plain.len, pre.len);
+        assert_memory_equal(plain.data, pre.data, plain.len);
+        sr_buf_free(&plain);
+        sr_buf_free(&pre);
+        free(tx);
+        free(se);
+    }
+    s_obs_goal_off = false;
+    s_obs_session = NULL;
+    s_obs_text = text; /* one byte beyond PROTO_MAX_TEXT */
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(s_obs_with_list(a, 3, false, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, true, &b), SR_ETOOBIG);
+    s_obs_text = NULL;
+    s_obs_session = sess; /* one byte beyond PROTO_MAX_ID */
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, false, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, 3, true, &b), SR_ETOOBIG);
+    s_obs_session = NULL;
+    proto_msg_t m;
+    s_sample(&m, PROTO_OBS);
+    sr_buf_t enc = SR_BUF_INIT;
+    assert_int_equal(proto_encode_admissible(a, NULL, 3, &enc), SR_OK);
+    m.u.obs.admissible_enc = enc.data;
+    m.u.obs.admissible_enc_len = enc.len;
+    m.u.obs.session = NULL;
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode(&m, &b), SR_EINVAL);
+    sr_buf_free(&enc);
+
+    /* too many, NULL with items, a NULL string, a string beyond the limit: the same errors */
+    assert_int_equal(proto_encode_admissible(a, NULL, PROTO_MAX_ADMISSIBLE + 1, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(a, PROTO_MAX_ADMISSIBLE + 1, false, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode_admissible(NULL, NULL, 2, &b), SR_EINVAL);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(NULL, 2, false, &b), SR_EINVAL);
+    const char *with_null[2] = {"look", NULL};
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode_admissible(with_null, NULL, 2, &b), SR_EINVAL);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(with_null, 2, false, &b), SR_EINVAL);
+    char *long_one = malloc(PROTO_MAX_ACTION + 2);
+    assert_non_null(long_one);
+    memset(long_one, 'x', PROTO_MAX_ACTION + 1);
+    long_one[PROTO_MAX_ACTION + 1] = '\0';
+    const char *too_long[1] = {long_one};
+    sr_buf_reset(&b);
+    assert_int_equal(proto_encode_admissible(too_long, NULL, 1, &b), SR_ETOOBIG);
+    sr_buf_reset(&b);
+    assert_int_equal(s_obs_with_list(too_long, 1, false, &b), SR_ETOOBIG);
+    assert_int_equal(proto_encode_admissible(a, NULL, 1, NULL), SR_EINVAL);
+    free(long_one);
+    sr_buf_free(&b);
+}
+
 static void error_round_trips_and_rid_is_optional(void **state)
 {
     proto_msg_t in, out;
@@ -2258,6 +2417,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(task_data_must_be_a_map),
         cmocka_unit_test(step_and_close_round_trip),
         cmocka_unit_test(obs_round_trips),
+        cmocka_unit_test(obs_with_a_pre_encoded_list_is_the_same_bytes),
         cmocka_unit_test(error_round_trips_and_rid_is_optional),
         cmocka_unit_test(batch_round_trips_with_groups_trajectories_and_stats),
         cmocka_unit_test(weights_ready_round_trips_and_defaults),

@@ -112,6 +112,7 @@ static void s_start(household_t *h, int max_steps)
     h->text[0] = '\0';
     h->pool_len = 0;
     h->n_adm = 0;
+    h->adm_version = 0;
     memcpy(h->objs, h->init_objs, sizeof h->objs[0] * (size_t)h->n_objs);
     memset(h->open, 0, sizeof h->open);
     h->cur = -1;
@@ -185,6 +186,7 @@ household_t *household_clone(const household_t *like, int max_steps)
         memcpy(h->goto_pool, like->goto_pool, like->goto_pool_len);
         for (size_t g = 0; g < nr; g++)
             h->goto_s[g] = h->goto_pool + (like->goto_s[g] - like->goto_pool);
+        memcpy(h->goto_len, like->goto_len, sizeof h->goto_len[0] * nr);
         memcpy(h->goto_r, like->goto_r, sizeof h->goto_r[0] * nr);
         memcpy(h->goto_cmd, like->goto_cmd, sizeof h->goto_cmd[0] * nr);
         memcpy(h->goto_at, like->goto_at, sizeof h->goto_at[0] * nr);

@@ -94,14 +94,17 @@ struct household {
     char pool[HH_POOL];
     size_t pool_len;
     const char *adm[HH_MAX_CMDS];
+    uint32_t adm_len[HH_MAX_CMDS]; /* strlen(adm[i]) */
     hh_cmd_t cmds[HH_MAX_CMDS];
     int n_adm;
+    uint64_t adm_version; /* env_obs_t.admissible_version of adm; 0 before the first list */
     /* "go to <receptacle>" for every receptacle, sorted: the bulk of every list, the same for the
      * whole episode, so written and sorted once (on the first list) and merged into each. */
     bool goto_ready;
     size_t goto_pool_len;
     char goto_pool[HH_MAX_RECEPS * (HH_NAME + 8)];
     const char *goto_s[HH_MAX_RECEPS];
+    uint32_t goto_len[HH_MAX_RECEPS]; /* strlen(goto_s[i]) */
     int8_t goto_r[HH_MAX_RECEPS];
     hh_cmd_t goto_cmd[HH_MAX_RECEPS];  /* the command of goto_s[i] */
     uint8_t goto_at[HH_MAX_RECEPS];    /* receptacle r's place in goto_s */

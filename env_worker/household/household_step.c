@@ -8,8 +8,13 @@
 #include "common/sr.h"
 #include "env_worker/household/household_data.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The source of admissible-list versions, shared by every world of the process (worlds are
+ * cloned, and a clone must not reuse a number its original gives to another list). */
+static _Atomic uint64_t s_adm_versions;
 
 /* Operations behind admissible commands. */
 enum {
@@ -38,6 +43,7 @@ static const char s_help[] =
 typedef struct {
     const char *s;
     hh_cmd_t cmd;
+    uint32_t len;
 } s_entry_t;
 
 /* s_cmd adds a command: a static text (b NULL: pointed at, not copied), or a + b + c + d
@@ -48,8 +54,10 @@ static inline void s_cmd(household_t *h, int op, int obj, int rec, const char *a
 {
     SR_ASSERT(h->n_adm < HH_MAX_CMDS);
     const char *s = a;
+    size_t len = la;
     if (b) {
         size_t need = la + blen + lc + dlen + 1;
+        len = need - 1;
         SR_ASSERT(h->pool_len + need <= HH_POOL);
         char *p = h->pool + h->pool_len;
         s = p;
@@ -63,6 +71,7 @@ static inline void s_cmd(household_t *h, int op, int obj, int rec, const char *a
         h->pool_len += need;
     }
     h->adm[h->n_adm] = s;
+    h->adm_len[h->n_adm] = (uint32_t)len;
     h->cmds[h->n_adm] = (hh_cmd_t){(uint8_t)op, (int8_t)obj, (int8_t)rec};
     h->n_adm++;
 }
@@ -97,10 +106,12 @@ void hh_goto_prepare(household_t *h)
         int k = r; /* insertion sort: a few dozen names, once an episode */
         while (k > 0 && strcmp(h->goto_s[k - 1], s) > 0) {
             h->goto_s[k] = h->goto_s[k - 1];
+            h->goto_len[k] = h->goto_len[k - 1];
             h->goto_r[k] = h->goto_r[k - 1];
             k--;
         }
         h->goto_s[k] = s;
+        h->goto_len[k] = 6u + h->receps[r].name_len;
         h->goto_r[k] = (int8_t)r;
     }
     for (int g = 0; g < h->n_receps; g++) {
@@ -124,12 +135,13 @@ void hh_order_objects(household_t *h)
 }
 
 /* s_put_entry appends x to the list unless it equals the last one. */
-static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd)
+static void s_put_entry(household_t *h, int *n, const char *s, hh_cmd_t cmd, uint32_t len)
 {
     if (*n > 0 && h->adm[*n - 1][0] == s[0] && !strcmp(h->adm[*n - 1], s))
         return;
     SR_ASSERT(*n < HH_MAX_CMDS);
     h->adm[*n] = s;
+    h->adm_len[*n] = len;
     h->cmds[(*n)++] = cmd;
 }
 
@@ -187,7 +199,7 @@ static void s_build_admissible(household_t *h)
     s_entry_t e[HH_MAX_CMDS];
     int ne = h->n_adm;
     for (int i = 0; i < ne; i++) {
-        s_entry_t x = {h->adm[i], h->cmds[i]};
+        s_entry_t x = {h->adm[i], h->cmds[i], h->adm_len[i]};
         int k = i;
         while (k > 0 && s_after(e[k - 1].s, x.s)) {
             e[k] = e[k - 1];
@@ -204,7 +216,7 @@ static void s_build_admissible(household_t *h)
     int skip = c >= 0 ? h->goto_at[c] : -1;
     int n = 0, i = 0;
     while (i < ne && (ng == 0 || s_after(h->goto_s[0], e[i].s))) {
-        s_put_entry(h, &n, e[i].s, e[i].cmd);
+        s_put_entry(h, &n, e[i].s, e[i].cmd, e[i].len);
         i++;
     }
     if (i == ne || s_after(e[i].s, h->goto_s[ng - 1])) {
@@ -212,10 +224,12 @@ static void s_build_admissible(household_t *h)
         int cut = skip >= 0 ? skip : ng;
         SR_ASSERT(n + ng <= HH_MAX_CMDS);
         memcpy(h->adm + n, h->goto_s, sizeof h->adm[0] * (size_t)cut);
+        memcpy(h->adm_len + n, h->goto_len, sizeof h->adm_len[0] * (size_t)cut);
         memcpy(h->cmds + n, h->goto_cmd, sizeof h->cmds[0] * (size_t)cut);
         n += cut;
         if (cut < ng) {
             memcpy(h->adm + n, h->goto_s + cut + 1, sizeof h->adm[0] * (size_t)(ng - cut - 1));
+            memcpy(h->adm_len + n, h->goto_len + cut + 1, sizeof h->adm_len[0] * (size_t)(ng - cut - 1));
             memcpy(h->cmds + n, h->goto_cmd + cut + 1, sizeof h->cmds[0] * (size_t)(ng - cut - 1));
             n += ng - cut - 1;
         }
@@ -232,17 +246,18 @@ static void s_build_admissible(household_t *h)
             else
                 break;
             if (take_goto) {
-                s_put_entry(h, &n, h->goto_s[g], h->goto_cmd[g]);
+                s_put_entry(h, &n, h->goto_s[g], h->goto_cmd[g], h->goto_len[g]);
                 g++;
             } else {
-                s_put_entry(h, &n, e[i].s, e[i].cmd);
+                s_put_entry(h, &n, e[i].s, e[i].cmd, e[i].len);
                 i++;
             }
         }
     }
     for (; i < ne; i++)
-        s_put_entry(h, &n, e[i].s, e[i].cmd);
+        s_put_entry(h, &n, e[i].s, e[i].cmd, e[i].len);
     h->n_adm = n;
+    h->adm_version = atomic_fetch_add_explicit(&s_adm_versions, 1, memory_order_relaxed) + 1;
 }
 
 /* ---- goals ---- */
@@ -281,6 +296,8 @@ static void s_fill_obs(household_t *h, env_obs_t *obs)
     obs->text = h->text;
     obs->admissible = h->adm;
     obs->n_admissible = (size_t)h->n_adm;
+    obs->admissible_version = h->adm_version;
+    obs->admissible_lens = h->adm_len;
     obs->goal = h->goal;
     obs->reward = h->reward;
     obs->done = h->done;
