@@ -521,6 +521,27 @@ static void test_ping_answered(void **state)
     reactor_destroy(&r);
 }
 
+/* s_raw_connect opens a plain TCP connection to tcp://127.0.0.1:PORT ep (no ZMTP). */
+static int s_raw_connect(const char *ep)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* s_expect_closed reads fd (our greeting) until the peer closes it, then closes it. */
+static void s_expect_closed(int fd)
+{
+    char buf[256];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        ;
+    assert_int_equal(n, 0);
+    close(fd);
+}
+
 static bool s_bad_n(void *arg)
 {
     zmtp_stats_t st;
@@ -537,19 +558,11 @@ static void test_router_bad_peers(void **state)
     zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 1000, &got);
     const char *ep = zmtp_router_endpoint(rt);
     /* not ZMTP at all */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = s_raw_connect(ep);
     assert_int_equal(write(fd, "GET / HTTP/1.1\r\n\r\n", 18), 18);
     s_want = 1;
     assert_true(s_spin(r, s_bad_n, rt, 3000));
-    char buf[256];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) /* our greeting, then the close */
-        ;
-    assert_int_equal(n, 0);
-    close(fd);
+    s_expect_closed(fd);
     /* a frame over the maximum message size (1000 here) */
     void *ctx = zmq_ctx_new();
     void *big = zmq_socket(ctx, ZMQ_DEALER), *multi = zmq_socket(ctx, ZMQ_DEALER);
@@ -599,18 +612,10 @@ static void test_silent_peers(void **state)
     s_got_t got = {0};
     zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 0, &got);
     const char *ep = zmtp_router_endpoint(rt);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(ep + 16))};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = s_raw_connect(ep);
     s_want = 1;
     assert_true(s_spin(r, s_bad_n, rt, 3000));
-    char buf[256];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0)
-        ;
-    assert_int_equal(n, 0);
-    close(fd);
+    s_expect_closed(fd);
     /* a listener that accepts (the kernel does) and never speaks */
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in la = {.sin_family = AF_INET};
