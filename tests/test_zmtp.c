@@ -5,6 +5,7 @@
  */
 #include "tests/harness.h"
 
+#include "common/prng.h"
 #include "common/reactor.h"
 #include "common/sr.h"
 #include "common/transport.h"
@@ -936,6 +937,134 @@ static void test_pub_proxy_sub(void **state)
     reactor_destroy(&r);
 }
 
+/* ---- peers that send anything ---- */
+
+static int s_any_msgs;
+static void s_count_any(void *arg, const void *id, size_t idlen, const void *body, size_t len)
+{
+    (void)arg;
+    (void)id;
+    (void)idlen;
+    (void)body;
+    (void)len;
+    s_any_msgs++;
+}
+
+/* s_greeting writes a ZMTP 3.1 NULL greeting and a READY (DEALER, identity id) into out. */
+static size_t s_greeting(uint8_t *out, const char *id)
+{
+    memset(out, 0, 64);
+    out[0] = 0xFF;
+    out[9] = 0x7F;
+    out[10] = 3;
+    out[11] = 1;
+    memcpy(out + 12, "NULL", 4);
+    uint8_t *b = out + 66;
+    size_t n = 0, il = strlen(id);
+    b[n++] = 5;
+    memcpy(b + n, "READY", 5);
+    n += 5;
+    b[n++] = 11;
+    memcpy(b + n, "Socket-Type", 11);
+    n += 11;
+    memcpy(b + n, "\0\0\0\6DEALER", 10);
+    n += 10;
+    b[n++] = 8;
+    memcpy(b + n, "Identity", 8);
+    n += 8;
+    b[n++] = 0;
+    b[n++] = 0;
+    b[n++] = 0;
+    b[n++] = (uint8_t)il;
+    memcpy(b + n, id, il);
+    n += il;
+    out[64] = 4;
+    out[65] = (uint8_t)n;
+    return 66 + n;
+}
+
+/* A ROUTER of ours fed 400 connections of seeded junk (a greeting and READY, some bytes of them
+ * flipped, then random bytes) drops what it must, never crashes (valgrind checks every read), and
+ * still serves a libzmq DEALER afterwards. */
+static void test_router_takes_junk(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    char err[256] = "";
+    zmtp_router_t *rt = zmtp_router_new(r, "tcp://127.0.0.1:0", 4096, s_count_any, NULL, err,
+                                        sizeof err);
+    assert_non_null(rt);
+    const char *ep = zmtp_router_endpoint(rt);
+    prng_t g;
+    prng_init(&g, 47, 1);
+    for (int round = 0; round < 20; round++) {
+        int fds[20];
+        for (int k = 0; k < 20; k++) {
+            uint8_t buf[1024];
+            char id[16];
+            snprintf(id, sizeof id, "j%d-%d", round, k);
+            size_t n = s_greeting(buf, id);
+            if (prng_bounded(&g, 3) == 0) /* flip a few bytes of the handshake */
+                for (int f = 0; f < 3; f++)
+                    buf[prng_bounded(&g, n)] ^= (uint8_t)(1 + prng_bounded(&g, 255));
+            if (prng_bounded(&g, 2) == 0) { /* random bytes */
+                size_t extra = (size_t)prng_bounded(&g, 400);
+                for (size_t i = 0; i < extra && n < sizeof buf; i++)
+                    buf[n++] = (uint8_t)prng_u64(&g);
+            } else { /* frames of every flag, size and form, some of them lying about it */
+                for (int f = (int)prng_bounded(&g, 8); f >= 0 && n + 80 < sizeof buf; f--) {
+                    uint8_t fl = (uint8_t)prng_bounded(&g, 8); /* MORE, LONG, CMD */
+                    size_t len = (size_t)prng_bounded(&g, 60);
+                    buf[n++] = fl;
+                    if (fl & 2) {
+                        uint64_t claim = prng_bounded(&g, 4) ? len : prng_u64(&g);
+                        for (int k2 = 7; k2 >= 0; k2--)
+                            buf[n++] = (uint8_t)(claim >> (8 * k2));
+                    } else {
+                        buf[n++] = (uint8_t)len;
+                    }
+                    for (size_t i = 0; i < len; i++)
+                        buf[n++] = (uint8_t)(fl & 4 && i == 0 ? 4 : prng_u64(&g));
+                    if ((fl & 4) && len >= 5)
+                        memcpy(buf + n - len + 1, prng_bounded(&g, 2) ? "PING" : "PONG", 4);
+                }
+            }
+            fds[k] = s_raw_connect(ep);
+            assert_true(write(fds[k], buf, n) == (ssize_t)n);
+        }
+        s_spin(r, NULL, NULL, 20);
+        for (int k = 0; k < 20; k++)
+            close(fds[k]);
+        s_spin(r, NULL, NULL, 5);
+    }
+    zmtp_stats_t st;
+    zmtp_router_stats(rt, &st);
+    print_message("junk: %llu handshakes done, %llu peers dropped as bad, %d messages taken, %llu "
+                  "of several frames dropped\n",
+                  (unsigned long long)st.connects, (unsigned long long)st.bad_peer, s_any_msgs,
+                  (unsigned long long)st.dropped_msgs);
+    assert_true(st.bad_peer > 0);
+    assert_true(st.connects > 0); /* most handshakes were whole: the junk reached the frames */
+    /* a well-behaved peer is served as ever */
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t ok = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
+    assert_int_equal(zmq_setsockopt(ok.sock, ZMQ_ROUTING_ID, "fine", 4), 0);
+    assert_int_equal(zmq_connect(ok.sock, ep), 0);
+    assert_int_equal(reactor_add_zsock(r, ok.sock, REACTOR_READ, s_zpeer_read, &ok), SR_OK);
+    int before = s_any_msgs;
+    assert_int_equal(zmq_send(ok.sock, "hi", 2, 0), 2);
+    for (int i = 0; i < 600 && s_any_msgs == before; i++)
+        s_spin(r, NULL, NULL, 5);
+    assert_int_equal(s_any_msgs, before + 1);
+    assert_int_equal(zmtp_router_send(rt, "fine", 4, "back", 4), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &ok.got, 3000));
+    assert_string_equal(ok.got.body[0], "back");
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&ok}, 1);
+    zmtp_router_destroy(&rt);
+    reactor_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -950,6 +1079,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_router_bad_peers),
         cmocka_unit_test(test_silent_peers),
         cmocka_unit_test(test_many_peers),
+        cmocka_unit_test(test_router_takes_junk),
         cmocka_unit_test(test_pub_libzmq_xsub),
         cmocka_unit_test(test_pub_through_the_proxy),
         cmocka_unit_test(test_sub_libzmq_pub),
