@@ -17,6 +17,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -43,7 +46,7 @@ void zmtp_set_handshake_ms(int64_t ms)
     s_handshake_ms = ms > 0 ? ms : ZMTP_HANDSHAKE_MS;
 }
 
-enum { S_DOWN, S_CONNECTING, S_GREET, S_READY, S_OPEN };
+enum { S_DOWN, S_RESOLVING, S_CONNECTING, S_GREET, S_READY, S_OPEN };
 enum { F_MORE = 1, F_LONG = 2, F_CMD = 4 };
 
 /* ---- endpoints ---- */
@@ -60,15 +63,33 @@ bool zmtp_enabled(void)
     return !s_off && curve_default() == NULL;
 }
 
-/* s_parse_ep reads "tcp://host:port" into sa (host "*" and port "*"/0 only when bind). */
-static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, socklen_t *salen)
+/* s_name_ok tells whether host is a DNS name: 1..253 bytes of letters, digits, '-' and '.'. */
+static bool s_name_ok(const char *host)
+{
+    size_t n = strlen(host);
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = host[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* s_parse_ep reads "tcp://host:port" into sa (host "*" and port "*"/0 only when bind). With name
+ * not NULL (a connect), a host that is a DNS name is written there (namelen bytes) with its port
+ * in *port, sa left alone: the caller resolves it off the loop. */
+static bool s_parse_ep_named(const char *ep, bool bind, struct sockaddr_storage *sa,
+                             socklen_t *salen, char *name, size_t namelen, int *port_out)
 {
     if (!ep || strncmp(ep, "tcp://", 6) != 0)
         return false;
     const char *h = ep + 6, *colon = strrchr(h, ':');
     if (!colon || colon == h)
         return false;
-    char host[64];
+    char host[256];
     size_t hl = (size_t)(colon - h);
     bool v6 = h[0] == '[';
     if (v6) {
@@ -102,8 +123,13 @@ static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, s
     }
     if (!v6) {
         struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
-        if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
-            return false;
+        if (inet_pton(AF_INET, host, &s4->sin_addr) != 1) {
+            if (!name || bind || !s_name_ok(host) || strlen(host) >= namelen)
+                return false;
+            snprintf(name, namelen, "%s", host);
+            *port_out = (int)port;
+            return true;
+        }
         s4->sin_family = AF_INET;
         s4->sin_port = htons((uint16_t)port);
         *salen = sizeof *s4;
@@ -118,11 +144,18 @@ static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, s
     return true;
 }
 
+static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, socklen_t *salen)
+{
+    return s_parse_ep_named(ep, bind, sa, salen, NULL, 0, NULL);
+}
+
 bool zmtp_can_connect(const char *ep)
 {
     struct sockaddr_storage sa;
     socklen_t n;
-    return zmtp_enabled() && s_parse_ep(ep, false, &sa, &n);
+    char name[256];
+    int port;
+    return zmtp_enabled() && s_parse_ep_named(ep, false, &sa, &n, name, sizeof name, &port);
 }
 
 bool zmtp_can_bind(const char *ep)
@@ -584,9 +617,53 @@ static const char *const s_pub_peers[] = {"XSUB", "SUB", NULL};
 static const char *const s_sub_peers[] = {"XPUB", "PUB", NULL};
 static const char *const s_router_peers[] = {"DEALER", "ROUTER", "REQ", NULL};
 
+/* A name being resolved on a thread of its own (getaddrinfo may wait for DNS: never on the loop).
+ * The thread and the dealer each hold a reference; the thread writes a byte to wfd when done. */
+typedef struct {
+    atomic_int refs;
+    atomic_bool done;
+    int wfd;
+    char name[256], port[8];
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int err; /* getaddrinfo's, 0 = resolved */
+} s_resolve_t;
+
+static void s_resolve_release(s_resolve_t *j)
+{
+    if (atomic_fetch_sub(&j->refs, 1) == 1)
+        free(j);
+}
+
+static void *s_resolve_main(void *arg)
+{
+    s_resolve_t *j = arg;
+    /* IPv4, as libzmq resolves a tcp:// name without ZMQ_IPV6 */
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    j->err = getaddrinfo(j->name, j->port, &hints, &res);
+    if (j->err == 0 && res && res->ai_addrlen <= sizeof j->sa) {
+        memcpy(&j->sa, res->ai_addr, res->ai_addrlen);
+        j->salen = (socklen_t)res->ai_addrlen;
+    } else if (j->err == 0) {
+        j->err = EAI_NONAME;
+    }
+    if (res)
+        freeaddrinfo(res);
+    atomic_store(&j->done, true);
+    char b = 1;
+    (void)send(j->wfd, &b, 1, MSG_NOSIGNAL); /* the dealer may be gone: its end closed */
+    close(j->wfd);
+    s_resolve_release(j);
+    return NULL;
+}
+
 struct zmtp_dealer {
     reactor_t *r;
     char *ep;
+    char name[256]; /* a host name to resolve before each connect ("" = sa holds the address) */
+    int port;
+    s_resolve_t *res; /* the resolution under way, or NULL */
+    int res_fd;       /* its end of the socket pair the thread signals on */
     struct sockaddr_storage sa;
     socklen_t salen;
     char id[256];
@@ -622,8 +699,20 @@ static void s_no_msg(void *arg, const void *body, size_t len)
 }
 static void s_dealer_flush_cb(reactor_t *r, void *arg);
 
+/* s_resolve_drop forgets the resolution under way (its thread finishes on its own). */
+static void s_resolve_drop(zmtp_dealer_t *d)
+{
+    if (!d->res)
+        return;
+    reactor_remove_fd(d->r, d->res_fd);
+    close(d->res_fd);
+    s_resolve_release(d->res);
+    d->res = NULL;
+}
+
 static void s_dealer_free(zmtp_dealer_t *d)
 {
+    s_resolve_drop(d);
     if (d->c.hs_timer > 0)
         reactor_timer_cancel(d->r, d->c.hs_timer);
     if (d->reconnect_timer > 0)
@@ -680,6 +769,7 @@ static void s_drop_partial(s_conn_t *c)
 /* s_dealer_lost closes the connection (why: one line) and tries again after the back-off. */
 static void s_dealer_lost(zmtp_dealer_t *d, const char *why)
 {
+    s_resolve_drop(d);
     if (d->c.hs_timer > 0) {
         reactor_timer_cancel(d->r, d->c.hs_timer);
         d->c.hs_timer = 0;
@@ -852,7 +942,83 @@ static void s_dealer_hs_timeout(reactor_t *r, int id, void *arg)
     s_dealer_lost(d, why);
 }
 
+static void s_dealer_connect_addr(zmtp_dealer_t *d);
+
+/* s_dealer_resolved takes the address the resolver thread found, and connects to it. */
+static void s_dealer_resolved(reactor_t *r, int fd, int revents, void *arg)
+{
+    (void)r;
+    (void)fd;
+    (void)revents;
+    zmtp_dealer_t *d = arg;
+    s_resolve_t *j = d->res;
+    if (!j || !atomic_load(&j->done))
+        return; /* a spurious wake-up: the byte comes with the result */
+    int err = j->err;
+    if (err == 0) {
+        memcpy(&d->sa, &j->sa, j->salen);
+        d->salen = j->salen;
+    }
+    s_resolve_drop(d);
+    if (err != 0) {
+        char why[300];
+        snprintf(why, sizeof why, "resolve %s: %s", d->name, gai_strerror(err));
+        s_dealer_lost(d, why);
+        return;
+    }
+    s_dealer_connect_addr(d);
+}
+
+/* s_resolve_start resolves d->name on a thread of its own; s_dealer_resolved goes on. */
+static void s_resolve_start(zmtp_dealer_t *d)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
+        char why[128];
+        snprintf(why, sizeof why, "socketpair: %s", strerror(errno));
+        s_dealer_lost(d, why);
+        return;
+    }
+    s_resolve_t *j = sr_xcalloc(1, sizeof *j);
+    atomic_init(&j->refs, 2);
+    atomic_init(&j->done, false);
+    j->wfd = sv[1];
+    snprintf(j->name, sizeof j->name, "%s", d->name);
+    snprintf(j->port, sizeof j->port, "%d", d->port);
+    pthread_attr_t at;
+    pthread_t th;
+    bool ok = pthread_attr_init(&at) == 0;
+    ok = ok && pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0;
+    ok = ok && reactor_add_fd(d->r, sv[0], REACTOR_READ, s_dealer_resolved, d) == SR_OK;
+    if (ok && pthread_create(&th, &at, s_resolve_main, j) != 0) {
+        reactor_remove_fd(d->r, sv[0]);
+        ok = false;
+    }
+    pthread_attr_destroy(&at);
+    if (!ok) {
+        close(sv[0]);
+        close(sv[1]);
+        free(j);
+        s_dealer_lost(d, "cannot start resolving the host name");
+        return;
+    }
+    d->res = j;
+    d->res_fd = sv[0];
+    d->c.state = S_RESOLVING;
+}
+
 static void s_dealer_connect(zmtp_dealer_t *d)
+{
+    /* the handshake limit covers the resolution and the TCP connect too */
+    int t = reactor_timer_add(d->r, s_handshake_ms, 0, s_dealer_hs_timeout, d);
+    d->c.hs_timer = t > 0 ? t : 0;
+    if (d->name[0])
+        s_resolve_start(d); /* each time: an address may have moved (a restarted pod) */
+    else
+        s_dealer_connect_addr(d);
+}
+
+static void s_dealer_connect_addr(zmtp_dealer_t *d)
 {
     s_conn_t *c = &d->c;
     int fd = socket(d->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -881,8 +1047,6 @@ static void s_dealer_connect(zmtp_dealer_t *d)
         return;
     }
     c->events = REACTOR_WRITE;
-    int t = reactor_timer_add(d->r, s_handshake_ms, 0, s_dealer_hs_timeout, d);
-    c->hs_timer = t > 0 ? t : 0;
 }
 
 static zmtp_dealer_t *s_dealer_make(reactor_t *r, const char *ep, const char *id, int64_t max_msg,
@@ -890,7 +1054,10 @@ static zmtp_dealer_t *s_dealer_make(reactor_t *r, const char *ep, const char *id
                                     size_t errlen)
 {
     zmtp_dealer_t *d = sr_xcalloc(1, sizeof *d);
-    if (!r || (!cb && !sub) || !s_parse_ep(ep, false, &d->sa, &d->salen) || (id && strlen(id) > 255)) {
+    d->name[0] = '\0';
+    if (!r || (!cb && !sub) ||
+        !s_parse_ep_named(ep, false, &d->sa, &d->salen, d->name, sizeof d->name, &d->port) ||
+        (id && strlen(id) > 255)) {
         if (err && errlen)
             snprintf(err, errlen, "connect %s: %s", ep ? ep : "(null)",
                      id && strlen(id) > 255 ? "a routing identity of more than 255 bytes"

@@ -21,9 +21,11 @@
  * s is dropped too (ZMQ_HANDSHAKE_IVL; the DEALER then tries again). TCP_NODELAY and keepalive
  * (idle 30 s, interval 10 s) as transport.h sets them.
  *
- * What is not here: CURVE, names to resolve (getaddrinfo would block the loop), ipc:// and
- * inproc://. zmtp_can_connect and zmtp_can_bind say when an endpoint can be spoken here; the
- * callers use libzmq for the rest, and for everything with --wire zmq.
+ * A connect to a host name resolves it (IPv4, as libzmq does without ZMQ_IPV6) on a thread of its
+ * own before each attempt, never on the loop: getaddrinfo may wait for DNS, and a restarted peer
+ * may have moved. What is not here: CURVE, ipc:// and inproc://. zmtp_can_connect and
+ * zmtp_can_bind say when an endpoint can be spoken here; the callers use libzmq for the rest, and
+ * for everything with --wire zmq.
  *
  * Sends never block: a message is queued, and the queue leaves at the end of the handler that read
  * the messages it answers, or else at the end of this round of the loop (reactor_defer: before it
@@ -56,8 +58,9 @@ void zmtp_set_enabled(bool on);
  * keys in the process. */
 bool zmtp_enabled(void);
 
-/* zmtp_can_connect tells whether ep is tcp://<IPv4 or [IPv6] address>:<port 1..65535> (and
- * zmtp_enabled). zmtp_can_bind also accepts the host "*" and the port "*" or 0. */
+/* zmtp_can_connect tells whether ep is tcp://<IPv4 or [IPv6] address, or a DNS name>:<port
+ * 1..65535> (and zmtp_enabled). zmtp_can_bind takes addresses only (no names), and also the host
+ * "*" and the port "*" or 0. */
 bool zmtp_can_connect(const char *ep);
 bool zmtp_can_bind(const char *ep);
 

@@ -194,7 +194,10 @@ static void test_endpoints(void **state)
     (void)state;
     assert_true(zmtp_can_connect("tcp://127.0.0.1:5555"));
     assert_true(zmtp_can_connect("tcp://[::1]:5555"));
-    assert_false(zmtp_can_connect("tcp://localhost:5555")); /* a name: libzmq resolves it */
+    assert_true(zmtp_can_connect("tcp://localhost:5555")); /* a name: resolved off the loop */
+    assert_true(zmtp_can_connect("tcp://env-3.workers.svc.cluster.local:5560"));
+    assert_false(zmtp_can_connect("tcp://bad_host:5555"));
+    assert_false(zmtp_can_connect("tcp://bad host:5555"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1:*"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1:0"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1:70000"));
@@ -212,9 +215,9 @@ static void test_endpoints(void **state)
     zmtp_set_enabled(true);
     char err[256] = "";
     reactor_t *r = reactor_new();
-    assert_null(zmtp_dealer_new(r, "tcp://host.example:1", "a", 0, s_on_dealer, NULL, NULL, err,
+    assert_null(zmtp_dealer_new(r, "tcp://host_example:1", "a", 0, s_on_dealer, NULL, NULL, err,
                                 sizeof err));
-    assert_non_null(strstr(err, "tcp://host.example:1"));
+    assert_non_null(strstr(err, "tcp://host_example:1"));
     reactor_destroy(&r);
 }
 
@@ -468,6 +471,38 @@ static void test_dealer_write_at_once(void **state)
     assert_int_equal(reactor_run(r), SR_OK);
     assert_int_equal(a.seen_inside, 1);
     zmtp_dealer_destroy(&d);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zp}, 1);
+    reactor_destroy(&r);
+}
+
+/* A host name is resolved on a thread of its own (never on the loop), before each connect. */
+static void test_dealer_by_name(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://localhost:%s", strrchr(s_bound(zp.sock), ':') + 1);
+    reactor_t *r = reactor_new();
+    assert_int_equal(reactor_add_zsock(r, zp.sock, REACTOR_READ, s_zpeer_read, &zp), SR_OK);
+    s_got_t got = {0};
+    char err[256] = "";
+    zmtp_dealer_t *d = zmtp_dealer_new(r, ep, "named", 0, s_on_dealer, NULL, &got, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_false(zmtp_dealer_connected(d)); /* nothing resolved yet: the loop has not run */
+    assert_int_equal(zmtp_dealer_send(d, "by-name", 7), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &zp.got, 5000));
+    assert_string_equal(zp.got.body[0], "by-name");
+    assert_memory_equal(zp.got.id[0], "named", 5);
+    /* destroyed while a resolution runs: the thread ends on its own */
+    zmtp_dealer_t *d2 = zmtp_dealer_new(r, ep, "gone", 0, s_on_dealer, NULL, &got, err, sizeof err);
+    assert_non_null(d2);
+    zmtp_dealer_destroy(&d2);
+    zmtp_dealer_destroy(&d);
+    s_spin(r, NULL, NULL, 50); /* (its thread, detached, finishes meanwhile) */
     s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zp}, 1);
     reactor_destroy(&r);
 }
@@ -1074,6 +1109,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_router_handover),
         cmocka_unit_test(test_reconnect_keeps_queue),
         cmocka_unit_test(test_dealer_write_at_once),
+        cmocka_unit_test(test_dealer_by_name),
         cmocka_unit_test(test_dealer_hwm),
         cmocka_unit_test(test_ping_answered),
         cmocka_unit_test(test_router_bad_peers),
