@@ -754,7 +754,8 @@ static void s_drop_partial(s_conn_t *c)
         pos += hl + (size_t)sz;
     }
     pos = SR_MIN(pos, c->out.len);
-    memmove(c->out.data, c->out.data + pos, c->out.len - pos);
+    if (pos > 0 && pos < c->out.len) /* (no buffer at all before the first send) */
+        memmove(c->out.data, c->out.data + pos, c->out.len - pos);
     c->out.len -= pos;
     c->out_off = 0;
     c->out_msgs = 0;

@@ -514,6 +514,15 @@ static void test_dealer_hwm(void **state)
     reactor_t *r = reactor_new();
     char err[256] = "", ep[64];
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", harness_free_port());
+    /* one that never sent: its connection refused, and refused again, with no buffer yet */
+    zmtp_dealer_t *d0 = zmtp_dealer_new(r, ep, "a0", 0, s_on_dealer, NULL, NULL, err, sizeof err);
+    assert_non_null(d0);
+    s_spin(r, NULL, NULL, 150);
+    zmtp_stats_t st0;
+    zmtp_dealer_stats(d0, &st0);
+    assert_int_equal(st0.connects, 0);
+    assert_non_null(strstr(zmtp_dealer_errstr(d0), "connect"));
+    zmtp_dealer_destroy(&d0);
     zmtp_dealer_t *d = zmtp_dealer_new(r, ep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err);
     assert_non_null(d);
     for (int i = 0; i < ZMTP_HWM; i++)
