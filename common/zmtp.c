@@ -1279,7 +1279,7 @@ static void s_router_drop(zmtp_router_t *rt, s_conn_t *c, const char *why)
     if (c->state == S_OPEN) {
         s_unlink_id(rt, c);
         rt->st.disconnects++;
-        log_debug("env worker %s: peer connection closed: %s", rt->ep, why);
+        log_debug("router %s: a peer's connection closed: %s", rt->ep, why);
     }
     if (c->dirty)
         for (s_conn_t **pp = &rt->dirty; *pp; pp = &(*pp)->next_dirty)
@@ -1390,7 +1390,7 @@ static void s_rconn_io(reactor_t *r, int fd, int revents, void *arg)
         rt->depth--;
         if (rc == SR_EPROTO) {
             rt->st.bad_peer++;
-            log_warn_limited(5, "env worker %s: a peer dropped: %s (%llu so far)", rt->ep, why,
+            log_warn_limited(5, "router %s: a peer dropped: %s (%llu so far)", rt->ep, why,
                              (unsigned long long)rt->st.bad_peer);
         }
         if (rc != SR_OK) {
@@ -1422,7 +1422,7 @@ static void s_router_hs_timeout(reactor_t *r, int id, void *arg)
     c->hs_timer = 0;
     rt->st.bad_peer++;
     log_warn_limited(
-        5, "env worker %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)", rt->ep,
+        5, "router %s: a peer dropped: no ZMTP handshake within %lld ms (%llu so far)", rt->ep,
         (long long)s_handshake_ms, (unsigned long long)rt->st.bad_peer);
     s_router_drop(rt, c, "no handshake");
 }
@@ -1435,7 +1435,7 @@ static void s_accept(reactor_t *r, int fd, int revents, void *arg)
         int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-                log_warn_limited(1, "env worker %s: accept: %s", rt->ep, strerror(errno));
+                log_warn_limited(1, "router %s: accept: %s", rt->ep, strerror(errno));
             return;
         }
         s_tune(cfd);
