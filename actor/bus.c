@@ -422,6 +422,9 @@ void bus_flush(bus_t *b)
     if (!b || b->state == BUS_WAIT)
         return; /* held for the subscriber: see bus.h */
     s_send_held(b);
+    /* written now, not at the end of the loop round: the RESULT that may follow goes out at once
+     * on the work link, and a trajectory's ACTIONs go out before its RESULT */
+    zmtp_dealer_flush(b->zpub);
 }
 
 void bus_flush_all(bus_t *b)

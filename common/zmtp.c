@@ -1147,8 +1147,8 @@ static void s_dealer_flush_cb(reactor_t *r, void *arg)
 
 void zmtp_dealer_flush(zmtp_dealer_t *d)
 {
-    if (!d || d->c.state != S_OPEN || d->c.out.len <= d->c.out_off)
-        return;
+    if (!d || d->depth > 0 || d->c.state != S_OPEN || d->c.out.len <= d->c.out_off)
+        return; /* (inside its own handler: the handler's end writes it) */
     if (s_write(d->r, &d->c) != SR_OK) {
         char why[160];
         snprintf(why, sizeof why, "write: %s", strerror(errno));

@@ -135,7 +135,8 @@ int zmtp_dealer_send(zmtp_dealer_t *d, const void *body, size_t len);
  * the actor's to the coordinator), not at the end of the loop round. */
 void zmtp_dealer_write_at_once(zmtp_dealer_t *d, bool on);
 
-/* zmtp_dealer_flush writes what is queued now, as far as the socket takes it without waiting. */
+/* zmtp_dealer_flush writes what is queued now, as far as the socket takes it without waiting
+ * (inside the dealer's own handler: at the handler's end). NULL-safe. */
 void zmtp_dealer_flush(zmtp_dealer_t *d);
 
 /* zmtp_dealer_connected tells whether the handshake with the peer is done. */

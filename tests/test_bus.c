@@ -547,6 +547,77 @@ static void junk_reaching_the_zmtp_publisher_is_counted_too(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* What slots.c does before a RESULT, from inside the loop: an ACTION held for the batch time,
+ * bus_flush, and a look at the XSUB while the handler still runs. */
+typedef struct {
+    bus_t *b;
+    transport_sock_t *xsub;
+    int held, inside;
+} s_flush_look_t;
+
+static void s_flush_and_look(reactor_t *r, int id, void *arg)
+{
+    (void)id;
+    s_flush_look_t *f = arg;
+    proto_action_t ac2 = s_action(2, false);
+    bus_publish(f->b, &ac2);
+    transport_msg_t tm;
+    f->held = transport_recv(f->xsub, &tm, 100) == SR_EAGAIN;
+    if (!f->held)
+        transport_msg_close(&tm);
+    bus_flush(f->b);
+    f->inside = transport_recv(f->xsub, &tm, 2000) == SR_OK;
+    if (f->inside)
+        transport_msg_close(&tm);
+    reactor_stop(r);
+}
+
+/* Over the zmtp publisher a held ACTION is written by bus_flush itself (a RESULT follows it at
+ * once on the work link: a trajectory's ACTIONs go out before its RESULT), not at the end of the
+ * loop round: the XSUB has it while the loop does not run. */
+static void bus_flush_writes_the_actions_at_once(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    reactor_t *r = reactor_new();
+    astats_t *st = astats_new();
+    char err[256];
+    transport_sock_t *xsub = transport_sock_new(ctx, ZMQ_XSUB, NULL, err, sizeof err);
+    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(xsub);
+    assert_non_null(pub);
+    assert_int_equal(transport_bind(xsub, "tcp://127.0.0.1:*"), SR_OK);
+    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
+    seen_t seen = {0};
+    bus_cfg_t cfg = {.id = "a1", .action_batch_ms = 1000, .sub_wait_ms = 60000};
+    bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
+    bus_t *b = bus_new(r, ctx, st, &cfg, &h, &seen);
+    bus_join(b, "r1", transport_sock_endpoint(xsub), transport_sock_endpoint(pub));
+    void *zx = transport_sock_zmq(xsub);
+    assert_int_equal(zmq_send(zx, "\x01" "act/r1/", 8, 0), 8);
+    proto_action_t ac = s_action(1, false);
+    bus_publish(b, &ac); /* held until the subscription came, then sent */
+    transport_msg_t tm;
+    int rc = SR_EAGAIN;
+    for (int i = 0; i < 400 && rc != SR_OK; i++) {
+        s_spin(r, 5);
+        rc = transport_recv(xsub, &tm, 0);
+    }
+    assert_int_equal(rc, SR_OK);
+    transport_msg_close(&tm);
+    s_flush_look_t fl = {.b = b, .xsub = xsub};
+    reactor_timer_add(r, 1, 0, s_flush_and_look, &fl);
+    reactor_run(r);
+    assert_int_equal(fl.held, 1);   /* held within the batch time */
+    assert_int_equal(fl.inside, 1); /* written by bus_flush, inside the loop's handler */
+    bus_destroy(&b);
+    transport_sock_destroy(&xsub);
+    transport_sock_destroy(&pub);
+    astats_destroy(&st);
+    reactor_destroy(&r);
+    zmq_ctx_term(ctx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -555,6 +626,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded),
         cmocka_unit_test(junk_from_the_peer_of_the_action_socket_is_counted),
         cmocka_unit_test(junk_reaching_the_zmtp_publisher_is_counted_too),
+        cmocka_unit_test(bus_flush_writes_the_actions_at_once),
     };
     return harness_run_("bus", tests, SR_ARRAY_LEN(tests), argc, argv);
 }
