@@ -1,7 +1,7 @@
 /*
  * envlink.c — the actor's env workers behind one table of operations (see envlink.h): s_wire
- * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// to an address, no CURVE); s_remote
- * sends over a libzmq DEALER watched by the reactor (names, ipc://, CURVE, --wire zmq);
+ * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// without CURVE); s_remote sends over
+ * a libzmq DEALER watched by the reactor (ipc://, CURVE, --wire zmq);
  * s_inproc calls the env worker's server code and queues its reply for a zero-delay timer.
  */
 #include "actor/envlink.h"
@@ -139,8 +139,8 @@ static void s_remote_handler(reactor_t *r, void *sock, int revents, void *arg)
 
 /* ---- wire: ZMTP on the loop's thread ----------------------------------------------------------- */
 
-/* The dealer queues a turn's requests and writes them in one system call at the top of the next
- * round of the loop (or at the end of the read whose replies made them). */
+/* The dealer queues a turn's requests and writes them in one system call at the end of the loop
+ * round (or at the end of the read whose replies made them). */
 static int s_wire_send(envconn_t *e, const void *body, size_t len)
 {
     int rc = zmtp_dealer_send(e->zd, body, len);
