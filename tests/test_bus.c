@@ -495,39 +495,68 @@ static void junk_from_the_peer_of_the_action_socket_is_counted(void **state)
     s_junk_case("inproc://test-bus-junk-pub", "inproc://test-bus-junk-sub");
 }
 
+/* A bus joined over tcp (so the actor's ACTION connection is common/zmtp.c's publisher) to an
+ * XSUB the test holds, subscribed to the run, its first ACTION through. */
+typedef struct {
+    void *ctx;
+    reactor_t *r;
+    astats_t *st;
+    transport_sock_t *xsub, *pub;
+    seen_t seen;
+    bus_t *b;
+} s_tcp_t;
+
+static void s_tcp_up(s_tcp_t *t, int batch_ms)
+{
+    memset(t, 0, sizeof *t);
+    t->ctx = zmq_ctx_new();
+    t->r = reactor_new();
+    t->st = astats_new();
+    char err[256];
+    t->xsub = transport_sock_new(t->ctx, ZMQ_XSUB, NULL, err, sizeof err);
+    t->pub = transport_sock_new(t->ctx, ZMQ_PUB, NULL, err, sizeof err);
+    assert_non_null(t->xsub);
+    assert_non_null(t->pub);
+    assert_int_equal(transport_bind(t->xsub, "tcp://127.0.0.1:*"), SR_OK);
+    assert_int_equal(transport_bind(t->pub, "tcp://127.0.0.1:*"), SR_OK);
+    bus_cfg_t cfg = {.id = "a1", .action_batch_ms = batch_ms, .sub_wait_ms = 60000};
+    bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
+    t->b = bus_new(t->r, t->ctx, t->st, &cfg, &h, &t->seen);
+    bus_join(t->b, "r1", transport_sock_endpoint(t->xsub), transport_sock_endpoint(t->pub));
+    assert_int_equal(zmq_send(transport_sock_zmq(t->xsub), "\x01" "act/r1/", 8, 0), 8);
+    proto_action_t ac = s_action(1, false);
+    bus_publish(t->b, &ac); /* held until the subscription came, then sent */
+    transport_msg_t tm;
+    int rc = SR_EAGAIN;
+    for (int i = 0; i < 400 && rc != SR_OK; i++) {
+        s_spin(t->r, 5);
+        rc = transport_recv(t->xsub, &tm, 0);
+    }
+    assert_int_equal(rc, SR_OK);
+    transport_msg_close(&tm);
+}
+
+static void s_tcp_down(s_tcp_t *t)
+{
+    bus_destroy(&t->b);
+    transport_sock_destroy(&t->xsub);
+    transport_sock_destroy(&t->pub);
+    astats_destroy(&t->st);
+    reactor_destroy(&t->r);
+    zmq_ctx_term(t->ctx);
+}
+
 /* Over tcp the actor's ACTION connection is common/zmtp.c's publisher: junk its peer sends once
  * connected is counted the same way (libzmq's XSUB drops what it sends before a peer is there,
  * so the junk follows a first ACTION here). */
 static void junk_reaching_the_zmtp_publisher_is_counted_too(void **state)
 {
     (void)state;
-    void *ctx = zmq_ctx_new();
-    reactor_t *r = reactor_new();
-    astats_t *st = astats_new();
-    char err[256];
-    transport_sock_t *xsub = transport_sock_new(ctx, ZMQ_XSUB, NULL, err, sizeof err);
-    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
-    assert_non_null(xsub);
-    assert_non_null(pub);
-    assert_int_equal(transport_bind(xsub, "tcp://127.0.0.1:*"), SR_OK);
-    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
-    seen_t seen = {0};
-    bus_cfg_t cfg = {.id = "a1", .action_batch_ms = 0, .sub_wait_ms = 60000};
-    bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
-    bus_t *b = bus_new(r, ctx, st, &cfg, &h, &seen);
-    bus_join(b, "r1", transport_sock_endpoint(xsub), transport_sock_endpoint(pub));
-    void *zx = transport_sock_zmq(xsub);
-    assert_int_equal(zmq_send(zx, "\x01" "act/r1/", 8, 0), 8);
-    proto_action_t ac = s_action(1, false);
-    bus_publish(b, &ac); /* held until the subscription came, then sent */
-    transport_msg_t tm;
-    int rc = SR_EAGAIN;
-    for (int i = 0; i < 400 && rc != SR_OK; i++) {
-        s_spin(r, 5);
-        rc = transport_recv(xsub, &tm, 0);
-    }
-    assert_int_equal(rc, SR_OK);
-    transport_msg_close(&tm);
+    s_tcp_t t;
+    s_tcp_up(&t, 0);
+    void *zx = transport_sock_zmq(t.xsub);
+    reactor_t *r = t.r;
+    astats_t *st = t.st;
     assert_int_equal(zmq_send(zx, "\x07junk", 5, 0), 5);
     assert_int_equal(zmq_send(zx, "", 0, 0), 0);
     assert_int_equal(zmq_send(zx, "\x07" "a", 2, ZMQ_SNDMORE), 2); /* two frames */
@@ -539,12 +568,7 @@ static void junk_reaching_the_zmtp_publisher_is_counted_too(void **state)
     }
     assert_int_equal(as.bad_bus, 3);
     assert_int_equal(as.actions_published, 1);
-    bus_destroy(&b);
-    transport_sock_destroy(&xsub);
-    transport_sock_destroy(&pub);
-    astats_destroy(&st);
-    reactor_destroy(&r);
-    zmq_ctx_term(ctx);
+    s_tcp_down(&t);
 }
 
 /* What slots.c does before a RESULT, from inside the loop: an ACTION held for the batch time,
@@ -578,44 +602,17 @@ static void s_flush_and_look(reactor_t *r, int id, void *arg)
 static void bus_flush_writes_the_actions_at_once(void **state)
 {
     (void)state;
-    void *ctx = zmq_ctx_new();
-    reactor_t *r = reactor_new();
-    astats_t *st = astats_new();
-    char err[256];
-    transport_sock_t *xsub = transport_sock_new(ctx, ZMQ_XSUB, NULL, err, sizeof err);
-    transport_sock_t *pub = transport_sock_new(ctx, ZMQ_PUB, NULL, err, sizeof err);
-    assert_non_null(xsub);
-    assert_non_null(pub);
-    assert_int_equal(transport_bind(xsub, "tcp://127.0.0.1:*"), SR_OK);
-    assert_int_equal(transport_bind(pub, "tcp://127.0.0.1:*"), SR_OK);
-    seen_t seen = {0};
-    bus_cfg_t cfg = {.id = "a1", .action_batch_ms = 1000, .sub_wait_ms = 60000};
-    bus_handlers_t h = {.cancel = s_cancel, .version = s_version};
-    bus_t *b = bus_new(r, ctx, st, &cfg, &h, &seen);
-    bus_join(b, "r1", transport_sock_endpoint(xsub), transport_sock_endpoint(pub));
-    void *zx = transport_sock_zmq(xsub);
-    assert_int_equal(zmq_send(zx, "\x01" "act/r1/", 8, 0), 8);
-    proto_action_t ac = s_action(1, false);
-    bus_publish(b, &ac); /* held until the subscription came, then sent */
-    transport_msg_t tm;
-    int rc = SR_EAGAIN;
-    for (int i = 0; i < 400 && rc != SR_OK; i++) {
-        s_spin(r, 5);
-        rc = transport_recv(xsub, &tm, 0);
-    }
-    assert_int_equal(rc, SR_OK);
-    transport_msg_close(&tm);
+    s_tcp_t t;
+    s_tcp_up(&t, 1000);
+    reactor_t *r = t.r;
+    bus_t *b = t.b;
+    transport_sock_t *xsub = t.xsub;
     s_flush_look_t fl = {.b = b, .xsub = xsub};
     reactor_timer_add(r, 1, 0, s_flush_and_look, &fl);
     reactor_run(r);
     assert_int_equal(fl.held, 1);   /* held within the batch time */
     assert_int_equal(fl.inside, 1); /* written by bus_flush, inside the loop's handler */
-    bus_destroy(&b);
-    transport_sock_destroy(&xsub);
-    transport_sock_destroy(&pub);
-    astats_destroy(&st);
-    reactor_destroy(&r);
-    zmq_ctx_term(ctx);
+    s_tcp_down(&t);
 }
 
 int main(int argc, char **argv)
