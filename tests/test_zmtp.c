@@ -441,7 +441,7 @@ static void s_send_and_look(reactor_t *r, int id, void *arg)
     s_at_once_t *a = arg;
     assert_int_equal(zmtp_dealer_send(a->d, "now", 3), SR_OK);
     zmq_pollitem_t it = {.socket = a->peer, .events = ZMQ_POLLIN};
-    a->seen_inside = zmq_poll(&it, 1, 300) == 1;
+    a->seen_inside = zmq_poll(&it, 1, 100) == 1;
     reactor_stop(r);
 }
 
@@ -541,7 +541,7 @@ static void test_ping_answered(void **state)
     (void)state;
     void *ctx = zmq_ctx_new();
     s_zpeer_t zp = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
-    int ivl = 50, tmo = 1000; /* a PING every 50 ms; no answer within 1 s drops the peer */
+    int ivl = 50, tmo = 600; /* a PING every 50 ms; no answer within 0.6 s drops the peer */
     assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl), 0);
     assert_int_equal(zmq_setsockopt(zp.sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo), 0);
     assert_int_equal(zmq_bind(zp.sock, "tcp://127.0.0.1:*"), 0);
@@ -553,7 +553,7 @@ static void test_ping_answered(void **state)
         zmtp_dealer_new(r, s_bound(zp.sock), "hb", 0, s_on_dealer, NULL, &got, err, sizeof err);
     assert_non_null(d);
     assert_true(s_spin(r, s_dealer_up, d, 3000));
-    s_spin(r, NULL, NULL, 2500); /* 50 PINGs, over two timeouts */
+    s_spin(r, NULL, NULL, 1300); /* 26 PINGs, over two timeouts */
     assert_int_equal(zmtp_dealer_send(d, "still", 5), SR_OK);
     s_want = 1;
     assert_true(s_spin(r, s_has_n, &zp.got, 3000));
@@ -652,7 +652,7 @@ static bool s_dealer_bad(void *arg)
 static void test_silent_peers(void **state)
 {
     (void)state;
-    zmtp_set_handshake_ms(200);
+    zmtp_set_handshake_ms(100);
     reactor_t *r = reactor_new();
     s_got_t got = {0};
     zmtp_router_t *rt = s_router_up(r, "tcp://127.0.0.1:0", 0, &got);
@@ -1076,10 +1076,10 @@ static void test_router_takes_junk(void **state)
             fds[k] = s_raw_connect(ep);
             assert_true(write(fds[k], buf, n) == (ssize_t)n);
         }
-        s_spin(r, NULL, NULL, 20);
+        s_spin(r, NULL, NULL, 10);
         for (int k = 0; k < 20; k++)
             close(fds[k]);
-        s_spin(r, NULL, NULL, 5);
+        s_spin(r, NULL, NULL, 2);
     }
     zmtp_stats_t st;
     zmtp_router_stats(rt, &st);
