@@ -39,6 +39,20 @@ const char *jsonscan_ws(const char *p, const char *e);
 const char *jsonscan_str_end(const char *p, const char *e);
 const char *jsonscan_value_end(const char *p, const char *e);
 
+#if defined(__SSE2__)
+/* jsonscan_stop_mask16: a bit for each of the 16 bytes at p that stops a string's plain run (a
+ * quote, a backslash or a control byte below 0x20). */
+static inline unsigned jsonscan_stop_mask16(const char *p)
+{
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  ctl = _mm_set1_epi8(0x1f);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                               _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v)); /* v <= 0x1f */
+    return (unsigned)_mm_movemask_epi8(hit);
+}
+#endif
+
 /* jsonscan_str_stop returns the first byte in [p, e) that a JSON string cannot hold as it is (a
  * quote, a backslash, a byte below 0x20), or e. Sixteen bytes at a time with SSE2 (every x86-64),
  * then eight at a time on little-endian machines: the lowest flagged byte of a word is exact (a
@@ -46,13 +60,8 @@ const char *jsonscan_value_end(const char *p, const char *e);
 static inline const char *jsonscan_str_stop(const char *p, const char *e)
 {
 #if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-                  ctl = _mm_set1_epi8(0x1f);
     while (e - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                                   _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v)); /* v <= 0x1f */
-        unsigned m = (unsigned)_mm_movemask_epi8(hit);
+        unsigned m = jsonscan_stop_mask16(p);
         if (m)
             return p + __builtin_ctz(m);
         p += 16;
@@ -82,12 +91,7 @@ static inline const char *jsonscan_str_stop(const char *p, const char *e)
 static inline const char *jsonscan_str_stop_near(const char *p, const char *e)
 {
 #if defined(__SSE2__)
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-                  ctl = _mm_set1_epi8(0x1f);
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                               _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v)); /* v <= 0x1f */
-    unsigned m = (unsigned)_mm_movemask_epi8(hit);
+    unsigned m = jsonscan_stop_mask16(p);
     if (m)
         return p + __builtin_ctz(m);
     return jsonscan_str_stop(p + 16, e);
