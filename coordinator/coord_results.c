@@ -9,6 +9,7 @@
 #include "coordinator/coord_results.h"
 
 #include "common/afile.h"
+#include "common/clock.h"
 #include "common/jsonscan.h"
 #include "common/jsonw.h"
 #include "common/proto.h"
@@ -831,6 +832,35 @@ int coord_results_load_gate(coord_results_t *r, store_t *st)
     free(first);
     free(seen);
     return rc;
+}
+
+/* s_missing_rules counts the lines without the gate's record. */
+static size_t s_missing_rules(const coord_results_t *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->n; i++)
+        n += r->v[i].rules == NULL;
+    return n;
+}
+
+int coord_results_await_gate(coord_results_t *r, store_t *st, int64_t wait_ms, size_t *missing)
+{
+    *missing = 0;
+    int rc = coord_results_load_gate(r, st);
+    size_t n = rc == SR_OK ? s_missing_rules(r) : 0;
+    if (n == 0)
+        return rc;
+    bool records = false;
+    if ((rc = coord_store_gate_records(st, &records)) != SR_OK || !records)
+        return rc;
+    for (int64_t waited = 0; n > 0 && waited < wait_ms; waited += 20) {
+        clock_sleep_ms(20); /* real time, whatever the clock's scale */
+        if ((rc = coord_results_load_gate(r, st)) != SR_OK)
+            return rc;
+        n = s_missing_rules(r);
+    }
+    *missing = n;
+    return SR_OK;
 }
 
 int coord_mkdirs(const char *path) { return afile_mkdirs(path); }

@@ -134,6 +134,15 @@ int coord_results_gate_fields(store_t *st, const char *gid, char **rules_json,
  * error. */
 int coord_results_load_gate(coord_results_t *r, store_t *st);
 
+/* coord_results_await_gate is coord_results_load_gate for a round that has just ended: the gate
+ * records a group's verdicts once it has seen the group's last ACTION, which may reach it after
+ * the coordinator stored the group's last RESULT. When a gate of the run records (its mode is
+ * shadow or enforce: coord_store_gate_records) and some lines have no record yet, the records are
+ * read again every 20 ms for up to wait_ms of real time. Blocks: called on the round writer's
+ * thread. *missing gets the number of lines still without a record (0 when no gate records).
+ * Returns SR_OK or the store's error. */
+int coord_results_await_gate(coord_results_t *r, store_t *st, int64_t wait_ms, size_t *missing);
+
 /* coord_mkdirs creates the folder path and its missing parents (like mkdir -p). Returns SR_OK or
  * an SR_E* code from the failed mkdir. */
 int coord_mkdirs(const char *path);

@@ -425,3 +425,19 @@ int coord_store_gate_fields_many(store_t *s, size_t n, const char *const *gids, 
     }
     return rc;
 }
+
+int coord_store_gate_records(store_t *s, bool *records)
+{
+    char key[STORE_KEY_MAX];
+    store_reply_t *r = NULL;
+    *records = false;
+    int rc = store_key_gate_stats(s, key, sizeof key);
+    if (rc == SR_OK)
+        rc = store_command(s, STORE_IDEMPOTENT, &r, "HGET %s mode", key);
+    if (rc != SR_OK)
+        return rc;
+    const char *mode = store_reply_str(r, NULL);
+    *records = mode && (!strcmp(mode, "shadow") || !strcmp(mode, "enforce"));
+    store_reply_free(r);
+    return SR_OK;
+}

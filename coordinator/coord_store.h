@@ -15,7 +15,8 @@
  *  - iter:<n>, eval:<n>   JSON records of training iteration n and its held-out evaluation
  *                         (read by the dashboard and `selroll status` too);
  *  - group:<gid>          read only: the gate's fields rules and audit_weight (key named in
- *                         common/store_keys.h).
+ *                         common/store_keys.h);
+ *  - the gate's stats hash read only: its field mode (key named in common/store_keys.h).
  *
  * Every function takes a connected store and returns SR_OK or the store's error (its reason in
  * store_errstr); each says whether it is idempotent. The result functions keep the names they had
@@ -131,5 +132,11 @@ int coord_store_gate_fields(store_t *s, const char *gid, char **rules_json, doub
  * keeps NULL and 1. Returns SR_OK or the error that broke the pipeline. */
 int coord_store_gate_fields_many(store_t *s, size_t n, const char *const *gids, char **rules_json,
                                  double *audit_weight);
+
+/* coord_store_gate_records tells whether a gate of the run records a per-rule verdict of every
+ * group it sees: *records is true when the mode in the gate's stats hash (written when the gate
+ * starts) is shadow or enforce, false when it is off or no gate wrote one. Returns SR_OK or the
+ * store's error (*records false then). */
+int coord_store_gate_records(store_t *s, bool *records);
 
 #endif

@@ -276,6 +276,7 @@ static void s_stopped(void *arg, coord_t *c)
 {
     coord_train_t *t = arg;
     wsync_destroy(&t->wsync);
+    ct_wave_retry_free(t);
     ct_reg_urls_free(t);
     if (t->pull)
         reactor_remove_zsock(t->L.reactor, transport_sock_zmq(t->pull));
@@ -417,6 +418,7 @@ void coord_train_destroy(coord_train_t **self_p)
         return;
     coord_train_t *t = *self_p;
     wsync_destroy(&t->wsync);
+    ct_wave_retry_free(t);
     ct_reg_urls_free(t);
     transport_sock_destroy(&t->push);
     transport_sock_destroy(&t->pull);

@@ -100,6 +100,7 @@ struct coord_train {
     bool eval_reading;    /* its results are being read back: the next plan waits */
     eval_tally_t eval;    /* the running evaluation round's results, as they are stored */
     int wave_reading;     /* training waves whose results are being read back: the plan waits */
+    struct ct_wave_req *wave_retry; /* waves read again soon for the gate's last rule records */
     coord_group_spec_t *specs;
     size_t nspecs;
     batch_t *batch;
@@ -139,6 +140,9 @@ int ct_attach(coord_train_t *t);
 int ct_plan(void *arg, coord_t *c, coord_round_plan_t *plan);
 void ct_stored(void *arg, int64_t round, proto_msg_t *m);
 void ct_train_ended(coord_train_t *t, int64_t round);
+/* ct_wave_retry_free frees the waves waiting to be read again (their timers went with the
+ * reactor). */
+void ct_wave_retry_free(coord_train_t *t);
 
 /* coord_train_trainer.c */
 void ct_send_batch(coord_train_t *t);

@@ -327,7 +327,13 @@ static void s_finish_iteration(coord_train_t *t, bool cap_reached)
 /* A training wave's results are in the batch already (ct_stored); its groups' status and gate
  * fields are read back on the store thread (s_wave_work) into the request; the loop folds them
  * into the batch (s_wave_done) and goes on with the iteration. Until then the plan waits
- * (wave_reading). */
+ * (wave_reading). The gate records a group's per-rule verdicts once it has seen the group's last
+ * ACTION, which may reach it after the coordinator stored the group's last RESULT: when a gate of
+ * the run records (coord_store_gate_records) and a group has no record yet, the wave is read
+ * again every S_WAVE_RETRY_MS, up to S_WAVE_RETRIES times (a gate that died may never write it). */
+
+#define S_WAVE_RETRY_MS 20 /* real time */
+#define S_WAVE_RETRIES 100
 
 typedef struct {
     bool cancelled;
@@ -336,12 +342,16 @@ typedef struct {
     double audit_weight;
 } s_wave_group_t;
 
-typedef struct {
+typedef struct ct_wave_req {
     coord_train_t *t;
     int64_t round;
     size_t ngroups;
     s_wave_group_t *groups;
     int64_t policy_aborted; /* selroll:<run>:policy:aborted_tokens when read */
+    size_t missing;         /* groups read without the gate's rule record */
+    bool records;           /* a gate of the run records (read when missing > 0) */
+    int tries;              /* reads so far */
+    struct ct_wave_req *next; /* in t->wave_retry while its timer runs */
 } s_wave_req_t;
 
 static void s_wave_req_free(s_wave_req_t *q)
@@ -352,6 +362,15 @@ static void s_wave_req_free(s_wave_req_t *q)
     free(q);
 }
 
+void ct_wave_retry_free(coord_train_t *t)
+{
+    while (t->wave_retry) {
+        s_wave_req_t *q = t->wave_retry;
+        t->wave_retry = q->next;
+        s_wave_req_free(q);
+    }
+}
+
 static int s_wave_work(store_t *st, void *arg, char *err)
 {
     (void)err;
@@ -360,6 +379,7 @@ static int s_wave_work(store_t *st, void *arg, char *err)
         return SR_EREDIS;
     int rc = SR_OK;
     q->policy_aborted = s_policy_aborted(st);
+    q->missing = 0;
     for (size_t k = 0; rc == SR_OK && k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
         coord_group_id(q->round, (int)k, gid, sizeof gid);
@@ -373,11 +393,46 @@ static int s_wave_work(store_t *st, void *arg, char *err)
         q->groups[k].audit_weight = 1.0;
         q->groups[k].gate_read = coord_results_gate_fields(st, gid, &q->groups[k].rules,
                                                            &q->groups[k].audit_weight) == SR_OK;
+        q->missing += q->groups[k].gate_read && !q->groups[k].rules;
     }
+    if (q->missing > 0 && !q->records && coord_store_gate_records(st, &q->records) != SR_OK)
+        q->records = false;
     return rc;
 }
 
 static void s_wave_continue(coord_train_t *t);
+static void s_wave_done(int rc, const char *err, void *arg);
+
+/* s_wave_submit hands q to the store thread; false (q freed, the run failed) when it is closed. */
+static bool s_wave_submit(coord_train_t *t, s_wave_req_t *q)
+{
+    struct storeq *sq = t->L.storeq(t->L.ctx);
+    if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
+        s_wave_req_free(q);
+        t->L.fail(t->L.ctx, SR_ECLOSED,
+                   "cannot read a wave's groups back: the store queue is closed");
+        return false;
+    }
+    q->tries++;
+    return true;
+}
+
+static void s_wave_retry_cb(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    s_wave_req_t *q = arg;
+    coord_train_t *t = q->t;
+    for (s_wave_req_t **p = &t->wave_retry; *p; p = &(*p)->next) {
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    }
+    q->next = NULL;
+    if (!s_wave_submit(t, q))
+        t->wave_reading--;
+}
 
 static void s_wave_done(int rc, const char *err, void *arg)
 {
@@ -387,6 +442,15 @@ static void s_wave_done(int rc, const char *err, void *arg)
         s_wave_req_free(q);
         return;
     }
+    if (rc == SR_OK && q->missing > 0 && q->records && q->tries < S_WAVE_RETRIES) {
+        double scale = clock_scale(); /* the reactor's timers run on the scaled clock */
+        int64_t delay = (int64_t)(S_WAVE_RETRY_MS * scale);
+        if (reactor_timer_add(t->L.reactor, delay > 0 ? delay : 1, 0, s_wave_retry_cb, q) > 0) {
+            q->next = t->wave_retry;
+            t->wave_retry = q;
+            return;
+        }
+    }
     t->wave_reading--;
     if (rc != SR_OK) {
         char why[512];
@@ -395,6 +459,10 @@ static void s_wave_done(int rc, const char *err, void *arg)
         t->L.fail(t->L.ctx, rc, why);
         return;
     }
+    if (q->missing > 0 && q->records)
+        log_warn("round %lld: %zu groups go into the batch without the gate's rule record (none "
+                 "within %d ms of the round's end)",
+                 (long long)q->round, q->missing, S_WAVE_RETRY_MS * S_WAVE_RETRIES);
     t->policy_aborted_now = q->policy_aborted;
     for (size_t k = 0; k < q->ngroups; k++) {
         char gid[STORE_GID_MAX];
@@ -421,14 +489,8 @@ void ct_train_ended(coord_train_t *t, int64_t round)
     q->round = round;
     q->ngroups = t->nspecs;
     q->groups = sr_xcalloc(q->ngroups ? q->ngroups : 1, sizeof *q->groups);
-    struct storeq *sq = t->L.storeq(t->L.ctx);
-    if (!sq || storeq_submit(sq, s_wave_work, s_wave_done, q) != SR_OK) {
-        s_wave_req_free(q);
-        t->L.fail(t->L.ctx, SR_ECLOSED,
-                   "cannot read a wave's groups back: the store queue is closed");
-        return;
-    }
-    t->wave_reading++;
+    if (s_wave_submit(t, q))
+        t->wave_reading++;
 }
 
 static void s_wave_continue(coord_train_t *t)

@@ -43,13 +43,19 @@ void ci_held_results_free(coord_t *c)
 
 /* ---- the round writer ---------------------------------------------------------------------- */
 
+/* How long the writer waits, in real time, for the gate's rule records of a round's last groups
+ * (coord_results_await_gate): a record lands within milliseconds of the group's last ACTION; a
+ * gate that died or restarted may never write one. */
+#define COORD_GATE_RECORD_WAIT_MS 2000
+
 /* s_write_round writes round `round`'s JSONL file when the run has an output folder, then records
  * rounds_done, on the writer's own Redis connection (*st, made on first use). Its results are
  * `held` (the loop's, kept by the sink; the writer owns them) or, when NULL, read back from Redis
  * here: a round this process did not see whole (begun by a previous coordinator before a resume,
  * or whose storage order became unknown). The gate's per-group fields are read from Redis either
- * way. Returns SR_OK, or the Redis or file error that makes the writer try again (held stays
- * intact for that): a round whose file could not be written is never recorded as done. */
+ * way, waiting a little for those of the round's last groups (COORD_GATE_RECORD_WAIT_MS).
+ * Returns SR_OK, or the Redis or file error that makes the writer try again (held stays intact
+ * for that): a round whose file could not be written is never recorded as done. */
 static int s_write_round(coord_t *c, store_t **st, int64_t round, coord_results_t *held)
 {
     char err[512];
@@ -78,9 +84,15 @@ static int s_write_round(coord_t *c, store_t **st, int64_t round, coord_results_
         }
         char path[4096];
         snprintf(path, sizeof path, "%s/rounds/round-%lld.jsonl", c->cfg.out_dir, (long long)round);
-        if (coord_results_load_gate(res, *st) != SR_OK)
+        size_t missing = 0;
+        if (coord_results_await_gate(res, *st, COORD_GATE_RECORD_WAIT_MS, &missing) != SR_OK)
             log_warn("round %lld: cannot read the gate's rule records: %s", (long long)round,
                      store_errstr(*st));
+        else if (missing > 0)
+            log_warn("round %lld: %zu of %zu lines written without the gate's rule record (none "
+                     "within %d ms of the round's end)",
+                     (long long)round, missing, coord_results_count(res),
+                     COORD_GATE_RECORD_WAIT_MS);
         rc = coord_results_write_jsonl(res, path, err, sizeof err);
         if (res != held)
             coord_results_destroy(&res);

@@ -97,6 +97,11 @@ for path in glob.glob(os.path.join(out, "batches", "iter_*.jsonl")):
 if batch == 0:
     sys.exit("no batch group lines")
 PY
+# The gate's record of a round's last group may land after the group's last RESULT: the round
+# writer and the batch wait for it (docs/gate.md, "The per-rule record"), and say when they gave up.
+late=$(grep -h "without the gate's rule record" "$out"/logs/coordinator*.log)
+[ -z "$late" ] && ok "shadow: no line or batch group written without the gate's record" \
+  || bad "shadow: $late"
 table=$("$PY" scripts/gate_rules_pr.py "$out")
 rows=$(grep -cE '^\| (paper|multi|prior|keep-two|audit|learned) \|' <<<"$table")
 [ "$rows" -eq 6 ] && ok "gate_rules_pr.py: a precision/recall row per rule" || bad "gate_rules_pr.py: $table"
@@ -136,6 +141,9 @@ for gid, rs in g.items():
 if cut == 0 or exact == 0:
     sys.exit("keep-two cut %d groups, %d with exactly two kept" % (cut, exact))
 PY
+late=$(grep -h "without the gate's rule record" "$out"/logs/coordinator*.log)
+[ -z "$late" ] && ok "keep-two: no line or batch group written without the gate's record" \
+  || bad "keep-two: $late"
 grep -q "rule keep-two: .* keep-two [1-9][0-9]* labels" "$out"/logs/gate*.log && ok "keep-two: labels counted in the gate's summary" \
   || bad "keep-two summary: $(grep -h 'rule keep-two' "$out"/logs/gate*.log)"
 

@@ -1,15 +1,19 @@
 /*
  * test_coord_store.c — the coordinator's own Redis schema (coordinator/coord_store.h) against a
  * real redis-server: results appended, put once per job and read back, epochs, leases, failed
- * groups, iteration records and the gate's fields of a group.
+ * groups, iteration records, the gate's fields of a group and the round writer's wait for them.
  *
  * Each test gets its own throwaway redis-server (setup/teardown) and a store for run "t".
  */
 #include "tests/harness.h"
 #include "common/sr.h"
 #include "common/store.h"
+#include "coordinator/coord_results.h"
 #include "coordinator/coord_store.h"
+#include "common/proto.h"
+#include "common/sr_buf.h"
 #include "common/store_group.h"
+#include "common/store_keys.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -358,6 +362,125 @@ static void gate_fields_of_many_groups_in_one_round_trip(void **state)
     assert_int_equal(store_ping(f->s), SR_OK);
 }
 
+/* The gate records when the mode in its stats hash is shadow or enforce, not when it is off or
+ * when no gate wrote one. */
+static void the_gate_records_in_shadow_and_enforce_mode_only(void **state)
+{
+    fixture_t *f = *state;
+    char key[256];
+    assert_int_equal(store_key_gate_stats(f->s, key, sizeof key), SR_OK);
+    bool records = true;
+    assert_int_equal(coord_store_gate_records(f->s, &records), SR_OK);
+    assert_false(records);
+    const char *modes[] = {"off", "shadow", "enforce", "bogus"};
+    const bool want[] = {false, true, true, false};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(store_command(f->s, 0, NULL, "HSET %s mode %s", key, modes[i]), SR_OK);
+        assert_int_equal(coord_store_gate_records(f->s, &records), SR_OK);
+        assert_int_equal(records, want[i]);
+    }
+}
+
+/* s_add_result adds a RESULT of trajectory traj of group gid to r, as read back from Redis. */
+static void s_add_result(coord_results_t *r, const char *gid, int traj)
+{
+    char jid[64];
+    snprintf(jid, sizeof jid, "%s/t%d", gid, traj);
+    proto_msg_t m;
+    proto_msg_init(&m, PROTO_RESULT);
+    m.u.result.job_id = jid;
+    m.u.result.epoch = 1;
+    m.u.result.run = "t";
+    m.u.result.group = gid;
+    m.u.result.traj = traj;
+    m.u.result.task = "household/train/1";
+    m.u.result.status = "done";
+    sr_buf_t b = SR_BUF_INIT;
+    assert_int_equal(proto_encode(&m, &b), SR_OK);
+    assert_int_equal(coord_results_add(r, b.data, b.len), SR_OK);
+    sr_buf_free(&b);
+}
+
+/* s_rule_lines counts the lines of r's file that carry the gate's record. */
+static int s_rule_lines(const coord_results_t *r)
+{
+    sr_buf_t b = SR_BUF_INIT;
+    char err[256];
+    assert_int_equal(coord_results_jsonl_text(r, &b, err, sizeof err), SR_OK);
+    sr_buf_append(&b, "", 1);
+    int n = 0;
+    for (const char *p = (const char *)b.data; (p = strstr(p, "\"rules\":{")) != NULL; p++)
+        n++;
+    sr_buf_free(&b);
+    return n;
+}
+
+typedef struct {
+    const char *url;
+    int rc;
+} late_record_t;
+
+/* s_late_record writes group b's record 150 ms late, on its own connection: the gate's record of
+ * a round's last group landing after the round ended. */
+static void *s_late_record(void *arg)
+{
+    late_record_t *l = arg;
+    store_t *s = NULL;
+    char err[256];
+    usleep(150 * 1000);
+    l->rc = store_connect(&s, l->url, "t", 2000, err, sizeof err);
+    if (l->rc == SR_OK)
+        l->rc = store_command(s, 0, NULL, "HSET selroll:t:group:b rules {\"paper\":{\"cut\":false}}");
+    store_destroy(&s);
+    return NULL;
+}
+
+/* The round writer waits for the gate's record of a group that has none yet when a gate of the
+ * run records, and only then: without a recording gate it takes what is there; a record that
+ * never comes is counted missing after the wait. */
+static void the_round_writer_waits_for_a_late_rule_record_of_a_recording_gate(void **state)
+{
+    fixture_t *f = *state;
+    coord_results_t *r = coord_results_new();
+    assert_non_null(r);
+    s_add_result(r, "a", 0);
+    s_add_result(r, "a", 1);
+    s_add_result(r, "b", 0);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET selroll:t:group:a rules {\"paper\":{}}"),
+                     SR_OK);
+    size_t missing = 99;
+    /* no gate: no wait, group b's line goes without */
+    assert_int_equal(coord_results_await_gate(r, f->s, 60000, &missing), SR_OK);
+    assert_int_equal(missing, 0);
+    assert_int_equal(s_rule_lines(r), 2);
+
+    char key[256];
+    assert_int_equal(store_key_gate_stats(f->s, key, sizeof key), SR_OK);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET %s mode off", key), SR_OK);
+    assert_int_equal(coord_results_await_gate(r, f->s, 60000, &missing), SR_OK);
+    assert_int_equal(missing, 0);
+    assert_int_equal(s_rule_lines(r), 2);
+
+    /* a gate in shadow mode: b's record, written 150 ms later, is waited for */
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET %s mode shadow", key), SR_OK);
+    late_record_t l = {.url = f->redis.url, .rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_late_record, &l), 0);
+    assert_int_equal(coord_results_await_gate(r, f->s, 60000, &missing), SR_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(l.rc, SR_OK);
+    assert_int_equal(missing, 0);
+    assert_int_equal(s_rule_lines(r), 3);
+
+    /* a record that never comes: counted after the wait */
+    s_add_result(r, "c", 0);
+    assert_int_equal(store_command(f->s, 0, NULL, "HSET %s mode enforce", key), SR_OK);
+    assert_int_equal(coord_results_await_gate(r, f->s, 100, &missing), SR_OK);
+    assert_int_equal(missing, 1);
+    assert_int_equal(s_rule_lines(r), 3);
+    coord_results_destroy(&r);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* the store must not depend on SIGPIPE being ignored */
@@ -371,6 +494,8 @@ int main(int argc, char **argv)
         T(leases_are_persisted_per_round_and_read_back),
         T(failed_groups_records_and_gate_fields_use_their_keys),
         T(gate_fields_of_many_groups_in_one_round_trip),
+        T(the_gate_records_in_shadow_and_enforce_mode_only),
+        T(the_round_writer_waits_for_a_late_rule_record_of_a_recording_gate),
     };
 #undef T
     return harness_run_("coord_store", tests, SR_ARRAY_LEN(tests), argc, argv);
