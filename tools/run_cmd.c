@@ -412,6 +412,10 @@ int run_main(int argc, char **argv)
          .help = "extra space-separated arguments for the coordinator (at most 64 words)"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &run_o.actor_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every actor (at most 64 words)"},
+        {.name = "sockets", .kind = CFG_ENUM, .dst = &run_o.sockets, .def = "tcp",
+         .choices = "tcp|unix",
+         .help = "the channels between the run's own children: loopback TCP, or Unix sockets in "
+                 "a private folder under /tmp (cheaper per message)"},
         {.name = "tokens", .kind = CFG_ENUM, .dst = &run_o.tokens, .def = "completion",
          .choices = "off|completion|full",
          .help = "the actors' --tokens: each step records the completion's token ids and "
@@ -652,6 +656,8 @@ cleanup:
     supervise_destroy(&r.sup);
     if (r.redis_dir[0])
         nftw(r.redis_dir, run_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (r.sock_dir[0])
+        nftw(r.sock_dir, run_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     for (int i = 1; i < r.nnames; i++)
         free(r.names[i]);
     sr_cmd_release_stop(&stop);

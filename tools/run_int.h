@@ -34,6 +34,7 @@ typedef struct {
     char *tasks_file, *env_endpoints;
     int iters, groups, group_size, tasks, max_steps, actors, slots, env_workers, env_capacity;
     int local_envw;
+    int sockets; /* --sockets: RUN_SOCKETS_TCP or RUN_SOCKETS_UNIX */
     int k, log_level, max_coord_restarts, tokens, weights_sync, keep_versions;
     char *policy_servers;
     char *policy, *neural_weights;
@@ -45,6 +46,10 @@ typedef struct {
     bool metrics;
 } run_opts_t;
 
+/* --sockets: the channels between the run's own children on loopback TCP or on Unix sockets in
+ * a private folder (run_sock_path). */
+enum { RUN_SOCKETS_TCP = 0, RUN_SOCKETS_UNIX = 1 };
+
 /* The options, filled by run_main (run_cmd.c). */
 extern run_opts_t run_o;
 
@@ -53,6 +58,7 @@ typedef struct {
     char self[4096];   /* this binary */
     char out[2048];    /* results folder */
     char redis_dir[256];
+    char sock_dir[64]; /* the private folder of the children's Unix sockets, "" until made */
     char redis_url[128];
     char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[512];
     char neural_dir[4096]; /* <repo>/python for --policy neural, else "" */
@@ -127,6 +133,11 @@ void run_target_add(run_t *r, const char *name, const char *role, const char *ad
 void run_metrics_arg(run_t *r, run_argv_t *a, const char *name, const char *role);
 /* run_write_targets writes OUT/prometheus-targets.json, a Prometheus file_sd list. */
 void run_write_targets(const run_t *r, const char *run);
+/* run_sock_path writes to buf the path of the Unix socket `name` in the run's private socket
+ * folder (/tmp/selroll-sock-XXXXXX, mode 0700, made on first use, removed when the run ends).
+ * Returns 0, or -1 with one line on stderr when the folder cannot be made or the path would not
+ * fit a Unix socket address. */
+int run_sock_path(run_t *r, const char *name, char *buf, size_t len);
 /* run_start_redis starts the private redis-server and waits until it answers. */
 int run_start_redis(run_t *r);
 /* run_write_children writes OUT/children.txt, "name pid" per running child of names. */

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,6 +192,25 @@ void run_write_targets(const run_t *r, const char *run)
     if (f)
         fclose(f);
     free(text);
+}
+
+int run_sock_path(run_t *r, const char *name, char *buf, size_t len)
+{
+    if (!r->sock_dir[0]) {
+        snprintf(r->sock_dir, sizeof r->sock_dir, "/tmp/selroll-sock-XXXXXX");
+        if (!mkdtemp(r->sock_dir)) {
+            fprintf(stderr, "selroll run: mktemp -d for the Unix sockets: %s\n", strerror(errno));
+            r->sock_dir[0] = '\0';
+            return -1;
+        }
+    }
+    struct sockaddr_un sun;
+    int n = snprintf(buf, len, "%s/%s", r->sock_dir, name);
+    if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof sun.sun_path) {
+        fprintf(stderr, "selroll run: the Unix socket path %s/%s is too long\n", r->sock_dir, name);
+        return -1;
+    }
+    return 0;
 }
 
 int run_start_redis(run_t *r)
