@@ -83,10 +83,11 @@ static bool s_name_ok(const char *host)
 
 /* s_ipc_len returns the length of ep's path when ep is "ipc://PATH" with a PATH zmtp speaks (a
  * file, or "@name" in Linux's abstract namespace as libzmq reads it; not libzmq's "*", a path it
- * makes up), else 0. The path may still be too long for a socket address (s_parse_ipc says). */
+ * makes up, nor a bare "@"), else 0. The path may still be too long for a socket address
+ * (s_parse_ipc says). */
 static size_t s_ipc_len(const char *ep)
 {
-    if (!ep || strncmp(ep, "ipc://", 6) != 0 || strcmp(ep + 6, "*") == 0)
+    if (!ep || strncmp(ep, "ipc://", 6) != 0 || !strcmp(ep + 6, "*") || !strcmp(ep + 6, "@"))
         return 0;
     return strlen(ep + 6);
 }
@@ -97,7 +98,7 @@ static bool s_parse_ipc(const char *ep, struct sockaddr_storage *sa, socklen_t *
 {
     size_t n = s_ipc_len(ep);
     struct sockaddr_un *su = (struct sockaddr_un *)sa;
-    if (n == 0 || n >= sizeof su->sun_path || (ep[6] == '@' && n < 2))
+    if (n == 0 || n >= sizeof su->sun_path)
         return false;
     memset(sa, 0, sizeof *sa);
     su->sun_family = AF_UNIX;
@@ -111,9 +112,10 @@ static bool s_parse_ipc(const char *ep, struct sockaddr_storage *sa, socklen_t *
     return true;
 }
 
-/* s_parse_ep reads "tcp://host:port" (or "ipc://PATH", s_parse_ipc) into sa (host "*" and port "*"/0 only when bind). With name
- * not NULL (a connect), a host that is a DNS name is written there (namelen bytes) with its port
- * in *port, sa left alone: the caller resolves it off the loop. */
+/* s_parse_ep reads "tcp://host:port" (or "ipc://PATH", s_parse_ipc) into sa (host "*" and port
+ * "*"/0 only when bind). With name not NULL (a connect), a host that is a DNS name is written
+ * there (namelen bytes) with its port in *port, sa left alone: the caller resolves it off the
+ * loop. */
 static bool s_parse_ep_named(const char *ep, bool bind, struct sockaddr_storage *sa,
                              socklen_t *salen, char *name, size_t namelen, int *port_out)
 {

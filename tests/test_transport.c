@@ -650,7 +650,8 @@ static void proxy_filters_subscriptions(void **state)
 
 
 /* Over ipc:// a subscriber's peer is its user ("unix:UID"), as every local process is one peer
- * (127.0.0.1) over TCP: a second process of the same user shares the first one's per_peer topics. */
+ * (127.0.0.1) over TCP: a second process of the same user shares the first one's per_peer
+ * topics. */
 static void proxy_ipc_peers_are_users(void **state)
 {
     (void)state;

@@ -1,7 +1,8 @@
 /*
  * test_zmtp.c — the reactor's own ZMTP DEALER and ROUTER against libzmq's sockets and each other,
- * over real loopback TCP and Unix sockets (ipc://): messages both ways (short and long frames), identities, handover,
- * unroutable sends, reconnection with the queue kept, heartbeats answered, bad peers dropped.
+ * over real loopback TCP and Unix sockets (ipc://): messages both ways (short and long frames),
+ * identities, handover, unroutable sends, reconnection with the queue kept, heartbeats answered,
+ * bad peers dropped; over ipc:// also what a bind finds at its path and what a close leaves.
  */
 #include "tests/harness.h"
 
@@ -207,6 +208,7 @@ static void test_endpoints(void **state)
     assert_true(zmtp_can_connect("ipc://@abstract"));
     assert_false(zmtp_can_connect("ipc://"));
     assert_false(zmtp_can_connect("ipc://*")); /* libzmq's made-up path: libzmq's */
+    assert_false(zmtp_can_connect("ipc://@"));
     assert_false(zmtp_can_connect("inproc://x"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1"));
     assert_false(zmtp_can_connect(NULL));
