@@ -191,6 +191,10 @@ typedef void (*http_srv_free_fn)(void *arg, void *ctx);
 
 typedef struct {
     const char *bind;          /* "HOST:PORT" as http_srv_cfg_t's (port 0 = a free one) */
+    const char *uds;           /* a Unix socket path to listen on instead of bind (NULL: bind).
+                                * A socket file already there (a dead server's) is replaced,
+                                * anything else there refused; the file is removed at the end.
+                                * Peers have no address: max_conns_per_ip does not apply */
     struct reactor *reactor;   /* the owner's loop (required): runs the server (threads 1) and
                                 * the hang-up watch */
     int threads;               /* 1 (default): on the reactor; N > 1: N libmicrohttpd threads */
@@ -216,7 +220,7 @@ void http_srv_async_cfg_init(http_srv_async_cfg_t *cfg);
  * that cannot be bound. */
 http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err, size_t errlen);
 
-/* http_srv_async_port returns the bound port. */
+/* http_srv_async_port returns the bound port (0 on a Unix socket). */
 int http_srv_async_port(const http_srv_async_t *a);
 
 /* http_srv_async_run (threads 1, on the reactor's thread) does now what libmicrohttpd has to do:

@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 typedef struct {
     char *data;
@@ -422,6 +424,7 @@ typedef struct {
     http_srv_async_t *a;
     atomic_int requests, hangups, frees;
     int threads;
+    const char *uds; /* served on this Unix socket instead of a loopback port */
 } s_async_t;
 
 static void *s_async_loop(void *arg)
@@ -484,15 +487,17 @@ static void s_async_free(void *arg, void *ctx)
     atomic_fetch_add(&t->frees, 1);
 }
 
-static void s_async_start(s_async_t *t, int threads)
+static void s_async_start_at(s_async_t *t, int threads, const char *uds)
 {
     memset(t, 0, sizeof *t);
     t->threads = threads;
+    t->uds = uds;
     t->r = reactor_new();
     assert_non_null(t->r);
     http_srv_async_cfg_t cfg;
     http_srv_async_cfg_init(&cfg);
     cfg.bind = "127.0.0.1:0";
+    cfg.uds = uds;
     cfg.reactor = t->r;
     cfg.threads = threads;
     cfg.max_body = 16;
@@ -503,8 +508,13 @@ static void s_async_start(s_async_t *t, int threads)
     char err[128];
     t->a = http_srv_async_new(&cfg, err, sizeof err);
     assert_non_null(t->a);
-    assert_true(http_srv_async_port(t->a) > 0);
+    assert_true(uds ? http_srv_async_port(t->a) == 0 : http_srv_async_port(t->a) > 0);
     assert_int_equal(pthread_create(&t->loop, NULL, s_async_loop, t), 0);
+}
+
+static void s_async_start(s_async_t *t, int threads)
+{
+    s_async_start_at(t, threads, NULL);
 }
 
 static void s_async_stop(s_async_t *t)
@@ -522,7 +532,11 @@ static long s_post(s_async_t *t, const char *path, const char *body, s_body_t *o
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", http_srv_async_port(t->a), path);
     CURL *h = curl_easy_init();
+    if (t->uds)
+        snprintf(url, sizeof url, "http://localhost%s", path);
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (t->uds)
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->uds);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
@@ -542,10 +556,10 @@ static void s_wait_for(atomic_int *v, int want)
     assert_int_equal(atomic_load(v), want);
 }
 
-static void s_async_answers(int threads)
+static void s_async_answers_at(int threads, const char *uds)
 {
     s_async_t t;
-    s_async_start(&t, threads);
+    s_async_start_at(&t, threads, uds);
     s_body_t b = {0};
     assert_int_equal(s_post(&t, "/now", "abc", &b), 200);
     assert_string_equal(b.data, "abc");
@@ -561,6 +575,11 @@ static void s_async_answers(int threads)
     s_wait_for(&t.frees, 3);
     assert_int_equal(atomic_load(&t.hangups), 0);
     s_async_stop(&t);
+}
+
+static void s_async_answers(int threads)
+{
+    s_async_answers_at(threads, NULL);
 }
 
 /* A request answered at once, one answered 30 ms later from another thread, a body over the
@@ -609,6 +628,64 @@ static void async_a_hang_up_of_a_waiting_request_is_told(void **state)
     s_async_hangups(2);
 }
 
+/* On a Unix socket (--uds): requests answered now and later, on the reactor and on two threads;
+ * a hang-up told; a dead server's socket file replaced, any other file at the path refused; the
+ * file removed when the server ends. */
+static void async_a_unix_socket_serves_and_is_removed_at_the_end(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-uds-XXXXXX", path[64], file[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/http.sock", dir);
+    /* a socket file left behind by a server that died */
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    assert_int_equal(bind(stale, (struct sockaddr *)&sun, sizeof sun), 0);
+    close(stale);
+    s_async_answers_at(1, path);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), -1); /* removed at the end */
+    s_async_answers_at(2, path);
+    assert_int_equal(lstat(path, &st), -1);
+
+    s_async_t t;
+    s_async_start_at(&t, 1, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    const char req[] = "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    s_wait_for(&t.requests, 1);
+    close(fd);
+    s_wait_for(&t.hangups, 1);
+    s_wait_for(&t.frees, 1);
+    s_async_stop(&t);
+
+    /* a regular file at the path is not taken over */
+    snprintf(file, sizeof file, "%s", path);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    reactor_t *r = reactor_new();
+    http_srv_async_cfg_t cfg;
+    http_srv_async_cfg_init(&cfg);
+    cfg.uds = path;
+    cfg.reactor = r;
+    cfg.on_request = s_async_request;
+    char err[128] = "";
+    assert_null(http_srv_async_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "not a socket"));
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    unlink(path);
+    snprintf(file, sizeof file, "%s/no/such/dir.sock", dir); /* cannot be bound */
+    cfg.uds = file;
+    assert_null(http_srv_async_new(&cfg, err, sizeof err));
+    assert_true(err[0] != '\0');
+    reactor_destroy(&r);
+    rmdir(dir);
+}
+
 /* Bad configurations are refused with a reason. */
 static void async_bad_configurations_are_refused(void **state)
 {
@@ -645,6 +722,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(async_requests_are_answered_now_or_later_from_any_thread),
         cmocka_unit_test(async_a_hang_up_of_a_waiting_request_is_told),
         cmocka_unit_test(async_bad_configurations_are_refused),
+        cmocka_unit_test(async_a_unix_socket_serves_and_is_removed_at_the_end),
     };
     int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();
