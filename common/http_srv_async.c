@@ -15,7 +15,7 @@
  * hung up. A hang-up seen while no request waited is remembered on the socket and told as soon as
  * one waits.
  */
-#include "common/http_srv.h"
+#include "common/http_srv_int.h"
 
 #include "common/reactor.h"
 #include "common/sr.h"
@@ -31,8 +31,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #define S_CONN_MEMORY 16384 /* bytes of libmicrohttpd memory a connection */
@@ -475,36 +473,13 @@ static void s_on_mhd(reactor_t *r, int fd, int revents, void *arg)
 
 /* ---- life ---- */
 
-/* s_uds_listen makes the listening Unix socket at path: a stale socket file there (a server that
- * died) is removed first, anything else at path is refused. Returns the socket, or -1 with why. */
+/* s_uds_listen makes the listening Unix socket at path (http_srv_uds_listen) and remembers the
+ * file, to remove it at the end. Returns the socket, or -1 with why. */
 static int s_uds_listen(http_srv_async_t *a, const char *path, const char **why)
 {
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    size_t pl = strlen(path);
-    if (pl == 0 || pl >= sizeof sun.sun_path) {
-        *why = "the Unix socket path is empty or too long";
-        return -1;
-    }
-    memcpy(sun.sun_path, path, pl + 1);
-    struct stat st;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            *why = "the Unix socket path exists and is not a socket";
-            return -1;
-        }
-        unlink(path);
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(fd, 1024) != 0 ||
-        stat(path, &st) != 0) {
-        *why = "cannot listen on the Unix socket (its folder missing or not writable?)";
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    a->uds = sr_xstrdup(path);
-    a->uds_dev = st.st_dev;
-    a->uds_ino = st.st_ino;
+    int fd = http_srv_uds_listen(path, 1024, &a->uds_dev, &a->uds_ino, why);
+    if (fd >= 0)
+        a->uds = sr_xstrdup(path);
     return fd;
 }
 
@@ -620,10 +595,7 @@ void http_srv_async_destroy(http_srv_async_t **ap)
         close(a->hup_fd);
     }
     if (a->uds) { /* the socket file, unless another server took the path since */
-        struct stat st;
-        if (lstat(a->uds, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == a->uds_dev &&
-            st.st_ino == a->uds_ino)
-            unlink(a->uds);
+        http_srv_uds_unlink(a->uds, a->uds_dev, a->uds_ino);
         free(a->uds);
     }
     free(a->socks);

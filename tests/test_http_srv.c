@@ -416,6 +416,85 @@ static void idle_connections_leave_health_and_routes_reachable(void **state)
     http_srv_destroy(&s);
 }
 
+/* s_get_uds requests http://localhost<path> over the Unix socket uds; returns the status. */
+static long s_get_uds(const char *uds, const char *path, s_body_t *body)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, uds);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    return rc == CURLE_OK ? code : -1;
+}
+
+/* On a Unix socket: a route (handed to libmicrohttpd with the peer's Unix address) and /health
+ * (answered by the acceptor) answer; idle peers are limited per user as TCP peers per address
+ * (every connection here is this test's uid: the oldest are closed beyond the limit, counted);
+ * the socket file is removed at the end; an empty or too long path is refused. */
+static void a_unix_socket_serves_routes_and_limits_idle_peers_per_user(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-uds-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ops.sock", dir);
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    cfg.uds = path;
+    char err[256];
+    http_srv_t *s = http_srv_new(&cfg, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(http_srv_route(s, "/hello", s_hello, NULL), SR_OK);
+    assert_int_equal(http_srv_route(s, "/health", s_unavailable, NULL), SR_OK);
+    assert_int_equal(http_srv_start(s, err, sizeof err), SR_OK);
+    assert_int_equal(http_srv_port(s), 0);
+    s_body_t b = {0};
+    assert_int_equal(s_get_uds(path, "/hello", &b), 200);
+    assert_string_equal(b.data, "hello\n");
+    free(b.data);
+    b = (s_body_t){0};
+    assert_int_equal(s_get_uds(path, "/health", &b), 503);
+    free(b.data);
+    assert_int_equal(http_srv_health_early(s), 1);
+    enum { N = 300 };
+    int fds[N];
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sun, sizeof sun), 0);
+    }
+    int64_t t0 = harness_now_ms();
+    while (http_srv_refused(s) < N - HTTP_SRV_PENDING_PER_IP && harness_now_ms() - t0 < 5000)
+        usleep(10000);
+    assert_int_equal(http_srv_refused(s), N - HTTP_SRV_PENDING_PER_IP);
+    b = (s_body_t){0};
+    assert_int_equal(s_get_uds(path, "/hello", &b), 200); /* the oldest idle one made room */
+    free(b.data);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    http_srv_destroy(&s);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), -1);
+    cfg.uds = "";
+    assert_null(http_srv_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "empty or too long"));
+    char longp[200];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[0] = '/';
+    longp[sizeof longp - 1] = '\0';
+    cfg.uds = longp;
+    assert_null(http_srv_new(&cfg, err, sizeof err));
+    rmdir(dir);
+}
+
 /* ---- request servers (http_srv_async) ---- */
 
 typedef struct {
@@ -719,6 +798,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
         cmocka_unit_test(a_role_serves_its_registry_and_health),
         cmocka_unit_test(idle_connections_leave_health_and_routes_reachable),
+        cmocka_unit_test(a_unix_socket_serves_routes_and_limits_idle_peers_per_user),
         cmocka_unit_test(async_requests_are_answered_now_or_later_from_any_thread),
         cmocka_unit_test(async_a_hang_up_of_a_waiting_request_is_told),
         cmocka_unit_test(async_bad_configurations_are_refused),
