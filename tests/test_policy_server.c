@@ -1197,20 +1197,25 @@ static void actor_client_abort_is_seen_by_the_server(void **state)
     policy_server_destroy(&s);
 }
 
-/* A weights source as slow as a stalled Redis: each fetch takes 2.5 s (or delay_ms); version 1
- * exists, the others do not. Fetches are counted per version. */
+/* A weights source as slow as a stalled Redis: each fetch takes delay_ms, or, when gated, lasts
+ * until the test opens the gate (at most 10 s); version 1 exists, the others do not. Fetches are
+ * counted per version. */
 typedef struct {
     uint8_t *blob;
     size_t len;
     int fetches[16];
-    int delay_ms; /* 0: 2500 */
+    int delay_ms;
+    int gated; /* atomic: a fetch waits while it is 1 */
 } slow_src_t;
 
 static int s_slow_fetch(void *ctx, uint32_t version, uint8_t **blob, size_t *len)
 {
     slow_src_t *ss = ctx;
     __atomic_add_fetch(&ss->fetches[version % 16], 1, __ATOMIC_SEQ_CST);
-    usleep((useconds_t)(ss->delay_ms ? ss->delay_ms : 2500) * 1000);
+    if (ss->delay_ms > 0)
+        usleep((useconds_t)ss->delay_ms * 1000);
+    for (int i = 0; i < 2000 && __atomic_load_n(&ss->gated, __ATOMIC_SEQ_CST); i++)
+        usleep(5 * 1000);
     if (version != 1)
         return SR_ENOTFOUND;
     *blob = malloc(ss->len);
@@ -1248,6 +1253,7 @@ static void health_and_cached_versions_never_wait_for_the_weights_source(void **
     model_weights(m)[model_string_index("look")] = 50;
     slow_src_t *ss = calloc(1, sizeof *ss);
     model_to_blob(m, &ss->blob, &ss->len);
+    ss->gated = 1; /* every fetch lasts until the gate opens */
     static const wsource_ops_t ops = {.name = "slow", .fetch = s_slow_fetch};
     wsource_t *src = wsource_new(&ops, ss);
     policy_server_t *s = s_start(false, 1, 8, 8, src);
@@ -1263,7 +1269,7 @@ static void health_and_cached_versions_never_wait_for_the_weights_source(void **
         assert_int_equal(r.status, 200);
         free(r.body);
         int64_t took = harness_now_ms() - t0;
-        if (took > 1000) /* well below the 2.5 s fetch it would wait for */
+        if (took > 1000) /* well below the fetch's 10 s */
             fail_msg("/health took %lld ms during a fetch", (long long)took);
         char *req = s_request(NULL, "\"temperature\":0");
         r = s_http(port, "POST", "/v1/chat/completions", req);
@@ -1273,27 +1279,34 @@ static void health_and_cached_versions_never_wait_for_the_weights_source(void **
     }
     /* all of that was answered while the fetch was still under way */
     assert_int_equal(__atomic_load_n(&b1.done, __ATOMIC_SEQ_CST), 0);
+    __atomic_store_n(&ss->gated, 0, __ATOMIC_SEQ_CST);
     pthread_join(t1, NULL);
     assert_int_equal(b1.status, 200);
     assert_int_equal(ss->fetches[1], 1);
 
     /* an unknown version: two requests, one fetch; both 404 */
+    __atomic_store_n(&ss->gated, 1, __ATOMIC_SEQ_CST);
     bg_req_t b5a = {.port = port, .model = "selroll-policy-v5"}, b5b = b5a;
     pthread_t t5a, t5b;
     assert_int_equal(pthread_create(&t5a, NULL, s_bg_request, &b5a), 0);
     usleep(100 * 1000);
     assert_int_equal(pthread_create(&t5b, NULL, s_bg_request, &b5b), 0);
+    usleep(100 * 1000); /* both wait for the one fetch */
+    __atomic_store_n(&ss->gated, 0, __ATOMIC_SEQ_CST);
     pthread_join(t5a, NULL);
     pthread_join(t5b, NULL);
     assert_int_equal(b5a.status, 404);
     assert_int_equal(b5b.status, 404);
     assert_int_equal(ss->fetches[5], 1);
-    /* and right after: answered from the negative cache, without a fetch */
+    /* and right after: answered from the negative cache, without a fetch (which would last 10 s
+     * with the gate shut) */
+    __atomic_store_n(&ss->gated, 1, __ATOMIC_SEQ_CST);
     int64_t t0 = harness_now_ms();
     s_bg_request(&b5a);
     assert_int_equal(b5a.status, 404);
-    assert_true(harness_now_ms() - t0 < 1500); /* no 2.5 s fetch */
+    assert_true(harness_now_ms() - t0 < 5000);
     assert_int_equal(ss->fetches[5], 1);
+    __atomic_store_n(&ss->gated, 0, __ATOMIC_SEQ_CST);
 
     policy_server_destroy(&s);
     wsource_destroy(&src);
