@@ -192,13 +192,14 @@ void llm_client_stats(const llm_client_t *c, llm_client_stats_t *out);
 
 /* A base URL may name a Unix socket instead of a host: "unix:" and the socket's absolute path
  * (vLLM's --uds, `selroll policy-server --uds PATH`), e.g. "unix:/run/selroll/policy.sock". The
- * whole rest is the path; requests then go to http://localhost/v1/... over that socket (the
+ * whole rest is the path ("unix:///run/..." as Redis URLs write it is the same path); requests then go to http://localhost/v1/... over that socket (the
  * chat completions at /v1/chat/completions, the model list at /v1/models, admin POSTs at /PATH). */
 #define LLM_UNIX_PREFIX "unix:"
 #define LLM_UNIX_PATH_MAX 107 /* bytes of a socket path at most (sockaddr_un's sun_path) */
 
-/* llm_url_unix returns the socket path of a unix: base URL (a pointer into base_url), or NULL
- * when base_url is not one (NULL included). It does not check the path (llm_url_check does). */
+/* llm_url_unix returns the socket path of a unix: base URL (a pointer into base_url, from its
+ * last leading slash), or NULL when base_url is not one (NULL included). It does not check the
+ * path (llm_url_check does). */
 const char *llm_url_unix(const char *base_url);
 
 /* llm_url_check says whether base_url is a base URL the client takes: http:// or https:// with

@@ -72,7 +72,12 @@ static bool s_ends_with(const char *s, size_t len, const char *suffix)
 const char *llm_url_unix(const char *base_url)
 {
     size_t n = sizeof LLM_UNIX_PREFIX - 1;
-    return base_url && strncmp(base_url, LLM_UNIX_PREFIX, n) == 0 ? base_url + n : NULL;
+    if (!base_url || strncmp(base_url, LLM_UNIX_PREFIX, n) != 0)
+        return NULL;
+    const char *p = base_url + n;
+    while (p[0] == '/' && p[1] == '/') /* unix:///path, as Redis URLs write it: the same path */
+        p++;
+    return p;
 }
 
 int llm_url_check(const char *base_url, char *err, size_t errlen)

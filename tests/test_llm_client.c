@@ -1575,6 +1575,8 @@ static void bad_unix_urls_are_refused_with_one_line(void **state)
     assert_int_equal(llm_url_check("unix:/run/selroll/policy.sock", NULL, 0), SR_OK);
     assert_int_equal(llm_url_check("http://127.0.0.1:8000/v1", NULL, 0), SR_OK);
     assert_string_equal(llm_url_unix("unix:/x.sock"), "/x.sock");
+    assert_string_equal(llm_url_unix("unix:///run/x.sock"), "/run/x.sock"); /* Redis's form */
+    assert_int_equal(llm_url_check("unix:///run/x.sock", NULL, 0), SR_OK);
     assert_null(llm_url_unix("http://x"));
     assert_null(llm_url_unix(NULL));
 }
