@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # it_sockets.sh: `selroll run --sockets unix` end to end (real processes, private redis-server):
 # the env workers, the coordinator's work socket and the bus on Unix sockets (ipc://) in the run's
-# private folder, spoken by zmtp (common/zmtp.c) and the bus proxy (libzmq).
+# private folder, spoken by zmtp (common/zmtp.c) and the bus proxy (libzmq); the private
+# redis-server and the built-in policy server on Unix sockets there too.
+#   flags   a bad --sockets value exits 2 with one line
 #   short   SELROLL_SOCKETS=unix, 2 rounds of 6 groups x G=4: exits 0, every trajectory done (none
-#           failed), OUT/endpoints.env names ipc:// endpoints for work, bus and env workers, the
-#           env workers serve on them, and the socket folder is gone after the run
+#           failed), OUT/endpoints.env names ipc:// endpoints for work, bus and env workers and a
+#           unix:// Redis URL, the env workers serve on them, and the socket folder is gone after
 #   kill    --sockets unix, one round of 16 groups x G=8: kill -9 of env-worker-1 (restarted on
 #           the socket file its predecessor left) and of actor-1 mid-round (its jobs re-queued):
 #           the round completes with every trajectory done, as over TCP (it_rollout.sh actorkill)
@@ -57,11 +59,25 @@ check_rounds() {
 
 if [ ! -x "$S" ]; then echo "SKIP: no $S (run make)"; exit 77; fi
 
+# rcli ARGS...: redis-cli on REDIS_URL, a redis:// or a unix:// one
+rcli() {
+  case $REDIS_URL in
+    unix://*) redis-cli -s "${REDIS_URL#unix://}" "$@" ;;
+    *) redis-cli -u "$REDIS_URL" "$@" ;;
+  esac
+}
+
+out=$("$S" run --sockets pipes --groups 1 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "flags: run --sockets pipes: exit 2, one line" \
+  || bad "flags: run --sockets pipes: rc=$rc out=$out"
+
 say "short: SELROLL_SOCKETS=unix selroll run, 2 rounds of 6 groups x G=4"
 SELROLL_SOCKETS=unix "$S" run --out "$T/a" --run socka --actors 2 --slots 8 --env-workers 2 \
   --groups 6 --group-size 4 --iters 2 --http off --time-scale 100 >"$T/a.out" 2>"$T/a.err" &
 RUN_PID=$!
 wait_env "$T/a" && check_eps short
+[[ $REDIS_URL == unix://$SOCK_DIR/redis.sock ]] && ok "short: the children reach Redis at $REDIS_URL" \
+  || bad "short: REDIS_URL=$REDIS_URL"
 wait "$RUN_PID"; rc=$?; RUN_PID=""
 [ $rc -eq 0 ] && ok "short: selroll run exited 0" || { bad "short: selroll run exited $rc"; tail -5 "$T/a.err"; }
 check_rounds short "$T/a.out" 24
@@ -81,7 +97,7 @@ if wait_env "$T/k"; then
   check_eps kill
   # mid-round: some results stored, the round far from done (128 trajectories at --time-scale 10)
   for _ in $(seq 300); do
-    n=$(redis-cli -u "$REDIS_URL" LLEN "selroll:sockk:results:0" 2>/dev/null); n=${n:-0}
+    n=$(rcli LLEN "selroll:sockk:results:0" 2>/dev/null); n=${n:-0}
     [ "$n" -ge 4 ] && break; sleep 0.05
   done
   pid_of() { awk -v n="$1" '$1 == n {print $2}' "$T/k/children.txt"; }

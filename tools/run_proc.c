@@ -236,11 +236,23 @@ int run_start_redis(run_t *r)
     run_arg(&a, "no");
     run_arg(&a, "--daemonize");
     run_arg(&a, "no");
+    /* --sockets unix: the children reach it on a Unix socket; the TCP port stays for redis-cli */
+    char sock[128] = "";
+    if (run_o.sockets == RUN_SOCKETS_UNIX) {
+        if (run_sock_path(r, "redis.sock", sock, sizeof sock) != 0) {
+            run_argv_free(&a);
+            return SR_EINVAL;
+        }
+        run_args(&a, "--unixsocket", sock, "--unixsocketperm", "700", NULL);
+    }
     int rc = run_supervise_add(r->sup, "redis", &a, true);
     run_argv_free(&a);
     if (rc != SR_OK)
         return rc;
-    snprintf(r->redis_url, sizeof r->redis_url, "redis://127.0.0.1:%d", port);
+    if (sock[0])
+        snprintf(r->redis_url, sizeof r->redis_url, "unix://%s", sock);
+    else
+        snprintf(r->redis_url, sizeof r->redis_url, "redis://127.0.0.1:%d", port);
     int64_t end = clock_mono_ms() + 10000;
     while (clock_mono_ms() < end) {
         supervise_poll(r->sup);
