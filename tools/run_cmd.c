@@ -126,11 +126,12 @@ static int s_env_endpoints_ok(const char *list)
     }
     size_t n = l.n;
     envkind_list_free(&l);
-    if (n == 0 || strlen(list) + 48 * (size_t)run_o.env_workers >= 1000 || run_o.local_envw > 0) {
+    size_t room = RUN_ENV_LIST_LEN - RUN_ENV_ITEM * (size_t)(run_o.env_workers + 1);
+    if (n == 0 || strlen(list) >= room || run_o.local_envw > 0) {
         fprintf(stderr,
                 "selroll run: --env-endpoints: '%s' is not [KIND=]EP[,...] (at most %d "
                 "bytes; not with --local-env-workers)\n",
-                list, 1000 - 48 * run_o.env_workers);
+                list, (int)room);
         return SR_EINVAL;
     }
     return SR_OK;
