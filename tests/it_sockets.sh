@@ -4,9 +4,12 @@
 # private folder, spoken by zmtp (common/zmtp.c) and the bus proxy (libzmq); the private
 # redis-server and the built-in policy server on Unix sockets there too.
 #   flags   a bad --sockets value exits 2 with one line
-#   short   SELROLL_SOCKETS=unix, 2 rounds of 6 groups x G=4: exits 0, every trajectory done (none
-#           failed), OUT/endpoints.env names ipc:// endpoints for work, bus and env workers and a
-#           unix:// Redis URL, the env workers serve on them, and the socket folder is gone after
+#   short   the default (no --sockets), 2 rounds of 6 groups x G=4: exits 0, every trajectory done
+#           (none failed), OUT/endpoints.env names ipc:// endpoints for work, bus and env workers, a
+#           unix:// Redis URL and a unix: policy URL, the env workers serve on them, and the socket
+#           folder is gone after
+#   tcp     SELROLL_SOCKETS=tcp, the same run: every endpoint and URL on 127.0.0.1 TCP, every
+#           trajectory done
 #   kill    --sockets unix, one round of 16 groups x G=8: kill -9 of env-worker-1 (restarted on
 #           the socket file its predecessor left) and of actor-1 mid-round (its jobs re-queued):
 #           the round completes with every trajectory done, as over TCP (it_rollout.sh actorkill)
@@ -71,13 +74,15 @@ out=$("$S" run --sockets pipes --groups 1 2>&1); rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "flags: run --sockets pipes: exit 2, one line" \
   || bad "flags: run --sockets pipes: rc=$rc out=$out"
 
-say "short: SELROLL_SOCKETS=unix selroll run, 2 rounds of 6 groups x G=4"
-SELROLL_SOCKETS=unix "$S" run --out "$T/a" --run socka --actors 2 --slots 8 --env-workers 2 \
+say "short: selroll run (the default sockets), 2 rounds of 6 groups x G=4"
+env -u SELROLL_SOCKETS "$S" run --out "$T/a" --run socka --actors 2 --slots 8 --env-workers 2 \
   --groups 6 --group-size 4 --iters 2 --http off --time-scale 100 >"$T/a.out" 2>"$T/a.err" &
 RUN_PID=$!
 wait_env "$T/a" && check_eps short
 [[ $REDIS_URL == unix://$SOCK_DIR/redis.sock ]] && ok "short: the children reach Redis at $REDIS_URL" \
   || bad "short: REDIS_URL=$REDIS_URL"
+[[ $POLICY_URL == unix:$SOCK_DIR/policy.sock ]] && ok "short: the actors reach the policy at $POLICY_URL" \
+  || bad "short: POLICY_URL=$POLICY_URL"
 wait "$RUN_PID"; rc=$?; RUN_PID=""
 [ $rc -eq 0 ] && ok "short: selroll run exited 0" || { bad "short: selroll run exited $rc"; tail -5 "$T/a.err"; }
 check_rounds short "$T/a.out" 24
@@ -87,6 +92,23 @@ for i in 1 2; do
 done
 [ -n "${SOCK_DIR:-}" ] && [ ! -e "$SOCK_DIR" ] && ok "short: the socket folder $SOCK_DIR is gone" ||
   bad "short: the socket folder ${SOCK_DIR:-?} is still there: $(ls "${SOCK_DIR:-/nonexistent}" 2>&1)"
+
+say "tcp: SELROLL_SOCKETS=tcp selroll run, 2 rounds of 6 groups x G=4"
+SELROLL_SOCKETS=tcp "$S" run --out "$T/t" --run sockt --actors 2 --slots 8 --env-workers 2 \
+  --groups 6 --group-size 4 --iters 2 --http off --time-scale 100 >"$T/t.out" 2>"$T/t.err" &
+RUN_PID=$!
+if wait_env "$T/t"; then
+  all=1
+  for e in "$WORK_EP" "$BUS_PUB_EP" "$BUS_SUB_EP" ${ENV_WORKERS//,/ }; do
+    [[ $e == tcp://127.0.0.1:* ]] || { bad "tcp: endpoint $e is not loopback TCP"; all=0; }
+  done
+  [[ $REDIS_URL == redis://127.0.0.1:* ]] || { bad "tcp: REDIS_URL=$REDIS_URL"; all=0; }
+  [[ $POLICY_URL == http://127.0.0.1:* ]] || { bad "tcp: POLICY_URL=$POLICY_URL"; all=0; }
+  [ "$all" = 1 ] && ok "tcp: every endpoint and URL on loopback TCP ($WORK_EP, $REDIS_URL, $POLICY_URL ...)"
+fi
+wait "$RUN_PID"; rc=$?; RUN_PID=""
+[ $rc -eq 0 ] && ok "tcp: selroll run exited 0" || { bad "tcp: selroll run exited $rc"; tail -5 "$T/t.err"; }
+check_rounds tcp "$T/t.out" 24
 
 say "kill: kill -9 of env-worker-1 and of actor-1 mid-round (--sockets unix)"
 "$S" run --out "$T/k" --run sockk --actors 3 --slots 16 --env-workers 2 --groups 16 --group-size 8 \

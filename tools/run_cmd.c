@@ -415,10 +415,10 @@ int run_main(int argc, char **argv)
          .help = "extra space-separated arguments for the coordinator (at most 64 words)"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &run_o.actor_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every actor (at most 64 words)"},
-        {.name = "sockets", .kind = CFG_ENUM, .dst = &run_o.sockets, .def = "tcp",
+        {.name = "sockets", .kind = CFG_ENUM, .dst = &run_o.sockets, .def = "unix",
          .choices = "tcp|unix",
-         .help = "the channels between the run's own children: loopback TCP, or Unix sockets in "
-                 "a private folder under /tmp (cheaper per message)"},
+         .help = "the channels between the run's own children: Unix sockets in a private folder "
+                 "under /tmp (cheaper per message), or loopback TCP"},
         {.name = "tokens", .kind = CFG_ENUM, .dst = &run_o.tokens, .def = "completion",
          .choices = "off|completion|full",
          .help = "the actors' --tokens: each step records the completion's token ids and "
