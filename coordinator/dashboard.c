@@ -464,7 +464,11 @@ dashboard_t *dashboard_new(coord_t *c, const dashboard_cfg_t *cfg, char *err, si
     int hwm = DASH_SUB_HWM;
     zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_RCVHWM, &hwm, sizeof hwm);
     char topic[PROTO_MAX_ID + 32];
-    snprintf(topic, sizeof topic, "act/%s/", coord_run_name(c));
+    /* act/<run>/r: the prefix of every ACTION topic of the coordinator's groups (ids
+     * r<round>-g<index>, coord_group_id) but not all of act/<run>/, so this subscription alone does
+     * not end an actor's wait for a subscriber (docs/protocol.md, ACTION): the ACTIONs wait for the
+     * gate's, which would otherwise miss a fast run's first ones. */
+    snprintf(topic, sizeof topic, "act/%s/r", coord_run_name(c));
     int rc = zmq_setsockopt(transport_sock_zmq(d->sub), ZMQ_SUBSCRIBE, topic, strlen(topic));
     snprintf(topic, sizeof topic, "ctl/%s/cancel", coord_run_name(c));
     if (rc == 0)

@@ -6,7 +6,9 @@
 # from finished groups (its scores move away from 0.5 after the first iteration), and
 # scripts/gate_rules_pr.py gives a precision/recall row per rule. A short rollout round with
 # keep-two enforced (a high threshold so that it cuts): a cut group has exactly two trajectories
-# that ran on after the cut, the others are cancelled.
+# that ran on after the cut, the others are cancelled. A round that ends in a fraction of a second
+# with the dashboard on (its bus subscription in place before the gate's): the gate still sees
+# every ACTION, and every line carries its record.
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
 cd "$ROOT"
@@ -146,5 +148,20 @@ late=$(grep -h "without the gate's rule record" "$out"/logs/coordinator*.log)
   || bad "keep-two: $late"
 grep -q "rule keep-two: .* keep-two [1-9][0-9]* labels" "$out"/logs/gate*.log && ok "keep-two: labels counted in the gate's summary" \
   || bad "keep-two summary: $(grep -h 'rule keep-two' "$out"/logs/gate*.log)"
+
+# --- a fast round with the dashboard on: the actors' ACTIONs wait for the gate's subscription --
+for i in 1 2 3; do
+  out="$T/fast$i"
+  timeout 60 "$S" run --run itfast --out "$out" --groups 4 --iters 1 --no-cost-model --seed 7 \
+    --http 127.0.0.1:0 >"$T/fast.out" 2>"$T/fast.err" || { bad "fast run $i exited $?"; tail -3 "$T/fast.err"; continue; }
+  steps=$(sed -n 's/^round 0: .* steps \([0-9]*\),.*/\1/p' "$T/fast.out")
+  seen=$(sed -n 's/.*gate: mode enforce .*: \([0-9]*\) actions,.*/\1/p' "$out"/logs/gate*.log | tail -1)
+  late=$(grep -h "without the gate's rule record" "$out"/logs/coordinator*.log)
+  if [ -n "$steps" ] && [ "$seen" = "$steps" ] && [ -z "$late" ]; then
+    ok "fast run $i with the dashboard: the gate saw all $steps ACTIONs, every line has its record"
+  else
+    bad "fast run $i with the dashboard: $steps steps, the gate saw ${seen:-?} ACTIONs; $late"
+  fi
+done
 
 exit $fail

@@ -13,6 +13,7 @@
 # Before that, tests/py/hostile_bounds.py's bounded-resource attacks (docs/security.md): a 1 MiB
 # subscription, 5,000 subscriptions, forged CANCELs, 1,000 RESETs from one client, 200 idle HTTP
 # connections; the coordinator and an actor stay within 32 MiB of their memory, /health answers.
+# The run's channels are on loopback TCP (--sockets tcp), the surfaces a peer on the network sees.
 # Budget: 75 s.
 set -u
 ROOT=$(cd "$(dirname "$0")" && while [ ! -f Makefile ] && [ "$PWD" != / ]; do cd ..; done; pwd)
@@ -65,8 +66,8 @@ t0=$(date +%s)
 
 CP=$(free_port); GP=$(free_port); EP=$(free_port)
 printf '[env-worker]\nmetrics-port = %s\n' "$EP" >"$T/roles.ini"
-SELROLL_CONFIG="$T/roles.ini" "$S" run --out "$T/r" --run hostile --actors 2 --slots 8 --env-workers 1 --groups 6 \
-  --group-size 4 --iters 1 --max-steps 25 --time-scale 4 --lease-ms 3000 --grace-ms 2000 \
+SELROLL_CONFIG="$T/roles.ini" "$S" run --out "$T/r" --run hostile --sockets tcp --actors 2 --slots 8 --env-workers 1 \
+  --groups 6 --group-size 4 --iters 1 --max-steps 25 --time-scale 4 --lease-ms 3000 --grace-ms 2000 \
   --coordinator-args "--http 127.0.0.1:$CP" --gate-args "--metrics-port $GP" \
   --actor-args "--metrics-port 127.0.0.1:0" >"$T/run.out" 2>"$T/run.err" &
 RUN_PID=$!
