@@ -35,6 +35,8 @@ typedef struct slot {
     proto_msg_t job; /* the decoded JOB, owned */
     int64_t max_steps;
     char session[PROTO_MAX_ID];
+    char topic[BUS_TOPIC_MAX]; /* the trajectory's ACTION topic, made at its start */
+    size_t topic_len;
     envconn_t *env; /* the worker the session is pinned to, NULL before RESET */
     bool session_open;
     uint64_t rid;   /* the env request in flight */
@@ -490,7 +492,7 @@ static void s_publish_action(slots_t *o, slot_t *s, int64_t step, const char *ac
         .group_size = j->group_size,
         .task = j->task,
     };
-    bus_publish(o->cfg.bus, &ac);
+    bus_publish_on(o->cfg.bus, &ac, s->topic, s->topic_len);
 }
 
 static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
@@ -611,6 +613,7 @@ static void s_slot_start(slots_t *o, slot_t *s, proto_msg_t *job)
     s->max_steps = j->max_steps > 0 ? j->max_steps : 50;
     s->state = SLOT_RESET;
     snprintf(s->session, sizeof s->session, "%s#%lld", j->job_id, (long long)j->epoch);
+    s->topic_len = bus_topic(s->topic, sizeof s->topic, j->run, j->group);
     char why[PROTO_MAX_ID + 600];
     s->env = envlink_pick(o->cfg.env, j->env, why, sizeof why);
     if (!s->env) {
