@@ -10,11 +10,15 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sr.h"
+#include "common/sr_arena.h"
 #include "common/sr_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The room of a chunk of a slot's episode memory (its step records' texts and token arrays). */
+#define SLOT_ARENA_CHUNK (32 * 1024)
 
 /* Env request ids: the low part names the slot; ACTOR_MAX_SLOTS itself marks a CLOSE. */
 #define RID_SLOTS 8192u
@@ -44,19 +48,18 @@ typedef struct slot {
     int env_timer;
     llm_request_t *req;
     int64_t start_ms;
-    char *goal;
+    sr_arena_t ar;   /* the episode's memory: the goal, the observations, the step records' texts
+                      * and token arrays (s_step_clear frees none of them); reset at its end */
+    const char *goal;
     const char *obs; /* the current observation: the last step record's (steps[n_steps - 1].obs),
-                      * else in owned */
-    char **owned;    /* texts the slot owns besides its steps: the RESET's observation, and one
-                      * longer than a step record keeps */
-    size_t n_owned, cap_owned;
+                      * else in ar: the RESET's, or one longer than a step record keeps */
     llmlink_names_t models; /* the answering models' names, each once; steps[i].model points here */
     const char **adm; /* the admissible actions of obs_msg (s_take_obs) */
     size_t n_adm;
     proto_msg_t obs_msg; /* the last OBS, kept until the next one: adm points into it */
     prompt_turn_t *hist; /* each observation and action is a step record's or in owned */
     size_t n_hist, cap_hist;
-    proto_result_step_t *steps; /* owned strings */
+    proto_result_step_t *steps; /* their strings and arrays in ar */
     size_t n_steps, cap_steps;
     proto_result_step_t cur; /* the step being built: action, raw, tokens, logprob, messages */
     double reward;
@@ -92,21 +95,10 @@ static void s_gauges(slots_t *o)
 
 /* ---- a slot's memory ---------------------------------------------------------------------------- */
 
+/* s_step_clear forgets a step record: its strings and arrays are the slot's arena's (the model
+ * name the slot's models'). */
 static void s_step_clear(proto_result_step_t *st)
 {
-    free((char *)st->action);
-    free((char *)st->raw);
-    free((char *)st->obs);
-    free((char *)st->reasoning);
-    /* st->model is the slot's (models) */
-    free((void *)st->token_ids);
-    free((void *)st->token_logprobs);
-    free((void *)st->prompt_token_ids);
-    for (size_t k = 0; k < st->messages_len; k++) {
-        free((char *)st->messages[k].role);
-        free((char *)st->messages[k].content);
-    }
-    free(st->messages);
     memset(st, 0, sizeof *st);
 }
 
@@ -120,11 +112,7 @@ static void s_adm_clear(slot_t *s)
 static void s_slot_clear(slot_t *s)
 {
     proto_msg_clear(&s->job);
-    free(s->goal);
     s_adm_clear(s);
-    for (size_t i = 0; i < s->n_owned; i++)
-        free(s->owned[i]);
-    free(s->owned);
     llmlink_names_clear(&s->models);
     free(s->hist); /* its texts are the step records' or owned's */
     for (size_t i = 0; i < s->n_steps; i++)
@@ -134,20 +122,12 @@ static void s_slot_clear(slot_t *s)
     free(s->last_ids);
     slots_t *o = s->o;
     int idx = s->idx;
+    sr_arena_t ar = s->ar;
+    sr_arena_reset(&ar); /* one chunk kept for the slot's next episode */
     memset(s, 0, sizeof *s);
     s->o = o;
     s->idx = idx;
-}
-
-/* s_own keeps the text t (new) for the slot's episode and returns it. */
-static const char *s_own(slot_t *s, char *t)
-{
-    if (s->n_owned == s->cap_owned) {
-        s->cap_owned = s->cap_owned ? s->cap_owned * 2 : 2;
-        s->owned = sr_xrealloc(s->owned, s->cap_owned * sizeof *s->owned);
-    }
-    s->owned[s->n_owned++] = t;
-    return t;
+    s->ar = ar;
 }
 
 /* ---- env requests --------------------------------------------------------------------------------- */
@@ -350,16 +330,11 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     extract_result_t ex;
     extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
     proto_result_step_t *cur = &s->cur;
-    if (strnlen(ex.action, PROTO_MAX_ACTION) < PROTO_MAX_ACTION) { /* taken over: no copy */
-        cur->action = ex.action;
-        ex.action = NULL;
-    } else {
-        cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
-    }
+    cur->action = sr_arena_strdup_max(&s->ar, ex.action, PROTO_MAX_ACTION);
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
-                   &s->models, &s->last_ids, &s->n_last_ids);
+                   &s->models, &s->ar, &s->last_ids, &s->n_last_ids);
     s->prompt_tokens += cur->prompt_tokens;
     s->completion_tokens += cur->completion_tokens;
     s->usage_unknown_steps += cur->usage_unknown;
@@ -424,10 +399,11 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .contents_json = json,
     };
     if (o->cfg.record_messages) {
-        s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);
+        s->cur.messages = sr_arena_alloc(&s->ar, n * sizeof *s->cur.messages);
+        memset(s->cur.messages, 0, n * sizeof *s->cur.messages);
         for (size_t k = 0; k < n; k++) {
-            s->cur.messages[k].role = sr_xstrdup(msgs[k].role);
-            s->cur.messages[k].content = sr_xstrdup_max(msgs[k].content, PROTO_MAX_TEXT);
+            s->cur.messages[k].role = sr_arena_strndup(&s->ar, msgs[k].role, strlen(msgs[k].role));
+            s->cur.messages[k].content = sr_arena_strdup_max(&s->ar, msgs[k].content, PROTO_MAX_TEXT);
         }
         s->cur.messages_len = n;
     }
@@ -463,9 +439,9 @@ static void s_on_reset_obs(slots_t *o, slot_t *s, proto_msg_t *m)
     const char *goal = ob->goal ? ob->goal : "";
     if (strncmp(goal, GOAL_PREFIX, strlen(GOAL_PREFIX)) == 0)
         goal += strlen(GOAL_PREFIX);
-    free(s->goal);
-    s->goal = sr_xstrdup(goal);
-    s->obs = s_own(s, sr_xstrdup(ob->obs ? ob->obs : ""));
+    s->goal = sr_arena_strndup(&s->ar, goal, strlen(goal));
+    const char *otext = ob->obs ? ob->obs : "";
+    s->obs = sr_arena_strndup(&s->ar, otext, strlen(otext));
     bool done = ob->done;
     s_take_obs(s, m); /* m (and ob) moved into the slot */
     if (done) {
@@ -514,8 +490,9 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
      * the record keeps it cut (a text of PROTO_MAX_TEXT bytes or more: the prompt has it whole). */
     const char *otext = ob->obs ? ob->obs : "";
     size_t on = strlen(otext);
-    st->obs = on < PROTO_MAX_TEXT ? sr_xstrndup(otext, on) : sr_xstrdup_max(otext, PROTO_MAX_TEXT);
-    const char *next_obs = on < PROTO_MAX_TEXT ? st->obs : s_own(s, sr_xstrndup(otext, on));
+    st->obs = on < PROTO_MAX_TEXT ? sr_arena_strndup(&s->ar, otext, on)
+                                  : sr_arena_strdup_max(&s->ar, otext, PROTO_MAX_TEXT);
+    const char *next_obs = on < PROTO_MAX_TEXT ? st->obs : sr_arena_strndup(&s->ar, otext, on);
     st->reward = ob->reward;
     st->done = ob->done;
     s->reward += ob->reward;
@@ -800,6 +777,7 @@ slots_t *slots_new(const slots_cfg_t *cfg)
     for (int i = 0; i < cfg->n; i++) {
         o->slots[i].o = o;
         o->slots[i].idx = i;
+        sr_arena_init(&o->slots[i].ar, SLOT_ARENA_CHUNK);
     }
     sr_buf_init(&o->sbuf);
     sr_buf_init(&o->psys);
@@ -819,6 +797,7 @@ void slots_destroy(slots_t **op)
         if (o->slots[i].env_timer > 0)
             reactor_timer_cancel(o->cfg.r, o->slots[i].env_timer);
         s_slot_clear(&o->slots[i]);
+        sr_arena_free(&o->slots[i].ar);
     }
     free(o->slots);
     for (size_t i = 0; i < o->n_backlog; i++)
