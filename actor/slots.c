@@ -381,8 +381,12 @@ static void s_llm_ask(slots_t *o, slot_t *s)
     llmlink_model(o->cfg.llm, j->policy_version, model, sizeof model);
     llm_message_t msgs[2];
     size_t n = 0;
-    if (pm.system)
+    size_t lens[2];
+    if (pm.system) {
+        lens[n] = o->psys.len;
         msgs[n++] = (llm_message_t){.role = "system", .content = pm.system};
+    }
+    lens[n] = pm.user ? o->puser.len : 0;
     msgs[n++] = (llm_message_t){.role = "user", .content = pm.user ? pm.user : ""};
     llm_chat_t req = {
         .model = model,
@@ -397,6 +401,7 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .token_ids = o->cfg.tokens != ACTOR_TOKENS_OFF,
         .no_prompt_ids = o->cfg.tokens == ACTOR_TOKENS_COMPLETION,
         .contents_json = json,
+        .content_lens = lens, /* the rendered lengths: not measured again */
     };
     if (o->cfg.record_messages) {
         s->cur.messages = sr_arena_alloc(&s->ar, n * sizeof *s->cur.messages);
