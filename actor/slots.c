@@ -328,7 +328,9 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     }
     /* The action comes from the content only; reasoning beside it is recorded, not searched. */
     extract_result_t ex;
-    extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
+    char room[512]; /* the usual action's memory: no allocation */
+    extract_action_in(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex, room,
+                      sizeof room);
     proto_result_step_t *cur = &s->cur;
     cur->action = sr_arena_strdup_max(&s->ar, ex.action, PROTO_MAX_ACTION);
     cur->format_error = ex.format_error;
