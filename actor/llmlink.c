@@ -107,9 +107,15 @@ llmlink_t *llmlink_new(reactor_t *r, astats_t *st, const llmlink_cfg_t *cfg, cha
     };
     llm_io_hooks_t hooks = {.watch_fd = s_hook_watch, .unwatch_fd = s_hook_unwatch,
                             .set_timer = s_hook_timer};
+    char why[300];
+    if (llm_url_check(l->policy_url, why, sizeof why) != SR_OK) {
+        snprintf(err, errlen, "policy URL %s", why);
+        llmlink_destroy(&l);
+        return NULL;
+    }
     l->llm = llm_client_new(&lc, &hooks, l);
     if (!l->llm) {
-        snprintf(err, errlen, "policy URL %s: not an http(s) URL, or libcurl failed", l->policy_url);
+        snprintf(err, errlen, "policy URL %s: libcurl cannot be set up", l->policy_url);
         llmlink_destroy(&l);
     }
     return l;
@@ -331,6 +337,13 @@ static void s_check_done(const llm_response_t *resp, void *arg)
     llmlink_t *l = arg;
     l->check_req = NULL;
     char *url = llm_models_url(l->policy_url);
+    if (url && llm_url_unix(l->policy_url)) { /* say which socket */
+        size_t n = strlen(url) + strlen(l->policy_url) + 16;
+        char *over = sr_xmalloc(n);
+        snprintf(over, n, "%s (over %s)", url, l->policy_url);
+        free(url);
+        url = over;
+    }
     char why[900];
     if (resp->rc != SR_OK) {
         bool transient = resp->http_status == 0 || resp->http_status >= 500 ||

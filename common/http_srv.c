@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define HTTP_SRV_SSE_BLOCK 4096
@@ -80,10 +82,53 @@ int http_srv_parse_bind(const char *bind, struct sockaddr_in *out)
     return SR_OK;
 }
 
+int http_srv_uds_listen(const char *path, int backlog, dev_t *dev, ino_t *ino, const char **why)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    size_t pl = path ? strlen(path) : 0;
+    if (pl == 0 || pl >= sizeof sun.sun_path) {
+        *why = "the Unix socket path is empty or too long";
+        return -1;
+    }
+    memcpy(sun.sun_path, path, pl + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            *why = "the Unix socket path exists and is not a socket";
+            return -1;
+        }
+        unlink(path); /* a dead server's */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(fd, backlog) != 0 ||
+        lstat(path, &st) != 0) {
+        *why = "cannot listen on the Unix socket (its folder missing or not writable?)";
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *dev = st.st_dev;
+    *ino = st.st_ino;
+    return fd;
+}
+
+void http_srv_uds_unlink(const char *path, dev_t dev, ino_t ino)
+{
+    struct stat st;
+    if (path && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == dev &&
+        st.st_ino == ino)
+        unlink(path);
+}
+
 http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
 {
-    struct sockaddr_in addr;
-    if (!cfg || http_srv_parse_bind(cfg->bind, &addr) != SR_OK) {
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    if (cfg && cfg->uds && (!*cfg->uds || strlen(cfg->uds) >= sizeof(struct sockaddr_un){0}.sun_path)) {
+        if (err)
+            snprintf(err, errlen, "bad HTTP Unix socket path '%.200s': empty or too long", cfg->uds);
+        return NULL;
+    }
+    if (!cfg || (!cfg->uds && http_srv_parse_bind(cfg->bind, &addr) != SR_OK)) {
         if (err)
             snprintf(err, errlen, "bad HTTP address '%s': expected HOST:PORT with an IPv4 host, "
                                   "localhost or *",
@@ -96,6 +141,8 @@ http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen)
         s->pend[i].fd = -1;
     s->cfg = *cfg;
     s->cfg.bind = NULL;
+    s->cfg.uds = NULL;
+    s->uds = cfg->uds ? sr_xstrdup(cfg->uds) : NULL;
     if (s->cfg.max_header_bytes < 1024)
         s->cfg.max_header_bytes = 1024;
     if (s->cfg.max_conns < 2)
@@ -470,10 +517,18 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen)
     /* This server listens itself and hands libmicrohttpd each connection once its first
      * request is there (http_srv.h): idle connections never take one of its threads. */
     int one = 1;
-    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(s->lfd, (struct sockaddr *)&s->addr, sizeof s->addr) != 0 ||
-        listen(s->lfd, 512) != 0) {
+    if (s->uds) {
+        const char *why = NULL;
+        s->lfd = http_srv_uds_listen(s->uds, 512, &s->uds_dev, &s->uds_ino, &why);
+        if (s->lfd < 0) {
+            if (err)
+                snprintf(err, errlen, "cannot listen on unix:%.200s: %s", s->uds, why);
+            return SR_EIO;
+        }
+    } else if ((s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+               setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+               bind(s->lfd, (struct sockaddr *)&s->addr, sizeof s->addr) != 0 ||
+               listen(s->lfd, 512) != 0) {
         if (err) {
             char a[INET_ADDRSTRLEN] = "?";
             inet_ntop(AF_INET, &s->addr.sin_addr, a, sizeof a);
@@ -487,8 +542,9 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen)
     }
     struct sockaddr_in bound;
     socklen_t bl = sizeof bound;
-    s->port = getsockname(s->lfd, (struct sockaddr *)&bound, &bl) == 0 ? ntohs(bound.sin_port)
-                                                                       : ntohs(s->addr.sin_port);
+    if (!s->uds)
+        s->port = getsockname(s->lfd, (struct sockaddr *)&bound, &bl) == 0 ? ntohs(bound.sin_port)
+                                                                           : ntohs(s->addr.sin_port);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_AUTO | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, s_handler, s, MHD_OPTION_CONNECTION_LIMIT,
@@ -506,6 +562,8 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen)
             close(s->efd);
         close(s->lfd);
         s->efd = s->lfd = -1;
+        if (s->uds)
+            http_srv_uds_unlink(s->uds, s->uds_dev, s->uds_ino);
         return SR_EIO;
     }
     s->acc_started = true;
@@ -579,8 +637,12 @@ void http_srv_destroy(http_srv_t **self_p)
         MHD_stop_daemon(s->d);
     if (s->efd >= 0)
         close(s->efd);
-    if (s->lfd >= 0)
+    if (s->lfd >= 0) {
         close(s->lfd);
+        if (s->uds) /* the socket file, unless another server took the path since */
+            http_srv_uds_unlink(s->uds, s->uds_dev, s->uds_ino);
+    }
+    free(s->uds);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s->event);

@@ -51,10 +51,14 @@ struct sockaddr_in;
 typedef struct http_srv http_srv_t;
 
 #define HTTP_SRV_PENDING_MAX 1024   /* connections waiting for their first request */
-#define HTTP_SRV_PENDING_PER_IP 256 /* of them from one IPv4 address */
+#define HTTP_SRV_PENDING_PER_IP 256 /* of them from one IPv4 address (on a Unix socket: from the
+                                     * processes of one user, the peer's SO_PEERCRED uid) */
 
 typedef struct {
     const char *bind;        /* "HOST:PORT" (IPv4 address, "*" = every interface; port 0 = free) */
+    const char *uds;         /* a Unix socket path to listen on instead of bind (NULL: bind): a
+                              * dead server's socket file there is replaced, any other file
+                              * refused; the file is removed when the server is destroyed */
     const char *token;       /* bearer token; NULL or "" = none */
     size_t max_header_bytes; /* memory for one request's headers (libmicrohttpd's limit): 16384 */
     unsigned max_conns;      /* connections at once (each a thread): 64 */
@@ -79,7 +83,8 @@ typedef void (*http_srv_handler_fn)(void *arg, http_srv_reply_t *out);
 void http_srv_cfg_init(http_srv_cfg_t *cfg);
 
 /* http_srv_new validates cfg (copied) and returns a server with no routes that is not listening
- * yet, or NULL with a one-line reason in err (when not NULL): a malformed bind address. */
+ * yet, or NULL with a one-line reason in err (when not NULL): a malformed bind address, a Unix
+ * socket path that is empty or too long. */
 http_srv_t *http_srv_new(const http_srv_cfg_t *cfg, char *err, size_t errlen);
 
 /* http_srv_route serves path (copied) with fn(arg). Returns SR_OK, SR_EINVAL (bad path, server
@@ -121,7 +126,7 @@ int http_srv_start(http_srv_t *s, char *err, size_t errlen);
 uint64_t http_srv_refused(http_srv_t *s);
 uint64_t http_srv_health_early(http_srv_t *s);
 
-/* http_srv_port returns the bound port (0 before http_srv_start). */
+/* http_srv_port returns the bound port (0 before http_srv_start, and on a Unix socket). */
 int http_srv_port(const http_srv_t *s);
 
 /* http_srv_sse_publish makes one event (name `event`, data data[0..len), which must hold no
@@ -191,6 +196,10 @@ typedef void (*http_srv_free_fn)(void *arg, void *ctx);
 
 typedef struct {
     const char *bind;          /* "HOST:PORT" as http_srv_cfg_t's (port 0 = a free one) */
+    const char *uds;           /* a Unix socket path to listen on instead of bind (NULL: bind).
+                                * A socket file already there (a dead server's) is replaced,
+                                * anything else there refused; the file is removed at the end.
+                                * Peers have no address: max_conns_per_ip does not apply */
     struct reactor *reactor;   /* the owner's loop (required): runs the server (threads 1) and
                                 * the hang-up watch */
     int threads;               /* 1 (default): on the reactor; N > 1: N libmicrohttpd threads */
@@ -216,7 +225,7 @@ void http_srv_async_cfg_init(http_srv_async_cfg_t *cfg);
  * that cannot be bound. */
 http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err, size_t errlen);
 
-/* http_srv_async_port returns the bound port. */
+/* http_srv_async_port returns the bound port (0 on a Unix socket). */
 int http_srv_async_port(const http_srv_async_t *a);
 
 /* http_srv_async_run (threads 1, on the reactor's thread) does now what libmicrohttpd has to do:

@@ -96,20 +96,34 @@ static void s_pend_ready(http_srv_t *s, int ep, int i)
     s->pend[i].fd = -1;
     s->npend--;
     /* libmicrohttpd takes the socket, and closes it when it cannot take it */
-    MHD_add_connection(s->d, fd, (const struct sockaddr *)&s->pend[i].peer, sizeof s->pend[i].peer);
+    MHD_add_connection(s->d, fd, (const struct sockaddr *)&s->pend[i].peer, s->pend[i].peer_len);
 }
 
 /* s_accept takes every waiting connection. Over a pending limit the oldest waiting connection
  * (of the same address, when that address is at its limit) is closed to make room, counted: a
  * request that comes complete, as a probe's does, always gets through. */
+/* s_peer_key says whose a connection is, for the per-address limit: its IPv4 address, or on a
+ * Unix socket (where peers have no address) its user (SO_PEERCRED uid), marked by bit 32. */
+static uint64_t s_peer_key(int fd, const struct sockaddr_storage *peer)
+{
+    if (peer->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)peer)->sin_addr.s_addr;
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    uint32_t uid = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 ? (uint32_t)cr.uid
+                                                                        : UINT32_MAX;
+    return (1ull << 32) | uid;
+}
+
 static void s_accept(http_srv_t *s, int ep)
 {
     for (;;) {
-        struct sockaddr_in peer;
+        struct sockaddr_storage peer;
         socklen_t pl = sizeof peer;
         int fd = accept4(s->lfd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
+        uint64_t key = s_peer_key(fd, &peer);
         int same = 0, slot = -1, oldest = -1, oldest_same = -1;
         for (int i = 0; i < HTTP_SRV_PENDING_MAX; i++) {
             if (s->pend[i].fd < 0) {
@@ -119,7 +133,7 @@ static void s_accept(http_srv_t *s, int ep)
             }
             if (oldest < 0 || s->pend[i].since_ms < s->pend[oldest].since_ms)
                 oldest = i;
-            if (s->pend[i].ip == peer.sin_addr.s_addr) {
+            if (s->pend[i].key == key) {
                 same++;
                 if (oldest_same < 0 || s->pend[i].since_ms < s->pend[oldest_same].since_ms)
                     oldest_same = i;
@@ -139,9 +153,10 @@ static void s_accept(http_srv_t *s, int ep)
             continue;
         }
         s->pend[slot].fd = fd;
-        s->pend[slot].ip = peer.sin_addr.s_addr;
+        s->pend[slot].key = key;
         s->pend[slot].since_ms = clock_mono_ms();
         s->pend[slot].peer = peer;
+        s->pend[slot].peer_len = pl;
         s->npend++;
         s_pend_ready(s, ep, slot); /* bytes that came with the connection */
     }

@@ -15,7 +15,7 @@
  * hung up. A hang-up seen while no request waited is remembered on the socket and told as soon as
  * one waits.
  */
-#include "common/http_srv.h"
+#include "common/http_srv_int.h"
 
 #include "common/reactor.h"
 #include "common/sr.h"
@@ -85,6 +85,9 @@ struct http_srv_async {
     s_sock_t **socks;
     int nsocks, capsocks;
     uint64_t next_id;
+    char *uds;       /* the Unix socket path listened on (unlinked at the end), or NULL */
+    dev_t uds_dev;   /* its file, as bound: removed at the end only if it is still ours */
+    ino_t uds_ino;
 };
 
 void http_srv_async_cfg_init(http_srv_async_cfg_t *cfg)
@@ -470,12 +473,23 @@ static void s_on_mhd(reactor_t *r, int fd, int revents, void *arg)
 
 /* ---- life ---- */
 
+/* s_uds_listen makes the listening Unix socket at path (http_srv_uds_listen) and remembers the
+ * file, to remove it at the end. Returns the socket, or -1 with why. */
+static int s_uds_listen(http_srv_async_t *a, const char *path, const char **why)
+{
+    int fd = http_srv_uds_listen(path, 1024, &a->uds_dev, &a->uds_ino, why);
+    if (fd >= 0)
+        a->uds = sr_xstrdup(path);
+    return fd;
+}
+
 http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err, size_t errlen)
 {
     const char *why = NULL;
-    struct sockaddr_in sa;
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    bool uds = cfg && cfg->uds;
     if (!cfg || !cfg->reactor || !cfg->on_request || cfg->threads < 1 || cfg->max_body < 1 ||
-        http_srv_parse_bind(cfg->bind, &sa) != SR_OK) {
+        (!uds && http_srv_parse_bind(cfg->bind, &sa) != SR_OK)) {
         if (err && errlen)
             snprintf(err, errlen, "bad HTTP server configuration (address '%s')",
                      cfg && cfg->bind ? cfg->bind : "");
@@ -484,6 +498,7 @@ http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err,
     http_srv_async_t *a = sr_xcalloc(1, sizeof *a);
     a->cfg = *cfg;
     a->cfg.bind = NULL;
+    a->cfg.uds = NULL;
     a->r = cfg->reactor;
     a->mhd_fd = -1;
     a->wake_fd = -1;
@@ -493,11 +508,18 @@ http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err,
         why = "cannot make the hang-up set";
         goto fail;
     }
+    int lfd = -1;
+    if (uds && (lfd = s_uds_listen(a, cfg->uds, &why)) < 0)
+        goto fail;
+    /* a Unix socket is listened on as made above, else sa is bound */
+    struct MHD_OptionItem where[] = {
+        {uds ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR, uds ? lfd : 0, uds ? NULL : &sa},
+        {MHD_OPTION_END, 0, NULL}};
     bool loop = cfg->threads == 1;
     unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO |
                      (loop ? MHD_USE_EPOLL : MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO);
     a->d = MHD_start_daemon(
-        flags, ntohs(sa.sin_port), NULL, NULL, s_access, a, MHD_OPTION_SOCK_ADDR, &sa,
+        flags, ntohs(sa.sin_port), NULL, NULL, s_access, a, MHD_OPTION_ARRAY, where,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, a, MHD_OPTION_NOTIFY_CONNECTION, s_notify, a,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(loop ? 0 : cfg->threads),
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s > 0 ? cfg->timeout_s : 600u,
@@ -509,6 +531,8 @@ http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err,
          * http_srv's 16 KiB of headers rather than the 32 KiB default */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)S_CONN_MEMORY, MHD_OPTION_END);
     if (!a->d) {
+        if (lfd >= 0)
+            close(lfd);
         why = "cannot listen on the address (in use?)";
         goto fail;
     }
@@ -527,7 +551,7 @@ http_srv_async_t *http_srv_async_new(const http_srv_async_cfg_t *cfg, char *err,
         }
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
-    a->port = di ? di->port : ntohs(sa.sin_port);
+    a->port = uds ? 0 : di ? di->port : ntohs(sa.sin_port);
     return a;
 
 fail:
@@ -569,6 +593,10 @@ void http_srv_async_destroy(http_srv_async_t **ap)
     if (a->hup_fd >= 0) {
         reactor_remove_fd(a->r, a->hup_fd);
         close(a->hup_fd);
+    }
+    if (a->uds) { /* the socket file, unless another server took the path since */
+        http_srv_uds_unlink(a->uds, a->uds_dev, a->uds_ino);
+        free(a->uds);
     }
     free(a->socks);
     pthread_mutex_destroy(&a->mu);

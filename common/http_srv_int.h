@@ -1,5 +1,5 @@
 /*
- * http_srv_int.h — the insides the HTTP server's files share (http_srv.c and its acceptor,
+ * http_srv_int.h — the insides the HTTP server's files share (http_srv.c, its acceptor
  * http_srv_accept.c) and nothing else includes: the routes and the server struct.
  */
 #ifndef SR_HTTP_SRV_INT_H
@@ -9,6 +9,8 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,10 +37,21 @@ typedef struct {
     metrics_registry_t *reg;
 } http_srv_route_t;
 
+/* http_srv_uds_listen makes a listening Unix stream socket (non-blocking) at path: a socket file
+ * already there (a server that died) is removed first, any other file there is refused. Returns
+ * the socket and the file's identity in *dev, *ino (for http_srv_uds_unlink), or -1 with a
+ * one-line reason in *why. http_srv_uds_unlink removes the file at path if it is still that one
+ * (another server may have taken the path since). Shared by both kinds of server. */
+int http_srv_uds_listen(const char *path, int backlog, dev_t *dev, ino_t *ino, const char **why);
+void http_srv_uds_unlink(const char *path, dev_t dev, ino_t ino);
+
 struct http_srv {
     http_srv_cfg_t cfg;
     char *token;
     struct sockaddr_in addr;
+    char *uds; /* the Unix socket path listened on instead of addr, or NULL */
+    dev_t uds_dev;
+    ino_t uds_ino;
     http_srv_route_t routes[HTTP_SRV_MAX_ROUTES];
     int nroutes;
     struct MHD_Daemon *d;
@@ -60,9 +73,10 @@ struct http_srv {
     bool acc_started;
     struct {
         int fd;           /* -1 = free */
-        uint32_t ip;      /* network order */
+        uint64_t key;     /* whose: an IPv4 address (network order), or a Unix peer's uid | 1<<32 */
         int64_t since_ms; /* accepted */
-        struct sockaddr_in peer;
+        struct sockaddr_storage peer;
+        socklen_t peer_len;
     } pend[HTTP_SRV_PENDING_MAX];
     int npend;
     atomic_uint_fast64_t refused, health_early;

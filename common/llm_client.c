@@ -48,6 +48,8 @@ llm_client_t *llm_client_new(const llm_client_cfg_t *cfg, const llm_io_hooks_t *
     c->cfg.base_url = NULL;
     c->cfg.api_key = NULL;
     c->url = url;
+    const char *upath = llm_url_unix(cfg->base_url);
+    c->unix_path = upath ? sr_xstrdup(upath) : NULL;
     if (c->cfg.connect_timeout_ms <= 0)
         c->cfg.connect_timeout_ms = LLM_DEFAULT_CONNECT_TIMEOUT_MS;
     if (c->cfg.timeout_ms <= 0)
@@ -124,6 +126,7 @@ void llm_client_destroy(llm_client_t **cp)
     curl_slist_free_all(c->headers);
     free(c->auth_header);
     free(c->url);
+    free(c->unix_path);
     free(c->models_url);
     free(c);
     *cp = NULL;
@@ -194,7 +197,10 @@ static llm_request_t *s_request_start(llm_client_t *c, char *body, char *url, ll
         curl_easy_setopt(easy, CURLOPT_HTTPHEADER, c->headers);
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, llm_write_cb);
         curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+        if (c->unix_path) /* the URL's host is then only the Host header */
+            curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, c->unix_path);
+        else
+            curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
         curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, llm_open_cb);
         curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, c);
         curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, llm_close_cb);

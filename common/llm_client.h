@@ -6,8 +6,8 @@
  * descriptors and the one timer, and learns about them through llm_io_hooks_t (wired to curl's
  * socket and timer callbacks); it calls llm_client_on_fd() when a watched descriptor is ready and
  * llm_client_on_timer() when the timer fires. With hooks and an http:// URL to a numeric IPv4
- * address (no proxy variable set), chat requests go over the client's own HTTP/1.1 keep-alive
- * connections instead of curl's (llm_client_h1.c: a send and a receive a request), with the same
+ * address (no proxy variable set) or a unix: URL, chat requests go over the client's own HTTP/1.1
+ * keep-alive connections instead of curl's (llm_client_h1.c: a send and a receive a request), with the same
  * outcomes, retries and messages. Each request ends in exactly one call of its done
  * callback, unless it is aborted first: llm_request_abort() closes its connection at once (the
  * server sees the disconnect) and the callback is never called for it afterwards.
@@ -16,7 +16,8 @@
  * HTTP 429 are retried up to max_retries times after an exponential back-off with jitter; a 429 or
  * 503 that carries Retry-After (seconds or an HTTP date) waits at least that long, capped at
  * retry_after_max_ms. Other 4xx answers, a total timeout, a malformed body and an oversized body
- * are not retried. The body parser is a pure
+ * are not retried. A unix: URL's missing or unanswered socket is a connection error, as a refused
+ * TCP connection is. The body parser is a pure
  * function (llm_parse_chat_response) so each server's documented shapes are tested on bytes.
  */
 #ifndef SR_LLM_CLIENT_H
@@ -31,7 +32,8 @@ typedef struct llm_request llm_request_t;
 
 /* Client settings. Zero fields take the defaults named beside them. */
 typedef struct {
-    const char *base_url;      /* "http://host:port", ".../v1", or the full .../chat/completions URL */
+    const char *base_url;      /* "http://host:port", ".../v1", the full .../chat/completions URL,
+                                * or "unix:/path/to.sock" (LLM_UNIX_PREFIX) */
     const char *api_key;       /* sent as "Authorization: Bearer KEY"; NULL or "" sends none */
     long connect_timeout_ms;   /* default 2000 */
     long timeout_ms;           /* whole attempt, default 30000 */
@@ -190,9 +192,27 @@ int llm_client_run_until_idle(llm_client_t *c, long timeout_ms);
 /* llm_client_stats copies the client's counters into *out. */
 void llm_client_stats(const llm_client_t *c, llm_client_stats_t *out);
 
+/* A base URL may name a Unix socket instead of a host: "unix:" and the socket's absolute path
+ * (vLLM's --uds, `selroll policy-server --uds PATH`), e.g. "unix:/run/selroll/policy.sock". The
+ * whole rest is the path ("unix:///run/..." as Redis URLs write it is the same path); requests then go to http://localhost/v1/... over that socket (the
+ * chat completions at /v1/chat/completions, the model list at /v1/models, admin POSTs at /PATH). */
+#define LLM_UNIX_PREFIX "unix:"
+#define LLM_UNIX_PATH_MAX 107 /* bytes of a socket path at most (sockaddr_un's sun_path) */
+
+/* llm_url_unix returns the socket path of a unix: base URL (a pointer into base_url, from its
+ * last leading slash), or NULL when base_url is not one (NULL included). It does not check the
+ * path (llm_url_check does). */
+const char *llm_url_unix(const char *base_url);
+
+/* llm_url_check says whether base_url is a base URL the client takes: http:// or https:// with
+ * a host, or unix: with an absolute path of at most LLM_UNIX_PATH_MAX bytes and no control
+ * character. Returns SR_OK, or SR_EINVAL with a one-line reason in err (when not NULL). */
+int llm_url_check(const char *base_url, char *err, size_t errlen);
+
 /* llm_chat_url builds the chat completions URL from a base URL into a new string: "http://h:p",
  * "http://h:p/" and "http://h:p/v1[/]" give "http://h:p/v1/chat/completions"; a URL that already
- * ends in "/chat/completions" is kept. Returns NULL for NULL, an empty or a non-http(s) URL. */
+ * ends in "/chat/completions" is kept; "unix:PATH" gives "http://localhost/v1/chat/completions"
+ * (sent over the socket PATH). Returns NULL for NULL, an empty or a URL llm_url_check refuses. */
 char *llm_chat_url(const char *base_url);
 
 /* llm_chat_body renders the JSON request body (stream false, n 1) into a new string the caller

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,9 +75,37 @@ static bool s_proxy_env(void)
     return false;
 }
 
+/* s_setup_head writes the request head every chat request starts with (up to its length). */
+static void s_setup_head(llm_client_t *c, const char *path, const char *host, size_t host_len)
+{
+    size_t n = strlen(path) + host_len + 256 + (c->auth_header ? strlen(c->auth_header) : 0);
+    c->h1_head = sr_xmalloc(n);
+    int k = snprintf(c->h1_head, n,
+                     "POST %s HTTP/1.1\r\nHost: %.*s\r\nContent-Type: application/json\r\n"
+                     "Accept: application/json\r\n%s%sContent-Length: ",
+                     path, (int)host_len, host, c->auth_header ? c->auth_header : "",
+                     c->auth_header ? "\r\n" : "");
+    c->h1_head_len = (size_t)k;
+    c->h1_rbuf = sr_xmalloc(S_READ_CHUNK);
+    c->h1 = true;
+}
+
 bool llm_h1_setup(llm_client_t *c)
 {
     const char *u = c->url;
+    if (c->has_hooks && c->unix_path) { /* no proxy: a Unix socket is reached directly */
+        struct sockaddr_un *a = (struct sockaddr_un *)&c->h1_addr;
+        size_t pl = strlen(c->unix_path);
+        if (pl >= sizeof a->sun_path || strncmp(u, "http://localhost/", 17) != 0)
+            return false;
+        memset(a, 0, sizeof *a);
+        a->sun_family = AF_UNIX;
+        memcpy(a->sun_path, c->unix_path, pl + 1);
+        c->h1_addr_len = (socklen_t)sizeof *a;
+        snprintf(c->h1_where, sizeof c->h1_where, "unix:%s", c->unix_path);
+        s_setup_head(c, u + 16, "localhost", 9);
+        return true;
+    }
     if (!c->has_hooks || strncasecmp(u, "http://", 7) != 0 || s_proxy_env())
         return false;
     const char *h = u + 7, *slash = strchr(h, '/');
@@ -101,19 +130,10 @@ bool llm_h1_setup(llm_client_t *c)
         return false;
     if (strpbrk(slash, " \r\n?#"))
         return false;
-    c->h1_addr = a;
-    size_t n = strlen(slash) + strlen(h) + 256 + (c->auth_header ? strlen(c->auth_header) : 0);
-    c->h1_head = sr_xmalloc(n);
-    int k = snprintf(c->h1_head, n,
-                     "POST %s HTTP/1.1\r\nHost: %.*s\r\nContent-Type: application/json\r\n"
-                     "Accept: application/json\r\n%s%sContent-Length: ",
-                     slash, (int)(slash - h), h, c->auth_header ? c->auth_header : "",
-                     c->auth_header ? "\r\n" : "");
-    c->h1_head_len = (size_t)k;
-    snprintf(c->h1_host, sizeof c->h1_host, "%s", host);
-    c->h1_port = port;
-    c->h1_rbuf = sr_xmalloc(S_READ_CHUNK);
-    c->h1 = true;
+    memcpy(&c->h1_addr, &a, sizeof a);
+    c->h1_addr_len = (socklen_t)sizeof a;
+    snprintf(c->h1_where, sizeof c->h1_where, "%s port %ld", host, port);
+    s_setup_head(c, slash, h, (size_t)(slash - h));
     return true;
 }
 
@@ -164,13 +184,17 @@ static void s_reset_answer(llm_h1conn_t *k)
 /* s_conn_new opens a connection (connecting) or returns NULL with errno set. */
 static llm_h1conn_t *s_conn_new(llm_client_t *c)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int family = c->h1_addr.ss_family;
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return NULL;
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, (const struct sockaddr *)&c->h1_addr, sizeof c->h1_addr) != 0 &&
-        errno != EINPROGRESS) {
+    if (family == AF_INET)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* a Unix socket connects at once, or fails at once: ENOENT (no socket file), ECONNREFUSED
+     * (no server), EAGAIN (its backlog full): each a connection error, as a refused TCP one */
+    int rc = connect(fd, (const struct sockaddr *)&c->h1_addr, c->h1_addr_len);
+    if (rc != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
         errno = e;
@@ -179,7 +203,7 @@ static llm_h1conn_t *s_conn_new(llm_client_t *c)
     llm_h1conn_t *k = sr_xcalloc(1, sizeof *k);
     k->c = c;
     k->fd = fd;
-    k->connecting = true;
+    k->connecting = rc != 0; /* a Unix socket's connect is done at once */
     k->t_open_ms = clock_mono_ms();
     c->h1_by_fd = sr_xgrow_zero(c->h1_by_fd, &c->h1_nfd, (size_t)fd, sizeof *c->h1_by_fd);
     c->h1_by_fd[fd] = k;
@@ -656,8 +680,9 @@ void llm_h1_attempt(llm_request_t *r)
         c->h1_idle = k->next_idle;
         k->next_idle = NULL;
     } else if (!(k = s_conn_new(c))) { /* curl's words for it */
-        s_fail(r, CURLE_COULDNT_CONNECT, "Failed to connect to %s port %ld after 0 ms: %s",
-               c->h1_host, c->h1_port, curl_easy_strerror(CURLE_COULDNT_CONNECT));
+        int e = errno;
+        s_fail(r, CURLE_COULDNT_CONNECT, "Failed to connect to %s after 0 ms: %s (%s)",
+               c->h1_where, curl_easy_strerror(CURLE_COULDNT_CONNECT), strerror(e));
     } else {
         r->h1_conn_deadline_ms = now + c->cfg.connect_timeout_ms;
     }
@@ -697,8 +722,8 @@ bool llm_h1_on_fd(llm_client_t *c, int fd, bool readable, bool writable)
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
             err = errno;
         if (err) {
-            s_fail(k->r, CURLE_COULDNT_CONNECT, "Failed to connect to %s port %ld after %lld ms: %s",
-                   c->h1_host, c->h1_port, (long long)(clock_mono_ms() - k->t_open_ms),
+            s_fail(k->r, CURLE_COULDNT_CONNECT, "Failed to connect to %s after %lld ms: %s",
+                   c->h1_where, (long long)(clock_mono_ms() - k->t_open_ms),
                    curl_easy_strerror(CURLE_COULDNT_CONNECT));
             return true;
         }

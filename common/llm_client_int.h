@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -62,6 +63,7 @@ struct llm_client {
     llm_client_cfg_t cfg;
     char *url;
     char *models_url;
+    char *unix_path; /* a unix: base URL's socket (every request goes over it), else NULL */
     char *auth_header;
     struct curl_slist *headers;
     llm_io_hooks_t hooks;
@@ -90,9 +92,9 @@ struct llm_client {
     bool h1_has_floor;
     /* chat requests over the client's own HTTP/1.1 connections (llm_client_h1.c) */
     bool h1;
-    struct sockaddr_in h1_addr;
-    char h1_host[64];
-    long h1_port;
+    struct sockaddr_storage h1_addr; /* an IPv4 address or a Unix socket */
+    socklen_t h1_addr_len;
+    char h1_where[160]; /* for messages: "HOST port PORT" or "unix:PATH" */
     char *h1_head; /* the request head up to "Content-Length: " */
     size_t h1_head_len;
     char *h1_rbuf; /* one read buffer for every connection */
@@ -165,7 +167,8 @@ void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *cty
                        int64_t retry_after_s);
 
 /* The client's own HTTP/1.1 path for chat requests (llm_client_h1.c). llm_h1_setup turns it on
- * when the client's URL suits it (hooks, http:// to a numeric IPv4 address, no proxy variable);
+ * when the client's URL suits it (hooks, and http:// to a numeric IPv4 address with no proxy
+ * variable, or a unix: URL);
  * llm_h1_prepare makes a request's bytes from its body, written into b after pad bytes left for
  * the head (the buffer is taken: the request's until it is freed); llm_h1_attempt starts an
  * attempt; llm_h1_abort closes the request's connection; llm_h1_on_fd handles a descriptor of its

@@ -69,12 +69,56 @@ static bool s_ends_with(const char *s, size_t len, const char *suffix)
     return len >= n && strncmp(s + len - n, suffix, n) == 0;
 }
 
+const char *llm_url_unix(const char *base_url)
+{
+    size_t n = sizeof LLM_UNIX_PREFIX - 1;
+    if (!base_url || strncmp(base_url, LLM_UNIX_PREFIX, n) != 0)
+        return NULL;
+    const char *p = base_url + n;
+    while (p[0] == '/' && p[1] == '/') /* unix:///path, as Redis URLs write it: the same path */
+        p++;
+    return p;
+}
+
+int llm_url_check(const char *base_url, char *err, size_t errlen)
+{
+    const char *why = NULL, *path = llm_url_unix(base_url);
+    if (!base_url || !*base_url) {
+        why = "empty";
+    } else if (path) {
+        size_t n = strlen(path);
+        bool ctl = false;
+        for (size_t i = 0; i < n; i++)
+            ctl = ctl || (unsigned char)path[i] < 0x20 || path[i] == 0x7f;
+        if (path[0] != '/')
+            why = "a unix: URL needs an absolute socket path (unix:/path/to.sock)";
+        else if (n > LLM_UNIX_PATH_MAX)
+            why = "the socket path of a unix: URL is longer than 107 bytes";
+        else if (ctl)
+            why = "the socket path of a unix: URL has a control character";
+    } else {
+        size_t pre = strncasecmp(base_url, "http://", 7) == 0    ? 7
+                     : strncasecmp(base_url, "https://", 8) == 0 ? 8
+                                                                  : 0;
+        if (!pre)
+            why = "not an http://, https:// or unix: URL";
+        else if (!base_url[pre] || base_url[pre] == '/')
+            why = "no host after the scheme";
+    }
+    if (why && err && errlen) {
+        char shown[201]; /* the URL as one line */
+        llm_one_line(base_url ? base_url : "", base_url ? strlen(base_url) : 0, shown, sizeof shown);
+        snprintf(err, errlen, "'%s': %s", shown, why);
+    }
+    return why ? SR_EINVAL : SR_OK;
+}
+
 char *llm_chat_url(const char *base_url)
 {
-    if (!base_url || !*base_url)
+    if (llm_url_check(base_url, NULL, 0) != SR_OK)
         return NULL;
-    if (strncasecmp(base_url, "http://", 7) != 0 && strncasecmp(base_url, "https://", 8) != 0)
-        return NULL;
+    if (llm_url_unix(base_url))
+        return sr_xstrdup("http://localhost/v1/chat/completions");
     size_t len = strlen(base_url);
     if (s_ends_with(base_url, len, "/chat/completions"))
         return sr_xstrdup(base_url);

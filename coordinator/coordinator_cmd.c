@@ -6,6 +6,7 @@
 #include "common/cfg.h"
 #include "common/cmds.h"
 #include "common/log.h"
+#include "common/llm_client.h"
 #include "common/sr.h"
 #include "common/transport.h"
 #include "common/zmtp.h"
@@ -335,9 +336,10 @@ int coordinator_main(int argc, char **argv)
             const char *why = NULL;
             if (tc.wsync.mode != WSYNC_SGLANG_DISK && !strstr(o.lora_name, "{version}"))
                 why = "--lora-name has no {version}";
+            char uwhy[340] = "--policy-servers: ";
             for (size_t i = 0; !why && i < n; i++)
-                if (strncmp(servers[i], "http://", 7) && strncmp(servers[i], "https://", 8))
-                    why = "--policy-servers: a URL is not http:// or https://";
+                if (llm_url_check(servers[i], uwhy + 18, sizeof uwhy - 18) != SR_OK)
+                    why = uwhy; /* "--policy-servers: 'URL': what is wrong" */
             if (!why && !o.trainer_push)
                 why = "--weights-sync needs a trainer (--trainer-push)";
             if (why) {

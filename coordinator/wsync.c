@@ -272,8 +272,14 @@ wsync_t *wsync_new(const wsync_cfg_t *cfg, reactor_t *r, char *err, size_t errle
                                .timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 60000,
                                .max_retries = cfg->retries > 0 ? cfg->retries : -1};
         w->n = i + 1;
+        char why[300];
+        if (llm_url_check(cfg->servers[i], why, sizeof why) != SR_OK) {
+            snprintf(err, errlen, "--policy-servers: %s", why);
+            wsync_destroy(&w);
+            return NULL;
+        }
         if (!(sv->llm = llm_client_new(&lc, &hooks, sv))) {
-            snprintf(err, errlen, "--policy-servers: '%s' is not an http(s) URL", cfg->servers[i]);
+            snprintf(err, errlen, "--policy-servers: '%s': libcurl cannot be set up", cfg->servers[i]);
             wsync_destroy(&w);
             return NULL;
         }

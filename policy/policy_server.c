@@ -416,7 +416,7 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     }
 
     struct in_addr ip;
-    if (inet_pton(AF_INET, s->host, &ip) != 1) {
+    if (!o->uds && inet_pton(AF_INET, s->host, &ip) != 1) {
         why = "the listen host must be an IPv4 address";
         goto fail;
     }
@@ -425,6 +425,7 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     http_srv_async_cfg_t hc;
     http_srv_async_cfg_init(&hc);
     hc.bind = bind;
+    hc.uds = o->uds;
     hc.reactor = s->r;
     hc.threads = o->threads;
     hc.max_body = o->max_body;
@@ -434,10 +435,10 @@ policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, siz
     hc.on_hangup = ps_on_hangup;
     hc.on_free = ps_on_free;
     hc.arg = s;
-    char herr[128];
+    char herr[160];
     s->http = http_srv_async_new(&hc, herr, sizeof herr);
     if (!s->http) {
-        why = "cannot listen on the address (in use?)";
+        why = o->uds ? herr : "cannot listen on the address (in use?)";
         goto fail;
     }
     if (s->loop)

@@ -31,6 +31,8 @@ typedef struct policy_server policy_server_t;
 typedef struct {
     const char *host;       /* address to bind, default "127.0.0.1" */
     int port;               /* 0 = any free port (see policy_server_port) */
+    const char *uds;        /* a Unix socket path to serve on instead of host:port (vLLM's --uds;
+                             * clients use the base URL "unix:PATH"), NULL = TCP */
     const char *model_name; /* served model name, default "selroll-policy" */
     prior_opts_t prior;     /* version-0 weights (seed and knobs) */
     bool cost_model;        /* hold responses per the engine (default true) */
@@ -62,7 +64,7 @@ void policy_server_opts_default(policy_server_opts_t *o);
  * bytes) when the options are bad or the address cannot be bound. */
 policy_server_t *policy_server_new(const policy_server_opts_t *o, char *err, size_t errlen);
 
-/* policy_server_port returns the TCP port the server listens on. */
+/* policy_server_port returns the TCP port the server listens on (0 on a Unix socket). */
 int policy_server_port(const policy_server_t *s);
 
 /* Called once per policy_server_set_version_async with the switch's result (as

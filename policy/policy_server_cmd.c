@@ -208,13 +208,16 @@ int policy_server_main(int argc, char **argv)
 {
     policy_server_opts_t o;
     policy_server_opts_default(&o);
-    char *listen = NULL, *name = NULL, *wdir = NULL, *redis = NULL, *run = NULL, *bus = NULL;
+    char *listen = NULL, *uds = NULL, *name = NULL, *wdir = NULL, *redis = NULL, *run = NULL, *bus = NULL;
     int64_t seed = 0, version = 0;
     bool no_cost = false;
     char d[16][32];
     cfg_option_t opts[] = {
         {.name = "listen", .kind = CFG_STRING, .dst = &listen, .def = "127.0.0.1:8000",
          .metavar = "HOST:PORT", .help = "address to listen on (port 0 = any free port)"},
+        {.name = "uds", .kind = CFG_STRING, .dst = &uds, .metavar = "PATH",
+         .help = "serve on this Unix socket instead of --listen (as vLLM's --uds); clients use "
+                 "the base URL unix:PATH"},
         {.name = "seed", .kind = CFG_I64, .dst = &seed, .def = "0", .min = 0, .max = 9007199254740992.0,
          .help = "seed of version 0 of the weights"},
         {.name = "model-name", .kind = CFG_STRING, .dst = &name, .def = "selroll-policy",
@@ -308,6 +311,13 @@ int policy_server_main(int argc, char **argv)
         snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
         o.port = (int)port;
     }
+    if (uds && (uds[0] != '/' || strlen(uds) >= 108)) {
+        fprintf(stderr, "selroll policy-server: --uds: '%s' is not an absolute path of at most 107 "
+                        "bytes\n", uds);
+        cfg_free(&cfg);
+        return 2;
+    }
+    o.uds = uds && *uds ? uds : NULL;
     o.prior.seed = (uint64_t)seed;
     o.model_name = name;
     o.cost_model = !no_cost;
@@ -384,9 +394,14 @@ int policy_server_main(int argc, char **argv)
             goto cleanup;
         }
     }
-    printf("policy-server: listening on http://%s:%d/v1 model %s version %u cost model %s\n", host,
-           policy_server_port(s), o.model_name, policy_server_version(s),
-           o.cost_model ? "on" : "off");
+    if (o.uds)
+        printf("policy-server: listening on unix:%s (http://localhost/v1 over it) model %s version "
+               "%u cost model %s\n",
+               o.uds, o.model_name, policy_server_version(s), o.cost_model ? "on" : "off");
+    else
+        printf("policy-server: listening on http://%s:%d/v1 model %s version %u cost model %s\n",
+               host, policy_server_port(s), o.model_name, policy_server_version(s),
+               o.cost_model ? "on" : "off");
     fflush(stdout);
     s_bus_t bus_ctx = {.s = s};
     if (bus) {

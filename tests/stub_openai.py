@@ -5,6 +5,7 @@ response shape, for tests/it_backends.sh. Python standard library only; one thre
     stub_openai.py --flavor vllm|vllm-new|sglang|llamacpp|ollama [--model NAME] [--log FILE]
                    [--throttle N] [--long] [--no-usage] [--port-file FILE]
                    [--token-id-strings] [--token-mismatch] [--load-delay-ms MS] [--refuse-load]
+                   [--uds PATH]
 
 It plays the household environment plausibly: the answer's action is taken from the prompt's
 admissible list (docs/prompt.md), chosen with the request's seed, so episodes proceed.
@@ -22,7 +23,8 @@ Shapes (non-streaming `POST /v1/chat/completions`, `GET /v1/models`):
 per chat request: {"model", "seed", "seed_type", "step", "status"}. --throttle N answers the
 first N chat requests 429 with Retry-After: 1. --long makes every answer about 12000 tokens (60 KB
 of content) with logprobs. --no-usage leaves usage out. The chosen port is written to
---port-file once the server listens.
+--port-file once the server listens. --uds PATH serves on that Unix socket instead (clients use
+unix:PATH; --port-file then gets 0).
 
 Token ids (vllm, vllm-new, sglang, when the request has "return_token_ids": true): the completion
 (reasoning, a space, content) is split on spaces, each piece one token with id crc32(piece) % 150000
@@ -47,6 +49,7 @@ import sys
 import threading
 import time
 import zlib
+import socketserver
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ADMIN = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/load_lora_adapter",
@@ -284,13 +287,21 @@ def main():
     p.add_argument("--token-mismatch", action="store_true")
     p.add_argument("--load-delay-ms", type=int, default=0)
     p.add_argument("--refuse-load", action="store_true")
+    p.add_argument("--uds")
     args = p.parse_args()
     Handler.stub = Stub(args)
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    if args.uds:
+        class UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
+            def get_request(self):  # a Unix peer has no address: name it for the handler
+                sock, _ = self.socket.accept()
+                return sock, ("unix", 0)
+        srv = UnixHTTPServer(args.uds, Handler)
+    else:
+        srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:
-            f.write("%d\n" % srv.server_address[1])
+            f.write("%d\n" % (0 if args.uds else srv.server_address[1]))
         import os
         os.rename(args.port_file + ".tmp", args.port_file)
     try:

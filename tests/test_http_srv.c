@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 typedef struct {
     char *data;
@@ -414,6 +416,85 @@ static void idle_connections_leave_health_and_routes_reachable(void **state)
     http_srv_destroy(&s);
 }
 
+/* s_get_uds requests http://localhost<path> over the Unix socket uds; returns the status. */
+static long s_get_uds(const char *uds, const char *path, s_body_t *body)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, uds);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    return rc == CURLE_OK ? code : -1;
+}
+
+/* On a Unix socket: a route (handed to libmicrohttpd with the peer's Unix address) and /health
+ * (answered by the acceptor) answer; idle peers are limited per user as TCP peers per address
+ * (every connection here is this test's uid: the oldest are closed beyond the limit, counted);
+ * the socket file is removed at the end; an empty or too long path is refused. */
+static void a_unix_socket_serves_routes_and_limits_idle_peers_per_user(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-uds-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ops.sock", dir);
+    http_srv_cfg_t cfg;
+    http_srv_cfg_init(&cfg);
+    cfg.uds = path;
+    char err[256];
+    http_srv_t *s = http_srv_new(&cfg, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(http_srv_route(s, "/hello", s_hello, NULL), SR_OK);
+    assert_int_equal(http_srv_route(s, "/health", s_unavailable, NULL), SR_OK);
+    assert_int_equal(http_srv_start(s, err, sizeof err), SR_OK);
+    assert_int_equal(http_srv_port(s), 0);
+    s_body_t b = {0};
+    assert_int_equal(s_get_uds(path, "/hello", &b), 200);
+    assert_string_equal(b.data, "hello\n");
+    free(b.data);
+    b = (s_body_t){0};
+    assert_int_equal(s_get_uds(path, "/health", &b), 503);
+    free(b.data);
+    assert_int_equal(http_srv_health_early(s), 1);
+    enum { N = 300 };
+    int fds[N];
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sun, sizeof sun), 0);
+    }
+    int64_t t0 = harness_now_ms();
+    while (http_srv_refused(s) < N - HTTP_SRV_PENDING_PER_IP && harness_now_ms() - t0 < 5000)
+        usleep(10000);
+    assert_int_equal(http_srv_refused(s), N - HTTP_SRV_PENDING_PER_IP);
+    b = (s_body_t){0};
+    assert_int_equal(s_get_uds(path, "/hello", &b), 200); /* the oldest idle one made room */
+    free(b.data);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    http_srv_destroy(&s);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), -1);
+    cfg.uds = "";
+    assert_null(http_srv_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "empty or too long"));
+    char longp[200];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[0] = '/';
+    longp[sizeof longp - 1] = '\0';
+    cfg.uds = longp;
+    assert_null(http_srv_new(&cfg, err, sizeof err));
+    rmdir(dir);
+}
+
 /* ---- request servers (http_srv_async) ---- */
 
 typedef struct {
@@ -422,6 +503,7 @@ typedef struct {
     http_srv_async_t *a;
     atomic_int requests, hangups, frees;
     int threads;
+    const char *uds; /* served on this Unix socket instead of a loopback port */
 } s_async_t;
 
 static void *s_async_loop(void *arg)
@@ -484,15 +566,17 @@ static void s_async_free(void *arg, void *ctx)
     atomic_fetch_add(&t->frees, 1);
 }
 
-static void s_async_start(s_async_t *t, int threads)
+static void s_async_start_at(s_async_t *t, int threads, const char *uds)
 {
     memset(t, 0, sizeof *t);
     t->threads = threads;
+    t->uds = uds;
     t->r = reactor_new();
     assert_non_null(t->r);
     http_srv_async_cfg_t cfg;
     http_srv_async_cfg_init(&cfg);
     cfg.bind = "127.0.0.1:0";
+    cfg.uds = uds;
     cfg.reactor = t->r;
     cfg.threads = threads;
     cfg.max_body = 16;
@@ -503,8 +587,13 @@ static void s_async_start(s_async_t *t, int threads)
     char err[128];
     t->a = http_srv_async_new(&cfg, err, sizeof err);
     assert_non_null(t->a);
-    assert_true(http_srv_async_port(t->a) > 0);
+    assert_true(uds ? http_srv_async_port(t->a) == 0 : http_srv_async_port(t->a) > 0);
     assert_int_equal(pthread_create(&t->loop, NULL, s_async_loop, t), 0);
+}
+
+static void s_async_start(s_async_t *t, int threads)
+{
+    s_async_start_at(t, threads, NULL);
 }
 
 static void s_async_stop(s_async_t *t)
@@ -522,7 +611,11 @@ static long s_post(s_async_t *t, const char *path, const char *body, s_body_t *o
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", http_srv_async_port(t->a), path);
     CURL *h = curl_easy_init();
+    if (t->uds)
+        snprintf(url, sizeof url, "http://localhost%s", path);
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (t->uds)
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->uds);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, s_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
@@ -542,10 +635,10 @@ static void s_wait_for(atomic_int *v, int want)
     assert_int_equal(atomic_load(v), want);
 }
 
-static void s_async_answers(int threads)
+static void s_async_answers_at(int threads, const char *uds)
 {
     s_async_t t;
-    s_async_start(&t, threads);
+    s_async_start_at(&t, threads, uds);
     s_body_t b = {0};
     assert_int_equal(s_post(&t, "/now", "abc", &b), 200);
     assert_string_equal(b.data, "abc");
@@ -561,6 +654,11 @@ static void s_async_answers(int threads)
     s_wait_for(&t.frees, 3);
     assert_int_equal(atomic_load(&t.hangups), 0);
     s_async_stop(&t);
+}
+
+static void s_async_answers(int threads)
+{
+    s_async_answers_at(threads, NULL);
 }
 
 /* A request answered at once, one answered 30 ms later from another thread, a body over the
@@ -609,6 +707,64 @@ static void async_a_hang_up_of_a_waiting_request_is_told(void **state)
     s_async_hangups(2);
 }
 
+/* On a Unix socket (--uds): requests answered now and later, on the reactor and on two threads;
+ * a hang-up told; a dead server's socket file replaced, any other file at the path refused; the
+ * file removed when the server ends. */
+static void async_a_unix_socket_serves_and_is_removed_at_the_end(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-uds-XXXXXX", path[64], file[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/http.sock", dir);
+    /* a socket file left behind by a server that died */
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    assert_int_equal(bind(stale, (struct sockaddr *)&sun, sizeof sun), 0);
+    close(stale);
+    s_async_answers_at(1, path);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), -1); /* removed at the end */
+    s_async_answers_at(2, path);
+    assert_int_equal(lstat(path, &st), -1);
+
+    s_async_t t;
+    s_async_start_at(&t, 1, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    const char req[] = "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    s_wait_for(&t.requests, 1);
+    close(fd);
+    s_wait_for(&t.hangups, 1);
+    s_wait_for(&t.frees, 1);
+    s_async_stop(&t);
+
+    /* a regular file at the path is not taken over */
+    snprintf(file, sizeof file, "%s", path);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    reactor_t *r = reactor_new();
+    http_srv_async_cfg_t cfg;
+    http_srv_async_cfg_init(&cfg);
+    cfg.uds = path;
+    cfg.reactor = r;
+    cfg.on_request = s_async_request;
+    char err[128] = "";
+    assert_null(http_srv_async_new(&cfg, err, sizeof err));
+    assert_non_null(strstr(err, "not a socket"));
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    unlink(path);
+    snprintf(file, sizeof file, "%s/no/such/dir.sock", dir); /* cannot be bound */
+    cfg.uds = file;
+    assert_null(http_srv_async_new(&cfg, err, sizeof err));
+    assert_true(err[0] != '\0');
+    reactor_destroy(&r);
+    rmdir(dir);
+}
+
 /* Bad configurations are refused with a reason. */
 static void async_bad_configurations_are_refused(void **state)
 {
@@ -642,9 +798,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(bad_addresses_are_refused_with_a_reason),
         cmocka_unit_test(a_role_serves_its_registry_and_health),
         cmocka_unit_test(idle_connections_leave_health_and_routes_reachable),
+        cmocka_unit_test(a_unix_socket_serves_routes_and_limits_idle_peers_per_user),
         cmocka_unit_test(async_requests_are_answered_now_or_later_from_any_thread),
         cmocka_unit_test(async_a_hang_up_of_a_waiting_request_is_told),
         cmocka_unit_test(async_bad_configurations_are_refused),
+        cmocka_unit_test(async_a_unix_socket_serves_and_is_removed_at_the_end),
     };
     int rc = harness_run_("http_srv", tests, sizeof tests / sizeof tests[0], argc, argv);
     curl_global_cleanup();

@@ -10,6 +10,7 @@
 
 #include "common/jsonw.h"
 #include "common/llm_client.h"
+#include "common/llm_client_int.h" /* which path a request took (c->h1) */
 #include "common/sr_buf.h"
 #include "common/sr.h"
 
@@ -17,6 +18,8 @@
 #include <cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +34,7 @@
 typedef struct {
     struct MHD_Daemon *d;
     int port;
+    char uds[64]; /* served on this Unix socket instead (s_srv_start_uds) */
     pthread_mutex_t mu;
     int hits;
     int flaky_left;          /* /flaky answers 503 while this is positive */
@@ -267,10 +271,30 @@ static void s_srv_start(tsrv_t *srv)
     assert_true(srv->port > 0);
 }
 
+/* s_srv_start_uds starts the test server on a Unix socket at path (its base URL unix:path). */
+static void s_srv_start_uds(tsrv_t *srv, const char *path)
+{
+    memset(srv, 0, sizeof *srv);
+    pthread_mutex_init(&srv->mu, NULL);
+    snprintf(srv->uds, sizeof srv->uds, "%s", path);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    srv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                              NULL, s_handler, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                              MHD_OPTION_NOTIFY_COMPLETED, s_completed, srv, MHD_OPTION_END);
+    assert_non_null(srv->d);
+}
+
 static void s_srv_stop(tsrv_t *srv)
 {
     srv->stopping = 1;
     MHD_stop_daemon(srv->d);
+    if (srv->uds[0])
+        unlink(srv->uds);
     free(srv->last_body);
     pthread_mutex_destroy(&srv->mu);
 }
@@ -1426,6 +1450,155 @@ static void model_list_is_fetched_and_parsed(void **state)
     assert_string_equal(r.error, "model list is not JSON");
 }
 
+/* A unix: base URL: chat requests over the client's own connections (hooks) and over curl (the
+ * blocking driver), the model list and an admin POST over curl, all through the socket. */
+static void a_unix_socket_url_carries_chat_models_and_admin_posts(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-llmuds-XXXXXX", path[64], base[80];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/policy.sock", dir);
+    snprintf(base, sizeof base, "unix:%s", path);
+    char *u = llm_chat_url(base);
+    assert_string_equal(u, "http://localhost/v1/chat/completions");
+    free(u);
+    u = llm_models_url(base);
+    assert_string_equal(u, "http://localhost/v1/models");
+    free(u);
+    tsrv_t srv;
+    s_srv_start_uds(&srv, path);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = -1, .timeout_ms = 5000,
+                            .api_key = "sk-selroll-test"};
+    rx_t rx;
+    memset(&rx, 0, sizeof rx);
+    rx.timer_due = -1;
+    llm_client_t *c = llm_client_new(&cfg, &RX_HOOKS, &rx);
+    assert_non_null(c);
+    rx.c = c;
+    assert_true(c->h1); /* chat requests on the client's own connections */
+    llm_chat_t chat = s_chat();
+    for (int i = 0; i < 2; i++) { /* the second on the kept connection */
+        seen_t seen = {0};
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        rx_run(&rx, &seen.calls, 5000);
+        assert_int_equal(seen.rc, 0);
+        assert_string_equal(seen.content, "<action>look</action>");
+    }
+    assert_string_equal(srv.last_auth, "Bearer sk-selroll-test");
+    seen_t seen = {0};
+    assert_non_null(llm_client_models(c, s_done, &seen)); /* curl */
+    rx_run(&rx, &seen.calls, 5000);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.models, "Qwen/Qwen3-8B,selroll-policy-v0");
+    memset(&seen, 0, sizeof seen);
+    assert_non_null(llm_client_post(c, "/v1/load_lora_adapter", "{\"lora_name\":\"a\"}", s_done,
+                                    &seen)); /* curl */
+    rx_run(&rx, &seen.calls, 5000);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 4);
+    assert_string_equal(srv.last_body, "{\"lora_name\":\"a\"}");
+    llm_client_destroy(&c);
+    assert_int_equal(rx.n, 0);
+
+    c = llm_client_new(&cfg, NULL, NULL); /* the blocking driver: curl for chat too */
+    assert_non_null(c);
+    assert_false(c->h1);
+    memset(&seen, 0, sizeof seen);
+    assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+    assert_int_equal(llm_client_run_until_idle(c, 5000), 0);
+    assert_int_equal(seen.rc, 0);
+    assert_string_equal(seen.content, "<action>look</action>");
+    assert_int_equal(s_srv_get(&srv, &srv.hits), 5);
+    llm_client_destroy(&c);
+    s_srv_stop(&srv);
+    rmdir(dir);
+}
+
+/* A unix: URL whose socket file is missing, or has no server, is a connection error, retried as
+ * a refused TCP connection is, on both paths. */
+static void a_missing_unix_socket_is_a_connection_error_and_retried(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sr-llmuds-XXXXXX", path[64], base[80];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/policy.sock", dir);
+    snprintf(base, sizeof base, "unix:%s", path);
+    llm_client_cfg_t cfg = {.base_url = base, .max_retries = 2, .backoff_base_ms = 10,
+                            .backoff_max_ms = 40, .timeout_ms = 5000, .jitter_seed = 7};
+    llm_chat_t chat = s_chat();
+    for (int dead = 0; dead < 2; dead++) {
+        if (dead) { /* a socket file nobody listens on: refused */
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+            assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+            close(fd);
+        }
+        rx_t rx;
+        memset(&rx, 0, sizeof rx);
+        rx.timer_due = -1;
+        llm_client_t *c = llm_client_new(&cfg, &RX_HOOKS, &rx);
+        assert_non_null(c);
+        rx.c = c;
+        seen_t seen = {0};
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        assert_int_equal(seen.calls, 0); /* never from inside llm_client_chat */
+        rx_run(&rx, &seen.calls, 5000);
+        assert_int_equal(seen.rc, SR_EIO);
+        assert_int_equal(seen.attempts, 3);
+        assert_int_equal(seen.http, 0);
+        assert_true(strncmp(seen.error, "connection error: ", 18) == 0);
+        assert_non_null(strstr(seen.error, path));
+        llm_client_destroy(&c);
+        assert_int_equal(rx.n, 0);
+
+        c = llm_client_new(&cfg, NULL, NULL); /* curl */
+        memset(&seen, 0, sizeof seen);
+        assert_non_null(llm_client_chat(c, &chat, s_done, &seen));
+        assert_int_equal(llm_client_run_until_idle(c, 5000), 0);
+        assert_int_equal(seen.rc, SR_EIO);
+        assert_int_equal(seen.attempts, 3);
+        assert_true(strncmp(seen.error, "connection error: ", 18) == 0);
+        llm_client_destroy(&c);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Bad base URLs are refused with one line saying what is wrong; good ones pass. */
+static void bad_unix_urls_are_refused_with_one_line(void **state)
+{
+    (void)state;
+    char long_url[160] = "unix:/";
+    memset(long_url + 6, 'a', 120);
+    long_url[126] = '\0';
+    const char *bad[][2] = {
+        {"unix:", "absolute"},
+        {"unix:policy.sock", "absolute"},
+        {long_url, "longer than 107"},
+        {"unix:/tmp/a\nb.sock", "control character"},
+        {"ftp://x", "not an http://, https:// or unix: URL"},
+        {"http://", "no host"},
+        {"Unix:/tmp/p.sock", "not an http://"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[300] = "";
+        assert_int_equal(llm_url_check(bad[i][0], err, sizeof err), SR_EINVAL);
+        assert_non_null(strstr(err, bad[i][1]));
+        assert_null(strchr(err, '\n')); /* one line */
+        assert_null(llm_chat_url(bad[i][0]));
+        llm_client_cfg_t cfg = {.base_url = bad[i][0]};
+        assert_null(llm_client_new(&cfg, NULL, NULL));
+    }
+    assert_int_equal(llm_url_check("unix:/run/selroll/policy.sock", NULL, 0), SR_OK);
+    assert_int_equal(llm_url_check("http://127.0.0.1:8000/v1", NULL, 0), SR_OK);
+    assert_string_equal(llm_url_unix("unix:/x.sock"), "/x.sock");
+    assert_string_equal(llm_url_unix("unix:///run/x.sock"), "/run/x.sock"); /* Redis's form */
+    assert_int_equal(llm_url_check("unix:///run/x.sock", NULL, 0), SR_OK);
+    assert_null(llm_url_unix("http://x"));
+    assert_null(llm_url_unix(NULL));
+}
+
 static void blocking_driver_runs_concurrent_requests(void **state)
 {
     (void)state;
@@ -1674,6 +1847,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(http_429_waits_for_retry_after_then_succeeds),
     cmocka_unit_test(a_12k_token_answer_with_logprobs_fits_the_default_limit),
     cmocka_unit_test(model_list_is_fetched_and_parsed),
+    cmocka_unit_test(a_unix_socket_url_carries_chat_models_and_admin_posts),
+    cmocka_unit_test(a_missing_unix_socket_is_a_connection_error_and_retried),
+    cmocka_unit_test(bad_unix_urls_are_refused_with_one_line),
 };
 
 HARNESS_MAIN("llm_client", tests)

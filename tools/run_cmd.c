@@ -28,6 +28,7 @@
 #include "common/cfg.h"
 #include "common/curve.h"
 #include "common/envkind.h"
+#include "common/llm_client.h"
 #include "common/log.h"
 #include "common/store.h"
 #include "common/tasks.h"
@@ -193,9 +194,10 @@ static int s_policy_check(run_t *r, char *err, size_t errlen)
     if (!strcmp(run_o.policy, "builtin"))
         return SR_OK;
     if (strcmp(run_o.policy, "neural") != 0) {
-        if ((strncmp(run_o.policy, "http://", 7) && strncmp(run_o.policy, "https://", 8)) ||
-            strlen(run_o.policy) >= sizeof r->policy_url) {
-            snprintf(err, errlen, "--policy: '%s' is not builtin, neural or an http(s) URL", run_o.policy);
+        char why[300] = "too long";
+        if (strlen(run_o.policy) >= sizeof r->policy_url ||
+            llm_url_check(run_o.policy, why, sizeof why) != SR_OK) {
+            snprintf(err, errlen, "--policy: %s (or builtin, neural)", why);
             return SR_EINVAL;
         }
         if (r->builtin_trainer) {

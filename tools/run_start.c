@@ -107,10 +107,18 @@ int run_start_children(run_t *r)
         snprintf(r->bus_sub_ep, sizeof r->bus_sub_ep, "tcp://127.0.0.1:%d", run_free_port());
     }
     int policy_port = run_free_port();
-    if (!strcmp(run_o.policy, "builtin") || !strcmp(run_o.policy, "neural"))
+    /* --sockets unix: the built-in policy server's HTTP on a Unix socket (unix: URL); not with
+     * --metrics (Prometheus scrapes its /metrics over TCP), and not the neural one (Python) */
+    char policy_uds[108] = "";
+    if (!strcmp(run_o.policy, "builtin") && run_o.sockets == RUN_SOCKETS_UNIX && !run_o.metrics) {
+        if (run_sock_path(r, "policy.sock", policy_uds, sizeof policy_uds) != 0)
+            return 1;
+        snprintf(r->policy_url, sizeof r->policy_url, "unix:%s", policy_uds);
+    } else if (!strcmp(run_o.policy, "builtin") || !strcmp(run_o.policy, "neural")) {
         snprintf(r->policy_url, sizeof r->policy_url, "http://127.0.0.1:%d", policy_port);
-    else
+    } else {
         snprintf(r->policy_url, sizeof r->policy_url, "%s", run_o.policy);
+    }
     /* Sessions of an actor that dies stay open on the env workers until their TTL, and actors
      * may join later: by default each worker can take twice all the slots. */
     int capacity = run_o.env_capacity > 0 ? run_o.env_capacity : SR_MAX(64, 2 * run_o.actors * run_o.slots);
@@ -170,7 +178,10 @@ int run_start_children(run_t *r)
     } else if (!strcmp(run_o.policy, "builtin")) {
         run_argv_t a = {0};
         run_args(&a, r->self, "policy-server", NULL);
-        run_optf(&a, "--listen", "127.0.0.1:%d", policy_port);
+        if (policy_uds[0])
+            run_args(&a, "--uds", policy_uds, NULL);
+        else
+            run_optf(&a, "--listen", "127.0.0.1:%d", policy_port);
         run_optf(&a, "--time-scale", "%.17g", run_o.time_scale);
         if (!run_o.cost_model)
             run_arg(&a, "--no-cost-model");
