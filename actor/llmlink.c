@@ -29,6 +29,11 @@ struct llmlink {
     llm_client_t *llm;
     int timer;
     bool model_warned; /* a mismatch of the answering model was logged */
+    /* the last system_fingerprint read and what s_version_in said of it: the same text every
+     * answer, read once */
+    char fp[64];
+    bool fp_set, fp_ok;
+    int64_t fp_v;
     void (*after_io)(void *arg);
     void *arg;
     /* the model check */
@@ -234,9 +239,22 @@ static void s_record_model(llmlink_t *l, const llm_response_t *resp, int64_t ver
     llmlink_model(l, version, want, sizeof want);
     if (resp->model)
         cur->model = s_name(names, resp->model);
-    int64_t v;
-    if (s_version_in(resp->system_fingerprint, "selroll-policy-v", 16, "", &v) ||
-        s_template_matches(l, resp->model, &v)) {
+    int64_t v = 0;
+    const char *fp = resp->system_fingerprint;
+    bool fp_ok;
+    if (fp && l->fp_set && strcmp(fp, l->fp) == 0) {
+        fp_ok = l->fp_ok;
+        v = l->fp_v;
+    } else {
+        fp_ok = s_version_in(fp, "selroll-policy-v", 16, "", &v);
+        l->fp_set = fp && strlen(fp) < sizeof l->fp;
+        if (l->fp_set) {
+            strcpy(l->fp, fp);
+            l->fp_ok = fp_ok;
+            l->fp_v = v;
+        }
+    }
+    if (fp_ok || s_template_matches(l, resp->model, &v)) {
         cur->has_served_version = true;
         cur->served_version = v;
     }
