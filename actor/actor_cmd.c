@@ -109,7 +109,8 @@ int actor_main(int argc, char **argv)
         {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
          .help = "the env and work DEALERs and the ACTION publisher: zmtp = ZeroMQ's wire "
-                 "protocol spoken on the loop's thread for tcp://HOST:PORT without CURVE "
+                 "protocol spoken on the loop's thread for tcp://HOST:PORT or ipc://PATH without "
+                 "CURVE "
                  "(libzmq for the rest), zmq = libzmq always"},
         {.name = "gate-steps", .kind = CFG_STRING, .dst = &o.gate_steps, .def = "10",
          .metavar = "LIST",

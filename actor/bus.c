@@ -14,7 +14,8 @@
  * query, two system calls, after every send) and is read at most every BUS_SUB_CHECK_MS, from
  * bus_publish, to notice a cancel.
  *
- * With --wire zmtp (the default) and a tcp:// address without CURVE, the ACTION connection is
+ * With --wire zmtp (the default) and a tcp:// or ipc:// address without CURVE, the ACTION
+ * connection is
  * common/zmtp.c's publisher instead, on the reactor's own thread: the subscriptions come as
  * callbacks, a lost connection takes its subscriptions with it (the ACTIONs wait again until the
  * proxy's XSUB has sent them again), and a round's ACTIONs leave in one write, with no libzmq I/O

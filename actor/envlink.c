@@ -1,7 +1,7 @@
 /*
  * envlink.c — the actor's env workers behind one table of operations (see envlink.h): s_wire
- * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// without CURVE); s_remote sends over
- * a libzmq DEALER watched by the reactor (ipc://, CURVE, --wire zmq);
+ * speaks ZMTP on the loop's own thread (common/zmtp.h: tcp:// and ipc:// without CURVE); s_remote
+ * sends over a libzmq DEALER watched by the reactor (CURVE, --wire zmq, the ipc path "*");
  * s_inproc calls the env worker's server code and queues its reply for a zero-delay timer.
  */
 #include "actor/envlink.h"

@@ -180,7 +180,8 @@ typedef struct transport_proxy transport_proxy_t;
  * trie overflows its stack on topics of >= 256 KiB).
  *
  * A peer is the subscriber's CURVE User-Id when ZAP set one, else its source IP address
- * ("Peer-Address"; libzmq 4.3.4's XPUB does not tell connections apart), else "local" (inproc).
+ * ("Peer-Address"; libzmq 4.3.4's XPUB does not tell connections apart), "unix:UID" over ipc://
+ * (the user of the peer's process), else "local" (inproc).
  * A peer holds at most per_peer distinct topics, counted against the peer that first subscribed
  * to a topic; a topic already held by anyone costs nothing more. */
 typedef struct {

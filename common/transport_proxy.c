@@ -222,8 +222,16 @@ static void s_subscription(transport_proxy_t *p, zmq_msg_t *msg, void *xpub, voi
         return;
     }
     const char *key = zmq_msg_gets(msg, "User-Id");
-    if (!key || !key[0])
+    char ukey[48];
+    if (!key || !key[0]) {
         key = zmq_msg_gets(msg, "Peer-Address");
+        /* a Unix socket's peer: libzmq says "localhost:UID:GID:PID"; a peer is its user, as
+         * every process of this host is one peer (127.0.0.1) over TCP */
+        if (key && strncmp(key, "localhost:", 10) == 0) {
+            snprintf(ukey, sizeof ukey, "unix:%.*s", (int)strcspn(key + 10, ":"), key + 10);
+            key = ukey;
+        }
+    }
     if (!key || !key[0])
         key = "local";
     s_peer_t *owner = s_peer_get(p, key);

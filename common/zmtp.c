@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -27,7 +28,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define S_GREETING 64
@@ -78,12 +81,46 @@ static bool s_name_ok(const char *host)
     return true;
 }
 
-/* s_parse_ep reads "tcp://host:port" into sa (host "*" and port "*"/0 only when bind). With name
- * not NULL (a connect), a host that is a DNS name is written there (namelen bytes) with its port
- * in *port, sa left alone: the caller resolves it off the loop. */
+/* s_ipc_len returns the length of ep's path when ep is "ipc://PATH" with a PATH zmtp speaks (a
+ * file, or "@name" in Linux's abstract namespace as libzmq reads it; not libzmq's "*", a path it
+ * makes up, nor a bare "@"), else 0. The path may still be too long for a socket address
+ * (s_parse_ipc says). */
+static size_t s_ipc_len(const char *ep)
+{
+    if (!ep || strncmp(ep, "ipc://", 6) != 0 || !strcmp(ep + 6, "*") || !strcmp(ep + 6, "@"))
+        return 0;
+    return strlen(ep + 6);
+}
+
+/* s_parse_ipc reads "ipc://PATH" into sa (AF_UNIX; "@name": abstract, no file). False when ep is
+ * no such endpoint or PATH does not fit sun_path (107 bytes and the terminator). */
+static bool s_parse_ipc(const char *ep, struct sockaddr_storage *sa, socklen_t *salen)
+{
+    size_t n = s_ipc_len(ep);
+    struct sockaddr_un *su = (struct sockaddr_un *)sa;
+    if (n == 0 || n >= sizeof su->sun_path)
+        return false;
+    memset(sa, 0, sizeof *sa);
+    su->sun_family = AF_UNIX;
+    memcpy(su->sun_path, ep + 6, n);
+    if (su->sun_path[0] == '@') {
+        su->sun_path[0] = '\0';
+        *salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    } else {
+        *salen = (socklen_t)sizeof *su;
+    }
+    return true;
+}
+
+/* s_parse_ep reads "tcp://host:port" (or "ipc://PATH", s_parse_ipc) into sa (host "*" and port
+ * "*"/0 only when bind). With name not NULL (a connect), a host that is a DNS name is written
+ * there (namelen bytes) with its port in *port, sa left alone: the caller resolves it off the
+ * loop. */
 static bool s_parse_ep_named(const char *ep, bool bind, struct sockaddr_storage *sa,
                              socklen_t *salen, char *name, size_t namelen, int *port_out)
 {
+    if (ep && strncmp(ep, "ipc://", 6) == 0)
+        return s_parse_ipc(ep, sa, salen);
     if (!ep || strncmp(ep, "tcp://", 6) != 0)
         return false;
     const char *h = ep + 6, *colon = strrchr(h, ':');
@@ -151,6 +188,8 @@ static bool s_parse_ep(const char *ep, bool bind, struct sockaddr_storage *sa, s
 
 bool zmtp_can_connect(const char *ep)
 {
+    if (s_ipc_len(ep)) /* (one too long is refused by zmtp_*_new with its own line) */
+        return zmtp_enabled();
     struct sockaddr_storage sa;
     socklen_t n;
     char name[256];
@@ -160,14 +199,33 @@ bool zmtp_can_connect(const char *ep)
 
 bool zmtp_can_bind(const char *ep)
 {
+    if (s_ipc_len(ep))
+        return zmtp_enabled();
     struct sockaddr_storage sa;
     socklen_t n;
     return zmtp_enabled() && s_parse_ep(ep, true, &sa, &n);
 }
 
-/* s_tune sets what transport.h sets on every TCP connection: no Nagle, keepalive 30 s / 10 s. */
-static void s_tune(int fd)
+/* s_bad_ep writes why ep cannot be spoken here ("connect"/"bind" in verb) to err. */
+static void s_bad_ep(const char *verb, const char *ep, char *err, size_t errlen)
 {
+    if (!err || !errlen)
+        return;
+    size_t n = s_ipc_len(ep);
+    if (n >= sizeof((struct sockaddr_un *)0)->sun_path)
+        snprintf(err, errlen, "%s %s: the path is %zu bytes, a Unix socket's at most %zu", verb,
+                 ep, n, sizeof((struct sockaddr_un *)0)->sun_path - 1);
+    else
+        snprintf(err, errlen, "%s %s: not an endpoint spoken without libzmq", verb,
+                 ep ? ep : "(null)");
+}
+
+/* s_tune sets what transport.h sets on every TCP connection: no Nagle, keepalive 30 s / 10 s.
+ * A Unix socket has neither. */
+static void s_tune(int fd, int family)
+{
+    if (family == AF_UNIX)
+        return;
     int one = 1, idle = 30, intvl = 10;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -1029,7 +1087,7 @@ static void s_dealer_connect_addr(zmtp_dealer_t *d)
         s_dealer_lost(d, why);
         return;
     }
-    s_tune(fd);
+    s_tune(fd, d->sa.ss_family);
     c->fd = fd;
     int rc = connect(fd, (struct sockaddr *)&d->sa, d->salen);
     if (rc != 0 && errno != EINPROGRESS) {
@@ -1059,10 +1117,11 @@ static zmtp_dealer_t *s_dealer_make(reactor_t *r, const char *ep, const char *id
     if (!r || (!cb && !sub) ||
         !s_parse_ep_named(ep, false, &d->sa, &d->salen, d->name, sizeof d->name, &d->port) ||
         (id && strlen(id) > 255)) {
-        if (err && errlen)
-            snprintf(err, errlen, "connect %s: %s", ep ? ep : "(null)",
-                     id && strlen(id) > 255 ? "a routing identity of more than 255 bytes"
-                                            : "not an endpoint spoken without libzmq");
+        if (id && strlen(id) > 255 && err && errlen)
+            snprintf(err, errlen, "connect %s: a routing identity of more than 255 bytes",
+                     ep ? ep : "(null)");
+        else
+            s_bad_ep("connect", ep, err, errlen);
         free(d);
         return NULL;
     }
@@ -1230,7 +1289,11 @@ void zmtp_dealer_destroy(zmtp_dealer_t **dp)
 struct zmtp_router {
     reactor_t *r;
     int lfd;
-    char ep[128];
+    int family;     /* AF_INET, AF_INET6 or AF_UNIX */
+    char ep[128];   /* tcp://ADDR:PORT or ipc://PATH (at most 107 bytes) */
+    char path[108]; /* ipc://: the socket file to remove at close, "" = none (abstract) */
+    dev_t path_dev;
+    ino_t path_ino;
     int64_t max_msg;
     zmtp_router_fn *cb;
     void *arg;
@@ -1427,6 +1490,18 @@ static void s_router_hs_timeout(reactor_t *r, int id, void *arg)
     s_router_drop(rt, c, "no handshake");
 }
 
+/* s_router_close_listener closes the listening socket and removes its file, if the file is
+ * still the one bound (a successor may have bound the path since). */
+static void s_router_close_listener(zmtp_router_t *rt)
+{
+    close(rt->lfd);
+    rt->lfd = -1;
+    struct stat st;
+    if (rt->path[0] && lstat(rt->path, &st) == 0 && st.st_dev == rt->path_dev &&
+        st.st_ino == rt->path_ino)
+        (void)unlink(rt->path);
+}
+
 static void s_accept(reactor_t *r, int fd, int revents, void *arg)
 {
     (void)revents;
@@ -1438,7 +1513,7 @@ static void s_accept(reactor_t *r, int fd, int revents, void *arg)
                 log_warn_limited(1, "router %s: accept: %s", rt->ep, strerror(errno));
             return;
         }
-        s_tune(cfd);
+        s_tune(cfd, rt->family);
         s_conn_t *c = sr_xcalloc(1, sizeof *c);
         s_conn_reset(c);
         c->rt = rt;
@@ -1460,24 +1535,55 @@ static void s_accept(reactor_t *r, int fd, int revents, void *arg)
     }
 }
 
+/* s_ipc_stale makes room for a Unix socket at path: a socket file nobody listens on (left by a
+ * process that died) is removed, as libzmq removes it; a live one, or a file of another kind,
+ * stays and the bind fails. Returns 0, or an errno for the bind's message. */
+static int s_ipc_stale(const struct sockaddr_un *su, socklen_t salen)
+{
+    struct stat st;
+    if (su->sun_path[0] == '\0' || lstat(su->sun_path, &st) != 0)
+        return 0; /* abstract, or no file: nothing in the way */
+    if (!S_ISSOCK(st.st_mode))
+        return EEXIST;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int rc = connect(fd, (const struct sockaddr *)su, salen), e = rc == 0 ? 0 : errno;
+    close(fd);
+    if (rc == 0 || e == EAGAIN || e == EINPROGRESS)
+        return EADDRINUSE; /* a process listens there */
+    if (e == ECONNREFUSED && unlink(su->sun_path) != 0 && errno != ENOENT)
+        return errno;
+    return 0;
+}
+
 zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zmtp_router_fn *cb,
                                void *arg, char *err, size_t errlen)
 {
     struct sockaddr_storage sa;
     socklen_t salen;
     if (!r || !cb || !s_parse_ep(ep, true, &sa, &salen)) {
-        if (err && errlen)
-            snprintf(err, errlen, "bind %s: not an endpoint spoken without libzmq",
-                     ep ? ep : "(null)");
+        s_bad_ep("bind", ep, err, errlen);
         return NULL;
     }
     if (!transport_is_loopback(ep)) /* as transport_bind warns: there are no CURVE keys here */
         log_warn("binding %s unencrypted: any host that reaches it can connect "
                  "(set --curve-keys, see docs/security.md)",
                  ep);
+    bool un = sa.ss_family == AF_UNIX;
+    const struct sockaddr_un *su = (const struct sockaddr_un *)&sa;
+    int e = un ? s_ipc_stale(su, salen) : 0;
+    if (e) {
+        if (err && errlen)
+            snprintf(err, errlen, "bind %s: %s", ep,
+                     e == EADDRINUSE ? "another process listens on it"
+                     : e == EEXIST   ? "a file that is no socket is in the way"
+                                     : strerror(e));
+        return NULL;
+    }
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+    if (fd < 0 || (!un && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) ||
         bind(fd, (struct sockaddr *)&sa, salen) != 0 || listen(fd, 256) != 0) {
         if (err && errlen)
             snprintf(err, errlen, "bind %s: %s", ep, strerror(errno));
@@ -1485,35 +1591,46 @@ zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zm
             close(fd);
         return NULL;
     }
-    struct sockaddr_storage got;
-    socklen_t gl = sizeof got;
-    char host[INET6_ADDRSTRLEN] = "";
-    int port = 0;
-    if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0) {
-        if (got.ss_family == AF_INET6) {
-            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&got;
-            inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
-            port = ntohs(s6->sin6_port);
-        } else {
-            struct sockaddr_in *s4 = (struct sockaddr_in *)&got;
-            inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
-            port = ntohs(s4->sin_port);
-        }
-    }
     zmtp_router_t *rt = sr_xcalloc(1, sizeof *rt);
     rt->r = r;
     rt->lfd = fd;
+    rt->family = sa.ss_family;
     rt->max_msg = max_msg > 0 ? max_msg : S_DEFAULT_MAX;
     rt->cb = cb;
     rt->arg = arg;
-    if (got.ss_family == AF_INET6)
-        snprintf(rt->ep, sizeof rt->ep, "tcp://[%s]:%d", host, port);
-    else
-        snprintf(rt->ep, sizeof rt->ep, "tcp://%s:%d", host, port);
+    struct stat st;
+    if (un) {
+        snprintf(rt->ep, sizeof rt->ep, "%s", ep);
+        if (su->sun_path[0] && lstat(su->sun_path, &st) == 0) { /* the file to remove at close */
+            memcpy(rt->path, su->sun_path, sizeof rt->path); /* (NUL-terminated: s_parse_ipc) */
+            rt->path_dev = st.st_dev;
+            rt->path_ino = st.st_ino;
+        }
+    } else {
+        struct sockaddr_storage got;
+        socklen_t gl = sizeof got;
+        char host[INET6_ADDRSTRLEN] = "";
+        int port = 0;
+        if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0) {
+            if (got.ss_family == AF_INET6) {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&got;
+                inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof host);
+                port = ntohs(s6->sin6_port);
+            } else {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)&got;
+                inet_ntop(AF_INET, &s4->sin_addr, host, sizeof host);
+                port = ntohs(s4->sin_port);
+            }
+        }
+        if (got.ss_family == AF_INET6)
+            snprintf(rt->ep, sizeof rt->ep, "tcp://[%s]:%d", host, port);
+        else
+            snprintf(rt->ep, sizeof rt->ep, "tcp://%s:%d", host, port);
+    }
     if (reactor_add_fd(r, fd, REACTOR_READ, s_accept, rt) != SR_OK) {
         if (err && errlen)
             snprintf(err, errlen, "bind %s: cannot watch the socket", ep);
-        close(fd);
+        s_router_close_listener(rt);
         free(rt);
         return NULL;
     }
@@ -1579,6 +1696,6 @@ void zmtp_router_destroy(zmtp_router_t **rp)
     while (rt->conns)
         s_router_drop(rt, rt->conns, "closing");
     reactor_remove_fd(rt->r, rt->lfd);
-    close(rt->lfd);
+    s_router_close_listener(rt);
     free(rt);
 }

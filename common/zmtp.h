@@ -19,13 +19,18 @@
  * SR_ECLOSED and a count (ZMQ_ROUTER_MANDATORY). A frame longer than the maximum message size
  * drops the connection that sent it (ZMQ_MAXMSGSIZE); one that has not finished its handshake in 30
  * s is dropped too (ZMQ_HANDSHAKE_IVL; the DEALER then tries again). TCP_NODELAY and keepalive
- * (idle 30 s, interval 10 s) as transport.h sets them.
+ * (idle 30 s, interval 10 s) as transport.h sets them, on TCP.
  *
  * A connect to a host name resolves it (IPv4, as libzmq does without ZMQ_IPV6) on a thread of its
  * own before each attempt, never on the loop: getaddrinfo may wait for DNS, and a restarted peer
- * may have moved. What is not here: CURVE, ipc:// and inproc://. zmtp_can_connect and
- * zmtp_can_bind say when an endpoint can be spoken here; the callers use libzmq for the rest, and
- * for everything with --wire zmq.
+ * may have moved. ipc://PATH is a Unix stream socket (PATH at most 107 bytes; "@name": Linux's
+ * abstract namespace, as libzmq reads it), the same ZMTP as libzmq's ipc://: a connect tries
+ * again (the back-off above) until the file is there and listened on; a bind removes a socket
+ * file that nobody listens on (left by a process that died, as libzmq removes it) but refuses
+ * one that is listened on or a file of another kind, and the ROUTER removes its file when it
+ * closes (libzmq leaves it). What is not here: CURVE, inproc:// and the ipc path "*" (one libzmq
+ * makes up). zmtp_can_connect and zmtp_can_bind say when an endpoint can be spoken here; the
+ * callers use libzmq for the rest, and for everything with --wire zmq.
  *
  * Sends never block: a message is queued, and the queue leaves at the end of the handler that read
  * the messages it answers, or else at the end of this round of the loop (reactor_defer: before it
@@ -59,8 +64,9 @@ void zmtp_set_enabled(bool on);
 bool zmtp_enabled(void);
 
 /* zmtp_can_connect tells whether ep is tcp://<IPv4 or [IPv6] address, or a DNS name>:<port
- * 1..65535> (and zmtp_enabled). zmtp_can_bind takes addresses only (no names), and also the host
- * "*" and the port "*" or 0. */
+ * 1..65535> or ipc://PATH (and zmtp_enabled). zmtp_can_bind takes addresses only (no names), and
+ * also the host "*" and the port "*" or 0, and ipc://PATH. An ipc:// PATH too long for a socket
+ * address passes here and is refused by zmtp_*_new with one line. */
 bool zmtp_can_connect(const char *ep);
 bool zmtp_can_bind(const char *ep);
 
@@ -163,7 +169,8 @@ typedef void(zmtp_router_fn)(void *arg, const void *id, size_t idlen, const void
 zmtp_router_t *zmtp_router_new(reactor_t *r, const char *ep, int64_t max_msg, zmtp_router_fn *cb,
                                void *arg, char *err, size_t errlen);
 
-/* zmtp_router_endpoint is the bound endpoint with the port resolved ("tcp://127.0.0.1:41234"). */
+/* zmtp_router_endpoint is the bound endpoint with the port resolved ("tcp://127.0.0.1:41234"),
+ * or the ipc:// endpoint as given. */
 const char *zmtp_router_endpoint(const zmtp_router_t *rt);
 
 /* zmtp_router_send queues [body] to peer id. SR_OK; SR_ECLOSED (counted) when no connection has

@@ -139,7 +139,8 @@ int coordinator_main(int argc, char **argv)
         {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
          .help = "the work ROUTER: zmtp = ZeroMQ's wire protocol spoken on the loop's thread for "
-                 "tcp://ADDRESS:PORT or tcp://*:PORT without CURVE (libzmq for the rest), zmq = "
+                 "tcp://ADDRESS:PORT, tcp://*:PORT or ipc://PATH without CURVE (libzmq for the "
+                 "rest), zmq = "
                  "libzmq always"},
         {.name = "train", .kind = CFG_BOOL, .dst = &o.train, .def = "false",
          .help = "run the training loop: --iters iterations of pre-filtered groups, backfill, "

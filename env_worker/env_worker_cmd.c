@@ -55,7 +55,8 @@ int env_worker_main(int argc, char **argv)
         {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
          .help = "the ROUTER: zmtp = ZeroMQ's wire protocol spoken on the loop's thread for "
-                 "tcp://ADDRESS:PORT or tcp://*:PORT without CURVE (libzmq for the rest), zmq = "
+                 "tcp://ADDRESS:PORT, tcp://*:PORT or ipc://PATH without CURVE (libzmq for the "
+                 "rest), zmq = "
                  "libzmq always"},
         {.name = "log-level", .kind = CFG_ENUM, .dst = &o.level, .def = "info",
          .choices = LOG_LEVEL_CHOICES, .help = "most verbose log level written"},

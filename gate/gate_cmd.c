@@ -105,7 +105,8 @@ int gate_main(int argc, char **argv)
         {.name = "wire", .kind = CFG_ENUM, .dst = &o.wire, .def = "zmtp",
          .choices = ZMTP_WIRE_CHOICES, .metavar = "HOW",
          .help = "the ACTION subscription: zmtp = ZeroMQ's wire protocol spoken on the loop's "
-                 "thread for tcp://HOST:PORT without CURVE (libzmq for the rest), zmq = libzmq "
+                 "thread for tcp://HOST:PORT or ipc://PATH without CURVE (libzmq for the rest), "
+                 "zmq = libzmq "
                  "always"},
         CFG_OPT_METRICS_PORT(&o.metrics_port),
         {0},

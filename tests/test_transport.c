@@ -13,6 +13,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <signal.h>
 
 /* Generous safety net for anything that waits on the network; tests normally finish in ms. */
 #define WAIT_MS 3000
@@ -646,6 +648,55 @@ static void proxy_filters_subscriptions(void **state)
     zmq_ctx_term(ctx);
 }
 
+
+/* Over ipc:// a subscriber's peer is its user ("unix:UID"), as every local process is one peer
+ * (127.0.0.1) over TCP: a second process of the same user shares the first one's per_peer
+ * topics. */
+static void proxy_ipc_peers_are_users(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test-proxy-XXXXXX", pep[96], sep[96];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pep, sizeof pep, "ipc://%s/pub", dir);
+    snprintf(sep, sizeof sep, "ipc://%s/sub", dir);
+    void *ctx = s_ctx();
+    char err[TRANSPORT_ERR_LEN] = "";
+    transport_proxy_limits_t lim = {.run = "r1", .topic_max = 64, .per_peer = 2, .total = 100};
+    transport_proxy_t *p = transport_proxy_new_limited(ctx, pep, sep, NULL, &lim, err, sizeof err);
+    if (!p)
+        fail_msg("proxy: %s", err);
+    transport_sock_t *sub = s_sock(ctx, ZMQ_SUB, NULL);
+    assert_int_equal(transport_connect(sub, sep), SR_OK);
+    assert_int_equal(zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, "ctl/r1/a", 8), 0);
+    assert_int_equal(zmq_setsockopt(transport_sock_zmq(sub), ZMQ_SUBSCRIBE, "ctl/r1/b", 8), 0);
+    transport_proxy_stats_t st = s_wait_stats(p, 2, 0);
+    assert_int_equal(st.subs_applied, 2);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* another process of this user: its topic is over the user's two */
+        void *c2 = zmq_ctx_new();
+        void *s2 = zmq_socket(c2, ZMQ_SUB);
+        int zero = 0;
+        zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_connect(s2, sep);
+        zmq_setsockopt(s2, ZMQ_SUBSCRIBE, "ctl/r1/c", 8);
+        usleep(10000000); /* until the parent has looked and kills it */
+        _exit(0);
+    }
+    st = s_wait_stats(p, 2, 1);
+    kill(pid, SIGKILL);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(st.subs_refused, 1);
+    assert_int_equal(st.topics, 2);
+    transport_sock_destroy(&sub);
+    transport_proxy_destroy(&p);
+    zmq_ctx_term(ctx);
+    unlink(pep + 6);
+    unlink(sep + 6);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* The proxy reads a socket only when libzmq signalled it or when the proxy itself used it; a
  * wake-up it missed would leave a message in the proxy until the next one came. Lock-step traffic
  * (each message answered before the next is sent, through two proxies' worth of hops: publication
@@ -732,6 +783,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(pubsub_through_proxy_filters_by_topic),
         cmocka_unit_test(proxy_forwards_lock_step_traffic_without_stalls),
         cmocka_unit_test(proxy_filters_subscriptions),
+        cmocka_unit_test(proxy_ipc_peers_are_users),
         cmocka_unit_test(proxy_bind_failure_returns_null_with_text),
     };
     return harness_run_("transport", tests, SR_ARRAY_LEN(tests), argc, argv);

@@ -1,7 +1,8 @@
 /*
  * test_zmtp.c — the reactor's own ZMTP DEALER and ROUTER against libzmq's sockets and each other,
- * over real loopback TCP: messages both ways (short and long frames), identities, handover,
- * unroutable sends, reconnection with the queue kept, heartbeats answered, bad peers dropped.
+ * over real loopback TCP and Unix sockets (ipc://): messages both ways (short and long frames),
+ * identities, handover, unroutable sends, reconnection with the queue kept, heartbeats answered,
+ * bad peers dropped; over ipc:// also what a bind finds at its path and what a close leaves.
  */
 #include "tests/harness.h"
 
@@ -17,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -201,7 +204,11 @@ static void test_endpoints(void **state)
     assert_false(zmtp_can_connect("tcp://127.0.0.1:*"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1:0"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1:70000"));
-    assert_false(zmtp_can_connect("ipc:///tmp/x"));
+    assert_true(zmtp_can_connect("ipc:///tmp/x"));
+    assert_true(zmtp_can_connect("ipc://@abstract"));
+    assert_false(zmtp_can_connect("ipc://"));
+    assert_false(zmtp_can_connect("ipc://*")); /* libzmq's made-up path: libzmq's */
+    assert_false(zmtp_can_connect("ipc://@"));
     assert_false(zmtp_can_connect("inproc://x"));
     assert_false(zmtp_can_connect("tcp://127.0.0.1"));
     assert_false(zmtp_can_connect(NULL));
@@ -209,8 +216,12 @@ static void test_endpoints(void **state)
     assert_true(zmtp_can_bind("tcp://127.0.0.1:*"));
     assert_true(zmtp_can_bind("tcp://0.0.0.0:0"));
     assert_false(zmtp_can_bind("tcp://eth0:5555"));
+    assert_true(zmtp_can_bind("ipc:///tmp/x"));
+    assert_false(zmtp_can_bind("ipc://*"));
     zmtp_set_enabled(false); /* --wire zmq */
     assert_false(zmtp_can_connect("tcp://127.0.0.1:5555"));
+    assert_false(zmtp_can_connect("ipc:///tmp/x"));
+    assert_false(zmtp_can_bind("ipc:///tmp/x"));
     assert_false(zmtp_can_bind("tcp://*:5555"));
     zmtp_set_enabled(true);
     char err[256] = "";
@@ -1109,6 +1120,234 @@ static void test_router_takes_junk(void **state)
     reactor_destroy(&r);
 }
 
+
+/* ---- Unix sockets (ipc://) ---- */
+
+static char s_ipc_dir[64];
+
+static const char *s_ipc_ep(const char *name)
+{
+    static char ep[2][160];
+    static int k;
+    k ^= 1;
+    if (!s_ipc_dir[0]) {
+        snprintf(s_ipc_dir, sizeof s_ipc_dir, "/tmp/test-zmtp-XXXXXX");
+        assert_non_null(mkdtemp(s_ipc_dir));
+    }
+    snprintf(ep[k], sizeof ep[k], "ipc://%s/%s", s_ipc_dir, name);
+    return ep[k];
+}
+
+static bool s_is_sock(const char *ep)
+{
+    struct stat st;
+    return lstat(ep + 6, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+static bool s_exists(const char *ep)
+{
+    struct stat st;
+    return lstat(ep + 6, &st) == 0;
+}
+
+/* Ours to ours over a Unix socket: the DEALER connects before anything is bound (no file yet: it
+ * tries again, as over TCP) and delivers what it queued once the ROUTER binds; replies come back;
+ * the ROUTER's socket file goes with it, and the DEALER finds it again when it is bound again. */
+static void test_ipc_dealer_router(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t rgot = {0}, dgot = {0};
+    char err[256] = "", ep[160];
+    snprintf(ep, sizeof ep, "%s", s_ipc_ep("env-1"));
+    zmtp_dealer_t *d = zmtp_dealer_new(r, ep, "actor-1", 0, s_on_dealer, s_on_batch, &dgot, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_int_equal(zmtp_dealer_send(d, "early", 5), SR_OK);
+    s_spin(r, NULL, NULL, 30);
+    assert_false(zmtp_dealer_connected(d));
+    assert_non_null(strstr(zmtp_dealer_errstr(d), ep)); /* "...: connect: No such file ..." */
+    zmtp_router_t *rt = s_router_up(r, ep, 0, &rgot);
+    assert_string_equal(zmtp_router_endpoint(rt), ep);
+    assert_true(s_is_sock(ep));
+    char *big = s_big(S_LONG, 'u');
+    assert_int_equal(zmtp_dealer_send(d, big, S_LONG), SR_OK);
+    s_want = 2;
+    assert_true(s_spin(r, s_has_n, &rgot, 3000));
+    assert_string_equal(rgot.body[0], "early");
+    assert_memory_equal(rgot.id[0], "actor-1", 7);
+    assert_int_equal(rgot.len[1], S_LONG);
+    assert_memory_equal(rgot.body[1], big, S_LONG);
+    assert_int_equal(zmtp_router_send(rt, "actor-1", 7, "obs", 3), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &dgot, 3000));
+    assert_string_equal(dgot.body[0], "obs");
+    zmtp_router_destroy(&rt);
+    assert_false(s_exists(ep)); /* the file went with the socket */
+    for (int i = 0; i < 300 && zmtp_dealer_connected(d); i++)
+        s_spin(r, NULL, NULL, 5);
+    assert_false(zmtp_dealer_connected(d));
+    assert_int_equal(zmtp_dealer_send(d, "again", 5), SR_OK);
+    s_got_free(&rgot);
+    rt = s_router_up(r, ep, 0, &rgot);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &rgot, 3000));
+    assert_string_equal(rgot.body[0], "again");
+    zmtp_stats_t st;
+    zmtp_dealer_stats(d, &st);
+    assert_int_equal(st.connects, 2);
+    assert_int_equal(st.bad_peer, 0);
+    zmtp_dealer_destroy(&d);
+    zmtp_router_destroy(&rt);
+    assert_false(s_exists(ep));
+    free(big);
+    s_got_free(&rgot);
+    s_got_free(&dgot);
+    reactor_destroy(&r);
+}
+
+/* Over Unix sockets against libzmq's ipc://, both ways (the same ZMTP): our DEALER to its ROUTER,
+ * its DEALER to our ROUTER; and our publisher and subscriber through the bus proxy bound on
+ * ipc:// (selroll run --sockets unix). */
+static void test_ipc_libzmq(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    reactor_t *r = reactor_new();
+    char err[256] = "";
+    /* ours -> libzmq's ROUTER */
+    char zep[160];
+    snprintf(zep, sizeof zep, "%s", s_ipc_ep("zrouter"));
+    s_zpeer_t zr = {.sock = zmq_socket(ctx, ZMQ_ROUTER), .routed = true};
+    assert_int_equal(zmq_bind(zr.sock, zep), 0);
+    assert_int_equal(reactor_add_zsock(r, zr.sock, REACTOR_READ, s_zpeer_read, &zr), SR_OK);
+    s_got_t dgot = {0};
+    zmtp_dealer_t *d = zmtp_dealer_new(r, zep, "actor-2", 0, s_on_dealer, NULL, &dgot, err,
+                                       sizeof err);
+    assert_non_null(d);
+    assert_int_equal(zmtp_dealer_send(d, "step", 4), SR_OK);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &zr.got, 3000));
+    assert_memory_equal(zr.got.id[0], "actor-2", 7);
+    assert_string_equal(zr.got.body[0], "step");
+    assert_true(zmq_send(zr.sock, "actor-2", 7, ZMQ_SNDMORE) == 7);
+    assert_true(zmq_send(zr.sock, "obs", 3, 0) == 3);
+    assert_true(s_spin(r, s_has_n, &dgot, 3000));
+    assert_string_equal(dgot.body[0], "obs");
+    zmtp_dealer_destroy(&d);
+    /* libzmq's DEALER -> ours */
+    s_got_t rgot = {0};
+    zmtp_router_t *rt = s_router_up(r, s_ipc_ep("router"), 0, &rgot);
+    s_zpeer_t zd = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
+    assert_int_equal(zmq_setsockopt(zd.sock, ZMQ_ROUTING_ID, "env-z", 5), 0);
+    assert_int_equal(zmq_connect(zd.sock, zmtp_router_endpoint(rt)), 0);
+    assert_int_equal(reactor_add_zsock(r, zd.sock, REACTOR_READ, s_zpeer_read, &zd), SR_OK);
+    assert_int_equal(zmq_send(zd.sock, "hello", 5, 0), 5);
+    assert_true(s_spin(r, s_has_n, &rgot, 3000));
+    assert_memory_equal(rgot.id[0], "env-z", 5);
+    assert_int_equal(zmtp_router_send(rt, "env-z", 5, "back", 4), SR_OK);
+    assert_true(s_spin(r, s_has_n, &zd.got, 3000));
+    assert_string_equal(zd.got.body[0], "back");
+    /* publisher -> the proxy on ipc:// -> subscriber */
+    char pep[160], sep[160];
+    snprintf(pep, sizeof pep, "%s", s_ipc_ep("bus-pub"));
+    snprintf(sep, sizeof sep, "%s", s_ipc_ep("bus-sub"));
+    transport_proxy_t *px = transport_proxy_new(ctx, pep, sep, NULL, err, sizeof err);
+    assert_non_null(px);
+    s_got_t sgot = {0};
+    s_subs_t subs = {0};
+    const char *topics[] = {"act/r/"};
+    zmtp_dealer_t *sub = zmtp_sub_new(r, transport_proxy_sub_endpoint(px), topics, 1, s_on_topic,
+                                      NULL, &sgot, err, sizeof err);
+    zmtp_dealer_t *p = zmtp_pub_new(r, transport_proxy_pub_endpoint(px), s_on_sub, NULL, NULL,
+                                    &subs, err, sizeof err);
+    assert_non_null(sub);
+    assert_non_null(p);
+    assert_true(s_spin(r, s_subs_on, &subs, 5000));
+    assert_int_equal(zmtp_pub_send(p, "act/r/g1", "action", 6), SR_OK);
+    assert_true(s_spin(r, s_has_n, &sgot, 3000));
+    assert_memory_equal(sgot.id[0], "act/r/g1", 8);
+    assert_string_equal(sgot.body[0], "action");
+    zmtp_dealer_destroy(&p);
+    zmtp_dealer_destroy(&sub);
+    transport_proxy_destroy(&px);
+    zmtp_router_destroy(&rt);
+    assert_false(s_exists(s_ipc_ep("router")));
+    s_got_free(&dgot);
+    s_got_free(&rgot);
+    s_got_free(&sgot);
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zr, &zd}, 2);
+    reactor_destroy(&r);
+    /* libzmq leaves its files behind (a later bind removes them) */
+    unlink(zep + 6);
+    unlink(pep + 6);
+    unlink(sep + 6);
+}
+
+/* What is at a path before a bind: a socket file left by a process that died is removed (as
+ * libzmq does); one somebody listens on, or a file of another kind, stays and the bind is
+ * refused; a path too long for a socket address is refused with one line, both ways. */
+static void test_ipc_paths(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    s_got_t got = {0};
+    char err[512] = "", ep[160];
+    /* a stale socket file: bound, closed, not removed */
+    snprintf(ep, sizeof ep, "%s", s_ipc_ep("stale"));
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un su = {.sun_family = AF_UNIX};
+    assert_true(strlen(ep + 6) < sizeof su.sun_path);
+    memcpy(su.sun_path, ep + 6, strlen(ep + 6) + 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&su, sizeof su), 0);
+    close(fd);
+    assert_true(s_is_sock(ep));
+    zmtp_router_t *rt = s_router_up(r, ep, 0, &got);
+    /* a live one: refused, and the first keeps its file */
+    zmtp_router_t *two = zmtp_router_new(r, ep, 0, s_on_router, &got, err, sizeof err);
+    assert_null(two);
+    assert_non_null(strstr(err, "another process listens on it"));
+    zmtp_router_destroy(&rt);
+    assert_false(s_exists(ep));
+    /* a file of another kind */
+    snprintf(ep, sizeof ep, "%s", s_ipc_ep("plain"));
+    FILE *f = fopen(ep + 6, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_null(zmtp_router_new(r, ep, 0, s_on_router, &got, err, sizeof err));
+    assert_non_null(strstr(err, "no socket"));
+    assert_true(s_exists(ep));
+    unlink(ep + 6);
+    /* too long */
+    char lep[200];
+    snprintf(lep, sizeof lep, "ipc:///tmp/%0120d", 7);
+    assert_true(zmtp_can_connect(lep));
+    assert_null(zmtp_router_new(r, lep, 0, s_on_router, &got, err, sizeof err));
+    assert_non_null(strstr(err, "a Unix socket's at most 107"));
+    assert_null(strchr(err, '\n'));
+    err[0] = '\0';
+    assert_null(zmtp_dealer_new(r, lep, "a", 0, s_on_dealer, NULL, NULL, err, sizeof err));
+    assert_int_equal(strncmp(err, "connect ipc:///tmp/000", 22), 0);
+    assert_non_null(strstr(err, "is 125 bytes"));
+    /* the abstract namespace: no file */
+    char aep[64];
+    snprintf(aep, sizeof aep, "ipc://@selroll-test-%d", (int)getpid());
+    rt = s_router_up(r, aep, 0, &got);
+    void *ctx = zmq_ctx_new();
+    s_zpeer_t zd = {.sock = zmq_socket(ctx, ZMQ_DEALER)};
+    assert_int_equal(zmq_connect(zd.sock, aep), 0);
+    assert_int_equal(zmq_send(zd.sock, "abs", 3, 0), 3);
+    s_want = 1;
+    assert_true(s_spin(r, s_has_n, &got, 3000));
+    assert_string_equal(got.body[0], "abs");
+    s_zpeers_close(r, ctx, (s_zpeer_t *[]){&zd}, 1);
+    zmtp_router_destroy(&rt);
+    s_got_free(&got);
+    reactor_destroy(&r);
+    assert_int_equal(rmdir(s_ipc_dir), 0); /* every socket file is gone */
+    s_ipc_dir[0] = '\0';
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1129,6 +1368,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pub_through_the_proxy),
         cmocka_unit_test(test_sub_libzmq_pub),
         cmocka_unit_test(test_pub_proxy_sub),
+        cmocka_unit_test(test_ipc_dealer_router),
+        cmocka_unit_test(test_ipc_libzmq),
+        cmocka_unit_test(test_ipc_paths),
     };
     return harness_run_("zmtp", tests, SR_ARRAY_LEN(tests), argc, argv);
 }

@@ -126,11 +126,12 @@ static int s_env_endpoints_ok(const char *list)
     }
     size_t n = l.n;
     envkind_list_free(&l);
-    if (n == 0 || strlen(list) + 48 * (size_t)run_o.env_workers >= 1000 || run_o.local_envw > 0) {
+    size_t room = RUN_ENV_LIST_LEN - RUN_ENV_ITEM * (size_t)(run_o.env_workers + 1);
+    if (n == 0 || strlen(list) >= room || run_o.local_envw > 0) {
         fprintf(stderr,
                 "selroll run: --env-endpoints: '%s' is not [KIND=]EP[,...] (at most %d "
                 "bytes; not with --local-env-workers)\n",
-                list, 1000 - 48 * run_o.env_workers);
+                list, (int)room);
         return SR_EINVAL;
     }
     return SR_OK;
@@ -414,10 +415,10 @@ int run_main(int argc, char **argv)
          .help = "extra space-separated arguments for the coordinator (at most 64 words)"},
         {.name = "actor-args", .kind = CFG_STRING, .dst = &run_o.actor_args, .metavar = "ARGS",
          .help = "extra space-separated arguments for every actor (at most 64 words)"},
-        {.name = "sockets", .kind = CFG_ENUM, .dst = &run_o.sockets, .def = "tcp",
+        {.name = "sockets", .kind = CFG_ENUM, .dst = &run_o.sockets, .def = "unix",
          .choices = "tcp|unix",
-         .help = "the channels between the run's own children: loopback TCP, or Unix sockets in "
-                 "a private folder under /tmp (cheaper per message)"},
+         .help = "the channels between the run's own children: Unix sockets in a private folder "
+                 "under /tmp (cheaper per message), or loopback TCP"},
         {.name = "tokens", .kind = CFG_ENUM, .dst = &run_o.tokens, .def = "completion",
          .choices = "off|completion|full",
          .help = "the actors' --tokens: each step records the completion's token ids and "

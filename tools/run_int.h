@@ -53,6 +53,13 @@ enum { RUN_SOCKETS_TCP = 0, RUN_SOCKETS_UNIX = 1 };
 /* The options, filled by run_main (run_cmd.c). */
 extern run_opts_t run_o;
 
+/* The longest endpoint of the run's own channels: ipc:// and a Unix socket path (107 bytes). */
+#define RUN_EP_LEN 128
+/* The env workers' list: --env-endpoints and RUN_ENV_ITEM bytes for each of the launcher's own
+ * (household=ipc://<folder>/env-worker-NN, and a comma). */
+#define RUN_ENV_LIST_LEN 8192
+#define RUN_ENV_ITEM 64
+
 /* The run's state. */
 typedef struct {
     char self[4096];   /* this binary */
@@ -60,13 +67,13 @@ typedef struct {
     char redis_dir[256];
     char sock_dir[64]; /* the private folder of the children's Unix sockets, "" until made */
     char redis_url[128];
-    char work_ep[64], bus_pub_ep[64], bus_sub_ep[64], policy_url[512];
+    char work_ep[RUN_EP_LEN], bus_pub_ep[RUN_EP_LEN], bus_sub_ep[RUN_EP_LEN], policy_url[512];
     char neural_dir[4096]; /* <repo>/python for --policy neural, else "" */
     char neural_weights[4096];
     char http[96]; /* the coordinator's dashboard address, "" = none */
     bool http_optional; /* the address was not asked for: losing it is no error */
-    char env_list[1024];  /* the env workers for coordinator and actors, KIND=EP items */
-    char env_plain[1024]; /* the same endpoints without kinds (endpoints.env ENV_WORKERS) */
+    char env_list[RUN_ENV_LIST_LEN];  /* the env workers for coordinator and actors, KIND=EP */
+    char env_plain[RUN_ENV_LIST_LEN]; /* the same endpoints without kinds (endpoints.env) */
     char env_kinds[1024]; /* their kinds, comma-separated, "" = unknown (ENV_KINDS) */
     bool own_envw;        /* env-worker children of this launcher (household) */
     bool train;                    /* the training loop (--groups 0) */

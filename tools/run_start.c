@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 int run_start_coordinator(run_t *r, bool resume)
 {
@@ -86,10 +87,32 @@ static int s_child(run_t *r, const char *name, run_argv_t *a)
     return rc;
 }
 
+/* s_own_ep writes the endpoint of the run's own ZeroMQ channel `name` (env worker, work, bus):
+ * ipc://<the run's socket folder>/<name> with --sockets unix, else tcp://127.0.0.1:<a free
+ * port>. Returns 0, or -1 with one line on stderr. */
+static int s_own_ep(run_t *r, const char *name, char *buf, size_t len)
+{
+    if (run_o.sockets != RUN_SOCKETS_UNIX) {
+        snprintf(buf, len, "tcp://127.0.0.1:%d", run_free_port());
+        return 0;
+    }
+    char path[sizeof(struct sockaddr_un){0}.sun_path];
+    if (run_sock_path(r, name, path, sizeof path) != 0)
+        return -1;
+    int n = snprintf(buf, len, "ipc://%s", path);
+    if (n < 0 || (size_t)n >= len) {
+        fprintf(stderr, "selroll run: the endpoint ipc://%s is too long\n", path);
+        return -1;
+    }
+    return 0;
+}
+
 int run_start_children(run_t *r)
 {
-    /* Endpoints. */
-    snprintf(r->work_ep, sizeof r->work_ep, "tcp://127.0.0.1:%d", run_free_port());
+    /* Endpoints: the work and bus channels (and the env workers' below) on loopback TCP, or on
+     * Unix sockets in the run's private folder with --sockets unix. */
+    if (s_own_ep(r, "work", r->work_ep, sizeof r->work_ep) != 0)
+        return 1;
     if (run_o.bus_external) {
         const char *comma = strchr(run_o.bus_external, ',');
         size_t pl = comma ? (size_t)(comma - run_o.bus_external) : 0;
@@ -103,8 +126,9 @@ int run_start_children(run_t *r)
         r->bus_pub_ep[pl] = '\0';
         snprintf(r->bus_sub_ep, sizeof r->bus_sub_ep, "%s", comma + 1);
     } else {
-        snprintf(r->bus_pub_ep, sizeof r->bus_pub_ep, "tcp://127.0.0.1:%d", run_free_port());
-        snprintf(r->bus_sub_ep, sizeof r->bus_sub_ep, "tcp://127.0.0.1:%d", run_free_port());
+        if (s_own_ep(r, "bus-pub", r->bus_pub_ep, sizeof r->bus_pub_ep) != 0 ||
+            s_own_ep(r, "bus-sub", r->bus_sub_ep, sizeof r->bus_sub_ep) != 0)
+            return 1;
     }
     int policy_port = run_free_port();
     /* --sockets unix: the built-in policy server's HTTP on a Unix socket (unix: URL); not with
@@ -143,19 +167,21 @@ int run_start_children(run_t *r)
     for (int i = 0; r->own_envw && i < run_o.env_workers; i++) {
         char name[32];
         snprintf(name, sizeof name, "env-worker-%d", i + 1);
-        int port = run_free_port();
+        char ep[RUN_EP_LEN];
+        if (s_own_ep(r, name, ep, sizeof ep) != 0)
+            return 1;
         run_argv_t a = {0};
         run_args(&a, r->self, "env-worker", NULL);
-        run_optf(&a, "--bind", "tcp://127.0.0.1:%d", port);
+        run_args(&a, "--bind", ep, NULL);
         run_optf(&a, "--capacity", "%d", capacity);
         run_args(&a, "--redis", r->redis_url, "--run", run_o.run, "--id", name, NULL);
         run_metrics_arg(r, &a, name, "env-worker");
         if (s_child(r, name, &a) != SR_OK)
             return 1;
         el += (size_t)snprintf(r->env_list + el, sizeof r->env_list - el,
-                               "%s" ENVKIND_HOUSEHOLD "=tcp://127.0.0.1:%d", el ? "," : "", port);
-        pl += (size_t)snprintf(r->env_plain + pl, sizeof r->env_plain - pl, "%stcp://127.0.0.1:%d",
-                               pl ? "," : "", port);
+                               "%s" ENVKIND_HOUSEHOLD "=%s", el ? "," : "", ep);
+        pl += (size_t)snprintf(r->env_plain + pl, sizeof r->env_plain - pl, "%s%s", pl ? "," : "",
+                               ep);
         kl += (size_t)snprintf(r->env_kinds + kl, sizeof r->env_kinds - kl, "%s" ENVKIND_HOUSEHOLD,
                                i || run_o.env_endpoints ? "," : "");
     }
