@@ -401,7 +401,7 @@ static void s_send_held(bus_t *b)
     while (s_has_pub(b) && p < end) {
         uint32_t tl, bl;
         memcpy(&tl, p, sizeof tl);
-        char topic[2 * PROTO_MAX_ID + 8];
+        char topic[BUS_TOPIC_MAX];
         memcpy(topic, p + sizeof tl, tl);
         topic[tl] = '\0';
         p += sizeof tl + tl;
@@ -446,10 +446,10 @@ static void s_timer_cb(reactor_t *r, int id, void *arg)
     bus_flush(b);
 }
 
-/* s_hold appends one ACTION to the buffer of those held. */
-static void s_hold(bus_t *b, const char *topic)
+/* s_hold appends one ACTION, on topic (tl bytes), to the buffer of those held. */
+static void s_hold(bus_t *b, const char *topic, size_t topic_len)
 {
-    uint32_t tl = (uint32_t)strlen(topic), bl = (uint32_t)b->sbuf.len;
+    uint32_t tl = (uint32_t)topic_len, bl = (uint32_t)b->sbuf.len;
     sr_buf_append(&b->q, &tl, sizeof tl);
     sr_buf_append(&b->q, topic, tl);
     sr_buf_append(&b->q, &bl, sizeof bl);
@@ -457,15 +457,42 @@ static void s_hold(bus_t *b, const char *topic)
     b->q_n++;
 }
 
+size_t bus_topic(char *out, size_t n, const char *run, const char *group)
+{
+    if (n == 0)
+        return 0;
+    size_t k = 0;
+    const char *parts[3] = {"act/", run, "/"};
+    for (int i = 0; i < 4; i++) {
+        const char *t = i < 3 ? parts[i] : group;
+        if (!t)
+            t = "(null)"; /* as glibc's snprintf prints it */
+        size_t tl = strlen(t);
+        if (tl > n - 1 - k)
+            tl = n - 1 - k; /* cut where snprintf would cut */
+        memcpy(out + k, t, tl);
+        k += tl;
+    }
+    out[k] = '\0';
+    return k;
+}
+
 void bus_publish(bus_t *b, const proto_action_t *ac)
+{
+    if (!s_has_pub(b))
+        return;
+    char topic[BUS_TOPIC_MAX];
+    size_t tl = bus_topic(topic, sizeof topic, ac->run, ac->group);
+    bus_publish_on(b, ac, topic, tl);
+}
+
+void bus_publish_on(bus_t *b, const proto_action_t *ac, const char *topic, size_t topic_len)
 {
     if (!s_has_pub(b))
         return;
     proto_msg_t m;
     proto_msg_init(&m, PROTO_ACTION);
     m.u.action = *ac;
-    char topic[2 * PROTO_MAX_ID + 8];
-    snprintf(topic, sizeof topic, "act/%s/%s", ac->run, ac->group);
     b->sbuf.len = 0;
     if (proto_encode(&m, &b->sbuf) != SR_OK)
         return;
@@ -477,7 +504,7 @@ void bus_publish(bus_t *b, const proto_action_t *ac)
         s_read_subs(b, 1024);
     }
     if (b->state == BUS_WAIT) {
-        s_hold(b, topic);
+        s_hold(b, topic, topic_len);
         if (b->q_n >= BUS_HOLD_MAX || b->q.len >= BUS_HOLD_MAX_BYTES) {
             char why[96];
             snprintf(why, sizeof why, "while %d ACTIONs (%zu bytes) were held", b->q_n,
@@ -501,7 +528,7 @@ void bus_publish(bus_t *b, const proto_action_t *ac)
         }
         return;
     }
-    s_hold(b, topic);
+    s_hold(b, topic, topic_len);
     if (b->q_n >= ACTOR_MAX_ACTION_BATCH || urgent)
         s_send_held(b);
     else if (b->timer == 0)

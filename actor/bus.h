@@ -60,6 +60,17 @@ void bus_join(bus_t *b, const char *run, const char *pub_ep, const char *sub_ep)
  * for a subscriber every ACTION is held. */
 void bus_publish(bus_t *b, const proto_action_t *ac);
 
+/* Room for an ACTION topic `act/<run>/<group>` and its NUL. */
+#define BUS_TOPIC_MAX (2 * PROTO_MAX_ID + 8)
+
+/* bus_topic writes `act/<run>/<group>` into out (n bytes, cut as snprintf cuts) and returns its
+ * length: a trajectory's topic, made once for all its ACTIONs. */
+size_t bus_topic(char *out, size_t n, const char *run, const char *group);
+
+/* bus_publish_on is bus_publish with the topic made by bus_topic (topic_len bytes, NUL-ended)
+ * for ac's run and group. */
+void bus_publish_on(bus_t *b, const proto_action_t *ac, const char *topic, size_t topic_len);
+
 /* bus_flush sends the ACTIONs held for a batch, in order (before a RESULT). Those held while the
  * bus waits for a subscriber stay held: sent now they would be lost, and the RESULT travels on
  * the work channel, which does not need them; they go out, in order, when the subscription

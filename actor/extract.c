@@ -256,6 +256,12 @@ double extract_distance(const char *a, const char *b)
 int extract_action(const char *text, const char *const *admissible, size_t n, double max_dist,
                    extract_result_t *out)
 {
+    return extract_action_in(text, admissible, n, max_dist, out, NULL, 0);
+}
+
+int extract_action_in(const char *text, const char *const *admissible, size_t n, double max_dist,
+                      extract_result_t *out, char *room, size_t room_len)
+{
     if (!out)
         return SR_EINVAL;
     memset(out, 0, sizeof *out);
@@ -277,7 +283,15 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
         len = strlen(text);
         out->source = EXTRACT_SRC_WHOLE_TEXT;
     }
-    char *cand = s_normalise_n(start, len);
+    char *cand;
+    size_t cap = len > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : len; /* the candidate's bytes */
+    if (room && room_len > cap) { /* the caller's memory: no allocation */
+        cand = room;
+        s_normalise(start, len, cand, NULL);
+        out->in_room = true;
+    } else {
+        cand = s_normalise_n(start, len);
+    }
     size_t lc = strlen(cand);
 
     int best = -1;
@@ -325,12 +339,14 @@ int extract_action(const char *text, const char *const *admissible, size_t n, do
     if (best >= 0) {
         /* the action as listed, in the candidate's memory when it fits (the usual exact match) */
         size_t la = strlen(admissible[best]);
-        if (la <= (len > S_MAX_CANDIDATE ? S_MAX_CANDIDATE : len)) {
+        if (la <= cap) {
             memcpy(cand, admissible[best], la + 1);
             out->action = cand;
         } else {
             out->action = sr_xstrdup(admissible[best]);
-            free(cand);
+            if (!out->in_room)
+                free(cand);
+            out->in_room = false;
         }
         out->index = best;
         out->distance = best_d;
@@ -346,7 +362,8 @@ void extract_result_clear(extract_result_t *r)
 {
     if (!r)
         return;
-    free(r->action);
+    if (!r->in_room)
+        free(r->action);
     memset(r, 0, sizeof *r);
     r->index = -1;
 }

@@ -36,12 +36,14 @@ typedef enum {
 } extract_match_t;
 
 typedef struct {
-    char *action;            /* owned: the admissible action (as listed) or the normalised text */
+    char *action;            /* owned (or in the caller's room: extract_action_in): the
+                              * admissible action (as listed) or the normalised text */
     int index;               /* index in the admissible list, -1 when unmatched */
     double distance;         /* normalised edit distance to the chosen action (0 when exact) */
     extract_source_t source;
     extract_match_t match;
     bool format_error;       /* no <action> tag, or no admissible action matched */
+    bool in_room;            /* action is in the room given to extract_action_in */
 } extract_result_t;
 
 /* extract_action parses `text` (NULL is read as "") against `admissible` (n entries, NULL
@@ -50,6 +52,11 @@ typedef struct {
  * extract_result_clear(). Never fails on any text; returns 0, or SR_EINVAL when out is NULL. */
 int extract_action(const char *text, const char *const *admissible, size_t n, double max_dist,
                    extract_result_t *out);
+
+/* extract_action_in is extract_action with room (room_len bytes) for the action when it fits:
+ * then out->action is there and out->in_room is set (valid as long as room; no allocation). */
+int extract_action_in(const char *text, const char *const *admissible, size_t n, double max_dist,
+                      extract_result_t *out, char *room, size_t room_len);
 
 /* extract_result_clear frees the result's strings and zeroes it. Accepts NULL. */
 void extract_result_clear(extract_result_t *r);

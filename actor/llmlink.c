@@ -29,6 +29,11 @@ struct llmlink {
     llm_client_t *llm;
     int timer;
     bool model_warned; /* a mismatch of the answering model was logged */
+    /* the last system_fingerprint read and what s_version_in said of it: the same text every
+     * answer, read once */
+    char fp[64];
+    bool fp_set, fp_ok;
+    int64_t fp_v;
     void (*after_io)(void *arg);
     void *arg;
     /* the model check */
@@ -195,21 +200,6 @@ static bool s_template_matches(const llmlink_t *l, const char *name, int64_t *v)
 
 /* ---- what an answer says -------------------------------------------------------------------------- */
 
-/* s_dup copies n elements of size sz (NULL when none): each written, so not zeroed first. */
-static void *s_dup(const void *v, size_t n, size_t sz)
-{
-    if (!n)
-        return NULL;
-    void *d = sr_xmalloc(n * sz);
-    memcpy(d, v, n * sz);
-    return d;
-}
-
-static int32_t *s_ids_dup(const int32_t *v, size_t n)
-{
-    return s_dup(v, n, sizeof *v);
-}
-
 void llmlink_names_clear(llmlink_names_t *names)
 {
     for (size_t i = 0; i < names->n; i++)
@@ -249,9 +239,22 @@ static void s_record_model(llmlink_t *l, const llm_response_t *resp, int64_t ver
     llmlink_model(l, version, want, sizeof want);
     if (resp->model)
         cur->model = s_name(names, resp->model);
-    int64_t v;
-    if (s_version_in(resp->system_fingerprint, "selroll-policy-v", 16, "", &v) ||
-        s_template_matches(l, resp->model, &v)) {
+    int64_t v = 0;
+    const char *fp = resp->system_fingerprint;
+    bool fp_ok;
+    if (fp && l->fp_set && strcmp(fp, l->fp) == 0) {
+        fp_ok = l->fp_ok;
+        v = l->fp_v;
+    } else {
+        fp_ok = s_version_in(fp, "selroll-policy-v", 16, "", &v);
+        l->fp_set = fp && strlen(fp) < sizeof l->fp;
+        if (l->fp_set) {
+            strcpy(l->fp, fp);
+            l->fp_ok = fp_ok;
+            l->fp_v = v;
+        }
+    }
+    if (fp_ok || s_template_matches(l, resp->model, &v)) {
         cur->has_served_version = true;
         cur->served_version = v;
     }
@@ -269,16 +272,15 @@ static void s_record_model(llmlink_t *l, const llm_response_t *resp, int64_t ver
 /* s_record_tokens: see llmlink_record. A count that disagrees with usage.completion_tokens, or
  * logprobs that are not one per id, set tokens_mismatch. */
 static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first,
-                            proto_result_step_t *cur, int32_t **last_ids, size_t *n_last_ids)
+                            proto_result_step_t *cur, sr_arena_t *ar, int32_t **last_ids,
+                            size_t *n_last_ids)
 {
     size_t n = SR_MIN(resp->n_token_ids, (size_t)PROTO_MAX_TOKENS);
-    /* the parse's arrays are taken over when the client gives them (no copy) */
-    int32_t *ids = n ? llm_response_take_ids(resp) : NULL;
-    cur->token_ids = ids ? ids : s_ids_dup(resp->token_ids, n);
+    cur->token_ids = sr_arena_memdup(ar, resp->token_ids, n * sizeof *resp->token_ids);
     cur->token_ids_len = n;
     if (resp->n_token_logprobs == n && n > 0) {
-        float *lp = llm_response_take_logprobs(resp);
-        cur->token_logprobs = lp ? lp : s_dup(resp->token_logprobs, n, sizeof *resp->token_logprobs);
+        cur->token_logprobs = sr_arena_memdup(ar, resp->token_logprobs,
+                                              n * sizeof *resp->token_logprobs);
         cur->token_logprobs_len = n;
     }
     cur->tokens_mismatch = n != resp->n_token_ids ||
@@ -297,7 +299,7 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
         cur->has_prompt_prefix = true;
         cur->prompt_prefix = (int64_t)k;
     }
-    cur->prompt_token_ids = s_ids_dup(p + k, np - k);
+    cur->prompt_token_ids = sr_arena_memdup(ar, p + k, (np - k) * sizeof *p);
     cur->prompt_token_ids_len = np - k;
     free(*last_ids);
     *n_last_ids = np + n;
@@ -309,13 +311,13 @@ static void s_record_tokens(llmlink_t *l, const llm_response_t *resp, bool first
 }
 
 void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool first,
-                    proto_result_step_t *cur, llmlink_names_t *names, int32_t **last_ids,
-                    size_t *n_last_ids)
+                    proto_result_step_t *cur, llmlink_names_t *names, sr_arena_t *ar,
+                    int32_t **last_ids, size_t *n_last_ids)
 {
-    cur->raw = sr_xstrdup_max(resp->content, PROTO_MAX_TEXT);
+    cur->raw = sr_arena_strdup_max(ar, resp->content, PROTO_MAX_TEXT);
     cur->text_truncated = strnlen(resp->content, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     if (resp->reasoning) {
-        cur->reasoning = sr_xstrdup_max(resp->reasoning, PROTO_MAX_TEXT);
+        cur->reasoning = sr_arena_strdup_max(ar, resp->reasoning, PROTO_MAX_TEXT);
         cur->text_truncated |= strnlen(resp->reasoning, PROTO_MAX_TEXT) >= PROTO_MAX_TEXT;
     }
     cur->has_reasoning_tokens = resp->reasoning_tokens >= 0;
@@ -327,7 +329,7 @@ void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool fi
     cur->has_logprob = resp->has_logprob;
     cur->logprob = resp->logprob_sum;
     if (l->tokens != ACTOR_TOKENS_OFF)
-        s_record_tokens(l, resp, first, cur, last_ids, n_last_ids);
+        s_record_tokens(l, resp, first, cur, ar, last_ids, n_last_ids);
     cur->latency_ms = resp->latency_ms > 0 ? resp->latency_ms : 0;
     AST_ADD(l->st, prompt_tokens, cur->prompt_tokens);
     AST_ADD(l->st, completion_tokens, cur->completion_tokens);

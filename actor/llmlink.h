@@ -13,6 +13,7 @@
 #include "common/llm_client.h"
 #include "common/proto.h"
 #include "common/reactor.h"
+#include "common/sr_arena.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,12 +71,13 @@ void llmlink_names_clear(llmlink_names_t *names);
  * text and reasoning (capped), usage, logprob and latency, the answering model and the policy
  * version that answered when it can be told, and with --tokens the token ids and logprobs (full:
  * the prompt's ids as the delta against the previous step's prompt and completion, kept in
- * *last_ids / *n_last_ids, owned by the caller; first: no previous step). cur->model points into
- * names (the caller's, kept as long as cur). Counts the tokens; a model other than the one asked
- * for at version v is counted and logged once. */
+ * *last_ids / *n_last_ids, owned by the caller; first: no previous step). The texts and arrays
+ * are copied into ar (the caller's, kept as long as cur); cur->model points into names (the
+ * caller's too). Counts the tokens; a model other than the one asked for at version v is counted
+ * and logged once. */
 void llmlink_record(llmlink_t *l, const llm_response_t *resp, int64_t v, bool first,
-                    proto_result_step_t *cur, llmlink_names_t *names, int32_t **last_ids,
-                    size_t *n_last_ids);
+                    proto_result_step_t *cur, llmlink_names_t *names, sr_arena_t *ar,
+                    int32_t **last_ids, size_t *n_last_ids);
 
 /* llmlink_check_start asks GET <policy>/v1/models; failed(arg, why) is called once when the
  * model is not served or the check cannot run (a transient failure asks again every second). */

@@ -10,11 +10,15 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sr.h"
+#include "common/sr_arena.h"
 #include "common/sr_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The room of a chunk of a slot's episode memory (its step records' texts and token arrays). */
+#define SLOT_ARENA_CHUNK (32 * 1024)
 
 /* Env request ids: the low part names the slot; ACTOR_MAX_SLOTS itself marks a CLOSE. */
 #define RID_SLOTS 8192u
@@ -35,6 +39,8 @@ typedef struct slot {
     proto_msg_t job; /* the decoded JOB, owned */
     int64_t max_steps;
     char session[PROTO_MAX_ID];
+    char topic[BUS_TOPIC_MAX]; /* the trajectory's ACTION topic, made at its start */
+    size_t topic_len;
     envconn_t *env; /* the worker the session is pinned to, NULL before RESET */
     bool session_open;
     uint64_t rid;   /* the env request in flight */
@@ -42,19 +48,18 @@ typedef struct slot {
     int env_timer;
     llm_request_t *req;
     int64_t start_ms;
-    char *goal;
+    sr_arena_t ar;   /* the episode's memory: the goal, the observations, the step records' texts
+                      * and token arrays (s_step_clear frees none of them); reset at its end */
+    const char *goal;
     const char *obs; /* the current observation: the last step record's (steps[n_steps - 1].obs),
-                      * else in owned */
-    char **owned;    /* texts the slot owns besides its steps: the RESET's observation, and one
-                      * longer than a step record keeps */
-    size_t n_owned, cap_owned;
+                      * else in ar: the RESET's, or one longer than a step record keeps */
     llmlink_names_t models; /* the answering models' names, each once; steps[i].model points here */
     const char **adm; /* the admissible actions of obs_msg (s_take_obs) */
     size_t n_adm;
     proto_msg_t obs_msg; /* the last OBS, kept until the next one: adm points into it */
     prompt_turn_t *hist; /* each observation and action is a step record's or in owned */
     size_t n_hist, cap_hist;
-    proto_result_step_t *steps; /* owned strings */
+    proto_result_step_t *steps; /* their strings and arrays in ar */
     size_t n_steps, cap_steps;
     proto_result_step_t cur; /* the step being built: action, raw, tokens, logprob, messages */
     double reward;
@@ -90,21 +95,10 @@ static void s_gauges(slots_t *o)
 
 /* ---- a slot's memory ---------------------------------------------------------------------------- */
 
+/* s_step_clear forgets a step record: its strings and arrays are the slot's arena's (the model
+ * name the slot's models'). */
 static void s_step_clear(proto_result_step_t *st)
 {
-    free((char *)st->action);
-    free((char *)st->raw);
-    free((char *)st->obs);
-    free((char *)st->reasoning);
-    /* st->model is the slot's (models) */
-    free((void *)st->token_ids);
-    free((void *)st->token_logprobs);
-    free((void *)st->prompt_token_ids);
-    for (size_t k = 0; k < st->messages_len; k++) {
-        free((char *)st->messages[k].role);
-        free((char *)st->messages[k].content);
-    }
-    free(st->messages);
     memset(st, 0, sizeof *st);
 }
 
@@ -118,11 +112,7 @@ static void s_adm_clear(slot_t *s)
 static void s_slot_clear(slot_t *s)
 {
     proto_msg_clear(&s->job);
-    free(s->goal);
     s_adm_clear(s);
-    for (size_t i = 0; i < s->n_owned; i++)
-        free(s->owned[i]);
-    free(s->owned);
     llmlink_names_clear(&s->models);
     free(s->hist); /* its texts are the step records' or owned's */
     for (size_t i = 0; i < s->n_steps; i++)
@@ -132,20 +122,12 @@ static void s_slot_clear(slot_t *s)
     free(s->last_ids);
     slots_t *o = s->o;
     int idx = s->idx;
+    sr_arena_t ar = s->ar;
+    sr_arena_reset(&ar); /* one chunk kept for the slot's next episode */
     memset(s, 0, sizeof *s);
     s->o = o;
     s->idx = idx;
-}
-
-/* s_own keeps the text t (new) for the slot's episode and returns it. */
-static const char *s_own(slot_t *s, char *t)
-{
-    if (s->n_owned == s->cap_owned) {
-        s->cap_owned = s->cap_owned ? s->cap_owned * 2 : 2;
-        s->owned = sr_xrealloc(s->owned, s->cap_owned * sizeof *s->owned);
-    }
-    s->owned[s->n_owned++] = t;
-    return t;
+    s->ar = ar;
 }
 
 /* ---- env requests --------------------------------------------------------------------------------- */
@@ -346,18 +328,15 @@ static void s_llm_done(const llm_response_t *resp, void *arg)
     }
     /* The action comes from the content only; reasoning beside it is recorded, not searched. */
     extract_result_t ex;
-    extract_action(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex);
+    char room[512]; /* the usual action's memory: no allocation */
+    extract_action_in(resp->content, (const char *const *)s->adm, s->n_adm, -1, &ex, room,
+                      sizeof room);
     proto_result_step_t *cur = &s->cur;
-    if (strnlen(ex.action, PROTO_MAX_ACTION) < PROTO_MAX_ACTION) { /* taken over: no copy */
-        cur->action = ex.action;
-        ex.action = NULL;
-    } else {
-        cur->action = sr_xstrdup_max(ex.action, PROTO_MAX_ACTION);
-    }
+    cur->action = sr_arena_strdup_max(&s->ar, ex.action, PROTO_MAX_ACTION);
     cur->format_error = ex.format_error;
     extract_result_clear(&ex);
     llmlink_record(o->cfg.llm, resp, s->job.u.job.policy_version, s->n_steps == 0, cur,
-                   &s->models, &s->last_ids, &s->n_last_ids);
+                   &s->models, &s->ar, &s->last_ids, &s->n_last_ids);
     s->prompt_tokens += cur->prompt_tokens;
     s->completion_tokens += cur->completion_tokens;
     s->usage_unknown_steps += cur->usage_unknown;
@@ -404,8 +383,12 @@ static void s_llm_ask(slots_t *o, slot_t *s)
     llmlink_model(o->cfg.llm, j->policy_version, model, sizeof model);
     llm_message_t msgs[2];
     size_t n = 0;
-    if (pm.system)
+    size_t lens[2];
+    if (pm.system) {
+        lens[n] = o->psys.len;
         msgs[n++] = (llm_message_t){.role = "system", .content = pm.system};
+    }
+    lens[n] = pm.user ? o->puser.len : 0;
     msgs[n++] = (llm_message_t){.role = "user", .content = pm.user ? pm.user : ""};
     llm_chat_t req = {
         .model = model,
@@ -420,12 +403,14 @@ static void s_llm_ask(slots_t *o, slot_t *s)
         .token_ids = o->cfg.tokens != ACTOR_TOKENS_OFF,
         .no_prompt_ids = o->cfg.tokens == ACTOR_TOKENS_COMPLETION,
         .contents_json = json,
+        .content_lens = lens, /* the rendered lengths: not measured again */
     };
     if (o->cfg.record_messages) {
-        s->cur.messages = sr_xcalloc(n, sizeof *s->cur.messages);
+        s->cur.messages = sr_arena_alloc(&s->ar, n * sizeof *s->cur.messages);
+        memset(s->cur.messages, 0, n * sizeof *s->cur.messages);
         for (size_t k = 0; k < n; k++) {
-            s->cur.messages[k].role = sr_xstrdup(msgs[k].role);
-            s->cur.messages[k].content = sr_xstrdup_max(msgs[k].content, PROTO_MAX_TEXT);
+            s->cur.messages[k].role = sr_arena_strndup(&s->ar, msgs[k].role, strlen(msgs[k].role));
+            s->cur.messages[k].content = sr_arena_strdup_max(&s->ar, msgs[k].content, PROTO_MAX_TEXT);
         }
         s->cur.messages_len = n;
     }
@@ -461,9 +446,9 @@ static void s_on_reset_obs(slots_t *o, slot_t *s, proto_msg_t *m)
     const char *goal = ob->goal ? ob->goal : "";
     if (strncmp(goal, GOAL_PREFIX, strlen(GOAL_PREFIX)) == 0)
         goal += strlen(GOAL_PREFIX);
-    free(s->goal);
-    s->goal = sr_xstrdup(goal);
-    s->obs = s_own(s, sr_xstrdup(ob->obs ? ob->obs : ""));
+    s->goal = sr_arena_strndup(&s->ar, goal, strlen(goal));
+    const char *otext = ob->obs ? ob->obs : "";
+    s->obs = sr_arena_strndup(&s->ar, otext, strlen(otext));
     bool done = ob->done;
     s_take_obs(s, m); /* m (and ob) moved into the slot */
     if (done) {
@@ -490,7 +475,7 @@ static void s_publish_action(slots_t *o, slot_t *s, int64_t step, const char *ac
         .group_size = j->group_size,
         .task = j->task,
     };
-    bus_publish(o->cfg.bus, &ac);
+    bus_publish_on(o->cfg.bus, &ac, s->topic, s->topic_len);
 }
 
 static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
@@ -512,8 +497,9 @@ static void s_on_step_obs(slots_t *o, slot_t *s, proto_msg_t *m)
      * the record keeps it cut (a text of PROTO_MAX_TEXT bytes or more: the prompt has it whole). */
     const char *otext = ob->obs ? ob->obs : "";
     size_t on = strlen(otext);
-    st->obs = on < PROTO_MAX_TEXT ? sr_xstrndup(otext, on) : sr_xstrdup_max(otext, PROTO_MAX_TEXT);
-    const char *next_obs = on < PROTO_MAX_TEXT ? st->obs : s_own(s, sr_xstrndup(otext, on));
+    st->obs = on < PROTO_MAX_TEXT ? sr_arena_strndup(&s->ar, otext, on)
+                                  : sr_arena_strdup_max(&s->ar, otext, PROTO_MAX_TEXT);
+    const char *next_obs = on < PROTO_MAX_TEXT ? st->obs : sr_arena_strndup(&s->ar, otext, on);
     st->reward = ob->reward;
     st->done = ob->done;
     s->reward += ob->reward;
@@ -611,6 +597,7 @@ static void s_slot_start(slots_t *o, slot_t *s, proto_msg_t *job)
     s->max_steps = j->max_steps > 0 ? j->max_steps : 50;
     s->state = SLOT_RESET;
     snprintf(s->session, sizeof s->session, "%s#%lld", j->job_id, (long long)j->epoch);
+    s->topic_len = bus_topic(s->topic, sizeof s->topic, j->run, j->group);
     char why[PROTO_MAX_ID + 600];
     s->env = envlink_pick(o->cfg.env, j->env, why, sizeof why);
     if (!s->env) {
@@ -797,6 +784,7 @@ slots_t *slots_new(const slots_cfg_t *cfg)
     for (int i = 0; i < cfg->n; i++) {
         o->slots[i].o = o;
         o->slots[i].idx = i;
+        sr_arena_init(&o->slots[i].ar, SLOT_ARENA_CHUNK);
     }
     sr_buf_init(&o->sbuf);
     sr_buf_init(&o->psys);
@@ -816,6 +804,7 @@ void slots_destroy(slots_t **op)
         if (o->slots[i].env_timer > 0)
             reactor_timer_cancel(o->cfg.r, o->slots[i].env_timer);
         s_slot_clear(&o->slots[i]);
+        sr_arena_free(&o->slots[i].ar);
     }
     free(o->slots);
     for (size_t i = 0; i < o->n_backlog; i++)

@@ -115,14 +115,28 @@ void jsonw_num(jsonw_t *w, double d)
     jsonw_raw(w, out, (size_t)n);
 }
 
-/* s_udec writes u in decimal at the end of buf[0..24) and returns the first digit's index. */
+/* s_d2 holds "00" to "99". */
+#define S_D10(t) t "0" t "1" t "2" t "3" t "4" t "5" t "6" t "7" t "8" t "9"
+static const char s_d2[201] = S_D10("0") S_D10("1") S_D10("2") S_D10("3") S_D10("4")
+    S_D10("5") S_D10("6") S_D10("7") S_D10("8") S_D10("9");
+
+/* s_udec writes u in decimal at the end of buf[0..24) and returns the first digit's index: two
+ * digits a division (a seed is 19 digits, every chat request). */
 static int s_udec(unsigned long long u, char *buf)
 {
     int k = 24;
-    do {
-        buf[--k] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        k -= 2;
+        memcpy(buf + k, s_d2 + 2 * r, 2);
+    }
+    if (u >= 10) {
+        k -= 2;
+        memcpy(buf + k, s_d2 + 2 * u, 2);
+    } else {
+        buf[--k] = (char)('0' + u);
+    }
     return k;
 }
 

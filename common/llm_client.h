@@ -91,6 +91,8 @@ typedef struct {
     bool contents_json; /* each message's content is the inside of a JSON string already (escaped
                            as jsonw escapes: prompt_render_json_into), written into the body as it
                            is */
+    const size_t *content_lens; /* NULL, or strlen of each message's content, known to the
+                                   caller (a 0 is measured) */
 } llm_chat_t;
 
 /* The outcome of a request, valid only during the done callback. */

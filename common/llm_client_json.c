@@ -199,6 +199,14 @@ static void s_role(jsonw_t *w, const char *role)
         jsonw_str(w, role);
 }
 
+/* s_content_len is the length of message i's content (NULL: none). */
+static size_t s_content_len(const llm_chat_t *req, size_t i)
+{
+    const char *t = req->messages[i].content;
+    size_t n = req->content_lens ? req->content_lens[i] : 0;
+    return n ? n : t ? strlen(t) : 0;
+}
+
 bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
 {
     if (!req || !req->messages || req->n_messages == 0)
@@ -207,7 +215,7 @@ bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
      * tests/test_llm_client.c compares the two byte for byte. */
     size_t guess = 256;
     for (size_t i = 0; i < req->n_messages; i++) /* room for some escapes: no growth, one copy */
-        guess += 32 + (req->messages[i].content ? strlen(req->messages[i].content) * 9 / 8 : 0);
+        guess += 32 + s_content_len(req, i) * 9 / 8;
     if (sr_buf_reserve(b, guess) != SR_OK)
         return false;
     jsonw_t w;
@@ -228,10 +236,10 @@ bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)
         jsonw_lit(&w, ",\"content\":");
         if (req->contents_json && lm->content) { /* escaped already */
             jsonw_lit(&w, "\"");
-            jsonw_raw(&w, lm->content, strlen(lm->content));
+            jsonw_raw(&w, lm->content, s_content_len(req, i));
             jsonw_lit(&w, "\"");
         } else {
-            jsonw_str(&w, lm->content ? lm->content : "");
+            jsonw_strn(&w, lm->content ? lm->content : "", s_content_len(req, i));
         }
         jsonw_lit(&w, "}");
     }

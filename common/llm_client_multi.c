@@ -244,9 +244,6 @@ void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *cty
                        int64_t retry_after_s)
 {
     llm_client_t *c = r->c;
-    char ctype_copy[96] = "";
-    if (ctype)
-        sr_fmt(ctype_copy, sizeof ctype_copy, "%.*s", (int)strcspn(ctype, "; "), ctype);
 
     llm_response_t resp = {.rc = SR_OK, .http_status = http, .prompt_tokens = -1,
                            .completion_tokens = -1, .reasoning_tokens = -1};
@@ -291,7 +288,9 @@ void llm_attempt_judge(llm_request_t *r, CURLcode cc, long http, const char *cty
         llm_one_line(r->resp ? r->resp : "", r->resp_len, resp.error, sizeof resp.error);
     } else if (ctype && !s_is_json_type(ctype)) {
         resp.rc = SR_EPROTO;
-        sr_fmt(resp.error, sizeof resp.error, "unexpected content type %s", ctype_copy);
+        /* the media type alone, cut at 95 bytes (it was copied so for every answer) */
+        sr_fmt(resp.error, sizeof resp.error, "unexpected content type %.*s",
+               (int)SR_MIN(strcspn(ctype, "; "), (size_t)95), ctype);
     } else if (r->models) {
         resp.rc = llm_parse_models_response(r->resp, r->resp_len, &resp, &store);
     } else {

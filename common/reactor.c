@@ -307,6 +307,7 @@ void reactor_destroy(reactor_t **self_p)
     close(r->epfd);
     for (size_t i = 0; i < r->nheap; i++)
         free(r->heap[i]);
+    reactor_timers_free_spare(r);
     free(r->heap);
     free(r->deferred);
     free(r->buckets);

@@ -60,6 +60,8 @@ struct reactor {
     int next_id;
     uint64_t next_seq;
     reactor_tmr_t *firing;    /* repeating timer whose callback is running */
+    reactor_tmr_t *spare;     /* finished timers' memory for the next ones (through hnext) */
+    size_t nspare;
     int firing_cancelled; /* ... and it was cancelled meanwhile: free it afterwards */
 
     reactor_hook_fn *before_sleep;
@@ -84,5 +86,8 @@ struct reactor {
 /* reactor_fire_timers runs the timers due now that existed when this round began
  * (reactor_timer.c); the loop calls it once a round. */
 void reactor_fire_timers(reactor_t *r);
+
+/* reactor_timers_free_spare frees the memory of finished timers kept for the next ones. */
+void reactor_timers_free_spare(reactor_t *r);
 
 #endif

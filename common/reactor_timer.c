@@ -6,6 +6,7 @@
 #include "common/reactor_int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- timers: heap ordered by (deadline, seq), hash by id ---- */
 
@@ -120,12 +121,48 @@ static void s_hash_remove(reactor_t *r, reactor_tmr_t *t)
     *pp = t->hnext;
 }
 
+/* Up to this many finished timers are kept for the next ones: a timer armed and cancelled per
+ * request costs no malloc. */
+#define S_SPARE_MAX 64
+
+static reactor_tmr_t *s_tmr_new(reactor_t *r)
+{
+    reactor_tmr_t *t = r->spare;
+    if (!t)
+        return sr_xcalloc(1, sizeof *t);
+    r->spare = t->hnext;
+    r->nspare--;
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+static void s_tmr_put(reactor_t *r, reactor_tmr_t *t)
+{
+    if (r->nspare >= S_SPARE_MAX) {
+        free(t);
+        return;
+    }
+    t->hnext = r->spare;
+    r->spare = t;
+    r->nspare++;
+}
+
+void reactor_timers_free_spare(reactor_t *r)
+{
+    for (reactor_tmr_t *t = r->spare, *next; t; t = next) {
+        next = t->hnext;
+        free(t);
+    }
+    r->spare = NULL;
+    r->nspare = 0;
+}
+
 int reactor_timer_add(reactor_t *r, int64_t delay_ms, int64_t repeat_ms, reactor_timer_fn *cb,
                       void *arg)
 {
     if (!r || !cb || delay_ms < 0 || repeat_ms < 0)
         return SR_EINVAL;
-    reactor_tmr_t *t = sr_xcalloc(1, sizeof *t);
+    reactor_tmr_t *t = s_tmr_new(r);
     /* Ids count up and wrap; skip any still in use. */
     do {
         r->next_id = r->next_id == INT32_MAX ? 1 : r->next_id + 1;
@@ -153,7 +190,7 @@ int reactor_timer_cancel(reactor_t *r, int id)
     if (t == r->firing)
         r->firing_cancelled = 1; /* freed once its callback returns */
     else
-        free(t);
+        s_tmr_put(r, t);
     return SR_OK;
 }
 
@@ -182,12 +219,12 @@ void reactor_fire_timers(reactor_t *r)
             t->cb(r, t->id, t->arg);
             r->firing = NULL;
             if (r->firing_cancelled)
-                free(t);
+                s_tmr_put(r, t);
         } else {
             s_heap_remove(r, t);
             s_hash_remove(r, t);
             t->cb(r, t->id, t->arg);
-            free(t);
+            s_tmr_put(r, t);
         }
     }
 }

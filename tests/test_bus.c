@@ -17,6 +17,7 @@
 #include "common/sr_buf.h"
 #include "common/transport.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -615,9 +616,38 @@ static void bus_flush_writes_the_actions_at_once(void **state)
     s_tcp_down(&t);
 }
 
+/* bus_topic, the topic a trajectory makes once, is byte for byte the snprintf it replaces, cuts
+ * included. */
+static void bus_topic_writes_what_snprintf_writes(void **state)
+{
+    (void)state;
+    char big[PROTO_MAX_ID * 3];
+    memset(big, 'g', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    const char *runs[] = {"r1", "", "run-with-a-longer-name", big};
+    const char *groups[] = {"g7", "", "ep3/task42", big};
+    size_t sizes[] = {BUS_TOPIC_MAX, 1, 2, 5, 9, 12};
+    for (size_t i = 0; i < 4; i++) {
+        for (size_t j = 0; j < 4; j++) {
+            for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+                char want[BUS_TOPIC_MAX], got[BUS_TOPIC_MAX];
+                memset(got, 'x', sizeof got);
+                snprintf(want, sizes[k], "act/%s/%s", runs[i], groups[j]);
+                size_t n = bus_topic(got, sizes[k], runs[i], groups[j]);
+                assert_string_equal(got, want);
+                assert_int_equal(n, strlen(want));
+            }
+        }
+    }
+    char t[BUS_TOPIC_MAX];
+    assert_int_equal(bus_topic(t, sizeof t, "run", "grp"), 11);
+    assert_string_equal(t, "act/run/grp");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bus_topic_writes_what_snprintf_writes),
         cmocka_unit_test(actions_batch_and_control_messages_reach_their_handlers),
         cmocka_unit_test(actions_wait_for_a_late_subscriber_and_arrive_in_order),
         cmocka_unit_test(without_a_subscriber_actions_go_after_the_wait_and_memory_is_bounded),

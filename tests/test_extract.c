@@ -11,6 +11,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/sr.h"
+
 static const char *const ADM[] = {
     "go to cabinet 1", "go to countertop 1", "go to fridge 1", "open fridge 1",
     "take apple 1 from countertop 1", "look", "inventory",
@@ -418,8 +420,55 @@ static void exact_match_agrees_with_normalised_comparison_on_random_lists(void *
     }
 }
 
+/* extract_action_in, with room for the action, gives what extract_action gives: the action in
+ * the room when it fits (no allocation), on the heap when the room is too small or the listed
+ * action is longer than the answer's text; memcheck sees no leak either way. */
+static void the_caller_room_gives_the_same_results(void **state)
+{
+    (void)state;
+    static const char *const long_adm[] = {"go to countertop 1",
+                                           "put the very long named object into the cabinet 7"};
+    const char *answers[] = {"<action>go to countertop 1</action>", "<ACTION>  Go   To Countertop 1 </action>",
+                             "Action: take apple 1 from countertop 1", "<action>go to cuontertop 1</action>",
+                             "<action>something else entirely</action>", "", NULL,
+                             "<action>put the very long named object into the cabinet</action>",
+                             "<action>put the very long named object into the cabinet 7</action>"};
+    size_t rooms[] = {512, 24, 8, 1};
+    for (int l = 0; l < 2; l++) {
+        const char *const *adm = l ? long_adm : ADM;
+        size_t na = l ? 2 : SR_ARRAY_LEN(ADM);
+        for (size_t i = 0; i < SR_ARRAY_LEN(answers); i++) {
+            extract_result_t want;
+            assert_int_equal(extract_action(answers[i], adm, na, -1, &want), SR_OK);
+            assert_false(want.in_room);
+            for (size_t k = 0; k < SR_ARRAY_LEN(rooms); k++) {
+                char room[512];
+                memset(room, 'x', sizeof room);
+                extract_result_t got;
+                assert_int_equal(extract_action_in(answers[i], adm, na, -1, &got, room, rooms[k]),
+                                 SR_OK);
+                assert_string_equal(got.action, want.action);
+                assert_int_equal(got.index, want.index);
+                assert_true(got.distance == want.distance);
+                assert_int_equal(got.source, want.source);
+                assert_int_equal(got.match, want.match);
+                assert_int_equal(got.format_error, want.format_error);
+                if (got.in_room)
+                    assert_ptr_equal(got.action, room);
+                else
+                    assert_ptr_not_equal(got.action, room);
+                if (k == 0 && l == 0)
+                    assert_true(got.in_room); /* the usual answer: no allocation */
+                extract_result_clear(&got);
+            }
+            extract_result_clear(&want);
+        }
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(exact_match_agrees_with_normalised_comparison_on_random_lists),
+    cmocka_unit_test(the_caller_room_gives_the_same_results),
     cmocka_unit_test(tag_with_exact_action_is_matched_without_format_error),
     cmocka_unit_test(case_and_spaces_are_normalised_before_matching),
     cmocka_unit_test(tags_are_found_in_any_case),

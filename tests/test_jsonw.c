@@ -334,6 +334,35 @@ static void integers_are_printed_in_decimal(void **state)
         assert_string_equal(mine, ref);
         sr_buf_free(&b);
     }
+    /* every length, both signs, around each power of ten, and a sweep of 64-bit values */
+    unsigned long long x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 4000; i++) {
+        long long t;
+        if (i < 19 * 6) {
+            long long p = 1;
+            for (int d = 0; d < i / 6; d++)
+                p *= 10;
+            static const long long off[3] = {-1, 0, 1};
+            t = p + off[(i % 6) / 2];
+            if (i % 2)
+                t = -t;
+        } else {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            t = (long long)(x >> (i % 60));
+            if (i % 3 == 0)
+                t = -t;
+        }
+        char ref[32];
+        snprintf(ref, sizeof ref, "%lld", t);
+        sr_buf_t b = SR_BUF_INIT;
+        jsonw_t w;
+        jsonw_init(&w, &b);
+        jsonw_int(&w, t);
+        char *mine = jsonw_finish(&w);
+        assert_non_null(mine);
+        assert_string_equal(mine, ref);
+        sr_buf_free(&b);
+    }
 }
 
 static void errors_are_sticky_and_finish_terminates(void **state)

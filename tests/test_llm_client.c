@@ -529,8 +529,26 @@ static void escaped_contents_make_the_same_body(void **state)
             assert_non_null(want);
             assert_non_null(got);
             assert_string_equal(got, want);
-            free(want);
             free(got);
+            /* the contents' lengths given by the caller (the actor's rendered prompt) instead of
+             * measured: the same body, escaped and plain */
+            size_t lens[2];
+            for (size_t k = 0; k < n; k++)
+                lens[k] = strlen(chat.messages[k].content);
+            chat.content_lens = lens;
+            got = llm_chat_body(&chat);
+            assert_non_null(got);
+            assert_string_equal(got, want);
+            free(got);
+            chat.messages = plain + 2 - n;
+            chat.contents_json = false;
+            for (size_t k = 0; k < n; k++)
+                lens[k] = strlen(chat.messages[k].content);
+            got = llm_chat_body(&chat);
+            assert_non_null(got);
+            assert_string_equal(got, want);
+            free(got);
+            free(want);
         }
         free(own[0]);
         free(own[1]);

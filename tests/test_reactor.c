@@ -312,6 +312,72 @@ static void cancelled_timer_never_fires(void **state)
     reactor_destroy(&r);
 }
 
+/* Timers armed and cancelled by the hundred (an actor's env timeout per request) reuse the memory
+ * of finished ones: each reused timer still fires once, with its own argument, in deadline
+ * order, and a cancelled one never fires (memcheck: nothing leaks at the end, spare ones
+ * included). */
+typedef struct {
+    int fired[300];
+    int last;
+    int out_of_order;
+} tmr_reuse_t;
+
+typedef struct {
+    tmr_reuse_t *u;
+    int k;
+} tmr_reuse_arg_t;
+
+static void s_reuse_fire(reactor_t *r, int id, void *arg)
+{
+    (void)r;
+    (void)id;
+    tmr_reuse_arg_t *a = arg;
+    a->u->fired[a->k]++;
+    if (a->k < a->u->last)
+        a->u->out_of_order++;
+    a->u->last = a->k;
+}
+
+static void reused_timers_fire_once_each_and_cancelled_ones_never(void **state)
+{
+    (void)state;
+    reactor_t *r = reactor_new();
+    tmr_reuse_t u = {{0}, -1, 0};
+    tmr_reuse_arg_t args[300];
+    int timed_out = 0;
+    reactor_timer_add(r, SAFETY_MS, 0, s_safety, &timed_out);
+    for (int round = 0; round < 3; round++) { /* the first round's timers become spare */
+        for (int k = 0; k < 100; k++) {
+            int id = reactor_timer_add(r, 1000, 0, s_tick, NULL);
+            assert_true(id > 0);
+            assert_int_equal(reactor_timer_cancel(r, id), SR_OK);
+        }
+    }
+    int ids[300];
+    for (int k = 0; k < 300; k++) {
+        args[k] = (tmr_reuse_arg_t){&u, k};
+        ids[k] = reactor_timer_add(r, 1 + k / 30, 0, s_reuse_fire, &args[k]);
+        for (int j = 0; j < k; j++)
+            assert_int_not_equal(ids[j], ids[k]);
+    }
+    for (int k = 0; k < 300; k += 3)
+        assert_int_equal(reactor_timer_cancel(r, ids[k]), SR_OK);
+    reactor_timer_add(r, 40, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_false(timed_out);
+    for (int k = 0; k < 300; k++)
+        assert_int_equal(u.fired[k], k % 3 == 0 ? 0 : 1);
+    assert_int_equal(u.out_of_order, 0);
+    /* fired ones are spare now: new timers take their memory and still work */
+    tmr_reuse_t v = {{0}, -1, 0};
+    tmr_reuse_arg_t again = {&v, 7};
+    reactor_timer_add(r, 1, 0, s_reuse_fire, &again);
+    reactor_timer_add(r, 5, 0, s_stop_timer, NULL);
+    assert_int_equal(reactor_run(r), SR_OK);
+    assert_int_equal(v.fired[7], 1);
+    reactor_destroy(&r);
+}
+
 typedef struct {
     int self_id, other_id, same_round_id;
     int fires, other_fired, same_round_fired;
@@ -1541,6 +1607,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(timers_fire_in_deadline_order),
         cmocka_unit_test(many_timers_with_cancellations_keep_heap_order),
         cmocka_unit_test(cancelled_timer_never_fires),
+        cmocka_unit_test(reused_timers_fire_once_each_and_cancelled_ones_never),
         cmocka_unit_test(repeating_timer_cancels_itself_and_another),
         cmocka_unit_test(timer_added_by_timer_waits_for_next_round),
         cmocka_unit_test(wait_at_most_ns_bounds_one_wait_finer_than_a_timer),
