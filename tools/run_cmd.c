@@ -319,7 +319,7 @@ int run_main(int argc, char **argv)
          .help = "the policy the actors ask: the built-in policy server (builtin); the small "
                  "neural agent's server (python3 -m selroll.neural serve, a supervised child, with "
                  "the actors' --model selroll-neural and its own --template); or any running "
-                 "OpenAI-compatible server at an http(s) URL (the actors' flags through "
+                 "OpenAI-compatible server at an http(s) or unix: URL (the actors' flags through "
                  "--actor-args)"},
         {.name = "neural-weights", .kind = CFG_STRING, .dst = &run_o.neural_weights, .metavar = "PATH",
          .help = "--policy neural: the checkpoint served (default: "

@@ -80,7 +80,7 @@ def test_run_policy_neural_committed_checkpoint(tmp_path):
 
 
 def test_run_policy_refuses_bad_values_before_starting(tmp_path):
-    for args, text in [(["--policy", "ftp://x", "--groups", "1"], "is not builtin, neural or an http(s) URL"),
+    for args, text in [(["--policy", "ftp://x", "--groups", "1"], "not an http://, https:// or unix: URL (or builtin, neural)"),
                        (["--policy", "neural", "--groups", "1", "--neural-weights", str(tmp_path / "none.pt")], "cannot read"),
                        (["--policy", "neural", "--iters", "1", "--weights-sync", "vllm-lora"], "sglang-disk only")]:
         p = subprocess.run([BIN, "run", "--out", str(tmp_path / "o")] + args, capture_output=True, text=True,
