@@ -199,12 +199,14 @@ static void s_role(jsonw_t *w, const char *role)
         jsonw_str(w, role);
 }
 
-/* s_content_len is the length of message i's content (NULL: none). */
+/* s_content_len is the length of message i's content (NULL: none, whatever content_lens says). */
 static size_t s_content_len(const llm_chat_t *req, size_t i)
 {
     const char *t = req->messages[i].content;
+    if (!t)
+        return 0;
     size_t n = req->content_lens ? req->content_lens[i] : 0;
-    return n ? n : t ? strlen(t) : 0;
+    return n ? n : strlen(t);
 }
 
 bool llm_chat_body_into(const llm_chat_t *req, sr_buf_t *b)

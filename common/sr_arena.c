@@ -84,7 +84,7 @@ char *sr_arena_strdup_max(sr_arena_t *a, const char *s, size_t max)
     if (!s)
         s = "";
     size_t n = strnlen(s, max);
-    if (n >= max) {
+    if (max > 0 && n >= max) {
         n = max - 1;
         while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
             n--;

@@ -549,6 +549,21 @@ static void escaped_contents_make_the_same_body(void **state)
             assert_string_equal(got, want);
             free(got);
             free(want);
+            /* a message without content is "" whatever length the caller gave for it */
+            llm_message_t none[2] = {plain[2 - n], {.role = "user", .content = NULL}};
+            chat.messages = none;
+            chat.n_messages = 2;
+            chat.content_lens = NULL;
+            want = llm_chat_body(&chat);
+            size_t lies[2] = {0, 4096};
+            chat.content_lens = lies;
+            got = llm_chat_body(&chat);
+            assert_non_null(want);
+            assert_non_null(got);
+            assert_string_equal(got, want);
+            assert_non_null(strstr(got, "\"content\":\"\"}"));
+            free(got);
+            free(want);
         }
         free(own[0]);
         free(own[1]);

@@ -56,6 +56,7 @@ static void copies_are_what_the_heap_copies_are(void **state)
             free(want);
         }
     }
+    assert_string_equal(sr_arena_strdup_max(&a, "abc", 0), ""); /* no room: empty, not a wrap */
     char *s = sr_arena_strndup(&a, "abcdef", 3);
     assert_string_equal(s, "abc");
     int32_t ids[5] = {1, 2, 3, 2147483647, 0};
